@@ -1,0 +1,40 @@
+//! Capture stage: produces frames into the capture pool.
+//!
+//! Backends sit behind [`FrameSource`]: still images (`image:PATH`), any file ffmpeg decodes
+//! (`video:PATH`) and a moving test pattern (`testsrc[:WxH[@FPS]]`). A source writes each
+//! frame in place into a mapped pool buffer and returns its [`FrameLayout`]; it never
+//! allocates per frame. Pacing (`--fps`) and `--frames N` are the stage loop's job.
+
+pub mod image;
+pub mod stage;
+pub mod spec;
+pub mod testsrc;
+pub mod video;
+
+use crate::core::frame::FrameLayout;
+
+/// What a source produces, known before the first frame (used to size the pool).
+#[derive(Clone, Debug)]
+pub struct SourceInfo {
+    /// Human-readable description for logs (`video:tests/data/clip.mp4 768x432 NV12 @10fps`).
+    pub description: String,
+    /// Largest frame width in pixels any frame will have.
+    pub max_width: u32,
+    /// Largest frame height in pixels.
+    pub max_height: u32,
+    /// Nominal frame rate in frames per second (used for pacing unless `--fps` overrides).
+    pub fps: f64,
+    /// Bytes a pool buffer needs to hold the largest frame (including stride padding).
+    pub max_frame_bytes: u64,
+}
+
+/// A host capture backend. Sources write NV12 with `bytesperline` aligned to 16 bytes
+/// ([`FrameLayout::nv12`]), padding odd sizes to even while the layout keeps the true size.
+pub trait FrameSource: Send {
+    /// Facts known up front.
+    fn info(&self) -> &SourceInfo;
+    /// Writes the next frame into `dst` (a mapped pool buffer of at least
+    /// `info().max_frame_bytes` bytes) and returns its layout; `Ok(None)` at end of stream.
+    /// Errors name the source and the cause (unreadable file, decoder died).
+    fn fill(&mut self, dst: &mut [u8]) -> anyhow::Result<Option<FrameLayout>>;
+}

@@ -1,0 +1,276 @@
+//! Source selection: the `--source` text (`auto`, `image:PATH`, `video:PATH`,
+//! `testsrc[:WxH[@FPS]]`, `v4l2[:DEVICE]`) parsed into a [`SourceSpec`], and
+//! [`open_source`], which turns a spec into a boxed [`FrameSource`].
+//!
+//! Parsing never touches the file system; opening does, and its errors name the path and
+//! the fix.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, Context};
+
+use super::image::ImageSource;
+use super::testsrc::TestSource;
+use super::video::VideoSource;
+use super::FrameSource;
+
+/// The accepted forms, quoted in every parse error.
+pub const ACCEPTED_FORMS: &str =
+    "auto, image:PATH, video:PATH, testsrc, testsrc:WxH, testsrc:WxH@FPS, v4l2, v4l2:DEVICE";
+
+/// The clip `auto` plays, relative to the data directory (`tests/data/` in the repo).
+/// Intel `sample-videos`, CC BY 4.0; see `tests/data/PROVENANCE.md`.
+pub const BUNDLED_CLIP: &str = "one-by-one-person-detection.mp4";
+
+/// Default test-pattern width in pixels when `testsrc` gives no size.
+pub const TESTSRC_DEFAULT_WIDTH: u32 = 1280;
+/// Default test-pattern height in pixels when `testsrc` gives no size.
+pub const TESTSRC_DEFAULT_HEIGHT: u32 = 720;
+/// Default test-pattern rate in frames per second when `testsrc` gives none.
+pub const TESTSRC_DEFAULT_FPS: f64 = 30.0;
+
+/// Largest width or height a spec may ask for, in pixels (the bound
+/// [`FrameLayout::validate`](crate::core::frame::FrameLayout::validate) enforces).
+pub const MAX_DIMENSION: u32 = 16384;
+
+/// Which capture backend to open, as given on the command line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceSpec {
+    /// The best source present: for now the bundled clip ([`BUNDLED_CLIP`]) as `video:`.
+    Auto,
+    /// One image file, or a directory of `.png`/`.jpg`/`.jpeg` files, looped forever.
+    Image(PathBuf),
+    /// Any file ffmpeg decodes; ends at the end of the file.
+    Video(PathBuf),
+    /// A moving synthetic pattern of `width x height` pixels at `fps` frames per second.
+    TestSrc {
+        /// Frame width in pixels (1..=16384).
+        width: u32,
+        /// Frame height in pixels (1..=16384).
+        height: u32,
+        /// Nominal frame rate in frames per second (> 0).
+        fps: f64,
+    },
+    /// A V4L2 capture device; `None` means the first one found (`/dev/video0`).
+    V4l2(Option<PathBuf>),
+}
+
+/// Why a `--source` text was rejected: one line naming the bad text and listing
+/// [`ACCEPTED_FORMS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseSourceSpecError {
+    /// The text that was given.
+    pub text: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for ParseSourceSpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad source \"{}\": {}; accepted forms: {}", self.text, self.reason, ACCEPTED_FORMS)
+    }
+}
+
+impl std::error::Error for ParseSourceSpecError {}
+
+impl FromStr for SourceSpec {
+    type Err = ParseSourceSpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason: &str| ParseSourceSpecError { text: s.to_string(), reason: reason.to_string() };
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (s, None),
+        };
+        match (kind, arg) {
+            ("auto", None) => Ok(SourceSpec::Auto),
+            ("image", Some(p)) if !p.is_empty() => Ok(SourceSpec::Image(PathBuf::from(p))),
+            ("video", Some(p)) if !p.is_empty() => Ok(SourceSpec::Video(PathBuf::from(p))),
+            ("image" | "video", _) => Err(err("missing PATH")),
+            ("testsrc", None) => Ok(SourceSpec::TestSrc {
+                width: TESTSRC_DEFAULT_WIDTH,
+                height: TESTSRC_DEFAULT_HEIGHT,
+                fps: TESTSRC_DEFAULT_FPS,
+            }),
+            ("testsrc", Some(a)) => parse_testsrc(a).map_err(|r| err(&r)),
+            ("v4l2", None) => Ok(SourceSpec::V4l2(None)),
+            ("v4l2", Some(d)) if !d.is_empty() => Ok(SourceSpec::V4l2(Some(PathBuf::from(d)))),
+            ("v4l2", Some(_)) => Err(err("missing DEVICE")),
+            _ => Err(err("unknown source kind")),
+        }
+    }
+}
+
+/// Parses the `WxH[@FPS]` tail of `testsrc:`.
+fn parse_testsrc(a: &str) -> Result<SourceSpec, String> {
+    let (size, fps) = match a.split_once('@') {
+        Some((size, fps)) => {
+            let fps: f64 = fps.parse().map_err(|_| format!("fps \"{fps}\" is not a number"))?;
+            if !(fps.is_finite() && fps > 0.0 && fps <= 1000.0) {
+                return Err(format!("fps {fps} out of range (0, 1000]"));
+            }
+            (size, fps)
+        }
+        None => (a, TESTSRC_DEFAULT_FPS),
+    };
+    let (w, h) = size.split_once('x').ok_or_else(|| format!("size \"{size}\" is not WxH"))?;
+    let dim = |v: &str| -> Result<u32, String> {
+        let n: u32 = v.parse().map_err(|_| format!("size \"{size}\" is not WxH"))?;
+        if n == 0 || n > MAX_DIMENSION {
+            return Err(format!("size {size} out of range 1..={MAX_DIMENSION}"));
+        }
+        Ok(n)
+    };
+    Ok(SourceSpec::TestSrc { width: dim(w)?, height: dim(h)?, fps })
+}
+
+impl fmt::Display for SourceSpec {
+    /// The command-line form, which parses back to the same spec.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceSpec::Auto => write!(f, "auto"),
+            SourceSpec::Image(p) => write!(f, "image:{}", p.display()),
+            SourceSpec::Video(p) => write!(f, "video:{}", p.display()),
+            SourceSpec::TestSrc { width, height, fps } => write!(f, "testsrc:{width}x{height}@{fps}"),
+            SourceSpec::V4l2(None) => write!(f, "v4l2"),
+            SourceSpec::V4l2(Some(d)) => write!(f, "v4l2:{}", d.display()),
+        }
+    }
+}
+
+/// Finds a bundled data file (`rel` is relative to the data directory, e.g. [`BUNDLED_CLIP`]).
+///
+/// Tries, in order, each base below with `rel` and with `tests/data/rel` appended: the
+/// current directory, `$ZCPIPE_DATA_DIR`, the executable's directory and each of its
+/// ancestors (so `target/release/zcpipe` finds the repo's `tests/data/`), and last the
+/// crate root this binary was built from (`CARGO_MANIFEST_DIR`). Returns the first path
+/// that is a file.
+pub fn find_data_file(rel: &str) -> Option<PathBuf> {
+    let mut bases: Vec<PathBuf> = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        bases.push(cwd);
+    }
+    if let Some(dir) = std::env::var_os("ZCPIPE_DATA_DIR") {
+        if !dir.is_empty() {
+            bases.push(PathBuf::from(dir));
+        }
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        bases.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    bases.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    bases
+        .iter()
+        .flat_map(|b| [b.join(rel), b.join("tests").join("data").join(rel)])
+        .find(|p| p.is_file())
+}
+
+/// Opens the source a spec names.
+///
+/// `fps_override` (from `--fps`, frames per second) replaces the source's nominal rate in
+/// its [`SourceInfo`](super::SourceInfo). `Auto` opens the bundled clip found by
+/// [`find_data_file`]; `V4l2` is an error until the V4L2 backend lands.
+pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
+    if let Some(fps) = fps_override {
+        if !(fps.is_finite() && fps > 0.0) {
+            bail!("--fps {fps} must be a positive number of frames per second");
+        }
+    }
+    Ok(match spec {
+        SourceSpec::Auto => {
+            let clip = find_data_file(BUNDLED_CLIP).with_context(|| {
+                format!(
+                    "source auto: bundled clip {BUNDLED_CLIP} not found (looked in the current directory, \
+                     $ZCPIPE_DATA_DIR, the executable's directory and its ancestors, and {}/tests/data); \
+                     set ZCPIPE_DATA_DIR or pass --source video:PATH or testsrc",
+                    env!("CARGO_MANIFEST_DIR")
+                )
+            })?;
+            Box::new(VideoSource::open(&clip, fps_override)?)
+        }
+        SourceSpec::Image(p) => Box::new(ImageSource::open(p, fps_override)?),
+        SourceSpec::Video(p) => Box::new(VideoSource::open(p, fps_override)?),
+        SourceSpec::TestSrc { width, height, fps } => {
+            Box::new(TestSource::new(*width, *height, fps_override.unwrap_or(*fps))?)
+        }
+        SourceSpec::V4l2(dev) => bail!(
+            "source {}: V4L2 capture is not built yet; use --source auto, video:PATH, image:PATH or testsrc",
+            SourceSpec::V4l2(dev.clone())
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> SourceSpec {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn spec_parses_every_accepted_form() {
+        assert_eq!(parse("auto"), SourceSpec::Auto);
+        assert_eq!(parse("image:tests/data/dog.jpg"), SourceSpec::Image("tests/data/dog.jpg".into()));
+        assert_eq!(parse("image:/a:b/c.png"), SourceSpec::Image("/a:b/c.png".into()));
+        assert_eq!(parse("video:clip.mp4"), SourceSpec::Video("clip.mp4".into()));
+        assert_eq!(parse("testsrc"), SourceSpec::TestSrc { width: 1280, height: 720, fps: 30.0 });
+        assert_eq!(parse("testsrc:1920x1080"), SourceSpec::TestSrc { width: 1920, height: 1080, fps: 30.0 });
+        assert_eq!(parse("testsrc:451x301@12.5"), SourceSpec::TestSrc { width: 451, height: 301, fps: 12.5 });
+        assert_eq!(parse("v4l2"), SourceSpec::V4l2(None));
+        assert_eq!(parse("v4l2:/dev/video0"), SourceSpec::V4l2(Some("/dev/video0".into())));
+    }
+
+    #[test]
+    fn spec_display_round_trips() {
+        for s in ["auto", "image:x.png", "video:a/b.mp4", "testsrc:640x480@15", "v4l2", "v4l2:/dev/video3"] {
+            assert_eq!(parse(s).to_string(), s);
+            assert_eq!(parse(&parse(s).to_string()), parse(s));
+        }
+    }
+
+    #[test]
+    fn spec_rejects_bad_text_naming_it() {
+        for bad in [
+            "", "camera", "auto:x", "image", "image:", "video:", "testsrc:1920", "testsrc:0x10",
+            "testsrc:20000x10", "testsrc:axb", "testsrc:64x48@0", "testsrc:64x48@fast", "testsrc:64x48@-5",
+            "v4l2:", "TESTSRC",
+        ] {
+            let e = bad.parse::<SourceSpec>().expect_err(bad);
+            let msg = e.to_string();
+            println!("{msg}");
+            assert!(msg.contains(&format!("\"{bad}\"")), "{msg}");
+            assert!(msg.contains(ACCEPTED_FORMS), "{msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+    }
+
+    #[test]
+    fn find_data_file_finds_bundled_clip() {
+        let p = find_data_file(BUNDLED_CLIP).expect("bundled clip");
+        assert!(p.ends_with(BUNDLED_CLIP), "{}", p.display());
+        assert!(find_data_file("no-such-file.bin").is_none());
+    }
+
+    #[test]
+    fn open_source_v4l2_is_not_built_yet() {
+        let e = open_source(&SourceSpec::V4l2(None), None).err().expect("error");
+        assert!(e.to_string().contains("V4L2 capture is not built yet"), "{e}");
+    }
+
+    #[test]
+    fn open_source_testsrc_honours_fps_override() {
+        let s = open_source(&parse("testsrc:64x48@5"), Some(12.0)).unwrap();
+        assert_eq!((s.info().max_width, s.info().max_height, s.info().fps), (64, 48, 12.0));
+        assert!(open_source(&parse("testsrc"), Some(0.0)).is_err());
+    }
+
+    #[test]
+    fn open_source_auto_opens_bundled_clip() {
+        let s = open_source(&SourceSpec::Auto, None).unwrap();
+        assert_eq!((s.info().max_width, s.info().max_height), (768, 432));
+        assert_eq!(s.info().fps, 10.0);
+    }
+}

@@ -1,0 +1,314 @@
+//! The command-line front: `zcpipe run | stage | watch | doctor`.
+//!
+//! Parses arguments and calls into the library; holds no pipeline logic. Errors print as
+//! one line, `zcpipe <stage>: error: <what> ...: <fix>`, and exit non-zero.
+
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::core::dmabuf::HeapChoice;
+use crate::core::link::WaitMode;
+use crate::core::ring::RingPolicy;
+
+/// zcpipe: camera frames to an NPU without copying them.
+#[derive(Parser, Debug)]
+#[command(name = "zcpipe", version, about, long_about = None)]
+pub struct Cli {
+    /// Less output: warnings and errors only (RUST_LOG overrides).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// More output: debug logs (RUST_LOG overrides).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the whole pipeline: four stage processes wired by dma-buf fds and rings.
+    Run(RunArgs),
+    /// Run one stage alone (what `run` starts; for systemd units).
+    Stage {
+        #[command(subcommand)]
+        stage: StageCmd,
+    },
+    /// Print the detections published on a socket.
+    Watch(WatchArgs),
+}
+
+/// One stage, for `zcpipe stage <name>`.
+#[derive(Subcommand, Debug)]
+pub enum StageCmd {
+    /// Produce frames into a pool (listens on capture.sock).
+    Capture {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        args: CaptureArgs,
+    },
+    /// Letterbox capture frames into the model input (connects to capture.sock, listens on scale.sock).
+    Scale {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        args: ScaleArgs,
+    },
+    /// Run the detector (connects to scale.sock, listens on infer.sock).
+    Infer {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        args: InferArgs,
+    },
+    /// Publish detections to clients (connects to infer.sock).
+    Publish {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        args: PublishArgs,
+    },
+}
+
+/// Options every stage takes.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Instance name: stages of one instance meet under <runtime dir>/zcpipe/<instance>/.
+    #[arg(long, default_value = "default")]
+    pub instance: String,
+    /// Directory for the stage sockets (overrides --instance's default location).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// What a full ring does: drop the oldest frame (video) or make the producer wait.
+    #[arg(long, value_enum, default_value = "drop-oldest")]
+    pub ring_policy: RingPolicy,
+    /// How consumers wait for frames: sleep on an eventfd, or spin.
+    #[arg(long, value_enum, default_value = "eventfd")]
+    pub wait: WaitMode,
+    /// Where buffers come from.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub heap: HeapChoice,
+    /// Seconds between stats reports (0 = only at exit).
+    #[arg(long, default_value_t = 2.0)]
+    pub stats_interval: f64,
+    /// Seconds to wait for the neighbouring stages to appear.
+    #[arg(long, default_value_t = 30.0)]
+    pub connect_timeout: f64,
+    /// File descriptor to write JSON stage reports to (set by `zcpipe run`).
+    #[arg(long, hide = true)]
+    pub report_fd: Option<RawFd>,
+}
+
+impl CommonArgs {
+    /// The run directory for this instance.
+    pub fn run_dir(&self) -> PathBuf {
+        crate::supervise::run_dir(&self.instance, self.run_dir.as_ref())
+    }
+    /// The stats interval as a duration (`None` for 0).
+    pub fn stats_interval(&self) -> Option<Duration> {
+        (self.stats_interval > 0.0).then(|| Duration::from_secs_f64(self.stats_interval))
+    }
+    /// Connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.connect_timeout.max(0.1))
+    }
+}
+
+/// Capture options.
+#[derive(Args, Debug, Clone)]
+pub struct CaptureArgs {
+    /// auto (the bundled clip), image:PATH (file or directory, looped), video:PATH (via ffmpeg), testsrc[:WxH[@FPS]].
+    #[arg(long, default_value = "auto")]
+    pub source: String,
+    /// Frames per second to pace the source at (default: the source's own rate).
+    #[arg(long)]
+    pub fps: Option<f64>,
+    /// Stop after this many frames.
+    #[arg(long)]
+    pub frames: Option<u64>,
+    /// Buffers in the capture pool.
+    #[arg(long, default_value_t = 4)]
+    pub buffers: usize,
+}
+
+/// Scaler backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ScalerKind {
+    /// The best present: cpu on hosts.
+    Auto,
+    /// NV12/NV16/YUYV/RGB -> BGR letterbox on the CPU (fast_image_resize + yuv).
+    Cpu,
+}
+
+/// Scale options.
+#[derive(Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Scaler backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub scaler: ScalerKind,
+    /// Buffers in the scaler's output pool.
+    #[arg(long, default_value_t = 3)]
+    pub scale_buffers: usize,
+}
+
+/// Infer options.
+#[derive(Args, Debug, Clone)]
+pub struct InferArgs {
+    /// Detector backend: auto, onnx (tract on the CPU), none (no inference: measure transport).
+    #[arg(long, default_value = "auto")]
+    pub infer: String,
+    /// Model file.
+    #[arg(long, default_value = "models/yolox_nano.onnx")]
+    pub model: PathBuf,
+    /// Class labels, one per line.
+    #[arg(long, default_value = "models/coco80.txt")]
+    pub labels: PathBuf,
+    /// Keep detections scoring above this.
+    #[arg(long, default_value_t = 0.3)]
+    pub score_threshold: f32,
+    /// Per-class NMS IoU threshold.
+    #[arg(long, default_value_t = 0.45)]
+    pub nms_iou: f32,
+}
+
+/// How publish prints frames on its stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrintMode {
+    /// Nothing on stdout.
+    None,
+    /// One readable line per frame.
+    Human,
+    /// The JSON lines clients get.
+    Json,
+}
+
+/// Publish options.
+#[derive(Args, Debug, Clone)]
+pub struct PublishArgs {
+    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root).
+    #[arg(long)]
+    pub publish: Option<PathBuf>,
+    /// What to print on stdout per frame.
+    #[arg(long, value_enum, default_value = "none")]
+    pub print: PrintMode,
+}
+
+/// `zcpipe run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
+    #[command(flatten)]
+    pub infer: InferArgs,
+    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root).
+    #[arg(long)]
+    pub publish: Option<PathBuf>,
+    /// Print the JSON lines on stdout instead of readable lines (logs, stats, summary stay on stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing per frame (stats and summary only).
+    #[arg(long, conflicts_with = "json")]
+    pub no_print: bool,
+    /// Also write the run summary as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+}
+
+/// `zcpipe watch`.
+#[derive(Args, Debug, Clone)]
+pub struct WatchArgs {
+    /// Detections socket (default: the one `zcpipe run` uses).
+    pub path: Option<PathBuf>,
+    /// Print raw JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit after this many frames.
+    #[arg(long)]
+    pub count: Option<u64>,
+}
+
+fn init_logging(cli: &Cli, tag: &str) {
+    let level = if cli.verbose {
+        "debug"
+    } else if cli.quiet {
+        "warn"
+    } else {
+        "info"
+    };
+    let tag = tag.to_string();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(format!("zcpipe={level},warn")))
+        .format(move |buf, rec| {
+            use std::io::Write;
+            match rec.level() {
+                log::Level::Info => writeln!(buf, "{tag}: {}", rec.args()),
+                l => writeln!(buf, "{tag}: {}: {}", l.as_str().to_lowercase(), rec.args()),
+            }
+        })
+        .init();
+}
+
+/// Exit code of a stage that stopped because a neighbour went away (not its own fault).
+pub const EXIT_PEER_GONE: i32 = 3;
+
+/// Parses the command line and runs it; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let tag = match &cli.cmd {
+        Command::Run(_) => "zcpipe".to_string(),
+        Command::Watch(_) => "zcpipe watch".to_string(),
+        Command::Stage { stage } => format!(
+            "zcpipe {}",
+            match stage {
+                StageCmd::Capture { .. } => "capture",
+                StageCmd::Scale { .. } => "scale",
+                StageCmd::Infer { .. } => "infer",
+                StageCmd::Publish { .. } => "publish",
+            }
+        ),
+    };
+    init_logging(&cli, &tag);
+    crate::supervise::install_signal_handlers();
+    let result = match cli.cmd {
+        Command::Run(a) => crate::supervise::run::run(a),
+        Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
+        Command::Stage { stage } => match stage {
+            StageCmd::Capture { common, args } => crate::capture::stage::run(common, args),
+            StageCmd::Scale { common, args } => crate::scale::stage::run(common, args),
+            StageCmd::Infer { common, args } => crate::infer::stage::run(common, args),
+            StageCmd::Publish { common, args } => crate::publish::stage::run(common, args),
+        },
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(gone) = e.downcast_ref::<PeerGone>() {
+                log::info!("{gone}; stopping");
+                return EXIT_PEER_GONE;
+            }
+            // One line: the context chain joined, outermost first.
+            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("{tag}: error: {}", msg.join(": "));
+            1
+        }
+    }
+}
+
+/// A neighbouring stage went away (its socket hung up): a secondary failure, reported
+/// quietly with [`EXIT_PEER_GONE`] since the neighbour reports its own cause.
+#[derive(Debug)]
+pub struct PeerGone(pub String);
+
+impl std::fmt::Display for PeerGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+impl std::error::Error for PeerGone {}

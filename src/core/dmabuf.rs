@@ -1,0 +1,476 @@
+//! Owned dma-bufs, the allocators that make them, and the only way to touch their bytes.
+//!
+//! A [`DmaBuf`] is an `OwnedFd` plus its size in bytes. It comes from a dma-buf heap
+//! (`/dev/dma_heap/<name>`, `include/uapi/linux/dma-heap.h`), from udmabuf over a sealed
+//! memfd (`include/uapi/linux/udmabuf.h`), from a V4L2 driver (VIDIOC_EXPBUF), or, where the
+//! kernel has none of these (this x86 host), from a sealed memfd standing in for one.
+//! Pools are allocated once at start-up ([`Allocator::allocate_pool`]), never per frame.
+//!
+//! CPU access goes only through [`CpuAccess`], whose creation issues `DMA_BUF_IOCTL_SYNC`
+//! START and whose `Drop` issues END with the same direction; the direction ([`Read`],
+//! [`Write`], [`ReadWrite`]) is in its type, so a read guard cannot write. A memfd is not a
+//! dma-buf: its guard skips the ioctl and says so once at debug level.
+
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Context, Result};
+use memmap2::{MmapOptions, MmapRaw};
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+
+use crate::sys;
+
+/// Where a buffer's memory came from. Decides whether CPU access needs `DMA_BUF_IOCTL_SYNC`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// A dma-buf heap, with its device path (`/dev/dma_heap/system`).
+    DmaHeap(PathBuf),
+    /// udmabuf over a sealed memfd.
+    Udmabuf,
+    /// A sealed memfd (not a dma-buf: no sync ioctl; host fallback).
+    Memfd,
+    /// A dma-buf exported by a driver (VIDIOC_EXPBUF) or received from a peer.
+    DmaBuf,
+}
+
+impl MemoryKind {
+    /// Whether CPU access must be bracketed by `DMA_BUF_IOCTL_SYNC`.
+    pub fn needs_sync(&self) -> bool {
+        !matches!(self, MemoryKind::Memfd)
+    }
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryKind::DmaHeap(p) => write!(f, "dma-heap {}", p.display()),
+            MemoryKind::Udmabuf => write!(f, "udmabuf"),
+            MemoryKind::Memfd => write!(f, "memfd"),
+            MemoryKind::DmaBuf => write!(f, "dma-buf"),
+        }
+    }
+}
+
+/// An owned buffer: a dma-buf (or sealed memfd) fd and its size in bytes. Dropping it
+/// unmaps and closes the fd. Its bytes are reachable only through [`CpuAccess`] guards.
+pub struct DmaBuf {
+    fd: OwnedFd,
+    size: u64,
+    kind: MemoryKind,
+    map: OnceLock<MmapRaw>,
+}
+
+impl fmt::Debug for DmaBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaBuf").field("fd", &self.fd.as_raw_fd()).field("size", &self.size).field("kind", &self.kind).finish()
+    }
+}
+
+impl DmaBuf {
+    /// Wraps an fd of `size` bytes. For fds received from a peer use [`DmaBuf::from_peer`],
+    /// which checks what the fd really is.
+    pub fn new(fd: OwnedFd, size: u64, kind: MemoryKind) -> DmaBuf {
+        DmaBuf { fd, size, kind, map: OnceLock::new() }
+    }
+
+    /// Adopts an fd received from another process that claims to hold `size` bytes.
+    /// The claim is not trusted: a memfd must carry `F_SEAL_SHRINK` (or a peer could
+    /// truncate it under our mapping and kill us with SIGBUS) and be at least `size` bytes;
+    /// anything else must be a dma-buf at least `size` bytes long (`lseek(SEEK_END)` gives a
+    /// dma-buf's size, Documentation/driver-api/dma-buf.rst).
+    pub fn from_peer(fd: OwnedFd, size: u64) -> Result<DmaBuf> {
+        let seals = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS);
+        let actual = nix::unistd::lseek(fd.as_raw_fd(), 0, nix::unistd::Whence::SeekEnd)
+            .map_err(|e| anyhow!("peer's buffer fd: lseek failed: {e}"))? as u64;
+        let kind = match seals {
+            Ok(s) => {
+                let seals = SealFlag::from_bits_truncate(s);
+                if !seals.contains(SealFlag::F_SEAL_SHRINK) {
+                    bail!("peer sent a memfd without F_SEAL_SHRINK; refusing to map memory it could truncate");
+                }
+                MemoryKind::Memfd
+            }
+            Err(_) => MemoryKind::DmaBuf,
+        };
+        if actual < size {
+            bail!("peer's buffer is {actual} bytes but it claimed {size}");
+        }
+        Ok(DmaBuf::new(fd, size, kind))
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// What kind of memory this is.
+    pub fn kind(&self) -> &MemoryKind {
+        &self.kind
+    }
+
+    /// The fd, e.g. to pass with SCM_RIGHTS or to import into a device.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn mapping(&self) -> Result<&MmapRaw> {
+        if let Some(m) = self.map.get() {
+            return Ok(m);
+        }
+        let len = usize::try_from(self.size).context("buffer too large to map")?;
+        let m = MmapOptions::new()
+            .len(len)
+            .map_raw(self.fd.as_raw_fd())
+            .with_context(|| format!("mmap of a {len}-byte {} buffer", self.kind))?;
+        Ok(self.map.get_or_init(|| m))
+    }
+
+    /// Begins a CPU read: `DMA_BUF_IOCTL_SYNC(START | READ)`; END on drop.
+    pub fn read(&self) -> Result<CpuAccess<'_, Read>> {
+        CpuAccess::begin(self)
+    }
+
+    /// Begins a CPU write: `DMA_BUF_IOCTL_SYNC(START | WRITE)`; END on drop. Needs `&mut`:
+    /// no other guard of this process can see the bytes meanwhile.
+    pub fn write(&mut self) -> Result<CpuAccess<'_, Write>> {
+        CpuAccess::begin(self)
+    }
+
+    /// Begins a CPU read-modify-write: `DMA_BUF_IOCTL_SYNC(START | RW)`; END on drop.
+    pub fn read_write(&mut self) -> Result<CpuAccess<'_, ReadWrite>> {
+        CpuAccess::begin(self)
+    }
+}
+
+/// A direction of CPU access, as `DMA_BUF_SYNC_*` flags.
+pub trait Direction {
+    /// `DMA_BUF_SYNC_READ`, `_WRITE` or `_RW`.
+    const FLAGS: u64;
+    /// For logs.
+    const NAME: &'static str;
+}
+/// CPU reads the buffer.
+pub struct Read;
+/// CPU writes the buffer.
+pub struct Write;
+/// CPU reads and writes the buffer.
+pub struct ReadWrite;
+impl Direction for Read {
+    const FLAGS: u64 = sys::dmabuf::DMA_BUF_SYNC_READ;
+    const NAME: &'static str = "read";
+}
+impl Direction for Write {
+    const FLAGS: u64 = sys::dmabuf::DMA_BUF_SYNC_WRITE;
+    const NAME: &'static str = "write";
+}
+impl Direction for ReadWrite {
+    const FLAGS: u64 = sys::dmabuf::DMA_BUF_SYNC_RW;
+    const NAME: &'static str = "read-write";
+}
+
+static MEMFD_SYNC_NOTE: AtomicBool = AtomicBool::new(false);
+
+/// A bracketed CPU access to a buffer's bytes. Created by [`DmaBuf::read`],
+/// [`DmaBuf::write`] or [`DmaBuf::read_write`]; derefs to the buffer's bytes (`&mut` only
+/// for writing directions); ends the access on drop.
+pub struct CpuAccess<'a, D: Direction> {
+    buf: &'a DmaBuf,
+    map: &'a MmapRaw,
+    _dir: PhantomData<D>,
+}
+
+impl<'a, D: Direction> CpuAccess<'a, D> {
+    fn begin(buf: &'a DmaBuf) -> Result<Self> {
+        let map = buf.mapping()?;
+        if buf.kind.needs_sync() {
+            sys::dmabuf::sync(buf.fd(), sys::dmabuf::DMA_BUF_SYNC_START | D::FLAGS)
+                .with_context(|| format!("DMA_BUF_IOCTL_SYNC START ({}) on a {} buffer", D::NAME, buf.kind))?;
+        } else if !MEMFD_SYNC_NOTE.swap(true, Ordering::Relaxed) {
+            log::debug!("buffers are memfds, not dma-bufs: CPU access skips DMA_BUF_IOCTL_SYNC");
+        }
+        Ok(CpuAccess { buf, map, _dir: PhantomData })
+    }
+
+    /// The bytes, read-only.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping covers `size` bytes and lives as long as `buf`; no `&mut` to
+        // these bytes exists in this process while this guard lives (writing guards need
+        // `&mut DmaBuf`). Other processes may write concurrently; zcpipe's ownership
+        // protocol (a buffer is lent to one side at a time) is what keeps contents stable.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr(), self.map.len()) }
+    }
+}
+
+impl<D: Direction> Drop for CpuAccess<'_, D> {
+    fn drop(&mut self) {
+        if self.buf.kind.needs_sync() {
+            if let Err(e) = sys::dmabuf::sync(self.buf.fd(), sys::dmabuf::DMA_BUF_SYNC_END | D::FLAGS) {
+                log::warn!("DMA_BUF_IOCTL_SYNC END ({}) failed: {e}", D::NAME);
+            }
+        }
+    }
+}
+
+impl<D: Direction> std::ops::Deref for CpuAccess<'_, D> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+macro_rules! writable {
+    ($d:ty) => {
+        impl std::ops::DerefMut for CpuAccess<'_, $d> {
+            fn deref_mut(&mut self) -> &mut [u8] {
+                // SAFETY: a guard of this direction is only made from `&mut DmaBuf`, so it
+                // is the only view of these bytes in this process while it lives; the
+                // mapping is shared, writable and `len` bytes long.
+                unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr(), self.map.len()) }
+            }
+        }
+    };
+}
+writable!(Write);
+writable!(ReadWrite);
+
+/// Which allocator to use (`--heap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeapChoice {
+    /// The first present of system, dma32, cma, udmabuf, memfd.
+    Auto,
+    /// `/dev/dma_heap/system` (cached, may sit above 4 GiB).
+    System,
+    /// A heap below 4 GiB: `/dev/dma_heap/system-dma32` (what RGA2 needs on >4 GiB boards).
+    Dma32,
+    /// A contiguous heap: `/dev/dma_heap/linux,cma`, `cma` or `reserved`.
+    Cma,
+    /// udmabuf over sealed memfds (`/dev/udmabuf`).
+    Udmabuf,
+    /// Sealed memfds: not dma-bufs, but shareable the same way (host fallback).
+    Memfd,
+}
+
+/// The `/dev/dma_heap` names probed for each heap choice, in order.
+pub fn heap_names(choice: HeapChoice) -> &'static [&'static str] {
+    match choice {
+        HeapChoice::System => &["system"],
+        HeapChoice::Dma32 => &["system-dma32", "dma32"],
+        HeapChoice::Cma => &["linux,cma", "cma", "reserved"],
+        _ => &[],
+    }
+}
+
+/// Lists the dma-buf heaps present under `dir` (normally `/dev/dma_heap`), sorted.
+pub fn list_heaps(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A chosen allocator. All buffers of a pool come from one.
+pub enum Allocator {
+    /// A dma-buf heap device.
+    Heap { heap: dma_heap::Heap, path: PathBuf },
+    /// `/dev/udmabuf`.
+    Udmabuf { dev: std::fs::File },
+    /// Sealed memfds.
+    Memfd,
+}
+
+impl fmt::Debug for Allocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.describe())
+    }
+}
+
+const PAGE: u64 = 4096;
+
+impl Allocator {
+    /// Opens the allocator for `choice`, probing `heap_dir` (normally `/dev/dma_heap`) and
+    /// `udmabuf_dev` (normally `/dev/udmabuf`). `Auto` takes the first present of system,
+    /// dma32, cma, udmabuf, memfd and logs which and why. An explicit choice that is
+    /// absent is an error listing what exists and the fix.
+    pub fn open(choice: HeapChoice, heap_dir: &Path, udmabuf_dev: &Path) -> Result<Allocator> {
+        let found = list_heaps(heap_dir);
+        let found_str = if found.is_empty() { "none".to_string() } else { found.join(", ") };
+        let try_heap = |c: HeapChoice| -> Option<Result<Allocator>> {
+            heap_names(c).iter().map(|n| heap_dir.join(n)).find(|p| p.exists()).map(|path| {
+                dma_heap::Heap::new(dma_heap::HeapKind::Custom(path.clone()))
+                    .map(|heap| Allocator::Heap { heap, path: path.clone() })
+                    .map_err(|e| anyhow!("cannot open dma-buf heap {}: {e}{}", path.display(), perm_hint(&e)))
+            })
+        };
+        let open_udmabuf = || -> Result<Allocator> {
+            let dev = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(udmabuf_dev)
+                .map_err(|e| anyhow!("cannot open {}: {e}{}", udmabuf_dev.display(), perm_hint(&e)))?;
+            Ok(Allocator::Udmabuf { dev })
+        };
+        match choice {
+            HeapChoice::Auto => {
+                for c in [HeapChoice::System, HeapChoice::Dma32, HeapChoice::Cma] {
+                    if let Some(r) = try_heap(c) {
+                        let a = r?;
+                        log::info!("heap: {} (auto: first of system, dma32, cma, udmabuf, memfd; heaps found: {found_str})", a.describe());
+                        return Ok(a);
+                    }
+                }
+                if udmabuf_dev.exists() {
+                    let a = open_udmabuf()?;
+                    log::info!("heap: udmabuf (auto: no system/dma32/cma heap in {}; heaps found: {found_str})", heap_dir.display());
+                    return Ok(a);
+                }
+                log::info!(
+                    "heap: memfd (auto: no dma-buf heap in {} and no {}; sealed memfds stand in for dma-bufs)",
+                    heap_dir.display(),
+                    udmabuf_dev.display()
+                );
+                Ok(Allocator::Memfd)
+            }
+            HeapChoice::System | HeapChoice::Dma32 | HeapChoice::Cma => match try_heap(choice) {
+                Some(r) => {
+                    let a = r?;
+                    log::info!("heap: {} (--heap {:?}; heaps found: {found_str})", a.describe(), choice);
+                    Ok(a)
+                }
+                None => bail!(
+                    "--heap {}: no {} in {} (heaps found: {found_str}); use --heap auto, or enable the heap in the kernel (CONFIG_DMABUF_HEAPS_{})",
+                    format!("{choice:?}").to_lowercase(),
+                    heap_names(choice).join(" or "),
+                    heap_dir.display(),
+                    if choice == HeapChoice::Cma { "CMA" } else { "SYSTEM" }
+                ),
+            },
+            HeapChoice::Udmabuf => {
+                if !udmabuf_dev.exists() {
+                    bail!("--heap udmabuf: {} does not exist; load the module (modprobe udmabuf) or use --heap auto", udmabuf_dev.display());
+                }
+                let a = open_udmabuf()?;
+                log::info!("heap: udmabuf (--heap udmabuf)");
+                Ok(a)
+            }
+            HeapChoice::Memfd => {
+                log::info!("heap: memfd (--heap memfd): not dma-bufs, devices cannot import them");
+                Ok(Allocator::Memfd)
+            }
+        }
+    }
+
+    /// One line for logs: `dma-heap /dev/dma_heap/system`, `udmabuf`, `memfd`.
+    pub fn describe(&self) -> String {
+        match self {
+            Allocator::Heap { path, .. } => format!("dma-heap {}", path.display()),
+            Allocator::Udmabuf { .. } => "udmabuf".into(),
+            Allocator::Memfd => "memfd".into(),
+        }
+    }
+
+    /// Allocates one buffer of at least `size` bytes (rounded up to 4 KiB pages).
+    pub fn allocate(&self, size: u64) -> Result<DmaBuf> {
+        let size = size.div_ceil(PAGE).max(1) * PAGE;
+        match self {
+            Allocator::Heap { heap, path } => {
+                let fd = heap
+                    .allocate(size as usize)
+                    .map_err(|e| anyhow!("allocating {size} bytes from {}: {e}", path.display()))?;
+                Ok(DmaBuf::new(fd, size, MemoryKind::DmaHeap(path.clone())))
+            }
+            Allocator::Udmabuf { dev } => {
+                let memfd = sealed_memfd("zcpipe-udmabuf", size, false)?;
+                let fd = sys::udmabuf::create(dev.as_fd(), memfd.as_fd(), 0, size)
+                    .map_err(|e| anyhow!("UDMABUF_CREATE of {size} bytes: {e} (is the udmabuf size_limit_mb large enough?)"))?;
+                Ok(DmaBuf::new(fd, size, MemoryKind::Udmabuf))
+            }
+            Allocator::Memfd => Ok(DmaBuf::new(sealed_memfd("zcpipe-buffer", size, true)?, size, MemoryKind::Memfd)),
+        }
+    }
+
+    /// Preallocates `count` buffers of `size` bytes each, at start-up.
+    pub fn allocate_pool(&self, count: usize, size: u64) -> Result<Vec<DmaBuf>> {
+        (0..count)
+            .map(|i| self.allocate(size).with_context(|| format!("pool buffer {i} of {count}")))
+            .collect()
+    }
+}
+
+fn perm_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (install udev/99-zcpipe.rules and add yourself to the zcpipe group, or run as root)"
+    } else {
+        ""
+    }
+}
+
+/// Creates a memfd of `size` bytes sealed against shrinking (and, with `seal_all`, growing
+/// and further sealing). Contract: memfd_create(2), fcntl(2) F_ADD_SEALS. Writes stay
+/// allowed: both sides of a ring write, and udmabuf refuses `F_SEAL_WRITE`.
+pub fn sealed_memfd(name: &str, size: u64, seal_all: bool) -> Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name).map_err(|_| anyhow!("memfd name contains NUL"))?;
+    let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
+        .map_err(|e| anyhow!("memfd_create: {e}"))?;
+    nix::unistd::ftruncate(&fd, size as i64).map_err(|e| anyhow!("ftruncate memfd to {size} bytes: {e}"))?;
+    let mut seals = SealFlag::F_SEAL_SHRINK;
+    if seal_all {
+        seals |= SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    }
+    fcntl(fd.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(|e| anyhow!("sealing memfd: {e}"))?;
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memfd_pool_write_then_read() {
+        let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+        let mut pool = a.allocate_pool(3, 5000).unwrap();
+        assert_eq!(pool.len(), 3);
+        assert_eq!(pool[0].size(), 8192);
+        {
+            let mut w = pool[1].write().unwrap();
+            w[0] = 0xab;
+            w[8191] = 0xcd;
+        }
+        let r = pool[1].read().unwrap();
+        assert_eq!((r[0], r[8191], r.len()), (0xab, 0xcd, 8192));
+    }
+
+    #[test]
+    fn explicit_missing_heap_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Allocator::open(HeapChoice::Cma, dir.path(), Path::new("/nonexistent")).unwrap_err().to_string();
+        assert!(e.contains("--heap cma") && e.contains("linux,cma") && e.contains("heaps found: none"), "{e}");
+        let e = Allocator::open(HeapChoice::Udmabuf, dir.path(), Path::new("/nonexistent/udmabuf")).unwrap_err().to_string();
+        assert!(e.contains("modprobe udmabuf"), "{e}");
+    }
+
+    #[test]
+    fn auto_falls_back_to_memfd() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf")).unwrap();
+        assert_eq!(a.describe(), "memfd");
+    }
+
+    #[test]
+    fn peer_memfd_must_be_sealed() {
+        let fd = memfd_create(c"unsealed", MemFdCreateFlag::MFD_CLOEXEC).unwrap();
+        nix::unistd::ftruncate(&fd, 4096).unwrap();
+        let e = DmaBuf::from_peer(fd, 4096).unwrap_err().to_string();
+        assert!(e.contains("F_SEAL_SHRINK"), "{e}");
+        let ok = DmaBuf::from_peer(sealed_memfd("x", 4096, true).unwrap(), 4096).unwrap();
+        assert_eq!(ok.kind(), &MemoryKind::Memfd);
+        let e = DmaBuf::from_peer(sealed_memfd("x", 4096, true).unwrap(), 8192).unwrap_err().to_string();
+        assert!(e.contains("claimed 8192"), "{e}");
+    }
+}

@@ -1,0 +1,355 @@
+//! Frame descriptors: what crosses a process boundary instead of pixels.
+//!
+//! A frame is a fourcc, a size in pixels and up to [`MAX_PLANES`] planes, each
+//! `{offset, bytesperline, length}` in bytes inside one pool buffer (named by its index).
+//! This is the shape of libcamera's `FrameBuffer` and of a DRM framebuffer. Descriptors are
+//! plain data (`repr(C)`, [`bytemuck::Pod`]) so they fit in a ring slot, and they hold
+//! indices and offsets only, never addresses. A descriptor read from shared memory comes
+//! from an untrusted peer: [`FrameDesc::validate`] checks every index and length before use.
+
+use bytemuck::{Pod, Zeroable};
+
+/// Most planes a frame can have (NV12/NV16: 2, I420: 3).
+pub const MAX_PLANES: usize = 3;
+
+/// A V4L2/DRM four-character code, little-endian as `v4l2_fourcc()` builds it
+/// (`include/uapi/linux/videodev2.h`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Pod, Zeroable, Default, serde::Serialize, serde::Deserialize)]
+#[repr(transparent)]
+#[serde(transparent)]
+pub struct Fourcc(pub u32);
+
+impl Fourcc {
+    /// Builds a fourcc from its four ASCII characters, as `v4l2_fourcc(a, b, c, d)`.
+    pub const fn new(code: &[u8; 4]) -> Self {
+        Fourcc(code[0] as u32 | (code[1] as u32) << 8 | (code[2] as u32) << 16 | (code[3] as u32) << 24)
+    }
+    /// Y plane then interleaved CbCr plane at half width and half height (`V4L2_PIX_FMT_NV12`).
+    pub const NV12: Fourcc = Fourcc::new(b"NV12");
+    /// NV12 with each plane in its own buffer (`V4L2_PIX_FMT_NV12M`).
+    pub const NV12M: Fourcc = Fourcc::new(b"NM12");
+    /// Y plane then interleaved CbCr plane at half width, full height (`V4L2_PIX_FMT_NV16`).
+    pub const NV16: Fourcc = Fourcc::new(b"NV16");
+    /// Packed Y0 Cb Y1 Cr, 2 bytes per pixel (`V4L2_PIX_FMT_YUYV`).
+    pub const YUYV: Fourcc = Fourcc::new(b"YUYV");
+    /// Packed R G B, 3 bytes per pixel (`V4L2_PIX_FMT_RGB24`).
+    pub const RGB24: Fourcc = Fourcc::new(b"RGB3");
+    /// Packed B G R, 3 bytes per pixel (`V4L2_PIX_FMT_BGR24`); the YOLOX model input.
+    pub const BGR24: Fourcc = Fourcc::new(b"BGR3");
+
+    /// The four characters, for messages (`NV12`, `BGR3`, ...).
+    pub fn to_string_lossy(self) -> String {
+        self.0.to_le_bytes().iter().map(|&b| if b.is_ascii_graphic() { b as char } else { '?' }).collect()
+    }
+
+    /// Parses a user-facing format name (`NV12`, `NV16`, `NV12M`, `YUYV`, `RGB24`, `BGR24`)
+    /// or a raw four-character code.
+    pub fn parse(name: &str) -> Option<Fourcc> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "NV12" => Self::NV12,
+            "NV12M" | "NM12" => Self::NV12M,
+            "NV16" => Self::NV16,
+            "YUYV" => Self::YUYV,
+            "RGB24" | "RGB3" => Self::RGB24,
+            "BGR24" | "BGR3" => Self::BGR24,
+            _ => return None,
+        })
+    }
+
+    /// Number of planes of this format (1 for packed formats, 2 for NV12/NV16), or `None`
+    /// for a fourcc zcpipe does not handle.
+    pub fn num_planes(self) -> Option<usize> {
+        match self {
+            Self::NV12 | Self::NV12M | Self::NV16 => Some(2),
+            Self::YUYV | Self::RGB24 | Self::BGR24 => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Fourcc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_string_lossy())
+    }
+}
+impl std::fmt::Display for Fourcc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_string_lossy())
+    }
+}
+
+/// One plane of a frame, in bytes, relative to the start of its pool buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable, Default, serde::Serialize, serde::Deserialize)]
+#[repr(C)]
+pub struct PlaneDesc {
+    /// Byte offset of the plane's first row inside the buffer.
+    pub offset: u32,
+    /// Bytes from one row to the next (V4L2 `bytesperline`); >= the row's payload.
+    pub bytesperline: u32,
+    /// Bytes the plane occupies (bytesperline x rows, or V4L2's per-plane `sizeimage`).
+    pub length: u32,
+    /// Which dma-buf of the buffer holds this plane (0 unless the format is multi-planar
+    /// with one fd per plane, like NV12M).
+    pub fd_index: u32,
+}
+
+/// The pixel layout of one frame: fourcc, size and planes. Plain data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable, Default, serde::Serialize, serde::Deserialize)]
+#[repr(C)]
+pub struct FrameLayout {
+    /// Pixel format.
+    pub fourcc: Fourcc,
+    /// True width in pixels (an odd source keeps its odd width here; the planes are padded).
+    pub width: u32,
+    /// True height in pixels.
+    pub height: u32,
+    /// How many entries of `planes` are used.
+    pub num_planes: u32,
+    /// Plane geometry; entries past `num_planes` are zero.
+    pub planes: [PlaneDesc; MAX_PLANES],
+}
+
+/// Rounds `v` up to a multiple of `align` (a power of two).
+pub const fn align_up(v: u32, align: u32) -> u32 {
+    (v + align - 1) & !(align - 1)
+}
+
+impl FrameLayout {
+    /// The NV12 layout zcpipe's host sources write: the luma plane at offset 0 with
+    /// `bytesperline = align_up(even(width), stride_align)`, the CbCr plane right after it
+    /// at `even(height)` rows, half as many rows. Odd sizes are padded to even ones; `width`
+    /// and `height` keep the true size. Total bytes: `bytesperline * even(height) * 3 / 2`.
+    pub fn nv12(width: u32, height: u32, stride_align: u32) -> FrameLayout {
+        let (w2, h2) = (align_up(width, 2), align_up(height, 2));
+        let bpl = align_up(w2, stride_align);
+        let y_len = bpl * h2;
+        let mut planes = [PlaneDesc::default(); MAX_PLANES];
+        planes[0] = PlaneDesc { offset: 0, bytesperline: bpl, length: y_len, fd_index: 0 };
+        planes[1] = PlaneDesc { offset: y_len, bytesperline: bpl, length: bpl * h2 / 2, fd_index: 0 };
+        FrameLayout { fourcc: Fourcc::NV12, width, height, num_planes: 2, planes }
+    }
+
+    /// A packed 3-bytes-per-pixel layout (`BGR24` or `RGB24`) with the given bytesperline
+    /// (>= 3 x width), as the scaler writes the model input.
+    pub fn packed24(fourcc: Fourcc, width: u32, height: u32, bytesperline: u32) -> FrameLayout {
+        let mut planes = [PlaneDesc::default(); MAX_PLANES];
+        planes[0] = PlaneDesc { offset: 0, bytesperline, length: bytesperline * height, fd_index: 0 };
+        FrameLayout { fourcc, width, height, num_planes: 1, planes }
+    }
+
+    /// The used planes.
+    pub fn planes(&self) -> &[PlaneDesc] {
+        &self.planes[..(self.num_planes as usize).min(MAX_PLANES)]
+    }
+
+    /// Bytes from the buffer start to the end of the last plane (the buffer size needed).
+    pub fn bytes_needed(&self) -> u64 {
+        self.planes().iter().map(|p| p.offset as u64 + p.length as u64).max().unwrap_or(0)
+    }
+
+    /// Checks the layout against the buffers it claims to live in: a known fourcc with the
+    /// right plane count, a size in 1..=16384 pixels, each plane's bytesperline at least its
+    /// row payload, rows fitting in `length`, and `offset + length` inside
+    /// `buffer_sizes[fd_index]`. Errors name the first field that is wrong.
+    pub fn validate(&self, buffer_sizes: &[u64]) -> Result<(), String> {
+        let planes = self
+            .fourcc
+            .num_planes()
+            .ok_or_else(|| format!("unknown fourcc {:#010x} ({})", self.fourcc.0, self.fourcc))?;
+        if self.num_planes as usize != planes {
+            return Err(format!("{} needs {} planes, descriptor says {}", self.fourcc, planes, self.num_planes));
+        }
+        if self.width == 0 || self.height == 0 || self.width > 16384 || self.height > 16384 {
+            return Err(format!("frame size {}x{} out of range 1..=16384", self.width, self.height));
+        }
+        for (i, p) in self.planes().iter().enumerate() {
+            let (min_bpl, rows) = self.plane_row_bytes_and_rows(i);
+            if (p.bytesperline as u64) < min_bpl {
+                return Err(format!("plane {i}: bytesperline {} < {} bytes of pixels per row", p.bytesperline, min_bpl));
+            }
+            if (p.length as u64) < p.bytesperline as u64 * (rows - 1) + min_bpl {
+                return Err(format!("plane {i}: length {} too small for {} rows of {} bytes", p.length, rows, p.bytesperline));
+            }
+            let size = *buffer_sizes
+                .get(p.fd_index as usize)
+                .ok_or_else(|| format!("plane {i}: fd_index {} but buffer has {} fds", p.fd_index, buffer_sizes.len()))?;
+            if p.offset as u64 + p.length as u64 > size {
+                return Err(format!("plane {i}: offset {} + length {} past buffer size {}", p.offset, p.length, size));
+            }
+        }
+        Ok(())
+    }
+
+    /// (minimum bytes of pixel data per row, rows) of plane `i` for this fourcc and size.
+    pub fn plane_row_bytes_and_rows(&self, i: usize) -> (u64, u64) {
+        let (w, h) = (self.width as u64, self.height as u64);
+        let (w2, h2) = (w.div_ceil(2) * 2, h.div_ceil(2));
+        match (self.fourcc, i) {
+            (Fourcc::NV12 | Fourcc::NV12M, 0) => (w, h),
+            (Fourcc::NV12 | Fourcc::NV12M, _) => (w2, h2),
+            (Fourcc::NV16, 0) => (w, h),
+            (Fourcc::NV16, _) => (w2, h),
+            (Fourcc::YUYV, _) => (w2 * 2, h),
+            _ => (w * 3, h),
+        }
+    }
+}
+
+/// How a scaled frame maps back to its source: `model = source * scale + (pad_x, pad_y)`.
+/// YOLOX letterboxes at the top-left, so `pad_x = pad_y = 0`.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Default)]
+#[repr(C)]
+pub struct LetterboxParams {
+    /// Model pixels per source pixel (`min(model_w / src_w, model_h / src_h)`).
+    pub scale: f32,
+    /// Left offset of the image inside the model input, in model pixels.
+    pub pad_x: f32,
+    /// Top offset of the image inside the model input, in model pixels.
+    pub pad_y: f32,
+    /// Width of the resized image inside the model input, in model pixels.
+    pub resized_w: u32,
+    /// Height of the resized image inside the model input, in model pixels.
+    pub resized_h: u32,
+    /// Source frame width in pixels (for clamping mapped boxes).
+    pub src_w: u32,
+    /// Source frame height in pixels.
+    pub src_h: u32,
+    _pad: u32,
+}
+
+impl LetterboxParams {
+    /// YOLOX's top-left letterbox of a `src_w x src_h` frame into `dst_w x dst_h`:
+    /// `r = min(dst_w/src_w, dst_h/src_h)`, resized to `(int(src_w*r), int(src_h*r))`
+    /// (YOLOX `preproc`, `yolox/data/data_augment.py`).
+    pub fn top_left(src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> LetterboxParams {
+        let r = (dst_w as f32 / src_w as f32).min(dst_h as f32 / src_h as f32);
+        let rw = ((src_w as f32 * r) as u32).clamp(1, dst_w);
+        let rh = ((src_h as f32 * r) as u32).clamp(1, dst_h);
+        LetterboxParams { scale: r, pad_x: 0.0, pad_y: 0.0, resized_w: rw, resized_h: rh, src_w, src_h, _pad: 0 }
+    }
+
+    /// Maps a box `[x1, y1, x2, y2]` in model-input pixels back to source pixels, clamped
+    /// to `[0, src_w] x [0, src_h]`.
+    pub fn unmap_box(&self, b: [f32; 4]) -> [f32; 4] {
+        let (w, h) = (self.src_w as f32, self.src_h as f32);
+        let s = if self.scale > 0.0 { self.scale } else { 1.0 };
+        [
+            ((b[0] - self.pad_x) / s).clamp(0.0, w),
+            ((b[1] - self.pad_y) / s).clamp(0.0, h),
+            ((b[2] - self.pad_x) / s).clamp(0.0, w),
+            ((b[3] - self.pad_y) / s).clamp(0.0, h),
+        ]
+    }
+}
+
+/// Stages, in pipeline order; index into [`FrameDesc::stamps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Stage {
+    /// V4L2 / file / test-pattern capture.
+    Capture = 0,
+    /// Convert and letterbox.
+    Scale = 1,
+    /// Detector.
+    Infer = 2,
+    /// Detections to clients.
+    Publish = 3,
+}
+
+impl Stage {
+    /// All stages in order.
+    pub const ALL: [Stage; 4] = [Stage::Capture, Stage::Scale, Stage::Infer, Stage::Publish];
+    /// Lower-case name (`capture`, ...), as used for sockets and on the command line.
+    pub fn name(self) -> &'static str {
+        ["capture", "scale", "infer", "publish"][self as usize]
+    }
+}
+
+/// Per-stage CLOCK_MONOTONIC timestamps in ns: `[in, out]` for each [`Stage`]
+/// (`stamps[2*stage]` = taken from the input ring, `stamps[2*stage+1]` = handed on).
+/// Zero means "not reached".
+pub type StageStamps = [u64; 8];
+
+/// A frame in flight: which pool buffer, its layout, its sequence number and timestamps.
+/// 184 bytes of plain data; one ring slot.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Default)]
+#[repr(C)]
+pub struct FrameDesc {
+    /// Frame number from the source, starting at 0; gaps mean drops upstream.
+    pub seq: u64,
+    /// Capture time, CLOCK_MONOTONIC ns (V4L2 buffer timestamp, or when a host source
+    /// finished producing the frame).
+    pub timestamp_ns: u64,
+    /// Per-stage entry/exit times.
+    pub stamps: StageStamps,
+    /// Index of the pool buffer holding the pixels (in the pool of the hop's producer).
+    pub buffer_index: u32,
+    /// Reserved flags (0).
+    pub flags: u32,
+    /// Pixel layout inside the buffer.
+    pub layout: FrameLayout,
+    /// For scaled frames: how to map model pixels back to the source frame.
+    pub letterbox: LetterboxParams,
+}
+
+/// Current CLOCK_MONOTONIC time in ns (clock_gettime(2)), the clock V4L2 stamps buffers with.
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+impl FrameDesc {
+    /// Records `stage`'s entry time (now).
+    pub fn stamp_in(&mut self, stage: Stage) {
+        self.stamps[2 * stage as usize] = monotonic_ns();
+    }
+    /// Records `stage`'s exit time (now).
+    pub fn stamp_out(&mut self, stage: Stage) {
+        self.stamps[2 * stage as usize + 1] = monotonic_ns();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_desc_is_one_small_slot() {
+        assert_eq!(std::mem::size_of::<FrameDesc>(), 184);
+        assert_eq!(std::mem::size_of::<FrameDesc>() % 8, 0);
+    }
+
+    #[test]
+    fn fourcc_matches_v4l2() {
+        // V4L2_PIX_FMT_NV12 = v4l2_fourcc('N','V','1','2') = 0x3231564e
+        assert_eq!(Fourcc::NV12.0, 0x3231_564e);
+        assert_eq!(Fourcc::YUYV.0, 0x5659_5559);
+        assert_eq!(Fourcc::NV12.to_string(), "NV12");
+    }
+
+    #[test]
+    fn nv12_odd_size_is_padded() {
+        let l = FrameLayout::nv12(451, 301, 16);
+        assert_eq!(l.planes[0].bytesperline, 464);
+        assert_eq!(l.planes[0].length, 464 * 302);
+        assert_eq!(l.planes[1].offset, 464 * 302);
+        assert_eq!(l.planes[1].length, 464 * 151);
+        assert_eq!(l.bytes_needed(), 464 * 302 * 3 / 2);
+        assert_eq!((l.width, l.height), (451, 301));
+        l.validate(&[l.bytes_needed()]).unwrap();
+        assert!(l.validate(&[l.bytes_needed() - 1]).is_err());
+    }
+
+    #[test]
+    fn nv12_1080p_is_3110400_bytes() {
+        assert_eq!(FrameLayout::nv12(1920, 1080, 16).bytes_needed(), 3_110_400);
+    }
+
+    #[test]
+    fn letterbox_matches_yolox() {
+        let lb = LetterboxParams::top_left(768, 576, 416, 416);
+        assert_eq!((lb.resized_w, lb.resized_h), (416, 312));
+        let b = lb.unmap_box([0.0, 0.0, 416.0, 500.0]);
+        assert_eq!(b, [0.0, 0.0, 768.0, 576.0]);
+    }
+}

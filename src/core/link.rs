@@ -1,0 +1,253 @@
+//! Control links between adjacent stages: a `SOCK_SEQPACKET` Unix socket per stage.
+//!
+//! Each stage listens on `<run dir>/<stage>.sock`; its downstream neighbour connects (with
+//! back-off until the socket appears, so stages started by systemd in any order meet) and
+//! says what it accepts ([`ControlMsg::Hello`]); the upstream answers with an
+//! [`ControlMsg::Offer`] carrying, once, every fd the hop needs (ring memfd, two eventfds,
+//! pool dma-bufs), or with [`ControlMsg::Refuse`] naming both sides of a mismatch. After
+//! that the socket only carries liveness: a peer's death shows as EOF / `POLLHUP`.
+//! Peers are identified with `SO_PEERCRED` (unix(7)).
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{
+    accept4, bind, connect, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+};
+use serde::{Deserialize, Serialize};
+
+use super::fdpass;
+use super::frame::FrameLayout;
+use super::ring::{RingGeometry, RingPolicy};
+
+/// How a consumer waits for frames (`--wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitMode {
+    /// Sleep in poll(2) on an eventfd doorbell (a wake-up costs a few µs of syscalls).
+    Eventfd,
+    /// Busy-poll the ring (lowest latency, burns a core).
+    Spin,
+}
+
+/// What a downstream stage wants its upstream to produce.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WantedInput {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Fourcc (as u32) of the packed format wanted.
+    pub fourcc: u32,
+    /// Required alignment of bytesperline in bytes (1 = any).
+    pub stride_align: u32,
+    /// Exact bytesperline required (0 = any aligned value), e.g. an NPU's w_stride x 3.
+    pub bytesperline: u32,
+    /// Letterbox fill value.
+    pub pad: u8,
+}
+
+/// The kind of items a hop carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Payload {
+    /// [`super::frame::FrameDesc`] slots naming buffers of the offered pool.
+    Frames,
+    /// Detection results (no pool).
+    Detections,
+}
+
+/// The upstream's answer: the hop's geometry. The fds follow in this order: ring memfd,
+/// doorbell eventfd (upstream -> downstream), back eventfd (downstream -> upstream), then
+/// each buffer's fds in order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Offer {
+    /// What the ring carries.
+    pub payload: Payload,
+    /// Ring geometry.
+    pub ring: RingGeometry,
+    /// Full-ring policy in force.
+    pub policy: RingPolicy,
+    /// Byte sizes of each fd of each pool buffer (`buffers[i][fd_index]`).
+    pub buffers: Vec<Vec<u64>>,
+    /// Allocator description (`dma-heap /dev/dma_heap/system`, `memfd`, ...).
+    pub memory: String,
+    /// Nominal frame layout (for logs and up-front checks; each frame carries its own).
+    pub layout: Option<FrameLayout>,
+    /// Nominal frames per second of the source.
+    pub fps: f64,
+    /// Human-readable description of what is produced.
+    pub description: String,
+    /// Class labels, index = class id (detection hops only).
+    #[serde(default)]
+    pub labels: Vec<String>,
+}
+
+/// A control message.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlMsg {
+    /// Downstream -> upstream, first message.
+    Hello {
+        /// The downstream stage's name.
+        stage: String,
+        /// Fourccs (as u32) it accepts as input; empty = any.
+        accept: Vec<u32>,
+        /// A specific output it needs (the model input), if any.
+        want: Option<WantedInput>,
+        /// How it will wait.
+        wait: WaitMode,
+    },
+    /// Upstream -> downstream: the hop, with fds.
+    Offer(Offer),
+    /// Upstream -> downstream: cannot serve this consumer; the reason names both sides.
+    Refuse {
+        /// One line: what mismatched and the fix.
+        error: String,
+    },
+}
+
+/// One end of a control link.
+#[derive(Debug)]
+pub struct Conn {
+    fd: OwnedFd,
+    /// `pid` of the peer from SO_PEERCRED.
+    pub peer_pid: i32,
+}
+
+impl AsFd for Conn {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Conn {
+    fn from_fd(fd: OwnedFd) -> Result<Conn> {
+        let cred = getsockopt(&fd, sockopt::PeerCredentials).context("SO_PEERCRED")?;
+        let me = nix::unistd::geteuid().as_raw();
+        if cred.uid() != me && me != 0 && cred.uid() != 0 {
+            bail!("peer pid {} runs as uid {}, we run as uid {me}: refusing to share buffers across users", cred.pid(), cred.uid());
+        }
+        Ok(Conn { fd, peer_pid: cred.pid() })
+    }
+
+    /// Connects to `path`, retrying with back-off (10 ms doubling to 500 ms) until it
+    /// appears, `stop` is set, or `timeout` passes. Logs once while waiting.
+    pub fn connect_retry(path: &Path, what: &str, stop: &AtomicBool, timeout: Duration) -> Result<Conn> {
+        let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(10);
+        let mut said = false;
+        loop {
+            let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
+            match connect(fd.as_raw_fd(), &addr) {
+                Ok(()) => return Conn::from_fd(fd),
+                Err(e @ (nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED | nix::errno::Errno::EAGAIN)) => {
+                    if stop.load(Ordering::Relaxed) {
+                        bail!("stopped while waiting for {what} at {}", path.display());
+                    }
+                    if start.elapsed() > timeout {
+                        bail!("{what} did not appear at {} within {:?} ({e}); start it, or check --run-dir/--instance", path.display(), timeout);
+                    }
+                    if !said && start.elapsed() > Duration::from_secs(1) {
+                        log::info!("waiting for {what} at {}", path.display());
+                        said = true;
+                    }
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => bail!("connecting to {what} at {}: {e}", path.display()),
+            }
+        }
+    }
+
+    /// Sends a message with fds.
+    pub fn send(&self, msg: &ControlMsg, fds: &[BorrowedFd<'_>]) -> Result<()> {
+        fdpass::send(self.fd.as_fd(), &serde_json::to_vec(msg)?, fds)
+    }
+
+    /// Receives a message and its fds; an error if the peer hung up.
+    pub fn recv(&self) -> Result<(ControlMsg, Vec<OwnedFd>)> {
+        let (bytes, fds) = fdpass::recv(self.fd.as_fd())?.ok_or_else(|| anyhow!("peer pid {} hung up", self.peer_pid))?;
+        let msg = serde_json::from_slice(&bytes).with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
+        Ok((msg, fds))
+    }
+
+    /// Whether the peer has hung up (EOF or POLLHUP), without blocking.
+    pub fn peer_gone(&self) -> bool {
+        let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut p, PollTimeout::ZERO) {
+            Ok(0) => false,
+            Ok(_) => {
+                let r = p[0].revents().unwrap_or(PollFlags::empty());
+                r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) || r.contains(PollFlags::POLLIN)
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// A stage's listening control socket. Unlinks its path on drop.
+#[derive(Debug)]
+pub struct Listener {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Listener {
+    /// Binds `path`. A stale socket file (nothing listening) is replaced; a live one means
+    /// another instance runs there: an error naming it and the fix.
+    pub fn bind(path: &Path) -> Result<Listener> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating run directory {}", dir.display()))?;
+        }
+        let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
+        if path.exists() {
+            let probe = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
+            if connect(probe.as_raw_fd(), &addr).is_ok() {
+                bail!("{} is in use by a running zcpipe stage; stop it or choose another --instance", path.display());
+            }
+            let _ = std::fs::remove_file(path);
+        }
+        let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
+        bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
+        listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;
+        Ok(Listener { fd, path: path.to_path_buf() })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits for a connection, checking `stop` every 200 ms.
+    pub fn accept(&self, stop: &AtomicBool) -> Result<Conn> {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                bail!("stopped while waiting for a downstream stage on {}", self.path.display());
+            }
+            let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut p, PollTimeout::from(200u16)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => bail!("poll on {}: {e}", self.path.display()),
+            }
+            match accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
+                // SAFETY: accept4 returned a new descriptor that nothing else owns.
+                Ok(raw) => return Conn::from_fd(unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) }),
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN | nix::errno::Errno::ECONNABORTED) => continue,
+                Err(e) => bail!("accept on {}: {e}", self.path.display()),
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,335 @@
+//! Infer stage: runs an object detector on the scaled model input and returns boxes.
+//!
+//! What it does: takes one packed BGR24 frame in the model's input size (written by the
+//! scale stage, top-left letterbox, pad 114), runs the chosen backend, decodes the YOLOX
+//! output ([`yolox`]) and applies per-class NMS ([`nms`]). Boxes leave this stage in
+//! model-input pixels; mapping them back to the source frame is [`LetterboxParams::unmap_box`]'s
+//! job, done by whoever holds the letterbox parameters.
+//!
+//! What it owns: the model (loaded and checked once at start-up: a wrong model is an error
+//! naming the file, what was found and the fix, never garbage at frame 1), the backend's
+//! scratch tensors, and the model contract in [`InputSpec`] that the scale stage negotiates
+//! against.
+//!
+//! What it must never do: write to the input frame (it is lent read-only), resize or
+//! colour-convert (that is the scaler's job; a backend only changes element type and
+//! layout, e.g. uint8 NHWC -> float32 NCHW), or panic on a bad model or a bad descriptor.
+//!
+//! Backends are chosen by name ([`open_detector`]): `onnx` (tract, CPU, behind the `onnx`
+//! cargo feature), `none` (no inference, to measure transport), `auto`. The model contract
+//! (tensor shapes, preprocessing, decoding, reference detections) is in `models/PROVENANCE.md`.
+//!
+//! [`LetterboxParams::unmap_box`]: crate::core::frame::LetterboxParams::unmap_box
+
+pub mod nms;
+pub mod stage;
+#[cfg(feature = "onnx")]
+pub mod onnx;
+pub mod yolox;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+use crate::core::frame::{Fourcc, FrameLayout};
+
+/// One detected object.
+///
+/// `bbox` is `[x1, y1, x2, y2]` in **model-input pixels** (e.g. 0..416 for YOLOX-Nano),
+/// before any letterbox unmapping and unclamped (YOLOX boxes may extend past the input
+/// edge). `score` is `obj * cls[class_id]` in 0..1 (YOLOX `demo_postprocess` +
+/// `multiclass_nms_class_aware`, `yolox/utils/demo_utils.py`). `class_id` indexes the label
+/// list (`models/coco80.txt`: 0 = person, 1 = bicycle, 2 = car, ...).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Detection {
+    /// Class index into the label list, 0-based, in model output order.
+    pub class_id: u32,
+    /// Confidence `obj * cls[class_id]`, 0..1.
+    pub score: f32,
+    /// `[x1, y1, x2, y2]` in model-input pixels (not unmapped, not clamped).
+    pub bbox: [f32; 4],
+}
+
+/// Memory layout of an image tensor: `N, H, W, C` (pixels interleaved, as V4L2/RGA write
+/// them) or `N, C, H, W` (planar, as ONNX vision models take them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorLayout {
+    /// Batch, height, width, channels: one packed row of `width * C` values per line.
+    Nhwc,
+    /// Batch, channels, height, width: one `height * width` plane per channel.
+    Nchw,
+}
+
+/// What a detector wants fed: the frame the scale stage must produce.
+///
+/// The scaler always writes packed rows (`fourcc`, `width x height`, NHWC in memory);
+/// `layout` says what the model's own input tensor is, and any conversion between the two
+/// (element type, NHWC -> NCHW) is the backend's job. For YOLOX-Nano: 416x416 `BGR24`,
+/// tensor `images` float32 `[1, 3, 416, 416]` NCHW with raw 0..255 values
+/// (`models/PROVENANCE.md`, "Preprocessing").
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputSpec {
+    /// Model input width in pixels.
+    pub width: u32,
+    /// Model input height in pixels.
+    pub height: u32,
+    /// Channel order the model expects, as a packed fourcc (`BGR24` for YOLOX).
+    pub fourcc: Fourcc,
+    /// Layout of the model's input tensor.
+    pub layout: TensorLayout,
+    /// Name of the model's input tensor (`images` for YOLOX), for messages.
+    pub name: String,
+}
+
+impl InputSpec {
+    /// Checks that `layout` describes a frame this spec accepts and that it fits in
+    /// `input_len` bytes: same fourcc and size, one plane whose `bytesperline` is at least
+    /// `3 * width`, and `offset + bytesperline * (height - 1) + 3 * width <= input_len`.
+    /// The error names both sides.
+    pub fn check_frame(&self, input_len: usize, layout: &FrameLayout) -> anyhow::Result<()> {
+        if layout.fourcc != self.fourcc || layout.width != self.width || layout.height != self.height {
+            bail!(
+                "infer input is {} {}x{} but the model `{}` wants {} {}x{}: set the scaler output to the model input",
+                layout.fourcc,
+                layout.width,
+                layout.height,
+                self.name,
+                self.fourcc,
+                self.width,
+                self.height
+            );
+        }
+        let plane = layout.planes().first().context("infer input layout has no planes")?;
+        let row = self.width as u64 * 3;
+        if (plane.bytesperline as u64) < row {
+            bail!(
+                "infer input bytesperline {} < {} bytes per row of {} {}x{}",
+                plane.bytesperline,
+                row,
+                self.fourcc,
+                self.width,
+                self.height
+            );
+        }
+        let end = plane.offset as u64 + plane.bytesperline as u64 * (self.height as u64 - 1) + row;
+        if end > input_len as u64 {
+            bail!(
+                "infer input buffer is {} bytes but its layout (offset {}, bytesperline {}, {} rows) needs {}",
+                input_len,
+                plane.offset,
+                plane.bytesperline,
+                self.height,
+                end
+            );
+        }
+        Ok(())
+    }
+}
+
+/// An inference backend. Opened once at start-up with [`open_detector`]; then called once
+/// per frame from the infer process's single thread.
+pub trait Detector: Send {
+    /// Backend name for logs and stats (`onnx`, `none`, ...).
+    fn name(&self) -> &'static str;
+    /// The frame this detector wants; the scale stage is set up from it.
+    fn input_spec(&self) -> &InputSpec;
+    /// Runs one frame. `input` is the whole mapped buffer; `layout` is a packed `BGR24`
+    /// layout matching [`Detector::input_spec`] (rows of `planes[0].bytesperline` bytes,
+    /// possibly more than `3 * width`, starting at `planes[0].offset`). Returns detections
+    /// in model-input pixels with `score > score_threshold`, after per-class NMS, sorted by
+    /// score, highest first.
+    fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
+}
+
+/// Start-up options shared by every backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DetectorOptions {
+    /// Model file (`models/yolox_nano.onnx` by default).
+    pub model: PathBuf,
+    /// Keep detections with `obj * cls > score_threshold` (YOLOX demo default 0.3).
+    pub score_threshold: f32,
+    /// Per-class NMS suppresses a box whose IoU with a higher-scored box of the same class
+    /// is `> nms_iou` (YOLOX demo default 0.45).
+    pub nms_iou: f32,
+}
+
+impl Default for DetectorOptions {
+    fn default() -> Self {
+        DetectorOptions { model: PathBuf::from("models/yolox_nano.onnx"), score_threshold: 0.3, nms_iou: 0.45 }
+    }
+}
+
+/// Backend names [`open_detector`] accepts.
+pub const DETECTOR_KINDS: &[&str] = &["auto", "onnx", "none"];
+
+/// Opens a detector backend by name: `onnx` (tract on the CPU; needs the `onnx` cargo
+/// feature), `none` (no inference, see [`NoDetector`]) or `auto` (`onnx` if zcpipe was
+/// built with it and `opts.model` ends in `.onnx`, else an error). The model is loaded and
+/// checked here, once; errors name the model path and the fix.
+pub fn open_detector(kind: &str, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
+    match kind {
+        "none" => Ok(Box::new(NoDetector::new())),
+        "onnx" => open_onnx(opts),
+        "auto" => {
+            let is_onnx = opts.model.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+            if !is_onnx {
+                bail!(
+                    "--infer auto: no backend for model {} (only .onnx models are supported in this build): pass an .onnx model such as models/yolox_nano.onnx, or use --infer none",
+                    opts.model.display()
+                );
+            }
+            if !cfg!(feature = "onnx") {
+                bail!(
+                    "--infer auto: model {} is ONNX but zcpipe was built without the `onnx` feature: rebuild with `--features onnx` or use `--infer none`",
+                    opts.model.display()
+                );
+            }
+            open_onnx(opts)
+        }
+        other => bail!("unknown inference backend `{}`: valid backends are {}", other, DETECTOR_KINDS.join(", ")),
+    }
+}
+
+#[cfg(feature = "onnx")]
+fn open_onnx(opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
+    Ok(Box::new(onnx::OnnxDetector::open(opts)?))
+}
+
+#[cfg(not(feature = "onnx"))]
+fn open_onnx(_opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
+    bail!("zcpipe was built without the `onnx` feature: rebuild with `--features onnx` or use `--infer none`")
+}
+
+/// The `none` backend: accepts YOLOX-Nano's input (416x416 `BGR24`, tensor `images`) so the
+/// scale stage and transport run exactly as with a model, checks each frame's layout against
+/// the buffer, reads no pixels and returns no detections. Used to measure transport alone.
+#[derive(Debug)]
+pub struct NoDetector {
+    spec: InputSpec,
+}
+
+impl NoDetector {
+    /// A `none` detector with YOLOX-Nano's input spec (416x416 BGR24, NHWC as written).
+    pub fn new() -> Self {
+        NoDetector {
+            spec: InputSpec {
+                width: 416,
+                height: 416,
+                fourcc: Fourcc::BGR24,
+                layout: TensorLayout::Nhwc,
+                name: "images".to_string(),
+            },
+        }
+    }
+}
+
+impl Default for NoDetector {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Detector for NoDetector {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn input_spec(&self) -> &InputSpec {
+        &self.spec
+    }
+    fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
+        self.spec.check_frame(input.len(), layout)?;
+        Ok(Vec::new())
+    }
+}
+
+/// Reads a label list: one label per line, line 1 is class 0 (`models/coco80.txt`, the 80
+/// COCO names in YOLOX `COCO_CLASSES` order). Trailing `\r` and surrounding whitespace are
+/// trimmed; a trailing empty line is ignored. Errors name the path and the fix when the file
+/// is missing, unreadable or has no labels.
+pub fn load_labels(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read label file {}: pass a text file with one class name per line, class 0 first (e.g. models/coco80.txt)",
+            path.display()
+        )
+    })?;
+    let mut labels: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
+    while labels.last().is_some_and(|l| l.is_empty()) {
+        labels.pop();
+    }
+    if labels.is_empty() {
+        bail!(
+            "label file {} is empty: it needs one class name per line, class 0 first (e.g. models/coco80.txt)",
+            path.display()
+        );
+    }
+    Ok(labels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn none_detector_checks_layout_and_returns_nothing() {
+        let mut d = open_detector("none", &DetectorOptions::default()).unwrap();
+        assert_eq!(d.name(), "none");
+        let spec = d.input_spec().clone();
+        assert_eq!((spec.width, spec.height, spec.fourcc, spec.layout), (416, 416, Fourcc::BGR24, TensorLayout::Nhwc));
+        // bytesperline 1280 > 416*3 = 1248: padded rows are fine.
+        let layout = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1280);
+        let buf = vec![114u8; 1280 * 416];
+        assert_eq!(d.detect(&buf, &layout).unwrap(), Vec::new());
+        // The last row only needs 1248 bytes.
+        assert!(d.detect(&buf[..1280 * 415 + 1248], &layout).is_ok());
+        let err = d.detect(&buf[..1280 * 415 + 1247], &layout).unwrap_err().to_string();
+        assert!(err.contains("needs 532448"), "{err}");
+        let wrong = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248);
+        let err = d.detect(&buf, &wrong).unwrap_err().to_string();
+        assert!(err.contains("RGB3 416x416") && err.contains("BGR3 416x416"), "{err}");
+        let short_bpl = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1200);
+        assert!(d.detect(&buf, &short_bpl).is_err());
+    }
+
+    #[test]
+    fn unknown_kind_lists_valid_ones() {
+        let err = open_detector("rknnn", &DetectorOptions::default()).err().unwrap().to_string();
+        assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, none");
+    }
+
+    #[test]
+    fn auto_rejects_non_onnx_model() {
+        let opts = DetectorOptions { model: "models/yolox_nano_416_rk3588.rknn".into(), ..Default::default() };
+        let err = open_detector("auto", &opts).err().unwrap().to_string();
+        assert!(err.contains("yolox_nano_416_rk3588.rknn") && err.contains("--infer none"), "{err}");
+    }
+
+    #[cfg(not(feature = "onnx"))]
+    #[test]
+    fn onnx_without_feature_says_how_to_fix() {
+        let err = open_detector("onnx", &DetectorOptions::default()).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "zcpipe was built without the `onnx` feature: rebuild with `--features onnx` or use `--infer none`"
+        );
+    }
+
+    #[test]
+    fn coco80_labels_load() {
+        let labels = load_labels(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/models/coco80.txt"))).unwrap();
+        assert_eq!(labels.len(), 80);
+        assert_eq!((labels[0].as_str(), labels[1].as_str(), labels[2].as_str()), ("person", "bicycle", "car"));
+        assert_eq!((labels[16].as_str(), labels[79].as_str()), ("dog", "toothbrush"));
+    }
+
+    #[test]
+    fn missing_or_empty_labels_name_the_path() {
+        let err = load_labels(Path::new("/nonexistent/labels.txt")).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/labels.txt") && err.contains("models/coco80.txt"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.txt");
+        std::fs::write(&empty, "\n\n").unwrap();
+        let err = load_labels(&empty).unwrap_err().to_string();
+        assert!(err.contains("empty.txt") && err.contains("is empty"), "{err}");
+    }
+}

@@ -1,0 +1,18 @@
+//! zcpipe: camera frames to an NPU without copying them, and a measurement of what that saves.
+//!
+//! The pipeline is four processes: [`capture`] -> [`scale`] -> [`infer`] -> [`publish`].
+//! Pixels stay in dma-bufs allocated once at start-up ([`core::dmabuf`]); each buffer's fd
+//! crosses a process boundary once, with SCM_RIGHTS ([`core::fdpass`]); after that a frame is
+//! a small descriptor ([`core::frame`]) in a drop-oldest ring in a sealed memfd
+//! ([`core::ring`]) with an eventfd doorbell. [`supervise`] starts the four stages; [`cli`]
+//! is the command-line front.
+
+pub mod capture;
+pub mod cli;
+pub mod core;
+pub mod infer;
+pub mod metrics;
+pub mod publish;
+pub mod scale;
+pub mod supervise;
+pub mod sys;

@@ -1,0 +1,184 @@
+//! Measurement: per-stage latency histograms, stage reports and the run summary.
+//!
+//! Every stage stamps frames on entry and exit (CLOCK_MONOTONIC ns, [`crate::core::frame`]).
+//! Latency of a stage is the time from the previous stage's exit to its own exit (so it
+//! includes waiting in its input ring), and the stages add up to the end-to-end total:
+//! `capture = capture_out - timestamp`, `scale = scale_out - capture_out`, ...,
+//! `total = publish_out - timestamp`. Histograms are hdrhistogram, in µs.
+//!
+//! Stages send [`StageReport`] JSON lines to the supervisor on `--report-fd` every
+//! `--stats-interval` seconds and once at exit.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::core::frame::{Stage, StageStamps};
+use crate::core::pool::PoolStats;
+use crate::core::ring::RingCounters;
+
+/// Names of the latency series, in order: the four stages, then `total`.
+pub const SERIES: [&str; 5] = ["capture", "scale", "infer", "publish", "total"];
+
+/// Per-stage and end-to-end latency of one frame in µs, from its stamps; `None` where a
+/// stamp is missing.
+pub fn latencies_us(timestamp_ns: u64, s: &StageStamps) -> [Option<f64>; 5] {
+    let out = |st: Stage| s[2 * st as usize + 1];
+    let d = |a: u64, b: u64| if a != 0 && b >= a { Some((b - a) as f64 / 1000.0) } else { None };
+    [
+        d(timestamp_ns, out(Stage::Capture)),
+        d(out(Stage::Capture), out(Stage::Scale)),
+        d(out(Stage::Scale), out(Stage::Infer)),
+        d(out(Stage::Infer), out(Stage::Publish)),
+        d(timestamp_ns, out(Stage::Publish)),
+    ]
+}
+
+/// p50 / p99 / max of one series, in µs, and how many samples.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencySummary {
+    /// Samples recorded.
+    pub count: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Maximum, µs.
+    pub max_us: f64,
+    /// Mean, µs.
+    pub mean_us: f64,
+}
+
+/// One hdrhistogram per series (1 µs .. 60 s, 3 significant digits).
+pub struct LatencySet {
+    hists: Vec<Histogram<u64>>,
+}
+
+impl Default for LatencySet {
+    fn default() -> Self {
+        LatencySet {
+            hists: SERIES.iter().map(|_| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")).collect(),
+        }
+    }
+}
+
+impl LatencySet {
+    /// Records one frame's latencies (µs).
+    pub fn record(&mut self, l: &[Option<f64>; 5]) {
+        for (h, v) in self.hists.iter_mut().zip(l) {
+            if let Some(v) = v {
+                h.saturating_record((v.round() as u64).max(1));
+            }
+        }
+    }
+    /// Summaries keyed by series name.
+    pub fn summary(&self) -> BTreeMap<String, LatencySummary> {
+        SERIES
+            .iter()
+            .zip(&self.hists)
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(n, h)| {
+                (
+                    n.to_string(),
+                    LatencySummary {
+                        count: h.len(),
+                        p50_us: h.value_at_quantile(0.5) as f64,
+                        p99_us: h.value_at_quantile(0.99) as f64,
+                        max_us: h.max() as f64,
+                        mean_us: h.mean(),
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// What a stage tells the supervisor.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StageReport {
+    /// Stage name.
+    pub stage: String,
+    /// Process id.
+    pub pid: u32,
+    /// Last report before exit.
+    pub final_report: bool,
+    /// Seconds since the stage started its main loop.
+    pub elapsed_s: f64,
+    /// Frames taken from the input ring (or produced by the source, for capture).
+    pub frames_in: u64,
+    /// Frames handed to the output ring (or to clients, for publish).
+    pub frames_out: u64,
+    /// Counters of the ring this stage produces into.
+    pub output_ring: Option<RingCounters>,
+    /// Buffer traffic of this stage's pool.
+    pub pool: Option<PoolStats>,
+    /// Latency summaries (publish only: it sees every stage's stamps).
+    pub latency: BTreeMap<String, LatencySummary>,
+    /// Stage-specific facts (`buffers_returned_before_streamoff`, `open_fds`, ...).
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// Where reports go: a pipe inherited from the supervisor, or nowhere.
+pub struct Reporter {
+    out: Option<Mutex<std::fs::File>>,
+}
+
+impl Reporter {
+    /// Reports to `fd` (inherited from `zcpipe run`), or only to the debug log if `None`.
+    pub fn new(fd: Option<RawFd>) -> Reporter {
+        // SAFETY: `--report-fd` names a pipe the supervisor placed in our fd table for us to
+        // own; nothing else in this process uses that number.
+        let out = fd.map(|fd| {
+            // Keep it out of our own children (e.g. ffmpeg), or the supervisor never sees EOF.
+            let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+            Mutex::new(unsafe { std::fs::File::from_raw_fd(fd) })
+        });
+        Reporter { out }
+    }
+
+    /// Sends one report (a JSON line). Failures are logged, never fatal.
+    pub fn send(&self, r: &StageReport) {
+        let line = match serde_json::to_string(r) {
+            Ok(l) => l,
+            Err(e) => return log::warn!("report: {e}"),
+        };
+        log::debug!("report {line}");
+        if let Some(m) = &self.out {
+            let mut f = m.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = writeln!(f, "{line}") {
+                log::debug!("report pipe: {e}");
+            }
+        }
+    }
+}
+
+/// Number of open file descriptors of this process (entries of /proc/self/fd, minus the
+/// one used to read it).
+pub fn open_fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_latencies_add_up() {
+        let mut s = [0u64; 8];
+        s[1] = 1_000_000 + 50_000; // capture out
+        s[3] = 1_000_000 + 2_050_000; // scale out
+        s[5] = 1_000_000 + 72_050_000; // infer out
+        s[7] = 1_000_000 + 72_150_000; // publish out
+        let l = latencies_us(1_000_000, &s);
+        assert_eq!(l, [Some(50.0), Some(2000.0), Some(70000.0), Some(100.0), Some(72150.0)]);
+        let mut set = LatencySet::default();
+        set.record(&l);
+        let sum = set.summary();
+        assert_eq!(sum["total"].count, 1);
+        assert!((sum["infer"].p50_us - 70000.0).abs() / 70000.0 < 0.001);
+    }
+}

@@ -1,0 +1,45 @@
+//! `zcpipe watch [PATH]`: connect to a detections socket and print what arrives.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::os::unix::net::UnixStream;
+
+use anyhow::{Context, Result};
+
+use crate::cli::WatchArgs;
+
+use super::{default_socket_path, stage::human_line, FrameJson};
+
+/// Connects to the detections socket and prints each frame (readable, or raw with
+/// `--json`) until the stream ends, `--count` frames arrived, or a signal.
+pub fn watch(args: WatchArgs) -> Result<()> {
+    let path = args.path.clone().unwrap_or_else(default_socket_path);
+    let s = UnixStream::connect(&path).with_context(|| {
+        format!("no zcpipe is publishing at {}: start `zcpipe run`, or pass the socket path given to --publish", path.display())
+    })?;
+    let mut n = 0u64;
+    let out = std::io::stdout();
+    for line in BufReader::new(s).lines() {
+        if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let line = line.context("reading the detections socket")?;
+        if line.contains("\"end\":true") {
+            log::info!("stream ended: {line}");
+            break;
+        }
+        let mut o = out.lock();
+        if args.json {
+            writeln!(o, "{line}")?;
+        } else {
+            match serde_json::from_str::<FrameJson>(&line) {
+                Ok(f) => writeln!(o, "{}", human_line(&f))?,
+                Err(e) => log::warn!("unreadable line ({e}): {line}"),
+            }
+        }
+        n += 1;
+        if args.count.is_some_and(|c| n >= c) {
+            break;
+        }
+    }
+    Ok(())
+}

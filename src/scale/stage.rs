@@ -1,0 +1,135 @@
+//! The scale stage's process: join capture's pool, learn the model input from the infer
+//! stage, preallocate the output pool, then letterbox every frame into it.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::capture::stage::peer_gone;
+use crate::cli::{CommonArgs, PeerGone, ScaleArgs, ScalerKind};
+use crate::core::channel::Recv;
+use crate::core::dmabuf::Allocator;
+use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Stage};
+use crate::core::link::{Conn, ControlMsg, Listener};
+use crate::core::pool::{HopSpec, PoolConsumer, PoolProducer};
+use crate::metrics::{open_fd_count, Reporter, StageReport};
+use crate::supervise::STOP;
+
+use super::cpu::CpuScaler;
+use super::Scaler;
+
+/// Source formats the scale stage accepts from capture.
+pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
+
+/// Runs the scale stage; returns the exit code.
+pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
+    let stop = &STOP;
+    let reporter = Reporter::new(common.report_fd);
+    let mut scaler: Box<dyn Scaler> = match args.scaler {
+        ScalerKind::Auto | ScalerKind::Cpu => Box::new(CpuScaler::new()),
+    };
+    if args.scale_buffers < 2 || args.scale_buffers > 64 {
+        bail!("--scale-buffers {}: use 2..=64", args.scale_buffers);
+    }
+    let run_dir = common.run_dir();
+    let listener = Listener::bind(&run_dir.join("scale.sock"))?;
+    // Downstream first: frames start flowing only once the whole chain is connected.
+    let down = listener.accept(stop)?;
+    let (msg, _) = down.recv().context("reading the infer stage's hello")?;
+    let want = match msg {
+        ControlMsg::Hello { want: Some(w), .. } => w,
+        other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
+    };
+    let up = Conn::connect_retry(&run_dir.join("capture.sock"), "capture stage", stop, common.connect_timeout())?;
+    let hello = ControlMsg::Hello { stage: "scale".into(), accept: ACCEPTED.iter().map(|f| f.0).collect(), want: None, wait: common.wait };
+    let input = PoolConsumer::join(up, &hello, common.wait, "capture")?;
+    log::info!("joined capture: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
+
+    let dst_fourcc = Fourcc(want.fourcc);
+    let bpl = if want.bytesperline != 0 { want.bytesperline } else { align_up(want.width * 3, want.stride_align.max(1).next_power_of_two()) };
+    let dst = FrameLayout::packed24(dst_fourcc, want.width, want.height, bpl);
+    let src_fourcc = input.offer.layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
+    if let Err(e) = scaler.check(src_fourcc, &dst) {
+        let error = format!("{} scaler cannot feed the model: {e:#}", scaler.name());
+        down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+        bail!("{error}");
+    }
+    let alloc = Allocator::open(common.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
+    let pool = alloc.allocate_pool(args.scale_buffers, dst.bytes_needed())?;
+    let mut out = PoolProducer::offer(
+        down,
+        pool.into_iter().map(|b| vec![b]).collect(),
+        HopSpec {
+            policy: common.ring_policy,
+            capacity: (args.scale_buffers as u32 - 1).max(1),
+            memory: alloc.describe(),
+            layout: Some(dst),
+            fps: input.offer.fps,
+            description: format!("{}x{} {} letterbox, bytesperline {}", dst.width, dst.height, dst.fourcc, bpl),
+        },
+    )?;
+    let fds_setup = open_fd_count();
+    log::info!("{} scaler -> {}x{} {} (pad {}); open fds after set-up: {fds_setup}", scaler.name(), dst.width, dst.height, dst.fourcc, want.pad);
+
+    let start = Instant::now();
+    let (mut n_in, mut n_out) = (0u64, 0u64);
+    let mut last_report = Instant::now();
+    let stats_every = common.stats_interval();
+    let report = |out: &PoolProducer, n_in: u64, n_out: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+        reporter.send(&StageReport {
+            stage: "scale".into(),
+            pid: std::process::id(),
+            final_report,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            frames_in: n_in,
+            frames_out: n_out,
+            output_ring: Some(out.counters()),
+            pool: Some(out.stats()),
+            extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            ..Default::default()
+        })
+    };
+    let end_reason = loop {
+        if stop.load(Ordering::Relaxed) {
+            break "signal";
+        }
+        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
+            report(&out, n_in, n_out, false, vec![]);
+            last_report = Instant::now();
+        }
+        let frame = match input.recv(Duration::from_millis(100))? {
+            Recv::Item(f) => f,
+            Recv::Eos => break "end of stream",
+            Recv::Hangup => return Err(PeerGone("capture stage hung up".into()).into()),
+            Recv::Idle => {
+                if out.conn().peer_gone() {
+                    return Err(PeerGone("infer stage hung up".into()).into());
+                }
+                continue;
+            }
+        };
+        n_in += 1;
+        let mut desc = FrameDesc { buffer_index: 0, layout: dst, ..frame.desc };
+        desc.stamp_in(Stage::Scale);
+        let Some(idx) = out.acquire(stop).map_err(peer_gone)? else { break "signal" };
+        desc.buffer_index = idx;
+        desc.letterbox = {
+            let src = frame.read()?;
+            let srcs: Vec<&[u8]> = src.iter().map(|g| g.bytes()).collect();
+            let mut d = out.buffer_mut(idx)[0].write()?;
+            scaler.scale(&srcs, &frame.desc.layout, &mut d, &dst, want.pad).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+        };
+        drop(frame); // the capture buffer goes back now, before we queue ours
+        desc.stamp_out(Stage::Scale);
+        out.publish(desc, stop).map_err(peer_gone)?;
+        n_out += 1;
+    };
+    log::info!("{end_reason} after {n_in} frames; draining");
+    let (returned, still_out) = out.finish(Duration::from_secs(5))?;
+    let fds_exit = open_fd_count();
+    log::info!("{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
+    report(&out, n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into())]);
+    Ok(0)
+}

@@ -1,0 +1,332 @@
+//! `zcpipe run`: the supervisor.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use crate::cli::{RunArgs, EXIT_PEER_GONE};
+use crate::core::frame::Stage;
+use crate::metrics::StageReport;
+
+use super::STOP;
+
+/// The fd number children find their report pipe at.
+const REPORT_FD: i32 = 3;
+
+struct Proc {
+    stage: Stage,
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+/// What `zcpipe run` prints at the end (also written as JSON with `--summary-json`).
+#[derive(Debug, Serialize)]
+pub struct RunSummary {
+    /// Wall time of the run, seconds.
+    pub elapsed_s: f64,
+    /// Exit code of each stage process.
+    pub exit_codes: BTreeMap<String, i32>,
+    /// Last report of each stage.
+    pub stages: BTreeMap<String, StageReport>,
+}
+
+fn common_args(a: &RunArgs, run_dir: &std::path::Path) -> Vec<String> {
+    let c = &a.common;
+    let v = |x: &dyn std::fmt::Debug| format!("{x:?}").to_lowercase();
+    vec![
+        "--run-dir".into(),
+        run_dir.display().to_string(),
+        "--instance".into(),
+        c.instance.clone(),
+        "--ring-policy".into(),
+        if c.ring_policy == crate::core::ring::RingPolicy::Block { "block".into() } else { "drop-oldest".into() },
+        "--wait".into(),
+        v(&c.wait),
+        "--heap".into(),
+        v(&c.heap),
+        "--stats-interval".into(),
+        c.stats_interval.to_string(),
+        "--connect-timeout".into(),
+        c.connect_timeout.to_string(),
+        "--report-fd".into(),
+        REPORT_FD.to_string(),
+    ]
+}
+
+fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
+    let mut v: Vec<String> = vec![];
+    let mut push = |k: &str, val: String| {
+        v.push(k.into());
+        v.push(val);
+    };
+    match stage {
+        Stage::Capture => {
+            push("--source", a.capture.source.clone());
+            if let Some(f) = a.capture.fps {
+                push("--fps", f.to_string());
+            }
+            if let Some(n) = a.capture.frames {
+                push("--frames", n.to_string());
+            }
+            push("--buffers", a.capture.buffers.to_string());
+        }
+        Stage::Scale => {
+            push("--scaler", format!("{:?}", a.scale.scaler).to_lowercase());
+            push("--scale-buffers", a.scale.scale_buffers.to_string());
+        }
+        Stage::Infer => {
+            push("--infer", a.infer.infer.clone());
+            push("--model", a.infer.model.display().to_string());
+            push("--labels", a.infer.labels.display().to_string());
+            push("--score-threshold", a.infer.score_threshold.to_string());
+            push("--nms-iou", a.infer.nms_iou.to_string());
+        }
+        Stage::Publish => {
+            if let Some(p) = &a.publish {
+                push("--publish", p.display().to_string());
+            }
+            push("--print", (if a.json { "json" } else if a.no_print { "none" } else { "human" }).into());
+        }
+    }
+    v
+}
+
+fn spawn(exe: &std::path::Path, stage: Stage, args: Vec<String>, report_w: &OwnedFd) -> Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.arg("stage").arg(stage.name()).args(args).stdin(Stdio::null()).stderr(Stdio::inherit());
+    cmd.stdout(if stage == Stage::Publish { Stdio::inherit() } else { Stdio::null() });
+    if std::env::var_os("RUST_LOG").is_none() {
+        let lvl = log::max_level().to_string().to_lowercase();
+        cmd.env("RUST_LOG", format!("zcpipe={lvl},warn"));
+    }
+    let w = report_w.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setpgid, prctl, dup2, fcntl) on fds we own.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Own process group: a terminal's Ctrl-C goes to the supervisor alone.
+            libc::setpgid(0, 0);
+            // Die with the supervisor: no orphan stages.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other("supervisor already gone"));
+            }
+            if w == REPORT_FD {
+                libc::fcntl(REPORT_FD, libc::F_SETFD, 0);
+            } else if libc::dup2(w, REPORT_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().with_context(|| format!("starting the {} stage ({})", stage.name(), exe.display()))
+}
+
+fn code(s: &ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+/// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
+pub fn run(a: RunArgs) -> Result<i32> {
+    let run_dir = a.common.run_dir();
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
+    let exe = std::env::current_exe().context("finding the zcpipe binary")?;
+    let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
+    let common = common_args(&a, &run_dir);
+    let start = Instant::now();
+    let mut procs: Vec<Proc> = vec![];
+    for stage in Stage::ALL {
+        let mut args = common.clone();
+        args.extend(stage_args(&a, stage));
+        match spawn(&exe, stage, args, &report_w) {
+            Ok(child) => procs.push(Proc { stage, child, status: None }),
+            Err(e) => {
+                for p in &mut procs {
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    drop(report_w);
+    let (tx, rx) = mpsc::channel::<StageReport>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(std::fs::File::from(report_r)).lines().map_while(|l| l.ok()) {
+            match serde_json::from_str::<StageReport>(&line) {
+                Ok(r) => {
+                    if tx.send(r).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => log::debug!("unparsable stage report ({e}): {line}"),
+            }
+        }
+    });
+
+    let mut latest: BTreeMap<String, StageReport> = BTreeMap::new();
+    let mut signalled_at: Option<Instant> = None;
+    let mut failed_at: Option<Instant> = None;
+    let mut capture_done_at: Option<Instant> = None;
+    let mut termed = false;
+    let mut killed = false;
+    let mut last_stats = Instant::now();
+    let stats_every = a.common.stats_interval();
+    loop {
+        while let Ok(r) = rx.try_recv() {
+            latest.insert(r.stage.clone(), r);
+        }
+        if STOP.load(Ordering::Relaxed) && signalled_at.is_none() {
+            signalled_at = Some(Instant::now());
+            log::info!("stopping: ending the stream at capture");
+            if let Some(p) = procs.iter().find(|p| p.stage == Stage::Capture && p.status.is_none()) {
+                let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+            }
+        }
+        for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+            if let Ok(Some(s)) = p.child.try_wait() {
+                let c = code(&s);
+                if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() {
+                    failed_at = Some(Instant::now());
+                }
+                if p.stage == Stage::Capture {
+                    capture_done_at = Some(Instant::now());
+                }
+                p.status = Some(s);
+            }
+        }
+        if procs.iter().all(|p| p.status.is_some()) {
+            break;
+        }
+        // Escalation: a failed stage stops the rest at once; otherwise the others get 10 s
+        // to drain after capture ended (or 10 s after a signal), then SIGTERM, then SIGKILL.
+        let since = |t: Option<Instant>| t.map(|t| t.elapsed());
+        let drain_over = failed_at.is_some()
+            || since(capture_done_at).is_some_and(|d| d > Duration::from_secs(10))
+            || since(signalled_at).is_some_and(|d| d > Duration::from_secs(10));
+        if drain_over && !termed {
+            termed = true;
+            for p in procs.iter().filter(|p| p.status.is_none()) {
+                let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+            }
+        }
+        let term_over = failed_at.or(capture_done_at).or(signalled_at).is_some_and(|t| t.elapsed() > Duration::from_secs(16));
+        if termed && term_over && !killed {
+            killed = true;
+            for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+                log::warn!("{} stage did not stop; killing it", p.stage.name());
+                let _ = p.child.kill();
+            }
+        }
+        if stats_every.is_some_and(|e| last_stats.elapsed() >= e) && failed_at.is_none() {
+            last_stats = Instant::now();
+            if !latest.is_empty() {
+                log::info!("{}", stats_line(&latest));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = reader.join();
+    while let Ok(r) = rx.try_recv() {
+        latest.insert(r.stage.clone(), r);
+    }
+    // Stages remove their own sockets; a killed one cannot.
+    if let Ok(rd) = std::fs::read_dir(&run_dir) {
+        for e in rd.flatten() {
+            if e.path().extension().is_some_and(|x| x == "sock") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(&run_dir);
+
+    let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.stage.name().to_string(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
+    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest };
+    let failed: Vec<&String> = exit_codes.iter().filter(|(_, c)| **c != 0 && **c != EXIT_PEER_GONE).map(|(s, _)| s).collect();
+    if let Some(path) = &a.summary_json {
+        std::fs::write(path, serde_json::to_string_pretty(&summary)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if !failed.is_empty() {
+        // The failing stage already printed its one-line error.
+        return Ok(1);
+    }
+    eprint!("{}", summary_text(&summary));
+    let peer_gone_without_signal = signalled_at.is_none() && exit_codes.values().any(|c| *c == EXIT_PEER_GONE);
+    Ok(if peer_gone_without_signal { 1 } else { 0 })
+}
+
+fn fps(r: &StageReport, n: u64) -> f64 {
+    if r.elapsed_s > 0.0 {
+        n as f64 / r.elapsed_s
+    } else {
+        0.0
+    }
+}
+
+fn drops(latest: &BTreeMap<String, StageReport>, stage: &str) -> u64 {
+    latest.get(stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0)
+}
+
+/// The periodic stats line.
+pub fn stats_line(latest: &BTreeMap<String, StageReport>) -> String {
+    let cap = latest.get("capture");
+    let publ = latest.get("publish");
+    format!(
+        "stats: capture {} frames {:.1} fps | published {} frames {:.1} fps | dropped capture->scale {}, scale->infer {}, infer->publish {}",
+        cap.map(|r| r.frames_out).unwrap_or(0),
+        cap.map(|r| fps(r, r.frames_out)).unwrap_or(0.0),
+        publ.map(|r| r.frames_out).unwrap_or(0),
+        publ.map(|r| fps(r, r.frames_out)).unwrap_or(0.0),
+        drops(latest, "capture"),
+        drops(latest, "scale"),
+        drops(latest, "infer"),
+    )
+}
+
+/// The end-of-run summary, as printed on stderr.
+pub fn summary_text(s: &RunSummary) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "zcpipe summary ({:.1} s):", s.elapsed_s);
+    let get = |n: &str| s.stages.get(n);
+    let _ = writeln!(
+        o,
+        "  frames: captured {}, scaled {}, inferred {}, published {}",
+        get("capture").map(|r| r.frames_out).unwrap_or(0),
+        get("scale").map(|r| r.frames_out).unwrap_or(0),
+        get("infer").map(|r| r.frames_out).unwrap_or(0),
+        get("publish").map(|r| r.frames_out).unwrap_or(0),
+    );
+    for (stage, name) in [("capture", "capture->scale"), ("scale", "scale->infer"), ("infer", "infer->publish")] {
+        if let Some(c) = get(stage).and_then(|r| r.output_ring) {
+            let _ = writeln!(
+                o,
+                "  ring {name:<15} produced {:>6}  consumed {:>6}  dropped {:>6}  rejected {}  in flight {}",
+                c.produced, c.consumed, c.dropped, c.rejected, c.in_flight
+            );
+        }
+    }
+    if let (Some(c), Some(p)) = (get("capture"), get("publish")) {
+        let _ = writeln!(o, "  fps: captured {:.1}, published {:.1}", fps(c, c.frames_out), fps(p, p.frames_out));
+    }
+    if let Some(p) = get("publish") {
+        let _ = writeln!(o, "  latency (µs)        p50        p99        max");
+        for k in crate::metrics::SERIES {
+            if let Some(l) = p.latency.get(k) {
+                let _ = writeln!(o, "    {k:<10} {:>10.0} {:>10.0} {:>10.0}", l.p50_us, l.p99_us, l.max_us);
+            }
+        }
+    }
+    o
+}
