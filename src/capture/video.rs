@@ -1,7 +1,7 @@
 //! `video:PATH` source: any file ffmpeg decodes, as NV12.
 //!
 //! `ffprobe` reads the first video stream's size and `r_frame_rate` at open; then
-//! `ffmpeg -nostdin -loglevel error -i PATH -an -f rawvideo -pix_fmt nv12
+//! `ffmpeg -nostdin -loglevel error -noautorotate -i PATH -an -f rawvideo -pix_fmt nv12
 //! -vf pad=ceil(iw/2)*2:ceil(ih/2)*2 pipe:1` decodes it. Its stdout carries tightly packed
 //! NV12 (rows of `even(width)` bytes), which [`FrameSource::fill`] reads straight into the
 //! pool buffer at `bytesperline = align_up(even(width), 16)`: one `read_exact` when the two
@@ -127,7 +127,9 @@ impl VideoSource {
         let p = probe(path)?;
         let layout = FrameLayout::nv12(p.width, p.height, STRIDE_ALIGN);
         let mut child = Command::new("ffmpeg")
-            .args(["-nostdin", "-loglevel", "error", "-i"])
+            // -noautorotate: frames keep the coded size ffprobe reported, even for clips
+            // with a rotation tag (autorotation would swap width and height under us).
+            .args(["-nostdin", "-loglevel", "error", "-noautorotate", "-i"])
             .arg(path)
             .args(["-an", "-f", "rawvideo", "-pix_fmt", "nv12", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "pipe:1"])
             .stdin(Stdio::null())

@@ -293,6 +293,12 @@ pub fn main() -> i32 {
                 log::info!("{gone}; stopping");
                 return EXIT_PEER_GONE;
             }
+            if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
+                // Asked to stop (by the supervisor, systemd or a user) before set-up was
+                // done: not an error of ours.
+                log::info!("stopped: {e:#}");
+                return 0;
+            }
             // One line: the context chain joined, outermost first.
             let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
             eprintln!("{tag}: error: {}", msg.join(": "));

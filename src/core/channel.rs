@@ -84,12 +84,13 @@ pub struct Sender<T: Pod> {
     backbell: Doorbell,
     conn: Conn,
     policy: RingPolicy,
+    waits: u64,
 }
 
 impl<T: Pod> Sender<T> {
     /// Wraps a ring and its doorbells after the offer went out.
     pub fn new(ring: RingProducer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, policy: RingPolicy) -> Sender<T> {
-        Sender { ring, doorbell, backbell, conn, policy }
+        Sender { ring, doorbell, backbell, conn, policy, waits: 0 }
     }
 
     /// The control connection (for liveness).
@@ -119,6 +120,7 @@ impl<T: Pod> Sender<T> {
                     if stop.load(Ordering::Relaxed) {
                         bail!("stopped while waiting for ring space");
                     }
+                    self.waits += 1;
                     let cap = self.ring.geometry().capacity as u64;
                     self.wait_back(|r| r.len().map(|n| n < cap).unwrap_or(true), Duration::from_millis(200))?;
                 }
@@ -146,6 +148,11 @@ impl<T: Pod> Sender<T> {
             bail!("downstream (pid {}) hung up", self.conn.peer_pid);
         }
         Ok(())
+    }
+
+    /// Times `send` waited for space (block policy).
+    pub fn waits(&self) -> u64 {
+        self.waits
     }
 
     /// Takes back the oldest queued item (counted as dropped).
@@ -219,6 +226,7 @@ impl<T: Pod> Receiver<T> {
     ) -> Result<Recv<T>> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
+        let mut hung_up = false;
         loop {
             match self.ring.pop(validate) {
                 Pop::Item(t) => {
@@ -244,6 +252,11 @@ impl<T: Pod> Receiver<T> {
                 }
                 continue;
             }
+            if hung_up {
+                // Checked only once the ring is empty and has no EOS: a producer that ended
+                // its stream and exited still gets all its frames delivered.
+                return Ok(Recv::Hangup);
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Recv::Idle);
@@ -252,7 +265,7 @@ impl<T: Pod> Receiver<T> {
                 WaitMode::Spin => {
                     spins += 1;
                     if spins % 4096 == 0 && self.conn.peer_gone() {
-                        return Ok(Recv::Hangup);
+                        hung_up = true;
                     }
                     std::hint::spin_loop();
                 }
@@ -267,9 +280,7 @@ impl<T: Pod> Receiver<T> {
                     }
                     let gone = wait_bell(&self.doorbell, &self.conn, deadline - now);
                     self.ring.set_sleeping(false);
-                    if gone? {
-                        return Ok(Recv::Hangup);
-                    }
+                    hung_up = gone?;
                 }
             }
         }

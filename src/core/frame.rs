@@ -222,10 +222,11 @@ impl LetterboxParams {
     /// `r = min(dst_w/src_w, dst_h/src_h)`, resized to `(int(src_w*r), int(src_h*r))`
     /// (YOLOX `preproc`, `yolox/data/data_augment.py`).
     pub fn top_left(src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> LetterboxParams {
-        let r = (dst_w as f32 / src_w as f32).min(dst_h as f32 / src_h as f32);
-        let rw = ((src_w as f32 * r) as u32).clamp(1, dst_w);
-        let rh = ((src_h as f32 * r) as u32).clamp(1, dst_h);
-        LetterboxParams { scale: r, pad_x: 0.0, pad_y: 0.0, resized_w: rw, resized_h: rh, src_w, src_h, _pad: 0 }
+        // float64 like YOLOX (Python floats): f32 gives 234 rows for 768x432, YOLOX 233.
+        let r = (dst_w as f64 / src_w as f64).min(dst_h as f64 / src_h as f64);
+        let rw = ((src_w as f64 * r) as u32).clamp(1, dst_w);
+        let rh = ((src_h as f64 * r) as u32).clamp(1, dst_h);
+        LetterboxParams { scale: r as f32, pad_x: 0.0, pad_y: 0.0, resized_w: rw, resized_h: rh, src_w, src_h, _pad: 0 }
     }
 
     /// Maps a box `[x1, y1, x2, y2]` in model-input pixels back to source pixels, clamped
@@ -349,6 +350,8 @@ mod tests {
     fn letterbox_matches_yolox() {
         let lb = LetterboxParams::top_left(768, 576, 416, 416);
         assert_eq!((lb.resized_w, lb.resized_h), (416, 312));
+        assert_eq!(LetterboxParams::top_left(768, 432, 416, 416).resized_h, 233);
+        assert_eq!(LetterboxParams::top_left(1280, 720, 416, 416).resized_h, 234);
         let b = lb.unmap_box([0.0, 0.0, 416.0, 500.0]);
         assert_eq!(b, [0.0, 0.0, 768.0, 576.0]);
     }

@@ -65,6 +65,8 @@ pub struct PoolStats {
     pub bad_returns: u64,
     /// Buffers not free right now.
     pub outstanding: usize,
+    /// Times the producer had to wait (for a free buffer, or for ring space under block).
+    pub waits: u64,
 }
 
 /// The producer's end of a frame hop: the pool, its ownership states and the ring.
@@ -186,6 +188,7 @@ impl PoolProducer {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return Ok(None);
             }
+            self.stats.waits += 1;
             self.sender.wait_back(|_| false, Duration::from_millis(200))?;
         }
     }
@@ -221,7 +224,11 @@ impl PoolProducer {
 
     /// Buffer traffic counts.
     pub fn stats(&self) -> PoolStats {
-        PoolStats { outstanding: self.state.iter().filter(|s| **s != BufState::Free).count(), ..self.stats }
+        PoolStats {
+            outstanding: self.state.iter().filter(|s| **s != BufState::Free).count(),
+            waits: self.stats.waits + self.sender.waits(),
+            ..self.stats
+        }
     }
 
     /// The control connection.

@@ -142,14 +142,20 @@ impl Reporter {
 
     /// Sends one report (a JSON line). Failures are logged, never fatal.
     pub fn send(&self, r: &StageReport) {
-        let line = match serde_json::to_string(r) {
+        let mut line = match serde_json::to_string(r) {
             Ok(l) => l,
             Err(e) => return log::warn!("report: {e}"),
         };
         log::debug!("report {line}");
+        line.push('\n');
+        if line.len() > libc::PIPE_BUF {
+            log::warn!("stage report of {} bytes exceeds PIPE_BUF; it may interleave with another stage's", line.len());
+        }
         if let Some(m) = &self.out {
             let mut f = m.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = writeln!(f, "{line}") {
+            // One write(2) of at most PIPE_BUF bytes is atomic on a pipe (pipe(7)): the four
+            // stages share this pipe, so a line must never go out in pieces.
+            if let Err(e) = f.write_all(line.as_bytes()) {
                 log::debug!("report pipe: {e}");
             }
         }

@@ -107,10 +107,12 @@ fn resize_plane<P: PixelTrait>(
     Ok(())
 }
 
-/// Copies `rows` tight rows of `src` into `dst` rows `bpl` bytes apart.
+/// Copies the tight `row`-byte rows of `src` into `dst`, whose rows start every `bpl` bytes.
 fn copy_rows(src: &[u8], row: usize, dst: &mut [u8], bpl: usize) {
     for (d, s) in dst.chunks_mut(bpl).zip(src.chunks_exact(row)) {
-        d[..row].copy_from_slice(s);
+        if let Some(d) = d.get_mut(..row) {
+            d.copy_from_slice(s);
+        }
     }
 }
 
@@ -295,22 +297,30 @@ mod tests {
     }
 
     #[test]
-    fn scaler_odd_resized_height_1280x720() {
-        // r = 416/1280 = 0.325 in f32 gives int(720 r) = 233 rows: an odd picture height.
-        let (sl, src) = solid_nv12(1280, 720, RED_YCBCR);
-        let (dl, mut dst) = model_input(424 * 3);
+    fn scaler_odd_resized_heights() {
+        // 640x427 -> 416x277 (odd in f32 and f64 alike); 1280x720 -> 416x233 with today's f32
+        // LetterboxParams (YOLOX's float64 gives 234). The yuv crate needs the destination
+        // cut to exactly the picture rows for an odd height.
         let mut s = CpuScaler::new();
-        let lb = s.scale(&[&src], &sl, &mut dst, &dl, 114).unwrap();
-        println!("1280x720 -> {}x{}", lb.resized_w, lb.resized_h);
-        assert_letterbox(&dst, 424 * 3, (lb.resized_w as usize, lb.resized_h as usize), [0, 0, 255], 2, 114);
-        // Same for the RGB24 path (channel swap into the odd-height picture).
-        let rgb = [255u8, 0, 0].repeat(1280 * 720);
-        let mut pl = [PlaneDesc::default(); MAX_PLANES];
-        pl[0] = PlaneDesc { offset: 0, bytesperline: 1280 * 3, length: 1280 * 720 * 3, fd_index: 0 };
-        let rl = FrameLayout { fourcc: Fourcc::RGB24, width: 1280, height: 720, num_planes: 1, planes: pl };
-        let (_, mut dst2) = model_input(424 * 3);
-        s.scale(&[&rgb], &rl, &mut dst2, &dl, 114).unwrap();
-        assert_letterbox(&dst2, 424 * 3, (lb.resized_w as usize, lb.resized_h as usize), [0, 0, 255], 0, 114);
+        for (w, h) in [(640u32, 427u32), (1280, 720)] {
+            let (sl, src) = solid_nv12(w, h, RED_YCBCR);
+            let (dl, mut dst) = model_input(424 * 3);
+            let lb = s.scale(&[&src], &sl, &mut dst, &dl, 114).unwrap();
+            println!("{w}x{h} -> {}x{}", lb.resized_w, lb.resized_h);
+            if (w, h) == (640, 427) {
+                assert_eq!((lb.resized_w, lb.resized_h), (416, 277));
+            }
+            let pic = (lb.resized_w as usize, lb.resized_h as usize);
+            assert_letterbox(&dst, 424 * 3, pic, [0, 0, 255], 2, 114);
+            // Same for the RGB24 path (channel swap into the picture rows).
+            let rgb = [255u8, 0, 0].repeat((w * h) as usize);
+            let mut pl = [PlaneDesc::default(); MAX_PLANES];
+            pl[0] = PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 };
+            let rl = FrameLayout { fourcc: Fourcc::RGB24, width: w, height: h, num_planes: 1, planes: pl };
+            let (_, mut dst2) = model_input(424 * 3);
+            s.scale(&[&rgb], &rl, &mut dst2, &dl, 114).unwrap();
+            assert_letterbox(&dst2, 424 * 3, pic, [0, 0, 255], 0, 114);
+        }
     }
 
     #[test]

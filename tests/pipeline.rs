@@ -1,0 +1,219 @@
+//! The whole multi-process pipeline, run as a user runs it: `zcpipe run ...`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn zcpipe() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR")).env("RUST_BACKTRACE", "0").env_remove("RUST_LOG");
+    c
+}
+
+fn data(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+/// Runs `zcpipe run` in its own run directory; returns the output and the run dir path.
+fn run(dir: &Path, args: &[&str]) -> Output {
+    let out = zcpipe()
+        .arg("run")
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .arg("--publish")
+        .arg(dir.join("detections.sock"))
+        .arg("--summary-json")
+        .arg(dir.join("summary.json"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert_no_orphans(dir);
+    out
+}
+
+/// No process still has this test's directory on its command line, and nothing is left in
+/// the run directory.
+fn assert_no_orphans(dir: &Path) {
+    let needle = dir.to_string_lossy().to_string();
+    let me = std::process::id().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.chars().all(|c| c.is_ascii_digit()) || name == me {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            assert!(!cmd.contains(&needle), "orphan process {name}: {cmd}");
+        }
+    }
+    assert!(!dir.join("run").exists(), "run directory left behind");
+    assert!(!dir.join("detections.sock").exists(), "detections socket left behind");
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn iou(a: &[f64], b: &[f64]) -> f64 {
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+}
+
+/// Reference detections with score >= 0.5 from ../shared/data/PROVENANCE.md (onnxruntime,
+/// cv2 INTER_LINEAR), in the image source's (sorted) order.
+fn references() -> Vec<(&'static str, u32, u32, Vec<(&'static str, f64, [f64; 4])>)> {
+    vec![
+        ("astronaut.png", 512, 512, vec![("person", 0.926, [11., 20., 369., 507.])]),
+        ("chelsea.png", 451, 300, vec![("cat", 0.621, [-13., -16., 449., 300.])]),
+        ("coffee.png", 600, 400, vec![("cup", 0.898, [162., 16., 421., 295.]), ("dining table", 0.738, [0., 0., 598., 398.])]),
+        ("dog.jpg", 768, 576, vec![("dog", 0.855, [133., 207., 326., 543.]), ("bicycle", 0.803, [52., 137., 572., 424.]), ("car", 0.798, [466., 78., 692., 171.])]),
+        ("person.jpg", 640, 424, vec![("person", 0.881, [188., 97., 276., 371.]), ("dog", 0.872, [62., 263., 200., 348.]), ("horse", 0.871, [404., 138., 602., 343.])]),
+        ("rocket.jpg", 640, 427, vec![]),
+    ]
+}
+
+#[cfg(feature = "onnx")]
+#[test]
+fn detects_reference_objects_in_the_shipped_photos() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    std::fs::create_dir(&photos).unwrap();
+    for (name, ..) in references() {
+        std::fs::copy(data(&format!("tests/data/{name}")), photos.join(name)).unwrap();
+    }
+    let out = run(dir.path(), &["--source", &format!("image:{}", photos.display()), "--frames", "6", "--ring-policy", "block", "--json", "--stats-interval", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(frames.len(), 6, "one line per photo");
+    for (i, (name, w, h, refs)) in references().into_iter().enumerate() {
+        let f = &frames[i];
+        assert_eq!(f["seq"], i as u64);
+        assert_eq!((f["width"].as_u64().unwrap() as u32, f["height"].as_u64().unwrap() as u32), (w, h), "{name}");
+        for k in ["capture", "scale", "infer", "publish", "total"] {
+            assert!(f["latency_us"][k].as_f64().unwrap() >= 0.0, "{name} latency {k}");
+        }
+        let dets = f["detections"].as_array().unwrap();
+        if refs.is_empty() {
+            assert!(dets.is_empty(), "{name}: expected nothing, got {dets:?}");
+        }
+        for (label, score, bx) in refs {
+            let best = dets
+                .iter()
+                .filter(|d| d["label"] == label)
+                .map(|d| {
+                    let b: Vec<f64> = d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+                    (iou(&b, &bx), d["score"].as_f64().unwrap())
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let (io, s) = best.unwrap_or_else(|| panic!("{name}: no {label} in {dets:?}"));
+            assert!(io >= 0.7, "{name}: {label} IoU {io:.3} < 0.7");
+            assert!((s - score).abs() <= 0.1, "{name}: {label} score {s:.3} vs reference {score}");
+        }
+    }
+    let summary: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    for (stage, ring) in [("capture", 6), ("scale", 6), ("infer", 6)] {
+        let r = &summary["stages"][stage]["output_ring"];
+        assert_eq!(r["produced"], ring, "{stage}: {r}");
+        assert_eq!(r["consumed"], ring, "{stage}: {r}");
+        assert_eq!(r["dropped"], 0, "{stage}: block policy drops nothing");
+    }
+    assert_eq!(summary["stages"]["publish"]["latency"]["total"]["count"], 6);
+    assert!(stderr(&out).contains("zcpipe summary"), "{}", stderr(&out));
+}
+
+#[test]
+fn transport_only_run_counters_add_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["--source", "testsrc:640x480@200", "--frames", "60", "--infer", "none", "--json", "--stats-interval", "0.5"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let st = &s["stages"];
+    assert_eq!(st["capture"]["frames_out"], 60);
+    let lines = String::from_utf8_lossy(&out.stdout).lines().count() as u64;
+    let mut upstream_out = 60;
+    for stage in ["capture", "scale", "infer"] {
+        let r = &st[stage]["output_ring"];
+        let g = |k: &str| r[k].as_u64().unwrap();
+        assert_eq!(g("produced"), upstream_out, "{stage}: {r}");
+        assert_eq!(g("produced"), g("consumed") + g("dropped") + g("rejected") + g("in_flight"), "{stage}: {r}");
+        assert_eq!(g("in_flight"), 0);
+        upstream_out = g("consumed");
+    }
+    assert_eq!(st["publish"]["frames_out"].as_u64().unwrap(), upstream_out);
+    assert_eq!(lines, upstream_out, "one JSON line per published frame");
+    for stage in ["capture", "scale", "infer", "publish"] {
+        let e = &st[stage]["extra"];
+        assert_eq!(e["open_fds_setup"], e["open_fds_exit"], "{stage} leaks no fd: {e}");
+    }
+    assert_eq!(st["capture"]["extra"]["buffers_still_out"], 0);
+    assert_eq!(st["capture"]["pool"]["outstanding"], 0);
+}
+
+/// Each bad input: non-zero exit, one clear error line naming the thing, no panic.
+fn expect_clean_failure(args: &[&str], needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), args);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{args:?} should fail: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: want exactly one error line, got:\n{err}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{args:?}: error line lacks {n:?}: {}", lines[0]);
+    }
+}
+
+#[test]
+fn missing_source_path_is_one_clear_error() {
+    expect_clean_failure(&["--source", "image:/nonexistent/photo.jpg", "--infer", "none"], &["/nonexistent/photo.jpg"]);
+    expect_clean_failure(&["--source", "video:/nonexistent/clip.mp4", "--infer", "none"], &["/nonexistent/clip.mp4"]);
+}
+
+#[test]
+fn unreadable_image_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.png");
+    std::fs::write(&bad, b"this is not a png").unwrap();
+    expect_clean_failure(&["--source", &format!("image:{}", bad.display()), "--infer", "none"], &["broken.png"]);
+}
+
+#[cfg(feature = "onnx")]
+#[test]
+fn truncated_model_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("truncated.onnx");
+    std::fs::write(&bad, &std::fs::read(data("models/yolox_nano.onnx")).unwrap()[..100_000]).unwrap();
+    expect_clean_failure(&["--source", "testsrc", "--model", bad.to_str().unwrap()], &["truncated.onnx", "truncated"]);
+}
+
+#[cfg(feature = "onnx")]
+#[test]
+fn model_with_the_wrong_input_is_one_clear_error() {
+    let m = data("tests/data/multiple_input_demo_source.onnx");
+    expect_clean_failure(&["--source", "testsrc", "--model", m.to_str().unwrap()], &["multiple_input_demo_source.onnx", "2 inputs"]);
+}
+
+#[test]
+fn unknown_backend_is_one_clear_error() {
+    expect_clean_failure(&["--source", "testsrc", "--infer", "tensorrt"], &["tensorrt", "onnx", "none"]);
+    expect_clean_failure(&["--source", "webcam:0", "--infer", "none"], &["webcam:0"]);
+}
+
+#[test]
+fn bad_flag_value_is_rejected_by_the_parser() {
+    let out = zcpipe().args(["run", "--scaler", "gpu"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("gpu") && err.contains("cpu"), "{err}");
+}
+
+#[test]
+fn watch_without_a_publisher_says_how_to_fix() {
+    let out = zcpipe().args(["watch", "/nonexistent/d.sock"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("/nonexistent/d.sock") && err.contains("zcpipe run"), "{err}");
+}
