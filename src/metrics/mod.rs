@@ -130,12 +130,15 @@ pub struct Reporter {
 impl Reporter {
     /// Reports to `fd` (inherited from `zcpipe run`), or only to the debug log if `None`.
     pub fn new(fd: Option<RawFd>) -> Reporter {
-        // SAFETY: `--report-fd` names a pipe the supervisor placed in our fd table for us to
-        // own; nothing else in this process uses that number.
-        let out = fd.map(|fd| {
+        let out = fd.and_then(|fd| {
             // Keep it out of our own children (e.g. ffmpeg), or the supervisor never sees EOF.
-            let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
-            Mutex::new(unsafe { std::fs::File::from_raw_fd(fd) })
+            if fd <= 2 || nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).is_err() {
+                log::warn!("--report-fd {fd} is not an open descriptor we may own; reports go to the debug log only");
+                return None;
+            }
+            // SAFETY: `--report-fd` names a pipe the supervisor placed in our fd table for us
+            // to own (checked open above, and not stdio); nothing else here uses that number.
+            Some(Mutex::new(unsafe { std::fs::File::from_raw_fd(fd) }))
         });
         Reporter { out }
     }

@@ -4,3 +4,4 @@
 
 pub mod dmabuf;
 pub mod udmabuf;
+pub mod v4l2;
