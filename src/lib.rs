@@ -7,6 +7,7 @@
 //! ([`core::ring`]) with an eventfd doorbell. [`supervise`] starts the four stages; [`cli`]
 //! is the command-line front.
 
+pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod core;

@@ -217,3 +217,63 @@ fn watch_without_a_publisher_says_how_to_fix() {
     let err = stderr(&out);
     assert!(err.contains("/nonexistent/d.sock") && err.contains("zcpipe run"), "{err}");
 }
+
+#[test]
+fn a_regular_file_where_a_socket_goes_is_never_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("keep.txt");
+    std::fs::write(&keep, b"important").unwrap();
+    let out = zcpipe()
+        .args(["run", "--source", "testsrc", "--infer", "none", "--frames", "3", "--publish"])
+        .arg(&keep)
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("keep.txt exists and is not a socket"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&keep).unwrap(), b"important");
+}
+
+#[test]
+fn a_second_run_on_a_busy_run_dir_is_refused_and_harms_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut first = zcpipe()
+        .args(["run", "--source", "testsrc:64x48@20", "--infer", "none", "--no-print", "--stats-interval", "0", "--run-dir"])
+        .arg(&run_dir)
+        .arg("--publish")
+        .arg(dir.path().join("a.sock"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !run_dir.join("capture.sock").exists() && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = zcpipe()
+        .args(["run", "--source", "testsrc", "--infer", "none", "--frames", "3", "--run-dir"])
+        .arg(&run_dir)
+        .arg("--publish")
+        .arg(dir.path().join("b.sock"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("in use by a running zcpipe"), "{}", stderr(&out));
+    assert!(run_dir.join("capture.sock").exists(), "the first run's sockets are untouched");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert!(first.wait().unwrap().success(), "the first run ends cleanly on SIGINT");
+    assert!(!run_dir.exists());
+}
+
+#[test]
+fn negative_values_are_refused_before_anything_starts() {
+    for args in [&["--fps=-5"][..], &["--score-threshold=-1"], &["--stats-interval=-1"], &["--instance", "../x"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(dir.path(), &[&["--source", "testsrc", "--infer", "none"][..], args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err}");
+        assert!(err.starts_with("zcpipe: error:"), "{err}");
+    }
+}

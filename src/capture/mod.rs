@@ -1,14 +1,18 @@
 //! Capture stage: produces frames into the capture pool.
 //!
-//! Backends sit behind [`FrameSource`]: still images (`image:PATH`), any file ffmpeg decodes
-//! (`video:PATH`) and a moving test pattern (`testsrc[:WxH[@FPS]]`). A source writes each
-//! frame in place into a mapped pool buffer and returns its [`FrameLayout`]; it never
+//! Host backends sit behind [`FrameSource`]: still images (`image:PATH`), any file ffmpeg
+//! decodes (`video:PATH`) and a moving test pattern (`testsrc[:WxH[@FPS]]`). A source writes
+//! each frame in place into a mapped pool buffer and returns its [`FrameLayout`]; it never
 //! allocates per frame. Pacing (`--fps`) and `--frames N` are the stage loop's job.
+//!
+//! A camera (`v4l2[:DEVICE]`, [`v4l2`]) is different: the driver fills the pool's buffers
+//! itself (its own, exported with VIDIOC_EXPBUF, or imported dma-bufs) and paces the stream.
 
 pub mod image;
 pub mod stage;
 pub mod spec;
 pub mod testsrc;
+pub mod v4l2;
 pub mod video;
 
 use crate::core::frame::FrameLayout;

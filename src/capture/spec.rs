@@ -38,7 +38,8 @@ pub const MAX_DIMENSION: u32 = 16384;
 /// Which capture backend to open, as given on the command line.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SourceSpec {
-    /// The best source present: for now the bundled clip ([`BUNDLED_CLIP`]) as `video:`.
+    /// The best source present: the first V4L2 capture node (resolved by the capture stage),
+    /// else the bundled clip ([`BUNDLED_CLIP`]) as `video:`.
     Auto,
     /// One image file, or a directory of `.png`/`.jpg`/`.jpeg` files, looped forever.
     Image(PathBuf),
@@ -53,7 +54,9 @@ pub enum SourceSpec {
         /// Nominal frame rate in frames per second (> 0).
         fps: f64,
     },
-    /// A V4L2 capture device; `None` means the first one found (`/dev/video0`).
+    /// A V4L2 capture device; `None` means the first capture node found
+    /// ([`super::v4l2::first_capture_node`]). Not a [`FrameSource`]: the capture stage
+    /// drives it ([`super::v4l2::V4l2Capture`]).
     V4l2(Option<PathBuf>),
 }
 
@@ -171,7 +174,8 @@ pub fn find_data_file(rel: &str) -> Option<PathBuf> {
 ///
 /// `fps_override` (from `--fps`, frames per second) replaces the source's nominal rate in
 /// its [`SourceInfo`](super::SourceInfo). `Auto` opens the bundled clip found by
-/// [`find_data_file`]; `V4l2` is an error until the V4L2 backend lands.
+/// [`find_data_file`]. `V4l2` is an error here: a camera fills its own buffers, so the
+/// capture stage drives it with [`super::v4l2::V4l2Capture`] instead of a [`FrameSource`].
 pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
     if let Some(fps) = fps_override {
         if !(fps.is_finite() && fps > 0.0) {
@@ -196,7 +200,7 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
             Box::new(TestSource::new(*width, *height, fps_override.unwrap_or(*fps))?)
         }
         SourceSpec::V4l2(dev) => bail!(
-            "source {}: V4L2 capture is not built yet; use --source auto, video:PATH, image:PATH or testsrc",
+            "source {}: a V4L2 camera is not a host frame source; the capture stage opens it with capture::v4l2::V4l2Capture",
             SourceSpec::V4l2(dev.clone())
         ),
     })
@@ -255,9 +259,9 @@ mod tests {
     }
 
     #[test]
-    fn open_source_v4l2_is_not_built_yet() {
+    fn open_source_leaves_v4l2_to_the_capture_stage() {
         let e = open_source(&SourceSpec::V4l2(None), None).err().expect("error");
-        assert!(e.to_string().contains("V4L2 capture is not built yet"), "{e}");
+        assert!(e.to_string().contains("V4l2Capture"), "{e}");
     }
 
     #[test]

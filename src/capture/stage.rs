@@ -1,6 +1,10 @@
 //! The capture stage's process: open the source, preallocate the pool, serve it to the
 //! scale stage, then produce paced frames into it until the source ends, `--frames` is
 //! reached, or a signal arrives.
+//!
+//! A V4L2 camera ([`run_v4l2`]) takes a path of its own: the driver fills the pool (its
+//! buffers exported with EXPBUF, or imported dma-bufs), paces the stream and stamps the
+//! frames; the loop queues each buffer back once every downstream holder has dropped it.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -11,18 +15,41 @@ use anyhow::{Context, Result};
 use crate::cli::{CaptureArgs, CommonArgs, PeerGone};
 use crate::core::dmabuf::Allocator;
 use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, Stage};
-use crate::core::link::{ControlMsg, Listener};
+use crate::core::link::{accept_hello, ControlMsg, Listener};
 use crate::core::pool::{HopSpec, PoolProducer};
 use crate::metrics::{open_fd_count, Reporter, StageReport};
 use crate::supervise::STOP;
 
 use super::spec::{open_source, SourceSpec};
+use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
 
 /// Runs the capture stage; returns the exit code.
 pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     let stop = &STOP;
     let reporter = Reporter::new(common.report_fd);
     let spec: SourceSpec = args.source.parse()?;
+    // `auto`: the first V4L2 capture node if there is one, else the bundled clip.
+    let spec = match spec {
+        SourceSpec::Auto => match v4l2::first_capture_node() {
+            Some(n) => {
+                log::info!("source auto: V4L2 capture node {}", n.label());
+                SourceSpec::V4l2(Some(n.path))
+            }
+            None => {
+                log::info!("source auto: no V4L2 capture node; playing the bundled clip");
+                SourceSpec::Auto
+            }
+        },
+        s => s,
+    };
+    if let SourceSpec::V4l2(device) = spec {
+        return run_v4l2(common, args, device);
+    }
+    for (flag, given) in [("--format", args.format.is_some()), ("--size", args.size.is_some()), ("--capture-io", args.capture_io.is_some())] {
+        if given {
+            anyhow::bail!("{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {spec} sets its own format");
+        }
+    }
     let mut source = open_source(&spec, args.fps)?;
     let info = source.info().clone();
     let fps = args.fps.unwrap_or(info.fps);
@@ -42,8 +69,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
         alloc.describe()
     );
     let listener = Listener::bind(&common.run_dir().join("capture.sock"))?;
-    let conn = listener.accept(stop)?;
-    let (hello, _) = conn.recv().context("reading the scale stage's hello")?;
+    let (conn, hello) = accept_hello(&listener, stop)?;
     let nv12 = Fourcc::NV12;
     if let ControlMsg::Hello { stage, accept, .. } = &hello {
         if !accept.is_empty() && !accept.contains(&nv12.0) {
@@ -66,6 +92,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
             layout: None,
             fps,
             description: info.description.clone(),
+            copy_mode: common.copy_mode,
         },
     )?;
     let fds_setup = open_fd_count();
@@ -87,6 +114,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
             frames_out: seq,
             output_ring: Some(prod.counters()),
             pool: Some(prod.stats()),
+            copy_out: prod.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             ..Default::default()
         })
@@ -139,6 +167,185 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
         vec![
             ("buffers_returned_at_end", returned.into()),
             ("buffers_still_out", still_out.into()),
+            ("open_fds_setup", fds_setup.into()),
+            ("open_fds_exit", fds_exit.into()),
+            ("end_reason", end_reason.into()),
+        ],
+    );
+    Ok(0)
+}
+
+/// The capture stage on a V4L2 camera: open and negotiate, make the pool (MMAP + EXPBUF or
+/// imported dma-bufs), offer it to scale, stream until `--frames`, a signal, or the camera
+/// is unplugged; then drain, STREAMOFF, and report.
+fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::PathBuf>) -> Result<i32> {
+    let stop = &STOP;
+    let reporter = Reporter::new(common.report_fd);
+    if args.buffers < 2 || args.buffers > 64 {
+        anyhow::bail!("--buffers {}: use 2..=64 (4 is a good default)", args.buffers);
+    }
+    let io = args.capture_io.unwrap_or_default();
+    let cfg = V4l2Config {
+        device,
+        format: args.format.as_deref().map(v4l2::parse_format).transpose()?,
+        size: args.size.as_deref().map(v4l2::parse_size).transpose()?,
+        fps: args.fps,
+        buffers: args.buffers,
+        io,
+    };
+    let mut cam = V4l2Capture::open(&cfg)?;
+    let alloc = match io {
+        CaptureIo::Dmabuf => Some(Allocator::open(common.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?),
+        CaptureIo::Mmap => {
+            if common.heap != crate::core::dmabuf::HeapChoice::Auto {
+                // The driver allocates: only check that an explicit --heap exists (for the
+                // stages downstream), so a wrong one fails here, at once, in one line.
+                Allocator::open(common.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
+            }
+            None
+        }
+    };
+    let pool = cam.allocate(args.buffers, alloc.as_ref())?;
+    let memory = match &alloc {
+        Some(a) => format!("{} imported by {} (V4L2_MEMORY_DMABUF)", a.describe(), cam.node().driver),
+        None => format!("{} buffers exported with VIDIOC_EXPBUF (V4L2_MEMORY_MMAP)", cam.node().driver),
+    };
+    let n_bufs = pool.len();
+    let n_fds: usize = pool.iter().map(|b| b.len()).sum();
+    let sizes: Vec<String> = pool[0].iter().map(|b| b.size().to_string()).collect();
+    log::info!("{}; pool: {n_bufs} buffers ({n_fds} dma-buf fds of {} bytes): {memory}", cam.describe(), sizes.join("+"));
+    let layout = cam.layout();
+    let fps = cam.granted().fps();
+
+    let listener = Listener::bind(&common.run_dir().join("capture.sock"))?;
+    let conn = listener.accept(stop)?;
+    let (hello, _) = conn.recv().context("reading the scale stage's hello")?;
+    if let ControlMsg::Hello { stage, accept, .. } = &hello {
+        if !accept.is_empty() && !accept.contains(&layout.fourcc.0) {
+            let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(Fourcc(*f))).collect();
+            let error = format!(
+                "{} captures {} but {stage} accepts only {}; pass --format with one of those",
+                cam.node().label(),
+                v4l2::format_name(layout.fourcc),
+                names.join(", ")
+            );
+            conn.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+            anyhow::bail!("{error}");
+        }
+    } else {
+        anyhow::bail!("expected a hello from the scale stage, got {hello:?}");
+    }
+    let mut prod = PoolProducer::offer(
+        conn,
+        pool,
+        HopSpec {
+            policy: common.ring_policy,
+            capacity: (n_bufs as u32 - 1).max(1),
+            memory: memory.clone(),
+            layout: Some(layout),
+            fps,
+            description: cam.describe(),
+            copy_mode: common.copy_mode,
+        },
+    )?;
+    let fds_setup = open_fd_count();
+    log::info!(
+        "serving scale (pid {}): passed {n_fds} dma-buf fds of {n_bufs} buffers once; open fds after set-up: {fds_setup}",
+        prod.conn().peer_pid
+    );
+    cam.start(&mut prod)?;
+
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    let stats_every = common.stats_interval();
+    let g = cam.granted().clone();
+    let facts = move |cam: &V4l2Capture| -> Vec<(&'static str, serde_json::Value)> {
+        let s = cam.stats();
+        vec![
+            ("device", cam.node().path.display().to_string().into()),
+            ("driver", cam.node().driver.clone().into()),
+            ("format", v4l2::format_name(g.fourcc).into()),
+            ("width", g.width.into()),
+            ("height", g.height.into()),
+            ("bytesperline", g.planes.iter().map(|p| p.0).collect::<Vec<_>>().into()),
+            ("sizeimage", g.planes.iter().map(|p| p.1).collect::<Vec<_>>().into()),
+            ("fps_granted", g.fps().into()),
+            ("capture_io", cam.io().name().into()),
+            ("buffers", n_bufs.into()),
+            ("dmabuf_fds", n_fds.into()),
+            ("dequeued", s.dequeued.into()),
+            ("driver_drops", s.driver_drops.into()),
+            ("error_frames", s.error_frames.into()),
+            ("bad_timestamps", s.bad_timestamps.into()),
+            ("first_sequence", s.first_sequence.into()),
+            ("last_sequence", s.last_sequence.into()),
+        ]
+    };
+    let report = |prod: &PoolProducer, cam: &V4l2Capture, final_report: bool, mut extra: Vec<(&str, serde_json::Value)>| {
+        let s = cam.stats();
+        extra.extend(facts(cam));
+        reporter.send(&StageReport {
+            stage: "capture".into(),
+            pid: std::process::id(),
+            final_report,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            frames_in: s.dequeued,
+            frames_out: s.published,
+            output_ring: Some(prod.counters()),
+            pool: Some(prod.stats()),
+            copy_out: prod.copy_counters(),
+            extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            ..Default::default()
+        })
+    };
+    let end_reason = loop {
+        if stop.load(Ordering::Relaxed) {
+            break "signal";
+        }
+        if args.frames.is_some_and(|n| cam.stats().published >= n) {
+            break "frame limit";
+        }
+        if prod.conn().peer_gone() {
+            return Err(PeerGone("scale stage hung up".into()).into());
+        }
+        match cam.next_frame(&mut prod, stop, Duration::from_millis(100)) {
+            Ok(Next::Frame(_)) | Ok(Next::Idle) => {}
+            Ok(Next::Unplugged) => {
+                log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
+                break "camera unplugged";
+            }
+            Err(_) if stop.load(Ordering::Relaxed) => break "signal",
+            Err(e) => return Err(peer_gone(e)),
+        }
+        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
+            report(&prod, &cam, false, vec![]);
+            last_report = Instant::now();
+        }
+    };
+    let s = cam.stats();
+    log::info!(
+        "{end_reason} after {} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt); draining",
+        s.published,
+        s.dequeued,
+        s.driver_drops,
+        s.error_frames
+    );
+    let (returned, still_out) = prod.finish(Duration::from_secs(5))?;
+    let held = cam.stream_off(&mut prod)?;
+    let home = n_bufs - still_out;
+    let fds_exit = open_fd_count();
+    log::info!(
+        "{returned} buffers came back after end of stream, {still_out} still out, before STREAMOFF; STREAMOFF took back the {held} the driver held: {home}/{n_bufs} buffers home; open fds before exit: {fds_exit} (after set-up: {fds_setup})"
+    );
+    report(
+        &prod,
+        &cam,
+        true,
+        vec![
+            ("buffers_returned_at_end", returned.into()),
+            ("buffers_still_out", still_out.into()),
+            ("buffers_held_by_driver_at_streamoff", held.into()),
+            ("buffers_home", home.into()),
             ("open_fds_setup", fds_setup.into()),
             ("open_fds_exit", fds_exit.into()),
             ("end_reason", end_reason.into()),

@@ -39,6 +39,8 @@ pub enum Command {
     },
     /// Print the detections published on a socket.
     Watch(WatchArgs),
+    /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -98,12 +100,31 @@ pub struct CommonArgs {
     /// Seconds to wait for the neighbouring stages to appear.
     #[arg(long, default_value_t = 30.0)]
     pub connect_timeout: f64,
+    /// Copy every frame through the CPU at every hop, as a plain pipeline would (bytes over
+    /// a Unix stream socket, copied out of and into buffers), to measure what zero-copy saves.
+    #[arg(long)]
+    pub copy_mode: bool,
     /// File descriptor to write JSON stage reports to (set by `zcpipe run`).
     #[arg(long, hide = true)]
     pub report_fd: Option<RawFd>,
 }
 
 impl CommonArgs {
+    /// Checks values clap cannot: the instance is a plain name, intervals are not negative.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let i = &self.instance;
+        if i.is_empty() || i.contains('/') || i == "." || i == ".." || i.contains('\0') {
+            anyhow::bail!("--instance {i:?}: use a plain name (letters, digits, - and _), it becomes a folder name");
+        }
+        if !(self.stats_interval >= 0.0 && self.stats_interval.is_finite()) {
+            anyhow::bail!("--stats-interval {}: use 0 (summary only) or a positive number of seconds", self.stats_interval);
+        }
+        if !(self.connect_timeout > 0.0 && self.connect_timeout.is_finite()) {
+            anyhow::bail!("--connect-timeout {}: use a positive number of seconds", self.connect_timeout);
+        }
+        Ok(())
+    }
+
     /// The run directory for this instance.
     pub fn run_dir(&self) -> PathBuf {
         crate::supervise::run_dir(&self.instance, self.run_dir.as_ref())
@@ -121,10 +142,10 @@ impl CommonArgs {
 /// Capture options.
 #[derive(Args, Debug, Clone)]
 pub struct CaptureArgs {
-    /// auto (the bundled clip), image:PATH (file or directory, looped), video:PATH (via ffmpeg), testsrc[:WxH[@FPS]].
+    /// auto (the first V4L2 capture node, else the bundled clip), v4l2[:DEVICE], image:PATH (file or directory, looped), video:PATH (via ffmpeg), testsrc[:WxH[@FPS]].
     #[arg(long, default_value = "auto")]
     pub source: String,
-    /// Frames per second to pace the source at (default: the source's own rate).
+    /// Frames per second: a host source is paced at it; a V4L2 camera is asked for it (VIDIOC_S_PARM). Default: the source's own rate.
     #[arg(long)]
     pub fps: Option<f64>,
     /// Stop after this many frames.
@@ -133,6 +154,15 @@ pub struct CaptureArgs {
     /// Buffers in the capture pool.
     #[arg(long, default_value_t = 4)]
     pub buffers: usize,
+    /// V4L2 pixel format: NV12, NV16, NV12M, YUYV, RGB24 or BGR24 (default: the first of those the camera offers).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// V4L2 frame size, WxH (default: the camera's current size).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// V4L2 buffers: mmap (the driver's, exported with VIDIOC_EXPBUF) or dmabuf (from --heap, imported). Default mmap.
+    #[arg(long, value_enum)]
+    pub capture_io: Option<crate::capture::v4l2::CaptureIo>,
 }
 
 /// Scaler backends.
@@ -230,8 +260,8 @@ pub struct WatchArgs {
     /// Print raw JSON lines.
     #[arg(long)]
     pub json: bool,
-    /// Exit after this many frames.
-    #[arg(long)]
+    /// Exit after this many frames (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
 }
 
@@ -264,6 +294,7 @@ pub fn main() -> i32 {
     let tag = match &cli.cmd {
         Command::Run(_) => "zcpipe".to_string(),
         Command::Watch(_) => "zcpipe watch".to_string(),
+        Command::Bench(_) => "zcpipe bench".to_string(),
         Command::Stage { stage } => format!(
             "zcpipe {}",
             match stage {
@@ -276,9 +307,19 @@ pub fn main() -> i32 {
     };
     init_logging(&cli, &tag);
     crate::supervise::install_signal_handlers();
+    let common = match &cli.cmd {
+        Command::Run(a) => Some(&a.common),
+        Command::Stage { stage: StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. } } => Some(common),
+        _ => None,
+    };
+    if let Some(Err(e)) = common.map(|c| c.validate()) {
+        eprintln!("{tag}: error: {e}");
+        return 1;
+    }
     let result = match cli.cmd {
         Command::Run(a) => crate::supervise::run::run(a),
         Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
+        Command::Bench(a) => crate::bench::run(a),
         Command::Stage { stage } => match stage {
             StageCmd::Capture { common, args } => crate::capture::stage::run(common, args),
             StageCmd::Scale { common, args } => crate::scale::stage::run(common, args),
@@ -296,12 +337,13 @@ pub fn main() -> i32 {
             if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
                 // Asked to stop (by the supervisor, systemd or a user) before set-up was
                 // done: not an error of ours.
-                log::info!("stopped: {e:#}");
+                log::debug!("stopped: {e:#}");
                 return 0;
             }
             // One line: the context chain joined, outermost first.
-            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("{tag}: error: {}", msg.join(": "));
+            let msg: Vec<String> = e.chain().map(|c| c.to_string().trim_end().to_string()).collect();
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{tag}: error: {}", msg.join(": "));
             1
         }
     }

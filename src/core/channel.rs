@@ -106,6 +106,11 @@ impl<T: Pod> Sender<T> {
     /// Queues `item`. Drop-oldest never waits; block waits for space (checking `stop` and
     /// the peer's liveness). Errors if the consumer died or corrupted the ring.
     pub fn send(&mut self, item: T, stop: &AtomicBool) -> Result<Sent<T>> {
+        // Drop-oldest never waits, so without this a producer would go on feeding a ring
+        // nobody reads (one poll(2) with a zero timeout: no sleep, no wake-up).
+        if self.conn.peer_gone() {
+            bail!("downstream (pid {}) hung up", self.conn.peer_pid);
+        }
         loop {
             match self.ring.push(item, self.policy == RingPolicy::DropOldest)? {
                 Push::Queued => {

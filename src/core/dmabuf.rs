@@ -142,6 +142,16 @@ impl DmaBuf {
         CpuAccess::begin(self)
     }
 
+    /// Begins a CPU write through a shared reference, for pools whose ownership protocol,
+    /// not the borrow checker, makes the writer exclusive (a consumer's own copy-mode pool).
+    ///
+    /// # Safety
+    /// No other [`CpuAccess`] guard of this buffer may exist in this process while the
+    /// returned one lives.
+    pub unsafe fn write_exclusive(&self) -> Result<CpuAccess<'_, Write>> {
+        CpuAccess::begin(self)
+    }
+
     /// Begins a CPU read-modify-write: `DMA_BUF_IOCTL_SYNC(START | RW)`; END on drop.
     pub fn read_write(&mut self) -> Result<CpuAccess<'_, ReadWrite>> {
         CpuAccess::begin(self)

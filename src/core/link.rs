@@ -85,6 +85,13 @@ pub struct Offer {
     /// Class labels, index = class id (detection hops only).
     #[serde(default)]
     pub labels: Vec<String>,
+    /// `--copy-mode`: frames come as bytes over a data socket (the only fd sent) instead of
+    /// as descriptors naming shared buffers.
+    #[serde(default)]
+    pub copy_mode: bool,
+    /// Largest frame in bytes (sizes the consumer's own pool in copy mode).
+    #[serde(default)]
+    pub max_frame_bytes: u64,
 }
 
 /// A control message.
@@ -191,6 +198,32 @@ impl Conn {
     }
 }
 
+/// Makes room for a socket at `path`: nothing there is fine; a socket nobody listens on
+/// (`live` returns `None`) is removed; a live socket, or anything that is not a socket, is
+/// an error (never deleted: it may be somebody's file).
+pub fn remove_stale_socket(path: &Path, live: impl Fn(&Path) -> Option<()>) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(m) if !m.file_type().is_socket() => bail!("{} exists and is not a socket: refusing to replace it", path.display()),
+        Ok(_) if live(path).is_some() => bail!("{} is in use by a running zcpipe", path.display()),
+        Ok(_) => std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display())),
+    }
+}
+
+/// Accepts downstream connections until one says hello (a stray connection that closes or
+/// says something else is logged and dropped, not fatal).
+pub fn accept_hello(listener: &Listener, stop: &AtomicBool) -> Result<(Conn, ControlMsg)> {
+    loop {
+        let conn = listener.accept(stop)?;
+        match conn.recv() {
+            Ok((msg @ ControlMsg::Hello { .. }, _)) => return Ok((conn, msg)),
+            Ok((other, _)) => log::warn!("pid {} sent {other:?} instead of a hello; ignoring it", conn.peer_pid),
+            Err(e) => log::warn!("a connection on {} went away before saying hello ({e:#}); still waiting", listener.path().display()),
+        }
+    }
+}
+
 /// A stage's listening control socket. Unlinks its path on drop.
 #[derive(Debug)]
 pub struct Listener {
@@ -206,13 +239,11 @@ impl Listener {
             std::fs::create_dir_all(dir).with_context(|| format!("creating run directory {}", dir.display()))?;
         }
         let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
-        if path.exists() {
-            let probe = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
-            if connect(probe.as_raw_fd(), &addr).is_ok() {
-                bail!("{} is in use by a running zcpipe stage; stop it or choose another --instance", path.display());
-            }
-            let _ = std::fs::remove_file(path);
-        }
+        remove_stale_socket(path, |p| {
+            let probe = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).ok()?;
+            connect(probe.as_raw_fd(), &UnixAddr::new(p).ok()?).ok()
+        })
+        .map_err(|e| anyhow!("{e}; stop it, or choose another --instance or --run-dir"))?;
         let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
         bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
         listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;

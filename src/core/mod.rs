@@ -5,6 +5,7 @@
 //! never trusts anything a peer wrote there.
 
 pub mod channel;
+pub mod copy;
 pub mod dmabuf;
 pub mod fdpass;
 pub mod frame;

@@ -19,7 +19,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytemuck::Pod;
 
 use super::channel::{Doorbell, Receiver, Recv, Sender, Sent};
-use super::dmabuf::{CpuAccess, DmaBuf, Read};
+use super::copy::{CopyCounters, CopyRecv, CopyReceiver, CopySender};
+use super::dmabuf::{sealed_memfd, CpuAccess, DmaBuf, MemoryKind, Read};
 use super::frame::FrameDesc;
 use super::link::{Conn, ControlMsg, Offer, Payload, WaitMode};
 use super::ring::{RingConsumer, RingCounters, RingPolicy, RingProducer};
@@ -27,6 +28,8 @@ use super::ring::{RingConsumer, RingCounters, RingPolicy, RingProducer};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BufState {
     Free,
+    /// Lent to a device that fills it (a V4L2 driver's queue): see [`PoolProducer::take_free`].
+    Device,
     Writing,
     Queued(u32),
 }
@@ -50,6 +53,8 @@ pub struct HopSpec {
     pub fps: f64,
     /// What is produced.
     pub description: String,
+    /// `--copy-mode`: send frames as bytes over a data socket instead of sharing buffers.
+    pub copy_mode: bool,
 }
 
 /// Counts of buffer traffic on the producer side.
@@ -71,12 +76,76 @@ pub struct PoolStats {
 
 /// The producer's end of a frame hop: the pool, its ownership states and the ring.
 pub struct PoolProducer {
-    sender: Sender<FrameDesc>,
+    sender: Link,
     bufs: Vec<Vec<DmaBuf>>,
     state: Vec<BufState>,
     free: VecDeque<u32>,
     policy: RingPolicy,
     stats: PoolStats,
+}
+
+/// How a producer's frames travel: descriptors in a ring, or bytes over a socket.
+enum Link {
+    Ring(Sender<FrameDesc>),
+    Copy { data: CopySender, conn: Conn },
+}
+
+impl Link {
+    fn pop_return(&mut self) -> Result<Option<u64>> {
+        match self {
+            Link::Ring(s) => s.pop_return(),
+            Link::Copy { .. } => Ok(None),
+        }
+    }
+    fn take_oldest(&mut self) -> Result<Option<FrameDesc>> {
+        match self {
+            Link::Ring(s) => s.take_oldest(),
+            Link::Copy { .. } => Ok(None),
+        }
+    }
+    fn wait_back(&mut self, ready: impl Fn(&RingProducer<FrameDesc>) -> bool, timeout: Duration) -> Result<()> {
+        match self {
+            Link::Ring(s) => s.wait_back(ready, timeout),
+            Link::Copy { conn, .. } => {
+                std::thread::sleep(timeout.min(Duration::from_millis(20)));
+                if conn.peer_gone() {
+                    bail!("downstream (pid {}) hung up", conn.peer_pid);
+                }
+                Ok(())
+            }
+        }
+    }
+    fn send(&mut self, desc: FrameDesc, stop: &AtomicBool) -> Result<Sent<FrameDesc>> {
+        match self {
+            Link::Ring(s) => s.send(desc, stop),
+            Link::Copy { .. } => bail!("copy-mode frames are sent by PoolProducer::publish"),
+        }
+    }
+    fn counters(&self) -> RingCounters {
+        match self {
+            Link::Ring(s) => s.counters(),
+            // A stream socket is lossless: what was sent is consumed (or still in the socket).
+            Link::Copy { data, .. } => RingCounters { produced: data.counters.frames, consumed: data.counters.frames, ..Default::default() },
+        }
+    }
+    fn waits(&self) -> u64 {
+        match self {
+            Link::Ring(s) => s.waits(),
+            Link::Copy { .. } => 0,
+        }
+    }
+    fn conn(&self) -> &Conn {
+        match self {
+            Link::Ring(s) => s.conn(),
+            Link::Copy { conn, .. } => conn,
+        }
+    }
+    fn finish(&mut self) {
+        match self {
+            Link::Ring(s) => s.finish(),
+            Link::Copy { data, .. } => data.finish(),
+        }
+    }
 }
 
 fn ring_fds<'a, T: Pod>(ring: &'a RingProducer<T>, bell: &'a Doorbell, back: &'a Doorbell) -> Vec<BorrowedFd<'a>> {
@@ -91,6 +160,9 @@ impl PoolProducer {
         if n == 0 || n > 64 {
             bail!("pool of {n} buffers: need 1..=64");
         }
+        if spec.copy_mode {
+            return Self::offer_copy(conn, bufs, spec);
+        }
         let ring = RingProducer::<FrameDesc>::create(spec.capacity.max(1), n.next_power_of_two().max(2) as u32)?;
         let (bell, back) = (Doorbell::new()?, Doorbell::new()?);
         let offer = Offer {
@@ -103,12 +175,14 @@ impl PoolProducer {
             fps: spec.fps,
             description: spec.description,
             labels: vec![],
+            copy_mode: false,
+            max_frame_bytes: bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0),
         };
         let mut fds = ring_fds(&ring, &bell, &back);
         fds.extend(bufs.iter().flatten().map(|d| d.fd()));
         conn.send(&ControlMsg::Offer(offer), &fds).context("sending the pool to the consumer")?;
         log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
-        let sender = Sender::new(ring, bell, back, conn, spec.policy);
+        let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy));
         Ok(PoolProducer {
             sender,
             state: vec![BufState::Free; n],
@@ -117,6 +191,43 @@ impl PoolProducer {
             policy: spec.policy,
             stats: PoolStats { buffers: n, ..Default::default() },
         })
+    }
+
+    fn offer_copy(conn: Conn, bufs: Vec<Vec<DmaBuf>>, spec: HopSpec) -> Result<PoolProducer> {
+        let n = bufs.len();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
+        let offer = Offer {
+            payload: Payload::Frames,
+            ring: super::ring::RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 },
+            policy: spec.policy,
+            buffers: vec![],
+            memory: spec.memory,
+            layout: spec.layout,
+            fps: spec.fps,
+            description: spec.description,
+            labels: vec![],
+            copy_mode: true,
+            max_frame_bytes: bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0),
+        };
+        conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()]).context("sending the data socket to the consumer")?;
+        drop(theirs);
+        log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
+        Ok(PoolProducer {
+            sender: Link::Copy { data: CopySender::new(ours), conn },
+            state: vec![BufState::Free; n],
+            free: (0..n as u32).collect(),
+            bufs,
+            policy: spec.policy,
+            stats: PoolStats { buffers: n, ..Default::default() },
+        })
+    }
+
+    /// Copy counters of this hop's producer side (`None` in zero-copy mode: nothing copied).
+    pub fn copy_counters(&self) -> Option<CopyCounters> {
+        match &self.sender {
+            Link::Copy { data, .. } => Some(data.counters),
+            Link::Ring(_) => None,
+        }
     }
 
     /// Pool size.
@@ -193,6 +304,61 @@ impl PoolProducer {
         }
     }
 
+    /// For pools a device fills (V4L2 capture): takes every free buffer, after collecting
+    /// returns, marking them as lent to the device, so the caller can queue them (QBUF).
+    /// Under drop-oldest, if fewer than `min_device` buffers would be with the device, the
+    /// oldest queued frames are taken back first, so a slow consumer makes zcpipe drop
+    /// frames (counted) rather than starve the driver (which would drop them uncounted).
+    pub fn take_free(&mut self, min_device: usize) -> Result<Vec<u32>> {
+        self.reclaim_returns()?;
+        let at_device = self.state.iter().filter(|s| **s == BufState::Device).count();
+        if self.policy == RingPolicy::DropOldest {
+            while at_device + self.free.len() < min_device {
+                match self.sender.take_oldest()? {
+                    Some(d) => {
+                        if self.release(d.buffer_index, d.seq) {
+                            self.stats.reclaimed += 1;
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+        let v: Vec<u32> = self.free.drain(..).collect();
+        for &i in &v {
+            self.state[i as usize] = BufState::Device;
+        }
+        Ok(v)
+    }
+
+    /// Marks a buffer the device handed back filled (DQBUF) as being written: next, publish
+    /// it or give it back with [`PoolProducer::abandon`]. Errors if the device was not
+    /// holding it.
+    pub fn claim(&mut self, i: u32) -> Result<()> {
+        match self.state.get(i as usize) {
+            Some(BufState::Device) => {
+                self.state[i as usize] = BufState::Writing;
+                Ok(())
+            }
+            other => bail!("device returned buffer {i}, which it did not hold ({other:?})"),
+        }
+    }
+
+    /// Buffers currently lent to the device.
+    pub fn at_device(&self) -> usize {
+        self.state.iter().filter(|s| **s == BufState::Device).count()
+    }
+
+    /// Marks every buffer lent to the device as free (after STREAMOFF, which returns them).
+    pub fn device_released_all(&mut self) {
+        for i in 0..self.state.len() {
+            if self.state[i] == BufState::Device {
+                self.state[i] = BufState::Free;
+                self.free.push_back(i as u32);
+            }
+        }
+    }
+
     /// Gives back an acquired buffer without publishing it (e.g. at end of stream).
     pub fn abandon(&mut self, i: u32) {
         if self.state[i as usize] == BufState::Writing {
@@ -207,6 +373,15 @@ impl PoolProducer {
         let i = desc.buffer_index as usize;
         if self.state.get(i) != Some(&BufState::Writing) {
             bail!("publishing buffer {i}, which was not acquired");
+        }
+        if let Link::Copy { data, .. } = &mut self.sender {
+            // Copy mode: copy the frame out now; the buffer is free again right after.
+            let guards: Vec<CpuAccess<'_, Read>> = self.bufs[i].iter().map(|b| b.read()).collect::<Result<_>>()?;
+            data.send(&desc, &guards)?;
+            drop(guards);
+            self.state[i] = BufState::Free;
+            self.free.push_back(i as u32);
+            return Ok(());
         }
         self.state[i] = BufState::Queued(desc.seq as u32);
         if let Sent::Dropped(d) = self.sender.send(desc, stop)? {
@@ -225,7 +400,7 @@ impl PoolProducer {
     /// Buffer traffic counts.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
-            outstanding: self.state.iter().filter(|s| **s != BufState::Free).count(),
+            outstanding: self.state.iter().filter(|s| !matches!(s, BufState::Free | BufState::Device)).count(),
             waits: self.stats.waits + self.sender.waits(),
             ..self.stats
         }
@@ -254,7 +429,7 @@ impl PoolProducer {
                 self.reclaim_returns()?;
                 let still = self.stats().outstanding;
                 for i in 0..self.state.len() {
-                    if self.state[i] != BufState::Free {
+                    if !matches!(self.state[i], BufState::Free | BufState::Device) {
                         self.state[i] = BufState::Free;
                         self.free.push_back(i as u32);
                     }
@@ -283,6 +458,8 @@ pub fn offer_items<T: Pod>(conn: Conn, capacity: u32, policy: RingPolicy, descri
         fps: 0.0,
         description,
         labels,
+        copy_mode: false,
+        max_frame_bytes: 0,
     };
     let fds = ring_fds(&ring, &bell, &back);
     conn.send(&ControlMsg::Offer(offer), &fds)?;
@@ -300,6 +477,12 @@ pub fn join<T: Pod>(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &s
         ControlMsg::Refuse { error } => return Err(anyhow!("{upstream} refused: {error}")),
         other => bail!("{upstream} sent {other:?} instead of an offer"),
     };
+    let (rx, bufs) = attach(conn, &offer, fds, wait, upstream)?;
+    Ok((offer, rx, bufs))
+}
+
+/// Maps what an offer's fds carry: ring memfd, doorbells, then the pool's buffers.
+fn attach<T: Pod>(conn: Conn, offer: &Offer, fds: Vec<OwnedFd>, wait: WaitMode, upstream: &str) -> Result<(Receiver<T>, Vec<Vec<DmaBuf>>)> {
     let want_fds = 3 + offer.buffers.iter().map(|b| b.len()).sum::<usize>();
     if fds.len() != want_fds {
         bail!("{upstream} sent {} fds, its offer needs {want_fds}", fds.len());
@@ -318,12 +501,40 @@ pub fn join<T: Pod>(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &s
         }
         bufs.push(b);
     }
-    Ok((offer, Receiver::new(ring, bell, back, conn, wait), bufs))
+    Ok((Receiver::new(ring, bell, back, conn, wait), bufs))
+}
+
+/// Where a consumed frame's buffer goes back to when the [`Frame`] is dropped.
+trait ReturnPath: Send + Sync {
+    fn give_back(&self, desc: &FrameDesc);
+}
+
+impl ReturnPath for Mutex<Receiver<FrameDesc>> {
+    fn give_back(&self, desc: &FrameDesc) {
+        let mut rx = self.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = rx.push_return(token(desc)) {
+            log::warn!("could not return buffer {} upstream: {e}", desc.buffer_index);
+        }
+    }
+}
+
+/// The free list of a consumer's own copy-mode pool.
+struct LocalFree(Mutex<VecDeque<u32>>);
+
+impl ReturnPath for LocalFree {
+    fn give_back(&self, desc: &FrameDesc) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(desc.buffer_index);
+    }
+}
+
+enum ConsumerLink {
+    Ring(Arc<Mutex<Receiver<FrameDesc>>>),
+    Copy { rx: Mutex<CopyReceiver>, free: Arc<LocalFree>, conn: Conn },
 }
 
 /// The consumer's end of a frame hop.
 pub struct PoolConsumer {
-    rx: Arc<Mutex<Receiver<FrameDesc>>>,
+    link: ConsumerLink,
     bufs: Arc<Vec<Vec<DmaBuf>>>,
     sizes: Vec<Vec<u64>>,
     /// What the producer offered.
@@ -331,12 +542,12 @@ pub struct PoolConsumer {
 }
 
 /// A frame lent by the upstream stage: read-only access to its buffer. Dropping it gives
-/// the buffer back.
+/// the buffer back (to the upstream's pool, or in copy mode to our own).
 pub struct Frame {
     /// The validated descriptor.
     pub desc: FrameDesc,
     bufs: Arc<Vec<Vec<DmaBuf>>>,
-    rx: Arc<Mutex<Receiver<FrameDesc>>>,
+    ret: Arc<dyn ReturnPath>,
 }
 
 impl Frame {
@@ -353,27 +564,74 @@ impl Frame {
 
 impl Drop for Frame {
     fn drop(&mut self) {
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = rx.push_return(token(&self.desc)) {
-            log::warn!("could not return buffer {} upstream: {e}", self.desc.buffer_index);
-        }
+        self.ret.give_back(&self.desc);
     }
 }
 
+/// Buffers in a consumer's own pool in copy mode.
+const COPY_POOL: usize = 3;
+
 impl PoolConsumer {
-    /// Joins the frame hop offered on `conn` (see [`join`]).
+    /// Joins the frame hop offered on `conn` (see [`join`]); in copy mode, maps nothing
+    /// shared and allocates its own pool instead.
     pub fn join(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &str) -> Result<PoolConsumer> {
-        let (offer, rx, bufs) = join::<FrameDesc>(conn, hello, wait, upstream)?;
+        conn.send(hello, &[])?;
+        let (msg, fds) = conn.recv().with_context(|| format!("waiting for {upstream}'s offer"))?;
+        let offer = match msg {
+            ControlMsg::Offer(o) => o,
+            ControlMsg::Refuse { error } => return Err(anyhow!("{upstream} refused: {error}")),
+            other => bail!("{upstream} sent {other:?} instead of an offer"),
+        };
         if offer.payload != Payload::Frames {
             bail!("{upstream} offered {:?}, expected frames", offer.payload);
         }
-        Ok(PoolConsumer { sizes: offer.buffers.clone(), rx: Arc::new(Mutex::new(rx)), bufs: Arc::new(bufs), offer })
+        if offer.copy_mode {
+            let [fd]: [OwnedFd; 1] = fds.try_into().map_err(|v: Vec<OwnedFd>| anyhow!("{upstream} sent {} fds for copy mode, expected 1", v.len()))?;
+            let sock = std::os::unix::net::UnixStream::from(fd);
+            let size = offer.max_frame_bytes.clamp(1, 1 << 30);
+            let bufs = (0..COPY_POOL)
+                .map(|_| Ok(vec![DmaBuf::new(sealed_memfd("zcpipe-copy", size, true)?, size, MemoryKind::Memfd)]))
+                .collect::<Result<Vec<_>>>()?;
+            log::info!("copy mode: frames arrive as bytes and are copied into our own {COPY_POOL} buffers");
+            return Ok(PoolConsumer {
+                sizes: vec![vec![size]; COPY_POOL],
+                link: ConsumerLink::Copy { rx: Mutex::new(CopyReceiver::new(sock, size)), free: Arc::new(LocalFree(Mutex::new((0..COPY_POOL as u32).collect()))), conn },
+                bufs: Arc::new(bufs),
+                offer,
+            });
+        }
+        let (rx, bufs) = attach::<FrameDesc>(conn, &offer, fds, wait, upstream)?;
+        Ok(PoolConsumer { sizes: offer.buffers.clone(), link: ConsumerLink::Ring(Arc::new(Mutex::new(rx))), bufs: Arc::new(bufs), offer })
     }
 
     /// Waits up to `timeout` for the next frame. Descriptors are validated against the pool
     /// (index in range, every plane inside its buffer) before use; a refused one whose
     /// buffer index is valid is returned upstream at once.
     pub fn recv(&self, timeout: Duration) -> Result<Recv<Frame>> {
+        let rx = match &self.link {
+            ConsumerLink::Ring(rx) => rx,
+            ConsumerLink::Copy { rx, free, conn } => {
+                let mut rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                let mut desc = match rx.recv(timeout)? {
+                    CopyRecv::Frame(d) => d,
+                    CopyRecv::Eos => return Ok(Recv::Eos),
+                    CopyRecv::Idle => return Ok(if conn.peer_gone() { Recv::Hangup } else { Recv::Idle }),
+                    CopyRecv::Hangup => return Ok(Recv::Hangup),
+                };
+                let idx = free.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| anyhow!("every copy-mode buffer is still held"))?;
+                let n = rx.scratch.len();
+                {
+                    // SAFETY: `idx` came off our free list, so no Frame (the only other holder of
+                    // guards on these buffers) refers to this buffer now.
+                    let mut g = unsafe { self.bufs[idx as usize][0].write_exclusive()? };
+                    g[..n].copy_from_slice(&rx.scratch);
+                }
+                rx.count_copy(n);
+                desc.buffer_index = idx;
+                let ret: Arc<dyn ReturnPath> = free.clone();
+                return Ok(Recv::Item(Frame { desc, bufs: self.bufs.clone(), ret }));
+            }
+        };
         let sizes = &self.sizes;
         let validate = |d: &FrameDesc| -> std::result::Result<(), String> {
             let s = sizes.get(d.buffer_index as usize).ok_or_else(|| format!("buffer index {} out of {}", d.buffer_index, sizes.len()))?;
@@ -385,18 +643,32 @@ impl PoolConsumer {
                 let _ = rx.push_return(token(&d));
             }
         };
-        let r = self.rx.lock().unwrap_or_else(|p| p.into_inner()).recv(&validate, &mut salvage, timeout)?;
+        let r = rx.lock().unwrap_or_else(|p| p.into_inner()).recv(&validate, &mut salvage, timeout)?;
         Ok(match r {
-            Recv::Item(desc) => Recv::Item(Frame { desc, bufs: self.bufs.clone(), rx: self.rx.clone() }),
+            Recv::Item(desc) => {
+                let ret: Arc<dyn ReturnPath> = rx.clone();
+                Recv::Item(Frame { desc, bufs: self.bufs.clone(), ret })
+            }
             Recv::Eos => Recv::Eos,
             Recv::Hangup => Recv::Hangup,
             Recv::Idle => Recv::Idle,
         })
     }
 
-    /// Ring counters.
+    /// Ring counters (zero in copy mode, which has no ring).
     pub fn counters(&self) -> RingCounters {
-        self.rx.lock().unwrap_or_else(|p| p.into_inner()).counters()
+        match &self.link {
+            ConsumerLink::Ring(rx) => rx.lock().unwrap_or_else(|p| p.into_inner()).counters(),
+            ConsumerLink::Copy { .. } => RingCounters::default(),
+        }
+    }
+
+    /// Copy counters of this consumer (`None` in zero-copy mode).
+    pub fn copy_counters(&self) -> Option<CopyCounters> {
+        match &self.link {
+            ConsumerLink::Copy { rx, .. } => Some(rx.lock().unwrap_or_else(|p| p.into_inner()).counters),
+            ConsumerLink::Ring(_) => None,
+        }
     }
 
     /// Pool buffers (e.g. to import into a device once at start-up).
@@ -406,6 +678,9 @@ impl PoolConsumer {
 
     /// Whether the upstream's control socket hung up.
     pub fn upstream_gone(&self) -> bool {
-        self.rx.lock().unwrap_or_else(|p| p.into_inner()).conn().peer_gone()
+        match &self.link {
+            ConsumerLink::Ring(rx) => rx.lock().unwrap_or_else(|p| p.into_inner()).conn().peer_gone(),
+            ConsumerLink::Copy { conn, .. } => conn.peer_gone(),
+        }
     }
 }

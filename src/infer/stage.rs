@@ -13,7 +13,7 @@ use crate::capture::stage::peer_gone;
 use crate::cli::{CommonArgs, InferArgs, PeerGone};
 use crate::core::channel::{Recv, Sender};
 use crate::core::frame::{Fourcc, Stage};
-use crate::core::link::{Conn, ControlMsg, Listener, WantedInput};
+use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, PoolConsumer};
 use crate::metrics::{open_fd_count, Reporter, StageReport};
 use crate::publish::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
@@ -49,8 +49,7 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     let run_dir = common.run_dir();
     let listener = Listener::bind(&run_dir.join("infer.sock"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let down = listener.accept(stop)?;
-    let _ = down.recv().context("reading the publish stage's hello")?;
+    let (down, _) = accept_hello(&listener, stop)?;
     let up = Conn::connect_retry(&run_dir.join("scale.sock"), "scale stage", stop, common.connect_timeout())?;
     let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: 0, pad: YOLOX_PAD };
     let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: common.wait };
@@ -74,6 +73,7 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
             frames_in: n_in,
             frames_out: n_out,
             output_ring: Some(out.counters()),
+            copy_in: input.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             ..Default::default()
         })

@@ -120,6 +120,57 @@ pub struct StageReport {
     pub latency: BTreeMap<String, LatencySummary>,
     /// Stage-specific facts (`buffers_returned_before_streamoff`, `open_fds`, ...).
     pub extra: BTreeMap<String, serde_json::Value>,
+    /// Copy-mode counters of the output hop (`None`: zero-copy, nothing copied).
+    #[serde(default)]
+    pub copy_out: Option<crate::core::copy::CopyCounters>,
+    /// Copy-mode counters of the input hop.
+    #[serde(default)]
+    pub copy_in: Option<crate::core::copy::CopyCounters>,
+    /// CPU time, context switches and memory of the stage process (filled by [`Reporter`]).
+    #[serde(default)]
+    pub process: Option<ProcessStats>,
+}
+
+/// Resource use of one process: getrusage(2) `RUSAGE_SELF` and /proc/self/smaps_rollup
+/// (proc(5)).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProcessStats {
+    /// User CPU time, µs.
+    pub user_us: u64,
+    /// System CPU time, µs.
+    pub system_us: u64,
+    /// Voluntary context switches (waits).
+    pub voluntary_ctx: u64,
+    /// Involuntary context switches (preemptions).
+    pub involuntary_ctx: u64,
+    /// Resident set size, KiB.
+    pub rss_kib: u64,
+    /// Proportional set size (shared pages divided among their users), KiB.
+    pub pss_kib: u64,
+}
+
+/// Reads this process's [`ProcessStats`].
+pub fn process_stats() -> ProcessStats {
+    let mut st = ProcessStats::default();
+    if let Ok(u) = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
+        let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+        st.user_us = us(u.user_time());
+        st.system_us = us(u.system_time());
+        st.voluntary_ctx = u.voluntary_context_switches() as u64;
+        st.involuntary_ctx = u.involuntary_context_switches() as u64;
+    }
+    if let Ok(text) = std::fs::read_to_string("/proc/self/smaps_rollup") {
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            let (k, v) = (it.next(), it.next().and_then(|v| v.parse::<u64>().ok()));
+            match (k, v) {
+                (Some("Rss:"), Some(v)) => st.rss_kib = v,
+                (Some("Pss:"), Some(v)) => st.pss_kib = v,
+                _ => {}
+            }
+        }
+    }
+    st
 }
 
 /// Where reports go: a pipe inherited from the supervisor, or nowhere.
@@ -145,7 +196,9 @@ impl Reporter {
 
     /// Sends one report (a JSON line). Failures are logged, never fatal.
     pub fn send(&self, r: &StageReport) {
-        let mut line = match serde_json::to_string(r) {
+        let mut r = r.clone();
+        r.process = Some(process_stats());
+        let mut line = match serde_json::to_string(&r) {
             Ok(l) => l,
             Err(e) => return log::warn!("report: {e}"),
         };

@@ -176,15 +176,17 @@ pub struct DetectionServer {
 impl DetectionServer {
     /// Binds `path` (SOCK_STREAM). A stale socket file is replaced; a live one is an error.
     pub fn bind(path: &Path) -> Result<DetectionServer> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                bail!("{} is in use by another zcpipe; stop it or pass another --publish path", path.display());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // Only zcpipe's own runtime directory is created; elsewhere a missing folder is
+            // the user's typo, not something to create.
+            if dir.starts_with(crate::supervise::runtime_base()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            } else if !dir.is_dir() {
+                bail!("--publish {}: folder {} does not exist", path.display(), dir.display());
             }
-            let _ = std::fs::remove_file(path);
         }
+        crate::core::link::remove_stale_socket(path, |p| UnixStream::connect(p).ok().map(|_| ()))
+            .map_err(|e| anyhow::anyhow!("{e}; stop it, or pass another --publish path"))?;
         let listener = UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
         Ok(DetectionServer { listener, path: path.to_path_buf(), clients: vec![], stats: ServerStats::default(), slow_timeout: Duration::from_secs(5) })

@@ -28,13 +28,21 @@ pub fn watch(args: WatchArgs) -> Result<()> {
             break;
         }
         let mut o = out.lock();
-        if args.json {
-            writeln!(o, "{line}")?;
+        let written = if args.json {
+            writeln!(o, "{line}")
         } else {
             match serde_json::from_str::<FrameJson>(&line) {
-                Ok(f) => writeln!(o, "{}", human_line(&f))?,
-                Err(e) => log::warn!("unreadable line ({e}): {line}"),
+                Ok(f) => writeln!(o, "{}", human_line(&f)),
+                Err(e) => {
+                    log::warn!("unreadable line ({e}): {line}");
+                    Ok(())
+                }
             }
+        };
+        match written {
+            // `zcpipe watch | head`: the reader is done, and so are we.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
+            r => r?,
         }
         n += 1;
         if args.count.is_some_and(|c| n >= c) {

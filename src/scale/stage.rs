@@ -12,7 +12,7 @@ use crate::cli::{CommonArgs, PeerGone, ScaleArgs, ScalerKind};
 use crate::core::channel::Recv;
 use crate::core::dmabuf::Allocator;
 use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Stage};
-use crate::core::link::{Conn, ControlMsg, Listener};
+use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
 use crate::core::pool::{HopSpec, PoolConsumer, PoolProducer};
 use crate::metrics::{open_fd_count, Reporter, StageReport};
 use crate::supervise::STOP;
@@ -36,8 +36,7 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let run_dir = common.run_dir();
     let listener = Listener::bind(&run_dir.join("scale.sock"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let down = listener.accept(stop)?;
-    let (msg, _) = down.recv().context("reading the infer stage's hello")?;
+    let (down, msg) = accept_hello(&listener, stop)?;
     let want = match msg {
         ControlMsg::Hello { want: Some(w), .. } => w,
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
@@ -68,6 +67,7 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
             layout: Some(dst),
             fps: input.offer.fps,
             description: format!("{}x{} {} letterbox, bytesperline {}", dst.width, dst.height, dst.fourcc, bpl),
+            copy_mode: common.copy_mode,
         },
     )?;
     let fds_setup = open_fd_count();
@@ -87,6 +87,8 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
             frames_out: n_out,
             output_ring: Some(out.counters()),
             pool: Some(out.stats()),
+            copy_out: out.copy_counters(),
+            copy_in: input.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             ..Default::default()
         })

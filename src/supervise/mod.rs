@@ -23,12 +23,12 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Installs SIGINT/SIGTERM handlers that set [`STOP`] (async-signal-safe: one atomic store).
+/// Installs SIGINT/SIGTERM/SIGHUP handlers that set [`STOP`] (async-signal-safe: one atomic store).
 /// SIGPIPE is ignored so a vanished client is an `EPIPE`, not a death.
 pub fn install_signal_handlers() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
-    for s in [Signal::SIGINT, Signal::SIGTERM] {
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only performs atomic stores, which are async-signal-safe.
         if let Err(e) = unsafe { sigaction(s, &act) } {
             log::warn!("cannot install {s} handler: {e}");

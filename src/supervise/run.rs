@@ -43,7 +43,8 @@ pub struct RunSummary {
 fn common_args(a: &RunArgs, run_dir: &std::path::Path) -> Vec<String> {
     let c = &a.common;
     let v = |x: &dyn std::fmt::Debug| format!("{x:?}").to_lowercase();
-    vec![
+    let mut out: Vec<String> = if c.copy_mode { vec!["--copy-mode".into()] } else { vec![] };
+    out.extend::<Vec<String>>(vec![
         "--run-dir".into(),
         run_dir.display().to_string(),
         "--instance".into(),
@@ -60,15 +61,14 @@ fn common_args(a: &RunArgs, run_dir: &std::path::Path) -> Vec<String> {
         c.connect_timeout.to_string(),
         "--report-fd".into(),
         REPORT_FD.to_string(),
-    ]
+    ]);
+    out
 }
 
 fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
     let mut v: Vec<String> = vec![];
-    let mut push = |k: &str, val: String| {
-        v.push(k.into());
-        v.push(val);
-    };
+    // `--key=value`: a value starting with '-' must not look like a flag to the child.
+    let mut push = |k: &str, val: String| v.push(format!("{k}={val}"));
     match stage {
         Stage::Capture => {
             push("--source", a.capture.source.clone());
@@ -79,6 +79,15 @@ fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
                 push("--frames", n.to_string());
             }
             push("--buffers", a.capture.buffers.to_string());
+            if let Some(f) = &a.capture.format {
+                push("--format", f.clone());
+            }
+            if let Some(s) = &a.capture.size {
+                push("--size", s.clone());
+            }
+            if let Some(io) = a.capture.capture_io {
+                push("--capture-io", io.name().into());
+            }
         }
         Stage::Scale => {
             push("--scaler", format!("{:?}", a.scale.scaler).to_lowercase());
@@ -99,6 +108,45 @@ fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
         }
     }
     v
+}
+
+/// Checks what `run` can check before starting anything, so a bad value is one line from
+/// the supervisor rather than a failure inside a child.
+fn preflight(a: &RunArgs) -> Result<()> {
+    a.capture.source.parse::<crate::capture::spec::SourceSpec>()?;
+    if let Some(f) = a.capture.fps {
+        if !(f > 0.0 && f.is_finite()) {
+            anyhow::bail!("--fps {f}: use a positive frame rate");
+        }
+    }
+    for (name, v) in [("--buffers", a.capture.buffers), ("--scale-buffers", a.scale.scale_buffers)] {
+        if !(2..=64).contains(&v) {
+            anyhow::bail!("{name} {v}: use 2..=64");
+        }
+    }
+    for (name, v) in [("--score-threshold", a.infer.score_threshold), ("--nms-iou", a.infer.nms_iou)] {
+        if !(0.0..=1.0).contains(&v) {
+            anyhow::bail!("{name} {v}: use a value in 0..=1");
+        }
+    }
+    if !crate::infer::DETECTOR_KINDS.contains(&a.infer.infer.as_str()) {
+        anyhow::bail!("unknown inference backend `{}`: valid backends are {}", a.infer.infer, crate::infer::DETECTOR_KINDS.join(", "));
+    }
+    Ok(())
+}
+
+fn probe(p: &std::path::Path) -> Option<()> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(p).ok()?;
+    [SockType::SeqPacket, SockType::Stream].into_iter().find_map(|t| {
+        let fd = socket(AddressFamily::Unix, t, SockFlag::SOCK_CLOEXEC, None).ok()?;
+        connect(fd.as_raw_fd(), &addr).ok()
+    })
+}
+
+/// A socket in `dir` that something is listening on, if any.
+fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
 }
 
 fn spawn(exe: &std::path::Path, stage: Stage, args: Vec<String>, report_w: &OwnedFd) -> Result<Child> {
@@ -140,8 +188,12 @@ fn code(s: &ExitStatus) -> i32 {
 /// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
 pub fn run(a: RunArgs) -> Result<i32> {
     let run_dir = a.common.run_dir();
+    preflight(&a)?;
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
     let exe = std::env::current_exe().context("finding the zcpipe binary")?;
+    if let Some(live) = live_socket_in(&run_dir) {
+        anyhow::bail!("{} is in use by a running zcpipe ({}); stop it, or choose another --instance or --run-dir", run_dir.display(), live.display());
+    }
     let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
     let common = common_args(&a, &run_dir);
     let start = Instant::now();
@@ -212,8 +264,11 @@ pub fn run(a: RunArgs) -> Result<i32> {
         // Escalation: a failed stage stops the rest at once; otherwise the others get 10 s
         // to drain after capture ended (or 10 s after a signal), then SIGTERM, then SIGKILL.
         let since = |t: Option<Instant>| t.map(|t| t.elapsed());
+        // After a signal, stages still in set-up never see an end of stream: 1.5 s is ample
+        // for the others to drain once capture is gone.
+        let grace = if signalled_at.is_some() { Duration::from_millis(1500) } else { Duration::from_secs(10) };
         let drain_over = failed_at.is_some()
-            || since(capture_done_at).is_some_and(|d| d > Duration::from_secs(10))
+            || since(capture_done_at).is_some_and(|d| d > grace)
             || since(signalled_at).is_some_and(|d| d > Duration::from_secs(10));
         if drain_over && !termed {
             termed = true;
@@ -231,7 +286,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
         }
         if stats_every.is_some_and(|e| last_stats.elapsed() >= e) && failed_at.is_none() {
             last_stats = Instant::now();
-            if !latest.is_empty() {
+            if latest.len() == Stage::ALL.len() {
                 log::info!("{}", stats_line(&latest));
             }
         }
@@ -241,13 +296,13 @@ pub fn run(a: RunArgs) -> Result<i32> {
     while let Ok(r) = rx.try_recv() {
         latest.insert(r.stage.clone(), r);
     }
-    // Stages remove their own sockets; a killed one cannot.
-    if let Ok(rd) = std::fs::read_dir(&run_dir) {
-        for e in rd.flatten() {
-            if e.path().extension().is_some_and(|x| x == "sock") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+    // Stages remove their own sockets; a killed one cannot. Only stale sockets go.
+    let mut leftovers: Vec<std::path::PathBuf> = std::fs::read_dir(&run_dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
+        .unwrap_or_default();
+    leftovers.push(a.publish.clone().unwrap_or_else(crate::publish::default_socket_path));
+    for p in leftovers {
+        let _ = crate::core::link::remove_stale_socket(&p, |p| probe(p));
     }
     let _ = std::fs::remove_dir(&run_dir);
 
@@ -257,11 +312,24 @@ pub fn run(a: RunArgs) -> Result<i32> {
     if let Some(path) = &a.summary_json {
         std::fs::write(path, serde_json::to_string_pretty(&summary)?).with_context(|| format!("writing {}", path.display()))?;
     }
+    use std::io::Write as _;
+    let mut err = std::io::stderr();
+    for p in &procs {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = p.status.as_ref().and_then(|s| s.signal()) {
+            if !(termed && sig == libc::SIGTERM) && !killed {
+                let name = Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("?");
+                let _ = writeln!(err, "zcpipe: the {} stage was killed by signal {sig} ({name}); stopped the others", p.stage.name());
+            }
+        }
+    }
+    if summary.stages.contains_key("capture") {
+        let _ = write!(err, "{}", summary_text(&summary));
+    }
     if !failed.is_empty() {
-        // The failing stage already printed its one-line error.
+        // The failing stage printed its own one-line error.
         return Ok(1);
     }
-    eprint!("{}", summary_text(&summary));
     let peer_gone_without_signal = signalled_at.is_none() && exit_codes.values().any(|c| *c == EXIT_PEER_GONE);
     Ok(if peer_gone_without_signal { 1 } else { 0 })
 }
