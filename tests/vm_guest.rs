@@ -287,7 +287,7 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
             let ts: Vec<u64> = r.descs.iter().map(|d| d.timestamp_ns).collect();
             assert!(ts.windows(2).all(|w| w[1] > w[0]), "{what}: timestamps must increase: {ts:?}");
             let now = zcpipe::core::frame::monotonic_ns();
-            assert!(ts[ts.len() - 1] <= now && now - ts[ts.len() - 1] < 10_000_000_000, "{what}: timestamps are CLOCK_MONOTONIC");
+            assert!(now.abs_diff(ts[ts.len() - 1]) < 10_000_000_000, "{what}: timestamps are CLOCK_MONOTONIC");
             let med = median(ts.windows(2).map(|w| w[1] - w[0]).collect());
             let dev = (med as f64 - interval_ns).abs() / interval_ns;
             assert!(dev <= 0.20, "{what}: median interval {:.2} ms vs granted {:.2} ms", med as f64 / 1e6, interval_ns / 1e6);
@@ -296,6 +296,7 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
             assert_eq!(r.stats.bad_timestamps, 0, "{what}");
             // Pixels, as the consumer process read them through the sync guard.
             let c = &r.consumer;
+            println!("{what}: {c}; {:?}", r.stats);
             assert!(num(c, "got") > 0, "{what}: {c}");
             assert_eq!(num(c, "bad"), 0, "{what}: every frame shows vivid's 75% colour bars: {c}");
             assert!(field(c, "kind").split('+').all(|k| k == "dma-buf"), "{what}: the consumer maps real dma-bufs: {c}");
@@ -413,8 +414,10 @@ fn slow_consumer_costs_no_driver_drops() {
     let r = capture_run("slow_consumer_costs_no_driver_drops", &cfg, None, 60, 100);
     let (s, k, c) = (r.stats, r.counters, &r.consumer);
     let span = (s.last_sequence.unwrap() - s.first_sequence.unwrap()) as u64 + 1;
-    assert_eq!(s.driver_drops, 0, "zcpipe kept the driver fed: no sequence gaps ({s:?})");
-    assert_eq!(s.dequeued, span, "dequeued every sequence number the driver produced: {s:?}");
+    println!("slow consumer: {c}; {s:?}");
+    assert_eq!(s.driver_starved, 0, "zcpipe always left the driver a buffer: {s:?}");
+    assert_eq!(s.driver_drops, 0, "no sequence gaps: {s:?}");
+    assert_eq!(s.dequeued, span + s.sequence_repeats, "dequeued every sequence number the driver produced: {s:?}");
     assert_eq!(k.produced, 60, "{k:?}");
     assert!(k.dropped > 0, "a slow consumer makes zcpipe drop (counted) frames: {k:?}");
     assert_eq!(k.produced, k.consumed + k.dropped + k.rejected + k.in_flight, "{k:?}");

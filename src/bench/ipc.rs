@@ -2,12 +2,14 @@
 //! size, next to a no-transfer baseline — the table that shows where shared memory starts
 //! to pay on a given board.
 //!
-//! Method: a timing process and an echo process (forked), pinned to two CPUs, play
-//! ping-pong. Each side writes the whole message, then the other reads one byte in 64 of it
-//! (as a consumer touching a frame would) and answers with a message of the same size. A
-//! run is `iters` round trips after a warm-up; its one-way latency is half the mean round
-//! trip. Each row gives the median, min and max of `rounds` runs, and the median's ratio to
-//! the `none` baseline of the same size (same work, nothing crosses between the processes).
+//! Method: a timing process and an echo process (forked for each run), pinned to two CPUs,
+//! play ping-pong. Each side writes the whole message, then the other reads one byte in 64
+//! of it (as a consumer touching a frame would) and answers with a message of the same
+//! size. A run is `iters` round trips after a warm-up; its one-way latency is half its
+//! median round trip (so a preemption by another process does not count). Each row gives
+//! the median, min and max of `rounds` runs, and the median's ratio to the `none` baseline
+//! of the same size (same work, nothing crosses between the processes). Rounds are
+//! interleaved across rows, so slow drifts of the machine weigh on every row alike.
 //!
 //! iceoryx2 is deliberately not a transport here: it needs libclang to build and is left
 //! for an optional feature later.
@@ -175,9 +177,9 @@ impl MsgSize {
             return f.name.to_string();
         }
         let b = self.bytes;
-        if b >= 1 << 20 && b % (1 << 20) == 0 {
+        if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
             format!("{} MiB", b >> 20)
-        } else if b >= 1024 && b % 1024 == 0 {
+        } else if b >= 1024 && b.is_multiple_of(1024) {
             format!("{} KiB", b >> 10)
         } else {
             format!("{b} B")
@@ -355,6 +357,25 @@ pub struct Row {
     pub runs_mean_us: Vec<f64>,
 }
 
+impl Row {
+    fn new(t: Transport, size: &MsgSize, iters: u32) -> Row {
+        Row {
+            transport: t.name().into(),
+            size: size.label(),
+            size_bytes: size.bytes,
+            status: Status::Ok,
+            reason: None,
+            iters,
+            median_us: None,
+            min_us: None,
+            max_us: None,
+            ratio_to_none: None,
+            runs_us: vec![],
+            runs_mean_us: vec![],
+        }
+    }
+}
+
 /// One of issue 5's goals, evaluated on this run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
@@ -406,6 +427,8 @@ pub struct IpcReport {
     pub rows: Vec<Row>,
     /// Issue 5's goals.
     pub goals: Vec<Goal>,
+    /// Ratios that explain the goals (not goals themselves).
+    pub context: Vec<Goal>,
     /// Transport legend and remarks.
     pub notes: Vec<String>,
 }
@@ -478,11 +501,22 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
         cfg.rounds,
         placement.describe()
     );
-    let mut rows = vec![];
-    let mut seq = 0u32;
+    // Rounds are interleaved: round r of every row runs before round r+1 of any, so a
+    // machine whose state drifts (other load, clocks, where a VM's vCPUs sit) weighs on
+    // every row alike, and each row's median is taken across the whole bench.
+    let mut rows: Vec<(Transport, &MsgSize, Row)> = vec![];
     for size in &cfg.sizes {
-        log::info!("size {}", size.table_label());
         for &t in &cfg.transports {
+            rows.push((t, size, Row::new(t, size, cfg.iters_for(t, size.bytes))));
+        }
+    }
+    let mut seq = 0u32;
+    for round in 0..cfg.rounds {
+        log::info!("round {} of {}", round + 1, cfg.rounds);
+        for (t, size, row) in rows.iter_mut() {
+            if row.status != Status::Ok {
+                continue;
+            }
             seq += 1;
             let ctx = Ctx {
                 size,
@@ -492,10 +526,33 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
                 dir: &dir.0,
                 tag: format!("{}-{seq}", t.name()),
             };
-            let row = measure_one(t, &ctx, cfg, &placement)?;
-            log::debug!("{} {}: {:?} {:?}", row.transport, row.size, row.median_us, row.reason);
-            rows.push(row);
+            match run_once(*t, &ctx, row.iters, &placement) {
+                Ok(Run::Measured { median_us, mean_us }) => {
+                    log::debug!("{} {}: {median_us:.2} µs", row.transport, row.size);
+                    row.runs_us.push(median_us);
+                    row.runs_mean_us.push(mean_us);
+                }
+                Ok(Run::Skipped(reason)) => {
+                    row.status = Status::Skipped;
+                    row.reason = Some(reason);
+                }
+                Err(e) => {
+                    if proc::interrupted() {
+                        return Err(e);
+                    }
+                    log::warn!("{} at {}: {e:#}", row.transport, row.size);
+                    row.status = Status::Failed;
+                    row.reason = Some(format!("{e:#}"));
+                }
+            }
         }
+    }
+    let mut rows: Vec<Row> = rows.into_iter().map(|(_, _, r)| r).collect();
+    for row in rows.iter_mut().filter(|r| r.status == Status::Ok) {
+        let mut sorted = row.runs_us.clone();
+        row.median_us = Some(median(&mut sorted));
+        row.min_us = sorted.first().copied();
+        row.max_us = sorted.last().copied();
     }
     for i in 0..rows.len() {
         let base = rows.iter().find(|b| b.transport == "none" && b.size_bytes == rows[i].size_bytes).and_then(|b| b.median_us);
@@ -505,11 +562,12 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
         };
     }
     let goals = goals(&rows);
+    let context = context(&rows);
     let notes = notes(cfg, &rows);
     Ok(IpcReport {
         metric: "one-way latency between two processes: half a ping-pong round trip (each side writes the whole message, \
                  the other reads one byte in 64); each run's value is half the median of its `iters` round trips (after a \
-                 warm-up); each row gives the median, min and max of `rounds` runs"
+                 warm-up); each row gives the median, min and max of `rounds` runs, run round by round across all rows"
             .into(),
         unit: "us",
         rounds: cfg.rounds,
@@ -525,87 +583,50 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
         host,
         rows,
         goals,
+        context,
         notes,
     })
 }
 
-fn measure_one(t: Transport, ctx: &Ctx, cfg: &IpcConfig, placement: &Placement) -> Result<Row> {
-    let iters = cfg.iters_for(t, ctx.size.bytes);
-    let mut row = Row {
-        transport: t.name().into(),
-        size: ctx.size.label(),
-        size_bytes: ctx.size.bytes,
-        status: Status::Ok,
-        reason: None,
-        iters,
-        median_us: None,
-        min_us: None,
-        max_us: None,
-        ratio_to_none: None,
-        runs_us: vec![],
-        runs_mean_us: vec![],
-    };
-    let fail = |mut row: Row, e: anyhow::Error| -> Result<Row> {
-        if proc::interrupted() {
-            return Err(e);
-        }
-        log::warn!("{} at {}: {e:#}", row.transport, row.size);
-        row.status = Status::Failed;
-        row.reason = Some(format!("{e:#}"));
-        Ok(row)
-    };
-    let pair = match transports::prepare(t, ctx) {
-        Ok(Prepared::Ready(p)) => p,
-        Ok(Prepared::Skip(reason)) => {
-            row.status = Status::Skipped;
-            row.reason = Some(reason);
-            return Ok(row);
-        }
-        Err(e) => return fail(row, e),
+/// What one run of one row gave.
+enum Run {
+    /// Half the median and half the mean round trip, µs.
+    Measured { median_us: f64, mean_us: f64 },
+    /// The transport cannot carry this size here.
+    Skipped(String),
+}
+
+/// One run: sets `t` up, forks the echo process, warms up, times `iters` round trips.
+fn run_once(t: Transport, ctx: &Ctx, iters: u32, placement: &Placement) -> Result<Run> {
+    let pair = match transports::prepare(t, ctx)? {
+        Prepared::Ready(p) => p,
+        Prepared::Skip(reason) => return Ok(Run::Skipped(reason)),
     };
     let warmup = (iters / 10).max(2 * ctx.buffers as u32).max(2) as u64;
-    let messages = warmup + cfg.rounds as u64 * iters as u64;
+    let messages = warmup + iters as u64;
     // Generous: 2 ms plus 40 ns a byte per message, and 30 s for set-up.
     let limit = Duration::from_secs(30) + Duration::from_secs_f64(messages as f64 * (2e-3 + ctx.size.bytes as f64 * 40e-9));
-    let rounds = cfg.rounds;
-    let res = proc::with_echo(pair, placement.echo_cpu, messages, limit, |ep| {
-        let mut k = 0u64;
-        while k < warmup {
+    proc::with_echo(pair, placement.echo_cpu, messages, limit, |ep| {
+        for k in 0..warmup {
             ep.send(k)?;
             ep.recv(k)?;
-            k += 1;
         }
         // One clock read per round trip (the end of one is the start of the next).
         let mut rtt_ns = vec![0f64; iters as usize];
-        let (mut medians, mut means) = (vec![], vec![]);
-        for _ in 0..rounds {
-            let start = Instant::now();
-            let mut last = start;
-            for slot in rtt_ns.iter_mut() {
-                ep.send(k)?;
-                ep.recv(k)?;
-                k += 1;
-                let now = Instant::now();
-                *slot = (now - last).as_nanos() as f64;
-                last = now;
-            }
-            medians.push(median(&mut rtt_ns) / 2e3);
-            means.push((last - start).as_secs_f64() * 1e6 / (2.0 * iters as f64));
+        let start = Instant::now();
+        let mut last = start;
+        for (k, slot) in (warmup..).zip(rtt_ns.iter_mut()) {
+            ep.send(k)?;
+            ep.recv(k)?;
+            let now = Instant::now();
+            *slot = (now - last).as_nanos() as f64;
+            last = now;
         }
-        Ok((medians, means))
-    });
-    match res {
-        Ok((medians, means)) => {
-            let mut sorted = medians.clone();
-            row.median_us = Some(median(&mut sorted));
-            row.min_us = sorted.first().copied();
-            row.max_us = sorted.last().copied();
-            row.runs_us = medians;
-            row.runs_mean_us = means;
-            Ok(row)
-        }
-        Err(e) => fail(row, e),
-    }
+        Ok(Run::Measured {
+            median_us: median(&mut rtt_ns) / 2e3,
+            mean_us: (last - start).as_secs_f64() * 1e6 / (2.0 * iters as f64),
+        })
+    })
 }
 
 /// Sorts `v` and returns its median.
@@ -658,9 +679,30 @@ fn goals(rows: &[Row]) -> Vec<Goal> {
             "ring-desc 4k / ring-desc 480p",
             "within 1.1x",
             ratio(median_of(rows, Transport::RingDesc, p4k), median_of(rows, Transport::RingDesc, p480)),
-            |v| v <= 1.1 && v >= 1.0 / 1.1,
+            |v| (1.0 / 1.1..=1.1).contains(&v),
             "needs sizes 480p and 4k (--sizes ...,480p,4k) and transport ring-desc",
         ),
+    ]
+}
+
+/// What zcpipe's hop adds over the bare mechanism with the same data movement (shared
+/// memory written in place, eventfd wake-up), and that bare hand-off over the baseline (the
+/// cost of moving the cache lines between the CPUs, which no transport avoids).
+fn context(rows: &[Row]) -> Vec<Goal> {
+    let p1080 = NAMED_FRAMES[2].bytes();
+    let ring = median_of(rows, Transport::Ring, p1080);
+    let bare = median_of(rows, Transport::ShmInplace, p1080);
+    let none = median_of(rows, Transport::None, p1080);
+    let item = |name: &str, a: Option<f64>, b: Option<f64>, missing: &str| {
+        let value = match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        Goal { name: name.into(), value, target: "for context".into(), met: None, missing: value.is_none().then(|| missing.into()) }
+    };
+    vec![
+        item("ring / shm-inplace at 1080p (zcpipe's hop over a bare in-place hand-off)", ring, bare, "needs size 1080p and transports ring, shm-inplace"),
+        item("shm-inplace / none at 1080p (moving the frame's cache lines between the CPUs)", bare, none, "needs size 1080p and transport shm-inplace"),
     ]
 }
 
@@ -715,7 +757,8 @@ impl IpcReport {
             o,
             "One-way latency between two processes, µs: half a ping-pong round trip; each side writes the whole message, \
              the other reads one byte in 64. A run is {} round trips and counts half their median; the table gives the \
-             median, min and max of {} runs; `vs none` is the median over the no-transfer baseline of the same size.\n",
+             median, min and max of {} runs (interleaved: round 1 of every row, then round 2, ...); `vs none` is the \
+             median over the no-transfer baseline of the same size.\n",
             match self.iters {
                 Some(n) => n.to_string(),
                 None => "2000 (fewer for big messages: about 128 MiB per run, at least 32)".into(),
@@ -765,6 +808,9 @@ impl IpcReport {
                 }
             }
         }
+        for c in self.context.iter().filter(|c| c.value.is_some()) {
+            let _ = writeln!(o, "- for context: {}: {:.2}x", c.name, c.value.unwrap_or_default());
+        }
         let _ = writeln!(o, "\nNotes:\n");
         for n in &self.notes {
             let _ = writeln!(o, "- {n}");
@@ -783,7 +829,7 @@ mod tests {
         assert_eq!(b("64"), Ok(64));
         assert_eq!(b("4K"), Ok(4096));
         assert_eq!(b("4KiB"), Ok(4096));
-        assert_eq!(b("64k").is_err(), true);
+        assert!(b("64k").is_err());
         assert_eq!(b("1M"), Ok(1 << 20));
         assert_eq!(b("1m"), Ok(1 << 20));
         assert_eq!(b("1080p"), Ok(3_110_400));

@@ -302,12 +302,7 @@ fn echo_main(pair: Box<dyn Pair>, cpu: Option<usize>, messages: u64, parent: Pid
         }
         // Stay until the timing process is done with its side (EOF on `release`).
         let mut b = [0u8; 1];
-        loop {
-            match nix::unistd::read(release.as_raw_fd(), &mut b) {
-                Err(Errno::EINTR) => continue,
-                _ => break,
-            }
-        }
+        while let Err(Errno::EINTR) = nix::unistd::read(release.as_raw_fd(), &mut b) {}
         drop(ep);
         Ok(())
     };

@@ -578,7 +578,7 @@ impl Endpoint for ShmEnd {
                     std::hint::spin_loop();
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 4096 == 0 {
+                if spins.is_multiple_of(4096) {
                     abort_check()?;
                 }
             }

@@ -277,6 +277,8 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
             ("driver_drops", s.driver_drops.into()),
             ("error_frames", s.error_frames.into()),
             ("bad_timestamps", s.bad_timestamps.into()),
+            ("sequence_repeats", s.sequence_repeats.into()),
+            ("driver_starved", s.driver_starved.into()),
             ("first_sequence", s.first_sequence.into()),
             ("last_sequence", s.last_sequence.into()),
         ]

@@ -326,6 +326,11 @@ pub struct V4l2Stats {
     pub queued: u64,
     /// Frames whose timestamp went backwards or was not CLOCK_MONOTONIC.
     pub bad_timestamps: u64,
+    /// Buffers whose sequence number repeated or went back (given the next frame number).
+    pub sequence_repeats: u64,
+    /// Dequeues that left the driver without a queued buffer: a frame arriving before the
+    /// next QBUF would be lost for want of a buffer (zcpipe's fault, not the driver's).
+    pub driver_starved: u64,
     /// Sequence number of the first buffer dequeued.
     pub first_sequence: Option<u32>,
     /// Sequence number of the last buffer dequeued.
@@ -341,13 +346,15 @@ pub struct SequenceCounter {
     pub last: Option<u32>,
     /// Numbers skipped between consecutive buffers.
     pub drops: u64,
+    /// Buffers whose number did not move forward.
+    pub repeats: u64,
     ext: u64,
 }
 
 impl SequenceCounter {
-    /// Records the sequence number of the next buffer; returns it extended to 64 bits
-    /// (wraps of the u32 counted). A number that does not move forward is logged, not
-    /// counted.
+    /// Records the sequence number of the next buffer; returns a frame number that always
+    /// increases: the sequence extended to 64 bits (wraps counted), or, when the driver
+    /// repeats a number or goes back, one more than the last (counted in `repeats`).
     pub fn see(&mut self, seq: u32) -> u64 {
         match self.last {
             None => {
@@ -357,7 +364,8 @@ impl SequenceCounter {
             Some(last) => {
                 let step = seq.wrapping_sub(last);
                 if step == 0 || step > u32::MAX / 2 {
-                    log::debug!("v4l2: sequence went from {last} to {seq}");
+                    self.repeats += 1;
+                    self.ext += 1;
                 } else {
                     self.drops += (step - 1) as u64;
                     self.ext += step as u64;
@@ -888,6 +896,10 @@ impl V4l2Capture {
         prod.claim(d.index)?;
         let seq = self.sequence.see(d.sequence);
         self.stats.driver_drops = self.sequence.drops;
+        self.stats.sequence_repeats = self.sequence.repeats;
+        if self.at_driver() == 0 {
+            self.stats.driver_starved += 1;
+        }
         self.stats.first_sequence = self.sequence.first;
         self.stats.last_sequence = self.sequence.last;
         if d.error {
@@ -898,15 +910,16 @@ impl V4l2Capture {
             prod.abandon(d.index);
             return Ok(Next::Idle);
         }
-        let now = monotonic_ns();
+        // The driver's timestamp: CLOCK_MONOTONIC, possibly a little ahead of "now" for
+        // drivers that stamp the frame's nominal end (vivid does).
         let mut ts = d.timestamp_ns;
-        if !d.monotonic || ts == 0 || ts > now {
+        if !d.monotonic || ts == 0 {
             self.stats.bad_timestamps += 1;
             if !self.warned_clock {
                 self.warned_clock = true;
                 log::warn!("v4l2: {} does not stamp buffers with CLOCK_MONOTONIC; using the dequeue time", self.node.label());
             }
-            ts = now;
+            ts = monotonic_ns();
         }
         if ts < self.last_ts {
             self.stats.bad_timestamps += 1;
@@ -1015,6 +1028,10 @@ mod tests {
         w.see(u32::MAX - 1);
         assert_eq!(w.see(1), u32::MAX as u64 + 2, "wraps extend the sequence");
         assert_eq!(w.drops, 2, "u32::MAX and 0 were skipped");
+        let mut r = SequenceCounter::default();
+        let ext: Vec<u64> = [0, 0, 1, 3].into_iter().map(|q| r.see(q)).collect();
+        assert_eq!(ext, [0, 1, 2, 4], "a repeated number still gives an increasing frame number");
+        assert_eq!((r.repeats, r.drops), (1, 1));
     }
 
     #[test]

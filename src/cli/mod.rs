@@ -41,6 +41,8 @@ pub enum Command {
     Watch(WatchArgs),
     /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size.
     Bench(crate::bench::BenchArgs),
+    /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
+    Compare(crate::metrics::compare::CompareArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -295,6 +297,7 @@ pub fn main() -> i32 {
         Command::Run(_) => "zcpipe".to_string(),
         Command::Watch(_) => "zcpipe watch".to_string(),
         Command::Bench(_) => "zcpipe bench".to_string(),
+        Command::Compare(_) => "zcpipe compare".to_string(),
         Command::Stage { stage } => format!(
             "zcpipe {}",
             match stage {
@@ -309,6 +312,7 @@ pub fn main() -> i32 {
     crate::supervise::install_signal_handlers();
     let common = match &cli.cmd {
         Command::Run(a) => Some(&a.common),
+        Command::Compare(a) => Some(&a.common),
         Command::Stage { stage: StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. } } => Some(common),
         _ => None,
     };
@@ -320,6 +324,7 @@ pub fn main() -> i32 {
         Command::Run(a) => crate::supervise::run::run(a),
         Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
         Command::Bench(a) => crate::bench::run(a),
+        Command::Compare(a) => crate::metrics::compare::compare(a),
         Command::Stage { stage } => match stage {
             StageCmd::Capture { common, args } => crate::capture::stage::run(common, args),
             StageCmd::Scale { common, args } => crate::scale::stage::run(common, args),

@@ -9,6 +9,8 @@
 //! Stages send [`StageReport`] JSON lines to the supervisor on `--report-fd` every
 //! `--stats-interval` seconds and once at exit.
 
+pub mod compare;
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::fd::{FromRawFd, RawFd};

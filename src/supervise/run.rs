@@ -388,6 +388,30 @@ pub fn summary_text(s: &RunSummary) -> String {
     if let (Some(c), Some(p)) = (get("capture"), get("publish")) {
         let _ = writeln!(o, "  fps: captured {:.1}, published {:.1}", fps(c, c.frames_out), fps(p, p.frames_out));
     }
+    for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
+        let (u, d) = (get(up).and_then(|r| r.copy_out), get(down).and_then(|r| r.copy_in));
+        if let (Some(u), Some(d)) = (u, d) {
+            let per = if u.frames > 0 { (u.copied_bytes + d.copied_bytes) / u.frames } else { 0 };
+            let _ = writeln!(
+                o,
+                "  copies {name:<15} zcpipe {} bytes ({per} per frame), socket calls {} bytes",
+                u.copied_bytes + d.copied_bytes,
+                u.socket_bytes + d.socket_bytes
+            );
+        }
+    }
+    let cpu: Vec<String> = crate::core::frame::Stage::ALL
+        .iter()
+        .filter_map(|st| {
+            let r = get(st.name())?;
+            let p = r.process?;
+            let n = r.frames_in.max(1);
+            Some(format!("{} {:.0} µs/frame {} MiB", st.name(), (p.user_us + p.system_us) as f64 / n as f64, p.pss_kib / 1024))
+        })
+        .collect();
+    if !cpu.is_empty() {
+        let _ = writeln!(o, "  cpu and Pss: {}", cpu.join(", "));
+    }
     if let Some(p) = get("publish") {
         let _ = writeln!(o, "  latency (µs)        p50        p99        max");
         for k in crate::metrics::SERIES {

@@ -1,0 +1,295 @@
+//! `zcpipe compare`: the same source through the same stages in zero-copy mode and in
+//! `--copy-mode`, alternating A B A B for R rounds so drift (thermal, other load) hits both
+//! alike, then one side-by-side table of medians, their ratio and their spread.
+//!
+//! Each round runs `zcpipe run ... --summary-json` as a child and reads its summary, so what
+//! is compared is exactly what a user's `zcpipe run` does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{CaptureArgs, CommonArgs, InferArgs, ScaleArgs};
+
+/// `zcpipe compare`.
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
+    #[command(flatten)]
+    pub infer: InferArgs,
+    /// Rounds of A (zero-copy) then B (copy mode).
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Print the comparison as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw per-stage latency and the latency distribution of both modes (SVG).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// One metric in both modes: medians over rounds, spread (min..max), ratio copy / zero-copy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Metric name (`latency p50 total (µs)`, `copied bytes/frame capture->scale`, ...).
+    pub metric: String,
+    /// Median over the zero-copy rounds.
+    pub zero_copy: f64,
+    /// Median over the copy-mode rounds.
+    pub copy_mode: f64,
+    /// `copy_mode / zero_copy` (None when zero-copy is 0).
+    pub ratio: Option<f64>,
+    /// Min and max over the zero-copy rounds.
+    pub zero_copy_spread: [f64; 2],
+    /// Min and max over the copy-mode rounds.
+    pub copy_mode_spread: [f64; 2],
+}
+
+/// What `compare --json` prints.
+#[derive(Debug, Serialize)]
+pub struct Comparison {
+    /// The `zcpipe run` flags both modes used.
+    pub run_flags: Vec<String>,
+    /// Rounds of each mode.
+    pub rounds: u32,
+    /// Frames each run captured (must match across all runs).
+    pub frames: Vec<u64>,
+    /// The metrics.
+    pub rows: Vec<Row>,
+    /// Every run's summary, in the order run (A, B, A, B, ...).
+    pub runs: Vec<Value>,
+}
+
+fn run_flags(a: &CompareArgs) -> Vec<String> {
+    let mut v = vec![
+        format!("--source={}", a.capture.source),
+        format!("--buffers={}", a.capture.buffers),
+        format!("--scaler={:?}", a.scale.scaler).to_lowercase(),
+        format!("--scale-buffers={}", a.scale.scale_buffers),
+        format!("--infer={}", a.infer.infer),
+        format!("--model={}", a.infer.model.display()),
+        format!("--labels={}", a.infer.labels.display()),
+        format!("--score-threshold={}", a.infer.score_threshold),
+        format!("--nms-iou={}", a.infer.nms_iou),
+        format!("--ring-policy={}", if a.common.ring_policy == crate::core::ring::RingPolicy::Block { "block" } else { "drop-oldest" }),
+        format!("--wait={:?}", a.common.wait).to_lowercase(),
+        format!("--heap={:?}", a.common.heap).to_lowercase(),
+    ];
+    if let Some(f) = a.capture.fps {
+        v.push(format!("--fps={f}"));
+    }
+    v.push(format!("--frames={}", a.capture.frames.unwrap_or(150)));
+    v
+}
+
+fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> {
+    let summary = dir.join(format!("summary-{i}.json"));
+    let exe = std::env::current_exe()?;
+    let out = Command::new(exe)
+        .arg("run")
+        .args(flags)
+        .args(copy.then_some("--copy-mode"))
+        .args(["--no-print", "--stats-interval=0", "--quiet"])
+        .arg(format!("--run-dir={}", dir.join(format!("run-{i}")).display()))
+        .arg(format!("--publish={}", dir.join(format!("d-{i}.sock")).display()))
+        .arg(format!("--summary-json={}", summary.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("starting zcpipe run")?;
+    if !out.status.success() {
+        bail!("zcpipe run{} failed: {}", if copy { " --copy-mode" } else { "" }, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let text = std::fs::read_to_string(&summary).with_context(|| format!("reading {}", summary.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// The metrics compared, from one run summary.
+pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let st = &s["stages"];
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    for series in crate::metrics::SERIES {
+        let l = &st["publish"]["latency"][series];
+        m.insert(format!("latency p50 {series} (µs)"), f(&l["p50_us"]));
+        m.insert(format!("latency p99 {series} (µs)"), f(&l["p99_us"]));
+    }
+    let elapsed = f(&st["publish"]["elapsed_s"]).max(1e-9);
+    m.insert("fps published".into(), f(&st["publish"]["frames_out"]) / elapsed);
+    for (up, down) in [("capture", "scale"), ("scale", "infer")] {
+        let frames = f(&st[up]["frames_out"]).max(1.0);
+        let copied = f(&st[up]["copy_out"]["copied_bytes"]) + f(&st[down]["copy_in"]["copied_bytes"]);
+        let socket = f(&st[up]["copy_out"]["socket_bytes"]) + f(&st[down]["copy_in"]["socket_bytes"]);
+        m.insert(format!("copied bytes/frame {up}->{down}"), copied / frames);
+        m.insert(format!("socket bytes/frame {up}->{down}"), socket / frames);
+        m.insert(format!("dropped {up}->{down}"), f(&st[up]["output_ring"]["dropped"]));
+    }
+    for stage in ["capture", "scale", "infer", "publish"] {
+        let r = &st[stage];
+        let n = f(&r["frames_in"]).max(1.0);
+        let p = &r["process"];
+        m.insert(format!("cpu µs/frame {stage}"), (f(&p["user_us"]) + f(&p["system_us"])) / n);
+        m.insert(format!("ctx switches/frame {stage}"), (f(&p["voluntary_ctx"]) + f(&p["involuntary_ctx"])) / n);
+        m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
+    }
+    m
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs the comparison; returns the exit code.
+pub fn compare(a: CompareArgs) -> Result<i32> {
+    if a.rounds == 0 || a.rounds > 50 {
+        bail!("--rounds {}: use 1..=50", a.rounds);
+    }
+    let flags = run_flags(&a);
+    let dir = tempdir()?;
+    let mut runs = vec![];
+    let mut per_mode: [Vec<BTreeMap<String, f64>>; 2] = [vec![], vec![]];
+    for round in 0..a.rounds {
+        for (k, copy) in [false, true].into_iter().enumerate() {
+            if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
+                bail!("stopped");
+            }
+            log::info!("round {} of {}: {}", round + 1, a.rounds, if copy { "copy mode" } else { "zero-copy" });
+            let s = one_run(&flags, copy, &dir.0, runs.len())?;
+            per_mode[k].push(metrics(&s));
+            runs.push(s);
+        }
+    }
+    let frames: Vec<u64> = runs.iter().map(|s| s["stages"]["capture"]["frames_out"].as_u64().unwrap_or(0)).collect();
+    if frames.iter().any(|f| *f != frames[0]) {
+        bail!("runs captured different frame counts {frames:?}: use a finite source with --frames");
+    }
+    let keys: Vec<String> = per_mode[0][0].keys().cloned().collect();
+    let rows: Vec<Row> = keys
+        .iter()
+        .map(|k| {
+            let mut z: Vec<f64> = per_mode[0].iter().map(|m| m[k]).collect();
+            let mut c: Vec<f64> = per_mode[1].iter().map(|m| m[k]).collect();
+            let spread = |v: &[f64]| [v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(f64::NEG_INFINITY, f64::max)];
+            let (zs, cs) = (spread(&z), spread(&c));
+            let (zm, cm) = (median(&mut z), median(&mut c));
+            Row { metric: k.clone(), zero_copy: zm, copy_mode: cm, ratio: (zm != 0.0).then(|| cm / zm), zero_copy_spread: zs, copy_mode_spread: cs }
+        })
+        .collect();
+    let cmp = Comparison { run_flags: flags, rounds: a.rounds, frames, rows, runs };
+    if let Some(path) = &a.report {
+        draw(&cmp, path)?;
+        log::info!("report drawn to {}", path.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&cmp)?);
+    } else {
+        print!("{}", table(&cmp));
+    }
+    Ok(0)
+}
+
+/// The side-by-side table (markdown).
+pub fn table(c: &Comparison) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "zcpipe compare: {} rounds of zero-copy vs --copy-mode, {} frames each; `zcpipe run {}`", c.rounds, c.frames.first().unwrap_or(&0), c.run_flags.join(" "));
+    let _ = writeln!(o, "\n| metric | zero-copy | copy mode | copy / zero | zero-copy spread | copy spread |");
+    let _ = writeln!(o, "|---|---:|---:|---:|---|---|");
+    for r in &c.rows {
+        let ratio = r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            o,
+            "| {} | {:.1} | {:.1} | {ratio} | {:.1}..{:.1} | {:.1}..{:.1} |",
+            r.metric, r.zero_copy, r.copy_mode, r.zero_copy_spread[0], r.zero_copy_spread[1], r.copy_mode_spread[0], r.copy_mode_spread[1]
+        );
+    }
+    o
+}
+
+fn draw(c: &Comparison, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let get = |name: &str| c.rows.iter().find(|r| r.metric == name).map(|r| (r.zero_copy, r.copy_mode)).unwrap_or((0.0, 0.0));
+    let stages = ["capture", "scale", "infer", "publish", "total"];
+    let bars: Vec<(f64, f64)> = stages.iter().map(|s| get(&format!("latency p50 {s} (µs)"))).collect();
+    let dist: Vec<(f64, f64)> = ["p50", "p99"].iter().map(|q| get(&format!("latency {q} total (µs)"))).collect();
+    let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (left, right) = root.split_horizontally(620);
+    let ymax = bars.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
+    let mut ch = ChartBuilder::on(&left)
+        .caption("p50 latency per stage (µs)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..stages.len() as f64, 0f64..ymax)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ch.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(stages.len() * 2)
+        .x_label_formatter(&|x| stages.get(x.floor() as usize).filter(|_| (x.fract() - 0.5).abs() < 0.01).map(|s| s.to_string()).unwrap_or_default())
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, (z, cp)) in bars.iter().enumerate() {
+        let x = i as f64;
+        ch.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        ch.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    ch.draw_series([Rectangle::new([(0.0, 0.0), (0.0, 0.0)], BLUE.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?.label("zero-copy").legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], BLUE.filled()));
+    ch.draw_series([Rectangle::new([(0.0, 0.0), (0.0, 0.0)], RED.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?.label("copy mode").legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], RED.filled()));
+    ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ymax2 = dist.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
+    let mut ch2 = ChartBuilder::on(&right)
+        .caption("end-to-end latency (µs)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..2f64, 0f64..ymax2)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ch2.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(4)
+        .x_label_formatter(&|x| if (x - 0.5).abs() < 0.01 { "p50".into() } else if (x - 1.5).abs() < 0.01 { "p99".into() } else { String::new() })
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, (z, cp)) in dist.iter().enumerate() {
+        let x = i as f64;
+        ch2.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        ch2.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// A private temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+fn tempdir() -> Result<TempDir> {
+    let base = std::env::temp_dir().join(format!("zcpipe-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    Ok(TempDir(base))
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
