@@ -32,8 +32,9 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 const BARS_Y: [f64; 8] = [180.0, 162.0, 131.0, 112.0, 84.0, 65.0, 35.0, 16.0];
 const BARS_CB: [f64; 8] = [128.0, 44.0, 156.0, 72.0, 184.0, 100.0, 212.0, 128.0];
 const BARS_CR: [f64; 8] = [128.0, 142.0, 44.0, 58.0, 198.0, 212.0, 114.0, 128.0];
-/// How far a bar's mean may be from the table (rounding in the pattern generator).
-const BAR_TOLERANCE: f64 = 8.0;
+/// How far a bar's mean may be from the table. vivid (6.12) gives Y 179,160,130,111,83,64,34,16,
+/// Cb 128,44,156,72,183,99,211,128 and Cr 128,141,44,58,197,211,114,128: within 2.
+const BAR_TOLERANCE: f64 = 4.0;
 
 fn dev(var: &str) -> PathBuf {
     let v = std::env::var(var).unwrap_or_default();
@@ -175,6 +176,8 @@ struct CaptureRun {
     granted: zcpipe::capture::v4l2::Granted,
     layout: FrameLayout,
     descs: Vec<FrameDesc>,
+    /// The driver's own buffer timestamps (descriptors may carry them clamped).
+    driver_ts: Vec<u64>,
     stats: V4l2Stats,
     counters: RingCounters,
     pool: PoolStats,
@@ -223,12 +226,16 @@ fn capture_run(test: &str, cfg: &V4l2Config, alloc: Option<Allocator>, frames: u
     };
     let mut prod = PoolProducer::offer(conn, pool, spec).unwrap();
     cam.start(&mut prod).unwrap();
-    let mut descs = vec![];
+    let (mut descs, mut driver_ts) = (vec![], vec![]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while descs.len() < frames {
         assert!(Instant::now() < deadline, "only {} of {frames} frames in 60 s: {:?}", descs.len(), cam.stats());
         match cam.next_frame(&mut prod, &NEVER, Duration::from_millis(200)).unwrap() {
-            Next::Frame(d) => descs.push(d),
+            Next::Frame(d, b) => {
+                descs.push(d);
+                driver_ts.push(b.timestamp_ns);
+                assert!(b.monotonic, "the driver stamps CLOCK_MONOTONIC");
+            }
             Next::Idle => {}
             Next::Unplugged => panic!("vivid unplugged?"),
         }
@@ -245,6 +252,7 @@ fn capture_run(test: &str, cfg: &V4l2Config, alloc: Option<Allocator>, frames: u
         granted: cam.granted().clone(),
         layout,
         descs,
+        driver_ts,
         stats: cam.stats(),
         counters: prod.counters(),
         pool: prod.stats(),
@@ -281,10 +289,13 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
                 assert_eq!(r.layout.planes[1].offset, r.granted.planes[0].0 * size.1, "{what}: CbCr at bytesperline x height");
             }
             assert_eq!(r.n_fds, r.n_bufs * planes, "{what}: one dma-buf per plane");
-            // Timing: the driver's timestamps, CLOCK_MONOTONIC, at the granted interval.
+            // Timing: the driver's buffer timestamps, CLOCK_MONOTONIC, at the granted interval.
             let interval_ns = r.granted.interval.numerator as f64 * 1e9 / r.granted.interval.denominator as f64;
             assert!((interval_ns - 1e9 / 30.0).abs() < 1e5, "{what}: granted {:?}", r.granted.interval);
-            let ts: Vec<u64> = r.descs.iter().map(|d| d.timestamp_ns).collect();
+            let ts = r.driver_ts.clone();
+            let desc_ts: Vec<u64> = r.descs.iter().map(|d| d.timestamp_ns).collect();
+            assert!(desc_ts.windows(2).all(|w| w[1] >= w[0]), "{what}: descriptor timestamps never go back");
+            assert!(desc_ts.iter().zip(&ts).all(|(d, t)| d <= t), "{what}: descriptors carry the driver's stamp or, if it was ahead, the dequeue time");
             assert!(ts.windows(2).all(|w| w[1] > w[0]), "{what}: timestamps must increase: {ts:?}");
             let now = zcpipe::core::frame::monotonic_ns();
             assert!(now.abs_diff(ts[ts.len() - 1]) < 10_000_000_000, "{what}: timestamps are CLOCK_MONOTONIC");
@@ -319,14 +330,16 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
             );
             println!("EVIDENCE granted {what}: {}", r.granted.describe());
             println!(
-                "EVIDENCE timing {what}: median interval {:.2} ms (granted {:.2} ms, {:.1}% off), sequence {}..{}, {} driver drops, {} frames",
+                "EVIDENCE timing {what}: median interval between driver timestamps {:.2} ms (granted {:.2} ms, {:.1}% off), sequence {}..{}, {} driver drops, {} frames, {} stamped ahead of dequeue (max {} µs)",
                 med as f64 / 1e6,
                 interval_ns / 1e6,
                 dev * 100.0,
                 seqs[0],
                 seqs[seqs.len() - 1],
                 r.stats.driver_drops,
-                r.descs.len()
+                r.descs.len(),
+                r.stats.timestamps_ahead,
+                r.stats.max_ahead_us
             );
             println!(
                 "EVIDENCE pattern {what}: consumer pid {} read {} frames through DMA_BUF_IOCTL_SYNC, 0 off-pattern; bar Y [{}] Cb [{}] Cr [{}] (want Y [{}] within {BAR_TOLERANCE})",
@@ -415,24 +428,34 @@ fn slow_consumer_costs_no_driver_drops() {
     let (s, k, c) = (r.stats, r.counters, &r.consumer);
     let span = (s.last_sequence.unwrap() - s.first_sequence.unwrap()) as u64 + 1;
     println!("slow consumer: {c}; {s:?}");
+    // Every DQBUF left the driver at least one queued buffer (min 2 after each refill), so
+    // no frame was lost for want of a buffer: what zcpipe would cause by holding them.
     assert_eq!(s.driver_starved, 0, "zcpipe always left the driver a buffer: {s:?}");
-    assert_eq!(s.driver_drops, 0, "no sequence gaps: {s:?}");
-    assert_eq!(s.dequeued, span + s.sequence_repeats, "dequeued every sequence number the driver produced: {s:?}");
+    // Accounting is exact: every sequence number was dequeued or counted as a driver drop.
+    assert_eq!(s.dequeued + s.driver_drops, span + s.sequence_repeats, "{s:?}");
+    // vivid itself skips a number now and then when its thread wakes late (jiffies rounding
+    // under TCG); a starved driver would lose about two frames in three here.
+    assert!(s.driver_drops * 20 <= span, "at most 5% driver drops: {s:?}");
     assert_eq!(k.produced, 60, "{k:?}");
     assert!(k.dropped > 0, "a slow consumer makes zcpipe drop (counted) frames: {k:?}");
     assert_eq!(k.produced, k.consumed + k.dropped + k.rejected + k.in_flight, "{k:?}");
     assert_eq!(k.in_flight, 0, "{k:?}");
     assert_eq!(num(c, "got"), k.consumed, "{c}");
-    assert_eq!(num(c, "gaps"), k.dropped, "the frames the consumer missed are exactly the counted drops: {c} {k:?}");
+    assert_eq!(
+        num(c, "gaps"),
+        k.dropped + s.driver_drops,
+        "the frames the consumer missed are exactly the counted drops (zcpipe's + the driver's): {c} {k:?} {s:?}"
+    );
     assert_eq!(num(c, "bad"), 0, "{c}");
     assert_eq!(r.still_out, 0);
     println!(
-        "EVIDENCE slow consumer (100 ms/frame) on {}: driver sequence {}..{} = {span} frames, {} dequeued, {} driver drops; ring produced {} = consumed {} + dropped {} + rejected {} + in flight {}; consumer saw {} frames and {} gaps",
+        "EVIDENCE slow consumer (100 ms/frame) on {}: driver sequence {}..{} = {span} frames, {} dequeued, {} driver drops (vivid's own), driver never left without a buffer ({} starved); ring produced {} = consumed {} + dropped {} + rejected {} + in flight {}; consumer saw {} frames and {} gaps",
         r.cam_label,
         s.first_sequence.unwrap(),
         s.last_sequence.unwrap(),
         s.dequeued,
         s.driver_drops,
+        s.driver_starved,
         k.produced,
         k.consumed,
         k.dropped,
@@ -735,7 +758,7 @@ fn bad_input_fails_with_one_clear_line() {
     fails_cleanly(
         "an unsupported format",
         &args(format!("v4l2:{}", sp.display()), &["--format", "NV12M"]),
-        &["does not offer NV12M", "it offers", "YUYV", "--format"],
+        &["does not offer NV12M", "it offers", "zcpipe reads NV12, NV16, YUYV, RGB24, BGR24", "--format"],
     );
     fails_cleanly("an absent heap", &args(format!("v4l2:{}", sp.display()), &["--heap", "cma"]), &["--heap cma", "heaps found: system"]);
     fails_cleanly(

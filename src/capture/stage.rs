@@ -277,6 +277,7 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
             ("driver_drops", s.driver_drops.into()),
             ("error_frames", s.error_frames.into()),
             ("bad_timestamps", s.bad_timestamps.into()),
+            ("timestamps_ahead", s.timestamps_ahead.into()),
             ("sequence_repeats", s.sequence_repeats.into()),
             ("driver_starved", s.driver_starved.into()),
             ("first_sequence", s.first_sequence.into()),
@@ -311,7 +312,7 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
             return Err(PeerGone("scale stage hung up".into()).into());
         }
         match cam.next_frame(&mut prod, stop, Duration::from_millis(100)) {
-            Ok(Next::Frame(_)) | Ok(Next::Idle) => {}
+            Ok(Next::Frame(..)) | Ok(Next::Idle) => {}
             Ok(Next::Unplugged) => {
                 log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
                 break "camera unplugged";

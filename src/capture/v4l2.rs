@@ -75,6 +75,16 @@ fn format_list(v: &[Fourcc]) -> String {
     v.iter().map(|f| format_name(*f)).collect::<Vec<_>>().join(", ")
 }
 
+/// What a driver offers, for messages: all of it if short, else the first 12 and a count
+/// (vivid offers about 70).
+fn offered_list(v: &[Fourcc]) -> String {
+    const SHOW: usize = 12;
+    if v.len() <= SHOW {
+        return format_list(v);
+    }
+    format!("{}, ... ({} formats)", format_list(&v[..SHOW]), v.len())
+}
+
 /// What to open and ask for.
 #[derive(Clone, Debug, Default)]
 pub struct V4l2Config {
@@ -326,6 +336,10 @@ pub struct V4l2Stats {
     pub queued: u64,
     /// Frames whose timestamp went backwards or was not CLOCK_MONOTONIC.
     pub bad_timestamps: u64,
+    /// Frames the driver stamped later than their dequeue (clamped to the dequeue time).
+    pub timestamps_ahead: u64,
+    /// The most a stamp was ahead of its dequeue, µs.
+    pub max_ahead_us: u64,
     /// Buffers whose sequence number repeated or went back (given the next frame number).
     pub sequence_repeats: u64,
     /// Dequeues that left the driver without a queued buffer: a frame arriving before the
@@ -397,8 +411,9 @@ pub struct Dequeued {
 /// What one turn of the capture loop found.
 #[derive(Debug)]
 pub enum Next {
-    /// A frame was published; its descriptor.
-    Frame(FrameDesc),
+    /// A frame was published: its descriptor, and the buffer as the driver returned it
+    /// (its own timestamp and sequence number).
+    Frame(FrameDesc, Dequeued),
     /// Nothing yet (timeout, a flagged buffer requeued, or every buffer downstream).
     Idle,
     /// The device is gone (ENODEV): end the stream.
@@ -524,7 +539,7 @@ impl V4l2Capture {
     /// The formats the driver offers on this queue (VIDIOC_ENUM_FMT).
     pub fn offered_formats(&self) -> Vec<Fourcc> {
         let mut v = vec![];
-        for index in 0..64 {
+        for index in 0..1024 {
             let mut d = sys::FmtDesc { index, type_: self.buf_type, ..Default::default() };
             if sys::enum_fmt(self.fd(), &mut d).is_err() {
                 break;
@@ -551,14 +566,14 @@ impl V4l2Capture {
                 "v4l2: {} does not offer {}; it offers {}, of which zcpipe reads {}: pass one of those with --format",
                 self.node.label(),
                 format_name(f),
-                format_list(&offered),
+                offered_list(&offered),
                 format_list(&readable)
             ),
             None => *readable.first().ok_or_else(|| {
                 anyhow!(
                     "v4l2: {} offers {}, none of which zcpipe reads ({})",
                     self.node.label(),
-                    format_list(&offered),
+                    offered_list(&offered),
                     format_list(&PREFERRED)
                 )
             })?,
@@ -607,7 +622,7 @@ impl V4l2Capture {
                 self.node.label(),
                 format_name(fourcc),
                 format_name(gf),
-                format_list(&offered),
+                offered_list(&offered),
                 format_list(&readable)
             );
         }
@@ -910,8 +925,10 @@ impl V4l2Capture {
             prod.abandon(d.index);
             return Ok(Next::Idle);
         }
-        // The driver's timestamp: CLOCK_MONOTONIC, possibly a little ahead of "now" for
-        // drivers that stamp the frame's nominal end (vivid does).
+        // The driver's timestamp, CLOCK_MONOTONIC. Some drivers stamp a frame's nominal end
+        // and deliver it earlier (vivid: up to a frame period ahead of the DQBUF); such a
+        // stamp is clamped to the dequeue time, so stage latencies never come out negative.
+        let now = monotonic_ns();
         let mut ts = d.timestamp_ns;
         if !d.monotonic || ts == 0 {
             self.stats.bad_timestamps += 1;
@@ -919,7 +936,19 @@ impl V4l2Capture {
                 self.warned_clock = true;
                 log::warn!("v4l2: {} does not stamp buffers with CLOCK_MONOTONIC; using the dequeue time", self.node.label());
             }
-            ts = monotonic_ns();
+            ts = now;
+        } else if ts > now {
+            self.stats.timestamps_ahead += 1;
+            self.stats.max_ahead_us = self.stats.max_ahead_us.max((ts - now) / 1000);
+            if self.stats.timestamps_ahead == 1 {
+                log::info!(
+                    "v4l2: {} stamps frames ahead of their delivery ({} µs for frame {}); such stamps are clamped to the dequeue time",
+                    self.node.label(),
+                    (ts - now) / 1000,
+                    d.sequence
+                );
+            }
+            ts = now;
         }
         if ts < self.last_ts {
             self.stats.bad_timestamps += 1;
@@ -931,7 +960,7 @@ impl V4l2Capture {
         desc.stamp_out(Stage::Capture);
         prod.publish(desc, stop)?;
         self.stats.published += 1;
-        Ok(Next::Frame(desc))
+        Ok(Next::Frame(desc, d))
     }
 
     /// Stops streaming (VIDIOC_STREAMOFF), which returns every buffer the driver held, and

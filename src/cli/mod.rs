@@ -174,6 +174,8 @@ pub enum ScalerKind {
     Auto,
     /// NV12/NV16/YUYV/RGB -> BGR letterbox on the CPU (fast_image_resize + yuv).
     Cpu,
+    /// Touch no pixels (pass-through geometry): with `--infer none`, measures transport alone.
+    None,
 }
 
 /// Scale options.

@@ -29,3 +29,20 @@ pub trait Scaler: Send {
         pad: u8,
     ) -> anyhow::Result<LetterboxParams>;
 }
+
+/// `--scaler none`: touches no pixels; forwards each frame's geometry as if letterboxed, so
+/// a run measures transport and glue alone (with `--infer none`).
+#[derive(Debug, Default)]
+pub struct NoScaler;
+
+impl Scaler for NoScaler {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn check(&self, _src: Fourcc, _dst: &FrameLayout) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn scale(&mut self, _src: &[&[u8]], src_layout: &FrameLayout, _dst: &mut [u8], dst_layout: &FrameLayout, _pad: u8) -> anyhow::Result<LetterboxParams> {
+        Ok(LetterboxParams::top_left(src_layout.width, src_layout.height, dst_layout.width, dst_layout.height))
+    }
+}

@@ -29,6 +29,7 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let reporter = Reporter::new(common.report_fd);
     let mut scaler: Box<dyn Scaler> = match args.scaler {
         ScalerKind::Auto | ScalerKind::Cpu => Box::new(CpuScaler::new()),
+        ScalerKind::None => Box::new(super::NoScaler),
     };
     if args.scale_buffers < 2 || args.scale_buffers > 64 {
         bail!("--scale-buffers {}: use 2..=64", args.scale_buffers);
@@ -117,7 +118,10 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
         desc.stamp_in(Stage::Scale);
         let Some(idx) = out.acquire(stop).map_err(peer_gone)? else { break "signal" };
         desc.buffer_index = idx;
-        desc.letterbox = {
+        desc.letterbox = if args.scaler == ScalerKind::None {
+            // Pass-through: no mapping, no sync, no pixels; geometry only.
+            scaler.scale(&[], &frame.desc.layout, &mut [], &dst, want.pad)?
+        } else {
             let src = frame.read()?;
             let srcs: Vec<&[u8]> = src.iter().map(|g| g.bytes()).collect();
             let mut d = out.buffer_mut(idx)[0].write()?;
