@@ -21,7 +21,9 @@ python3 - "$json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 rows = {(x["transport"], x["size"]): x for x in r["rows"]}
-print(f"# ring vs unix socket ({r['placement']['description']}; load {r['host']['loadavg']})\n")
+print("# frame ring vs Unix socket, one-way µs (median of runs)\n")
+print(f"- CPUs: {r['placement']['description']}")
+print(f"- load average {r['host']['loadavg']} at start; scheduling {r['host']['scheduling']}; ring pool: {r['ring_memory']}\n")
 print("| frame | ring µs | ring-desc µs | unix µs | none µs | unix / ring | ring / none |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for size in ("480p", "1080p", "4k"):

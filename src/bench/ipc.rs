@@ -306,12 +306,13 @@ impl IpcConfig {
             Some([x, y]) => Some([*x, *y]),
             Some(v) => anyhow::bail!("--cpus takes two CPU numbers, e.g. --cpus 0,1 (got {})", v.len()),
         };
-        Ok(IpcConfig { sizes, transports, rounds: a.rounds, iters: a.iters, cold: a.cold, cpus, heap: a.heap })
+        Ok(IpcConfig { sizes, transports, rounds: a.rounds.max(1), iters: a.iters, cold: a.cold, cpus, heap: a.heap })
     }
 
     /// Round trips per run for `t` at `bytes`.
     pub fn iters_for(&self, t: Transport, bytes: usize) -> u32 {
-        self.iters.unwrap_or_else(|| if t.touches_data() { ((128usize << 20) / bytes).clamp(32, 2000) as u32 } else { 2000 })
+        let auto = || if t.touches_data() { ((128usize << 20) / bytes.max(1)).clamp(32, 2000) as u32 } else { 2000 };
+        self.iters.unwrap_or_else(auto).max(1)
     }
 }
 
@@ -402,6 +403,9 @@ pub struct Host {
     pub cpus_online: usize,
     /// /proc/loadavg when the bench started.
     pub loadavg: String,
+    /// Scheduling policy of the two processes (`SCHED_OTHER`, or `SCHED_FIFO 10` under
+    /// `chrt -f 10`; the echo process inherits it).
+    pub scheduling: String,
 }
 
 /// Everything `zcpipe bench ipc` measured.
@@ -548,7 +552,7 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
         }
     }
     let mut rows: Vec<Row> = rows.into_iter().map(|(_, _, r)| r).collect();
-    for row in rows.iter_mut().filter(|r| r.status == Status::Ok) {
+    for row in rows.iter_mut().filter(|r| r.status == Status::Ok && !r.runs_us.is_empty()) {
         let mut sorted = row.runs_us.clone();
         row.median_us = Some(median(&mut sorted));
         row.min_us = sorted.first().copied();
@@ -722,6 +726,11 @@ fn notes(cfg: &IpcConfig, rows: &[Row]) -> Vec<String> {
         Some(n) => v.push(format!("--cold: every buffer (private, shared, pool) cycles through {n} per direction, as a camera's queue does")),
         None => v.push("hot caches: one buffer per direction and side, reused every round trip (--cold N cycles N)".into()),
     }
+    v.push(
+        "on a busy machine other processes preempt both sides (a message that needs many wake-ups, like a pipe's, \
+         suffers most): run on an idle board, or under `chrt -f 10` (the echo process inherits the policy)"
+            .into(),
+    );
     v.push("iceoryx2 is not measured: it needs libclang to build; it is left for an optional feature".into());
     v
 }
@@ -734,6 +743,25 @@ fn host_info() -> Host {
         machine: s(|u| u.machine()),
         cpus_online: nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(0) as usize,
         loadavg: std::fs::read_to_string("/proc/loadavg").map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+        scheduling: scheduling(),
+    }
+}
+
+/// This process's scheduling policy and real-time priority, from /proc/self/stat (fields
+/// 40 `rt_priority` and 41 `policy`, proc(5)).
+fn scheduling() -> String {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    // `rest` starts at field 3 (state).
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<i64>().ok());
+    match (field(41), field(40)) {
+        (Some(0), _) => "SCHED_OTHER".into(),
+        (Some(1), Some(p)) => format!("SCHED_FIFO {p}"),
+        (Some(2), Some(p)) => format!("SCHED_RR {p}"),
+        (Some(3), _) => "SCHED_BATCH".into(),
+        (Some(5), _) => "SCHED_IDLE".into(),
+        (Some(6), _) => "SCHED_DEADLINE".into(),
+        _ => "unknown".into(),
     }
 }
 
@@ -768,8 +796,8 @@ impl IpcReport {
         let _ = writeln!(o, "- CPUs: {}", self.placement.description);
         let _ = writeln!(
             o,
-            "- host: {} {}, {} CPUs online, load average {} at start",
-            self.host.kernel, self.host.machine, self.host.cpus_online, self.host.loadavg
+            "- host: {} {}, {} CPUs online, load average {} at start; scheduling {}",
+            self.host.kernel, self.host.machine, self.host.cpus_online, self.host.loadavg, self.host.scheduling
         );
         let _ = writeln!(o, "- frame ring pool: {}", self.ring_memory);
         let _ = writeln!(
