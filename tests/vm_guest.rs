@@ -649,7 +649,7 @@ fn pipeline_from_vivid_to_a_watch_client() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
-    args.extend(["--format", "NV12", "--size", "640x480", "--fps", "30", "--frames", "150", "--no-print"].map(String::from));
+    args.extend(["--format", "NV12", "--size", "640x480", "--fps", "30", "--frames", "150", "--scaler", "cpu", "--no-print"].map(String::from));
     let mut bg = Background::start(&args);
     bg.wait_for("streaming from", Duration::from_secs(120));
     let sock = d.join("detections.sock");
@@ -684,6 +684,7 @@ fn pipeline_from_vivid_to_a_watch_client() {
     assert_eq!(u(&x["buffers_home"]), u(&x["buffers"]), "{x}");
     assert_eq!(x["end_reason"], "frame limit");
     assert!(u(&x["dequeued"]) >= 150);
+    assert_eq!(u(&x["driver_starved"]), 0, "zcpipe always left the driver a buffer: {x}");
     for stage in ["capture", "scale", "infer", "publish"] {
         let e = &st[stage]["extra"];
         assert_eq!(u(&e["open_fds_setup"]), u(&e["open_fds_exit"]), "{stage}: open fds after set-up and before exit: {e}");
@@ -704,10 +705,11 @@ fn pipeline_from_vivid_to_a_watch_client() {
     }
     let k = &st["capture"]["output_ring"];
     println!(
-        "EVIDENCE pipeline counters: captured {} (dequeued {}, driver drops {}), capture->scale consumed {} dropped {}, scaled {}, inferred {}, published {}; watch got seq {}..{}",
+        "EVIDENCE pipeline counters: captured {} (dequeued {}, driver drops {}, driver starved {}), capture->scale consumed {} dropped {}, scaled {}, inferred {}, published {}; watch got seq {}..{}",
         u(&cap["frames_out"]),
         u(&x["dequeued"]),
         u(&x["driver_drops"]),
+        u(&x["driver_starved"]),
         u(&k["consumed"]),
         u(&k["dropped"]),
         u(&st["scale"]["frames_out"]),
@@ -796,7 +798,11 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
     let mp = dev("VIVID_MP");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut bg = Background::start(&run_args(d, &format!("v4l2:{}", mp.display())));
+    // Multi-planar, NV12M, buffers from the dma-buf heap imported by the driver: the other
+    // corner of the matrix from the pipeline test.
+    let mut args = run_args(d, &format!("v4l2:{}", mp.display()));
+    args.extend(["--format", "NV12M", "--size", "640x480", "--fps", "30", "--capture-io", "dmabuf", "--heap", "system"].map(String::from));
+    let mut bg = Background::start(&args);
     bg.wait_for("streaming from", Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(2));
     {
@@ -813,6 +819,8 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
     let s = summary(d);
     let x = &s["stages"]["capture"]["extra"];
     assert_eq!(x["end_reason"], "camera unplugged", "{x}");
+    assert_eq!((x["format"].as_str(), x["capture_io"].as_str(), u(&x["dmabuf_fds"])), (Some("NV12M"), Some("dmabuf"), 8), "{x}");
+    assert!(u(&s["stages"]["publish"]["frames_out"]) > 0, "frames flowed before the unplug");
     assert_eq!(u(&x["buffers_still_out"]), 0, "no leaked buffer: {x}");
     assert_eq!(u(&x["buffers_home"]), u(&x["buffers"]), "{x}");
     for stage in ["capture", "scale", "infer", "publish"] {
@@ -822,8 +830,9 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
     let line = lines.iter().find(|l| l.contains("camera unplugged")).unwrap();
     println!("EVIDENCE unplug: {line}");
     println!(
-        "EVIDENCE unplug: {} frames before ENODEV; buffers home {}/{}",
+        "EVIDENCE unplug: {} NV12M frames (dmabuf I/O, 8 imported fds) before ENODEV, {} published; buffers home {}/{}",
         u(&s["stages"]["capture"]["frames_out"]),
+        u(&s["stages"]["publish"]["frames_out"]),
         u(&x["buffers_home"]),
         u(&x["buffers"])
     );

@@ -144,9 +144,14 @@ impl NodeInfo {
     pub fn can_capture(&self) -> bool {
         self.cap.is_capture() && self.cap.has_streaming()
     }
-    /// `/dev/video0 (vivid: vivid-000-vid-cap)`.
+    /// `/dev/video0 (uvcvideo: HD Webcam)`, or `/dev/video0 (vivid)` when the card is named
+    /// like its driver.
     pub fn label(&self) -> String {
-        format!("{} ({}: {})", self.path.display(), self.driver, self.card)
+        if self.card.is_empty() || self.card == self.driver {
+            format!("{} ({})", self.path.display(), self.driver)
+        } else {
+            format!("{} ({}: {})", self.path.display(), self.driver, self.card)
+        }
     }
 }
 
@@ -409,6 +414,8 @@ pub struct Dequeued {
 }
 
 /// What one turn of the capture loop found.
+// One per frame, on the stack: boxing the large variant would allocate per frame.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Next {
     /// A frame was published: its descriptor, and the buffer as the driver returned it
@@ -468,9 +475,12 @@ impl V4l2Capture {
     pub fn open(cfg: &V4l2Config) -> Result<V4l2Capture> {
         let path = match &cfg.device {
             Some(p) => p.clone(),
-            None => first_capture_node()
-                .map(|n| n.path)
-                .ok_or_else(|| anyhow!("v4l2: no V4L2 capture node found in /dev/video*; connect a camera, load its driver, or use another --source (`zcpipe doctor` lists the nodes)"))?,
+            None => first_capture_node().map(|n| n.path).ok_or_else(|| {
+                anyhow!(
+                    "v4l2: no V4L2 capture node found in /dev/video*; connect a camera, load its driver, \
+                     or use another --source (`zcpipe doctor` lists the nodes)"
+                )
+            })?,
         };
         let file = open_node(&path).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => anyhow!("v4l2: {} does not exist; {}", path.display(), other_nodes_hint(&path)),
@@ -731,7 +741,8 @@ impl V4l2Capture {
                 return Err(self.busy_error("VIDIOC_REQBUFS"));
             }
             if e.raw_os_error() == Some(libc::EINVAL) {
-                bail!("v4l2: {} refuses {} buffers (VIDIOC_REQBUFS: {e}); try --capture-io {}", self.node.label(), self.io.name(), if self.io == CaptureIo::Mmap { "dmabuf" } else { "mmap" });
+                let other = if self.io == CaptureIo::Mmap { "dmabuf" } else { "mmap" };
+                bail!("v4l2: {} refuses {} buffers (VIDIOC_REQBUFS: {e}); try --capture-io {other}", self.node.label(), self.io.name());
             }
             bail!("v4l2: VIDIOC_REQBUFS {} x{buffers} on {}: {e}", self.io.name(), self.node.label());
         }
@@ -767,7 +778,11 @@ impl V4l2Capture {
                             ..Default::default()
                         };
                         let fd = sys::expbuf(self.fd(), &mut x).map_err(|e| {
-                            anyhow!("v4l2: VIDIOC_EXPBUF buffer {index} plane {plane} on {}: {e} (the driver cannot export dma-bufs; try --capture-io dmabuf)", self.node.label())
+                            anyhow!(
+                                "v4l2: VIDIOC_EXPBUF buffer {index} plane {plane} on {}: {e} \
+                                 (the driver cannot export dma-bufs; try --capture-io dmabuf)",
+                                self.node.label()
+                            )
                         })?;
                         bufs.push(DmaBuf::new(fd, len as u64, MemoryKind::DmaBuf));
                     }
