@@ -127,6 +127,7 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
     }
     let elapsed = f(&st["publish"]["elapsed_s"]).max(1e-9);
     m.insert("fps published".into(), f(&st["publish"]["frames_out"]) / elapsed);
+    m.insert("fps captured".into(), f(&st["capture"]["frames_out"]) / f(&st["capture"]["elapsed_s"]).max(1e-9));
     for (up, down) in [("capture", "scale"), ("scale", "infer")] {
         let frames = f(&st[up]["frames_out"]).max(1.0);
         let copied = f(&st[up]["copy_out"]["copied_bytes"]) + f(&st[down]["copy_in"]["copied_bytes"]);
