@@ -470,15 +470,20 @@ pub fn offer_items<T: Pod>(conn: Conn, capacity: u32, policy: RingPolicy, descri
 /// the error) and maps the ring. Returns the offer, the receiver and the pool's buffers
 /// (`buffers[i][fd_index]`), each checked with [`DmaBuf::from_peer`].
 pub fn join<T: Pod>(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &str) -> Result<(Offer, Receiver<T>, Vec<Vec<DmaBuf>>)> {
-    conn.send(hello, &[])?;
-    let (msg, fds) = conn.recv().with_context(|| format!("waiting for {upstream}'s offer"))?;
-    let offer = match msg {
-        ControlMsg::Offer(o) => o,
-        ControlMsg::Refuse { error } => return Err(anyhow!("{upstream} refused: {error}")),
-        other => bail!("{upstream} sent {other:?} instead of an offer"),
-    };
+    let (offer, fds) = request_offer(&conn, hello, upstream)?;
     let (rx, bufs) = attach(conn, &offer, fds, wait, upstream)?;
     Ok((offer, rx, bufs))
+}
+
+/// Sends `hello` and returns the upstream's offer with its fds; a refusal is the error.
+fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Offer, Vec<OwnedFd>)> {
+    conn.send(hello, &[])?;
+    let (msg, fds) = conn.recv().with_context(|| format!("waiting for {upstream}'s offer"))?;
+    match msg {
+        ControlMsg::Offer(o) => Ok((o, fds)),
+        ControlMsg::Refuse { error } => Err(anyhow!("{upstream} refused: {error}")),
+        other => bail!("{upstream} sent {other:?} instead of an offer"),
+    }
 }
 
 /// Maps what an offer's fds carry: ring memfd, doorbells, then the pool's buffers.
@@ -575,13 +580,7 @@ impl PoolConsumer {
     /// Joins the frame hop offered on `conn` (see [`join`]); in copy mode, maps nothing
     /// shared and allocates its own pool instead.
     pub fn join(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &str) -> Result<PoolConsumer> {
-        conn.send(hello, &[])?;
-        let (msg, fds) = conn.recv().with_context(|| format!("waiting for {upstream}'s offer"))?;
-        let offer = match msg {
-            ControlMsg::Offer(o) => o,
-            ControlMsg::Refuse { error } => return Err(anyhow!("{upstream} refused: {error}")),
-            other => bail!("{upstream} sent {other:?} instead of an offer"),
-        };
+        let (offer, fds) = request_offer(&conn, hello, upstream)?;
         if offer.payload != Payload::Frames {
             bail!("{upstream} offered {:?}, expected frames", offer.payload);
         }
