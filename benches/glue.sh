@@ -13,5 +13,5 @@ for size in 640x480 1920x1080 3840x2160; do
     echo "== $size NV12, $frames frames, $rounds rounds (zcpipe compare --scaler none --infer none)"
     "$bin" --quiet compare --source "testsrc:$size@30" --frames "$frames" --scaler none --infer none \
         --ring-policy block --rounds "$rounds" \
-        | grep -E '^\| (metric|---|latency p50 (scale|infer|total)|cpu µs/frame|ctx switches|copied bytes)'
+        | grep -E '^\| (metric|---|latency p50 (scale|infer|total)|cpu µs/frame|voluntary ctx|copied bytes)'
 done

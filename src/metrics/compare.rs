@@ -124,6 +124,7 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         let l = &st["publish"]["latency"][series];
         m.insert(format!("latency p50 {series} (µs)"), f(&l["p50_us"]));
         m.insert(format!("latency p99 {series} (µs)"), f(&l["p99_us"]));
+        m.insert(format!("latency max {series} (µs)"), f(&l["max_us"]));
     }
     let elapsed = f(&st["publish"]["elapsed_s"]).max(1e-9);
     m.insert("fps published".into(), f(&st["publish"]["frames_out"]) / elapsed);
@@ -141,7 +142,9 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         let n = f(&r["frames_in"]).max(1.0);
         let p = &r["process"];
         m.insert(format!("cpu µs/frame {stage}"), (f(&p["user_us"]) + f(&p["system_us"])) / n);
-        m.insert(format!("ctx switches/frame {stage}"), (f(&p["voluntary_ctx"]) + f(&p["involuntary_ctx"])) / n);
+        m.insert(format!("voluntary ctx switches/frame {stage}"), f(&p["voluntary_ctx"]) / n);
+        m.insert(format!("involuntary ctx switches/frame {stage}"), f(&p["involuntary_ctx"]) / n);
+        m.insert(format!("RSS MiB {stage}"), f(&p["rss_kib"]) / 1024.0);
         m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
     }
     m
