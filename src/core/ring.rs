@@ -209,10 +209,11 @@ impl<T: Pod> RingProducer<T> {
         }
         let slot = (self.tail % cap) as usize;
         let sw = self.geo.slot_bytes as usize / 8;
-        let mut words = vec![0u64; sw];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..std::mem::size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&item));
-        for (k, w) in words.iter().enumerate() {
-            self.shm.w(W_SLOTS + slot * sw + k).store(*w, Ordering::Relaxed);
+        // Word by word, straight from the item: no allocation on the per-frame path.
+        for (k, chunk) in bytemuck::bytes_of(&item).chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.shm.w(W_SLOTS + slot * sw + k).store(u64::from_ne_bytes(w), Ordering::Relaxed);
         }
         self.shadow[slot] = item;
         self.tail += 1;
@@ -364,14 +365,14 @@ impl<T: Pod> RingConsumer<T> {
                 continue;
             }
             let slot = (head % cap) as usize;
-            let mut words = vec![0u64; sw];
-            for (k, w) in words.iter_mut().enumerate() {
-                *w = self.shm.w(W_SLOTS + slot * sw + k).load(Ordering::Relaxed);
+            let mut item = T::zeroed();
+            for (k, chunk) in bytemuck::bytes_of_mut(&mut item).chunks_mut(8).enumerate() {
+                let w = self.shm.w(W_SLOTS + slot * sw + k).load(Ordering::Relaxed).to_ne_bytes();
+                chunk.copy_from_slice(&w[..chunk.len()]);
             }
             if head_w.compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 continue; // the producer dropped this slot while we read it
             }
-            let item: T = bytemuck::pod_read_unaligned(&bytemuck::cast_slice::<u64, u8>(&words)[..std::mem::size_of::<T>()]);
             return match validate(&item) {
                 Ok(()) => {
                     self.shm.w(W_CONSUMED).fetch_add(1, Ordering::Relaxed);
