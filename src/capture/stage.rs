@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cli::{CaptureArgs, CommonArgs, PeerGone};
 use crate::core::dmabuf::Allocator;
@@ -218,8 +218,7 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
     let fps = cam.granted().fps();
 
     let listener = Listener::bind(&common.run_dir().join("capture.sock"))?;
-    let conn = listener.accept(stop)?;
-    let (hello, _) = conn.recv().context("reading the scale stage's hello")?;
+    let (conn, hello) = accept_hello(&listener, stop)?;
     if let ControlMsg::Hello { stage, accept, .. } = &hello {
         if !accept.is_empty() && !accept.contains(&layout.fourcc.0) {
             let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(Fourcc(*f))).collect();
