@@ -629,7 +629,29 @@ impl Background {
         while let Ok(l) = self.lines.try_recv() {
             self.seen.push(l);
         }
-        (status.code().unwrap_or(-1), self.seen)
+        (status.code().unwrap_or(-1), std::mem::take(&mut self.seen))
+    }
+}
+
+/// A test that fails half-way must not leave its zcpipe streaming: it would hold the vivid
+/// node and fail every later test with EBUSY. SIGTERM first (so the supervisor stops its
+/// stages and the driver gets its buffers back), SIGKILL if that takes over 20 s.
+impl Drop for Background {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        // SAFETY: plain kill(2) of our own child's pid, not yet reaped (try_wait above).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

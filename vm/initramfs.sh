@@ -150,6 +150,17 @@ for t in /tests/*; do
     timeout "$TEST_TIMEOUT" "$t" </dev/null 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
+    # A test must not leave a zcpipe behind: it would hold a vivid node (EBUSY) and fail
+    # every later test. Name the leftovers, kill them, and fail the test that leaked them.
+    left=""
+    for p in /proc/[0-9]*; do
+        c=$(cat "$p/comm" 2>/dev/null) || continue
+        case "$c" in zcpipe*|vm_guest*) left="$left ${p#/proc/}($c)"; kill -9 "${p#/proc/}" 2>/dev/null ;; esac
+    done
+    if [ -n "$left" ]; then
+        echo "VMTEST $name left processes behind, killed:$left"
+        [ $rc -eq 0 ] && rc=70
+    fi
     if [ $rc -eq 0 ]; then
         echo "VMTEST $name PASS (${secs}s)"
         PASSED=$((PASSED + 1))

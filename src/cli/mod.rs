@@ -319,7 +319,7 @@ pub fn main() -> i32 {
         _ => None,
     };
     if let Some(Err(e)) = common.map(|c| c.validate()) {
-        eprintln!("{tag}: error: {e}");
+        error_line(&tag, &e.to_string());
         return 1;
     }
     let result = match cli.cmd {
@@ -349,11 +349,21 @@ pub fn main() -> i32 {
             }
             // One line: the context chain joined, outermost first.
             let msg: Vec<String> = e.chain().map(|c| c.to_string().trim_end().to_string()).collect();
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "{tag}: error: {}", msg.join(": "));
+            error_line(&tag, &msg.join(": "));
             1
         }
     }
+}
+
+/// Writes `"{tag}: error: {msg}\n"` to stderr with one `write(2)`.
+///
+/// The four stages share one stderr; `eprintln!` issues a `write` per format piece, so two
+/// stages failing together could interleave mid-line. One `write` of at most `PIPE_BUF`
+/// (4096 bytes, pipe(7)) bytes to a pipe is atomic; longer lines are still one call.
+fn error_line(tag: &str, msg: &str) {
+    use std::io::Write;
+    let line = format!("{tag}: error: {msg}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// A neighbouring stage went away (its socket hung up): a secondary failure, reported
