@@ -7,6 +7,7 @@
 pub mod cpu;
 pub mod stage;
 
+use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
 
 /// A scaler backend: source frame (any supported fourcc) -> packed model input.
@@ -45,4 +46,24 @@ impl Scaler for NoScaler {
     fn scale(&mut self, _src: &[&[u8]], src_layout: &FrameLayout, _dst: &mut [u8], dst_layout: &FrameLayout, _pad: u8) -> anyhow::Result<LetterboxParams> {
         Ok(LetterboxParams::top_left(src_layout.width, src_layout.height, dst_layout.width, dst_layout.height))
     }
+}
+
+/// A scaler backend whose device reads and writes the dma-bufs itself (V4L2 mem2mem, RGA):
+/// the scale stage never maps a frame for it, so the only CPU work per frame is queueing.
+///
+/// Life cycle: [`DeviceScaler::bind`] once at start-up with both pools (every buffer is
+/// imported into the device there, once), then [`DeviceScaler::scale`] per frame by buffer
+/// index, then drop (which releases every import).
+pub trait DeviceScaler: Send {
+    /// Backend name and device for logs (`v4l2m2m /dev/video8 (vim2m)`, `rga`).
+    fn name(&self) -> String;
+    /// Negotiates `src_layout` -> `dst_layout` with the device and imports the pools:
+    /// `src[i]` holds source buffer `i`'s dma-bufs (one per `fd_index`), `dst[j]` output
+    /// buffer `j`. The letterbox area the device never writes is filled with `pad` here,
+    /// once (through a CPU write guard). Errors name both sides of a conversion the
+    /// device cannot do, and the rule broken.
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> anyhow::Result<()>;
+    /// Converts source buffer `src_index` into output buffer `dst_index`; returns when the
+    /// device is done with both. Returns how the output maps back to the source.
+    fn scale(&mut self, src_index: u32, dst_index: u32) -> anyhow::Result<LetterboxParams>;
 }
