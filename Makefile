@@ -15,7 +15,10 @@ run: setup
 	$(ZCPIPE) run
 
 # Unit tests and the multi-process integration tests (release: tract is slow in debug).
+# First the test-only ABI fake of librknnrt.so (fakes/librknnrt, for tests/rknn.rs), built
+# next to zcpipe's library so that both share one build of tract.
 test:
+	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked
 
 # aarch64 (Rockchip boards), cross-compiled: see scripts/aarch64.sh and "Cross-compiling for aarch64".
@@ -34,3 +37,25 @@ clean:
 	$(CARGO) clean
 
 include vm/Makefile.inc
+
+# Rebuild the YOLOX-Nano .rknn models (recipe: models/PROVENANCE.md) with rknn-toolkit2
+# 2.5.0 into build/rknn/ (never over models/), each checked on the toolkit's simulator
+# against tests/data/golden/ before it is written. NOT part of CI or `make test`: the
+# toolkit's venv (build/rknn-venv) is several GB. See README "Rebuilding the .rknn models".
+RKNN_PLATFORMS ?= rk3588 rk3566 rk3576
+
+.PHONY: rknn-models
+rknn-models:
+	bash scripts/rknn/setup.sh
+	@set -e; built=; for p in $(RKNN_PLATFORMS); do \
+	    case $$p in rk3566) f=rk3566_rk3568;; *) f=$$p;; esac; \
+	    out=build/rknn/yolox_nano_416_$$f.rknn; \
+	    echo "rknn-models: $$p -> $$out"; \
+	    build/rknn-venv/bin/python scripts/rknn/convert.py --onnx models/yolox_nano.onnx \
+	        --platform $$p --images tests/data --golden tests/data/golden \
+	        --out $$out --work build/rknn/work-$$p; \
+	    built="$$built $$out"; \
+	done; \
+	echo; echo "rknn-models: all models reproduce the simulator goldens. sha256 (differs per build):"; \
+	sha256sum $$built; \
+	echo "rknn-models: to use them, copy them over models/ (e.g. cp build/rknn/*.rknn models/)"

@@ -5,12 +5,13 @@
 //! crosses a process boundary once, with SCM_RIGHTS ([`core::fdpass`]); after that a frame is
 //! a small descriptor ([`core::frame`]) in a drop-oldest ring in a sealed memfd
 //! ([`core::ring`]) with an eventfd doorbell. [`supervise`] starts the four stages; [`cli`]
-//! is the command-line front.
+//! is the command-line front; [`doctor`] reports what a machine offers zcpipe.
 
 pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod core;
+pub mod doctor;
 pub mod infer;
 pub mod metrics;
 pub mod publish;

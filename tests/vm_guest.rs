@@ -791,6 +791,17 @@ fn bad_input_fails_with_one_clear_line() {
         &["--heap cma"],
     );
 
+    fails_cleanly(
+        "a mem2mem scaler that cannot take the capture format",
+        &args(format!("v4l2:{}", sp.display()), &["--format", "NV12", "--scaler", &format!("v4l2m2m:{m2m_s}")]),
+        &[&m2m_s, "cannot convert capture's NV12", "OUTPUT queue", "RGB24", "--format"],
+    );
+    fails_cleanly(
+        "a capture node as the mem2mem scaler",
+        &args(format!("v4l2:{}", sp.display()), &["--scaler", &format!("v4l2m2m:{}", sp.display())]),
+        &["not a mem2mem device", &m2m_s],
+    );
+
     // A busy device: a second zcpipe on the node the first one streams from.
     let first_dir = tempfile::tempdir().unwrap();
     let mut first = Background::start(&run_args(first_dir.path(), &format!("v4l2:{}", sp.display())));
@@ -799,6 +810,141 @@ fn bad_input_fails_with_one_clear_line() {
     let (code, lines) = first.finish(true, Duration::from_secs(60));
     assert_eq!(code, 0, "the first zcpipe stops cleanly on SIGTERM: {lines:#?}");
     assert!(lines.iter().any(|l| l.contains("4/4 buffers home")), "{lines:#?}");
+}
+
+/// The formats of `queue` (`capture` or `output`) of a `zcpipe doctor --json` node.
+fn doctor_formats<'a>(node: &'a Value, queue: &str) -> Vec<&'a Value> {
+    node["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["queue"] == queue)
+        .flat_map(|q| q["formats"].as_array().unwrap())
+        .collect()
+}
+
+fn doctor_format_names(node: &Value, queue: &str) -> Vec<String> {
+    doctor_formats(node, queue).iter().map(|f| f["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
+fn doctor_lists_vivid_vim2m_and_heaps() {
+    let (sp, mp, m2m) = (dev("VIVID_SP"), dev("VIVID_MP"), dev("VIM2M"));
+    let mut c = zcpipe();
+    c.args(["doctor", "--json"]);
+    let o = output_within(c, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(0), "doctor --json; stderr:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let r: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let nodes = r["nodes"].as_array().unwrap();
+    let node = |p: &Path| -> &Value {
+        nodes.iter().find(|n| n["path"] == p.display().to_string()).unwrap_or_else(|| panic!("doctor does not list {}: {nodes:#?}", p.display()))
+    };
+    // Every /dev/video* node of the guest, in numeric order.
+    let mut want: Vec<(u32, String)> = std::fs::read_dir("/dev")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((name.strip_prefix("video")?.parse().ok()?, format!("/dev/{name}")))
+        })
+        .collect();
+    want.sort();
+    let listed: Vec<&str> = nodes.iter().map(|n| n["path"].as_str().unwrap()).collect();
+    assert_eq!(listed, want.iter().map(|(_, p)| p.as_str()).collect::<Vec<_>>());
+
+    // vivid, single-planar: a camera with NV12 and YUYV, and frame sizes with rates.
+    let n = node(&sp);
+    assert_eq!((n["driver"].as_str(), n["role"].as_str(), n["streaming"].as_bool()), (Some("vivid"), Some("capture"), Some(true)), "{n}");
+    assert_eq!(n["usage"], format!("--source v4l2:{}", sp.display()));
+    let sp_formats = doctor_format_names(n, "capture");
+    assert!(sp_formats.iter().any(|f| f == "NV12") && sp_formats.iter().any(|f| f == "YUYV"), "{sp_formats:?}");
+    assert!(!sp_formats.iter().any(|f| f == "NV12M"), "the single-planar node has no NV12M: {sp_formats:?}");
+    let nv12 = doctor_formats(n, "capture").into_iter().find(|f| f["name"] == "NV12").unwrap();
+    assert_eq!(nv12["zcpipe"], true);
+    assert_eq!(nv12["sizes"]["type"], "discrete", "{nv12}");
+    let sizes = nv12["sizes"]["sizes"].as_array().unwrap();
+    let size = |w: u64, h: u64| sizes.iter().find(|s| s["width"] == w && s["height"] == h).unwrap_or_else(|| panic!("no {w}x{h} in {nv12}"));
+    for (w, h) in [(640, 480), (1280, 720)] {
+        assert!(!size(w, h)["fps"].as_array().unwrap().is_empty(), "{w}x{h} has frame rates: {nv12}");
+    }
+
+    // vivid, multi-planar.
+    let n = node(&mp);
+    assert_eq!((n["driver"].as_str(), n["role"].as_str()), (Some("vivid"), Some("capture-mplane")), "{n}");
+    assert!(n["caps_names"].as_str().unwrap().contains("VIDEO_CAPTURE_MPLANE"), "{n}");
+    let mp_formats = doctor_format_names(n, "capture");
+    assert!(mp_formats.iter().any(|f| f == "NV12M"), "{mp_formats:?}");
+
+    // vim2m: mem2mem, RGB24 on its OUTPUT queue, listed for --scaler.
+    let n = node(&m2m);
+    assert_eq!(n["driver"], "vim2m", "{n}");
+    assert!(n["role"].as_str().unwrap().starts_with("mem2mem"), "{n}");
+    assert_eq!(n["usage"], format!("--scaler v4l2m2m:{}", m2m.display()));
+    let queues: Vec<&str> = n["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
+    assert_eq!(queues, ["output", "capture"]);
+    let (m2m_out, m2m_cap) = (doctor_format_names(n, "output"), doctor_format_names(n, "capture"));
+    assert!(m2m_out.iter().any(|f| f == "RGB24"), "{m2m_out:?}");
+    assert!(!m2m_cap.is_empty(), "{n}");
+
+    // Heaps and udmabuf.
+    let heaps = r["heaps"].as_array().unwrap();
+    let system = heaps.iter().find(|h| h["path"] == "/dev/dma_heap/system").unwrap_or_else(|| panic!("{heaps:#?}"));
+    assert_eq!((system["openable"].as_bool(), system["read_write"].as_bool()), (Some(true), Some(true)), "{system}");
+    assert_eq!((system["choice"].as_str(), system["used_by_choice"].as_bool()), (Some("system"), Some(true)), "{system}");
+    assert_eq!(r["heap_auto"]["allocator"], "dma-heap /dev/dma_heap/system");
+    assert_eq!(r["heap_auto"]["dma_buf"], true);
+    let u = &r["udmabuf"];
+    assert_eq!((u["present"].as_bool(), u["openable"].as_bool()), (Some(true), Some(true)), "{u}");
+    // No device tree in the x86 guest; nothing else is wrong with it.
+    assert!(r["soc"]["soc"].is_null(), "{}", r["soc"]);
+    assert_eq!(r["problems"], serde_json::json!([]), "the guest has everything zcpipe needs");
+
+    // The text report, for the record.
+    let mut c = zcpipe();
+    c.arg("doctor");
+    let o = output_within(c, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.lines().any(|l| l.trim() == "no problems found"), "{text}");
+    for l in text.lines() {
+        let t = l.trim_start();
+        println!("  | {l}");
+        let keep = t.starts_with("==")
+            || t.starts_with("/dev/video")
+            || t.starts_with("role:")
+            || t.starts_with("OUTPUT queue")
+            || t.starts_with("CAPTURE queue")
+            || t.starts_with("NV12")
+            || t.starts_with("YUYV")
+            || t.starts_with("RGB24")
+            || t.starts_with("/dev/dma_heap/")
+            || t.starts_with("--heap auto")
+            || t.starts_with("present,")
+            || t.starts_with("lib")
+            || t.starts_with("SoC:")
+            || t == "no problems found";
+        if keep {
+            println!("EVIDENCE doctor: {t}");
+        }
+    }
+    println!(
+        "EVIDENCE doctor: {} video nodes; {} ({} formats) capture with NV12 and YUYV; {} ({} formats) capture-mplane with NV12M; {} mem2mem, OUTPUT {:?}, CAPTURE {:?}; heaps {:?}; --heap auto: {}; udmabuf openable, size_limit_mb {}; {} problems",
+        nodes.len(),
+        sp.display(),
+        sp_formats.len(),
+        mp.display(),
+        mp_formats.len(),
+        m2m.display(),
+        m2m_out,
+        m2m_cap,
+        heaps.iter().map(|h| h["name"].as_str().unwrap()).collect::<Vec<_>>(),
+        r["heap_auto"]["allocator"].as_str().unwrap(),
+        u["size_limit_mb"],
+        r["problems"].as_array().unwrap().len()
+    );
 }
 
 /// `VIDIOC_S_CTRL`'s argument, `struct v4l2_control` (include/uapi/linux/videodev2.h).
@@ -875,4 +1021,131 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(mp.exists(), "vivid is back at {}", mp.display());
+}
+
+/// RGB of eight vertical bars, left to right (bar `k` spans columns `80k..80k+80` of a
+/// 640-wide frame); buffer 1 uses them right to left, so a mixed-up index shows.
+const M2M_BARS: [[u8; 3]; 8] = [[250, 250, 250], [250, 250, 10], [10, 250, 250], [10, 250, 10], [250, 10, 250], [250, 10, 10], [10, 10, 250], [10, 10, 10]];
+
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
+fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
+    use zcpipe::scale::v4l2m2m::V4l2M2mScaler;
+    use zcpipe::scale::DeviceScaler;
+    let m2m = dev("VIM2M");
+    let alloc = Allocator::open(HeapChoice::System, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf")).unwrap();
+    let src_layout = FrameLayout::packed24(Fourcc::RGB24, 640, 480, 1920);
+    let dst_layout = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248);
+    let mut src = vec![];
+    for b in 0..2usize {
+        let mut d = alloc.allocate(src_layout.bytes_needed()).unwrap();
+        {
+            let mut w = d.write().unwrap();
+            for row in w.chunks_exact_mut(1920) {
+                for (x, px) in row.chunks_exact_mut(3).enumerate() {
+                    let k = if b == 0 { x / 80 } else { 7 - x / 80 };
+                    px.copy_from_slice(&M2M_BARS[k]);
+                }
+            }
+        }
+        src.push(vec![d]);
+    }
+    let mut dst = alloc.allocate_pool(2, dst_layout.bytes_needed()).unwrap();
+    let mut m = V4l2M2mScaler::open(&m2m).unwrap();
+    m.bind(&src, &src_layout, &mut dst, &dst_layout, 114).unwrap();
+    // Source buffer 0 into pool buffer 1 and source 1 into pool 0: indices are kept apart.
+    let lb0 = m.scale(0, 1).unwrap();
+    let lb1 = m.scale(1, 0).unwrap();
+    assert_eq!((lb0.resized_w, lb0.resized_h, lb0.src_w, lb0.src_h), (416, 312, 640, 480), "{lb0:?}");
+    assert_eq!(lb0, lb1);
+    assert!((lb0.scale - 0.65).abs() < 1e-6, "{lb0:?}");
+    let again = m.scale(0, 1).unwrap();
+    assert_eq!(again, lb0);
+    drop(m);
+    for (j, bars_reversed) in [(1usize, false), (0usize, true)] {
+        let r = dst[j].read().unwrap();
+        let px = |x: usize, y: usize| -> [u8; 3] { [r[y * 1248 + x * 3], r[y * 1248 + x * 3 + 1], r[y * 1248 + x * 3 + 2]] };
+        let mut seen = vec![];
+        for k in 0..8usize {
+            // The middle of bar k in the 416-wide image: 52 px per bar.
+            let x = k * 52 + 26;
+            let want_rgb = M2M_BARS[if bars_reversed { 7 - k } else { k }];
+            for y in [0usize, 156, 311] {
+                let got = px(x, y);
+                assert_eq!(got, [want_rgb[2], want_rgb[1], want_rgb[0]], "pool buffer {j}, bar {k} at ({x},{y}): BGR");
+            }
+            seen.push(format!("{:?}", px(x, 156)));
+        }
+        let pad_rows = &r[312 * 1248..416 * 1248];
+        assert!(pad_rows.iter().all(|&v| v == 114), "pool buffer {j}: rows 312..416 are the pad value");
+        println!("EVIDENCE v4l2m2m: pool buffer {j} (from source {}): bar centres BGR {} ; rows 312..416 all 114", if bars_reversed { 1 } else { 0 }, seen.join(" "));
+    }
+    println!("EVIDENCE v4l2m2m: {} RGB24 640x480 -> BGR24 416x312 in a 416x416 letterbox, 3 frames, dma-bufs from /dev/dma_heap/system imported on both queues", m2m.display());
+
+    // NV12 in: vim2m's OUTPUT queue takes RGB only; the error names both sides.
+    let nv12 = FrameLayout::nv12(640, 480, 16);
+    let nsrc = vec![vec![alloc.allocate(nv12.bytes_needed()).unwrap()]];
+    let mut m = V4l2M2mScaler::open(&m2m).unwrap();
+    let e = format!("{:#}", m.bind(&nsrc, &nv12, &mut dst, &dst_layout, 114).unwrap_err());
+    assert!(e.contains("cannot convert capture's NV12 into the model's BGR24") && e.contains("RGB24"), "{e}");
+    println!("EVIDENCE v4l2m2m refuses NV12: {e}");
+}
+
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
+fn pipeline_vivid_rgb24_through_vim2m() {
+    let (sp, m2m) = (dev("VIVID_SP"), dev("VIM2M"));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
+    let scaler = format!("v4l2m2m:{}", m2m.display());
+    args.extend(["--format", "RGB24", "--size", "640x480", "--fps", "10", "--frames", "40", "--scaler", &scaler, "--no-print"].map(String::from));
+    let mut bg = Background::start(&args);
+    bg.wait_for("streaming from", Duration::from_secs(120));
+    let sock = d.join("detections.sock");
+    let mut w = zcpipe();
+    w.arg("watch").arg(&sock).args(["--json", "--count", "10"]);
+    let watch = output_within(w, Duration::from_secs(120));
+    let (code, lines) = bg.finish(false, Duration::from_secs(120));
+    let stderr = lines.join("\n");
+    assert!(watch.status.success(), "watch: {watch:?}");
+    assert_eq!(code, 0, "zcpipe run exit code; stderr:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let frames: Vec<Value> = String::from_utf8_lossy(&watch.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(frames.len(), 10, "the watch client got 10 frames");
+    for f in &frames {
+        assert_eq!((u(&f["width"]), u(&f["height"])), (640, 480), "{f}");
+    }
+    let bind = lines.iter().find(|l| l.contains("v4l2m2m:") && l.contains("imports")).unwrap_or_else(|| panic!("no v4l2m2m bind line:\n{stderr}"));
+    assert!(bind.contains("imports 4 capture buffers (4 dma-bufs)") && bind.contains("imports 3 pool buffers"), "{bind}");
+    assert!(bind.contains("BGR24 416x312 bytesperline 1248"), "{bind}");
+    let s = summary(d);
+    let st = &s["stages"];
+    for (stage, c) in s["exit_codes"].as_object().unwrap() {
+        assert_eq!(c, 0, "{stage} exit code");
+    }
+    assert_eq!(u(&st["capture"]["frames_out"]), 40);
+    for (up, down) in [("capture", "scale"), ("scale", "infer"), ("infer", "publish")] {
+        let k = &st[up]["output_ring"];
+        assert_eq!(u(&k["produced"]), u(&k["consumed"]) + u(&k["dropped"]) + u(&k["rejected"]) + u(&k["in_flight"]), "{up}: {k}");
+        assert_eq!(u(&st[down]["frames_in"]), u(&k["consumed"]), "{down} took what {up}'s ring says it consumed");
+    }
+    let x = &st["capture"]["extra"];
+    assert_eq!(x["format"], "RGB24", "{x}");
+    assert_eq!(u(&x["buffers_home"]), u(&x["buffers"]), "{x}");
+    for stage in ["capture", "scale", "infer", "publish"] {
+        let e = &st[stage]["extra"];
+        assert_eq!(u(&e["open_fds_setup"]), u(&e["open_fds_exit"]), "{stage}: {e}");
+    }
+    println!("EVIDENCE pipeline through vim2m: {bind}");
+    println!(
+        "EVIDENCE pipeline through vim2m: captured {} RGB24 640x480, scaled {} on {}, published {}, capture->scale dropped {}; buffers home {}/{}",
+        u(&st["capture"]["frames_out"]),
+        u(&st["scale"]["frames_out"]),
+        m2m.display(),
+        u(&st["publish"]["frames_out"]),
+        u(&st["capture"]["output_ring"]["dropped"]),
+        u(&x["buffers_home"]),
+        u(&x["buffers"])
+    );
 }

@@ -181,7 +181,8 @@ pub fn caps_names(caps: u32) -> String {
     }
 }
 
-fn open_node(path: &Path) -> io::Result<File> {
+/// Opens a V4L2 node read-write, non-blocking, close-on-exec (V4L2 `open.rst`).
+pub(crate) fn open_node(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
 }
 
@@ -189,6 +190,11 @@ fn query(fd: BorrowedFd<'_>, path: &Path) -> io::Result<NodeInfo> {
     let mut cap = sys::Capability::default();
     sys::querycap(fd, &mut cap)?;
     Ok(NodeInfo { path: path.to_path_buf(), driver: cap.driver().into_owned(), card: cap.card().into_owned(), caps: cap.caps(), cap })
+}
+
+/// VIDIOC_QUERYCAP on an open node.
+pub(crate) fn query_node(fd: BorrowedFd<'_>, path: &Path) -> io::Result<NodeInfo> {
+    query(fd, path)
 }
 
 /// Opens `path` briefly and queries it.

@@ -43,6 +43,9 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
     Compare(crate::metrics::compare::CompareArgs),
+    /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
+    /// libraries) with a fix for each problem found; always exits 0.
+    Doctor(crate::doctor::DoctorArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -167,26 +170,67 @@ pub struct CaptureArgs {
     pub capture_io: Option<crate::capture::v4l2::CaptureIo>,
 }
 
-/// Scaler backends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// Scaler backends (`--scaler`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScalerKind {
-    /// The best present: cpu on hosts.
+    /// `auto`: the best present (cpu on hosts).
     Auto,
-    /// NV12/NV16/YUYV/RGB -> BGR letterbox on the CPU (fast_image_resize + yuv).
+    /// `cpu`: NV12/NV16/YUYV/RGB -> BGR letterbox on the CPU (fast_image_resize + yuv).
     Cpu,
-    /// Touch no pixels (pass-through geometry): with `--infer none`, measures transport alone.
+    /// `none`: touch no pixels (pass-through geometry): with `--infer none`, measures
+    /// transport alone.
     None,
+    /// `rga`: Rockchip RGA through librga's im2d API (loaded at run time).
+    Rga,
+    /// `v4l2m2m:/dev/videoN`: a V4L2 mem2mem device (mainline rockchip-rga, vim2m): its
+    /// OUTPUT queue imports the capture dma-bufs, its CAPTURE queue writes into the scaler's
+    /// pool.
+    V4l2M2m(PathBuf),
+}
+
+impl std::str::FromStr for ScalerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ScalerKind::Auto),
+            "cpu" => Ok(ScalerKind::Cpu),
+            "none" => Ok(ScalerKind::None),
+            "rga" => Ok(ScalerKind::Rga),
+            "v4l2m2m" => Err("v4l2m2m needs its node: --scaler v4l2m2m:/dev/videoN (`zcpipe doctor` lists mem2mem nodes)".into()),
+            _ => match s.strip_prefix("v4l2m2m:") {
+                Some(p) if !p.is_empty() => Ok(ScalerKind::V4l2M2m(PathBuf::from(p))),
+                _ => Err(format!("\"{s}\" is not a scaler; use auto, cpu, none, rga or v4l2m2m:/dev/videoN")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ScalerKind {
+    /// The `--scaler` spelling, which [`std::str::FromStr`] parses back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScalerKind::Auto => f.write_str("auto"),
+            ScalerKind::Cpu => f.write_str("cpu"),
+            ScalerKind::None => f.write_str("none"),
+            ScalerKind::Rga => f.write_str("rga"),
+            ScalerKind::V4l2M2m(p) => write!(f, "v4l2m2m:{}", p.display()),
+        }
+    }
 }
 
 /// Scale options.
 #[derive(Args, Debug, Clone)]
 pub struct ScaleArgs {
-    /// Scaler backend.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// Scaler backend: auto, cpu, none (pass-through), rga, or v4l2m2m:/dev/videoN.
+    #[arg(long, default_value = "auto")]
     pub scaler: ScalerKind,
     /// Buffers in the scaler's output pool.
     #[arg(long, default_value_t = 3)]
     pub scale_buffers: usize,
+    /// With --scaler rga: pin jobs to one RGA core (auto lets the driver pick; jobs hopping
+    /// between cores jitter by 2-4 px, and RGA2 reaches only the first 4 GiB).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rga_core: crate::scale::rga::RgaCore,
 }
 
 /// Infer options.
@@ -207,6 +251,10 @@ pub struct InferArgs {
     /// Per-class NMS IoU threshold.
     #[arg(long, default_value_t = 0.45)]
     pub nms_iou: f32,
+    /// rknn: NPU cores to run on, one context each, frames round-robin (e.g. 0,1,2 on
+    /// RK3588). Default: one context, the runtime's choice.
+    #[arg(long, value_parser = crate::infer::rknn::check_npu_cores)]
+    pub npu_cores: Option<String>,
 }
 
 /// How publish prints frames on its stdout.
@@ -300,6 +348,7 @@ pub fn main() -> i32 {
         Command::Watch(_) => "zcpipe watch".to_string(),
         Command::Bench(_) => "zcpipe bench".to_string(),
         Command::Compare(_) => "zcpipe compare".to_string(),
+        Command::Doctor(_) => "zcpipe doctor".to_string(),
         Command::Stage { stage } => format!(
             "zcpipe {}",
             match stage {
@@ -327,6 +376,7 @@ pub fn main() -> i32 {
         Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
         Command::Bench(a) => crate::bench::run(a),
         Command::Compare(a) => crate::metrics::compare::compare(a),
+        Command::Doctor(a) => crate::doctor::run(a),
         Command::Stage { stage } => match stage {
             StageCmd::Capture { common, args } => crate::capture::stage::run(common, args),
             StageCmd::Scale { common, args } => crate::scale::stage::run(common, args),

@@ -478,10 +478,19 @@ pub fn join<T: Pod>(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &s
 /// Sends `hello` and returns the upstream's offer with its fds; a refusal is the error.
 fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Offer, Vec<OwnedFd>)> {
     conn.send(hello, &[])?;
-    let (msg, fds) = conn.recv().with_context(|| format!("waiting for {upstream}'s offer"))?;
+    let (msg, fds) = match conn.recv() {
+        Ok(m) => m,
+        // It failed during its own set-up and says why itself: ours is secondary.
+        Err(_) if conn.peer_gone() => {
+            return Err(crate::cli::PeerGone(format!("{upstream} (pid {}) hung up before offering its frames", conn.peer_pid)).into())
+        }
+        Err(e) => return Err(e.context(format!("waiting for {upstream}'s offer"))),
+    };
     match msg {
         ControlMsg::Offer(o) => Ok((o, fds)),
-        ControlMsg::Refuse { error } => Err(anyhow!("{upstream} refused: {error}")),
+        // The refusing stage prints this error itself: ours is secondary, reported quietly
+        // (exit code 3) so the user sees the cause once.
+        ControlMsg::Refuse { error } => Err(crate::cli::PeerGone(format!("{upstream} refused: {error}")).into()),
         other => bail!("{upstream} sent {other:?} instead of an offer"),
     }
 }

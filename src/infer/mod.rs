@@ -16,8 +16,10 @@
 //! layout, e.g. uint8 NHWC -> float32 NCHW), or panic on a bad model or a bad descriptor.
 //!
 //! Backends are chosen by name ([`open_detector`]): `onnx` (tract, CPU, behind the `onnx`
-//! cargo feature), `none` (no inference, to measure transport), `auto`. The model contract
-//! (tensor shapes, preprocessing, decoding, reference detections) is in `models/PROVENANCE.md`.
+//! cargo feature), `rknn` (Rockchip NPU through `librknnrt.so` loaded at run time, reading
+//! the scaler's dma-bufs in place: [`rknn`]), `none` (no inference, to measure transport),
+//! `auto`. The model contract (tensor shapes, preprocessing, decoding, reference detections)
+//! is in `models/PROVENANCE.md`.
 //!
 //! [`LetterboxParams::unmap_box`]: crate::core::frame::LetterboxParams::unmap_box
 
@@ -25,12 +27,14 @@ pub mod nms;
 pub mod stage;
 #[cfg(feature = "onnx")]
 pub mod onnx;
+pub mod rknn;
 pub mod yolox;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{Fourcc, FrameLayout};
 
 /// One detected object.
@@ -79,6 +83,10 @@ pub struct InputSpec {
     pub layout: TensorLayout,
     /// Name of the model's input tensor (`images` for YOLOX), for messages.
     pub name: String,
+    /// Exact row stride in bytes the backend needs the scaler to write (0 = any): an NPU
+    /// reading the buffer in place needs its own `w_stride * 3` (RKNN:
+    /// `RKNN_QUERY_NATIVE_INPUT_ATTR`), sent to the scale stage as `WantedInput::bytesperline`.
+    pub bytesperline: u32,
 }
 
 impl InputSpec {
@@ -139,6 +147,24 @@ pub trait Detector: Send {
     /// in model-input pixels with `score > score_threshold`, after per-class NMS, sorted by
     /// score, highest first.
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
+
+    /// Zero-copy set-up, called once after the infer stage has joined the scale stage's
+    /// pool: a backend whose device reads dma-bufs in place imports `bufs` (one per pool
+    /// buffer, index = `FrameDesc::buffer_index`) and returns `true`; from then on every
+    /// frame goes to [`Detector::detect_bound`] and the stage never maps it. The default
+    /// imports nothing and returns `false` (frames go to [`Detector::detect`]).
+    fn bind_pool(&mut self, bufs: &[&DmaBuf]) -> anyhow::Result<bool> {
+        let _ = bufs;
+        Ok(false)
+    }
+
+    /// Runs one frame held in pool buffer `index` (imported by [`Detector::bind_pool`]),
+    /// laid out as `layout` describes (must match [`Detector::input_spec`], including its
+    /// `bytesperline`). Same result contract as [`Detector::detect`].
+    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
+        let _ = layout;
+        bail!("the {} backend reads frames through the CPU; buffer {index} was not imported (bind_pool returned false)", self.name())
+    }
 }
 
 /// Start-up options shared by every backend.
@@ -151,30 +177,40 @@ pub struct DetectorOptions {
     /// Per-class NMS suppresses a box whose IoU with a higher-scored box of the same class
     /// is `> nms_iou` (YOLOX demo default 0.45).
     pub nms_iou: f32,
+    /// `rknn` only: NPU cores to run on, one context each (`--npu-cores`); empty = one
+    /// context, the runtime's choice.
+    pub npu_cores: Vec<u32>,
 }
 
 impl Default for DetectorOptions {
     fn default() -> Self {
-        DetectorOptions { model: PathBuf::from("models/yolox_nano.onnx"), score_threshold: 0.3, nms_iou: 0.45 }
+        DetectorOptions { model: PathBuf::from("models/yolox_nano.onnx"), score_threshold: 0.3, nms_iou: 0.45, npu_cores: Vec::new() }
     }
 }
 
 /// Backend names [`open_detector`] accepts.
-pub const DETECTOR_KINDS: &[&str] = &["auto", "onnx", "none"];
+pub const DETECTOR_KINDS: &[&str] = &["auto", "onnx", "rknn", "none"];
 
 /// Opens a detector backend by name: `onnx` (tract on the CPU; needs the `onnx` cargo
-/// feature), `none` (no inference, see [`NoDetector`]) or `auto` (`onnx` if zcpipe was
-/// built with it and `opts.model` ends in `.onnx`, else an error). The model is loaded and
-/// checked here, once; errors name the model path and the fix.
+/// feature), `rknn` (librknnrt.so, see [`rknn`]), `none` (no inference, see [`NoDetector`])
+/// or `auto` (`rknn` when `opts.model` ends in `.rknn` and librknnrt loads; `onnx` if zcpipe
+/// was built with it and `opts.model` ends in `.onnx`; else an error). The model is loaded
+/// and checked here, once; errors name the model path and the fix.
 pub fn open_detector(kind: &str, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     match kind {
         "none" => Ok(Box::new(NoDetector::new())),
         "onnx" => open_onnx(opts),
+        "rknn" => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
         "auto" => {
-            let is_onnx = opts.model.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
-            if !is_onnx {
+            let has_ext = |x: &str| opts.model.extension().is_some_and(|e| e.eq_ignore_ascii_case(x));
+            if has_ext("rknn") {
+                return rknn::RknnDetector::open(opts)
+                    .map(|d| Box::new(d) as Box<dyn Detector>)
+                    .map_err(|e| anyhow::anyhow!("--infer auto: model {} needs the rknn backend: {e:#}", opts.model.display()));
+            }
+            if !has_ext("onnx") {
                 bail!(
-                    "--infer auto: no backend for model {} (only .onnx models are supported in this build): pass an .onnx model such as models/yolox_nano.onnx, or use --infer none",
+                    "--infer auto: no backend for model {} (.onnx and .rknn models are supported): pass a model such as models/yolox_nano.onnx, or use --infer none",
                     opts.model.display()
                 );
             }
@@ -218,6 +254,7 @@ impl NoDetector {
                 fourcc: Fourcc::BGR24,
                 layout: TensorLayout::Nhwc,
                 name: "images".to_string(),
+                bytesperline: 0,
             },
         }
     }
@@ -294,14 +331,26 @@ mod tests {
     #[test]
     fn unknown_kind_lists_valid_ones() {
         let err = open_detector("rknnn", &DetectorOptions::default()).err().unwrap().to_string();
-        assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, none");
+        assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, rknn, none");
     }
 
     #[test]
-    fn auto_rejects_non_onnx_model() {
-        let opts = DetectorOptions { model: "models/yolox_nano_416_rk3588.rknn".into(), ..Default::default() };
+    fn auto_rejects_unknown_model_kinds() {
+        let opts = DetectorOptions { model: "models/yolox_nano.tflite".into(), ..Default::default() };
         let err = open_detector("auto", &opts).err().unwrap().to_string();
-        assert!(err.contains("yolox_nano_416_rk3588.rknn") && err.contains("--infer none"), "{err}");
+        assert!(err.contains("yolox_nano.tflite") && err.contains("--infer none"), "{err}");
+    }
+
+    #[test]
+    fn auto_sends_rknn_models_to_the_rknn_backend() {
+        // A model that is not an RKNN file is refused by the rknn backend before it looks
+        // for librknnrt, so this holds with or without a runtime installed.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("fake.rknn");
+        std::fs::write(&fake, b"not a model").unwrap();
+        let opts = DetectorOptions { model: fake, ..Default::default() };
+        let err = open_detector("auto", &opts).err().unwrap().to_string();
+        assert!(err.starts_with("--infer auto: model") && err.contains("fake.rknn is not an RKNN model"), "{err}");
     }
 
     #[cfg(not(feature = "onnx"))]

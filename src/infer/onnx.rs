@@ -93,7 +93,7 @@ impl OnnxDetector {
         Ok(OnnxDetector {
             model_path: path.to_path_buf(),
             plan,
-            spec: InputSpec { width, height, fourcc: Fourcc::BGR24, layout: TensorLayout::Nchw, name },
+            spec: InputSpec { width, height, fourcc: Fourcc::BGR24, layout: TensorLayout::Nchw, name, bytesperline: 0 },
             rows,
             cols,
             score_threshold: opts.score_threshold,

@@ -41,7 +41,15 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     if !(0.0..=1.0).contains(&args.score_threshold) || !(0.0..=1.0).contains(&args.nms_iou) {
         bail!("--score-threshold and --nms-iou must be in 0..=1 (got {} and {})", args.score_threshold, args.nms_iou);
     }
-    let mut det = open_detector(&args.infer, &DetectorOptions { model: model.clone(), score_threshold: args.score_threshold, nms_iou: args.nms_iou })?;
+    let npu_cores = match &args.npu_cores {
+        Some(s) => super::rknn::parse_npu_cores(s).map_err(anyhow::Error::msg)?,
+        None => Vec::new(),
+    };
+    let opts = DetectorOptions { model: model.clone(), score_threshold: args.score_threshold, nms_iou: args.nms_iou, npu_cores };
+    let mut det = open_detector(&args.infer, &opts)?;
+    if !opts.npu_cores.is_empty() && det.name() != "rknn" {
+        log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.name());
+    }
     let labels = load_labels(&resolve_data_path(&args.labels))?;
     let spec = det.input_spec().clone();
     log::info!("{} detector, model {} wants {}x{} {}", det.name(), model.display(), spec.width, spec.height, spec.fourcc);
@@ -51,10 +59,18 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     // Downstream first: frames start flowing only once the whole chain is connected.
     let (down, _) = accept_hello(&listener, stop)?;
     let up = Conn::connect_retry(&run_dir.join("scale.sock"), "scale stage", stop, common.connect_timeout())?;
-    let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: 0, pad: YOLOX_PAD };
+    // An NPU reading the buffer in place needs its own row stride (spec.bytesperline).
+    let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD };
     let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: common.wait };
     let input = PoolConsumer::join(up, &hello, common.wait, "scale")?;
     log::info!("joined scale: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
+    // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
+    let bound = if common.copy_mode || input.buffers().iter().any(|b| b.len() != 1) {
+        false
+    } else {
+        let bufs: Vec<&crate::core::dmabuf::DmaBuf> = input.buffers().iter().map(|b| &b[0]).collect();
+        det.bind_pool(&bufs)?
+    };
 
     let mut out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, format!("{} detections", det.name()), labels)?;
     let fds_setup = open_fd_count();
@@ -104,7 +120,10 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         if l.fourcc != spec.fourcc || l.width != spec.width || l.height != spec.height {
             bail!("scale sent a {}x{} {} frame; the model needs {}x{} {}", l.width, l.height, l.fourcc, spec.width, spec.height, spec.fourcc);
         }
-        let dets = {
+        let dets = if bound {
+            // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
+            det.detect_bound(d.buffer_index, &l).with_context(|| format!("inference on frame {}", d.seq))?
+        } else {
             let g = frame.read()?;
             det.detect(g[0].bytes(), &l).with_context(|| format!("inference on frame {}", d.seq))?
         };
@@ -128,6 +147,6 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     }
     let fds_exit = open_fd_count();
     log::info!("open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(&out, n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into())]);
+    report(&out, n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("device_reads_in_place", bound.into())]);
     Ok(0)
 }

@@ -74,7 +74,7 @@ fn run_flags(a: &CompareArgs) -> Vec<String> {
     let mut v = vec![
         format!("--source={}", a.capture.source),
         format!("--buffers={}", a.capture.buffers),
-        format!("--scaler={:?}", a.scale.scaler).to_lowercase(),
+        format!("--scaler={}", a.scale.scaler),
         format!("--scale-buffers={}", a.scale.scale_buffers),
         format!("--infer={}", a.infer.infer),
         format!("--model={}", a.infer.model.display()),

@@ -5,7 +5,9 @@
 //! YOLOX-Nano 416x416 BGR24, top-left letterbox, pad value 114, bilinear.
 
 pub mod cpu;
+pub mod rga;
 pub mod stage;
+pub mod v4l2m2m;
 
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
@@ -66,4 +68,27 @@ pub trait DeviceScaler: Send {
     /// Converts source buffer `src_index` into output buffer `dst_index`; returns when the
     /// device is done with both. Returns how the output maps back to the source.
     fn scale(&mut self, src_index: u32, dst_index: u32) -> anyhow::Result<LetterboxParams>;
+
+    /// Like [`DeviceScaler::bind`] for a source whose frames change size or format from
+    /// frame to frame (the host's image and video sources; a camera never does): imports
+    /// the output pool now and each source buffer at its first frame. The default refuses,
+    /// naming the fix: devices whose queue formats are fixed per stream (V4L2 mem2mem)
+    /// need a fixed-format source.
+    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> anyhow::Result<()> {
+        let _ = (src, dst, dst_layout, pad);
+        anyhow::bail!(
+            "{} needs a source with one fixed format and size (a V4L2 camera: --source v4l2:/dev/videoN); this source changes \
+             size from frame to frame: use --scaler cpu",
+            self.name()
+        )
+    }
+
+    /// One frame of a variable source (after [`DeviceScaler::bind_variable`]): `src` is the
+    /// frame's buffer (index `src_index`) and `src_layout` its geometry; `dst` is output
+    /// buffer `dst_index`, writable through a CPU guard for re-padding when the picture
+    /// size changes. Returns how the output maps back to the source.
+    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> anyhow::Result<LetterboxParams> {
+        let _ = (src_index, src, src_layout, dst_index, dst);
+        anyhow::bail!("{}: scale_frame without bind_variable", self.name())
+    }
 }

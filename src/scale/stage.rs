@@ -18,7 +18,9 @@ use crate::metrics::{open_fd_count, Reporter, StageReport};
 use crate::supervise::STOP;
 
 use super::cpu::CpuScaler;
-use super::Scaler;
+use super::rga::{rga_heap, RgaScaler};
+use super::v4l2m2m::V4l2M2mScaler;
+use super::{DeviceScaler, Scaler};
 
 /// Source formats the scale stage accepts from capture.
 pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
@@ -27,9 +29,15 @@ pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fo
 pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let stop = &STOP;
     let reporter = Reporter::new(common.report_fd);
+    // A device backend opens its node now, so a wrong node fails before any set-up.
+    let mut device: Option<Box<dyn DeviceScaler>> = match &args.scaler {
+        ScalerKind::V4l2M2m(path) => Some(Box::new(V4l2M2mScaler::open(path)?)),
+        ScalerKind::Rga => Some(Box::new(RgaScaler::open(None, args.rga_core)?)),
+        _ => None,
+    };
     let mut scaler: Box<dyn Scaler> = match args.scaler {
-        ScalerKind::Auto | ScalerKind::Cpu => Box::new(CpuScaler::new()),
         ScalerKind::None => Box::new(super::NoScaler),
+        _ => Box::new(CpuScaler::new()),
     };
     if args.scale_buffers < 2 || args.scale_buffers > 64 {
         bail!("--scale-buffers {}: use 2..=64", args.scale_buffers);
@@ -50,14 +58,39 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let dst_fourcc = Fourcc(want.fourcc);
     let bpl = if want.bytesperline != 0 { want.bytesperline } else { align_up(want.width * 3, want.stride_align.max(1).next_power_of_two()) };
     let dst = FrameLayout::packed24(dst_fourcc, want.width, want.height, bpl);
+    let src_layout = input.offer.layout.unwrap_or_default();
     let src_fourcc = input.offer.layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
-    if let Err(e) = scaler.check(src_fourcc, &dst) {
-        let error = format!("{} scaler cannot feed the model: {e:#}", scaler.name());
-        down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
-        bail!("{error}");
+    if device.is_none() {
+        if let Err(e) = scaler.check(src_fourcc, &dst) {
+            let error = format!("{} scaler cannot feed the model: {e:#}", scaler.name());
+            down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+            bail!("{error}");
+        }
     }
-    let alloc = Allocator::open(common.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
-    let pool = alloc.allocate_pool(args.scale_buffers, dst.bytes_needed())?;
+    let heap = if args.scaler == ScalerKind::Rga {
+        // RGA2 reaches only the first 4 GiB: prefer a dma32 or CMA heap for what it writes.
+        let h = rga_heap(common.heap, Path::new("/dev/dma_heap"));
+        log::info!("rga: output pool heap: {}", h.reason);
+        h.choice
+    } else {
+        common.heap
+    };
+    let alloc = Allocator::open(heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
+    let mut pool = alloc.allocate_pool(args.scale_buffers, dst.bytes_needed())?;
+    if let Some(d) = device.as_mut() {
+        // Imports both pools into the device once; the frames never meet the CPU here.
+        let bound = match input.offer.layout {
+            Some(l) => d.bind(input.buffers(), &l, &mut pool, &dst, want.pad),
+            // Host sources change size per frame: buffers are imported at first use.
+            None => d.bind_variable(input.buffers(), &mut pool, &dst, want.pad),
+        };
+        if let Err(e) = bound {
+            let error = format!("{e:#}");
+            down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+            bail!("{error}");
+        }
+    }
+    let scaler_name = device.as_ref().map(|d| d.name()).unwrap_or_else(|| format!("{} scaler", scaler.name()));
     let mut out = PoolProducer::offer(
         down,
         pool.into_iter().map(|b| vec![b]).collect(),
@@ -72,7 +105,7 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
         },
     )?;
     let fds_setup = open_fd_count();
-    log::info!("{} scaler -> {}x{} {} (pad {}); open fds after set-up: {fds_setup}", scaler.name(), dst.width, dst.height, dst.fourcc, want.pad);
+    log::info!("{scaler_name} -> {}x{} {} (pad {}); open fds after set-up: {fds_setup}", dst.width, dst.height, dst.fourcc, want.pad);
 
     let start = Instant::now();
     let (mut n_in, mut n_out) = (0u64, 0u64);
@@ -118,7 +151,18 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
         desc.stamp_in(Stage::Scale);
         let Some(idx) = out.acquire(stop).map_err(peer_gone)? else { break "signal" };
         desc.buffer_index = idx;
-        desc.letterbox = if args.scaler == ScalerKind::None {
+        desc.letterbox = if let Some(d) = device.as_mut() {
+            // The device reads capture's buffer and writes ours; no mapping, no sync here.
+            if input.offer.layout.is_some() {
+                if frame.desc.layout != src_layout {
+                    bail!("capture changed its frame layout mid-stream ({:?} -> {:?}); a device scaler is bound to the first", src_layout, frame.desc.layout);
+                }
+                d.scale(frame.desc.buffer_index, idx).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+            } else {
+                let dst_buf = &mut out.buffer_mut(idx)[0];
+                d.scale_frame(frame.desc.buffer_index, frame.buffers(), &frame.desc.layout, idx, dst_buf).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+            }
+        } else if args.scaler == ScalerKind::None {
             // Pass-through: no mapping, no sync, no pixels; geometry only.
             scaler.scale(&[], &frame.desc.layout, &mut [], &dst, want.pad)?
         } else {

@@ -90,8 +90,9 @@ fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
             }
         }
         Stage::Scale => {
-            push("--scaler", format!("{:?}", a.scale.scaler).to_lowercase());
+            push("--scaler", a.scale.scaler.to_string());
             push("--scale-buffers", a.scale.scale_buffers.to_string());
+            push("--rga-core", a.scale.rga_core.flag().into());
         }
         Stage::Infer => {
             push("--infer", a.infer.infer.clone());
@@ -99,6 +100,9 @@ fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
             push("--labels", a.infer.labels.display().to_string());
             push("--score-threshold", a.infer.score_threshold.to_string());
             push("--nms-iou", a.infer.nms_iou.to_string());
+            if let Some(c) = &a.infer.npu_cores {
+                push("--npu-cores", c.clone());
+            }
         }
         Stage::Publish => {
             if let Some(p) = &a.publish {

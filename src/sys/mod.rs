@@ -3,5 +3,7 @@
 //! and ioctl number in a test (run on x86_64 and aarch64). All `unsafe` for ioctls lives here.
 
 pub mod dmabuf;
+pub mod rga;
+pub mod rknn;
 pub mod udmabuf;
 pub mod v4l2;

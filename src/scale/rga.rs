@@ -1,0 +1,924 @@
+//! `--scaler rga`: Rockchip's RGA converts and resizes, through librga's im2d API.
+//!
+//! librga is opened at run time ([`crate::sys::rga`]; `$ZCPIPE_LIBRGA`, else `librga.so`),
+//! never linked, so one zcpipe binary runs on boards with and without it. The life of a
+//! [`RgaScaler`] follows [`DeviceScaler`]:
+//! - [`RgaScaler::open`] loads librga, logs its version (`querystring(RGA_VERSION)`) and
+//!   keeps the `--rga-core` choice;
+//! - [`DeviceScaler::bind`] imports every source buffer and every output buffer once
+//!   (`importbuffer_fd`: the driver maps each dma-buf once and keeps it, so there is no
+//!   `wrapbuffer_fd`/`wrapbuffer_virtualaddr` per frame, which is also what hides the 4 GiB
+//!   limit until a job lands on RGA2: PITFALLS 14), builds each image's `rga_buffer_t` once
+//!   (`wrapbuffer_handle_t`), validates the job with `imcheck_t` and turns a failure into one
+//!   error naming the rule (8-bit YUV width stride a multiple of 16 on RGA3, even sizes and
+//!   offsets for YUV, scale factor within 1/16..16: PITFALLS 8-11), pins the core
+//!   (`imconfig(IM_CONFIG_SCHEDULER_CORE)`: PITFALLS 15) and fills the letterbox pad of every
+//!   output buffer once through a CPU write guard (the device never writes it);
+//! - [`DeviceScaler::scale`] is one `improcess` per frame: NV12/NV16/YUYV/RGB24/BGR24 ->
+//!   BGR24 (BT.601 limited range for YCbCr) resized into the top-left `resized_w x
+//!   resized_h` rectangle of the model input ([`LetterboxParams::top_left`]), synchronous;
+//! - drop releases every handle (`releasebuffer_handle`).
+//!
+//! RGA2 addresses only the first 4 GiB (PITFALLS 1): RGA-facing pools should come from a
+//! dma32 or CMA heap; [`rga_heap`] picks one and says why, for the stages that allocate.
+
+use std::ffi::c_int;
+use std::path::Path;
+use std::thread::ThreadId;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::DeviceScaler;
+use crate::core::dmabuf::{heap_names, list_heaps, DmaBuf, HeapChoice};
+use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use crate::sys::rga as sys;
+use crate::sys::rga::{ImHandleParam, ImRect, Librga, RgaBuffer, RgaBufferHandle};
+
+/// `--rga-core`: which RGA core runs the jobs (`imconfig(IM_CONFIG_SCHEDULER_CORE, mask)`).
+/// Pinning one core avoids the 2-4 px jitter of jobs hopping between cores (PITFALLS 15).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RgaCore {
+    /// The driver's scheduler picks a core per job.
+    #[default]
+    Auto,
+    /// RK3588's first RGA3 core (`IM_SCHEDULER_RGA3_CORE0`): reaches all memory.
+    Rga3Core0,
+    /// RK3588's second RGA3 core (`IM_SCHEDULER_RGA3_CORE1`).
+    Rga3Core1,
+    /// The RGA2 core (`IM_SCHEDULER_RGA2_CORE0`; RK3588, RK3568, RK3566): first 4 GiB only.
+    Rga2Core0,
+    /// A second RGA2 core (`IM_SCHEDULER_RGA2_CORE1`).
+    Rga2Core1,
+}
+
+impl RgaCore {
+    /// The `IM_SCHEDULER_CORE` mask for `imconfig` (`im2d_type.h`), `None` for `Auto`.
+    pub fn mask(self) -> Option<u64> {
+        match self {
+            RgaCore::Auto => None,
+            RgaCore::Rga3Core0 => Some(sys::IM_SCHEDULER_RGA3_CORE0),
+            RgaCore::Rga3Core1 => Some(sys::IM_SCHEDULER_RGA3_CORE1),
+            RgaCore::Rga2Core0 => Some(sys::IM_SCHEDULER_RGA2_CORE0),
+            RgaCore::Rga2Core1 => Some(sys::IM_SCHEDULER_RGA2_CORE1),
+        }
+    }
+
+    /// The `--rga-core` spelling (`rga3-core0`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            RgaCore::Auto => "auto",
+            RgaCore::Rga3Core0 => "rga3-core0",
+            RgaCore::Rga3Core1 => "rga3-core1",
+            RgaCore::Rga2Core0 => "rga2-core0",
+            RgaCore::Rga2Core1 => "rga2-core1",
+        }
+    }
+}
+
+/// How a source frame looks to RGA: one dma-buf, luma (or packed pixels) at offset 0, the
+/// CbCr plane (if any) `wstride * hstride` bytes later at the same pitch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Image {
+    /// `RK_FORMAT_*`.
+    format: c_int,
+    /// Pixels.
+    width: u32,
+    /// Rows.
+    height: u32,
+    /// Row pitch, pixels.
+    wstride: u32,
+    /// Rows from luma to chroma (the image height for packed formats).
+    hstride: u32,
+    /// Bits per pixel of the first plane (8 for NV12/NV16 luma, 16 YUYV, 24 RGB).
+    bits: u32,
+    /// Whether librga treats it as YUV (the even-size rule).
+    yuv: bool,
+    /// Bytes the driver may touch for this image (what `importbuffer_fd` describes).
+    bytes: u64,
+}
+
+impl Image {
+    fn handle_param(&self) -> ImHandleParam {
+        ImHandleParam { width: self.wstride, height: self.hstride, format: self.format as u32 }
+    }
+}
+
+/// Maps a capture layout to what RGA can read, or says why it cannot.
+fn source_image(l: &FrameLayout) -> Result<Image> {
+    let (format, bytes_pp, yuv, chroma) = match l.fourcc {
+        Fourcc::NV12 => (sys::RK_FORMAT_YCBCR_420_SP, 1, true, Some(2)),
+        Fourcc::NV16 => (sys::RK_FORMAT_YCBCR_422_SP, 1, true, Some(1)),
+        Fourcc::YUYV => (sys::RK_FORMAT_YUYV_422, 2, true, None),
+        Fourcc::RGB24 => (sys::RK_FORMAT_RGB_888, 3, false, None),
+        Fourcc::BGR24 => (sys::RK_FORMAT_BGR_888, 3, false, None),
+        Fourcc::NV12M => bail!(
+            "rga scaler cannot read NV12M (capture output): RGA takes a frame as one dma-buf with the CbCr plane right after \
+             the luma plane, and NV12M has one dma-buf per plane; capture NV12 (--format NV12) or use --scaler cpu"
+        ),
+        other => bail!("rga scaler cannot read {other} (capture output); it reads NV12, NV16, YUYV, RGB24 and BGR24"),
+    };
+    let p0 = l.planes[0];
+    if l.num_planes as usize != l.fourcc.num_planes().unwrap_or(0) {
+        bail!("rga scaler: {} source with {} planes; {} has {}", l.fourcc, l.num_planes, l.fourcc, l.fourcc.num_planes().unwrap_or(0));
+    }
+    if p0.offset != 0 || p0.fd_index != 0 {
+        bail!(
+            "rga scaler: the {} source starts at offset {} of dma-buf {}; RGA reads a frame from the start of its one dma-buf \
+             (rga_buffer_t has no offset): capture into whole buffers",
+            l.fourcc,
+            p0.offset,
+            p0.fd_index
+        );
+    }
+    let bpl = p0.bytesperline;
+    if l.width == 0 || l.height == 0 || bpl == 0 {
+        bail!("rga scaler: the {} source is {}x{} with bytesperline {bpl}; it needs a non-empty size", l.fourcc, l.width, l.height);
+    }
+    if !bpl.is_multiple_of(bytes_pp) {
+        bail!(
+            "rga scaler: the {} source's bytesperline {bpl} is not a whole number of {bytes_pp}-byte pixels; RGA's pitch is in \
+             pixels (PITFALLS 9): capture with a bytesperline that is a multiple of {bytes_pp}",
+            l.fourcc
+        );
+    }
+    let wstride = bpl / bytes_pp;
+    let (hstride, bytes) = match chroma {
+        None => (l.height, bpl as u64 * l.height as u64),
+        Some(div) => {
+            let p1 = l.planes[1];
+            if p1.fd_index != 0 || p1.bytesperline != bpl {
+                bail!(
+                    "rga scaler: the {} source's CbCr plane has bytesperline {} in dma-buf {}; RGA reads it from the luma plane's \
+                     dma-buf at the luma pitch ({bpl})",
+                    l.fourcc,
+                    p1.bytesperline,
+                    p1.fd_index
+                );
+            }
+            if !p1.offset.is_multiple_of(bpl) || p1.offset / bpl < l.height {
+                bail!(
+                    "rga scaler: the {} source's CbCr plane starts at byte {}, not a whole number of {bpl}-byte rows at or past \
+                     the {} luma rows; RGA finds it at wstride x hstride (PITFALLS 10)",
+                    l.fourcc,
+                    p1.offset,
+                    l.height
+                );
+            }
+            let hs = p1.offset / bpl;
+            (hs, p1.offset as u64 + bpl as u64 * (hs / div) as u64)
+        }
+    };
+    Ok(Image { format, width: l.width, height: l.height, wstride, hstride, bits: bytes_pp * 8, yuv, bytes })
+}
+
+/// Maps the model-input layout to what RGA writes (BGR24 or RGB24, one plane at offset 0).
+fn dest_image(l: &FrameLayout) -> Result<Image> {
+    let format = match l.fourcc {
+        Fourcc::BGR24 => sys::RK_FORMAT_BGR_888,
+        Fourcc::RGB24 => sys::RK_FORMAT_RGB_888,
+        other => bail!("rga scaler cannot produce {other} (model input); it writes BGR24 or RGB24"),
+    };
+    let p = l.planes[0];
+    if l.num_planes != 1 || l.width == 0 || l.height == 0 || p.offset != 0 {
+        bail!(
+            "rga scaler: model input {} {}x{} with {} planes at offset {}; it needs one plane at offset 0 and a non-empty size",
+            l.fourcc,
+            l.width,
+            l.height,
+            l.num_planes,
+            p.offset
+        );
+    }
+    if !p.bytesperline.is_multiple_of(3) || (p.bytesperline as u64) < l.width as u64 * 3 {
+        bail!(
+            "rga scaler: model input bytesperline {} must be a multiple of 3 and at least {} ({} x 3); RGA's pitch is in pixels",
+            p.bytesperline,
+            l.width as u64 * 3,
+            l.width
+        );
+    }
+    let wstride = p.bytesperline / 3;
+    Ok(Image { format, width: l.width, height: l.height, wstride, hstride: l.height, bits: 24, yuv: false, bytes: p.bytesperline as u64 * l.height as u64 })
+}
+
+/// Pixels a pitch must be a multiple of for `bits`-per-pixel rows to start on 16-byte
+/// boundaries (librga's `rga_check_align` with RGA3's 16-byte `byte_stride`: lcm / bits).
+fn stride_align(bits: u32) -> u32 {
+    let (a, b) = (bits, 128u32);
+    let gcd = {
+        let (mut x, mut y) = (a, b);
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    (a / gcd * b) / bits
+}
+
+/// The largest scale factor either way RGA2 does (librga's `scale_limit`: 16 on RGA2,
+/// 8 on RGA3).
+const SCALE_LIMIT: f64 = 16.0;
+/// RGA3's limit.
+const SCALE_LIMIT_RGA3: f64 = 8.0;
+/// The largest image side librga accepts (RGA2/RGA3 input resolution 8192x8192).
+const MAX_SIDE: u32 = 8192;
+
+/// Names the rule an `imcheck_t` failure broke, from our own reading of librga's checks
+/// (`im2d_impl.cpp`: `rga_yuv_legality_check`, `rga_check_align`, `rga_check_limit`,
+/// `rga_check_info`), with librga's own status and message at the end.
+fn diagnose(src_fourcc: Fourcc, s: &Image, dst_fourcc: Fourcc, d: &Image, lb: &LetterboxParams, status: sys::ImStatus, librga_msg: &str) -> String {
+    let why = format!("(librga imcheck_t: {}: {})", sys::status_name(status), librga_msg.trim());
+    let (fx, fy) = (lb.resized_w as f64 / s.width as f64, lb.resized_h as f64 / s.height as f64);
+    if s.yuv && [s.width, s.height, s.wstride, s.hstride].iter().any(|v| v % 2 != 0) {
+        return format!(
+            "rga scaler: YUV images need even sizes and offsets: the {src_fourcc} source is {}x{} with width stride {} and height \
+             stride {} (librga rga_yuv_legality_check); capture an even size (--size) {why}",
+            s.width, s.height, s.wstride, s.hstride
+        );
+    }
+    let sa = stride_align(s.bits);
+    if !s.wstride.is_multiple_of(sa) {
+        return format!(
+            "rga scaler: the {src_fourcc} source's width stride {} px is not a multiple of {sa} ({} bits per pixel: RGA3 reads \
+             rows at 16-byte-aligned pitches, so 8-bit YUV needs a width stride that is a multiple of 16; librga rga_check_align, \
+             PITFALLS 11); have the camera use a bytesperline that is a multiple of {} bytes (a --size width that is a multiple \
+             of 16 usually does) {why}",
+            s.wstride,
+            s.bits,
+            sa * s.bits / 8
+        );
+    }
+    let da = stride_align(d.bits);
+    if !d.wstride.is_multiple_of(da) {
+        return format!(
+            "rga scaler: the model input's width stride {} px ({dst_fourcc}) is not a multiple of {da} (librga rga_check_align); \
+             ask for a bytesperline that is a multiple of {} bytes {why}",
+            d.wstride,
+            da * 3
+        );
+    }
+    let out_of = |lim: f64| [fx, fy].iter().any(|&f| f > lim || f < 1.0 / lim);
+    if out_of(SCALE_LIMIT) || (status == sys::IM_STATUS_NOT_SUPPORTED && out_of(SCALE_LIMIT_RGA3)) {
+        return format!(
+            "rga scaler: scale factor {fx:.4} x {fy:.4} ({}x{} -> {}x{}) is outside RGA's range 1/16..16 (RGA2; RGA3: 1/8..8; \
+             librga rga_check_limit); capture a size closer to the model input (--size) {why}",
+            s.width, s.height, lb.resized_w, lb.resized_h
+        );
+    }
+    if s.width > MAX_SIDE || s.height > MAX_SIDE || s.width < 2 || s.height < 2 {
+        return format!("rga scaler: the {src_fourcc} source is {}x{}; RGA takes 2..={MAX_SIDE} pixels a side (librga rga_check_info) {why}", s.width, s.height);
+    }
+    format!(
+        "rga scaler: librga rejected {src_fourcc} {}x{} (stride {}x{}) -> {dst_fourcc} {}x{} (picture {}x{}) {why}",
+        s.width, s.height, s.wstride, s.hstride, d.width, d.height, lb.resized_w, lb.resized_h
+    )
+}
+
+/// Fills the letterbox area of a `dw x dh` 3-bytes-per-pixel image with `pad`: the rest of
+/// each of the first `rh` rows past `rw` pixels, and every row below. Stride padding (bytes
+/// past `dw * 3`) is left alone.
+fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (rw, rh): (usize, usize), pad: u8) {
+    for (r, row) in dst.chunks_mut(bpl).take(dh).enumerate() {
+        let from = if r < rh { rw * 3 } else { 0 };
+        if let Some(area) = row.get_mut(from..dw * 3) {
+            area.fill(pad);
+        }
+    }
+}
+
+/// One imported image: its handle and the `rga_buffer_t` librga built for it.
+#[derive(Debug)]
+struct Bound {
+    buf: RgaBuffer,
+}
+
+// SAFETY: the only non-Send fields of `rga_buffer_t` are its `vir_addr`/`phy_addr`
+// pointers, which [`RgaScaler::bind`] checks are null (wrapbuffer_handle_t sets neither);
+// zcpipe never dereferences them and librga does not for handle-based images.
+unsafe impl Send for Bound {}
+
+/// `--scaler rga`: RGA through librga's im2d API. See the module docs for its life cycle.
+pub struct RgaScaler {
+    lib: Librga,
+    core: RgaCore,
+    /// The thread `imconfig` last ran on (librga keeps the core choice per thread).
+    configured_on: Option<ThreadId>,
+    version: String,
+    /// Every handle imported (released on drop).
+    handles: Vec<RgaBufferHandle>,
+    src: Vec<Bound>,
+    dst: Vec<Bound>,
+    srect: ImRect,
+    drect: ImRect,
+    letterbox: Option<LetterboxParams>,
+    /// After [`DeviceScaler::bind_variable`]: the per-frame state.
+    var: Option<VarState>,
+    frames: u64,
+}
+
+/// A source whose frames change size: each source buffer is imported at its first frame
+/// (again only if a later frame needs more bytes or another format), each output buffer's
+/// pad is refilled only when the picture size written into it changes.
+struct VarState {
+    d: Image,
+    dst_layout: FrameLayout,
+    pad: u8,
+    /// Per source buffer: its handle and the image it was imported as.
+    src: Vec<Option<(RgaBufferHandle, Image)>>,
+    /// Per output buffer: the picture size last written (its pad matches it).
+    picture: Vec<Option<(u32, u32)>>,
+    /// The last source image `imcheck_t` accepted.
+    checked: Option<Image>,
+}
+
+impl std::fmt::Debug for RgaScaler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RgaScaler").field("lib", &self.lib.path()).field("core", &self.core).field("handles", &self.handles.len()).finish()
+    }
+}
+
+/// `querystring(RGA_VERSION)` ("RGA_api version : v1.10.3\nRGA version : RGA_2_Enhance
+/// RGA_3\n") as one line: "librga v1.10.3, RGA_2_Enhance RGA_3".
+fn version_line(q: &str) -> Option<String> {
+    let (mut api, mut hw) = (None, None);
+    for line in q.lines() {
+        if let Some((k, v)) = line.split_once(':') {
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+            if k.contains("api") {
+                api = Some(v.to_string());
+            } else if k.contains("version") {
+                hw = Some(v.to_string());
+            }
+        }
+    }
+    match (api, hw) {
+        (Some(a), Some(h)) => Some(format!("librga {a}, {h}")),
+        (Some(a), None) => Some(format!("librga {a}")),
+        _ => None,
+    }
+}
+
+impl RgaScaler {
+    /// Loads librga (`library`, else `$ZCPIPE_LIBRGA`, else `librga.so` / `librga.so.2`)
+    /// and keeps `core` for [`DeviceScaler::bind`]. Logs the librga and RGA versions.
+    /// Errors name the library tried and the fix.
+    pub fn open(library: Option<&Path>, core: RgaCore) -> Result<RgaScaler> {
+        let lib = Librga::open(library)?;
+        // Probe the driver before anything else: librga 1.10.3's querystring() dereferences
+        // a null session and crashes when /dev/rga cannot be opened (seen with its aarch64
+        // build under qemu), while imcheck_t answers IM_STATUS_NO_SESSION. The probe is a
+        // job RGA always accepts (64x64 RGBA8888 copy, no buffer: checks never touch one).
+        let probe = RgaBuffer { width: 64, height: 64, wstride: 64, hstride: 64, format: sys::RK_FORMAT_RGBA_8888, ..RgaBuffer::default() };
+        let whole = ImRect { x: 0, y: 0, width: 64, height: 64 };
+        let st = lib.imcheck_t(probe, probe, RgaBuffer::default(), whole, whole, ImRect::default(), 0);
+        if st == sys::IM_STATUS_NO_SESSION || st == sys::IM_STATUS_FAILED {
+            bail!(
+                "rga scaler: librga ({}) cannot reach the RGA driver: {}: {}; check that the RGA kernel driver is loaded and \
+                 /dev/rga is readable and writable by this user (install udev/99-zcpipe.rules and join the zcpipe group), \
+                 or use --scaler cpu",
+                lib.path(),
+                sys::status_name(st),
+                lib.im_str_error(st).trim().trim_end_matches('.')
+            );
+        }
+        let q = lib.querystring(sys::RGA_VERSION);
+        let version = match version_line(&q) {
+            Some(v) => v,
+            None => {
+                log::warn!(
+                    "librga ({}) could not describe the RGA hardware ({:?}); is /dev/rga present and readable? \
+                     (udev/99-zcpipe.rules, group zcpipe)",
+                    lib.path(),
+                    q.trim()
+                );
+                "librga, RGA unknown".to_string()
+            }
+        };
+        log::info!("rga: {} from {}; core {}", version, lib.path(), core.flag());
+        Ok(RgaScaler {
+            lib,
+            core,
+            configured_on: None,
+            version,
+            handles: Vec::new(),
+            src: Vec::new(),
+            dst: Vec::new(),
+            srect: ImRect::default(),
+            drect: ImRect::default(),
+            letterbox: None,
+            var: None,
+            frames: 0,
+        })
+    }
+
+    /// Whether this backend can turn `src` frames into `dst` at all (formats and the model
+    /// input's plane), before any buffer exists; the error names both sides.
+    /// [`DeviceScaler::bind`] checks the full geometry.
+    pub fn check(src: Fourcc, dst: &FrameLayout) -> Result<()> {
+        dest_image(dst)?;
+        match src {
+            Fourcc::NV12 | Fourcc::NV16 | Fourcc::YUYV | Fourcc::RGB24 | Fourcc::BGR24 => Ok(()),
+            _ => {
+                let l = FrameLayout { fourcc: src, ..FrameLayout::default() };
+                source_image(&l).map(|_| ())
+            }
+        }
+    }
+
+    /// The librga opened (a path or a soname).
+    pub fn library(&self) -> &str {
+        self.lib.path()
+    }
+
+    /// Frames converted so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Applies `--rga-core` on the calling thread, once per thread.
+    fn apply_core(&mut self) -> Result<()> {
+        let Some(mask) = self.core.mask() else { return Ok(()) };
+        let me = std::thread::current().id();
+        if self.configured_on == Some(me) {
+            return Ok(());
+        }
+        let s = self.lib.imconfig(sys::IM_CONFIG_SCHEDULER_CORE, mask);
+        if !sys::status_ok(s) {
+            bail!(
+                "rga scaler: --rga-core {} (imconfig IM_CONFIG_SCHEDULER_CORE {mask:#x}) failed: {}: {}; this RGA may not have that \
+                 core (RK3568/RK3566 have only rga2-core0), use --rga-core auto",
+                self.core.flag(),
+                sys::status_name(s),
+                self.lib.im_str_error(s).trim()
+            );
+        }
+        self.configured_on = Some(me);
+        Ok(())
+    }
+
+    fn release_all(&mut self) {
+        for h in self.handles.drain(..) {
+            let s = self.lib.releasebuffer_handle(h);
+            if !sys::status_ok(s) {
+                log::warn!("rga: releasebuffer_handle({h}) failed: {}", sys::status_name(s));
+            }
+        }
+        self.src.clear();
+        self.dst.clear();
+        self.letterbox = None;
+        self.var = None;
+    }
+
+    /// Releases one handle now (a source buffer re-imported for a larger frame).
+    fn release_handle(&mut self, h: RgaBufferHandle) {
+        let s = self.lib.releasebuffer_handle(h);
+        if !sys::status_ok(s) {
+            log::warn!("rga: releasebuffer_handle({h}) failed: {}", sys::status_name(s));
+        }
+        self.handles.retain(|x| *x != h);
+    }
+
+    /// One synchronous `improcess`; the error names the buffers and the 4 GiB fix.
+    fn run_job(&mut self, s: RgaBuffer, d: RgaBuffer, srect: ImRect, drect: ImRect, src_index: u32, dst_index: u32) -> Result<()> {
+        self.apply_core()?;
+        let status = self.lib.improcess(s, d, RgaBuffer::default(), srect, drect, ImRect::default(), sys::IM_SYNC);
+        if !sys::status_ok(status) {
+            bail!(
+                "rga scaler: improcess of source buffer {src_index} into output buffer {dst_index} failed: {}: {}; if the kernel \
+                 log says \"RGA_MMU unsupported memory larger than 4G\", the pools sit above 4 GiB where RGA2 cannot reach: \
+                 allocate them from a dma32 or CMA heap (--heap dma32 / cma) or pin an RGA3 core (--rga-core rga3-core0)",
+                sys::status_name(status),
+                self.lib.im_str_error(status).trim().trim_end_matches('.')
+            );
+        }
+        self.frames += 1;
+        Ok(())
+    }
+
+    fn bind_variable_inner(&mut self, src_count: usize, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        let d = dest_image(dst_layout)?;
+        if src_count == 0 || dst.is_empty() {
+            bail!("rga scaler: {src_count} source buffers and {} output buffers; both pools need at least one", dst.len());
+        }
+        dst_layout.validate(&[dst[0].size()]).map_err(|e| anyhow!("rga scaler: model input: {e}"))?;
+        for (j, buf) in dst.iter().enumerate() {
+            let b = self.import(&format!("output buffer {j}"), buf, &d)?;
+            self.dst.push(b);
+        }
+        self.apply_core()?;
+        self.var = Some(VarState { d, dst_layout: *dst_layout, pad, src: vec![None; src_count], picture: vec![None; dst.len()], checked: None });
+        log::info!(
+            "rga: source size varies per frame: {} output buffers imported once ({} {}x{}); each of the {src_count} source buffers is \
+             imported at its first frame",
+            self.dst.len(),
+            dst_layout.fourcc,
+            d.width,
+            d.height
+        );
+        Ok(())
+    }
+
+    fn scale_frame_inner(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
+        let (si, di) = (src_index as usize, dst_index as usize);
+        let var = self.var.as_ref().ok_or_else(|| anyhow!("rga scaler: scale_frame before bind_variable"))?;
+        let (d, dst_layout, pad) = (var.d, var.dst_layout, var.pad);
+        let (ns, nd) = (var.src.len(), self.dst.len());
+        if si >= ns || di >= nd {
+            bail!("rga scaler: buffer index out of range: source {src_index} of {ns}, output {dst_index} of {nd}");
+        }
+        let s = source_image(src_layout)?;
+        let sizes: Vec<u64> = src.iter().map(|b| b.size()).collect();
+        src_layout.validate(&sizes).map_err(|e| anyhow!("rga scaler: source {} frame: {e}", src_layout.fourcc))?;
+        let buf = src.first().ok_or_else(|| anyhow!("rga scaler: source buffer {src_index} has no dma-buf"))?;
+        let handle = match var.src[si] {
+            Some((h, img)) if img.format == s.format && img.bytes >= s.bytes => h,
+            old => {
+                if let Some((h, _)) = old {
+                    self.release_handle(h);
+                }
+                let b = self.import(&format!("source buffer {src_index}"), buf, &s)?;
+                let h = b.buf.handle;
+                if let Some(v) = self.var.as_mut() {
+                    v.src[si] = Some((h, s));
+                }
+                h
+            }
+        };
+        let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: source size {v} out of range"));
+        // Describing this frame's geometry on the imported handle is a struct fill, no ioctl.
+        let sbuf = self.lib.wrapbuffer_handle_t(handle, to_int(s.width)?, to_int(s.height)?, to_int(s.wstride)?, to_int(s.hstride)?, s.format);
+        let mut dbuf = self.dst[di].buf;
+        dbuf.color_space_mode = if s.yuv { sys::IM_YUV_TO_RGB_BT601_LIMIT } else { 0 };
+        let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
+        let srect = ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int };
+        let drect = ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int };
+        if self.var.as_ref().and_then(|v| v.checked) != Some(s) {
+            let status = self.lib.imcheck_t(sbuf, dbuf, RgaBuffer::default(), srect, drect, ImRect::default(), 0);
+            if !sys::status_ok(status) {
+                let msg = self.lib.im_str_error(status);
+                bail!("{}", diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, status, &msg));
+            }
+            if let Some(v) = self.var.as_mut() {
+                v.checked = Some(s);
+            }
+        }
+        let picture = (lb.resized_w, lb.resized_h);
+        if self.var.as_ref().map(|v| v.picture[di]) != Some(Some(picture)) {
+            // A smaller picture than the last one in this buffer leaves old pixels where
+            // the pad now is: refill the pad (only when the size changes).
+            let bpl = dst_layout.planes[0].bytesperline as usize;
+            let mut w = dst.write().with_context(|| format!("rga scaler: refilling the letterbox pad of output buffer {dst_index}"))?;
+            fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), (picture.0 as usize, picture.1 as usize), pad);
+            drop(w);
+            if let Some(v) = self.var.as_mut() {
+                v.picture[di] = Some(picture);
+            }
+        }
+        self.run_job(sbuf, dbuf, srect, drect, src_index, dst_index)?;
+        Ok(lb)
+    }
+
+    /// Imports `buf` as `img` and wraps it; the handle is recorded for release first.
+    fn import(&mut self, what: &str, buf: &DmaBuf, img: &Image) -> Result<Bound> {
+        if buf.size() < img.bytes {
+            bail!(
+                "rga scaler: {what} is {} bytes but its image needs {} (width stride {} x height stride {}); RGA would fail with \
+                 \"Only get buffer N byte, required M\" (PITFALLS 10): size buffers from V4L2 sizeimage",
+                buf.size(),
+                img.bytes,
+                img.wstride,
+                img.hstride
+            );
+        }
+        let h = self.lib.importbuffer_fd(buf.fd(), img.handle_param()).ok_or_else(|| {
+            anyhow!(
+                "rga scaler: importbuffer_fd of {what} ({}, {} bytes) failed{}",
+                buf.kind(),
+                buf.size(),
+                if buf.kind().needs_sync() {
+                    "; check the kernel log (dmesg | grep -i rga) and that /dev/rga is readable"
+                } else {
+                    ": sealed memfds are not dma-bufs and the RGA driver cannot import them; use --heap dma32, cma or system"
+                }
+            )
+        })?;
+        self.handles.push(h);
+        let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: {what}: size {v} out of range"));
+        let b = self.lib.wrapbuffer_handle_t(h, to_int(img.width)?, to_int(img.height)?, to_int(img.wstride)?, to_int(img.hstride)?, img.format);
+        // A librga whose rga_buffer_t differs from ours would scramble these fields.
+        let expect = (h, img.width as c_int, img.height as c_int, img.wstride as c_int, img.hstride as c_int, img.format);
+        if (b.handle, b.width, b.height, b.wstride, b.hstride, b.format) != expect || !b.vir_addr.is_null() || !b.phy_addr.is_null() {
+            bail!(
+                "rga scaler: {} returned an rga_buffer_t zcpipe does not understand (handle {} {}x{} stride {}x{} format {:#x}, \
+                 expected handle {} {}x{} stride {}x{} format {:#x}); its im2d ABI differs from librga 1.8-1.10",
+                self.lib.path(),
+                b.handle,
+                b.width,
+                b.height,
+                b.wstride,
+                b.hstride,
+                b.format,
+                expect.0,
+                expect.1,
+                expect.2,
+                expect.3,
+                expect.4,
+                expect.5
+            );
+        }
+        Ok(Bound { buf: b })
+    }
+
+    fn bind_inner(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        let s = source_image(src_layout)?;
+        let d = dest_image(dst_layout)?;
+        if src.is_empty() || dst.is_empty() {
+            bail!("rga scaler: {} source buffers and {} output buffers; both pools need at least one", src.len(), dst.len());
+        }
+        let sizes: Vec<u64> = src[0].iter().map(|b| b.size()).collect();
+        src_layout.validate(&sizes).map_err(|e| anyhow!("rga scaler: source {} frame: {e}", src_layout.fourcc))?;
+        dst_layout.validate(&[dst[0].size()]).map_err(|e| anyhow!("rga scaler: model input: {e}"))?;
+        let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
+        for (i, bufs) in src.iter().enumerate() {
+            let buf = bufs.first().ok_or_else(|| anyhow!("rga scaler: source buffer {i} has no dma-buf"))?;
+            let b = self.import(&format!("source buffer {i}"), buf, &s)?;
+            self.src.push(b);
+        }
+        for (j, buf) in dst.iter().enumerate() {
+            let mut b = self.import(&format!("output buffer {j}"), buf, &d)?;
+            if s.yuv {
+                // As librga's imcvtcolor does: the conversion mode rides on the destination.
+                b.buf.color_space_mode = sys::IM_YUV_TO_RGB_BT601_LIMIT;
+            }
+            self.dst.push(b);
+        }
+        self.srect = ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int };
+        self.drect = ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int };
+
+        let status = self.lib.imcheck_t(self.src[0].buf, self.dst[0].buf, RgaBuffer::default(), self.srect, self.drect, ImRect::default(), 0);
+        if !sys::status_ok(status) {
+            let msg = self.lib.im_str_error(status);
+            bail!("{}", diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, status, &msg));
+        }
+        self.apply_core()?;
+
+        let bpl = dst_layout.planes[0].bytesperline as usize;
+        for (j, buf) in dst.iter_mut().enumerate() {
+            let mut w = buf.write().with_context(|| format!("rga scaler: filling the letterbox pad of output buffer {j}"))?;
+            fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), (lb.resized_w as usize, lb.resized_h as usize), pad);
+        }
+        self.letterbox = Some(lb);
+        log::info!(
+            "rga: {} {}x{} (stride {}x{}) -> {} {}x{}, picture {}x{} at top-left, pad {pad}; {} source and {} output buffers imported once",
+            src_layout.fourcc,
+            s.width,
+            s.height,
+            s.wstride,
+            s.hstride,
+            dst_layout.fourcc,
+            d.width,
+            d.height,
+            lb.resized_w,
+            lb.resized_h,
+            self.src.len(),
+            self.dst.len()
+        );
+        Ok(())
+    }
+}
+
+impl DeviceScaler for RgaScaler {
+    fn name(&self) -> String {
+        format!("rga ({})", self.version)
+    }
+
+    /// Imports both pools (one `importbuffer_fd` per buffer, first dma-buf of each source
+    /// buffer), validates the job with `imcheck_t`, applies `--rga-core`, and fills the pad
+    /// of every output buffer. Binding again releases the previous imports first. On error
+    /// nothing stays imported.
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        self.release_all();
+        let r = self.bind_inner(src, src_layout, dst, dst_layout, pad);
+        if r.is_err() {
+            self.release_all();
+        }
+        r
+    }
+
+    /// One synchronous `improcess` of source buffer `src_index` into output buffer
+    /// `dst_index`.
+    fn scale(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
+        let lb = self.letterbox.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
+        let (ns, nd) = (self.src.len(), self.dst.len());
+        let (Some(s), Some(d)) = (self.src.get(src_index as usize), self.dst.get(dst_index as usize)) else {
+            bail!("rga scaler: buffer index out of range: source {src_index} of {ns}, output {dst_index} of {nd}");
+        };
+        let (s, d) = (s.buf, d.buf);
+        self.run_job(s, d, self.srect, self.drect, src_index, dst_index)?;
+        Ok(lb)
+    }
+
+    /// Imports the output pool now and each source buffer at its first frame; see
+    /// [`DeviceScaler::bind_variable`]. On error nothing stays imported.
+    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        self.release_all();
+        let r = self.bind_variable_inner(src.len(), dst, dst_layout, pad);
+        if r.is_err() {
+            self.release_all();
+        }
+        r
+    }
+
+    /// One `improcess` of a frame of any size: its source buffer imported if this is its
+    /// first frame (or re-imported if it needs more bytes or another format), its geometry
+    /// described on the handle (`wrapbuffer_handle_t`, no ioctl), `imcheck_t` when the
+    /// geometry changes, the output's pad refilled when the picture size changes.
+    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
+        self.scale_frame_inner(src_index, src, src_layout, dst_index, dst)
+    }
+}
+
+impl Drop for RgaScaler {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// The heap an RGA-facing pool should come from, and why (for the log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RgaHeap {
+    /// What to pass to [`crate::core::dmabuf::Allocator::open`].
+    pub choice: HeapChoice,
+    /// One line saying why.
+    pub reason: String,
+}
+
+/// Heaps preferred for RGA-facing pools, best first: RGA2 addresses only the first 4 GiB
+/// ("RGA_MMU unsupported memory larger than 4G", PITFALLS 1-2), which a dma32 heap
+/// guarantees and a CMA area on Rockchip boards sits within.
+pub const RGA_HEAP_PREFERENCE: [HeapChoice; 2] = [HeapChoice::Dma32, HeapChoice::Cma];
+
+/// `MemTotal` from `/proc/meminfo`, bytes.
+fn mem_total_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Chooses the heap for a pool RGA reads or writes (the scale stage's output pool; capture's
+/// pool with `--capture-io dmabuf`), given `--heap` and the heap directory (normally
+/// `/dev/dma_heap`). `--heap auto` takes the first present of [`RGA_HEAP_PREFERENCE`], else
+/// stays `Auto` (the usual order) with a warning in `reason` when the board has more than
+/// 4 GiB of RAM; an explicit `--heap` is kept, with the same warning for heaps that may sit
+/// above 4 GiB and a note that memfds cannot be imported at all.
+pub fn rga_heap(requested: HeapChoice, heap_dir: &Path) -> RgaHeap {
+    let ram = mem_total_bytes();
+    rga_heap_with_ram(requested, heap_dir, ram)
+}
+
+fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<u64>) -> RgaHeap {
+    const GIB: u64 = 1 << 30;
+    let high = ram.filter(|&r| r > 4 * GIB).map(|r| {
+        format!(
+            "; this board has {:.1} GiB of RAM, so RGA2 jobs may fail with \"RGA_MMU unsupported memory larger than 4G\": \
+             enable a dma32 or CMA heap (CONFIG_DMABUF_HEAPS_CMA) or pin an RGA3 core (--rga-core rga3-core0)",
+            r as f64 / GIB as f64
+        )
+    });
+    let present = |c: HeapChoice| heap_names(c).iter().map(|n| heap_dir.join(n)).find(|p| p.exists());
+    match requested {
+        HeapChoice::Auto => {
+            for c in RGA_HEAP_PREFERENCE {
+                if let Some(p) = present(c) {
+                    return RgaHeap {
+                        choice: c,
+                        reason: format!("RGA-facing pool from {}: RGA2 reaches only the first 4 GiB (PITFALLS 1)", p.display()),
+                    };
+                }
+            }
+            let found = list_heaps(heap_dir);
+            let found = if found.is_empty() { "none".to_string() } else { found.join(", ") };
+            RgaHeap {
+                choice: HeapChoice::Auto,
+                reason: format!(
+                    "no dma32 or cma heap in {} (heaps found: {found}); RGA-facing pool from the usual --heap auto order{}",
+                    heap_dir.display(),
+                    high.unwrap_or_default()
+                ),
+            }
+        }
+        HeapChoice::Dma32 | HeapChoice::Cma => {
+            RgaHeap { choice: requested, reason: format!("--heap {}: below 4 GiB, as RGA2 needs", format!("{requested:?}").to_lowercase()) }
+        }
+        HeapChoice::Memfd => RgaHeap {
+            choice: requested,
+            reason: "--heap memfd: sealed memfds are not dma-bufs; the RGA driver cannot import them (only the test fake can)".into(),
+        },
+        HeapChoice::System | HeapChoice::Udmabuf => RgaHeap {
+            choice: requested,
+            reason: format!("--heap {} as asked{}", format!("{requested:?}").to_lowercase(), high.unwrap_or_default()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::frame::{PlaneDesc, MAX_PLANES};
+
+    fn nv12_with_bpl(w: u32, h: u32, bpl: u32) -> FrameLayout {
+        let mut p = [PlaneDesc::default(); MAX_PLANES];
+        p[0] = PlaneDesc { offset: 0, bytesperline: bpl, length: bpl * h, fd_index: 0 };
+        p[1] = PlaneDesc { offset: bpl * h, bytesperline: bpl, length: bpl * h / 2, fd_index: 0 };
+        FrameLayout { fourcc: Fourcc::NV12, width: w, height: h, num_planes: 2, planes: p }
+    }
+
+    #[test]
+    fn nv12_maps_to_ycbcr_420_sp_with_pitch_in_pixels() {
+        let s = source_image(&FrameLayout::nv12(640, 480, 16)).unwrap();
+        assert_eq!((s.format, s.wstride, s.hstride, s.bytes), (sys::RK_FORMAT_YCBCR_420_SP, 640, 480, 640 * 480 * 3 / 2));
+        // 1088-row vertical stride (PITFALLS 10): hstride from the chroma offset.
+        let mut l = FrameLayout::nv12(1920, 1080, 16);
+        l.planes[1].offset = 1920 * 1088;
+        let s = source_image(&l).unwrap();
+        assert_eq!((s.hstride, s.bytes), (1088, 1920 * 1088 * 3 / 2));
+        let d = dest_image(&FrameLayout::packed24(Fourcc::BGR24, 416, 416, 424 * 3)).unwrap();
+        assert_eq!((d.format, d.wstride, d.hstride), (sys::RK_FORMAT_BGR_888, 424, 416));
+    }
+
+    #[test]
+    fn unusable_layouts_are_named() {
+        let mut m = FrameLayout::nv12(640, 480, 16);
+        m.fourcc = Fourcc::NV12M;
+        m.planes[1].fd_index = 1;
+        let e = source_image(&m).unwrap_err().to_string();
+        assert!(e.contains("NV12M") && e.contains("--format NV12"), "{e}");
+        let mut o = FrameLayout::nv12(640, 480, 16);
+        o.planes[1].offset += 7;
+        assert!(source_image(&o).unwrap_err().to_string().contains("CbCr plane starts at byte"));
+        let e = dest_image(&FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1249)).unwrap_err().to_string();
+        assert!(e.contains("multiple of 3"), "{e}");
+        let e = RgaScaler::check(Fourcc::NV12, &FrameLayout::packed24(Fourcc::new(b"XR24"), 416, 416, 1664)).unwrap_err().to_string();
+        assert!(e.contains("cannot produce XR24"), "{e}");
+        RgaScaler::check(Fourcc::YUYV, &FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248)).unwrap();
+    }
+
+    #[test]
+    fn diagnosis_names_the_rule() {
+        let d = dest_image(&FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248)).unwrap();
+        let s = source_image(&nv12_with_bpl(640, 480, 650)).unwrap();
+        let lb = LetterboxParams::top_left(640, 480, 416, 416);
+        let e = diagnose(Fourcc::NV12, &s, Fourcc::BGR24, &d, &lb, sys::IM_STATUS_NOT_SUPPORTED, "x");
+        assert!(e.contains("width stride 650 px is not a multiple of 16"), "{e}");
+        let s = source_image(&nv12_with_bpl(642, 481, 656)).unwrap();
+        let e = diagnose(Fourcc::NV12, &s, Fourcc::BGR24, &d, &LetterboxParams::top_left(642, 481, 416, 416), sys::IM_STATUS_INVALID_PARAM, "");
+        assert!(e.contains("even sizes"), "{e}");
+        let s = source_image(&nv12_with_bpl(16, 16, 16)).unwrap();
+        let e = diagnose(Fourcc::NV12, &s, Fourcc::BGR24, &d, &LetterboxParams::top_left(16, 16, 416, 416), sys::IM_STATUS_NOT_SUPPORTED, "");
+        assert!(e.contains("1/16..16"), "{e}");
+        assert_eq!((stride_align(8), stride_align(16), stride_align(24)), (16, 8, 16));
+    }
+
+    #[test]
+    fn version_line_reads_querystring() {
+        let q = "RGA_api version       : v1.10.3_[1]\nRGA version           : RGA_2_Enhance RGA_3 \n";
+        assert_eq!(version_line(q).unwrap(), "librga v1.10.3_[1], RGA_2_Enhance RGA_3");
+        assert_eq!(version_line("get info failed"), None);
+    }
+
+    #[test]
+    fn heap_prefers_dma32_then_cma_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), Some(8 << 30));
+        assert_eq!(r.choice, HeapChoice::Auto);
+        assert!(r.reason.contains("heaps found: none") && r.reason.contains("8.0 GiB"), "{}", r.reason);
+        let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), Some(2 << 30));
+        assert!(!r.reason.contains("GiB of RAM"), "{}", r.reason);
+        std::fs::write(dir.path().join("system"), b"").unwrap();
+        std::fs::write(dir.path().join("linux,cma"), b"").unwrap();
+        let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), Some(8 << 30));
+        assert_eq!(r.choice, HeapChoice::Cma);
+        assert!(r.reason.contains("linux,cma") && r.reason.contains("4 GiB"), "{}", r.reason);
+        std::fs::write(dir.path().join("system-dma32"), b"").unwrap();
+        assert_eq!(rga_heap_with_ram(HeapChoice::Auto, dir.path(), None).choice, HeapChoice::Dma32);
+        let r = rga_heap_with_ram(HeapChoice::System, dir.path(), Some(16 << 30));
+        assert_eq!(r.choice, HeapChoice::System);
+        assert!(r.reason.contains("--heap system") && r.reason.contains("RGA_MMU"), "{}", r.reason);
+        assert!(rga_heap_with_ram(HeapChoice::Memfd, dir.path(), None).reason.contains("cannot import"));
+    }
+
+    #[test]
+    fn fill_pad_leaves_picture_and_stride() {
+        let (bpl, dw, dh) = (5 * 3 + 2, 5usize, 4usize);
+        let mut b = vec![7u8; bpl * dh];
+        fill_pad(&mut b, bpl, (dw, dh), (3, 2), 114);
+        for r in 0..dh {
+            for x in 0..dw {
+                let v = b[r * bpl + x * 3];
+                assert_eq!(v, if x < 3 && r < 2 { 7 } else { 114 }, "({x},{r})");
+            }
+            assert_eq!(&b[r * bpl + 15..r * bpl + 17], &[7, 7]);
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! `--scaler v4l2m2m:/dev/videoN`: a V4L2 memory-to-memory device converts and resizes.
+//!
+//! The mainline kernel's Rockchip RGA driver (`rockchip-rga`) is such a device, and so is
+//! the virtual `vim2m` the VM tests use. The two queues of one open file handle are one
+//! conversion context (V4L2 mem2mem interface, `Documentation/userspace-api/media/v4l/
+//! dev-mem2mem.rst`):
+//! - the **OUTPUT** queue takes the source frames: it imports the capture stage's dma-bufs
+//!   (`V4L2_MEMORY_DMABUF`), OUTPUT buffer `i` always being capture buffer `i`;
+//! - the **CAPTURE** queue writes the result: it imports the scale stage's own pool, CAPTURE
+//!   buffer `j` always being pool buffer `j`.
+//!
+//! Because a buffer index keeps its dma-buf, the kernel maps each one once (vb2 keeps the
+//! attachment while the same fd comes back at the same index, `videobuf2-core.c`
+//! `__prepare_dmabuf`), and the CPU never touches a frame.
+//!
+//! Letterbox: the CAPTURE format is the resized image (`resized_w x resized_h`) with the
+//! model input's `bytesperline`, written at the top-left of the model-input buffer; the rows
+//! and columns the device never writes are filled with the pad value once, in
+//! [`DeviceScaler::bind`]. A device that computes its own `bytesperline` (vim2m:
+//! `width * bytes per pixel`) can therefore only letterbox sources wider than the model's
+//! aspect ratio (pad rows at the bottom); otherwise [`DeviceScaler::bind`] names the rows it
+//! wanted and the ones the device granted.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use crate::capture::v4l2::{caps_names, format_name, open_node, query_node, video_nodes, NodeInfo};
+use crate::core::dmabuf::DmaBuf;
+use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use crate::sys::v4l2 as sys;
+
+use super::DeviceScaler;
+
+/// How long one conversion may take before the device is declared stuck (vim2m needs 40 ms
+/// per frame by default, its `default_transtime`).
+const FRAME_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One open mem2mem node, its queues negotiated and both pools imported.
+pub struct V4l2M2mScaler {
+    file: File,
+    node: NodeInfo,
+    out_type: u32,
+    cap_type: u32,
+    /// Source buffer `i`: one fd per V4L2 plane (dups of capture's fds) and its length.
+    src: Vec<Vec<(OwnedFd, u32)>>,
+    /// Bytes of each OUTPUT plane (`bytesused` to queue).
+    src_used: Vec<u32>,
+    /// Pool buffer `j`: a dup of its fd and its length.
+    dst: Vec<(OwnedFd, u32)>,
+    letterbox: LetterboxParams,
+    streaming: bool,
+    frames: u64,
+}
+
+impl std::fmt::Debug for V4l2M2mScaler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("V4l2M2mScaler").field("node", &self.node.label()).field("frames", &self.frames).finish()
+    }
+}
+
+/// Every mem2mem node that streams, in numeric order (for error messages and `zcpipe doctor`).
+pub fn m2m_nodes() -> Vec<NodeInfo> {
+    video_nodes()
+        .iter()
+        .filter_map(|p| open_node(p).ok().and_then(|f| query_node(f.as_fd(), p).ok()))
+        .filter(|n| n.cap.is_m2m() && n.cap.has_streaming())
+        .collect()
+}
+
+fn m2m_hint(except: &Path) -> String {
+    let v: Vec<String> = m2m_nodes().iter().filter(|n| n.path != except).map(|n| n.label()).collect();
+    if v.is_empty() {
+        "no mem2mem node found here; use --scaler cpu (`zcpipe doctor` lists every node)".into()
+    } else {
+        format!("mem2mem nodes here: {} (`zcpipe doctor` lists every node)", v.join(", "))
+    }
+}
+
+fn enum_formats(fd: BorrowedFd<'_>, buf_type: u32) -> Vec<Fourcc> {
+    let mut v = vec![];
+    for index in 0..256 {
+        let mut d = sys::FmtDesc { index, type_: buf_type, ..Default::default() };
+        if sys::enum_fmt(fd, &mut d).is_err() {
+            break;
+        }
+        v.push(d.fourcc());
+    }
+    v
+}
+
+fn list(v: &[Fourcc]) -> String {
+    if v.is_empty() {
+        "nothing".into()
+    } else {
+        v.iter().map(|f| format_name(*f)).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// What VIDIOC_S_FMT granted on one queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct QueueFormat {
+    fourcc: Fourcc,
+    width: u32,
+    height: u32,
+    /// `(bytesperline, sizeimage)` per V4L2 plane.
+    planes: Vec<(u32, u32)>,
+}
+
+impl std::fmt::Display for QueueFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bpl: Vec<String> = self.planes.iter().map(|p| p.0.to_string()).collect();
+        write!(f, "{} {}x{} bytesperline {}", format_name(self.fourcc), self.width, self.height, bpl.join("+"))
+    }
+}
+
+impl V4l2M2mScaler {
+    /// Opens `path` and checks that it is a streaming mem2mem device. Errors name the node,
+    /// what it is instead, and the mem2mem nodes present.
+    pub fn open(path: &Path) -> Result<V4l2M2mScaler> {
+        let file = open_node(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => anyhow!("--scaler v4l2m2m: {} does not exist; {}", path.display(), m2m_hint(path)),
+            io::ErrorKind::PermissionDenied => anyhow!(
+                "--scaler v4l2m2m: cannot open {}: permission denied; install udev/99-zcpipe.rules and join the zcpipe group, or run as root",
+                path.display()
+            ),
+            _ => anyhow!("--scaler v4l2m2m: cannot open {}: {e}", path.display()),
+        })?;
+        let node = query_node(file.as_fd(), path).map_err(|e| {
+            anyhow!("--scaler v4l2m2m: {} is not a V4L2 device (VIDIOC_QUERYCAP: {e}); {}", path.display(), m2m_hint(path))
+        })?;
+        let caps = node.caps;
+        let (out_type, cap_type) = if caps & sys::V4L2_CAP_VIDEO_M2M_MPLANE != 0 {
+            (sys::V4L2_BUF_TYPE_VIDEO_OUTPUT_MPLANE, sys::V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE)
+        } else if caps & sys::V4L2_CAP_VIDEO_M2M != 0 {
+            (sys::V4L2_BUF_TYPE_VIDEO_OUTPUT, sys::V4L2_BUF_TYPE_VIDEO_CAPTURE)
+        } else {
+            let what = if node.can_capture() { "a capture node (a camera), not a mem2mem device" } else { "not a mem2mem device" };
+            bail!("--scaler v4l2m2m: {} is {what} (caps {}); {}", node.label(), caps_names(caps), m2m_hint(path));
+        };
+        if !node.cap.has_streaming() {
+            bail!("--scaler v4l2m2m: {} cannot stream (caps {}); {}", node.label(), caps_names(caps), m2m_hint(path));
+        }
+        Ok(V4l2M2mScaler {
+            file,
+            node,
+            out_type,
+            cap_type,
+            src: vec![],
+            src_used: vec![],
+            dst: vec![],
+            letterbox: LetterboxParams::default(),
+            streaming: false,
+            frames: 0,
+        })
+    }
+
+    /// The node's path.
+    pub fn path(&self) -> PathBuf {
+        self.node.path.clone()
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    fn mplane(&self) -> bool {
+        sys::is_multiplanar(self.out_type)
+    }
+
+    fn busy(&self, what: &str, e: io::Error) -> anyhow::Error {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            anyhow!(
+                "v4l2m2m: {} is in use ({what}: EBUSY); stop the other user (`fuser {}` names it) or use --scaler cpu",
+                self.node.label(),
+                self.node.path.display()
+            )
+        } else {
+            anyhow!("v4l2m2m: {what} on {}: {e}", self.node.label())
+        }
+    }
+
+    /// VIDIOC_S_FMT on `buf_type`; returns what the driver granted.
+    fn set_format(&self, buf_type: u32, fourcc: Fourcc, width: u32, height: u32, planes: &[(u32, u32)]) -> Result<QueueFormat> {
+        let mut f = sys::Format::new(buf_type);
+        if self.mplane() {
+            let p = f.pix_mp_mut();
+            p.width = width;
+            p.height = height;
+            p.set_fourcc(fourcc);
+            p.field = sys::V4L2_FIELD_NONE;
+            p.num_planes = planes.len() as u8;
+            for (pf, &(bpl, size)) in p.plane_fmt.iter_mut().zip(planes) {
+                pf.bytesperline = bpl;
+                pf.sizeimage = size;
+            }
+        } else {
+            let p = f.pix_mut();
+            p.width = width;
+            p.height = height;
+            p.set_fourcc(fourcc);
+            p.field = sys::V4L2_FIELD_NONE;
+            p.bytesperline = planes[0].0;
+            p.sizeimage = planes[0].1;
+        }
+        let queue = if buf_type == self.cap_type { "CAPTURE" } else { "OUTPUT" };
+        sys::s_fmt(self.fd(), &mut f).map_err(|e| self.busy(&format!("VIDIOC_S_FMT {queue} {} {width}x{height}", format_name(fourcc)), e))?;
+        Ok(if self.mplane() {
+            let p = *f.pix_mp();
+            let n = (p.num_planes as usize).clamp(1, sys::VIDEO_MAX_PLANES);
+            QueueFormat { fourcc: p.fourcc(), width: p.width, height: p.height, planes: p.plane_fmt[..n].iter().map(|pf| (pf.bytesperline, pf.sizeimage)).collect() }
+        } else {
+            let p = *f.pix();
+            QueueFormat { fourcc: p.fourcc(), width: p.width, height: p.height, planes: vec![(p.bytesperline, p.sizeimage)] }
+        })
+    }
+
+    fn reqbufs(&self, buf_type: u32, count: u32) -> Result<u32> {
+        let mut r = sys::RequestBuffers { count, type_: buf_type, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
+        sys::reqbufs(self.fd(), &mut r).map_err(|e| self.busy(&format!("VIDIOC_REQBUFS DMABUF x{count}"), e))?;
+        Ok(r.count)
+    }
+
+    fn qbuf(&self, buf_type: u32, index: u32, fds: &[(OwnedFd, u32)], used: &[u32]) -> Result<()> {
+        let mut b = sys::Buffer::new(buf_type, sys::V4L2_MEMORY_DMABUF, index);
+        let mut planes = vec![sys::Plane::default(); if self.mplane() { fds.len() } else { 0 }];
+        if self.mplane() {
+            for (i, (p, (fd, len))) in planes.iter_mut().zip(fds).enumerate() {
+                p.set_fd(fd.as_fd());
+                p.length = *len;
+                p.bytesused = used.get(i).copied().unwrap_or(0);
+            }
+        } else {
+            b.set_fd(fds[0].0.as_fd());
+            b.length = fds[0].1;
+            b.bytesused = used.first().copied().unwrap_or(0);
+        }
+        sys::qbuf(self.fd(), &mut b, &mut planes).map_err(|e| anyhow!("v4l2m2m: VIDIOC_QBUF {index} on {}: {e}", self.node.label()))
+    }
+
+    /// DQBUF on `buf_type` (non-blocking): `Some((index, error flag))` or `None` if none is done.
+    fn dqbuf(&self, buf_type: u32, nplanes: usize) -> Result<Option<(u32, bool)>> {
+        let mut b = sys::Buffer::new(buf_type, sys::V4L2_MEMORY_DMABUF, 0);
+        let mut planes = vec![sys::Plane::default(); if self.mplane() { nplanes } else { 0 }];
+        match sys::dqbuf(self.fd(), &mut b, &mut planes) {
+            Ok(()) => Ok(Some((b.index, b.is_error()))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => bail!("v4l2m2m: VIDIOC_DQBUF on {}: {e}", self.node.label()),
+        }
+    }
+}
+
+impl DeviceScaler for V4l2M2mScaler {
+    fn name(&self) -> String {
+        format!("v4l2m2m {}", self.node.label())
+    }
+
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        let label = self.node.label();
+        let (sf, df) = (src_layout.fourcc, dst_layout.fourcc);
+        // 1. Can the device do this conversion at all? Name both sides if not.
+        let takes = enum_formats(self.fd(), self.out_type);
+        let gives = enum_formats(self.fd(), self.cap_type);
+        if !takes.contains(&sf) {
+            bail!(
+                "v4l2m2m: {label} cannot convert capture's {} into the model's {}: its OUTPUT queue (input) takes {}; \
+                 capture in one of those (--format {}) or use --scaler cpu",
+                format_name(sf),
+                format_name(df),
+                list(&takes),
+                takes.iter().find(|f| crate::scale::stage::ACCEPTED.contains(f)).map(|f| format_name(*f)).unwrap_or_else(|| "RGB24".into())
+            );
+        }
+        if !gives.contains(&df) {
+            bail!(
+                "v4l2m2m: {label} cannot convert capture's {} into the model's {}: its CAPTURE queue (output) gives {}; use --scaler cpu",
+                format_name(sf),
+                format_name(df),
+                list(&gives)
+            );
+        }
+        // 2. OUTPUT queue: exactly capture's format, strides and sizes.
+        let fd_planes = sf.num_planes().unwrap_or(1); // NV12M: 2 fds; NV12: 1
+        let v4l2_planes: Vec<(u32, u32)> = if fd_planes > 1 {
+            src_layout.planes().iter().map(|p| (p.bytesperline, p.length)).collect()
+        } else {
+            vec![(src_layout.planes()[0].bytesperline, src_layout.bytes_needed() as u32)]
+        };
+        if fd_planes > 1 && !self.mplane() {
+            bail!(
+                "v4l2m2m: {label} is single-planar and cannot take {} (one dma-buf per plane); capture in {} instead",
+                format_name(sf),
+                list(&takes)
+            );
+        }
+        let asked = QueueFormat { fourcc: sf, width: src_layout.width, height: src_layout.height, planes: v4l2_planes.clone() };
+        let got = self.set_format(self.out_type, sf, src_layout.width, src_layout.height, &v4l2_planes)?;
+        let strides_match = got.planes.iter().zip(&asked.planes).all(|(g, a)| g.0 == a.0);
+        if got.fourcc != sf || got.width != asked.width || got.height != asked.height || !strides_match || got.planes.len() != asked.planes.len() {
+            bail!("v4l2m2m: {label} cannot read capture's frames: its OUTPUT queue granted {got} for capture's {asked}; capture at a size it takes or use --scaler cpu");
+        }
+        // 3. CAPTURE queue: the resized image, rows of the model input's bytesperline.
+        let lb = LetterboxParams::top_left(src_layout.width, src_layout.height, dst_layout.width, dst_layout.height);
+        let dst_bpl = dst_layout.planes()[0].bytesperline;
+        let want_size = dst_bpl * lb.resized_h;
+        let got_c = self.set_format(self.cap_type, df, lb.resized_w, lb.resized_h, &[(dst_bpl, want_size)])?;
+        let asked_c = QueueFormat { fourcc: df, width: lb.resized_w, height: lb.resized_h, planes: vec![(dst_bpl, want_size)] };
+        let (gbpl, gsize) = got_c.planes[0];
+        let dst_size = dst.iter().map(|d| d.size()).min().unwrap_or(0);
+        if got_c.fourcc != df || got_c.width == 0 || got_c.width > dst_layout.width || got_c.height == 0 || got_c.height > dst_layout.height {
+            bail!(
+                "v4l2m2m: {label} cannot write the letterboxed image: its CAPTURE queue granted {got_c} for {asked_c} \
+                 (the model input is {}x{}); use --scaler cpu",
+                dst_layout.width,
+                dst_layout.height
+            );
+        }
+        if gbpl != dst_bpl {
+            bail!(
+                "v4l2m2m: {label} writes rows of {gbpl} bytes ({got_c}) but the model input's rows are {dst_bpl} bytes \
+                 ({}x{} {}): the device cannot letterbox this {}x{} source; capture at a wider aspect ratio or use --scaler cpu",
+                dst_layout.width,
+                dst_layout.height,
+                format_name(df),
+                src_layout.width,
+                src_layout.height
+            );
+        }
+        if u64::from(gsize) > dst_size {
+            bail!("v4l2m2m: {label} wants {gsize}-byte CAPTURE buffers ({got_c}) but the pool's are {dst_size} bytes");
+        }
+        // The device may round the size (vim2m: even widths); map boxes back with what it wrote.
+        let mut lb = lb;
+        if (got_c.width, got_c.height) != (lb.resized_w, lb.resized_h) {
+            log::info!("v4l2m2m: {label} resizes to {}x{} (asked {}x{})", got_c.width, got_c.height, lb.resized_w, lb.resized_h);
+            lb.resized_w = got_c.width;
+            lb.resized_h = got_c.height;
+        }
+        self.letterbox = lb;
+        // 4. Pad once: the device never writes outside the resized image.
+        for d in dst.iter_mut() {
+            let mut w = d.write().context("v4l2m2m: filling the letterbox pad")?;
+            w.fill(pad);
+        }
+        // 5. Import both pools, index for index.
+        let n_src = self.reqbufs(self.out_type, src.len() as u32)?;
+        let n_dst = self.reqbufs(self.cap_type, dst.len() as u32)?;
+        if (n_src as usize) < src.len() || (n_dst as usize) < dst.len() {
+            bail!("v4l2m2m: {label} granted {n_src} OUTPUT and {n_dst} CAPTURE buffers for pools of {} and {}", src.len(), dst.len());
+        }
+        for (i, bufs) in src.iter().enumerate() {
+            let mut v = vec![];
+            for b in bufs.iter().take(fd_planes) {
+                let fd = b.fd().try_clone_to_owned().with_context(|| format!("v4l2m2m: dup of source buffer {i}'s fd"))?;
+                v.push((fd, b.size() as u32));
+            }
+            if v.len() != fd_planes {
+                bail!("v4l2m2m: source buffer {i} has {} dma-bufs, {} needs {fd_planes}", v.len(), format_name(sf));
+            }
+            self.src.push(v);
+        }
+        self.src_used = got.planes.iter().map(|p| p.1).collect();
+        for (j, d) in dst.iter().enumerate() {
+            let fd = d.fd().try_clone_to_owned().with_context(|| format!("v4l2m2m: dup of pool buffer {j}'s fd"))?;
+            self.dst.push((fd, d.size() as u32));
+        }
+        sys::streamon(self.fd(), self.out_type).map_err(|e| self.busy("VIDIOC_STREAMON OUTPUT", e))?;
+        self.streaming = true;
+        sys::streamon(self.fd(), self.cap_type).map_err(|e| self.busy("VIDIOC_STREAMON CAPTURE", e))?;
+        log::info!(
+            "v4l2m2m: {label}: OUTPUT {got} imports {} capture buffers ({} dma-bufs), CAPTURE {got_c} imports {} pool buffers; pad {pad} filled once",
+            self.src.len(),
+            self.src.iter().map(Vec::len).sum::<usize>(),
+            self.dst.len()
+        );
+        Ok(())
+    }
+
+    fn scale(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
+        let (si, di) = (src_index as usize, dst_index as usize);
+        if si >= self.src.len() || di >= self.dst.len() {
+            bail!("v4l2m2m: buffer index out of range (source {si} of {}, pool {di} of {})", self.src.len(), self.dst.len());
+        }
+        self.qbuf(self.out_type, src_index, &self.src[si], &self.src_used)?;
+        self.qbuf(self.cap_type, dst_index, std::slice::from_ref(&self.dst[di]), &[])?;
+        let (mut out_done, mut cap_done) = (false, false);
+        let end = Instant::now() + FRAME_TIMEOUT;
+        while !(out_done && cap_done) {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "v4l2m2m: {} did not finish a frame within {FRAME_TIMEOUT:?} (source buffer {si}, pool buffer {di})",
+                    self.node.label()
+                );
+            }
+            let mut p = [PollFd::new(self.fd(), PollFlags::POLLIN | PollFlags::POLLOUT)];
+            match poll(&mut p, PollTimeout::from(left.as_millis().min(u16::MAX as u128) as u16)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => bail!("v4l2m2m: poll on {}: {e}", self.node.label()),
+            }
+            if !out_done {
+                if let Some((i, _)) = self.dqbuf(self.out_type, self.src[si].len())? {
+                    if i != src_index {
+                        bail!("v4l2m2m: {} returned OUTPUT buffer {i}, expected {src_index}", self.node.label());
+                    }
+                    out_done = true;
+                }
+            }
+            if !cap_done {
+                if let Some((i, err)) = self.dqbuf(self.cap_type, 1)? {
+                    if i != dst_index {
+                        bail!("v4l2m2m: {} returned CAPTURE buffer {i}, expected {dst_index}", self.node.label());
+                    }
+                    if err {
+                        bail!("v4l2m2m: {} flagged the converted frame as corrupt (V4L2_BUF_FLAG_ERROR)", self.node.label());
+                    }
+                    cap_done = true;
+                }
+            }
+        }
+        self.frames += 1;
+        Ok(self.letterbox)
+    }
+}
+
+impl Drop for V4l2M2mScaler {
+    fn drop(&mut self) {
+        if self.streaming {
+            // STREAMOFF returns every queued buffer; REQBUFS 0 drops the dma-buf attachments
+            // (dev-mem2mem.rst, vidioc-reqbufs.rst). Closing the file would do both too.
+            let _ = sys::streamoff(self.fd(), self.cap_type);
+            let _ = sys::streamoff(self.fd(), self.out_type);
+        }
+        for t in [self.cap_type, self.out_type] {
+            let mut r = sys::RequestBuffers { count: 0, type_: t, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
+            let _ = sys::reqbufs(self.fd(), &mut r);
+        }
+        log::debug!("v4l2m2m: {} released after {} frames", self.node.label(), self.frames);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_names_the_missing_node_and_the_fallback() {
+        let e = V4l2M2mScaler::open(Path::new("/dev/video-zcpipe-absent")).unwrap_err().to_string();
+        assert!(e.contains("/dev/video-zcpipe-absent does not exist"), "{e}");
+        assert!(e.contains("--scaler cpu") || e.contains("mem2mem nodes here"), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_a_file_that_is_not_a_v4l2_node() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let e = V4l2M2mScaler::open(f.path()).unwrap_err().to_string();
+        assert!(e.contains("is not a V4L2 device"), "{e}");
+    }
+}

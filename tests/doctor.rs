@@ -1,0 +1,157 @@
+//! `zcpipe doctor` on this machine: what it reports must be what the machine has. The
+//! expected values are read here from /dev independently of zcpipe's code (on the CI host:
+//! no video node, no dma-buf heap, no udmabuf).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn doctor(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_zcpipe"))
+        .arg("doctor")
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "doctor exits 0 whatever it finds; stderr:\n{stderr}");
+    out
+}
+
+/// `/dev/video<N>` paths, in numeric order (what `ls -v /dev/video*` lists).
+fn video_nodes() -> Vec<String> {
+    let mut v: Vec<(u32, String)> = std::fs::read_dir("/dev")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n = name.strip_prefix("video")?.parse().ok()?;
+            Some((n, format!("/dev/{name}")))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The entries of /dev/dma_heap, sorted (empty if it does not exist).
+fn heaps() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/dma_heap")
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
+    let out = doctor(&["--json"]);
+    let r: Value = serde_json::from_slice(&out.stdout).expect("--json prints one JSON object");
+    let nodes: Vec<String> = r["nodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap().to_string()).collect();
+    assert_eq!(nodes, video_nodes());
+    let heap_names: Vec<String> = r["heaps"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(heap_names, heaps());
+    assert_eq!(r["heap_dir"], "/dev/dma_heap");
+    let udmabuf = Path::new("/dev/udmabuf").exists();
+    assert_eq!(r["udmabuf"]["present"], udmabuf);
+    assert_eq!(r["udmabuf"]["path"], "/dev/udmabuf");
+
+    // Every problem has a fix.
+    let problems = r["problems"].as_array().unwrap();
+    for p in problems {
+        assert!(!p["what"].as_str().unwrap().is_empty() && !p["fix"].as_str().unwrap().is_empty(), "{p}");
+    }
+    let about = |a: &str| problems.iter().find(|p| p["about"] == a);
+    if video_nodes().is_empty() {
+        let p = about("/dev/video*").expect("no video node is a problem");
+        assert!(p["what"].as_str().unwrap().contains("/dev/video* does not exist"), "{p}");
+        assert!(p["fix"].as_str().unwrap().contains("modprobe vivid"), "{p}");
+    }
+    if heaps().is_empty() {
+        // The problem names every heap zcpipe looks for, and the kernel options that make them.
+        let p = about("/dev/dma_heap").expect("no heap is a problem");
+        let what = p["what"].as_str().unwrap();
+        for name in ["system", "system-dma32", "dma32", "linux,cma", "cma", "reserved"] {
+            assert!(what.contains(name), "the problem names heap {name}: {what}");
+        }
+        let fix = p["fix"].as_str().unwrap();
+        assert!(fix.contains("CONFIG_DMABUF_HEAPS=y") && fix.contains("CONFIG_DMABUF_HEAPS_SYSTEM=y"), "{fix}");
+        for c in r["heap_choices"].as_array().unwrap() {
+            assert!(c["heap"].is_null(), "{c}");
+        }
+        let want = if udmabuf { "udmabuf" } else { "memfd" };
+        assert_eq!(r["heap_auto"]["allocator"], want, "--heap auto falls back to {want}");
+        assert_eq!(r["heap_auto"]["dma_buf"], udmabuf);
+        if !udmabuf {
+            let p = about("/dev/udmabuf").expect("no heap and no udmabuf is a problem");
+            assert!(p["fix"].as_str().unwrap().contains("modprobe udmabuf"), "{p}");
+        }
+    }
+
+    // Vendor libraries: both are asked for; the SoC comes from the device tree or is absent.
+    let libs: Vec<String> = r["libraries"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(libs, ["librga.so", "librknnrt.so"]);
+    let compatible = Path::new("/proc/device-tree/compatible");
+    if compatible.exists() {
+        let want: Vec<String> = std::fs::read(compatible)
+            .unwrap()
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        assert_eq!(strings(&r["soc"]["compatible"]), want);
+        assert_eq!(r["soc"]["soc"].as_str(), want.last().map(String::as_str));
+    } else {
+        assert!(r["soc"]["soc"].is_null());
+        assert!(r["soc"]["error"].as_str().unwrap().contains("/proc/device-tree/compatible does not exist"), "{}", r["soc"]);
+    }
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:").map(|r| r.split_whitespace().next().unwrap().parse::<u64>().unwrap()))
+        .unwrap();
+    assert_eq!(r["user"]["uid"], uid);
+}
+
+#[test]
+fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
+    let out = doctor(&[]);
+    let t = String::from_utf8(out.stdout).unwrap();
+    let json: Value = serde_json::from_slice(&doctor(&["--json"]).stdout).unwrap();
+    let n_problems = json["problems"].as_array().unwrap().len();
+    let lines: Vec<&str> = t.lines().collect();
+    for section in [
+        format!("== V4L2 video nodes (/dev/video*): {} ==", video_nodes().len()),
+        format!("== dma-buf heaps (/dev/dma_heap): {} ==", heaps().len()),
+        "== udmabuf (/dev/udmabuf) ==".to_string(),
+        "== vendor libraries ==".to_string(),
+    ] {
+        assert!(lines.contains(&section.as_str()), "no line {section:?} in:\n{t}");
+    }
+    let problem_lines: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].starts_with("problem: ")).collect();
+    assert_eq!(problem_lines.len(), n_problems, "text and JSON report the same problems:\n{t}");
+    for i in problem_lines {
+        assert!(lines[i + 1].starts_with("fix: "), "line after {:?} is {:?}", lines[i], lines[i + 1]);
+    }
+    let last = lines.last().unwrap();
+    match n_problems {
+        0 => assert_eq!(*last, "no problems found"),
+        1 => assert_eq!(*last, "1 problem found (its fix is under it)"),
+        n => assert_eq!(*last, format!("{n} problems found (each fix is under its problem)")),
+    }
+    if video_nodes().is_empty() {
+        assert!(t.contains("problem: no V4L2 video node: /dev/video* does not exist"), "{t}");
+    }
+    if heaps().is_empty() {
+        assert!(t.contains("problem: no dma-buf heap: /dev/dma_heap "), "{t}");
+    }
+    // The allocator's own log line is not repeated on stderr: the report says it.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("heap:"), "{stderr}");
+}

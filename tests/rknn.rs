@@ -1,0 +1,577 @@
+//! The `rknn` backend in the whole multi-process pipeline, against the ABI fake of
+//! librknnrt.so (`fakes/librknnrt`): the fake runs `models/yolox_nano.onnx` with tract on the
+//! bytes it reads from the dma-buf zcpipe bound, and logs every call, so these tests check
+//! both the detections and the zero-copy contract (what was imported, when, and released).
+//!
+//! The fake is built by `make test` before `cargo test`; the first test to need it also
+//! brings it up to date with `cargo build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt`
+//! (built next to zcpipe's library, its dependencies get zcpipe's features, so tract is
+//! compiled once for both).
+//!
+//! The two tests comparing with the `onnx` backend need zcpipe's `onnx` feature (default).
+
+#![cfg_attr(not(feature = "onnx"), allow(dead_code))]
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn data(p: &str) -> PathBuf {
+    root().join(p)
+}
+
+/// `target/<profile>/librknnrt.so`, brought up to date once per test process (a no-op
+/// cargo call when `make test` has just built it).
+fn fake_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().to_path_buf();
+        let lib = dir.join("librknnrt.so");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        // With zcpipe's library in the same build, the fake's dependencies get zcpipe's
+        // features, so tract is not compiled a second time; `--lib` leaves the zcpipe
+        // binary under test alone.
+        c.current_dir(root()).args(["build", "--locked", "--lib", "-p", "zcpipe", "-p", "zcpipe-fake-librknnrt"]);
+        if !cfg!(debug_assertions) {
+            c.arg("--release");
+        }
+        let st = c.status().expect("run cargo to build the fake librknnrt");
+        assert!(st.success(), "building fakes/librknnrt failed");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+struct Run {
+    out: Output,
+    summary: Option<Value>,
+    /// The fake's call log, one entry per line: (name, key -> value).
+    calls: Vec<(String, HashMap<String, String>)>,
+}
+
+impl Run {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).to_string()
+    }
+    fn frames(&self) -> Vec<Value> {
+        String::from_utf8_lossy(&self.out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+    fn named(&self, name: &str) -> Vec<&HashMap<String, String>> {
+        self.calls.iter().filter(|(n, _)| n == name).map(|(_, kv)| kv).collect()
+    }
+}
+
+/// A compatible file naming `soc` (as /proc/device-tree/compatible does).
+fn compatible(dir: &Path, soc: &str) -> PathBuf {
+    let p = dir.join(format!("compatible-{soc}"));
+    std::fs::write(&p, format!("vendor,board\0rockchip,{soc}\0")).unwrap();
+    p
+}
+
+/// Runs `zcpipe run` in its own directory with the fake librknnrt and `env`; reads the
+/// summary and the fake's log. The board is an RK3588 unless `env` says otherwise.
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let log = dir.join("rknn.log");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
+    c.current_dir(root())
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("RUST_LOG")
+        .env("ZCPIPE_LIBRKNNRT", fake_lib())
+        .env("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"))
+        .env("ZCPIPE_FAKE_RKNN_LOG", &log)
+        .env("ZCPIPE_DT_COMPATIBLE", compatible(dir, "rk3588"))
+        .env_remove("ZCPIPE_FAKE_RKNN_W_STRIDE")
+        .env_remove("ZCPIPE_FAKE_RKNN_OUTPUT")
+        .env_remove("ZCPIPE_FAKE_RKNN_CORES");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c
+        .arg("run")
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .arg("--publish")
+        .arg(dir.join("detections.sock"))
+        .arg("--summary-json")
+        .arg(dir.join("summary.json"))
+        .args(["--stats-interval", "0"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!dir.join("run").exists(), "run directory left behind");
+    let summary = std::fs::read(dir.join("summary.json")).ok().map(|b| serde_json::from_slice(&b).unwrap());
+    let calls = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let pid = words.next().unwrap_or_default();
+            assert!(pid.starts_with("pid="), "log line without pid: {l}");
+            let name = words.next().unwrap_or_default().to_string();
+            let kv = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            (name, kv)
+        })
+        .collect();
+    Run { out, summary, calls }
+}
+
+const PHOTOS: [&str; 3] = ["dog.jpg", "astronaut.png", "person.jpg"];
+
+fn photo_dir(dir: &Path) -> String {
+    let photos = dir.join("photos");
+    std::fs::create_dir(&photos).unwrap();
+    for name in PHOTOS {
+        std::fs::copy(data(&format!("tests/data/{name}")), photos.join(name)).unwrap();
+    }
+    format!("image:{}", photos.display())
+}
+
+/// 6 frames (each photo twice) through `--scaler cpu` with 3 scaler buffers, so every
+/// buffer carries two frames.
+const FRAMES: usize = 6;
+
+fn pipeline_args<'a>(source: &'a str, infer: &'a str, model: &'a str) -> Vec<&'a str> {
+    vec![
+        "--source", source, "--infer", infer, "--model", model, "--scaler", "cpu", "--scale-buffers", "3", "--frames", "6", "--ring-policy", "block", "--json",
+    ]
+}
+
+/// (label, score, box) of one published frame.
+fn dets(frame: &Value) -> Vec<(String, f64, Vec<f64>)> {
+    frame["detections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["label"].as_str().unwrap().to_string(), d["score"].as_f64().unwrap(), d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()))
+        .collect()
+}
+
+fn iou(a: &[f64], b: &[f64]) -> f64 {
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+}
+
+/// The ONNX backend's frames for the same photos, computed once.
+fn onnx_frames() -> &'static Vec<Value> {
+    static F: OnceLock<Vec<Value>> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let src = photo_dir(dir.path());
+        let r = run(dir.path(), &pipeline_args(&src, "onnx", "models/yolox_nano.onnx"), &[]);
+        assert!(r.out.status.success(), "{}", r.stderr());
+        let f = r.frames();
+        assert_eq!(f.len(), FRAMES);
+        f
+    })
+}
+
+/// Every ONNX detection scoring `min_score` or more has an RKNN detection of the same label
+/// with |score difference| <= `dscore` and IoU >= `min_iou`, and vice versa.
+fn assert_same_detections(rknn: &[Value], min_score: f64, dscore: f64, min_iou: f64) {
+    let onnx = onnx_frames();
+    assert_eq!(rknn.len(), onnx.len());
+    for (i, (r, o)) in rknn.iter().zip(onnx).enumerate() {
+        assert_eq!((r["seq"].as_u64(), r["width"].as_u64(), r["height"].as_u64()), (o["seq"].as_u64(), o["width"].as_u64(), o["height"].as_u64()));
+        let (rd, od) = (dets(r), dets(o));
+        for (a, b, what) in [(&od, &rd, "rknn lacks onnx's"), (&rd, &od, "onnx lacks rknn's")] {
+            for (label, score, bx) in a.iter().filter(|d| d.1 >= min_score) {
+                let best = b.iter().filter(|d| &d.0 == label).max_by(|x, y| iou(&x.2, bx).total_cmp(&iou(&y.2, bx)));
+                let (_, s, b2) = best.unwrap_or_else(|| panic!("frame {i}: {what} {label} {score}: rknn {rd:?} onnx {od:?}"));
+                assert!((s - score).abs() <= dscore, "frame {i} {label}: score {s} vs {score} (rknn {rd:?} onnx {od:?})");
+                assert!(iou(b2, bx) >= min_iou, "frame {i} {label}: IoU {} (rknn {rd:?} onnx {od:?})", iou(b2, bx));
+            }
+        }
+    }
+}
+
+/// The zero-copy contract as the fake saw it: one context; each scaler buffer imported
+/// once (distinct fds and buffers); one rknn_set_io_mem per frame naming an imported mem as
+/// uint8 NHWC, pass_through 0, with the stride asked for; no rknn_inputs_set; every mem
+/// destroyed, then the context. Returns the imported mem ids.
+fn assert_zero_copy_contract(r: &Run, buffers: usize, frames: usize, w_stride: u32) -> BTreeSet<String> {
+    let names: Vec<&str> = r.calls.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(r.named("rknn_init").len(), 1, "{names:?}");
+    let ctx = r.named("rknn_init")[0]["ctx"].clone();
+    let created = r.named("rknn_create_mem_from_fd");
+    assert_eq!(created.len(), buffers, "one import per scaler buffer: {names:?}");
+    let fds: BTreeSet<&str> = created.iter().map(|m| m["fd"].as_str()).collect();
+    let inodes: BTreeSet<&str> = created.iter().map(|m| m["ino"].as_str()).collect();
+    assert_eq!((fds.len(), inodes.len()), (buffers, buffers), "distinct fds and buffers: {created:?}");
+    let size_with_stride = (w_stride * 416 * 3).to_string();
+    for m in &created {
+        assert_eq!((m["ctx"].as_str(), m["size"].as_str(), m["offset"].as_str()), (ctx.as_str(), size_with_stride.as_str(), "0"), "{m:?}");
+    }
+    let mems: BTreeSet<String> = created.iter().map(|m| m["mem"].clone()).collect();
+    // Every import happens before the first frame.
+    let first_io = names.iter().position(|n| *n == "rknn_set_io_mem").expect("no rknn_set_io_mem");
+    assert!(names.iter().rposition(|n| *n == "rknn_create_mem_from_fd").unwrap() < first_io, "{names:?}");
+    let io = r.named("rknn_set_io_mem");
+    assert_eq!(io.len(), frames, "one rknn_set_io_mem per frame: {names:?}");
+    for s in &io {
+        assert!(mems.contains(&s["mem"]), "set_io_mem of a mem never imported: {s:?}");
+        assert_eq!((s["type"].as_str(), s["fmt"].as_str(), s["pass_through"].as_str()), ("3", "1", "0"), "UINT8 NHWC converted: {s:?}");
+        assert_eq!(s["w_stride"], w_stride.to_string());
+    }
+    // Each buffer carried frames (the scaler cycles through its pool).
+    let used: BTreeSet<String> = io.iter().map(|s| s["mem"].clone()).collect();
+    assert_eq!(used, mems, "every imported buffer was used");
+    let runs = r.named("rknn_run");
+    assert_eq!(runs.len(), frames);
+    assert!(runs.iter().all(|x| x["input"] == "mem"), "every run read the bound dma-buf: {runs:?}");
+    assert!(r.named("rknn_inputs_set").is_empty(), "no CPU copy in zero-copy mode: {names:?}");
+    assert_eq!(r.named("rknn_outputs_get").len(), frames);
+    assert_eq!(r.named("rknn_outputs_release").len(), frames);
+    let destroyed: Vec<String> = r.named("rknn_destroy_mem").iter().map(|m| m["mem"].clone()).collect();
+    assert_eq!(destroyed.iter().cloned().collect::<BTreeSet<_>>(), mems, "every mem destroyed");
+    assert_eq!(destroyed.len(), mems.len(), "each mem destroyed once");
+    let d = r.named("rknn_destroy");
+    assert_eq!(d.len(), 1);
+    assert_eq!((d[0]["ctx"].as_str(), d[0]["live_mems"].as_str()), (ctx.as_str(), "0"));
+    assert_eq!(names.last(), Some(&"rknn_destroy"), "the context goes last: {names:?}");
+    mems
+}
+
+#[cfg(feature = "onnx")]
+#[test]
+fn rknn_pipeline_matches_onnx_and_keeps_the_zero_copy_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = photo_dir(dir.path());
+    let r = run(dir.path(), &pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn"), &[]);
+    let err = r.stderr();
+    assert!(r.out.status.success(), "{err}");
+    assert!(err.contains("api fake 2.3.2 (zcpipe), driver fake 0.9.8") && err.contains("built for rk3588"), "{err}");
+    let frames = r.frames();
+    assert_eq!(frames.len(), FRAMES);
+    // float16 output of the same network on the same bytes: the ONNX path's detections.
+    assert_same_detections(&frames, 0.3, 0.01, 0.98);
+    // And the photos' reference objects (models/PROVENANCE.md) are there.
+    // The image source plays the directory sorted: astronaut, dog, person, astronaut, ...
+    let labels: Vec<Vec<String>> = frames
+        .iter()
+        .map(|f| {
+            let mut l: Vec<String> = dets(f).into_iter().filter(|d| d.1 >= 0.5).map(|d| d.0).collect();
+            l.sort();
+            l
+        })
+        .collect();
+    assert_eq!(labels[0], ["person"]);
+    assert_eq!(labels[1], ["bicycle", "car", "dog"]);
+    assert_eq!(labels[2], ["dog", "horse", "person"]);
+    assert_eq!(labels[3..], labels[..3]);
+    assert_zero_copy_contract(&r, 3, FRAMES, 416);
+    let s = r.summary.as_ref().unwrap();
+    assert_eq!(s["stages"]["infer"]["frames_out"], FRAMES as u64);
+    assert_eq!(s["stages"]["infer"]["extra"]["device_reads_in_place"], true);
+    assert_eq!(s["stages"]["scale"]["output_ring"]["consumed"], FRAMES as u64);
+}
+
+#[cfg(feature = "onnx")]
+#[test]
+fn a_wider_npu_stride_and_an_int8_output_still_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = photo_dir(dir.path());
+    let env = [("ZCPIPE_FAKE_RKNN_W_STRIDE", "424"), ("ZCPIPE_FAKE_RKNN_OUTPUT", "int8")];
+    let r = run(dir.path(), &pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn"), &env);
+    let err = r.stderr();
+    assert!(r.out.status.success(), "{err}");
+    // The NPU's output attribute as zcpipe logged it.
+    assert!(err.contains("INT8 zp -31 scale 0.0229"), "{err}");
+    // The scaler wrote rows of w_stride * 3 = 1272 bytes (the infer stage refuses frames
+    // whose bytesperline is not the NPU's, and the fake reads rows 1272 bytes apart): the
+    // detections below only match if both sides honoured the stride.
+    let frames = r.frames();
+    // int8 steps of 0.0229 move scores by about one step: the tolerances of the simulator
+    // goldens (models/PROVENANCE.md: |dscore| <= 0.05, IoU >= 0.85) for objects over 0.5.
+    assert_same_detections(&frames, 0.5, 0.05, 0.85);
+    assert_zero_copy_contract(&r, 3, FRAMES, 424);
+}
+
+#[test]
+fn npu_cores_make_one_context_per_core_round_robin() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!("image:{}", data("tests/data/dog.jpg").display());
+    let mut args = pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn");
+    args.extend(["--npu-cores", "0,1,2"]);
+    let r = run(dir.path(), &args, &[]);
+    assert!(r.out.status.success(), "{}", r.stderr());
+    assert_eq!(r.named("rknn_dup_context").len(), 2);
+    let masks: Vec<&str> = r.named("rknn_set_core_mask").iter().map(|m| m["mask"].as_str()).collect();
+    assert_eq!(masks, ["1", "2", "4"]);
+    // Each context imports the 3 buffers once; frames go to contexts 1, 2, 3, 1, 2, 3.
+    assert_eq!(r.named("rknn_create_mem_from_fd").len(), 9);
+    let ctxs: Vec<&str> = r.named("rknn_set_io_mem").iter().map(|m| m["ctx"].as_str()).collect();
+    assert_eq!(ctxs.len(), FRAMES);
+    assert_eq!(ctxs[..3].iter().collect::<BTreeSet<_>>().len(), 3);
+    assert_eq!(ctxs[..3], ctxs[3..]);
+    assert_eq!(r.named("rknn_destroy_mem").len(), 9);
+    assert_eq!(r.named("rknn_destroy").len(), 3);
+    assert!(r.named("rknn_destroy").iter().all(|d| d["live_mems"] == "0"));
+
+    // A single-core NPU refuses core 1: a warning, one context with the runtime's choice.
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_CORES", "1")]);
+    let err = r.stderr();
+    assert!(r.out.status.success(), "{err}");
+    assert!(err.contains("RKNN_ERR_PARAM_INVALID") && err.contains("RKNN_NPU_CORE_AUTO"), "{err}");
+    assert_eq!(r.frames().len(), FRAMES);
+    assert_eq!(r.named("rknn_destroy").len(), 2, "the duplicate is destroyed at once, the main context at exit");
+    assert_eq!(r.named("rknn_create_mem_from_fd").len(), 3);
+    assert!(r.named("rknn_set_io_mem").iter().all(|m| m["ctx"] == "1"));
+}
+
+#[test]
+fn a_bad_npu_core_list_is_refused_by_the_parser() {
+    let out = Command::new(env!("CARGO_BIN_EXE_zcpipe")).args(["run", "--npu-cores", "0,3"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("core 3 does not exist"), "{err}");
+}
+
+/// A failed run: non-zero exit, exactly one error line holding every needle, no panic.
+fn one_error_line(r: &Run, needles: &[&str]) -> String {
+    let err = r.stderr();
+    assert!(!r.out.status.success(), "should fail: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "want exactly one error line, got:\n{err}");
+    for n in needles {
+        assert!(lines[0].contains(n), "error line lacks {n:?}: {}", lines[0]);
+    }
+    lines[0].to_string()
+}
+
+#[test]
+fn a_model_for_another_soc_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rk3566 = dir.path().join("compatible");
+    std::fs::write(&rk3566, b"rockchip,rk3566\0").unwrap();
+    let env = [("ZCPIPE_DT_COMPATIBLE", rk3566.to_str().unwrap())];
+    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
+    let r = run(dir.path(), &args, &env);
+    one_error_line(&r, &["yolox_nano_416_rk3588.rknn is built for rk3588 but this board is rk3566", "use models/yolox_nano_416_rk3566_rk3568.rknn"]);
+    assert!(r.named("rknn_init").is_empty(), "refused before the runtime loads it");
+
+    // The RK3566/RK3568 model runs on an RK3568.
+    let dir = tempfile::tempdir().unwrap();
+    let rk3568 = compatible(dir.path(), "rk3568");
+    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3566_rk3568.rknn", "--frames", "1"];
+    let r = run(dir.path(), &args, &[("ZCPIPE_DT_COMPATIBLE", rk3568.to_str().unwrap())]);
+    assert!(r.out.status.success(), "{}", r.stderr());
+    assert!(r.stderr().contains("built for rk3566"), "{}", r.stderr());
+    assert_eq!(r.named("rknn_run").len(), 1);
+}
+
+#[test]
+fn a_missing_runtime_is_one_line_naming_the_variable_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
+    let r = run(dir.path(), &args, &[("ZCPIPE_LIBRKNNRT", "/nonexistent/librknnrt.so")]);
+    one_error_line(&r, &["cannot load the RKNN runtime /nonexistent/librknnrt.so", "ZCPIPE_LIBRKNNRT", "librknnrt.so (RKNPU2 runtime 2.x)"]);
+
+    // Without the variable zcpipe asks the loader for librknnrt.so (absent on hosts).
+    if zcpipe::sys::rknn::Rknn::open_path("librknnrt.so".into(), false).is_err() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = run(dir.path(), &args, &[("ZCPIPE_LIBRKNNRT", "")]);
+        one_error_line(&r, &["librknnrt.so", "install Rockchip's RKNPU2 runtime", "ZCPIPE_LIBRKNNRT=/path/to/librknnrt.so"]);
+    }
+}
+
+#[test]
+fn a_pool_the_npu_cannot_import_falls_back_to_rknn_inputs_set() {
+    // On this host the pools are memfds; a runtime that imports dma-bufs only refuses them.
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!("image:{}", data("tests/data/astronaut.png").display());
+    let args = ["--source", &src, "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "2", "--ring-policy", "block", "--json"];
+    let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_DMABUF_ONLY", "1")]);
+    let err = r.stderr();
+    assert!(r.out.status.success(), "{err}");
+    assert!(err.contains("rknn_create_mem_from_fd failed") && err.contains("falling back to rknn_inputs_set"), "{err}");
+    let created = r.named("rknn_create_mem_from_fd");
+    assert_eq!(created.len(), 1, "the first refusal stops the import: {created:?}");
+    assert_eq!(created[0]["mem"], "null");
+    assert!(r.named("rknn_set_io_mem").is_empty() && r.named("rknn_destroy_mem").is_empty());
+    assert_eq!(r.named("rknn_inputs_set").len(), 2);
+    assert_eq!(dets(&r.frames()[0]).iter().map(|d| d.0.as_str()).collect::<Vec<_>>(), ["person"]);
+}
+
+#[test]
+fn copy_mode_feeds_the_npu_through_rknn_inputs_set() {
+    // --copy-mode is the plain pipeline: the infer stage maps the frame and the runtime
+    // copies it in; nothing is imported.
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!("image:{}", data("tests/data/astronaut.png").display());
+    let args = ["--source", &src, "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "2", "--ring-policy", "block", "--json", "--copy-mode"];
+    let r = run(dir.path(), &args, &[]);
+    assert!(r.out.status.success(), "{}", r.stderr());
+    assert!(r.named("rknn_create_mem_from_fd").is_empty() && r.named("rknn_set_io_mem").is_empty());
+    assert_eq!(r.named("rknn_inputs_set").len(), 2);
+    assert!(r.named("rknn_run").iter().all(|x| x["input"] == "copy"));
+    assert_eq!(r.summary.as_ref().unwrap()["stages"]["infer"]["extra"]["device_reads_in_place"], false);
+    let f = r.frames();
+    assert_eq!(dets(&f[0]).iter().map(|d| d.0.as_str()).collect::<Vec<_>>(), ["person"]);
+}
+
+/// The fake opened in this test process (the env it reads is set once, to its defaults:
+/// w_stride 416, float16 output, no call log).
+fn in_process_runtime() -> std::sync::Arc<zcpipe::sys::rknn::Rknn> {
+    static ENV: OnceLock<()> = OnceLock::new();
+    ENV.get_or_init(|| {
+        std::env::set_var("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"));
+        for k in ["ZCPIPE_FAKE_RKNN_W_STRIDE", "ZCPIPE_FAKE_RKNN_OUTPUT", "ZCPIPE_FAKE_RKNN_CORES", "ZCPIPE_FAKE_RKNN_LOG"] {
+            std::env::remove_var(k);
+        }
+    });
+    std::sync::Arc::new(zcpipe::sys::rknn::Rknn::open_path(fake_lib().into(), true).unwrap())
+}
+
+#[test]
+fn bound_and_copied_frames_give_the_onnx_reference_and_a_wrong_stride_is_refused() {
+    use zcpipe::core::dmabuf::Allocator;
+    use zcpipe::core::frame::{Fourcc, FrameLayout, LetterboxParams};
+    use zcpipe::infer::rknn::RknnDetector;
+    use zcpipe::infer::{Detector, DetectorOptions};
+
+    let opts = DetectorOptions { model: data("models/yolox_nano_416_rk3588.rknn"), ..Default::default() };
+    let mut det = RknnDetector::open_with(in_process_runtime(), &opts).unwrap();
+    let spec = det.input_spec().clone();
+    assert_eq!((spec.width, spec.height, spec.bytesperline, spec.name.as_str()), (416, 416, 1248, "images"));
+    assert_eq!(det.output_shape(), [1, 3549, 85]);
+
+    // The exact letterboxed dog the goldens were made from (tests/data/golden/PROVENANCE.md).
+    let input = std::fs::read(data("tests/data/golden/dog_input_u8_nhwc_bgr_416.bin")).unwrap();
+    let layout = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248);
+    let copied = det.detect(&input, &layout).unwrap();
+
+    let mut buf = Allocator::Memfd.allocate(input.len() as u64).unwrap();
+    buf.write().unwrap()[..input.len()].copy_from_slice(&input);
+    let small = Allocator::Memfd.allocate(4096).unwrap();
+    let err = det.bind_pool(&[&buf, &small]).unwrap_err().to_string();
+    assert!(err.contains("scaler buffer 1 is 4096 bytes but the NPU reads 519168"), "{err}");
+    assert!(det.bind_pool(&[&buf]).unwrap());
+    let bound = det.detect_bound(0, &layout).unwrap();
+    assert_eq!(bound, copied, "the NPU read the same bytes through the dma-buf as through the copy");
+
+    // onnxruntime's reference on this input (dog_sim_detections.json, onnx_reference_detections):
+    // dog 0.8551, bicycle 0.8026, car 0.7982, in source pixels.
+    let lb = LetterboxParams::top_left(768, 576, 416, 416);
+    let want = [(16, 0.8551, [132.8, 206.6, 325.7, 543.1]), (1, 0.8026, [51.7, 137.2, 572.3, 423.6]), (2, 0.7982, [466.3, 78.4, 692.5, 171.3])];
+    for (d, (class_id, score, bx)) in bound.iter().zip(want) {
+        assert_eq!(d.class_id, class_id, "{bound:?}");
+        assert!((d.score as f64 - score).abs() < 0.005, "{bound:?}");
+        let m = lb.unmap_box(d.bbox);
+        for k in 0..4 {
+            assert!((m[k] as f64 - bx[k]).abs() < 1.0, "{m:?} vs {bx:?}");
+        }
+    }
+
+    let wide = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1280);
+    let err = det.detect_bound(0, &wide).unwrap_err().to_string();
+    assert!(err.contains("rows of 1280 bytes") && err.contains("rows of 1248 (w_stride 416)"), "{err}");
+    let err = det.detect_bound(1, &layout).unwrap_err().to_string();
+    assert!(err.contains("buffer index 1 was not imported"), "{err}");
+}
+
+/// `target/<profile>/librga.so`: the fake librga (`fakes/librga`, libc only), built once.
+fn fake_rga_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().join("librga.so");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.current_dir(root()).args(["build", "--locked", "-p", "zcpipe-fake-librga"]);
+        if !cfg!(debug_assertions) {
+            c.arg("--release");
+        }
+        assert!(c.status().expect("run cargo to build the fake librga").success(), "building fakes/librga failed");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+/// `key=value` of a fake librga log line (`improcess src[handle=3 ...] dst[handle=9 ...]`
+/// names the source first, then the destination).
+fn rga_field<'a>(line: &'a str, key: &str, nth: usize) -> &'a str {
+    let pat = format!("{key}=");
+    let at = line.match_indices(&pat).nth(nth).unwrap_or_else(|| panic!("no {key}= #{nth} in {line}")).0 + pat.len();
+    line[at..].split([' ', ']']).next().unwrap()
+}
+
+/// The board path on the host: `--scaler rga --infer rknn` against both fakes, every stage
+/// its own process. RGA writes each frame into a scaler pool buffer it imported once; the
+/// NPU reads that same buffer (same inode, in another process) through the memory it
+/// imported once; no stage copies or maps a frame on the way.
+#[cfg(feature = "onnx")]
+#[test]
+fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
+    let rga = fake_rga_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let src = photo_dir(dir.path());
+    let rga_log = dir.path().join("rga.log");
+    let mut args = pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn");
+    let at = args.iter().position(|a| *a == "cpu").unwrap();
+    args[at] = "rga";
+    args.extend(["--buffers", "4"]);
+    let r = run(dir.path(), &args, &[("ZCPIPE_LIBRGA", rga.to_str().unwrap()), ("ZCPIPE_FAKE_RGA_LOG", rga_log.to_str().unwrap())]);
+    assert!(r.out.status.success(), "{}", r.stderr());
+    let frames = r.frames();
+    assert_eq!(frames.len(), FRAMES);
+    // The fake RGA converts with its own (nearest/bilinear) resampler, not the CPU scaler's:
+    // PROVENANCE's tolerance for an on-board scaler.
+    assert_same_detections(&frames, 0.5, 0.05, 0.85);
+    let mems = assert_zero_copy_contract(&r, 3, FRAMES, 416);
+
+    let log = std::fs::read_to_string(&rga_log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let named = |n: &str| -> Vec<&str> { lines.iter().copied().filter(|l| l.split(' ').next() == Some(n)).collect() };
+    // Imports by fd: the 3 scaler buffers once each at start-up, the capture buffers at
+    // their first frame (the photos differ in size: a buffer is imported again only when a
+    // larger photo lands in it). Never a CPU address.
+    let imports: Vec<(&str, &str)> = named("importbuffer_fd").iter().filter(|l| !l.ends_with("handle=0")).map(|l| (rga_field(l, "handle", 0), rga_field(l, "ino", 0))).collect();
+    let ino_of: HashMap<&str, &str> = imports.iter().copied().collect();
+    let buffers: BTreeSet<&str> = ino_of.values().copied().collect();
+    assert_eq!(buffers.len(), 4 + 3, "the 4 capture and 3 scaler buffers, each a distinct buffer: {log}");
+    assert!(imports.len() <= 3 + FRAMES, "at most one import per frame beyond the pool's: {log}");
+    for bad in ["importbuffer_virtualaddr", "importbuffer_physicaladdr", "wrapbuffer_virtualaddr"] {
+        assert!(named(bad).is_empty(), "{bad} in zero-copy mode: {log}");
+    }
+    // One improcess per frame, from an imported source into an imported destination.
+    let jobs = named("improcess");
+    assert_eq!(jobs.len(), FRAMES, "{log}");
+    let written: Vec<&str> = jobs
+        .iter()
+        .map(|l| {
+            assert!(l.contains(" status=1 "), "IM_STATUS_SUCCESS (1): {l}");
+            assert!(ino_of.contains_key(rga_field(l, "handle", 0)), "source not imported: {l}");
+            ino_of[rga_field(l, "handle", 1)]
+        })
+        .collect();
+    // Frame k: the buffer RGA wrote is the buffer the NPU read (block policy: same order).
+    let mem_ino: HashMap<&str, &str> = r.named("rknn_create_mem_from_fd").iter().map(|m| (m["mem"].as_str(), m["ino"].as_str())).collect();
+    let read: Vec<&str> = r.named("rknn_set_io_mem").iter().map(|s| mem_ino[s["mem"].as_str()]).collect();
+    assert_eq!(written, read, "frame by frame, the inode RGA wrote is the inode the NPU read");
+    assert_eq!(read.iter().collect::<BTreeSet<_>>().len(), mems.len(), "all 3 scaler buffers carried frames");
+    // Every handle released.
+    let released: BTreeSet<&str> = named("releasebuffer_handle").iter().filter(|l| l.ends_with("status=1")).map(|l| rga_field(l, "handle", 0)).collect();
+    assert_eq!(released, ino_of.keys().copied().collect::<BTreeSet<_>>(), "every RGA handle released: {log}");
+    let s = r.summary.as_ref().unwrap();
+    assert_eq!(s["stages"]["infer"]["extra"]["device_reads_in_place"], true, "{s}");
+    println!(
+        "EVIDENCE rga+rknn: {} frames; RGA: {} imports of 7 buffers (4 capture, 3 scaler), {} improcess, every handle released; RKNN imported {} mems once, {} rknn_set_io_mem, 0 rknn_inputs_set; frame-by-frame inodes RGA wrote == inodes NPU read: {:?}",
+        FRAMES,
+        imports.len(),
+        jobs.len(),
+        mems.len(),
+        read.len(),
+        read
+    );
+}
