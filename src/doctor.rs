@@ -83,10 +83,22 @@ impl Default for Paths {
             compatible: "/proc/device-tree/compatible".into(),
             model: "/proc/device-tree/model".into(),
             npu_version: vec!["/sys/kernel/debug/rknpu/version".into(), "/proc/debug/rknpu/version".into()],
-            // Debian's librga2 package ships only the versioned name.
-            libraries: vec![vec!["librga.so".into(), "librga.so.2".into()], vec!["librknnrt.so".into()]],
+            // $ZCPIPE_LIBRGA / $ZCPIPE_LIBRKNNRT first, as the backends do; Debian's librga2
+            // package ships only the versioned name.
+            libraries: vec![
+                env_first(crate::sys::rga::LIBRGA_ENV, &["librga.so", "librga.so.2"]),
+                env_first(crate::sys::rknn::LIBRKNNRT_ENV, &["librknnrt.so"]),
+            ],
         }
     }
+}
+
+/// `[$var, names...]` when the environment variable is set and non-empty, else `names`;
+/// the report names the library after the last entry's stem (`librga.so`).
+fn env_first(var: &str, names: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = std::env::var(var).ok().filter(|s| !s.is_empty()).into_iter().collect();
+    v.extend(names.iter().map(|s| s.to_string()));
+    v
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,6 +465,12 @@ pub struct LibraryReport {
     pub path: Option<String>,
     /// `dlerror()` of each file name tried, if none loaded.
     pub error: Option<String>,
+    /// What the library says of itself once loaded: librga's `querystring(RGA_VERSION)`
+    /// (library and RGA hardware versions); librknnrt's `RKNN_QUERY_SDK_VERSION` (API and
+    /// NPU driver versions) on a context of the bundled model for this SoC.
+    pub version: Option<String>,
+    /// Why the version could not be read (the library loads, but its device does not answer).
+    pub version_error: Option<String>,
 }
 
 /// The SoC, from the device tree.
@@ -999,7 +1017,12 @@ fn mapped_path(stem: &str) -> Option<String> {
 /// loads, and unloads it; the report says which loaded and from where, or every
 /// `dlerror()`. Loading runs the library's initialisers, as using it would.
 pub fn check_library(names: &[String]) -> LibraryReport {
-    let mut r = LibraryReport { name: names.first().cloned().unwrap_or_default(), loaded: false, loaded_as: None, path: None, error: None };
+    let name = names.iter().rev().find(|n| n.starts_with("lib") && !n.contains('/')).or(names.first()).cloned().unwrap_or_default();
+    let name = match name.find(".so") {
+        Some(i) => format!("{}.so", &name[..i]),
+        None => name,
+    };
+    let mut r = LibraryReport { name, loaded: false, loaded_as: None, path: None, error: None, version: None, version_error: None };
     let mut errors = vec![];
     for n in names {
         match dlopen_check(n) {
@@ -1035,7 +1058,8 @@ fn dlopen_check(name: &str) -> std::result::Result<Option<String>, String> {
             unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
         });
     }
-    let stem = name.split(".so").next().unwrap_or(name);
+    let file = Path::new(name).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| name.to_string());
+    let stem = file.split(".so").next().unwrap_or(&file);
     let path = mapped_path(&format!("{stem}.so"));
     // SAFETY: `handle` came from the successful dlopen above and is closed once; no symbol or
     // pointer into the library was taken, so nothing refers to it after the close.
@@ -1087,6 +1111,41 @@ fn npu_section(paths: &Paths) -> NpuReport {
     NpuReport { version: None, path: None, error: Some(errors.join("; ")) }
 }
 
+/// librga's own description, as `--scaler rga` gets it: a harmless `imcheck_t` probe of the
+/// driver first (librga 1.10.3's `querystring` crashes without `/dev/rga`), then
+/// `querystring(RGA_VERSION)`.
+fn rga_version(lib: &str) -> std::result::Result<String, String> {
+    let s = crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto).map_err(|e| format!("{e:#}"))?;
+    let n = crate::scale::DeviceScaler::name(&s);
+    Ok(n.strip_prefix("rga (").and_then(|n| n.strip_suffix(')')).unwrap_or(&n).to_string())
+}
+
+/// The bundled model for `soc` (`rockchip,rk3588` -> `yolox_nano_416_rk3588.rknn`; any
+/// other or none: the RK3588 one, which the fake runtime and the SDK query accept).
+fn bundled_rknn_model(soc: Option<&str>) -> &'static str {
+    match soc.and_then(|s| s.strip_prefix("rockchip,")) {
+        Some("rk3566" | "rk3568") => "models/yolox_nano_416_rk3566_rk3568.rknn",
+        Some("rk3576") => "models/yolox_nano_416_rk3576.rknn",
+        _ => "models/yolox_nano_416_rk3588.rknn",
+    }
+}
+
+/// librknnrt's API and driver versions (rknn_api.h `RKNN_QUERY_SDK_VERSION`), which need a
+/// context: the bundled model for this SoC is loaded (`rknn_init`), queried and released.
+fn rknn_version(lib: &str, soc: Option<&str>) -> std::result::Result<String, String> {
+    use crate::sys::rknn as sys;
+    let rknn = sys::Rknn::open_path(lib.into(), false).map_err(|e| format!("{e:#}"))?;
+    let rel = bundled_rknn_model(soc);
+    let model = crate::infer::stage::resolve_data_path(Path::new(rel));
+    let bytes = std::fs::read(&model).map_err(|e| format!("the SDK version needs a model to query and {} is unreadable ({e}); copy models/ next to zcpipe or set ZCPIPE_DATA_DIR", model.display()))?;
+    let ctx = rknn.init(&bytes, 0).map_err(|e| format!("rknn_init of {}: {e}", model.display()))?;
+    let mut ver = sys::RknnSdkVersion::default();
+    let q = rknn.query(ctx, sys::RKNN_QUERY_SDK_VERSION, &mut ver);
+    let _ = rknn.destroy(ctx);
+    q.map_err(|e| format!("RKNN_QUERY_SDK_VERSION: {e}"))?;
+    Ok(format!("api {}, driver {} (queried with {})", sys::c_text(&ver.api_version), sys::c_text(&ver.drv_version), rel))
+}
+
 /// What zcpipe uses each vendor library for.
 fn library_use(name: &str) -> &'static str {
     match name {
@@ -1106,11 +1165,29 @@ fn library_fix(name: &str) -> String {
 }
 
 fn vendor_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<LibraryReport>, SocReport, NpuReport) {
-    // TODO(vendor libraries issue): the library versions (librga's querystring, the RKNN
-    // SDK and driver versions through rknn_query) belong here once the RGA and RKNN backends
-    // load these libraries themselves.
-    let libs: Vec<LibraryReport> = paths.libraries.iter().map(|n| check_library(n)).collect();
+    let mut libs: Vec<LibraryReport> = paths.libraries.iter().map(|n| check_library(n)).collect();
     let soc = soc_section(paths);
+    for l in libs.iter_mut().filter(|l| l.loaded) {
+        let v = match l.name.as_str() {
+            "librga.so" => rga_version(l.loaded_as.as_deref().unwrap_or("librga.so")),
+            "librknnrt.so" => rknn_version(l.loaded_as.as_deref().unwrap_or("librknnrt.so"), soc.soc.as_deref()),
+            _ => continue,
+        };
+        match v {
+            Ok(v) => l.version = Some(v),
+            Err(e) => {
+                problems.push(Problem {
+                    what: format!("{} loads but does not answer: {e}", l.name),
+                    fix: match l.name.as_str() {
+                        "librga.so" => "check that the RGA driver is loaded (dmesg | grep -i rga) and /dev/rga is readable and writable (udev/99-zcpipe.rules, group zcpipe)".into(),
+                        _ => "check the NPU driver (dmesg | grep -i rknpu; its version file above) and that its node is readable and writable (udev/99-zcpipe.rules); librknnrt must be at least as new as the rknn-toolkit2 that built the model (2.5.0)".into(),
+                    },
+                    about: l.name.clone(),
+                });
+                l.version_error = Some(e);
+            }
+        }
+    }
     let npu = npu_section(paths);
     if soc.is_rockchip() {
         for l in libs.iter().filter(|l| !l.loaded) {
@@ -1359,6 +1436,12 @@ pub fn text(r: &Report) -> String {
                 let note = if r.soc.is_rockchip() { String::new() } else { format!("; only Rockchip boards have it, for {used}") };
                 out.push_str(&format!("  {}: does not load ({}){note}\n", l.name, l.error.as_deref().unwrap_or("?")))
             }
+        }
+        if let Some(v) = &l.version {
+            out.push_str(&format!("    version: {v}\n"));
+        }
+        if let Some(e) = &l.version_error {
+            out.push_str(&format!("    version: unknown: {e}\n"));
         }
         push_problems(&mut out, &r.problems, &l.name, &mut done);
     }

@@ -155,3 +155,67 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("heap:"), "{stderr}");
 }
+
+/// Builds one fake vendor library (`fakes/`) and returns its path next to the zcpipe binary.
+fn fake(package: &str, file: &str, with_zcpipe_lib: bool) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root).args(["build", "--release", "--locked"]);
+    if with_zcpipe_lib {
+        // As tests/rknn.rs does: the fake shares tract with zcpipe's library this way.
+        c.args(["--lib", "-p", "zcpipe"]);
+    }
+    c.args(["-p", package]);
+    assert!(c.status().expect("cargo").success(), "building {package}");
+    let lib = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().join(file);
+    assert!(lib.exists(), "{}", lib.display());
+    lib
+}
+
+/// With the ABI fakes standing in for the board's libraries, doctor reports what each says
+/// of itself (librga's querystring; librknnrt's SDK version through a context of the
+/// bundled model) and, when the RGA device is missing, a problem with the fix.
+#[cfg(feature = "onnx")]
+#[test]
+fn vendor_library_versions_come_from_the_libraries() {
+    let rga = fake("zcpipe-fake-librga", "librga.so", false);
+    let rknn = fake("zcpipe-fake-librknnrt", "librknnrt.so", true);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = |no_rga_device: bool| -> Value {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
+        c.current_dir(root)
+            .args(["doctor", "--json"])
+            .env("RUST_BACKTRACE", "0")
+            .env_remove("RUST_LOG")
+            .env("ZCPIPE_LIBRGA", &rga)
+            .env("ZCPIPE_LIBRKNNRT", &rknn)
+            .env("ZCPIPE_FAKE_RKNN_ONNX", root.join("models/yolox_nano.onnx"));
+        if no_rga_device {
+            c.env("ZCPIPE_FAKE_RGA_NO_DEVICE", "1");
+        } else {
+            c.env_remove("ZCPIPE_FAKE_RGA_NO_DEVICE");
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let j = run(false);
+    let libs = j["libraries"].as_array().unwrap();
+    let lib = |n: &str| libs.iter().find(|l| l["name"] == n).unwrap_or_else(|| panic!("{n} in {libs:?}")).clone();
+    let (g, k) = (lib("librga.so"), lib("librknnrt.so"));
+    assert_eq!((g["loaded"].as_bool(), k["loaded"].as_bool()), (Some(true), Some(true)), "{libs:?}");
+    assert_eq!(g["path"].as_str(), Some(rga.to_str().unwrap()), "where the loader found it");
+    assert!(g["version"].as_str().unwrap().starts_with("librga v1.10.3"), "{g}");
+    let kv = k["version"].as_str().unwrap();
+    assert!(kv.starts_with("api fake 2.3.2 (zcpipe), driver fake 0.9.8") && kv.contains("yolox_nano_416_rk3588.rknn"), "{k}");
+    assert!(j["problems"].as_array().unwrap().iter().all(|p| p["about"] != "librga.so" && p["about"] != "librknnrt.so"), "{j}");
+
+    let j = run(true);
+    let g = j["libraries"].as_array().unwrap().iter().find(|l| l["name"] == "librga.so").unwrap().clone();
+    assert!(g["version"].is_null(), "{g}");
+    let e = g["version_error"].as_str().unwrap();
+    assert!(e.contains("/dev/rga"), "{e}");
+    let p = j["problems"].as_array().unwrap().iter().find(|p| p["about"] == "librga.so").expect("a problem for librga").clone();
+    assert!(p["fix"].as_str().unwrap().contains("/dev/rga"), "{p}");
+    println!("EVIDENCE doctor with the fakes: librga {:?}; librknnrt {kv:?}; without /dev/rga: {e}", g["name"]);
+}
