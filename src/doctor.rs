@@ -1017,11 +1017,9 @@ fn mapped_path(stem: &str) -> Option<String> {
 /// loads, and unloads it; the report says which loaded and from where, or every
 /// `dlerror()`. Loading runs the library's initialisers, as using it would.
 pub fn check_library(names: &[String]) -> LibraryReport {
-    let name = names.iter().rev().find(|n| n.starts_with("lib") && !n.contains('/')).or(names.first()).cloned().unwrap_or_default();
-    let name = match name.find(".so") {
-        Some(i) => format!("{}.so", &name[..i]),
-        None => name,
-    };
+    // The report's name is the first plain name (an env-given path comes first but is not
+    // the library's name).
+    let name = names.iter().find(|n| !n.contains('/')).or(names.first()).cloned().unwrap_or_default();
     let mut r = LibraryReport { name, loaded: false, loaded_as: None, path: None, error: None, version: None, version_error: None };
     let mut errors = vec![];
     for n in names {

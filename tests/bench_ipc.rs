@@ -7,8 +7,13 @@ use std::sync::Mutex;
 /// Measurements pin processes to CPUs: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Every transport of a default run (`iceoryx2` only in builds with that cargo feature).
+#[cfg(not(feature = "iceoryx2"))]
 const TRANSPORTS: [&str; 11] =
     ["none", "pipe", "pipe-1m", "mq", "unix", "tcp", "shm-copy", "shm-inplace", "shm-spin", "ring", "ring-desc"];
+#[cfg(feature = "iceoryx2")]
+const TRANSPORTS: [&str; 12] =
+    ["none", "pipe", "pipe-1m", "mq", "unix", "tcp", "shm-copy", "shm-inplace", "shm-spin", "ring", "ring-desc", "iceoryx2"];
 const SMALL: [&str; 6] = ["bench", "ipc", "--sizes", "64,4K", "--rounds", "2"];
 
 fn zcpipe(args: &[&str]) -> Output {
@@ -109,5 +114,65 @@ fn bad_flags_are_clear_errors() {
         assert!(err.contains(says), "{args:?}: stderr should mention {says:?}:\n{err}");
         assert!(!err.contains("panicked"), "{args:?} panicked:\n{err}");
         assert!(out.stdout.is_empty(), "{args:?} printed a table anyway");
+    }
+}
+
+/// Without the `iceoryx2` feature, asking for its row is a one-line error saying how to
+/// rebuild, and no table is printed.
+#[cfg(not(feature = "iceoryx2"))]
+#[test]
+fn iceoryx2_needs_its_feature() {
+    let out = zcpipe(&["bench", "ipc", "--sizes", "64", "--transports", "ring,iceoryx2"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "should fail:\n{err}");
+    assert!(err.contains("built without the iceoryx2 feature") && err.contains("--features iceoryx2"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty(), "printed a table anyway");
+}
+
+/// With the `iceoryx2` feature: the iceoryx2 row is measured like every other row (a 1080p
+/// NV12 frame included), next to the baseline and zcpipe's ring, in JSON and markdown.
+/// Structure only, no timing.
+#[cfg(feature = "iceoryx2")]
+#[test]
+fn iceoryx2_row_is_measured() {
+    let frame = 3_110_400u64; // 1080p NV12
+    let base = ["bench", "ipc", "--sizes", "64,1080p", "--rounds", "2", "--iters", "20", "--transports", "iceoryx2,ring"];
+    let mut args = base.to_vec();
+    args.push("--json");
+    let out = zcpipe(&args);
+    assert!(out.status.success(), "exit {:?}\nstderr:\n{}", out.status, text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(&out.stdout)));
+    let rows = v["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows.iter().map(|r| r["transport"].as_str().unwrap_or("")).collect();
+    assert_eq!(names, ["none", "ring", "iceoryx2", "none", "ring", "iceoryx2"], "table order, sizes outermost");
+    for bytes in [64u64, frame] {
+        let r = rows
+            .iter()
+            .find(|r| r["transport"] == "iceoryx2" && r["size_bytes"].as_u64() == Some(bytes))
+            .unwrap_or_else(|| panic!("no iceoryx2 row at {bytes} B"));
+        assert_eq!(r["status"], "ok", "iceoryx2 at {bytes} B: {}", r["reason"]);
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("iceoryx2 {bytes}: {k} missing: {r}"));
+        let (med, lo, hi) = (f("median_us"), f("min_us"), f("max_us"));
+        assert!(lo > 0.0 && lo <= med && med <= hi, "iceoryx2 {bytes}: min {lo} median {med} max {hi}");
+        assert_eq!(r["runs_us"].as_array().map(|a| a.len()), Some(2), "iceoryx2 {bytes}: two runs");
+        assert_eq!(r["iters"].as_u64(), Some(20), "iceoryx2 {bytes}: --iters applies");
+        assert!(f("ratio_to_none") > 0.0, "iceoryx2 {bytes}: ratio");
+    }
+    let notes = v["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("iceoryx2: iceoryx2 0.10"))), "legend: {notes:?}");
+    assert!(!notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("not measured"))), "{notes:?}");
+    let ctx = v["context"].as_array().expect("context");
+    assert!(
+        ctx.iter().any(|c| c["name"].as_str().is_some_and(|n| n.starts_with("iceoryx2 / ring at 1080p")) && c["value"].as_f64().is_some()),
+        "context has iceoryx2 / ring at 1080p: {ctx:?}"
+    );
+
+    let out = zcpipe(&base);
+    assert!(out.status.success(), "exit {:?}\nstderr:\n{}", out.status, text(&out.stderr));
+    let md = text(&out.stdout);
+    for size in ["64 B", "1080p (3110400 B)"] {
+        let prefix = format!("| iceoryx2 | {size} | ");
+        assert_eq!(md.lines().filter(|l| l.starts_with(&prefix)).count(), 1, "{prefix}\n{md}");
     }
 }

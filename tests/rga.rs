@@ -240,11 +240,12 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     let fds_before = open_fds();
 
     let mut rga = s.open(RgaCore::Rga3Core0);
-    assert!(rga.name().contains("librga v1.10.3_[1]-zcpipe-fake"), "{}", rga.name());
+    let name = DeviceScaler::name(&rga);
+    assert!(name.contains("librga v1.10.3_[1]-zcpipe-fake"), "{name}");
     rga.bind(&src, &sl, &mut dst, &dl, 114).unwrap();
     let mut lbs = Vec::new();
     for (i, j) in [(0u32, 0u32), (1, 1)] {
-        lbs.push(rga.scale(i, j).unwrap());
+        lbs.push(DeviceScaler::scale(&mut rga, i, j).unwrap());
     }
     let lb = lbs[0];
     assert_eq!((lb.resized_w, lb.resized_h, lb.src_w, lb.src_h), (416, 312, 640, 480));
@@ -257,10 +258,10 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     assert!(got_a[..3].iter().all(|&v| v >= 250), "{:?}", &got_a[..3]);
     assert!(got_a[160 * 1248..][..3].iter().all(|&v| v <= 5), "{:?}", &got_a[160 * 1248..][..3]);
     for (i, j) in [(2u32, 0u32), (0, 1), (1, 0)] {
-        rga.scale(i, j).unwrap();
+        DeviceScaler::scale(&mut rga, i, j).unwrap();
     }
     assert_eq!(rga.frames(), 5);
-    let e = rga.scale(3, 0).unwrap_err().to_string();
+    let e = DeviceScaler::scale(&mut rga, 3, 0).unwrap_err().to_string();
     assert!(e.contains("source 3 of 3"), "{e}");
     drop(rga);
     assert_eq!(open_fds(), fds_before, "the fake's duplicated fds are all closed once every handle is released");
@@ -312,7 +313,7 @@ fn nv16_and_yuyv_portrait_pad_on_the_right() {
         let mut dst = output_pool(2, &dl);
         let mut rga = s.open(RgaCore::Auto);
         rga.bind(&src, &sl, &mut dst, &dl, 114).unwrap();
-        let lb = rga.scale(1, 1).unwrap();
+        let lb = DeviceScaler::scale(&mut rga, 1, 1).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (312, 416));
         let got = dst[1].read().unwrap().to_vec();
         assert_letterbox(&got, &cpu_reference(&frame, &sl, &dl), 416 * 3, (312, 416), 114, &format!("{} 480x640", sl.fourcc));
@@ -350,7 +351,7 @@ fn width_stride_650_is_refused_naming_16() {
     assert!(s.calls("improcess").is_empty());
     // The pad was not written either: the output pool is as it was.
     assert!(dst[0].read().unwrap().iter().all(|&b| b == 0xEE));
-    let e = rga.scale(0, 0).unwrap_err().to_string();
+    let e = DeviceScaler::scale(&mut rga, 0, 0).unwrap_err().to_string();
     assert!(e.contains("before bind"), "{e}");
 }
 
@@ -391,7 +392,7 @@ fn odd_size_scale_range_and_layouts_are_named() {
     let mut rdst = output_pool(1, &rdl);
     let mut rga = s.open(RgaCore::Rga2Core0);
     rga.bind(&source_pool(&[&rgb]), &rl, &mut rdst, &rdl, 0).unwrap();
-    rga.scale(0, 0).unwrap();
+    DeviceScaler::scale(&mut rga, 0, 0).unwrap();
     let out = rdst[0].read().unwrap().to_vec();
     assert_eq!(&out[..3], &[255, 255, 255], "white bar, RGB order");
     assert_eq!(&out[(10 * 416 + 410) * 3..][..3], &[0, 0, 0], "black bar at the right");
@@ -429,7 +430,7 @@ fn no_rga_device_is_refused_before_querystring() {
     let mut rga = s.open(RgaCore::Auto);
     rga.bind(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap();
     std::env::set_var("ZCPIPE_FAKE_RGA_NO_DEVICE", "1");
-    let r = rga.scale(0, 0);
+    let r = DeviceScaler::scale(&mut rga, 0, 0);
     std::env::remove_var("ZCPIPE_FAKE_RGA_NO_DEVICE");
     let e = r.unwrap_err().to_string();
     println!("{e}");

@@ -296,29 +296,129 @@ fn a_wider_npu_stride_and_an_int8_output_still_match() {
     assert_zero_copy_contract(&r, 3, FRAMES, 424);
 }
 
+/// The contexts of a run in the order zcpipe made them: the one `rknn_init` made, then
+/// its duplicates (lane `i` of the infer stage runs context `i`).
+fn contexts(r: &Run) -> Vec<String> {
+    let mut c: Vec<String> = r.named("rknn_init").iter().map(|m| m["ctx"].clone()).collect();
+    c.extend(r.named("rknn_dup_context").iter().map(|m| m["new_ctx"].clone()));
+    c
+}
+
+/// Runs of one context that began while a run of another context was in progress (from
+/// the fake's `rknn_run` / `rknn_run_end` lines, in the order they were written).
+fn overlapping_runs(r: &Run) -> usize {
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    let mut overlaps = 0;
+    for (name, kv) in &r.calls {
+        match name.as_str() {
+            "rknn_run" => {
+                if open.iter().any(|c| *c != kv["ctx"]) {
+                    overlaps += 1;
+                }
+                open.insert(kv["ctx"].clone());
+            }
+            "rknn_run_end" => {
+                open.remove(&kv["ctx"]);
+            }
+            _ => {}
+        }
+    }
+    overlaps
+}
+
+/// `--npu-cores 0,1,2`: one context per core, each run on a thread of its own, frames
+/// round-robin, the contexts at work at the same time, detections published in frame order
+/// and identical to one context's. The fake holds the first run until two runs are in
+/// progress (`ZCPIPE_FAKE_RKNN_RUN_BARRIER=2`, 5 s timeout): a zcpipe that ran one frame at
+/// a time would log `rknn_run_barrier_timeout` and no overlap, whatever the timing.
 #[test]
-fn npu_cores_make_one_context_per_core_round_robin() {
+fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
+    // One context: frames run one after another, so the fake's runs are in frame order and
+    // tell which input (photo) frame k is.
     let dir = tempfile::tempdir().unwrap();
-    let src = format!("image:{}", data("tests/data/dog.jpg").display());
+    let src = photo_dir(dir.path());
+    let single = run(dir.path(), &pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn"), &[]);
+    assert!(single.out.status.success(), "{}", single.stderr());
+    let single_frames = single.frames();
+    assert_eq!(single_frames.len(), FRAMES);
+    let input_of_frame: Vec<String> = single.named("rknn_run").iter().map(|m| m["input_hash"].clone()).collect();
+    assert_eq!(input_of_frame.len(), FRAMES);
+    assert_eq!(input_of_frame[..3].iter().collect::<BTreeSet<_>>().len(), 3, "three different photos: {input_of_frame:?}");
+    assert_eq!(input_of_frame[..3], input_of_frame[3..], "the photos play twice in the same order");
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = photo_dir(dir.path());
     let mut args = pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn");
     args.extend(["--npu-cores", "0,1,2"]);
-    let r = run(dir.path(), &args, &[]);
-    assert!(r.out.status.success(), "{}", r.stderr());
-    assert_eq!(r.named("rknn_dup_context").len(), 2);
-    let masks: Vec<&str> = r.named("rknn_set_core_mask").iter().map(|m| m["mask"].as_str()).collect();
-    assert_eq!(masks, ["1", "2", "4"]);
-    // Each context imports the 3 buffers once; frames go to contexts 1, 2, 3, 1, 2, 3.
-    assert_eq!(r.named("rknn_create_mem_from_fd").len(), 9);
-    let ctxs: Vec<&str> = r.named("rknn_set_io_mem").iter().map(|m| m["ctx"].as_str()).collect();
-    assert_eq!(ctxs.len(), FRAMES);
-    assert_eq!(ctxs[..3].iter().collect::<BTreeSet<_>>().len(), 3);
-    assert_eq!(ctxs[..3], ctxs[3..]);
-    assert_eq!(r.named("rknn_destroy_mem").len(), 9);
-    assert_eq!(r.named("rknn_destroy").len(), 3);
-    assert!(r.named("rknn_destroy").iter().all(|d| d["live_mems"] == "0"));
+    let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_RUN_BARRIER", "2")]);
+    let err = r.stderr();
+    assert!(r.out.status.success(), "{err}");
+    assert!(err.contains("RKNN: 3 context(s) on NPU core(s) [0, 1, 2], frames dispatched round-robin"), "{err}");
+    let ctxs = contexts(&r);
+    assert_eq!(ctxs.len(), 3, "{ctxs:?}");
+    let masks: Vec<(&str, &str)> = r.named("rknn_set_core_mask").iter().map(|m| (m["ctx"].as_str(), m["mask"].as_str())).collect();
+    assert_eq!(masks, [(ctxs[0].as_str(), "1"), (ctxs[1].as_str(), "2"), (ctxs[2].as_str(), "4")]);
+    // Each context imports the 3 scaler buffers once.
+    let created = r.named("rknn_create_mem_from_fd");
+    assert_eq!(created.len(), 9);
+    for c in &ctxs {
+        assert_eq!(created.iter().filter(|m| &m["ctx"] == c).count(), 3, "{created:?}");
+    }
 
-    // A single-core NPU refuses core 1: a warning, one context with the runtime's choice.
+    // Concurrency: no barrier timeout, and runs of different contexts overlapped.
+    let names: Vec<&str> = r.calls.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(r.named("rknn_run_barrier_timeout").is_empty(), "the fake waited 5 s for a second run in progress: {names:?}");
+    assert!(r.named("rknn_run_concurrent_use").is_empty(), "a context was used by two threads at once: {names:?}");
+    let overlaps = overlapping_runs(&r);
+    assert!(overlaps >= 1, "no run began while another context's run was in progress: {names:?}");
+    let runs = r.named("rknn_run");
+    let ends = r.named("rknn_run_end");
+    assert_eq!((runs.len(), ends.len()), (FRAMES, FRAMES));
+    assert!(ends.iter().all(|e| e["code"] == "0"), "{ends:?}");
+    // One worker thread per context: each context's runs on one thread, three threads, none
+    // of them the one that loaded the model.
+    let tids: Vec<BTreeSet<&str>> = ctxs.iter().map(|c| runs.iter().filter(|m| &m["ctx"] == c).map(|m| m["tid"].as_str()).collect()).collect();
+    assert!(tids.iter().all(|t| t.len() == 1), "a context ran on several threads: {tids:?}");
+    let lane_tids: BTreeSet<&str> = tids.iter().flatten().copied().collect();
+    assert_eq!(lane_tids.len(), 3, "{tids:?}");
+    assert!(!lane_tids.contains(r.named("rknn_init")[0]["tid"].as_str()), "runs on the stage's own thread: {tids:?}");
+    // Round-robin: frame k ran on context k % 3 (its input is frame k's photo).
+    for (i, c) in ctxs.iter().enumerate() {
+        let inputs: Vec<&str> = runs.iter().filter(|m| &m["ctx"] == c).map(|m| m["input_hash"].as_str()).collect();
+        assert_eq!(inputs, [input_of_frame[i].as_str(), input_of_frame[i + 3].as_str()], "context {c} (lane {i})");
+    }
+
+    // Published in frame order, with one context's detections.
+    let frames = r.frames();
+    let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs.len(), FRAMES);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seq not strictly increasing: {seqs:?}");
+    for (k, (f, g)) in frames.iter().zip(&single_frames).enumerate() {
+        assert_eq!((&f["seq"], &f["detections"]), (&g["seq"], &g["detections"]), "frame {k}");
+    }
+    let s = r.summary.as_ref().unwrap();
+    let infer = &s["stages"]["infer"];
+    assert_eq!(infer["frames_out"], FRAMES as u64);
+    assert_eq!(infer["extra"]["device_reads_in_place"], true);
+    assert_eq!(infer["extra"]["open_fds_setup"], infer["extra"]["open_fds_exit"], "fds leaked: {infer}");
+
+    // Teardown: every mem, then the duplicates, the original context last, none holding mems.
+    assert_eq!(r.named("rknn_destroy_mem").len(), 9);
+    let destroyed: Vec<&str> = r.named("rknn_destroy").iter().map(|d| d["ctx"].as_str()).collect();
+    assert_eq!(destroyed, [ctxs[2].as_str(), ctxs[1].as_str(), ctxs[0].as_str()]);
+    assert!(r.named("rknn_destroy").iter().all(|d| d["live_mems"] == "0"));
+    assert!(names.iter().rposition(|n| *n == "rknn_destroy_mem").unwrap() < names.iter().position(|n| *n == "rknn_destroy").unwrap(), "{names:?}");
+    println!(
+        "EVIDENCE npu-cores: {FRAMES} frames on contexts {ctxs:?} (masks 1, 2, 4), each on its own thread {tids:?}; {overlaps} run(s) began while another context's run was in progress (barrier 2, no timeout); frame k on context k % 3 (inputs match); published seqs {seqs:?}, detections equal to the one-context run; fds {} -> {}",
+        infer["extra"]["open_fds_setup"], infer["extra"]["open_fds_exit"]
+    );
+
+    // A single-core NPU refuses core 1: a warning, one context with the runtime's choice,
+    // frames on the stage's thread.
     let dir = tempfile::tempdir().unwrap();
+    let src = photo_dir(dir.path());
+    let mut args = pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn");
+    args.extend(["--npu-cores", "0,1,2"]);
     let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_CORES", "1")]);
     let err = r.stderr();
     assert!(r.out.status.success(), "{err}");
@@ -327,6 +427,30 @@ fn npu_cores_make_one_context_per_core_round_robin() {
     assert_eq!(r.named("rknn_destroy").len(), 2, "the duplicate is destroyed at once, the main context at exit");
     assert_eq!(r.named("rknn_create_mem_from_fd").len(), 3);
     assert!(r.named("rknn_set_io_mem").iter().all(|m| m["ctx"] == "1"));
+    let init_tid = r.named("rknn_init")[0]["tid"].clone();
+    assert!(r.named("rknn_run").iter().all(|m| m["tid"] == init_tid), "one context runs on the stage's thread");
+}
+
+/// A context failing mid-stream (the fake's third run returns RKNN_ERR_TIMEOUT) ends the
+/// infer stage with one error line naming the frame and the context; no panic, no hang,
+/// what was published is in order, and every mem and context is released.
+#[test]
+fn a_failing_npu_context_ends_the_stage_with_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = photo_dir(dir.path());
+    let mut args = pipeline_args(&src, "rknn", "models/yolox_nano_416_rk3588.rknn");
+    args.extend(["--npu-cores", "0,1,2"]);
+    let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_FAIL_RUN", "3")]);
+    let line = one_error_line(&r, &["inference on frame", "on NPU core", "rknn_run failed", "RKNN_ERR_TIMEOUT"]);
+    let failed = r.named("rknn_run_end").iter().filter(|e| e["code"] != "0").map(|e| (e["ctx"].clone(), e["code"].clone())).collect::<Vec<_>>();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].1, "-2");
+    assert!(line.contains(&format!("RKNN context {} on NPU core", failed[0].0)), "{line}");
+    let seqs: Vec<u64> = r.frames().iter().filter_map(|f| f["seq"].as_u64()).collect();
+    assert!(seqs.len() < FRAMES && seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(r.named("rknn_destroy_mem").len(), r.named("rknn_create_mem_from_fd").len());
+    assert_eq!(r.named("rknn_destroy").len(), 3);
+    assert!(r.named("rknn_destroy").iter().all(|d| d["live_mems"] == "0"));
 }
 
 #[test]

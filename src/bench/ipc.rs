@@ -11,8 +11,10 @@
 //! of the same size (same work, nothing crosses between the processes). Rounds are
 //! interleaved across rows, so slow drifts of the machine weigh on every row alike.
 //!
-//! iceoryx2 is deliberately not a transport here: it needs libclang to build and is left
-//! for an optional feature later.
+//! The `iceoryx2` row (iceoryx2 0.10 zero-copy publish-subscribe plus its event wake-up, as
+//! a peer to compare zcpipe's ring against) exists only in builds with the cargo feature
+//! `iceoryx2`, which needs libclang to build and is not part of CI; without it,
+//! `--transports iceoryx2` is refused with how to rebuild.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -54,11 +56,38 @@ pub enum Transport {
     Ring,
     /// zcpipe's frame hop carrying the descriptor only (no pixel written or read).
     RingDesc,
+    /// iceoryx2 0.10: zero-copy publish-subscribe (slice loaned and written in place) plus
+    /// its event service for the wake-up. Only in builds with the `iceoryx2` cargo feature.
+    Iceoryx2,
 }
 
+/// The error for `--transports iceoryx2` in a build without the feature.
+pub const NO_ICEORYX2: &str =
+    "zcpipe was built without the iceoryx2 feature; rebuild with `cargo build --release --features iceoryx2` (needs libclang-dev)";
+
 impl Transport {
-    /// Every transport, in table order.
-    pub const ALL: [Transport; 11] = [
+    /// Every transport this build can measure, in table order (`iceoryx2` only with the
+    /// `iceoryx2` cargo feature).
+    #[cfg(feature = "iceoryx2")]
+    pub const ALL: &'static [Transport] = &[
+        Transport::None,
+        Transport::Pipe,
+        Transport::Pipe1m,
+        Transport::Mq,
+        Transport::Unix,
+        Transport::Tcp,
+        Transport::ShmCopy,
+        Transport::ShmInplace,
+        Transport::ShmSpin,
+        Transport::Ring,
+        Transport::RingDesc,
+        Transport::Iceoryx2,
+    ];
+
+    /// Every transport this build can measure, in table order (`iceoryx2` only with the
+    /// `iceoryx2` cargo feature).
+    #[cfg(not(feature = "iceoryx2"))]
+    pub const ALL: &'static [Transport] = &[
         Transport::None,
         Transport::Pipe,
         Transport::Pipe1m,
@@ -86,6 +115,7 @@ impl Transport {
             Transport::ShmSpin => "shm-spin",
             Transport::Ring => "ring",
             Transport::RingDesc => "ring-desc",
+            Transport::Iceoryx2 => "iceoryx2",
         }
     }
 
@@ -118,6 +148,13 @@ impl Transport {
                  returns the buffer"
             }
             Transport::RingDesc => "the same hop carrying only the FrameDesc: no pixel written or read",
+            Transport::Iceoryx2 => {
+                "iceoryx2 0.10 (ipc::Service), one publish-subscribe service of [u8] slices (1 publisher, 1 subscriber, \
+                 queue 1, no history) and one event service per direction: loan_slice_uninit, message written in place \
+                 into the publisher's shared-memory segment, send, notify; the peer blocks in Listener::timed_wait (its \
+                 event: a Unix datagram socket), receives the sample, reads it in place and drops it; iceoryx2 picks the \
+                 sample slots itself, so --cold does not apply to it"
+            }
         }
     }
 
@@ -298,6 +335,9 @@ impl IpcConfig {
         }
         if sizes.is_empty() {
             anyhow::bail!("--sizes: give at least one size");
+        }
+        if !cfg!(feature = "iceoryx2") && a.transports.contains(&Transport::Iceoryx2) {
+            anyhow::bail!("{NO_ICEORYX2}");
         }
         let want: Vec<Transport> = if a.transports.is_empty() { Transport::ALL.to_vec() } else { a.transports.clone() };
         let transports = Transport::ALL.iter().copied().filter(|t| *t == Transport::None || want.contains(t)).collect();
@@ -704,10 +744,15 @@ fn context(rows: &[Row]) -> Vec<Goal> {
         };
         Goal { name: name.into(), value, target: "for context".into(), met: None, missing: value.is_none().then(|| missing.into()) }
     };
-    vec![
+    let mut v = vec![
         item("ring / shm-inplace at 1080p (zcpipe's hop over a bare in-place hand-off)", ring, bare, "needs size 1080p and transports ring, shm-inplace"),
         item("shm-inplace / none at 1080p (moving the frame's cache lines between the CPUs)", bare, none, "needs size 1080p and transport shm-inplace"),
-    ]
+    ];
+    if cfg!(feature = "iceoryx2") {
+        let iox = median_of(rows, Transport::Iceoryx2, p1080);
+        v.push(item("iceoryx2 / ring at 1080p (the iceoryx2 peer's hop over zcpipe's)", iox, ring, "needs size 1080p and transports iceoryx2, ring"));
+    }
+    v
 }
 
 fn notes(cfg: &IpcConfig, rows: &[Row]) -> Vec<String> {
@@ -731,7 +776,13 @@ fn notes(cfg: &IpcConfig, rows: &[Row]) -> Vec<String> {
          suffers most): run on an idle board, or under `chrt -f 10` (the echo process inherits the policy)"
             .into(),
     );
-    v.push("iceoryx2 is not measured: it needs libclang to build; it is left for an optional feature".into());
+    if !cfg!(feature = "iceoryx2") {
+        v.push(
+            "iceoryx2 is not measured: this zcpipe was built without the `iceoryx2` cargo feature \
+             (`cargo build --release --features iceoryx2`, needs libclang-dev)"
+                .into(),
+        );
+    }
     v
 }
 

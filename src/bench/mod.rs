@@ -2,7 +2,8 @@
 //!
 //! `zcpipe bench ipc` ([`ipc`]) times one message between two processes pinned to two CPUs
 //! for every transport a pipeline could use (pipe, POSIX message queue, Unix and TCP
-//! sockets, shared memory three ways, zcpipe's own frame ring) at message sizes from 64 B
+//! sockets, shared memory three ways, zcpipe's own frame ring, and iceoryx2 with the
+//! `iceoryx2` cargo feature) at message sizes from 64 B
 //! to a video frame, next to a no-transfer baseline, so the table shows where shared memory
 //! starts to pay on that machine.
 //!
@@ -10,6 +11,8 @@
 //! else: it never touches a running pipeline, and it removes every socket, message queue
 //! and temporary directory it made.
 
+#[cfg(feature = "iceoryx2")]
+mod iceoryx2;
 pub mod ipc;
 mod proc;
 mod transports;

@@ -120,13 +120,17 @@ pub(crate) fn prepare(t: Transport, ctx: &Ctx) -> Result<Prepared> {
             Prepared::Ready(Box::new(ShmPair { shm: Shm::new(len, n)?, ab: bell()?, ba: bell()?, mode, spin_yield: ctx.single_cpu }))
         }
         Transport::Ring | Transport::RingDesc => Prepared::Ready(Box::new(RingPair::new(ctx, t == Transport::Ring)?)),
+        #[cfg(feature = "iceoryx2")]
+        Transport::Iceoryx2 => Prepared::Ready(Box::new(super::iceoryx2::prepare(ctx))),
+        #[cfg(not(feature = "iceoryx2"))]
+        Transport::Iceoryx2 => bail!("{}", super::ipc::NO_ICEORYX2),
     })
 }
 
 // ---- the message: written whole, read one byte in 64 ----
 
 /// The byte every position of message `k` holds (never 0 or 1, the fill of fresh buffers).
-fn marker(k: u64) -> u8 {
+pub(crate) fn marker(k: u64) -> u8 {
     (k % 251) as u8 + 2
 }
 
@@ -144,7 +148,9 @@ fn touch(b: &[u8]) -> u8 {
     acc ^ b[b.len() - 1]
 }
 
-fn read_message(b: &[u8], k: u64, check: bool) -> Result<()> {
+/// Reads one byte in 64 of message `k` (and its last byte); with `check`, errors unless its
+/// first and last bytes are `marker(k)`.
+pub(crate) fn read_message(b: &[u8], k: u64, check: bool) -> Result<()> {
     std::hint::black_box(touch(b));
     let (m, first, last) = (marker(k), b[0], b[b.len() - 1]);
     if check && (first != m || last != m) {

@@ -135,7 +135,8 @@ impl InputSpec {
 }
 
 /// An inference backend. Opened once at start-up with [`open_detector`]; then called once
-/// per frame from the infer process's single thread.
+/// per frame from the infer stage's thread, or, for a backend with several independent
+/// engines (RKNN with `--npu-cores`), through its [`Detector::lanes`], one thread each.
 pub trait Detector: Send {
     /// Backend name for logs and stats (`onnx`, `none`, ...).
     fn name(&self) -> &'static str;
@@ -165,6 +166,30 @@ pub trait Detector: Send {
         let _ = layout;
         bail!("the {} backend reads frames through the CPU; buffer {index} was not imported (bind_pool returned false)", self.name())
     }
+
+    /// The backend's independent engines, one lane each, for running frames concurrently
+    /// (RKNN: one context per `--npu-cores` entry). Called once, after
+    /// [`Detector::bind_pool`]; the lanes borrow the detector, which releases the engines
+    /// when it is dropped, after them. The infer stage runs each lane on a thread of its
+    /// own when there are two or more. The default is `None`: one engine, every frame
+    /// through [`Detector::detect`] / [`Detector::detect_bound`] on the stage's thread.
+    fn lanes(&mut self) -> Option<Vec<Box<dyn DetectorLane + '_>>> {
+        None
+    }
+}
+
+/// One engine of a [`Detector`] (e.g. one RKNN context), lent to one worker thread by
+/// [`Detector::lanes`]. Same contracts as [`Detector::detect`] and
+/// [`Detector::detect_bound`] (the pool binding is the detector's, made before the lanes
+/// were taken). A lane is used by one thread at a time (`&mut self`), so an engine that
+/// must not run two frames at once (an RKNN context) never does.
+pub trait DetectorLane: Send {
+    /// The engine, for logs and errors (`RKNN context 2 on NPU core 1`).
+    fn describe(&self) -> String;
+    /// Runs one frame read through the CPU, as [`Detector::detect`].
+    fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
+    /// Runs one frame held in imported pool buffer `index`, as [`Detector::detect_bound`].
+    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
 }
 
 /// Start-up options shared by every backend.

@@ -18,10 +18,18 @@
 //! ([`output_to_f32`]) and decoded with [`yolox::postprocess`]. Without a bound pool
 //! (`--copy-mode`), [`Detector::detect`] packs the rows and uses `rknn_inputs_set`.
 //!
-//! `--npu-cores 0,1,2`: one context per core (`rknn_dup_context` + `rknn_set_core_mask`),
-//! frames dispatched round-robin (each call still waits for its frame); a refused mask is a
-//! warning and one context with the runtime's own core choice. Every mem is released with
-//! `rknn_destroy_mem` and every context with `rknn_destroy` on drop.
+//! `--npu-cores 0,1,2`: one context per core (`rknn_dup_context` shares the weights, then
+//! `rknn_set_core_mask` pins it; a single context on a multi-core mask barely helps a model
+//! this small). Every context gets the scaler's buffers imported and its own output buffers,
+//! and [`Detector::lanes`] lends each context to the infer stage as a lane, which runs on a
+//! thread of its own: frames are dispatched round-robin and the contexts run at the same
+//! time, one frame each, results re-ordered by frame sequence ([`crate::infer::stage`]). A
+//! refused duplicate or mask is a warning and one context with the runtime's own core
+//! choice (no lanes: frames run on the stage's thread). Called directly,
+//! [`Detector::detect_bound`] and [`Detector::detect`] also go round-robin, one frame at a
+//! time. On drop every mem is released with `rknn_destroy_mem`, then the duplicated
+//! contexts and last the original with `rknn_destroy` (the lanes borrow the detector, so
+//! they are gone by then).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -30,7 +38,7 @@ use std::sync::Arc;
 use anyhow::{bail, ensure, Context, Result};
 use memmap2::Mmap;
 
-use super::{yolox, Detection, Detector, DetectorOptions, InputSpec, TensorLayout};
+use super::{yolox, Detection, Detector, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{Fourcc, FrameLayout};
 use crate::sys::rknn::{self as sys, Rknn, RknnContext, RknnTensorAttr, RknnTensorMem};
@@ -201,49 +209,165 @@ pub fn check_npu_cores(s: &str) -> Result<String, String> {
     parse_npu_cores(s).map(|_| s.to_string())
 }
 
-/// One RKNN context and the scaler buffers imported into it (index = pool buffer index).
+/// What every context of one model shares, fixed at start-up: the input binding, the
+/// output's type and shape, and the decoding thresholds. Read-only once the detector is
+/// open, so lanes on other threads borrow it.
+struct Model {
+    /// The native input attribute, rewritten to uint8 NHWC with the native `w_stride`
+    /// (`RKNN_QUERY_NATIVE_INPUT_ATTR`), as passed to `rknn_set_io_mem`.
+    input_attr: RknnTensorAttr,
+    output: OutputQuant,
+    /// Bytes of output 0 in its own type (`rows * cols * element size`).
+    output_bytes: usize,
+    /// YOLOX head rows (anchors: 3549 for 416x416) and columns (`5 + classes`: 85).
+    rows: usize,
+    cols: usize,
+    spec: InputSpec,
+    score_threshold: f32,
+    nms_iou: f32,
+    path: PathBuf,
+}
+
+impl Model {
+    /// Checks that a frame bound in place has the layout the NPU reads: the model's fourcc
+    /// and size, rows of exactly `w_stride * 3` bytes from offset 0.
+    fn check_bound_layout(&self, layout: &FrameLayout) -> Result<()> {
+        let s = &self.spec;
+        if layout.fourcc != s.fourcc || layout.width != s.width || layout.height != s.height {
+            bail!("infer input is {} {}x{} but the model `{}` wants {} {}x{}", layout.fourcc, layout.width, layout.height, s.name, s.fourcc, s.width, s.height);
+        }
+        let plane = layout.planes().first().context("infer input layout has no planes")?;
+        if plane.offset != 0 || plane.bytesperline != s.bytesperline {
+            bail!(
+                "scaler frame has rows of {} bytes from offset {}, but the NPU reads rows of {} (w_stride {}) from offset 0: the scaler must honour the bytesperline the infer stage asks for",
+                plane.bytesperline,
+                plane.offset,
+                s.bytesperline,
+                self.input_attr.w_stride
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One RKNN context, the scaler buffers imported into it (index = pool buffer index) and
+/// its own scratch buffers: everything one frame on this context touches, so contexts run
+/// on different threads share nothing mutable.
 struct Ctx {
     ctx: RknnContext,
     /// `RKNN_NPU_CORE_*` mask set on it (`RKNN_NPU_CORE_AUTO` = the runtime's choice).
     mask: u32,
     mems: Vec<*mut RknnTensorMem>,
+    /// Output 0 as `rknn_outputs_get` wrote it (`Model::output_bytes`).
+    raw: Vec<u8>,
+    /// The output as float32, for the YOLOX decode.
+    values: Vec<f32>,
+    /// The packed rows for `rknn_inputs_set` (copy path only).
+    packed: Vec<u8>,
+}
+
+// SAFETY: the `rknn_tensor_mem` pointers belong to this context alone; they are passed back
+// to librknnrt only with this context, by whoever holds the `Ctx` (`&mut` for a frame, so
+// one thread at a time), and freed once in `RknnDetector::release_mems`. librknnrt
+// contexts are not tied to the thread that made them (rknn_api.h: a context must not be
+// used by two threads at once, which `&mut Ctx` rules out).
+unsafe impl Send for Ctx {}
+
+impl Ctx {
+    fn new(ctx: RknnContext) -> Ctx {
+        Ctx { ctx, mask: sys::RKNN_NPU_CORE_AUTO, mems: Vec::new(), raw: Vec::new(), values: Vec::new(), packed: Vec::new() }
+    }
+
+    /// `RKNN context <id>` plus its core, for logs and errors.
+    fn describe(&self) -> String {
+        match self.mask {
+            sys::RKNN_NPU_CORE_AUTO => format!("RKNN context {}", self.ctx),
+            m => format!("RKNN context {} on NPU core {}", self.ctx, m.trailing_zeros()),
+        }
+    }
+
+    /// Binds pool buffer `index` (imported into this context) as the input and runs it.
+    fn detect_bound(&mut self, rknn: &Rknn, m: &Model, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
+        m.check_bound_layout(layout)?;
+        let mem = *self.mems.get(index as usize).with_context(|| format!("buffer index {index} was not imported into the NPU (bind_pool saw {})", self.mems.len()))?;
+        let mut attr = m.input_attr;
+        // SAFETY: `mem` is a live mem of this context (destroyed only in release_mems/Drop,
+        // which need the whole detector, so no lane borrows it then).
+        unsafe { rknn.set_io_mem(self.ctx, mem, &mut attr) }.with_context(|| format!("binding scaler buffer {index} as the NPU input"))?;
+        self.run_and_decode(rknn, m)
+    }
+
+    /// Packs the rows of a CPU-mapped frame and feeds them with `rknn_inputs_set`.
+    fn detect(&mut self, rknn: &Rknn, m: &Model, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
+        m.spec.check_frame(input.len(), layout)?;
+        let (w, h) = (m.spec.width as usize, m.spec.height as usize);
+        let plane = layout.planes().first().context("infer input layout has no planes")?;
+        let (off, bpl) = (plane.offset as usize, plane.bytesperline as usize);
+        self.packed.clear();
+        for y in 0..h {
+            self.packed.extend_from_slice(&input[off + y * bpl..off + y * bpl + 3 * w]);
+        }
+        rknn.inputs_set(self.ctx, 0, &self.packed, sys::RKNN_TENSOR_UINT8, sys::RKNN_TENSOR_NHWC)?;
+        self.run_and_decode(rknn, m)
+    }
+
+    /// Runs the current input and decodes the output (`rknn_run`, `rknn_outputs_get` into
+    /// `raw`, conversion to float32, YOLOX decode and NMS).
+    fn run_and_decode(&mut self, rknn: &Rknn, m: &Model) -> Result<Vec<Detection>> {
+        rknn.run(self.ctx).with_context(|| format!("RKNN model {}", m.path.display()))?;
+        if self.raw.len() != m.output_bytes {
+            self.raw = vec![0; m.output_bytes];
+        }
+        let n = rknn.output_into(self.ctx, 0, &mut self.raw)?;
+        ensure!(n >= m.output_bytes, "rknn_outputs_get gave {n} bytes; output {} needs {}", m.path.display(), m.output_bytes);
+        output_to_f32(&self.raw, m.rows * m.cols, &m.output, &mut self.values)?;
+        yolox::postprocess(&self.values, m.rows, m.cols, m.spec.width, m.spec.height, m.score_threshold, m.nms_iou)
+    }
+}
+
+/// One context of an [`RknnDetector`] lent to a worker thread ([`Detector::lanes`]): it runs
+/// frames on that context only, with its own output buffers.
+struct RknnLane<'a> {
+    rknn: &'a Rknn,
+    model: &'a Model,
+    ctx: &'a mut Ctx,
+}
+
+impl DetectorLane for RknnLane<'_> {
+    fn describe(&self) -> String {
+        self.ctx.describe()
+    }
+
+    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
+        self.ctx.detect_bound(self.rknn, self.model, index, layout)
+    }
+
+    fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
+        self.ctx.detect(self.rknn, self.model, input, layout)
+    }
 }
 
 /// A YOLOX `.rknn` model loaded into librknnrt, ready to run frames.
 pub struct RknnDetector {
     rknn: Arc<Rknn>,
+    /// The context `rknn_init` made first, then its duplicates (one per `--npu-cores` entry).
     ctxs: Vec<Ctx>,
+    /// Round-robin cursor of [`Detector::detect`] / [`Detector::detect_bound`].
     next_ctx: usize,
     /// Duplicates of the imported fds, kept open until the mems are destroyed.
     bound_fds: Vec<OwnedFd>,
-    input_attr: RknnTensorAttr,
-    output: OutputQuant,
-    output_bytes: usize,
-    rows: usize,
-    cols: usize,
-    spec: InputSpec,
-    raw: Vec<u8>,
-    values: Vec<f32>,
-    packed: Vec<u8>,
-    score_threshold: f32,
-    nms_iou: f32,
-    model_path: PathBuf,
+    model: Model,
     // Last: librknnrt may read the model until rknn_destroy (Drop destroys contexts first).
     _model: Mmap,
 }
 
-// SAFETY: the raw `rknn_tensor_mem` pointers are owned by this detector alone and only
-// passed back to librknnrt from whichever thread owns it; librknnrt contexts are not tied
-// to the thread that made them.
-unsafe impl Send for RknnDetector {}
-
 impl std::fmt::Debug for RknnDetector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RknnDetector")
-            .field("model", &self.model_path)
+            .field("model", &self.model.path)
             .field("contexts", &self.ctxs.len())
-            .field("input", &self.input_attr)
-            .field("output", &self.output)
+            .field("input", &self.model.input_attr)
+            .field("output", &self.model.output)
             .finish()
     }
 }
@@ -293,21 +417,20 @@ impl RknnDetector {
         })?;
         let mut det = RknnDetector {
             rknn: rknn.clone(),
-            ctxs: vec![Ctx { ctx, mask: sys::RKNN_NPU_CORE_AUTO, mems: Vec::new() }],
+            ctxs: vec![Ctx::new(ctx)],
             next_ctx: 0,
             bound_fds: Vec::new(),
-            input_attr: RknnTensorAttr::default(),
-            output: OutputQuant { type_: 0, qnt_type: 0, zp: 0, scale: 1.0, fl: 0 },
-            output_bytes: 0,
-            rows: 0,
-            cols: 0,
-            spec: InputSpec { width: 0, height: 0, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: String::new(), bytesperline: 0 },
-            raw: Vec::new(),
-            values: Vec::new(),
-            packed: Vec::new(),
-            score_threshold: opts.score_threshold,
-            nms_iou: opts.nms_iou,
-            model_path: path.to_path_buf(),
+            model: Model {
+                input_attr: RknnTensorAttr::default(),
+                output: OutputQuant { type_: 0, qnt_type: 0, zp: 0, scale: 1.0, fl: 0 },
+                output_bytes: 0,
+                rows: 0,
+                cols: 0,
+                spec: InputSpec { width: 0, height: 0, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: String::new(), bytesperline: 0 },
+                score_threshold: opts.score_threshold,
+                nms_iou: opts.nms_iou,
+                path: path.to_path_buf(),
+            },
             _model: model,
         };
         // From here on, Drop destroys the context on any error.
@@ -317,7 +440,7 @@ impl RknnDetector {
     }
 
     fn describe_and_check(&mut self, platforms: &[String]) -> Result<()> {
-        let (rknn, ctx, path) = (self.rknn.clone(), self.ctxs[0].ctx, self.model_path.clone());
+        let (rknn, ctx, path) = (self.rknn.clone(), self.ctxs[0].ctx, self.model.path.clone());
         let q = |what: &str, e: sys::RknnError| anyhow::anyhow!("RKNN model {}: {what}: {e}", path.display());
         let mut ver = sys::RknnSdkVersion::default();
         rknn.query(ctx, sys::RKNN_QUERY_SDK_VERSION, &mut ver).map_err(|e| q("RKNN_QUERY_SDK_VERSION", e))?;
@@ -373,8 +496,8 @@ impl RknnDetector {
         if (a.size_with_stride as u64) < need {
             a.size_with_stride = need as u32;
         }
-        self.input_attr = a;
-        self.spec = InputSpec { width: w, height: h, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: a.name(), bytesperline: w_stride * 3 };
+        self.model.input_attr = a;
+        self.model.spec = InputSpec { width: w, height: h, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: a.name(), bytesperline: w_stride * 3 };
 
         let mut o = RknnTensorAttr { index: 0, ..Default::default() };
         rknn.query(ctx, sys::RKNN_QUERY_OUTPUT_ATTR, &mut o).map_err(|e| q("RKNN_QUERY_OUTPUT_ATTR", e))?;
@@ -395,11 +518,10 @@ impl RknnDetector {
         if quant.qnt_type == sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC && !(quant.scale.is_finite() && quant.scale > 0.0) {
             bail!("RKNN model {} output scale {} is not a positive number", path.display(), quant.scale);
         }
-        self.output = quant;
-        self.rows = rows;
-        self.cols = cols;
-        self.output_bytes = rows * cols * es;
-        self.raw = vec![0; self.output_bytes];
+        self.model.output = quant;
+        self.model.rows = rows;
+        self.model.cols = cols;
+        self.model.output_bytes = rows * cols * es;
         Ok(())
     }
 
@@ -418,7 +540,7 @@ impl RknnDetector {
             } else {
                 match rknn.dup_context(main) {
                     Ok(c) => {
-                        self.ctxs.push(Ctx { ctx: c, mask: sys::RKNN_NPU_CORE_AUTO, mems: Vec::new() });
+                        self.ctxs.push(Ctx::new(c));
                         c
                     }
                     Err(e) => {
@@ -456,12 +578,12 @@ impl RknnDetector {
 
     /// Output tensor shape `[1, rows, cols]` (`[1, 3549, 85]` for YOLOX-Nano 416).
     pub fn output_shape(&self) -> [usize; 3] {
-        [1, self.rows, self.cols]
+        [1, self.model.rows, self.model.cols]
     }
 
     /// The output's type and quantisation.
     pub fn output_quant(&self) -> OutputQuant {
-        self.output
+        self.model.output
     }
 
     /// Number of RKNN contexts (one per `--npu-cores` entry, else 1).
@@ -469,14 +591,11 @@ impl RknnDetector {
         self.ctxs.len()
     }
 
-    /// Runs the current input of context `i` and decodes its output.
-    fn run_and_decode(&mut self, i: usize) -> Result<Vec<Detection>> {
-        let ctx = self.ctxs[i].ctx;
-        self.rknn.run(ctx).with_context(|| format!("RKNN model {}", self.model_path.display()))?;
-        let n = self.rknn.output_into(ctx, 0, &mut self.raw)?;
-        ensure!(n >= self.output_bytes, "rknn_outputs_get gave {n} bytes; output {} needs {}", self.model_path.display(), self.output_bytes);
-        output_to_f32(&self.raw, self.rows * self.cols, &self.output, &mut self.values)?;
-        yolox::postprocess(&self.values, self.rows, self.cols, self.spec.width, self.spec.height, self.score_threshold, self.nms_iou)
+    /// The next context in round-robin order (the single-threaded path).
+    fn next_ctx(&mut self) -> usize {
+        let i = self.next_ctx % self.ctxs.len();
+        self.next_ctx = self.next_ctx.wrapping_add(1);
+        i
     }
 
     fn release_mems(&mut self) {
@@ -499,20 +618,20 @@ impl Detector for RknnDetector {
     }
 
     fn input_spec(&self) -> &InputSpec {
-        &self.spec
+        &self.model.spec
     }
 
     fn bind_pool(&mut self, bufs: &[&DmaBuf]) -> Result<bool> {
         self.release_mems();
-        let need = self.input_attr.size_with_stride;
+        let need = self.model.input_attr.size_with_stride;
         for (i, b) in bufs.iter().enumerate() {
             if b.size() < need as u64 {
                 bail!(
                     "scaler buffer {i} is {} bytes but the NPU reads {need} ({}x{} with w_stride {}): the scaler must allocate bytesperline x height",
                     b.size(),
-                    self.spec.width,
-                    self.spec.height,
-                    self.input_attr.w_stride
+                    self.model.spec.width,
+                    self.model.spec.height,
+                    self.model.input_attr.w_stride
                 );
             }
         }
@@ -545,48 +664,30 @@ impl Detector for RknnDetector {
             bufs.len(),
             self.ctxs.len(),
             need,
-            self.input_attr.w_stride
+            self.model.input_attr.w_stride
         );
         Ok(true)
     }
 
     fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
-        let s = &self.spec;
-        if layout.fourcc != s.fourcc || layout.width != s.width || layout.height != s.height {
-            bail!("infer input is {} {}x{} but the model `{}` wants {} {}x{}", layout.fourcc, layout.width, layout.height, s.name, s.fourcc, s.width, s.height);
-        }
-        let plane = layout.planes().first().context("infer input layout has no planes")?;
-        if plane.offset != 0 || plane.bytesperline != s.bytesperline {
-            bail!(
-                "scaler frame has rows of {} bytes from offset {}, but the NPU reads rows of {} (w_stride {}) from offset 0: the scaler must honour the bytesperline the infer stage asks for",
-                plane.bytesperline,
-                plane.offset,
-                s.bytesperline,
-                self.input_attr.w_stride
-            );
-        }
-        let i = self.next_ctx % self.ctxs.len();
-        self.next_ctx = self.next_ctx.wrapping_add(1);
-        let mem = *self.ctxs[i].mems.get(index as usize).with_context(|| format!("buffer index {index} was not imported into the NPU (bind_pool saw {})", self.ctxs[i].mems.len()))?;
-        let mut attr = self.input_attr;
-        // SAFETY: `mem` is a live mem of context `i` (destroyed only in release_mems/Drop).
-        unsafe { self.rknn.set_io_mem(self.ctxs[i].ctx, mem, &mut attr) }.with_context(|| format!("binding scaler buffer {index} as the NPU input"))?;
-        self.run_and_decode(i)
+        let i = self.next_ctx();
+        self.ctxs[i].detect_bound(&self.rknn, &self.model, index, layout)
     }
 
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
-        self.spec.check_frame(input.len(), layout)?;
-        let (w, h) = (self.spec.width as usize, self.spec.height as usize);
-        let plane = layout.planes().first().context("infer input layout has no planes")?;
-        let (off, bpl) = (plane.offset as usize, plane.bytesperline as usize);
-        self.packed.clear();
-        for y in 0..h {
-            self.packed.extend_from_slice(&input[off + y * bpl..off + y * bpl + 3 * w]);
+        let i = self.next_ctx();
+        self.ctxs[i].detect(&self.rknn, &self.model, input, layout)
+    }
+
+    /// With more than one context (`--npu-cores`), one lane per context, in context order
+    /// (the original first): each runs frames on its own context only, so the infer stage
+    /// can run them on threads of their own. `None` with one context.
+    fn lanes(&mut self) -> Option<Vec<Box<dyn DetectorLane + '_>>> {
+        if self.ctxs.len() < 2 {
+            return None;
         }
-        let i = self.next_ctx % self.ctxs.len();
-        self.next_ctx = self.next_ctx.wrapping_add(1);
-        self.rknn.inputs_set(self.ctxs[i].ctx, 0, &self.packed, sys::RKNN_TENSOR_UINT8, sys::RKNN_TENSOR_NHWC)?;
-        self.run_and_decode(i)
+        let (rknn, model) = (&*self.rknn, &self.model);
+        Some(self.ctxs.iter_mut().map(|ctx| Box::new(RknnLane { rknn, model, ctx }) as Box<dyn DetectorLane + '_>).collect())
     }
 }
 

@@ -1,9 +1,17 @@
 //! The infer stage's process: load the model (failing fast on a bad one), ask the scale
 //! stage for exactly the model's input, then detect on every frame and hand detections
-//! (boxes mapped back to source-frame pixels) to the publish stage.
+//! (boxes mapped back to source-frame pixels) to the publish stage, in frame order.
+//!
+//! One engine (the ONNX, `none` and single-context RKNN backends) runs every frame on the
+//! stage's thread (`run_single`). A detector with several engines (RKNN with
+//! `--npu-cores`: one context per core, [`Detector::lanes`]) gets one worker thread per
+//! engine, frames dispatched round-robin and results re-ordered by arrival
+//! (`run_lanes`), so the cores work at the same time.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -12,14 +20,15 @@ use crate::capture::spec::find_data_file;
 use crate::capture::stage::peer_gone;
 use crate::cli::{CommonArgs, InferArgs, PeerGone};
 use crate::core::channel::{Recv, Sender};
-use crate::core::frame::{Fourcc, Stage};
+use crate::core::frame::{Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
-use crate::core::pool::{offer_items, PoolConsumer};
+use crate::core::pool::{offer_items, Frame, PoolConsumer};
+use crate::core::ring::RingCounters;
 use crate::metrics::{open_fd_count, Reporter, StageReport};
 use crate::publish::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use crate::supervise::STOP;
 
-use super::{load_labels, open_detector, DetectorOptions};
+use super::{load_labels, open_detector, Detection, Detector, DetectorLane, DetectorOptions, InputSpec};
 
 /// Letterbox fill value of YOLOX's `preproc` (yolox/data/data_augment.py).
 pub const YOLOX_PAD: u8 = 114;
@@ -72,15 +81,12 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         det.bind_pool(&bufs)?
     };
 
-    let mut out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, format!("{} detections", det.name()), labels)?;
+    let out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, format!("{} detections", det.name()), labels)?;
     let fds_setup = open_fd_count();
     log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.conn().peer_pid);
 
     let start = Instant::now();
-    let (mut n_in, mut n_out) = (0u64, 0u64);
-    let mut last_report = Instant::now();
-    let stats_every = common.stats_interval();
-    let report = |out: &Sender<DetectionsDesc>, n_in: u64, n_out: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    let report = |ring: RingCounters, n_in: u64, n_out: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         reporter.send(&StageReport {
             stage: "infer".into(),
             pid: std::process::id(),
@@ -88,58 +94,24 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
             elapsed_s: start.elapsed().as_secs_f64(),
             frames_in: n_in,
             frames_out: n_out,
-            output_ring: Some(out.counters()),
+            output_ring: Some(ring),
             copy_in: input.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             ..Default::default()
         })
     };
-    let end_reason = loop {
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
+    let mut stats = Stats { every: common.stats_interval(), last: Instant::now(), report: &report };
+    let io = Io { input: &input, spec: &spec, bound, stop };
+    let lanes = det.lanes();
+    let end = match lanes {
+        Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out, &mut stats)?,
+        other => {
+            drop(other);
+            run_single(&io, &mut *det, out, &mut stats)?
         }
-        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-            report(&out, n_in, n_out, false, vec![]);
-            last_report = Instant::now();
-        }
-        let frame = match input.recv(Duration::from_millis(100))? {
-            Recv::Item(f) => f,
-            Recv::Eos => break "end of stream",
-            Recv::Hangup => return Err(PeerGone("scale stage hung up".into()).into()),
-            Recv::Idle => {
-                if out.conn().peer_gone() {
-                    return Err(PeerGone("publish stage hung up".into()).into());
-                }
-                continue;
-            }
-        };
-        n_in += 1;
-        let mut d = frame.desc;
-        d.stamp_in(Stage::Infer);
-        let l = d.layout;
-        if l.fourcc != spec.fourcc || l.width != spec.width || l.height != spec.height {
-            bail!("scale sent a {}x{} {} frame; the model needs {}x{} {}", l.width, l.height, l.fourcc, spec.width, spec.height, spec.fourcc);
-        }
-        let dets = if bound {
-            // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
-            det.detect_bound(d.buffer_index, &l).with_context(|| format!("inference on frame {}", d.seq))?
-        } else {
-            let g = frame.read()?;
-            det.detect(g[0].bytes(), &l).with_context(|| format!("inference on frame {}", d.seq))?
-        };
-        drop(frame); // the scale buffer goes back before we publish
-        let lb = d.letterbox;
-        let mut dd = DetectionsDesc { seq: d.seq, timestamp_ns: d.timestamp_ns, stamps: d.stamps, width: lb.src_w, height: lb.src_h, ..Default::default() };
-        for (slot, x) in dd.dets.iter_mut().zip(dets.iter().take(MAX_DETECTIONS)) {
-            *slot = DetectionRecord { class_id: x.class_id, score: x.score, bbox: lb.unmap_box(x.bbox) };
-        }
-        dd.count = dets.len().min(MAX_DETECTIONS) as u32;
-        dd.stamps[2 * Stage::Infer as usize] = d.stamps[2 * Stage::Infer as usize];
-        dd.stamps[2 * Stage::Infer as usize + 1] = crate::core::frame::monotonic_ns();
-        out.send(dd, stop).map_err(peer_gone)?;
-        n_out += 1;
     };
-    log::info!("{end_reason} after {n_in} frames; draining");
+    let LoopEnd { reason, out, n_in, n_out } = end;
+    log::info!("{reason} after {n_in} frames; draining");
     out.finish();
     let t = Instant::now();
     while !out.conn().peer_gone() && t.elapsed() < Duration::from_secs(5) {
@@ -147,6 +119,317 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     }
     let fds_exit = open_fd_count();
     log::info!("open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(&out, n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("device_reads_in_place", bound.into())]);
+    report(out.counters(), n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("device_reads_in_place", bound.into())]);
     Ok(0)
+}
+
+/// What both frame loops read: the scale stage's pool, the model's input, whether the
+/// detector imported the pool (frames go to `detect_bound`, never mapped) and the stop flag.
+struct Io<'a> {
+    input: &'a PoolConsumer,
+    spec: &'a InputSpec,
+    bound: bool,
+    stop: &'a AtomicBool,
+}
+
+/// Periodic stats lines: every `every` (`--stats-interval`; `None` = summary only).
+struct Stats<'a> {
+    every: Option<Duration>,
+    last: Instant,
+    #[allow(clippy::type_complexity)]
+    report: &'a dyn Fn(RingCounters, u64, u64, bool, Vec<(&str, serde_json::Value)>),
+}
+
+impl Stats<'_> {
+    /// Sends a stats report if the interval has passed; `out` gives the output ring's
+    /// counters and the frames published.
+    fn tick(&mut self, n_in: u64, out: impl FnOnce() -> (RingCounters, u64)) {
+        if self.every.is_some_and(|e| self.last.elapsed() >= e) {
+            let (ring, n_out) = out();
+            (self.report)(ring, n_in, n_out, false, vec![]);
+            self.last = Instant::now();
+        }
+    }
+}
+
+/// How a frame loop ended: why, the detections sender (to finish), frames in and out.
+struct LoopEnd {
+    reason: &'static str,
+    out: Sender<DetectionsDesc>,
+    n_in: u64,
+    n_out: u64,
+}
+
+/// Waits up to `timeout` for the next frame; an error names the neighbour that hung up
+/// (the publish stage, `out_gone`, is checked while idle).
+fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool) -> Result<Next> {
+    Ok(match io.input.recv(timeout)? {
+        Recv::Item(f) => Next::Frame(f),
+        Recv::Eos => Next::Eos,
+        Recv::Hangup => return Err(PeerGone("scale stage hung up".into()).into()),
+        Recv::Idle => {
+            if out_gone() {
+                return Err(PeerGone("publish stage hung up".into()).into());
+            }
+            Next::Idle
+        }
+    })
+}
+
+/// What [`next_frame`] found.
+// A frame moves through this once per receive; boxing it would allocate per frame.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Frame(Frame),
+    Eos,
+    Idle,
+}
+
+/// Stamps a received frame's arrival and checks it is the model's input.
+fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
+    let mut d = frame.desc;
+    d.stamp_in(Stage::Infer);
+    let l = d.layout;
+    if l.fourcc != spec.fourcc || l.width != spec.width || l.height != spec.height {
+        bail!("scale sent a {}x{} {} frame; the model needs {}x{} {}", l.width, l.height, l.fourcc, spec.width, spec.height, spec.fourcc);
+    }
+    Ok(d)
+}
+
+/// The detections record of frame `d`: boxes mapped back to source-frame pixels (at most
+/// [`MAX_DETECTIONS`]), stamps carried over; the infer hand-off stamp is set by [`send`].
+fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
+    let lb = d.letterbox;
+    let mut dd = DetectionsDesc { seq: d.seq, timestamp_ns: d.timestamp_ns, stamps: d.stamps, width: lb.src_w, height: lb.src_h, ..Default::default() };
+    for (slot, x) in dd.dets.iter_mut().zip(dets.iter().take(MAX_DETECTIONS)) {
+        *slot = DetectionRecord { class_id: x.class_id, score: x.score, bbox: lb.unmap_box(x.bbox) };
+    }
+    dd.count = dets.len().min(MAX_DETECTIONS) as u32;
+    dd
+}
+
+/// Stamps the hand-off (CLOCK_MONOTONIC, ns) and sends a record to the publish stage.
+fn send(out: &mut Sender<DetectionsDesc>, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
+    dd.stamps[2 * Stage::Infer as usize + 1] = crate::core::frame::monotonic_ns();
+    out.send(dd, stop).map_err(peer_gone)?;
+    Ok(())
+}
+
+/// One engine: every frame is detected on this thread, then published.
+fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> Result<LoopEnd> {
+    let (mut n_in, mut n_out) = (0u64, 0u64);
+    let reason = loop {
+        if io.stop.load(Ordering::Relaxed) {
+            break "signal";
+        }
+        stats.tick(n_in, || (out.counters(), n_out));
+        let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
+            Next::Frame(f) => f,
+            Next::Eos => break "end of stream",
+            Next::Idle => continue,
+        };
+        n_in += 1;
+        let d = arrived(&frame, io.spec)?;
+        let dets = if io.bound {
+            // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
+            det.detect_bound(d.buffer_index, &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
+        } else {
+            let g = frame.read()?;
+            det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
+        };
+        drop(frame); // the scale buffer goes back before we publish
+        send(&mut out, record(&d, &dets), io.stop)?;
+        n_out += 1;
+    };
+    Ok(LoopEnd { reason, out, n_in, n_out })
+}
+
+/// How long a frame loop waits for a frame before it looks at the stop flag, stats and
+/// its neighbours again.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// Frames one lane may hold: the one its engine runs and one queued behind it, so the
+/// engine starts its next frame without waiting for the dispatcher.
+const FRAMES_PER_LANE: usize = 2;
+
+/// How long the dispatcher waits for a frame while lanes hold frames. A frame's loan goes
+/// back through the scale ring's consumer, which is locked while the dispatcher waits in
+/// it (`PoolConsumer::recv`), so a lane that finished waits at most this long to return
+/// its buffer; with no frame in flight the dispatcher waits [`IDLE_WAIT`].
+const BUSY_WAIT: Duration = Duration::from_millis(1);
+
+/// A frame on its way to a lane.
+struct Job {
+    /// Dispatch number: results are published in this order (the order frames came in).
+    n: u64,
+    /// The loan: dropped by the lane as soon as its engine is done with the frame.
+    frame: Frame,
+    /// The descriptor, stamped on arrival.
+    desc: FrameDesc,
+}
+
+/// What the dispatcher and the lanes share, under one mutex.
+struct Shared {
+    out: Sender<DetectionsDesc>,
+    /// Records of dispatched frames not yet published, from dispatch number `next_pub` on;
+    /// `None` until that frame's lane is done: the reorder buffer (at most
+    /// `FRAMES_PER_LANE * lanes` long).
+    pending: VecDeque<Option<DetectionsDesc>>,
+    /// Dispatch number of `pending[0]`.
+    next_pub: u64,
+    /// Frames each lane holds (running or queued).
+    held: Vec<usize>,
+    n_out: u64,
+    /// The first error of a lane (or of publishing); it ends the stage.
+    error: Option<anyhow::Error>,
+}
+
+impl Shared {
+    /// Stores the record of dispatch number `n` and publishes every record now at the head
+    /// of the order.
+    fn done(&mut self, n: u64, dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
+        let slot = n.checked_sub(self.next_pub).and_then(|k| self.pending.get_mut(k as usize));
+        *slot.with_context(|| format!("result for dispatch number {n}, which is not pending (next to publish: {})", self.next_pub))? = Some(dd);
+        while self.pending.front().is_some_and(Option::is_some) {
+            let Some(Some(dd)) = self.pending.pop_front() else { break };
+            self.next_pub += 1;
+            send(&mut self.out, dd, stop)?;
+            self.n_out += 1;
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: anyhow::Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+}
+
+fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Several engines (RKNN contexts on their own NPU cores): one worker thread per lane.
+///
+/// This thread receives frames and dispatches them round-robin, frame `k` to lane
+/// `k % lanes`; it takes a frame from the ring only when that lane holds fewer than
+/// [`FRAMES_PER_LANE`] frames and the lanes together hold fewer than the scale pool's
+/// buffers minus one, so the scaler always has a buffer to write and, under drop-oldest,
+/// the ring (not this stage) decides which frames are skipped. Each lane runs its frame,
+/// drops the loan at once (the buffer goes back to the scaler) and stores the record in the
+/// reorder buffer; whichever lane completes the head of the order publishes it and every
+/// record behind it that is ready, so records leave in frame order. On stop or end of
+/// stream the dispatcher stops taking frames, the lanes finish what they hold (published
+/// as usual) and are joined. The first lane error stops the dispatch; queued frames are
+/// given back unrun and the stage ends with that error.
+fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> Result<LoopEnd> {
+    let n = lanes.len();
+    let pool = io.input.buffers().len();
+    let cap = (n * FRAMES_PER_LANE).min(pool.saturating_sub(1)).max(1);
+    let names: Vec<String> = lanes.iter().map(|l| l.describe()).collect();
+    log::info!(
+        "{n} lanes on worker threads ({}), frames dispatched round-robin, detections published in frame order; up to {cap} frames in flight ({pool} scaler buffers, one kept for the scaler{})",
+        names.join(", "),
+        if cap < n { format!(": --scale-buffers {} lets every lane run at once", n + 1) } else { String::new() }
+    );
+    let shared = Mutex::new(Shared { out, pending: VecDeque::new(), next_pub: 0, held: vec![0; n], n_out: 0, error: None });
+    let cv = Condvar::new();
+    let (bound, stop) = (io.bound, io.stop);
+    let dispatched = std::thread::scope(|scope| -> Result<(&'static str, u64)> {
+        let mut txs = Vec::with_capacity(n);
+        for (i, mut lane) in lanes.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let (shared, cv) = (&shared, &cv);
+            std::thread::Builder::new()
+                .name(format!("infer-lane-{i}"))
+                .spawn_scoped(scope, move || lane_loop(&mut *lane, i, rx, shared, cv, bound, stop))
+                .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
+            txs.push(tx);
+        }
+        dispatch(io, &txs, &shared, &cv, cap, stats)
+        // `txs` drops here: each lane finishes what it holds and returns; the scope joins.
+    });
+    let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = s.error {
+        return Err(e);
+    }
+    let (reason, n_in) = dispatched?;
+    Ok(LoopEnd { reason, out: s.out, n_in, n_out: s.n_out })
+}
+
+/// The dispatcher of [`run_lanes`]: returns why it stopped and how many frames came in.
+fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: &Condvar, cap: usize, stats: &mut Stats<'_>) -> Result<(&'static str, u64)> {
+    let (mut n_in, mut next) = (0u64, 0u64);
+    loop {
+        if io.stop.load(Ordering::Relaxed) {
+            return Ok(("signal", n_in));
+        }
+        stats.tick(n_in, || {
+            let s = lock(shared);
+            (s.out.counters(), s.n_out)
+        });
+        let lane = (next % txs.len() as u64) as usize;
+        let busy = {
+            let s = lock(shared);
+            if s.error.is_some() {
+                return Ok(("a lane failed", n_in));
+            }
+            let held: usize = s.held.iter().sum();
+            if s.held[lane] >= FRAMES_PER_LANE || held >= cap {
+                // Frames wait in the ring (and drop there under drop-oldest) until a lane
+                // gives one back.
+                drop(cv.wait_timeout(s, IDLE_WAIT));
+                continue;
+            }
+            held > 0
+        };
+        let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
+        let frame = match next_frame(io, wait, || lock(shared).out.conn().peer_gone())? {
+            Next::Frame(f) => f,
+            Next::Eos => return Ok(("end of stream", n_in)),
+            Next::Idle => continue,
+        };
+        n_in += 1;
+        let desc = arrived(&frame, io.spec)?;
+        {
+            let mut s = lock(shared);
+            s.pending.push_back(None);
+            s.held[lane] += 1;
+        }
+        if txs[lane].send(Job { n: next, frame, desc }).is_err() {
+            bail!("the worker thread of infer lane {lane} is gone");
+        }
+        next += 1;
+    }
+}
+
+/// A lane's worker: runs each frame it is given on its engine, gives the loan back, then
+/// files the record (see [`run_lanes`]). Returns when the dispatcher drops its sender.
+#[allow(clippy::too_many_arguments)]
+fn lane_loop(lane: &mut (dyn DetectorLane + '_), i: usize, jobs: mpsc::Receiver<Job>, shared: &Mutex<Shared>, cv: &Condvar, bound: bool, stop: &AtomicBool) {
+    for Job { n, frame, desc } in jobs {
+        let failed = lock(shared).error.is_some();
+        let result = (!failed).then(|| {
+            if bound {
+                lane.detect_bound(desc.buffer_index, &desc.layout)
+            } else {
+                frame.read().and_then(|g| lane.detect(g[0].bytes(), &desc.layout))
+            }
+        });
+        drop(frame); // the scale buffer goes back as soon as the engine is done with it
+        let mut s = lock(shared);
+        s.held[i] -= 1;
+        match result {
+            None => {} // another lane failed: the frame is given back unrun
+            Some(Ok(dets)) => {
+                if let Err(e) = s.done(n, record(&desc, &dets), stop) {
+                    s.fail(e);
+                }
+            }
+            Some(Err(e)) => s.fail(e.context(format!("inference on frame {} ({})", desc.seq, lane.describe()))),
+        }
+        drop(s);
+        cv.notify_all();
+    }
 }

@@ -738,6 +738,51 @@ impl DeviceScaler for RgaScaler {
     }
 }
 
+/// `--copy-mode` with `--scaler rga`: RGA fed CPU memory through virtual addresses
+/// (`wrapbuffer_virtualaddr_t`), as a plain pipeline does after copying each frame into its
+/// own buffer: nothing is imported, the driver pins the pages for each job. The output's
+/// pad is written by the CPU every frame (the buffer is ordinary memory here).
+impl super::Scaler for RgaScaler {
+    fn name(&self) -> &'static str {
+        "rga (virtual addresses)"
+    }
+
+    fn check(&self, src: Fourcc, dst: &FrameLayout) -> Result<()> {
+        RgaScaler::check(src, dst)
+    }
+
+    fn scale(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, pad: u8) -> Result<LetterboxParams> {
+        let s = source_image(src_layout)?;
+        let d = dest_image(dst_layout)?;
+        let sbytes = src.first().ok_or_else(|| anyhow!("rga scaler: a frame without a buffer"))?;
+        if (sbytes.len() as u64) < s.bytes || (dst.len() as u64) < d.bytes {
+            bail!("rga scaler: buffers of {} and {} bytes for images of {} and {} bytes", sbytes.len(), dst.len(), s.bytes, d.bytes);
+        }
+        let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: size {v} out of range"));
+        let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
+        fill_pad(dst, dst_layout.planes[0].bytesperline as usize, (d.width as usize, d.height as usize), (lb.resized_w as usize, lb.resized_h as usize), pad);
+        // SAFETY: `sbytes` (>= the source image's bytes, checked above) and `dst` (>= the
+        // output image's bytes) stay borrowed, valid and distinct (one shared, one unique
+        // borrow) until the synchronous job below returns; only that job uses these buffers.
+        let sbuf = unsafe { self.lib.wrapbuffer_virtualaddr_t(sbytes.as_ptr() as *mut std::ffi::c_void, to_int(s.width)?, to_int(s.height)?, to_int(s.wstride)?, to_int(s.hstride)?, s.format) };
+        // SAFETY: as above, for the destination.
+        let mut dbuf = unsafe { self.lib.wrapbuffer_virtualaddr_t(dst.as_mut_ptr() as *mut std::ffi::c_void, to_int(d.width)?, to_int(d.height)?, to_int(d.wstride)?, to_int(d.hstride)?, d.format) };
+        if s.yuv {
+            dbuf.color_space_mode = sys::IM_YUV_TO_RGB_BT601_LIMIT;
+        }
+        let srect = ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int };
+        let drect = ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int };
+        let status = self.lib.imcheck_t(sbuf, dbuf, RgaBuffer::default(), srect, drect, ImRect::default(), 0);
+        if !sys::status_ok(status) {
+            let msg = self.lib.im_str_error(status);
+            bail!("{}", diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, status, &msg));
+        }
+        // `src` and `dst` stay borrowed (valid, distinct) until this synchronous job returns.
+        self.run_job(sbuf, dbuf, srect, drect, 0, 0)?;
+        Ok(lb)
+    }
+}
+
 impl Drop for RgaScaler {
     fn drop(&mut self) {
         self.release_all();

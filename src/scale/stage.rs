@@ -32,11 +32,16 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     // A device backend opens its node now, so a wrong node fails before any set-up.
     let mut device: Option<Box<dyn DeviceScaler>> = match &args.scaler {
         ScalerKind::V4l2M2m(path) => Some(Box::new(V4l2M2mScaler::open(path)?)),
-        ScalerKind::Rga => Some(Box::new(RgaScaler::open(None, args.rga_core)?)),
+        // Copy mode feeds RGA CPU memory (virtual addresses) below, as a plain pipeline does.
+        ScalerKind::Rga if !common.copy_mode => Some(Box::new(RgaScaler::open(None, args.rga_core)?)),
         _ => None,
     };
     let mut scaler: Box<dyn Scaler> = match args.scaler {
         ScalerKind::None => Box::new(super::NoScaler),
+        ScalerKind::Rga if common.copy_mode => {
+            log::info!("copy mode: RGA reads and writes CPU memory through virtual addresses (wrapbuffer_virtualaddr_t), nothing imported");
+            Box::new(RgaScaler::open(None, args.rga_core)?)
+        }
         _ => Box::new(CpuScaler::new()),
     };
     if args.scale_buffers < 2 || args.scale_buffers > 64 {

@@ -297,6 +297,9 @@ pub type ReleasebufferHandleFn = unsafe extern "C" fn(RgaBufferHandle) -> ImStat
 /// `rga_buffer_t wrapbuffer_handle_t(rga_buffer_handle_t handle, int width, int height, int
 /// wstride, int hstride, int format)` (`im2d_buffer.h`).
 pub type WrapbufferHandleFn = unsafe extern "C" fn(RgaBufferHandle, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
+/// `rga_buffer_t wrapbuffer_virtualaddr_t(void *vir_addr, int width, int height, int wstride,
+/// int hstride, int format)` (`im2d_buffer.h`): an image in CPU memory (`--copy-mode` only).
+pub type WrapbufferVirtualaddrFn = unsafe extern "C" fn(*mut std::ffi::c_void, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
 /// `IM_STATUS imconfig(IM_CONFIG_NAME name, uint64_t value)` (`im2d_common.h`).
 pub type ImconfigFn = unsafe extern "C" fn(c_int, u64) -> ImStatus;
 /// `const char* querystring(int name)` (`im2d_common.h`).
@@ -313,6 +316,7 @@ pub struct Librga {
     importbuffer_fd: ImportbufferFdFn,
     releasebuffer_handle: ReleasebufferHandleFn,
     wrapbuffer_handle_t: WrapbufferHandleFn,
+    wrapbuffer_virtualaddr_t: WrapbufferVirtualaddrFn,
     imcheck_t: ImcheckFn,
     improcess: ImprocessFn,
     imconfig: ImconfigFn,
@@ -385,6 +389,7 @@ impl Librga {
             importbuffer_fd: sym!("importbuffer_fd", ImportbufferFdFn),
             releasebuffer_handle: sym!("releasebuffer_handle", ReleasebufferHandleFn),
             wrapbuffer_handle_t: sym!("wrapbuffer_handle_t", WrapbufferHandleFn),
+            wrapbuffer_virtualaddr_t: sym!("wrapbuffer_virtualaddr_t", WrapbufferVirtualaddrFn),
             imcheck_t: sym!("imcheck_t", ImcheckFn),
             improcess: sym!("improcess", ImprocessFn),
             imconfig: sym!("imconfig", ImconfigFn),
@@ -424,6 +429,21 @@ impl Librga {
         // SAFETY: integer arguments; the 96-byte struct comes back through the platform's
         // struct-return convention, which `extern "C"` and `#[repr(C)]` match.
         unsafe { (self.wrapbuffer_handle_t)(handle, width, height, wstride, hstride, format) }
+    }
+
+    /// `wrapbuffer_virtualaddr_t(vir_addr, width, height, wstride, hstride, format)`: an
+    /// `rga_buffer_t` naming CPU memory; the driver pins those pages per job, as a plain
+    /// (copying) pipeline feeds RGA. The pointer is only stored, not dereferenced, here; a
+    /// job using the buffer must keep the memory valid until it returns.
+    ///
+    /// # Safety
+    /// A job given the returned buffer reads (source) or writes (destination) `wstride x
+    /// hstride` pixels of `format` at `vir_addr`: the caller keeps that memory valid, and
+    /// unaliased for a destination, until the job returns.
+    pub unsafe fn wrapbuffer_virtualaddr_t(&self, vir_addr: *mut std::ffi::c_void, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+        // SAFETY: librga only copies the pointer into the returned struct; integer
+        // arguments; the struct comes back by the platform's struct-return convention.
+        unsafe { (self.wrapbuffer_virtualaddr_t)(vir_addr, width, height, wstride, hstride, format) }
     }
 
     /// `imcheck_t(src, dst, pat, srect, drect, prect, mode_usage)`: librga's validation of

@@ -437,8 +437,8 @@ pub extern "C" fn wrapbuffer_handle_t(handle: u32, width: c_int, height: c_int, 
     b
 }
 
-/// `rga_buffer_t wrapbuffer_virtualaddr_t(void* vir_addr, ...)`: logged (zcpipe must never
-/// call it).
+/// `rga_buffer_t wrapbuffer_virtualaddr_t(void* vir_addr, ...)`: logged (zcpipe calls it only
+/// in --copy-mode, where RGA is fed CPU memory as a plain pipeline would).
 #[no_mangle]
 pub extern "C" fn wrapbuffer_virtualaddr_t(vir_addr: *mut c_void, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
     let mut b = wrap(width, height, wstride, hstride, format);
@@ -733,8 +733,26 @@ fn process(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: ImRect, dre
     if usage & IM_ASYNC != 0 {
         return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: IM_ASYNC not supported".into()));
     }
+    if src.handle == 0 && dst.handle == 0 && !src.vir_addr.is_null() && !dst.vir_addr.is_null() {
+        // Virtual addresses (wrapbuffer_virtualaddr_t): what a plain, copying pipeline
+        // does; the real librga makes the driver pin those pages per job. zcpipe uses it in
+        // --copy-mode only.
+        let full = |b: &RgaBuffer, r: ImRect| if r.width > 0 && r.height > 0 { r } else { ImRect { x: 0, y: 0, width: b.width, height: b.height } };
+        let (srect, drect) = (full(src, srect), full(dst, drect));
+        let (sk, dk) = check(src, dst, pat, &srect, &drect, usage)?;
+        let sn = sk.image_bytes(src.wstride as u64, src.hstride as u64) as usize;
+        let dn = dk.image_bytes(dst.wstride as u64, dst.hstride as u64) as usize;
+        // SAFETY: librga's contract for virtual-address images: the caller keeps
+        // `wstride x hstride` pixels of the format readable at `src.vir_addr` and writable
+        // at `dst.vir_addr` for the duration of this synchronous call, in distinct buffers.
+        let s = unsafe { std::slice::from_raw_parts(src.vir_addr as *const u8, sn) };
+        // SAFETY: as above, for the destination.
+        let d = unsafe { std::slice::from_raw_parts_mut(dst.vir_addr as *mut u8, dn) };
+        convert(s, sk, src.wstride as usize, src.hstride as usize, srect, d, dk, dst.wstride as usize, drect);
+        return Ok(());
+    }
     if src.handle == 0 || dst.handle == 0 {
-        return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: only imported handles (importbuffer_fd) are supported".into()));
+        return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: imported handles (importbuffer_fd) or two virtual addresses only".into()));
     }
     if src.handle == dst.handle {
         return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: in-place jobs not supported".into()));

@@ -21,7 +21,15 @@
 //! `ZCPIPE_FAKE_RKNN_DMABUF_ONLY=1`, `rknn_create_mem_from_fd` refuses fds that are not
 //! dma-bufs (as the real runtime does with a memfd), returning NULL.
 //!
-//! Every call is appended as one line (`pid=.. name key=value ...`) to the file named by
+//! Concurrency: contexts may be used from any thread, one thread per context at a time (a
+//! second thread entering `rknn_run` on a busy context is refused and logged). Each run
+//! logs a begin line (`rknn_run ctx=.. input=.. input_hash=.. run=N`: the hash tells which
+//! image it was given) and an end line (`rknn_run_end ctx=.. run=N code=..`). `ZCPIPE_FAKE_RKNN_RUN_BARRIER=N` holds the first runs until N runs are
+//! in progress at once (5 s timeout, then `rknn_run_barrier_timeout`), which makes overlap
+//! deterministic for a caller that runs contexts concurrently; `ZCPIPE_FAKE_RKNN_FAIL_RUN=K`
+//! makes the K-th run of the process fail with `RKNN_ERR_TIMEOUT`.
+//!
+//! Every call is appended as one line (`pid=.. name key=value ... tid=..`) to the file named by
 //! `ZCPIPE_FAKE_RKNN_LOG`, with one `write(2)` on an `O_APPEND` fd, so processes and threads
 //! do not interleave lines.
 
@@ -29,7 +37,8 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::prelude::*;
@@ -39,6 +48,7 @@ pub type RknnContext = u64;
 
 const RKNN_SUCC: c_int = 0;
 const RKNN_ERR_FAIL: c_int = -1;
+const RKNN_ERR_TIMEOUT: c_int = -2;
 const RKNN_ERR_PARAM_INVALID: c_int = -5;
 const RKNN_ERR_MODEL_INVALID: c_int = -6;
 const RKNN_ERR_CTX_INVALID: c_int = -7;
@@ -216,10 +226,11 @@ fn state() -> std::sync::MutexGuard<'static, State> {
     S.get_or_init(|| Mutex::new(State { next_ctx: 1, next_mem: 1, ..Default::default() })).lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Appends one line to `$ZCPIPE_FAKE_RKNN_LOG` with a single write on an O_APPEND fd.
+/// Appends one line to `$ZCPIPE_FAKE_RKNN_LOG` with a single write on an O_APPEND fd:
+/// `pid=<process> <line> tid=<thread>`.
 fn log(line: String) {
     let Some(path) = std::env::var_os("ZCPIPE_FAKE_RKNN_LOG").filter(|p| !p.is_empty()) else { return };
-    let text = format!("pid={} {line}\n", std::process::id());
+    let text = format!("pid={} {line} tid={}\n", std::process::id(), tid());
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = f.write_all(text.as_bytes());
     }
@@ -548,7 +559,80 @@ fn read_bound(b: &Bound, w_stride: usize) -> Result<Vec<f32>, String> {
     result
 }
 
+/// Runs in progress, for the concurrency checks and the barrier of [`rknn_run`].
+struct Gate {
+    /// Contexts inside rknn_run now.
+    running: Vec<u64>,
+    /// rknn_run calls so far in this process (the current one included).
+    started: u64,
+    /// The barrier has let runs through (or timed out) and stays open.
+    open: bool,
+}
+
+static GATE: Mutex<Gate> = Mutex::new(Gate { running: Vec::new(), started: 0, open: false });
+static GATE_CV: Condvar = Condvar::new();
+
+/// How long a run waits at the barrier before it gives up and proceeds: 5 s.
+const BARRIER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn gate() -> std::sync::MutexGuard<'static, Gate> {
+    GATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `$ZCPIPE_FAKE_RKNN_RUN_BARRIER` (runs to wait for) and `$ZCPIPE_FAKE_RKNN_FAIL_RUN`
+/// (the 1-based run to fail); `None` when unset, empty or not a number.
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// The barrier: the first runs of the process wait until `n` runs are inside rknn_run at
+/// once; then (or after [`BARRIER_TIMEOUT`], logged as `rknn_run_barrier_timeout`) it opens
+/// for good. So with `n = 2` two runs overlap if and only if the caller runs two contexts
+/// at the same time; a caller that runs one frame at a time pays the timeout once.
+fn barrier(n: usize, context: RknnContext, run: u64) {
+    let mut g = gate();
+    if g.open || n <= 1 {
+        return;
+    }
+    if g.running.len() >= n {
+        g.open = true;
+        GATE_CV.notify_all();
+        return;
+    }
+    let t0 = Instant::now();
+    while !g.open {
+        let waited = t0.elapsed();
+        if waited >= BARRIER_TIMEOUT {
+            g.open = true;
+            drop(g);
+            log(format!("rknn_run_barrier_timeout ctx={context} run={run} waited_ms={}", waited.as_millis()));
+            return;
+        }
+        g = GATE_CV.wait_timeout(g, BARRIER_TIMEOUT - waited).unwrap_or_else(|p| p.into_inner()).0;
+    }
+}
+
+/// The calling thread's id (gettid(2)).
+fn tid() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// FNV-1a 64 of the input as the model sees it (float32 NCHW, stride padding left out):
+/// tells which image a run was given.
+fn input_hash(nchw: &[f32]) -> u64 {
+    nchw.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| (h ^ v.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
 /// `int rknn_run(rknn_context, rknn_run_extend*)`.
+///
+/// Reads the bound input, then logs `rknn_run ctx=.. input=.. input_hash=.. run=..` (the
+/// run begins), waits at the barrier (`ZCPIPE_FAKE_RKNN_RUN_BARRIER`), runs the ONNX model
+/// and logs `rknn_run_end ctx=.. run=.. code=..`. A context already inside
+/// rknn_run on another thread is refused (`RKNN_ERR_CTX_INVALID`, logged as
+/// `rknn_run_concurrent_use`): the real runtime forbids using one context from two threads
+/// at once. Run number `ZCPIPE_FAKE_RKNN_FAIL_RUN` (1-based, per process) fails with
+/// `RKNN_ERR_TIMEOUT`, as a hung NPU job would.
 ///
 /// # Safety
 /// `extend` is null or valid (ignored).
@@ -564,7 +648,6 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
                 InputSrc::Packed(v) => (Ok(to_nchw(v, W * 3)), c.w_stride, "input=copy".to_string()),
             }
         };
-        log(format!("rknn_run ctx={context} {what}"));
         let nchw = match input {
             Ok(v) => v,
             Err(b) => match read_bound(&b, w_stride) {
@@ -572,27 +655,52 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
                 Err(e) => return fail(format!("rknn_run: {e}"), RKNN_ERR_INPUT_INVALID),
             },
         };
-        let plan = match plan() {
-            Ok(p) => p,
-            Err(e) => return fail(e, RKNN_ERR_MODEL_INVALID),
+        let run = {
+            let mut g = gate();
+            if g.running.contains(&context) {
+                drop(g);
+                log(format!("rknn_run_concurrent_use ctx={context}"));
+                return fail(format!("rknn_run: context {context} is already running on another thread"), RKNN_ERR_CTX_INVALID);
+            }
+            g.running.push(context);
+            g.started += 1;
+            g.started
         };
-        let run = || -> TractResult<Vec<f32>> {
-            let t = Array4::from_shape_vec((1, 3, H, W), nchw)?.into_tensor();
-            let out = plan.run(tvec!(t.into_tvalue()))?;
-            let first = out.first().ok_or_else(|| TractError::msg("no output"))?;
-            let view = first.try_as_plain_ram()?;
-            Ok(view.as_slice::<f32>()?.to_vec())
+        log(format!("rknn_run ctx={context} {what} input_hash={:016x} run={run}", input_hash(&nchw)));
+        barrier(env_number("ZCPIPE_FAKE_RKNN_RUN_BARRIER").unwrap_or(0) as usize, context, run);
+        let code = if env_number("ZCPIPE_FAKE_RKNN_FAIL_RUN") == Some(run) {
+            fail(format!("rknn_run: run {run} fails (ZCPIPE_FAKE_RKNN_FAIL_RUN)"), RKNN_ERR_TIMEOUT)
+        } else {
+            infer(context, nchw)
         };
-        let values = match run() {
-            Ok(v) if v.len() == ROWS * COLS => v,
-            Ok(v) => return fail(format!("rknn_run: the ONNX model gave {} values, not {ROWS}x{COLS}", v.len()), RKNN_ERR_OUTPUT_INVALID),
-            Err(e) => return fail(format!("rknn_run: tract: {e}"), RKNN_ERR_FAIL),
-        };
-        let mut st = state();
-        let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
-        c.output = Some(values);
-        RKNN_SUCC
+        gate().running.retain(|&c| c != context);
+        log(format!("rknn_run_end ctx={context} run={run} code={code}"));
+        code
     })
+}
+
+/// Runs the ONNX model on `nchw` and stores the output in `context`.
+fn infer(context: RknnContext, nchw: Vec<f32>) -> c_int {
+    let plan = match plan() {
+        Ok(p) => p,
+        Err(e) => return fail(e, RKNN_ERR_MODEL_INVALID),
+    };
+    let run = || -> TractResult<Vec<f32>> {
+        let t = Array4::from_shape_vec((1, 3, H, W), nchw)?.into_tensor();
+        let out = plan.run(tvec!(t.into_tvalue()))?;
+        let first = out.first().ok_or_else(|| TractError::msg("no output"))?;
+        let view = first.try_as_plain_ram()?;
+        Ok(view.as_slice::<f32>()?.to_vec())
+    };
+    let values = match run() {
+        Ok(v) if v.len() == ROWS * COLS => v,
+        Ok(v) => return fail(format!("rknn_run: the ONNX model gave {} values, not {ROWS}x{COLS}", v.len()), RKNN_ERR_OUTPUT_INVALID),
+        Err(e) => return fail(format!("rknn_run: tract: {e}"), RKNN_ERR_FAIL),
+    };
+    let mut st = state();
+    let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
+    c.output = Some(values);
+    RKNN_SUCC
 }
 
 /// The output in its native type (little-endian), or as float32 when `want_float`.
