@@ -66,10 +66,8 @@ pub const NO_ICEORYX2: &str =
     "zcpipe was built without the iceoryx2 feature; rebuild with `cargo build --release --features iceoryx2` (needs libclang-dev)";
 
 impl Transport {
-    /// Every transport this build can measure, in table order (`iceoryx2` only with the
-    /// `iceoryx2` cargo feature).
-    #[cfg(feature = "iceoryx2")]
-    pub const ALL: &'static [Transport] = &[
+    /// Every transport zcpipe knows, in table order; `iceoryx2` last.
+    const EVERY: [Transport; 12] = [
         Transport::None,
         Transport::Pipe,
         Transport::Pipe1m,
@@ -86,20 +84,7 @@ impl Transport {
 
     /// Every transport this build can measure, in table order (`iceoryx2` only with the
     /// `iceoryx2` cargo feature).
-    #[cfg(not(feature = "iceoryx2"))]
-    pub const ALL: &'static [Transport] = &[
-        Transport::None,
-        Transport::Pipe,
-        Transport::Pipe1m,
-        Transport::Mq,
-        Transport::Unix,
-        Transport::Tcp,
-        Transport::ShmCopy,
-        Transport::ShmInplace,
-        Transport::ShmSpin,
-        Transport::Ring,
-        Transport::RingDesc,
-    ];
+    pub const ALL: &'static [Transport] = if cfg!(feature = "iceoryx2") { &Self::EVERY } else { Self::EVERY.split_at(11).0 };
 
     /// The name used on the command line and in the table.
     pub fn name(self) -> &'static str {
