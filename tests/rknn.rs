@@ -657,14 +657,16 @@ fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
     let log = std::fs::read_to_string(&rga_log).unwrap();
     let lines: Vec<&str> = log.lines().collect();
     let named = |n: &str| -> Vec<&str> { lines.iter().copied().filter(|l| l.split(' ').next() == Some(n)).collect() };
-    // Imports by fd: the 3 scaler buffers once each at start-up, the capture buffers at
-    // their first frame (the photos differ in size: a buffer is imported again only when a
-    // larger photo lands in it). Never a CPU address.
+    // Imports by fd, once per buffer at start-up: the 3 scaler buffers and the 4 capture
+    // buffers (whole: the photos differ in size, each frame's geometry rides on the handle).
+    // Never a CPU address.
     let imports: Vec<(&str, &str)> = named("importbuffer_fd").iter().filter(|l| !l.ends_with("handle=0")).map(|l| (rga_field(l, "handle", 0), rga_field(l, "ino", 0))).collect();
     let ino_of: HashMap<&str, &str> = imports.iter().copied().collect();
     let buffers: BTreeSet<&str> = ino_of.values().copied().collect();
     assert_eq!(buffers.len(), 4 + 3, "the 4 capture and 3 scaler buffers, each a distinct buffer: {log}");
-    assert!(imports.len() <= 3 + FRAMES, "at most one import per frame beyond the pool's: {log}");
+    assert_eq!(imports.len(), 4 + 3, "every pool buffer imported once: {log}");
+    let first_job = lines.iter().position(|l| l.starts_with("improcess")).unwrap();
+    assert!(lines.iter().rposition(|l| l.starts_with("importbuffer_fd")).unwrap() < first_job, "all imports before the first frame: {log}");
     for bad in ["importbuffer_virtualaddr", "importbuffer_physicaladdr", "wrapbuffer_virtualaddr"] {
         assert!(named(bad).is_empty(), "{bad} in zero-copy mode: {log}");
     }
@@ -690,7 +692,7 @@ fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
     let s = r.summary.as_ref().unwrap();
     assert_eq!(s["stages"]["infer"]["extra"]["device_reads_in_place"], true, "{s}");
     println!(
-        "EVIDENCE rga+rknn: {} frames; RGA: {} imports of 7 buffers (4 capture, 3 scaler), {} improcess, every handle released; RKNN imported {} mems once, {} rknn_set_io_mem, 0 rknn_inputs_set; frame-by-frame inodes RGA wrote == inodes NPU read: {:?}",
+        "EVIDENCE rga+rknn: {} frames; RGA: {} imports of 7 buffers (4 capture, 3 scaler) before the first frame, {} improcess, every handle released; RKNN imported {} mems once, {} rknn_set_io_mem, 0 rknn_inputs_set; frame-by-frame inodes RGA wrote == inodes NPU read: {:?}",
         FRAMES,
         imports.len(),
         jobs.len(),

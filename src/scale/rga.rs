@@ -103,6 +103,23 @@ impl Image {
     }
 }
 
+/// An NV12 image 64 pixels wide with as many even rows as fit in `size` bytes (96 bytes per
+/// row: 64 luma + 32 chroma): `importbuffer_fd` sizes the driver's mapping from it, so a
+/// buffer whose frames vary in size is imported once, nearly whole. `None` below 2 rows.
+fn whole_buffer_image(size: u64) -> Option<Image> {
+    let rows = u32::try_from((size / 96) & !1).ok()?.min(i32::MAX as u32 & !1);
+    (rows >= 2).then_some(Image {
+        format: sys::RK_FORMAT_YCBCR_420_SP,
+        width: 64,
+        height: rows,
+        wstride: 64,
+        hstride: rows,
+        bits: 8,
+        yuv: true,
+        bytes: 64 * u64::from(rows) * 3 / 2,
+    })
+}
+
 /// Maps a capture layout to what RGA can read, or says why it cannot.
 fn source_image(l: &FrameLayout) -> Result<Image> {
     let (format, bytes_pp, yuv, chroma) = match l.fourcc {
@@ -495,7 +512,8 @@ impl RgaScaler {
         Ok(())
     }
 
-    fn bind_variable_inner(&mut self, src_count: usize, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind_variable_inner(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        let src_count = src.len();
         let d = dest_image(dst_layout)?;
         if src_count == 0 || dst.is_empty() {
             bail!("rga scaler: {src_count} source buffers and {} output buffers; both pools need at least one", dst.len());
@@ -505,11 +523,19 @@ impl RgaScaler {
             let b = self.import(&format!("output buffer {j}"), buf, &d)?;
             self.dst.push(b);
         }
+        // Each source buffer once, described as a whole-buffer image: each frame's geometry
+        // is then set on its handle (wrapbuffer_handle_t, no ioctl).
+        let mut srcs = Vec::with_capacity(src_count);
+        for (i, bufs) in src.iter().enumerate() {
+            let buf = bufs.first().ok_or_else(|| anyhow!("rga scaler: source buffer {i} has no dma-buf"))?;
+            let img = whole_buffer_image(buf.size()).ok_or_else(|| anyhow!("rga scaler: source buffer {i} of {} bytes is too small", buf.size()))?;
+            let b = self.import(&format!("source buffer {i}"), buf, &img)?;
+            srcs.push(Some((b.buf.handle, img)));
+        }
         self.apply_core()?;
-        self.var = Some(VarState { d, dst_layout: *dst_layout, pad, src: vec![None; src_count], picture: vec![None; dst.len()], checked: None });
+        self.var = Some(VarState { d, dst_layout: *dst_layout, pad, src: srcs, picture: vec![None; dst.len()], checked: None });
         log::info!(
-            "rga: source size varies per frame: {} output buffers imported once ({} {}x{}); each of the {src_count} source buffers is \
-             imported at its first frame",
+            "rga: source size varies per frame: {} output buffers ({} {}x{}) and {src_count} source buffers (whole buffers) imported once",
             self.dst.len(),
             dst_layout.fourcc,
             d.width,
@@ -531,7 +557,8 @@ impl RgaScaler {
         src_layout.validate(&sizes).map_err(|e| anyhow!("rga scaler: source {} frame: {e}", src_layout.fourcc))?;
         let buf = src.first().ok_or_else(|| anyhow!("rga scaler: source buffer {src_index} has no dma-buf"))?;
         let handle = match var.src[si] {
-            Some((h, img)) if img.format == s.format && img.bytes >= s.bytes => h,
+            // The import only sized the driver's mapping: any format fits in it.
+            Some((h, img)) if img.bytes >= s.bytes => h,
             old => {
                 if let Some((h, _)) = old {
                     self.release_handle(h);
@@ -722,7 +749,7 @@ impl DeviceScaler for RgaScaler {
     /// [`DeviceScaler::bind_variable`]. On error nothing stays imported.
     fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
         self.release_all();
-        let r = self.bind_variable_inner(src.len(), dst, dst_layout, pad);
+        let r = self.bind_variable_inner(src, dst, dst_layout, pad);
         if r.is_err() {
             self.release_all();
         }
@@ -951,6 +978,16 @@ mod tests {
         assert_eq!(r.choice, HeapChoice::System);
         assert!(r.reason.contains("--heap system") && r.reason.contains("RGA_MMU"), "{}", r.reason);
         assert!(rga_heap_with_ram(HeapChoice::Memfd, dir.path(), None).reason.contains("cannot import"));
+    }
+
+    #[test]
+    fn whole_buffer_image_covers_the_buffer_without_passing_it() {
+        // 768x576 NV12 (the dog photo's capture buffer): 663,552 bytes = 6,912 rows of 96.
+        let i = whole_buffer_image(663_552).unwrap();
+        assert_eq!((i.width, i.height, i.wstride, i.hstride, i.bytes), (64, 6912, 64, 6912, 663_552));
+        let j = whole_buffer_image(1000).unwrap();
+        assert_eq!((j.height, j.bytes), (10, 960), "even rows, never past the buffer");
+        assert!(whole_buffer_image(191).is_none());
     }
 
     #[test]
