@@ -1113,7 +1113,12 @@ fn npu_section(paths: &Paths) -> NpuReport {
 /// driver first (librga 1.10.3's `querystring` crashes without `/dev/rga`), then
 /// `querystring(RGA_VERSION)`.
 fn rga_version(lib: &str) -> std::result::Result<String, String> {
-    let s = crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto).map_err(|e| format!("{e:#}"))?;
+    // RgaScaler::open logs the version at info level; the report says it, once.
+    let level = log::max_level();
+    log::set_max_level(level.min(log::LevelFilter::Warn));
+    let opened = crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto);
+    log::set_max_level(level);
+    let s = opened.map_err(|e| format!("{e:#}"))?;
     let n = crate::scale::DeviceScaler::name(&s);
     Ok(n.strip_prefix("rga (").and_then(|n| n.strip_suffix(')')).unwrap_or(&n).to_string())
 }

@@ -701,3 +701,16 @@ fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
         read
     );
 }
+
+/// A model cut short (here its first 100,000 bytes: the header survives, the toolkit's
+/// trailer does not) is refused before the runtime sees it.
+#[test]
+fn a_truncated_model_is_refused_before_the_runtime_loads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("trunc.rknn");
+    let bytes = std::fs::read(data("models/yolox_nano_416_rk3588.rknn")).unwrap();
+    std::fs::write(&m, &bytes[..100_000]).unwrap();
+    let r = run(dir.path(), &["--source", "testsrc", "--frames", "2", "--infer", "rknn", "--model", m.to_str().unwrap()], &[]);
+    let line = one_error_line(&r, &["trunc.rknn (100000 bytes) has no rknn-toolkit2 metadata", "make rknn-models"]);
+    assert!(r.named("rknn_init").is_empty(), "refused before rknn_init: {line}");
+}

@@ -196,7 +196,7 @@ impl std::str::FromStr for ScalerKind {
             "cpu" => Ok(ScalerKind::Cpu),
             "none" => Ok(ScalerKind::None),
             "rga" => Ok(ScalerKind::Rga),
-            "v4l2m2m" => Err("v4l2m2m needs its node: --scaler v4l2m2m:/dev/videoN (`zcpipe doctor` lists mem2mem nodes)".into()),
+            "v4l2m2m" | "v4l2m2m:" => Err("v4l2m2m needs its node: --scaler v4l2m2m:/dev/videoN (`zcpipe doctor` lists mem2mem nodes)".into()),
             _ => match s.strip_prefix("v4l2m2m:") {
                 Some(p) if !p.is_empty() => Ok(ScalerKind::V4l2M2m(PathBuf::from(p))),
                 _ => Err(format!("\"{s}\" is not a scaler; use auto, cpu, none, rga or v4l2m2m:/dev/videoN")),

@@ -402,6 +402,16 @@ impl RknnDetector {
             );
         }
         let platforms = model_target_platforms(&model);
+        if platforms.is_empty() {
+            // rknn-toolkit2 appends a JSON trailer naming the target platform to every model
+            // it writes; a file without one was cut short or was not made by the toolkit.
+            bail!(
+                "RKNN model {} ({} bytes) has no rknn-toolkit2 metadata (no \"target_platform\" in its trailer): it is truncated \
+                 or not made by rknn-toolkit2; copy it again (sizes and sha256 in models/PROVENANCE.md) or rebuild it (make rknn-models)",
+                path.display(),
+                model.len()
+            );
+        }
         check_platform(path, &platforms)?;
         let rknn = match rknn {
             Some(r) => r,

@@ -535,7 +535,8 @@ impl RgaScaler {
         self.apply_core()?;
         self.var = Some(VarState { d, dst_layout: *dst_layout, pad, src: srcs, picture: vec![None; dst.len()], checked: None });
         log::info!(
-            "rga: source size varies per frame: {} output buffers ({} {}x{}) and {src_count} source buffers (whole buffers) imported once",
+            "rga: the source names no fixed frame format (host sources may change size per frame): {} output buffers ({} {}x{}) and \
+             {src_count} source buffers (whole buffers) imported once; each frame's geometry is set on its handle",
             self.dst.len(),
             dst_layout.fourcc,
             d.width,

@@ -29,6 +29,9 @@ pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fo
 pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let stop = &STOP;
     let reporter = Reporter::new(common.report_fd);
+    if args.rga_core != crate::scale::rga::RgaCore::Auto && args.scaler != ScalerKind::Rga {
+        log::warn!("--rga-core {} is for --scaler rga; the {} scaler ignores it", args.rga_core.flag(), args.scaler);
+    }
     // A device backend opens its node now, so a wrong node fails before any set-up.
     let mut device: Option<Box<dyn DeviceScaler>> = match &args.scaler {
         ScalerKind::V4l2M2m(path) => Some(Box::new(V4l2M2mScaler::open(path)?)),

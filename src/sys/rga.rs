@@ -357,18 +357,26 @@ impl Librga {
             (None, Some(p)) if !p.is_empty() => vec![p],
             _ => vec!["librga.so".into(), "librga.so.2".into()],
         };
+        let from_env = library.is_none() && candidates.len() == 1;
         let mut errors = Vec::new();
         for c in &candidates {
             // SAFETY: loading a shared library runs its initialisers; librga's only set up
             // its logging and a per-thread im2d context (it opens /dev/rga on first use).
             match unsafe { libloading::Library::new(c) } {
                 Ok(lib) => return Self::resolve(lib, c.to_string_lossy().into_owned()),
-                Err(e) => errors.push(format!("{}: {e}", c.to_string_lossy())),
+                // dlerror's text already starts with the file name.
+                Err(e) => errors.push(e.to_string().replace('\n', " ")),
             }
+        }
+        if from_env {
+            bail!(
+                "cannot load librga named by {LIBRGA_ENV} ({}): point {LIBRGA_ENV} at a librga.so (librga >= 1.8) or unset it",
+                errors.join("; ")
+            )
         }
         bail!(
             "cannot load librga ({}); install it (Debian/Ubuntu for Rockchip: apt install librga2; \
-             or build airockchip/librga) or point {LIBRGA_ENV} at librga.so",
+             or build airockchip/librga) or point {LIBRGA_ENV} at librga.so; or use --scaler cpu",
             errors.join("; ")
         )
     }

@@ -463,7 +463,7 @@ impl Rknn {
             if from_env {
                 anyhow!("cannot load the RKNN runtime {shown} named by {LIBRKNNRT_ENV} ({why}): point {LIBRKNNRT_ENV} at a librknnrt.so (RKNPU2 runtime 2.x) or unset it")
             } else {
-                anyhow!("cannot load the RKNN runtime librknnrt.so ({why}): install Rockchip's RKNPU2 runtime 2.x (librknnrt.so into /usr/lib) or set {LIBRKNNRT_ENV}=/path/to/librknnrt.so; or use --infer onnx")
+                anyhow!("cannot load the RKNN runtime librknnrt.so ({why}): install Rockchip's RKNPU2 runtime 2.x (librknnrt.so into /usr/lib) or set {LIBRKNNRT_ENV}=/path/to/librknnrt.so; or run on the CPU with --infer onnx --model models/yolox_nano.onnx")
             }
         })?;
         macro_rules! sym {
