@@ -7,6 +7,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+
 fn doctor(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_zcpipe"))
         .arg("doctor")
@@ -156,31 +158,14 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
     assert!(!stderr.contains("heap:"), "{stderr}");
 }
 
-/// Builds one fake vendor library (`fakes/`) and returns its path next to the zcpipe binary.
-fn fake(package: &str, file: &str, with_zcpipe_lib: bool) -> std::path::PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(root).args(["build", "--release", "--locked"]);
-    if with_zcpipe_lib {
-        // As tests/rknn.rs does: the fake shares tract with zcpipe's library this way.
-        c.args(["--lib", "-p", "zcpipe"]);
-    }
-    c.args(["-p", package]);
-    assert!(c.status().expect("cargo").success(), "building {package}");
-    let lib = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().join(file);
-    assert!(lib.exists(), "{}", lib.display());
-    lib
-}
-
 /// With the ABI fakes standing in for the board's libraries, doctor reports what each says
 /// of itself (librga's querystring; librknnrt's SDK version through a context of the
 /// bundled model) and, when the RGA device is missing, a problem with the fix.
 #[cfg(feature = "onnx")]
 #[test]
 fn vendor_library_versions_come_from_the_libraries() {
-    let rga = fake("zcpipe-fake-librga", "librga.so", false);
-    let rknn = fake("zcpipe-fake-librknnrt", "librknnrt.so", true);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (rga, rknn) = (common::fake_librga(), common::fake_librknnrt());
+    let root = common::root();
     let run = |no_rga_device: bool| -> Value {
         let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
         c.current_dir(root)

@@ -7,7 +7,6 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
@@ -16,28 +15,20 @@ use zcpipe::scale::cpu::CpuScaler;
 use zcpipe::scale::rga::{RgaCore, RgaScaler};
 use zcpipe::scale::{DeviceScaler, Scaler};
 
+mod common;
+
 struct Fake {
     lib: PathBuf,
     log: PathBuf,
 }
 
-/// Builds the fake once (`cargo build --release --locked -p zcpipe-fake-librga`: alone, so
-/// that a source change elsewhere never makes this test rebuild zcpipe; the fake depends
-/// on libc only) and points its log at a file under the target's tmp dir.
+/// The fake (built once, [`common::fake_librga`]), its log pointed at a file under the
+/// target's tmp dir.
 fn fake() -> &'static Fake {
     static FAKE: OnceLock<Fake> = OnceLock::new();
     FAKE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--locked", "-p", "zcpipe-fake-librga"])
-            .current_dir(root)
-            .status()
-            .expect("running cargo to build fakes/librga");
-        assert!(status.success(), "building fakes/librga failed: {status}");
-        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let lib = tmp.parent().expect("target dir").join("release/librga.so");
-        assert!(lib.exists(), "{} missing after the build", lib.display());
-        let log = tmp.join(format!("zcpipe-fake-rga-{}.log", std::process::id()));
+        let lib = common::fake_librga().to_path_buf();
+        let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("zcpipe-fake-rga-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&log);
         std::env::set_var("ZCPIPE_FAKE_RGA_LOG", &log);
         Fake { lib, log }

@@ -19,35 +19,11 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
+use common::{fake_librga, fake_librknnrt, root};
 
 fn data(p: &str) -> PathBuf {
     root().join(p)
-}
-
-/// `target/<profile>/librknnrt.so`, brought up to date once per test process (a no-op
-/// cargo call when `make test` has just built it).
-fn fake_lib() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().to_path_buf();
-        let lib = dir.join("librknnrt.so");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut c = Command::new(cargo);
-        // With zcpipe's library in the same build, the fake's dependencies get zcpipe's
-        // features, so tract is not compiled a second time; `--lib` leaves the zcpipe
-        // binary under test alone.
-        c.current_dir(root()).args(["build", "--locked", "--lib", "-p", "zcpipe", "-p", "zcpipe-fake-librknnrt"]);
-        if !cfg!(debug_assertions) {
-            c.arg("--release");
-        }
-        let st = c.status().expect("run cargo to build the fake librknnrt");
-        assert!(st.success(), "building fakes/librknnrt failed");
-        assert!(lib.exists(), "{} missing after the build", lib.display());
-        lib
-    })
 }
 
 struct Run {
@@ -84,7 +60,7 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     c.current_dir(root())
         .env("RUST_BACKTRACE", "0")
         .env_remove("RUST_LOG")
-        .env("ZCPIPE_LIBRKNNRT", fake_lib())
+        .env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
         .env("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"))
         .env("ZCPIPE_FAKE_RKNN_LOG", &log)
         .env("ZCPIPE_DT_COMPATIBLE", compatible(dir, "rk3588"))
@@ -555,7 +531,7 @@ fn in_process_runtime() -> std::sync::Arc<zcpipe::sys::rknn::Rknn> {
             std::env::remove_var(k);
         }
     });
-    std::sync::Arc::new(zcpipe::sys::rknn::Rknn::open_path(fake_lib().into(), true).unwrap())
+    std::sync::Arc::new(zcpipe::sys::rknn::Rknn::open_path(fake_librknnrt().into(), true).unwrap())
 }
 
 #[test]
@@ -605,23 +581,6 @@ fn bound_and_copied_frames_give_the_onnx_reference_and_a_wrong_stride_is_refused
     assert!(err.contains("buffer index 1 was not imported"), "{err}");
 }
 
-/// `target/<profile>/librga.so`: the fake librga (`fakes/librga`, libc only), built once.
-fn fake_rga_lib() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().join("librga.so");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut c = Command::new(cargo);
-        c.current_dir(root()).args(["build", "--locked", "-p", "zcpipe-fake-librga"]);
-        if !cfg!(debug_assertions) {
-            c.arg("--release");
-        }
-        assert!(c.status().expect("run cargo to build the fake librga").success(), "building fakes/librga failed");
-        assert!(lib.exists(), "{} missing after the build", lib.display());
-        lib
-    })
-}
-
 /// `key=value` of a fake librga log line (`improcess src[handle=3 ...] dst[handle=9 ...]`
 /// names the source first, then the destination).
 fn rga_field<'a>(line: &'a str, key: &str, nth: usize) -> &'a str {
@@ -637,7 +596,7 @@ fn rga_field<'a>(line: &'a str, key: &str, nth: usize) -> &'a str {
 #[cfg(feature = "onnx")]
 #[test]
 fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
-    let rga = fake_rga_lib();
+    let rga = fake_librga();
     let dir = tempfile::tempdir().unwrap();
     let src = photo_dir(dir.path());
     let rga_log = dir.path().join("rga.log");

@@ -5,33 +5,16 @@
 
 #![cfg(feature = "onnx")]
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Builds a fake (as tests/rknn.rs and tests/rga.rs do) and returns its path.
-fn fake(package: &str, file: &str, with_zcpipe_lib: bool) -> PathBuf {
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(root()).args(["build", "--release", "--locked"]);
-    if with_zcpipe_lib {
-        c.args(["--lib", "-p", "zcpipe"]);
-    }
-    c.args(["-p", package]);
-    assert!(c.status().expect("cargo").success(), "building {package}");
-    let lib = Path::new(env!("CARGO_BIN_EXE_zcpipe")).parent().unwrap().join(file);
-    assert!(lib.exists(), "{}", lib.display());
-    lib
-}
+mod common;
+use common::{fake_librga, fake_librknnrt, root};
 
 #[test]
 fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
-    let rga = fake("zcpipe-fake-librga", "librga.so", false);
-    let rknn = fake("zcpipe-fake-librknnrt", "librknnrt.so", true);
+    let (rga, rknn) = (fake_librga(), fake_librknnrt());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let compat = d.join("compatible");
