@@ -83,11 +83,10 @@ impl Default for Paths {
             compatible: "/proc/device-tree/compatible".into(),
             model: "/proc/device-tree/model".into(),
             npu_version: vec!["/sys/kernel/debug/rknpu/version".into(), "/proc/debug/rknpu/version".into()],
-            // $ZCPIPE_LIBRGA / $ZCPIPE_LIBRKNNRT first, as the backends do; Debian's librga2
-            // package ships only the versioned name.
+            // $ZCPIPE_LIBRGA / $ZCPIPE_LIBRKNNRT first, then the names the backends try.
             libraries: vec![
-                env_first(crate::sys::rga::LIBRGA_ENV, &["librga.so", "librga.so.2"]),
-                env_first(crate::sys::rknn::LIBRKNNRT_ENV, &["librknnrt.so"]),
+                env_first(crate::sys::rga::LIBRGA_ENV, &crate::sys::rga::LIBRGA_NAMES),
+                env_first(crate::sys::rknn::LIBRKNNRT_ENV, &[crate::sys::rknn::LIBRKNNRT_NAME]),
             ],
         }
     }
@@ -947,12 +946,8 @@ fn heaps_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<HeapReport>
             about: dir.display().to_string(),
         });
     }
-    // Allocator::open logs its choice at info level; the report says it, once. Doctor is
-    // single-threaded here, so lowering the global level for this call hides only that line.
-    let level = log::max_level();
-    log::set_max_level(level.min(log::LevelFilter::Warn));
-    let opened = Allocator::open(HeapChoice::Auto, dir, &paths.udmabuf);
-    log::set_max_level(level);
+    // Allocator::open logs its choice at info level; the report says it, once.
+    let opened = quietly(|| Allocator::open(HeapChoice::Auto, dir, &paths.udmabuf));
     let auto = match opened {
         Ok(a) => AutoReport { dma_buf: !matches!(a, Allocator::Memfd), allocator: Some(a.describe()), error: None },
         Err(e) => {
@@ -1109,16 +1104,23 @@ fn npu_section(paths: &Paths) -> NpuReport {
     NpuReport { version: None, path: None, error: Some(errors.join("; ")) }
 }
 
+/// Runs `f` with info logging off: what the backends log while doctor looks (the heap it
+/// chose, the librga version) is in the report already. Doctor is single-threaded, so
+/// lowering the global level for the call hides only those lines.
+fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    let level = log::max_level();
+    log::set_max_level(level.min(log::LevelFilter::Warn));
+    let r = f();
+    log::set_max_level(level);
+    r
+}
+
 /// librga's own description, as `--scaler rga` gets it: a harmless `imcheck_t` probe of the
 /// driver first (librga 1.10.3's `querystring` crashes without `/dev/rga`), then
 /// `querystring(RGA_VERSION)`.
 fn rga_version(lib: &str) -> std::result::Result<String, String> {
     // RgaScaler::open logs the version at info level; the report says it, once.
-    let level = log::max_level();
-    log::set_max_level(level.min(log::LevelFilter::Warn));
-    let opened = crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto);
-    log::set_max_level(level);
-    let s = opened.map_err(|e| format!("{e:#}"))?;
+    let s = quietly(|| crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto)).map_err(|e| format!("{e:#}"))?;
     let n = crate::scale::DeviceScaler::name(&s);
     Ok(n.strip_prefix("rga (").and_then(|n| n.strip_suffix(')')).unwrap_or(&n).to_string())
 }

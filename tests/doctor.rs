@@ -172,8 +172,8 @@ fn vendor_library_versions_come_from_the_libraries() {
             .args(["doctor", "--json"])
             .env("RUST_BACKTRACE", "0")
             .env_remove("RUST_LOG")
-            .env("ZCPIPE_LIBRGA", &rga)
-            .env("ZCPIPE_LIBRKNNRT", &rknn)
+            .env("ZCPIPE_LIBRGA", rga)
+            .env("ZCPIPE_LIBRKNNRT", rknn)
             .env("ZCPIPE_FAKE_RKNN_ONNX", root.join("models/yolox_nano.onnx"));
         if no_rga_device {
             c.env("ZCPIPE_FAKE_RGA_NO_DEVICE", "1");

@@ -614,22 +614,29 @@ impl Background {
             // SAFETY: plain kill(2) of our own child's pid.
             unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         }
-        let end = Instant::now() + limit;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > end {
-                let _ = self.child.kill();
-                panic!("zcpipe did not exit within {limit:?}; stderr: {:#?}", self.seen);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let Some(status) = self.wait_within(limit) else {
+            let _ = self.child.kill();
+            panic!("zcpipe did not exit within {limit:?}; stderr: {:#?}", self.seen);
         };
         std::thread::sleep(Duration::from_millis(200));
         while let Ok(l) = self.lines.try_recv() {
             self.seen.push(l);
         }
         (status.code().unwrap_or(-1), std::mem::take(&mut self.seen))
+    }
+
+    /// Polls every 50 ms until the child exits (its status) or `limit` passes (`None`).
+    fn wait_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -643,15 +650,10 @@ impl Drop for Background {
         }
         // SAFETY: plain kill(2) of our own child's pid, not yet reaped (try_wait above).
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < end {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if self.wait_within(Duration::from_secs(20)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

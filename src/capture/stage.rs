@@ -160,18 +160,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     let (returned, still_out) = prod.finish(Duration::from_secs(5))?;
     let fds_exit = open_fd_count();
     log::info!("{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(
-        &prod,
-        seq,
-        true,
-        vec![
-            ("buffers_returned_at_end", returned.into()),
-            ("buffers_still_out", still_out.into()),
-            ("open_fds_setup", fds_setup.into()),
-            ("open_fds_exit", fds_exit.into()),
-            ("end_reason", end_reason.into()),
-        ],
-    );
+    report(&prod, seq, true, end_extras(returned, still_out, fds_setup, fds_exit, end_reason));
     Ok(0)
 }
 
@@ -339,21 +328,22 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
     log::info!(
         "{returned} buffers came back after end of stream, {still_out} still out, before STREAMOFF; STREAMOFF took back the {held} the driver held: {home}/{n_bufs} buffers home; open fds before exit: {fds_exit} (after set-up: {fds_setup})"
     );
-    report(
-        &prod,
-        &cam,
-        true,
-        vec![
-            ("buffers_returned_at_end", returned.into()),
-            ("buffers_still_out", still_out.into()),
-            ("buffers_held_by_driver_at_streamoff", held.into()),
-            ("buffers_home", home.into()),
-            ("open_fds_setup", fds_setup.into()),
-            ("open_fds_exit", fds_exit.into()),
-            ("end_reason", end_reason.into()),
-        ],
-    );
+    let mut extra = end_extras(returned, still_out, fds_setup, fds_exit, end_reason);
+    extra.extend([("buffers_held_by_driver_at_streamoff", held.into()), ("buffers_home", home.into())]);
+    report(&prod, &cam, true, extra);
     Ok(0)
+}
+
+/// The final report's facts every capture loop gives: buffers that came back after end of
+/// stream and those still out, open fds after set-up and before exit, why it ended.
+fn end_extras(returned: usize, still_out: usize, fds_setup: usize, fds_exit: usize, end_reason: &str) -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        ("buffers_returned_at_end", returned.into()),
+        ("buffers_still_out", still_out.into()),
+        ("open_fds_setup", fds_setup.into()),
+        ("open_fds_exit", fds_exit.into()),
+        ("end_reason", end_reason.into()),
+    ]
 }
 
 /// Turns a "downstream hung up" error into [`PeerGone`] so it is reported quietly.

@@ -120,6 +120,15 @@ fn whole_buffer_image(size: u64) -> Option<Image> {
     })
 }
 
+/// A job's rectangles: the whole source image, and the letterboxed picture at the top-left
+/// of the output.
+fn job_rects(s: &Image, lb: &LetterboxParams) -> (ImRect, ImRect) {
+    (
+        ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int },
+        ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int },
+    )
+}
+
 /// Maps a capture layout to what RGA can read, or says why it cannot.
 fn source_image(l: &FrameLayout) -> Result<Image> {
     let (format, bytes_pp, yuv, chroma) = match l.fourcc {
@@ -495,6 +504,16 @@ impl RgaScaler {
         self.handles.retain(|x| *x != h);
     }
 
+    /// `imcheck_t` of one job (no pattern, no usage flags); a failure becomes the one error
+    /// `explain(status, librga's message)` names.
+    fn check_job(&self, s: RgaBuffer, d: RgaBuffer, srect: ImRect, drect: ImRect, explain: impl FnOnce(sys::ImStatus, &str) -> String) -> Result<()> {
+        let status = self.lib.imcheck_t(s, d, RgaBuffer::default(), srect, drect, ImRect::default(), 0);
+        if !sys::status_ok(status) {
+            bail!("{}", explain(status, &self.lib.im_str_error(status)));
+        }
+        Ok(())
+    }
+
     /// One synchronous `improcess`; the error names the buffers and the 4 GiB fix.
     fn run_job(&mut self, s: RgaBuffer, d: RgaBuffer, srect: ImRect, drect: ImRect, src_index: u32, dst_index: u32) -> Result<()> {
         self.apply_core()?;
@@ -578,14 +597,9 @@ impl RgaScaler {
         let mut dbuf = self.dst[di].buf;
         dbuf.color_space_mode = if s.yuv { sys::IM_YUV_TO_RGB_BT601_LIMIT } else { 0 };
         let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
-        let srect = ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int };
-        let drect = ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int };
+        let (srect, drect) = job_rects(&s, &lb);
         if self.var.as_ref().and_then(|v| v.checked) != Some(s) {
-            let status = self.lib.imcheck_t(sbuf, dbuf, RgaBuffer::default(), srect, drect, ImRect::default(), 0);
-            if !sys::status_ok(status) {
-                let msg = self.lib.im_str_error(status);
-                bail!("{}", diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, status, &msg));
-            }
+            self.check_job(sbuf, dbuf, srect, drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
             if let Some(v) = self.var.as_mut() {
                 v.checked = Some(s);
             }
@@ -680,14 +694,8 @@ impl RgaScaler {
             }
             self.dst.push(b);
         }
-        self.srect = ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int };
-        self.drect = ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int };
-
-        let status = self.lib.imcheck_t(self.src[0].buf, self.dst[0].buf, RgaBuffer::default(), self.srect, self.drect, ImRect::default(), 0);
-        if !sys::status_ok(status) {
-            let msg = self.lib.im_str_error(status);
-            bail!("{}", diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, status, &msg));
-        }
+        (self.srect, self.drect) = job_rects(&s, &lb);
+        self.check_job(self.src[0].buf, self.dst[0].buf, self.srect, self.drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
         self.apply_core()?;
 
         let bpl = dst_layout.planes[0].bytesperline as usize;
@@ -798,13 +806,8 @@ impl super::Scaler for RgaScaler {
         if s.yuv {
             dbuf.color_space_mode = sys::IM_YUV_TO_RGB_BT601_LIMIT;
         }
-        let srect = ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int };
-        let drect = ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int };
-        let status = self.lib.imcheck_t(sbuf, dbuf, RgaBuffer::default(), srect, drect, ImRect::default(), 0);
-        if !sys::status_ok(status) {
-            let msg = self.lib.im_str_error(status);
-            bail!("{}", diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, status, &msg));
-        }
+        let (srect, drect) = job_rects(&s, &lb);
+        self.check_job(sbuf, dbuf, srect, drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
         // `src` and `dst` stay borrowed (valid, distinct) until this synchronous job returns.
         self.run_job(sbuf, dbuf, srect, drect, 0, 0)?;
         Ok(lb)

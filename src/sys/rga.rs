@@ -310,6 +310,10 @@ pub type ImStrErrorFn = unsafe extern "C" fn(ImStatus) -> *const c_char;
 /// The environment variable naming the librga to open.
 pub const LIBRGA_ENV: &str = "ZCPIPE_LIBRGA";
 
+/// The names tried through the loader's search path without [`LIBRGA_ENV`], in order
+/// (Debian's librga2 package ships only the versioned one).
+pub const LIBRGA_NAMES: [&str; 2] = ["librga.so", "librga.so.2"];
+
 /// librga, opened, with the C entry points zcpipe uses resolved. The library stays loaded
 /// as long as this value lives.
 pub struct Librga {
@@ -355,7 +359,7 @@ impl Librga {
         let candidates: Vec<OsString> = match (library, std::env::var_os(LIBRGA_ENV)) {
             (Some(p), _) => vec![p.as_os_str().to_owned()],
             (None, Some(p)) if !p.is_empty() => vec![p],
-            _ => vec!["librga.so".into(), "librga.so.2".into()],
+            _ => LIBRGA_NAMES.iter().map(OsString::from).collect(),
         };
         let from_env = library.is_none() && candidates.len() == 1;
         let mut errors = Vec::new();

@@ -413,6 +413,9 @@ fn check(call: &'static str, code: c_int) -> Result<(), RknnError> {
 /// The environment variable naming the runtime library to open instead of `librknnrt.so`.
 pub const LIBRKNNRT_ENV: &str = "ZCPIPE_LIBRKNNRT";
 
+/// The name tried through the loader's search path without [`LIBRKNNRT_ENV`].
+pub const LIBRKNNRT_NAME: &str = "librknnrt.so";
+
 /// The opened runtime: the library and the 12 functions zcpipe calls.
 ///
 /// Every method is a direct call of the C function of the same name; the library stays
@@ -448,7 +451,7 @@ impl Rknn {
     pub fn open() -> Result<Rknn> {
         match std::env::var_os(LIBRKNNRT_ENV).filter(|v| !v.is_empty()) {
             Some(p) => Self::open_path(p, true),
-            None => Self::open_path(OsString::from("librknnrt.so"), false),
+            None => Self::open_path(OsString::from(LIBRKNNRT_NAME), false),
         }
     }
 
