@@ -31,7 +31,7 @@ test-aarch64:
 	CARGO="$(CARGO)" bash scripts/aarch64.sh test
 
 lint:
-	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 clean:
 	$(CARGO) clean

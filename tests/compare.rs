@@ -1,15 +1,10 @@
 //! `zcpipe compare` and `--copy-mode`: structure and invariants of their output (no speed
 //! is asserted anywhere).
 
-use std::process::Command;
-
 use serde_json::Value;
 
-fn zcpipe() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR")).env("RUST_BACKTRACE", "0");
-    c
-}
+mod common;
+use common::zcpipe;
 
 /// 320x240 NV12 with bytesperline 320: 115,200 bytes; the model input 416x416x3: 519,168.
 const NV12_320X240: f64 = 115_200.0;

@@ -3,18 +3,16 @@
 //! no video node, no dma-buf heap, no udmabuf).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 mod common;
 
 fn doctor(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcpipe"))
+    let out = common::zcpipe()
         .arg("doctor")
         .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .env_remove("RUST_LOG")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -167,11 +165,8 @@ fn vendor_library_versions_come_from_the_libraries() {
     let (rga, rknn) = (common::fake_librga(), common::fake_librknnrt());
     let root = common::root();
     let run = |no_rga_device: bool| -> Value {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
-        c.current_dir(root)
-            .args(["doctor", "--json"])
-            .env("RUST_BACKTRACE", "0")
-            .env_remove("RUST_LOG")
+        let mut c = common::zcpipe();
+        c.args(["doctor", "--json"])
             .env("ZCPIPE_LIBRGA", rga)
             .env("ZCPIPE_LIBRKNNRT", rknn)
             .env("ZCPIPE_FAKE_RKNN_ONNX", root.join("models/yolox_nano.onnx"));

@@ -1,54 +1,22 @@
 //! The whole multi-process pipeline, run as a user runs it: `zcpipe run ...`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn zcpipe() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR")).env("RUST_BACKTRACE", "0").env_remove("RUST_LOG");
-    c
-}
+mod common;
+use common::{assert_no_orphans, root, zcpipe, zcpipe_run};
 
 fn data(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+    root().join(p)
 }
 
-/// Runs `zcpipe run` in its own run directory; returns the output and the run dir path.
+/// Runs `zcpipe run` with everything it leaves in `dir`, then checks nothing is left.
 fn run(dir: &Path, args: &[&str]) -> Output {
-    let out = zcpipe()
-        .arg("run")
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .arg("--publish")
-        .arg(dir.join("detections.sock"))
-        .arg("--summary-json")
-        .arg(dir.join("summary.json"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = zcpipe_run(dir).args(args).output().unwrap();
     assert_no_orphans(dir);
     out
-}
-
-/// No process still has this test's directory on its command line, and nothing is left in
-/// the run directory.
-fn assert_no_orphans(dir: &Path) {
-    let needle = dir.to_string_lossy().to_string();
-    let me = std::process::id().to_string();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if !name.chars().all(|c| c.is_ascii_digit()) || name == me {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            assert!(!cmd.contains(&needle), "orphan process {name}: {cmd}");
-        }
-    }
-    assert!(!dir.join("run").exists(), "run directory left behind");
-    assert!(!dir.join("detections.sock").exists(), "detections socket left behind");
 }
 
 fn stderr(o: &Output) -> String {
@@ -64,7 +32,10 @@ fn iou(a: &[f64], b: &[f64]) -> f64 {
 
 /// Reference detections with score >= 0.5 from ../shared/data/PROVENANCE.md (onnxruntime,
 /// cv2 INTER_LINEAR), in the image source's (sorted) order.
-fn references() -> Vec<(&'static str, u32, u32, Vec<(&'static str, f64, [f64; 4])>)> {
+/// One photo: file name, width, height, and its detections as (label, score, box).
+type Reference = (&'static str, u32, u32, Vec<(&'static str, f64, [f64; 4])>);
+
+fn references() -> Vec<Reference> {
     vec![
         ("astronaut.png", 512, 512, vec![("person", 0.926, [11., 20., 369., 507.])]),
         ("chelsea.png", 451, 300, vec![("cat", 0.621, [-13., -16., 449., 300.])]),

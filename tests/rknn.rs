@@ -14,13 +14,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
 mod common;
-use common::{fake_librga, fake_librknnrt, root};
+use common::{assert_no_orphans, fake_librga, fake_librknnrt, root, zcpipe, zcpipe_run};
 
 fn data(p: &str) -> PathBuf {
     root().join(p)
@@ -56,11 +56,8 @@ fn compatible(dir: &Path, soc: &str) -> PathBuf {
 /// summary and the fake's log. The board is an RK3588 unless `env` says otherwise.
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let log = dir.join("rknn.log");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
-    c.current_dir(root())
-        .env("RUST_BACKTRACE", "0")
-        .env_remove("RUST_LOG")
-        .env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
+    let mut c = zcpipe_run(dir);
+    c.env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
         .env("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"))
         .env("ZCPIPE_FAKE_RKNN_LOG", &log)
         .env("ZCPIPE_DT_COMPATIBLE", compatible(dir, "rk3588"))
@@ -70,19 +67,8 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     for (k, v) in env {
         c.env(k, v);
     }
-    let out = c
-        .arg("run")
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .arg("--publish")
-        .arg(dir.join("detections.sock"))
-        .arg("--summary-json")
-        .arg(dir.join("summary.json"))
-        .args(["--stats-interval", "0"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(!dir.join("run").exists(), "run directory left behind");
+    let out = c.args(["--stats-interval", "0"]).args(args).output().unwrap();
+    assert_no_orphans(dir);
     let summary = std::fs::read(dir.join("summary.json")).ok().map(|b| serde_json::from_slice(&b).unwrap());
     let calls = std::fs::read_to_string(&log)
         .unwrap_or_default()
@@ -431,7 +417,7 @@ fn a_failing_npu_context_ends_the_stage_with_one_error_line() {
 
 #[test]
 fn a_bad_npu_core_list_is_refused_by_the_parser() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcpipe")).args(["run", "--npu-cores", "0,3"]).output().unwrap();
+    let out = zcpipe().args(["run", "--npu-cores", "0,3"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("core 3 does not exist"), "{err}");

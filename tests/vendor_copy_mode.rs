@@ -5,12 +5,11 @@
 
 #![cfg(feature = "onnx")]
 
-use std::process::Command;
 
 use serde_json::Value;
 
 mod common;
-use common::{fake_librga, fake_librknnrt, root};
+use common::{assert_no_orphans, fake_librga, fake_librknnrt, root, zcpipe_run};
 
 #[test]
 fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
@@ -20,26 +19,18 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
     let compat = d.join("compatible");
     std::fs::write(&compat, "vendor,board\0rockchip,rk3588\0").unwrap();
     let (rga_log, rknn_log) = (d.join("rga.log"), d.join("rknn.log"));
-    let out = Command::new(env!("CARGO_BIN_EXE_zcpipe"))
-        .current_dir(root())
-        .env("RUST_BACKTRACE", "0")
-        .env_remove("RUST_LOG")
-        .env("ZCPIPE_LIBRGA", &rga)
+    let out = zcpipe_run(d)
+        .env("ZCPIPE_LIBRGA", rga)
         .env("ZCPIPE_FAKE_RGA_LOG", &rga_log)
-        .env("ZCPIPE_LIBRKNNRT", &rknn)
+        .env("ZCPIPE_LIBRKNNRT", rknn)
         .env("ZCPIPE_FAKE_RKNN_LOG", &rknn_log)
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"))
         .env("ZCPIPE_DT_COMPATIBLE", &compat)
-        .args(["run", "--copy-mode", "--source", "image:tests/data/dog.jpg", "--frames", "4", "--ring-policy", "block", "--json", "--stats-interval", "0"])
+        .args(["--copy-mode", "--source", "image:tests/data/dog.jpg", "--frames", "4", "--ring-policy", "block", "--json", "--stats-interval", "0"])
         .args(["--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn"])
-        .arg("--run-dir")
-        .arg(d.join("run"))
-        .arg("--publish")
-        .arg(d.join("det.sock"))
-        .arg("--summary-json")
-        .arg(d.join("summary.json"))
         .output()
         .unwrap();
+    assert_no_orphans(d);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("copy mode: RGA reads and writes CPU memory through virtual addresses"), "{stderr}");

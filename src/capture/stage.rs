@@ -105,19 +105,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     let mut last_report = Instant::now();
     let stats_every = common.stats_interval();
     let report = |prod: &PoolProducer, seq: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
-        reporter.send(&StageReport {
-            stage: "capture".into(),
-            pid: std::process::id(),
-            final_report,
-            elapsed_s: start.elapsed().as_secs_f64(),
-            frames_in: seq,
-            frames_out: seq,
-            output_ring: Some(prod.counters()),
-            pool: Some(prod.stats()),
-            copy_out: prod.copy_counters(),
-            extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            ..Default::default()
-        })
+        reporter.send(&capture_report(prod, start, final_report, (seq, seq), extra))
     };
     let end_reason = loop {
         if stop.load(Ordering::Relaxed) {
@@ -275,19 +263,7 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
     let report = |prod: &PoolProducer, cam: &V4l2Capture, final_report: bool, mut extra: Vec<(&str, serde_json::Value)>| {
         let s = cam.stats();
         extra.extend(facts(cam));
-        reporter.send(&StageReport {
-            stage: "capture".into(),
-            pid: std::process::id(),
-            final_report,
-            elapsed_s: start.elapsed().as_secs_f64(),
-            frames_in: s.dequeued,
-            frames_out: s.published,
-            output_ring: Some(prod.counters()),
-            pool: Some(prod.stats()),
-            copy_out: prod.copy_counters(),
-            extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            ..Default::default()
-        })
+        reporter.send(&capture_report(prod, start, final_report, (s.dequeued, s.published), extra))
     };
     let end_reason = loop {
         if stop.load(Ordering::Relaxed) {
@@ -352,5 +328,29 @@ pub fn peer_gone(e: anyhow::Error) -> anyhow::Error {
         PeerGone(e.to_string()).into()
     } else {
         e
+    }
+}
+
+/// Capture's report to the supervisor (both loops): `frames` is (frames in, frames out),
+/// i.e. (frames the source gave, frames offered to scale); `extra` adds source facts.
+fn capture_report(
+    prod: &PoolProducer,
+    start: Instant,
+    final_report: bool,
+    frames: (u64, u64),
+    extra: Vec<(&str, serde_json::Value)>,
+) -> StageReport {
+    StageReport {
+        stage: "capture".into(),
+        pid: std::process::id(),
+        final_report,
+        elapsed_s: start.elapsed().as_secs_f64(),
+        frames_in: frames.0,
+        frames_out: frames.1,
+        output_ring: Some(prod.counters()),
+        pool: Some(prod.stats()),
+        copy_out: prod.copy_counters(),
+        extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
     }
 }

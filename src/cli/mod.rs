@@ -142,6 +142,32 @@ impl CommonArgs {
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.connect_timeout.max(0.1))
     }
+    /// The data-path flags every stage of one pipeline must agree on, as `--key=value`:
+    /// `--ring-policy`, `--wait`, `--heap` (and `--copy-mode` when set).
+    pub fn data_path_flags(&self) -> Vec<String> {
+        let lower = |x: &dyn std::fmt::Debug| format!("{x:?}").to_lowercase();
+        let policy = if self.ring_policy == RingPolicy::Block { "block" } else { "drop-oldest" };
+        let mut v = vec![format!("--ring-policy={policy}"), format!("--wait={}", lower(&self.wait)), format!("--heap={}", lower(&self.heap))];
+        if self.copy_mode {
+            v.push("--copy-mode".into());
+        }
+        v
+    }
+}
+
+/// What one pipeline is made of: the options of every stage but publish's. `zcpipe run`
+/// and `zcpipe compare` both take these, and pass them on with the `flags()` methods, so
+/// the two cannot drift apart.
+#[derive(Args, Debug, Clone)]
+pub struct PipelineArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
+    #[command(flatten)]
+    pub infer: InferArgs,
 }
 
 /// Capture options.
@@ -218,6 +244,21 @@ impl std::fmt::Display for ScalerKind {
     }
 }
 
+impl CaptureArgs {
+    /// These options as `--key=value` flags for `zcpipe stage capture` or `zcpipe run`
+    /// (`=`: a value starting with '-' must not look like a flag); unset ones are left out.
+    pub fn flags(&self) -> Vec<String> {
+        let mut v = vec![format!("--source={}", self.source)];
+        v.extend(self.fps.map(|f| format!("--fps={f}")));
+        v.extend(self.frames.map(|n| format!("--frames={n}")));
+        v.push(format!("--buffers={}", self.buffers));
+        v.extend(self.format.as_ref().map(|f| format!("--format={f}")));
+        v.extend(self.size.as_ref().map(|s| format!("--size={s}")));
+        v.extend(self.capture_io.map(|io| format!("--capture-io={}", io.name())));
+        v
+    }
+}
+
 /// Scale options.
 #[derive(Args, Debug, Clone)]
 pub struct ScaleArgs {
@@ -231,6 +272,17 @@ pub struct ScaleArgs {
     /// between cores jitter by 2-4 px, and RGA2 reaches only the first 4 GiB).
     #[arg(long, value_enum, default_value = "auto")]
     pub rga_core: crate::scale::rga::RgaCore,
+}
+
+impl ScaleArgs {
+    /// These options as `--key=value` flags (see [`CaptureArgs::flags`]).
+    pub fn flags(&self) -> Vec<String> {
+        vec![
+            format!("--scaler={}", self.scaler),
+            format!("--scale-buffers={}", self.scale_buffers),
+            format!("--rga-core={}", self.rga_core.flag()),
+        ]
+    }
 }
 
 /// Infer options.
@@ -255,6 +307,21 @@ pub struct InferArgs {
     /// RK3588). Default: one context, the runtime's choice.
     #[arg(long, value_parser = crate::infer::rknn::check_npu_cores)]
     pub npu_cores: Option<String>,
+}
+
+impl InferArgs {
+    /// These options as `--key=value` flags (see [`CaptureArgs::flags`]).
+    pub fn flags(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--infer={}", self.infer),
+            format!("--model={}", self.model.display()),
+            format!("--labels={}", self.labels.display()),
+            format!("--score-threshold={}", self.score_threshold),
+            format!("--nms-iou={}", self.nms_iou),
+        ];
+        v.extend(self.npu_cores.as_ref().map(|c| format!("--npu-cores={c}")));
+        v
+    }
 }
 
 /// How publish prints frames on its stdout.
@@ -283,13 +350,7 @@ pub struct PublishArgs {
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub common: CommonArgs,
-    #[command(flatten)]
-    pub capture: CaptureArgs,
-    #[command(flatten)]
-    pub scale: ScaleArgs,
-    #[command(flatten)]
-    pub infer: InferArgs,
+    pub pipeline: PipelineArgs,
     /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root).
     #[arg(long)]
     pub publish: Option<PathBuf>,
@@ -362,8 +423,8 @@ pub fn main() -> i32 {
     init_logging(&cli, &tag);
     crate::supervise::install_signal_handlers();
     let common = match &cli.cmd {
-        Command::Run(a) => Some(&a.common),
-        Command::Compare(a) => Some(&a.common),
+        Command::Run(a) => Some(&a.pipeline.common),
+        Command::Compare(a) => Some(&a.pipeline.common),
         Command::Stage { stage: StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. } } => Some(common),
         _ => None,
     };

@@ -252,7 +252,7 @@ impl<T: Pod> Receiver<T> {
             }
             if self.ring.eos() {
                 // EOS is set after the last push: one more look closes the race.
-                if let Pop::Empty = self.ring.pop(&|_: &T| Err("after eos".to_string())) {
+                if let Pop::Empty = self.ring.pop(|_: &T| Err("after eos".to_string())) {
                     return Ok(Recv::Eos);
                 }
                 continue;
@@ -269,7 +269,7 @@ impl<T: Pod> Receiver<T> {
             match self.wait {
                 WaitMode::Spin => {
                     spins += 1;
-                    if spins % 4096 == 0 && self.conn.peer_gone() {
+                    if spins.is_multiple_of(4096) && self.conn.peer_gone() {
                         hung_up = true;
                     }
                     std::hint::spin_loop();

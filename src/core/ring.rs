@@ -81,7 +81,7 @@ impl RingGeometry {
         if self.capacity == 0 || self.capacity > 4096 || self.ret_capacity == 0 || self.ret_capacity > 4096 {
             bail!("ring geometry out of range: {self:?}");
         }
-        if self.slot_bytes == 0 || self.slot_bytes % 8 != 0 || self.slot_bytes > 1 << 20 {
+        if self.slot_bytes == 0 || !self.slot_bytes.is_multiple_of(8) || self.slot_bytes > 1 << 20 {
             bail!("ring slot size {} is not a multiple of 8 in 8..=1MiB", self.slot_bytes);
         }
         Ok(())
@@ -185,6 +185,11 @@ impl<T: Pod> RingProducer<T> {
     /// Items queued now, by our tail and the consumer's head (checked).
     pub fn len(&self) -> Result<u64> {
         Ok(self.tail - self.head_checked()?)
+    }
+
+    /// No items are queued (checked as [`RingProducer::len`]).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
     }
 
     /// Queues `item`. With `allow_drop`, a full ring gives back its oldest item instead of

@@ -14,19 +14,13 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::{CaptureArgs, CommonArgs, InferArgs, ScaleArgs};
+use crate::cli::PipelineArgs;
 
 /// `zcpipe compare`.
 #[derive(Args, Debug, Clone)]
 pub struct CompareArgs {
     #[command(flatten)]
-    pub common: CommonArgs,
-    #[command(flatten)]
-    pub capture: CaptureArgs,
-    #[command(flatten)]
-    pub scale: ScaleArgs,
-    #[command(flatten)]
-    pub infer: InferArgs,
+    pub pipeline: PipelineArgs,
     /// Rounds of A (zero-copy) then B (copy mode).
     #[arg(long, default_value_t = 2)]
     pub rounds: u32,
@@ -70,25 +64,18 @@ pub struct Comparison {
     pub runs: Vec<Value>,
 }
 
+/// The flags of each round's `zcpipe run`: every pipeline option the user gave compare
+/// (each round adds `--copy-mode` or not itself), and 150 frames unless `--frames` says.
 fn run_flags(a: &CompareArgs) -> Vec<String> {
-    let mut v = vec![
-        format!("--source={}", a.capture.source),
-        format!("--buffers={}", a.capture.buffers),
-        format!("--scaler={}", a.scale.scaler),
-        format!("--scale-buffers={}", a.scale.scale_buffers),
-        format!("--infer={}", a.infer.infer),
-        format!("--model={}", a.infer.model.display()),
-        format!("--labels={}", a.infer.labels.display()),
-        format!("--score-threshold={}", a.infer.score_threshold),
-        format!("--nms-iou={}", a.infer.nms_iou),
-        format!("--ring-policy={}", if a.common.ring_policy == crate::core::ring::RingPolicy::Block { "block" } else { "drop-oldest" }),
-        format!("--wait={:?}", a.common.wait).to_lowercase(),
-        format!("--heap={:?}", a.common.heap).to_lowercase(),
-    ];
-    if let Some(f) = a.capture.fps {
-        v.push(format!("--fps={f}"));
+    let p = &a.pipeline;
+    let mut v = p.common.data_path_flags();
+    v.retain(|f| f != "--copy-mode");
+    v.extend(p.capture.flags());
+    if p.capture.frames.is_none() {
+        v.push("--frames=150".into());
     }
-    v.push(format!("--frames={}", a.capture.frames.unwrap_or(150)));
+    v.extend(p.scale.flags());
+    v.extend(p.infer.flags());
     v
 }
 
@@ -166,6 +153,9 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn compare(a: CompareArgs) -> Result<i32> {
     if a.rounds == 0 || a.rounds > 50 {
         bail!("--rounds {}: use 1..=50", a.rounds);
+    }
+    if a.pipeline.common.copy_mode {
+        log::warn!("--copy-mode has no effect on compare: it runs every round in both modes");
     }
     let flags = run_flags(&a);
     let dir = tempdir()?;
@@ -295,5 +285,36 @@ fn tempdir() -> Result<TempDir> {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    /// Every pipeline option given to compare reaches each round's `zcpipe run`, and parses
+    /// back there to the same values.
+    #[test]
+    fn every_pipeline_option_reaches_each_round() {
+        let given = [
+            "--source=v4l2:/dev/video4", "--fps=15", "--buffers=6", "--format=NV12M", "--size=640x480", "--capture-io=dmabuf",
+            "--scaler=rga", "--scale-buffers=4", "--rga-core=rga2-core0", "--infer=rknn", "--model=m.rknn", "--labels=l.txt",
+            "--score-threshold=0.4", "--nms-iou=0.5", "--npu-cores=0,1", "--ring-policy=block", "--wait=spin", "--heap=dma32",
+        ];
+        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else { panic!("not compare") };
+        let flags = super::run_flags(&a);
+        for g in given {
+            assert!(flags.iter().any(|f| f == g), "{g} is not passed on: {flags:?}");
+        }
+        assert!(flags.iter().any(|f| f == "--frames=150"), "{flags:?}");
+        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags)).cmd else { panic!("not run") };
+        let mut capture = a.pipeline.capture.clone();
+        capture.frames = Some(150);
+        assert_eq!(format!("{:?}", r.pipeline.capture), format!("{capture:?}"));
+        assert_eq!(format!("{:?}", r.pipeline.scale), format!("{:?}", a.pipeline.scale));
+        assert_eq!(format!("{:?}", r.pipeline.infer), format!("{:?}", a.pipeline.infer));
+        assert_eq!(r.pipeline.common.data_path_flags(), a.pipeline.common.data_path_flags());
     }
 }

@@ -16,9 +16,8 @@ pub fn watch(args: WatchArgs) -> Result<()> {
     let s = UnixStream::connect(&path).with_context(|| {
         format!("no zcpipe is publishing at {}: start `zcpipe run`, or pass the socket path given to --publish", path.display())
     })?;
-    let mut n = 0u64;
     let out = std::io::stdout();
-    for line in BufReader::new(s).lines() {
+    for (n, line) in (1u64..).zip(BufReader::new(s).lines()) {
         if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
@@ -44,7 +43,6 @@ pub fn watch(args: WatchArgs) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
             r => r?,
         }
-        n += 1;
         if args.count.is_some_and(|c| n >= c) {
             break;
         }

@@ -41,100 +41,52 @@ pub struct RunSummary {
 }
 
 fn common_args(a: &RunArgs, run_dir: &std::path::Path) -> Vec<String> {
-    let c = &a.common;
-    let v = |x: &dyn std::fmt::Debug| format!("{x:?}").to_lowercase();
-    let mut out: Vec<String> = if c.copy_mode { vec!["--copy-mode".into()] } else { vec![] };
-    out.extend::<Vec<String>>(vec![
-        "--run-dir".into(),
-        run_dir.display().to_string(),
-        "--instance".into(),
-        c.instance.clone(),
-        "--ring-policy".into(),
-        if c.ring_policy == crate::core::ring::RingPolicy::Block { "block".into() } else { "drop-oldest".into() },
-        "--wait".into(),
-        v(&c.wait),
-        "--heap".into(),
-        v(&c.heap),
-        "--stats-interval".into(),
-        c.stats_interval.to_string(),
-        "--connect-timeout".into(),
-        c.connect_timeout.to_string(),
-        "--report-fd".into(),
-        REPORT_FD.to_string(),
+    let c = &a.pipeline.common;
+    let mut out = vec![format!("--run-dir={}", run_dir.display()), format!("--instance={}", c.instance)];
+    out.extend(c.data_path_flags());
+    out.extend([
+        format!("--stats-interval={}", c.stats_interval),
+        format!("--connect-timeout={}", c.connect_timeout),
+        format!("--report-fd={REPORT_FD}"),
     ]);
     out
 }
 
 fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
-    let mut v: Vec<String> = vec![];
-    // `--key=value`: a value starting with '-' must not look like a flag to the child.
-    let mut push = |k: &str, val: String| v.push(format!("{k}={val}"));
     match stage {
-        Stage::Capture => {
-            push("--source", a.capture.source.clone());
-            if let Some(f) = a.capture.fps {
-                push("--fps", f.to_string());
-            }
-            if let Some(n) = a.capture.frames {
-                push("--frames", n.to_string());
-            }
-            push("--buffers", a.capture.buffers.to_string());
-            if let Some(f) = &a.capture.format {
-                push("--format", f.clone());
-            }
-            if let Some(s) = &a.capture.size {
-                push("--size", s.clone());
-            }
-            if let Some(io) = a.capture.capture_io {
-                push("--capture-io", io.name().into());
-            }
-        }
-        Stage::Scale => {
-            push("--scaler", a.scale.scaler.to_string());
-            push("--scale-buffers", a.scale.scale_buffers.to_string());
-            push("--rga-core", a.scale.rga_core.flag().into());
-        }
-        Stage::Infer => {
-            push("--infer", a.infer.infer.clone());
-            push("--model", a.infer.model.display().to_string());
-            push("--labels", a.infer.labels.display().to_string());
-            push("--score-threshold", a.infer.score_threshold.to_string());
-            push("--nms-iou", a.infer.nms_iou.to_string());
-            if let Some(c) = &a.infer.npu_cores {
-                push("--npu-cores", c.clone());
-            }
-        }
+        Stage::Capture => a.pipeline.capture.flags(),
+        Stage::Scale => a.pipeline.scale.flags(),
+        Stage::Infer => a.pipeline.infer.flags(),
         Stage::Publish => {
-            if let Some(p) = &a.publish {
-                push("--publish", p.display().to_string());
-            }
-            push("--print", (if a.json { "json" } else if a.no_print { "none" } else { "human" }).into());
+            let print = if a.json { "json" } else if a.no_print { "none" } else { "human" };
+            let mut v: Vec<String> = a.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
+            v.push(format!("--print={print}"));
+            v
         }
     }
-    v
 }
 
 /// Checks what `run` can check before starting anything, so a bad value is one line from
 /// the supervisor rather than a failure inside a child.
 fn preflight(a: &RunArgs) -> Result<()> {
-    a.capture.source.parse::<crate::capture::spec::SourceSpec>()?;
-    if let Some(f) = a.capture.fps {
+    a.pipeline.capture.source.parse::<crate::capture::spec::SourceSpec>()?;
+    if let Some(f) = a.pipeline.capture.fps {
         if !(f > 0.0 && f.is_finite()) {
             anyhow::bail!("--fps {f}: use a positive frame rate");
         }
     }
-    for (name, v) in [("--buffers", a.capture.buffers), ("--scale-buffers", a.scale.scale_buffers)] {
+    for (name, v) in [("--buffers", a.pipeline.capture.buffers), ("--scale-buffers", a.pipeline.scale.scale_buffers)] {
         if !(2..=64).contains(&v) {
             anyhow::bail!("{name} {v}: use 2..=64");
         }
     }
-    for (name, v) in [("--score-threshold", a.infer.score_threshold), ("--nms-iou", a.infer.nms_iou)] {
+    for (name, v) in [("--score-threshold", a.pipeline.infer.score_threshold), ("--nms-iou", a.pipeline.infer.nms_iou)] {
         if !(0.0..=1.0).contains(&v) {
             anyhow::bail!("{name} {v}: use a value in 0..=1");
         }
     }
-    if !crate::infer::DETECTOR_KINDS.contains(&a.infer.infer.as_str()) {
-        anyhow::bail!("unknown inference backend `{}`: valid backends are {}", a.infer.infer, crate::infer::DETECTOR_KINDS.join(", "));
+    if !crate::infer::DETECTOR_KINDS.contains(&a.pipeline.infer.infer.as_str()) {
+        anyhow::bail!("unknown inference backend `{}`: valid backends are {}", a.pipeline.infer.infer, crate::infer::DETECTOR_KINDS.join(", "));
     }
     Ok(())
 }
@@ -191,7 +143,7 @@ fn code(s: &ExitStatus) -> i32 {
 
 /// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
 pub fn run(a: RunArgs) -> Result<i32> {
-    let run_dir = a.common.run_dir();
+    let run_dir = a.pipeline.common.run_dir();
     preflight(&a)?;
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
     let exe = std::env::current_exe().context("finding the zcpipe binary")?;
@@ -238,7 +190,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let mut termed = false;
     let mut killed = false;
     let mut last_stats = Instant::now();
-    let stats_every = a.common.stats_interval();
+    let stats_every = a.pipeline.common.stats_interval();
     loop {
         while let Ok(r) = rx.try_recv() {
             latest.insert(r.stage.clone(), r);
@@ -306,7 +258,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
         .unwrap_or_default();
     leftovers.push(a.publish.clone().unwrap_or_else(crate::publish::default_socket_path));
     for p in leftovers {
-        let _ = crate::core::link::remove_stale_socket(&p, |p| probe(p));
+        let _ = crate::core::link::remove_stale_socket(&p, probe);
     }
     let _ = std::fs::remove_dir(&run_dir);
 
@@ -321,7 +273,9 @@ pub fn run(a: RunArgs) -> Result<i32> {
     for p in &procs {
         use std::os::unix::process::ExitStatusExt;
         if let Some(sig) = p.status.as_ref().and_then(|s| s.signal()) {
-            if !(termed && sig == libc::SIGTERM) && !killed {
+            // Our own SIGTERM (forwarded) or our own kill is expected; anything else is news.
+            let expected = killed || (termed && sig == libc::SIGTERM);
+            if !expected {
                 let name = Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("?");
                 let _ = writeln!(err, "zcpipe: the {} stage was killed by signal {sig} ({name}); stopped the others", p.stage.name());
             }
@@ -395,7 +349,7 @@ pub fn summary_text(s: &RunSummary) -> String {
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
         let (u, d) = (get(up).and_then(|r| r.copy_out), get(down).and_then(|r| r.copy_in));
         if let (Some(u), Some(d)) = (u, d) {
-            let per = if u.frames > 0 { (u.copied_bytes + d.copied_bytes) / u.frames } else { 0 };
+            let per = (u.copied_bytes + d.copied_bytes).checked_div(u.frames).unwrap_or(0);
             let _ = writeln!(
                 o,
                 "  copies {name:<15} zcpipe {} bytes ({per} per frame), socket calls {} bytes",

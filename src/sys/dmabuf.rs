@@ -19,6 +19,7 @@ pub struct DmaBufSync {
 /// The CPU will read (`DMA_BUF_SYNC_READ`).
 pub const DMA_BUF_SYNC_READ: u64 = 1 << 0;
 /// The CPU will write (`DMA_BUF_SYNC_WRITE`).
+#[allow(clippy::identity_op)] // spelled as in the header: `(2 << 0)`
 pub const DMA_BUF_SYNC_WRITE: u64 = 2 << 0;
 /// Both (`DMA_BUF_SYNC_RW`).
 pub const DMA_BUF_SYNC_RW: u64 = DMA_BUF_SYNC_READ | DMA_BUF_SYNC_WRITE;

@@ -629,6 +629,8 @@ impl Buffer {
         self.m.fd = fd.as_raw_fd();
     }
     /// The timestamp in nanoseconds of the clock named by [`Buffer::timestamp_is_monotonic`].
+    // `time_t`/`suseconds_t` are i64 on x86_64 and aarch64 but i32 on 32-bit ABIs.
+    #[allow(clippy::useless_conversion)]
     pub fn timestamp_ns(&self) -> i64 {
         i64::from(self.timestamp.tv_sec) * 1_000_000_000 + i64::from(self.timestamp.tv_usec) * 1_000
     }

@@ -1,6 +1,8 @@
-//! Shared by the integration tests that load the ABI fakes of the vendor libraries
-//! (`fakes/librga`, `fakes/librknnrt`): each is built once per test process, in the same
-//! profile as the zcpipe binary under test, and found next to it.
+//! Shared by the integration tests: the zcpipe binary under test as a user runs it, with
+//! everything a run leaves (run directory, detections socket, summary) in one temp folder,
+//! and the ABI fakes of the vendor libraries (`fakes/librga`, `fakes/librknnrt`), each built
+//! once per test process, in the same profile as the zcpipe binary under test, and found
+//! next to it.
 
 #![allow(dead_code)] // each test file uses part of this
 
@@ -11,6 +13,47 @@ use std::sync::OnceLock;
 /// The package's folder (where `models/` and `tests/data/` are).
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The zcpipe binary under test, run in the package folder, with the caller's `RUST_LOG`
+/// removed (so its log lines are the default ones) and no backtraces.
+pub fn zcpipe() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
+    c.current_dir(root()).env("RUST_BACKTRACE", "0").env_remove("RUST_LOG");
+    c
+}
+
+/// `zcpipe run` with its run directory (`dir/run`), detections socket
+/// (`dir/detections.sock`) and summary (`dir/summary.json`) in `dir`; add the run's flags.
+pub fn zcpipe_run(dir: &Path) -> Command {
+    let mut c = zcpipe();
+    c.arg("run")
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .arg("--publish")
+        .arg(dir.join("detections.sock"))
+        .arg("--summary-json")
+        .arg(dir.join("summary.json"));
+    c
+}
+
+/// After a [`zcpipe_run`] in `dir` has exited: no process still has `dir` on its command
+/// line, and neither the run directory nor the detections socket is left behind.
+pub fn assert_no_orphans(dir: &Path) {
+    let needle = dir.to_string_lossy().to_string();
+    let me = std::process::id().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.chars().all(|c| c.is_ascii_digit()) || name == me {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            assert!(!cmd.contains(&needle), "orphan process {name}: {cmd}");
+        }
+    }
+    assert!(!dir.join("run").exists(), "run directory left behind");
+    assert!(!dir.join("detections.sock").exists(), "detections socket left behind");
 }
 
 /// Runs `cargo build --locked <args>` in this test build's profile and returns `file` from
