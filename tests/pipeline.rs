@@ -248,3 +248,88 @@ fn negative_values_are_refused_before_anything_starts() {
         assert!(err.starts_with("zcpipe: error:"), "{err}");
     }
 }
+
+/// The pid of the `zcpipe stage <stage>` process of the run in `dir`, if it is running.
+fn stage_pid(dir: &Path, stage: &str) -> Option<i32> {
+    let needle = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let is_stage = args.windows(2).any(|w| w[0] == "stage" && w[1] == stage);
+        (is_stage && args.iter().any(|a| a.contains(&needle))).then_some(pid)
+    })
+}
+
+/// `kill -9` of the infer stage mid-run: scale and publish stop on the hang-up, but still
+/// send their final reports, so the summary counts what was published before it.
+#[test]
+fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
+    use std::io::{BufRead as _, BufReader, Read as _};
+    use std::process::{Child, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// Kills and reaps the run if the test fails half-way.
+    struct Reap(Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = ["--source", "testsrc:320x240@30", "--infer", "none", "--no-print", "--stats-interval", "0", "--frames", "600"];
+    let mut run = Reap(zcpipe_run(d).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut pipe = run.0.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        s
+    });
+    // A client that got a few frames: publish has published some.
+    let t = Instant::now();
+    let client = loop {
+        if let Ok(s) = std::os::unix::net::UnixStream::connect(d.join("detections.sock")) {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "no detections socket after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    client.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut lines = BufReader::new(client).lines();
+    for _ in 0..5 {
+        let l = lines.next().expect("the stream ended before 5 frames").unwrap();
+        assert!(l.contains("\"seq\""), "a frame: {l}");
+    }
+    let infer = stage_pid(d, "infer").expect("the infer stage of this run is running");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(infer), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The client still gets an end line, naming the hang-up.
+    let end = lines.map(|l| l.unwrap()).last().expect("an end line");
+    let end: Value = serde_json::from_str(&end).unwrap();
+    assert_eq!(end["end"], true, "{end}");
+    assert!(end["reason"].as_str().unwrap().contains("hung up"), "{end}");
+
+    let status = run.0.wait().unwrap();
+    let err = stderr_reader.join().unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("the infer stage was killed by signal 9"), "{err}");
+    assert!(err.contains("no final report from: infer "), "the summary names the stage that sent none: {err}");
+    let s: Value = serde_json::from_slice(&std::fs::read(d.join("summary.json")).unwrap()).unwrap();
+    // Its neighbours exit 3 (a neighbour went away), not 0: under systemd, Restart=on-failure
+    // brings the chain back.
+    assert_eq!((s["exit_codes"]["scale"].as_i64(), s["exit_codes"]["publish"].as_i64()), (Some(3), Some(3)), "{}", s["exit_codes"]);
+    for stage in ["scale", "publish"] {
+        let r = &s["stages"][stage];
+        assert_eq!(r["final_report"], true, "{stage}: {r}");
+        let reason = r["extra"]["end_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("hung up"), "{stage} names the hang-up: {r}");
+    }
+    let publish = &s["stages"]["publish"];
+    let published = publish["frames_out"].as_u64().unwrap();
+    assert!(published > 0, "{publish}");
+    assert_eq!(publish["out_span"]["frames"].as_u64(), Some(published), "{publish}");
+    assert_eq!(end["frames"].as_u64(), Some(published), "{end}");
+    assert_no_orphans(d);
+}

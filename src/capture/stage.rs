@@ -17,7 +17,7 @@ use crate::core::dmabuf::Allocator;
 use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, ControlMsg, Listener};
 use crate::core::pool::{HopSpec, PoolProducer};
-use crate::metrics::{open_fd_count, Reporter, StageReport};
+use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
 use crate::supervise::STOP;
 
 use super::spec::{open_source, SourceSpec};
@@ -104,51 +104,65 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     let mut seq = 0u64;
     let mut last_report = Instant::now();
     let stats_every = common.stats_interval();
-    let report = |prod: &PoolProducer, seq: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
-        reporter.send(&capture_report(prod, start, final_report, (seq, seq), extra))
+    let mut span = FrameSpan::default();
+    let report = |prod: &PoolProducer, seq: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+        reporter.send(&capture_report(prod, start, span, final_report, (seq, seq), extra))
     };
-    let end_reason = loop {
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        if args.frames.is_some_and(|n| seq >= n) {
-            break "frame limit";
-        }
-        if prod.conn().peer_gone() {
-            return Err(PeerGone("scale stage hung up".into()).into());
-        }
-        // Pace: frame n is due at start + n * period; a late frame resets the schedule.
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep((due - now).min(Duration::from_millis(100)));
-            continue;
-        }
-        due = if now - due > period { now + period } else { due + period };
-        let Some(idx) = prod.acquire(stop).map_err(peer_gone)? else { break "signal" };
-        let layout = {
-            let mut buf = prod.buffer_mut(idx)[0].write()?;
-            source.fill(&mut buf)?
-        };
-        let Some(layout) = layout else {
-            prod.abandon(idx);
-            break "end of source";
-        };
-        let ts = monotonic_ns();
-        let mut desc = FrameDesc { seq, timestamp_ns: ts, buffer_index: idx, layout, ..Default::default() };
-        desc.stamps[2 * Stage::Capture as usize] = ts;
-        desc.stamp_out(Stage::Capture);
-        prod.publish(desc, stop).map_err(peer_gone)?;
-        seq += 1;
-        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-            report(&prod, seq, false, vec![]);
-            last_report = Instant::now();
-        }
+    // Every way out of the loop (end, signal, hang-up, error) goes through the final report.
+    let mut body = || -> Result<&'static str> {
+        Ok(loop {
+            if stop.load(Ordering::Relaxed) {
+                break "signal";
+            }
+            if args.frames.is_some_and(|n| seq >= n) {
+                break "frame limit";
+            }
+            if prod.conn().peer_gone() {
+                return Err(PeerGone("scale stage hung up".into()).into());
+            }
+            // Pace: frame n is due at start + n * period; a late frame resets the schedule.
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep((due - now).min(Duration::from_millis(100)));
+                continue;
+            }
+            due = if now - due > period { now + period } else { due + period };
+            let Some(idx) = prod.acquire(stop).map_err(peer_gone)? else { break "signal" };
+            let layout = {
+                let mut buf = prod.buffer_mut(idx)[0].write()?;
+                source.fill(&mut buf)?
+            };
+            let Some(layout) = layout else {
+                prod.abandon(idx);
+                break "end of source";
+            };
+            let ts = monotonic_ns();
+            let mut desc = FrameDesc { seq, timestamp_ns: ts, buffer_index: idx, layout, ..Default::default() };
+            desc.stamps[2 * Stage::Capture as usize] = ts;
+            desc.stamp_out(Stage::Capture);
+            prod.publish(desc, stop).map_err(peer_gone)?;
+            seq += 1;
+            span.tick(start);
+            if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
+                report(&prod, seq, span, false, vec![]);
+                last_report = Instant::now();
+            }
+        })
     };
-    log::info!("{end_reason} after {seq} frames; draining");
-    let (returned, still_out) = prod.finish(Duration::from_secs(5))?;
+    let ended = body();
+    let (end_reason, level) = ending(&ended);
+    log::log!(level, "{end_reason} after {seq} frames; draining");
+    // Only a clean end is an end of stream downstream. After an error the next stage sees us
+    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
+    // the chain back; what it still held is freed with this process.
+    // A dead scale stage frees what it held: `finish` returns at once then.
+    let drained = if ended.is_ok() { prod.finish(Duration::from_secs(5)) } else { Ok((0, prod.stats().outstanding)) };
+    let (returned, still_out) = drained.as_ref().copied().unwrap_or((0, prod.stats().outstanding));
     let fds_exit = open_fd_count();
-    log::info!("{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(&prod, seq, true, end_extras(returned, still_out, fds_setup, fds_exit, end_reason));
+    log::log!(level, "{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
+    report(&prod, seq, span, true, end_extras(returned, still_out, fds_setup, fds_exit, &end_reason));
+    ended?;
+    drained?;
     Ok(0)
 }
 
@@ -260,53 +274,73 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
             ("last_sequence", s.last_sequence.into()),
         ]
     };
-    let report = |prod: &PoolProducer, cam: &V4l2Capture, final_report: bool, mut extra: Vec<(&str, serde_json::Value)>| {
+    let mut span = FrameSpan::default();
+    let report = |prod: &PoolProducer, cam: &V4l2Capture, span: FrameSpan, final_report: bool, mut extra: Vec<(&str, serde_json::Value)>| {
         let s = cam.stats();
         extra.extend(facts(cam));
-        reporter.send(&capture_report(prod, start, final_report, (s.dequeued, s.published), extra))
+        reporter.send(&capture_report(prod, start, span, final_report, (s.dequeued, s.published), extra))
     };
-    let end_reason = loop {
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        if args.frames.is_some_and(|n| cam.stats().published >= n) {
-            break "frame limit";
-        }
-        if prod.conn().peer_gone() {
-            return Err(PeerGone("scale stage hung up".into()).into());
-        }
-        match cam.next_frame(&mut prod, stop, Duration::from_millis(100)) {
-            Ok(Next::Frame(..)) | Ok(Next::Idle) => {}
-            Ok(Next::Unplugged) => {
-                log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
-                break "camera unplugged";
+    // Every way out of the loop (end, signal, unplug, hang-up, error) goes through the
+    // STREAMOFF and the final report.
+    let mut body = || -> Result<&'static str> {
+        Ok(loop {
+            if stop.load(Ordering::Relaxed) {
+                break "signal";
             }
-            Err(_) if stop.load(Ordering::Relaxed) => break "signal",
-            Err(e) => return Err(peer_gone(e)),
-        }
-        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-            report(&prod, &cam, false, vec![]);
-            last_report = Instant::now();
-        }
+            if args.frames.is_some_and(|n| cam.stats().published >= n) {
+                break "frame limit";
+            }
+            if prod.conn().peer_gone() {
+                return Err(PeerGone("scale stage hung up".into()).into());
+            }
+            match cam.next_frame(&mut prod, stop, Duration::from_millis(100)) {
+                Ok(Next::Frame(..)) => span.tick(start),
+                Ok(Next::Idle) => {}
+                Ok(Next::Unplugged) => {
+                    log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
+                    break "camera unplugged";
+                }
+                Err(_) if stop.load(Ordering::Relaxed) => break "signal",
+                Err(e) => return Err(peer_gone(e)),
+            }
+            if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
+                report(&prod, &cam, span, false, vec![]);
+                last_report = Instant::now();
+            }
+        })
     };
+    let ended = body();
+    let (end_reason, level) = ending(&ended);
     let s = cam.stats();
-    log::info!(
+    log::log!(
+        level,
         "{end_reason} after {} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt); draining",
         s.published,
         s.dequeued,
         s.driver_drops,
         s.error_frames
     );
-    let (returned, still_out) = prod.finish(Duration::from_secs(5))?;
-    let held = cam.stream_off(&mut prod)?;
+    // Only a clean end is an end of stream downstream. After an error the next stage sees us
+    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
+    // the chain back; what it still held is freed with this process.
+    // A dead scale stage frees what it held: `finish` returns at once then. STREAMOFF is
+    // tried even after a failed drain, so the driver gives its buffers back.
+    let drained = if ended.is_ok() { prod.finish(Duration::from_secs(5)) } else { Ok((0, prod.stats().outstanding)) };
+    let (returned, still_out) = drained.as_ref().copied().unwrap_or((0, prod.stats().outstanding));
+    let streamed_off = cam.stream_off(&mut prod);
+    let held = streamed_off.as_ref().copied().unwrap_or(0);
     let home = n_bufs - still_out;
     let fds_exit = open_fd_count();
-    log::info!(
+    log::log!(
+        level,
         "{returned} buffers came back after end of stream, {still_out} still out, before STREAMOFF; STREAMOFF took back the {held} the driver held: {home}/{n_bufs} buffers home; open fds before exit: {fds_exit} (after set-up: {fds_setup})"
     );
-    let mut extra = end_extras(returned, still_out, fds_setup, fds_exit, end_reason);
+    let mut extra = end_extras(returned, still_out, fds_setup, fds_exit, &end_reason);
     extra.extend([("buffers_held_by_driver_at_streamoff", held.into()), ("buffers_home", home.into())]);
-    report(&prod, &cam, true, extra);
+    report(&prod, &cam, span, true, extra);
+    ended?;
+    drained?;
+    streamed_off?;
     Ok(0)
 }
 
@@ -331,11 +365,24 @@ pub fn peer_gone(e: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// How a stage's frame loop ended, for its final report's `end_reason` and its closing log
+/// lines: the loop's own reason ("end of stream", "signal", ...) logged at info, or the
+/// error that ended it ("infer stage hung up", ...) logged at debug only, since the error
+/// itself is reported on its own (quietly if a neighbour hung up).
+pub fn ending(ended: &Result<&'static str>) -> (String, log::Level) {
+    match ended {
+        Ok(reason) => (reason.to_string(), log::Level::Info),
+        Err(e) => (format!("{e:#}"), log::Level::Debug),
+    }
+}
+
 /// Capture's report to the supervisor (both loops): `frames` is (frames in, frames out),
-/// i.e. (frames the source gave, frames offered to scale); `extra` adds source facts.
+/// i.e. (frames the source gave, frames offered to scale); `span` is when the frames out
+/// went; `extra` adds source facts.
 fn capture_report(
     prod: &PoolProducer,
     start: Instant,
+    span: FrameSpan,
     final_report: bool,
     frames: (u64, u64),
     extra: Vec<(&str, serde_json::Value)>,
@@ -351,6 +398,7 @@ fn capture_report(
         pool: Some(prod.stats()),
         copy_out: prod.copy_counters(),
         extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        out_span: Some(span),
         ..Default::default()
     }
 }

@@ -100,10 +100,10 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub heap: HeapChoice,
     /// Seconds between stats reports (0 = only at exit).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     pub stats_interval: f64,
     /// Seconds to wait for the neighbouring stages to appear.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub connect_timeout: f64,
     /// Copy every frame through the CPU at every hop, as a plain pipeline would (bytes over
     /// a Unix stream socket, copied out of and into buffers), to measure what zero-copy saves.
@@ -177,10 +177,10 @@ pub struct CaptureArgs {
     #[arg(long, default_value = "auto")]
     pub source: String,
     /// Frames per second: a host source is paced at it; a V4L2 camera is asked for it (VIDIOC_S_PARM). Default: the source's own rate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub fps: Option<f64>,
-    /// Stop after this many frames.
-    #[arg(long)]
+    /// Stop after this many frames (at least 1).
+    #[arg(long, value_parser = parse_frames)]
     pub frames: Option<u64>,
     /// Buffers in the capture pool.
     #[arg(long, default_value_t = 4)]
@@ -244,6 +244,14 @@ impl std::fmt::Display for ScalerKind {
     }
 }
 
+/// `--frames`: a whole number of at least 1.
+fn parse_frames(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("use a whole number of at least 1 (leave --frames out to run until the source ends or Ctrl-C)".into()),
+    }
+}
+
 impl CaptureArgs {
     /// These options as `--key=value` flags for `zcpipe stage capture` or `zcpipe run`
     /// (`=`: a value starting with '-' must not look like a flag); unset ones are left out.
@@ -298,10 +306,10 @@ pub struct InferArgs {
     #[arg(long, default_value = "models/coco80.txt")]
     pub labels: PathBuf,
     /// Keep detections scoring above this.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long, default_value_t = 0.3, allow_negative_numbers = true)]
     pub score_threshold: f32,
     /// Per-class NMS IoU threshold.
-    #[arg(long, default_value_t = 0.45)]
+    #[arg(long, default_value_t = 0.45, allow_negative_numbers = true)]
     pub nms_iou: f32,
     /// rknn: NPU cores to run on, one context each, frames round-robin (e.g. 0,1,2 on
     /// RK3588). Default: one context, the runtime's choice.
@@ -338,7 +346,7 @@ pub enum PrintMode {
 /// Publish options.
 #[derive(Args, Debug, Clone)]
 pub struct PublishArgs {
-    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root).
+    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
     #[arg(long)]
     pub publish: Option<PathBuf>,
     /// What to print on stdout per frame.
@@ -351,7 +359,7 @@ pub struct PublishArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
-    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root).
+    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
     #[arg(long)]
     pub publish: Option<PathBuf>,
     /// Print the JSON lines on stdout instead of readable lines (logs, stats, summary stay on stderr).
@@ -368,8 +376,12 @@ pub struct RunArgs {
 /// `zcpipe watch`.
 #[derive(Args, Debug, Clone)]
 pub struct WatchArgs {
-    /// Detections socket (default: the one `zcpipe run` uses).
+    /// Detections socket (default: the one `zcpipe run --instance <--instance>` uses).
     pub path: Option<PathBuf>,
+    /// Watch this instance's default socket (`detections-<instance>.sock`; `default`:
+    /// `detections.sock`).
+    #[arg(long, default_value = "default")]
+    pub instance: String,
     /// Print raw JSON lines.
     #[arg(long)]
     pub json: bool,

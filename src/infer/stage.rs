@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::capture::spec::find_data_file;
-use crate::capture::stage::peer_gone;
+use crate::capture::stage::{ending, peer_gone};
 use crate::cli::{CommonArgs, InferArgs, PeerGone};
 use crate::core::channel::{Recv, Sender};
 use crate::core::frame::{Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
-use crate::metrics::{open_fd_count, Reporter, StageReport};
+use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
 use crate::publish::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use crate::supervise::STOP;
 
@@ -61,7 +61,11 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     }
     let labels = load_labels(&resolve_data_path(&args.labels))?;
     let spec = det.input_spec().clone();
-    log::info!("{} detector, model {} wants {}x{} {}", det.name(), model.display(), spec.width, spec.height, spec.fourcc);
+    if det.name() == "none" {
+        log::info!("no detector (--infer none): frames are scaled to {}x{} {} (YOLOX-Nano's input) and published without detections", spec.width, spec.height, spec.fourcc);
+    } else {
+        log::info!("{} detector, model {} wants {}x{} {}", det.name(), model.display(), spec.width, spec.height, spec.fourcc);
+    }
 
     let run_dir = common.run_dir();
     let listener = Listener::bind(&run_dir.join("infer.sock"))?;
@@ -86,7 +90,7 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.conn().peer_pid);
 
     let start = Instant::now();
-    let report = |ring: RingCounters, n_in: u64, n_out: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    let report = |ring: RingCounters, n_in: u64, n_out: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         reporter.send(&StageReport {
             stage: "infer".into(),
             pid: std::process::id(),
@@ -97,39 +101,58 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
             output_ring: Some(ring),
             copy_in: input.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            out_span: Some(span),
             ..Default::default()
         })
     };
     let mut stats = Stats { every: common.stats_interval(), last: Instant::now(), report: &report };
-    let io = Io { input: &input, spec: &spec, bound, stop };
+    let io = Io { input: &input, spec: &spec, bound, stop, start };
     let lanes = det.lanes();
+    // Both loops end here however they end (end, signal, hang-up, error), so the final
+    // report goes out every time; then the error, if any, ends the stage.
     let end = match lanes {
-        Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out, &mut stats)?,
+        Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out, &mut stats),
         other => {
             drop(other);
-            run_single(&io, &mut *det, out, &mut stats)?
+            run_single(&io, &mut *det, out, &mut stats)
         }
     };
-    let LoopEnd { reason, out, n_in, n_out } = end;
-    log::info!("{reason} after {n_in} frames; draining");
-    out.finish();
-    let t = Instant::now();
-    while !out.conn().peer_gone() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
+    let LoopEnd { ended, out, n_in, n_out, span } = end;
+    let (end_reason, level) = ending(&ended);
+    log::log!(level, "{end_reason} after {n_in} frames; draining");
+    // Only a clean end is an end of stream downstream. After an error the next stage sees us
+    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
+    // the chain back; what it still held is freed with this process.
+    if ended.is_ok() {
+        out.finish();
+        // Publish takes what is queued, then hangs up (at once if it is gone already).
+        let t = Instant::now();
+        while !out.conn().peer_gone() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     let fds_exit = open_fd_count();
-    log::info!("open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(out.counters(), n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("device_reads_in_place", bound.into())]);
+    log::log!(level, "open fds before exit: {fds_exit} (after set-up: {fds_setup})");
+    let extra = vec![
+        ("open_fds_setup", fds_setup.into()),
+        ("open_fds_exit", fds_exit.into()),
+        ("device_reads_in_place", bound.into()),
+        ("end_reason", end_reason.into()),
+    ];
+    report(out.counters(), n_in, n_out, span, true, extra);
+    ended?;
     Ok(0)
 }
 
 /// What both frame loops read: the scale stage's pool, the model's input, whether the
-/// detector imported the pool (frames go to `detect_bound`, never mapped) and the stop flag.
+/// detector imported the pool (frames go to `detect_bound`, never mapped), the stop flag
+/// and when the stage's main loop started (for [`FrameSpan::tick`]).
 struct Io<'a> {
     input: &'a PoolConsumer,
     spec: &'a InputSpec,
     bound: bool,
     stop: &'a AtomicBool,
+    start: Instant,
 }
 
 /// Periodic stats lines: every `every` (`--stats-interval`; `None` = summary only).
@@ -137,35 +160,44 @@ struct Stats<'a> {
     every: Option<Duration>,
     last: Instant,
     #[allow(clippy::type_complexity)]
-    report: &'a dyn Fn(RingCounters, u64, u64, bool, Vec<(&str, serde_json::Value)>),
+    report: &'a dyn Fn(RingCounters, u64, u64, FrameSpan, bool, Vec<(&str, serde_json::Value)>),
 }
 
 impl Stats<'_> {
     /// Sends a stats report if the interval has passed; `out` gives the output ring's
-    /// counters and the frames published.
-    fn tick(&mut self, n_in: u64, out: impl FnOnce() -> (RingCounters, u64)) {
+    /// counters, the frames published and when they went out.
+    fn tick(&mut self, n_in: u64, out: impl FnOnce() -> (RingCounters, u64, FrameSpan)) {
         if self.every.is_some_and(|e| self.last.elapsed() >= e) {
-            let (ring, n_out) = out();
-            (self.report)(ring, n_in, n_out, false, vec![]);
+            let (ring, n_out, span) = out();
+            (self.report)(ring, n_in, n_out, span, false, vec![]);
             self.last = Instant::now();
         }
     }
 }
 
-/// How a frame loop ended: why, the detections sender (to finish), frames in and out.
+/// How a frame loop ended: why (or the error that ended it), the detections sender (to
+/// finish), frames in and out, and when the frames out went.
 struct LoopEnd {
-    reason: &'static str,
+    ended: Result<&'static str>,
     out: Sender<DetectionsDesc>,
     n_in: u64,
     n_out: u64,
+    span: FrameSpan,
 }
 
 /// Waits up to `timeout` for the next frame; an error names the neighbour that hung up
-/// (the publish stage, `out_gone`, is checked while idle).
+/// (the publish stage, `out_gone`, is checked while idle, and at end of stream: a consumer
+/// already gone cannot drain, and its death is what ended the stream, since the supervisor
+/// stops every stage when one dies).
 fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool) -> Result<Next> {
     Ok(match io.input.recv(timeout)? {
         Recv::Item(f) => Next::Frame(f),
-        Recv::Eos => Next::Eos,
+        Recv::Eos => {
+            if out_gone() {
+                return Err(PeerGone("publish stage hung up".into()).into());
+            }
+            Next::Eos
+        }
         Recv::Hangup => return Err(PeerGone("scale stage hung up".into()).into()),
         Recv::Idle => {
             if out_gone() {
@@ -216,32 +248,37 @@ fn send(out: &mut Sender<DetectionsDesc>, mut dd: DetectionsDesc, stop: &AtomicB
 }
 
 /// One engine: every frame is detected on this thread, then published.
-fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> Result<LoopEnd> {
+fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> LoopEnd {
     let (mut n_in, mut n_out) = (0u64, 0u64);
-    let reason = loop {
-        if io.stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        stats.tick(n_in, || (out.counters(), n_out));
-        let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
-            Next::Frame(f) => f,
-            Next::Eos => break "end of stream",
-            Next::Idle => continue,
-        };
-        n_in += 1;
-        let d = arrived(&frame, io.spec)?;
-        let dets = if io.bound {
-            // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
-            det.detect_bound(d.buffer_index, &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
-        } else {
-            let g = frame.read()?;
-            det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
-        };
-        drop(frame); // the scale buffer goes back before we publish
-        send(&mut out, record(&d, &dets), io.stop)?;
-        n_out += 1;
+    let mut span = FrameSpan::default();
+    let mut body = || -> Result<&'static str> {
+        Ok(loop {
+            if io.stop.load(Ordering::Relaxed) {
+                break "signal";
+            }
+            stats.tick(n_in, || (out.counters(), n_out, span));
+            let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
+                Next::Frame(f) => f,
+                Next::Eos => break "end of stream",
+                Next::Idle => continue,
+            };
+            n_in += 1;
+            let d = arrived(&frame, io.spec)?;
+            let dets = if io.bound {
+                // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
+                det.detect_bound(d.buffer_index, &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
+            } else {
+                let g = frame.read()?;
+                det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
+            };
+            drop(frame); // the scale buffer goes back before we publish
+            send(&mut out, record(&d, &dets), io.stop)?;
+            n_out += 1;
+            span.tick(io.start);
+        })
     };
-    Ok(LoopEnd { reason, out, n_in, n_out })
+    let ended = body();
+    LoopEnd { ended, out, n_in, n_out, span }
 }
 
 /// How long a frame loop waits for a frame before it looks at the stop flag, stats and
@@ -280,6 +317,10 @@ struct Shared {
     /// Frames each lane holds (running or queued).
     held: Vec<usize>,
     n_out: u64,
+    /// When the records published went out.
+    span: FrameSpan,
+    /// When the stage's main loop started.
+    start: Instant,
     /// The first error of a lane (or of publishing); it ends the stage.
     error: Option<anyhow::Error>,
 }
@@ -295,6 +336,7 @@ impl Shared {
             self.next_pub += 1;
             send(&mut self.out, dd, stop)?;
             self.n_out += 1;
+            self.span.tick(self.start);
         }
         Ok(())
     }
@@ -323,7 +365,7 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 /// stream the dispatcher stops taking frames, the lanes finish what they hold (published
 /// as usual) and are joined. The first lane error stops the dispatch; queued frames are
 /// given back unrun and the stage ends with that error.
-fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> Result<LoopEnd> {
+fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> LoopEnd {
     let n = lanes.len();
     let pool = io.input.buffers().len();
     let cap = (n * FRAMES_PER_LANE).min(pool.saturating_sub(1)).max(1);
@@ -333,10 +375,11 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<De
         names.join(", "),
         if cap < n { format!(": --scale-buffers {} lets every lane run at once", n + 1) } else { String::new() }
     );
-    let shared = Mutex::new(Shared { out, pending: VecDeque::new(), next_pub: 0, held: vec![0; n], n_out: 0, error: None });
+    let shared = Mutex::new(Shared { out, pending: VecDeque::new(), next_pub: 0, held: vec![0; n], n_out: 0, span: FrameSpan::default(), start: io.start, error: None });
     let cv = Condvar::new();
     let (bound, stop) = (io.bound, io.stop);
-    let dispatched = std::thread::scope(|scope| -> Result<(&'static str, u64)> {
+    let mut n_in = 0u64;
+    let dispatched = std::thread::scope(|scope| -> Result<&'static str> {
         let mut txs = Vec::with_capacity(n);
         for (i, mut lane) in lanes.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Job>();
@@ -347,33 +390,35 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<De
                 .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
             txs.push(tx);
         }
-        dispatch(io, &txs, &shared, &cv, cap, stats)
+        dispatch(io, &txs, &shared, &cv, cap, stats, &mut n_in)
         // `txs` drops here: each lane finishes what it holds and returns; the scope joins.
     });
     let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = s.error {
-        return Err(e);
-    }
-    let (reason, n_in) = dispatched?;
-    Ok(LoopEnd { reason, out: s.out, n_in, n_out: s.n_out })
+    // A lane's error is the cause: the dispatcher only stopped because of it.
+    let ended = match s.error {
+        Some(e) => Err(e),
+        None => dispatched,
+    };
+    LoopEnd { ended, out: s.out, n_in, n_out: s.n_out, span: s.span }
 }
 
-/// The dispatcher of [`run_lanes`]: returns why it stopped and how many frames came in.
-fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: &Condvar, cap: usize, stats: &mut Stats<'_>) -> Result<(&'static str, u64)> {
-    let (mut n_in, mut next) = (0u64, 0u64);
+/// The dispatcher of [`run_lanes`]: returns why it stopped; counts the frames that came in
+/// in `n_in`.
+fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: &Condvar, cap: usize, stats: &mut Stats<'_>, n_in: &mut u64) -> Result<&'static str> {
+    let mut next = 0u64;
     loop {
         if io.stop.load(Ordering::Relaxed) {
-            return Ok(("signal", n_in));
+            return Ok("signal");
         }
-        stats.tick(n_in, || {
+        stats.tick(*n_in, || {
             let s = lock(shared);
-            (s.out.counters(), s.n_out)
+            (s.out.counters(), s.n_out, s.span)
         });
         let lane = (next % txs.len() as u64) as usize;
         let busy = {
             let s = lock(shared);
             if s.error.is_some() {
-                return Ok(("a lane failed", n_in));
+                return Ok("a lane failed");
             }
             let held: usize = s.held.iter().sum();
             if s.held[lane] >= FRAMES_PER_LANE || held >= cap {
@@ -387,10 +432,10 @@ fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: 
         let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
         let frame = match next_frame(io, wait, || lock(shared).out.conn().peer_gone())? {
             Next::Frame(f) => f,
-            Next::Eos => return Ok(("end of stream", n_in)),
+            Next::Eos => return Ok("end of stream"),
             Next::Idle => continue,
         };
-        n_in += 1;
+        *n_in += 1;
         let desc = arrived(&frame, io.spec)?;
         {
             let mut s = lock(shared);

@@ -131,6 +131,51 @@ pub struct StageReport {
     /// CPU time, context switches and memory of the stage process (filled by [`Reporter`]).
     #[serde(default)]
     pub process: Option<ProcessStats>,
+    /// When the frames counted in `frames_out` went out (for [`FrameSpan::fps`]).
+    #[serde(default)]
+    pub out_span: Option<FrameSpan>,
+}
+
+/// When a stage's first and last frames went out, in seconds since the stage's `start`: the
+/// frame rate over that span does not depend on set-up time, nor on when a report is sent
+/// (N frames span N-1 intervals).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct FrameSpan {
+    /// Frames that went out.
+    pub frames: u64,
+    /// When the first went out, s since `start`.
+    pub first_s: f64,
+    /// When the last went out, s since `start`.
+    pub last_s: f64,
+}
+
+impl FrameSpan {
+    /// Counts one frame going out now.
+    pub fn tick(&mut self, start: std::time::Instant) {
+        let t = start.elapsed().as_secs_f64();
+        if self.frames == 0 {
+            self.first_s = t;
+        }
+        self.last_s = t;
+        self.frames += 1;
+    }
+
+    /// Frames per second between the first and the last frame: `(frames - 1) / (last - first)`;
+    /// `None` for fewer than 2 frames.
+    pub fn fps(&self) -> Option<f64> {
+        let span = self.last_s - self.first_s;
+        (self.frames >= 2 && span > 0.0).then(|| (self.frames - 1) as f64 / span)
+    }
+
+    /// Frames per second between an earlier snapshot of this span and now (for the periodic
+    /// stats line); `None` if no frame went out in between.
+    pub fn fps_since(&self, before: &FrameSpan) -> Option<f64> {
+        if before.frames == 0 {
+            return self.fps();
+        }
+        let span = self.last_s - before.last_s;
+        (self.frames > before.frames && span > 0.0).then(|| (self.frames - before.frames) as f64 / span)
+    }
 }
 
 /// Resource use of one process: getrusage(2) `RUSAGE_SELF` and /proc/self/smaps_rollup
@@ -229,6 +274,26 @@ pub fn open_fd_count() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_span_counts_intervals_not_frames() {
+        let mut s = FrameSpan::default();
+        assert_eq!(s.fps(), None);
+        s = FrameSpan { frames: 1, first_s: 0.5, last_s: 0.5 };
+        assert_eq!(s.fps(), None, "one frame has no rate");
+        // 31 frames paced at 30 fps span exactly 1 s.
+        s = FrameSpan { frames: 31, first_s: 0.5, last_s: 1.5 };
+        assert!((s.fps().unwrap() - 30.0).abs() < 1e-9);
+        let later = FrameSpan { frames: 61, first_s: 0.5, last_s: 2.5 };
+        assert!((later.fps_since(&s).unwrap() - 30.0).abs() < 1e-9);
+        assert_eq!(later.fps_since(&later), None, "nothing new");
+        let t0 = std::time::Instant::now();
+        let mut t = FrameSpan::default();
+        t.tick(t0);
+        t.tick(t0);
+        assert_eq!(t.frames, 2);
+        assert!(t.last_s >= t.first_s);
+    }
 
     #[test]
     fn stage_latencies_add_up() {

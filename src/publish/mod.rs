@@ -134,10 +134,13 @@ pub struct FrameJson {
     pub detections: Vec<DetectionJson>,
 }
 
-/// The default detections socket: `$XDG_RUNTIME_DIR/zcpipe/detections.sock`, or
-/// `/run/zcpipe/detections.sock` for root, or `/tmp/zcpipe-<uid>/detections.sock`.
-pub fn default_socket_path() -> PathBuf {
-    crate::supervise::runtime_base().join("detections.sock")
+/// The default detections socket of `instance` (`--instance`): for the `default` instance
+/// `$XDG_RUNTIME_DIR/zcpipe/detections.sock`, or `/run/zcpipe/detections.sock` for root, or
+/// `/tmp/zcpipe-<uid>/detections.sock`; for any other, `detections-<instance>.sock` there,
+/// so that instances run side by side without `--publish`.
+pub fn default_socket_path(instance: &str) -> PathBuf {
+    let name = if instance == "default" { "detections.sock".to_string() } else { format!("detections-{instance}.sock") };
+    crate::supervise::runtime_base().join(name)
 }
 
 struct Client {

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+use crate::capture::stage::ending;
 use crate::cli::{CommonArgs, PeerGone, PrintMode, PublishArgs};
 use crate::core::channel::Recv;
 use crate::core::frame::{monotonic_ns, Stage};
 use crate::core::link::{Conn, ControlMsg, Listener};
 use crate::core::pool::join;
-use crate::metrics::{latencies_us, open_fd_count, LatencySet, Reporter, StageReport};
+use crate::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, Reporter, StageReport};
 use crate::supervise::STOP;
 
 use super::{default_socket_path, DetectionJson, DetectionServer, DetectionsDesc, FrameJson, LatencyJson};
@@ -62,7 +63,7 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
     let reporter = Reporter::new(common.report_fd);
     let run_dir = common.run_dir();
     let _listener = Listener::bind(&run_dir.join("publish.sock"))?;
-    let path = args.publish.clone().unwrap_or_else(default_socket_path);
+    let path = args.publish.clone().unwrap_or_else(|| default_socket_path(&common.instance));
     let mut server = DetectionServer::bind(&path)?;
     let up = Conn::connect_retry(&run_dir.join("infer.sock"), "infer stage", stop, common.connect_timeout())?;
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: common.wait };
@@ -80,7 +81,8 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
     let mut last_report = Instant::now();
     let stats_every = common.stats_interval();
     let stdout = std::io::stdout();
-    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, n_out: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    let mut span = FrameSpan::default();
+    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, n_out: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         let mut extra: std::collections::BTreeMap<String, serde_json::Value> = extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         extra.insert("server".into(), serde_json::to_value(server.stats()).unwrap_or_default());
         reporter.send(&StageReport {
@@ -92,50 +94,59 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
             frames_out: n_out,
             latency: lat.summary(),
             extra,
+            out_span: Some(span),
             ..Default::default()
         })
     };
     let validate = |d: &DetectionsDesc| d.validate();
-    let end_reason = loop {
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        server.service();
-        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-            report(&server, &lat, n_in, n_out, false, vec![]);
-            last_report = Instant::now();
-        }
-        let mut d = match rx.recv(&validate, &mut |_, _| {}, Duration::from_millis(100))? {
-            Recv::Item(d) => d,
-            Recv::Eos => break "end of stream",
-            Recv::Hangup => return Err(PeerGone("infer stage hung up".into()).into()),
-            Recv::Idle => continue,
-        };
-        n_in += 1;
-        d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
-        d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
-        let l = latencies_us(d.timestamp_ns, &d.stamps);
-        lat.record(&l);
-        let f = frame_json(&d, &labels, &l);
-        let mut line = serde_json::to_string(&f)?;
-        line.push('\n');
-        server.broadcast(line.as_bytes());
-        match args.print {
-            PrintMode::None => {}
-            PrintMode::Json => {
-                let _ = stdout.lock().write_all(line.as_bytes());
+    // Every way out of the loop (end, signal, hang-up, error) goes through the final report.
+    let mut body = || -> Result<&'static str> {
+        Ok(loop {
+            if stop.load(Ordering::Relaxed) {
+                break "signal";
             }
-            PrintMode::Human => {
-                let _ = writeln!(stdout.lock(), "{}", human_line(&f));
+            server.service();
+            if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
+                report(&server, &lat, n_in, n_out, span, false, vec![]);
+                last_report = Instant::now();
             }
-        }
-        n_out += 1;
+            let mut d = match rx.recv(&validate, &mut |_, _| {}, Duration::from_millis(100))? {
+                Recv::Item(d) => d,
+                Recv::Eos => break "end of stream",
+                Recv::Hangup => return Err(PeerGone("infer stage hung up".into()).into()),
+                Recv::Idle => continue,
+            };
+            n_in += 1;
+            d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
+            d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+            let l = latencies_us(d.timestamp_ns, &d.stamps);
+            lat.record(&l);
+            let f = frame_json(&d, &labels, &l);
+            let mut line = serde_json::to_string(&f)?;
+            line.push('\n');
+            server.broadcast(line.as_bytes());
+            match args.print {
+                PrintMode::None => {}
+                PrintMode::Json => {
+                    let _ = stdout.lock().write_all(line.as_bytes());
+                }
+                PrintMode::Human => {
+                    let _ = writeln!(stdout.lock(), "{}", human_line(&f));
+                }
+            }
+            n_out += 1;
+            span.tick(start);
+        })
     };
-    log::info!("{end_reason} after {n_in} frames");
-    server.close_all(end_reason, n_out);
+    let ended = body();
+    let (end_reason, level) = ending(&ended);
+    log::log!(level, "{end_reason} after {n_in} frames");
+    server.close_all(&end_reason, n_out);
     let fds_exit = open_fd_count();
     drop(rx);
-    log::info!("open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(&server, &lat, n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into())]);
+    log::log!(level, "open fds before exit: {fds_exit} (after set-up: {fds_setup})");
+    let extra = vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("end_reason", end_reason.into())];
+    report(&server, &lat, n_in, n_out, span, true, extra);
+    ended?;
     Ok(0)
 }

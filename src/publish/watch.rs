@@ -12,7 +12,7 @@ use super::{default_socket_path, stage::human_line, FrameJson};
 /// Connects to the detections socket and prints each frame (readable, or raw with
 /// `--json`) until the stream ends, `--count` frames arrived, or a signal.
 pub fn watch(args: WatchArgs) -> Result<()> {
-    let path = args.path.clone().unwrap_or_else(default_socket_path);
+    let path = args.path.clone().unwrap_or_else(|| default_socket_path(&args.instance));
     let s = UnixStream::connect(&path).with_context(|| {
         format!("no zcpipe is publishing at {}: start `zcpipe run`, or pass the socket path given to --publish", path.display())
     })?;

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::capture::stage::peer_gone;
+use crate::capture::stage::{ending, peer_gone};
 use crate::cli::{CommonArgs, PeerGone, ScaleArgs, ScalerKind};
 use crate::core::channel::Recv;
 use crate::core::dmabuf::Allocator;
 use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
 use crate::core::pool::{HopSpec, PoolConsumer, PoolProducer};
-use crate::metrics::{open_fd_count, Reporter, StageReport};
+use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
 use crate::supervise::STOP;
 
 use super::cpu::CpuScaler;
@@ -119,7 +119,8 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let (mut n_in, mut n_out) = (0u64, 0u64);
     let mut last_report = Instant::now();
     let stats_every = common.stats_interval();
-    let report = |out: &PoolProducer, n_in: u64, n_out: u64, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    let mut span = FrameSpan::default();
+    let report = |out: &PoolProducer, n_in: u64, n_out: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         reporter.send(&StageReport {
             stage: "scale".into(),
             pid: std::process::id(),
@@ -132,62 +133,94 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
             copy_out: out.copy_counters(),
             copy_in: input.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            out_span: Some(span),
             ..Default::default()
         })
     };
-    let end_reason = loop {
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-            report(&out, n_in, n_out, false, vec![]);
-            last_report = Instant::now();
-        }
-        let frame = match input.recv(Duration::from_millis(100))? {
-            Recv::Item(f) => f,
-            Recv::Eos => break "end of stream",
-            Recv::Hangup => return Err(PeerGone("capture stage hung up".into()).into()),
-            Recv::Idle => {
-                if out.conn().peer_gone() {
-                    return Err(PeerGone("infer stage hung up".into()).into());
-                }
-                continue;
+    // Every way out of the loop (end, signal, hang-up, error) goes through the final report.
+    let mut body = || -> Result<&'static str> {
+        Ok(loop {
+            if stop.load(Ordering::Relaxed) {
+                break "signal";
             }
-        };
-        n_in += 1;
-        let mut desc = FrameDesc { buffer_index: 0, layout: dst, ..frame.desc };
-        desc.stamp_in(Stage::Scale);
-        let Some(idx) = out.acquire(stop).map_err(peer_gone)? else { break "signal" };
-        desc.buffer_index = idx;
-        desc.letterbox = if let Some(d) = device.as_mut() {
-            // The device reads capture's buffer and writes ours; no mapping, no sync here.
-            if input.offer.layout.is_some() {
-                if frame.desc.layout != src_layout {
-                    bail!("capture changed its frame layout mid-stream ({:?} -> {:?}); a device scaler is bound to the first", src_layout, frame.desc.layout);
+            if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
+                report(&out, n_in, n_out, span, false, vec![]);
+                last_report = Instant::now();
+            }
+            let frame = match input.recv(Duration::from_millis(100))? {
+                Recv::Item(f) => f,
+                Recv::Eos => {
+                    // A consumer already gone cannot drain: its death ended the stream (the
+                    // supervisor stops every stage when one dies), so name it.
+                    if out.conn().peer_gone() {
+                        return Err(PeerGone("infer stage hung up".into()).into());
+                    }
+                    break "end of stream";
                 }
-                d.scale(frame.desc.buffer_index, idx).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+                Recv::Hangup => return Err(PeerGone("capture stage hung up".into()).into()),
+                Recv::Idle => {
+                    if out.conn().peer_gone() {
+                        return Err(PeerGone("infer stage hung up".into()).into());
+                    }
+                    continue;
+                }
+            };
+            n_in += 1;
+            let mut desc = FrameDesc { buffer_index: 0, layout: dst, ..frame.desc };
+            desc.stamp_in(Stage::Scale);
+            let Some(idx) = out.acquire(stop).map_err(peer_gone)? else { break "signal" };
+            desc.buffer_index = idx;
+            desc.letterbox = if let Some(d) = device.as_mut() {
+                // The device reads capture's buffer and writes ours; no mapping, no sync here.
+                if input.offer.layout.is_some() {
+                    if frame.desc.layout != src_layout {
+                        bail!("capture changed its frame layout mid-stream ({:?} -> {:?}); a device scaler is bound to the first", src_layout, frame.desc.layout);
+                    }
+                    d.scale(frame.desc.buffer_index, idx).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+                } else {
+                    let dst_buf = &mut out.buffer_mut(idx)[0];
+                    d.scale_frame(frame.desc.buffer_index, frame.buffers(), &frame.desc.layout, idx, dst_buf).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+                }
+            } else if args.scaler == ScalerKind::None {
+                // Pass-through: no mapping, no sync, no pixels; geometry only.
+                scaler.scale(&[], &frame.desc.layout, &mut [], &dst, want.pad)?
             } else {
-                let dst_buf = &mut out.buffer_mut(idx)[0];
-                d.scale_frame(frame.desc.buffer_index, frame.buffers(), &frame.desc.layout, idx, dst_buf).with_context(|| format!("scaling frame {}", frame.desc.seq))?
-            }
-        } else if args.scaler == ScalerKind::None {
-            // Pass-through: no mapping, no sync, no pixels; geometry only.
-            scaler.scale(&[], &frame.desc.layout, &mut [], &dst, want.pad)?
-        } else {
-            let src = frame.read()?;
-            let srcs: Vec<&[u8]> = src.iter().map(|g| g.bytes()).collect();
-            let mut d = out.buffer_mut(idx)[0].write()?;
-            scaler.scale(&srcs, &frame.desc.layout, &mut d, &dst, want.pad).with_context(|| format!("scaling frame {}", frame.desc.seq))?
-        };
-        drop(frame); // the capture buffer goes back now, before we queue ours
-        desc.stamp_out(Stage::Scale);
-        out.publish(desc, stop).map_err(peer_gone)?;
-        n_out += 1;
+                let src = frame.read()?;
+                let srcs: Vec<&[u8]> = src.iter().map(|g| g.bytes()).collect();
+                let mut d = out.buffer_mut(idx)[0].write()?;
+                scaler.scale(&srcs, &frame.desc.layout, &mut d, &dst, want.pad).with_context(|| format!("scaling frame {}", frame.desc.seq))?
+            };
+            drop(frame); // the capture buffer goes back now, before we queue ours
+            desc.stamp_out(Stage::Scale);
+            out.publish(desc, stop).map_err(peer_gone)?;
+            n_out += 1;
+            span.tick(start);
+        })
     };
-    log::info!("{end_reason} after {n_in} frames; draining");
-    let (returned, still_out) = out.finish(Duration::from_secs(5))?;
+    let ended = body();
+    let (end_reason, level) = ending(&ended);
+    log::log!(level, "{end_reason} after {n_in} frames; draining");
+    // A buffer being written when the loop failed was never published: it is free again.
+    for i in 0..out.len() as u32 {
+        out.abandon(i);
+    }
+    // Only a clean end is an end of stream downstream. After an error the next stage sees us
+    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
+    // the chain back; what it still held is freed with this process.
+    // A dead infer stage frees what it held: `finish` returns at once then.
+    let drained = if ended.is_ok() { out.finish(Duration::from_secs(5)) } else { Ok((0, out.stats().outstanding)) };
+    let (returned, still_out) = drained.as_ref().copied().unwrap_or((0, out.stats().outstanding));
     let fds_exit = open_fd_count();
-    log::info!("{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    report(&out, n_in, n_out, true, vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into())]);
+    log::log!(level, "{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
+    report(
+        &out,
+        n_in,
+        n_out,
+        span,
+        true,
+        vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("end_reason", end_reason.into())],
+    );
+    ended?;
+    drained?;
     Ok(0)
 }

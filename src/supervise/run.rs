@@ -189,10 +189,11 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let mut capture_done_at: Option<Instant> = None;
     let mut termed = false;
     let mut killed = false;
-    let mut last_stats = Instant::now();
+    let mut stats = StatsLines::default();
     let stats_every = a.pipeline.common.stats_interval();
     loop {
         while let Ok(r) = rx.try_recv() {
+            stats.fresh.insert(r.stage.clone());
             latest.insert(r.stage.clone(), r);
         }
         if STOP.load(Ordering::Relaxed) && signalled_at.is_none() {
@@ -240,10 +241,10 @@ pub fn run(a: RunArgs) -> Result<i32> {
                 let _ = p.child.kill();
             }
         }
-        if stats_every.is_some_and(|e| last_stats.elapsed() >= e) && failed_at.is_none() {
-            last_stats = Instant::now();
-            if latest.len() == Stage::ALL.len() {
-                log::info!("{}", stats_line(&latest));
+        if let Some(every) = stats_every.filter(|_| failed_at.is_none()) {
+            let live: Vec<&str> = procs.iter().filter(|p| p.status.is_none()).map(|p| p.stage.name()).collect();
+            if let Some(line) = stats.due(every, &live, &latest) {
+                log::info!("{line}");
             }
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -256,7 +257,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let mut leftovers: Vec<std::path::PathBuf> = std::fs::read_dir(&run_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
         .unwrap_or_default();
-    leftovers.push(a.publish.clone().unwrap_or_else(crate::publish::default_socket_path));
+    leftovers.push(a.publish.clone().unwrap_or_else(|| crate::publish::default_socket_path(&a.pipeline.common.instance)));
     for p in leftovers {
         let _ = crate::core::link::remove_stale_socket(&p, probe);
     }
@@ -281,9 +282,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
             }
         }
     }
-    if summary.stages.contains_key("capture") {
-        let _ = write!(err, "{}", summary_text(&summary));
-    }
+    let _ = write!(err, "{}", summary_text(&summary));
     if !failed.is_empty() {
         // The failing stage printed its own one-line error.
         return Ok(1);
@@ -292,11 +291,17 @@ pub fn run(a: RunArgs) -> Result<i32> {
     Ok(if peer_gone_without_signal { 1 } else { 0 })
 }
 
-fn fps(r: &StageReport, n: u64) -> f64 {
-    if r.elapsed_s > 0.0 {
-        n as f64 / r.elapsed_s
-    } else {
-        0.0
+/// A rate for people: `30.0`, or `-` when there is none (fewer than 2 frames).
+fn rate(fps: Option<f64>) -> String {
+    fps.map(|f| format!("{f:.1}")).unwrap_or_else(|| "-".into())
+}
+
+/// A stage's frame rate over its whole run: between its first and last frame out
+/// ([`crate::metrics::FrameSpan`]); from `elapsed_s` for a report without a span.
+fn fps(r: &StageReport) -> Option<f64> {
+    match r.out_span {
+        Some(s) => s.fps(),
+        None => (r.elapsed_s > 0.0 && r.frames_out >= 2).then(|| r.frames_out as f64 / r.elapsed_s),
     }
 }
 
@@ -304,16 +309,53 @@ fn drops(latest: &BTreeMap<String, StageReport>, stage: &str) -> u64 {
     latest.get(stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0)
 }
 
-/// The periodic stats line.
-pub fn stats_line(latest: &BTreeMap<String, StageReport>) -> String {
-    let cap = latest.get("capture");
-    let publ = latest.get("publish");
+/// The periodic stats lines. Stages report on their own clocks; a line is printed once
+/// every live stage has reported since the previous line (or, if one is stuck, after two
+/// intervals with at least one new report), so no line repeats stale counts. Its rates are
+/// over the frames since the previous line.
+#[derive(Default)]
+struct StatsLines {
+    /// Stages that reported since the last line.
+    fresh: std::collections::BTreeSet<String>,
+    last: Option<Instant>,
+    /// Capture's and publish's frame spans at the last line.
+    before: BTreeMap<String, crate::metrics::FrameSpan>,
+}
+
+impl StatsLines {
+    /// The next line, if one is due now.
+    fn due(&mut self, every: Duration, live: &[&str], latest: &BTreeMap<String, StageReport>) -> Option<String> {
+        let since = self.last.map(|t| t.elapsed()).unwrap_or(every);
+        let all_fresh = !live.is_empty() && live.iter().all(|s| self.fresh.contains(*s));
+        let ready = since >= every && (all_fresh || (since >= 2 * every && !self.fresh.is_empty()));
+        if !ready || !latest.contains_key("capture") {
+            return None;
+        }
+        self.fresh.clear();
+        self.last = Some(Instant::now());
+        let mut part = |stage: &str| {
+            let r = latest.get(stage);
+            let span = r.and_then(|r| r.out_span);
+            let fps = match (span, self.before.get(stage)) {
+                (Some(now), Some(b)) => now.fps_since(b),
+                (Some(now), None) => now.fps(),
+                (None, _) => r.and_then(fps),
+            };
+            if let Some(s) = span {
+                self.before.insert(stage.to_string(), s);
+            }
+            (r.map(|r| r.frames_out).unwrap_or(0), rate(fps))
+        };
+        let (cap, cap_fps) = part("capture");
+        let (publ, publ_fps) = part("publish");
+        Some(stats_line(cap, &cap_fps, publ, &publ_fps, latest))
+    }
+}
+
+/// The periodic stats line: frames so far, rates since the previous line, drops so far.
+fn stats_line(cap: u64, cap_fps: &str, publ: u64, publ_fps: &str, latest: &BTreeMap<String, StageReport>) -> String {
     format!(
-        "stats: capture {} frames {:.1} fps | published {} frames {:.1} fps | dropped capture->scale {}, scale->infer {}, infer->publish {}",
-        cap.map(|r| r.frames_out).unwrap_or(0),
-        cap.map(|r| fps(r, r.frames_out)).unwrap_or(0.0),
-        publ.map(|r| r.frames_out).unwrap_or(0),
-        publ.map(|r| fps(r, r.frames_out)).unwrap_or(0.0),
+        "stats: capture {cap} frames {cap_fps} fps | published {publ} frames {publ_fps} fps | dropped capture->scale {}, scale->infer {}, infer->publish {}",
         drops(latest, "capture"),
         drops(latest, "scale"),
         drops(latest, "infer"),
@@ -344,7 +386,18 @@ pub fn summary_text(s: &RunSummary) -> String {
         }
     }
     if let (Some(c), Some(p)) = (get("capture"), get("publish")) {
-        let _ = writeln!(o, "  fps: captured {:.1}, published {:.1}", fps(c, c.frames_out), fps(p, p.frames_out));
+        let _ = writeln!(o, "  fps: captured {}, published {} (first to last frame)", rate(fps(c)), rate(fps(p)));
+    }
+    if let Some(sv) = get("publish").and_then(|p| p.extra.get("server")) {
+        let n = |k: &str| sv.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "  clients: {} accepted, {} lines sent, {} skipped (a client's socket buffer was full), {} disconnected (took nothing for 5 s)",
+            n("accepted"),
+            n("sent"),
+            n("skipped"),
+            n("disconnected_slow")
+        );
     }
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
         let (u, d) = (get(up).and_then(|r| r.copy_out), get(down).and_then(|r| r.copy_in));
@@ -370,6 +423,14 @@ pub fn summary_text(s: &RunSummary) -> String {
     if !cpu.is_empty() {
         let _ = writeln!(o, "  cpu and Pss: {}", cpu.join(", "));
     }
+    let unreported: Vec<&str> = Stage::ALL
+        .iter()
+        .map(|st| st.name())
+        .filter(|n| !get(n).is_some_and(|r| r.final_report))
+        .collect();
+    if !unreported.is_empty() {
+        let _ = writeln!(o, "  no final report from: {} (the counts above are their last periodic ones, if any)", unreported.join(", "));
+    }
     if let Some(p) = get("publish") {
         let _ = writeln!(o, "  latency (µs)        p50        p99        max");
         for k in crate::metrics::SERIES {
@@ -379,4 +440,53 @@ pub fn summary_text(s: &RunSummary) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::FrameSpan;
+
+    fn report(stage: &str, frames: u64, first_s: f64, last_s: f64) -> StageReport {
+        StageReport { stage: stage.into(), frames_out: frames, out_span: Some(FrameSpan { frames, first_s, last_s }), ..Default::default() }
+    }
+
+    fn ago(s: u64) -> Option<Instant> {
+        Instant::now().checked_sub(Duration::from_secs(s))
+    }
+
+    /// A stats line waits until every live stage has reported since the last one, never
+    /// repeats stale counts, gives rates since the previous line, and does not wait for
+    /// ever on a stuck stage.
+    #[test]
+    fn stats_lines_wait_for_fresh_reports_and_rate_the_interval() {
+        let every = Duration::from_secs(10);
+        let live = ["capture", "scale", "infer", "publish"];
+        let mut latest = BTreeMap::new();
+        for (s, n) in [("capture", 31), ("scale", 31), ("infer", 31), ("publish", 31)] {
+            latest.insert(s.to_string(), report(s, n, 0.5, 1.5));
+        }
+        let mut st = StatsLines::default();
+        st.fresh.extend(["capture".to_string(), "scale".to_string()]);
+        assert_eq!(st.due(every, &live, &latest), None, "infer and publish have not reported yet");
+        st.fresh.extend(live.map(String::from));
+        let line = st.due(every, &live, &latest).expect("all fresh");
+        assert!(line.contains("capture 31 frames 30.0 fps | published 31 frames 30.0 fps"), "{line}");
+        assert_eq!(st.due(every, &live, &latest), None, "an interval has not passed");
+        st.last = ago(12);
+        assert_eq!(st.due(every, &live, &latest), None, "nothing new: no stale repeat");
+        // 15 more frames in the next second at capture, 5 at publish.
+        latest.insert("capture".into(), report("capture", 46, 0.5, 2.5));
+        latest.insert("publish".into(), report("publish", 36, 0.5, 2.5));
+        st.fresh.extend(live.map(String::from));
+        let line = st.due(every, &live, &latest).expect("all fresh again");
+        assert!(line.contains("capture 46 frames 15.0 fps | published 36 frames 5.0 fps"), "{line}");
+        // A stuck stage: after two intervals, one fresh report is enough.
+        st.last = ago(12);
+        st.fresh.insert("capture".into());
+        assert_eq!(st.due(every, &live, &latest), None);
+        st.last = ago(21);
+        let line = st.due(every, &live, &latest).expect("two intervals passed");
+        assert!(line.contains("capture 46 frames - fps"), "no new capture frame since: {line}");
+    }
 }
