@@ -69,6 +69,7 @@ fn detects_reference_objects_in_the_shipped_photos() {
         let dets = f["detections"].as_array().unwrap();
         if refs.is_empty() {
             assert!(dets.is_empty(), "{name}: expected nothing, got {dets:?}");
+            eprintln!("EVIDENCE photos: {name}: no detection (reference: none)");
         }
         for (label, score, bx) in refs {
             let best = dets
@@ -82,6 +83,7 @@ fn detects_reference_objects_in_the_shipped_photos() {
             let (io, s) = best.unwrap_or_else(|| panic!("{name}: no {label} in {dets:?}"));
             assert!(io >= 0.7, "{name}: {label} IoU {io:.3} < 0.7");
             assert!((s - score).abs() <= 0.1, "{name}: {label} score {s:.3} vs reference {score}");
+            eprintln!("EVIDENCE photos: {name} {label} score {s:.3} (reference {score}), IoU {io:.3} with the reference box");
         }
     }
     let summary: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
