@@ -169,6 +169,15 @@ fn model_with_the_wrong_input_is_one_clear_error() {
     expect_clean_failure(&["--source", "testsrc", "--model", m.to_str().unwrap()], &["multiple_input_demo_source.onnx", "2 inputs"]);
 }
 
+#[cfg(feature = "onnx")]
+#[test]
+fn labels_that_do_not_fit_the_model_are_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let labels = dir.path().join("five.txt");
+    std::fs::write(&labels, "a\nb\nc\nd\ne\n").unwrap();
+    expect_clean_failure(&["--source", "testsrc", "--labels", labels.to_str().unwrap()], &["five.txt", "has 5 names", "80 classes", "coco80.txt"]);
+}
+
 #[test]
 fn unknown_backend_is_one_clear_error() {
     expect_clean_failure(&["--source", "testsrc", "--infer", "tensorrt"], &["tensorrt", "onnx", "none"]);
@@ -241,7 +250,18 @@ fn a_second_run_on_a_busy_run_dir_is_refused_and_harms_nothing() {
 
 #[test]
 fn negative_values_are_refused_before_anything_starts() {
-    for args in [&["--fps=-5"][..], &["--score-threshold=-1"], &["--stats-interval=-1"], &["--instance", "../x"]] {
+    let odd: [&[&str]; 9] = [
+        &["--fps=-5"],
+        &["--fps", "-5"],
+        &["--fps", "1e-30"],
+        &["--score-threshold=-1"],
+        &["--stats-interval=-1"],
+        &["--stats-interval", "1e20"],
+        &["--connect-timeout", "1e20"],
+        &["--size", "320x240"],
+        &["--instance", "../x"],
+    ];
+    for args in odd {
         let dir = tempfile::tempdir().unwrap();
         let out = run(dir.path(), &[&["--source", "testsrc", "--infer", "none"][..], args].concat());
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));

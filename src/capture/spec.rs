@@ -111,8 +111,8 @@ fn parse_testsrc(a: &str) -> Result<SourceSpec, String> {
     let (size, fps) = match a.split_once('@') {
         Some((size, fps)) => {
             let fps: f64 = fps.parse().map_err(|_| format!("fps \"{fps}\" is not a number"))?;
-            if !(fps.is_finite() && fps > 0.0 && fps <= 1000.0) {
-                return Err(format!("fps {fps} out of range (0, 1000]"));
+            if !FPS_RANGE.contains(&fps) {
+                return Err(format!("fps {fps} out of range 0.01..=1000"));
             }
             (size, fps)
         }
@@ -178,9 +178,7 @@ pub fn find_data_file(rel: &str) -> Option<PathBuf> {
 /// capture stage drives it with [`super::v4l2::V4l2Capture`] instead of a [`FrameSource`].
 pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
     if let Some(fps) = fps_override {
-        if !(fps.is_finite() && fps > 0.0) {
-            bail!("--fps {fps} must be a positive number of frames per second");
-        }
+        check_fps(fps)?;
     }
     Ok(match spec {
         SourceSpec::Auto => {
@@ -204,6 +202,35 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
             SourceSpec::V4l2(dev.clone())
         ),
     })
+}
+
+/// Frame rates zcpipe paces or asks for, in frames per second: 0.01 to 1000.
+pub const FPS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=1000.0;
+
+/// Checks a frame rate given with `--fps` (or in `testsrc:...@FPS`): within [`FPS_RANGE`].
+pub fn check_fps(fps: f64) -> anyhow::Result<()> {
+    if !FPS_RANGE.contains(&fps) {
+        bail!("--fps {fps}: use a frame rate from 0.01 to 1000 frames per second");
+    }
+    Ok(())
+}
+
+/// The V4L2-only flags (`--format`, `--size`, `--capture-io`) are refused for a host
+/// source (`image:`, `video:`, `testsrc`), which sets its own format and size.
+pub fn check_v4l2_only_flags(spec: &SourceSpec, format: bool, size: bool, capture_io: bool) -> anyhow::Result<()> {
+    if matches!(spec, SourceSpec::V4l2(_) | SourceSpec::Auto) {
+        return Ok(());
+    }
+    let own = match spec {
+        SourceSpec::TestSrc { .. } => "its own format and size (NV12; testsrc:WxH@FPS for another size)",
+        _ => "its own format and size (NV12 at the file's size)",
+    };
+    for (flag, given) in [("--format", format), ("--size", size), ("--capture-io", capture_io)] {
+        if given {
+            bail!("{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {spec} sets {own}");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -45,17 +45,11 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     if let SourceSpec::V4l2(device) = spec {
         return run_v4l2(common, args, device);
     }
-    for (flag, given) in [("--format", args.format.is_some()), ("--size", args.size.is_some()), ("--capture-io", args.capture_io.is_some())] {
-        if given {
-            anyhow::bail!("{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {spec} sets its own format");
-        }
-    }
+    super::spec::check_v4l2_only_flags(&spec, args.format.is_some(), args.size.is_some(), args.capture_io.is_some())?;
     let mut source = open_source(&spec, args.fps)?;
     let info = source.info().clone();
     let fps = args.fps.unwrap_or(info.fps);
-    if !(fps > 0.0 && fps.is_finite()) {
-        anyhow::bail!("--fps {fps} is not a positive frame rate");
-    }
+    super::spec::check_fps(fps)?;
     if args.buffers < 2 || args.buffers > 64 {
         anyhow::bail!("--buffers {}: use 2..=64 (4 is a good default)", args.buffers);
     }

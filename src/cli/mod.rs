@@ -121,11 +121,13 @@ impl CommonArgs {
         if i.is_empty() || i.contains('/') || i == "." || i == ".." || i.contains('\0') {
             anyhow::bail!("--instance {i:?}: use a plain name (letters, digits, - and _), it becomes a folder name");
         }
-        if !(self.stats_interval >= 0.0 && self.stats_interval.is_finite()) {
-            anyhow::bail!("--stats-interval {}: use 0 (summary only) or a positive number of seconds", self.stats_interval);
+        // A day at most: any longer is a typo, and Duration::from_secs_f64 panics past ~1e19 s.
+        const DAY: f64 = 86_400.0;
+        if !(0.0..=DAY).contains(&self.stats_interval) {
+            anyhow::bail!("--stats-interval {}: use 0 (summary only) or a number of seconds up to 86400", self.stats_interval);
         }
-        if !(self.connect_timeout > 0.0 && self.connect_timeout.is_finite()) {
-            anyhow::bail!("--connect-timeout {}: use a positive number of seconds", self.connect_timeout);
+        if !(self.connect_timeout > 0.0 && self.connect_timeout <= DAY) {
+            anyhow::bail!("--connect-timeout {}: use a positive number of seconds up to 86400", self.connect_timeout);
         }
         Ok(())
     }
@@ -180,7 +182,7 @@ pub struct CaptureArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub fps: Option<f64>,
     /// Stop after this many frames (at least 1).
-    #[arg(long, value_parser = parse_frames)]
+    #[arg(long, value_parser = parse_frames, allow_negative_numbers = true)]
     pub frames: Option<u64>,
     /// Buffers in the capture pool.
     #[arg(long, default_value_t = 4)]

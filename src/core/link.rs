@@ -205,8 +205,8 @@ pub fn remove_stale_socket(path: &Path, live: impl Fn(&Path) -> Option<()>) -> R
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Err(_) => Ok(()),
-        Ok(m) if !m.file_type().is_socket() => bail!("{} exists and is not a socket: refusing to replace it", path.display()),
-        Ok(_) if live(path).is_some() => bail!("{} is in use by a running zcpipe", path.display()),
+        Ok(m) if !m.file_type().is_socket() => bail!("{} exists and is not a socket: refusing to replace it; move it away", path.display()),
+        Ok(_) if live(path).is_some() => bail!("{} is in use by a running zcpipe; stop it", path.display()),
         Ok(_) => std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display())),
     }
 }
@@ -243,7 +243,7 @@ impl Listener {
             let probe = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).ok()?;
             connect(probe.as_raw_fd(), &UnixAddr::new(p).ok()?).ok()
         })
-        .map_err(|e| anyhow!("{e}; stop it, or choose another --instance or --run-dir"))?;
+        .map_err(|e| anyhow!("{e}, or choose another --instance or --run-dir"))?;
         let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
         bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
         listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;

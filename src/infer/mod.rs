@@ -142,6 +142,10 @@ pub trait Detector: Send {
     fn name(&self) -> &'static str;
     /// The frame this detector wants; the scale stage is set up from it.
     fn input_spec(&self) -> &InputSpec;
+    /// How many classes the model scores (YOLOX: output columns - 5), if it has a model.
+    fn classes(&self) -> Option<usize> {
+        None
+    }
     /// Runs one frame. `input` is the whole mapped buffer; `layout` is a packed `BGR24`
     /// layout matching [`Detector::input_spec`] (rows of `planes[0].bytesperline` bytes,
     /// possibly more than `3 * width`, starting at `planes[0].offset`). Returns detections

@@ -138,6 +138,10 @@ impl Detector for OnnxDetector {
         "onnx"
     }
 
+    fn classes(&self) -> Option<usize> {
+        Some(self.cols - 5)
+    }
+
     fn input_spec(&self) -> &InputSpec {
         &self.spec
     }

@@ -627,6 +627,10 @@ impl Detector for RknnDetector {
         "rknn"
     }
 
+    fn classes(&self) -> Option<usize> {
+        self.model.cols.checked_sub(5)
+    }
+
     fn input_spec(&self) -> &InputSpec {
         &self.model.spec
     }

@@ -60,6 +60,14 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.name());
     }
     let labels = load_labels(&resolve_data_path(&args.labels))?;
+    if let Some(n) = det.classes().filter(|n| *n != labels.len()) {
+        bail!(
+            "label file {} has {} names but model {} scores {n} classes: pass the model's own label file (models/coco80.txt for the bundled YOLOX-Nano)",
+            args.labels.display(),
+            labels.len(),
+            model.display()
+        );
+    }
     let spec = det.input_spec().clone();
     if det.name() == "none" {
         log::info!("no detector (--infer none): frames are scaled to {}x{} {} (YOLOX-Nano's input) and published without detections", spec.width, spec.height, spec.fourcc);

@@ -113,9 +113,12 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         m.insert(format!("latency p99 {series} (µs)"), f(&l["p99_us"]));
         m.insert(format!("latency max {series} (µs)"), f(&l["max_us"]));
     }
-    let elapsed = f(&st["publish"]["elapsed_s"]).max(1e-9);
-    m.insert("fps published".into(), f(&st["publish"]["frames_out"]) / elapsed);
-    m.insert("fps captured".into(), f(&st["capture"]["frames_out"]) / f(&st["capture"]["elapsed_s"]).max(1e-9));
+    // First to last frame out, as `zcpipe run`'s summary (N frames span N-1 intervals).
+    let fps = |stage: &str| {
+        serde_json::from_value::<crate::metrics::FrameSpan>(st[stage]["out_span"].clone()).ok().and_then(|s| s.fps()).unwrap_or(0.0)
+    };
+    m.insert("fps published".into(), fps("publish"));
+    m.insert("fps captured".into(), fps("capture"));
     for (up, down) in [("capture", "scale"), ("scale", "infer")] {
         let frames = f(&st[up]["frames_out"]).max(1.0);
         let copied = f(&st[up]["copy_out"]["copied_bytes"]) + f(&st[down]["copy_in"]["copied_bytes"]);

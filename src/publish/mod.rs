@@ -189,7 +189,7 @@ impl DetectionServer {
             }
         }
         crate::core::link::remove_stale_socket(path, |p| UnixStream::connect(p).ok().map(|_| ()))
-            .map_err(|e| anyhow::anyhow!("{e}; stop it, or pass another --publish path"))?;
+            .map_err(|e| anyhow::anyhow!("{e}, or pass another --publish path"))?;
         let listener = UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
         Ok(DetectionServer { listener, path: path.to_path_buf(), clients: vec![], stats: ServerStats::default(), slow_timeout: Duration::from_secs(5) })

@@ -69,12 +69,12 @@ fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
 /// Checks what `run` can check before starting anything, so a bad value is one line from
 /// the supervisor rather than a failure inside a child.
 fn preflight(a: &RunArgs) -> Result<()> {
-    a.pipeline.capture.source.parse::<crate::capture::spec::SourceSpec>()?;
-    if let Some(f) = a.pipeline.capture.fps {
-        if !(f > 0.0 && f.is_finite()) {
-            anyhow::bail!("--fps {f}: use a positive frame rate");
-        }
+    let c = &a.pipeline.capture;
+    let spec = c.source.parse::<crate::capture::spec::SourceSpec>()?;
+    if let Some(f) = c.fps {
+        crate::capture::spec::check_fps(f)?;
     }
+    crate::capture::spec::check_v4l2_only_flags(&spec, c.format.is_some(), c.size.is_some(), c.capture_io.is_some())?;
     for (name, v) in [("--buffers", a.pipeline.capture.buffers), ("--scale-buffers", a.pipeline.scale.scale_buffers)] {
         if !(2..=64).contains(&v) {
             anyhow::bail!("{name} {v}: use 2..=64");
@@ -282,7 +282,10 @@ pub fn run(a: RunArgs) -> Result<i32> {
             }
         }
     }
-    let _ = write!(err, "{}", summary_text(&summary));
+    // A run that failed during set-up has no report at all: its one error line says it all.
+    if !summary.stages.is_empty() {
+        let _ = write!(err, "{}", summary_text(&summary));
+    }
     if !failed.is_empty() {
         // The failing stage printed its own one-line error.
         return Ok(1);
@@ -348,6 +351,8 @@ impl StatsLines {
         };
         let (cap, cap_fps) = part("capture");
         let (publ, publ_fps) = part("publish");
+        // Capture's report may be older than publish's: it captured at least what came out.
+        let cap = cap.max(publ);
         Some(stats_line(cap, &cap_fps, publ, &publ_fps, latest))
     }
 }
