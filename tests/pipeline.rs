@@ -355,3 +355,22 @@ fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
     assert_eq!(end["frames"].as_u64(), Some(published), "{end}");
     assert_no_orphans(d);
 }
+
+/// A stage started alone whose downstream never comes gives up after `--connect-timeout`
+/// with one line naming the stage it waited for, and leaves no socket behind.
+#[test]
+fn a_stage_alone_gives_up_after_the_connect_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let out = zcpipe()
+        .args(["stage", "scale", "--connect-timeout", "1", "--run-dir"])
+        .arg(&run_dir)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].contains("no infer stage connected") && errors[0].contains("--connect-timeout") && errors[0].contains("zcpipe stage infer"), "{err}");
+    assert!(!run_dir.join("scale.sock").exists(), "socket left behind");
+}

@@ -63,7 +63,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
         alloc.describe()
     );
     let listener = Listener::bind(&common.run_dir().join("capture.sock"))?;
-    let (conn, hello) = accept_hello(&listener, stop)?;
+    let (conn, hello) = accept_hello(&listener, stop, common.connect_timeout(), "scale")?;
     let nv12 = Fourcc::NV12;
     if let ControlMsg::Hello { stage, accept, .. } = &hello {
         if !accept.is_empty() && !accept.contains(&nv12.0) {
@@ -203,7 +203,7 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
     let fps = cam.granted().fps();
 
     let listener = Listener::bind(&common.run_dir().join("capture.sock"))?;
-    let (conn, hello) = accept_hello(&listener, stop)?;
+    let (conn, hello) = accept_hello(&listener, stop, common.connect_timeout(), "scale")?;
     if let ControlMsg::Hello { stage, accept, .. } = &hello {
         if !accept.is_empty() && !accept.contains(&layout.fourcc.0) {
             let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(Fourcc(*f))).collect();

@@ -212,10 +212,23 @@ pub fn remove_stale_socket(path: &Path, live: impl Fn(&Path) -> Option<()>) -> R
 }
 
 /// Accepts downstream connections until one says hello (a stray connection that closes or
-/// says something else is logged and dropped, not fatal).
-pub fn accept_hello(listener: &Listener, stop: &AtomicBool) -> Result<(Conn, ControlMsg)> {
+/// says something else is logged and dropped, not fatal). `who` names the stage expected
+/// (`"infer"`); waiting longer than `timeout` (`--connect-timeout`) is an error naming it.
+pub fn accept_hello(listener: &Listener, stop: &AtomicBool, timeout: Duration, who: &str) -> Result<(Conn, ControlMsg)> {
+    log::info!("waiting for the {who} stage to connect on {}", listener.path().display());
+    let deadline = Instant::now() + timeout;
     loop {
-        let conn = listener.accept(stop)?;
+        let conn = listener.accept_until(stop, Some(deadline)).map_err(|e| {
+            if Instant::now() >= deadline {
+                anyhow!(
+                    "no {who} stage connected to {} within {:.0} s (--connect-timeout): start `zcpipe stage {who}` with the same --instance or --run-dir",
+                    listener.path().display(),
+                    timeout.as_secs_f64()
+                )
+            } else {
+                e
+            }
+        })?;
         match conn.recv() {
             Ok((msg @ ControlMsg::Hello { .. }, _)) => return Ok((conn, msg)),
             Ok((other, _)) => log::warn!("pid {} sent {other:?} instead of a hello; ignoring it", conn.peer_pid),
@@ -257,9 +270,17 @@ impl Listener {
 
     /// Waits for a connection, checking `stop` every 200 ms.
     pub fn accept(&self, stop: &AtomicBool) -> Result<Conn> {
+        self.accept_until(stop, None)
+    }
+
+    /// [`Listener::accept`], giving up at `deadline` (an error).
+    pub fn accept_until(&self, stop: &AtomicBool, deadline: Option<Instant>) -> Result<Conn> {
         loop {
             if stop.load(Ordering::Relaxed) {
                 bail!("stopped while waiting for a downstream stage on {}", self.path.display());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                bail!("timed out waiting for a downstream stage on {}", self.path.display());
             }
             let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
             match poll(&mut p, PollTimeout::from(200u16)) {

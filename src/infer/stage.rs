@@ -78,7 +78,7 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
     let run_dir = common.run_dir();
     let listener = Listener::bind(&run_dir.join("infer.sock"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, _) = accept_hello(&listener, stop)?;
+    let (down, _) = accept_hello(&listener, stop, common.connect_timeout(), "publish")?;
     let up = Conn::connect_retry(&run_dir.join("scale.sock"), "scale stage", stop, common.connect_timeout())?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline).
     let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD };
@@ -93,7 +93,7 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         det.bind_pool(&bufs)?
     };
 
-    let out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, format!("{} detections", det.name()), labels)?;
+    let out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, if det.name() == "none" { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.name()) }, labels)?;
     let fds_setup = open_fd_count();
     log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.conn().peer_pid);
 

@@ -160,6 +160,12 @@ pub fn compare(a: CompareArgs) -> Result<i32> {
     if a.pipeline.common.copy_mode {
         log::warn!("--copy-mode has no effect on compare: it runs every round in both modes");
     }
+    // A report that cannot be written should fail now, not after every round has run.
+    if let Some(dir) = a.report.as_ref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            bail!("--report {}: folder {} does not exist", a.report.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), dir.display());
+        }
+    }
     let flags = run_flags(&a);
     let dir = tempdir()?;
     let mut runs = vec![];

@@ -53,7 +53,7 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     let run_dir = common.run_dir();
     let listener = Listener::bind(&run_dir.join("scale.sock"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, msg) = accept_hello(&listener, stop)?;
+    let (down, msg) = accept_hello(&listener, stop, common.connect_timeout(), "infer")?;
     let want = match msg {
         ControlMsg::Hello { want: Some(w), .. } => w,
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
