@@ -146,12 +146,8 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     let ended = body();
     let (end_reason, level) = ending(&ended);
     log::log!(level, "{end_reason} after {seq} frames; draining");
-    // Only a clean end is an end of stream downstream. After an error the next stage sees us
-    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
-    // the chain back; what it still held is freed with this process.
-    // A dead scale stage frees what it held: `finish` returns at once then.
-    let drained = if ended.is_ok() { prod.finish(Duration::from_secs(5)) } else { Ok((0, prod.stats().outstanding)) };
-    let (returned, still_out) = drained.as_ref().copied().unwrap_or((0, prod.stats().outstanding));
+    // A dead scale stage frees what it held: the drain returns at once then.
+    let ((returned, still_out), drained) = prod.end(ended.is_ok(), Duration::from_secs(5));
     let fds_exit = open_fd_count();
     log::log!(level, "{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
     report(&prod, seq, span, true, end_extras(returned, still_out, fds_setup, fds_exit, &end_reason));
@@ -314,13 +310,9 @@ fn run_v4l2(common: CommonArgs, args: CaptureArgs, device: Option<std::path::Pat
         s.driver_drops,
         s.error_frames
     );
-    // Only a clean end is an end of stream downstream. After an error the next stage sees us
-    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
-    // the chain back; what it still held is freed with this process.
-    // A dead scale stage frees what it held: `finish` returns at once then. STREAMOFF is
+    // A dead scale stage frees what it held: the drain returns at once then. STREAMOFF is
     // tried even after a failed drain, so the driver gives its buffers back.
-    let drained = if ended.is_ok() { prod.finish(Duration::from_secs(5)) } else { Ok((0, prod.stats().outstanding)) };
-    let (returned, still_out) = drained.as_ref().copied().unwrap_or((0, prod.stats().outstanding));
+    let ((returned, still_out), drained) = prod.end(ended.is_ok(), Duration::from_secs(5));
     let streamed_off = cam.stream_off(&mut prod);
     let held = streamed_off.as_ref().copied().unwrap_or(0);
     let home = n_bufs - still_out;

@@ -411,6 +411,23 @@ impl PoolProducer {
         self.sender.conn()
     }
 
+    /// Ends this hop after the stage's frame loop: a clean end (`clean`) is an end of stream
+    /// drained as [`PoolProducer::finish`] does; after an error nothing is sent, so the
+    /// consumer sees this stage hang up and exits 3 (EXIT_PEER_GONE), a failure that the
+    /// systemd units restart. Returns (buffers back during the drain, buffers still out); on
+    /// an error path or a failed drain, (0, those out now) with the drain's error, if any.
+    pub fn end(&mut self, clean: bool, timeout: Duration) -> ((usize, usize), Result<()>) {
+        // A buffer being written when the loop ended was never published: it is free again.
+        for i in 0..self.len() as u32 {
+            self.abandon(i);
+        }
+        let drained = if clean { self.finish(timeout) } else { Ok((0, self.stats().outstanding)) };
+        match drained {
+            Ok(counts) => (counts, Ok(())),
+            Err(e) => ((0, self.stats().outstanding), Err(e)),
+        }
+    }
+
     /// Ends the stream and waits (up to `timeout`) until every buffer is back or the
     /// consumer hung up (which frees whatever it held). Returns how many buffers came back
     /// from the consumer during the drain and how many are still out.

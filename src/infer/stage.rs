@@ -69,7 +69,8 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         );
     }
     let spec = det.input_spec().clone();
-    if det.name() == "none" {
+    let no_detector = det.name() == "none";
+    if no_detector {
         log::info!("no detector (--infer none): frames are scaled to {}x{} {} (YOLOX-Nano's input) and published without detections", spec.width, spec.height, spec.fourcc);
     } else {
         log::info!("{} detector, model {} wants {}x{} {}", det.name(), model.display(), spec.width, spec.height, spec.fourcc);
@@ -93,19 +94,21 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         det.bind_pool(&bufs)?
     };
 
-    let out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, if det.name() == "none" { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.name()) }, labels)?;
+    let what = if no_detector { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.name()) };
+    let out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, what, labels)?;
     let fds_setup = open_fd_count();
     log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.conn().peer_pid);
 
     let start = Instant::now();
-    let report = |ring: RingCounters, n_in: u64, n_out: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    // Frames out are the span's frames: `span.tick` counts each record sent.
+    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         reporter.send(&StageReport {
             stage: "infer".into(),
             pid: std::process::id(),
             final_report,
             elapsed_s: start.elapsed().as_secs_f64(),
             frames_in: n_in,
-            frames_out: n_out,
+            frames_out: span.frames,
             output_ring: Some(ring),
             copy_in: input.copy_counters(),
             extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
@@ -125,12 +128,11 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
             run_single(&io, &mut *det, out, &mut stats)
         }
     };
-    let LoopEnd { ended, out, n_in, n_out, span } = end;
+    let LoopEnd { ended, out, n_in, span } = end;
     let (end_reason, level) = ending(&ended);
     log::log!(level, "{end_reason} after {n_in} frames; draining");
-    // Only a clean end is an end of stream downstream. After an error the next stage sees us
-    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
-    // the chain back; what it still held is freed with this process.
+    // Only a clean end is an end of stream downstream (as PoolProducer::end): after an
+    // error publish sees us hang up and exits 3, a failure the systemd units restart.
     if ended.is_ok() {
         out.finish();
         // Publish takes what is queued, then hangs up (at once if it is gone already).
@@ -147,7 +149,7 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         ("device_reads_in_place", bound.into()),
         ("end_reason", end_reason.into()),
     ];
-    report(out.counters(), n_in, n_out, span, true, extra);
+    report(out.counters(), n_in, span, true, extra);
     ended?;
     Ok(0)
 }
@@ -168,28 +170,27 @@ struct Stats<'a> {
     every: Option<Duration>,
     last: Instant,
     #[allow(clippy::type_complexity)]
-    report: &'a dyn Fn(RingCounters, u64, u64, FrameSpan, bool, Vec<(&str, serde_json::Value)>),
+    report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Vec<(&str, serde_json::Value)>),
 }
 
 impl Stats<'_> {
     /// Sends a stats report if the interval has passed; `out` gives the output ring's
-    /// counters, the frames published and when they went out.
-    fn tick(&mut self, n_in: u64, out: impl FnOnce() -> (RingCounters, u64, FrameSpan)) {
+    /// counters and the frames published (how many, and when they went out).
+    fn tick(&mut self, n_in: u64, out: impl FnOnce() -> (RingCounters, FrameSpan)) {
         if self.every.is_some_and(|e| self.last.elapsed() >= e) {
-            let (ring, n_out, span) = out();
-            (self.report)(ring, n_in, n_out, span, false, vec![]);
+            let (ring, span) = out();
+            (self.report)(ring, n_in, span, false, vec![]);
             self.last = Instant::now();
         }
     }
 }
 
 /// How a frame loop ended: why (or the error that ended it), the detections sender (to
-/// finish), frames in and out, and when the frames out went.
+/// finish), frames in, and the frames out (how many, and when they went).
 struct LoopEnd {
     ended: Result<&'static str>,
     out: Sender<DetectionsDesc>,
     n_in: u64,
-    n_out: u64,
     span: FrameSpan,
 }
 
@@ -257,14 +258,14 @@ fn send(out: &mut Sender<DetectionsDesc>, mut dd: DetectionsDesc, stop: &AtomicB
 
 /// One engine: every frame is detected on this thread, then published.
 fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> LoopEnd {
-    let (mut n_in, mut n_out) = (0u64, 0u64);
+    let mut n_in = 0u64;
     let mut span = FrameSpan::default();
     let mut body = || -> Result<&'static str> {
         Ok(loop {
             if io.stop.load(Ordering::Relaxed) {
                 break "signal";
             }
-            stats.tick(n_in, || (out.counters(), n_out, span));
+            stats.tick(n_in, || (out.counters(), span));
             let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
                 Next::Frame(f) => f,
                 Next::Eos => break "end of stream",
@@ -281,12 +282,11 @@ fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDes
             };
             drop(frame); // the scale buffer goes back before we publish
             send(&mut out, record(&d, &dets), io.stop)?;
-            n_out += 1;
             span.tick(io.start);
         })
     };
     let ended = body();
-    LoopEnd { ended, out, n_in, n_out, span }
+    LoopEnd { ended, out, n_in, span }
 }
 
 /// How long a frame loop waits for a frame before it looks at the stop flag, stats and
@@ -324,8 +324,7 @@ struct Shared {
     next_pub: u64,
     /// Frames each lane holds (running or queued).
     held: Vec<usize>,
-    n_out: u64,
-    /// When the records published went out.
+    /// The records published: how many, and when they went out.
     span: FrameSpan,
     /// When the stage's main loop started.
     start: Instant,
@@ -343,7 +342,6 @@ impl Shared {
             let Some(Some(dd)) = self.pending.pop_front() else { break };
             self.next_pub += 1;
             send(&mut self.out, dd, stop)?;
-            self.n_out += 1;
             self.span.tick(self.start);
         }
         Ok(())
@@ -383,7 +381,7 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<De
         names.join(", "),
         if cap < n { format!(": --scale-buffers {} lets every lane run at once", n + 1) } else { String::new() }
     );
-    let shared = Mutex::new(Shared { out, pending: VecDeque::new(), next_pub: 0, held: vec![0; n], n_out: 0, span: FrameSpan::default(), start: io.start, error: None });
+    let shared = Mutex::new(Shared { out, pending: VecDeque::new(), next_pub: 0, held: vec![0; n], span: FrameSpan::default(), start: io.start, error: None });
     let cv = Condvar::new();
     let (bound, stop) = (io.bound, io.stop);
     let mut n_in = 0u64;
@@ -407,7 +405,7 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<De
         Some(e) => Err(e),
         None => dispatched,
     };
-    LoopEnd { ended, out: s.out, n_in, n_out: s.n_out, span: s.span }
+    LoopEnd { ended, out: s.out, n_in, span: s.span }
 }
 
 /// The dispatcher of [`run_lanes`]: returns why it stopped; counts the frames that came in
@@ -420,7 +418,7 @@ fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: 
         }
         stats.tick(*n_in, || {
             let s = lock(shared);
-            (s.out.counters(), s.n_out, s.span)
+            (s.out.counters(), s.span)
         });
         let lane = (next % txs.len() as u64) as usize;
         let busy = {

@@ -77,12 +77,13 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
 
     let start = Instant::now();
     let mut lat = LatencySet::default();
-    let (mut n_in, mut n_out) = (0u64, 0u64);
+    let mut n_in = 0u64;
     let mut last_report = Instant::now();
     let stats_every = common.stats_interval();
     let stdout = std::io::stdout();
     let mut span = FrameSpan::default();
-    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, n_out: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    // Frames out are the span's frames: `span.tick` counts each one handed out.
+    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         let mut extra: std::collections::BTreeMap<String, serde_json::Value> = extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         extra.insert("server".into(), serde_json::to_value(server.stats()).unwrap_or_default());
         reporter.send(&StageReport {
@@ -91,7 +92,7 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
             final_report,
             elapsed_s: start.elapsed().as_secs_f64(),
             frames_in: n_in,
-            frames_out: n_out,
+            frames_out: span.frames,
             latency: lat.summary(),
             extra,
             out_span: Some(span),
@@ -107,7 +108,7 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
             }
             server.service();
             if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-                report(&server, &lat, n_in, n_out, span, false, vec![]);
+                report(&server, &lat, n_in, span, false, vec![]);
                 last_report = Instant::now();
             }
             let mut d = match rx.recv(&validate, &mut |_, _| {}, Duration::from_millis(100))? {
@@ -134,19 +135,18 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
                     let _ = writeln!(stdout.lock(), "{}", human_line(&f));
                 }
             }
-            n_out += 1;
             span.tick(start);
         })
     };
     let ended = body();
     let (end_reason, level) = ending(&ended);
     log::log!(level, "{end_reason} after {n_in} frames");
-    server.close_all(&end_reason, n_out);
+    server.close_all(&end_reason, span.frames);
     let fds_exit = open_fd_count();
     drop(rx);
     log::log!(level, "open fds before exit: {fds_exit} (after set-up: {fds_setup})");
     let extra = vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("end_reason", end_reason.into())];
-    report(&server, &lat, n_in, n_out, span, true, extra);
+    report(&server, &lat, n_in, span, true, extra);
     ended?;
     Ok(0)
 }

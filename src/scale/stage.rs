@@ -116,18 +116,19 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
     log::info!("{scaler_name} -> {}x{} {} (pad {}); open fds after set-up: {fds_setup}", dst.width, dst.height, dst.fourcc, want.pad);
 
     let start = Instant::now();
-    let (mut n_in, mut n_out) = (0u64, 0u64);
+    let mut n_in = 0u64;
     let mut last_report = Instant::now();
     let stats_every = common.stats_interval();
     let mut span = FrameSpan::default();
-    let report = |out: &PoolProducer, n_in: u64, n_out: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
+    // Frames out are the span's frames: `span.tick` counts each one published.
+    let report = |out: &PoolProducer, n_in: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
         reporter.send(&StageReport {
             stage: "scale".into(),
             pid: std::process::id(),
             final_report,
             elapsed_s: start.elapsed().as_secs_f64(),
             frames_in: n_in,
-            frames_out: n_out,
+            frames_out: span.frames,
             output_ring: Some(out.counters()),
             pool: Some(out.stats()),
             copy_out: out.copy_counters(),
@@ -144,7 +145,7 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
                 break "signal";
             }
             if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-                report(&out, n_in, n_out, span, false, vec![]);
+                report(&out, n_in, span, false, vec![]);
                 last_report = Instant::now();
             }
             let frame = match input.recv(Duration::from_millis(100))? {
@@ -193,29 +194,19 @@ pub fn run(common: CommonArgs, args: ScaleArgs) -> Result<i32> {
             drop(frame); // the capture buffer goes back now, before we queue ours
             desc.stamp_out(Stage::Scale);
             out.publish(desc, stop).map_err(peer_gone)?;
-            n_out += 1;
             span.tick(start);
         })
     };
     let ended = body();
     let (end_reason, level) = ending(&ended);
     log::log!(level, "{end_reason} after {n_in} frames; draining");
-    // A buffer being written when the loop failed was never published: it is free again.
-    for i in 0..out.len() as u32 {
-        out.abandon(i);
-    }
-    // Only a clean end is an end of stream downstream. After an error the next stage sees us
-    // hang up instead and exits 3 (EXIT_PEER_GONE), so systemd's Restart=on-failure brings
-    // the chain back; what it still held is freed with this process.
-    // A dead infer stage frees what it held: `finish` returns at once then.
-    let drained = if ended.is_ok() { out.finish(Duration::from_secs(5)) } else { Ok((0, out.stats().outstanding)) };
-    let (returned, still_out) = drained.as_ref().copied().unwrap_or((0, out.stats().outstanding));
+    // A dead infer stage frees what it held: the drain returns at once then.
+    let ((returned, still_out), drained) = out.end(ended.is_ok(), Duration::from_secs(5));
     let fds_exit = open_fd_count();
     log::log!(level, "{returned} buffers came back after end of stream, {still_out} still out; open fds before exit: {fds_exit} (after set-up: {fds_setup})");
     report(
         &out,
         n_in,
-        n_out,
         span,
         true,
         vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("end_reason", end_reason.into())],
