@@ -286,7 +286,7 @@ pub struct IpcArgs {
     #[arg(long, value_name = "A,B", value_delimiter = ',')]
     pub cpus: Option<Vec<usize>>,
     /// Where the frame ring's pool buffers come from (as the pipeline's --heap).
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_parser = crate::cli::common::choice::<HeapChoice>(), default_value = "auto")]
     pub heap: HeapChoice,
 }
 

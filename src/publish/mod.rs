@@ -15,6 +15,32 @@
 pub mod stage;
 pub mod watch;
 
+/// What the publish stage is asked to do (built by the command line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishConfig {
+    /// The detections socket to bind (`--publish`, else the instance's default:
+    /// [`crate::core::config::default_detections_socket`]).
+    pub socket: PathBuf,
+    /// What to print on stdout per frame.
+    pub print: PrintMode,
+}
+
+/// How publish prints frames on its stdout (`--print`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrintMode {
+    /// Nothing on stdout.
+    None,
+    /// One readable line per frame.
+    Human,
+    /// The JSON lines clients get.
+    Json,
+}
+
+impl crate::core::config::Choice for PrintMode {
+    const ALL: &'static [(Self, &'static str, &'static str)] =
+        &[(PrintMode::None, "none", "Nothing on stdout"), (PrintMode::Human, "human", "One readable line per frame"), (PrintMode::Json, "json", "The JSON lines clients get")];
+}
+
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -134,15 +160,6 @@ pub struct FrameJson {
     pub detections: Vec<DetectionJson>,
 }
 
-/// The default detections socket of `instance` (`--instance`): for the `default` instance
-/// `$XDG_RUNTIME_DIR/zcpipe/detections.sock`, or `/run/zcpipe/detections.sock` for root, or
-/// `/tmp/zcpipe-<uid>/detections.sock`; for any other, `detections-<instance>.sock` there,
-/// so that instances run side by side without `--publish`.
-pub fn default_socket_path(instance: &str) -> PathBuf {
-    let name = if instance == "default" { "detections.sock".to_string() } else { format!("detections-{instance}.sock") };
-    crate::supervise::runtime_base().join(name)
-}
-
 struct Client {
     stream: UnixStream,
     pending: Vec<u8>,
@@ -182,7 +199,7 @@ impl DetectionServer {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Only zcpipe's own runtime directory is created; elsewhere a missing folder is
             // the user's typo, not something to create.
-            if dir.starts_with(crate::supervise::runtime_base()) {
+            if dir.starts_with(crate::core::config::runtime_base()) {
                 std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             } else if !dir.is_dir() {
                 bail!("--publish {}: folder {} does not exist", path.display(), dir.display());

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 
 use crate::cli::WatchArgs;
 
-use super::{default_socket_path, stage::human_line, FrameJson};
+use super::{stage::human_line, FrameJson};
+use crate::core::config::default_detections_socket as default_socket_path;
 
 /// Connects to the detections socket and prints each frame (readable, or raw with
 /// `--json`) until the stream ends, `--count` frames arrived, or a signal.
@@ -23,7 +24,7 @@ pub fn watch(args: WatchArgs) -> Result<()> {
     let mut finished = false;
     let out = std::io::stdout();
     for (n, line) in (1u64..).zip(BufReader::new(s).lines()) {
-        if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
+        if crate::cli::signals::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             finished = true;
             break;
         }
