@@ -13,6 +13,9 @@ use crate::core::dmabuf::HeapChoice;
 use crate::core::link::WaitMode;
 use crate::core::ring::RingPolicy;
 
+mod watch;
+pub use watch::WatchArgs;
+
 /// zcpipe: camera frames to an NPU without copying them.
 #[derive(Parser, Debug)]
 #[command(name = "zcpipe", version, about, long_about = None)]
@@ -375,23 +378,6 @@ pub struct RunArgs {
     pub summary_json: Option<PathBuf>,
 }
 
-/// `zcpipe watch`.
-#[derive(Args, Debug, Clone)]
-pub struct WatchArgs {
-    /// Detections socket (default: the one `zcpipe run --instance <--instance>` uses).
-    pub path: Option<PathBuf>,
-    /// Watch this instance's default socket (`detections-<instance>.sock`; `default`:
-    /// `detections.sock`).
-    #[arg(long, default_value = "default")]
-    pub instance: String,
-    /// Print raw JSON lines.
-    #[arg(long)]
-    pub json: bool,
-    /// Exit after this many frames (at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: Option<u64>,
-}
-
 fn init_logging(cli: &Cli, tag: &str) {
     let level = if cli.verbose {
         "debug"
@@ -448,7 +434,7 @@ pub fn main() -> i32 {
     }
     let result = match cli.cmd {
         Command::Run(a) => crate::supervise::run::run(a),
-        Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
+        Command::Watch(a) => crate::publish::watch::watch(a.into()).map(|_| 0),
         Command::Bench(a) => crate::bench::run(a),
         Command::Compare(a) => crate::metrics::compare::compare(a),
         Command::Doctor(a) => crate::doctor::run(a),

@@ -6,6 +6,7 @@
 
 pub mod channel;
 pub mod copy;
+pub mod detections;
 pub mod dmabuf;
 pub mod fdpass;
 pub mod frame;

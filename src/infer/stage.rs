@@ -20,12 +20,12 @@ use crate::capture::spec::find_data_file;
 use crate::capture::stage::{ending, peer_gone};
 use crate::cli::{CommonArgs, InferArgs, PeerGone};
 use crate::core::channel::{Recv, Sender};
+use crate::core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use crate::core::frame::{Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
 use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
-use crate::publish::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use crate::supervise::STOP;
 
 use super::{load_labels, open_detector, Detection, Detector, DetectorLane, DetectorOptions, InputSpec};
