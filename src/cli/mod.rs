@@ -16,10 +16,9 @@ pub mod run;
 pub mod scale;
 pub mod signals;
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 use crate::core::link::PeerGone;
 use crate::metrics::Reporter;
@@ -31,6 +30,9 @@ use infer::InferArgs;
 use publish::PublishArgs;
 use scale::ScaleArgs;
 use signals::STOP;
+
+mod watch;
+pub use watch::WatchArgs;
 
 /// zcpipe: camera frames to an NPU without copying them.
 #[derive(Parser, Debug)]
@@ -100,23 +102,6 @@ pub enum StageCmd {
     },
 }
 
-/// `zcpipe watch`.
-#[derive(Args, Debug, Clone)]
-pub struct WatchArgs {
-    /// Detections socket (default: the one `zcpipe run --instance <--instance>` uses).
-    pub path: Option<PathBuf>,
-    /// Watch this instance's default socket (`detections-<instance>.sock`; `default`:
-    /// `detections.sock`).
-    #[arg(long, default_value = "default")]
-    pub instance: String,
-    /// Print raw JSON lines.
-    #[arg(long)]
-    pub json: bool,
-    /// Exit after this many frames (at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: Option<u64>,
-}
-
 fn init_logging(cli: &Cli, tag: &str) {
     let level = if cli.verbose {
         "debug"
@@ -179,7 +164,7 @@ pub fn main() -> i32 {
     signals::install_signal_handlers();
     let result = match cli.cmd {
         Command::Run(a) => a.config().and_then(|c| crate::supervise::run::run(c, &STOP)),
-        Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
+        Command::Watch(a) => crate::publish::watch::watch(a.into(), &STOP).map(|_| 0),
         Command::Bench(a) => crate::bench::run(a),
         Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
         Command::Doctor(a) => crate::doctor::run(a),

@@ -14,9 +14,11 @@ use crate::core::pool::join;
 use crate::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
 use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
-use super::{DetectionJson, DetectionServer, FrameJson, LatencyJson, PrintMode, PublishConfig};
+use super::schema::{DetectionJson, FrameJson, LatencyJson, SocketLine};
+use super::{DetectionServer, PrintMode, PublishConfig};
 
-/// Builds the published object of one frame.
+/// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
+/// [`LatencyJson`] for where the line's publish latency ends).
 pub fn frame_json(d: &DetectionsDesc, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
     let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
     FrameJson {
@@ -95,22 +97,26 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 };
                 **n_in += 1;
                 d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
+                // The line carries the latencies up to now, when it is built: it cannot carry
+                // the time it takes to serialise and send itself (LatencyJson).
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
-                let l = latencies_us(d.timestamp_ns, &d.stamps);
-                lat.record(&l);
-                let f = frame_json(&d, &labels, &l);
-                let mut line = serde_json::to_string(&f)?;
-                line.push('\n');
+                let f = frame_json(&d, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
+                let human = (cfg.print == PrintMode::Human).then(|| human_line(&f));
+                let line = SocketLine::Frame(f).to_line()?;
                 server.broadcast(line.as_bytes());
-                match cfg.print {
-                    PrintMode::None => {}
-                    PrintMode::Json => {
+                match (cfg.print, &human) {
+                    (PrintMode::Json, _) => {
                         let _ = stdout.lock().write_all(line.as_bytes());
                     }
-                    PrintMode::Human => {
-                        let _ = writeln!(stdout.lock(), "{}", human_line(&f));
+                    (PrintMode::Human, Some(h)) => {
+                        let _ = writeln!(stdout.lock(), "{h}");
                     }
+                    _ => {}
                 }
+                // The histograms get the stage's whole span: taken off the ring to the line
+                // handed to every client and printed.
+                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                lat.record(&latencies_us(d.timestamp_ns, &d.stamps));
                 span.tick(start);
                 Ok(Turn::Next)
             },
