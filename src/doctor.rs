@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::capture::v4l2::{caps_names, format_name, probe_node, video_nodes, NodeInfo, PREFERRED};
+use crate::capture::v4l2::PREFERRED;
+use crate::sys::v4l2::format_name;
+use crate::sys::v4l2::node::{caps_names, open_node, probe_node, video_nodes, NodeInfo};
 use crate::core::dmabuf::{heap_names, list_heaps, Allocator, HeapChoice};
 use crate::core::frame::Fourcc;
 use crate::sys::v4l2 as sys;
@@ -736,10 +738,6 @@ fn queue_formats(file: &File, name: &'static str, buf_type: u32, rates: bool) ->
         });
     }
     q
-}
-
-fn open_node(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
 }
 
 fn node_problem_for_error(path: &Path, e: &io::Error, file: Option<&FileMode>) -> Problem {

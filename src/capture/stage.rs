@@ -18,6 +18,7 @@ use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, ControlMsg, Listener};
 use crate::core::pool::{HopSpec, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
+use crate::sys::v4l2::node::first_capture_node;
 use crate::supervise::STOP;
 
 use super::spec::{open_source, SourceSpec};
@@ -30,7 +31,7 @@ pub fn run(common: CommonArgs, args: CaptureArgs) -> Result<i32> {
     let spec: SourceSpec = args.source.parse()?;
     // `auto`: the first V4L2 capture node if there is one, else the bundled clip.
     let spec = match spec {
-        SourceSpec::Auto => match v4l2::first_capture_node() {
+        SourceSpec::Auto => match first_capture_node() {
             Some(n) => {
                 log::info!("source auto: V4L2 capture node {}", n.label());
                 SourceSpec::V4l2(Some(n.path))

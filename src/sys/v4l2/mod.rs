@@ -25,6 +25,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::core::frame::Fourcc;
 
+pub mod node;
+
 // ---------------------------------------------------------------------------------------------
 // Constants
 // ---------------------------------------------------------------------------------------------
@@ -181,6 +183,18 @@ pub const fn fourcc_from_v4l2(pixelformat: u32) -> Fourcc {
 /// A [`Fourcc`] as the V4L2 `pixelformat` value (same encoding).
 pub const fn fourcc_to_v4l2(fourcc: Fourcc) -> u32 {
     fourcc.0
+}
+
+/// The user-facing name of a fourcc: the suffix of its `V4L2_PIX_FMT_*` name where that
+/// differs from the code (`NV12M` for `NM12`, `RGB24` for `RGB3`, `BGR24` for `BGR3`), else
+/// the four characters (`NV12`).
+pub fn format_name(f: Fourcc) -> String {
+    match f {
+        Fourcc::NV12M => "NV12M".into(),
+        Fourcc::RGB24 => "RGB24".into(),
+        Fourcc::BGR24 => "BGR24".into(),
+        f => f.to_string(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
