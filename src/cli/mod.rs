@@ -13,6 +13,8 @@ use crate::core::dmabuf::HeapChoice;
 use crate::core::link::WaitMode;
 use crate::core::ring::RingPolicy;
 
+mod doctor;
+
 /// zcpipe: camera frames to an NPU without copying them.
 #[derive(Parser, Debug)]
 #[command(name = "zcpipe", version, about, long_about = None)]
@@ -45,7 +47,7 @@ pub enum Command {
     Compare(crate::metrics::compare::CompareArgs),
     /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
     /// libraries) with a fix for each problem found; always exits 0.
-    Doctor(crate::doctor::DoctorArgs),
+    Doctor(doctor::DoctorArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -451,7 +453,7 @@ pub fn main() -> i32 {
         Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
         Command::Bench(a) => crate::bench::run(a),
         Command::Compare(a) => crate::metrics::compare::compare(a),
-        Command::Doctor(a) => crate::doctor::run(a),
+        Command::Doctor(a) => crate::doctor::run(a.into()),
         Command::Stage { stage } => match stage {
             StageCmd::Capture { common, args } => crate::capture::stage::run(common, args),
             StageCmd::Scale { common, args } => crate::scale::stage::run(common, args),

@@ -228,7 +228,7 @@ pub struct ExportBuffer {
     pub plane: u32,
     /// `O_CLOEXEC` and an access mode (`O_RDONLY` = 0, `O_WRONLY`, `O_RDWR`) for the new fd.
     pub flags: u32,
-    /// The new dma-buf fd (set by the driver; [`expbuf`] returns it as an `OwnedFd`).
+    /// The new dma-buf fd (set by the driver; [`expbuf`](super::expbuf) returns it as an `OwnedFd`).
     pub fd: i32,
     /// Zero.
     pub reserved: [u32; 11],

@@ -28,7 +28,7 @@ pub const fn is_multiplanar(buf_type: u32) -> bool {
 /// `enum v4l2_memory`: buffers allocated by the driver, mapped with `mmap()` and exportable
 /// with `VIDIOC_EXPBUF`.
 pub const V4L2_MEMORY_MMAP: u32 = 1;
-/// `enum v4l2_memory`: buffers in user memory (not queueable through [`qbuf`]).
+/// `enum v4l2_memory`: buffers in user memory (not queueable through [`qbuf`](super::qbuf)).
 pub const V4L2_MEMORY_USERPTR: u32 = 2;
 /// `enum v4l2_memory`: buffers imported as dma-buf fds.
 pub const V4L2_MEMORY_DMABUF: u32 = 4;
@@ -37,6 +37,12 @@ pub const V4L2_MEMORY_DMABUF: u32 = 4;
 pub const V4L2_CAP_VIDEO_CAPTURE: u32 = 0x0000_0001;
 /// `V4L2_CAP_VIDEO_OUTPUT`: single-planar video output.
 pub const V4L2_CAP_VIDEO_OUTPUT: u32 = 0x0000_0002;
+/// `V4L2_CAP_VIDEO_OVERLAY`: video overlay.
+pub const V4L2_CAP_VIDEO_OVERLAY: u32 = 0x0000_0004;
+/// `V4L2_CAP_VBI_CAPTURE`: raw VBI capture.
+pub const V4L2_CAP_VBI_CAPTURE: u32 = 0x0000_0010;
+/// `V4L2_CAP_VBI_OUTPUT`: raw VBI output.
+pub const V4L2_CAP_VBI_OUTPUT: u32 = 0x0000_0020;
 /// `V4L2_CAP_VIDEO_CAPTURE_MPLANE`: multi-planar video capture.
 pub const V4L2_CAP_VIDEO_CAPTURE_MPLANE: u32 = 0x0000_1000;
 /// `V4L2_CAP_VIDEO_OUTPUT_MPLANE`: multi-planar video output.
@@ -45,6 +51,12 @@ pub const V4L2_CAP_VIDEO_OUTPUT_MPLANE: u32 = 0x0000_2000;
 pub const V4L2_CAP_VIDEO_M2M_MPLANE: u32 = 0x0000_4000;
 /// `V4L2_CAP_VIDEO_M2M`: single-planar memory-to-memory device.
 pub const V4L2_CAP_VIDEO_M2M: u32 = 0x0000_8000;
+/// `V4L2_CAP_SDR_CAPTURE`: software-defined radio capture.
+pub const V4L2_CAP_SDR_CAPTURE: u32 = 0x0010_0000;
+/// `V4L2_CAP_META_CAPTURE`: metadata capture.
+pub const V4L2_CAP_META_CAPTURE: u32 = 0x0080_0000;
+/// `V4L2_CAP_META_OUTPUT`: metadata output.
+pub const V4L2_CAP_META_OUTPUT: u32 = 0x0800_0000;
 /// `V4L2_CAP_READWRITE`: `read()`/`write()` I/O.
 pub const V4L2_CAP_READWRITE: u32 = 0x0100_0000;
 /// `V4L2_CAP_STREAMING`: the streaming I/O ioctls (REQBUFS, QBUF, ...).
@@ -166,5 +178,19 @@ pub fn format_name(f: Fourcc) -> String {
         Fourcc::RGB24 => "RGB24".into(),
         Fourcc::BGR24 => "BGR24".into(),
         f => f.to_string(),
+    }
+}
+
+/// A raw `pixelformat` as V4L2 tools print it: four characters, with `-BE` when bit 31 (the
+/// big-endian flag of `v4l2_fourcc_be`, videodev2.h) is set. Spaces are kept (`Y16 `);
+/// other unprintable bytes become `?`. ([`Fourcc`]'s `Display` shows zcpipe's formats and
+/// turns spaces into `?`; [`format_name`] gives zcpipe's names.)
+pub fn fourcc_chars(pixelformat: u32) -> String {
+    let s: String =
+        (pixelformat & 0x7fff_ffff).to_le_bytes().iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect();
+    if pixelformat & 0x8000_0000 != 0 {
+        format!("{s}-BE")
+    } else {
+        s
     }
 }
