@@ -55,7 +55,7 @@ pub enum SourceSpec {
         fps: f64,
     },
     /// A V4L2 capture device; `None` means the first capture node found
-    /// ([`super::v4l2::first_capture_node`]). Not a [`FrameSource`]: the capture stage
+    /// ([`crate::sys::v4l2::node::first_capture_node`]). Not a [`FrameSource`]: the capture stage
     /// drives it ([`super::v4l2::V4l2Capture`]).
     V4l2(Option<PathBuf>),
 }

@@ -18,6 +18,7 @@ use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone};
 use crate::core::pool::{HopSpec, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
 use crate::stage::{Drained, Extras, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
+use crate::sys::v4l2::node::first_capture_node;
 
 use super::spec::{open_source, SourceSpec};
 use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
@@ -29,7 +30,7 @@ use super::CaptureConfig;
 pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     // `auto`: the first V4L2 capture node if there is one, else the bundled clip.
     let spec = match cfg.source.clone() {
-        SourceSpec::Auto => match v4l2::first_capture_node() {
+        SourceSpec::Auto => match first_capture_node() {
             Some(n) => {
                 log::info!("source auto: V4L2 capture node {}", n.label());
                 SourceSpec::V4l2(Some(n.path))

@@ -18,10 +18,9 @@
 //!
 //! Never: write to a buffer the driver or a consumer holds, or size anything from `width`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -34,6 +33,8 @@ use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, PlaneDesc
 use crate::core::config::Choice;
 use crate::core::pool::{DeviceLoan, PoolProducer};
 use crate::sys::v4l2 as sys;
+pub use crate::sys::v4l2::format_name;
+use crate::sys::v4l2::node::{caps_names, capture_nodes, first_capture_node, open_node, query_node, NodeInfo};
 
 /// How capture buffers are made (`--capture-io`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,16 +61,6 @@ impl crate::core::config::Choice for CaptureIo {
 /// Formats zcpipe reads from a camera, in the order it prefers them when `--format` is not
 /// given (NV12 first: the scalers and NPUs take it as is).
 pub const PREFERRED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
-
-/// The user-facing name of a fourcc (`NV12M` rather than its code `NM12`).
-pub fn format_name(f: Fourcc) -> String {
-    match f {
-        Fourcc::NV12M => "NV12M".into(),
-        Fourcc::RGB24 => "RGB24".into(),
-        Fourcc::BGR24 => "BGR24".into(),
-        f => f.to_string(),
-    }
-}
 
 fn format_list(v: &[Fourcc]) -> String {
     if v.is_empty() {
@@ -121,117 +112,6 @@ pub fn parse_format(s: &str) -> Result<Fourcc> {
     Fourcc::parse(s)
         .filter(|f| PREFERRED.contains(f))
         .ok_or_else(|| anyhow!("--format \"{s}\" is not one zcpipe reads; use one of {}", format_list(&PREFERRED)))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Nodes
-// ---------------------------------------------------------------------------------------------
-
-/// A V4L2 node and what VIDIOC_QUERYCAP says about it.
-#[derive(Clone, Debug)]
-pub struct NodeInfo {
-    /// `/dev/videoN`.
-    pub path: PathBuf,
-    /// Driver name (`vivid`, `uvcvideo`, `rkisp1`).
-    pub driver: String,
-    /// Card name.
-    pub card: String,
-    /// The node's capabilities (`device_caps`).
-    pub caps: u32,
-    /// The full capability record.
-    pub cap: sys::Capability,
-}
-
-impl NodeInfo {
-    /// It captures video (single- or multi-planar) and streams: zcpipe can use it.
-    pub fn can_capture(&self) -> bool {
-        self.cap.is_capture() && self.cap.has_streaming()
-    }
-    /// `/dev/video0 (uvcvideo: HD Webcam)`, or `/dev/video0 (vivid)` when the card is named
-    /// like its driver.
-    pub fn label(&self) -> String {
-        if self.card.is_empty() || self.card == self.driver {
-            format!("{} ({})", self.path.display(), self.driver)
-        } else {
-            format!("{} ({}: {})", self.path.display(), self.driver, self.card)
-        }
-    }
-}
-
-/// The names of the `V4L2_CAP_*` bits set in `caps`, for messages.
-pub fn caps_names(caps: u32) -> String {
-    const NAMES: [(u32, &str); 14] = [
-        (sys::V4L2_CAP_VIDEO_CAPTURE, "VIDEO_CAPTURE"),
-        (sys::V4L2_CAP_VIDEO_OUTPUT, "VIDEO_OUTPUT"),
-        (0x4, "VIDEO_OVERLAY"),
-        (0x10, "VBI_CAPTURE"),
-        (0x20, "VBI_OUTPUT"),
-        (sys::V4L2_CAP_VIDEO_CAPTURE_MPLANE, "VIDEO_CAPTURE_MPLANE"),
-        (sys::V4L2_CAP_VIDEO_OUTPUT_MPLANE, "VIDEO_OUTPUT_MPLANE"),
-        (sys::V4L2_CAP_VIDEO_M2M_MPLANE, "VIDEO_M2M_MPLANE"),
-        (sys::V4L2_CAP_VIDEO_M2M, "VIDEO_M2M"),
-        (0x0010_0000, "SDR_CAPTURE"),
-        (0x0080_0000, "META_CAPTURE"),
-        (0x0800_0000, "META_OUTPUT"),
-        (sys::V4L2_CAP_READWRITE, "READWRITE"),
-        (sys::V4L2_CAP_STREAMING, "STREAMING"),
-    ];
-    let v: Vec<&str> = NAMES.iter().filter(|(b, _)| caps & b != 0).map(|(_, n)| *n).collect();
-    if v.is_empty() {
-        format!("{caps:#x}")
-    } else {
-        v.join("|")
-    }
-}
-
-/// Opens a V4L2 node read-write, non-blocking, close-on-exec (V4L2 `open.rst`).
-pub(crate) fn open_node(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
-}
-
-fn query(fd: BorrowedFd<'_>, path: &Path) -> io::Result<NodeInfo> {
-    let mut cap = sys::Capability::default();
-    sys::querycap(fd, &mut cap)?;
-    Ok(NodeInfo { path: path.to_path_buf(), driver: cap.driver().into_owned(), card: cap.card().into_owned(), caps: cap.caps(), cap })
-}
-
-/// VIDIOC_QUERYCAP on an open node.
-pub(crate) fn query_node(fd: BorrowedFd<'_>, path: &Path) -> io::Result<NodeInfo> {
-    query(fd, path)
-}
-
-/// Opens `path` briefly and queries it.
-pub fn probe_node(path: &Path) -> io::Result<NodeInfo> {
-    let f = open_node(path)?;
-    query(f.as_fd(), path)
-}
-
-/// `/dev/video*` nodes in numeric order.
-pub fn video_nodes() -> Vec<PathBuf> {
-    let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir("/dev")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    let n: u32 = name.strip_prefix("video")?.parse().ok()?;
-                    Some((n, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v.into_iter().map(|(_, p)| p).collect()
-}
-
-/// Every node that can capture and stream, in numeric order (nodes that cannot be opened
-/// are skipped).
-pub fn capture_nodes() -> Vec<NodeInfo> {
-    video_nodes().iter().filter_map(|p| probe_node(p).ok()).filter(NodeInfo::can_capture).collect()
-}
-
-/// The first node that can capture and stream (what `--source v4l2` and `auto` use).
-pub fn first_capture_node() -> Option<NodeInfo> {
-    video_nodes().iter().filter_map(|p| probe_node(p).ok()).find(NodeInfo::can_capture)
 }
 
 /// "capture nodes here: /dev/video0 (vivid: ...), ...; `zcpipe doctor` lists every node".
@@ -501,7 +381,7 @@ impl V4l2Capture {
             ),
             _ => anyhow!("v4l2: cannot open {}: {e}", path.display()),
         })?;
-        let node = query(file.as_fd(), &path).map_err(|e| {
+        let node = query_node(file.as_fd(), &path).map_err(|e| {
             if e.raw_os_error() == Some(libc::ENOTTY) {
                 anyhow!("v4l2: {} is not a V4L2 device (VIDIOC_QUERYCAP: {e}); {}", path.display(), other_nodes_hint(&path))
             } else {
@@ -1080,12 +960,6 @@ mod tests {
         assert!(e.contains("NV12, NV12M, NV16, YUYV, RGB24, BGR24"), "{e}");
         assert_eq!(parse_size("1280x720").unwrap(), (1280, 720));
         assert!(parse_size("1280").is_err() && parse_size("0x5").is_err() && parse_size("ax5").is_err());
-    }
-
-    #[test]
-    fn caps_are_named() {
-        assert_eq!(caps_names(sys::V4L2_CAP_VIDEO_M2M | sys::V4L2_CAP_STREAMING), "VIDEO_M2M|STREAMING");
-        assert_eq!(caps_names(sys::V4L2_CAP_VIDEO_CAPTURE_MPLANE | sys::V4L2_CAP_READWRITE), "VIDEO_CAPTURE_MPLANE|READWRITE");
     }
 
     #[test]

@@ -34,6 +34,8 @@ use signals::STOP;
 mod watch;
 pub use watch::WatchArgs;
 
+mod doctor;
+
 /// zcpipe: camera frames to an NPU without copying them.
 #[derive(Parser, Debug)]
 #[command(name = "zcpipe", version, about, long_about = None)]
@@ -66,7 +68,7 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
     /// libraries) with a fix for each problem found; always exits 0.
-    Doctor(crate::doctor::DoctorArgs),
+    Doctor(doctor::DoctorArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -167,7 +169,7 @@ pub fn main() -> i32 {
         Command::Watch(a) => crate::publish::watch::watch(a.into(), &STOP).map(|_| 0),
         Command::Bench(a) => crate::bench::run(a),
         Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
-        Command::Doctor(a) => crate::doctor::run(a),
+        Command::Doctor(a) => crate::doctor::run(a.into()),
         Command::Stage { stage } => stage.run(),
     };
     match result {

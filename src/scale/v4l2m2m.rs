@@ -30,10 +30,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::capture::v4l2::{caps_names, format_name, open_node, query_node, video_nodes, NodeInfo};
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
 use crate::sys::v4l2 as sys;
+use crate::sys::v4l2::format_name;
+use crate::sys::v4l2::node::{caps_names, m2m_nodes, open_node, query_node, NodeInfo};
 
 use super::Scaler;
 use crate::core::pool::{Frame, WriteLoan};
@@ -63,15 +64,6 @@ impl std::fmt::Debug for V4l2M2mScaler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("V4l2M2mScaler").field("node", &self.node.label()).field("frames", &self.frames).finish()
     }
-}
-
-/// Every mem2mem node that streams, in numeric order (for error messages and `zcpipe doctor`).
-pub fn m2m_nodes() -> Vec<NodeInfo> {
-    video_nodes()
-        .iter()
-        .filter_map(|p| open_node(p).ok().and_then(|f| query_node(f.as_fd(), p).ok()))
-        .filter(|n| n.cap.is_m2m() && n.cap.has_streaming())
-        .collect()
 }
 
 fn m2m_hint(except: &Path) -> String {

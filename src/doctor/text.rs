@@ -1,0 +1,246 @@
+//! The report as text: one section per item, each problem as a `problem:` line and its
+//! `fix:` line under the item it concerns, and a count at the end.
+
+use super::vendor::library_use;
+use super::{FileMode, Problem, QueueReport, Report, Role, Sizes};
+use super::nodes::fmt_fps;
+use crate::capture::v4l2::PREFERRED;
+use crate::sys::v4l2::format_name;
+
+/// Sizes in one line: `320x180 (1-60 fps), 640x480 (30 fps), ... (12 sizes)`, or a range.
+pub fn sizes_text(s: &Sizes) -> String {
+    const SHOW: usize = 8;
+    match s {
+        Sizes::Discrete { sizes, truncated } => {
+            if sizes.is_empty() {
+                return "no sizes".into();
+            }
+            let mut v: Vec<String> = sizes
+                .iter()
+                .take(SHOW)
+                .map(|z| match z.fps.as_slice() {
+                    [] => format!("{}x{}", z.width, z.height),
+                    [one] => format!("{}x{} ({} fps)", z.width, z.height, fmt_fps(*one)),
+                    [lo, .., hi] => format!("{}x{} ({}-{} fps)", z.width, z.height, fmt_fps(*lo), fmt_fps(*hi)),
+                })
+                .collect();
+            if sizes.len() > SHOW || *truncated {
+                v.push(format!("... ({}{} sizes)", sizes.len(), if *truncated { "+" } else { "" }));
+            }
+            v.join(", ")
+        }
+        Sizes::Stepwise { min, max, step, continuous } => {
+            if *continuous || (step[0] <= 1 && step[1] <= 1) {
+                format!("any size from {}x{} to {}x{}", min[0], min[1], max[0], max[1])
+            } else {
+                format!("{}x{} to {}x{} in steps of {}x{}", min[0], min[1], max[0], max[1], step[0], step[1])
+            }
+        }
+        Sizes::None { reason } => format!("sizes not enumerated ({reason})"),
+    }
+}
+
+/// Words of `items` joined by ", " and wrapped at about 100 columns after `indent`.
+pub(super) fn wrapped(items: &[String], indent: &str) -> String {
+    let mut out = String::new();
+    let mut col = 0;
+    for (i, it) in items.iter().enumerate() {
+        let piece = if i + 1 < items.len() { format!("{it}, ") } else { it.clone() };
+        if col > 0 && col + piece.len() > 100 {
+            out.truncate(out.trim_end().len());
+            out.push('\n');
+            out.push_str(indent);
+            col = indent.len();
+        }
+        out.push_str(&piece);
+        col += piece.len();
+    }
+    out.trim_end().to_string()
+}
+
+fn push_problems(out: &mut String, problems: &[Problem], about: &str, done: &mut [bool]) {
+    for (i, p) in problems.iter().enumerate() {
+        if !done[i] && p.about == about {
+            done[i] = true;
+            out.push_str(&format!("problem: {}\nfix: {}\n", p.what, p.fix));
+        }
+    }
+}
+
+fn queue_text(out: &mut String, role: Role, q: &QueueReport) {
+    let title = match (role, q.queue) {
+        (Role::Mem2mem | Role::Mem2memMplane, "output") => "OUTPUT queue (frames going in)",
+        (Role::Mem2mem | Role::Mem2memMplane, _) => "CAPTURE queue (frames coming out)",
+        _ => "capture formats",
+    };
+    out.push_str(&format!("    {title}: {} format(s)", q.formats.len()));
+    if let Some(e) = &q.error {
+        out.push_str(&format!(" (enumeration stopped: {e})"));
+    }
+    out.push('\n');
+    // Long lists (vivid has about 70): zcpipe's formats one per line, the others by name.
+    let compact = q.formats.len() > 12;
+    let mut others = vec![];
+    for f in &q.formats {
+        if compact && !f.zcpipe {
+            others.push(f.name.clone());
+            continue;
+        }
+        let name = if f.name != f.fourcc { format!("{} ({})", f.name, f.fourcc) } else { f.name.clone() };
+        let mut flags = String::new();
+        if f.zcpipe {
+            flags.push_str(" [zcpipe]");
+        }
+        if f.compressed {
+            flags.push_str(" [compressed]");
+        }
+        if f.emulated {
+            flags.push_str(" [emulated]");
+        }
+        out.push_str(&format!("      {name}: \"{}\"{flags}: {}\n", f.description, sizes_text(&f.sizes)));
+    }
+    if !others.is_empty() {
+        out.push_str(&format!("      {} more, zcpipe does not read them: {}\n", others.len(), wrapped(&others, "        ")));
+    }
+}
+
+/// The report as text: one section per item, `problem:`/`fix:` line pairs under the item
+/// they concern, and a count at the end.
+pub fn text(r: &Report) -> String {
+    let mut out = String::new();
+    let mut done = vec![false; r.problems.len()];
+    out.push_str(&format!(
+        "zcpipe doctor {}: kernel {}, user {} (uid {}, groups {})\n",
+        r.zcpipe,
+        r.kernel,
+        r.user.name,
+        r.user.uid,
+        r.user.groups.join(",")
+    ));
+
+    out.push_str(&format!("\n== V4L2 video nodes (/dev/video*): {} ==\n", r.nodes.len()));
+    out.push_str(&format!(
+        "  [zcpipe] marks the pixel formats zcpipe reads ({})\n",
+        PREFERRED.map(format_name).join(", ")
+    ));
+    for n in &r.nodes {
+        let mode = n.file.as_ref().map(FileMode::describe).unwrap_or_else(|| "mode unknown".into());
+        match &n.error {
+            Some(e) => out.push_str(&format!("  {}: {mode}: cannot open: {e}\n", n.path)),
+            None => {
+                out.push_str(&format!("  {}: driver {}, card \"{}\", bus {}, {mode}\n", n.path, n.driver, n.card, n.bus_info));
+                out.push_str(&format!("    caps: {}\n", n.caps_names));
+                let usage = match (&n.usage, n.role) {
+                    (Some(u), Role::Mem2mem | Role::Mem2memMplane) => format!("; zcpipe can scale on it: {u}"),
+                    (Some(u), _) => format!("; zcpipe can capture from it: {u}"),
+                    (None, Role::Capture | Role::CaptureMplane | Role::Mem2mem | Role::Mem2memMplane) => {
+                        "; no streaming I/O, so zcpipe cannot use it".into()
+                    }
+                    (None, _) => String::new(),
+                };
+                out.push_str(&format!("    role: {}{usage}\n", n.role.describe()));
+                for q in &n.queues {
+                    queue_text(&mut out, n.role, q);
+                }
+            }
+        }
+        push_problems(&mut out, &r.problems, &n.path, &mut done);
+    }
+    if r.nodes.is_empty() {
+        out.push_str("  none\n");
+    }
+    push_problems(&mut out, &r.problems, "/dev/video*", &mut done);
+
+    let heap_dir = &r.heap_dir;
+    out.push_str(&format!("\n== dma-buf heaps ({heap_dir}): {} ==\n", r.heaps.len()));
+    for h in &r.heaps {
+        let mode = h.file.as_ref().map(FileMode::describe).unwrap_or_else(|| "mode unknown".into());
+        let access = match (h.openable, h.read_write) {
+            (true, true) => "opens read-write".to_string(),
+            (true, false) => "opens read-only (enough: zcpipe allocates through a read-only fd)".to_string(),
+            (false, _) => format!("cannot open: {}", h.error.as_deref().unwrap_or("?")),
+        };
+        let used = match (&h.choice, h.used_by_choice) {
+            (Some(c), true) => format!("--heap {c}"),
+            (Some(c), false) => {
+                let first = r.heap_choices.iter().find(|x| &x.choice == c).and_then(|x| x.heap.clone()).unwrap_or_default();
+                format!("a {c} heap, but --heap {c} takes {first} first")
+            }
+            (None, _) => "no --heap choice uses this name".into(),
+        };
+        out.push_str(&format!("  {}: {mode}, {access}; {used}\n", h.path));
+        push_problems(&mut out, &r.problems, &h.path, &mut done);
+    }
+    if r.heaps.is_empty() {
+        out.push_str("  none\n");
+    }
+    for c in r.heap_choices.iter().filter(|c| c.heap.is_none()) {
+        out.push_str(&format!("  --heap {}: no heap (looks for {})\n", c.choice, c.looks_for.join(", ")));
+    }
+    push_problems(&mut out, &r.problems, heap_dir, &mut done);
+    match (&r.heap_auto.allocator, &r.heap_auto.error) {
+        (Some(a), _) if r.heap_auto.dma_buf => out.push_str(&format!("  --heap auto uses: {a}\n")),
+        (Some(a), _) => out.push_str(&format!("  --heap auto uses: {a} (not dma-bufs: no device can import them)\n")),
+        (None, Some(e)) => out.push_str(&format!("  --heap auto fails: {e}\n")),
+        (None, None) => {}
+    }
+
+    let u = &r.udmabuf;
+    out.push_str(&format!("\n== udmabuf ({}) ==\n", u.path));
+    if u.present {
+        let mode = u.file.as_ref().map(FileMode::describe).unwrap_or_else(|| "mode unknown".into());
+        let access = if u.openable { "opens read-write".to_string() } else { format!("cannot open: {}", u.error.as_deref().unwrap_or("?")) };
+        let limit = u.size_limit_mb.map(|m| format!("; buffers up to {m} MiB (size_limit_mb)")).unwrap_or_default();
+        out.push_str(&format!("  present, {mode}, {access}{limit}; --heap udmabuf\n"));
+    } else {
+        out.push_str("  absent (only --heap udmabuf, or --heap auto without a heap, uses it; sudo modprobe udmabuf loads it)\n");
+    }
+    push_problems(&mut out, &r.problems, &u.path, &mut done);
+
+    out.push_str("\n== vendor libraries ==\n");
+    for l in &r.libraries {
+        let used = library_use(&l.name);
+        match (l.loaded, &l.loaded_as, &l.path) {
+            (true, Some(n), Some(p)) => out.push_str(&format!("  {}: loads as {n} ({p}): {used} can run\n", l.name)),
+            (true, _, _) => out.push_str(&format!("  {}: loads: {used} can run\n", l.name)),
+            (false, _, _) => {
+                let note = if r.soc.is_rockchip() { String::new() } else { format!("; only Rockchip boards have it, for {used}") };
+                out.push_str(&format!("  {}: does not load ({}){note}\n", l.name, l.error.as_deref().unwrap_or("?")))
+            }
+        }
+        if let Some(v) = &l.version {
+            out.push_str(&format!("    version: {v}\n"));
+        }
+        if let Some(e) = &l.version_error {
+            out.push_str(&format!("    version: unknown: {e}\n"));
+        }
+        push_problems(&mut out, &r.problems, &l.name, &mut done);
+    }
+    match (&r.soc.soc, &r.soc.error) {
+        (Some(s), _) => {
+            let model = r.soc.model.as_ref().map(|m| format!("board \"{m}\", ")).unwrap_or_default();
+            out.push_str(&format!("  SoC: {s} ({model}compatible: {})\n", r.soc.compatible.join(", ")));
+        }
+        (None, e) => out.push_str(&format!("  SoC: unknown: {}\n", e.as_deref().unwrap_or("?"))),
+    }
+    match (&r.npu_driver.version, &r.npu_driver.path) {
+        (Some(v), Some(p)) => out.push_str(&format!("  NPU driver: {v} ({p})\n")),
+        _ => {
+            let hint = if r.soc.is_rockchip() { " (debugfs is readable by root only: run doctor as root)" } else { "" };
+            out.push_str(&format!("  NPU driver: no version file readable: {}{hint}\n", r.npu_driver.error.as_deref().unwrap_or("?")));
+        }
+    }
+
+    // Anything not printed under its item (should not happen) goes here.
+    for (i, p) in r.problems.iter().enumerate() {
+        if !done[i] {
+            out.push_str(&format!("problem: {}\nfix: {}\n", p.what, p.fix));
+        }
+    }
+    out.push_str(&match r.problems.len() {
+        0 => "\nno problems found\n".to_string(),
+        1 => "\n1 problem found (its fix is under it)\n".to_string(),
+        n => format!("\n{n} problems found (each fix is under its problem)\n"),
+    });
+    out
+}
