@@ -9,7 +9,7 @@
 //! (`run_lanes`), so the cores work at the same time.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, IDLE_WAIT};
+use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::{load_labels, open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
 
@@ -90,16 +90,15 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
             ..ctx.report(start, final_report, extra)
         })
     };
-    let mut stats = Stats { every: ctx.data.stats_interval, last: Instant::now(), report: &report };
-    let io = Io { input: &input, spec: &spec, bound, stop: ctx.stop, start };
+    let io = Io { ctx: &ctx, input: &input, spec: &spec, bound, stop: ctx.stop, start, report: &report };
     let lanes = det.lanes();
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
     let end = match lanes {
-        Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out, &mut stats),
+        Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out),
         other => {
             drop(other);
-            run_single(&io, &mut *det, out, &mut stats)
+            run_single(&io, &mut *det, out)
         }
     };
     let LoopEnd { ended, out, n_in, span } = end;
@@ -125,35 +124,19 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     )
 }
 
-/// What both frame loops read: the scale stage's pool, the model's input, whether the
-/// detector imported the pool (frames go to `detect_bound`, never mapped), the stop flag
-/// and when the stage's main loop started (for [`FrameSpan::tick`]).
+/// What both frame loops read: the stage's context (its loop skeleton), the scale stage's
+/// pool, the model's input, whether the detector imported the pool (frames go to
+/// `detect_bound`, never mapped), the stop flag, when the stage's main loop started (for
+/// [`FrameSpan::tick`]) and the stats report (output ring counters, frames in, frames out).
 struct Io<'a> {
+    ctx: &'a StageCtx<'a>,
     input: &'a PoolConsumer,
     spec: &'a InputSpec,
     bound: bool,
     stop: &'a AtomicBool,
     start: Instant,
-}
-
-/// Periodic stats lines: every `every` (`--stats-interval`; `None` = summary only).
-struct Stats<'a> {
-    every: Option<Duration>,
-    last: Instant,
     #[allow(clippy::type_complexity)]
     report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Extras),
-}
-
-impl Stats<'_> {
-    /// Sends a stats report if the interval has passed; `out` gives the output ring's
-    /// counters and the frames published (how many, and when they went out).
-    fn tick(&mut self, n_in: u64, out: impl FnOnce() -> (RingCounters, FrameSpan)) {
-        if self.every.is_some_and(|e| self.last.elapsed() >= e) {
-            let (ring, span) = out();
-            (self.report)(ring, n_in, span, false, vec![]);
-            self.last = Instant::now();
-        }
-    }
 }
 
 /// How a frame loop ended: why (or the error that ended it), the detections sender (to
@@ -202,21 +185,18 @@ fn send(out: &mut Sender<DetectionsDesc>, mut dd: DetectionsDesc, stop: &AtomicB
 }
 
 /// One engine: every frame is detected on this thread, then published.
-fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> LoopEnd {
-    let mut n_in = 0u64;
-    let mut span = FrameSpan::default();
-    let mut body = || -> Result<&'static str> {
-        Ok(loop {
-            if io.stop.load(Ordering::Relaxed) {
-                break "signal";
-            }
-            stats.tick(n_in, || (out.counters(), span));
+fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Sender<DetectionsDesc>) -> LoopEnd {
+    let mut st = (out, 0u64, FrameSpan::default());
+    let ended = io.ctx.run_loop(
+        &mut st,
+        |(out, n_in, span)| (io.report)(out.counters(), *n_in, *span, false, vec![]),
+        |(out, n_in, span)| {
             let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
                 Incoming::Item(f) => f,
-                Incoming::Eos => break "end of stream",
-                Incoming::Idle => continue,
+                Incoming::Eos => return Ok(Turn::End("end of stream")),
+                Incoming::Idle => return Ok(Turn::Next),
             };
-            n_in += 1;
+            *n_in += 1;
             let d = arrived(&frame, io.spec)?;
             let dets = if io.bound {
                 // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
@@ -226,11 +206,12 @@ fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDes
                 det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
             };
             drop(frame); // the scale buffer goes back before we publish
-            send(&mut out, record(&d, &dets), io.stop)?;
+            send(out, record(&d, &dets), io.stop)?;
             span.tick(io.start);
-        })
-    };
-    let ended = body();
+            Ok(Turn::Next)
+        },
+    );
+    let (out, n_in, span) = st;
     LoopEnd { ended, out, n_in, span }
 }
 
@@ -312,7 +293,7 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 /// stream the dispatcher stops taking frames, the lanes finish what they hold (published
 /// as usual) and are joined. The first lane error stops the dispatch; queued frames are
 /// given back unrun and the stage ends with that error.
-fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<DetectionsDesc>, stats: &mut Stats<'_>) -> LoopEnd {
+fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<DetectionsDesc>) -> LoopEnd {
     let n = lanes.len();
     let pool = io.input.buffers().len();
     let cap = (n * FRAMES_PER_LANE).min(pool.saturating_sub(1)).max(1);
@@ -337,7 +318,7 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<De
                 .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
             txs.push(tx);
         }
-        dispatch(io, &txs, &shared, &cv, cap, stats, &mut n_in)
+        dispatch(io, &txs, &shared, &cv, cap, &mut n_in)
         // `txs` drops here: each lane finishes what it holds and returns; the scope joins.
     });
     let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -351,49 +332,50 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<De
 
 /// The dispatcher of [`run_lanes`]: returns why it stopped; counts the frames that came in
 /// in `n_in`.
-fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: &Condvar, cap: usize, stats: &mut Stats<'_>, n_in: &mut u64) -> Result<&'static str> {
-    let mut next = 0u64;
-    loop {
-        if io.stop.load(Ordering::Relaxed) {
-            return Ok("signal");
-        }
-        stats.tick(*n_in, || {
+fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in: &mut u64) -> Result<&'static str> {
+    let mut st = (n_in, 0u64);
+    io.ctx.run_loop(
+        &mut st,
+        |(n_in, _)| {
             let s = lock(shared);
-            (s.out.counters(), s.span)
-        });
-        let lane = (next % txs.len() as u64) as usize;
-        let busy = {
-            let s = lock(shared);
-            if s.error.is_some() {
-                return Ok("a lane failed");
+            (io.report)(s.out.counters(), **n_in, s.span, false, vec![])
+        },
+        |(n_in, next)| {
+            let lane = (*next % txs.len() as u64) as usize;
+            let busy = {
+                let s = lock(shared);
+                if s.error.is_some() {
+                    return Ok(Turn::End("a lane failed"));
+                }
+                let held: usize = s.held.iter().sum();
+                if s.held[lane] >= FRAMES_PER_LANE || held >= cap {
+                    // Frames wait in the ring (and drop there under drop-oldest) until a lane
+                    // gives one back.
+                    drop(cv.wait_timeout(s, IDLE_WAIT));
+                    return Ok(Turn::Next);
+                }
+                held > 0
+            };
+            let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
+            let frame = match next_frame(io, wait, || lock(shared).out.conn().peer_gone())? {
+                Incoming::Item(f) => f,
+                Incoming::Eos => return Ok(Turn::End("end of stream")),
+                Incoming::Idle => return Ok(Turn::Next),
+            };
+            **n_in += 1;
+            let desc = arrived(&frame, io.spec)?;
+            {
+                let mut s = lock(shared);
+                s.pending.push_back(None);
+                s.held[lane] += 1;
             }
-            let held: usize = s.held.iter().sum();
-            if s.held[lane] >= FRAMES_PER_LANE || held >= cap {
-                // Frames wait in the ring (and drop there under drop-oldest) until a lane
-                // gives one back.
-                drop(cv.wait_timeout(s, IDLE_WAIT));
-                continue;
+            if txs[lane].send(Job { n: *next, frame, desc }).is_err() {
+                bail!("the worker thread of infer lane {lane} is gone");
             }
-            held > 0
-        };
-        let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
-        let frame = match next_frame(io, wait, || lock(shared).out.conn().peer_gone())? {
-            Incoming::Item(f) => f,
-            Incoming::Eos => return Ok("end of stream"),
-            Incoming::Idle => continue,
-        };
-        *n_in += 1;
-        let desc = arrived(&frame, io.spec)?;
-        {
-            let mut s = lock(shared);
-            s.pending.push_back(None);
-            s.held[lane] += 1;
-        }
-        if txs[lane].send(Job { n: next, frame, desc }).is_err() {
-            bail!("the worker thread of infer lane {lane} is gone");
-        }
-        next += 1;
-    }
+            *next += 1;
+            Ok(Turn::Next)
+        },
+    )
 }
 
 /// A lane's worker: runs each frame it is given on its engine, gives the loan back, then

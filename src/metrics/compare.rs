@@ -141,7 +141,7 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
         log::warn!("--copy-mode has no effect on compare: it runs every round in both modes");
     }
     let flags = a.run_flags.clone();
-    let dir = tempdir()?;
+    let dir = tempfile::Builder::new().prefix("zcpipe-compare-").tempdir().context("creating a temporary directory for the rounds' summaries")?;
     let mut runs = vec![];
     let mut per_mode: [Vec<BTreeMap<String, f64>>; 2] = [vec![], vec![]];
     for round in 0..a.rounds {
@@ -150,7 +150,7 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
                 bail!("stopped");
             }
             log::info!("round {} of {}: {}", round + 1, a.rounds, if copy { "copy mode" } else { "zero-copy" });
-            let s = one_run(&flags, copy, &dir.0, runs.len())?;
+            let s = one_run(&flags, copy, dir.path(), runs.len())?;
             per_mode[k].push(metrics(&s));
             runs.push(s);
         }
@@ -254,19 +254,4 @@ fn draw(c: &Comparison, path: &Path) -> Result<()> {
     }
     root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
-}
-
-/// A private temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-fn tempdir() -> Result<TempDir> {
-    let base = std::env::temp_dir().join(format!("zcpipe-compare-{}", std::process::id()));
-    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
-    Ok(TempDir(base))
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -120,7 +120,8 @@ pub struct StageReport {
     pub pool: Option<PoolStats>,
     /// Latency summaries (publish only: it sees every stage's stamps).
     pub latency: BTreeMap<String, LatencySummary>,
-    /// Stage-specific facts (`buffers_returned_before_streamoff`, `open_fds`, ...).
+    /// Stage-specific facts (`end_reason`, `open_fds_setup`, `open_fds_exit`,
+    /// `buffers_returned_at_end`, a camera's `driver_drops`, ...).
     pub extra: BTreeMap<String, serde_json::Value>,
     /// Copy-mode counters of the output hop (`None`: zero-copy, nothing copied).
     #[serde(default)]
