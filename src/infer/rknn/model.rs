@@ -1,0 +1,227 @@
+//! The `.rknn` file and what every context of it shares: the model-file checks (an RKNN
+//! header, rknn-toolkit2's `"target_platform"` trailer, a SoC this board is), the input
+//! binding and output type fixed at start-up ([`Model`]), and the output's conversion to
+//! float32 ([`output_to_f32`]).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+use memmap2::Mmap;
+
+use crate::core::frame::FrameLayout;
+use crate::infer::InputSpec;
+use crate::sys::rknn::{self as sys, RknnTensorAttr};
+
+/// Environment variable naming the device-tree `compatible` file to check the model's
+/// target platform against (default `/proc/device-tree/compatible`).
+pub const DT_COMPATIBLE_ENV: &str = "ZCPIPE_DT_COMPATIBLE";
+const DT_COMPATIBLE: &str = "/proc/device-tree/compatible";
+
+/// How an output tensor's elements become float32: type and quantisation from its
+/// `rknn_tensor_attr` (`RKNN_QUERY_OUTPUT_ATTR`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutputQuant {
+    /// `RKNN_TENSOR_FLOAT32`, `_FLOAT16`, `_INT8` or `_UINT8`.
+    pub type_: u32,
+    /// `RKNN_TENSOR_QNT_NONE`, `_DFP` or `_AFFINE_ASYMMETRIC`.
+    pub qnt_type: u32,
+    /// Affine zero point.
+    pub zp: i32,
+    /// Affine scale.
+    pub scale: f32,
+    /// DFP fractional length.
+    pub fl: i8,
+}
+
+impl OutputQuant {
+    /// Bytes per element; `None` for a type zcpipe does not convert.
+    pub fn elem_size(&self) -> Option<usize> {
+        match self.type_ {
+            sys::RKNN_TENSOR_FLOAT32 => Some(4),
+            sys::RKNN_TENSOR_FLOAT16 => Some(2),
+            sys::RKNN_TENSOR_INT8 | sys::RKNN_TENSOR_UINT8 => Some(1),
+            _ => None,
+        }
+    }
+
+    fn dequant(&self, q: f32) -> f32 {
+        match self.qnt_type {
+            sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC => (q - self.zp as f32) * self.scale,
+            sys::RKNN_TENSOR_QNT_DFP => q / 2f32.powi(self.fl as i32),
+            _ => q,
+        }
+    }
+}
+
+/// Converts one output tensor's raw little-endian bytes (`n` elements of `q.type_`) to
+/// float32 in `out` (cleared first): float16 widened, float32 as is, int8/uint8 dequantised
+/// (`(q - zp) * scale` for affine, `q / 2^fl` for DFP, the integer itself for none).
+pub fn output_to_f32(raw: &[u8], n: usize, q: &OutputQuant, out: &mut Vec<f32>) -> Result<()> {
+    let size = q.elem_size().with_context(|| format!("RKNN output type {} is not supported", sys::type_name(q.type_)))?;
+    ensure!(raw.len() >= n * size, "RKNN output holds {} bytes, {n} {} elements need {}", raw.len(), sys::type_name(q.type_), n * size);
+    out.clear();
+    let raw = &raw[..n * size];
+    match q.type_ {
+        sys::RKNN_TENSOR_FLOAT32 => out.extend(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        sys::RKNN_TENSOR_FLOAT16 => {
+            out.extend(raw.chunks_exact(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
+        }
+        sys::RKNN_TENSOR_INT8 => out.extend(raw.iter().map(|&b| q.dequant(b as i8 as f32))),
+        _ => out.extend(raw.iter().map(|&b| q.dequant(b as f32))),
+    }
+    Ok(())
+}
+
+/// The `"target_platform"` entries of a `.rknn` file (`["rk3588"]`): rknn-toolkit2 appends a
+/// JSON description at the end of the file. Empty when none is found.
+pub fn model_target_platforms(model: &[u8]) -> Vec<String> {
+    const KEY: &[u8] = b"\"target_platform\":[";
+    // The JSON is at the end; look at the last 1 MiB only.
+    let tail = &model[model.len().saturating_sub(1 << 20)..];
+    let Some(at) = tail.windows(KEY.len()).rposition(|w| w == KEY) else { return Vec::new() };
+    let rest = &tail[at + KEY.len()..];
+    let end = rest.iter().position(|&b| b == b']').unwrap_or(0).min(256);
+    String::from_utf8_lossy(&rest[..end])
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The Rockchip SoCs a device-tree `compatible` property names (`rockchip,rk3588` ->
+/// `rk3588`): NUL-separated strings, vendor `rockchip`, model starting `rk` or `rv` with no
+/// board suffix.
+pub fn compatible_socs(compatible: &[u8]) -> Vec<String> {
+    compatible
+        .split(|&b| b == 0)
+        .filter_map(|s| std::str::from_utf8(s).ok())
+        .filter_map(|s| s.strip_prefix("rockchip,"))
+        .filter(|m| (m.starts_with("rk") || m.starts_with("rv")) && m[2..].chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(|m| m.to_ascii_lowercase())
+        .collect()
+}
+
+/// Whether a model built for `platform` runs on `soc`: the same name, or the same NPU
+/// (RK3566/RK3568; RK3588/RK3588S; RV1103/RV1106).
+pub fn platform_runs_on(platform: &str, soc: &str) -> bool {
+    const SAME_NPU: &[&[&str]] = &[&["rk3566", "rk3568"], &["rk3588", "rk3588s"], &["rv1103", "rv1106"]];
+    platform == soc || SAME_NPU.iter().any(|g| g.contains(&platform) && g.contains(&soc))
+}
+
+/// The shipped model for a SoC, for error messages.
+fn shipped_model_for(soc: &str) -> Option<&'static str> {
+    match soc {
+        "rk3588" | "rk3588s" => Some("models/yolox_nano_416_rk3588.rknn"),
+        "rk3566" | "rk3568" => Some("models/yolox_nano_416_rk3566_rk3568.rknn"),
+        "rk3576" => Some("models/yolox_nano_416_rk3576.rknn"),
+        _ => None,
+    }
+}
+
+/// Refuses a model whose target platforms do not include this board's SoC. No compatible
+/// file (hosts, containers without /proc/device-tree) skips the check.
+fn check_platform(model: &Path, platforms: &[String]) -> Result<()> {
+    let path = std::env::var_os(DT_COMPATIBLE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DT_COMPATIBLE));
+    let compatible = match std::fs::read(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            log::debug!("no device tree ({}: {e}): skipping the check of the model's target platform", path.display());
+            return Ok(());
+        }
+    };
+    let socs = compatible_socs(&compatible);
+    if socs.is_empty() {
+        log::warn!("{} names no Rockchip SoC: cannot check that model {} fits this board", path.display(), model.display());
+        return Ok(());
+    }
+    if platforms.is_empty() {
+        log::warn!("model {} names no target platform: cannot check it against {}", model.display(), socs.join(", "));
+        return Ok(());
+    }
+    if platforms.iter().any(|p| socs.iter().any(|s| platform_runs_on(p, s))) {
+        return Ok(());
+    }
+    let fix = match socs.iter().find_map(|s| shipped_model_for(s)) {
+        Some(m) => format!("use {m}, or convert the ONNX model with rknn-toolkit2 target_platform='{}'", socs[0]),
+        None => format!("convert the ONNX model with rknn-toolkit2 target_platform='{}'", socs[0]),
+    };
+    bail!(
+        "model {} is built for {} but this board is {} ({}): {fix}",
+        model.display(),
+        platforms.join("/"),
+        socs.join("/"),
+        path.display()
+    )
+}
+
+/// What every context of one model shares, fixed at start-up: the input binding, the
+/// output's type and shape, and the decoding thresholds. Read-only once the detector is
+/// open, so lanes on other threads borrow it.
+pub(super) struct Model {
+    /// The native input attribute, rewritten to uint8 NHWC with the native `w_stride`
+    /// (`RKNN_QUERY_NATIVE_INPUT_ATTR`), as passed to `rknn_set_io_mem`.
+    pub(super) input_attr: RknnTensorAttr,
+    pub(super) output: OutputQuant,
+    /// Bytes of output 0 in its own type (`rows * cols * element size`).
+    pub(super) output_bytes: usize,
+    /// YOLOX head rows (anchors: 3549 for 416x416) and columns (`5 + classes`: 85).
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    pub(super) spec: InputSpec,
+    pub(super) score_threshold: f32,
+    pub(super) nms_iou: f32,
+    pub(super) path: PathBuf,
+}
+
+impl Model {
+    /// Checks that a frame bound in place has the layout the NPU reads: the model's fourcc
+    /// and size, rows of exactly `w_stride * 3` bytes from offset 0.
+    pub(super) fn check_bound_layout(&self, layout: &FrameLayout) -> Result<()> {
+        let s = &self.spec;
+        if layout.fourcc != s.fourcc || layout.width != s.width || layout.height != s.height {
+            bail!("infer input is {} {}x{} but the model `{}` wants {} {}x{}", layout.fourcc, layout.width, layout.height, s.name, s.fourcc, s.width, s.height);
+        }
+        let plane = layout.planes().first().context("infer input layout has no planes")?;
+        if plane.offset != 0 || plane.bytesperline != s.bytesperline {
+            bail!(
+                "scaler frame has rows of {} bytes from offset {}, but the NPU reads rows of {} (w_stride {}) from offset 0: the scaler must honour the bytesperline the infer stage asks for",
+                plane.bytesperline,
+                plane.offset,
+                s.bytesperline,
+                self.input_attr.w_stride
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Maps the `.rknn` file at `path` read-only and checks it before any library is loaded: the
+/// `RKNN` header, rknn-toolkit2's `"target_platform"` trailer, and that this board's SoC is
+/// one of those platforms ([`check_platform`]). Returns the mapping and the platforms.
+pub(super) fn map_model(path: &Path) -> Result<(Mmap, Vec<String>)> {
+    let file = std::fs::File::open(path).with_context(|| {
+        format!("cannot open RKNN model {}: pass --model with a .rknn file such as models/yolox_nano_416_rk3588.rknn", path.display())
+    })?;
+    // SAFETY: a read-only private mapping of a model file zcpipe never writes; a file
+    // truncated underneath by someone else would fault, as for any mapped input.
+    let model = unsafe { Mmap::map(&file) }.with_context(|| format!("cannot map RKNN model {}", path.display()))?;
+    if model.len() < 8 || &model[..4] != b"RKNN" {
+        bail!(
+            "{} is not an RKNN model (no RKNN header): convert the ONNX model with rknn-toolkit2 (models/PROVENANCE.md), or use --infer onnx for .onnx models",
+            path.display()
+        );
+    }
+    let platforms = model_target_platforms(&model);
+    if platforms.is_empty() {
+        // rknn-toolkit2 appends a JSON trailer naming the target platform to every model
+        // it writes; a file without one was cut short or was not made by the toolkit.
+        bail!(
+            "RKNN model {} ({} bytes) has no rknn-toolkit2 metadata (no \"target_platform\" in its trailer): it is truncated \
+             or not made by rknn-toolkit2; copy it again (sizes and sha256 in models/PROVENANCE.md) or rebuild it (make rknn-models)",
+            path.display(),
+            model.len()
+        );
+    }
+    check_platform(path, &platforms)?;
+    Ok((model, platforms))
+}
