@@ -50,7 +50,6 @@ extern "C" fn on_alarm(_: libc::c_int) {
 extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
     ABORT.store(true, Ordering::SeqCst);
-    crate::supervise::STOP.store(true, Ordering::SeqCst);
 }
 
 /// The bench's signal handlers, installed for its duration; the previous ones come back on

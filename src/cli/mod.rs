@@ -13,6 +13,7 @@ use crate::core::dmabuf::HeapChoice;
 use crate::core::link::WaitMode;
 use crate::core::ring::RingPolicy;
 
+mod bench;
 mod doctor;
 
 /// zcpipe: camera frames to an NPU without copying them.
@@ -42,7 +43,7 @@ pub enum Command {
     /// Print the detections published on a socket.
     Watch(WatchArgs),
     /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size.
-    Bench(crate::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
     Compare(crate::metrics::compare::CompareArgs),
     /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
@@ -451,7 +452,7 @@ pub fn main() -> i32 {
     let result = match cli.cmd {
         Command::Run(a) => crate::supervise::run::run(a),
         Command::Watch(a) => crate::publish::watch::watch(a).map(|_| 0),
-        Command::Bench(a) => crate::bench::run(a),
+        Command::Bench(a) => a.config().and_then(crate::bench::run),
         Command::Compare(a) => crate::metrics::compare::compare(a),
         Command::Doctor(a) => crate::doctor::run(a.into()),
         Command::Stage { stage } => match stage {

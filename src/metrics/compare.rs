@@ -14,6 +14,7 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::median;
 use crate::cli::PipelineArgs;
 
 /// `zcpipe compare`.
@@ -138,18 +139,6 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
     }
     m
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Runs the comparison; returns the exit code.
