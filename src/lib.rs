@@ -4,8 +4,8 @@
 //! Pixels stay in dma-bufs allocated once at start-up ([`core::dmabuf`]); each buffer's fd
 //! crosses a process boundary once, with SCM_RIGHTS ([`core::fdpass`]); after that a frame is
 //! a small descriptor ([`core::frame`]) in a drop-oldest ring in a sealed memfd
-//! ([`core::ring`]) with an eventfd doorbell. [`supervise`] starts the four stages; [`cli`]
-//! is the command-line front; [`doctor`] reports what a machine offers zcpipe.
+//! ([`core::ring`]) with an eventfd doorbell. [`stage`] is the skeleton every stage process shares; [`supervise`] starts the four
+//! stages; [`cli`] is the command-line front; [`doctor`] reports what a machine offers zcpipe.
 
 pub mod bench;
 pub mod capture;
@@ -16,5 +16,6 @@ pub mod infer;
 pub mod metrics;
 pub mod publish;
 pub mod scale;
+pub mod stage;
 pub mod supervise;
 pub mod sys;

@@ -37,11 +37,11 @@ fn consumer_role(sock: &str, delay_ms: u64) {
             Recv::Item(f) => {
                 let g = f.read().unwrap();
                 let n = (W * H * 3) as usize;
-                if (0..n).any(|i| g[0][i] != pattern(f.desc.seq, i)) {
+                if (0..n).any(|i| g[0][i] != pattern(f.desc().seq, i)) {
                     bad += 1;
                 }
-                assert!(last_seq.is_none_or(|s| f.desc.seq > s), "sequence must increase");
-                last_seq = Some(f.desc.seq);
+                assert!(last_seq.is_none_or(|s| f.desc().seq > s), "sequence must increase");
+                last_seq = Some(f.desc().seq);
                 got += 1;
                 drop(g);
                 drop(f);
@@ -86,14 +86,14 @@ fn produce(test: &str, policy: RingPolicy, frames: u64, delay_ms: u64) -> (PoolP
     let spec = HopSpec { policy, capacity: 3, memory: alloc.describe(), layout: Some(layout()), fps: 0.0, description: "test".into(), copy_mode: false };
     let mut prod = PoolProducer::offer(conn, pool.into_iter().map(|b| vec![b]).collect(), spec).unwrap();
     for seq in 0..frames {
-        let idx = prod.acquire(&NEVER).unwrap().unwrap();
+        let mut loan = prod.acquire(&NEVER).unwrap().unwrap();
         {
-            let mut g = prod.buffer_mut(idx)[0].write().unwrap();
+            let mut g = loan.buffers_mut()[0].write().unwrap();
             for (i, b) in g.iter_mut().take((W * H * 3) as usize).enumerate() {
                 *b = pattern(seq, i);
             }
         }
-        prod.publish(FrameDesc { seq, buffer_index: idx, layout: layout(), ..Default::default() }, &NEVER).unwrap();
+        loan.publish(FrameDesc { seq, layout: layout(), ..Default::default() }, &NEVER).unwrap();
     }
     let (_, still_out) = prod.finish(Duration::from_secs(30)).unwrap();
     assert_eq!(still_out, 0, "every buffer came back");

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::Value;
+use zcpipe::core::frame::monotonic_ns;
 
 mod common;
 use common::{assert_no_orphans, root, zcpipe, zcpipe_run};
@@ -28,6 +29,40 @@ fn iou(a: &[f64], b: &[f64]) -> f64 {
     let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
     let inter = iw * ih;
     inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+}
+
+/// Checks the frame lines of one run (in the order published, read after the run ended at
+/// `ended_ns`, CLOCK_MONOTONIC): their keys, and their latencies (each rounded to 0.1 µs)
+/// against what they are by construction: `total` is the sum of the four stages (so all
+/// five come from one set of stamps, none missing); scale, infer and publish each include a
+/// hand-off from another process through a ring, so are above 0 (capture may round to 0: a
+/// host source stamps its frames just before handing them on); a line was built
+/// (`timestamp_ns + total`) after the line before it and before the run ended. Returns the
+/// largest `publish` and `total`, µs.
+fn check_frame_lines(frames: &[Value], ended_ns: u64) -> (f64, f64) {
+    let mut built_before = 0.0f64;
+    let (mut publish, mut total) = (0.0f64, 0.0f64);
+    for f in frames {
+        assert_eq!(f["type"], "frame", "{f}");
+        let keys: Vec<&str> = f.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(keys, ["detections", "height", "latency_us", "seq", "timestamp_ns", "type", "width"], "{f}");
+        let keys: Vec<&str> = f["latency_us"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(keys, ["capture", "infer", "publish", "scale", "total"], "{f}");
+        let l = |k: &str| f["latency_us"][k].as_f64().unwrap_or_else(|| panic!("latency_us.{k} in {f}"));
+        assert!(l("capture") >= 0.0, "{f}");
+        for k in ["scale", "infer", "publish"] {
+            assert!(l(k) > 0.0, "latency_us.{k} of a stage behind a ring: {f}");
+        }
+        let sum = l("capture") + l("scale") + l("infer") + l("publish");
+        assert!((l("total") - sum).abs() <= 0.25 + 1e-6, "total {} is the stages' sum {sum} (5 roundings of 0.05 µs): {f}", l("total"));
+        let built = f["timestamp_ns"].as_u64().unwrap() as f64 + l("total") * 1000.0;
+        assert!(built >= built_before - 100.0, "lines are built in the order they are published: {f}");
+        assert!(built <= ended_ns as f64 + 50.0, "a line was built before the run ended: {f}");
+        built_before = built;
+        publish = publish.max(l("publish"));
+        total = total.max(l("total"));
+    }
+    (publish, total)
 }
 
 /// Reference detections with score >= 0.5 from ../shared/data/PROVENANCE.md (onnxruntime,
@@ -56,16 +91,15 @@ fn detects_reference_objects_in_the_shipped_photos() {
         std::fs::copy(data(&format!("tests/data/{name}")), photos.join(name)).unwrap();
     }
     let out = run(dir.path(), &["--source", &format!("image:{}", photos.display()), "--frames", "6", "--ring-policy", "block", "--json", "--stats-interval", "0"]);
+    let ended = monotonic_ns();
     assert!(out.status.success(), "{}", stderr(&out));
     let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(frames.len(), 6, "one line per photo");
+    let (line_publish, line_total) = check_frame_lines(&frames, ended);
     for (i, (name, w, h, refs)) in references().into_iter().enumerate() {
         let f = &frames[i];
         assert_eq!(f["seq"], i as u64);
         assert_eq!((f["width"].as_u64().unwrap() as u32, f["height"].as_u64().unwrap() as u32), (w, h), "{name}");
-        for k in ["capture", "scale", "infer", "publish", "total"] {
-            assert!(f["latency_us"][k].as_f64().unwrap() >= 0.0, "{name} latency {k}");
-        }
         let dets = f["detections"].as_array().unwrap();
         if refs.is_empty() {
             assert!(dets.is_empty(), "{name}: expected nothing, got {dets:?}");
@@ -94,6 +128,12 @@ fn detects_reference_objects_in_the_shipped_photos() {
         assert_eq!(r["dropped"], 0, "{stage}: block policy drops nothing");
     }
     assert_eq!(summary["stages"]["publish"]["latency"]["total"]["count"], 6);
+    // The stage's histograms span the line's send too, so hold at least what a line carries
+    // (they record whole µs, rounded: 0.5 µs; the line 0.05 µs).
+    for (k, line_max) in [("publish", line_publish), ("total", line_total)] {
+        let max = summary["stages"]["publish"]["latency"][k]["max_us"].as_f64().unwrap();
+        assert!(max + 0.55 >= line_max, "{k}: histogram max {max} µs < a line's {line_max} µs");
+    }
     assert!(stderr(&out).contains("zcpipe summary"), "{}", stderr(&out));
 }
 
@@ -101,6 +141,7 @@ fn detects_reference_objects_in_the_shipped_photos() {
 fn transport_only_run_counters_add_up() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(dir.path(), &["--source", "testsrc:640x480@200", "--frames", "60", "--infer", "none", "--json", "--stats-interval", "0.5"]);
+    let ended = monotonic_ns();
     assert!(out.status.success(), "{}", stderr(&out));
     let s: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
     let st = &s["stages"];
@@ -117,6 +158,8 @@ fn transport_only_run_counters_add_up() {
     }
     assert_eq!(st["publish"]["frames_out"].as_u64().unwrap(), upstream_out);
     assert_eq!(lines, upstream_out, "one JSON line per published frame");
+    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    check_frame_lines(&frames, ended);
     for stage in ["capture", "scale", "infer", "publish"] {
         let e = &st[stage]["extra"];
         assert_eq!(e["open_fds_setup"], e["open_fds_exit"], "{stage} leaks no fd: {e}");
@@ -324,6 +367,7 @@ fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
     for _ in 0..5 {
         let l = lines.next().expect("the stream ended before 5 frames").unwrap();
         assert!(l.contains("\"seq\""), "a frame: {l}");
+        assert!(l.starts_with("{\"type\":\"frame\","), "a frame line says so first: {l}");
     }
     let infer = stage_pid(d, "infer").expect("the infer stage of this run is running");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(infer), nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -331,6 +375,9 @@ fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
     let end = lines.map(|l| l.unwrap()).last().expect("an end line");
     let end: Value = serde_json::from_str(&end).unwrap();
     assert_eq!(end["end"], true, "{end}");
+    assert_eq!(end["type"], "end", "{end}");
+    let keys: Vec<&str> = end.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    assert_eq!(keys, ["end", "frames", "reason", "type"], "{end}");
     assert!(end["reason"].as_str().unwrap().contains("hung up"), "{end}");
 
     let status = run.0.wait().unwrap();

@@ -13,7 +13,7 @@ use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
 use zcpipe::core::frame::{FrameLayout, Fourcc, PlaneDesc, MAX_PLANES};
 use zcpipe::scale::cpu::CpuScaler;
 use zcpipe::scale::rga::{RgaCore, RgaScaler};
-use zcpipe::scale::{DeviceScaler, Scaler};
+use zcpipe::scale::Scaler;
 
 mod common;
 
@@ -183,7 +183,7 @@ fn output_pool(n: usize, dl: &FrameLayout) -> Vec<DmaBuf> {
 
 fn cpu_reference(src: &[u8], sl: &FrameLayout, dl: &FrameLayout) -> Vec<u8> {
     let mut out = vec![0xEEu8; dl.bytes_needed() as usize];
-    CpuScaler::new().scale(&[src], sl, &mut out, dl, 114).unwrap();
+    CpuScaler::new().scale_bytes(&[src], sl, &mut out, dl, 114).unwrap();
     out
 }
 
@@ -231,12 +231,12 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     let fds_before = open_fds();
 
     let mut rga = s.open(RgaCore::Rga3Core0);
-    let name = DeviceScaler::name(&rga);
+    let name = Scaler::name(&rga);
     assert!(name.contains("librga v1.10.3_[1]-zcpipe-fake"), "{name}");
-    rga.bind(&src, &sl, &mut dst, &dl, 114).unwrap();
+    rga.bind_pools(&src, &sl, &mut dst, &dl, 114).unwrap();
     let mut lbs = Vec::new();
     for (i, j) in [(0u32, 0u32), (1, 1)] {
-        lbs.push(DeviceScaler::scale(&mut rga, i, j).unwrap());
+        lbs.push(rga.scale_index(i, j).unwrap());
     }
     let lb = lbs[0];
     assert_eq!((lb.resized_w, lb.resized_h, lb.src_w, lb.src_h), (416, 312, 640, 480));
@@ -249,10 +249,10 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     assert!(got_a[..3].iter().all(|&v| v >= 250), "{:?}", &got_a[..3]);
     assert!(got_a[160 * 1248..][..3].iter().all(|&v| v <= 5), "{:?}", &got_a[160 * 1248..][..3]);
     for (i, j) in [(2u32, 0u32), (0, 1), (1, 0)] {
-        DeviceScaler::scale(&mut rga, i, j).unwrap();
+        rga.scale_index(i, j).unwrap();
     }
     assert_eq!(rga.frames(), 5);
-    let e = DeviceScaler::scale(&mut rga, 3, 0).unwrap_err().to_string();
+    let e = rga.scale_index(3, 0).unwrap_err().to_string();
     assert!(e.contains("source 3 of 3"), "{e}");
     drop(rga);
     assert_eq!(open_fds(), fds_before, "the fake's duplicated fds are all closed once every handle is released");
@@ -303,8 +303,8 @@ fn nv16_and_yuyv_portrait_pad_on_the_right() {
         let src = source_pool(&[&frame, &frame]);
         let mut dst = output_pool(2, &dl);
         let mut rga = s.open(RgaCore::Auto);
-        rga.bind(&src, &sl, &mut dst, &dl, 114).unwrap();
-        let lb = DeviceScaler::scale(&mut rga, 1, 1).unwrap();
+        rga.bind_pools(&src, &sl, &mut dst, &dl, 114).unwrap();
+        let lb = rga.scale_index(1, 1).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (312, 416));
         let got = dst[1].read().unwrap().to_vec();
         assert_letterbox(&got, &cpu_reference(&frame, &sl, &dl), 416 * 3, (312, 416), 114, &format!("{} 480x640", sl.fourcc));
@@ -327,7 +327,7 @@ fn width_stride_650_is_refused_naming_16() {
     let dl = model_input();
     let mut dst = output_pool(2, &dl);
     let mut rga = s.open(RgaCore::Auto);
-    let e = rga.bind(&src, &sl, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = rga.bind_pools(&src, &sl, &mut dst, &dl, 114).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("width stride 650 px is not a multiple of 16"), "{e}");
     assert!(e.contains("IM_STATUS_NOT_SUPPORTED") && e.contains("should be 16 aligned"), "librga's own words too: {e}");
@@ -342,7 +342,7 @@ fn width_stride_650_is_refused_naming_16() {
     assert!(s.calls("improcess").is_empty());
     // The pad was not written either: the output pool is as it was.
     assert!(dst[0].read().unwrap().iter().all(|&b| b == 0xEE));
-    let e = DeviceScaler::scale(&mut rga, 0, 0).unwrap_err().to_string();
+    let e = rga.scale_index(0, 0).unwrap_err().to_string();
     assert!(e.contains("before bind"), "{e}");
 }
 
@@ -353,18 +353,18 @@ fn odd_size_scale_range_and_layouts_are_named() {
     // An odd width (641, pitch 656): YUV needs even sizes.
     let (sl, frame) = nv12(&colour_bars(641, 480, false), 641, 480, 656);
     let mut dst = output_pool(1, &dl);
-    let e = s.open(RgaCore::Auto).bind(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("even sizes") && e.contains("IM_STATUS_INVALID_PARAM"), "{e}");
     // 16x16 -> 416x416 is 26x: beyond 16x.
     let (sl, frame) = nv12(&colour_bars(16, 16, false), 16, 16, 16);
-    let e = s.open(RgaCore::Auto).bind(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("1/16..16") && e.contains("26.0000"), "{e}");
     // NV12M: one dma-buf per plane is not something RGA reads; refused before any import.
     let (mut m, frame) = nv12(&colour_bars(64, 48, false), 64, 48, 64);
     m.fourcc = Fourcc::NV12M;
-    let e = s.open(RgaCore::Auto).bind(&source_pool(&[&frame]), &m, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &m, &mut dst, &dl, 114).unwrap_err().to_string();
     assert!(e.contains("NV12M") && e.contains("--format NV12"), "{e}");
     // A 488-row vertical stride whose buffer ends right after 240 chroma rows: the layout
     // fits, but RGA's image (wstride x hstride x 3/2 = 468480 bytes) does not (PITFALLS 10).
@@ -373,7 +373,7 @@ fn odd_size_scale_range_and_layouts_are_named() {
         PlaneDesc { offset: 640 * 488, bytesperline: 640, length: 640 * 240, fd_index: 0 },
     ]);
     let frame = vec![16u8; 640 * 488 + 640 * 240];
-    let e = s.open(RgaCore::Auto).bind(&source_pool(&[&frame]), &tight, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &tight, &mut dst, &dl, 114).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("Only get buffer") && e.contains("468480"), "{e}");
     // RGB24 into an RGB24 model input works too.
@@ -382,8 +382,8 @@ fn odd_size_scale_range_and_layouts_are_named() {
     let rdl = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248);
     let mut rdst = output_pool(1, &rdl);
     let mut rga = s.open(RgaCore::Rga2Core0);
-    rga.bind(&source_pool(&[&rgb]), &rl, &mut rdst, &rdl, 0).unwrap();
-    DeviceScaler::scale(&mut rga, 0, 0).unwrap();
+    rga.bind_pools(&source_pool(&[&rgb]), &rl, &mut rdst, &rdl, 0).unwrap();
+    rga.scale_index(0, 0).unwrap();
     let out = rdst[0].read().unwrap().to_vec();
     assert_eq!(&out[..3], &[255, 255, 255], "white bar, RGB order");
     assert_eq!(&out[(10 * 416 + 410) * 3..][..3], &[0, 0, 0], "black bar at the right");
@@ -419,9 +419,9 @@ fn no_rga_device_is_refused_before_querystring() {
     let dl = model_input();
     let mut dst = output_pool(1, &dl);
     let mut rga = s.open(RgaCore::Auto);
-    rga.bind(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap();
+    rga.bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap();
     std::env::set_var("ZCPIPE_FAKE_RGA_NO_DEVICE", "1");
-    let r = DeviceScaler::scale(&mut rga, 0, 0);
+    let r = rga.scale_index(0, 0);
     std::env::remove_var("ZCPIPE_FAKE_RGA_NO_DEVICE");
     let e = r.unwrap_err().to_string();
     println!("{e}");

@@ -544,7 +544,7 @@ fn bound_and_copied_frames_give_the_onnx_reference_and_a_wrong_stride_is_refused
     let err = det.bind_pool(&[&buf, &small]).unwrap_err().to_string();
     assert!(err.contains("scaler buffer 1 is 4096 bytes but the NPU reads 519168"), "{err}");
     assert!(det.bind_pool(&[&buf]).unwrap());
-    let bound = det.detect_bound(0, &layout).unwrap();
+    let bound = det.detect_index(0, &layout).unwrap();
     assert_eq!(bound, copied, "the NPU read the same bytes through the dma-buf as through the copy");
 
     // onnxruntime's reference on this input (dog_sim_detections.json, onnx_reference_detections):
@@ -561,9 +561,9 @@ fn bound_and_copied_frames_give_the_onnx_reference_and_a_wrong_stride_is_refused
     }
 
     let wide = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1280);
-    let err = det.detect_bound(0, &wide).unwrap_err().to_string();
+    let err = det.detect_index(0, &wide).unwrap_err().to_string();
     assert!(err.contains("rows of 1280 bytes") && err.contains("rows of 1248 (w_stride 416)"), "{err}");
-    let err = det.detect_bound(1, &layout).unwrap_err().to_string();
+    let err = det.detect_index(1, &layout).unwrap_err().to_string();
     assert!(err.contains("buffer index 1 was not imported"), "{err}");
 }
 

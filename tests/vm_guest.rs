@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use zcpipe::capture::v4l2::{format_name, CaptureIo, Next, V4l2Capture, V4l2Config, V4l2Stats};
 use zcpipe::core::channel::Recv;
+use zcpipe::core::config::Choice;
 use zcpipe::core::dmabuf::{Allocator, HeapChoice, MemoryKind};
 use zcpipe::core::frame::{Fourcc, FrameDesc, FrameLayout};
 use zcpipe::core::link::{Conn, ControlMsg, Listener, WaitMode};
@@ -119,13 +120,13 @@ fn consumer_role(sock: &str, delay_ms: u64) {
                 let means = {
                     let guards = f.read().expect("DMA_BUF_IOCTL_SYNC START on the received buffers");
                     let bytes: Vec<&[u8]> = guards.iter().map(|g| g.bytes()).collect();
-                    bar_means(&f.desc.layout, &bytes)
+                    bar_means(&f.desc().layout, &bytes)
                 };
                 if !bars_ok(&means) {
                     bad += 1;
                 }
                 first_means.get_or_insert(means);
-                let s = f.desc.seq;
+                let s = f.desc().seq;
                 if let Some(l) = last {
                     assert!(s > l, "sequence must increase: {l} then {s}");
                     gaps += s - l - 1;
@@ -1033,7 +1034,6 @@ const M2M_BARS: [[u8; 3]; 8] = [[250, 250, 250], [250, 250, 10], [10, 250, 250],
 #[ignore = "runs in the VM guest: make vm-test"]
 fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     use zcpipe::scale::v4l2m2m::V4l2M2mScaler;
-    use zcpipe::scale::DeviceScaler;
     let m2m = dev("VIM2M");
     let alloc = Allocator::open(HeapChoice::System, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf")).unwrap();
     let src_layout = FrameLayout::packed24(Fourcc::RGB24, 640, 480, 1920);
@@ -1054,14 +1054,14 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     }
     let mut dst = alloc.allocate_pool(2, dst_layout.bytes_needed()).unwrap();
     let mut m = V4l2M2mScaler::open(&m2m).unwrap();
-    m.bind(&src, &src_layout, &mut dst, &dst_layout, 114).unwrap();
+    m.bind_pools(&src, &src_layout, &mut dst, &dst_layout, 114).unwrap();
     // Source buffer 0 into pool buffer 1 and source 1 into pool 0: indices are kept apart.
-    let lb0 = m.scale(0, 1).unwrap();
-    let lb1 = m.scale(1, 0).unwrap();
+    let lb0 = m.scale_index(0, 1).unwrap();
+    let lb1 = m.scale_index(1, 0).unwrap();
     assert_eq!((lb0.resized_w, lb0.resized_h, lb0.src_w, lb0.src_h), (416, 312, 640, 480), "{lb0:?}");
     assert_eq!(lb0, lb1);
     assert!((lb0.scale - 0.65).abs() < 1e-6, "{lb0:?}");
-    let again = m.scale(0, 1).unwrap();
+    let again = m.scale_index(0, 1).unwrap();
     assert_eq!(again, lb0);
     drop(m);
     for (j, bars_reversed) in [(1usize, false), (0usize, true)] {
@@ -1088,7 +1088,7 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     let nv12 = FrameLayout::nv12(640, 480, 16);
     let nsrc = vec![vec![alloc.allocate(nv12.bytes_needed()).unwrap()]];
     let mut m = V4l2M2mScaler::open(&m2m).unwrap();
-    let e = format!("{:#}", m.bind(&nsrc, &nv12, &mut dst, &dst_layout, 114).unwrap_err());
+    let e = format!("{:#}", m.bind_pools(&nsrc, &nv12, &mut dst, &dst_layout, 114).unwrap_err());
     assert!(e.contains("cannot convert capture's NV12 into the model's BGR24") && e.contains("RGB24"), "{e}");
     println!("EVIDENCE v4l2m2m refuses NV12: {e}");
 }

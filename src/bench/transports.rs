@@ -695,24 +695,24 @@ struct RingEnd {
 
 impl Endpoint for RingEnd {
     fn send(&mut self, k: u64) -> Result<()> {
-        let Some(i) = self.tx.acquire(&ABORT)? else {
+        let Some(mut loan) = self.tx.acquire(&ABORT)? else {
             abort_check()?;
             bail!("stopped while waiting for a free buffer");
         };
         if self.pixels {
-            let mut g = self.tx.buffer_mut(i)[0].write()?;
+            let mut g = loan.buffers_mut()[0].write()?;
             write_message(&mut g[..self.len], k);
         }
-        let desc = FrameDesc { seq: k, timestamp_ns: monotonic_ns(), buffer_index: i, layout: self.layout, ..Default::default() };
-        self.tx.publish(desc, &ABORT)
+        let desc = FrameDesc { seq: k, timestamp_ns: monotonic_ns(), layout: self.layout, ..Default::default() };
+        loan.publish(desc, &ABORT)
     }
 
     fn recv(&mut self, k: u64) -> Result<()> {
         loop {
             match self.rx.recv(Duration::from_millis(200))? {
                 Recv::Item(f) => {
-                    if f.desc.seq != k {
-                        bail!("frame ring: got frame {}, expected {k}", f.desc.seq);
+                    if f.desc().seq != k {
+                        bail!("frame ring: got frame {}, expected {k}", f.desc().seq);
                     }
                     if self.pixels {
                         let g = f.read()?;

@@ -17,6 +17,28 @@ pub mod video;
 
 use crate::core::frame::FrameLayout;
 
+/// What the capture stage is asked to do, checked by whoever built it (the command line):
+/// the pool has 2..=64 buffers, `fps` is in range, and the V4L2-only options come with a
+/// V4L2 source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaptureConfig {
+    /// Where frames come from.
+    pub source: spec::SourceSpec,
+    /// Frames per second: a host source is paced at it, a camera asked for it
+    /// (`None`: the source's own rate).
+    pub fps: Option<f64>,
+    /// Stop after this many frames (`None`: until the source ends or a signal).
+    pub frames: Option<u64>,
+    /// Buffers in the capture pool (2..=64).
+    pub buffers: usize,
+    /// V4L2 pixel format as written (`NV12`, ...; parsed when the camera is opened).
+    pub format: Option<String>,
+    /// V4L2 frame size as written (`WxH`).
+    pub size: Option<String>,
+    /// V4L2 buffer I/O (`None`: mmap).
+    pub capture_io: Option<v4l2::CaptureIo>,
+}
+
 /// What a source produces, known before the first frame (used to size the pool).
 #[derive(Clone, Debug)]
 pub struct SourceInfo {

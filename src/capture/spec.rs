@@ -6,7 +6,7 @@
 //! the fix.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::{bail, Context};
@@ -143,38 +143,11 @@ impl fmt::Display for SourceSpec {
     }
 }
 
-/// Finds a bundled data file (`rel` is relative to the data directory, e.g. [`BUNDLED_CLIP`]).
-///
-/// Tries, in order, each base below with `rel` and with `tests/data/rel` appended: the
-/// current directory, `$ZCPIPE_DATA_DIR`, the executable's directory and each of its
-/// ancestors (so `target/release/zcpipe` finds the repo's `tests/data/`), and last the
-/// crate root this binary was built from (`CARGO_MANIFEST_DIR`). Returns the first path
-/// that is a file.
-pub fn find_data_file(rel: &str) -> Option<PathBuf> {
-    let mut bases: Vec<PathBuf> = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        bases.push(cwd);
-    }
-    if let Some(dir) = std::env::var_os("ZCPIPE_DATA_DIR") {
-        if !dir.is_empty() {
-            bases.push(PathBuf::from(dir));
-        }
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        bases.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
-    }
-    bases.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    bases
-        .iter()
-        .flat_map(|b| [b.join(rel), b.join("tests").join("data").join(rel)])
-        .find(|p| p.is_file())
-}
-
 /// Opens the source a spec names.
 ///
 /// `fps_override` (from `--fps`, frames per second) replaces the source's nominal rate in
 /// its [`SourceInfo`](super::SourceInfo). `Auto` opens the bundled clip found by
-/// [`find_data_file`]. `V4l2` is an error here: a camera fills its own buffers, so the
+/// [`find_data_file`](crate::core::data::find_data_file). `V4l2` is an error here: a camera fills its own buffers, so the
 /// capture stage drives it with [`super::v4l2::V4l2Capture`] instead of a [`FrameSource`].
 pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
     if let Some(fps) = fps_override {
@@ -182,7 +155,7 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
     }
     Ok(match spec {
         SourceSpec::Auto => {
-            let clip = find_data_file(BUNDLED_CLIP).with_context(|| {
+            let clip = crate::core::data::find_data_file(BUNDLED_CLIP).with_context(|| {
                 format!(
                     "source auto: bundled clip {BUNDLED_CLIP} not found (looked in the current directory, \
                      $ZCPIPE_DATA_DIR, the executable's directory and its ancestors, and {}/tests/data); \
@@ -276,13 +249,6 @@ mod tests {
             assert!(msg.contains(ACCEPTED_FORMS), "{msg}");
             assert!(!msg.contains('\n'), "{msg}");
         }
-    }
-
-    #[test]
-    fn find_data_file_finds_bundled_clip() {
-        let p = find_data_file(BUNDLED_CLIP).expect("bundled clip");
-        assert!(p.ends_with(BUNDLED_CLIP), "{}", p.display());
-        assert!(find_data_file("no-such-file.bin").is_none());
     }
 
     #[test]

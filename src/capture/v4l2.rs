@@ -9,8 +9,9 @@
 //! `bytesperline` and `sizeimage`, never from the width.
 //!
 //! [`V4l2Capture::next_frame`] is one turn of the capture loop: queue (QBUF) every buffer
-//! that every downstream holder has dropped ([`PoolProducer::take_free`]), `poll()` with a
-//! timeout, DQBUF, and publish the frame with the driver's timestamp and sequence number.
+//! that every downstream holder has dropped ([`PoolProducer::lend_free_to_device`]: each
+//! queued buffer's [`DeviceLoan`] sits in its driver slot), `poll()` with a timeout, DQBUF
+//! (the loan is claimed back as a write loan), and publish the frame with the driver's timestamp and sequence number.
 //! Sequence gaps are counted as driver drops; `V4L2_BUF_FLAG_ERROR` frames are requeued and
 //! counted; `ENODEV` (the camera was unplugged) ends the stream. The caller ends with
 //! [`V4l2Capture::stream_off`], which takes back every buffer the driver held.
@@ -29,13 +30,14 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::core::dmabuf::{Allocator, DmaBuf, MemoryKind};
 use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, PlaneDesc, Stage, MAX_PLANES};
-use crate::core::pool::PoolProducer;
+use crate::core::config::Choice;
+use crate::core::pool::{DeviceLoan, PoolProducer};
 use crate::sys::v4l2 as sys;
 pub use crate::sys::v4l2::format_name;
 use crate::sys::v4l2::node::{caps_names, capture_nodes, first_capture_node, open_node, query_node, NodeInfo};
 
 /// How capture buffers are made (`--capture-io`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CaptureIo {
     /// The driver allocates (REQBUFS MMAP); each plane is exported with VIDIOC_EXPBUF.
     #[default]
@@ -45,14 +47,15 @@ pub enum CaptureIo {
     Dmabuf,
 }
 
-impl CaptureIo {
-    /// The command-line spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            CaptureIo::Mmap => "mmap",
-            CaptureIo::Dmabuf => "dmabuf",
-        }
-    }
+impl crate::core::config::Choice for CaptureIo {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (CaptureIo::Mmap, "mmap", "The driver allocates (REQBUFS MMAP); each plane is exported with VIDIOC_EXPBUF"),
+        (
+            CaptureIo::Dmabuf,
+            "dmabuf",
+            "zcpipe allocates from the dma-buf heap or udmabuf (`--heap`) and the driver imports them (REQBUFS DMABUF): how capture buffers land in a dma32 or CMA heap",
+        ),
+    ];
 }
 
 /// Formats zcpipe reads from a camera, in the order it prefers them when `--format` is not
@@ -338,8 +341,10 @@ pub struct V4l2Capture {
     layout: FrameLayout,
     /// Buffers allocated by REQBUFS (0 until [`V4l2Capture::allocate`]).
     count: u32,
-    /// Which buffers the driver holds (queued, not yet dequeued).
-    at_driver: Vec<bool>,
+    /// The loans of the buffers the driver holds (queued, not yet dequeued), by index.
+    at_driver: Vec<Option<DeviceLoan>>,
+    /// Loans of buffers whose QBUF failed: never with the driver, given back at STREAMOFF.
+    not_queued: Vec<DeviceLoan>,
     streaming: bool,
     min_device: usize,
     stats: V4l2Stats,
@@ -413,6 +418,7 @@ impl V4l2Capture {
             layout: FrameLayout::default(),
             count: 0,
             at_driver: vec![],
+            not_queued: vec![],
             streaming: false,
             min_device: 1,
             stats: V4l2Stats::default(),
@@ -600,7 +606,7 @@ impl V4l2Capture {
 
     /// Buffers the driver holds now.
     pub fn at_driver(&self) -> usize {
-        self.at_driver.iter().filter(|q| **q).count()
+        self.at_driver.iter().filter(|q| q.is_some()).count()
     }
 
     /// `v4l2:/dev/video0 (vivid: vivid-000-vid-cap) NV12 640x480 ... mmap`.
@@ -642,7 +648,7 @@ impl V4l2Capture {
             log::info!("v4l2: asked {} for {buffers} buffers, it granted {}", self.node.label(), rb.count);
         }
         self.count = rb.count;
-        self.at_driver = vec![false; rb.count as usize];
+        self.at_driver = (0..rb.count).map(|_| None).collect();
         self.min_device = (rb.count as usize / 2).max(1);
         let nplanes = self.granted.planes.len();
         let mut pool = Vec::with_capacity(rb.count as usize);
@@ -689,8 +695,10 @@ impl V4l2Capture {
         Ok(pool)
     }
 
-    /// Hands buffer `index` (its dma-bufs `bufs`) to the driver (VIDIOC_QBUF).
-    pub fn queue(&mut self, index: u32, bufs: &[DmaBuf]) -> Result<()> {
+    /// Hands the buffer of `loan` (its dma-bufs `bufs`) to the driver (VIDIOC_QBUF); the
+    /// driver's queue holds the loan until DQBUF or STREAMOFF.
+    pub fn queue(&mut self, loan: DeviceLoan, bufs: &[DmaBuf]) -> Result<()> {
+        let index = loan.index();
         let mut b = sys::Buffer::new(self.buf_type, self.memory, index);
         let mut planes = vec![sys::Plane::default(); self.granted.planes.len()];
         if self.memory == sys::V4L2_MEMORY_DMABUF {
@@ -704,21 +712,33 @@ impl V4l2Capture {
                 b.length = bufs[0].size() as u32;
             }
         }
-        match sys::qbuf(self.fd(), &mut b, &mut planes) {
+        let slot = self.at_driver.get_mut(index as usize).filter(|s| s.is_none());
+        let Some(slot) = slot else {
+            self.not_queued.push(loan);
+            bail!("v4l2: buffer {index} is not one of the {} buffers of {}, or is queued already", self.count, self.node.label());
+        };
+        match sys::qbuf(self.file.as_fd(), &mut b, &mut planes) {
             Ok(()) => {
-                self.at_driver[index as usize] = true;
+                *slot = Some(loan);
                 self.stats.queued += 1;
                 Ok(())
             }
-            Err(e) if is_enodev(&e) => Err(Unplugged.into()),
-            Err(e) => Err(anyhow!("v4l2: VIDIOC_QBUF {index} on {}: {e}", self.node.label())),
+            Err(e) => {
+                self.not_queued.push(loan);
+                if is_enodev(&e) {
+                    Err(Unplugged.into())
+                } else {
+                    Err(anyhow!("v4l2: VIDIOC_QBUF {index} on {}: {e}", self.node.label()))
+                }
+            }
         }
     }
 
-    /// Queues every buffer no one downstream holds ([`PoolProducer::take_free`]).
+    /// Queues every buffer no one downstream holds ([`PoolProducer::lend_free_to_device`]).
     pub fn refill(&mut self, prod: &mut PoolProducer) -> Result<()> {
-        for i in prod.take_free(self.min_device)? {
-            self.queue(i, prod.buffer(i))?;
+        for loan in prod.lend_free_to_device(self.min_device)? {
+            let bufs = prod.buffer_for_import(loan.index());
+            self.queue(loan, bufs)?;
         }
         Ok(())
     }
@@ -751,9 +771,9 @@ impl V4l2Capture {
         }
     }
 
-    /// Takes one filled buffer back (VIDIOC_DQBUF, non-blocking): `Ok(None)` if none is
-    /// ready; the error [`Unplugged`] on ENODEV.
-    pub fn dequeue(&mut self) -> Result<Option<Dequeued>> {
+    /// Takes one filled buffer back (VIDIOC_DQBUF, non-blocking) with the loan it was
+    /// queued with: `Ok(None)` if none is ready; the error [`Unplugged`] on ENODEV.
+    pub fn dequeue(&mut self) -> Result<Option<(DeviceLoan, Dequeued)>> {
         let mut b = sys::Buffer::new(self.buf_type, self.memory, 0);
         let mut planes = vec![sys::Plane::default(); self.granted.planes.len()];
         match sys::dqbuf(self.fd(), &mut b, &mut planes) {
@@ -762,10 +782,9 @@ impl V4l2Capture {
             Err(e) if is_enodev(&e) => return Err(Unplugged.into()),
             Err(e) => bail!("v4l2: VIDIOC_DQBUF on {}: {e}", self.node.label()),
         }
-        if b.index >= self.count {
-            bail!("v4l2: {} returned buffer {} of {}", self.node.label(), b.index, self.count);
-        }
-        self.at_driver[b.index as usize] = false;
+        let Some(loan) = self.at_driver.get_mut(b.index as usize).and_then(Option::take) else {
+            bail!("v4l2: {} returned buffer {} of {}, which it did not hold", self.node.label(), b.index, self.count);
+        };
         self.stats.dequeued += 1;
         let mut bytesused = [0u32; MAX_PLANES];
         if self.mplane() {
@@ -775,14 +794,16 @@ impl V4l2Capture {
         } else {
             bytesused[0] = b.bytesused;
         }
-        Ok(Some(Dequeued {
+        Ok(Some((
+            loan,
+            Dequeued {
             index: b.index,
             sequence: b.sequence,
             timestamp_ns: b.timestamp_ns().max(0) as u64,
             monotonic: b.timestamp_is_monotonic(),
             bytesused,
             error: b.is_error(),
-        }))
+        })))
     }
 
     /// One turn of the capture loop: queue what came back, wait up to `timeout` for a
@@ -803,13 +824,13 @@ impl V4l2Capture {
         if !self.wait(timeout)? {
             return Ok(Next::Idle);
         }
-        let d = match self.dequeue() {
-            Ok(Some(d)) => d,
+        let (loan, d) = match self.dequeue() {
+            Ok(Some(x)) => x,
             Ok(None) => return Ok(Next::Idle),
             Err(e) if e.is::<Unplugged>() => return Ok(Next::Unplugged),
             Err(e) => return Err(e),
         };
-        prod.claim(d.index)?;
+        let loan = prod.claim(loan)?;
         let seq = self.sequence.see(d.sequence);
         self.stats.driver_drops = self.sequence.drops;
         self.stats.sequence_repeats = self.sequence.repeats;
@@ -823,7 +844,7 @@ impl V4l2Capture {
             if self.stats.error_frames <= 5 {
                 log::warn!("v4l2: {} flagged frame {} as corrupt (V4L2_BUF_FLAG_ERROR); requeued", self.node.label(), d.sequence);
             }
-            prod.abandon(d.index);
+            drop(loan); // back to the pool unpublished: requeued by the next refill
             return Ok(Next::Idle);
         }
         // The driver's timestamp, CLOCK_MONOTONIC. Some drivers stamp a frame's nominal end
@@ -859,7 +880,7 @@ impl V4l2Capture {
         let mut desc = FrameDesc { seq, timestamp_ns: ts, buffer_index: d.index, layout: self.layout, ..Default::default() };
         desc.stamps[2 * Stage::Capture as usize] = ts;
         desc.stamp_out(Stage::Capture);
-        prod.publish(desc, stop)?;
+        loan.publish(desc, stop)?;
         self.stats.published += 1;
         Ok(Next::Frame(desc, d))
     }
@@ -877,8 +898,7 @@ impl V4l2Capture {
                 Err(e) => log::warn!("v4l2: VIDIOC_STREAMOFF on {}: {e}", self.node.label()),
             }
         }
-        self.at_driver.iter_mut().for_each(|q| *q = false);
-        prod.device_released_all();
+        prod.device_returned(self.at_driver.iter_mut().filter_map(Option::take).chain(self.not_queued.drain(..)));
         Ok(held)
     }
 }

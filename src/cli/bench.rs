@@ -3,10 +3,10 @@
 //! build cannot measure) here, once.
 
 use anyhow::{bail, Result};
-use clap::builder::PossibleValue;
 use clap::{Args, Subcommand};
 
 use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
+use super::common::choice;
 use crate::bench::BenchConfig;
 use crate::core::dmabuf::HeapChoice;
 
@@ -34,7 +34,7 @@ pub struct IpcArgs {
     pub sizes: Vec<MsgSize>,
     /// Transports to measure, comma-separated (default: all). The `none` baseline is always
     /// measured, since every ratio refers to it.
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_parser = choice::<Transport>(), value_delimiter = ',')]
     pub transports: Vec<Transport>,
     /// Timed runs per transport and size; the table gives their median, min and max.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -54,21 +54,8 @@ pub struct IpcArgs {
     #[arg(long, value_name = "A,B", value_delimiter = ',')]
     pub cpus: Option<Vec<usize>>,
     /// Where the frame ring's pool buffers come from (as the pipeline's --heap).
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_parser = choice::<HeapChoice>(), default_value = "auto")]
     pub heap: HeapChoice,
-}
-
-/// `--transports` values: every transport's name, with its one-line summary as help
-/// (`iceoryx2` is accepted in every build and refused by `IpcArgs::config` without the
-/// feature, so the refusal says how to rebuild).
-impl clap::ValueEnum for Transport {
-    fn value_variants<'a>() -> &'a [Self] {
-        &Transport::EVERY
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.name()).help(self.summary()))
-    }
 }
 
 impl BenchArgs {
@@ -98,8 +85,9 @@ impl IpcArgs {
         if !cfg!(feature = "iceoryx2") && self.transports.contains(&Transport::Iceoryx2) {
             bail!("{NO_ICEORYX2}");
         }
-        let want: Vec<Transport> = if self.transports.is_empty() { Transport::ALL.to_vec() } else { self.transports.clone() };
-        let transports = Transport::ALL.iter().copied().filter(|t| *t == Transport::None || want.contains(t)).collect();
+        let measurable = Transport::measurable();
+        let want: Vec<Transport> = if self.transports.is_empty() { measurable.clone() } else { self.transports.clone() };
+        let transports = measurable.into_iter().filter(|t| *t == Transport::None || want.contains(t)).collect();
         let cpus = match self.cpus.as_deref() {
             None => None,
             Some([x, y]) => Some([*x, *y]),

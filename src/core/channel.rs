@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytemuck::Pod;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::eventfd::EfdFlags;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use super::link::{Conn, WaitMode};
+use super::link::{Conn, PeerGone, WaitMode};
 use super::ring::{Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
 
 /// An eventfd used as a doorbell (eventfd(2)); nonblocking, close-on-exec.
@@ -23,15 +23,10 @@ use super::ring::{Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProduce
 pub struct Doorbell(OwnedFd);
 
 impl Doorbell {
-    /// Creates a new doorbell.
+    /// Creates a new doorbell (eventfd(2) with EFD_CLOEXEC | EFD_NONBLOCK).
     pub fn new() -> Result<Doorbell> {
-        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
-        let raw = unsafe { libc::eventfd(0, (EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).bits()) };
-        if raw < 0 {
-            return Err(std::io::Error::last_os_error()).context("eventfd");
-        }
-        // SAFETY: eventfd returned a new fd that we own.
-        Ok(Doorbell(unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) }))
+        let efd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).context("eventfd")?;
+        Ok(Doorbell(OwnedFd::from(efd)))
     }
     /// Adopts a doorbell fd received from a peer.
     pub fn from_fd(fd: OwnedFd) -> Doorbell {
@@ -109,7 +104,7 @@ impl<T: Pod> Sender<T> {
         // Drop-oldest never waits, so without this a producer would go on feeding a ring
         // nobody reads (one poll(2) with a zero timeout: no sleep, no wake-up).
         if self.conn.peer_gone() {
-            bail!("downstream (pid {}) hung up", self.conn.peer_pid);
+            return Err(PeerGone::new(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into());
         }
         loop {
             match self.ring.push(item, self.policy == RingPolicy::DropOldest)? {
@@ -150,7 +145,7 @@ impl<T: Pod> Sender<T> {
         let gone = wait_bell(&self.backbell, &self.conn, timeout);
         self.ring.set_sleeping(false);
         if gone? {
-            bail!("downstream (pid {}) hung up", self.conn.peer_pid);
+            return Err(PeerGone::new(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into());
         }
         Ok(())
     }
@@ -174,11 +169,6 @@ impl<T: Pod> Sender<T> {
     pub fn finish(&self) {
         self.ring.set_eos();
         self.doorbell.ring();
-    }
-
-    /// Items queued now.
-    pub fn queued(&self) -> Result<u64> {
-        self.ring.len()
     }
 }
 

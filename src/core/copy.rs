@@ -90,7 +90,7 @@ impl CopySender {
         let d = gather(desc, bufs, &mut self.scratch)?;
         self.counters.copied_bytes += self.scratch.len() as u64;
         let hdr = CopyHeader { magic: MAGIC, payload: self.scratch.len() as u64, desc: d };
-        let io = |e: std::io::Error| anyhow::anyhow!("data socket: downstream hung up ({e})");
+        let io = |e: std::io::Error| anyhow::Error::new(super::link::PeerGone::new(format!("data socket: downstream hung up ({e})")));
         self.sock.write_all(bytemuck::bytes_of(&hdr)).map_err(io)?;
         self.sock.write_all(&self.scratch).map_err(io)?;
         self.counters.socket_bytes += (std::mem::size_of::<CopyHeader>() + self.scratch.len()) as u64;

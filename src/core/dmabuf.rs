@@ -249,8 +249,8 @@ macro_rules! writable {
 writable!(Write);
 writable!(ReadWrite);
 
-/// Which allocator to use (`--heap`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Which allocator to use (`--heap`; spellings in [`super::config::Choice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeapChoice {
     /// The first present of system, dma32, cma, udmabuf, memfd.
     Auto,

@@ -24,8 +24,8 @@ use super::fdpass;
 use super::frame::FrameLayout;
 use super::ring::{RingGeometry, RingPolicy};
 
-/// How a consumer waits for frames (`--wait`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+/// How a consumer waits for frames (`--wait`; spellings in [`super::config::Choice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WaitMode {
     /// Sleep in poll(2) on an eventfd doorbell (a wake-up costs a few µs of syscalls).
@@ -118,6 +118,32 @@ pub enum ControlMsg {
     },
 }
 
+/// A neighbouring stage went away: its control socket (or data socket) hung up, seen where
+/// the hang-up was detected. A secondary failure: the neighbour reports its own cause, so
+/// the stage that sees this stops quietly (the command line exits 3 for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerGone(String);
+
+impl PeerGone {
+    /// A hang-up described by `what` (`"infer stage hung up"`).
+    pub fn new(what: impl Into<String>) -> PeerGone {
+        PeerGone(what.into())
+    }
+
+    /// Whether `e`, or any error in its chain, is a hang-up.
+    pub fn is_in(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| c.downcast_ref::<PeerGone>().is_some())
+    }
+}
+
+impl std::fmt::Display for PeerGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PeerGone {}
+
 /// One end of a control link.
 #[derive(Debug)]
 pub struct Conn {
@@ -133,7 +159,7 @@ impl AsFd for Conn {
 }
 
 impl Conn {
-    fn from_fd(fd: OwnedFd) -> Result<Conn> {
+    pub(crate) fn from_fd(fd: OwnedFd) -> Result<Conn> {
         let cred = getsockopt(&fd, sockopt::PeerCredentials).context("SO_PEERCRED")?;
         let me = nix::unistd::geteuid().as_raw();
         if cred.uid() != me && me != 0 && cred.uid() != 0 {
@@ -179,7 +205,7 @@ impl Conn {
 
     /// Receives a message and its fds; an error if the peer hung up.
     pub fn recv(&self) -> Result<(ControlMsg, Vec<OwnedFd>)> {
-        let (bytes, fds) = fdpass::recv(self.fd.as_fd())?.ok_or_else(|| anyhow!("peer pid {} hung up", self.peer_pid))?;
+        let (bytes, fds) = fdpass::recv(self.fd.as_fd())?.ok_or_else(|| PeerGone::new(format!("peer pid {} hung up", self.peer_pid)))?;
         let msg = serde_json::from_slice(&bytes).with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
         Ok((msg, fds))
     }

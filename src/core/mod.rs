@@ -5,7 +5,10 @@
 //! never trusts anything a peer wrote there.
 
 pub mod channel;
+pub mod config;
 pub mod copy;
+pub mod data;
+pub mod detections;
 pub mod dmabuf;
 pub mod fdpass;
 pub mod frame;

@@ -51,8 +51,8 @@ const W_RET_HEAD: usize = 40;
 const W_RET_TAIL: usize = 48;
 const W_SLOTS: usize = 56;
 
-/// What to do when the ring is full (`--ring-policy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+/// What to do when the ring is full (`--ring-policy`; spellings in [`super::config::Choice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RingPolicy {
     /// Video: the producer never waits; the oldest queued frame is dropped and counted.

@@ -115,7 +115,7 @@ pub(super) fn npu_section(paths: &Paths) -> NpuReport {
 fn rga_version(lib: &str) -> std::result::Result<String, String> {
     // RgaScaler::open logs the version at info level; the report says it, once.
     let s = quietly(|| crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto)).map_err(|e| format!("{e:#}"))?;
-    let n = crate::scale::DeviceScaler::name(&s);
+    let n = crate::scale::Scaler::name(&s);
     Ok(n.strip_prefix("rga (").and_then(|n| n.strip_suffix(')')).unwrap_or(&n).to_string())
 }
 
@@ -135,7 +135,7 @@ fn rknn_version(lib: &str, soc: Option<&str>) -> std::result::Result<String, Str
     use crate::sys::rknn as sys;
     let rknn = sys::Rknn::open_path(lib.into(), false).map_err(|e| format!("{e:#}"))?;
     let rel = bundled_rknn_model(soc);
-    let model = crate::infer::stage::resolve_data_path(Path::new(rel));
+    let model = crate::core::data::resolve_data_path(Path::new(rel));
     let bytes = std::fs::read(&model).map_err(|e| format!("the SDK version needs a model to query and {} is unreadable ({e}); copy models/ next to zcpipe or set ZCPIPE_DATA_DIR", model.display()))?;
     let ctx = rknn.init(&bytes, 0).map_err(|e| format!("rknn_init of {}: {e}", model.display()))?;
     let mut ver = sys::RknnSdkVersion::default();

@@ -34,8 +34,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::core::config::Choice;
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{Fourcc, FrameLayout};
+use crate::core::pool::Frame;
 
 /// One detected object.
 ///
@@ -138,8 +140,8 @@ impl InputSpec {
 /// per frame from the infer stage's thread, or, for a backend with several independent
 /// engines (RKNN with `--npu-cores`), through its [`Detector::lanes`], one thread each.
 pub trait Detector: Send {
-    /// Backend name for logs and stats (`onnx`, `none`, ...).
-    fn name(&self) -> &'static str;
+    /// Which backend this is (its name for logs and stats: `onnx`, `none`, ...).
+    fn kind(&self) -> DetectorKind;
     /// The frame this detector wants; the scale stage is set up from it.
     fn input_spec(&self) -> &InputSpec;
     /// How many classes the model scores (YOLOX: output columns - 5), if it has a model.
@@ -163,12 +165,11 @@ pub trait Detector: Send {
         Ok(false)
     }
 
-    /// Runs one frame held in pool buffer `index` (imported by [`Detector::bind_pool`]),
-    /// laid out as `layout` describes (must match [`Detector::input_spec`], including its
-    /// `bytesperline`). Same result contract as [`Detector::detect`].
-    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
-        let _ = layout;
-        bail!("the {} backend reads frames through the CPU; buffer {index} was not imported (bind_pool returned false)", self.name())
+    /// Runs `frame`, whose buffer was imported by [`Detector::bind_pool`] (its layout must
+    /// match [`Detector::input_spec`], including its `bytesperline`). Same result contract as
+    /// [`Detector::detect`].
+    fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>> {
+        bail!("the {} backend reads frames through the CPU; buffer {} was not imported (bind_pool returned false)", self.kind(), frame.index())
     }
 
     /// The backend's independent engines, one lane each, for running frames concurrently
@@ -192,8 +193,8 @@ pub trait DetectorLane: Send {
     fn describe(&self) -> String;
     /// Runs one frame read through the CPU, as [`Detector::detect`].
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
-    /// Runs one frame held in imported pool buffer `index`, as [`Detector::detect_bound`].
-    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
+    /// Runs `frame`, whose buffer the detector imported, as [`Detector::detect_bound`].
+    fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>>;
 }
 
 /// Start-up options shared by every backend.
@@ -217,20 +218,74 @@ impl Default for DetectorOptions {
     }
 }
 
-/// Backend names [`open_detector`] accepts.
-pub const DETECTOR_KINDS: &[&str] = &["auto", "onnx", "rknn", "none"];
+/// What the infer stage is asked to do, checked by whoever built it (the command line).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferConfig {
+    /// The backend.
+    pub backend: DetectorKind,
+    /// Model file as given (resolved against the bundled data at start-up).
+    pub model: PathBuf,
+    /// Label file as given, one class name per line.
+    pub labels: PathBuf,
+    /// Keep detections scoring above this (0..=1).
+    pub score_threshold: f32,
+    /// Per-class NMS IoU threshold (0..=1).
+    pub nms_iou: f32,
+    /// `rknn`: NPU cores, one context each (empty: one context, the runtime's choice).
+    pub npu_cores: Vec<u32>,
+}
 
-/// Opens a detector backend by name: `onnx` (tract on the CPU; needs the `onnx` cargo
-/// feature), `rknn` (librknnrt.so, see [`rknn`]), `none` (no inference, see [`NoDetector`])
-/// or `auto` (`rknn` when `opts.model` ends in `.rknn` and librknnrt loads; `onnx` if zcpipe
-/// was built with it and `opts.model` ends in `.onnx`; else an error). The model is loaded
-/// and checked here, once; errors name the model path and the fix.
-pub fn open_detector(kind: &str, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
+/// Detector backends (`--infer`). Adding one is a file in this folder, a variant here and
+/// its arm in [`open_detector`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DetectorKind {
+    /// `rknn` when the model is a `.rknn` and librknnrt loads; `onnx` for a `.onnx` model.
+    Auto,
+    /// tract on the CPU (cargo feature `onnx`).
+    Onnx,
+    /// The Rockchip NPU through librknnrt (loaded at run time).
+    Rknn,
+    /// No inference: measures transport.
+    None,
+}
+
+impl Choice for DetectorKind {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (DetectorKind::Auto, "auto", "rknn for a .rknn model, onnx for a .onnx model"),
+        (DetectorKind::Onnx, "onnx", "tract on the CPU"),
+        (DetectorKind::Rknn, "rknn", "the Rockchip NPU through librknnrt"),
+        (DetectorKind::None, "none", "no inference: measure transport"),
+    ];
+}
+
+impl std::str::FromStr for DetectorKind {
+    type Err = anyhow::Error;
+    /// Parses a backend name; the error lists the valid ones.
+    fn from_str(s: &str) -> anyhow::Result<DetectorKind> {
+        DetectorKind::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = DetectorKind::ALL.iter().map(|(_, n, _)| *n).collect();
+            anyhow::anyhow!("unknown inference backend `{s}`: valid backends are {}", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for DetectorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Opens a detector backend: `onnx` (tract on the CPU; needs the `onnx` cargo feature),
+/// `rknn` (librknnrt.so, see [`rknn`]), `none` (no inference, see [`NoDetector`]) or `auto`
+/// (`rknn` when `opts.model` ends in `.rknn` and librknnrt loads; `onnx` if zcpipe was
+/// built with it and `opts.model` ends in `.onnx`; else an error). The model is loaded and
+/// checked here, once; errors name the model path and the fix.
+pub fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     match kind {
-        "none" => Ok(Box::new(NoDetector::new())),
-        "onnx" => open_onnx(opts),
-        "rknn" => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
-        "auto" => {
+        DetectorKind::None => Ok(Box::new(NoDetector::new())),
+        DetectorKind::Onnx => open_onnx(opts),
+        DetectorKind::Rknn => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
+        DetectorKind::Auto => {
             let has_ext = |x: &str| opts.model.extension().is_some_and(|e| e.eq_ignore_ascii_case(x));
             if has_ext("rknn") {
                 return rknn::RknnDetector::open(opts)
@@ -251,7 +306,6 @@ pub fn open_detector(kind: &str, opts: &DetectorOptions) -> anyhow::Result<Box<d
             }
             open_onnx(opts)
         }
-        other => bail!("unknown inference backend `{}`: valid backends are {}", other, DETECTOR_KINDS.join(", ")),
     }
 }
 
@@ -296,8 +350,8 @@ impl Default for NoDetector {
 }
 
 impl Detector for NoDetector {
-    fn name(&self) -> &'static str {
-        "none"
+    fn kind(&self) -> DetectorKind {
+        DetectorKind::None
     }
     fn input_spec(&self) -> &InputSpec {
         &self.spec
@@ -338,8 +392,8 @@ mod tests {
 
     #[test]
     fn none_detector_checks_layout_and_returns_nothing() {
-        let mut d = open_detector("none", &DetectorOptions::default()).unwrap();
-        assert_eq!(d.name(), "none");
+        let mut d = open_detector(DetectorKind::None, &DetectorOptions::default()).unwrap();
+        assert_eq!(d.kind().to_string(), "none");
         let spec = d.input_spec().clone();
         assert_eq!((spec.width, spec.height, spec.fourcc, spec.layout), (416, 416, Fourcc::BGR24, TensorLayout::Nhwc));
         // bytesperline 1280 > 416*3 = 1248: padded rows are fine.
@@ -359,14 +413,14 @@ mod tests {
 
     #[test]
     fn unknown_kind_lists_valid_ones() {
-        let err = open_detector("rknnn", &DetectorOptions::default()).err().unwrap().to_string();
+        let err = "rknnn".parse::<DetectorKind>().err().unwrap().to_string();
         assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, rknn, none");
     }
 
     #[test]
     fn auto_rejects_unknown_model_kinds() {
         let opts = DetectorOptions { model: "models/yolox_nano.tflite".into(), ..Default::default() };
-        let err = open_detector("auto", &opts).err().unwrap().to_string();
+        let err = open_detector(DetectorKind::Auto, &opts).err().unwrap().to_string();
         assert!(err.contains("yolox_nano.tflite") && err.contains("--infer none"), "{err}");
     }
 
@@ -378,14 +432,14 @@ mod tests {
         let fake = dir.path().join("fake.rknn");
         std::fs::write(&fake, b"not a model").unwrap();
         let opts = DetectorOptions { model: fake, ..Default::default() };
-        let err = open_detector("auto", &opts).err().unwrap().to_string();
+        let err = open_detector(DetectorKind::Auto, &opts).err().unwrap().to_string();
         assert!(err.starts_with("--infer auto: model") && err.contains("fake.rknn is not an RKNN model"), "{err}");
     }
 
     #[cfg(not(feature = "onnx"))]
     #[test]
     fn onnx_without_feature_says_how_to_fix() {
-        let err = open_detector("onnx", &DetectorOptions::default()).err().unwrap().to_string();
+        let err = open_detector(DetectorKind::Onnx, &DetectorOptions::default()).err().unwrap().to_string();
         assert_eq!(
             err,
             "zcpipe was built without the `onnx` feature: rebuild with `--features onnx` or use `--infer none`"

@@ -19,7 +19,7 @@ use tract_onnx::prelude::{
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use super::{yolox, Detection, Detector, DetectorOptions, InputSpec, TensorLayout};
+use super::{yolox, Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout};
 use crate::core::frame::{Fourcc, FrameLayout};
 
 /// Input size used when the model leaves height/width symbolic (YOLOX-Nano's size).
@@ -134,8 +134,8 @@ impl OnnxDetector {
 }
 
 impl Detector for OnnxDetector {
-    fn name(&self) -> &'static str {
-        "onnx"
+    fn kind(&self) -> DetectorKind {
+        DetectorKind::Onnx
     }
 
     fn classes(&self) -> Option<usize> {
@@ -469,7 +469,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("truncated.onnx");
         std::fs::write(&path, &bytes[..100 * 1024]).unwrap();
-        let err = open_detector("onnx", &opts(path.clone())).err().unwrap().to_string();
+        let err = open_detector(crate::infer::DetectorKind::Onnx, &opts(path.clone())).err().unwrap().to_string();
         eprintln!("{err}");
         assert!(err.starts_with(&format!("cannot load ONNX model {}: ", path.display())), "{err}");
         assert!(err.contains("truncated or not an ONNX model"), "{err}");
@@ -477,18 +477,18 @@ mod tests {
         // Not a model at all.
         let junk = dir.path().join("labels.onnx");
         std::fs::copy(root("models/coco80.txt"), &junk).unwrap();
-        let err = open_detector("onnx", &opts(junk.clone())).err().unwrap().to_string();
+        let err = open_detector(crate::infer::DetectorKind::Onnx, &opts(junk.clone())).err().unwrap().to_string();
         eprintln!("{err}");
         assert!(err.contains(&junk.display().to_string()), "{err}");
         // Missing.
-        let err = open_detector("onnx", &opts(dir.path().join("missing.onnx"))).err().unwrap().to_string();
+        let err = open_detector(crate::infer::DetectorKind::Onnx, &opts(dir.path().join("missing.onnx"))).err().unwrap().to_string();
         assert!(err.contains("missing.onnx") && err.contains(EXAMPLE_MODEL), "{err}");
     }
 
     #[test]
     fn two_input_model_is_rejected_with_its_inputs() {
         let path = root("tests/data/multiple_input_demo_source.onnx");
-        let err = open_detector("onnx", &opts(path.clone())).err().unwrap().to_string();
+        let err = open_detector(crate::infer::DetectorKind::Onnx, &opts(path.clone())).err().unwrap().to_string();
         eprintln!("{err}");
         assert_eq!(
             err,

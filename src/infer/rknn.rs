@@ -38,7 +38,8 @@ use std::sync::Arc;
 use anyhow::{bail, ensure, Context, Result};
 use memmap2::Mmap;
 
-use super::{yolox, Detection, Detector, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
+use super::{yolox, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
+use crate::core::pool::Frame;
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{Fourcc, FrameLayout};
 use crate::sys::rknn::{self as sys, Rknn, RknnContext, RknnTensorAttr, RknnTensorMem};
@@ -204,11 +205,6 @@ pub fn parse_npu_cores(s: &str) -> Result<Vec<u32>, String> {
     Ok(cores)
 }
 
-/// `--npu-cores` value parser: checks the list with [`parse_npu_cores`] and keeps the text.
-pub fn check_npu_cores(s: &str) -> Result<String, String> {
-    parse_npu_cores(s).map(|_| s.to_string())
-}
-
 /// What every context of one model shares, fixed at start-up: the input binding, the
 /// output's type and shape, and the decoding thresholds. Read-only once the detector is
 /// open, so lanes on other threads borrow it.
@@ -338,8 +334,8 @@ impl DetectorLane for RknnLane<'_> {
         self.ctx.describe()
     }
 
-    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
-        self.ctx.detect_bound(self.rknn, self.model, index, layout)
+    fn detect_bound(&mut self, frame: &Frame) -> Result<Vec<Detection>> {
+        self.ctx.detect_bound(self.rknn, self.model, frame.index(), &frame.desc().layout)
     }
 
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
@@ -591,11 +587,6 @@ impl RknnDetector {
         [1, self.model.rows, self.model.cols]
     }
 
-    /// The output's type and quantisation.
-    pub fn output_quant(&self) -> OutputQuant {
-        self.model.output
-    }
-
     /// Number of RKNN contexts (one per `--npu-cores` entry, else 1).
     pub fn contexts(&self) -> usize {
         self.ctxs.len()
@@ -622,9 +613,19 @@ impl RknnDetector {
     }
 }
 
+impl RknnDetector {
+    /// Runs the frame held in pool buffer `index` (imported by [`Detector::bind_pool`]),
+    /// laid out as `layout` says (it must match the model's input, its `bytesperline`
+    /// included), on the next context in round-robin order.
+    pub fn detect_index(&mut self, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
+        let i = self.next_ctx();
+        self.ctxs[i].detect_bound(&self.rknn, &self.model, index, layout)
+    }
+}
+
 impl Detector for RknnDetector {
-    fn name(&self) -> &'static str {
-        "rknn"
+    fn kind(&self) -> DetectorKind {
+        DetectorKind::Rknn
     }
 
     fn classes(&self) -> Option<usize> {
@@ -683,9 +684,8 @@ impl Detector for RknnDetector {
         Ok(true)
     }
 
-    fn detect_bound(&mut self, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
-        let i = self.next_ctx();
-        self.ctxs[i].detect_bound(&self.rknn, &self.model, index, layout)
+    fn detect_bound(&mut self, frame: &Frame) -> Result<Vec<Detection>> {
+        self.detect_index(frame.index(), &frame.desc().layout)
     }
 
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {

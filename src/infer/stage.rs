@@ -9,115 +9,89 @@
 //! (`run_lanes`), so the cores work at the same time.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::capture::spec::find_data_file;
-use crate::capture::stage::{ending, peer_gone};
-use crate::cli::{CommonArgs, InferArgs, PeerGone};
-use crate::core::channel::{Recv, Sender};
+use crate::core::channel::Sender;
+use crate::core::data::resolve_data_path;
+use crate::core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use crate::core::frame::{Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
-use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
-use crate::publish::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
-use crate::supervise::STOP;
+use crate::metrics::{open_fd_count, FrameSpan, StageReport};
+use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, IDLE_WAIT};
 
-use super::{load_labels, open_detector, Detection, Detector, DetectorLane, DetectorOptions, InputSpec};
+use super::{load_labels, open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
 
 /// Letterbox fill value of YOLOX's `preproc` (yolox/data/data_augment.py).
 pub const YOLOX_PAD: u8 = 114;
 
-/// Resolves a data path given on the command line: as given if it exists, else the bundled
-/// file of that relative name (next to the binary or in the source tree).
-pub fn resolve_data_path(p: &Path) -> PathBuf {
-    if p.exists() || p.is_absolute() {
-        return p.to_path_buf();
+/// Runs the infer stage with `cfg` (checked by the command line) until the scale stage
+/// ends the stream, the stop flag is set or a neighbour hangs up; returns the exit code.
+pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
+    let model = resolve_data_path(&cfg.model);
+    let opts = DetectorOptions { model: model.clone(), score_threshold: cfg.score_threshold, nms_iou: cfg.nms_iou, npu_cores: cfg.npu_cores.clone() };
+    let mut det = open_detector(cfg.backend, &opts)?;
+    if !opts.npu_cores.is_empty() && det.kind() != DetectorKind::Rknn {
+        log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.kind());
     }
-    p.to_str().and_then(find_data_file).unwrap_or_else(|| p.to_path_buf())
-}
-
-/// Runs the infer stage; returns the exit code.
-pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
-    let stop = &STOP;
-    let reporter = Reporter::new(common.report_fd);
-    let model = resolve_data_path(&args.model);
-    if !(0.0..=1.0).contains(&args.score_threshold) || !(0.0..=1.0).contains(&args.nms_iou) {
-        bail!("--score-threshold and --nms-iou must be in 0..=1 (got {} and {})", args.score_threshold, args.nms_iou);
-    }
-    let npu_cores = match &args.npu_cores {
-        Some(s) => super::rknn::parse_npu_cores(s).map_err(anyhow::Error::msg)?,
-        None => Vec::new(),
-    };
-    let opts = DetectorOptions { model: model.clone(), score_threshold: args.score_threshold, nms_iou: args.nms_iou, npu_cores };
-    let mut det = open_detector(&args.infer, &opts)?;
-    if !opts.npu_cores.is_empty() && det.name() != "rknn" {
-        log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.name());
-    }
-    let labels = load_labels(&resolve_data_path(&args.labels))?;
+    let labels = load_labels(&resolve_data_path(&cfg.labels))?;
     if let Some(n) = det.classes().filter(|n| *n != labels.len()) {
         bail!(
             "label file {} has {} names but model {} scores {n} classes: pass the model's own label file (models/coco80.txt for the bundled YOLOX-Nano)",
-            args.labels.display(),
+            cfg.labels.display(),
             labels.len(),
             model.display()
         );
     }
     let spec = det.input_spec().clone();
-    let no_detector = det.name() == "none";
+    let no_detector = det.kind() == DetectorKind::None;
     if no_detector {
         log::info!("no detector (--infer none): frames are scaled to {}x{} {} (YOLOX-Nano's input) and published without detections", spec.width, spec.height, spec.fourcc);
     } else {
-        log::info!("{} detector, model {} wants {}x{} {}", det.name(), model.display(), spec.width, spec.height, spec.fourcc);
+        log::info!("{} detector, model {} wants {}x{} {}", det.kind(), model.display(), spec.width, spec.height, spec.fourcc);
     }
 
-    let run_dir = common.run_dir();
-    let listener = Listener::bind(&run_dir.join("infer.sock"))?;
+    let listener = Listener::bind(&ctx.data.socket("infer"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, _) = accept_hello(&listener, stop, common.connect_timeout(), "publish")?;
-    let up = Conn::connect_retry(&run_dir.join("scale.sock"), "scale stage", stop, common.connect_timeout())?;
+    let (down, _) = accept_hello(&listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
+    let up = Conn::connect_retry(&ctx.data.socket("scale"), "scale stage", ctx.stop, ctx.data.connect_timeout)?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline).
     let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD };
-    let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: common.wait };
-    let input = PoolConsumer::join(up, &hello, common.wait, "scale")?;
+    let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: ctx.data.wait };
+    let input = PoolConsumer::join(up, &hello, ctx.data.wait, "scale")?;
     log::info!("joined scale: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
     // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
-    let bound = if common.copy_mode || input.buffers().iter().any(|b| b.len() != 1) {
+    let bound = if ctx.data.copy_mode || input.buffers().iter().any(|b| b.len() != 1) {
         false
     } else {
         let bufs: Vec<&crate::core::dmabuf::DmaBuf> = input.buffers().iter().map(|b| &b[0]).collect();
         det.bind_pool(&bufs)?
     };
 
-    let what = if no_detector { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.name()) };
-    let out: Sender<DetectionsDesc> = offer_items(down, 8, common.ring_policy, what, labels)?;
+    let what = if no_detector { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.kind()) };
+    let out: Sender<DetectionsDesc> = offer_items(down, 8, ctx.data.ring_policy, what, labels)?;
     let fds_setup = open_fd_count();
     log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.conn().peer_pid);
 
     let start = Instant::now();
     // Frames out are the span's frames: `span.tick` counts each record sent.
-    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
-        reporter.send(&StageReport {
-            stage: "infer".into(),
-            pid: std::process::id(),
-            final_report,
-            elapsed_s: start.elapsed().as_secs_f64(),
+    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
+        ctx.reporter.send(&StageReport {
             frames_in: n_in,
             frames_out: span.frames,
             output_ring: Some(ring),
             copy_in: input.copy_counters(),
-            extra: extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             out_span: Some(span),
-            ..Default::default()
+            ..ctx.report(start, final_report, extra)
         })
     };
-    let mut stats = Stats { every: common.stats_interval(), last: Instant::now(), report: &report };
-    let io = Io { input: &input, spec: &spec, bound, stop, start };
+    let mut stats = Stats { every: ctx.data.stats_interval, last: Instant::now(), report: &report };
+    let io = Io { input: &input, spec: &spec, bound, stop: ctx.stop, start };
     let lanes = det.lanes();
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
@@ -129,29 +103,26 @@ pub fn run(common: CommonArgs, args: InferArgs) -> Result<i32> {
         }
     };
     let LoopEnd { ended, out, n_in, span } = end;
-    let (end_reason, level) = ending(&ended);
-    log::log!(level, "{end_reason} after {n_in} frames; draining");
-    // Only a clean end is an end of stream downstream (as PoolProducer::end): after an
-    // error publish sees us hang up and exits 3, a failure the systemd units restart.
-    if ended.is_ok() {
-        out.finish();
-        // Publish takes what is queued, then hangs up (at once if it is gone already).
-        let t = Instant::now();
-        while !out.conn().peer_gone() && t.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    let fds_exit = open_fd_count();
-    log::log!(level, "open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    let extra = vec![
-        ("open_fds_setup", fds_setup.into()),
-        ("open_fds_exit", fds_exit.into()),
-        ("device_reads_in_place", bound.into()),
-        ("end_reason", end_reason.into()),
-    ];
-    report(out.counters(), n_in, span, true, extra);
-    ended?;
-    Ok(0)
+    ctx.close(
+        &mut (),
+        ended,
+        format!("{n_in} frames"),
+        fds_setup,
+        |_, end| {
+            // Only a clean end is an end of stream downstream (as PoolProducer::end): after
+            // an error publish sees us hang up.
+            if end.clean {
+                out.finish();
+                // Publish takes what is queued, then hangs up (at once if it is gone already).
+                let t = Instant::now();
+                while !out.conn().peer_gone() && t.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Drained { extras: vec![("device_reads_in_place", bound.into())], ..Drained::nothing() }
+        },
+        |_, extras| report(out.counters(), n_in, span, true, extras),
+    )
 }
 
 /// What both frame loops read: the scale stage's pool, the model's input, whether the
@@ -170,7 +141,7 @@ struct Stats<'a> {
     every: Option<Duration>,
     last: Instant,
     #[allow(clippy::type_complexity)]
-    report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Vec<(&str, serde_json::Value)>),
+    report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Extras),
 }
 
 impl Stats<'_> {
@@ -194,41 +165,15 @@ struct LoopEnd {
     span: FrameSpan,
 }
 
-/// Waits up to `timeout` for the next frame; an error names the neighbour that hung up
-/// (the publish stage, `out_gone`, is checked while idle, and at end of stream: a consumer
-/// already gone cannot drain, and its death is what ended the stream, since the supervisor
-/// stops every stage when one dies).
-fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool) -> Result<Next> {
-    Ok(match io.input.recv(timeout)? {
-        Recv::Item(f) => Next::Frame(f),
-        Recv::Eos => {
-            if out_gone() {
-                return Err(PeerGone("publish stage hung up".into()).into());
-            }
-            Next::Eos
-        }
-        Recv::Hangup => return Err(PeerGone("scale stage hung up".into()).into()),
-        Recv::Idle => {
-            if out_gone() {
-                return Err(PeerGone("publish stage hung up".into()).into());
-            }
-            Next::Idle
-        }
-    })
-}
-
-/// What [`next_frame`] found.
-// A frame moves through this once per receive; boxing it would allocate per frame.
-#[allow(clippy::large_enum_variant)]
-enum Next {
-    Frame(Frame),
-    Eos,
-    Idle,
+/// Waits up to `timeout` for the next frame; a hang-up is an error naming the neighbour
+/// (the publish stage, `out_gone`, is checked while idle and at end of stream).
+fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool) -> Result<Incoming<Frame>> {
+    incoming(io.input.recv(timeout)?, "scale", "publish", out_gone)
 }
 
 /// Stamps a received frame's arrival and checks it is the model's input.
 fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
-    let mut d = frame.desc;
+    let mut d = *frame.desc();
     d.stamp_in(Stage::Infer);
     let l = d.layout;
     if l.fourcc != spec.fourcc || l.width != spec.width || l.height != spec.height {
@@ -252,7 +197,7 @@ fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
 /// Stamps the hand-off (CLOCK_MONOTONIC, ns) and sends a record to the publish stage.
 fn send(out: &mut Sender<DetectionsDesc>, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
     dd.stamps[2 * Stage::Infer as usize + 1] = crate::core::frame::monotonic_ns();
-    out.send(dd, stop).map_err(peer_gone)?;
+    out.send(dd, stop)?;
     Ok(())
 }
 
@@ -267,15 +212,15 @@ fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDes
             }
             stats.tick(n_in, || (out.counters(), span));
             let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
-                Next::Frame(f) => f,
-                Next::Eos => break "end of stream",
-                Next::Idle => continue,
+                Incoming::Item(f) => f,
+                Incoming::Eos => break "end of stream",
+                Incoming::Idle => continue,
             };
             n_in += 1;
             let d = arrived(&frame, io.spec)?;
             let dets = if io.bound {
                 // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
-                det.detect_bound(d.buffer_index, &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
+                det.detect_bound(&frame).with_context(|| format!("inference on frame {}", d.seq))?
             } else {
                 let g = frame.read()?;
                 det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
@@ -288,10 +233,6 @@ fn run_single(io: &Io<'_>, det: &mut dyn Detector, mut out: Sender<DetectionsDes
     let ended = body();
     LoopEnd { ended, out, n_in, span }
 }
-
-/// How long a frame loop waits for a frame before it looks at the stop flag, stats and
-/// its neighbours again.
-const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// Frames one lane may hold: the one its engine runs and one queued behind it, so the
 /// engine starts its next frame without waiting for the dispatcher.
@@ -437,9 +378,9 @@ fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: 
         };
         let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
         let frame = match next_frame(io, wait, || lock(shared).out.conn().peer_gone())? {
-            Next::Frame(f) => f,
-            Next::Eos => return Ok("end of stream"),
-            Next::Idle => continue,
+            Incoming::Item(f) => f,
+            Incoming::Eos => return Ok("end of stream"),
+            Incoming::Idle => continue,
         };
         *n_in += 1;
         let desc = arrived(&frame, io.spec)?;
@@ -463,7 +404,7 @@ fn lane_loop(lane: &mut (dyn DetectorLane + '_), i: usize, jobs: mpsc::Receiver<
         let failed = lock(shared).error.is_some();
         let result = (!failed).then(|| {
             if bound {
-                lane.detect_bound(desc.buffer_index, &desc.layout)
+                lane.detect_bound(&frame)
             } else {
                 frame.read().and_then(|g| lane.detect(g[0].bytes(), &desc.layout))
             }

@@ -9,28 +9,27 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::median;
-use crate::cli::PipelineArgs;
 
-/// `zcpipe compare`.
-#[derive(Args, Debug, Clone)]
-pub struct CompareArgs {
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
-    /// Rounds of A (zero-copy) then B (copy mode).
-    #[arg(long, default_value_t = 2)]
+/// A checked `zcpipe compare` (built by the command line).
+#[derive(Clone, Debug)]
+pub struct CompareConfig {
+    /// The flags of each round's `zcpipe run` (each round adds `--copy-mode` or not).
+    pub run_flags: Vec<String>,
+    /// Rounds of A (zero-copy) then B (copy mode), 1..=50.
     pub rounds: u32,
     /// Print the comparison as JSON on stdout instead of a table.
-    #[arg(long)]
     pub json: bool,
-    /// Also draw per-stage latency and the latency distribution of both modes (SVG).
-    #[arg(long)]
+    /// Also draw the report (SVG) here; its folder exists.
     pub report: Option<PathBuf>,
+    /// Whether the user gave `--copy-mode` (which compare ignores, and says so).
+    pub copy_mode_given: bool,
 }
 
 /// One metric in both modes: medians over rounds, spread (min..max), ratio copy / zero-copy.
@@ -63,21 +62,6 @@ pub struct Comparison {
     pub rows: Vec<Row>,
     /// Every run's summary, in the order run (A, B, A, B, ...).
     pub runs: Vec<Value>,
-}
-
-/// The flags of each round's `zcpipe run`: every pipeline option the user gave compare
-/// (each round adds `--copy-mode` or not itself), and 150 frames unless `--frames` says.
-fn run_flags(a: &CompareArgs) -> Vec<String> {
-    let p = &a.pipeline;
-    let mut v = p.common.data_path_flags();
-    v.retain(|f| f != "--copy-mode");
-    v.extend(p.capture.flags());
-    if p.capture.frames.is_none() {
-        v.push("--frames=150".into());
-    }
-    v.extend(p.scale.flags());
-    v.extend(p.infer.flags());
-    v
 }
 
 fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> {
@@ -142,26 +126,17 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
 }
 
 /// Runs the comparison; returns the exit code.
-pub fn compare(a: CompareArgs) -> Result<i32> {
-    if a.rounds == 0 || a.rounds > 50 {
-        bail!("--rounds {}: use 1..=50", a.rounds);
-    }
-    if a.pipeline.common.copy_mode {
+pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
+    if a.copy_mode_given {
         log::warn!("--copy-mode has no effect on compare: it runs every round in both modes");
     }
-    // A report that cannot be written should fail now, not after every round has run.
-    if let Some(dir) = a.report.as_ref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.is_dir() {
-            bail!("--report {}: folder {} does not exist", a.report.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), dir.display());
-        }
-    }
-    let flags = run_flags(&a);
+    let flags = a.run_flags.clone();
     let dir = tempdir()?;
     let mut runs = vec![];
     let mut per_mode: [Vec<BTreeMap<String, f64>>; 2] = [vec![], vec![]];
     for round in 0..a.rounds {
         for (k, copy) in [false, true].into_iter().enumerate() {
-            if crate::supervise::STOP.load(std::sync::atomic::Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) {
                 bail!("stopped");
             }
             log::info!("round {} of {}: {}", round + 1, a.rounds, if copy { "copy mode" } else { "zero-copy" });
@@ -283,36 +258,5 @@ fn tempdir() -> Result<TempDir> {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use crate::cli::{Cli, Command};
-
-    /// Every pipeline option given to compare reaches each round's `zcpipe run`, and parses
-    /// back there to the same values.
-    #[test]
-    fn every_pipeline_option_reaches_each_round() {
-        let given = [
-            "--source=v4l2:/dev/video4", "--fps=15", "--buffers=6", "--format=NV12M", "--size=640x480", "--capture-io=dmabuf",
-            "--scaler=rga", "--scale-buffers=4", "--rga-core=rga2-core0", "--infer=rknn", "--model=m.rknn", "--labels=l.txt",
-            "--score-threshold=0.4", "--nms-iou=0.5", "--npu-cores=0,1", "--ring-policy=block", "--wait=spin", "--heap=dma32",
-        ];
-        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else { panic!("not compare") };
-        let flags = super::run_flags(&a);
-        for g in given {
-            assert!(flags.iter().any(|f| f == g), "{g} is not passed on: {flags:?}");
-        }
-        assert!(flags.iter().any(|f| f == "--frames=150"), "{flags:?}");
-        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags)).cmd else { panic!("not run") };
-        let mut capture = a.pipeline.capture.clone();
-        capture.frames = Some(150);
-        assert_eq!(format!("{:?}", r.pipeline.capture), format!("{capture:?}"));
-        assert_eq!(format!("{:?}", r.pipeline.scale), format!("{:?}", a.pipeline.scale));
-        assert_eq!(format!("{:?}", r.pipeline.infer), format!("{:?}", a.pipeline.infer));
-        assert_eq!(r.pipeline.common.data_path_flags(), a.pipeline.common.data_path_flags());
     }
 }

@@ -4,16 +4,39 @@
 //! does not fit in a client's socket buffer is skipped for that client and counted (a line
 //! already half-sent is finished first, so the stream stays line-aligned), and a client
 //! that has taken nothing for 5 s is disconnected. At the end every client gets a final
-//! `{"end": true, ...}` line, then EOF.
+//! `{"type": "end", "end": true, ...}` line, then EOF.
 //!
-//! One line per frame (extra fields may follow in later versions):
-//! `{"seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
-//!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
-//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2]}]}`
-//! with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels.
+//! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
+pub mod schema;
 pub mod stage;
 pub mod watch;
+
+/// What the publish stage is asked to do (built by the command line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishConfig {
+    /// The detections socket to bind (`--publish`, else the instance's default:
+    /// [`crate::core::config::default_detections_socket`]).
+    pub socket: PathBuf,
+    /// What to print on stdout per frame.
+    pub print: PrintMode,
+}
+
+/// How publish prints frames on its stdout (`--print`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrintMode {
+    /// Nothing on stdout.
+    None,
+    /// One readable line per frame.
+    Human,
+    /// The JSON lines clients get.
+    Json,
+}
+
+impl crate::core::config::Choice for PrintMode {
+    const ALL: &'static [(Self, &'static str, &'static str)] =
+        &[(PrintMode::None, "none", "Nothing on stdout"), (PrintMode::Human, "human", "One readable line per frame"), (PrintMode::Json, "json", "The JSON lines clients get")];
+}
 
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -21,127 +44,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bytemuck::{Pod, Zeroable};
 use serde::{Deserialize, Serialize};
 
-use crate::core::frame::StageStamps;
-
-/// Most detections carried per frame.
-pub const MAX_DETECTIONS: usize = 100;
-
-/// One detection in plain data: class, score, box in source-frame pixels.
-#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Default)]
-#[repr(C)]
-pub struct DetectionRecord {
-    /// Class index into the label list.
-    pub class_id: u32,
-    /// Score in 0..1 (objectness x class probability for YOLOX).
-    pub score: f32,
-    /// `[x1, y1, x2, y2]` in source-frame pixels, clamped to the frame.
-    pub bbox: [f32; 4],
-}
-
-/// A frame's detections: the ring slot from infer to publish (2,496 bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
-#[repr(C)]
-pub struct DetectionsDesc {
-    /// Frame sequence number.
-    pub seq: u64,
-    /// Capture time, CLOCK_MONOTONIC ns.
-    pub timestamp_ns: u64,
-    /// Per-stage stamps carried from the frame.
-    pub stamps: StageStamps,
-    /// Source frame width in pixels.
-    pub width: u32,
-    /// Source frame height in pixels.
-    pub height: u32,
-    /// Valid entries of `dets`.
-    pub count: u32,
-    /// Reserved (0).
-    pub flags: u32,
-    /// Detections, best first.
-    pub dets: [DetectionRecord; MAX_DETECTIONS],
-}
-
-impl Default for DetectionsDesc {
-    fn default() -> Self {
-        Zeroable::zeroed()
-    }
-}
-
-impl DetectionsDesc {
-    /// Checks a slot from the infer stage: count in range, finite scores in 0..=1, finite
-    /// boxes inside the frame, plausible size.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.count as usize > MAX_DETECTIONS {
-            return Err(format!("detection count {} > {MAX_DETECTIONS}", self.count));
-        }
-        if self.width == 0 || self.height == 0 || self.width > 16384 || self.height > 16384 {
-            return Err(format!("frame size {}x{} out of range", self.width, self.height));
-        }
-        for d in &self.dets[..self.count as usize] {
-            if !(0.0..=1.0).contains(&d.score) || d.bbox.iter().any(|v| !v.is_finite()) {
-                return Err(format!("detection with score {} box {:?} is not valid", d.score, d.bbox));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One detection as published.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct DetectionJson {
-    /// Class index.
-    pub class_id: u32,
-    /// Class label (`class_N` if the label list has no entry).
-    pub label: String,
-    /// Score in 0..1.
-    pub score: f32,
-    /// `[x1, y1, x2, y2]` in source-frame pixels.
-    #[serde(rename = "box")]
-    pub bbox: [f32; 4],
-}
-
-/// Per-stage and end-to-end latency of a frame, µs.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct LatencyJson {
-    /// Capture: from the capture timestamp to the frame entering the ring.
-    pub capture: f64,
-    /// Scale, including its wait in the capture ring.
-    pub scale: f64,
-    /// Infer, including its wait in the scale ring.
-    pub infer: f64,
-    /// Publish, including its wait in the infer ring.
-    pub publish: f64,
-    /// Capture timestamp to published.
-    pub total: f64,
-}
-
-/// One published line.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct FrameJson {
-    /// Frame sequence number.
-    pub seq: u64,
-    /// Capture time, CLOCK_MONOTONIC ns.
-    pub timestamp_ns: u64,
-    /// Source frame width, pixels.
-    pub width: u32,
-    /// Source frame height, pixels.
-    pub height: u32,
-    /// Latencies, µs.
-    pub latency_us: LatencyJson,
-    /// Detections, best first.
-    pub detections: Vec<DetectionJson>,
-}
-
-/// The default detections socket of `instance` (`--instance`): for the `default` instance
-/// `$XDG_RUNTIME_DIR/zcpipe/detections.sock`, or `/run/zcpipe/detections.sock` for root, or
-/// `/tmp/zcpipe-<uid>/detections.sock`; for any other, `detections-<instance>.sock` there,
-/// so that instances run side by side without `--publish`.
-pub fn default_socket_path(instance: &str) -> PathBuf {
-    let name = if instance == "default" { "detections.sock".to_string() } else { format!("detections-{instance}.sock") };
-    crate::supervise::runtime_base().join(name)
-}
+use schema::{EndJson, SocketLine};
 
 struct Client {
     stream: UnixStream,
@@ -182,7 +87,7 @@ impl DetectionServer {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Only zcpipe's own runtime directory is created; elsewhere a missing folder is
             // the user's typo, not something to create.
-            if dir.starts_with(crate::supervise::runtime_base()) {
+            if dir.starts_with(crate::core::config::runtime_base()) {
                 std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             } else if !dir.is_dir() {
                 bail!("--publish {}: folder {} does not exist", path.display(), dir.display());
@@ -291,7 +196,8 @@ impl DetectionServer {
 
     /// Tells every client the stream ended (one final line) and closes them.
     pub fn close_all(&mut self, reason: &str, frames: u64) {
-        let line = format!("{}\n", serde_json::json!({"end": true, "reason": reason, "frames": frames}));
+        let end = SocketLine::End(EndJson { end: true, frames, reason: reason.to_string() });
+        let line = end.to_line().unwrap_or_default();
         for c in &mut self.clients {
             let _ = c.stream.set_nonblocking(false);
             let _ = c.stream.set_write_timeout(Some(Duration::from_millis(200)));
@@ -321,19 +227,6 @@ impl Drop for DetectionServer {
 mod tests {
     use super::*;
     use std::io::BufRead;
-
-    #[test]
-    fn detections_desc_is_plain_and_validated() {
-        assert_eq!(std::mem::size_of::<DetectionsDesc>(), 2496);
-        let mut d = DetectionsDesc { width: 640, height: 480, count: 1, ..Default::default() };
-        d.dets[0] = DetectionRecord { class_id: 0, score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0] };
-        assert!(d.validate().is_ok());
-        d.count = 101;
-        assert!(d.validate().is_err());
-        d.count = 1;
-        d.dets[0].score = f32::NAN;
-        assert!(d.validate().is_err());
-    }
 
     #[test]
     fn slow_client_is_skipped_then_disconnected_fast_one_gets_all() {

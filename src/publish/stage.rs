@@ -3,23 +3,22 @@
 //! latency histograms of every stage.
 
 use std::io::Write as _;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use crate::capture::stage::ending;
-use crate::cli::{CommonArgs, PeerGone, PrintMode, PublishArgs};
-use crate::core::channel::Recv;
+use crate::core::detections::DetectionsDesc;
 use crate::core::frame::{monotonic_ns, Stage};
 use crate::core::link::{Conn, ControlMsg, Listener};
 use crate::core::pool::join;
-use crate::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, Reporter, StageReport};
-use crate::supervise::STOP;
+use crate::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
+use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
-use super::{default_socket_path, DetectionJson, DetectionServer, DetectionsDesc, FrameJson, LatencyJson};
+use super::schema::{DetectionJson, FrameJson, LatencyJson, SocketLine};
+use super::{DetectionServer, PrintMode, PublishConfig};
 
-/// Builds the published object of one frame.
+/// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
+/// [`LatencyJson`] for where the line's publish latency ends).
 pub fn frame_json(d: &DetectionsDesc, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
     let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
     FrameJson {
@@ -57,17 +56,15 @@ pub fn human_line(f: &FrameJson) -> String {
     )
 }
 
-/// Runs the publish stage; returns the exit code.
-pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
-    let stop = &STOP;
-    let reporter = Reporter::new(common.report_fd);
-    let run_dir = common.run_dir();
-    let _listener = Listener::bind(&run_dir.join("publish.sock"))?;
-    let path = args.publish.clone().unwrap_or_else(|| default_socket_path(&common.instance));
+/// Runs the publish stage with `cfg` until the infer stage ends the stream, the stop flag
+/// is set or infer hangs up; returns the exit code. Every client is told how it ended.
+pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
+    let _listener = Listener::bind(&ctx.data.socket("publish"))?;
+    let path = cfg.socket.clone();
     let mut server = DetectionServer::bind(&path)?;
-    let up = Conn::connect_retry(&run_dir.join("infer.sock"), "infer stage", stop, common.connect_timeout())?;
-    let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: common.wait };
-    let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, &hello, common.wait, "infer")?;
+    let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
+    let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
+    let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, &hello, ctx.data.wait, "infer")?;
     if !bufs.is_empty() {
         bail!("infer offered {} buffers; the detections hop carries none", bufs.len());
     }
@@ -78,75 +75,62 @@ pub fn run(common: CommonArgs, args: PublishArgs) -> Result<i32> {
     let start = Instant::now();
     let mut lat = LatencySet::default();
     let mut n_in = 0u64;
-    let mut last_report = Instant::now();
-    let stats_every = common.stats_interval();
     let stdout = std::io::stdout();
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one handed out.
-    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, span: FrameSpan, final_report: bool, extra: Vec<(&str, serde_json::Value)>| {
-        let mut extra: std::collections::BTreeMap<String, serde_json::Value> = extra.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        extra.insert("server".into(), serde_json::to_value(server.stats()).unwrap_or_default());
-        reporter.send(&StageReport {
-            stage: "publish".into(),
-            pid: std::process::id(),
-            final_report,
-            elapsed_s: start.elapsed().as_secs_f64(),
-            frames_in: n_in,
-            frames_out: span.frames,
-            latency: lat.summary(),
-            extra,
-            out_span: Some(span),
-            ..Default::default()
-        })
+    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+        extra.push(("server", serde_json::to_value(server.stats()).unwrap_or_default()));
+        ctx.reporter.send(&StageReport { frames_in: n_in, frames_out: span.frames, latency: lat.summary(), out_span: Some(span), ..ctx.report(start, final_report, extra) })
     };
     let validate = |d: &DetectionsDesc| d.validate();
-    // Every way out of the loop (end, signal, hang-up, error) goes through the final report.
-    let mut body = || -> Result<&'static str> {
-        Ok(loop {
-            if stop.load(Ordering::Relaxed) {
-                break "signal";
-            }
-            server.service();
-            if stats_every.is_some_and(|e| last_report.elapsed() >= e) {
-                report(&server, &lat, n_in, span, false, vec![]);
-                last_report = Instant::now();
-            }
-            let mut d = match rx.recv(&validate, &mut |_, _| {}, Duration::from_millis(100))? {
-                Recv::Item(d) => d,
-                Recv::Eos => break "end of stream",
-                Recv::Hangup => return Err(PeerGone("infer stage hung up".into()).into()),
-                Recv::Idle => continue,
-            };
-            n_in += 1;
-            d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
-            d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
-            let l = latencies_us(d.timestamp_ns, &d.stamps);
-            lat.record(&l);
-            let f = frame_json(&d, &labels, &l);
-            let mut line = serde_json::to_string(&f)?;
-            line.push('\n');
-            server.broadcast(line.as_bytes());
-            match args.print {
-                PrintMode::None => {}
-                PrintMode::Json => {
-                    let _ = stdout.lock().write_all(line.as_bytes());
+    let ended = {
+        let mut state = (&mut server, &mut lat, &mut n_in, &mut span);
+        ctx.run_loop(
+            &mut state,
+            |(server, lat, n_in, span)| report(server, lat, **n_in, **span, false, vec![]),
+            |(server, lat, n_in, span)| {
+                server.service();
+                let mut d = match incoming(rx.recv(&validate, &mut |_, _| {}, IDLE_WAIT)?, "infer", "", || false)? {
+                    Incoming::Item(d) => d,
+                    Incoming::Eos => return Ok(Turn::End("end of stream")),
+                    Incoming::Idle => return Ok(Turn::Next),
+                };
+                **n_in += 1;
+                d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
+                // The line carries the latencies up to now, when it is built: it cannot carry
+                // the time it takes to serialise and send itself (LatencyJson).
+                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                let f = frame_json(&d, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
+                let human = (cfg.print == PrintMode::Human).then(|| human_line(&f));
+                let line = SocketLine::Frame(f).to_line()?;
+                server.broadcast(line.as_bytes());
+                match (cfg.print, &human) {
+                    (PrintMode::Json, _) => {
+                        let _ = stdout.lock().write_all(line.as_bytes());
+                    }
+                    (PrintMode::Human, Some(h)) => {
+                        let _ = writeln!(stdout.lock(), "{h}");
+                    }
+                    _ => {}
                 }
-                PrintMode::Human => {
-                    let _ = writeln!(stdout.lock(), "{}", human_line(&f));
-                }
-            }
-            span.tick(start);
-        })
+                // The histograms get the stage's whole span: taken off the ring to the line
+                // handed to every client and printed.
+                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                lat.record(&latencies_us(d.timestamp_ns, &d.stamps));
+                span.tick(start);
+                Ok(Turn::Next)
+            },
+        )
     };
-    let ended = body();
-    let (end_reason, level) = ending(&ended);
-    log::log!(level, "{end_reason} after {n_in} frames");
-    server.close_all(&end_reason, span.frames);
-    let fds_exit = open_fd_count();
-    drop(rx);
-    log::log!(level, "open fds before exit: {fds_exit} (after set-up: {fds_setup})");
-    let extra = vec![("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("end_reason", end_reason.into())];
-    report(&server, &lat, n_in, span, true, extra);
-    ended?;
-    Ok(0)
+    ctx.close(
+        &mut server,
+        ended,
+        format!("{n_in} frames"),
+        fds_setup,
+        |server, end| {
+            server.close_all(&end.reason, span.frames);
+            Drained::nothing()
+        },
+        |server, extras| report(server, &lat, n_in, span, true, extras),
+    )
 }

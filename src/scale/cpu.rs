@@ -15,12 +15,15 @@
 //! if needed. Scratch buffers are kept across frames and only grow.
 
 use anyhow::{bail, Context};
+
+use crate::core::dmabuf::DmaBuf;
+use crate::core::pool::{Frame, WriteLoan};
 use fast_image_resize::images::{TypedCroppedImage, TypedImage, TypedImageRef};
 use fast_image_resize::pixels::{U8x2, U8x3, U8};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 use yuv::{YuvBiPlanarImage, YuvConversionMode, YuvPackedImage, YuvRange, YuvStandardMatrix};
 
-use super::Scaler;
+use super::{fill_pad, map_frame, Scaler};
 use crate::core::frame::{Fourcc, FrameLayout, LetterboxParams};
 
 /// Source fourccs the CPU scaler reads.
@@ -33,6 +36,8 @@ pub const YOLOX_PAD: u8 = 114;
 /// CPU scaler: bilinear resize, BT.601 limited YCbCr -> BGR, top-left letterbox.
 #[derive(Default)]
 pub struct CpuScaler {
+    /// The model input and pad value, from [`Scaler::bind`].
+    dst: Option<(FrameLayout, u8)>,
     resizer: Resizer,
     /// Resized luma, `resized_w x resized_h` bytes.
     y: Vec<u8>,
@@ -116,26 +121,30 @@ fn copy_rows(src: &[u8], row: usize, dst: &mut [u8], bpl: usize) {
     }
 }
 
-/// Fills the letterbox area of a `dw x dh` BGR24 image whose top-left `rw x rh` holds the
-/// picture: the rest of each picture row and every row below. Bytes past `dw * 3` in a row
-/// (stride padding) are not touched.
-fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (rw, rh): (usize, usize), pad: u8) {
-    for (r, row) in dst.chunks_mut(bpl).take(dh).enumerate() {
-        let from = if r < rh { rw * 3 } else { 0 };
-        if let Some(area) = row.get_mut(from..dw * 3) {
-            area.fill(pad);
-        }
+impl Scaler for CpuScaler {
+    fn name(&self) -> String {
+        "cpu scaler".into()
+    }
+
+    /// Checks the conversion ([`CpuScaler::check`]); the source's fourcc is NV12 when the
+    /// source's layout varies (the host sources write NV12).
+    fn bind(&mut self, _src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> anyhow::Result<()> {
+        let src = src_layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
+        self.check(src, dst_layout).map_err(|e| anyhow::anyhow!("cpu scaler cannot feed the model: {e:#}"))?;
+        self.dst = Some((*dst_layout, pad));
+        Ok(())
+    }
+
+    fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> anyhow::Result<LetterboxParams> {
+        let (dl, pad) = self.dst.ok_or_else(|| anyhow::anyhow!("cpu scaler: scale before bind"))?;
+        map_frame(src, dst, |s, sl, d| self.scale_bytes(s, sl, d, &dl, pad))
     }
 }
 
-impl Scaler for CpuScaler {
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-
+impl CpuScaler {
     /// Accepts [`SUPPORTED_SOURCES`] into a one-plane BGR24 destination whose bytesperline
     /// holds `width * 3` bytes.
-    fn check(&self, src: Fourcc, dst: &FrameLayout) -> anyhow::Result<()> {
+    pub fn check(&self, src: Fourcc, dst: &FrameLayout) -> anyhow::Result<()> {
         if dst.fourcc != Fourcc::BGR24 {
             bail!("cpu scaler cannot produce {} (model input); it writes BGR24", dst.fourcc);
         }
@@ -151,7 +160,11 @@ impl Scaler for CpuScaler {
         Ok(())
     }
 
-    fn scale(
+    /// Scales one mapped frame: `src[i]` is the mapped dma-buf `i` of the source buffer
+    /// (planes name theirs with `fd_index`); `dst` is the mapped output buffer, written per
+    /// `dst_layout` (rows of `bytesperline` bytes). The letterbox area outside the picture
+    /// is filled with `pad`. Returns how the output maps back to the source.
+    pub fn scale_bytes(
         &mut self,
         src: &[&[u8]],
         src_layout: &FrameLayout,
@@ -275,7 +288,7 @@ mod tests {
         let (dl, mut dst) = model_input(416 * 3);
         let mut s = CpuScaler::new();
         s.check(sl.fourcc, &dl).unwrap();
-        let lb = s.scale(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
+        let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h, lb.src_w, lb.src_h), (416, 312, 768, 576));
         println!("first pixel {:?}, last picture pixel {:?}", &dst[..3], &dst[(311 * 416 + 415) * 3..][..3]);
         assert_letterbox(&dst, 416 * 3, (416, 312), [0, 0, 255], 2, 114);
@@ -286,13 +299,13 @@ mod tests {
         let (sl, src) = solid_nv12(451, 300, RED_YCBCR);
         let (dl, mut dst) = model_input(424 * 3);
         let mut s = CpuScaler::new();
-        let lb = s.scale(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
+        let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
         // r = min(416/451, 416/300) = 0.9224 -> int(451 r) = 416, int(300 r) = 276
         assert_eq!((lb.resized_w, lb.resized_h), (416, 276));
         assert_letterbox(&dst, 424 * 3, (416, 276), [0, 0, 255], 2, 114);
         // A second frame through the same scratch buffers gives the same bytes.
         let first = dst.clone();
-        s.scale(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
+        s.scale_bytes(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
         assert_eq!(first, dst);
     }
 
@@ -305,7 +318,7 @@ mod tests {
         for (w, h) in [(640u32, 427u32), (1280, 720)] {
             let (sl, src) = solid_nv12(w, h, RED_YCBCR);
             let (dl, mut dst) = model_input(424 * 3);
-            let lb = s.scale(&[&src], &sl, &mut dst, &dl, 114).unwrap();
+            let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, 114).unwrap();
             println!("{w}x{h} -> {}x{}", lb.resized_w, lb.resized_h);
             if (w, h) == (640, 427) {
                 assert_eq!((lb.resized_w, lb.resized_h), (416, 277));
@@ -318,7 +331,7 @@ mod tests {
             pl[0] = PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 };
             let rl = FrameLayout { fourcc: Fourcc::RGB24, width: w, height: h, num_planes: 1, planes: pl };
             let (_, mut dst2) = model_input(424 * 3);
-            s.scale(&[&rgb], &rl, &mut dst2, &dl, 114).unwrap();
+            s.scale_bytes(&[&rgb], &rl, &mut dst2, &dl, 114).unwrap();
             assert_letterbox(&dst2, 424 * 3, pic, [0, 0, 255], 0, 114);
         }
     }
@@ -328,7 +341,7 @@ mod tests {
         // 64x48 -> r = 6.5 -> 416x312; the last rows are 114 and the stride padding is kept.
         let (sl, src) = solid_nv12(64, 48, RED_YCBCR);
         let (dl, mut dst) = model_input(424 * 3);
-        let lb = CpuScaler::new().scale(&[&src], &sl, &mut dst, &dl, 114).unwrap();
+        let lb = CpuScaler::new().scale_bytes(&[&src], &sl, &mut dst, &dl, 114).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (416, 312));
         assert_letterbox(&dst, 424 * 3, (416, 312), [0, 0, 255], 2, 114);
     }
@@ -357,16 +370,16 @@ mod tests {
         let (sl, src) = solid_nv12(64, 48, RED_YCBCR);
         let (dl, mut dst) = model_input(416 * 3);
         // Source buffer too short.
-        let e = s.scale(&[&src[..100]], &sl, &mut dst, &dl, 114).unwrap_err();
+        let e = s.scale_bytes(&[&src[..100]], &sl, &mut dst, &dl, 114).unwrap_err();
         println!("{e}");
         // Missing second buffer for NV12M.
         let mut m = sl;
         m.fourcc = Fourcc::NV12M;
         m.planes[1].fd_index = 1;
         m.planes[1].offset = 0;
-        assert!(s.scale(&[&src], &m, &mut dst, &dl, 114).is_err());
+        assert!(s.scale_bytes(&[&src], &m, &mut dst, &dl, 114).is_err());
         // Destination too short.
-        assert!(s.scale(&[&src], &sl, &mut dst[..1000], &dl, 114).is_err());
+        assert!(s.scale_bytes(&[&src], &sl, &mut dst[..1000], &dl, 114).is_err());
     }
 
     /// The same RGB picture in every source format, each with its own odd stride.
@@ -455,7 +468,7 @@ mod tests {
         for (l, bufs) in all_formats(img.as_raw(), w, h) {
             let mut dst = vec![0u8; dl.bytes_needed() as usize];
             let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
-            s.scale(&refs, &l, &mut dst, &dl, 114).unwrap();
+            s.scale_bytes(&refs, &l, &mut dst, &dl, 114).unwrap();
             results.push((l.fourcc, dst));
         }
         let reference = &results.iter().find(|(f, _)| *f == Fourcc::RGB24).unwrap().1;
@@ -491,7 +504,7 @@ mod tests {
         let mut nv12 = vec![0u8; src.info().max_frame_bytes as usize];
         let sl = src.fill(&mut nv12).unwrap().unwrap();
         let mut out = vec![0u8; dl.bytes_needed() as usize];
-        let lb = s.scale(&[&nv12], &sl, &mut out, &dl, YOLOX_PAD).unwrap();
+        let lb = s.scale_bytes(&[&nv12], &sl, &mut out, &dl, YOLOX_PAD).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (416, 312));
         let mad_nv12 = mean_abs_diff(&out, &golden);
         let mad_nv12_picture = mean_abs_diff(&out[..416 * 312 * 3], &golden[..416 * 312 * 3]);
@@ -500,7 +513,7 @@ mod tests {
         let pd = [PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 }, PlaneDesc::default(), PlaneDesc::default()];
         let rl = FrameLayout { fourcc: Fourcc::RGB24, width: w, height: h, num_planes: 1, planes: pd };
         let mut out_rgb = vec![0u8; dl.bytes_needed() as usize];
-        s.scale(&[img.as_raw()], &rl, &mut out_rgb, &dl, YOLOX_PAD).unwrap();
+        s.scale_bytes(&[img.as_raw()], &rl, &mut out_rgb, &dl, YOLOX_PAD).unwrap();
         let mad_rgb = mean_abs_diff(&out_rgb[..416 * 312 * 3], &golden[..416 * 312 * 3]);
 
         println!("dog.jpg vs cv2 golden: NV12 path mean abs diff {mad_nv12:.3} (whole input), {mad_nv12_picture:.3} (picture area); RGB24 path {mad_rgb:.3} (picture area)");

@@ -1,94 +1,159 @@
 //! Scale stage: converts and letterboxes a capture frame into the model's input.
 //!
-//! Backends sit behind [`Scaler`] (`cpu` here; `rga` and `v4l2m2m` slot in beside it). The
-//! output layout comes from the model (negotiated with the infer stage at set-up): for
-//! YOLOX-Nano 416x416 BGR24, top-left letterbox, pad value 114, bilinear.
+//! Backends sit behind one trait, [`Scaler`], chosen by [`ScalerKind`] (`--scaler`): `cpu`
+//! ([`cpu`]), `rga` ([`rga`], librga loaded at run time), `v4l2m2m` ([`v4l2m2m`]) and `none`
+//! ([`NoScaler`]). A backend either maps frames (the CPU reads the source through a read
+//! guard and writes the output through a write guard: [`map_frame`]) or binds the pools (its
+//! device imports both pools once at start-up and reads and writes the dma-bufs itself);
+//! [`Scaler::binds_pools`] says which. Adding a backend is a file here, a [`ScalerKind`]
+//! variant and its arm in [`stage`]'s `open_scaler`.
+//!
+//! The output layout comes from the model (negotiated with the infer stage at set-up): for
+//! YOLOX-Nano 416x416 BGR24, top-left letterbox, pad value 114, bilinear. This folder never
+//! imports another stage; its configuration is [`ScaleConfig`].
 
 pub mod cpu;
 pub mod rga;
 pub mod stage;
 pub mod v4l2m2m;
 
-use crate::core::dmabuf::DmaBuf;
-use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use std::path::PathBuf;
 
-/// A scaler backend: source frame (any supported fourcc) -> packed model input.
+use anyhow::Result;
+
+use crate::core::dmabuf::DmaBuf;
+use crate::core::frame::{FrameLayout, LetterboxParams};
+use crate::core::pool::{Frame, WriteLoan};
+
+/// What the scale stage is asked to do, checked by whoever built it (the command line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScaleConfig {
+    /// The backend.
+    pub scaler: ScalerKind,
+    /// Buffers in the output pool (2..=64).
+    pub buffers: usize,
+    /// With RGA: the core that runs the jobs.
+    pub rga_core: rga::RgaCore,
+}
+
+/// Scaler backends (`--scaler`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScalerKind {
+    /// `auto`: the best present (cpu on hosts).
+    Auto,
+    /// `cpu`: NV12/NV16/YUYV/RGB -> BGR letterbox on the CPU (fast_image_resize + yuv).
+    Cpu,
+    /// `none`: touch no pixels (pass-through geometry): with `--infer none`, measures
+    /// transport alone.
+    None,
+    /// `rga`: Rockchip RGA through librga's im2d API (loaded at run time).
+    Rga,
+    /// `v4l2m2m:/dev/videoN`: a V4L2 mem2mem device (mainline rockchip-rga, vim2m): its
+    /// OUTPUT queue imports the capture dma-bufs, its CAPTURE queue writes into the scaler's
+    /// pool.
+    V4l2M2m(PathBuf),
+}
+
+impl std::str::FromStr for ScalerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ScalerKind::Auto),
+            "cpu" => Ok(ScalerKind::Cpu),
+            "none" => Ok(ScalerKind::None),
+            "rga" => Ok(ScalerKind::Rga),
+            "v4l2m2m" | "v4l2m2m:" => Err("v4l2m2m needs its node: --scaler v4l2m2m:/dev/videoN (`zcpipe doctor` lists mem2mem nodes)".into()),
+            _ => match s.strip_prefix("v4l2m2m:") {
+                Some(p) if !p.is_empty() => Ok(ScalerKind::V4l2M2m(PathBuf::from(p))),
+                _ => Err(format!("\"{s}\" is not a scaler; use auto, cpu, none, rga or v4l2m2m:/dev/videoN")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ScalerKind {
+    /// The `--scaler` spelling, which [`std::str::FromStr`] parses back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScalerKind::Auto => f.write_str("auto"),
+            ScalerKind::Cpu => f.write_str("cpu"),
+            ScalerKind::None => f.write_str("none"),
+            ScalerKind::Rga => f.write_str("rga"),
+            ScalerKind::V4l2M2m(p) => write!(f, "v4l2m2m:{}", p.display()),
+        }
+    }
+}
+
+/// A scaler backend: a source frame (any fourcc the backend reads) -> the packed model input.
+///
+/// Life cycle: [`Scaler::bind`] once at start-up, then [`Scaler::scale`] per frame, then
+/// drop (which releases whatever the backend imported).
 pub trait Scaler: Send {
-    /// Backend name for logs (`cpu`, `rga`, ...).
-    fn name(&self) -> &'static str;
-    /// Checks at start-up that this backend can turn `src` frames into `dst`; the error
-    /// names both sides and the rule broken.
-    fn check(&self, src: Fourcc, dst: &FrameLayout) -> anyhow::Result<()>;
-    /// Scales one frame. `src[i]` is the mapped dma-buf `i` of the source buffer (planes
-    /// name theirs with `fd_index`); `dst` is the mapped output buffer, written per
-    /// `dst_layout` (rows of `bytesperline` bytes). The letterbox area outside the image is
-    /// filled with `pad`. Returns how the output maps back to the source.
-    fn scale(
-        &mut self,
-        src: &[&[u8]],
-        src_layout: &FrameLayout,
-        dst: &mut [u8],
-        dst_layout: &FrameLayout,
-        pad: u8,
-    ) -> anyhow::Result<LetterboxParams>;
+    /// Backend name (and device) for logs (`cpu scaler`, `v4l2m2m /dev/video8 (vim2m)`, `rga`).
+    fn name(&self) -> String;
+
+    /// Whether the backend's device reads and writes the dma-bufs itself (imported at
+    /// [`Scaler::bind`]): the stage then never maps a frame, and the only CPU work per frame
+    /// is queueing. `false`: the backend maps frames through CPU guards.
+    fn binds_pools(&self) -> bool {
+        false
+    }
+
+    /// Negotiates the conversion into `dst_layout` at start-up and, for a device backend,
+    /// imports the pools: `src[i]` holds source buffer `i`'s dma-bufs (one per `fd_index`),
+    /// `dst[j]` output buffer `j`. `src_layout` is the source's fixed layout, or `None` for a
+    /// source whose frames change size from frame to frame (the host's image and video
+    /// sources; a camera never does). The letterbox area a device never writes is filled
+    /// with `pad` here, once. Errors name both sides of a conversion the backend cannot do,
+    /// and the rule broken.
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()>;
+
+    /// Scales frame `src` into the buffer of `dst`; returns when the backend is done with
+    /// both, and how the output maps back to the source.
+    fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams>;
+}
+
+/// For backends that map frames: runs `f(source planes' bytes, source layout, output
+/// bytes)` with `src` mapped through read guards and the output through a write guard
+/// (DMA_BUF_IOCTL_SYNC START on the way in, END on the way out).
+pub fn map_frame<T>(src: &Frame, dst: &mut WriteLoan<'_>, f: impl FnOnce(&[&[u8]], &FrameLayout, &mut [u8]) -> Result<T>) -> Result<T> {
+    let guards = src.read()?;
+    let srcs: Vec<&[u8]> = guards.iter().map(|g| g.bytes()).collect();
+    let mut out = dst.buffers_mut()[0].write()?;
+    f(&srcs, &src.desc().layout, &mut out)
+}
+
+/// Fills the letterbox area of a packed 3-byte-per-pixel picture with `pad`: the part of
+/// each of the first `dh` rows of `dst` (rows of `bpl` bytes, `dw` pixels used) that lies
+/// outside the `rw x rh` picture at the top left. Bytes past `dw * 3` in a row (stride
+/// padding) are not touched.
+pub fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (rw, rh): (usize, usize), pad: u8) {
+    for (r, row) in dst.chunks_mut(bpl).take(dh).enumerate() {
+        let from = if r < rh { rw * 3 } else { 0 };
+        if let Some(area) = row.get_mut(from..dw * 3) {
+            area.fill(pad);
+        }
+    }
 }
 
 /// `--scaler none`: touches no pixels; forwards each frame's geometry as if letterboxed, so
 /// a run measures transport and glue alone (with `--infer none`).
 #[derive(Debug, Default)]
-pub struct NoScaler;
-
-impl Scaler for NoScaler {
-    fn name(&self) -> &'static str {
-        "none"
-    }
-    fn check(&self, _src: Fourcc, _dst: &FrameLayout) -> anyhow::Result<()> {
-        Ok(())
-    }
-    fn scale(&mut self, _src: &[&[u8]], src_layout: &FrameLayout, _dst: &mut [u8], dst_layout: &FrameLayout, _pad: u8) -> anyhow::Result<LetterboxParams> {
-        Ok(LetterboxParams::top_left(src_layout.width, src_layout.height, dst_layout.width, dst_layout.height))
-    }
+pub struct NoScaler {
+    dst: FrameLayout,
 }
 
-/// A scaler backend whose device reads and writes the dma-bufs itself (V4L2 mem2mem, RGA):
-/// the scale stage never maps a frame for it, so the only CPU work per frame is queueing.
-///
-/// Life cycle: [`DeviceScaler::bind`] once at start-up with both pools (every buffer is
-/// imported into the device there, once), then [`DeviceScaler::scale`] per frame by buffer
-/// index, then drop (which releases every import).
-pub trait DeviceScaler: Send {
-    /// Backend name and device for logs (`v4l2m2m /dev/video8 (vim2m)`, `rga`).
-    fn name(&self) -> String;
-    /// Negotiates `src_layout` -> `dst_layout` with the device and imports the pools:
-    /// `src[i]` holds source buffer `i`'s dma-bufs (one per `fd_index`), `dst[j]` output
-    /// buffer `j`. The letterbox area the device never writes is filled with `pad` here,
-    /// once (through a CPU write guard). Errors name both sides of a conversion the
-    /// device cannot do, and the rule broken.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> anyhow::Result<()>;
-    /// Converts source buffer `src_index` into output buffer `dst_index`; returns when the
-    /// device is done with both. Returns how the output maps back to the source.
-    fn scale(&mut self, src_index: u32, dst_index: u32) -> anyhow::Result<LetterboxParams>;
-
-    /// Like [`DeviceScaler::bind`] for a source whose frames change size or format from
-    /// frame to frame (the host's image and video sources; a camera never does): imports
-    /// the output pool now and each source buffer at its first frame. The default refuses,
-    /// naming the fix: devices whose queue formats are fixed per stream (V4L2 mem2mem)
-    /// need a fixed-format source.
-    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> anyhow::Result<()> {
-        let _ = (src, dst, dst_layout, pad);
-        anyhow::bail!(
-            "{} needs a source with one fixed format and size (a V4L2 camera: --source v4l2:/dev/videoN); this source changes \
-             size from frame to frame: use --scaler cpu",
-            self.name()
-        )
+impl Scaler for NoScaler {
+    fn name(&self) -> String {
+        "none scaler".into()
     }
-
-    /// One frame of a variable source (after [`DeviceScaler::bind_variable`]): `src` is the
-    /// frame's buffer (index `src_index`) and `src_layout` its geometry; `dst` is output
-    /// buffer `dst_index`, writable through a CPU guard for re-padding when the picture
-    /// size changes. Returns how the output maps back to the source.
-    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> anyhow::Result<LetterboxParams> {
-        let _ = (src_index, src, src_layout, dst_index, dst);
-        anyhow::bail!("{}: scale_frame without bind_variable", self.name())
+    fn bind(&mut self, _src: &[Vec<DmaBuf>], _src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, _pad: u8) -> Result<()> {
+        self.dst = *dst_layout;
+        Ok(())
+    }
+    /// Pass-through: no mapping, no sync, no pixels; geometry only.
+    fn scale(&mut self, src: &Frame, _dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
+        let l = src.desc().layout;
+        Ok(LetterboxParams::top_left(l.width, l.height, self.dst.width, self.dst.height))
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! librga is opened at run time ([`crate::sys::rga`]; `$ZCPIPE_LIBRGA`, else `librga.so`),
 //! never linked, so one zcpipe binary runs on boards with and without it. The life of a
-//! [`RgaScaler`] follows [`DeviceScaler`]:
+//! [`RgaScaler`] follows [`Scaler`] (a backend that binds the pools; in `--copy-mode` one
+//! that maps frames, [`RgaScaler::use_virtual_addresses`]):
 //! - [`RgaScaler::open`] loads librga, logs its version (`querystring(RGA_VERSION)`) and
 //!   keeps the `--rga-core` choice;
-//! - [`DeviceScaler::bind`] imports every source buffer and every output buffer once
+//! - [`Scaler::bind`] imports every source buffer and every output buffer once
 //!   (`importbuffer_fd`: the driver maps each dma-buf once and keeps it, so there is no
 //!   `wrapbuffer_fd`/`wrapbuffer_virtualaddr` per frame, which is also what hides the 4 GiB
 //!   limit until a job lands on RGA2: PITFALLS 14), builds each image's `rga_buffer_t` once
@@ -14,7 +15,7 @@
 //!   offsets for YUV, scale factor within 1/16..16: PITFALLS 8-11), pins the core
 //!   (`imconfig(IM_CONFIG_SCHEDULER_CORE)`: PITFALLS 15) and fills the letterbox pad of every
 //!   output buffer once through a CPU write guard (the device never writes it);
-//! - [`DeviceScaler::scale`] is one `improcess` per frame: NV12/NV16/YUYV/RGB24/BGR24 ->
+//! - [`Scaler::scale`] is one `improcess` per frame: NV12/NV16/YUYV/RGB24/BGR24 ->
 //!   BGR24 (BT.601 limited range for YCbCr) resized into the top-left `resized_w x
 //!   resized_h` rectangle of the model input ([`LetterboxParams::top_left`]), synchronous;
 //! - drop releases every handle (`releasebuffer_handle`).
@@ -28,15 +29,17 @@ use std::thread::ThreadId;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::DeviceScaler;
+use super::{fill_pad, map_frame, Scaler};
+use crate::core::config::Choice;
 use crate::core::dmabuf::{heap_names, list_heaps, DmaBuf, HeapChoice};
 use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use crate::core::pool::{Frame, WriteLoan};
 use crate::sys::rga as sys;
 use crate::sys::rga::{ImHandleParam, ImRect, Librga, RgaBuffer, RgaBufferHandle};
 
 /// `--rga-core`: which RGA core runs the jobs (`imconfig(IM_CONFIG_SCHEDULER_CORE, mask)`).
 /// Pinning one core avoids the 2-4 px jitter of jobs hopping between cores (PITFALLS 15).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RgaCore {
     /// The driver's scheduler picks a core per job.
     #[default]
@@ -51,6 +54,16 @@ pub enum RgaCore {
     Rga2Core1,
 }
 
+impl crate::core::config::Choice for RgaCore {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (RgaCore::Auto, "auto", "The driver's scheduler picks a core per job"),
+        (RgaCore::Rga3Core0, "rga3-core0", "RK3588's first RGA3 core (`IM_SCHEDULER_RGA3_CORE0`): reaches all memory"),
+        (RgaCore::Rga3Core1, "rga3-core1", "RK3588's second RGA3 core (`IM_SCHEDULER_RGA3_CORE1`)"),
+        (RgaCore::Rga2Core0, "rga2-core0", "The RGA2 core (`IM_SCHEDULER_RGA2_CORE0`; RK3588, RK3568, RK3566): first 4 GiB only"),
+        (RgaCore::Rga2Core1, "rga2-core1", "A second RGA2 core (`IM_SCHEDULER_RGA2_CORE1`)"),
+    ];
+}
+
 impl RgaCore {
     /// The `IM_SCHEDULER_CORE` mask for `imconfig` (`im2d_type.h`), `None` for `Auto`.
     pub fn mask(self) -> Option<u64> {
@@ -60,17 +73,6 @@ impl RgaCore {
             RgaCore::Rga3Core1 => Some(sys::IM_SCHEDULER_RGA3_CORE1),
             RgaCore::Rga2Core0 => Some(sys::IM_SCHEDULER_RGA2_CORE0),
             RgaCore::Rga2Core1 => Some(sys::IM_SCHEDULER_RGA2_CORE1),
-        }
-    }
-
-    /// The `--rga-core` spelling (`rga3-core0`).
-    pub fn flag(self) -> &'static str {
-        match self {
-            RgaCore::Auto => "auto",
-            RgaCore::Rga3Core0 => "rga3-core0",
-            RgaCore::Rga3Core1 => "rga3-core1",
-            RgaCore::Rga2Core0 => "rga2-core0",
-            RgaCore::Rga2Core1 => "rga2-core1",
         }
     }
 }
@@ -300,18 +302,6 @@ fn diagnose(src_fourcc: Fourcc, s: &Image, dst_fourcc: Fourcc, d: &Image, lb: &L
     )
 }
 
-/// Fills the letterbox area of a `dw x dh` 3-bytes-per-pixel image with `pad`: the rest of
-/// each of the first `rh` rows past `rw` pixels, and every row below. Stride padding (bytes
-/// past `dw * 3`) is left alone.
-fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (rw, rh): (usize, usize), pad: u8) {
-    for (r, row) in dst.chunks_mut(bpl).take(dh).enumerate() {
-        let from = if r < rh { rw * 3 } else { 0 };
-        if let Some(area) = row.get_mut(from..dw * 3) {
-            area.fill(pad);
-        }
-    }
-}
-
 /// One imported image: its handle and the `rga_buffer_t` librga built for it.
 #[derive(Debug)]
 struct Bound {
@@ -337,9 +327,12 @@ pub struct RgaScaler {
     srect: ImRect,
     drect: ImRect,
     letterbox: Option<LetterboxParams>,
-    /// After [`DeviceScaler::bind_variable`]: the per-frame state.
+    /// After [`RgaScaler::bind_variable`]: the per-frame state.
     var: Option<VarState>,
     frames: u64,
+    /// `--copy-mode`: RGA is fed CPU memory through virtual addresses (the model input and
+    /// pad value kept here at bind), nothing imported.
+    virtual_addresses: Option<Option<(FrameLayout, u8)>>,
 }
 
 /// A source whose frames change size: each source buffer is imported at its first frame
@@ -386,7 +379,7 @@ fn version_line(q: &str) -> Option<String> {
 
 impl RgaScaler {
     /// Loads librga (`library`, else `$ZCPIPE_LIBRGA`, else `librga.so` / `librga.so.2`)
-    /// and keeps `core` for [`DeviceScaler::bind`]. Logs the librga and RGA versions.
+    /// and keeps `core` for [`Scaler::bind`]. Logs the librga and RGA versions.
     /// Errors name the library tried and the fix.
     pub fn open(library: Option<&Path>, core: RgaCore) -> Result<RgaScaler> {
         let lib = Librga::open(library)?;
@@ -420,7 +413,7 @@ impl RgaScaler {
                 "librga, RGA unknown".to_string()
             }
         };
-        log::info!("rga: {} from {}; core {}", version, lib.path(), core.flag());
+        log::info!("rga: {} from {}; core {}", version, lib.path(), core.name());
         Ok(RgaScaler {
             lib,
             core,
@@ -434,12 +427,13 @@ impl RgaScaler {
             letterbox: None,
             var: None,
             frames: 0,
+            virtual_addresses: None,
         })
     }
 
     /// Whether this backend can turn `src` frames into `dst` at all (formats and the model
     /// input's plane), before any buffer exists; the error names both sides.
-    /// [`DeviceScaler::bind`] checks the full geometry.
+    /// [`Scaler::bind`] checks the full geometry.
     pub fn check(src: Fourcc, dst: &FrameLayout) -> Result<()> {
         dest_image(dst)?;
         match src {
@@ -473,7 +467,7 @@ impl RgaScaler {
             bail!(
                 "rga scaler: --rga-core {} (imconfig IM_CONFIG_SCHEDULER_CORE {mask:#x}) failed: {}: {}; this RGA may not have that \
                  core (RK3568/RK3566 have only rga2-core0), use --rga-core auto",
-                self.core.flag(),
+                self.core.name(),
                 sys::status_name(s),
                 self.lib.im_str_error(s).trim()
             );
@@ -723,16 +717,20 @@ impl RgaScaler {
     }
 }
 
-impl DeviceScaler for RgaScaler {
-    fn name(&self) -> String {
-        format!("rga ({})", self.version)
+impl RgaScaler {
+    /// Feeds RGA CPU memory through virtual addresses from now on (`--copy-mode`, as a
+    /// plain pipeline does after copying each frame into its own buffer): nothing is
+    /// imported at bind, and each frame is mapped for its job.
+    pub fn use_virtual_addresses(&mut self) {
+        log::info!("copy mode: RGA reads and writes CPU memory through virtual addresses (wrapbuffer_virtualaddr_t), nothing imported");
+        self.virtual_addresses = Some(None);
     }
 
     /// Imports both pools (one `importbuffer_fd` per buffer, first dma-buf of each source
     /// buffer), validates the job with `imcheck_t`, applies `--rga-core`, and fills the pad
     /// of every output buffer. Binding again releases the previous imports first. On error
     /// nothing stays imported.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
         self.release_all();
         let r = self.bind_inner(src, src_layout, dst, dst_layout, pad);
         if r.is_err() {
@@ -742,8 +740,8 @@ impl DeviceScaler for RgaScaler {
     }
 
     /// One synchronous `improcess` of source buffer `src_index` into output buffer
-    /// `dst_index`.
-    fn scale(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
+    /// `dst_index` (after [`RgaScaler::bind_pools`]).
+    pub fn scale_index(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
         let lb = self.letterbox.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
         let (ns, nd) = (self.src.len(), self.dst.len());
         let (Some(s), Some(d)) = (self.src.get(src_index as usize), self.dst.get(dst_index as usize)) else {
@@ -754,9 +752,9 @@ impl DeviceScaler for RgaScaler {
         Ok(lb)
     }
 
-    /// Imports the output pool now and each source buffer at its first frame; see
-    /// [`DeviceScaler::bind_variable`]. On error nothing stays imported.
-    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    /// For a source whose frames change size from frame to frame: imports the output pool
+    /// now and each source buffer at its first frame. On error nothing stays imported.
+    pub fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
         self.release_all();
         let r = self.bind_variable_inner(src, dst, dst_layout, pad);
         if r.is_err() {
@@ -769,25 +767,59 @@ impl DeviceScaler for RgaScaler {
     /// first frame (or re-imported if it needs more bytes or another format), its geometry
     /// described on the handle (`wrapbuffer_handle_t`, no ioctl), `imcheck_t` when the
     /// geometry changes, the output's pad refilled when the picture size changes.
-    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
+    pub fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
         self.scale_frame_inner(src_index, src, src_layout, dst_index, dst)
     }
 }
 
-/// `--copy-mode` with `--scaler rga`: RGA fed CPU memory through virtual addresses
-/// (`wrapbuffer_virtualaddr_t`), as a plain pipeline does after copying each frame into its
-/// own buffer: nothing is imported, the driver pins the pages for each job. The output's
-/// pad is written by the CPU every frame (the buffer is ordinary memory here).
-impl super::Scaler for RgaScaler {
-    fn name(&self) -> &'static str {
-        "rga (virtual addresses)"
+impl Scaler for RgaScaler {
+    fn name(&self) -> String {
+        match self.virtual_addresses {
+            Some(_) => "rga (virtual addresses) scaler".into(),
+            None => format!("rga ({})", self.version),
+        }
     }
 
-    fn check(&self, src: Fourcc, dst: &FrameLayout) -> Result<()> {
-        RgaScaler::check(src, dst)
+    fn binds_pools(&self) -> bool {
+        self.virtual_addresses.is_none()
     }
 
-    fn scale(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, pad: u8) -> Result<LetterboxParams> {
+    /// With imported pools: [`RgaScaler::bind_pools`] for a fixed source layout, else
+    /// [`RgaScaler::bind_variable`]. With virtual addresses: checks the formats only.
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        if let Some(v) = self.virtual_addresses.as_mut() {
+            let fourcc = src_layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
+            RgaScaler::check(fourcc, dst_layout).map_err(|e| anyhow!("rga (virtual addresses) scaler cannot feed the model: {e:#}"))?;
+            *v = Some((*dst_layout, pad));
+            return Ok(());
+        }
+        match src_layout {
+            Some(l) => self.bind_pools(src, l, dst, dst_layout, pad),
+            None => self.bind_variable(src, dst, dst_layout, pad),
+        }
+    }
+
+    /// The device reads the source buffer and writes the output buffer in place (no
+    /// mapping, no sync here), or in copy mode both are mapped for a virtual-address job.
+    fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
+        if let Some(v) = self.virtual_addresses {
+            let (dl, pad) = v.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
+            return map_frame(src, dst, |s, sl, d| self.scale_virtual(s, sl, d, &dl, pad));
+        }
+        if self.var.is_some() {
+            let (si, di) = (src.index(), dst.index());
+            return self.scale_frame(si, src.buffers(), &src.desc().layout, di, &mut dst.buffers_mut()[0]);
+        }
+        self.scale_index(src.index(), dst.index())
+    }
+}
+
+impl RgaScaler {
+    /// `--copy-mode` with `--scaler rga`: RGA fed CPU memory through virtual addresses
+    /// (`wrapbuffer_virtualaddr_t`), as a plain pipeline does after copying each frame into
+    /// its own buffer: nothing is imported, the driver pins the pages for each job. The
+    /// output's pad is written by the CPU every frame (the buffer is ordinary memory here).
+    pub fn scale_virtual(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, pad: u8) -> Result<LetterboxParams> {
         let s = source_image(src_layout)?;
         let d = dest_image(dst_layout)?;
         let sbytes = src.first().ok_or_else(|| anyhow!("rga scaler: a frame without a buffer"))?;

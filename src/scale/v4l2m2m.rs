@@ -16,9 +16,9 @@
 //! Letterbox: the CAPTURE format is the resized image (`resized_w x resized_h`) with the
 //! model input's `bytesperline`, written at the top-left of the model-input buffer; the rows
 //! and columns the device never writes are filled with the pad value once, in
-//! [`DeviceScaler::bind`]. A device that computes its own `bytesperline` (vim2m:
+//! [`V4l2M2mScaler::bind_pools`]. A device that computes its own `bytesperline` (vim2m:
 //! `width * bytes per pixel`) can therefore only letterbox sources wider than the model's
-//! aspect ratio (pad rows at the bottom); otherwise [`DeviceScaler::bind`] names the rows it
+//! aspect ratio (pad rows at the bottom); otherwise [`V4l2M2mScaler::bind_pools`] names the rows it
 //! wanted and the ones the device granted.
 
 use std::fs::File;
@@ -36,7 +36,8 @@ use crate::sys::v4l2 as sys;
 use crate::sys::v4l2::format_name;
 use crate::sys::v4l2::node::{caps_names, m2m_nodes, open_node, query_node, NodeInfo};
 
-use super::DeviceScaler;
+use super::Scaler;
+use crate::core::pool::{Frame, WriteLoan};
 
 /// How long one conversion may take before the device is declared stuck (vim2m needs 40 ms
 /// per frame by default, its `default_transtime`).
@@ -247,12 +248,40 @@ impl V4l2M2mScaler {
     }
 }
 
-impl DeviceScaler for V4l2M2mScaler {
+impl Scaler for V4l2M2mScaler {
     fn name(&self) -> String {
         format!("v4l2m2m {}", self.node.label())
     }
 
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn binds_pools(&self) -> bool {
+        true
+    }
+
+    /// [`V4l2M2mScaler::bind_pools`]; a source whose frames change size is refused, naming
+    /// the fix: the queue formats of a mem2mem device are fixed per stream.
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+        let Some(src_layout) = src_layout else {
+            bail!(
+                "{} needs a source with one fixed format and size (a V4L2 camera: --source v4l2:/dev/videoN); this source changes \
+                 size from frame to frame: use --scaler cpu",
+                self.name()
+            )
+        };
+        self.bind_pools(src, src_layout, dst, dst_layout, pad)
+    }
+
+    /// The device reads the source buffer (OUTPUT queue) and writes the output buffer
+    /// (CAPTURE queue) in place: no mapping, no sync here.
+    fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
+        self.scale_index(src.index(), dst.index())
+    }
+}
+
+impl V4l2M2mScaler {
+    /// Negotiates `src_layout` -> `dst_layout` with the device and imports both pools once
+    /// (`src[i]`: source buffer `i`'s dma-bufs; `dst[j]`: output buffer `j`); fills the
+    /// letterbox area the device never writes with `pad` (through a CPU write guard).
+    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
         let label = self.node.label();
         let (sf, df) = (src_layout.fourcc, dst_layout.fourcc);
         // 1. Can the device do this conversion at all? Name both sides if not.
@@ -373,7 +402,9 @@ impl DeviceScaler for V4l2M2mScaler {
         Ok(())
     }
 
-    fn scale(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
+    /// Converts source buffer `src_index` into output buffer `dst_index` (after
+    /// [`V4l2M2mScaler::bind_pools`]); returns when the device is done with both.
+    pub fn scale_index(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
         let (si, di) = (src_index as usize, dst_index as usize);
         if si >= self.src.len() || di >= self.dst.len() {
             bail!("v4l2m2m: buffer index out of range (source {si} of {}, pool {di} of {})", self.src.len(), self.dst.len());

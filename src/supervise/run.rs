@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -14,11 +14,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
 
-use crate::cli::{RunArgs, EXIT_PEER_GONE};
+use crate::core::config::DataPath;
 use crate::core::frame::Stage;
 use crate::metrics::StageReport;
-
-use super::STOP;
+use crate::stage::EXIT_PEER_GONE;
 
 /// The fd number children find their report pipe at.
 const REPORT_FD: i32 = 3;
@@ -40,55 +39,19 @@ pub struct RunSummary {
     pub stages: BTreeMap<String, StageReport>,
 }
 
-fn common_args(a: &RunArgs, run_dir: &std::path::Path) -> Vec<String> {
-    let c = &a.pipeline.common;
-    let mut out = vec![format!("--run-dir={}", run_dir.display()), format!("--instance={}", c.instance)];
-    out.extend(c.data_path_flags());
-    out.extend([
-        format!("--stats-interval={}", c.stats_interval),
-        format!("--connect-timeout={}", c.connect_timeout),
-        format!("--report-fd={REPORT_FD}"),
-    ]);
-    out
-}
-
-fn stage_args(a: &RunArgs, stage: Stage) -> Vec<String> {
-    match stage {
-        Stage::Capture => a.pipeline.capture.flags(),
-        Stage::Scale => a.pipeline.scale.flags(),
-        Stage::Infer => a.pipeline.infer.flags(),
-        Stage::Publish => {
-            let print = if a.json { "json" } else if a.no_print { "none" } else { "human" };
-            let mut v: Vec<String> = a.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
-            v.push(format!("--print={print}"));
-            v
-        }
-    }
-}
-
-/// Checks what `run` can check before starting anything, so a bad value is one line from
-/// the supervisor rather than a failure inside a child.
-fn preflight(a: &RunArgs) -> Result<()> {
-    let c = &a.pipeline.capture;
-    let spec = c.source.parse::<crate::capture::spec::SourceSpec>()?;
-    if let Some(f) = c.fps {
-        crate::capture::spec::check_fps(f)?;
-    }
-    crate::capture::spec::check_v4l2_only_flags(&spec, c.format.is_some(), c.size.is_some(), c.capture_io.is_some())?;
-    for (name, v) in [("--buffers", a.pipeline.capture.buffers), ("--scale-buffers", a.pipeline.scale.scale_buffers)] {
-        if !(2..=64).contains(&v) {
-            anyhow::bail!("{name} {v}: use 2..=64");
-        }
-    }
-    for (name, v) in [("--score-threshold", a.pipeline.infer.score_threshold), ("--nms-iou", a.pipeline.infer.nms_iou)] {
-        if !(0.0..=1.0).contains(&v) {
-            anyhow::bail!("{name} {v}: use a value in 0..=1");
-        }
-    }
-    if !crate::infer::DETECTOR_KINDS.contains(&a.pipeline.infer.infer.as_str()) {
-        anyhow::bail!("unknown inference backend `{}`: valid backends are {}", a.pipeline.infer.infer, crate::infer::DETECTOR_KINDS.join(", "));
-    }
-    Ok(())
+/// A checked `zcpipe run`: built by the command line, which has checked every stage's
+/// options as the stage would.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The data path every stage shares (run directory, stats interval, ...).
+    pub data: DataPath,
+    /// Each stage's arguments after `zcpipe stage <name>`, in start order; the supervisor
+    /// adds `--report-fd`.
+    pub stage_flags: Vec<(Stage, Vec<String>)>,
+    /// The detections socket the publish stage binds (removed if left behind).
+    pub publish_socket: std::path::PathBuf,
+    /// `--summary-json`: where to write the run summary as JSON too.
+    pub summary_json: Option<std::path::PathBuf>,
 }
 
 fn probe(p: &std::path::Path) -> Option<()> {
@@ -142,23 +105,21 @@ fn code(s: &ExitStatus) -> i32 {
 }
 
 /// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
-pub fn run(a: RunArgs) -> Result<i32> {
-    let run_dir = a.pipeline.common.run_dir();
-    preflight(&a)?;
+pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
+    let run_dir = a.data.run_dir.clone();
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
     let exe = std::env::current_exe().context("finding the zcpipe binary")?;
     if let Some(live) = live_socket_in(&run_dir) {
         anyhow::bail!("{} is in use by a running zcpipe ({}); stop it, or choose another --instance or --run-dir", run_dir.display(), live.display());
     }
     let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
-    let common = common_args(&a, &run_dir);
     let start = Instant::now();
     let mut procs: Vec<Proc> = vec![];
-    for stage in Stage::ALL {
-        let mut args = common.clone();
-        args.extend(stage_args(&a, stage));
-        match spawn(&exe, stage, args, &report_w) {
-            Ok(child) => procs.push(Proc { stage, child, status: None }),
+    for (stage, args) in &a.stage_flags {
+        let mut args = args.clone();
+        args.push(format!("--report-fd={REPORT_FD}"));
+        match spawn(&exe, *stage, args, &report_w) {
+            Ok(child) => procs.push(Proc { stage: *stage, child, status: None }),
             Err(e) => {
                 for p in &mut procs {
                     let _ = p.child.kill();
@@ -190,13 +151,13 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let mut termed = false;
     let mut killed = false;
     let mut stats = StatsLines::default();
-    let stats_every = a.pipeline.common.stats_interval();
+    let stats_every = a.data.stats_interval;
     loop {
         while let Ok(r) = rx.try_recv() {
             stats.fresh.insert(r.stage.clone());
             latest.insert(r.stage.clone(), r);
         }
-        if STOP.load(Ordering::Relaxed) && signalled_at.is_none() {
+        if stop.load(Ordering::Relaxed) && signalled_at.is_none() {
             signalled_at = Some(Instant::now());
             log::info!("stopping: ending the stream at capture");
             if let Some(p) = procs.iter().find(|p| p.stage == Stage::Capture && p.status.is_none()) {
@@ -257,7 +218,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let mut leftovers: Vec<std::path::PathBuf> = std::fs::read_dir(&run_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
         .unwrap_or_default();
-    leftovers.push(a.publish.clone().unwrap_or_else(|| crate::publish::default_socket_path(&a.pipeline.common.instance)));
+    leftovers.push(a.publish_socket.clone());
     for p in leftovers {
         let _ = crate::core::link::remove_stale_socket(&p, probe);
     }

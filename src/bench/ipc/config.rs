@@ -1,10 +1,11 @@
 //! What `zcpipe bench ipc` measures: the transports ([`Transport`]), the message sizes
 //! ([`MsgSize`], [`parse_size`]) and the whole request ([`IpcConfig`]).
 
+use crate::core::config::Choice;
 use crate::core::dmabuf::HeapChoice;
 use crate::core::frame::FrameLayout;
 
-/// A transport under test (`--transports`). What each one measures: [`Transport::summary`]
+/// A transport under test (`--transports`). What each one measures: its [`Choice`] entry
 /// (one line, the `--transports` help) and [`Transport::legend`] (under the table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
@@ -38,68 +39,41 @@ pub enum Transport {
 pub const NO_ICEORYX2: &str =
     "zcpipe was built without the iceoryx2 feature; rebuild with `cargo build --release --features iceoryx2` (needs libclang-dev)";
 
-impl Transport {
-    /// Every transport zcpipe knows, in table order; `iceoryx2` last (what `--transports`
-    /// accepts, whether or not this build can measure it).
-    pub const EVERY: [Transport; 12] = [
-        Transport::None,
-        Transport::Pipe,
-        Transport::Pipe1m,
-        Transport::Mq,
-        Transport::Unix,
-        Transport::Tcp,
-        Transport::ShmCopy,
-        Transport::ShmInplace,
-        Transport::ShmSpin,
-        Transport::Ring,
-        Transport::RingDesc,
-        Transport::Iceoryx2,
+/// The `--transports` spellings, each with what it measures in one line (the help text).
+/// Every transport zcpipe knows, in table order, `iceoryx2` last: `--transports` accepts it
+/// in every build, and a build without the feature refuses it with [`NO_ICEORYX2`].
+impl Choice for Transport {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            Transport::None,
+            "none",
+            "No transfer (the baseline): each side reads one byte in 64 of its own private buffer, then writes the \
+             whole next message into it; turn-taking by two eventfds",
+        ),
+        (Transport::Pipe, "pipe", "pipe(2), one per direction, default capacity"),
+        (Transport::Pipe1m, "pipe-1m", "pipe(2) enlarged to 1 MiB with F_SETPIPE_SZ"),
+        (Transport::Mq, "mq", "POSIX message queue (mq_open), where the size fits msgsize_max"),
+        (Transport::Unix, "unix", "Unix stream socket (socketpair, SOCK_STREAM)"),
+        (Transport::Tcp, "tcp", "TCP over 127.0.0.1 (TCP_NODELAY)"),
+        (Transport::ShmCopy, "shm-copy", "Shared memory: the writer memcpys from a private buffer into it; eventfd wake-up"),
+        (Transport::ShmInplace, "shm-inplace", "Shared memory written in place; eventfd wake-up"),
+        (Transport::ShmSpin, "shm-spin", "Shared memory written in place; the reader spins on a sequence word"),
+        (Transport::Ring, "ring", "zcpipe's frame hop: a FrameDesc through the ring, pixels written in place into a pool buffer"),
+        (Transport::RingDesc, "ring-desc", "zcpipe's frame hop carrying the descriptor only (no pixel written or read)"),
+        (
+            Transport::Iceoryx2,
+            "iceoryx2",
+            "iceoryx2 0.10: zero-copy publish-subscribe (slice loaned and written in place) plus its event service for \
+             the wake-up. Only in builds with the `iceoryx2` cargo feature",
+        ),
     ];
+}
 
-    /// Every transport this build can measure, in table order (`iceoryx2` only with the
-    /// `iceoryx2` cargo feature).
-    pub const ALL: &'static [Transport] = if cfg!(feature = "iceoryx2") { &Self::EVERY } else { Self::EVERY.split_at(11).0 };
-
-    /// The name used on the command line and in the table.
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::None => "none",
-            Transport::Pipe => "pipe",
-            Transport::Pipe1m => "pipe-1m",
-            Transport::Mq => "mq",
-            Transport::Unix => "unix",
-            Transport::Tcp => "tcp",
-            Transport::ShmCopy => "shm-copy",
-            Transport::ShmInplace => "shm-inplace",
-            Transport::ShmSpin => "shm-spin",
-            Transport::Ring => "ring",
-            Transport::RingDesc => "ring-desc",
-            Transport::Iceoryx2 => "iceoryx2",
-        }
-    }
-
-    /// What is measured, in one line: the `--transports` help.
-    pub fn summary(self) -> &'static str {
-        match self {
-            Transport::None => {
-                "No transfer (the baseline): each side reads one byte in 64 of its own private buffer, then writes the \
-                 whole next message into it; turn-taking by two eventfds"
-            }
-            Transport::Pipe => "pipe(2), one per direction, default capacity",
-            Transport::Pipe1m => "pipe(2) enlarged to 1 MiB with F_SETPIPE_SZ",
-            Transport::Mq => "POSIX message queue (mq_open), where the size fits msgsize_max",
-            Transport::Unix => "Unix stream socket (socketpair, SOCK_STREAM)",
-            Transport::Tcp => "TCP over 127.0.0.1 (TCP_NODELAY)",
-            Transport::ShmCopy => "Shared memory: the writer memcpys from a private buffer into it; eventfd wake-up",
-            Transport::ShmInplace => "Shared memory written in place; eventfd wake-up",
-            Transport::ShmSpin => "Shared memory written in place; the reader spins on a sequence word",
-            Transport::Ring => "zcpipe's frame hop: a FrameDesc through the ring, pixels written in place into a pool buffer",
-            Transport::RingDesc => "zcpipe's frame hop carrying the descriptor only (no pixel written or read)",
-            Transport::Iceoryx2 => {
-                "iceoryx2 0.10: zero-copy publish-subscribe (slice loaned and written in place) plus its event service \
-                 for the wake-up. Only in builds with the `iceoryx2` cargo feature"
-            }
-        }
+impl Transport {
+    /// Every transport this build can measure, in table order: all of [`Choice::ALL`] but
+    /// `iceoryx2` in a build without the `iceoryx2` cargo feature.
+    pub fn measurable() -> Vec<Transport> {
+        Self::ALL.iter().map(|(t, ..)| *t).filter(|t| cfg!(feature = "iceoryx2") || *t != Transport::Iceoryx2).collect()
     }
 
     /// What exactly is measured, for the legend under the table.

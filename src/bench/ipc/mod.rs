@@ -27,6 +27,7 @@ use anyhow::{Context, Result};
 
 use super::proc::{self, AffinityRestore, Placement, SignalGuard};
 use super::transports::{self, Ctx, Prepared};
+use crate::core::config::Choice;
 use crate::core::dmabuf::Allocator;
 
 mod config;

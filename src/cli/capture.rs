@@ -1,0 +1,80 @@
+//! `--source`, `--fps`, `--frames`, `--buffers` and the V4L2 options, and their checked
+//! form, [`crate::capture::CaptureConfig`].
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::capture::spec::{check_fps, check_v4l2_only_flags, SourceSpec};
+use crate::capture::v4l2::CaptureIo;
+use crate::capture::CaptureConfig;
+use crate::core::config::Choice;
+
+use super::common::{check_buffers, choice};
+
+/// Capture options.
+#[derive(Args, Debug, Clone)]
+pub struct CaptureArgs {
+    /// auto (the first V4L2 capture node, else the bundled clip), v4l2[:DEVICE], image:PATH (file or directory, looped), video:PATH (via ffmpeg), testsrc[:WxH[@FPS]].
+    #[arg(long, default_value = "auto")]
+    pub source: String,
+    /// Frames per second: a host source is paced at it; a V4L2 camera is asked for it (VIDIOC_S_PARM). Default: the source's own rate.
+    #[arg(long, allow_negative_numbers = true)]
+    pub fps: Option<f64>,
+    /// Stop after this many frames (at least 1).
+    #[arg(long, value_parser = parse_frames, allow_negative_numbers = true)]
+    pub frames: Option<u64>,
+    /// Buffers in the capture pool.
+    #[arg(long, default_value_t = 4)]
+    pub buffers: usize,
+    /// V4L2 pixel format: NV12, NV16, NV12M, YUYV, RGB24 or BGR24 (default: the first of those the camera offers).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// V4L2 frame size, WxH (default: the camera's current size).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// V4L2 buffers: mmap (the driver's, exported with VIDIOC_EXPBUF) or dmabuf (from --heap, imported). Default mmap.
+    #[arg(long, value_parser = choice::<CaptureIo>())]
+    pub capture_io: Option<CaptureIo>,
+}
+
+/// `--frames`: a whole number of at least 1.
+fn parse_frames(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("use a whole number of at least 1 (leave --frames out to run until the source ends or Ctrl-C)".into()),
+    }
+}
+
+impl CaptureArgs {
+    /// The checked configuration: the source parses, `--fps` is in range, the V4L2-only
+    /// options come with a V4L2 source, the pool has 2..=64 buffers.
+    pub fn config(&self) -> Result<CaptureConfig> {
+        let source: SourceSpec = self.source.parse()?;
+        if let Some(f) = self.fps {
+            check_fps(f)?;
+        }
+        check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some(), self.capture_io.is_some())?;
+        Ok(CaptureConfig {
+            source,
+            fps: self.fps,
+            frames: self.frames,
+            buffers: check_buffers("--buffers", self.buffers)?,
+            format: self.format.clone(),
+            size: self.size.clone(),
+            capture_io: self.capture_io,
+        })
+    }
+
+    /// These options as `--key=value` flags for `zcpipe stage capture` or `zcpipe run`
+    /// (`=`: a value starting with '-' must not look like a flag); unset ones are left out.
+    pub fn flags(&self) -> Vec<String> {
+        let mut v = vec![format!("--source={}", self.source)];
+        v.extend(self.fps.map(|f| format!("--fps={f}")));
+        v.extend(self.frames.map(|n| format!("--frames={n}")));
+        v.push(format!("--buffers={}", self.buffers));
+        v.extend(self.format.as_ref().map(|f| format!("--format={f}")));
+        v.extend(self.size.as_ref().map(|s| format!("--size={s}")));
+        v.extend(self.capture_io.map(|io| format!("--capture-io={}", io.name())));
+        v
+    }
+}

@@ -1,0 +1,138 @@
+//! Options every stage takes (`CommonArgs`), the pipeline's option groups
+//! (`PipelineArgs`), and the parser for named choices.
+
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::Args;
+
+use crate::core::config::{check_instance, run_dir, Choice, DataPath};
+use crate::core::dmabuf::HeapChoice;
+use crate::core::link::WaitMode;
+use crate::core::ring::RingPolicy;
+
+use super::capture::CaptureArgs;
+use super::infer::InferArgs;
+use super::scale::ScaleArgs;
+
+/// A clap parser for a [`Choice`]: its spellings as possible values, with their help.
+pub fn choice<T: Choice + Clone + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::ALL.iter().map(|(_, n, h)| PossibleValue::new(*n).help(*h)))
+        // clap has checked the spelling against the same table.
+        .map(|s| T::from_name(&s).unwrap_or(T::ALL[0].0))
+}
+
+/// Options every stage takes.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Instance name: stages of one instance meet under <runtime dir>/zcpipe/<instance>/.
+    #[arg(long, default_value = "default")]
+    pub instance: String,
+    /// Directory for the stage sockets (overrides --instance's default location).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// What a full ring does: drop the oldest frame (video) or make the producer wait.
+    #[arg(long, value_parser = choice::<RingPolicy>(), default_value = "drop-oldest")]
+    pub ring_policy: RingPolicy,
+    /// How consumers wait for frames: sleep on an eventfd, or spin.
+    #[arg(long, value_parser = choice::<WaitMode>(), default_value = "eventfd")]
+    pub wait: WaitMode,
+    /// Where buffers come from.
+    #[arg(long, value_parser = choice::<HeapChoice>(), default_value = "auto")]
+    pub heap: HeapChoice,
+    /// Seconds between stats reports (0 = only at exit).
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    pub stats_interval: f64,
+    /// Seconds to wait for the neighbouring stages to appear.
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
+    pub connect_timeout: f64,
+    /// Copy every frame through the CPU at every hop, as a plain pipeline would (bytes over
+    /// a Unix stream socket, copied out of and into buffers), to measure what zero-copy saves.
+    #[arg(long)]
+    pub copy_mode: bool,
+    /// File descriptor to write JSON stage reports to (set by `zcpipe run`).
+    #[arg(long, hide = true)]
+    pub report_fd: Option<RawFd>,
+}
+
+impl CommonArgs {
+    /// The checked data-path settings: the instance is a plain name, the stats interval is
+    /// 0 (summary only) up to a day, the connect timeout positive up to a day (a longer one
+    /// is a typo, and `Duration::from_secs_f64` panics past ~1e19 s).
+    pub fn data_path(&self) -> Result<DataPath> {
+        check_instance(&self.instance)?;
+        const DAY: f64 = 86_400.0;
+        if !(0.0..=DAY).contains(&self.stats_interval) {
+            anyhow::bail!("--stats-interval {}: use 0 (summary only) or a number of seconds up to 86400", self.stats_interval);
+        }
+        if !(self.connect_timeout > 0.0 && self.connect_timeout <= DAY) {
+            anyhow::bail!("--connect-timeout {}: use a positive number of seconds up to 86400", self.connect_timeout);
+        }
+        Ok(DataPath {
+            instance: self.instance.clone(),
+            run_dir: run_dir(&self.instance, self.run_dir.as_deref()),
+            ring_policy: self.ring_policy,
+            wait: self.wait,
+            heap: self.heap,
+            copy_mode: self.copy_mode,
+            connect_timeout: Duration::from_secs_f64(self.connect_timeout.max(0.1)),
+            stats_interval: (self.stats_interval > 0.0).then(|| Duration::from_secs_f64(self.stats_interval)),
+        })
+    }
+
+    /// The options a supervisor passes on to each stage it starts, as `--key=value`
+    /// (`=`: a value starting with '-' must not look like a flag), with the run directory
+    /// resolved; `--report-fd` is the supervisor's to add.
+    pub fn flags(&self, data: &DataPath) -> Vec<String> {
+        let mut out = vec![format!("--run-dir={}", data.run_dir.display()), format!("--instance={}", self.instance)];
+        out.extend(data.flags());
+        out.extend([format!("--stats-interval={}", self.stats_interval), format!("--connect-timeout={}", self.connect_timeout)]);
+        out
+    }
+}
+
+/// What one pipeline is made of: the options of every stage but publish's. `zcpipe run`
+/// and `zcpipe compare` both take these, and pass them on with the `flags()` methods, so
+/// the two cannot drift apart.
+#[derive(Args, Debug, Clone)]
+pub struct PipelineArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
+    #[command(flatten)]
+    pub infer: InferArgs,
+}
+
+impl PipelineArgs {
+    /// Checks every stage's options as its stage would, before anything starts, so a bad
+    /// value is one line from the front rather than a failure inside a child.
+    pub fn check(&self) -> Result<DataPath> {
+        let data = self.common.data_path()?;
+        self.capture.config()?;
+        self.scale.config()?;
+        self.infer.config()?;
+        Ok(data)
+    }
+
+    /// Every stage option but the data path's and publish's, as `--key=value` flags.
+    pub fn stage_flags(&self) -> Vec<String> {
+        let mut v = self.capture.flags();
+        v.extend(self.scale.flags());
+        v.extend(self.infer.flags());
+        v
+    }
+}
+
+/// Checks a pool size (`--buffers`, `--scale-buffers`): 2..=64 buffers.
+pub fn check_buffers(flag: &str, n: usize) -> Result<usize> {
+    if !(2..=64).contains(&n) {
+        anyhow::bail!("{flag} {n}: use 2..=64 (4 is a good default)");
+    }
+    Ok(n)
+}

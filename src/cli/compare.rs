@@ -1,0 +1,91 @@
+//! `zcpipe compare`: its options, and the flags each round's `zcpipe run` gets.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use crate::metrics::compare::CompareConfig;
+
+use super::common::PipelineArgs;
+
+/// `zcpipe compare`.
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Rounds of A (zero-copy) then B (copy mode).
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Print the comparison as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw per-stage latency and the latency distribution of both modes (SVG).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+impl CompareArgs {
+    /// The checked configuration: 1..=50 rounds, a `--report` whose folder exists (a report
+    /// that cannot be written fails now, not after every round has run), and the flags of
+    /// each round's `zcpipe run`.
+    pub fn config(&self) -> Result<CompareConfig> {
+        self.pipeline.check()?;
+        if self.rounds == 0 || self.rounds > 50 {
+            bail!("--rounds {}: use 1..=50", self.rounds);
+        }
+        if let Some(dir) = self.report.as_ref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                bail!("--report {}: folder {} does not exist", self.report.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), dir.display());
+            }
+        }
+        Ok(CompareConfig { run_flags: self.run_flags(), rounds: self.rounds, json: self.json, report: self.report.clone(), copy_mode_given: self.pipeline.common.copy_mode })
+    }
+
+    /// The flags of each round's `zcpipe run`: every pipeline option the user gave compare
+    /// (each round adds `--copy-mode` or not itself), and 150 frames unless `--frames` says.
+    fn run_flags(&self) -> Vec<String> {
+        let p = &self.pipeline;
+        let mut data = p.common.data_path().map(|d| d.flags()).unwrap_or_default();
+        data.retain(|f| f != "--copy-mode");
+        let mut v = data;
+        v.extend(p.capture.flags());
+        if p.capture.frames.is_none() {
+            v.push("--frames=150".into());
+        }
+        v.extend(p.scale.flags());
+        v.extend(p.infer.flags());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+
+    /// Every pipeline option given to compare reaches each round's `zcpipe run`, and parses
+    /// back there to the same values.
+    #[test]
+    fn every_pipeline_option_reaches_each_round() {
+        let given = [
+            "--source=v4l2:/dev/video4", "--fps=15", "--buffers=6", "--format=NV12M", "--size=640x480", "--capture-io=dmabuf",
+            "--scaler=rga", "--scale-buffers=4", "--rga-core=rga2-core0", "--infer=rknn", "--model=m.rknn", "--labels=l.txt",
+            "--score-threshold=0.4", "--nms-iou=0.5", "--npu-cores=0,1", "--ring-policy=block", "--wait=spin", "--heap=dma32",
+        ];
+        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else { panic!("not compare") };
+        let flags = a.run_flags();
+        for g in given {
+            assert!(flags.iter().any(|f| f == g), "{g} is not passed on: {flags:?}");
+        }
+        assert!(flags.iter().any(|f| f == "--frames=150"), "{flags:?}");
+        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags)).cmd else { panic!("not run") };
+        let mut capture = a.pipeline.capture.clone();
+        capture.frames = Some(150);
+        assert_eq!(format!("{:?}", r.pipeline.capture), format!("{capture:?}"));
+        assert_eq!(format!("{:?}", r.pipeline.scale), format!("{:?}", a.pipeline.scale));
+        assert_eq!(format!("{:?}", r.pipeline.infer), format!("{:?}", a.pipeline.infer));
+        assert_eq!(r.pipeline.common.data_path().unwrap().flags(), a.pipeline.common.data_path().unwrap().flags());
+    }
+}

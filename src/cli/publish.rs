@@ -1,0 +1,29 @@
+//! `--publish` and `--print`, and their checked form, [`crate::publish::PublishConfig`].
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::core::config::default_detections_socket;
+use crate::publish::{PrintMode, PublishConfig};
+
+use super::common::choice;
+
+/// Publish options.
+#[derive(Args, Debug, Clone)]
+pub struct PublishArgs {
+    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
+    #[arg(long)]
+    pub publish: Option<PathBuf>,
+    /// What to print on stdout per frame.
+    #[arg(long, value_parser = choice::<PrintMode>(), default_value = "none")]
+    pub print: PrintMode,
+}
+
+impl PublishArgs {
+    /// The configuration of instance `instance`: the socket is `--publish`, else the
+    /// instance's default.
+    pub fn config(&self, instance: &str) -> PublishConfig {
+        PublishConfig { socket: self.publish.clone().unwrap_or_else(|| default_detections_socket(instance)), print: self.print }
+    }
+}

@@ -1,0 +1,62 @@
+//! `zcpipe run`: its options, and the command line of each stage the supervisor starts.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::core::frame::Stage;
+use crate::supervise::run::RunConfig;
+
+use super::common::PipelineArgs;
+use super::publish::PublishArgs;
+
+/// `zcpipe run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
+    #[arg(long)]
+    pub publish: Option<PathBuf>,
+    /// Print the JSON lines on stdout instead of readable lines (logs, stats, summary stay on stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing per frame (stats and summary only).
+    #[arg(long, conflicts_with = "json")]
+    pub no_print: bool,
+    /// Also write the run summary as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The checked run: every stage's options are checked as the stage would (so a bad
+    /// value is one line from here, not a failure inside a child), and each stage's command
+    /// line (`zcpipe stage <name> ...`) is written from the same options.
+    pub fn config(&self) -> Result<RunConfig> {
+        let data = self.pipeline.check()?;
+        let common = self.pipeline.common.flags(&data);
+        let p = &self.pipeline;
+        let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None };
+        let stage_flags = Stage::ALL
+            .into_iter()
+            .map(|stage| {
+                let mut v = common.clone();
+                v.extend(match stage {
+                    Stage::Capture => p.capture.flags(),
+                    Stage::Scale => p.scale.flags(),
+                    Stage::Infer => p.infer.flags(),
+                    Stage::Publish => {
+                        let mut v: Vec<String> = self.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
+                        v.push(format!("--print={print}"));
+                        v
+                    }
+                });
+                (stage, v)
+            })
+            .collect();
+        Ok(RunConfig { publish_socket: publish.config(&data.instance).socket, data, stage_flags, summary_json: self.summary_json.clone() })
+    }
+}

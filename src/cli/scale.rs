@@ -1,0 +1,38 @@
+//! `--scaler`, `--scale-buffers` and `--rga-core`, and their checked form,
+//! [`crate::scale::ScaleConfig`].
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::core::config::Choice;
+use crate::scale::rga::RgaCore;
+use crate::scale::{ScaleConfig, ScalerKind};
+
+use super::common::{check_buffers, choice};
+
+/// Scale options.
+#[derive(Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Scaler backend: auto, cpu, none (pass-through), rga, or v4l2m2m:/dev/videoN.
+    #[arg(long, default_value = "auto")]
+    pub scaler: ScalerKind,
+    /// Buffers in the scaler's output pool.
+    #[arg(long, default_value_t = 3)]
+    pub scale_buffers: usize,
+    /// With --scaler rga: pin jobs to one RGA core (auto lets the driver pick; jobs hopping
+    /// between cores jitter by 2-4 px, and RGA2 reaches only the first 4 GiB).
+    #[arg(long, value_parser = choice::<RgaCore>(), default_value = "auto")]
+    pub rga_core: RgaCore,
+}
+
+impl ScaleArgs {
+    /// The checked configuration: the output pool has 2..=64 buffers.
+    pub fn config(&self) -> Result<ScaleConfig> {
+        Ok(ScaleConfig { scaler: self.scaler.clone(), buffers: check_buffers("--scale-buffers", self.scale_buffers)?, rga_core: self.rga_core })
+    }
+
+    /// These options as `--key=value` flags (see [`super::capture::CaptureArgs::flags`]).
+    pub fn flags(&self) -> Vec<String> {
+        vec![format!("--scaler={}", self.scaler), format!("--scale-buffers={}", self.scale_buffers), format!("--rga-core={}", self.rga_core.name())]
+    }
+}

@@ -1,0 +1,546 @@
+//! Buffer pools shared across a hop: who owns which buffer, and how it comes back.
+//!
+//! The producer ([`PoolProducer`]) owns the pool: a buffer is `Free`, lent to the producer
+//! for writing, lent to a device that fills it, or `Queued` (in the ring or lent to the
+//! consumer). Ownership is in the types, as iceoryx2's `SampleMut -> Sample`: only a
+//! [`WriteLoan`] (from [`PoolProducer::acquire`] or [`PoolProducer::claim`]) gives write
+//! access to a buffer, and [`WriteLoan::publish`] consumes it, so a published buffer cannot
+//! be written; dropping an unpublished loan gives the buffer back. A buffer lent to a
+//! device is a [`DeviceLoan`], a token the device's queue holds until the device hands the
+//! buffer back. The consumer receives the fds once, at
+//! set-up, and gets each frame as a [`Frame`], a read-only loan: dropping it sends the
+//! buffer's token (`seq << 32 | index`) back through the ring's return queue. The producer
+//! accepts a token only for a buffer it has queued under that sequence number, so a broken
+//! or hostile consumer cannot make it hand out one buffer twice. A frame dropped by
+//! drop-oldest goes back to the free list at once. When the consumer dies, every buffer
+//! lent to it is free again.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytemuck::Pod;
+
+use super::channel::{Doorbell, Sender, Sent};
+use super::copy::{CopyCounters, CopySender};
+use super::dmabuf::{CpuAccess, DmaBuf, Read};
+use super::frame::FrameDesc;
+use super::link::{Conn, ControlMsg, Offer, PeerGone, Payload};
+use super::ring::{RingCounters, RingPolicy, RingProducer};
+
+mod consumer;
+#[cfg(test)]
+mod tests;
+
+pub use consumer::{join, offer_items, Frame, PoolConsumer};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BufState {
+    Free,
+    /// Lent to a device that fills it (a V4L2 driver's queue): a [`DeviceLoan`] is out.
+    Device,
+    /// Lent to the producer for writing: a [`WriteLoan`] is out.
+    Writing,
+    /// Published under this sequence number (low 32 bits): in the ring or with the consumer.
+    Queued(u32),
+}
+
+fn token(desc: &FrameDesc) -> u64 {
+    (desc.seq << 32) | desc.buffer_index as u64
+}
+
+/// What the producer tells the consumer about a frame hop besides the fds.
+#[derive(Clone, Debug)]
+pub struct HopSpec {
+    /// Full-ring policy.
+    pub policy: RingPolicy,
+    /// Ring slots.
+    pub capacity: u32,
+    /// Allocator description.
+    pub memory: String,
+    /// Nominal layout.
+    pub layout: Option<super::frame::FrameLayout>,
+    /// Nominal fps.
+    pub fps: f64,
+    /// What is produced.
+    pub description: String,
+    /// `--copy-mode`: send frames as bytes over a data socket instead of sharing buffers.
+    pub copy_mode: bool,
+}
+
+/// Counts of buffer traffic on the producer side.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct PoolStats {
+    /// Buffers in the pool.
+    pub buffers: usize,
+    /// Tokens accepted back from the consumer.
+    pub returned: u64,
+    /// Buffers reclaimed from the ring by drop-oldest.
+    pub reclaimed: u64,
+    /// Tokens refused (unknown index or stale sequence).
+    pub bad_returns: u64,
+    /// Buffers not free right now.
+    pub outstanding: usize,
+    /// Times the producer had to wait (for a free buffer, or for ring space under block).
+    pub waits: u64,
+}
+
+/// The producer's end of a frame hop: the pool, its ownership states and the ring.
+pub struct PoolProducer {
+    sender: Link,
+    bufs: Vec<Vec<DmaBuf>>,
+    state: Vec<BufState>,
+    free: VecDeque<u32>,
+    policy: RingPolicy,
+    stats: PoolStats,
+}
+
+/// How a producer's frames travel: descriptors in a ring, or bytes over a socket.
+enum Link {
+    Ring(Sender<FrameDesc>),
+    Copy { data: CopySender, conn: Conn },
+}
+
+impl Link {
+    fn pop_return(&mut self) -> Result<Option<u64>> {
+        match self {
+            Link::Ring(s) => s.pop_return(),
+            Link::Copy { .. } => Ok(None),
+        }
+    }
+    fn take_oldest(&mut self) -> Result<Option<FrameDesc>> {
+        match self {
+            Link::Ring(s) => s.take_oldest(),
+            Link::Copy { .. } => Ok(None),
+        }
+    }
+    fn wait_back(&mut self, ready: impl Fn(&RingProducer<FrameDesc>) -> bool, timeout: Duration) -> Result<()> {
+        match self {
+            Link::Ring(s) => s.wait_back(ready, timeout),
+            Link::Copy { conn, .. } => {
+                std::thread::sleep(timeout.min(Duration::from_millis(20)));
+                if conn.peer_gone() {
+                    return Err(PeerGone::new(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
+                }
+                Ok(())
+            }
+        }
+    }
+    fn send(&mut self, desc: FrameDesc, stop: &AtomicBool) -> Result<Sent<FrameDesc>> {
+        match self {
+            Link::Ring(s) => s.send(desc, stop),
+            Link::Copy { .. } => bail!("copy-mode frames are sent by PoolProducer::publish"),
+        }
+    }
+    fn counters(&self) -> RingCounters {
+        match self {
+            Link::Ring(s) => s.counters(),
+            // A stream socket is lossless: what was sent is consumed (or still in the socket).
+            Link::Copy { data, .. } => RingCounters { produced: data.counters.frames, consumed: data.counters.frames, ..Default::default() },
+        }
+    }
+    fn waits(&self) -> u64 {
+        match self {
+            Link::Ring(s) => s.waits(),
+            Link::Copy { .. } => 0,
+        }
+    }
+    fn conn(&self) -> &Conn {
+        match self {
+            Link::Ring(s) => s.conn(),
+            Link::Copy { conn, .. } => conn,
+        }
+    }
+    fn finish(&mut self) {
+        match self {
+            Link::Ring(s) => s.finish(),
+            Link::Copy { data, .. } => data.finish(),
+        }
+    }
+}
+
+fn ring_fds<'a, T: Pod>(ring: &'a RingProducer<T>, bell: &'a Doorbell, back: &'a Doorbell) -> Vec<BorrowedFd<'a>> {
+    vec![ring.fd().as_fd(), bell.as_fd(), back.as_fd()]
+}
+
+impl PoolProducer {
+    /// Offers `bufs` (each a list of fds: one per plane for multi-planar formats) to the
+    /// consumer on `conn`, sending every fd once with SCM_RIGHTS.
+    pub fn offer(conn: Conn, bufs: Vec<Vec<DmaBuf>>, spec: HopSpec) -> Result<PoolProducer> {
+        let n = bufs.len();
+        if n == 0 || n > 64 {
+            bail!("pool of {n} buffers: need 1..=64");
+        }
+        if spec.copy_mode {
+            return Self::offer_copy(conn, bufs, spec);
+        }
+        let ring = RingProducer::<FrameDesc>::create(spec.capacity.max(1), n.next_power_of_two().max(2) as u32)?;
+        let (bell, back) = (Doorbell::new()?, Doorbell::new()?);
+        let offer = Offer {
+            payload: Payload::Frames,
+            ring: ring.geometry(),
+            policy: spec.policy,
+            buffers: bufs.iter().map(|b| b.iter().map(|d| d.size()).collect()).collect(),
+            memory: spec.memory,
+            layout: spec.layout,
+            fps: spec.fps,
+            description: spec.description,
+            labels: vec![],
+            copy_mode: false,
+            max_frame_bytes: bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0),
+        };
+        let mut fds = ring_fds(&ring, &bell, &back);
+        fds.extend(bufs.iter().flatten().map(|d| d.fd()));
+        conn.send(&ControlMsg::Offer(offer), &fds).context("sending the pool to the consumer")?;
+        log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
+        let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy));
+        Ok(PoolProducer {
+            sender,
+            state: vec![BufState::Free; n],
+            free: (0..n as u32).collect(),
+            bufs,
+            policy: spec.policy,
+            stats: PoolStats { buffers: n, ..Default::default() },
+        })
+    }
+
+    fn offer_copy(conn: Conn, bufs: Vec<Vec<DmaBuf>>, spec: HopSpec) -> Result<PoolProducer> {
+        let n = bufs.len();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
+        let offer = Offer {
+            payload: Payload::Frames,
+            ring: super::ring::RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 },
+            policy: spec.policy,
+            buffers: vec![],
+            memory: spec.memory,
+            layout: spec.layout,
+            fps: spec.fps,
+            description: spec.description,
+            labels: vec![],
+            copy_mode: true,
+            max_frame_bytes: bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0),
+        };
+        conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()]).context("sending the data socket to the consumer")?;
+        drop(theirs);
+        log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
+        Ok(PoolProducer {
+            sender: Link::Copy { data: CopySender::new(ours), conn },
+            state: vec![BufState::Free; n],
+            free: (0..n as u32).collect(),
+            bufs,
+            policy: spec.policy,
+            stats: PoolStats { buffers: n, ..Default::default() },
+        })
+    }
+
+    /// Copy counters of this hop's producer side (`None` in zero-copy mode: nothing copied).
+    pub fn copy_counters(&self) -> Option<CopyCounters> {
+        match &self.sender {
+            Link::Copy { data, .. } => Some(data.counters),
+            Link::Ring(_) => None,
+        }
+    }
+
+    /// Pool size.
+    pub fn len(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Whether the pool is empty (never, once offered).
+    pub fn is_empty(&self) -> bool {
+        self.bufs.is_empty()
+    }
+
+    fn release(&mut self, i: u32, seq: u64) -> bool {
+        match self.state.get(i as usize) {
+            Some(BufState::Queued(s)) if *s == seq as u32 => {
+                self.free_buffer(i);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn free_buffer(&mut self, i: u32) {
+        self.state[i as usize] = BufState::Free;
+        self.free.push_back(i);
+    }
+
+    fn reclaim_returns(&mut self) -> Result<()> {
+        while let Some(tok) = self.sender.pop_return()? {
+            let (i, seq) = ((tok & 0xffff_ffff) as u32, tok >> 32);
+            if self.release(i, seq) {
+                self.stats.returned += 1;
+            } else {
+                self.stats.bad_returns += 1;
+                if self.stats.bad_returns <= 5 {
+                    log::warn!("consumer returned token {tok:#x} for a buffer it does not hold; ignored");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the oldest queued frame back from the ring (drop-oldest), freeing its buffer;
+    /// `false` if the ring was empty.
+    fn reclaim_oldest(&mut self) -> Result<bool> {
+        Ok(match self.sender.take_oldest()? {
+            Some(d) => {
+                if self.release(d.buffer_index, d.seq) {
+                    self.stats.reclaimed += 1;
+                }
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// Lends a free buffer for writing; `Ok(None)` if `stop` was set while waiting.
+    /// Drop-oldest takes the oldest queued frame back when none is free and so never waits
+    /// unless the consumer holds every buffer; block waits for a return. Errors if the
+    /// consumer died ([`PeerGone`]) or corrupted the ring.
+    pub fn acquire(&mut self, stop: &AtomicBool) -> Result<Option<WriteLoan<'_>>> {
+        loop {
+            self.reclaim_returns()?;
+            if let Some(i) = self.free.pop_front() {
+                self.state[i as usize] = BufState::Writing;
+                return Ok(Some(WriteLoan { pool: self, index: i }));
+            }
+            if self.policy == RingPolicy::DropOldest && self.reclaim_oldest()? {
+                continue;
+            }
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(None);
+            }
+            self.stats.waits += 1;
+            self.sender.wait_back(|_| false, Duration::from_millis(200))?;
+        }
+    }
+
+    /// For pools a device fills (V4L2 capture): lends every free buffer to the device,
+    /// after collecting returns, so the caller can queue them (QBUF) with the loans. Under
+    /// drop-oldest, if fewer than `min_device` buffers would be with the device, the oldest
+    /// queued frames are taken back first, so a slow consumer makes zcpipe drop frames
+    /// (counted) rather than starve the driver (which would drop them uncounted).
+    pub fn lend_free_to_device(&mut self, min_device: usize) -> Result<Vec<DeviceLoan>> {
+        self.reclaim_returns()?;
+        if self.policy == RingPolicy::DropOldest {
+            let at_device = self.state.iter().filter(|s| **s == BufState::Device).count();
+            while at_device + self.free.len() < min_device && self.reclaim_oldest()? {}
+        }
+        let v: Vec<DeviceLoan> = self.free.drain(..).map(|index| DeviceLoan { index }).collect();
+        for l in &v {
+            self.state[l.index as usize] = BufState::Device;
+        }
+        Ok(v)
+    }
+
+    /// Turns a buffer the device handed back filled (DQBUF) into a [`WriteLoan`]: next,
+    /// publish it or drop the loan to give it back. Errors if the pool does not have that
+    /// buffer at a device (a loan of another pool).
+    pub fn claim(&mut self, loan: DeviceLoan) -> Result<WriteLoan<'_>> {
+        let i = loan.index;
+        match self.state.get(i as usize) {
+            Some(BufState::Device) => {
+                self.state[i as usize] = BufState::Writing;
+                Ok(WriteLoan { pool: self, index: i })
+            }
+            other => bail!("device returned buffer {i}, which it did not hold ({other:?})"),
+        }
+    }
+
+    /// Takes back buffers the device gave up without filling them (after STREAMOFF, which
+    /// returns every queued buffer): they are free again.
+    pub fn device_returned(&mut self, loans: impl IntoIterator<Item = DeviceLoan>) {
+        for l in loans {
+            if self.state.get(l.index as usize) == Some(&BufState::Device) {
+                self.free_buffer(l.index);
+            }
+        }
+    }
+
+    /// The dma-bufs of buffer `i`, for a device to import once at set-up (every buffer,
+    /// whoever holds it: importing is not writing).
+    pub fn buffer_for_import(&self, i: u32) -> &[DmaBuf] {
+        &self.bufs[i as usize]
+    }
+
+    /// Publishes the buffer of `loan`, described by `desc` (whose `buffer_index` is set to
+    /// the loan's). Under drop-oldest the displaced frame's buffer is freed at once. In copy
+    /// mode the frame is copied out now and the buffer is free again at once.
+    fn publish(&mut self, index: u32, mut desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
+        let i = index as usize;
+        desc.buffer_index = index;
+        if let Link::Copy { data, .. } = &mut self.sender {
+            let guards: Vec<CpuAccess<'_, Read>> = self.bufs[i].iter().map(|b| b.read()).collect::<Result<_>>()?;
+            let sent = data.send(&desc, &guards);
+            drop(guards);
+            self.free_buffer(index);
+            return sent;
+        }
+        self.state[i] = BufState::Queued(desc.seq as u32);
+        match self.sender.send(desc, stop) {
+            Ok(Sent::Dropped(d)) => {
+                if self.release(d.buffer_index, d.seq) {
+                    self.stats.reclaimed += 1;
+                }
+                Ok(())
+            }
+            Ok(Sent::Queued) => Ok(()),
+            Err(e) => {
+                // Not queued: the buffer is ours again.
+                self.free_buffer(index);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ring counters.
+    pub fn counters(&self) -> RingCounters {
+        self.sender.counters()
+    }
+
+    /// Buffer traffic counts.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            outstanding: self.state.iter().filter(|s| !matches!(s, BufState::Free | BufState::Device)).count(),
+            waits: self.stats.waits + self.sender.waits(),
+            ..self.stats
+        }
+    }
+
+    /// The control connection.
+    pub fn conn(&self) -> &Conn {
+        self.sender.conn()
+    }
+
+    /// Ends this hop after the stage's frame loop: a clean end (`clean`) is an end of stream
+    /// drained as [`PoolProducer::finish`] does; after an error nothing is sent, so the
+    /// consumer sees this stage hang up and exits 3 (EXIT_PEER_GONE), a failure that the
+    /// systemd units restart. Returns (buffers back during the drain, buffers still out); on
+    /// an error path or a failed drain, (0, those out now) with the drain's error, if any.
+    pub fn end(&mut self, clean: bool, timeout: Duration) -> ((usize, usize), Result<()>) {
+        // No WriteLoan can be alive here (each borrows the pool), so every buffer being
+        // written when the loop ended is already free again.
+        let drained = if clean { self.finish(timeout) } else { Ok((0, self.stats().outstanding)) };
+        match drained {
+            Ok(counts) => (counts, Ok(())),
+            Err(e) => ((0, self.stats().outstanding), Err(e)),
+        }
+    }
+
+    /// Ends the stream and waits (up to `timeout`) until every buffer is back or the
+    /// consumer hung up (which frees whatever it held). Returns how many buffers came back
+    /// from the consumer during the drain and how many are still out.
+    pub fn finish(&mut self, timeout: Duration) -> Result<(usize, usize)> {
+        self.sender.finish();
+        let start = Instant::now();
+        let out_before = self.stats().outstanding;
+        loop {
+            self.reclaim_returns()?;
+            let out = self.stats().outstanding;
+            if out == 0 {
+                return Ok((out_before, 0));
+            }
+            if self.sender.conn().peer_gone() {
+                // The consumer is gone: nothing it held can be in use any more.
+                self.reclaim_returns()?;
+                let still = self.stats().outstanding;
+                for i in 0..self.state.len() as u32 {
+                    if matches!(self.state[i as usize], BufState::Queued(_)) {
+                        self.free_buffer(i);
+                    }
+                }
+                return Ok((out_before - still, still));
+            }
+            if start.elapsed() > timeout {
+                return Ok((out_before - out, out));
+            }
+            let _ = self.sender.wait_back(|_| false, Duration::from_millis(100));
+        }
+    }
+}
+
+/// A pool buffer lent to the producer for writing: the only way to write a buffer of a
+/// [`PoolProducer`]. [`WriteLoan::publish`] consumes it (the buffer goes to the consumer and
+/// can no longer be written); dropping it unpublished gives the buffer back to the pool.
+///
+/// It borrows the pool, so a producer holds one at a time, and nothing else can change
+/// the pool while it is out. Writing a published buffer does not compile:
+///
+/// ```compile_fail,E0382
+/// # use zcpipe::core::{pool::PoolProducer, frame::FrameDesc};
+/// # fn f(prod: &mut PoolProducer, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<()> {
+/// let mut loan = prod.acquire(stop)?.unwrap();
+/// loan.publish(FrameDesc::default(), stop)?;
+/// let _ = loan.buffers_mut(); // error: `loan` was moved by `publish`
+/// # Ok(()) }
+/// ```
+///
+/// while the same lines in order do:
+///
+/// ```
+/// # use zcpipe::core::{pool::PoolProducer, frame::FrameDesc};
+/// # fn f(prod: &mut PoolProducer, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<()> {
+/// let mut loan = prod.acquire(stop)?.unwrap();
+/// let _ = loan.buffers_mut();
+/// loan.publish(FrameDesc::default(), stop)?;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a WriteLoan gives the buffer back unpublished"]
+pub struct WriteLoan<'p> {
+    pool: &'p mut PoolProducer,
+    index: u32,
+}
+
+impl WriteLoan<'_> {
+    /// The buffer's index in the pool (what a device that imported the pool at set-up
+    /// knows it by).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The buffer's dma-bufs (one per `fd_index`), writable through their CPU guards
+    /// ([`DmaBuf::write`]).
+    pub fn buffers_mut(&mut self) -> &mut [DmaBuf] {
+        &mut self.pool.bufs[self.index as usize]
+    }
+
+    /// Hands the written buffer to the consumer, described by `desc` (its `buffer_index`
+    /// is set to this loan's). Errors if the consumer died ([`PeerGone`]) or corrupted
+    /// the ring; the buffer is back in the pool then.
+    pub fn publish(self, desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
+        // The buffer leaves the `Writing` state here (queued, or free again), so the drop
+        // that follows gives nothing back.
+        self.pool.publish(self.index, desc, stop)
+    }
+}
+
+impl Drop for WriteLoan<'_> {
+    /// An unpublished loan gives its buffer back (for example at end of stream).
+    fn drop(&mut self) {
+        if self.pool.state[self.index as usize] == BufState::Writing {
+            self.pool.free_buffer(self.index);
+        }
+    }
+}
+
+/// A pool buffer lent to a device that fills it (a V4L2 driver's queue): held by whoever
+/// queued it, turned back into a [`WriteLoan`] with [`PoolProducer::claim`] when the device
+/// hands it back filled (DQBUF), or returned with [`PoolProducer::device_returned`] when
+/// the device gives it up (STREAMOFF). The pool's state is the one record of who holds a
+/// buffer; the loan is the token that proves it.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a DeviceLoan dropped without device_returned leaves its buffer lent for good"]
+pub struct DeviceLoan {
+    index: u32,
+}
+
+impl DeviceLoan {
+    /// The buffer's index in the pool (the V4L2 buffer index it is queued as).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+}

@@ -1,0 +1,137 @@
+//! The detections socket's schema: every line a client gets, defined once.
+//!
+//! Each line is one JSON object ending in `\n`, with a `"type"` field naming its kind:
+//! - `"frame"`: one per published frame ([`FrameJson`]):
+//!   `{"type": "frame", "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
+//!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
+//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2]}]}`
+//!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
+//! - `"end"`: the last line before EOF ([`EndJson`]):
+//!   `{"type": "end", "end": true, "frames": u64, "reason": str}`.
+//!
+//! The publish stage writes these to its clients and (`--print json`, `zcpipe run --json`)
+//! to stdout; `zcpipe watch` reads them back with the same types. Readers ignore fields they
+//! do not know, so fields may be added; a new kind of line is a new [`SocketLine`] variant.
+
+use serde::{Deserialize, Serialize};
+
+/// One line of the detections socket, tagged by its `"type"` field.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SocketLine {
+    /// `"type": "frame"`: one frame's detections.
+    Frame(FrameJson),
+    /// `"type": "end"`: the stream ended; EOF follows.
+    End(EndJson),
+}
+
+impl SocketLine {
+    /// The line as sent: compact JSON and a final `\n`.
+    ///
+    /// Errors only if serde_json fails to serialise it (it holds no map with non-string
+    /// keys, so it does not).
+    pub fn to_line(&self) -> serde_json::Result<String> {
+        let mut line = serde_json::to_string(self)?;
+        line.push('\n');
+        Ok(line)
+    }
+}
+
+/// One detection as published.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DetectionJson {
+    /// Class index.
+    pub class_id: u32,
+    /// Class label (`class_N` if the label list has no entry).
+    pub label: String,
+    /// Score in 0..1.
+    pub score: f32,
+    /// `[x1, y1, x2, y2]` in source-frame pixels.
+    #[serde(rename = "box")]
+    pub bbox: [f32; 4],
+}
+
+/// Per-stage and end-to-end latency of a frame, µs, rounded to 0.1 µs (0 where a stamp is
+/// missing).
+///
+/// A line cannot carry the time it takes to send itself: its `publish` (and so `total`) ends
+/// when the publish stage builds the line, before serialising and sending it. The publish
+/// stage's latency histograms (its stage report, the run summary) end once the line was
+/// handed to every client and printed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct LatencyJson {
+    /// Capture: from the capture timestamp to the frame entering the ring.
+    pub capture: f64,
+    /// Scale, including its wait in the capture ring.
+    pub scale: f64,
+    /// Infer, including its wait in the scale ring.
+    pub infer: f64,
+    /// Publish, including its wait in the infer ring, up to building this line.
+    pub publish: f64,
+    /// Capture timestamp to building this line: the sum of the four above (before rounding).
+    pub total: f64,
+}
+
+/// The `"frame"` line: one frame's detections.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FrameJson {
+    /// Frame sequence number.
+    pub seq: u64,
+    /// Capture time, CLOCK_MONOTONIC ns.
+    pub timestamp_ns: u64,
+    /// Source frame width, pixels.
+    pub width: u32,
+    /// Source frame height, pixels.
+    pub height: u32,
+    /// Latencies, µs.
+    pub latency_us: LatencyJson,
+    /// Detections, best first.
+    pub detections: Vec<DetectionJson>,
+}
+
+/// The `"end"` line: the stream ended (the source ended, a signal, or a stage hung up).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EndJson {
+    /// Always `true` (the end line's mark before lines had a `type`).
+    pub end: bool,
+    /// Frames published.
+    pub frames: u64,
+    /// Why the stream ended, as the publish stage logs it (`end of stream`, `signal`, or
+    /// the error, e.g. `infer stage hung up`).
+    pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_has_its_type_and_reads_back() {
+        let f = FrameJson {
+            seq: 3,
+            timestamp_ns: 7,
+            width: 640,
+            height: 480,
+            latency_us: LatencyJson { capture: 1.0, scale: 2.0, infer: 3.0, publish: 4.0, total: 10.0 },
+            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0] }],
+        };
+        let frame = SocketLine::Frame(f).to_line().unwrap();
+        assert_eq!(
+            frame,
+            "{\"type\":\"frame\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":480,\
+             \"latency_us\":{\"capture\":1.0,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0},\
+             \"detections\":[{\"class_id\":0,\"label\":\"person\",\"score\":0.5,\"box\":[1.0,2.0,3.0,4.0]}]}\n"
+        );
+        let end = SocketLine::End(EndJson { end: true, frames: 5, reason: "end of stream".into() }).to_line().unwrap();
+        assert_eq!(end, "{\"type\":\"end\",\"end\":true,\"frames\":5,\"reason\":\"end of stream\"}\n");
+        for line in [&frame, &end] {
+            let back: SocketLine = serde_json::from_str(line).unwrap();
+            assert_eq!(back.to_line().unwrap(), *line, "reads back to the same line");
+        }
+        // Readers ignore fields added later; a line without a known type is refused.
+        let extra = end.replace("\"end\":true", "\"end\":true,\"later\":1");
+        assert!(matches!(serde_json::from_str(&extra).unwrap(), SocketLine::End(EndJson { frames: 5, .. })));
+        assert!(serde_json::from_str::<SocketLine>("{\"end\":true,\"frames\":5,\"reason\":\"x\"}").is_err());
+        assert!(serde_json::from_str::<SocketLine>("{\"type\":\"other\"}").is_err());
+    }
+}
