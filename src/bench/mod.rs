@@ -9,7 +9,9 @@
 //!
 //! This module owns its measuring processes (a fork per transport and size) and nothing
 //! else: it never touches a running pipeline, and it removes every socket, message queue
-//! and temporary directory it made.
+//! and temporary directory it made. It takes a plain [`BenchConfig`] (the command line is in
+//! `cli`) and keeps its own signal flags (`proc`), set by its own handlers for the duration
+//! of a measurement.
 
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
@@ -17,26 +19,30 @@ pub mod ipc;
 mod proc;
 mod transports;
 
-use clap::{Args, Subcommand};
-
-/// `zcpipe bench`: which benchmark to run.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// The benchmark.
-    #[command(subcommand)]
-    pub cmd: BenchCmd,
+/// A benchmark to run and how to print it: what `zcpipe bench ...` asks for, built by `cli`.
+#[derive(Clone, Debug)]
+pub enum BenchConfig {
+    /// `zcpipe bench ipc`: what to measure, and JSON (`true`) or the markdown table.
+    Ipc {
+        /// Transports, sizes, rounds, CPUs, heap.
+        config: ipc::IpcConfig,
+        /// Print JSON instead of the markdown table.
+        json: bool,
+    },
 }
 
-/// The benchmarks.
-#[derive(Subcommand, Debug, Clone)]
-pub enum BenchCmd {
-    /// One-way latency between two processes, per transport and message size.
-    Ipc(ipc::IpcArgs),
-}
-
-/// Runs `zcpipe bench ...`; returns the process exit code.
-pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
-    match args.cmd {
-        BenchCmd::Ipc(a) => ipc::run(a),
+/// Runs a benchmark; returns the process exit code. Ctrl-C (SIGINT or SIGTERM during a
+/// measurement) ends it with exit code 0 and no report: the user asked it to stop, which is
+/// not an error (the error is logged at debug level).
+pub fn run(bench: BenchConfig) -> anyhow::Result<i32> {
+    let r = match &bench {
+        BenchConfig::Ipc { config, json } => ipc::run(config, *json),
+    };
+    match r {
+        Err(e) if proc::interrupted() => {
+            log::debug!("stopped: {e:#}");
+            Ok(0)
+        }
+        r => r,
     }
 }

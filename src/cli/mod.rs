@@ -34,6 +34,7 @@ use signals::STOP;
 mod watch;
 pub use watch::WatchArgs;
 
+mod bench;
 mod doctor;
 
 /// zcpipe: camera frames to an NPU without copying them.
@@ -63,7 +64,7 @@ pub enum Command {
     /// Print the detections published on a socket.
     Watch(WatchArgs),
     /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size.
-    Bench(crate::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
     Compare(compare::CompareArgs),
     /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
@@ -167,7 +168,7 @@ pub fn main() -> i32 {
     let result = match cli.cmd {
         Command::Run(a) => a.config().and_then(|c| crate::supervise::run::run(c, &STOP)),
         Command::Watch(a) => crate::publish::watch::watch(a.into(), &STOP).map(|_| 0),
-        Command::Bench(a) => crate::bench::run(a),
+        Command::Bench(a) => a.config().and_then(crate::bench::run),
         Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
         Command::Doctor(a) => crate::doctor::run(a.into()),
         Command::Stage { stage } => stage.run(),

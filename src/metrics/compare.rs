@@ -15,6 +15,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::median;
+
 /// A checked `zcpipe compare` (built by the command line).
 #[derive(Clone, Debug)]
 pub struct CompareConfig {
@@ -121,18 +123,6 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
     }
     m
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Runs the comparison; returns the exit code.

@@ -266,6 +266,21 @@ impl Reporter {
     }
 }
 
+/// Sorts `v` in place (ascending, by `f64::total_cmp`) and returns its median: the middle
+/// value, or the mean of the two middle ones; 0 for an empty slice. Used by `zcpipe compare`
+/// (medians over rounds) and `zcpipe bench ipc` (over round trips and runs).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Number of open file descriptors of this process (entries of /proc/self/fd, minus the
 /// one used to read it).
 pub fn open_fd_count() -> usize {

@@ -1,0 +1,98 @@
+//! `zcpipe bench`'s command line, turned into [`crate::bench::BenchConfig`]: flag shapes and
+//! ranges are checked by clap, the rest (duplicate sizes, `--cpus` count, a transport this
+//! build cannot measure) here, once.
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+
+use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
+use super::common::choice;
+use crate::bench::BenchConfig;
+use crate::core::dmabuf::HeapChoice;
+
+/// `zcpipe bench`: which benchmark to run.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The benchmark.
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+/// The benchmarks.
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchCmd {
+    /// One-way latency between two processes, per transport and message size.
+    Ipc(IpcArgs),
+}
+
+/// `zcpipe bench ipc`: one-way latency between two processes, per transport and size.
+#[derive(Args, Debug, Clone)]
+pub struct IpcArgs {
+    /// Message sizes, comma-separated: bytes with an optional K or M suffix (4K = 4096 B),
+    /// or NV12 frame names 480p, 720p, 1080p, 4k (lower-case 4k: 3840x2160).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "64,4K,64K,1M,1080p")]
+    pub sizes: Vec<MsgSize>,
+    /// Transports to measure, comma-separated (default: all). The `none` baseline is always
+    /// measured, since every ratio refers to it.
+    #[arg(long, value_parser = choice::<Transport>(), value_delimiter = ',')]
+    pub transports: Vec<Transport>,
+    /// Timed runs per transport and size; the table gives their median, min and max.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Round trips per run [default: 2000, fewer for big messages: about 128 MiB per run, at least 32].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub iters: Option<u32>,
+    /// Cycle through a pool of N buffers per direction (N defaults to 8), as a camera does,
+    /// so the caches are cold.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "8", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cold: Option<u32>,
+    /// Print JSON instead of the markdown table.
+    #[arg(long)]
+    pub json: bool,
+    /// The two CPUs to pin the timing and echo processes to, e.g. 4,5 [default: the first
+    /// two this process may use].
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    pub cpus: Option<Vec<usize>>,
+    /// Where the frame ring's pool buffers come from (as the pipeline's --heap).
+    #[arg(long, value_parser = choice::<HeapChoice>(), default_value = "auto")]
+    pub heap: HeapChoice,
+}
+
+impl BenchArgs {
+    /// The benchmark to run, checked ([`IpcArgs::config`]).
+    pub fn config(&self) -> Result<BenchConfig> {
+        match &self.cmd {
+            BenchCmd::Ipc(a) => Ok(BenchConfig::Ipc { config: a.config()?, json: a.json }),
+        }
+    }
+}
+
+impl IpcArgs {
+    /// What to measure: sizes without duplicates (at least one), the transports asked for in
+    /// table order with the `none` baseline first, `--cpus` as exactly two CPUs. Errors name
+    /// the flag: an empty `--sizes`, `--cpus` with other than two numbers, `--transports
+    /// iceoryx2` in a build without the `iceoryx2` feature.
+    pub fn config(&self) -> Result<IpcConfig> {
+        let mut sizes: Vec<MsgSize> = vec![];
+        for s in &self.sizes {
+            if !sizes.iter().any(|x| x.bytes == s.bytes) {
+                sizes.push(s.clone());
+            }
+        }
+        if sizes.is_empty() {
+            bail!("--sizes: give at least one size");
+        }
+        if !cfg!(feature = "iceoryx2") && self.transports.contains(&Transport::Iceoryx2) {
+            bail!("{NO_ICEORYX2}");
+        }
+        let measurable = Transport::measurable();
+        let want: Vec<Transport> = if self.transports.is_empty() { measurable.clone() } else { self.transports.clone() };
+        let transports = measurable.into_iter().filter(|t| *t == Transport::None || want.contains(t)).collect();
+        let cpus = match self.cpus.as_deref() {
+            None => None,
+            Some([x, y]) => Some([*x, *y]),
+            Some(v) => bail!("--cpus takes two CPU numbers, e.g. --cpus 0,1 (got {})", v.len()),
+        };
+        Ok(IpcConfig { sizes, transports, rounds: self.rounds.max(1), iters: self.iters, cold: self.cold, cpus, heap: self.heap })
+    }
+}
