@@ -20,7 +20,7 @@
 //! (running the measurements), `report.rs` (the rows, goals and notes, as JSON or markdown).
 //! The command line (`zcpipe bench ipc`) is in `cli`, which builds the [`IpcConfig`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -35,30 +35,6 @@ mod report;
 
 pub use config::*;
 pub use report::*;
-
-/// A directory for the frame ring's sockets, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn create() -> Result<TempDir> {
-        let base = std::env::temp_dir();
-        for i in 0..100u32 {
-            let p = base.join(format!("zcpipe-bench-{}-{i}", std::process::id()));
-            match std::fs::create_dir(&p) {
-                Ok(()) => return Ok(TempDir(p)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).with_context(|| format!("creating {}", p.display())),
-            }
-        }
-        anyhow::bail!("cannot create a fresh directory under {}", base.display())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Runs `zcpipe bench ipc`: measures `cfg` and prints the report on stdout, JSON if `json`
 /// else markdown; exit code 1 if any row failed.
@@ -83,7 +59,8 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
     if let Some(c) = placement.timing_cpu {
         proc::pin_self(c)?;
     }
-    let dir = TempDir::create()?;
+    // The frame ring's sockets; removed on drop.
+    let dir = tempfile::Builder::new().prefix("zcpipe-bench-").tempdir().context("creating a temporary directory for the frame ring's sockets")?;
     log::info!(
         "measuring {} transports x {} sizes, {} runs each; {}",
         cfg.transports.len(),
@@ -113,7 +90,7 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
                 buffers: cfg.cold.unwrap_or(1) as usize,
                 single_cpu: placement.single_cpu,
                 alloc: &alloc,
-                dir: &dir.0,
+                dir: dir.path(),
                 tag: format!("{}-{seq}", t.name()),
             };
             match run_once(*t, &ctx, row.iters, &placement) {
