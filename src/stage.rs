@@ -19,7 +19,9 @@ use anyhow::Result;
 use crate::core::channel::Recv;
 use crate::core::config::DataPath;
 use crate::core::link::PeerGone;
-use crate::metrics::{open_fd_count, Reporter, StageReport};
+use crate::core::frame::{FrameDesc, Stage};
+use crate::core::pool::{PoolProducer, WriteLoan};
+use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
 
 /// A stage's final-report facts: `(key, value)` pairs for [`StageReport::extra`].
 pub type Extras = Vec<(&'static str, serde_json::Value)>;
@@ -166,6 +168,31 @@ impl StageCtx<'_> {
         ended?;
         d.result?;
         Ok(0)
+    }
+
+    /// Hands a written frame on: stamps its exit from `stage` (CLOCK_MONOTONIC), publishes
+    /// it on `loan` (see [`WriteLoan::publish`]) and counts it in `span` (started at
+    /// `start`). Errors if the consumer died ([`PeerGone`]) or corrupted the ring.
+    pub fn hand_off(&self, loan: WriteLoan<'_>, mut desc: FrameDesc, stage: Stage, span: &mut FrameSpan, start: Instant) -> Result<Turn> {
+        desc.stamp_out(stage);
+        loan.publish(desc, self.stop)?;
+        span.tick(start);
+        Ok(Turn::Next)
+    }
+
+    /// The report of a stage that produces into a pool (capture, scale): [`StageCtx::report`]
+    /// with `frames` (in, out), when the frames out went (`span`), and the output hop's
+    /// ring, pool and copy counters.
+    pub fn producer_report(&self, start: Instant, final_report: bool, extras: Extras, prod: &PoolProducer, frames: (u64, u64), span: FrameSpan) -> StageReport {
+        StageReport {
+            frames_in: frames.0,
+            frames_out: frames.1,
+            output_ring: Some(prod.counters()),
+            pool: Some(prod.stats()),
+            copy_out: prod.copy_counters(),
+            out_span: Some(span),
+            ..self.report(start, final_report, extras)
+        }
     }
 
     /// A report of this stage with its pid, elapsed time since `start`, `final_report` and

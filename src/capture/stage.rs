@@ -16,7 +16,7 @@ use crate::core::dmabuf::{Allocator, HeapChoice};
 use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone};
 use crate::core::pool::{HopSpec, PoolProducer};
-use crate::metrics::{open_fd_count, FrameSpan, StageReport};
+use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{Drained, Extras, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
 use crate::sys::v4l2::node::first_capture_node;
 
@@ -78,7 +78,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut seq = 0u64;
     let mut span = FrameSpan::default();
     let report = |prod: &PoolProducer, seq: u64, span: FrameSpan, final_report: bool, extra: Extras| {
-        ctx.reporter.send(&capture_report(&ctx, prod, start, span, final_report, (seq, seq), extra))
+        ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (seq, seq), span))
     };
     let ended = {
         let mut state = (&mut prod, &mut seq, &mut span);
@@ -107,11 +107,8 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 let ts = monotonic_ns();
                 let mut desc = FrameDesc { seq: **seq, timestamp_ns: ts, layout, ..Default::default() };
                 desc.stamps[2 * Stage::Capture as usize] = ts;
-                desc.stamp_out(Stage::Capture);
-                loan.publish(desc, ctx.stop)?;
                 **seq += 1;
-                span.tick(start);
-                Ok(Turn::Next)
+                ctx.hand_off(loan, desc, Stage::Capture, span, start)
             },
         )
     };
@@ -263,7 +260,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let report = |prod: &PoolProducer, cam: &V4l2Capture, span: FrameSpan, final_report: bool, mut extra: Extras| {
         let s = cam.stats();
         extra.extend(facts(cam));
-        ctx.reporter.send(&capture_report(&ctx, prod, start, span, final_report, (s.dequeued, s.published), extra))
+        ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (s.dequeued, s.published), span))
     };
     // Every way out of the loop (end, signal, unplug, hang-up, error) goes through the
     // STREAMOFF and the final report.
@@ -312,19 +309,4 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         },
         |(prod, cam), extras| report(prod, cam, span, true, extras),
     )
-}
-
-/// Capture's report to the supervisor (both loops): `frames` is (frames in, frames out),
-/// i.e. (frames the source gave, frames offered to scale); `span` is when the frames out
-/// went; `extra` adds source facts.
-fn capture_report(ctx: &StageCtx<'_>, prod: &PoolProducer, start: Instant, span: FrameSpan, final_report: bool, frames: (u64, u64), extra: Extras) -> StageReport {
-    StageReport {
-        frames_in: frames.0,
-        frames_out: frames.1,
-        output_ring: Some(prod.counters()),
-        pool: Some(prod.stats()),
-        copy_out: prod.copy_counters(),
-        out_span: Some(span),
-        ..ctx.report(start, final_report, extra)
-    }
 }

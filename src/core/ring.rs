@@ -455,6 +455,12 @@ mod tests {
         assert_eq!(c.produced, c.consumed + c.rejected + c.dropped + c.in_flight, "{c:?}");
     }
 
+    /// Asserts (produced, consumed, dropped, in flight) and the counters' invariant.
+    fn assert_counts(k: RingCounters, want: (u64, u64, u64, u64)) {
+        assert_eq!((k.produced, k.consumed, k.dropped, k.in_flight), want);
+        check_invariant(&k);
+    }
+
     #[test]
     fn order_and_wraparound() {
         let (mut p, mut c) = pair(4);
@@ -474,9 +480,7 @@ mod tests {
             }
             assert!(matches!(c.pop(ok), Pop::Empty));
         }
-        let k = p.counters();
-        assert_eq!((k.produced, k.consumed, k.dropped, k.in_flight), (30, 30, 0, 0));
-        check_invariant(&k);
+        assert_counts(p.counters(), (30, 30, 0, 0));
     }
 
     #[test]
@@ -495,9 +499,7 @@ mod tests {
         })
         .collect();
         assert_eq!(got, vec![6, 7, 8, 9]);
-        let k = c.counters();
-        assert_eq!((k.produced, k.consumed, k.dropped, k.in_flight), (10, 4, 6, 0));
-        check_invariant(&k);
+        assert_counts(c.counters(), (10, 4, 6, 0));
     }
 
     #[test]

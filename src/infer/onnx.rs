@@ -5,7 +5,7 @@
 //! fixed input fact, optimized and turned into a plan, once. Per frame the packed BGR24
 //! rows are converted to float32 NCHW with raw 0..255 values (no /255, no mean/std, no
 //! channel swap: YOLOX `preproc` for the 0.1.1+ checkpoints), run, and decoded with
-//! [`yolox::postprocess`].
+//! [`yolox::decode_yolox`] and [`nms_per_class`](super::nms::nms_per_class).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -19,6 +19,7 @@ use tract_onnx::prelude::{
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::tract_hir::infer::Factoid;
 
+use super::nms::nms_per_class;
 use super::{yolox, Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout};
 use crate::core::frame::{Fourcc, FrameLayout};
 
@@ -57,35 +58,17 @@ impl OnnxDetector {
         std::fs::metadata(path).with_context(|| {
             format!("cannot open ONNX model {}: pass --model with a YOLOX .onnx file such as {EXAMPLE_MODEL}", path.display())
         })?;
-        let loaded = catch_unwind(AssertUnwindSafe(|| tract_onnx::onnx().model_for_path(path)));
-        let model = match loaded {
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) => bail!(
-                "cannot load ONNX model {}: {}; the file may be truncated or not an ONNX model (expected e.g. {EXAMPLE_MODEL})",
-                path.display(),
-                one_line(&e)
-            ),
-            Err(panic) => bail!(
-                "cannot load ONNX model {}: tract panicked ({}); the file may be truncated or not an ONNX model (expected e.g. {EXAMPLE_MODEL})",
-                path.display(),
-                panic_text(&panic)
-            ),
-        };
+        let model = tract_step(
+            || tract_onnx::onnx().model_for_path(path),
+            || format!("cannot load ONNX model {}", path.display()),
+            &format!("the file may be truncated or not an ONNX model (expected e.g. {EXAMPLE_MODEL})"),
+        )?;
         let (name, width, height) = check_input(path, &model)?;
-        let prepared = catch_unwind(AssertUnwindSafe(|| prepare(model, width, height)));
-        let typed = match prepared {
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) => bail!(
-                "cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32: {}; use a YOLOX export such as {EXAMPLE_MODEL}",
-                path.display(),
-                one_line(&e)
-            ),
-            Err(panic) => bail!(
-                "cannot prepare ONNX model {} for tract: tract panicked ({}); use a YOLOX export such as {EXAMPLE_MODEL}",
-                path.display(),
-                panic_text(&panic)
-            ),
-        };
+        let typed = tract_step(
+            || prepare(model, width, height),
+            || format!("cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32", path.display()),
+            &format!("use a YOLOX export such as {EXAMPLE_MODEL}"),
+        )?;
         let (rows, cols) = check_output(path, &typed, width, height)?;
         let plan = typed
             .into_runnable()
@@ -152,7 +135,7 @@ impl Detector for OnnxDetector {
         let mut nchw = vec![0.0f32; 3 * h * w];
         packed_bgr_to_nchw_f32(input, layout, &mut nchw)?;
         let raw = self.run_raw(nchw)?;
-        yolox::postprocess(&raw, self.rows, self.cols, self.spec.width, self.spec.height, self.score_threshold, self.nms_iou)
+        Ok(nms_per_class(yolox::decode_yolox(&raw, self.rows, self.cols, self.spec.width, self.spec.height, self.score_threshold)?, self.nms_iou))
     }
 }
 
@@ -290,6 +273,17 @@ fn dt_name(dt: DatumType) -> String {
         DatumType::U8 => "uint8".to_string(),
         DatumType::I8 => "int8".to_string(),
         other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// Runs a tract step that may fail, or panic (tract panics on some malformed models), as
+/// one error line: `{what}: {cause}; {fix}`, the cause being tract's error chain on one line
+/// or `tract panicked (<its message>)`.
+fn tract_step<T>(f: impl FnOnce() -> anyhow::Result<T>, what: impl FnOnce() -> String, fix: &str) -> anyhow::Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => bail!("{}: {}; {fix}", what(), one_line(&e)),
+        Err(panic) => bail!("{}: tract panicked ({}); {fix}", what(), panic_text(&panic)),
     }
 }
 

@@ -11,7 +11,6 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context};
 
-use super::nms::nms_per_class;
 use super::Detection;
 
 /// YOLOX head strides, in output row order.
@@ -92,21 +91,6 @@ pub fn decode_yolox(
     Ok(dets)
 }
 
-/// [`decode_yolox`] then [`nms_per_class`]: the full YOLOX post-processing, as the YOLOX demo
-/// runs it (score threshold 0.3, NMS IoU 0.45 by default). Boxes are in model-input pixels,
-/// sorted by score, highest first.
-pub fn postprocess(
-    output: &[f32],
-    rows: usize,
-    cols: usize,
-    input_w: u32,
-    input_h: u32,
-    score_threshold: f32,
-    nms_iou: f32,
-) -> anyhow::Result<Vec<Detection>> {
-    Ok(nms_per_class(decode_yolox(output, rows, cols, input_w, input_h, score_threshold)?, nms_iou))
-}
-
 /// Reads a numpy `.npy` file of little-endian float32 (`descr '<f4'`, C order; format
 /// versions 1.0, 2.0 and 3.0) and returns `(shape, values)`. Used for the raw output goldens
 /// in `tests/data/golden/*_sim_output.npy` (float32 `[1, 3549, 85]`).
@@ -156,6 +140,7 @@ pub fn parse_npy_f32(bytes: &[u8]) -> anyhow::Result<(Vec<usize>, Vec<f32>)> {
 mod tests {
     use super::*;
     use crate::core::frame::LetterboxParams;
+    use crate::infer::nms::nms_per_class;
 
     fn golden(name: &str) -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(name)
@@ -197,7 +182,7 @@ mod tests {
     fn check_golden(stem: &str) -> Vec<Detection> {
         let (shape, out) = read_npy_f32(&golden(&format!("{stem}_sim_output.npy"))).unwrap();
         assert_eq!(shape, vec![1, 3549, 85]);
-        let dets = postprocess(&out, shape[1], shape[2], 416, 416, 0.3, 0.45).unwrap();
+        let dets = nms_per_class(decode_yolox(&out, shape[1], shape[2], 416, 416, 0.3).unwrap(), 0.45);
         let ((w, h), want) = golden_json(&format!("{stem}_sim_detections.json"), "detections");
         let lb = LetterboxParams::top_left(w, h, 416, 416);
         assert_eq!(dets.len(), want.len(), "{stem}: got {dets:?}");

@@ -201,47 +201,50 @@ fn draw(c: &Comparison, path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (left, right) = root.split_horizontally(620);
-    let ymax = bars.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
-    let mut ch = ChartBuilder::on(&left)
-        .caption("p50 latency per stage (µs)", ("sans-serif", 20))
+    pair_chart(&left, "p50 latency per stage (µs)", &stages, &bars, true)?;
+    pair_chart(&right, "end-to-end latency (µs)", &["p50", "p99"], &dist, false)?;
+    root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// One chart of `(zero-copy, copy mode)` bar pairs, one pair per label, on `area`; with a
+/// legend if `legend`.
+fn pair_chart(
+    area: &plotters::drawing::DrawingArea<plotters::backend::SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    labels: &[&str],
+    pairs: &[(f64, f64)],
+    legend: bool,
+) -> Result<()> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    let ymax = pairs.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
+    let mut ch = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..stages.len() as f64, 0f64..ymax)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .build_cartesian_2d(0f64..labels.len() as f64, 0f64..ymax)
+        .map_err(|e| err(&e))?;
     ch.configure_mesh()
         .disable_x_mesh()
-        .x_labels(stages.len() * 2)
-        .x_label_formatter(&|x| stages.get(x.floor() as usize).filter(|_| (x.fract() - 0.5).abs() < 0.01).map(|s| s.to_string()).unwrap_or_default())
+        .x_labels(labels.len() * 2)
+        .x_label_formatter(&|x| labels.get(x.floor() as usize).filter(|_| (x.fract() - 0.5).abs() < 0.01).map(|s| s.to_string()).unwrap_or_default())
         .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (i, (z, cp)) in bars.iter().enumerate() {
+        .map_err(|e| err(&e))?;
+    for (i, (z, cp)) in pairs.iter().enumerate() {
         let x = i as f64;
-        ch.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
-        ch.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        ch.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| err(&e))?;
+        ch.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| err(&e))?;
     }
-    ch.draw_series([Rectangle::new([(0.0, 0.0), (0.0, 0.0)], BLUE.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?.label("zero-copy").legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], BLUE.filled()));
-    ch.draw_series([Rectangle::new([(0.0, 0.0), (0.0, 0.0)], RED.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?.label("copy mode").legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], RED.filled()));
-    ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ymax2 = dist.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
-    let mut ch2 = ChartBuilder::on(&right)
-        .caption("end-to-end latency (µs)", ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..2f64, 0f64..ymax2)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    ch2.configure_mesh()
-        .disable_x_mesh()
-        .x_labels(4)
-        .x_label_formatter(&|x| if (x - 0.5).abs() < 0.01 { "p50".into() } else if (x - 1.5).abs() < 0.01 { "p99".into() } else { String::new() })
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (i, (z, cp)) in dist.iter().enumerate() {
-        let x = i as f64;
-        ch2.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
-        ch2.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if legend {
+        for (name, colour) in [("zero-copy", BLUE), ("copy mode", RED)] {
+            ch.draw_series([Rectangle::new([(0.0, 0.0), (0.0, 0.0)], colour.filled())])
+                .map_err(|e| err(&e))?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        }
+        ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| err(&e))?;
     }
-    root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
 }

@@ -100,16 +100,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one published.
     let report = |out: &PoolProducer, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
-        ctx.reporter.send(&StageReport {
-            frames_in: n_in,
-            frames_out: span.frames,
-            output_ring: Some(out.counters()),
-            pool: Some(out.stats()),
-            copy_out: out.copy_counters(),
-            copy_in: input.copy_counters(),
-            out_span: Some(span),
-            ..ctx.report(start, final_report, extra)
-        })
+        ctx.reporter.send(&StageReport { copy_in: input.copy_counters(), ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
     };
     let fixed_layout = input.offer.layout.filter(|_| scaler.binds_pools());
     let ended = {
@@ -132,10 +123,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 let Some(mut loan) = out.acquire(ctx.stop)? else { return Ok(Turn::End("signal")) };
                 desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {}", frame.desc().seq))?;
                 drop(frame); // the capture buffer goes back now, before we queue ours
-                desc.stamp_out(Stage::Scale);
-                loan.publish(desc, ctx.stop)?;
-                span.tick(start);
-                Ok(Turn::Next)
+                ctx.hand_off(loan, desc, Stage::Scale, span, start)
             },
         )
     };

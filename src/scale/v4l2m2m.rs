@@ -34,7 +34,7 @@ use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
 use crate::sys::v4l2 as sys;
 use crate::sys::v4l2::format_name;
-use crate::sys::v4l2::node::{caps_names, m2m_nodes, open_node, query_node, NodeInfo};
+use crate::sys::v4l2::node::{caps_names, m2m_nodes, open_node, other_nodes_hint, query_node, NodeInfo};
 
 use super::Scaler;
 use crate::core::pool::{Frame, WriteLoan};
@@ -66,13 +66,9 @@ impl std::fmt::Debug for V4l2M2mScaler {
     }
 }
 
+/// "mem2mem nodes here: /dev/video8 (vim2m) (`zcpipe doctor` lists every node)".
 fn m2m_hint(except: &Path) -> String {
-    let v: Vec<String> = m2m_nodes().iter().filter(|n| n.path != except).map(|n| n.label()).collect();
-    if v.is_empty() {
-        "no mem2mem node found here; use --scaler cpu (`zcpipe doctor` lists every node)".into()
-    } else {
-        format!("mem2mem nodes here: {} (`zcpipe doctor` lists every node)", v.join(", "))
-    }
+    other_nodes_hint("mem2mem", &m2m_nodes(), except, "no mem2mem node found here; use --scaler cpu")
 }
 
 fn enum_formats(fd: BorrowedFd<'_>, buf_type: u32) -> Vec<Fourcc> {
@@ -85,14 +81,6 @@ fn enum_formats(fd: BorrowedFd<'_>, buf_type: u32) -> Vec<Fourcc> {
         v.push(d.fourcc());
     }
     v
-}
-
-fn list(v: &[Fourcc]) -> String {
-    if v.is_empty() {
-        "nothing".into()
-    } else {
-        v.iter().map(|f| format_name(*f)).collect::<Vec<_>>().join(", ")
-    }
 }
 
 /// What VIDIOC_S_FMT granted on one queue.
@@ -180,37 +168,11 @@ impl V4l2M2mScaler {
 
     /// VIDIOC_S_FMT on `buf_type`; returns what the driver granted.
     fn set_format(&self, buf_type: u32, fourcc: Fourcc, width: u32, height: u32, planes: &[(u32, u32)]) -> Result<QueueFormat> {
-        let mut f = sys::Format::new(buf_type);
-        if self.mplane() {
-            let p = f.pix_mp_mut();
-            p.width = width;
-            p.height = height;
-            p.set_fourcc(fourcc);
-            p.field = sys::V4L2_FIELD_NONE;
-            p.num_planes = planes.len() as u8;
-            for (pf, &(bpl, size)) in p.plane_fmt.iter_mut().zip(planes) {
-                pf.bytesperline = bpl;
-                pf.sizeimage = size;
-            }
-        } else {
-            let p = f.pix_mut();
-            p.width = width;
-            p.height = height;
-            p.set_fourcc(fourcc);
-            p.field = sys::V4L2_FIELD_NONE;
-            p.bytesperline = planes[0].0;
-            p.sizeimage = planes[0].1;
-        }
+        let mut f = sys::Format::request(buf_type, fourcc, width, height, planes);
         let queue = if buf_type == self.cap_type { "CAPTURE" } else { "OUTPUT" };
         sys::s_fmt(self.fd(), &mut f).map_err(|e| self.busy(&format!("VIDIOC_S_FMT {queue} {} {width}x{height}", format_name(fourcc)), e))?;
-        Ok(if self.mplane() {
-            let p = *f.pix_mp();
-            let n = (p.num_planes as usize).clamp(1, sys::VIDEO_MAX_PLANES);
-            QueueFormat { fourcc: p.fourcc(), width: p.width, height: p.height, planes: p.plane_fmt[..n].iter().map(|pf| (pf.bytesperline, pf.sizeimage)).collect() }
-        } else {
-            let p = *f.pix();
-            QueueFormat { fourcc: p.fourcc(), width: p.width, height: p.height, planes: vec![(p.bytesperline, p.sizeimage)] }
-        })
+        let (width, height, fourcc, planes, _) = f.granted();
+        Ok(QueueFormat { fourcc, width, height, planes })
     }
 
     fn reqbufs(&self, buf_type: u32, count: u32) -> Result<u32> {
@@ -293,7 +255,7 @@ impl V4l2M2mScaler {
                  capture in one of those (--format {}) or use --scaler cpu",
                 format_name(sf),
                 format_name(df),
-                list(&takes),
+                sys::format_list(&takes, "nothing"),
                 takes.iter().find(|f| crate::scale::stage::ACCEPTED.contains(f)).map(|f| format_name(*f)).unwrap_or_else(|| "RGB24".into())
             );
         }
@@ -302,7 +264,7 @@ impl V4l2M2mScaler {
                 "v4l2m2m: {label} cannot convert capture's {} into the model's {}: its CAPTURE queue (output) gives {}; use --scaler cpu",
                 format_name(sf),
                 format_name(df),
-                list(&gives)
+                sys::format_list(&gives, "nothing")
             );
         }
         // 2. OUTPUT queue: exactly capture's format, strides and sizes.
@@ -316,7 +278,7 @@ impl V4l2M2mScaler {
             bail!(
                 "v4l2m2m: {label} is single-planar and cannot take {} (one dma-buf per plane); capture in {} instead",
                 format_name(sf),
-                list(&takes)
+                sys::format_list(&takes, "nothing")
             );
         }
         let asked = QueueFormat { fourcc: sf, width: src_layout.width, height: src_layout.height, planes: v4l2_planes.clone() };

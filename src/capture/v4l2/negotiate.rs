@@ -12,27 +12,20 @@ use anyhow::{anyhow, bail, Context, Result};
 use super::{format_name, CaptureIo, SequenceCounter, V4l2Capture, V4l2Stats};
 use crate::core::frame::{Fourcc, FrameLayout, PlaneDesc, MAX_PLANES};
 use crate::sys::v4l2 as sys;
-use crate::sys::v4l2::node::{caps_names, capture_nodes, first_capture_node, open_node, query_node};
+use crate::sys::v4l2::node::{self, caps_names, capture_nodes, first_capture_node, open_node, query_node};
 
 /// Formats zcpipe reads from a camera, in the order it prefers them when `--format` is not
 /// given (NV12 first: the scalers and NPUs take it as is).
 pub const PREFERRED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
-
-fn format_list(v: &[Fourcc]) -> String {
-    if v.is_empty() {
-        return "none".into();
-    }
-    v.iter().map(|f| format_name(*f)).collect::<Vec<_>>().join(", ")
-}
 
 /// What a driver offers, for messages: all of it if short, else the first 12 and a count
 /// (vivid offers about 70).
 fn offered_list(v: &[Fourcc]) -> String {
     const SHOW: usize = 12;
     if v.len() <= SHOW {
-        return format_list(v);
+        return sys::format_list(v, "none");
     }
-    format!("{}, ... ({} formats)", format_list(&v[..SHOW]), v.len())
+    format!("{}, ... ({} formats)", sys::format_list(&v[..SHOW], "none"), v.len())
 }
 
 /// What to open and ask for.
@@ -67,17 +60,12 @@ pub fn parse_size(s: &str) -> Result<(u32, u32)> {
 pub fn parse_format(s: &str) -> Result<Fourcc> {
     Fourcc::parse(s)
         .filter(|f| PREFERRED.contains(f))
-        .ok_or_else(|| anyhow!("--format \"{s}\" is not one zcpipe reads; use one of {}", format_list(&PREFERRED)))
+        .ok_or_else(|| anyhow!("--format \"{s}\" is not one zcpipe reads; use one of {}", sys::format_list(&PREFERRED, "none")))
 }
 
-/// "capture nodes here: /dev/video0 (vivid: ...), ...; `zcpipe doctor` lists every node".
+/// "capture nodes here: /dev/video0 (vivid: ...), ... (`zcpipe doctor` lists every node)".
 fn other_nodes_hint(except: &Path) -> String {
-    let v: Vec<String> = capture_nodes().iter().filter(|n| n.path != except).map(|n| n.label()).collect();
-    if v.is_empty() {
-        "no capture node found here (`zcpipe doctor` lists every node)".into()
-    } else {
-        format!("capture nodes here: {} (`zcpipe doctor` lists every node)", v.join(", "))
-    }
+    node::other_nodes_hint("capture", &capture_nodes(), except, "no capture node found here")
 }
 
 /// What the driver granted: format, per-plane geometry, frame interval.
@@ -261,14 +249,14 @@ impl V4l2Capture {
                 self.node.label(),
                 format_name(f),
                 offered_list(&offered),
-                format_list(&readable)
+                sys::format_list(&readable, "none")
             ),
             None => *readable.first().ok_or_else(|| {
                 anyhow!(
                     "v4l2: {} offers {}, none of which zcpipe reads ({})",
                     self.node.label(),
                     offered_list(&offered),
-                    format_list(&PREFERRED)
+                    sys::format_list(&PREFERRED, "none")
                 )
             })?,
         };
@@ -281,35 +269,14 @@ impl V4l2Capture {
             (cur.pix().width, cur.pix().height)
         };
         let (w, h) = cfg.size.unwrap_or((cw, ch));
-        let mut f = sys::Format::new(self.buf_type);
-        if self.mplane() {
-            let p = f.pix_mp_mut();
-            p.width = w;
-            p.height = h;
-            p.set_fourcc(fourcc);
-            p.field = sys::V4L2_FIELD_NONE;
-        } else {
-            let p = f.pix_mut();
-            p.width = w;
-            p.height = h;
-            p.set_fourcc(fourcc);
-            p.field = sys::V4L2_FIELD_NONE;
-        }
+        let mut f = sys::Format::request(self.buf_type, fourcc, w, h, &[]);
         if let Err(e) = sys::s_fmt(self.fd(), &mut f) {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 return Err(self.busy_error("VIDIOC_S_FMT"));
             }
             bail!("v4l2: VIDIOC_S_FMT {} {w}x{h} on {}: {e}", format_name(fourcc), self.node.label());
         }
-        let (gw, gh, gf, planes, field) = if self.mplane() {
-            let p = *f.pix_mp();
-            let n = (p.num_planes as usize).clamp(1, sys::VIDEO_MAX_PLANES);
-            let planes: Vec<(u32, u32)> = p.plane_fmt[..n].iter().map(|pf| (pf.bytesperline, pf.sizeimage)).collect();
-            (p.width, p.height, p.fourcc(), planes, p.field)
-        } else {
-            let p = *f.pix();
-            (p.width, p.height, p.fourcc(), vec![(p.bytesperline, p.sizeimage)], p.field)
-        };
+        let (gw, gh, gf, planes, field) = f.granted();
         if gf != fourcc {
             bail!(
                 "v4l2: {} was asked for {} but set {}; it offers {}, of which zcpipe reads {}: pass one of those with --format",
@@ -317,7 +284,7 @@ impl V4l2Capture {
                 format_name(fourcc),
                 format_name(gf),
                 offered_list(&offered),
-                format_list(&readable)
+                sys::format_list(&readable, "none")
             );
         }
         if field != sys::V4L2_FIELD_NONE && field != sys::V4L2_FIELD_ANY {

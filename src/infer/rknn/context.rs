@@ -6,6 +6,7 @@ use anyhow::{ensure, Context, Result};
 use super::model::{output_to_f32, Model};
 use crate::core::frame::FrameLayout;
 use crate::core::pool::Frame;
+use crate::infer::nms::nms_per_class;
 use crate::infer::{yolox, Detection, DetectorLane};
 use crate::sys::rknn::{self as sys, Rknn, RknnContext, RknnTensorMem};
 
@@ -80,7 +81,7 @@ impl Ctx {
         let n = rknn.output_into(self.ctx, 0, &mut self.raw)?;
         ensure!(n >= m.output_bytes, "rknn_outputs_get gave {n} bytes; output {} needs {}", m.path.display(), m.output_bytes);
         output_to_f32(&self.raw, m.rows * m.cols, &m.output, &mut self.values)?;
-        yolox::postprocess(&self.values, m.rows, m.cols, m.spec.width, m.spec.height, m.score_threshold, m.nms_iou)
+        Ok(nms_per_class(yolox::decode_yolox(&self.values, m.rows, m.cols, m.spec.width, m.spec.height, m.score_threshold)?, m.nms_iou))
     }
 }
 

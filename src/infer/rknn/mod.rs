@@ -15,8 +15,9 @@
 //! with `rknn_set_io_mem`, runs, and fetches the output with `rknn_outputs_get` (our own
 //! buffer, `want_float = 0`) — the CPU never maps the frame. Outputs in float16, float32,
 //! int8/uint8 (affine `(q - zp) * scale` or DFP `q / 2^fl`) are converted here
-//! ([`output_to_f32`]) and decoded with [`yolox::postprocess`]. Without a bound pool
-//! (`--copy-mode`), [`Detector::detect`] packs the rows and uses `rknn_inputs_set`.
+//! ([`output_to_f32`]) and decoded with [`yolox::decode_yolox`] and per-class NMS. Without
+//! a bound pool (`--copy-mode`), [`Detector::detect`] packs the rows and uses
+//! `rknn_inputs_set`.
 //!
 //! `--npu-cores 0,1,2`: one context per core (`rknn_dup_context` shares the weights, then
 //! `rknn_set_core_mask` pins it; a single context on a multi-core mask barely helps a model

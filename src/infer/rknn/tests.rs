@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::core::frame::LetterboxParams;
+use crate::infer::nms::nms_per_class;
 use crate::infer::yolox::read_npy_f32;
 
 fn golden(name: &str) -> PathBuf {
@@ -85,7 +86,7 @@ fn golden_through(stem: &str, q: &OutputQuant) -> (Vec<Detection>, LetterboxPara
     };
     let mut out = Vec::new();
     output_to_f32(&raw, 3549 * 85, q, &mut out).unwrap();
-    let dets = yolox::postprocess(&out, 3549, 85, 416, 416, 0.3, 0.45).unwrap();
+    let dets = nms_per_class(yolox::decode_yolox(&out, 3549, 85, 416, 416, 0.3).unwrap(), 0.45);
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(golden(&format!("{stem}_sim_detections.json"))).unwrap()).unwrap();
     let hw = json["image_hw"].as_array().unwrap();
     let lb = LetterboxParams::top_left(hw[1].as_u64().unwrap() as u32, hw[0].as_u64().unwrap() as u32, 416, 416);

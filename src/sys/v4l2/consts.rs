@@ -181,6 +181,15 @@ pub fn format_name(f: Fourcc) -> String {
     }
 }
 
+/// Formats for messages: their [`format_name`]s joined with `, `, or `empty` when there are
+/// none (`"none"`, `"nothing"`).
+pub fn format_list(v: &[Fourcc], empty: &str) -> String {
+    if v.is_empty() {
+        return empty.into();
+    }
+    v.iter().map(|f| format_name(*f)).collect::<Vec<_>>().join(", ")
+}
+
 /// A raw `pixelformat` as V4L2 tools print it: four characters, with `-BE` when bit 31 (the
 /// big-endian flag of `v4l2_fourcc_be`, videodev2.h) is set. Spaces are kept (`Y16 `);
 /// other unprintable bytes become `?`. ([`Fourcc`]'s `Display` shows zcpipe's formats and

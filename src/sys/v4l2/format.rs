@@ -239,6 +239,53 @@ impl Format {
         // SAFETY: as in `pix_mp`.
         unsafe { &mut self.fmt.pix_mp }
     }
+    /// A `VIDIOC_S_FMT` request for buffer type `type_`: `width x height` `fourcc`,
+    /// progressive (`V4L2_FIELD_NONE`), in `pix_mp` or `pix` according to `type_`. `planes`
+    /// gives each plane's `(bytesperline, sizeimage)` to ask for; empty lets the driver
+    /// choose (the V4L2 spec, "Single- and multi-planar APIs").
+    pub fn request(type_: u32, fourcc: Fourcc, width: u32, height: u32, planes: &[(u32, u32)]) -> Format {
+        let mut f = Format::new(type_);
+        if is_multiplanar(type_) {
+            let p = f.pix_mp_mut();
+            p.width = width;
+            p.height = height;
+            p.set_fourcc(fourcc);
+            p.field = V4L2_FIELD_NONE;
+            if !planes.is_empty() {
+                p.num_planes = planes.len().min(VIDEO_MAX_PLANES) as u8;
+                for (pf, &(bpl, size)) in p.plane_fmt.iter_mut().zip(planes) {
+                    pf.bytesperline = bpl;
+                    pf.sizeimage = size;
+                }
+            }
+        } else {
+            let p = f.pix_mut();
+            p.width = width;
+            p.height = height;
+            p.set_fourcc(fourcc);
+            p.field = V4L2_FIELD_NONE;
+            if let Some(&(bpl, size)) = planes.first() {
+                p.bytesperline = bpl;
+                p.sizeimage = size;
+            }
+        }
+        f
+    }
+
+    /// What a driver granted (after `VIDIOC_G_FMT`/`S_FMT`), from `pix_mp` or `pix`
+    /// according to `type_`: width and height in pixels, fourcc, each plane's
+    /// `(bytesperline, sizeimage)` in bytes (1..=`VIDEO_MAX_PLANES` of them), and the field order.
+    pub fn granted(&self) -> (u32, u32, Fourcc, Vec<(u32, u32)>, u32) {
+        if is_multiplanar(self.type_) {
+            let p = *self.pix_mp();
+            let n = (p.num_planes as usize).clamp(1, VIDEO_MAX_PLANES);
+            (p.width, p.height, p.fourcc(), p.plane_fmt[..n].iter().map(|pf| (pf.bytesperline, pf.sizeimage)).collect(), p.field)
+        } else {
+            let p = *self.pix();
+            (p.width, p.height, p.fourcc(), vec![(p.bytesperline, p.sizeimage)], p.field)
+        }
+    }
+
     /// The format's fourcc, from `pix` or `pix_mp` according to `type_`.
     pub fn fourcc(&self) -> Fourcc {
         if is_multiplanar(self.type_) {

@@ -124,6 +124,18 @@ pub fn m2m_nodes() -> Vec<NodeInfo> {
     video_nodes().iter().filter_map(|p| probe_node(p).ok()).filter(|n| n.cap.is_m2m() && n.cap.has_streaming()).collect()
 }
 
+/// For error messages: the nodes of `kind` (`"capture"`, `"mem2mem"`) other than `except`
+/// that are here (`nodes`), as `"<kind> nodes here: a (drv), b (drv) (`zcpipe doctor` lists
+/// every node)"`, or `none_found` (`"no capture node found here"`) and the doctor hint.
+pub fn other_nodes_hint(kind: &str, nodes: &[NodeInfo], except: &Path, none_found: &str) -> String {
+    let v: Vec<String> = nodes.iter().filter(|n| n.path != except).map(|n| n.label()).collect();
+    if v.is_empty() {
+        format!("{none_found} (`zcpipe doctor` lists every node)")
+    } else {
+        format!("{kind} nodes here: {} (`zcpipe doctor` lists every node)", v.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
