@@ -19,3 +19,5 @@ pub mod scale;
 pub mod stage;
 pub mod supervise;
 pub mod sys;
+#[cfg(test)]
+mod testing;

@@ -285,9 +285,7 @@ mod tests {
         println!("{e:#}");
         assert!(format!("{e:#}").starts_with("cannot read image tests/no-such.png: "), "{e:#}");
 
-        let dir = tempfile::tempdir().unwrap();
-        let bogus = dir.path().join("x.png");
-        std::fs::write(&bogus, b"this is not a png").unwrap();
+        let (_dir, bogus) = crate::testing::file_with("x.png", b"this is not a png");
         let e = ImageSource::open(&bogus, None).err().unwrap();
         println!("{e:#}");
         assert!(format!("{e:#}").contains(&format!("cannot read image {}: ", bogus.display())), "{e:#}");

@@ -419,9 +419,7 @@ mod tests {
 
     #[test]
     fn video_source_not_a_video_names_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("junk.mp4");
-        std::fs::write(&p, b"definitely not a video").unwrap();
+        let (_dir, p) = crate::testing::file_with("junk.mp4", b"definitely not a video");
         let e = VideoSource::open(&p, None).err().unwrap();
         let msg = format!("{e:#}");
         println!("{msg}");

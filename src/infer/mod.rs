@@ -428,9 +428,7 @@ mod tests {
     fn auto_sends_rknn_models_to_the_rknn_backend() {
         // A model that is not an RKNN file is refused by the rknn backend before it looks
         // for librknnrt, so this holds with or without a runtime installed.
-        let dir = tempfile::tempdir().unwrap();
-        let fake = dir.path().join("fake.rknn");
-        std::fs::write(&fake, b"not a model").unwrap();
+        let (_dir, fake) = crate::testing::file_with("fake.rknn", b"not a model");
         let opts = DetectorOptions { model: fake, ..Default::default() };
         let err = open_detector(DetectorKind::Auto, &opts).err().unwrap().to_string();
         assert!(err.starts_with("--infer auto: model") && err.contains("fake.rknn is not an RKNN model"), "{err}");
@@ -458,9 +456,7 @@ mod tests {
     fn missing_or_empty_labels_name_the_path() {
         let err = load_labels(Path::new("/nonexistent/labels.txt")).unwrap_err().to_string();
         assert!(err.contains("/nonexistent/labels.txt") && err.contains("models/coco80.txt"), "{err}");
-        let dir = tempfile::tempdir().unwrap();
-        let empty = dir.path().join("empty.txt");
-        std::fs::write(&empty, "\n\n").unwrap();
+        let (_dir, empty) = crate::testing::file_with("empty.txt", "\n\n");
         let err = load_labels(&empty).unwrap_err().to_string();
         assert!(err.contains("empty.txt") && err.contains("is empty"), "{err}");
     }

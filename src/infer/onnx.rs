@@ -460,9 +460,7 @@ mod tests {
     #[test]
     fn truncated_model_is_an_error_naming_the_path() {
         let bytes = std::fs::read(root("models/yolox_nano.onnx")).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("truncated.onnx");
-        std::fs::write(&path, &bytes[..100 * 1024]).unwrap();
+        let (dir, path) = crate::testing::file_with("truncated.onnx", &bytes[..100 * 1024]);
         let err = open_detector(crate::infer::DetectorKind::Onnx, &opts(path.clone())).err().unwrap().to_string();
         eprintln!("{err}");
         assert!(err.starts_with(&format!("cannot load ONNX model {}: ", path.display())), "{err}");

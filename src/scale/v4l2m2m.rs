@@ -44,6 +44,7 @@ use crate::core::pool::{Frame, WriteLoan};
 const FRAME_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One open mem2mem node, its queues negotiated and both pools imported.
+#[derive(Debug)]
 pub struct V4l2M2mScaler {
     file: File,
     node: NodeInfo,
@@ -58,12 +59,6 @@ pub struct V4l2M2mScaler {
     letterbox: LetterboxParams,
     streaming: bool,
     frames: u64,
-}
-
-impl std::fmt::Debug for V4l2M2mScaler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("V4l2M2mScaler").field("node", &self.node.label()).field("frames", &self.frames).finish()
-    }
 }
 
 /// "mem2mem nodes here: /dev/video8 (vim2m) (`zcpipe doctor` lists every node)".

@@ -103,6 +103,7 @@ fn is_enodev(e: &io::Error) -> bool {
 }
 
 /// An open V4L2 capture node with its negotiated format.
+#[derive(Debug)]
 pub struct V4l2Capture {
     file: File,
     node: NodeInfo,
@@ -123,12 +124,6 @@ pub struct V4l2Capture {
     last_ts: u64,
     sequence: SequenceCounter,
     warned_clock: bool,
-}
-
-impl std::fmt::Debug for V4l2Capture {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("V4l2Capture").field("node", &self.node.label()).field("granted", &self.granted).finish()
-    }
 }
 
 impl V4l2Capture {
