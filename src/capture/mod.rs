@@ -6,7 +6,11 @@
 //! allocates per frame. Pacing (`--fps`) and `--frames N` are the stage loop's job.
 //!
 //! A camera (`v4l2[:DEVICE]`, [`v4l2`]) is different: the driver fills the pool's buffers
-//! itself (its own, exported with VIDIOC_EXPBUF, or imported dma-bufs) and paces the stream.
+//! itself (its own, exported with VIDIOC_EXPBUF, or imported dma-bufs), each queued with a
+//! `DeviceLoan` of the pool, and paces the stream.
+//!
+//! The stage process is [`stage`]; its configuration is [`CaptureConfig`]. This folder
+//! never imports another stage or the command line.
 
 pub mod image;
 pub mod stage;

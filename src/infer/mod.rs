@@ -15,10 +15,11 @@
 //! colour-convert (that is the scaler's job; a backend only changes element type and
 //! layout, e.g. uint8 NHWC -> float32 NCHW), or panic on a bad model or a bad descriptor.
 //!
-//! Backends are chosen by name ([`open_detector`]): `onnx` (tract, CPU, behind the `onnx`
-//! cargo feature), `rknn` (Rockchip NPU through `librknnrt.so` loaded at run time, reading
-//! the scaler's dma-bufs in place: [`rknn`]), `none` (no inference, to measure transport),
-//! `auto`. The model contract (tensor shapes, preprocessing, decoding, reference detections)
+//! Backends sit behind one trait, [`Detector`], chosen by [`DetectorKind`] (`--infer`) in
+//! [`open_detector`]: `onnx` (tract, CPU, behind the `onnx` cargo feature), `rknn` (Rockchip
+//! NPU through `librknnrt.so` loaded at run time, reading the scaler's dma-bufs in place:
+//! [`rknn`]), `none` (no inference, to measure transport), `auto`. The stage process is
+//! [`stage`]; its configuration is [`InferConfig`]; it never imports another stage. The model contract (tensor shapes, preprocessing, decoding, reference detections)
 //! is in `models/PROVENANCE.md`.
 //!
 //! [`LetterboxParams::unmap_box`]: crate::core::frame::LetterboxParams::unmap_box
