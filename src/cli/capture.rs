@@ -58,7 +58,7 @@ impl CaptureArgs {
             source,
             fps: self.fps,
             frames: self.frames,
-            buffers: check_buffers("--buffers", self.buffers)?,
+            buffers: check_buffers("--buffers", self.buffers, 4)?,
             format: self.format.clone(),
             size: self.size.clone(),
             capture_io: self.capture_io,

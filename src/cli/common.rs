@@ -129,10 +129,11 @@ impl PipelineArgs {
     }
 }
 
-/// Checks a pool size (`--buffers`, `--scale-buffers`): 2..=64 buffers.
-pub fn check_buffers(flag: &str, n: usize) -> Result<usize> {
+/// Checks a pool size (`--buffers`, `--scale-buffers`): 2..=64 buffers; the error names
+/// the flag's own default (`good`).
+pub fn check_buffers(flag: &str, n: usize, good: usize) -> Result<usize> {
     if !(2..=64).contains(&n) {
-        anyhow::bail!("{flag} {n}: use 2..=64 (4 is a good default)");
+        anyhow::bail!("{flag} {n}: use 2..=64 ({good} is a good default)");
     }
     Ok(n)
 }

@@ -28,7 +28,7 @@ pub struct ScaleArgs {
 impl ScaleArgs {
     /// The checked configuration: the output pool has 2..=64 buffers.
     pub fn config(&self) -> Result<ScaleConfig> {
-        Ok(ScaleConfig { scaler: self.scaler.clone(), buffers: check_buffers("--scale-buffers", self.scale_buffers)?, rga_core: self.rga_core })
+        Ok(ScaleConfig { scaler: self.scaler.clone(), buffers: check_buffers("--scale-buffers", self.scale_buffers, 3)?, rga_core: self.rga_core })
     }
 
     /// These options as `--key=value` flags (see [`super::capture::CaptureArgs::flags`]).

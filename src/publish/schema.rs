@@ -35,6 +35,19 @@ impl SocketLine {
         line.push('\n');
         Ok(line)
     }
+
+    /// Reads one line as a reader should: by its `"type"`; a line without one comes from a
+    /// zcpipe from before the field existed (a publisher not yet upgraded), whose end line
+    /// is the one with `"end": true` and whose other lines are frames. Errors on anything
+    /// else (not JSON, an unknown type, missing fields).
+    pub fn parse(line: &str) -> serde_json::Result<SocketLine> {
+        let mut v: serde_json::Value = serde_json::from_str(line)?;
+        if let Some(o) = v.as_object_mut().filter(|o| !o.contains_key("type")) {
+            let kind = if o.get("end") == Some(&serde_json::Value::Bool(true)) { "end" } else { "frame" };
+            o.insert("type".into(), kind.into());
+        }
+        serde_json::from_value(v)
+    }
 }
 
 /// One detection as published.
@@ -133,5 +146,18 @@ mod tests {
         assert!(matches!(serde_json::from_str(&extra).unwrap(), SocketLine::End(EndJson { frames: 5, .. })));
         assert!(serde_json::from_str::<SocketLine>("{\"end\":true,\"frames\":5,\"reason\":\"x\"}").is_err());
         assert!(serde_json::from_str::<SocketLine>("{\"type\":\"other\"}").is_err());
+    }
+
+    #[test]
+    fn lines_from_before_the_type_field_are_still_read() {
+        let old_end = "{\"end\":true,\"frames\":5,\"reason\":\"signal\"}";
+        assert_eq!(SocketLine::parse(old_end).unwrap(), SocketLine::End(EndJson { end: true, frames: 5, reason: "signal".into() }));
+        let old_frame = "{\"seq\":1,\"timestamp_ns\":2,\"width\":3,\"height\":4,\"latency_us\":{\"capture\":0.0,\"scale\":0.0,\"infer\":0.0,\"publish\":0.0,\"total\":0.0},\"detections\":[]}";
+        assert!(matches!(SocketLine::parse(old_frame).unwrap(), SocketLine::Frame(FrameJson { seq: 1, width: 3, .. })));
+        let new = SocketLine::End(EndJson { end: true, frames: 1, reason: "x".into() });
+        assert_eq!(SocketLine::parse(&new.to_line().unwrap()).unwrap(), new);
+        assert!(SocketLine::parse("{\"type\":\"other\"}").is_err());
+        assert!(SocketLine::parse("not json").is_err());
+        assert!(SocketLine::parse("{\"seq\":1}").is_err(), "a frame without its fields");
     }
 }

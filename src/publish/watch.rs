@@ -46,7 +46,7 @@ pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
             break;
         }
         let line = line.context("reading the detections socket")?;
-        let frame = match serde_json::from_str::<SocketLine>(&line) {
+        let frame = match SocketLine::parse(&line) {
             Ok(SocketLine::End(_)) => {
                 log::info!("stream ended: {line}");
                 finished = true;
