@@ -2,9 +2,11 @@
 //! scale stage, then produce paced frames into it until the source ends, `--frames` is
 //! reached, or a signal arrives.
 //!
-//! A V4L2 camera ([`run_v4l2`]) takes a path of its own: the driver fills the pool (its
+//! A V4L2 camera (`run_v4l2`) takes a path of its own: the driver fills the pool (its
 //! buffers exported with EXPBUF, or imported dma-bufs), paces the stream and stamps the
 //! frames; the loop queues each buffer back once every downstream holder has dropped it.
+//! Both paths run on the stage skeleton ([`crate::stage`]): one loop, one ending, one
+//! final report.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

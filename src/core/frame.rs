@@ -5,7 +5,7 @@
 //! This is the shape of libcamera's `FrameBuffer` and of a DRM framebuffer. Descriptors are
 //! plain data (`repr(C)`, [`bytemuck::Pod`]) so they fit in a ring slot, and they hold
 //! indices and offsets only, never addresses. A descriptor read from shared memory comes
-//! from an untrusted peer: [`FrameDesc::validate`] checks every index and length before use.
+//! from an untrusted peer: [`FrameLayout::validate`] checks every index and length before use.
 
 use bytemuck::{Pod, Zeroable};
 
