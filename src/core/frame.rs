@@ -37,9 +37,17 @@ impl Fourcc {
     /// Packed B G R, 3 bytes per pixel (`V4L2_PIX_FMT_BGR24`); the YOLOX model input.
     pub const BGR24: Fourcc = Fourcc::new(b"BGR3");
 
-    /// The four characters, for messages (`NV12`, `BGR3`, ...).
+    /// The code as V4L2 tools print it, for messages (`NV12`, `BGR3`, `Y16 -BE`): four
+    /// characters, spaces kept, other unprintable bytes as `?`, and `-BE` when bit 31 (the
+    /// big-endian flag of `v4l2_fourcc_be`, videodev2.h) is set. The one speller of codes;
+    /// zcpipe's own names (`NV12M`, `RGB24`) are `sys::v4l2::format_name`.
     pub fn to_string_lossy(self) -> String {
-        self.0.to_le_bytes().iter().map(|&b| if b.is_ascii_graphic() { b as char } else { '?' }).collect()
+        let s: String = (self.0 & 0x7fff_ffff).to_le_bytes().iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect();
+        if self.0 & 0x8000_0000 != 0 {
+            format!("{s}-BE")
+        } else {
+            s
+        }
     }
 
     /// Parses a user-facing format name (`NV12`, `NV16`, `NV12M`, `YUYV`, `RGB24`, `BGR24`)

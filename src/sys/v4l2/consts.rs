@@ -190,16 +190,8 @@ pub fn format_list(v: &[Fourcc], empty: &str) -> String {
     v.iter().map(|f| format_name(*f)).collect::<Vec<_>>().join(", ")
 }
 
-/// A raw `pixelformat` as V4L2 tools print it: four characters, with `-BE` when bit 31 (the
-/// big-endian flag of `v4l2_fourcc_be`, videodev2.h) is set. Spaces are kept (`Y16 `);
-/// other unprintable bytes become `?`. ([`Fourcc`]'s `Display` shows zcpipe's formats and
-/// turns spaces into `?`; [`format_name`] gives zcpipe's names.)
+/// A raw `pixelformat` as V4L2 tools print it ([`Fourcc`]'s spelling: `Y16 -BE`);
+/// [`format_name`] gives zcpipe's names.
 pub fn fourcc_chars(pixelformat: u32) -> String {
-    let s: String =
-        (pixelformat & 0x7fff_ffff).to_le_bytes().iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect();
-    if pixelformat & 0x8000_0000 != 0 {
-        format!("{s}-BE")
-    } else {
-        s
-    }
+    Fourcc(pixelformat).to_string()
 }
