@@ -209,6 +209,18 @@ impl StageCtx<'_> {
     }
 }
 
+/// Ends a stage's output hop ([`PoolProducer::end`]: drained after a clean end, up to
+/// [`DRAIN_TIMEOUT`]): the buffers that came back after end of stream and those still out,
+/// said (with `after` before the `;`, e.g. `", before STREAMOFF"`) and reported
+/// (`buffers_returned_at_end`, `buffers_still_out`), the drain's error, and the buffers
+/// still out.
+pub fn drain_pool(prod: &mut PoolProducer, clean: bool, after: &str) -> (Drained, usize) {
+    let ((returned, still_out), result) = prod.end(clean, DRAIN_TIMEOUT);
+    let said = format!("{returned} buffers came back after end of stream, {still_out} still out{after}; ");
+    let extras = vec![("buffers_returned_at_end", returned.into()), ("buffers_still_out", still_out.into())];
+    (Drained { said, extras, result }, still_out)
+}
+
 /// Exit code of a stage that stopped because a neighbour went away ([`PeerGone`]): not its
 /// own fault, and the neighbour reports its own cause.
 pub const EXIT_PEER_GONE: i32 = 3;

@@ -35,10 +35,10 @@ pub struct CaptureConfig {
     pub frames: Option<u64>,
     /// Buffers in the capture pool (2..=64).
     pub buffers: usize,
-    /// V4L2 pixel format as written (`NV12`, ...; parsed when the camera is opened).
-    pub format: Option<String>,
-    /// V4L2 frame size as written (`WxH`).
-    pub size: Option<String>,
+    /// V4L2 pixel format (`--format NV12`, ...).
+    pub format: Option<crate::core::frame::Fourcc>,
+    /// V4L2 frame size, width x height in pixels (`--size WxH`).
+    pub size: Option<(u32, u32)>,
     /// V4L2 buffer I/O (`None`: mmap).
     pub capture_io: Option<v4l2::CaptureIo>,
 }

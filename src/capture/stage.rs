@@ -19,7 +19,7 @@ use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone};
 use crate::core::pool::{HopSpec, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan};
-use crate::stage::{Drained, Extras, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
+use crate::stage::{drain_pool, Extras, StageCtx, Turn, IDLE_WAIT};
 use crate::sys::v4l2::node::first_capture_node;
 
 use super::spec::{open_source, SourceSpec};
@@ -120,7 +120,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         format!("{seq} frames"),
         fds_setup,
         // A dead scale stage frees what it held: the drain returns at once then.
-        |prod, end| drain(prod, end.clean, "").0,
+        |prod, end| drain_pool(prod, end.clean, "").0,
         |prod, extras| report(prod, seq, span, true, extras),
     )
 }
@@ -155,15 +155,6 @@ fn check_scale(conn: &Conn) -> Result<()> {
     Ok(())
 }
 
-/// Ends the capture hop ([`PoolProducer::end`]): buffers that came back after end of stream
-/// and those still out, said (before `after`) and reported; and the drain's error.
-fn drain(prod: &mut PoolProducer, clean: bool, after: &str) -> (Drained, usize) {
-    let ((returned, still_out), result) = prod.end(clean, DRAIN_TIMEOUT);
-    let said = format!("{returned} buffers came back after end of stream, {still_out} still out{after}; ");
-    let extras = vec![("buffers_returned_at_end", returned.into()), ("buffers_still_out", still_out.into())];
-    (Drained { said, extras, result }, still_out)
-}
-
 /// The capture stage on a V4L2 camera: open and negotiate, make the pool (MMAP + EXPBUF or
 /// imported dma-bufs), offer it to scale, stream until `--frames`, a signal, or the camera
 /// is unplugged; then drain, STREAMOFF, and report.
@@ -171,8 +162,8 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let io = cfg.capture_io.unwrap_or_default();
     let v4l2_cfg = V4l2Config {
         device,
-        format: cfg.format.as_deref().map(v4l2::parse_format).transpose()?,
-        size: cfg.size.as_deref().map(v4l2::parse_size).transpose()?,
+        format: cfg.format,
+        size: cfg.size,
         fps: cfg.fps,
         buffers: cfg.buffers,
         io,
@@ -300,7 +291,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         |(prod, cam), end| {
             // A dead scale stage frees what it held: the drain returns at once then.
             // STREAMOFF is tried even after a failed drain, so the driver gives its buffers back.
-            let (mut d, still_out) = drain(prod, end.clean, ", before STREAMOFF");
+            let (mut d, still_out) = drain_pool(prod, end.clean, ", before STREAMOFF");
             let streamed_off = cam.stream_off(prod);
             let held = streamed_off.as_ref().copied().unwrap_or(0);
             let home = n_bufs - still_out;

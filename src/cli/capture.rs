@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::capture::spec::{check_fps, check_v4l2_only_flags, SourceSpec};
-use crate::capture::v4l2::CaptureIo;
+use crate::capture::v4l2::{parse_format, parse_size, CaptureIo};
 use crate::capture::CaptureConfig;
 use crate::core::config::Choice;
 
@@ -47,7 +47,8 @@ fn parse_frames(s: &str) -> Result<u64, String> {
 
 impl CaptureArgs {
     /// The checked configuration: the source parses, `--fps` is in range, the V4L2-only
-    /// options come with a V4L2 source, the pool has 2..=64 buffers.
+    /// options come with a V4L2 source and parse (`--format` a format zcpipe reads,
+    /// `--size` as `WxH`), the pool has 2..=64 buffers.
     pub fn config(&self) -> Result<CaptureConfig> {
         let source: SourceSpec = self.source.parse()?;
         if let Some(f) = self.fps {
@@ -59,8 +60,8 @@ impl CaptureArgs {
             fps: self.fps,
             frames: self.frames,
             buffers: check_buffers("--buffers", self.buffers, 4)?,
-            format: self.format.clone(),
-            size: self.size.clone(),
+            format: self.format.as_deref().map(parse_format).transpose()?,
+            size: self.size.as_deref().map(parse_size).transpose()?,
             capture_io: self.capture_io,
         })
     }

@@ -1,6 +1,9 @@
 //! The process's stop flag and the signal handlers that set it. The command line owns
-//! them and hands the flag down to whatever it runs (a stage, the supervisor, compare);
-//! nothing below the command line installs a handler for these signals or reads a global.
+//! them and hands the flag down to whatever it runs (a stage, the supervisor, watch,
+//! compare); no stage, nor the supervisor, installs a handler or reads a global flag.
+//! `zcpipe bench` is the one exception: for the length of a measurement it installs its
+//! own handlers (SIGCHLD and SIGALRM to time its forked peers out, SIGINT/SIGTERM to abort
+//! them) and puts these back afterwards.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -90,7 +90,14 @@ impl CopySender {
         let d = gather(desc, bufs, &mut self.scratch)?;
         self.counters.copied_bytes += self.scratch.len() as u64;
         let hdr = CopyHeader { magic: MAGIC, payload: self.scratch.len() as u64, desc: d };
-        let io = |e: std::io::Error| anyhow::Error::new(super::link::PeerGone::new(format!("data socket: downstream hung up ({e})")));
+        // EPIPE/ECONNRESET: the consumer went away (a hang-up, reported quietly); anything
+        // else is this stage's own error.
+        let io = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                anyhow::Error::new(super::link::PeerGone::new(format!("data socket: downstream hung up ({e})")))
+            }
+            _ => anyhow::anyhow!("data socket: {e}"),
+        };
         self.sock.write_all(bytemuck::bytes_of(&hdr)).map_err(io)?;
         self.sock.write_all(&self.scratch).map_err(io)?;
         self.counters.socket_bytes += (std::mem::size_of::<CopyHeader>() + self.scratch.len()) as u64;

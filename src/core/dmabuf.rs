@@ -288,9 +288,17 @@ pub fn list_heaps(dir: &Path) -> Vec<String> {
 /// A chosen allocator. All buffers of a pool come from one.
 pub enum Allocator {
     /// A dma-buf heap device.
-    Heap { heap: dma_heap::Heap, path: PathBuf },
+    Heap {
+        /// The open heap (DMA_HEAP_IOCTL_ALLOC, linux/dma-heap.h).
+        heap: dma_heap::Heap,
+        /// Its device node (`/dev/dma_heap/system`).
+        path: PathBuf,
+    },
     /// `/dev/udmabuf`.
-    Udmabuf { dev: std::fs::File },
+    Udmabuf {
+        /// The open `/dev/udmabuf` (UDMABUF_CREATE, linux/udmabuf.h).
+        dev: std::fs::File,
+    },
     /// Sealed memfds.
     Memfd,
 }

@@ -23,7 +23,7 @@ use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
 
 use super::{load_labels, open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
 
@@ -114,7 +114,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 out.finish();
                 // Publish takes what is queued, then hangs up (at once if it is gone already).
                 let t = Instant::now();
-                while !out.conn().peer_gone() && t.elapsed() < Duration::from_secs(5) {
+                while !out.conn().peer_gone() && t.elapsed() < DRAIN_TIMEOUT {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }

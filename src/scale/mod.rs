@@ -6,7 +6,8 @@
 //! guard and writes the output through a write guard: [`map_frame`]) or binds the pools (its
 //! device imports both pools once at start-up and reads and writes the dma-bufs itself);
 //! [`Scaler::binds_pools`] says which. Adding a backend is a file here, a [`ScalerKind`]
-//! variant and its arm in [`stage`]'s `open_scaler`.
+//! variant (with its `--scaler` spelling in `FromStr` and `Display`) and its arm in
+//! [`stage`]'s `open_scaler`.
 //!
 //! The output layout comes from the model (negotiated with the infer stage at set-up): for
 //! YOLOX-Nano 416x416 BGR24, top-left letterbox, pad value 114, bilinear. This folder never
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::core::dmabuf::DmaBuf;
+use crate::core::dmabuf::{DmaBuf, HeapChoice};
 use crate::core::frame::{FrameLayout, LetterboxParams};
 use crate::core::pool::{Frame, WriteLoan};
 
@@ -97,6 +98,13 @@ pub trait Scaler: Send {
     /// is queueing. `false`: the backend maps frames through CPU guards.
     fn binds_pools(&self) -> bool {
         false
+    }
+
+    /// The allocator the output pool should come from, given the `--heap` asked for (the
+    /// default: that one). RGA says a heap it can reach (dma32 or CMA where RGA2 sees only
+    /// the first 4 GiB) and logs why.
+    fn output_heap(&self, requested: HeapChoice) -> HeapChoice {
+        requested
     }
 
     /// Negotiates the conversion into `dst_layout` at start-up and, for a device backend,

@@ -12,10 +12,10 @@ use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
 use crate::core::pool::{HopSpec, PoolConsumer, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
+use crate::stage::{drain_pool, incoming, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::cpu::CpuScaler;
-use super::rga::{rga_heap, RgaCore, RgaScaler};
+use super::rga::{RgaCore, RgaScaler};
 use super::v4l2m2m::V4l2M2mScaler;
 use super::{NoScaler, ScaleConfig, Scaler, ScalerKind};
 
@@ -62,14 +62,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let dst_fourcc = Fourcc(want.fourcc);
     let bpl = if want.bytesperline != 0 { want.bytesperline } else { align_up(want.width * 3, want.stride_align.max(1).next_power_of_two()) };
     let dst = FrameLayout::packed24(dst_fourcc, want.width, want.height, bpl);
-    let heap = if cfg.scaler == ScalerKind::Rga {
-        // RGA2 reaches only the first 4 GiB: prefer a dma32 or CMA heap for what it writes.
-        let h = rga_heap(ctx.data.heap, Path::new("/dev/dma_heap"));
-        log::info!("rga: output pool heap: {}", h.reason);
-        h.choice
-    } else {
-        ctx.data.heap
-    };
+    let heap = scaler.output_heap(ctx.data.heap);
     let alloc = Allocator::open(heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
@@ -133,10 +126,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         format!("{n_in} frames"),
         fds_setup,
         // A dead infer stage frees what it held: the drain returns at once then.
-        |out, end| {
-            let ((returned, still_out), result) = out.end(end.clean, DRAIN_TIMEOUT);
-            Drained { said: format!("{returned} buffers came back after end of stream, {still_out} still out; "), extras: vec![], result }
-        },
+        |out, end| drain_pool(out, end.clean, "").0,
         |out, extras| report(out, n_in, span, true, extras),
     )
 }

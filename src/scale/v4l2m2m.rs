@@ -360,7 +360,10 @@ impl V4l2M2mScaler {
     }
 
     /// Converts source buffer `src_index` into output buffer `dst_index` (after
-    /// [`V4l2M2mScaler::bind_pools`]); returns when the device is done with both.
+    /// [`V4l2M2mScaler::bind_pools`]); returns when the device is done with both. This is
+    /// below the pools' loans: the caller must hold both buffers. The scale stage goes
+    /// through [`Scaler::scale`], whose `Frame` and `WriteLoan` prove it; tests drive the
+    /// device with indices.
     pub fn scale_index(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
         let (si, di) = (src_index as usize, dst_index as usize);
         if si >= self.src.len() || di >= self.dst.len() {

@@ -3,8 +3,11 @@
 //! formats, buffers, stream parameters, ioctls and node probing; `rga` and `rknn` for librga
 //! and librknnrt, loaded at run time with libloading), each ioctl or vendor call wrapped once,
 //! each struct checked against its header's size (and each ioctl's number) in a test run on
-//! x86_64 and aarch64. All `unsafe` for ioctls and vendor calls lives here; nothing here
-//! makes a policy decision or knows a stage.
+//! x86_64 and aarch64. Every ioctl's `unsafe` lives here, and every vendor call has its
+//! wrapper here; the few vendor calls whose contract the caller must keep are `unsafe fn`s
+//! (librga's virtual-address images, librknnrt's `rknn_set_io_mem`), called with their
+//! `SAFETY` line where the buffers live (and `zcpipe doctor` opens the libraries itself to
+//! report whether they load). Nothing here makes a policy decision or knows a stage.
 
 pub mod dmabuf;
 pub mod rga;

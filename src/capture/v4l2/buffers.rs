@@ -117,7 +117,7 @@ impl V4l2Capture {
 
     /// Hands the buffer of `loan` (its dma-bufs `bufs`) to the driver (VIDIOC_QBUF); the
     /// driver's queue holds the loan until DQBUF or STREAMOFF.
-    pub fn queue(&mut self, loan: DeviceLoan, bufs: &[DmaBuf]) -> Result<()> {
+    fn queue(&mut self, loan: DeviceLoan, bufs: &[DmaBuf]) -> Result<()> {
         let index = loan.index();
         let mut b = sys::Buffer::new(self.buf_type, self.memory, index);
         let mut planes = vec![sys::Plane::default(); self.granted.planes.len()];
@@ -155,9 +155,9 @@ impl V4l2Capture {
     }
 
     /// Queues every buffer no one downstream holds ([`PoolProducer::lend_free_to_device`]).
-    pub fn refill(&mut self, prod: &mut PoolProducer) -> Result<()> {
+    pub(super) fn refill(&mut self, prod: &mut PoolProducer) -> Result<()> {
         for loan in prod.lend_free_to_device(self.min_device)? {
-            let bufs = prod.buffer_for_import(loan.index());
+            let bufs = prod.device_buffers(&loan)?;
             self.queue(loan, bufs)?;
         }
         Ok(())
@@ -179,7 +179,7 @@ impl V4l2Capture {
     }
 
     /// Waits up to `timeout` for a filled buffer (`poll()` POLLIN). `Ok(true)`: try DQBUF.
-    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+    pub(super) fn wait(&self, timeout: Duration) -> Result<bool> {
         let ms = timeout.as_millis().min(u16::MAX as u128) as u16;
         let mut p = [PollFd::new(self.fd(), PollFlags::POLLIN)];
         match poll(&mut p, PollTimeout::from(ms)) {
@@ -193,7 +193,7 @@ impl V4l2Capture {
 
     /// Takes one filled buffer back (VIDIOC_DQBUF, non-blocking) with the loan it was
     /// queued with: `Ok(None)` if none is ready; the error [`Unplugged`] on ENODEV.
-    pub fn dequeue(&mut self) -> Result<Option<(DeviceLoan, Dequeued)>> {
+    pub(super) fn dequeue(&mut self) -> Result<Option<(DeviceLoan, Dequeued)>> {
         let mut b = sys::Buffer::new(self.buf_type, self.memory, 0);
         let mut planes = vec![sys::Plane::default(); self.granted.planes.len()];
         match sys::dqbuf(self.fd(), &mut b, &mut planes) {

@@ -169,7 +169,7 @@ impl V4l2Capture {
     }
 
     /// Buffers the driver holds now.
-    pub fn at_driver(&self) -> usize {
+    pub(super) fn at_driver(&self) -> usize {
         self.at_driver.iter().filter(|q| q.is_some()).count()
     }
 

@@ -143,6 +143,15 @@ pub struct PoolConsumer {
 /// let _ = frame.buffers()[0].write()?; // error: the frame's dma-bufs are lent read-only
 /// # Ok(()) }
 /// ```
+///
+/// while reading both does compile (so the two above fail for the reason they show):
+///
+/// ```
+/// # fn f(frame: &zcpipe::core::pool::Frame) -> anyhow::Result<()> {
+/// let _index = frame.desc().buffer_index;
+/// let _pixels = frame.buffers()[0].read()?;
+/// # Ok(()) }
+/// ```
 pub struct Frame {
     desc: FrameDesc,
     bufs: Arc<Vec<Vec<DmaBuf>>>,

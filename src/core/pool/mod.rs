@@ -47,6 +47,13 @@ enum BufState {
     Queued(u32),
 }
 
+/// A process-wide number for each pool made, so a [`DeviceLoan`] is only ever taken back by
+/// the pool that lent it.
+fn next_pool_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn token(desc: &FrameDesc) -> u64 {
     (desc.seq << 32) | desc.buffer_index as u64
 }
@@ -89,6 +96,8 @@ pub struct PoolStats {
 
 /// The producer's end of a frame hop: the pool, its ownership states and the ring.
 pub struct PoolProducer {
+    /// Tells this pool's [`DeviceLoan`]s from another's.
+    id: u64,
     sender: Link,
     bufs: Vec<Vec<DmaBuf>>,
     state: Vec<BufState>,
@@ -197,6 +206,7 @@ impl PoolProducer {
         log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
         let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy));
         Ok(PoolProducer {
+            id: next_pool_id(),
             sender,
             state: vec![BufState::Free; n],
             free: (0..n as u32).collect(),
@@ -226,6 +236,7 @@ impl PoolProducer {
         drop(theirs);
         log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
         Ok(PoolProducer {
+            id: next_pool_id(),
             sender: Link::Copy { data: CopySender::new(ours), conn },
             state: vec![BufState::Free; n],
             free: (0..n as u32).collect(),
@@ -241,16 +252,6 @@ impl PoolProducer {
             Link::Copy { data, .. } => Some(data.counters),
             Link::Ring(_) => None,
         }
-    }
-
-    /// Pool size.
-    pub fn len(&self) -> usize {
-        self.bufs.len()
-    }
-
-    /// Whether the pool is empty (never, once offered).
-    pub fn is_empty(&self) -> bool {
-        self.bufs.is_empty()
     }
 
     fn release(&mut self, i: u32, seq: u64) -> bool {
@@ -330,7 +331,8 @@ impl PoolProducer {
             let at_device = self.state.iter().filter(|s| **s == BufState::Device).count();
             while at_device + self.free.len() < min_device && self.reclaim_oldest()? {}
         }
-        let v: Vec<DeviceLoan> = self.free.drain(..).map(|index| DeviceLoan { index }).collect();
+        let pool = self.id;
+        let v: Vec<DeviceLoan> = self.free.drain(..).map(|index| DeviceLoan { pool, index }).collect();
         for l in &v {
             self.state[l.index as usize] = BufState::Device;
         }
@@ -342,6 +344,9 @@ impl PoolProducer {
     /// buffer at a device (a loan of another pool).
     pub fn claim(&mut self, loan: DeviceLoan) -> Result<WriteLoan<'_>> {
         let i = loan.index;
+        if loan.pool != self.id {
+            bail!("device returned buffer {i} of another pool");
+        }
         match self.state.get(i as usize) {
             Some(BufState::Device) => {
                 self.state[i as usize] = BufState::Writing;
@@ -355,16 +360,19 @@ impl PoolProducer {
     /// returns every queued buffer): they are free again.
     pub fn device_returned(&mut self, loans: impl IntoIterator<Item = DeviceLoan>) {
         for l in loans {
-            if self.state.get(l.index as usize) == Some(&BufState::Device) {
+            if l.pool == self.id && self.state.get(l.index as usize) == Some(&BufState::Device) {
                 self.free_buffer(l.index);
             }
         }
     }
 
-    /// The dma-bufs of buffer `i`, for a device to import once at set-up (every buffer,
-    /// whoever holds it: importing is not writing).
-    pub fn buffer_for_import(&self, i: u32) -> &[DmaBuf] {
-        &self.bufs[i as usize]
+    /// The dma-bufs of the buffer `loan` lends to a device, to hand to it with the loan
+    /// (QBUF of a `V4L2_MEMORY_DMABUF` queue). Errors for a loan of another pool.
+    pub fn device_buffers(&self, loan: &DeviceLoan) -> Result<&[DmaBuf]> {
+        if loan.pool != self.id {
+            bail!("device loan of buffer {} belongs to another pool", loan.index);
+        }
+        Ok(&self.bufs[loan.index as usize])
     }
 
     /// Publishes the buffer of `loan`, described by `desc` (whose `buffer_index` is set to
@@ -530,11 +538,14 @@ impl Drop for WriteLoan<'_> {
 /// A pool buffer lent to a device that fills it (a V4L2 driver's queue): held by whoever
 /// queued it, turned back into a [`WriteLoan`] with [`PoolProducer::claim`] when the device
 /// hands it back filled (DQBUF), or returned with [`PoolProducer::device_returned`] when
-/// the device gives it up (STREAMOFF). The pool's state is the one record of who holds a
-/// buffer; the loan is the token that proves it.
+/// the device gives it up (STREAMOFF). The pool's state records who holds each buffer; the
+/// loan is the token the holder keeps (a V4L2 queue keeps one per queued buffer), and it
+/// names its pool, so another pool refuses it.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a DeviceLoan dropped without device_returned leaves its buffer lent for good"]
 pub struct DeviceLoan {
+    /// The [`PoolProducer`] that lent it (its `id`).
+    pool: u64,
     index: u32,
 }
 

@@ -111,12 +111,17 @@ fn device_loans_come_back_as_write_loans_or_at_streamoff() {
     let filled = lent.remove(1);
     prod.claim(filled).unwrap().publish(desc(0), &NEVER).unwrap();
     assert_eq!(take(&mut rx).buffer_index, 1);
-    // STREAMOFF: the device gives the rest back.
-    prod.device_returned(lent);
+    // Another pool's loan of buffer 0 is refused, though this pool's buffer 0 is at a device
+    // too: neither its buffers nor a write loan come from it.
     let (mut other, _orx) = hop(3, RingPolicy::DropOldest);
     let foreign = other.lend_free_to_device(1).unwrap().remove(0);
+    assert_eq!(foreign.index(), lent[0].index());
+    assert!(prod.device_buffers(&foreign).err().unwrap().to_string().contains("another pool"));
     let e = prod.claim(foreign).err().unwrap().to_string();
-    assert!(e.contains("which it did not hold"), "{e}");
+    assert!(e.contains("another pool"), "{e}");
+    assert_eq!(prod.device_buffers(&lent[0]).unwrap().len(), 1);
+    // STREAMOFF: the device gives the rest back.
+    prod.device_returned(lent);
     // Buffers 0 and 2 are free again and buffer 1 is with the consumer: only 0 and 2 are lent.
     let mut again: Vec<u32> = prod.lend_free_to_device(0).unwrap().iter().map(DeviceLoan::index).collect();
     again.sort();

@@ -258,7 +258,9 @@ impl RknnDetector {
 impl RknnDetector {
     /// Runs the frame held in pool buffer `index` (imported by [`Detector::bind_pool`]),
     /// laid out as `layout` says (it must match the model's input, its `bytesperline`
-    /// included), on the next context in round-robin order.
+    /// included), on the next context in round-robin order. This is below the pool's loans:
+    /// the caller must hold the buffer. The infer stage goes through
+    /// [`Detector::detect_bound`], whose `Frame` proves it; tests drive the NPU with indices.
     pub fn detect_index(&mut self, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
         let i = self.next_ctx();
         self.ctxs[i].detect_bound(&self.rknn, &self.model, index, layout)

@@ -35,7 +35,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::{fill_pad, map_frame, Scaler};
 use crate::core::config::Choice;
-use crate::core::dmabuf::DmaBuf;
+use crate::core::dmabuf::{DmaBuf, HeapChoice};
 use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
 use crate::core::pool::{Frame, WriteLoan};
 use crate::sys::rga as sys;
@@ -491,7 +491,9 @@ impl RgaScaler {
     }
 
     /// One synchronous `improcess` of source buffer `src_index` into output buffer
-    /// `dst_index` (after [`RgaScaler::bind_pools`]).
+    /// `dst_index` (after [`RgaScaler::bind_pools`]). This is below the pools' loans: the
+    /// caller must hold both buffers. The scale stage goes through [`Scaler::scale`], whose
+    /// `Frame` and `WriteLoan` prove it; tests drive the device with indices.
     pub fn scale_index(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
         let lb = self.letterbox.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
         let (ns, nd) = (self.src.len(), self.dst.len());
@@ -505,7 +507,7 @@ impl RgaScaler {
 
     /// For a source whose frames change size from frame to frame: imports the output pool
     /// now and each source buffer at its first frame. On error nothing stays imported.
-    pub fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
         self.release_all();
         let r = self.bind_variable_inner(src, dst, dst_layout, pad);
         if r.is_err() {
@@ -518,7 +520,7 @@ impl RgaScaler {
     /// first frame (or re-imported if it needs more bytes or another format), its geometry
     /// described on the handle (`wrapbuffer_handle_t`, no ioctl), `imcheck_t` when the
     /// geometry changes, the output's pad refilled when the picture size changes.
-    pub fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
+    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
         self.scale_frame_inner(src_index, src, src_layout, dst_index, dst)
     }
 }
@@ -533,6 +535,13 @@ impl Scaler for RgaScaler {
 
     fn binds_pools(&self) -> bool {
         self.virtual_addresses.is_none()
+    }
+
+    /// RGA2 reaches only the first 4 GiB: a dma32 or CMA heap for what it writes.
+    fn output_heap(&self, requested: HeapChoice) -> HeapChoice {
+        let h = rga_heap(requested, Path::new("/dev/dma_heap"));
+        log::info!("rga: output pool heap: {}", h.reason);
+        h.choice
     }
 
     /// With imported pools: [`RgaScaler::bind_pools`] for a fixed source layout, else
@@ -570,7 +579,7 @@ impl RgaScaler {
     /// (`wrapbuffer_virtualaddr_t`), as a plain pipeline does after copying each frame into
     /// its own buffer: nothing is imported, the driver pins the pages for each job. The
     /// output's pad is written by the CPU every frame (the buffer is ordinary memory here).
-    pub fn scale_virtual(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, pad: u8) -> Result<LetterboxParams> {
+    fn scale_virtual(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, pad: u8) -> Result<LetterboxParams> {
         let s = source_image(src_layout)?;
         let d = dest_image(dst_layout)?;
         let sbytes = src.first().ok_or_else(|| anyhow!("rga scaler: a frame without a buffer"))?;
