@@ -309,7 +309,12 @@ impl RgaScaler {
         Ok(())
     }
 
-    fn scale_frame_inner(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
+    /// One `improcess` of a frame of any size (after [`RgaScaler::bind_variable`]): its
+    /// source buffer imported if this is its first frame (or re-imported if it needs more
+    /// bytes or another format), its geometry described on the handle
+    /// (`wrapbuffer_handle_t`, no ioctl), `imcheck_t` when the geometry changes, the
+    /// output's pad refilled when the picture size changes.
+    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
         let (si, di) = (src_index as usize, dst_index as usize);
         let var = self.var.as_ref().ok_or_else(|| anyhow!("rga scaler: scale_frame before bind_variable"))?;
         let (d, dst_layout, pad) = (var.d, var.dst_layout, var.pad);
@@ -514,14 +519,6 @@ impl RgaScaler {
             self.release_all();
         }
         r
-    }
-
-    /// One `improcess` of a frame of any size: its source buffer imported if this is its
-    /// first frame (or re-imported if it needs more bytes or another format), its geometry
-    /// described on the handle (`wrapbuffer_handle_t`, no ioctl), `imcheck_t` when the
-    /// geometry changes, the output's pad refilled when the picture size changes.
-    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
-        self.scale_frame_inner(src_index, src, src_layout, dst_index, dst)
     }
 }
 
