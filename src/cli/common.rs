@@ -119,14 +119,6 @@ impl PipelineArgs {
         self.infer.config()?;
         Ok(data)
     }
-
-    /// Every stage option but the data path's and publish's, as `--key=value` flags.
-    pub fn stage_flags(&self) -> Vec<String> {
-        let mut v = self.capture.flags();
-        v.extend(self.scale.flags());
-        v.extend(self.infer.flags());
-        v
-    }
 }
 
 /// Checks a pool size (`--buffers`, `--scale-buffers`): 2..=64 buffers; the error names

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
+use crate::core::config::DataPath;
 use crate::metrics::compare::CompareConfig;
 
 use super::common::PipelineArgs;
@@ -30,7 +31,7 @@ impl CompareArgs {
     /// that cannot be written fails now, not after every round has run), and the flags of
     /// each round's `zcpipe run`.
     pub fn config(&self) -> Result<CompareConfig> {
-        self.pipeline.check()?;
+        let data = self.pipeline.check()?;
         if self.rounds == 0 || self.rounds > 50 {
             bail!("--rounds {}: use 1..=50", self.rounds);
         }
@@ -39,16 +40,16 @@ impl CompareArgs {
                 bail!("--report {}: folder {} does not exist", self.report.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), dir.display());
             }
         }
-        Ok(CompareConfig { run_flags: self.run_flags(), rounds: self.rounds, json: self.json, report: self.report.clone(), copy_mode_given: self.pipeline.common.copy_mode })
+        Ok(CompareConfig { run_flags: self.run_flags(&data), rounds: self.rounds, json: self.json, report: self.report.clone(), copy_mode_given: self.pipeline.common.copy_mode })
     }
 
     /// The flags of each round's `zcpipe run`: every pipeline option the user gave compare
-    /// (each round adds `--copy-mode` or not itself), and 150 frames unless `--frames` says.
-    fn run_flags(&self) -> Vec<String> {
+    /// (each round adds `--copy-mode` or not itself), the data path's from `data` (checked
+    /// already), and 150 frames unless `--frames` says.
+    fn run_flags(&self, data: &DataPath) -> Vec<String> {
         let p = &self.pipeline;
-        let mut data = p.common.data_path().map(|d| d.flags()).unwrap_or_default();
-        data.retain(|f| f != "--copy-mode");
-        let mut v = data;
+        let mut v = data.flags();
+        v.retain(|f| f != "--copy-mode");
         v.extend(p.capture.flags());
         if p.capture.frames.is_none() {
             v.push("--frames=150".into());
@@ -75,7 +76,7 @@ mod tests {
             "--score-threshold=0.4", "--nms-iou=0.5", "--npu-cores=0,1", "--ring-policy=block", "--wait=spin", "--heap=dma32",
         ];
         let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else { panic!("not compare") };
-        let flags = a.run_flags();
+        let flags = a.run_flags(&a.pipeline.check().unwrap());
         for g in given {
             assert!(flags.iter().any(|f| f == g), "{g} is not passed on: {flags:?}");
         }

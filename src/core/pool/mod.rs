@@ -205,19 +205,24 @@ impl PoolProducer {
         conn.send(&ControlMsg::Offer(offer), &fds).context("sending the pool to the consumer")?;
         log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
         let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy));
-        Ok(PoolProducer {
+        Ok(PoolProducer::with(sender, bufs, spec.policy))
+    }
+
+    /// A pool of `bufs`, every buffer free, sending through `sender`.
+    fn with(sender: Link, bufs: Vec<Vec<DmaBuf>>, policy: RingPolicy) -> PoolProducer {
+        let n = bufs.len();
+        PoolProducer {
             id: next_pool_id(),
             sender,
             state: vec![BufState::Free; n],
             free: (0..n as u32).collect(),
             bufs,
-            policy: spec.policy,
+            policy,
             stats: PoolStats { buffers: n, ..Default::default() },
-        })
+        }
     }
 
     fn offer_copy(conn: Conn, bufs: Vec<Vec<DmaBuf>>, spec: HopSpec) -> Result<PoolProducer> {
-        let n = bufs.len();
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
         let offer = Offer {
             payload: Payload::Frames,
@@ -235,15 +240,7 @@ impl PoolProducer {
         conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()]).context("sending the data socket to the consumer")?;
         drop(theirs);
         log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
-        Ok(PoolProducer {
-            id: next_pool_id(),
-            sender: Link::Copy { data: CopySender::new(ours), conn },
-            state: vec![BufState::Free; n],
-            free: (0..n as u32).collect(),
-            bufs,
-            policy: spec.policy,
-            stats: PoolStats { buffers: n, ..Default::default() },
-        })
+        Ok(PoolProducer::with(Link::Copy { data: CopySender::new(ours), conn }, bufs, spec.policy))
     }
 
     /// Copy counters of this hop's producer side (`None` in zero-copy mode: nothing copied).
