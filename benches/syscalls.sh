@@ -10,14 +10,19 @@
 # run summary) in the same two runs without strace (a traced syscall stops the process,
 # which would count as a switch), taken the same way.
 #
-#   bash benches/syscalls.sh [FEW] [MANY] [FPS...]      defaults: 100 600 100 1000
+#   bash benches/syscalls.sh [FEW] [MANY] [FPS...]      defaults: 100 600 100 1000 max
+# FPS `max` is full load: the test pattern unpaced (`testsrc:...@max`, each buffer rendered
+# once) with `--ring-policy block`, so every frame goes through every stage (under
+# drop-oldest an unpaced source would only measure how fast capture drops). Extra flags for
+# every run (e.g. `--spin-us 50`) come from $SYSCALLS_FLAGS.
 # Needs strace (apt-get install strace). Prints one markdown table per rate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 few=${1:-100}
 many=${2:-600}
 shift $(( $# >= 2 ? 2 : $# ))
-if [ $# -gt 0 ]; then rates=("$@"); else rates=(100 1000); fi
+if [ $# -gt 0 ]; then rates=("$@"); else rates=(100 1000 max); fi
+read -r -a extra <<< "${SYSCALLS_FLAGS:-}"
 command -v strace >/dev/null || { echo "syscalls.sh: needs strace (apt-get install strace)" >&2; exit 1; }
 bin=target/release/zcpipe
 [ -x "$bin" ] || cargo build --release --locked
@@ -30,8 +35,11 @@ run() {
     shift 2
     [ $# -gt 0 ] || dir="$dir-plain"
     mkdir -p "$dir/rt"
+    local policy=drop-oldest
+    [ "$rate" = max ] && policy=block
     if ! XDG_RUNTIME_DIR="$dir/rt" "$@" "$bin" --quiet run --source "testsrc:1920x1080@$rate" --frames "$frames" \
-        --scaler none --infer none --no-print --stats-interval 0 --summary-json "$dir/summary.json" \
+        --scaler none --infer none --no-print --stats-interval 0 --ring-policy "$policy" ${extra[@]+"${extra[@]}"} \
+        --summary-json "$dir/summary.json" \
         >/dev/null 2>"$dir/stderr"; then
         echo "syscalls.sh: the run at $rate fps, $frames frames failed:" >&2
         cat "$dir/stderr" >&2
@@ -89,7 +97,8 @@ def counts(d):
     return out
 
 a, b, n = counts(few_dir), counts(many_dir), many - few
-print(f"\n### 1080p NV12 testsrc at {rate} fps, transport only: per frame ({many} - {few} frames)\n")
+load = "unpaced (full load, --ring-policy block)" if rate == "max" else f"at {rate} fps"
+print(f"\n### 1080p NV12 testsrc {load}, transport only: per frame ({many} - {few} frames)\n")
 print("| stage | frames in/out | syscalls/frame | wake-ups/frame | by name (per frame, >= 0.05) |")
 print("|---|---|---|---|---|")
 for st in STAGES:

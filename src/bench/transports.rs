@@ -119,7 +119,10 @@ pub(crate) fn prepare(t: Transport, ctx: &Ctx) -> Result<Prepared> {
             };
             Prepared::Ready(Box::new(ShmPair { shm: Shm::new(len, n)?, ab: bell()?, ba: bell()?, mode, spin_yield: ctx.single_cpu }))
         }
-        Transport::Ring | Transport::RingDesc => Prepared::Ready(Box::new(RingPair::new(ctx, t == Transport::Ring)?)),
+        Transport::Ring | Transport::RingDesc | Transport::RingSpin => {
+            let spin = if t == Transport::RingSpin { RING_SPIN } else { Duration::ZERO };
+            Prepared::Ready(Box::new(RingPair::new(ctx, t == Transport::Ring, spin)?))
+        }
         #[cfg(feature = "iceoryx2")]
         Transport::Iceoryx2 => Prepared::Ready(Box::new(super::iceoryx2::prepare(ctx))),
         #[cfg(not(feature = "iceoryx2"))]
@@ -619,10 +622,14 @@ struct RingPair {
     len: usize,
     pixels: bool,
     memory: String,
+    spin: Duration,
 }
 
+/// The `ring-spin` row's spin budget (`--spin-us 50`).
+const RING_SPIN: Duration = Duration::from_micros(50);
+
 impl RingPair {
-    fn new(ctx: &Ctx, pixels: bool) -> Result<RingPair> {
+    fn new(ctx: &Ctx, pixels: bool, spin: Duration) -> Result<RingPair> {
         let layout = layout_for(ctx.size);
         let bytes = layout.bytes_needed().max(ctx.size.bytes as u64);
         let pool = || ctx.alloc.allocate_pool(ctx.buffers, bytes);
@@ -636,6 +643,7 @@ impl RingPair {
             len: ctx.size.bytes,
             pixels,
             memory: ctx.alloc.describe(),
+            spin,
         })
     }
 }
@@ -661,22 +669,24 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Pair for RingPair {
     fn parent(self: Box<Self>) -> Result<Box<dyn Endpoint>> {
-        let RingPair { listener_a, sock_b, pool_a, pool_b, layout, len, pixels, memory } = *self;
+        let RingPair { listener_a, sock_b, pool_a, pool_b, layout, len, pixels, memory, spin } = *self;
         drop(pool_b); // the echo process owns that pool
         let conn = listener_a.accept(&ABORT)?;
         let tx = offer(conn, pool_a, layout, memory)?;
         let conn = Conn::connect_retry(&sock_b, "the echo process's ring", &ABORT, CONNECT_TIMEOUT)?;
         let rx = PoolConsumer::join(conn, &hello(), WaitMode::Eventfd, "echo process")?;
+        rx.set_spin(spin);
         Ok(Box::new(RingEnd { tx, rx, layout, len, pixels, _listener: Some(listener_a) }))
     }
 
     fn child(self: Box<Self>) -> Result<Box<dyn Endpoint>> {
-        let RingPair { listener_a, sock_b, pool_a, pool_b, layout, len, pixels, memory } = *self;
+        let RingPair { listener_a, sock_b, pool_a, pool_b, layout, len, pixels, memory, spin } = *self;
         drop(pool_a); // the timing process owns that pool; we get it through SCM_RIGHTS
         let conn = Conn::connect_retry(listener_a.path(), "the timing process's ring", &ABORT, CONNECT_TIMEOUT)?;
         // Our inherited copy of the timing process's listener must not unlink its path.
         std::mem::forget(listener_a);
         let rx = PoolConsumer::join(conn, &hello(), WaitMode::Eventfd, "timing process")?;
+        rx.set_spin(spin);
         let listener_b = Listener::bind(&sock_b)?;
         let conn = listener_b.accept(&ABORT)?;
         let tx = offer(conn, pool_b, layout, memory)?;

@@ -67,4 +67,10 @@ pub trait FrameSource: Send {
     /// `info().max_frame_bytes` bytes) and returns its layout; `Ok(None)` at end of stream.
     /// Errors name the source and the cause (unreadable file, decoder died).
     fn fill(&mut self, dst: &mut [u8]) -> anyhow::Result<Option<FrameLayout>>;
+    /// Whether, unpaced (`--fps max`), a buffer filled once may be sent again as it is
+    /// instead of being filled anew (a test pattern: yes; a video: no, its frames move
+    /// on). Default: no.
+    fn reusable(&self) -> bool {
+        false
+    }
 }

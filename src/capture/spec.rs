@@ -18,7 +18,7 @@ use super::FrameSource;
 
 /// The accepted forms, quoted in every parse error.
 pub const ACCEPTED_FORMS: &str =
-    "auto, image:PATH, video:PATH, testsrc, testsrc:WxH, testsrc:WxH@FPS, v4l2, v4l2:DEVICE";
+    "auto, image:PATH, video:PATH, testsrc, testsrc:WxH, testsrc:WxH@FPS, testsrc:WxH@max, v4l2, v4l2:DEVICE";
 
 /// The clip `auto` plays, relative to the data directory (`tests/data/` in the repo).
 /// Intel `sample-videos`, CC BY 4.0; see `tests/data/PROVENANCE.md`.
@@ -51,7 +51,7 @@ pub enum SourceSpec {
         width: u32,
         /// Frame height in pixels (1..=16384).
         height: u32,
-        /// Nominal frame rate in frames per second (> 0).
+        /// Nominal frame rate in frames per second (> 0), or [`FPS_MAX`] (unpaced).
         fps: f64,
     },
     /// A V4L2 capture device; `None` means the first capture node found
@@ -110,9 +110,9 @@ impl FromStr for SourceSpec {
 fn parse_testsrc(a: &str) -> Result<SourceSpec, String> {
     let (size, fps) = match a.split_once('@') {
         Some((size, fps)) => {
-            let fps: f64 = fps.parse().map_err(|_| format!("fps \"{fps}\" is not a number"))?;
-            if !FPS_RANGE.contains(&fps) {
-                return Err(format!("fps {fps} out of range 0.01..=1000"));
+            let fps = parse_fps(fps)?;
+            if fps != FPS_MAX && !FPS_RANGE.contains(&fps) {
+                return Err(format!("fps {fps} out of range 0.01..=1000 (or max)"));
             }
             (size, fps)
         }
@@ -136,7 +136,7 @@ impl fmt::Display for SourceSpec {
             SourceSpec::Auto => write!(f, "auto"),
             SourceSpec::Image(p) => write!(f, "image:{}", p.display()),
             SourceSpec::Video(p) => write!(f, "video:{}", p.display()),
-            SourceSpec::TestSrc { width, height, fps } => write!(f, "testsrc:{width}x{height}@{fps}"),
+            SourceSpec::TestSrc { width, height, fps } => write!(f, "testsrc:{width}x{height}@{}", fps_name(*fps)),
             SourceSpec::V4l2(None) => write!(f, "v4l2"),
             SourceSpec::V4l2(Some(d)) => write!(f, "v4l2:{}", d.display()),
         }
@@ -177,13 +177,40 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
     })
 }
 
-/// Frame rates zcpipe paces or asks for, in frames per second: 0.01 to 1000.
+/// Frame rates zcpipe paces or asks for, in frames per second: 0.01 to 1000, or [`FPS_MAX`].
 pub const FPS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=1000.0;
 
-/// Checks a frame rate given with `--fps` (or in `testsrc:...@FPS`): within [`FPS_RANGE`].
+/// `--fps max` / `testsrc:WxH@max`: unpaced, as fast as the pipeline takes frames (a host
+/// source only; a test pattern renders each pool buffer once and then reuses it, so the
+/// source costs nothing). Kept as infinity; offered downstream as 0 (no nominal rate).
+pub const FPS_MAX: f64 = f64::INFINITY;
+
+/// Parses a frame rate as `--fps` and `testsrc:...@FPS` spell it: a number of frames per
+/// second, or `max` ([`FPS_MAX`]); [`check_fps`] checks the range.
+pub fn parse_fps(s: &str) -> Result<f64, String> {
+    if s == "max" {
+        return Ok(FPS_MAX);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() => Ok(f),
+        _ => Err(format!("fps \"{s}\" is not a number (or max)")),
+    }
+}
+
+/// Spells a frame rate as [`parse_fps`] reads it (`max` for [`FPS_MAX`]).
+pub fn fps_name(fps: f64) -> String {
+    if fps == FPS_MAX {
+        "max".into()
+    } else {
+        fps.to_string()
+    }
+}
+
+/// Checks a frame rate given with `--fps` (or in `testsrc:...@FPS`): within [`FPS_RANGE`],
+/// or [`FPS_MAX`].
 pub fn check_fps(fps: f64) -> anyhow::Result<()> {
-    if !FPS_RANGE.contains(&fps) {
-        bail!("--fps {fps}: use a frame rate from 0.01 to 1000 frames per second");
+    if fps != FPS_MAX && !FPS_RANGE.contains(&fps) {
+        bail!("--fps {fps}: use a frame rate from 0.01 to 1000 frames per second, or max (unpaced, host sources)");
     }
     Ok(())
 }
@@ -223,13 +250,14 @@ mod tests {
         assert_eq!(parse("testsrc"), SourceSpec::TestSrc { width: 1280, height: 720, fps: 30.0 });
         assert_eq!(parse("testsrc:1920x1080"), SourceSpec::TestSrc { width: 1920, height: 1080, fps: 30.0 });
         assert_eq!(parse("testsrc:451x301@12.5"), SourceSpec::TestSrc { width: 451, height: 301, fps: 12.5 });
+        assert_eq!(parse("testsrc:64x48@max"), SourceSpec::TestSrc { width: 64, height: 48, fps: FPS_MAX });
         assert_eq!(parse("v4l2"), SourceSpec::V4l2(None));
         assert_eq!(parse("v4l2:/dev/video0"), SourceSpec::V4l2(Some("/dev/video0".into())));
     }
 
     #[test]
     fn spec_display_round_trips() {
-        for s in ["auto", "image:x.png", "video:a/b.mp4", "testsrc:640x480@15", "v4l2", "v4l2:/dev/video3"] {
+        for s in ["auto", "image:x.png", "video:a/b.mp4", "testsrc:640x480@15", "testsrc:64x48@max", "v4l2", "v4l2:/dev/video3"] {
             assert_eq!(parse(s).to_string(), s);
             assert_eq!(parse(&parse(s).to_string()), parse(s));
         }
@@ -240,6 +268,7 @@ mod tests {
         for bad in [
             "", "camera", "auto:x", "image", "image:", "video:", "testsrc:1920", "testsrc:0x10",
             "testsrc:20000x10", "testsrc:axb", "testsrc:64x48@0", "testsrc:64x48@fast", "testsrc:64x48@-5",
+            "testsrc:64x48@inf", "testsrc:64x48@NaN", "testsrc:64x48@MAX",
             "v4l2:", "TESTSRC",
         ] {
             let e = bad.parse::<SourceSpec>().expect_err(bad);
@@ -262,6 +291,20 @@ mod tests {
         let s = open_source(&parse("testsrc:64x48@5"), Some(12.0)).unwrap();
         assert_eq!((s.info().max_width, s.info().max_height, s.info().fps), (64, 48, 12.0));
         assert!(open_source(&parse("testsrc"), Some(0.0)).is_err());
+        let s = open_source(&parse("testsrc:64x48"), Some(FPS_MAX)).unwrap();
+        assert!(s.reusable() && s.info().description.ends_with("@maxfps"), "{}", s.info().description);
+    }
+
+    #[test]
+    fn fps_spellings() {
+        assert_eq!(parse_fps("max"), Ok(FPS_MAX));
+        assert_eq!(parse_fps("12.5"), Ok(12.5));
+        for bad in ["inf", "NaN", "fast", ""] {
+            assert!(parse_fps(bad).unwrap_err().contains("or max"), "{bad}");
+        }
+        assert_eq!((fps_name(FPS_MAX), fps_name(30.0)), ("max".to_string(), "30".to_string()));
+        assert!(check_fps(FPS_MAX).is_ok() && check_fps(1000.0).is_ok());
+        assert!(check_fps(1000.5).unwrap_err().to_string().contains("or max"));
     }
 
     #[test]

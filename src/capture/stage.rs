@@ -15,14 +15,15 @@ use anyhow::Result;
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::{Allocator, HeapChoice};
-use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, Stage};
+use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone};
 use crate::core::pool::{HopSpec, PoolProducer};
+use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{drain_pool, Extras, StageCtx, Turn, IDLE_WAIT};
 use crate::sys::v4l2::node::first_capture_node;
 
-use super::spec::{open_source, SourceSpec};
+use super::spec::{open_source, SourceSpec, FPS_MAX};
 use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
 use super::CaptureConfig;
 
@@ -45,12 +46,18 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         s => s,
     };
     if let SourceSpec::V4l2(device) = spec {
+        if cfg.fps == Some(FPS_MAX) {
+            anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
+        }
         return run_v4l2(&cfg, ctx, device);
     }
     let mut source = open_source(&spec, cfg.fps)?;
     let info = source.info().clone();
     let fps = cfg.fps.unwrap_or(info.fps);
     super::spec::check_fps(fps)?;
+    if fps == FPS_MAX && ctx.data.ring_policy == RingPolicy::DropOldest {
+        log::warn!("--fps max with --ring-policy drop-oldest: capture outruns the pipeline and drops most frames; add --ring-policy block to push every frame through as fast as the stages take them");
+    }
     let alloc = open_heap(ctx.data.heap)?;
     let pool = alloc.allocate_pool(cfg.buffers, info.max_frame_bytes)?;
     log::info!(
@@ -65,16 +72,28 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
         format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
     })?;
-    let capacity = (pool.len() as u32 - 1).max(1);
+    let n_bufs = pool.len();
+    let capacity = (n_bufs as u32 - 1).max(1);
     let mut prod = PoolProducer::offer(
         conn,
         pool.into_iter().map(|b| vec![b]).collect(),
-        HopSpec { policy: ctx.data.ring_policy, capacity, memory: alloc.describe(), layout: None, fps, description: info.description.clone(), copy_mode: ctx.data.copy_mode },
+        HopSpec {
+            policy: ctx.data.ring_policy,
+            capacity,
+            memory: alloc.describe(),
+            layout: None,
+            fps: if fps == FPS_MAX { 0.0 } else { fps },
+            description: info.description.clone(),
+            copy_mode: ctx.data.copy_mode,
+        },
     )?;
     let fds_setup = open_fd_count();
     log::info!("serving scale (pid {}); open fds after set-up: {fds_setup}", prod.conn().peer_pid);
 
-    let period = Duration::from_secs_f64(1.0 / fps);
+    // Unpaced (`--fps max`): no period; a reusable source fills each buffer once.
+    let period = if fps == FPS_MAX { Duration::ZERO } else { Duration::from_secs_f64(1.0 / fps) };
+    let reuse = fps == FPS_MAX && source.reusable();
+    let mut filled: Vec<Option<FrameLayout>> = vec![None; n_bufs];
     let start = Instant::now();
     let mut due = start;
     let mut seq = 0u64;
@@ -91,18 +110,28 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 if cfg.frames.is_some_and(|n| **seq >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
-                check_scale(prod.conn())?;
-                // Pace: frame n is due at start + n * period; a late frame resets the schedule.
+                // Pace: frame n is due at start + n * period; a late frame resets the
+                // schedule. The sleep watches the scale stage's hang-up too (no second
+                // syscall per frame for it: the ring's own check is rate-limited).
                 let now = Instant::now();
                 if due > now {
-                    std::thread::sleep((due - now).min(IDLE_WAIT));
+                    prod.pace((due - now).min(IDLE_WAIT))?;
                     return Ok(Turn::Next);
                 }
                 due = if now - due > period { now + period } else { due + period };
                 let Some(mut loan) = prod.acquire(ctx.stop)? else { return Ok(Turn::End("signal")) };
-                let layout = {
-                    let mut buf = loan.buffers_mut()[0].write()?;
-                    source.fill(&mut buf)?
+                let i = loan.index() as usize;
+                let layout = match filled.get(i).copied().flatten() {
+                    // Sent before and not written since: no CPU access, so no dma-buf sync.
+                    Some(l) if reuse => Some(l),
+                    _ => {
+                        let mut buf = loan.buffers_mut()[0].write()?;
+                        let l = source.fill(&mut buf)?;
+                        if let Some(slot) = filled.get_mut(i) {
+                            *slot = l;
+                        }
+                        l
+                    }
                 };
                 // At the end of the source the loan is dropped unpublished: the buffer goes back.
                 let Some(layout) = layout else { return Ok(Turn::End("end of source")) };
@@ -146,8 +175,9 @@ fn accept_scale(listener: &Listener, ctx: &StageCtx<'_>, fourcc: Fourcc, refusal
     Ok(conn)
 }
 
-/// The scale stage's hang-up, checked once per turn: a producer under drop-oldest never
-/// waits, so without this it would go on feeding a ring nobody reads.
+/// The scale stage's hang-up, checked when the camera gave no frame for a while: a
+/// producer under drop-oldest never waits, so without this an idle camera would never
+/// notice that nobody reads its ring.
 fn check_scale(conn: &Conn) -> Result<()> {
     if conn.peer_gone() {
         return Err(PeerGone::new("scale stage hung up").into());
@@ -266,10 +296,10 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
                 if cfg.frames.is_some_and(|n| cam.stats().published >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
-                check_scale(prod.conn())?;
                 match cam.next_frame(prod, ctx.stop, IDLE_WAIT) {
                     Ok(Next::Frame(..)) => span.tick(start),
-                    Ok(Next::Idle) => {}
+                    // While frames flow, the ring's rate-limited check sees a hang-up.
+                    Ok(Next::Idle) => check_scale(prod.conn())?,
                     Ok(Next::Unplugged) => {
                         log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
                         return Ok(Turn::End("camera unplugged"));

@@ -41,13 +41,14 @@ pub struct TestSource {
 }
 
 impl TestSource {
-    /// A `width x height` pattern (pixels, 1..=16384) at `fps` frames per second.
+    /// A `width x height` pattern (pixels, 1..=16384) at `fps` frames per second (or
+    /// [`super::spec::FPS_MAX`]).
     pub fn new(width: u32, height: u32, fps: f64) -> anyhow::Result<TestSource> {
         if width == 0 || height == 0 || width > MAX_DIMENSION || height > MAX_DIMENSION {
             bail!("testsrc size {width}x{height} out of range 1..={MAX_DIMENSION}");
         }
-        if !(fps.is_finite() && fps > 0.0) {
-            bail!("testsrc fps {fps} must be positive");
+        if fps.is_nan() || fps <= 0.0 {
+            bail!("testsrc fps {fps} must be positive (or max)");
         }
         let layout = FrameLayout::nv12(width, height, STRIDE_ALIGN);
         let w2 = width.div_ceil(2) as usize * 2;
@@ -71,7 +72,7 @@ impl TestSource {
             .map_err(|e| anyhow::anyhow!("testsrc: RGB to NV12 conversion failed: {e:?}"))?;
         y2.truncate(w2);
         let info = SourceInfo {
-            description: format!("testsrc:{width}x{height} NV12 @{fps}fps"),
+            description: format!("testsrc:{width}x{height} NV12 @{}fps", super::spec::fps_name(fps)),
             max_width: width,
             max_height: height,
             fps,
@@ -97,6 +98,11 @@ impl TestSource {
 impl FrameSource for TestSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    /// A pattern: any earlier frame is as good a frame as the next, when unpaced.
+    fn reusable(&self) -> bool {
+        true
     }
 
     /// Writes frame number `n` (0, 1, 2, ...) into `dst`; never ends.

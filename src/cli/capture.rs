@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 
-use crate::capture::spec::{check_fps, check_v4l2_only_flags, SourceSpec};
+use crate::capture::spec::{check_fps, check_v4l2_only_flags, fps_name, parse_fps, SourceSpec, FPS_MAX};
 use crate::capture::v4l2::{parse_format, parse_size, CaptureIo};
 use crate::capture::CaptureConfig;
 use crate::core::config::Choice;
@@ -17,8 +17,8 @@ pub struct CaptureArgs {
     /// auto (the first V4L2 capture node, else the bundled clip), v4l2[:DEVICE], image:PATH (file or directory, looped), video:PATH (via ffmpeg), testsrc[:WxH[@FPS]].
     #[arg(long, default_value = "auto")]
     pub source: String,
-    /// Frames per second: a host source is paced at it; a V4L2 camera is asked for it (VIDIOC_S_PARM). Default: the source's own rate.
-    #[arg(long, allow_negative_numbers = true)]
+    /// Frames per second: a host source is paced at it; a V4L2 camera is asked for it (VIDIOC_S_PARM). `max`: a host source unpaced, as fast as the pipeline takes frames (a test pattern is rendered once per buffer, then reused). Default: the source's own rate.
+    #[arg(long, value_parser = parse_fps, allow_negative_numbers = true)]
     pub fps: Option<f64>,
     /// Stop after this many frames (at least 1).
     #[arg(long, value_parser = parse_frames, allow_negative_numbers = true)]
@@ -53,6 +53,9 @@ impl CaptureArgs {
         let source: SourceSpec = self.source.parse()?;
         if let Some(f) = self.fps {
             check_fps(f)?;
+            if f == FPS_MAX && matches!(source, SourceSpec::V4l2(_)) {
+                anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); a V4L2 camera paces itself: pass a number");
+            }
         }
         check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some(), self.capture_io.is_some())?;
         Ok(CaptureConfig {
@@ -70,7 +73,7 @@ impl CaptureArgs {
     /// (`=`: a value starting with '-' must not look like a flag); unset ones are left out.
     pub fn flags(&self) -> Vec<String> {
         let mut v = vec![format!("--source={}", self.source)];
-        v.extend(self.fps.map(|f| format!("--fps={f}")));
+        v.extend(self.fps.map(|f| format!("--fps={}", fps_name(f))));
         v.extend(self.frames.map(|n| format!("--frames={n}")));
         v.push(format!("--buffers={}", self.buffers));
         v.extend(self.format.as_ref().map(|f| format!("--format={f}")));

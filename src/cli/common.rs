@@ -40,6 +40,9 @@ pub struct CommonArgs {
     /// How consumers wait for frames: sleep on an eventfd, or spin.
     #[arg(long, value_parser = choice::<WaitMode>(), default_value = "eventfd")]
     pub wait: WaitMode,
+    /// With --wait eventfd: microseconds a consumer spins on its ring before it sleeps, only while frames have lately come that fast (adaptive). 0 (default): never spin; a spin takes CPU another stage on the same core may need (see README "Throughput").
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub spin_us: u32,
     /// Where buffers come from.
     #[arg(long, value_parser = choice::<HeapChoice>(), default_value = "auto")]
     pub heap: HeapChoice,
@@ -76,6 +79,7 @@ impl CommonArgs {
             run_dir: run_dir(&self.instance, self.run_dir.as_deref()),
             ring_policy: self.ring_policy,
             wait: self.wait,
+            spin: Duration::from_micros(self.spin_us as u64),
             heap: self.heap,
             copy_mode: self.copy_mode,
             connect_timeout: Duration::from_secs_f64(self.connect_timeout.max(0.1)),

@@ -3,7 +3,22 @@
 //!
 //! The doorbell (producer -> consumer) is rung only when the consumer announced it is going
 //! to sleep; the back doorbell (consumer -> producer) only when the producer did. So a busy
-//! pipeline makes no wake-up syscalls at all, and an idle one sleeps in poll(2) (eventfd(2)).
+//! pipeline makes no syscall per item on either side, and an idle one sleeps.
+//!
+//! What a hop costs in syscalls (counted by `benches/syscalls.sh`):
+//! - a consumer that finds the next item in the ring: none;
+//! - a consumer that sleeps: one `epoll_wait(2)`, on an epoll set holding its doorbell
+//!   (edge-triggered: the eventfd is never read, so every ring is a new edge; its counter
+//!   only grows, by one per ring) and the control socket (hang-up only: EPOLLRDHUP, with
+//!   EPOLLHUP always reported, epoll(7)), so a wake-up and a dead producer are seen by the
+//!   same call;
+//! - a producer: one eventfd write, only when the consumer sleeps; it looks for a dead
+//!   consumer (a zero-timeout poll(2) of the control socket) only when the ring is full
+//!   (a drop, or a buffer taken back) and otherwise at most every [`PEER_CHECK_EVERY`]: a
+//!   consumer that dies stops emptying the ring, so under drop-oldest the ring is full
+//!   within `capacity` frames, and under block the producer waits on the back doorbell,
+//!   whose epoll set watches the hang-up too.
+//!
 //! With `--wait spin` the consumer never sleeps and the producer never rings.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -12,13 +27,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytemuck::Pod;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::link::{Conn, PeerGone, WaitMode};
 use super::ring::{Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
 
-/// An eventfd used as a doorbell (eventfd(2)); nonblocking, close-on-exec.
+/// How often, at most, a producer whose ring has room polls its consumer's control socket
+/// for a hang-up (a full ring is checked at once, at most every [`PEER_CHECK_FULL_EVERY`]).
+pub const PEER_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// How often, at most, a producer whose ring is full (every send drops a frame, or it
+/// takes buffers back) polls its consumer's control socket.
+pub const PEER_CHECK_FULL_EVERY: Duration = Duration::from_millis(1);
+
+/// An eventfd used as a doorbell (eventfd(2)); nonblocking, close-on-exec. The ringing side
+/// writes 1; the sleeping side never reads it, but waits for the edge ([`Sleeper`]).
 #[derive(Debug)]
 pub struct Doorbell(OwnedFd);
 
@@ -28,18 +52,22 @@ impl Doorbell {
         let efd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).context("eventfd")?;
         Ok(Doorbell(OwnedFd::from(efd)))
     }
-    /// Adopts a doorbell fd received from a peer.
-    pub fn from_fd(fd: OwnedFd) -> Doorbell {
-        Doorbell(fd)
+    /// Adopts a doorbell fd received from a peer: it must be an eventfd (its
+    /// `/proc/self/fd` link reads `anon_inode:[eventfd]`, proc(5)), so that ringing it never
+    /// blocks and waiting on it works; it is made nonblocking here whatever the peer set.
+    pub fn from_peer(fd: OwnedFd) -> Result<Doorbell> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|p| p.display().to_string()).unwrap_or_default();
+        if link != "anon_inode:[eventfd]" {
+            bail!("the doorbell fd is not an eventfd ({})", if link.is_empty() { "unreadable" } else { &link });
+        }
+        let flags = nix::fcntl::OFlag::from_bits_truncate(nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).context("F_GETFL on the doorbell")?);
+        nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(flags | nix::fcntl::OFlag::O_NONBLOCK)).context("F_SETFL on the doorbell")?;
+        Ok(Doorbell(fd))
     }
-    /// Rings: adds 1 to the counter (a full counter already means "rung").
+    /// Rings: adds 1 to the counter. The counter is never read, so it would refuse a write
+    /// (EAGAIN) only after 2^64 - 2 rings.
     pub fn ring(&self) {
         let _ = nix::unistd::write(&self.0, &1u64.to_ne_bytes());
-    }
-    /// Clears pending rings.
-    pub fn drain(&self) {
-        let mut b = [0u8; 8];
-        let _ = nix::unistd::read(self.0.as_raw_fd(), &mut b);
     }
 }
 
@@ -49,18 +77,38 @@ impl AsFd for Doorbell {
     }
 }
 
-/// Waits up to `timeout` for `bell` to ring or `conn`'s peer to hang up. Returns
-/// `Ok(true)` if the peer is gone.
-fn wait_bell(bell: &Doorbell, conn: &Conn, timeout: Duration) -> Result<bool> {
-    let ms = timeout.as_millis().min(u16::MAX as u128) as u16;
-    let mut p = [PollFd::new(bell.as_fd(), PollFlags::POLLIN), PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut p, PollTimeout::from(ms)) {
-        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-        Err(e) => bail!("poll: {e}"),
+/// One side's way to sleep: an epoll set (epoll(7)) with the doorbell this side is woken
+/// by, edge-triggered, and the control socket to its peer, for the hang-up only. One
+/// `epoll_wait` per sleep, nothing to drain after it.
+struct Sleeper {
+    ep: Epoll,
+}
+
+/// `EpollEvent` data of the doorbell and of the control socket.
+const EV_BELL: u64 = 0;
+const EV_CONN: u64 = 1;
+
+impl Sleeper {
+    fn new(bell: &Doorbell, conn: &Conn) -> Result<Sleeper> {
+        let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("epoll_create1")?;
+        ep.add(bell, EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, EV_BELL)).context("adding the doorbell to the epoll set")?;
+        ep.add(conn, EpollEvent::new(EpollFlags::EPOLLRDHUP, EV_CONN)).context("adding the control socket to the epoll set")?;
+        Ok(Sleeper { ep })
     }
-    bell.drain();
-    let r = p[1].revents().unwrap_or(PollFlags::empty());
-    Ok(r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLIN) && conn.peer_gone())
+
+    /// Sleeps up to `timeout` (rounded up to whole ms, as epoll_wait(2) counts) for a ring
+    /// or the peer's hang-up; a signal ends the sleep early. Returns whether the peer is
+    /// gone (its control socket hung up: [`Conn::peer_gone`] confirms).
+    fn sleep(&self, conn: &Conn, timeout: Duration) -> Result<bool> {
+        let ms = timeout.as_micros().div_ceil(1000).min(u16::MAX as u128) as u16;
+        let mut ev = [EpollEvent::empty(); 2];
+        let n = match self.ep.wait(&mut ev, EpollTimeout::from(ms)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => bail!("epoll_wait: {e}"),
+        };
+        Ok(ev[..n].iter().any(|e| e.data() == EV_CONN) && conn.peer_gone())
+    }
 }
 
 /// What a send did.
@@ -76,16 +124,20 @@ pub enum Sent<T> {
 pub struct Sender<T: Pod> {
     ring: RingProducer<T>,
     doorbell: Doorbell,
-    backbell: Doorbell,
+    sleeper: Sleeper,
     conn: Conn,
     policy: RingPolicy,
     waits: u64,
+    /// When the consumer's control socket was last polled for a hang-up.
+    checked: Instant,
 }
 
 impl<T: Pod> Sender<T> {
-    /// Wraps a ring and its doorbells after the offer went out.
-    pub fn new(ring: RingProducer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, policy: RingPolicy) -> Sender<T> {
-        Sender { ring, doorbell, backbell, conn, policy, waits: 0 }
+    /// Wraps a ring and its doorbells after the offer went out. Errors if the epoll set
+    /// the producer sleeps in cannot be made.
+    pub fn new(ring: RingProducer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, policy: RingPolicy) -> Result<Sender<T>> {
+        let sleeper = Sleeper::new(&backbell, &conn)?;
+        Ok(Sender { ring, doorbell, sleeper, conn, policy, waits: 0, checked: Instant::now() })
     }
 
     /// The control connection (for liveness).
@@ -98,14 +150,35 @@ impl<T: Pod> Sender<T> {
         self.ring.counters()
     }
 
+    fn gone(&self) -> anyhow::Error {
+        PeerGone::new(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into()
+    }
+
+    /// Polls the consumer's control socket for a hang-up (one zero-timeout poll(2)) if the
+    /// last look is older than `every`. A dead consumer is a [`PeerGone`] error.
+    fn check_peer(&mut self, every: Duration) -> Result<()> {
+        let now = Instant::now();
+        if now.duration_since(self.checked) < every {
+            return Ok(());
+        }
+        self.checked = now;
+        if self.conn.peer_gone() {
+            return Err(self.gone());
+        }
+        Ok(())
+    }
+
     /// Queues `item`. Drop-oldest never waits; block waits for space (checking `stop` and
-    /// the peer's liveness). Errors if the consumer died or corrupted the ring.
+    /// the peer's liveness). Errors if the consumer died or corrupted the ring. A dead
+    /// consumer is noticed at the latest [`PEER_CHECK_EVERY`] after its death, or at the
+    /// first drop once the ring it no longer empties is full.
     pub fn send(&mut self, item: T, stop: &AtomicBool) -> Result<Sent<T>> {
         // Drop-oldest never waits, so without this a producer would go on feeding a ring
-        // nobody reads (one poll(2) with a zero timeout: no sleep, no wake-up).
-        if self.conn.peer_gone() {
-            return Err(PeerGone::new(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into());
-        }
+        // nobody reads. The look is rate-limited, so a busy hop makes no syscall for it,
+        // and made before the push, so an item is never queued to a dead consumer.
+        let cap = self.ring.geometry().capacity as u64;
+        let full = self.ring.len()? >= cap;
+        self.check_peer(if full { PEER_CHECK_FULL_EVERY } else { PEER_CHECK_EVERY })?;
         loop {
             match self.ring.push(item, self.policy == RingPolicy::DropOldest)? {
                 Push::Queued => {
@@ -121,7 +194,6 @@ impl<T: Pod> Sender<T> {
                         bail!("stopped while waiting for ring space");
                     }
                     self.waits += 1;
-                    let cap = self.ring.geometry().capacity as u64;
                     self.wait_back(|r| r.len().map(|n| n < cap).unwrap_or(true), Duration::from_millis(200))?;
                 }
             }
@@ -142,12 +214,28 @@ impl<T: Pod> Sender<T> {
             self.ring.set_sleeping(false);
             return Ok(());
         }
-        let gone = wait_bell(&self.backbell, &self.conn, timeout);
+        let gone = self.sleeper.sleep(&self.conn, timeout);
         self.ring.set_sleeping(false);
         if gone? {
-            return Err(PeerGone::new(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into());
+            return Err(self.gone());
         }
         Ok(())
+    }
+
+    /// Sleeps up to `timeout` (a pacing wait: nothing to wait for but the clock), waking
+    /// early only if the consumer hangs up (an error, [`PeerGone`]) or a signal arrives.
+    /// One ppoll(2) of the control socket asking for no event: POLLHUP and POLLERR are
+    /// reported all the same (poll(2)), and a Unix socket whose peer closed is POLLHUP. The
+    /// sleep and the liveness check are one syscall.
+    pub fn pace(&mut self, timeout: Duration) -> Result<()> {
+        let mut p = [nix::poll::PollFd::new(self.conn.as_fd(), nix::poll::PollFlags::empty())];
+        let ts = nix::sys::time::TimeSpec::from_duration(timeout);
+        match nix::poll::ppoll(&mut p, Some(ts), None) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Ok(_) if self.conn.peer_gone() => Err(self.gone()),
+            Ok(_) => Ok(()),
+            Err(e) => bail!("ppoll: {e}"),
+        }
     }
 
     /// Times `send` waited for space (block policy).
@@ -155,8 +243,11 @@ impl<T: Pod> Sender<T> {
         self.waits
     }
 
-    /// Takes back the oldest queued item (counted as dropped).
+    /// Takes back the oldest queued item (counted as dropped): the pool is exhausted, so
+    /// the ring is full, or the consumer holds the rest. Errors if the consumer died
+    /// (looked for at most every [`PEER_CHECK_FULL_EVERY`]) or corrupted the ring.
     pub fn take_oldest(&mut self) -> Result<Option<T>> {
+        self.check_peer(PEER_CHECK_FULL_EVERY)?;
         self.ring.take_oldest()
     }
 
@@ -168,6 +259,16 @@ impl<T: Pod> Sender<T> {
     /// Signals end of stream and wakes the consumer.
     pub fn finish(&self) {
         self.ring.set_eos();
+        self.doorbell.ring();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn consumer_sleeping_for_tests(&self) -> bool {
+        self.ring.consumer_sleeping()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn ring_for_tests(&self) {
         self.doorbell.ring();
     }
 }
@@ -188,17 +289,34 @@ pub enum Recv<T> {
 /// The consumer's end of a hop.
 pub struct Receiver<T: Pod> {
     ring: RingConsumer<T>,
-    doorbell: Doorbell,
+    sleeper: Sleeper,
     backbell: Doorbell,
     conn: Conn,
     wait: WaitMode,
     rejected_logged: u64,
+    /// Spin budget before sleeping ([`Receiver::set_spin`]); zero: never spin.
+    spin: Duration,
+    /// How long the last item took to come once the ring was found empty (zero if it was
+    /// waiting): spinning is tried only while this is within the budget.
+    last_gap: Duration,
 }
 
 impl<T: Pod> Receiver<T> {
-    /// Wraps an attached ring and its doorbells.
-    pub fn new(ring: RingConsumer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, wait: WaitMode) -> Receiver<T> {
-        Receiver { ring, doorbell, backbell, conn, wait, rejected_logged: 0 }
+    /// Wraps an attached ring and its doorbells. Errors if the epoll set the consumer
+    /// sleeps in cannot be made (or the doorbell is not an fd epoll can watch: a peer that
+    /// sent a directory, say).
+    pub fn new(ring: RingConsumer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, wait: WaitMode) -> Result<Receiver<T>> {
+        let sleeper = Sleeper::new(&doorbell, &conn)?;
+        Ok(Receiver { ring, sleeper, backbell, conn, wait, rejected_logged: 0, spin: Duration::ZERO, last_gap: Duration::MAX })
+    }
+
+    /// With `--wait eventfd`, spin up to `budget` looking at the ring before sleeping, but
+    /// only while items have lately come within the budget (adaptive: a consumer whose
+    /// items come at a camera's pace never spins; one fed back to back, or answering a
+    /// ping-pong, skips the wake-up). Zero (the default) never spins. A spin costs CPU that
+    /// another stage on the same core may need: `benches/` measure where it pays.
+    pub fn set_spin(&mut self, budget: Duration) {
+        self.spin = budget;
     }
 
     /// The control connection.
@@ -222,12 +340,15 @@ impl<T: Pod> Receiver<T> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
         let mut hung_up = false;
+        let mut spun = false;
+        let mut empty_since: Option<Instant> = None;
         loop {
             match self.ring.pop(validate) {
                 Pop::Item(t) => {
                     if self.ring.producer_sleeping() {
                         self.backbell.ring();
                     }
+                    self.last_gap = empty_since.map_or(Duration::ZERO, |t| t.elapsed());
                     return Ok(Recv::Item(t));
                 }
                 Pop::Rejected { item, reason } => {
@@ -241,8 +362,9 @@ impl<T: Pod> Receiver<T> {
                 Pop::Empty => {}
             }
             if self.ring.eos() {
-                // EOS is set after the last push: one more look closes the race.
-                if let Pop::Empty = self.ring.pop(|_: &T| Err("after eos".to_string())) {
+                // EOS is set after the last push: one more look (without taking anything)
+                // closes the race.
+                if self.ring.is_empty() {
                     return Ok(Recv::Eos);
                 }
                 continue;
@@ -256,6 +378,8 @@ impl<T: Pod> Receiver<T> {
             if now >= deadline {
                 return Ok(Recv::Idle);
             }
+            // An item found after this counts its gap from here (for the adaptive spin).
+            empty_since.get_or_insert(now);
             match self.wait {
                 WaitMode::Spin => {
                     spins += 1;
@@ -263,6 +387,13 @@ impl<T: Pod> Receiver<T> {
                         hung_up = true;
                     }
                     std::hint::spin_loop();
+                }
+                WaitMode::Eventfd if !spun && !self.spin.is_zero() && self.last_gap <= self.spin => {
+                    spun = true;
+                    let until = now + self.spin.min(deadline - now);
+                    while self.ring.is_empty() && !self.ring.eos() && Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
                 }
                 WaitMode::Eventfd => {
                     self.ring.set_sleeping(true);
@@ -273,7 +404,7 @@ impl<T: Pod> Receiver<T> {
                         }
                         return Ok(Recv::Item(t));
                     }
-                    let gone = wait_bell(&self.doorbell, &self.conn, deadline - now);
+                    let gone = self.sleeper.sleep(&self.conn, deadline - now);
                     self.ring.set_sleeping(false);
                     hung_up = gone?;
                 }

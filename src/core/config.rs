@@ -47,7 +47,7 @@ impl Choice for HeapChoice {
 
 impl Choice for WaitMode {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
-        (WaitMode::Eventfd, "eventfd", "Sleep in poll(2) on an eventfd doorbell (a wake-up costs a few µs of syscalls)"),
+        (WaitMode::Eventfd, "eventfd", "Sleep in epoll_wait(2) on an eventfd doorbell (one syscall per wake-up)"),
         (WaitMode::Spin, "spin", "Busy-poll the ring (lowest latency, burns a core)"),
     ];
 }
@@ -70,6 +70,9 @@ pub struct DataPath {
     pub ring_policy: RingPolicy,
     /// How consumers wait for frames.
     pub wait: WaitMode,
+    /// `--spin-us`: how long a sleeping consumer spins on its ring first (adaptive; zero,
+    /// the default, never spins: see [`super::channel::Receiver::set_spin`]).
+    pub spin: Duration,
     /// Where buffers come from.
     pub heap: HeapChoice,
     /// `--copy-mode`: copy every frame through the CPU at every hop, as a plain pipeline
@@ -90,6 +93,7 @@ impl Default for DataPath {
             run_dir: run_dir("default", None),
             ring_policy: RingPolicy::DropOldest,
             wait: WaitMode::Eventfd,
+            spin: Duration::ZERO,
             heap: HeapChoice::Auto,
             copy_mode: false,
             connect_timeout: Duration::from_secs(30),
@@ -100,14 +104,17 @@ impl Default for DataPath {
 
 impl DataPath {
     /// The settings every stage of a pipeline must agree on, as `--key=value` flags for
-    /// a child `zcpipe stage ...`: `--ring-policy`, `--wait`, `--heap` (and `--copy-mode`
-    /// when set), spelt from the [`Choice`] tables.
+    /// a child `zcpipe stage ...`: `--ring-policy`, `--wait`, `--heap` (and `--spin-us`
+    /// and `--copy-mode` when set), spelt from the [`Choice`] tables.
     pub fn flags(&self) -> Vec<String> {
         let mut v = vec![
             format!("--ring-policy={}", self.ring_policy.name()),
             format!("--wait={}", self.wait.name()),
             format!("--heap={}", self.heap.name()),
         ];
+        if !self.spin.is_zero() {
+            v.push(format!("--spin-us={}", self.spin.as_micros()));
+        }
         if self.copy_mode {
             v.push("--copy-mode".into());
         }

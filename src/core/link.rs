@@ -28,7 +28,7 @@ use super::ring::{RingGeometry, RingPolicy};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WaitMode {
-    /// Sleep in poll(2) on an eventfd doorbell (a wake-up costs a few µs of syscalls).
+    /// Sleep in epoll_wait(2) on an eventfd doorbell (one syscall per wake-up).
     Eventfd,
     /// Busy-poll the ring (lowest latency, burns a core).
     Spin,

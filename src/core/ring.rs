@@ -391,6 +391,12 @@ impl<T: Pod> RingConsumer<T> {
         }
     }
 
+    /// Whether nothing is queued (by `head` and `tail`; takes nothing, validates nothing:
+    /// garbage indices read as not empty, and the next pop rejects them).
+    pub fn is_empty(&self) -> bool {
+        self.shm.w(W_HEAD).load(Ordering::Acquire) == self.shm.w(W_TAIL).load(Ordering::Acquire)
+    }
+
     /// Whether the producer marked end of stream.
     pub fn eos(&self) -> bool {
         self.shm.w(W_EOS).load(Ordering::SeqCst) != 0

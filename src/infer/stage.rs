@@ -64,6 +64,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD };
     let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: ctx.data.wait };
     let input = PoolConsumer::join(up, &hello, ctx.data.wait, "scale")?;
+    input.set_spin(ctx.data.spin);
     log::info!("joined scale: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
     // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
     let bound = if ctx.data.copy_mode || input.buffers().iter().any(|b| b.len() != 1) {

@@ -79,7 +79,15 @@ pub struct DetectionServer {
     clients: Vec<Client>,
     stats: ServerStats,
     slow_timeout: Duration,
+    /// When [`DetectionServer::service`] last ran.
+    serviced: Option<Instant>,
 }
+
+/// How often, at most, the publish stage's frame loop looks for new clients and hang-ups
+/// ([`DetectionServer::service_due`]): a client waits at most this long to be accepted, and
+/// a stage publishing thousands of frames a second makes one `accept4` per interval, not
+/// one per frame. Broadcasting to a client that hung up fails at once (EPIPE) anyway.
+pub const SERVICE_EVERY: Duration = Duration::from_millis(50);
 
 impl DetectionServer {
     /// Binds `path` (SOCK_STREAM). A stale socket file is replaced; a live one is an error.
@@ -97,7 +105,7 @@ impl DetectionServer {
             .map_err(|e| anyhow::anyhow!("{e}, or pass another --publish path"))?;
         let listener = UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
-        Ok(DetectionServer { listener, path: path.to_path_buf(), clients: vec![], stats: ServerStats::default(), slow_timeout: Duration::from_secs(5) })
+        Ok(DetectionServer { listener, path: path.to_path_buf(), clients: vec![], stats: ServerStats::default(), slow_timeout: Duration::from_secs(5), serviced: None })
     }
 
     /// Changes the slow-client timeout (5 s by default).
@@ -110,8 +118,16 @@ impl DetectionServer {
         &self.path
     }
 
+    /// [`DetectionServer::service`] if it has not run for [`SERVICE_EVERY`] (or ever).
+    pub fn service_due(&mut self) {
+        if self.serviced.is_none_or(|t| t.elapsed() >= SERVICE_EVERY) {
+            self.service();
+        }
+    }
+
     /// Accepts waiting clients and drops ones that hung up.
     pub fn service(&mut self) {
+        self.serviced = Some(Instant::now());
         loop {
             match self.listener.accept() {
                 Ok((s, _)) => {

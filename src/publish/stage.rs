@@ -65,6 +65,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
     let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, &hello, ctx.data.wait, "infer")?;
+    rx.set_spin(ctx.data.spin);
     if !bufs.is_empty() {
         bail!("infer offered {} buffers; the detections hop carries none", bufs.len());
     }
@@ -89,7 +90,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             &mut state,
             |(server, lat, n_in, span)| report(server, lat, **n_in, **span, false, vec![]),
             |(server, lat, n_in, span)| {
-                server.service();
+                server.service_due();
                 let mut d = match incoming(rx.recv(&validate, &mut |_, _| {}, IDLE_WAIT)?, "infer", "", || false)? {
                     Incoming::Item(d) => d,
                     Incoming::Eos => return Ok(Turn::End("end of stream")),

@@ -57,6 +57,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let up = Conn::connect_retry(&ctx.data.socket("capture"), "capture stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "scale".into(), accept: ACCEPTED.iter().map(|f| f.0).collect(), want: None, wait: ctx.data.wait };
     let input = PoolConsumer::join(up, &hello, ctx.data.wait, "capture")?;
+    input.set_spin(ctx.data.spin);
     log::info!("joined capture: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
 
     let dst_fourcc = Fourcc(want.fourcc);

@@ -31,6 +31,8 @@ pub enum Transport {
     Ring,
     /// `ring-desc`: zcpipe's frame hop, descriptor only.
     RingDesc,
+    /// `ring-spin`: `ring-desc` with the consumer's adaptive spin before sleeping.
+    RingSpin,
     /// `iceoryx2`: iceoryx2 0.10 (only with the `iceoryx2` cargo feature).
     Iceoryx2,
 }
@@ -60,6 +62,7 @@ impl Choice for Transport {
         (Transport::ShmSpin, "shm-spin", "Shared memory written in place; the reader spins on a sequence word"),
         (Transport::Ring, "ring", "zcpipe's frame hop: a FrameDesc through the ring, pixels written in place into a pool buffer"),
         (Transport::RingDesc, "ring-desc", "zcpipe's frame hop carrying the descriptor only (no pixel written or read)"),
+        (Transport::RingSpin, "ring-spin", "ring-desc with each consumer spinning up to 50 µs before it sleeps (--spin-us 50, adaptive)"),
         (
             Transport::Iceoryx2,
             "iceoryx2",
@@ -105,6 +108,10 @@ impl Transport {
                  returns the buffer"
             }
             Transport::RingDesc => "the same hop carrying only the FrameDesc: no pixel written or read",
+            Transport::RingSpin => {
+                "ring-desc with the receivers' adaptive spin (Receiver::set_spin, 50 µs): a consumer whose last frame came \
+                 within the budget looks at the ring for up to 50 µs before it sleeps, so a prompt answer skips the wake-up"
+            }
             Transport::Iceoryx2 => {
                 "iceoryx2 0.10 (ipc::Service), one publish-subscribe service of [u8] slices (1 publisher, 1 subscriber, \
                  queue 1, no history) and one event service per direction: loan_slice_uninit, message written in place \
@@ -117,7 +124,7 @@ impl Transport {
 
     /// Whether a round trip touches the message's bytes (sets the default run length).
     fn touches_data(self) -> bool {
-        self != Transport::RingDesc
+        !matches!(self, Transport::RingDesc | Transport::RingSpin)
     }
 }
 

@@ -149,7 +149,8 @@ fn median_of(rows: &[Row], t: Transport, bytes: usize) -> Option<f64> {
 }
 
 /// Issue 5's goals: the ring hop close to the no-transfer floor at 1080p, far ahead of a
-/// Unix socket, and a descriptor hop whose cost does not depend on the frame size.
+/// Unix socket, and a descriptor hop whose cost does not depend on the frame size; issue
+/// 18's: the descriptor hop within 1.1x of a Unix socket at 64 B.
 pub(super) fn goals(rows: &[Row]) -> Vec<Goal> {
     let p1080 = NAMED_FRAMES[2].bytes();
     let (p480, p4k) = (NAMED_FRAMES[0].bytes(), NAMED_FRAMES[3].bytes());
@@ -180,6 +181,13 @@ pub(super) fn goals(rows: &[Row]) -> Vec<Goal> {
             "needs size 1080p and transports ring, unix",
         ),
         goal(
+            "ring-desc / unix at 64 B (issue 18: a descriptor hop as cheap as a socket's send and receive)",
+            "<= 1.1x",
+            ratio(median_of(rows, Transport::RingDesc, 64), median_of(rows, Transport::Unix, 64)),
+            |v| v <= 1.1,
+            "needs size 64 and transports ring-desc, unix",
+        ),
+        goal(
             "ring-desc 4k / ring-desc 480p",
             "within 1.1x",
             ratio(median_of(rows, Transport::RingDesc, p4k), median_of(rows, Transport::RingDesc, p480)),
@@ -205,6 +213,12 @@ pub(super) fn context(rows: &[Row]) -> Vec<Goal> {
         Goal { name: name.into(), value, target: "for context".into(), met: None, missing: value.is_none().then(|| missing.into()) }
     };
     let mut v = vec![
+        item(
+            "ring-spin / ring-desc at 64 B (what the adaptive 50 µs spin saves on a ping-pong)",
+            median_of(rows, Transport::RingSpin, 64),
+            median_of(rows, Transport::RingDesc, 64),
+            "needs size 64 and transports ring-spin, ring-desc",
+        ),
         item("ring / shm-inplace at 1080p (zcpipe's hop over a bare in-place hand-off)", ring, bare, "needs size 1080p and transports ring, shm-inplace"),
         item("shm-inplace / none at 1080p (moving the frame's cache lines between the CPUs)", bare, none, "needs size 1080p and transport shm-inplace"),
     ];
@@ -336,7 +350,7 @@ impl IpcReport {
                 }
             }
         }
-        let _ = writeln!(o, "\nGoals (issue 5):\n");
+        let _ = writeln!(o, "\nGoals (issues 5 and 18):\n");
         for g in &self.goals {
             match (g.value, g.met) {
                 (Some(v), Some(met)) => {

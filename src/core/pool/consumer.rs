@@ -36,7 +36,7 @@ pub fn offer_items<T: Pod>(conn: Conn, capacity: u32, policy: RingPolicy, descri
     };
     let fds = ring_fds(&ring, &bell, &back);
     conn.send(&ControlMsg::Offer(offer), &fds)?;
-    Ok(Sender::new(ring, bell, back, conn, policy))
+    Sender::new(ring, bell, back, conn, policy)
 }
 
 /// Joins an upstream's hop: sends `hello`, receives the offer (or its refusal, returned as
@@ -77,8 +77,8 @@ fn attach<T: Pod>(conn: Conn, offer: &Offer, fds: Vec<OwnedFd>, wait: WaitMode, 
     let mut it = fds.into_iter();
     let mut next = || it.next().ok_or_else(|| anyhow!("fd list ended early"));
     let ring_fd: OwnedFd = next()?;
-    let bell = Doorbell::from_fd(next()?);
-    let back = Doorbell::from_fd(next()?);
+    let bell = Doorbell::from_peer(next()?).with_context(|| format!("{upstream}'s doorbell"))?;
+    let back = Doorbell::from_peer(next()?).with_context(|| format!("{upstream}'s back doorbell"))?;
     let ring = RingConsumer::<T>::attach(ring_fd, offer.ring).with_context(|| format!("mapping {upstream}'s ring"))?;
     let mut bufs = Vec::with_capacity(offer.buffers.len());
     for (i, sizes) in offer.buffers.iter().enumerate() {
@@ -88,7 +88,7 @@ fn attach<T: Pod>(conn: Conn, offer: &Offer, fds: Vec<OwnedFd>, wait: WaitMode, 
         }
         bufs.push(b);
     }
-    Ok((Receiver::new(ring, bell, back, conn, wait), bufs))
+    Ok((Receiver::new(ring, bell, back, conn, wait)?, bufs))
 }
 
 /// Where a consumed frame's buffer goes back to when the [`Frame`] is dropped.
@@ -266,6 +266,14 @@ impl PoolConsumer {
             Recv::Hangup => Recv::Hangup,
             Recv::Idle => Recv::Idle,
         })
+    }
+
+    /// Sets the spin budget of the ring's receiver ([`Receiver::set_spin`]); nothing in
+    /// copy mode, whose frames come over a socket.
+    pub fn set_spin(&self, budget: Duration) {
+        if let ConsumerLink::Ring(rx) = &self.link {
+            rx.lock().unwrap_or_else(|p| p.into_inner()).set_spin(budget);
+        }
     }
 
     /// Ring counters (zero in copy mode, which has no ring).

@@ -137,6 +137,18 @@ impl Link {
             }
         }
     }
+    fn pace(&mut self, timeout: Duration) -> Result<()> {
+        match self {
+            Link::Ring(s) => s.pace(timeout),
+            Link::Copy { conn, .. } => {
+                std::thread::sleep(timeout);
+                if conn.peer_gone() {
+                    return Err(PeerGone::new(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
+                }
+                Ok(())
+            }
+        }
+    }
     fn send(&mut self, desc: FrameDesc, stop: &AtomicBool) -> Result<Sent<FrameDesc>> {
         match self {
             Link::Ring(s) => s.send(desc, stop),
@@ -204,7 +216,7 @@ impl PoolProducer {
         fds.extend(bufs.iter().flatten().map(|d| d.fd()));
         conn.send(&ControlMsg::Offer(offer), &fds).context("sending the pool to the consumer")?;
         log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
-        let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy));
+        let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy)?);
         Ok(PoolProducer::with(sender, bufs, spec.policy))
     }
 
@@ -400,6 +412,13 @@ impl PoolProducer {
                 Err(e)
             }
         }
+    }
+
+    /// Sleeps up to `timeout` between frames (a source's pacing), waking early if the
+    /// consumer hangs up (an error, [`PeerGone`]) or a signal arrives: one syscall for the
+    /// sleep and the liveness check ([`Sender::pace`]).
+    pub fn pace(&mut self, timeout: Duration) -> Result<()> {
+        self.sender.pace(timeout)
     }
 
     /// Ring counters.

@@ -127,3 +127,102 @@ fn device_loans_come_back_as_write_loans_or_at_streamoff() {
     again.sort();
     assert_eq!(again, [0, 2]);
 }
+
+/// The consumer sleeps in one epoll_wait on its doorbell (edge-triggered, never read): a
+/// ring made while it slept wakes it, and rings that pile up while it was busy wake it at
+/// most once, spuriously, never forever (the counter is not drained, so a level-triggered
+/// wait would return at once every time).
+#[test]
+fn a_sleeping_consumer_wakes_on_a_ring_and_rings_never_pile_up_into_busy_wakes() {
+    let (mut prod, mut rx) = hop(4, RingPolicy::DropOldest);
+    let consumer = std::thread::spawn(move || {
+        let d = take(&mut rx); // sleeps: nothing is queued yet
+        (d.seq, rx)
+    });
+    // Publish only once the consumer says it sleeps, so the ring really wakes it.
+    let t = std::time::Instant::now();
+    while !prod_sees_consumer_sleeping(&prod) {
+        assert!(t.elapsed() < Duration::from_secs(10), "the consumer never went to sleep");
+        std::thread::yield_now();
+    }
+    publish(&mut prod, 7);
+    let (seq, mut rx) = consumer.join().unwrap();
+    assert_eq!(seq, 7);
+    // Rings that nobody waited for (as when a producer rings just before the consumer wakes).
+    for _ in 0..5 {
+        match &prod.sender {
+            Link::Ring(s) => s.ring_for_tests(),
+            Link::Copy { .. } => unreachable!(),
+        }
+    }
+    // Idle with nothing queued: each receive waits its whole timeout (Idle), however many
+    // rings came before, instead of returning at once.
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        assert!(matches!(rx.recv(&|_| Ok(()), &mut |_, _| {}, Duration::from_millis(30)).unwrap(), Recv::Idle));
+        assert!(t.elapsed() >= Duration::from_millis(25), "an idle receive returned after {:?}", t.elapsed());
+    }
+}
+
+fn prod_sees_consumer_sleeping(prod: &PoolProducer) -> bool {
+    match &prod.sender {
+        Link::Ring(s) => s.consumer_sleeping_for_tests(),
+        Link::Copy { .. } => false,
+    }
+}
+
+/// A sleeping consumer learns of the producer's death from the same epoll_wait (the
+/// control socket's hang-up), not from a timeout: it gets `Hangup` long before its timeout.
+#[test]
+fn a_sleeping_consumer_sees_the_producer_die() {
+    let (prod, mut rx) = hop(2, RingPolicy::DropOldest);
+    let consumer = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        let r = rx.recv(&|_| Ok(()), &mut |_, _| {}, Duration::from_secs(30)).unwrap();
+        (matches!(r, Recv::Hangup), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    drop(prod); // closes the control socket, as a dead process would
+    let (hung_up, took) = consumer.join().unwrap();
+    assert!(hung_up);
+    assert!(took < Duration::from_secs(30), "the hang-up was seen only at the timeout");
+}
+
+/// A producer does not poll its consumer on every send, but a dead consumer is still
+/// noticed: under drop-oldest its ring fills, and the first send into a full ring polls.
+/// Nothing is queued to the dead consumer after that, and every buffer is accounted for.
+#[test]
+fn a_producer_notices_a_dead_consumer_once_its_ring_is_full() {
+    let (mut prod, rx) = hop(3, RingPolicy::DropOldest);
+    drop(rx);
+    let mut sent = 0u64;
+    let err = loop {
+        let loan = match prod.acquire(&NEVER) {
+            Ok(l) => l.expect("a buffer"),
+            Err(e) => break e,
+        };
+        match loan.publish(desc(sent), &NEVER) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent < 10_000_000, "a dead consumer was never noticed");
+    };
+    assert!(crate::core::link::PeerGone::is_in(&err), "{err:#}");
+    // The ring (capacity 3) holds what was queued; nothing is lost from the counts.
+    let k = prod.counters();
+    assert_eq!(k.produced, sent);
+    assert_eq!(k.produced, k.consumed + k.dropped + k.rejected + k.in_flight);
+    assert_eq!(k.consumed, 0);
+}
+
+/// A doorbell from a peer must be an eventfd: a pipe (which could block a ring, or never
+/// wake anyone) is refused with the reason.
+#[test]
+fn a_doorbell_that_is_not_an_eventfd_is_refused() {
+    let (r, _w) = nix::unistd::pipe().unwrap();
+    let e = crate::core::channel::Doorbell::from_peer(r).unwrap_err().to_string();
+    assert!(e.contains("not an eventfd") && e.contains("pipe:"), "{e}");
+    let ok = crate::core::channel::Doorbell::new().unwrap();
+    let fd = std::os::fd::AsFd::as_fd(&ok).try_clone_to_owned().unwrap();
+    crate::core::channel::Doorbell::from_peer(fd).unwrap();
+}
