@@ -17,7 +17,7 @@ use crate::core::config::Choice;
 use crate::core::dmabuf::{Allocator, HeapChoice};
 use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone};
-use crate::core::pool::{HopSpec, PoolProducer};
+use crate::core::pool::{ring_capacity, HopSpec, PoolProducer};
 use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{drain_pool, Extras, StageCtx, Turn, IDLE_WAIT};
@@ -73,7 +73,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
     })?;
     let n_bufs = pool.len();
-    let capacity = (n_bufs as u32 - 1).max(1);
+    let capacity = ring_capacity(ctx.data.ring_policy, n_bufs);
     let mut prod = PoolProducer::offer(
         conn,
         pool.into_iter().map(|b| vec![b]).collect(),
@@ -237,7 +237,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         pool,
         HopSpec {
             policy: ctx.data.ring_policy,
-            capacity: (n_bufs as u32 - 1).max(1),
+            capacity: ring_capacity(ctx.data.ring_policy, n_bufs),
             memory: memory.clone(),
             layout: Some(layout),
             fps,

@@ -2,7 +2,9 @@
 //! control connection used to notice a dead peer.
 //!
 //! The doorbell (producer -> consumer) is rung only when the consumer announced it is going
-//! to sleep; the back doorbell (consumer -> producer) only when the producer did. So a busy
+//! to sleep; the back doorbell (consumer -> producer) only when the producer did, and only
+//! for what it sleeps for ([`BackWait`]: ring space after a pop, or a returned buffer), so
+//! a producer waiting for a buffer is woken once per buffer, not also per pop. A busy
 //! pipeline makes no syscall per item on either side, and an idle one sleeps.
 //!
 //! What a hop costs in syscalls (counted by `benches/syscalls.sh`):
@@ -31,14 +33,14 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::link::{Conn, PeerGone, WaitMode};
-use super::ring::{Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
+use super::ring::{BackWait, Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
 
 /// How often, at most, a producer whose ring has room polls its consumer's control socket
 /// for a hang-up (a full ring is checked at once, at most every [`PEER_CHECK_FULL_EVERY`]).
 pub const PEER_CHECK_EVERY: Duration = Duration::from_millis(100);
 
-/// How often, at most, a producer whose ring is full (every send drops a frame, or it
-/// takes buffers back) polls its consumer's control socket.
+/// How often, at most, a drop-oldest producer whose ring is full (every send drops a
+/// frame, or it takes buffers back) polls its consumer's control socket.
 pub const PEER_CHECK_FULL_EVERY: Duration = Duration::from_millis(1);
 
 /// An eventfd used as a doorbell (eventfd(2)); nonblocking, close-on-exec. The ringing side
@@ -176,9 +178,11 @@ impl<T: Pod> Sender<T> {
         // Drop-oldest never waits, so without this a producer would go on feeding a ring
         // nobody reads. The look is rate-limited, so a busy hop makes no syscall for it,
         // and made before the push, so an item is never queued to a dead consumer.
+        // (Under block a full ring makes the producer sleep on the back doorbell, whose
+        // epoll set sees the hang-up: only drop-oldest needs the quicker look.)
         let cap = self.ring.geometry().capacity as u64;
-        let full = self.ring.len()? >= cap;
-        self.check_peer(if full { PEER_CHECK_FULL_EVERY } else { PEER_CHECK_EVERY })?;
+        let dropping = self.policy == RingPolicy::DropOldest && self.ring.len()? >= cap;
+        self.check_peer(if dropping { PEER_CHECK_FULL_EVERY } else { PEER_CHECK_EVERY })?;
         loop {
             match self.ring.push(item, self.policy == RingPolicy::DropOldest)? {
                 Push::Queued => {
@@ -194,7 +198,7 @@ impl<T: Pod> Sender<T> {
                         bail!("stopped while waiting for ring space");
                     }
                     self.waits += 1;
-                    self.wait_back(|r| r.len().map(|n| n < cap).unwrap_or(true), Duration::from_millis(200))?;
+                    self.wait_back(BackWait::Space, |r| r.len().map(|n| n < cap).unwrap_or(true), Duration::from_millis(200))?;
                 }
             }
         }
@@ -206,16 +210,17 @@ impl<T: Pod> Sender<T> {
         }
     }
 
-    /// Waits (up to `timeout`) on the back doorbell until `ready` holds. Errors if the
+    /// Sleeps (up to `timeout`) on the back doorbell for `what`, unless `ready` already
+    /// holds once the consumer can see we sleep (so a wake-up is never lost). Errors if the
     /// consumer hung up.
-    pub fn wait_back(&mut self, ready: impl Fn(&RingProducer<T>) -> bool, timeout: Duration) -> Result<()> {
-        self.ring.set_sleeping(true);
+    fn wait_back(&mut self, what: BackWait, ready: impl Fn(&RingProducer<T>) -> bool, timeout: Duration) -> Result<()> {
+        self.ring.set_sleeping(Some(what));
         if ready(&self.ring) {
-            self.ring.set_sleeping(false);
+            self.ring.set_sleeping(None);
             return Ok(());
         }
         let gone = self.sleeper.sleep(&self.conn, timeout);
-        self.ring.set_sleeping(false);
+        self.ring.set_sleeping(None);
         if gone? {
             return Err(self.gone());
         }
@@ -236,6 +241,12 @@ impl<T: Pod> Sender<T> {
             Ok(_) => Ok(()),
             Err(e) => bail!("ppoll: {e}"),
         }
+    }
+
+    /// Sleeps (up to `timeout`) until the consumer returns a value (a buffer), unless one
+    /// is already waiting. Errors if the consumer hung up.
+    pub fn wait_for_returns(&mut self, timeout: Duration) -> Result<()> {
+        self.wait_back(BackWait::Return, |r| r.returns_pending(), timeout)
     }
 
     /// Times `send` waited for space (block policy).
@@ -345,7 +356,7 @@ impl<T: Pod> Receiver<T> {
         loop {
             match self.ring.pop(validate) {
                 Pop::Item(t) => {
-                    if self.ring.producer_sleeping() {
+                    if self.ring.producer_waits_for(BackWait::Space) {
                         self.backbell.ring();
                     }
                     self.last_gap = empty_since.map_or(Duration::ZERO, |t| t.elapsed());
@@ -399,7 +410,7 @@ impl<T: Pod> Receiver<T> {
                     self.ring.set_sleeping(true);
                     if let Pop::Item(t) = self.ring.pop(validate) {
                         self.ring.set_sleeping(false);
-                        if self.ring.producer_sleeping() {
+                        if self.ring.producer_waits_for(BackWait::Space) {
                             self.backbell.ring();
                         }
                         return Ok(Recv::Item(t));
@@ -415,7 +426,7 @@ impl<T: Pod> Receiver<T> {
     /// Sends a value (a buffer token) back to the producer and wakes it if it sleeps.
     pub fn push_return(&mut self, v: u64) -> Result<()> {
         self.ring.push_return(v)?;
-        if self.ring.producer_sleeping() {
+        if self.ring.producer_waits_for(BackWait::Return) {
             self.backbell.ring();
         }
         Ok(())

@@ -51,6 +51,17 @@ const W_RET_HEAD: usize = 40;
 const W_RET_TAIL: usize = 48;
 const W_SLOTS: usize = 56;
 
+/// What a sleeping producer waits for (the word the consumer reads to decide whether to
+/// ring the back doorbell).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum BackWait {
+    /// A free slot in the ring (block policy, ring full).
+    Space = 1,
+    /// A buffer back in the return queue (pool exhausted, or draining at the end).
+    Return = 2,
+}
+
 /// What to do when the ring is full (`--ring-policy`; spellings in [`super::config::Choice`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -251,9 +262,18 @@ impl<T: Pod> RingProducer<T> {
         self.shm.w(W_CONSUMER_SLEEPING).load(Ordering::SeqCst) != 0
     }
 
-    /// Announces that the producer will (or no longer will) sleep on its back doorbell.
-    pub fn set_sleeping(&self, sleeping: bool) {
-        self.shm.w(W_PRODUCER_SLEEPING).store(sleeping as u64, Ordering::SeqCst);
+    /// Announces what the producer will sleep on its back doorbell for (`None`: it no
+    /// longer sleeps): the consumer rings it only for that, so a producer waiting for a
+    /// buffer is not woken by ring space, nor one waiting for space by a returned buffer.
+    pub fn set_sleeping(&self, waits_for: Option<BackWait>) {
+        self.shm.w(W_PRODUCER_SLEEPING).store(waits_for.map_or(0, |w| w as u64), Ordering::SeqCst);
+    }
+
+    /// Whether the consumer has returned values not yet taken with
+    /// [`RingProducer::pop_return`] (takes nothing; a corrupt queue reads as `true`, and
+    /// the pop reports it).
+    pub fn returns_pending(&self) -> bool {
+        self.shm.w(W_RET_TAIL).load(Ordering::Acquire) != self.ret_head
     }
 
     /// Marks end of stream: the consumer drains what is queued, then sees EOS.
@@ -408,9 +428,11 @@ impl<T: Pod> RingConsumer<T> {
         self.shm.w(W_CONSUMER_SLEEPING).store(sleeping as u64, Ordering::SeqCst);
     }
 
-    /// Whether the producer is waiting on its back doorbell.
-    pub fn producer_sleeping(&self) -> bool {
-        self.shm.w(W_PRODUCER_SLEEPING).load(Ordering::SeqCst) != 0
+    /// Whether the producer sleeps on its back doorbell waiting for `what` (read after a
+    /// pop, for [`BackWait::Space`], or a return, for [`BackWait::Return`]; seq-cst pairs
+    /// with [`RingProducer::set_sleeping`] so no wake-up is lost).
+    pub fn producer_waits_for(&self, what: BackWait) -> bool {
+        self.shm.w(W_PRODUCER_SLEEPING).load(Ordering::SeqCst) == what as u64
     }
 
     /// Queues a value (a buffer index) back to the producer. Never waits: the queue holds at

@@ -10,7 +10,7 @@ use crate::core::config::Choice;
 use crate::core::dmabuf::Allocator;
 use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
-use crate::core::pool::{HopSpec, PoolConsumer, PoolProducer};
+use crate::core::pool::{ring_capacity, HopSpec, PoolConsumer, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
 use crate::stage::{drain_pool, incoming, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
@@ -78,7 +78,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         pool.into_iter().map(|b| vec![b]).collect(),
         HopSpec {
             policy: ctx.data.ring_policy,
-            capacity: (cfg.buffers as u32 - 1).max(1),
+            capacity: ring_capacity(ctx.data.ring_policy, cfg.buffers),
             memory: alloc.describe(),
             layout: Some(dst),
             fps: input.offer.fps,

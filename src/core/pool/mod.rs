@@ -58,6 +58,19 @@ fn token(desc: &FrameDesc) -> u64 {
     (desc.seq << 32) | desc.buffer_index as u64
 }
 
+/// Ring slots for a pool of `buffers` under `policy`. Drop-oldest: `buffers - 1` (at least
+/// 1), so one buffer is always outside the ring for the producer to write while the ring is
+/// full. Block: `buffers`, so the ring is never full while a buffer is free, and a producer
+/// that outruns its consumer sleeps once per frame (for a returned buffer) instead of twice
+/// (for ring space, then for a buffer).
+pub fn ring_capacity(policy: RingPolicy, buffers: usize) -> u32 {
+    let n = buffers.clamp(1, 4096) as u32;
+    match policy {
+        RingPolicy::DropOldest => (n - 1).max(1),
+        RingPolicy::Block => n,
+    }
+}
+
 /// What the producer tells the consumer about a frame hop besides the fds.
 #[derive(Clone, Debug)]
 pub struct HopSpec {
@@ -125,9 +138,9 @@ impl Link {
             Link::Copy { .. } => Ok(None),
         }
     }
-    fn wait_back(&mut self, ready: impl Fn(&RingProducer<FrameDesc>) -> bool, timeout: Duration) -> Result<()> {
+    fn wait_for_returns(&mut self, timeout: Duration) -> Result<()> {
         match self {
-            Link::Ring(s) => s.wait_back(ready, timeout),
+            Link::Ring(s) => s.wait_for_returns(timeout),
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout.min(Duration::from_millis(20)));
                 if conn.peer_gone() {
@@ -325,7 +338,7 @@ impl PoolProducer {
                 return Ok(None);
             }
             self.stats.waits += 1;
-            self.sender.wait_back(|_| false, Duration::from_millis(200))?;
+            self.sender.wait_for_returns(Duration::from_millis(200))?;
         }
     }
 
@@ -482,7 +495,7 @@ impl PoolProducer {
             if start.elapsed() > timeout {
                 return Ok((out_before - out, out));
             }
-            let _ = self.sender.wait_back(|_| false, Duration::from_millis(100));
+            let _ = self.sender.wait_for_returns(Duration::from_millis(100));
         }
     }
 }
