@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what zcpipe needs on a Debian/Ubuntu host and builds it. Idempotent.
 #   ffmpeg/ffprobe: the video source decodes files with them.
+#   python3-venv: build/py-venv, the pinned onnx/onnxruntime/numpy of
+#     scripts/models/requirements.txt, for the head tests' models (tests/heads.rs).
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,11 +10,24 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} (apt-get)"
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# The head tests' Python (scripts/models/): a venv with the pinned packages, remade when
+# requirements.txt changes (PyPI; Debian's python3-onnx serves only /usr/bin/python3).
+venv=build/py-venv
+req=scripts/models/requirements.txt
+if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
+    echo "setup: making $venv (pip: $(grep -v '^#' "$req" | tr '\n' ' '))"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/requirements.txt"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found: install Rust with rustup (https://rustup.rs), then rerun" >&2

@@ -531,7 +531,7 @@ fn bound_and_copied_frames_give_the_onnx_reference_and_a_wrong_stride_is_refused
     let mut det = RknnDetector::open_with(in_process_runtime(), &opts).unwrap();
     let spec = det.input_spec().clone();
     assert_eq!((spec.width, spec.height, spec.bytesperline, spec.name.as_str()), (416, 416, 1248, "images"));
-    assert_eq!(det.output_shape(), [1, 3549, 85]);
+    assert_eq!(det.outputs()[0].shape, vec![1, 3549, 85]);
 
     // The exact letterboxed dog the goldens were made from (tests/data/golden/PROVENANCE.md).
     let input = std::fs::read(data("tests/data/golden/dog_input_u8_nhwc_bgr_416.bin")).unwrap();

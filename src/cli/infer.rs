@@ -1,11 +1,12 @@
-//! `--infer`, `--model`, `--labels`, the thresholds and `--npu-cores`, and their checked
-//! form, [`crate::infer::InferConfig`].
+//! `--infer`, `--model`, `--labels`, `--head`, `--anchors`, the thresholds and
+//! `--npu-cores`, and their checked form, [`crate::infer::InferConfig`].
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
+use crate::infer::heads::HeadKind;
 use crate::infer::rknn::parse_npu_cores;
 use crate::infer::{DetectorKind, InferConfig};
 
@@ -18,9 +19,18 @@ pub struct InferArgs {
     /// Model file.
     #[arg(long, default_value = "models/yolox_nano.onnx")]
     pub model: PathBuf,
-    /// Class labels, one per line.
-    #[arg(long, default_value = "models/coco80.txt")]
-    pub labels: PathBuf,
+    /// Class labels, one per line, class 0 first. Default: the model's own names (Ultralytics
+    /// ONNX exports carry them), else the 80 COCO names for an 80-class model.
+    #[arg(long)]
+    pub labels: Option<PathBuf>,
+    /// Output layout of the model: auto (recognised from the output shapes), yolox,
+    /// yolox-split, yolov5 (also YOLOv7), yolov5-split, yolov8 (also YOLO11), yolov8-split.
+    #[arg(long, default_value = "auto", value_parser = check_head)]
+    pub head: String,
+    /// yolov5-split: a file of the 18 anchor sizes (w h, 3 per stride, stride 8 first).
+    /// Default: rknn_model_zoo's (YOLOv5's defaults).
+    #[arg(long)]
+    pub anchors: Option<PathBuf>,
     /// Keep detections scoring above this.
     #[arg(long, default_value_t = 0.3, allow_negative_numbers = true)]
     pub score_threshold: f32,
@@ -31,6 +41,11 @@ pub struct InferArgs {
     /// RK3588). Default: one context, the runtime's choice.
     #[arg(long, value_parser = check_npu_cores)]
     pub npu_cores: Option<String>,
+}
+
+/// `--head`: checked by the parser, kept as written (it is passed on as is).
+fn check_head(s: &str) -> Result<String, String> {
+    s.parse::<HeadKind>().map(|_| s.to_string()).map_err(|e| e.to_string())
 }
 
 /// `--npu-cores`: checked by the parser, kept as written (it is passed on as is).
@@ -55,6 +70,8 @@ impl InferArgs {
             backend,
             model: self.model.clone(),
             labels: self.labels.clone(),
+            head: self.head.parse()?,
+            anchors: self.anchors.clone(),
             score_threshold: self.score_threshold,
             nms_iou: self.nms_iou,
             npu_cores,
@@ -66,10 +83,12 @@ impl InferArgs {
         let mut v = vec![
             format!("--infer={}", self.infer),
             format!("--model={}", self.model.display()),
-            format!("--labels={}", self.labels.display()),
+            format!("--head={}", self.head),
             format!("--score-threshold={}", self.score_threshold),
             format!("--nms-iou={}", self.nms_iou),
         ];
+        v.extend(self.labels.as_ref().map(|l| format!("--labels={}", l.display())));
+        v.extend(self.anchors.as_ref().map(|a| format!("--anchors={}", a.display())));
         v.extend(self.npu_cores.as_ref().map(|c| format!("--npu-cores={c}")));
         v
     }

@@ -1,10 +1,13 @@
 //! Infer stage: runs an object detector on the scaled model input and returns boxes.
 //!
 //! What it does: takes one packed BGR24 frame in the model's input size (written by the
-//! scale stage, top-left letterbox, pad 114), runs the chosen backend, decodes the YOLOX
-//! output ([`yolox`]) and applies per-class NMS ([`nms`]). Boxes leave this stage in
+//! scale stage, top-left letterbox, pad 114), runs the chosen backend, decodes the model's
+//! outputs with the head of its family ([`heads`]: YOLOX, YOLOv5/v7, YOLOv8/YOLO11, flat or
+//! split per stride as rknn_model_zoo exports them, recognised from the output shapes or
+//! named with `--head`) and applies per-class NMS ([`nms`]). Boxes leave this stage in
 //! model-input pixels; mapping them back to the source frame is [`LetterboxParams::unmap_box`]'s
-//! job, done by whoever holds the letterbox parameters.
+//! job, done by whoever holds the letterbox parameters. Class names come from the model,
+//! `--labels` or COCO 80 ([`labels`]).
 //!
 //! What it owns: the model (loaded and checked once at start-up: a wrong model is an error
 //! naming the file, what was found and the fix, never garbage at frame 1), the backend's
@@ -13,7 +16,8 @@
 //!
 //! What it must never do: write to the input frame (it is lent read-only), resize or
 //! colour-convert (that is the scaler's job; a backend only changes element type and
-//! layout, e.g. uint8 NHWC -> float32 NCHW), or panic on a bad model or a bad descriptor.
+//! layout, e.g. uint8 NHWC -> float32 NCHW, and scale, e.g. /255 for the families that
+//! want it), or panic on a bad model or a bad descriptor.
 //!
 //! Backends sit behind one trait, [`Detector`], chosen by [`DetectorKind`] (`--infer`) in
 //! [`open_detector`]: `onnx` (tract, CPU, behind the `onnx` cargo feature), `rknn` (Rockchip
@@ -24,14 +28,17 @@
 //!
 //! [`LetterboxParams::unmap_box`]: crate::core::frame::LetterboxParams::unmap_box
 
+pub mod heads;
+pub mod labels;
 pub mod nms;
 pub mod stage;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod rknn;
-pub mod yolox;
 
-use std::path::{Path, PathBuf};
+pub use labels::load_labels;
+
+use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
@@ -43,15 +50,15 @@ use crate::core::pool::Frame;
 /// One detected object.
 ///
 /// `bbox` is `[x1, y1, x2, y2]` in **model-input pixels** (e.g. 0..416 for YOLOX-Nano),
-/// before any letterbox unmapping and unclamped (YOLOX boxes may extend past the input
-/// edge). `score` is `obj * cls[class_id]` in 0..1 (YOLOX `demo_postprocess` +
-/// `multiclass_nms_class_aware`, `yolox/utils/demo_utils.py`). `class_id` indexes the label
-/// list (`models/coco80.txt`: 0 = person, 1 = bicycle, 2 = car, ...).
+/// before any letterbox unmapping and unclamped (boxes may extend past the input edge).
+/// `score` is in 0..1, as the model's family defines it ([`heads`]: `obj * cls[class_id]`
+/// for YOLOX and YOLOv5, `cls[class_id]` for YOLOv8). `class_id` indexes the label list
+/// (COCO: 0 = person, 1 = bicycle, 2 = car, ...).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Detection {
     /// Class index into the label list, 0-based, in model output order.
     pub class_id: u32,
-    /// Confidence `obj * cls[class_id]`, 0..1.
+    /// Confidence, 0..1 (`obj * cls[class_id]`, or `cls[class_id]` without objectness).
     pub score: f32,
     /// `[x1, y1, x2, y2]` in model-input pixels (not unmapped, not clamped).
     pub bbox: [f32; 4],
@@ -145,9 +152,23 @@ pub trait Detector: Send {
     fn kind(&self) -> DetectorKind;
     /// The frame this detector wants; the scale stage is set up from it.
     fn input_spec(&self) -> &InputSpec;
-    /// How many classes the model scores (YOLOX: output columns - 5), if it has a model.
+    /// How many classes the model scores, if it has a model.
     fn classes(&self) -> Option<usize> {
         None
+    }
+    /// The class names the model carries (an Ultralytics ONNX export's `names` metadata),
+    /// class 0 first; `None` when it carries none.
+    fn labels(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// The head decoding the model's outputs (its layout, classes and the pre-processing
+    /// its family expects), if it has a model.
+    fn head(&self) -> Option<&dyn heads::Head> {
+        None
+    }
+    /// Anchors skipped so far because an output value was NaN or infinite ([`heads`]).
+    fn nonfinite_skipped(&self) -> u64 {
+        0
     }
     /// Runs one frame. `input` is the whole mapped buffer; `layout` is a packed `BGR24`
     /// layout matching [`Detector::input_spec`] (rows of `planes[0].bytesperline` bytes,
@@ -211,11 +232,22 @@ pub struct DetectorOptions {
     /// `rknn` only: NPU cores to run on, one context each (`--npu-cores`); empty = one
     /// context, the runtime's choice.
     pub npu_cores: Vec<u32>,
+    /// The output layout (`--head`; `Auto` recognises it from the output shapes).
+    pub head: heads::HeadKind,
+    /// Anchors for `yolov5-split` (`--anchors`; `None`: rknn_model_zoo's defaults).
+    pub anchors: Option<heads::Anchors>,
 }
 
 impl Default for DetectorOptions {
     fn default() -> Self {
-        DetectorOptions { model: PathBuf::from("models/yolox_nano.onnx"), score_threshold: 0.3, nms_iou: 0.45, npu_cores: Vec::new() }
+        DetectorOptions {
+            model: PathBuf::from("models/yolox_nano.onnx"),
+            score_threshold: 0.3,
+            nms_iou: 0.45,
+            npu_cores: Vec::new(),
+            head: heads::HeadKind::Auto,
+            anchors: None,
+        }
     }
 }
 
@@ -226,14 +258,19 @@ pub struct InferConfig {
     pub backend: DetectorKind,
     /// Model file as given (resolved against the bundled data at start-up).
     pub model: PathBuf,
-    /// Label file as given, one class name per line.
-    pub labels: PathBuf,
+    /// Label file as given, one class name per line (`None`: the model's own names, else
+    /// COCO 80 for an 80-class model: [`labels::resolve_labels`]).
+    pub labels: Option<PathBuf>,
     /// Keep detections scoring above this (0..=1).
     pub score_threshold: f32,
     /// Per-class NMS IoU threshold (0..=1).
     pub nms_iou: f32,
     /// `rknn`: NPU cores, one context each (empty: one context, the runtime's choice).
     pub npu_cores: Vec<u32>,
+    /// `--head`: the output layout, or `Auto`.
+    pub head: heads::HeadKind,
+    /// `--anchors`: a file of YOLOv5 anchors for `yolov5-split` (read at start-up).
+    pub anchors: Option<PathBuf>,
 }
 
 /// Detector backends (`--infer`). Adding one is a file in this folder, a variant here and
@@ -363,30 +400,6 @@ impl Detector for NoDetector {
     }
 }
 
-/// Reads a label list: one label per line, line 1 is class 0 (`models/coco80.txt`, the 80
-/// COCO names in YOLOX `COCO_CLASSES` order). Trailing `\r` and surrounding whitespace are
-/// trimmed; a trailing empty line is ignored. Errors name the path and the fix when the file
-/// is missing, unreadable or has no labels.
-pub fn load_labels(path: &Path) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "cannot read label file {}: pass a text file with one class name per line, class 0 first (e.g. models/coco80.txt)",
-            path.display()
-        )
-    })?;
-    let mut labels: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
-    while labels.last().is_some_and(|l| l.is_empty()) {
-        labels.pop();
-    }
-    if labels.is_empty() {
-        bail!(
-            "label file {} is empty: it needs one class name per line, class 0 first (e.g. models/coco80.txt)",
-            path.display()
-        );
-    }
-    Ok(labels)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,22 +456,5 @@ mod tests {
             err,
             "zcpipe was built without the `onnx` feature: rebuild with `--features onnx` or use `--infer none`"
         );
-    }
-
-    #[test]
-    fn coco80_labels_load() {
-        let labels = load_labels(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/models/coco80.txt"))).unwrap();
-        assert_eq!(labels.len(), 80);
-        assert_eq!((labels[0].as_str(), labels[1].as_str(), labels[2].as_str()), ("person", "bicycle", "car"));
-        assert_eq!((labels[16].as_str(), labels[79].as_str()), ("dog", "toothbrush"));
-    }
-
-    #[test]
-    fn missing_or_empty_labels_name_the_path() {
-        let err = load_labels(Path::new("/nonexistent/labels.txt")).unwrap_err().to_string();
-        assert!(err.contains("/nonexistent/labels.txt") && err.contains("models/coco80.txt"), "{err}");
-        let (_dir, empty) = crate::testing::file_with("empty.txt", "\n\n");
-        let err = load_labels(&empty).unwrap_err().to_string();
-        assert!(err.contains("empty.txt") && err.contains("is empty"), "{err}");
     }
 }

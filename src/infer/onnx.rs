@@ -1,11 +1,14 @@
-//! `onnx` backend: a YOLOX ONNX model run on the CPU with tract (`tract-onnx` 0.23).
+//! `onnx` backend: a detection model run on the CPU with tract (`tract-onnx` 0.23).
 //!
 //! At start-up the model is loaded, checked against what zcpipe can feed (one float32
-//! `[1, 3, H, W]` input, one `[1, N, 5 + C]` YOLOX output; `models/PROVENANCE.md`), given a
-//! fixed input fact, optimized and turned into a plan, once. Per frame the packed BGR24
-//! rows are converted to float32 NCHW with raw 0..255 values (no /255, no mean/std, no
-//! channel swap: YOLOX `preproc` for the 0.1.1+ checkpoints), run, and decoded with
-//! [`yolox::decode_yolox`] and [`nms_per_class`](super::nms::nms_per_class).
+//! `[1, 3, H, W]` input), given a fixed input fact, optimized and turned into a plan, once;
+//! its outputs (float32 or float16) are matched to a head ([`heads::select`]: the layout
+//! `--head` names, or the one recognised from their shapes), and its class names are read
+//! from the `names` metadata entry when it has one (Ultralytics exports). Per frame the
+//! packed BGR24 rows are converted to float32 NCHW, keeping the channel order, with the
+//! values the head's family expects (raw 0..255 for YOLOX, `models/PROVENANCE.md`; /255 for
+//! YOLOv5 and YOLOv8: [`heads::Preprocess::normalise`]), run, and decoded by the head, then
+//! per-class NMS ([`heads::Decoder`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -14,29 +17,32 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use tract_onnx::prelude::{
     tvec, DatumType, Framework, InferenceFact, InferenceModel, InferenceModelExt, IntoRunnable, IntoTValue,
-    IntoTensor, TypedFact, TypedModel, TypedRunnableModel,
+    IntoTensor, PlainView, TValue, TypedModel, TypedRunnableModel,
 };
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use super::nms::nms_per_class;
-use super::{yolox, Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout};
+use super::heads::{self, ChannelOrder, Decoder, Dtype, OutputInfo, TensorRef};
+use super::labels::parse_names_dict;
+use super::{Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout};
 use crate::core::frame::{Fourcc, FrameLayout};
 
 /// Input size used when the model leaves height/width symbolic (YOLOX-Nano's size).
 const DEFAULT_SIDE: u32 = 416;
 /// What to suggest when a model does not fit.
 const EXAMPLE_MODEL: &str = "models/yolox_nano.onnx";
+/// The metadata key under which Ultralytics exports store the class names.
+const NAMES_KEY: &str = "onnx.metadata_props.names";
 
-/// A YOLOX ONNX model loaded into tract, ready to run frames.
+/// An ONNX detection model loaded into tract, ready to run frames.
 pub struct OnnxDetector {
     model_path: PathBuf,
     plan: Arc<TypedRunnableModel>,
     spec: InputSpec,
-    rows: usize,
-    cols: usize,
-    score_threshold: f32,
-    nms_iou: f32,
+    decoder: Decoder,
+    /// What each input byte is multiplied by (the head's normalisation).
+    norm: f32,
+    names: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for OnnxDetector {
@@ -44,32 +50,47 @@ impl std::fmt::Debug for OnnxDetector {
         f.debug_struct("OnnxDetector")
             .field("model_path", &self.model_path)
             .field("spec", &self.spec)
-            .field("output", &[1, self.rows, self.cols])
+            .field("head", &self.decoder.head().describe())
             .finish()
     }
 }
 
 impl OnnxDetector {
-    /// Loads, checks and optimizes `opts.model`. Errors are one line naming the model
-    /// path, what was found and the fix; a corrupt or truncated file is an error, not a
-    /// panic (tract is run under `catch_unwind`).
+    /// Loads, checks and optimizes `opts.model` and picks its head. Errors are one line
+    /// naming the model path, what was found and the fix; a corrupt or truncated file is an
+    /// error, not a panic (tract is run under `catch_unwind`).
     pub fn open(opts: &DetectorOptions) -> anyhow::Result<OnnxDetector> {
         let path = opts.model.as_path();
         std::fs::metadata(path).with_context(|| {
-            format!("cannot open ONNX model {}: pass --model with a YOLOX .onnx file such as {EXAMPLE_MODEL}", path.display())
+            format!("cannot open ONNX model {}: pass --model with a detection .onnx file such as {EXAMPLE_MODEL}", path.display())
         })?;
         let model = tract_step(
             || tract_onnx::onnx().model_for_path(path),
             || format!("cannot load ONNX model {}", path.display()),
             &format!("the file may be truncated or not an ONNX model (expected e.g. {EXAMPLE_MODEL})"),
         )?;
+        let names = match model.properties.get(NAMES_KEY).map(|t| t.try_as_plain_ram().and_then(|v| v.to_scalar::<String>().cloned())) {
+            Some(Ok(text)) => Some(parse_names_dict(&text).with_context(|| format!("model {}", path.display()))?),
+            _ => None,
+        };
         let (name, width, height) = check_input(path, &model)?;
         let typed = tract_step(
             || prepare(model, width, height),
             || format!("cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32", path.display()),
-            &format!("use a YOLOX export such as {EXAMPLE_MODEL}"),
+            &format!("use a detection model exported to ONNX such as {EXAMPLE_MODEL}"),
         )?;
-        let (rows, cols) = check_output(path, &typed, width, height)?;
+        let outputs = output_infos(path, &typed)?;
+        let m = heads::Model { width, height, outputs: &outputs, anchors: opts.anchors.as_ref() };
+        let head = heads::select(opts.head, &m).map_err(|e| anyhow::anyhow!("model {}: {e}", path.display()))?;
+        let pre = head.preprocess();
+        log::info!("model {}: {}", path.display(), head.describe());
+        if pre.channel_order == ChannelOrder::Rgb {
+            log::warn!(
+                "model {}: {} models take RGB input but zcpipe's scalers write BGR (channel order is not negotiated yet): expect lower scores",
+                path.display(),
+                head.kind()
+            );
+        }
         let plan = typed
             .into_runnable()
             .map_err(|e| anyhow::anyhow!("cannot plan ONNX model {}: {}", path.display(), one_line(&e)))?;
@@ -77,21 +98,20 @@ impl OnnxDetector {
             model_path: path.to_path_buf(),
             plan,
             spec: InputSpec { width, height, fourcc: Fourcc::BGR24, layout: TensorLayout::Nchw, name, bytesperline: 0 },
-            rows,
-            cols,
-            score_threshold: opts.score_threshold,
-            nms_iou: opts.nms_iou,
+            decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou),
+            norm: pre.normalise.factor(),
+            names,
         })
     }
 
-    /// Output tensor shape `[1, rows, cols]` (`[1, 3549, 85]` for YOLOX-Nano 416).
-    pub fn output_shape(&self) -> [usize; 3] {
-        [1, self.rows, self.cols]
+    /// The outputs the head decodes (`[1,3549,85] float32` for YOLOX-Nano 416).
+    pub fn outputs(&self) -> &[OutputInfo] {
+        self.decoder.outputs()
     }
 
-    /// Runs the model on a float32 NCHW `[1, 3, H, W]` tensor and returns the raw output
-    /// `[1, rows, cols]` flattened, before decoding. For tests and `compare` tooling.
-    pub fn run_raw(&self, nchw: Vec<f32>) -> anyhow::Result<Vec<f32>> {
+    /// Runs the model on a float32 NCHW `[1, 3, H, W]` tensor (values as the head's family
+    /// wants them) and returns the raw outputs, before decoding.
+    pub fn run_outputs(&self, nchw: Vec<f32>) -> anyhow::Result<Vec<TValue>> {
         let (h, w) = (self.spec.height as usize, self.spec.width as usize);
         let tensor = Array4::from_shape_vec((1, 3, h, w), nchw)
             .with_context(|| format!("input for {} must be 3*{h}*{w} float32 values", self.model_path.display()))?
@@ -100,20 +120,42 @@ impl OnnxDetector {
             .plan
             .run(tvec!(tensor.into_tvalue()))
             .with_context(|| format!("tract failed to run {}", self.model_path.display()))?;
+        Ok(outputs.into_iter().collect())
+    }
+
+    /// The first output of [`OnnxDetector::run_outputs`] as float32 values, for tests and
+    /// `compare` tooling.
+    pub fn run_raw(&self, nchw: Vec<f32>) -> anyhow::Result<Vec<f32>> {
+        let outputs = self.run_outputs(nchw)?;
         let out = outputs.first().context("model produced no output")?;
         let view = out.try_as_plain_ram()?;
-        let values = view.as_slice::<f32>()?;
-        if values.len() != self.rows * self.cols {
-            bail!(
-                "model {} produced {} values, expected {}x{}",
-                self.model_path.display(),
-                values.len(),
-                self.rows,
-                self.cols
-            );
-        }
-        Ok(values.to_vec())
+        Ok(tensor_ref(&view, &self.decoder.outputs()[0])?.to_f32_vec())
     }
+
+    /// Converts a packed BGR24 frame to the model's NCHW input, runs and decodes it.
+    fn run_frame(&self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
+        self.spec.check_frame(input.len(), layout)?;
+        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
+        let mut nchw = vec![0.0f32; 3 * h * w];
+        packed_to_nchw_f32(input, layout, self.norm, &mut nchw)?;
+        let outputs = self.run_outputs(nchw)?;
+        let views = outputs.iter().map(|o| o.try_as_plain_ram()).collect::<Result<Vec<_>, _>>()?;
+        let tensors = views
+            .iter()
+            .zip(self.decoder.outputs())
+            .map(|(v, info)| tensor_ref(v, info))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.decoder.decode(&tensors).with_context(|| format!("model {}", self.model_path.display()))
+    }
+}
+
+/// A tract output as a [`TensorRef`] in its own type.
+fn tensor_ref<'a>(view: &PlainView<'a>, info: &OutputInfo) -> anyhow::Result<TensorRef<'a>> {
+    Ok(match info.dtype {
+        Dtype::F32 => TensorRef::F32(view.as_slice::<f32>()?),
+        Dtype::F16 => TensorRef::F16(view.as_slice::<half::f16>()?),
+        other => bail!("output {} is {other}; the onnx backend reads float32 and float16 outputs", info.name),
+    })
 }
 
 impl Detector for OnnxDetector {
@@ -122,7 +164,19 @@ impl Detector for OnnxDetector {
     }
 
     fn classes(&self) -> Option<usize> {
-        Some(self.cols - 5)
+        Some(self.decoder.head().classes())
+    }
+
+    fn labels(&self) -> Option<Vec<String>> {
+        self.names.clone()
+    }
+
+    fn head(&self) -> Option<&dyn heads::Head> {
+        Some(self.decoder.head())
+    }
+
+    fn nonfinite_skipped(&self) -> u64 {
+        self.decoder.nonfinite()
     }
 
     fn input_spec(&self) -> &InputSpec {
@@ -130,12 +184,7 @@ impl Detector for OnnxDetector {
     }
 
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
-        self.spec.check_frame(input.len(), layout)?;
-        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
-        let mut nchw = vec![0.0f32; 3 * h * w];
-        packed_bgr_to_nchw_f32(input, layout, &mut nchw)?;
-        let raw = self.run_raw(nchw)?;
-        Ok(nms_per_class(yolox::decode_yolox(&raw, self.rows, self.cols, self.spec.width, self.spec.height, self.score_threshold)?, self.nms_iou))
+        self.run_frame(input, layout)
     }
 }
 
@@ -143,6 +192,12 @@ impl Detector for OnnxDetector {
 /// bytes from `planes[0].offset`) into planar float32 `[3, H, W]` in `out`, keeping the
 /// channel order and the raw 0..255 values. `out` must hold `3 * width * height` floats.
 pub fn packed_bgr_to_nchw_f32(input: &[u8], layout: &FrameLayout, out: &mut [f32]) -> anyhow::Result<()> {
+    packed_to_nchw_f32(input, layout, 1.0, out)
+}
+
+/// [`packed_bgr_to_nchw_f32`], each value multiplied by `factor` (1/255 for the families
+/// that take 0..1 input).
+pub fn packed_to_nchw_f32(input: &[u8], layout: &FrameLayout, factor: f32, out: &mut [f32]) -> anyhow::Result<()> {
     let (w, h) = (layout.width as usize, layout.height as usize);
     let plane = layout.planes().first().context("input layout has no planes")?;
     let (off, bpl) = (plane.offset as usize, plane.bytesperline as usize);
@@ -161,9 +216,9 @@ pub fn packed_bgr_to_nchw_f32(input: &[u8], layout: &FrameLayout, out: &mut [f32
         for (((px, a), b), c) in
             row.chunks_exact(3).zip(&mut c0[dst.clone()]).zip(&mut c1[dst.clone()]).zip(&mut c2[dst])
         {
-            *a = px[0] as f32;
-            *b = px[1] as f32;
-            *c = px[2] as f32;
+            *a = px[0] as f32 * factor;
+            *b = px[1] as f32 * factor;
+            *c = px[2] as f32 * factor;
         }
     }
     Ok(())
@@ -191,7 +246,7 @@ fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u
         .collect();
     if outlets.len() != 1 {
         bail!(
-            "model {} has {} inputs ({}); zcpipe's scalers produce one 3-channel BGR image: use a single-input YOLOX model such as {EXAMPLE_MODEL}",
+            "model {} has {} inputs ({}); zcpipe's scalers produce one 3-channel BGR image: use a single-input detection model such as {EXAMPLE_MODEL}",
             path.display(),
             outlets.len(),
             described.join(", ")
@@ -210,7 +265,7 @@ fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u
     let type_ok = matches!(dt, None | Some(DatumType::F32));
     if !shape_ok || !type_ok || fact.shape.is_open() {
         bail!(
-            "model {} input {} is not [1,3,H,W] float32; zcpipe's scalers produce one 3-channel BGR image fed as float32 NCHW: use a YOLOX model such as {EXAMPLE_MODEL}",
+            "model {} input {} is not [1,3,H,W] float32; zcpipe's scalers produce one 3-channel BGR image fed as float32 NCHW: use a detection model such as {EXAMPLE_MODEL}",
             path.display(),
             described[0]
         );
@@ -220,37 +275,38 @@ fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u
     Ok((name, width, height))
 }
 
-/// Checks the optimized model has exactly one float32 `[1, N, 5 + C]` output with `N` the
-/// YOLOX grid size for the input; returns `(N, 5 + C)`.
-fn check_output(path: &Path, model: &TypedModel, width: u32, height: u32) -> anyhow::Result<(usize, usize)> {
+/// Describes the optimized model's outputs for [`heads::select`]: each must have a
+/// concrete shape and be float32 or float16 (the error lists them all).
+fn output_infos(path: &Path, model: &TypedModel) -> anyhow::Result<Vec<OutputInfo>> {
     let outlets = model.output_outlets()?;
-    let facts: Vec<(String, &TypedFact)> = outlets
-        .iter()
-        .map(|o| Ok((model.node(o.node).name.clone(), model.outlet_fact(*o)?)))
-        .collect::<anyhow::Result<_>>()?;
-    let described: Vec<String> =
-        facts.iter().map(|(n, f)| format!("{n} {} {}", dims_text(&f.shape.to_tvec()), dt_name(f.datum_type))).collect();
-    if facts.len() != 1 {
+    let mut infos = Vec::new();
+    let mut described = Vec::new();
+    let mut ok = true;
+    for o in outlets {
+        let fact = model.outlet_fact(*o)?;
+        let name = model.outlet_label(*o).map(str::to_string).unwrap_or_else(|| model.node(o.node).name.clone());
+        described.push(format!("{name} {} {}", dims_text(&fact.shape.to_tvec()), dt_name(fact.datum_type)));
+        let dtype = match fact.datum_type {
+            DatumType::F32 => Dtype::F32,
+            DatumType::F16 => Dtype::F16,
+            _ => {
+                ok = false;
+                continue;
+            }
+        };
+        match fact.shape.as_concrete() {
+            Some(shape) => infos.push(OutputInfo::new(name, shape, dtype)),
+            None => ok = false,
+        }
+    }
+    if !ok {
         bail!(
-            "model {} has {} outputs ({}); zcpipe decodes one YOLOX output [1,N,5+classes]: export with a single concatenated output such as {EXAMPLE_MODEL}",
+            "model {} outputs {}: zcpipe decodes float32 or float16 outputs of a fixed shape; export without dynamic axes and with float outputs",
             path.display(),
-            facts.len(),
             described.join(", ")
         );
     }
-    let fact = facts[0].1;
-    let rows = yolox::grid_rows(width, height);
-    let ok = fact.datum_type == DatumType::F32
-        && matches!(fact.shape.as_concrete(), Some(&[1, n, c]) if n == rows && c >= 6);
-    if !ok {
-        bail!(
-            "model {} output {} is not [1,{rows},5+classes] float32 (the YOLOX head for a {width}x{height} input, strides 8/16/32); use a YOLOX export with decode_in_inference=False such as {EXAMPLE_MODEL}",
-            path.display(),
-            described[0]
-        );
-    }
-    let c = fact.shape.as_concrete().map_or(0, |s| s[2]);
-    Ok((rows, c))
+    Ok(infos)
 }
 
 /// `[1,3,416,416] float32` style text for an input fact (`?` for an unknown dim or type).
@@ -382,7 +438,9 @@ mod tests {
         let spec = det.input_spec();
         assert_eq!((spec.width, spec.height, spec.fourcc, spec.layout), (416, 416, Fourcc::BGR24, TensorLayout::Nchw));
         assert_eq!(spec.name, "images");
-        assert_eq!(det.output_shape(), [1, 3549, 85]);
+        assert_eq!(det.outputs()[0].shape, vec![1, 3549, 85]);
+        assert_eq!(det.head().unwrap().kind(), heads::HeadKind::Yolox);
+        assert_eq!((det.classes(), det.labels()), (Some(80), None));
     }
 
     #[test]
@@ -414,7 +472,7 @@ mod tests {
         let mut nchw = vec![0.0f32; 3 * 416 * 416];
         packed_bgr_to_nchw_f32(&packed, &layout, &mut nchw).unwrap();
         let raw = yolox_nano().run_raw(nchw).unwrap();
-        let (_, sim) = yolox::read_npy_f32(&root("tests/data/golden/dog_sim_output.npy")).unwrap();
+        let (_, sim) = heads::npy::read_npy_f32(&root("tests/data/golden/dog_sim_output.npy")).unwrap();
         let dot: f64 = raw.iter().zip(&sim).map(|(a, b)| *a as f64 * *b as f64).sum();
         let na: f64 = raw.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
         let nb: f64 = sim.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
@@ -485,7 +543,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "model {} has 2 inputs (input.1 [1,1,128,128] float32, input [1,3,128,128] float32); zcpipe's scalers produce one 3-channel BGR image: use a single-input YOLOX model such as models/yolox_nano.onnx",
+                "model {} has 2 inputs (input.1 [1,1,128,128] float32, input [1,3,128,128] float32); zcpipe's scalers produce one 3-channel BGR image: use a single-input detection model such as models/yolox_nano.onnx",
                 path.display()
             )
         );

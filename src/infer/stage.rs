@@ -25,7 +25,9 @@ use crate::core::ring::RingCounters;
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
 use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
 
-use super::{load_labels, open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
+use super::heads::{load_anchors, HeadKind};
+use super::labels::{resolve_labels, LabelSource};
+use super::{open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
 
 /// Letterbox fill value of YOLOX's `preproc` (yolox/data/data_augment.py).
 pub const YOLOX_PAD: u8 = 114;
@@ -34,20 +36,29 @@ pub const YOLOX_PAD: u8 = 114;
 /// ends the stream, the stop flag is set or a neighbour hangs up; returns the exit code.
 pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let model = resolve_data_path(&cfg.model);
-    let opts = DetectorOptions { model: model.clone(), score_threshold: cfg.score_threshold, nms_iou: cfg.nms_iou, npu_cores: cfg.npu_cores.clone() };
+    let anchors = cfg.anchors.as_deref().map(|p| load_anchors(&resolve_data_path(p))).transpose()?;
+    let opts = DetectorOptions {
+        model: model.clone(),
+        score_threshold: cfg.score_threshold,
+        nms_iou: cfg.nms_iou,
+        npu_cores: cfg.npu_cores.clone(),
+        head: cfg.head,
+        anchors,
+    };
     let mut det = open_detector(cfg.backend, &opts)?;
     if !opts.npu_cores.is_empty() && det.kind() != DetectorKind::Rknn {
         log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.kind());
     }
-    let labels = load_labels(&resolve_data_path(&cfg.labels))?;
-    if let Some(n) = det.classes().filter(|n| *n != labels.len()) {
-        bail!(
-            "label file {} has {} names but model {} scores {n} classes: pass the model's own label file (models/coco80.txt for the bundled YOLOX-Nano)",
-            cfg.labels.display(),
-            labels.len(),
-            model.display()
-        );
+    if cfg.anchors.is_some() && det.head().is_some_and(|h| h.kind() != HeadKind::Yolov5Split) {
+        log::warn!("--anchors is for the yolov5-split head; the {} head ignores it", det.head().map_or(HeadKind::Auto, |h| h.kind()));
     }
+    let label_file = cfg.labels.as_deref().map(resolve_data_path);
+    let (labels, source) = resolve_labels(&model, det.classes(), det.labels(), label_file.as_deref())?;
+    log::info!("labels: {} classes from {}", labels.len(), match source {
+        LabelSource::Model => "the model's metadata".to_string(),
+        LabelSource::File => label_file.as_deref().map_or_else(String::new, |p| p.display().to_string()),
+        LabelSource::Coco80 => "the built-in COCO list".to_string(),
+    });
     let spec = det.input_spec().clone();
     let no_detector = det.kind() == DetectorKind::None;
     if no_detector {
@@ -92,17 +103,20 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         })
     };
     let io = Io { ctx: &ctx, input: &input, spec: &spec, bound, stop: ctx.stop, start, report: &report };
-    let lanes = det.lanes();
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
-    let end = match lanes {
-        Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out),
-        other => {
-            drop(other);
-            run_single(&io, &mut *det, out)
+    let end = {
+        let lanes = det.lanes();
+        match lanes {
+            Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out),
+            other => {
+                drop(other);
+                run_single(&io, &mut *det, out)
+            }
         }
     };
     let LoopEnd { ended, out, n_in, span } = end;
+    let nonfinite = det.nonfinite_skipped();
     ctx.close(
         &mut (),
         ended,
@@ -119,7 +133,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
-            Drained { extras: vec![("device_reads_in_place", bound.into())], ..Drained::nothing() }
+            Drained { extras: vec![("device_reads_in_place", bound.into()), ("nonfinite_skipped", nonfinite.into())], ..Drained::nothing() }
         },
         |_, extras| report(out.counters(), n_in, span, true, extras),
     )

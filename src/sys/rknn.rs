@@ -573,6 +573,34 @@ impl Rknn {
         Ok(written)
     }
 
+    /// Outputs `0 .. bufs.len()` in one `rknn_outputs_get(ctx, n, outs, NULL)`, each into
+    /// its own buffer (`is_prealloc = 1`, `want_float = 0`), then `rknn_outputs_release`.
+    /// Returns the bytes the runtime says it wrote into each (at most its length). With one
+    /// buffer this is [`Rknn::output_into`] of output 0.
+    pub fn outputs_into(&self, ctx: RknnContext, bufs: &mut [&mut [u8]]) -> Result<Vec<usize>, RknnError> {
+        let invalid = RknnError { call: "rknn_outputs_get", code: RKNN_ERR_PARAM_INVALID };
+        if let [buf] = bufs {
+            return self.output_into(ctx, 0, buf).map(|n| vec![n]);
+        }
+        let n = u32::try_from(bufs.len()).map_err(|_| invalid)?;
+        let mut outs = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| {
+                let size = u32::try_from(b.len()).map_err(|_| invalid)?;
+                Ok(RknnOutput { want_float: 0, is_prealloc: 1, index: i as u32, buf: b.as_mut_ptr() as *mut c_void, size })
+            })
+            .collect::<Result<Vec<_>, RknnError>>()?;
+        // SAFETY: `n` valid `rknn_output`s, each pointing at `size` writable bytes of a
+        // buffer we own and hold borrowed for the call; a null extend is allowed.
+        check("rknn_outputs_get", unsafe { (self.outputs_get)(ctx, n, outs.as_mut_ptr(), std::ptr::null_mut()) })?;
+        let written = outs.iter().zip(bufs.iter()).map(|(o, b)| (o.size as usize).min(b.len())).collect();
+        // SAFETY: the same output array rknn_outputs_get filled; with is_prealloc = 1 the
+        // runtime frees nothing of ours.
+        check("rknn_outputs_release", unsafe { (self.outputs_release)(ctx, n, outs.as_mut_ptr()) })?;
+        Ok(written)
+    }
+
     /// `rknn_create_mem_from_fd(ctx, fd, NULL, size, offset)`: imports `size` bytes at
     /// `offset` of a dma-buf. The runtime keeps its own reference to the buffer; the
     /// caller keeps `fd` open until [`Rknn::destroy_mem`] anyway.

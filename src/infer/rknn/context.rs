@@ -3,11 +3,11 @@
 
 use anyhow::{ensure, Context, Result};
 
-use super::model::{output_to_f32, Model};
+use super::model::Model;
 use crate::core::frame::FrameLayout;
 use crate::core::pool::Frame;
-use crate::infer::nms::nms_per_class;
-use crate::infer::{yolox, Detection, DetectorLane};
+use crate::infer::heads::TensorRef;
+use crate::infer::{Detection, DetectorLane};
 use crate::sys::rknn::{self as sys, Rknn, RknnContext, RknnTensorMem};
 
 /// One RKNN context, the scaler buffers imported into it (index = pool buffer index) and
@@ -18,10 +18,9 @@ pub(super) struct Ctx {
     /// `RKNN_NPU_CORE_*` mask set on it (`RKNN_NPU_CORE_AUTO` = the runtime's choice).
     pub(super) mask: u32,
     pub(super) mems: Vec<*mut RknnTensorMem>,
-    /// Output 0 as `rknn_outputs_get` wrote it (`Model::output_bytes`).
-    raw: Vec<u8>,
-    /// The output as float32, for the YOLOX decode.
-    values: Vec<f32>,
+    /// Each output as `rknn_outputs_get` wrote it, in its own type (`Model::output_bytes`),
+    /// in 4-byte words so that a float32 output can be read in place.
+    raw: Vec<Vec<u32>>,
     /// The packed rows for `rknn_inputs_set` (copy path only).
     packed: Vec<u8>,
 }
@@ -35,7 +34,7 @@ unsafe impl Send for Ctx {}
 
 impl Ctx {
     pub(super) fn new(ctx: RknnContext) -> Ctx {
-        Ctx { ctx, mask: sys::RKNN_NPU_CORE_AUTO, mems: Vec::new(), raw: Vec::new(), values: Vec::new(), packed: Vec::new() }
+        Ctx { ctx, mask: sys::RKNN_NPU_CORE_AUTO, mems: Vec::new(), raw: Vec::new(), packed: Vec::new() }
     }
 
     /// `RKNN context <id>` plus its core, for logs and errors.
@@ -71,17 +70,27 @@ impl Ctx {
         self.run_and_decode(rknn, m)
     }
 
-    /// Runs the current input and decodes the output (`rknn_run`, `rknn_outputs_get` into
-    /// `raw`, conversion to float32, YOLOX decode and NMS).
+    /// Runs the current input and decodes the outputs (`rknn_run`, `rknn_outputs_get` of
+    /// every output into `raw`, the head on them in their own types, NMS).
     fn run_and_decode(&mut self, rknn: &Rknn, m: &Model) -> Result<Vec<Detection>> {
         rknn.run(self.ctx).with_context(|| format!("RKNN model {}", m.path.display()))?;
-        if self.raw.len() != m.output_bytes {
-            self.raw = vec![0; m.output_bytes];
+        if self.raw.len() != m.output_bytes.len() {
+            self.raw = m.output_bytes.iter().map(|n| vec![0u32; n.div_ceil(4)]).collect();
         }
-        let n = rknn.output_into(self.ctx, 0, &mut self.raw)?;
-        ensure!(n >= m.output_bytes, "rknn_outputs_get gave {n} bytes; output {} needs {}", m.path.display(), m.output_bytes);
-        output_to_f32(&self.raw, m.rows * m.cols, &m.output, &mut self.values)?;
-        Ok(nms_per_class(yolox::decode_yolox(&self.values, m.rows, m.cols, m.spec.width, m.spec.height, m.score_threshold)?, m.nms_iou))
+        let mut bufs: Vec<&mut [u8]> =
+            self.raw.iter_mut().zip(&m.output_bytes).map(|(w, &n)| &mut bytemuck::cast_slice_mut::<u32, u8>(w)[..n]).collect();
+        let written = rknn.outputs_into(self.ctx, &mut bufs)?;
+        for (i, (&n, &need)) in written.iter().zip(&m.output_bytes).enumerate() {
+            ensure!(n >= need, "rknn_outputs_get gave {n} bytes for output {i}; model {} needs {need}", m.path.display());
+        }
+        let tensors = self
+            .raw
+            .iter()
+            .zip(&m.output_bytes)
+            .zip(m.decoder.outputs())
+            .map(|((w, &n), info)| TensorRef::from_bytes(&bytemuck::cast_slice::<u32, u8>(w)[..n], info.dtype))
+            .collect::<Result<Vec<_>>>()?;
+        m.decoder.decode(&tensors).with_context(|| format!("RKNN model {}", m.path.display()))
     }
 }
 

@@ -1,4 +1,4 @@
-//! `rknn` backend: a YOLOX `.rknn` model on Rockchip's NPU through `librknnrt.so` (RKNPU2
+//! `rknn` backend: a detection `.rknn` model on Rockchip's NPU through `librknnrt.so` (RKNPU2
 //! runtime 2.x, opened at run time: [`crate::sys::rknn`]).
 //!
 //! Start-up (once): the model file is memory-mapped read-only and handed to `rknn_init`; the
@@ -13,10 +13,11 @@
 //! Zero-copy: [`Detector::bind_pool`] imports each of the scaler's output dma-bufs once with
 //! `rknn_create_mem_from_fd`; per frame [`Detector::detect_bound`] binds the current buffer
 //! with `rknn_set_io_mem`, runs, and fetches the output with `rknn_outputs_get` (our own
-//! buffer, `want_float = 0`) — the CPU never maps the frame. Outputs in float16, float32,
-//! int8/uint8 (affine `(q - zp) * scale` or DFP `q / 2^fl`) are converted here
-//! ([`output_to_f32`]) and decoded with [`yolox::decode_yolox`] and per-class NMS. Without
-//! a bound pool (`--copy-mode`), [`Detector::detect`] packs the rows and uses
+//! buffers, `want_float = 0`) — the CPU never maps the frame. The outputs (one to nine,
+//! in float16, float32, int8/uint8 affine `(q - zp) * scale` or DFP `q / 2^fl`:
+//! [`output_info`]) are decoded in their own type by the head recognised from their shapes
+//! ([`heads`]: int8 is thresholded before anything is dequantised), then per-class NMS.
+//! Without a bound pool (`--copy-mode`), [`Detector::detect`] packs the rows and uses
 //! `rknn_inputs_set`.
 //!
 //! `--npu-cores 0,1,2`: one context per core (`rknn_dup_context` shares the weights, then
@@ -33,17 +34,19 @@
 //! they are gone by then).
 //!
 //! The module is split along those seams: `model` (the model file's checks, what every
-//! context shares, output conversion: [`output_to_f32`]), `context` (one RKNN context and
+//! context shares, the outputs' description: [`output_info`]), `context` (one RKNN context and
 //! the lane that lends it to a thread), `cores` (`--npu-cores`: [`parse_npu_cores`] and one
 //! context per core); this file holds [`RknnDetector`] and its [`Detector`] impl.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 
-use super::{yolox, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
+use super::heads::{self, Decoder, OutputInfo};
+use super::{Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
 use crate::core::pool::Frame;
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{Fourcc, FrameLayout};
@@ -58,9 +61,12 @@ mod tests;
 use context::{Ctx, RknnLane};
 pub use cores::parse_npu_cores;
 use model::{map_model, Model};
-pub use model::{compatible_socs, model_target_platforms, output_to_f32, platform_runs_on, OutputQuant, DT_COMPATIBLE_ENV};
+pub use model::{compatible_socs, model_target_platforms, output_info, platform_runs_on, DT_COMPATIBLE_ENV};
 
-/// A YOLOX `.rknn` model loaded into librknnrt, ready to run frames.
+/// The most outputs a model may have (a head has at most 9).
+const MAX_OUTPUTS: u32 = 16;
+
+/// A detection `.rknn` model loaded into librknnrt, ready to run frames.
 pub struct RknnDetector {
     rknn: Arc<Rknn>,
     /// The context `rknn_init` made first, then its duplicates (one per `--npu-cores` entry).
@@ -80,15 +86,15 @@ impl std::fmt::Debug for RknnDetector {
             .field("model", &self.model.path)
             .field("contexts", &self.ctxs.len())
             .field("input", &self.model.input_attr)
-            .field("output", &self.model.output)
+            .field("head", &self.model.decoder.head().describe())
             .finish()
     }
 }
 
 impl RknnDetector {
     /// Opens `opts.model` with `$ZCPIPE_LIBRKNNRT` (else `librknnrt.so`), checks it against
-    /// what zcpipe can feed and decode (one NHWC/NCHW 3-channel input, one `[1, N, 5 + C]`
-    /// YOLOX output in a supported type) and sets up one context per `opts.npu_cores` entry.
+    /// what zcpipe can feed and decode (one NHWC/NCHW 3-channel input, outputs of a layout a
+    /// head knows, in a supported type) and sets up one context per `opts.npu_cores` entry.
     /// Errors are one line naming the model or library and the fix.
     pub fn open(opts: &DetectorOptions) -> Result<RknnDetector> {
         Self::open_inner(opts, None)
@@ -115,118 +121,24 @@ impl RknnDetector {
             };
             anyhow::anyhow!("cannot load RKNN model {} with {}: {e}; {hint}", path.display(), rknn.path())
         })?;
-        let mut det = RknnDetector {
-            rknn: rknn.clone(),
-            ctxs: vec![Ctx::new(ctx)],
-            next_ctx: 0,
-            bound_fds: Vec::new(),
-            model: Model {
-                input_attr: RknnTensorAttr::default(),
-                output: OutputQuant { type_: 0, qnt_type: 0, zp: 0, scale: 1.0, fl: 0 },
-                output_bytes: 0,
-                rows: 0,
-                cols: 0,
-                spec: InputSpec { width: 0, height: 0, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: String::new(), bytesperline: 0 },
-                score_threshold: opts.score_threshold,
-                nms_iou: opts.nms_iou,
-                path: path.to_path_buf(),
-            },
-            _model: model,
+        let described = match describe_and_check(&rknn, ctx, path, &platforms, opts) {
+            Ok(m) => m,
+            Err(e) => {
+                if let Err(d) = rknn.destroy(ctx) {
+                    log::warn!("{d}");
+                }
+                return Err(e);
+            }
         };
         // From here on, Drop destroys the context on any error.
-        det.describe_and_check(&platforms)?;
+        let mut det = RknnDetector { rknn: rknn.clone(), ctxs: vec![Ctx::new(ctx)], next_ctx: 0, bound_fds: Vec::new(), model: described, _model: model };
         det.setup_cores(&opts.npu_cores);
         Ok(det)
     }
 
-    fn describe_and_check(&mut self, platforms: &[String]) -> Result<()> {
-        let (rknn, ctx, path) = (self.rknn.clone(), self.ctxs[0].ctx, self.model.path.clone());
-        let q = |what: &str, e: sys::RknnError| anyhow::anyhow!("RKNN model {}: {what}: {e}", path.display());
-        let mut ver = sys::RknnSdkVersion::default();
-        rknn.query(ctx, sys::RKNN_QUERY_SDK_VERSION, &mut ver).map_err(|e| q("RKNN_QUERY_SDK_VERSION", e))?;
-        log::info!(
-            "librknnrt {}: api {}, driver {}; model {} built for {}",
-            rknn.path(),
-            sys::c_text(&ver.api_version),
-            sys::c_text(&ver.drv_version),
-            path.display(),
-            if platforms.is_empty() { "an unnamed platform".to_string() } else { platforms.join("/") }
-        );
-        let mut io = sys::RknnInputOutputNum::default();
-        rknn.query(ctx, sys::RKNN_QUERY_IN_OUT_NUM, &mut io).map_err(|e| q("RKNN_QUERY_IN_OUT_NUM", e))?;
-        if io.n_input != 1 || io.n_output != 1 {
-            bail!(
-                "RKNN model {} has {} inputs and {} outputs; zcpipe feeds one BGR image and decodes one YOLOX output [1,N,5+classes]: use a YOLOX model such as models/yolox_nano_416_rk3588.rknn",
-                path.display(),
-                io.n_input,
-                io.n_output
-            );
-        }
-        let mut a = RknnTensorAttr { index: 0, ..Default::default() };
-        rknn.query(ctx, sys::RKNN_QUERY_NATIVE_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_INPUT_ATTR", e))?;
-        if a.fmt == sys::RKNN_TENSOR_NC1HWC2 {
-            // Blocked channels cannot come from a packed BGR scaler: ask for the NHWC form.
-            a = RknnTensorAttr { index: 0, ..Default::default() };
-            rknn.query(ctx, sys::RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR", e))?;
-        }
-        log::info!("RKNN native input: {}", a.describe());
-        let (h, w, c) = match (a.fmt, a.shape()) {
-            (sys::RKNN_TENSOR_NHWC, &[1, h, w, c]) => (h, w, c),
-            (sys::RKNN_TENSOR_NCHW, &[1, c, h, w]) => (h, w, c),
-            _ => bail!(
-                "RKNN model {} input is {}; zcpipe feeds one 3-channel image (NHWC [1,H,W,3]): use a YOLOX model such as models/yolox_nano_416_rk3588.rknn",
-                path.display(),
-                a.describe()
-            ),
-        };
-        if c != 3 || h == 0 || w == 0 || h > 16384 || w > 16384 {
-            bail!("RKNN model {} input is {}; zcpipe feeds 3-channel BGR images up to 16384x16384", path.display(), a.describe());
-        }
-        let w_stride = if a.w_stride == 0 { w } else { a.w_stride };
-        if w_stride < w {
-            bail!("RKNN model {} reports w_stride {w_stride} < width {w}: the runtime's input attributes are inconsistent", path.display());
-        }
-        // Bind as uint8 NHWC converted by the runtime (rknn_api.h: pass_through = 0 means
-        // "convert from type and fmt"); keep the native strides.
-        a.type_ = sys::RKNN_TENSOR_UINT8;
-        a.fmt = sys::RKNN_TENSOR_NHWC;
-        a.pass_through = 0;
-        a.w_stride = w_stride;
-        let need = w_stride as u64 * h as u64 * 3;
-        if (a.size_with_stride as u64) < need {
-            a.size_with_stride = need as u32;
-        }
-        self.model.input_attr = a;
-        self.model.spec = InputSpec { width: w, height: h, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: a.name(), bytesperline: w_stride * 3 };
-
-        let mut o = RknnTensorAttr { index: 0, ..Default::default() };
-        rknn.query(ctx, sys::RKNN_QUERY_OUTPUT_ATTR, &mut o).map_err(|e| q("RKNN_QUERY_OUTPUT_ATTR", e))?;
-        log::info!("RKNN output: {}", o.describe());
-        let rows = yolox::grid_rows(w, h);
-        let cols = match *o.shape() {
-            [1, n, c] | [1, n, c, 1] | [n, c] if n as usize == rows && c >= 6 => c as usize,
-            _ => bail!(
-                "RKNN model {} output is {}; zcpipe decodes the YOLOX head [1,{rows},5+classes] for a {w}x{h} input: export with decode_in_inference=False and one concatenated output (models/PROVENANCE.md)",
-                path.display(),
-                o.describe()
-            ),
-        };
-        let quant = OutputQuant { type_: o.type_, qnt_type: o.qnt_type, zp: o.zp, scale: o.scale, fl: o.fl };
-        let Some(es) = quant.elem_size() else {
-            bail!("RKNN model {} output type {} is not supported (float16, float32, int8, uint8 are)", path.display(), sys::type_name(o.type_));
-        };
-        if quant.qnt_type == sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC && !(quant.scale.is_finite() && quant.scale > 0.0) {
-            bail!("RKNN model {} output scale {} is not a positive number", path.display(), quant.scale);
-        }
-        self.model.output = quant;
-        self.model.rows = rows;
-        self.model.cols = cols;
-        self.model.output_bytes = rows * cols * es;
-        Ok(())
-    }
-    /// Output tensor shape `[1, rows, cols]` (`[1, 3549, 85]` for YOLOX-Nano 416).
-    pub fn output_shape(&self) -> [usize; 3] {
-        [1, self.model.rows, self.model.cols]
+    /// The outputs the head decodes (`[1,3549,85] float16` for the bundled YOLOX-Nano).
+    pub fn outputs(&self) -> &[OutputInfo] {
+        self.model.decoder.outputs()
     }
 
     /// Number of RKNN contexts (one per `--npu-cores` entry, else 1).
@@ -255,6 +167,81 @@ impl RknnDetector {
     }
 }
 
+/// Queries the model's input and outputs on `ctx` and checks them against what zcpipe can
+/// feed and decode: one NHWC/NCHW 3-channel input (bound as uint8 NHWC with the native
+/// `w_stride`), outputs of a layout a head knows ([`heads::select`]) in a supported type.
+fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms: &[String], opts: &DetectorOptions) -> Result<Model> {
+    let q = |what: &str, e: sys::RknnError| anyhow::anyhow!("RKNN model {}: {what}: {e}", path.display());
+    let mut ver = sys::RknnSdkVersion::default();
+    rknn.query(ctx, sys::RKNN_QUERY_SDK_VERSION, &mut ver).map_err(|e| q("RKNN_QUERY_SDK_VERSION", e))?;
+    log::info!(
+        "librknnrt {}: api {}, driver {}; model {} built for {}",
+        rknn.path(),
+        sys::c_text(&ver.api_version),
+        sys::c_text(&ver.drv_version),
+        path.display(),
+        if platforms.is_empty() { "an unnamed platform".to_string() } else { platforms.join("/") }
+    );
+    let mut io = sys::RknnInputOutputNum::default();
+    rknn.query(ctx, sys::RKNN_QUERY_IN_OUT_NUM, &mut io).map_err(|e| q("RKNN_QUERY_IN_OUT_NUM", e))?;
+    if io.n_input != 1 || io.n_output == 0 || io.n_output > MAX_OUTPUTS {
+        bail!(
+            "RKNN model {} has {} inputs and {} outputs; zcpipe feeds one BGR image and decodes 1 to {MAX_OUTPUTS} outputs of a detection head: use a model such as models/yolox_nano_416_rk3588.rknn",
+            path.display(),
+            io.n_input,
+            io.n_output
+        );
+    }
+    let mut a = RknnTensorAttr { index: 0, ..Default::default() };
+    rknn.query(ctx, sys::RKNN_QUERY_NATIVE_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_INPUT_ATTR", e))?;
+    if a.fmt == sys::RKNN_TENSOR_NC1HWC2 {
+        // Blocked channels cannot come from a packed BGR scaler: ask for the NHWC form.
+        a = RknnTensorAttr { index: 0, ..Default::default() };
+        rknn.query(ctx, sys::RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR", e))?;
+    }
+    log::info!("RKNN native input: {}", a.describe());
+    let (h, w, c) = match (a.fmt, a.shape()) {
+        (sys::RKNN_TENSOR_NHWC, &[1, h, w, c]) => (h, w, c),
+        (sys::RKNN_TENSOR_NCHW, &[1, c, h, w]) => (h, w, c),
+        _ => bail!(
+            "RKNN model {} input is {}; zcpipe feeds one 3-channel image (NHWC [1,H,W,3]): use a model such as models/yolox_nano_416_rk3588.rknn",
+            path.display(),
+            a.describe()
+        ),
+    };
+    if c != 3 || h == 0 || w == 0 || h > 16384 || w > 16384 {
+        bail!("RKNN model {} input is {}; zcpipe feeds 3-channel BGR images up to 16384x16384", path.display(), a.describe());
+    }
+    let w_stride = if a.w_stride == 0 { w } else { a.w_stride };
+    if w_stride < w {
+        bail!("RKNN model {} reports w_stride {w_stride} < width {w}: the runtime's input attributes are inconsistent", path.display());
+    }
+    // Bind as uint8 NHWC converted by the runtime (rknn_api.h: pass_through = 0 means
+    // "convert from type and fmt"); keep the native strides.
+    a.type_ = sys::RKNN_TENSOR_UINT8;
+    a.fmt = sys::RKNN_TENSOR_NHWC;
+    a.pass_through = 0;
+    a.w_stride = w_stride;
+    let need = w_stride as u64 * h as u64 * 3;
+    if (a.size_with_stride as u64) < need {
+        a.size_with_stride = need as u32;
+    }
+    let spec = InputSpec { width: w, height: h, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: a.name(), bytesperline: w_stride * 3 };
+
+    let mut outputs = Vec::new();
+    for i in 0..io.n_output {
+        let mut o = RknnTensorAttr { index: i, ..Default::default() };
+        rknn.query(ctx, sys::RKNN_QUERY_OUTPUT_ATTR, &mut o).map_err(|e| q("RKNN_QUERY_OUTPUT_ATTR", e))?;
+        log::info!("RKNN output: {}", o.describe());
+        outputs.push(output_info(&o).map_err(|e| anyhow::anyhow!("RKNN model {}: {e:#}", path.display()))?);
+    }
+    let m = heads::Model { width: w, height: h, outputs: &outputs, anchors: opts.anchors.as_ref() };
+    let head = heads::select(opts.head, &m).map_err(|e| anyhow::anyhow!("RKNN model {}: {e}", path.display()))?;
+    log::info!("model {}: {}", path.display(), head.describe());
+    let output_bytes = outputs.iter().map(|o| o.len() * o.dtype.size()).collect();
+    Ok(Model { input_attr: a, output_bytes, decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou), spec, path: path.to_path_buf() })
+}
+
 impl RknnDetector {
     /// Runs the frame held in pool buffer `index` (imported by [`Detector::bind_pool`]),
     /// laid out as `layout` says (it must match the model's input, its `bytesperline`
@@ -273,7 +260,15 @@ impl Detector for RknnDetector {
     }
 
     fn classes(&self) -> Option<usize> {
-        self.model.cols.checked_sub(5)
+        Some(self.model.decoder.head().classes())
+    }
+
+    fn head(&self) -> Option<&dyn heads::Head> {
+        Some(self.model.decoder.head())
+    }
+
+    fn nonfinite_skipped(&self) -> u64 {
+        self.model.decoder.nonfinite()
     }
 
     fn input_spec(&self) -> &InputSpec {

@@ -1,14 +1,15 @@
 //! The `.rknn` file and what every context of it shares: the model-file checks (an RKNN
 //! header, rknn-toolkit2's `"target_platform"` trailer, a SoC this board is), the input
-//! binding and output type fixed at start-up ([`Model`]), and the output's conversion to
-//! float32 ([`output_to_f32`]).
+//! binding, outputs and decoder fixed at start-up ([`Model`]), and the outputs' description
+//! for the heads ([`output_info`]).
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 
 use crate::core::frame::FrameLayout;
+use crate::infer::heads::{Decoder, Dtype, OutputInfo, Quant};
 use crate::infer::InputSpec;
 use crate::sys::rknn::{self as sys, RknnTensorAttr};
 
@@ -17,59 +18,31 @@ use crate::sys::rknn::{self as sys, RknnTensorAttr};
 pub const DT_COMPATIBLE_ENV: &str = "ZCPIPE_DT_COMPATIBLE";
 const DT_COMPATIBLE: &str = "/proc/device-tree/compatible";
 
-/// How an output tensor's elements become float32: type and quantisation from its
-/// `rknn_tensor_attr` (`RKNN_QUERY_OUTPUT_ATTR`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OutputQuant {
-    /// `RKNN_TENSOR_FLOAT32`, `_FLOAT16`, `_INT8` or `_UINT8`.
-    pub type_: u32,
-    /// `RKNN_TENSOR_QNT_NONE`, `_DFP` or `_AFFINE_ASYMMETRIC`.
-    pub qnt_type: u32,
-    /// Affine zero point.
-    pub zp: i32,
-    /// Affine scale.
-    pub scale: f32,
-    /// DFP fractional length.
-    pub fl: i8,
-}
-
-impl OutputQuant {
-    /// Bytes per element; `None` for a type zcpipe does not convert.
-    pub fn elem_size(&self) -> Option<usize> {
-        match self.type_ {
-            sys::RKNN_TENSOR_FLOAT32 => Some(4),
-            sys::RKNN_TENSOR_FLOAT16 => Some(2),
-            sys::RKNN_TENSOR_INT8 | sys::RKNN_TENSOR_UINT8 => Some(1),
-            _ => None,
+/// Describes one output from its `rknn_tensor_attr` (`RKNN_QUERY_OUTPUT_ATTR`) for the heads:
+/// name, shape (a 4-D `fmt = NHWC` output keeps its logical `[1, C, H, W]` and is marked
+/// channels-last), element type and quantisation: float32, float16, int8/uint8 affine
+/// (`(q - zp) * scale`), DFP (`q / 2^fl`: zero point 0, scale `2^-fl`) or unquantised.
+/// Errors name the type or a scale that is not a positive number.
+pub fn output_info(a: &RknnTensorAttr) -> Result<OutputInfo> {
+    let quant = || -> Result<Quant> {
+        match a.qnt_type {
+            sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC => Quant { zp: a.zp, scale: a.scale }.check(),
+            sys::RKNN_TENSOR_QNT_DFP => Ok(Quant { zp: 0, scale: 2f32.powi(-(a.fl as i32)) }),
+            _ => Ok(Quant::IDENTITY),
         }
-    }
-
-    fn dequant(&self, q: f32) -> f32 {
-        match self.qnt_type {
-            sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC => (q - self.zp as f32) * self.scale,
-            sys::RKNN_TENSOR_QNT_DFP => q / 2f32.powi(self.fl as i32),
-            _ => q,
-        }
-    }
-}
-
-/// Converts one output tensor's raw little-endian bytes (`n` elements of `q.type_`) to
-/// float32 in `out` (cleared first): float16 widened, float32 as is, int8/uint8 dequantised
-/// (`(q - zp) * scale` for affine, `q / 2^fl` for DFP, the integer itself for none).
-pub fn output_to_f32(raw: &[u8], n: usize, q: &OutputQuant, out: &mut Vec<f32>) -> Result<()> {
-    let size = q.elem_size().with_context(|| format!("RKNN output type {} is not supported", sys::type_name(q.type_)))?;
-    ensure!(raw.len() >= n * size, "RKNN output holds {} bytes, {n} {} elements need {}", raw.len(), sys::type_name(q.type_), n * size);
-    out.clear();
-    let raw = &raw[..n * size];
-    match q.type_ {
-        sys::RKNN_TENSOR_FLOAT32 => out.extend(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        sys::RKNN_TENSOR_FLOAT16 => {
-            out.extend(raw.chunks_exact(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
-        }
-        sys::RKNN_TENSOR_INT8 => out.extend(raw.iter().map(|&b| q.dequant(b as i8 as f32))),
-        _ => out.extend(raw.iter().map(|&b| q.dequant(b as f32))),
-    }
-    Ok(())
+    };
+    let dtype = match a.type_ {
+        sys::RKNN_TENSOR_FLOAT32 => Dtype::F32,
+        sys::RKNN_TENSOR_FLOAT16 => Dtype::F16,
+        sys::RKNN_TENSOR_INT8 => Dtype::I8(quant().with_context(|| format!("output {}", a.name()))?),
+        sys::RKNN_TENSOR_UINT8 => Dtype::U8(quant().with_context(|| format!("output {}", a.name()))?),
+        t => bail!("output {} type {} is not supported (float16, float32, int8, uint8 are)", a.name(), sys::type_name(t)),
+    };
+    let dims: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
+    Ok(match (a.fmt, dims.as_slice()) {
+        (sys::RKNN_TENSOR_NHWC, &[n, h, w, c]) => OutputInfo { channels_last: true, ..OutputInfo::new(a.name(), &[n, c, h, w], dtype) },
+        _ => OutputInfo::new(a.name(), &dims, dtype),
+    })
 }
 
 /// The `"target_platform"` entries of a `.rknn` file (`["rk3588"]`): rknn-toolkit2 appends a
@@ -155,21 +128,17 @@ fn check_platform(model: &Path, platforms: &[String]) -> Result<()> {
 }
 
 /// What every context of one model shares, fixed at start-up: the input binding, the
-/// output's type and shape, and the decoding thresholds. Read-only once the detector is
-/// open, so lanes on other threads borrow it.
+/// outputs' sizes and the decoder (head, thresholds, NaN count). Read-only once the detector
+/// is open (the decoder's count is atomic), so lanes on other threads borrow it.
 pub(super) struct Model {
     /// The native input attribute, rewritten to uint8 NHWC with the native `w_stride`
     /// (`RKNN_QUERY_NATIVE_INPUT_ATTR`), as passed to `rknn_set_io_mem`.
     pub(super) input_attr: RknnTensorAttr,
-    pub(super) output: OutputQuant,
-    /// Bytes of output 0 in its own type (`rows * cols * element size`).
-    pub(super) output_bytes: usize,
-    /// YOLOX head rows (anchors: 3549 for 416x416) and columns (`5 + classes`: 85).
-    pub(super) rows: usize,
-    pub(super) cols: usize,
+    /// Bytes of each output in its own type (elements x element size), in output order.
+    pub(super) output_bytes: Vec<usize>,
+    /// The head for the outputs, with the thresholds.
+    pub(super) decoder: Decoder,
     pub(super) spec: InputSpec,
-    pub(super) score_threshold: f32,
-    pub(super) nms_iou: f32,
     pub(super) path: PathBuf,
 }
 

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Builds small ONNX detection models with exactly the output layouts zcpipe decodes, the
+test images they see, their outputs (onnxruntime) in float32, float16 and int8, and the
+reference detections of each (reference.py), for zcpipe's head tests (tests/heads.rs).
+
+No trained weights: every model is a few fixed layers whose outputs depend on the input
+pixels. Per stride s the input is average- and max-pooled over s x s cells (6 features
+per cell, 0..1), and 1x1 convolutions with fixed weights (numpy seed per model) turn them
+into the head's raw channels: class c's score is high where a cell has colour c of the
+palette below (the test image has squares of those colours on a noisy grey background),
+objectness follows the best class, and the box terms vary with the features. The head
+layers after that are the families' own (sigmoid; YOLOv5 Detect's grid/anchor decode;
+Ultralytics DFL + dist2bbox; rknn_model_zoo's split outputs and score sum).
+
+Deterministic: same versions of numpy/onnx/onnxruntime (scripts/models/requirements.txt),
+same files. Usage: make_test_models.py --out build/test-models
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+STRIDES = reference.STRIDES
+OPSET = 13
+SCORE_THRESHOLD = 0.3
+NMS_IOU = 0.45
+
+# Class colours, BGR 0..255 (the order zcpipe's scalers write today): six hues 60 degrees
+# apart, so that no two classes of a cell score alike (an argmax that float16 rounding could
+# flip). Classes past these never fire.
+PALETTE = [
+    (40, 40, 220),   # red
+    (40, 200, 40),   # green
+    (220, 60, 30),   # blue
+    (30, 210, 230),  # yellow
+    (200, 40, 200),  # magenta
+    (210, 200, 30),  # cyan
+]
+
+
+class Graph:
+    """A tiny ONNX graph builder: every op returns its output name."""
+
+    def __init__(self, name):
+        self.name = name
+        self.nodes, self.inits, self.n = [], [], 0
+
+    def _name(self, base):
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def const(self, array, base="c"):
+        name = self._name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type, inputs, base=None, **attrs):
+        out = self._name(base or op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        return out
+
+    def slice(self, x, axis, start, end):
+        return self.op("Slice", [x, self.const(np.array([start], np.int64)), self.const(np.array([end], np.int64)), self.const(np.array([axis], np.int64))])
+
+    def reshape(self, x, shape):
+        return self.op("Reshape", [x, self.const(np.array(shape, np.int64))])
+
+    def conv1x1(self, x, weight, bias):
+        return self.op("Conv", [x, self.const(weight.astype(np.float32)[:, :, None, None]), self.const(bias.astype(np.float32))])
+
+    def model(self, inputs, outputs, metadata=None):
+        graph = helper.make_graph(self.nodes, self.name, inputs, outputs, self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="zcpipe make_test_models.py")
+        m.ir_version = 8
+        for k, v in (metadata or {}).items():
+            entry = m.metadata_props.add()
+            entry.key, entry.value = k, v
+        onnx.checker.check_model(m)
+        return m
+
+
+def class_weights(classes, rng):
+    """[classes, 6] weights and [classes] biases on (avg b, g, r, max b, g, r): class c
+    fires on palette colour c; classes past the palette never fire."""
+    w = np.zeros((classes, 6), np.float32)
+    b = np.full(classes, -2.5, np.float32)
+    for c in range(classes):
+        if c < len(PALETTE):
+            # Logit 2.5 on the pure colour (score 0.92), -2.5 on grey: scores stay off the
+            # sigmoid's flat top, so neighbouring cells differ by more than rounding.
+            col = np.array(PALETTE[c], np.float32) / 255.0
+            d = col - col.mean()
+            w[c, :3] = 5.0 * d / float(d @ d)
+            w[c, 3:] = rng.normal(0, 0.3, 3)
+        else:
+            w[c] = rng.normal(0, 1.0, 6)
+            b[c] = -9.0
+    return w, b
+
+
+def box_weights(rows, rng, bias):
+    """[rows, 6] small random weights on the centred features, and the biases."""
+    w = rng.normal(0, 0.3, (rows, 6)).astype(np.float32)
+    return w, np.asarray(bias, np.float32) - w.sum(axis=1) * 0.5
+
+
+def features(g, x, s):
+    """[1, 6, H/s, W/s]: mean and max of each channel over each s x s cell."""
+    avg = g.op("AveragePool", [x], kernel_shape=[s, s], strides=[s, s])
+    mx = g.op("MaxPool", [x], kernel_shape=[s, s], strides=[s, s])
+    return g.op("Concat", [avg, mx], axis=1)
+
+
+def cls_and_obj(g, f, classes, rng, obj=True, shift=0.0):
+    wc, bc = class_weights(classes, rng)
+    logits = g.conv1x1(f, wc, bc + shift)
+    cls = g.op("Sigmoid", [logits])
+    if not obj:
+        return cls, None
+    best = g.op("ReduceMax", [logits], axes=[1], keepdims=1)
+    o = g.op("Add", [g.op("Mul", [best, g.const(np.float32(0.8))]), g.const(np.float32(1.0))])
+    return cls, g.op("Sigmoid", [o])
+
+
+def grid_const(g, gh, gw, offset=0.0):
+    gy, gx = np.meshgrid(np.arange(gh, dtype=np.float32), np.arange(gw, dtype=np.float32), indexing="ij")
+    return g.const(np.stack([gx.reshape(-1), gy.reshape(-1)])[None] + np.float32(offset))
+
+
+def head_yolox(g, x, w, h, classes, rng, split):
+    outs = []
+    for s in STRIDES:
+        f = features(g, x, s)
+        wb, bb = box_weights(4, rng, [0.5, 0.5, np.log(6.0), np.log(6.0)])
+        box = g.conv1x1(f, wb, bb)
+        cls, obj = cls_and_obj(g, f, classes, rng)
+        m = g.op("Concat", [box, obj, cls], axis=1)
+        if split:
+            outs.append(m)
+        else:
+            outs.append(g.op("Transpose", [g.reshape(m, [1, 5 + classes, -1])], perm=[0, 2, 1]))
+    return outs if split else [g.op("Concat", outs, axis=1)]
+
+
+def head_yolov5(g, x, w, h, classes, rng, split, anchors):
+    outs = []
+    for li, s in enumerate(STRIDES):
+        f = features(g, x, s)
+        gh, gw = h // s, w // s
+        per_anchor = []
+        for a in range(3):
+            wb, bb = box_weights(4, rng, [0.0, 0.0, 0.0, 0.0])
+            box = g.op("Sigmoid", [g.conv1x1(f, wb, bb)])
+            cls, obj = cls_and_obj(g, f, classes, rng, shift=-1.0 - 0.5 * a)
+            sig = g.op("Concat", [box, obj, cls], axis=1)  # [1, 5+C, gh, gw]
+            if split:
+                per_anchor.append(sig)
+                continue
+            # YOLOv5 Detect: xy = (2 sig - 0.5 + grid) * s, wh = (2 sig)^2 * anchor.
+            flat = g.reshape(sig, [1, 5 + classes, gh * gw])
+            two = g.const(np.float32(2.0))
+            xy = g.op("Mul", [g.op("Add", [g.op("Sub", [g.op("Mul", [g.slice(flat, 1, 0, 2), two]), g.const(np.float32(0.5))]), grid_const(g, gh, gw)]), g.const(np.float32(s))])
+            wh2 = g.op("Mul", [g.slice(flat, 1, 2, 4), two])
+            wh = g.op("Mul", [g.op("Mul", [wh2, wh2]), g.const(np.array(anchors[li][a], np.float32).reshape(1, 2, 1))])
+            dec = g.op("Concat", [xy, wh, g.slice(flat, 1, 4, 5 + classes)], axis=1)
+            per_anchor.append(g.op("Transpose", [dec], perm=[0, 2, 1]))
+        outs.append(g.op("Concat", per_anchor, axis=1))
+    return outs if split else [g.op("Concat", outs, axis=1)]
+
+
+def head_yolov8(g, x, w, h, classes, rng, split, score_sum, bins=16):
+    outs = []
+    for s in STRIDES:
+        f = features(g, x, s)
+        gh, gw = h // s, w // s
+        idx = np.arange(bins, dtype=np.float32)
+        bias = np.tile(-((idx - 3.0) ** 2) / 2.0, 4)
+        wb = rng.normal(0, 0.5, (4 * bins, 6)).astype(np.float32)
+        box = g.conv1x1(f, wb, bias - wb.sum(axis=1) * 0.5)
+        cls, _ = cls_and_obj(g, f, classes, rng, obj=False)
+        if split:
+            outs += [box, cls]
+            if score_sum:
+                ssum = g.op("ReduceSum", [cls, g.const(np.array([1], np.int64))], keepdims=1)
+                outs.append(g.op("Clip", [ssum, g.const(np.float32(0.0)), g.const(np.float32(1.0))]))
+            continue
+        # Ultralytics DFL: softmax over the bins, expectation; dist2bbox to xywh, * stride.
+        p = g.op("Softmax", [g.reshape(box, [1, 4, bins, gh * gw])], axis=2)
+        d = g.op("ReduceSum", [g.op("Mul", [p, g.const(idx.reshape(1, 1, bins, 1))]), g.const(np.array([2], np.int64))], keepdims=0)
+        anchor = grid_const(g, gh, gw, 0.5)
+        x1y1 = g.op("Sub", [anchor, g.slice(d, 1, 0, 2)])
+        x2y2 = g.op("Add", [anchor, g.slice(d, 1, 2, 4)])
+        cxcy = g.op("Mul", [g.op("Add", [x1y1, x2y2]), g.const(np.float32(0.5))])
+        wh = g.op("Sub", [x2y2, x1y1])
+        xywh = g.op("Mul", [g.op("Concat", [cxcy, wh], axis=1), g.const(np.float32(s))])
+        outs.append(g.op("Concat", [xywh, g.reshape(cls, [1, classes, gh * gw])], axis=1))
+    return outs if split else [g.op("Concat", outs, axis=2)]
+
+
+def out_shapes(case):
+    """The output shapes of a case's layout."""
+    w, h, c, layout = case["width"], case["height"], case["classes"], case["layout"]
+    grids = [(h // s, w // s) for s in STRIDES]
+    n = sum(gh * gw for gh, gw in grids)
+    if layout == "yolox":
+        return [[1, n, 5 + c]]
+    if layout == "yolox-split":
+        return [[1, 5 + c, gh, gw] for gh, gw in grids]
+    if layout == "yolov5":
+        return [[1, 3 * n, 5 + c]]
+    if layout == "yolov5-split":
+        return [[1, 3 * (5 + c), gh, gw] for gh, gw in grids]
+    if layout == "yolov8":
+        return [[1, 4 + c, n]]
+    per = [[64, c, 1] if case.get("score_sum") else [64, c] for _ in grids]
+    return [[1, k, gh, gw] for (gh, gw), ks in zip(grids, per) for k in ks]
+
+
+def build(case, rng, f16):
+    g = Graph(case["name"])
+    w, h, classes, layout = case["width"], case["height"], case["classes"], case["layout"]
+    x = "images"
+    # Features are 0..1: YOLOX takes raw 0..255 input, the others 0..1.
+    x01 = g.op("Mul", [x, g.const(np.float32(1 / 255))]) if layout.startswith("yolox") else x
+    if layout in ("yolox", "yolox-split"):
+        outs = head_yolox(g, x01, w, h, classes, rng, layout == "yolox-split")
+    elif layout in ("yolov5", "yolov5-split"):
+        outs = head_yolov5(g, x01, w, h, classes, rng, layout == "yolov5-split", case.get("anchors", reference.ANCHORS))
+    else:
+        outs = head_yolov8(g, x01, w, h, classes, rng, layout == "yolov8-split", case.get("score_sum", False))
+    elem = TensorProto.FLOAT16 if f16 else TensorProto.FLOAT
+    names = [f"output{i}" for i in range(len(outs))]
+    for o, n in zip(outs, names):
+        g.nodes.append(helper.make_node("Cast" if f16 else "Identity", [o], [n], **({"to": TensorProto.FLOAT16} if f16 else {})))
+    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, h, w])]
+    outputs = [helper.make_tensor_value_info(n, elem, shape) for n, shape in zip(names, out_shapes(case))]
+    meta = {}
+    if case.get("names"):
+        meta["names"] = "{" + ", ".join(f"{i}: {n!r}" for i, n in enumerate(case["names"])) + "}"
+        meta["stride"], meta["task"] = "32", "detect"
+    return g.model(inputs, outputs, meta)
+
+
+def test_image(w, h, rng):
+    """Packed BGR, w x h: noisy grey, coloured squares, a 114 pad band at the bottom (a
+    top-left letterbox), as zcpipe's scalers would hand it to the model."""
+    img = np.clip(118 + rng.integers(-20, 21, (h, w, 3)), 0, 255).astype(np.int16)
+    # One square per colour, each in its own cell of a 3 x 2 layout (no overlaps).
+    cw, ch = w // 3, int(h * 0.85) // 2
+    for c, colour in enumerate(PALETTE):
+        size = int(min(cw, ch) * (0.3 + 0.6 * (c % 4) / 3))
+        x0 = (c % 3) * cw + int(rng.integers(0, cw - size + 1))
+        y0 = (c // 3) * ch + int(rng.integers(0, ch - size + 1))
+        noise = rng.integers(-14, 15, (size, size, 3))
+        img[y0:y0 + size, x0:x0 + size] = np.clip(np.array(colour) + noise, 0, 255)
+    img[int(h * 0.9):, :] = 114
+    return img.astype(np.uint8)
+
+
+def quantise(a):
+    """Per-tensor asymmetric int8 of `a` over its own range, as RKNN's toolkit calibrates:
+    scale = (max - min) / 255, zero point so that min maps to -128."""
+    lo, hi = float(min(a.min(), 0.0)), float(max(a.max(), 0.0))
+    scale = np.float32((hi - lo) / 255.0 if hi > lo else 1.0)
+    zp = int(np.clip(round(-128 - lo / float(scale)), -128, 127))
+    q = np.clip(np.round(a / scale) + zp, -128, 127).astype(np.int8)
+    return q, zp, float(scale)
+
+
+def dequantise(q, zp, scale):
+    return (q.astype(np.float32) - np.float32(zp)) * np.float32(scale)
+
+
+def det_json(dets):
+    return [{"class_id": c, "score": s, "box": b} for c, s, b in dets]
+
+
+CASES = [
+    dict(name="yolox_416_c80", layout="yolox", width=416, height=416, classes=80, f16=True),
+    dict(name="yolox_split_416_c80", layout="yolox-split", width=416, height=416, classes=80),
+    dict(name="yolox_split_640x384_c3", layout="yolox-split", width=640, height=384, classes=3),
+    dict(name="yolov5_640x384_c3", layout="yolov5", width=640, height=384, classes=3),
+    dict(name="yolov5_320_c80", layout="yolov5", width=320, height=320, classes=80),
+    dict(name="yolov5_split_640_c80", layout="yolov5-split", width=640, height=640, classes=80),
+    dict(name="yolov5_split_416_c7_anchors", layout="yolov5-split", width=416, height=416, classes=7,
+         anchors=(((8, 10), (14, 26), (30, 20)), ((28, 56), (60, 40), (52, 110)), ((100, 80), (150, 190), (300, 280)))),
+    dict(name="yolov8_640_c80", layout="yolov8", width=640, height=640, classes=80, f16=True, coco_names=True),
+    dict(name="yolov8_640x384_c7_names", layout="yolov8", width=640, height=384, classes=7,
+         names=["red", "green", "blue", "yellow", "magenta", "cyan", "driver's seat"]),
+    dict(name="yolov8_split9_640_c80", layout="yolov8-split", width=640, height=640, classes=80, score_sum=True),
+    dict(name="yolov8_split6_640x384_c5", layout="yolov8-split", width=640, height=384, classes=5),
+    dict(name="yolov8_split9_320_c2", layout="yolov8-split", width=320, height=320, classes=2, score_sum=True),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output folder (e.g. build/test-models)")
+    ap.add_argument("--coco", default=os.path.join(os.path.dirname(__file__), "..", "..", "models", "coco80.txt"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    coco = [l.strip() for l in open(args.coco) if l.strip()]
+    manifest = {"score_threshold": SCORE_THRESHOLD, "nms_iou": NMS_IOU, "versions": {
+        "numpy": np.__version__, "onnx": onnx.__version__, "onnxruntime": ort.__version__}, "cases": []}
+    for i, case in enumerate(CASES):
+        case = dict(case)
+        if case.pop("coco_names", False):
+            case["names"] = coco
+        rng = np.random.default_rng(1000 + i)
+        name, w, h = case["name"], case["width"], case["height"]
+        entry = {k: case[k] for k in ("name", "layout", "width", "height", "classes")}
+        entry["names"] = case.get("names")
+        if "anchors" in case:
+            path = f"{name}_anchors.txt"
+            with open(os.path.join(args.out, path), "w") as f:
+                f.write("".join(f"{v}.0\n" for lvl in case["anchors"] for a in lvl for v in a))
+            entry["anchors"] = path
+        img = test_image(w, h, np.random.default_rng(2000 + i))
+        entry["input"] = f"{name}_input_bgr.bin"
+        img.tofile(os.path.join(args.out, entry["input"]))
+        # What zcpipe's onnx backend feeds: NCHW in the scaler's (BGR) order, raw for
+        # YOLOX, /255 for the others.
+        x = img.transpose(2, 0, 1)[None].astype(np.float32)
+        if not case["layout"].startswith("yolox"):
+            x = x / np.float32(255.0)
+        anchors = case.get("anchors", reference.ANCHORS)
+        variants = {}
+        for f16 in (False, True) if case.get("f16") else (False,):
+            model = build(case, np.random.default_rng(1000 + i), f16)
+            path = f"{name}{'_f16' if f16 else ''}.onnx"
+            onnx.save(model, os.path.join(args.out, path))
+            sess = ort.InferenceSession(os.path.join(args.out, path), providers=["CPUExecutionProvider"])
+            variants["f16" if f16 else "f32"] = (path, sess.run(None, {"images": x}))
+        entry["model"] = variants["f32"][0]
+        entry["model_f16"] = variants["f16"][0] if "f16" in variants else None
+        outs32 = variants["f32"][1]
+        sets = {"f32": [o.astype(np.float32) for o in outs32],
+                "f16": variants["f16"][1] if "f16" in variants else [o.astype(np.float16) for o in outs32]}
+        quant = [quantise(o) for o in outs32]
+        entry["outputs"] = []
+        for k, o in enumerate(outs32):
+            base = f"{name}_out{k}"
+            np.save(os.path.join(args.out, base + "_f32.npy"), sets["f32"][k])
+            np.save(os.path.join(args.out, base + "_f16.npy"), sets["f16"][k])
+            np.save(os.path.join(args.out, base + "_i8.npy"), quant[k][0])
+            entry["outputs"].append({"name": f"output{k}", "shape": list(o.shape), "f32": base + "_f32.npy",
+                                     "f16": base + "_f16.npy", "i8": base + "_i8.npy", "zp": quant[k][1], "scale": quant[k][2]})
+        decoded = {
+            "f32": sets["f32"],
+            "f16": [o.astype(np.float32) for o in sets["f16"]],
+            "i8": [dequantise(*q) for q in quant],
+        }
+        entry["reference"] = {k: det_json(reference.decode(case["layout"], v, w, h, SCORE_THRESHOLD, NMS_IOU, anchors))
+                              for k, v in decoded.items()}
+        manifest["cases"].append(entry)
+        print(f"{name}: {case['layout']} {w}x{h}, {case['classes']} classes, outputs "
+              f"{', '.join(str(list(o.shape)) for o in outs32)}; reference detections "
+              f"f32 {len(entry['reference']['f32'])}, f16 {len(entry['reference']['f16'])}, int8 {len(entry['reference']['i8'])}")
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
