@@ -10,8 +10,11 @@ use yuv::{
     YuvStandardMatrix,
 };
 use zcpipe::capture::image::{decode_rgb8, rgb8_to_nv12};
-use zcpipe::core::frame::{Fourcc, FrameLayout, PlaneDesc, MAX_PLANES};
+use zcpipe::core::frame::{Fourcc, FrameLayout, Letterbox, Placement, PlaneDesc, MAX_PLANES};
 use zcpipe::scale::cpu::{CpuScaler, YOLOX_PAD};
+
+/// YOLOX's letterbox (top-left, pad 114), what these goldens were made with.
+const TOP_LEFT: Letterbox = Letterbox::new(Placement::TopLeft, YOLOX_PAD);
 
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
@@ -108,7 +111,7 @@ fn scaler_every_source_format_gives_same_bgr() {
     for (l, bufs) in all_formats(img.as_raw(), w, h) {
         let mut dst = vec![0u8; dl.bytes_needed() as usize];
         let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
-        s.scale_bytes(&refs, &l, &mut dst, &dl, 114).unwrap();
+        s.scale_bytes(&refs, &l, &mut dst, &dl, TOP_LEFT).unwrap();
         results.push((l.fourcc, dst));
     }
     let reference = &results.iter().find(|(f, _)| *f == Fourcc::RGB24).unwrap().1;
@@ -144,7 +147,7 @@ fn scaler_dog_matches_cv2_letterbox_golden() {
     let mut nv12 = vec![0u8; src.info().max_frame_bytes as usize];
     let sl = src.fill(&mut nv12).unwrap().unwrap();
     let mut out = vec![0u8; dl.bytes_needed() as usize];
-    let lb = s.scale_bytes(&[&nv12], &sl, &mut out, &dl, YOLOX_PAD).unwrap();
+    let lb = s.scale_bytes(&[&nv12], &sl, &mut out, &dl, TOP_LEFT).unwrap();
     assert_eq!((lb.resized_w, lb.resized_h), (416, 312));
     let mad_nv12 = mean_abs_diff(&out, &golden);
     let mad_nv12_picture = mean_abs_diff(&out[..416 * 312 * 3], &golden[..416 * 312 * 3]);
@@ -153,7 +156,7 @@ fn scaler_dog_matches_cv2_letterbox_golden() {
     let pd = [PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 }, PlaneDesc::default(), PlaneDesc::default()];
     let rl = FrameLayout { fourcc: Fourcc::RGB24, width: w, height: h, num_planes: 1, planes: pd };
     let mut out_rgb = vec![0u8; dl.bytes_needed() as usize];
-    s.scale_bytes(&[img.as_raw()], &rl, &mut out_rgb, &dl, YOLOX_PAD).unwrap();
+    s.scale_bytes(&[img.as_raw()], &rl, &mut out_rgb, &dl, TOP_LEFT).unwrap();
     let mad_rgb = mean_abs_diff(&out_rgb[..416 * 312 * 3], &golden[..416 * 312 * 3]);
 
     println!("dog.jpg vs cv2 golden: NV12 path mean abs diff {mad_nv12:.3} (whole input), {mad_nv12_picture:.3} (picture area); RGB24 path {mad_rgb:.3} (picture area)");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
-use zcpipe::core::frame::{FrameLayout, Fourcc, PlaneDesc, MAX_PLANES};
+use zcpipe::core::frame::{FrameLayout, Fourcc, Letterbox, Placement, PlaneDesc, MAX_PLANES};
 use zcpipe::scale::cpu::CpuScaler;
 use zcpipe::scale::rga::{RgaCore, RgaScaler};
 use zcpipe::scale::Scaler;
@@ -181,9 +181,14 @@ fn output_pool(n: usize, dl: &FrameLayout) -> Vec<DmaBuf> {
     pool
 }
 
-fn cpu_reference(src: &[u8], sl: &FrameLayout, dl: &FrameLayout) -> Vec<u8> {
+/// YOLOX's letterbox: top-left, pad 114.
+const TOP_LEFT: Letterbox = Letterbox::new(Placement::TopLeft, 114);
+/// Ultralytics' letterbox: centred, pad 114.
+const CENTER: Letterbox = Letterbox::new(Placement::Center, 114);
+
+fn cpu_reference(src: &[u8], sl: &FrameLayout, dl: &FrameLayout, letterbox: Letterbox) -> Vec<u8> {
     let mut out = vec![0xEEu8; dl.bytes_needed() as usize];
-    CpuScaler::new().scale_bytes(&[src], sl, &mut out, dl, 114).unwrap();
+    CpuScaler::new().scale_bytes(&[src], sl, &mut out, dl, letterbox).unwrap();
     out
 }
 
@@ -191,15 +196,16 @@ fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
     a.iter().zip(b).map(|(&x, &y)| (x as i32 - y as i32).unsigned_abs() as u64).sum::<u64>() as f64 / a.len() as f64
 }
 
-/// Picture area close to the CPU scaler's, pad exactly `pad`, nothing left unwritten.
-fn assert_letterbox(got: &[u8], want: &[u8], bpl: usize, (rw, rh): (usize, usize), pad: u8, what: &str) {
+/// Picture area (`x, y, w, h`) close to the CPU scaler's, pad exactly `pad`, nothing left
+/// unwritten.
+fn assert_letterbox(got: &[u8], want: &[u8], bpl: usize, (x0, y0, rw, rh): (usize, usize, usize, usize), pad: u8, what: &str) {
     let mut pic_got = Vec::new();
     let mut pic_want = Vec::new();
     for y in 0..416 {
         let (g, w) = (&got[y * bpl..][..416 * 3], &want[y * bpl..][..416 * 3]);
         for x in 0..416 {
             let px = &g[x * 3..x * 3 + 3];
-            if x < rw && y < rh {
+            if (x0..x0 + rw).contains(&x) && (y0..y0 + rh).contains(&y) {
                 pic_got.extend_from_slice(px);
                 pic_want.extend_from_slice(&w[x * 3..x * 3 + 3]);
             } else {
@@ -233,7 +239,7 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     let mut rga = s.open(RgaCore::Rga3Core0);
     let name = Scaler::name(&rga);
     assert!(name.contains("librga v1.10.3_[1]-zcpipe-fake"), "{name}");
-    rga.bind_pools(&src, &sl, &mut dst, &dl, 114).unwrap();
+    rga.bind_pools(&src, &sl, &mut dst, &dl, TOP_LEFT).unwrap();
     let mut lbs = Vec::new();
     for (i, j) in [(0u32, 0u32), (1, 1)] {
         lbs.push(rga.scale_index(i, j).unwrap());
@@ -243,8 +249,8 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     assert_eq!((lb.pad_x, lb.pad_y), (0.0, 0.0));
     let got_a = dst[0].read().unwrap().to_vec();
     let got_b = dst[1].read().unwrap().to_vec();
-    assert_letterbox(&got_a, &cpu_reference(&frame_a, &sl, &dl), 416 * 3, (416, 312), 114, "NV12 bars, buffer 0");
-    assert_letterbox(&got_b, &cpu_reference(&frame_b, &sl, &dl), 416 * 3, (416, 312), 114, "NV12 reversed bars, buffer 1");
+    assert_letterbox(&got_a, &cpu_reference(&frame_a, &sl, &dl, TOP_LEFT), 416 * 3, (0, 0, 416, 312), 114, "NV12 bars, buffer 0");
+    assert_letterbox(&got_b, &cpu_reference(&frame_b, &sl, &dl, TOP_LEFT), 416 * 3, (0, 0, 416, 312), 114, "NV12 reversed bars, buffer 1");
     // The top-left picture pixel is white's BGR, the first bottom-half row (156) black's.
     assert!(got_a[..3].iter().all(|&v| v >= 250), "{:?}", &got_a[..3]);
     assert!(got_a[160 * 1248..][..3].iter().all(|&v| v <= 5), "{:?}", &got_a[160 * 1248..][..3]);
@@ -303,11 +309,11 @@ fn nv16_and_yuyv_portrait_pad_on_the_right() {
         let src = source_pool(&[&frame, &frame]);
         let mut dst = output_pool(2, &dl);
         let mut rga = s.open(RgaCore::Auto);
-        rga.bind_pools(&src, &sl, &mut dst, &dl, 114).unwrap();
+        rga.bind_pools(&src, &sl, &mut dst, &dl, TOP_LEFT).unwrap();
         let lb = rga.scale_index(1, 1).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (312, 416));
         let got = dst[1].read().unwrap().to_vec();
-        assert_letterbox(&got, &cpu_reference(&frame, &sl, &dl), 416 * 3, (312, 416), 114, &format!("{} 480x640", sl.fourcc));
+        assert_letterbox(&got, &cpu_reference(&frame, &sl, &dl, TOP_LEFT), 416 * 3, (0, 0, 312, 416), 114, &format!("{} 480x640", sl.fourcc));
         // Buffer 0 was never scaled into: pad filled at bind, picture untouched (0xEE).
         let untouched = dst[0].read().unwrap().to_vec();
         assert_eq!(&untouched[..3], &[0xEE; 3]);
@@ -327,7 +333,7 @@ fn width_stride_650_is_refused_naming_16() {
     let dl = model_input();
     let mut dst = output_pool(2, &dl);
     let mut rga = s.open(RgaCore::Auto);
-    let e = rga.bind_pools(&src, &sl, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = rga.bind_pools(&src, &sl, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("width stride 650 px is not a multiple of 16"), "{e}");
     assert!(e.contains("IM_STATUS_NOT_SUPPORTED") && e.contains("should be 16 aligned"), "librga's own words too: {e}");
@@ -353,18 +359,18 @@ fn odd_size_scale_range_and_layouts_are_named() {
     // An odd width (641, pitch 656): YUV needs even sizes.
     let (sl, frame) = nv12(&colour_bars(641, 480, false), 641, 480, 656);
     let mut dst = output_pool(1, &dl);
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("even sizes") && e.contains("IM_STATUS_INVALID_PARAM"), "{e}");
     // 16x16 -> 416x416 is 26x: beyond 16x.
     let (sl, frame) = nv12(&colour_bars(16, 16, false), 16, 16, 16);
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("1/16..16") && e.contains("26.0000"), "{e}");
     // NV12M: one dma-buf per plane is not something RGA reads; refused before any import.
     let (mut m, frame) = nv12(&colour_bars(64, 48, false), 64, 48, 64);
     m.fourcc = Fourcc::NV12M;
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &m, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &m, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
     assert!(e.contains("NV12M") && e.contains("--format NV12"), "{e}");
     // A 488-row vertical stride whose buffer ends right after 240 chroma rows: the layout
     // fits, but RGA's image (wstride x hstride x 3/2 = 468480 bytes) does not (PITFALLS 10).
@@ -373,7 +379,7 @@ fn odd_size_scale_range_and_layouts_are_named() {
         PlaneDesc { offset: 640 * 488, bytesperline: 640, length: 640 * 240, fd_index: 0 },
     ]);
     let frame = vec![16u8; 640 * 488 + 640 * 240];
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &tight, &mut dst, &dl, 114).unwrap_err().to_string();
+    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &tight, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
     println!("{e}");
     assert!(e.contains("Only get buffer") && e.contains("468480"), "{e}");
     // RGB24 into an RGB24 model input works too.
@@ -382,7 +388,7 @@ fn odd_size_scale_range_and_layouts_are_named() {
     let rdl = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248);
     let mut rdst = output_pool(1, &rdl);
     let mut rga = s.open(RgaCore::Rga2Core0);
-    rga.bind_pools(&source_pool(&[&rgb]), &rl, &mut rdst, &rdl, 0).unwrap();
+    rga.bind_pools(&source_pool(&[&rgb]), &rl, &mut rdst, &rdl, Letterbox::new(Placement::TopLeft, 0)).unwrap();
     rga.scale_index(0, 0).unwrap();
     let out = rdst[0].read().unwrap().to_vec();
     assert_eq!(&out[..3], &[255, 255, 255], "white bar, RGB order");
@@ -419,7 +425,7 @@ fn no_rga_device_is_refused_before_querystring() {
     let dl = model_input();
     let mut dst = output_pool(1, &dl);
     let mut rga = s.open(RgaCore::Auto);
-    rga.bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, 114).unwrap();
+    rga.bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT).unwrap();
     std::env::set_var("ZCPIPE_FAKE_RGA_NO_DEVICE", "1");
     let r = rga.scale_index(0, 0);
     std::env::remove_var("ZCPIPE_FAKE_RGA_NO_DEVICE");
@@ -427,4 +433,45 @@ fn no_rga_device_is_refused_before_querystring() {
     println!("{e}");
     assert!(e.contains("improcess of source buffer 0 into output buffer 0 failed: IM_STATUS_NO_SESSION") && e.contains("--heap dma32"), "{e}");
     assert_eq!(rga.frames(), 0);
+}
+
+/// What Ultralytics and YOLOv5 models are fed: RGB24, the picture centred. RGA writes it
+/// into the job's destination rectangle (the fake logs it), the pad is filled around it on
+/// all sides, and the picture is the CPU scaler's, for a landscape NV12 frame (pad rows
+/// above and below) and a portrait YUYV one (pad columns left and right).
+#[test]
+fn rgb24_centred_letterbox_matches_cpu() {
+    let s = session();
+    let dl = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 416 * 3);
+    let (sl, nv12_frame) = nv12(&colour_bars(640, 480, false), 640, 480, 640);
+    let [_, (yl, yuyv_frame)] = nv16_and_yuyv(&colour_bars(480, 640, false), 480, 640);
+    for ((sl, frame), picture, drect) in [
+        ((sl, nv12_frame), (0usize, 52usize, 416usize, 312usize), "0,52,416,312"),
+        ((yl, yuyv_frame), (52, 0, 312, 416), "52,0,312,416"),
+    ] {
+        let src = source_pool(&[&frame]);
+        let mut dst = output_pool(1, &dl);
+        let mut rga = s.open(RgaCore::Auto);
+        rga.bind_pools(&src, &sl, &mut dst, &dl, CENTER).unwrap();
+        let lb = rga.scale_index(0, 0).unwrap();
+        assert_eq!(lb.picture(), (picture.0 as u32, picture.1 as u32, picture.2 as u32, picture.3 as u32), "{lb:?}");
+        // The picture's corners map back to the frame's.
+        let (x, y, w, h) = (picture.0 as f32, picture.1 as f32, picture.2 as f32, picture.3 as f32);
+        let back = lb.unmap_box([x, y, x + w, y + h]);
+        let whole = [0.0, 0.0, sl.width as f32, sl.height as f32];
+        assert!(back.iter().zip(whole).all(|(a, b)| (a - b).abs() < 0.01), "{back:?} vs {whole:?}");
+        let got = dst[0].read().unwrap().to_vec();
+        let what = format!("{} {}x{} -> RGB24 centred", sl.fourcc, sl.width, sl.height);
+        assert_letterbox(&got, &cpu_reference(&frame, &sl, &dl, CENTER), 416 * 3, picture, 114, &what);
+        // White first (top-left of the picture), in RGB order either way.
+        let first = &got[(picture.1 * 416 + picture.0) * 3..][..3];
+        assert!(first.iter().all(|&v| v >= 250), "{what}: {first:?}");
+        let jobs = s.calls("improcess");
+        let last = jobs.last().unwrap();
+        assert_eq!(field(last, "drect"), drect, "{last}");
+        assert_eq!(field(last, "status"), "1", "{last}");
+        println!("{what}: improcess drect={drect}");
+    }
+    let f: Vec<String> = s.calls("importbuffer_fd").iter().map(|l| field(l, "format").to_string()).collect();
+    assert!(f.iter().filter(|x| *x == "0x200").count() == 2, "the model input imported as RK_FORMAT_RGB_888: {f:?}");
 }

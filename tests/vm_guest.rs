@@ -21,7 +21,7 @@ use zcpipe::capture::v4l2::{format_name, CaptureIo, Next, V4l2Capture, V4l2Confi
 use zcpipe::core::channel::Recv;
 use zcpipe::core::config::Choice;
 use zcpipe::core::dmabuf::{Allocator, HeapChoice, MemoryKind};
-use zcpipe::core::frame::{Fourcc, FrameDesc, FrameLayout};
+use zcpipe::core::frame::{Fourcc, FrameDesc, FrameLayout, Letterbox, Placement};
 use zcpipe::core::link::{Conn, ControlMsg, Listener, WaitMode};
 use zcpipe::core::pool::{HopSpec, PoolConsumer, PoolProducer, PoolStats};
 use zcpipe::core::ring::{RingCounters, RingPolicy};
@@ -1054,7 +1054,7 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     }
     let mut dst = alloc.allocate_pool(2, dst_layout.bytes_needed()).unwrap();
     let mut m = V4l2M2mScaler::open(&m2m).unwrap();
-    m.bind_pools(&src, &src_layout, &mut dst, &dst_layout, 114).unwrap();
+    m.bind_pools(&src, &src_layout, &mut dst, &dst_layout, Letterbox::new(Placement::TopLeft, 114)).unwrap();
     // Source buffer 0 into pool buffer 1 and source 1 into pool 0: indices are kept apart.
     let lb0 = m.scale_index(0, 1).unwrap();
     let lb1 = m.scale_index(1, 0).unwrap();
@@ -1088,9 +1088,34 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     let nv12 = FrameLayout::nv12(640, 480, 16);
     let nsrc = vec![vec![alloc.allocate(nv12.bytes_needed()).unwrap()]];
     let mut m = V4l2M2mScaler::open(&m2m).unwrap();
-    let e = format!("{:#}", m.bind_pools(&nsrc, &nv12, &mut dst, &dst_layout, 114).unwrap_err());
+    let e = format!("{:#}", m.bind_pools(&nsrc, &nv12, &mut dst, &dst_layout, Letterbox::new(Placement::TopLeft, 114)).unwrap_err());
     assert!(e.contains("cannot convert capture's NV12 into the model's BGR24") && e.contains("RGB24"), "{e}");
     println!("EVIDENCE v4l2m2m refuses NV12: {e}");
+    drop(m);
+
+    // A centred letterbox (Ultralytics, YOLOv5) of this 4:3 frame needs pad rows above the
+    // picture: the COMPOSE rectangle, which vim2m does not offer (no selection ioctls).
+    // Refused at start-up, naming the fix.
+    let rgb_layout = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248);
+    let mut m = V4l2M2mScaler::open(&m2m).unwrap();
+    let e = format!("{:#}", m.bind_pools(&src, &src_layout, &mut dst, &rgb_layout, Letterbox::new(Placement::Center, 114)).unwrap_err());
+    assert!(e.contains("cannot centre the picture") && e.contains("COMPOSE") && e.contains("--letterbox top-left") && e.contains("--scaler cpu"), "{e}");
+    assert!(!e.contains('\n'), "one line: {e}");
+    println!("EVIDENCE v4l2m2m refuses a centred letterbox on vim2m: {e}");
+    drop(m);
+
+    // RGB24 out (the order Ultralytics and YOLOv5 models take), top-left: the bars in RGB.
+    let mut m = V4l2M2mScaler::open(&m2m).unwrap();
+    m.bind_pools(&src, &src_layout, &mut dst, &rgb_layout, Letterbox::new(Placement::TopLeft, 114)).unwrap();
+    m.scale_index(0, 0).unwrap();
+    drop(m);
+    let r = dst[0].read().unwrap();
+    for (k, bar) in M2M_BARS.iter().enumerate() {
+        let at = 156 * 1248 + (k * 52 + 26) * 3;
+        assert_eq!(&r[at..at + 3], bar, "RGB24 bar {k}");
+    }
+    assert!(r[312 * 1248..416 * 1248].iter().all(|&v| v == 114), "RGB24: rows 312..416 are the pad value");
+    println!("EVIDENCE v4l2m2m: RGB24 640x480 -> RGB24 416x312 top-left on vim2m, bars in RGB order");
 }
 
 #[test]

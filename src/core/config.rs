@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::dmabuf::HeapChoice;
+use super::frame::Placement;
 use super::link::WaitMode;
 use super::ring::RingPolicy;
 
@@ -56,6 +57,13 @@ impl Choice for RingPolicy {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
         (RingPolicy::DropOldest, "drop-oldest", "Video: the producer never waits; the oldest queued frame is dropped and counted"),
         (RingPolicy::Block, "block", "Commands: the producer waits for the consumer"),
+    ];
+}
+
+impl Choice for Placement {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (Placement::TopLeft, "top-left", "The picture at the top-left, pad right and below (YOLOX)"),
+        (Placement::Center, "center", "The picture centred, pad on both sides (Ultralytics, YOLOv5)"),
     ];
 }
 

@@ -203,8 +203,60 @@ impl FrameLayout {
     }
 }
 
+/// Where the resized picture sits in a letterboxed model input (`--letterbox`), and how its
+/// size is rounded: each family's published pre-processing does both its own way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// At the top-left corner, the pad to the right and below; the picture is
+    /// `int(side * r)` pixels (YOLOX `preproc`, `yolox/data/data_augment.py`).
+    #[default]
+    TopLeft,
+    /// Centred: the pad split between both sides, the odd pixel right or below; the picture
+    /// is `round(side * r)` pixels (Ultralytics `LetterBox`, `ultralytics/data/augment.py`;
+    /// YOLOv5 `letterbox`, `utils/augmentations.py`).
+    Center,
+}
+
+impl Placement {
+    /// How it reads in logs (`top-left`, `centred`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Placement::TopLeft => "top-left",
+            Placement::Center => "centred",
+        }
+    }
+}
+
+/// How a scaler letterboxes a frame into the model input: where the picture goes and the
+/// value of every byte around it (114 for every family zcpipe knows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Letterbox {
+    /// Where the picture goes.
+    pub placement: Placement,
+    /// The value of every byte of the model input outside the picture.
+    pub pad: u8,
+}
+
+impl Letterbox {
+    /// A letterbox with the picture at `placement` and `pad` around it.
+    pub const fn new(placement: Placement, pad: u8) -> Letterbox {
+        Letterbox { placement, pad }
+    }
+
+    /// The geometry of a `src_w x src_h` frame letterboxed into `dst_w x dst_h` with this
+    /// placement ([`LetterboxParams::top_left`] or [`LetterboxParams::centered`]).
+    pub fn params(self, src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> LetterboxParams {
+        match self.placement {
+            Placement::TopLeft => LetterboxParams::top_left(src_w, src_h, dst_w, dst_h),
+            Placement::Center => LetterboxParams::centered(src_w, src_h, dst_w, dst_h),
+        }
+    }
+}
+
 /// How a scaled frame maps back to its source: `model = source * scale + (pad_x, pad_y)`.
-/// YOLOX letterboxes at the top-left, so `pad_x = pad_y = 0`.
+/// YOLOX letterboxes at the top-left (`pad_x = pad_y = 0`); Ultralytics and YOLOv5 centre
+/// the picture. The pads are whole pixels (the picture starts on a pixel).
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Default)]
 #[repr(C)]
 pub struct LetterboxParams {
@@ -235,6 +287,32 @@ impl LetterboxParams {
         let rw = ((src_w as f64 * r) as u32).clamp(1, dst_w);
         let rh = ((src_h as f64 * r) as u32).clamp(1, dst_h);
         LetterboxParams { scale: r as f32, pad_x: 0.0, pad_y: 0.0, resized_w: rw, resized_h: rh, src_w, src_h, _pad: 0 }
+    }
+
+    /// The Ultralytics / YOLOv5 centred letterbox of a `src_w x src_h` frame into
+    /// `dst_w x dst_h`: `r = min(dst_h/src_h, dst_w/src_w)`, resized to
+    /// `(round(src_w*r), round(src_h*r))` (Python's `round`: halves to even), and each
+    /// pad split as `round(d/2 - 0.1)` before and `round(d/2 + 0.1)` after, that is
+    /// `floor(d/2)` before (Ultralytics `LetterBox.__call__` with `center=True`,
+    /// `auto=False`, as for an exported model; YOLOv5 `letterbox`). Boxes map back as
+    /// Ultralytics `scale_boxes` does: `(box - pad) / r`.
+    pub fn centered(src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> LetterboxParams {
+        let r = (dst_h as f64 / src_h as f64).min(dst_w as f64 / src_w as f64);
+        let rw = ((src_w as f64 * r).round_ties_even() as u32).clamp(1, dst_w);
+        let rh = ((src_h as f64 * r).round_ties_even() as u32).clamp(1, dst_h);
+        let (px, py) = ((dst_w - rw) / 2, (dst_h - rh) / 2);
+        LetterboxParams { scale: r as f32, pad_x: px as f32, pad_y: py as f32, resized_w: rw, resized_h: rh, src_w, src_h, _pad: 0 }
+    }
+
+    /// The picture's rectangle in the model input, in whole pixels: `(x, y, width, height)`.
+    pub fn picture(&self) -> (u32, u32, u32, u32) {
+        (self.pad_x.max(0.0) as u32, self.pad_y.max(0.0) as u32, self.resized_w, self.resized_h)
+    }
+
+    /// Moves the picture to `(x, y)` and gives it the size `w x h` a device wrote (it may
+    /// round a size or an offset); the scale stays, so boxes map back through the new pads.
+    pub fn place(&mut self, x: u32, y: u32, w: u32, h: u32) {
+        (self.pad_x, self.pad_y, self.resized_w, self.resized_h) = (x as f32, y as f32, w, h);
     }
 
     /// Maps a box `[x1, y1, x2, y2]` in model-input pixels back to source pixels, clamped
@@ -362,5 +440,30 @@ mod tests {
         assert_eq!(LetterboxParams::top_left(1280, 720, 416, 416).resized_h, 234);
         let b = lb.unmap_box([0.0, 0.0, 416.0, 500.0]);
         assert_eq!(b, [0.0, 0.0, 768.0, 576.0]);
+    }
+
+    #[test]
+    fn centered_letterbox_matches_ultralytics() {
+        // 1280x720 into 640x640: r = 0.5, 640x360, (640-360)/2 = 140 rows above and below.
+        let lb = LetterboxParams::centered(1280, 720, 640, 640);
+        assert_eq!((lb.resized_w, lb.resized_h, lb.pad_x, lb.pad_y, lb.scale), (640, 360, 0.0, 140.0, 0.5));
+        assert_eq!(lb.picture(), (0, 140, 640, 360));
+        // 640x640 into 640x384: pillarbox, 128 columns each side.
+        assert_eq!(LetterboxParams::centered(640, 640, 640, 384).picture(), (128, 0, 384, 384));
+        // 451x300 into 416x416: r = 416/451, height round(276.7...) = 277 (YOLOX's int() gives
+        // 276); 139 pad rows, 69 above (round(69.5 - 0.1)) and 70 below.
+        let c = LetterboxParams::centered(451, 300, 416, 416);
+        assert_eq!(c.picture(), (0, 69, 416, 277));
+        assert_eq!(LetterboxParams::top_left(451, 300, 416, 416).picture(), (0, 0, 416, 276));
+        // Python's round() takes halves to even: 5 x 2.5 = 12.5 -> 12, 7 x 2.5 = 17.5 -> 18.
+        assert_eq!(LetterboxParams::centered(5, 4, 40, 10).picture(), (14, 0, 12, 10));
+        assert_eq!(LetterboxParams::centered(7, 4, 40, 10).picture(), (11, 0, 18, 10));
+        // A box of the whole picture maps back to the whole frame; pads map outside it.
+        assert_eq!(lb.unmap_box([0.0, 140.0, 640.0, 500.0]), [0.0, 0.0, 1280.0, 720.0]);
+        assert_eq!(lb.unmap_box([10.0, 150.0, 20.0, 160.0]), [20.0, 20.0, 40.0, 40.0]);
+        assert_eq!(lb.unmap_box([0.0, 0.0, 640.0, 140.0]), [0.0, 0.0, 1280.0, 0.0]);
+        // Letterbox picks the formula by placement.
+        assert_eq!(Letterbox::new(Placement::Center, 114).params(1280, 720, 640, 640), lb);
+        assert_eq!(Letterbox::new(Placement::TopLeft, 114).params(1280, 720, 640, 640).picture(), (0, 0, 640, 360));
     }
 }

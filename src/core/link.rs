@@ -21,7 +21,7 @@ use nix::sys::socket::{
 use serde::{Deserialize, Serialize};
 
 use super::fdpass;
-use super::frame::FrameLayout;
+use super::frame::{FrameLayout, Placement};
 use super::ring::{RingGeometry, RingPolicy};
 
 /// How a consumer waits for frames (`--wait`; spellings in [`super::config::Choice`]).
@@ -49,6 +49,10 @@ pub struct WantedInput {
     pub bytesperline: u32,
     /// Letterbox fill value.
     pub pad: u8,
+    /// Where the picture sits in the letterbox (a hello without it, from before placement
+    /// was negotiated, means top-left). The channel order is the fourcc (`RGB24`, `BGR24`).
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 /// The kind of items a hop carries.
@@ -327,5 +331,20 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wanted_input_carries_the_placement_and_an_old_hello_means_top_left() {
+        let w = WantedInput { width: 640, height: 384, fourcc: super::super::frame::Fourcc::RGB24.0, stride_align: 1, bytesperline: 0, pad: 114, placement: Placement::Center };
+        let json = serde_json::to_string(&w).unwrap();
+        assert!(json.contains(r#""placement":"center""#), "{json}");
+        assert_eq!(serde_json::from_str::<WantedInput>(&json).unwrap(), w);
+        let old = r#"{"width":416,"height":416,"fourcc":861030210,"stride_align":1,"bytesperline":0,"pad":114}"#;
+        assert_eq!(serde_json::from_str::<WantedInput>(old).unwrap().placement, Placement::TopLeft);
     }
 }

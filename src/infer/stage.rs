@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use crate::core::channel::Sender;
 use crate::core::data::resolve_data_path;
 use crate::core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
-use crate::core::frame::{Fourcc, FrameDesc, Stage};
+use crate::core::frame::{Fourcc, FrameDesc, Placement, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
@@ -72,7 +72,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let (down, _) = accept_hello(&listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
     let up = Conn::connect_retry(&ctx.data.socket("scale"), "scale stage", ctx.stop, ctx.data.connect_timeout)?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline).
-    let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD };
+    let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD, placement: Placement::TopLeft };
     let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: ctx.data.wait };
     let input = PoolConsumer::join(up, &hello, ctx.data.wait, "scale")?;
     input.set_spin(ctx.data.spin);

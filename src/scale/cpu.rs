@@ -1,18 +1,21 @@
-//! `cpu` scaler: any supported capture format -> letterboxed packed BGR24 on the CPU.
+//! `cpu` scaler: any supported capture format -> letterboxed packed RGB24 or BGR24 on the CPU.
 //!
-//! The contract is YOLOX `preproc` (`yolox/data/data_augment.py`): scale by
-//! `r = min(dst_w/src_w, dst_h/src_h)` to `(int(src_w*r), int(src_h*r))` with bilinear
-//! interpolation (`cv2.INTER_LINEAR`, here `fast_image_resize`'s
-//! `ResizeAlg::Interpolation(FilterType::Bilinear)`, same half-pixel mapping), paste at the
-//! top-left, fill the rest with the pad value (114). Source planes are read at their own
+//! The contract is the model family's published pre-processing: scale by
+//! `r = min(dst_w/src_w, dst_h/src_h)` with bilinear interpolation (`cv2.INTER_LINEAR`,
+//! here `fast_image_resize`'s `ResizeAlg::Interpolation(FilterType::Bilinear)`, same
+//! half-pixel mapping), and either paste the `(int(src_w*r), int(src_h*r))` picture at the
+//! top-left (YOLOX `preproc`, `yolox/data/data_augment.py`) or the
+//! `(round(src_w*r), round(src_h*r))` one centred (Ultralytics `LetterBox`, YOLOv5
+//! `letterbox`): [`Letterbox::params`]. The rest is the pad value (114), the channel order
+//! the destination's fourcc (BGR24 for YOLOX, RGB24 for the others). Source planes are read at their own
 //! offset and bytesperline, as the V4L2 pixel-format pages define them (NV12/NV12M,
 //! NV16, YUYV, RGB24, BGR24); YCbCr is BT.601 limited range.
 //!
 //! YCbCr sources are resized per plane (luma as `U8`, interleaved CbCr as `U8x2`, so only
-//! model-sized pixels are converted) and then converted to BGR straight into the
-//! destination rows by the `yuv` crate. YUYV is converted to BGR at full size first (it has
+//! model-sized pixels are converted) and then converted to RGB or BGR straight into the
+//! destination rows by the `yuv` crate. YUYV is converted at full size first (it has
 //! no plane to resize on its own); RGB24/BGR24 are resized as `U8x3` and channel-swapped
-//! if needed. Scratch buffers are kept across frames and only grow.
+//! if the model wants the other order. Scratch buffers are kept across frames and only grow.
 
 use anyhow::{bail, Context};
 
@@ -24,7 +27,7 @@ use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resize
 use yuv::{YuvBiPlanarImage, YuvConversionMode, YuvPackedImage, YuvRange, YuvStandardMatrix};
 
 use super::{fill_pad, map_frame, Scaler};
-use crate::core::frame::{Fourcc, FrameLayout, LetterboxParams};
+use crate::core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
 
 /// Source fourccs the CPU scaler reads.
 pub const SUPPORTED_SOURCES: [Fourcc; 6] =
@@ -33,11 +36,12 @@ pub const SUPPORTED_SOURCES: [Fourcc; 6] =
 /// The YOLOX letterbox pad value (`preproc`'s `np.ones(...) * 114`).
 pub const YOLOX_PAD: u8 = 114;
 
-/// CPU scaler: bilinear resize, BT.601 limited YCbCr -> BGR, top-left letterbox.
+/// CPU scaler: bilinear resize, BT.601 limited YCbCr -> RGB or BGR, top-left or centred
+/// letterbox.
 #[derive(Default)]
 pub struct CpuScaler {
-    /// The model input and pad value, from [`Scaler::bind`].
-    dst: Option<(FrameLayout, u8)>,
+    /// The model input and its letterbox, from [`Scaler::bind`].
+    dst: Option<(FrameLayout, Letterbox)>,
     resizer: Resizer,
     /// Resized luma, `resized_w x resized_h` bytes.
     y: Vec<u8>,
@@ -49,7 +53,9 @@ pub struct CpuScaler {
     /// A YUYV frame converted to BGR at full size, `width x height x 3` bytes.
     full: Vec<u8>,
     /// Resized packed RGB/BGR, `resized_w x resized_h x 3` bytes.
-    bgr: Vec<u8>,
+    packed: Vec<u8>,
+    /// The converted picture in tight rows, when it cannot be written in place.
+    pic: Vec<u8>,
 }
 
 impl CpuScaler {
@@ -128,49 +134,50 @@ impl Scaler for CpuScaler {
 
     /// Checks the conversion ([`CpuScaler::check`]); the source's fourcc is NV12 when the
     /// source's layout varies (the host sources write NV12).
-    fn bind(&mut self, _src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> anyhow::Result<()> {
+    fn bind(&mut self, _src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> anyhow::Result<()> {
         let src = src_layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
         self.check(src, dst_layout).map_err(|e| anyhow::anyhow!("cpu scaler cannot feed the model: {e:#}"))?;
-        self.dst = Some((*dst_layout, pad));
+        self.dst = Some((*dst_layout, letterbox));
         Ok(())
     }
 
     fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> anyhow::Result<LetterboxParams> {
-        let (dl, pad) = self.dst.ok_or_else(|| anyhow::anyhow!("cpu scaler: scale before bind"))?;
-        map_frame(src, dst, |s, sl, d| self.scale_bytes(s, sl, d, &dl, pad))
+        let (dl, letterbox) = self.dst.ok_or_else(|| anyhow::anyhow!("cpu scaler: scale before bind"))?;
+        map_frame(src, dst, |s, sl, d| self.scale_bytes(s, sl, d, &dl, letterbox))
     }
 }
 
 impl CpuScaler {
-    /// Accepts [`SUPPORTED_SOURCES`] into a one-plane BGR24 destination whose bytesperline
-    /// holds `width * 3` bytes.
+    /// Accepts [`SUPPORTED_SOURCES`] into a one-plane RGB24 or BGR24 destination whose
+    /// bytesperline holds `width * 3` bytes.
     pub fn check(&self, src: Fourcc, dst: &FrameLayout) -> anyhow::Result<()> {
-        if dst.fourcc != Fourcc::BGR24 {
-            bail!("cpu scaler cannot produce {} (model input); it writes BGR24", dst.fourcc);
+        if dst.fourcc != Fourcc::BGR24 && dst.fourcc != Fourcc::RGB24 {
+            bail!("cpu scaler cannot produce {} (model input); it writes RGB24 and BGR24", dst.fourcc);
         }
         if !SUPPORTED_SOURCES.contains(&src) {
             bail!("cpu scaler cannot read {src} (capture output); it reads NV12, NV12M, NV16, YUYV, RGB24 and BGR24");
         }
         if dst.num_planes != 1 || dst.width == 0 || dst.height == 0 {
-            bail!("cpu scaler: model input BGR24 {}x{} with {} planes; it needs one plane and a non-empty size", dst.width, dst.height, dst.num_planes);
+            bail!("cpu scaler: model input {} {}x{} with {} planes; it needs one plane and a non-empty size", dst.fourcc, dst.width, dst.height, dst.num_planes);
         }
         if (dst.planes[0].bytesperline as u64) < dst.width as u64 * 3 {
-            bail!("cpu scaler: model input bytesperline {} < {} (BGR24 width {} x 3)", dst.planes[0].bytesperline, dst.width * 3, dst.width);
+            bail!("cpu scaler: model input bytesperline {} < {} ({} width {} x 3)", dst.planes[0].bytesperline, dst.width * 3, dst.fourcc, dst.width);
         }
         Ok(())
     }
 
     /// Scales one mapped frame: `src[i]` is the mapped dma-buf `i` of the source buffer
     /// (planes name theirs with `fd_index`); `dst` is the mapped output buffer, written per
-    /// `dst_layout` (rows of `bytesperline` bytes). The letterbox area outside the picture
-    /// is filled with `pad`. Returns how the output maps back to the source.
+    /// `dst_layout` (rows of `bytesperline` bytes, its fourcc the channel order: RGB24 or
+    /// BGR24), the picture placed as `letterbox` says ([`Letterbox::params`]) and the area
+    /// around it filled with `letterbox.pad`. Returns how the output maps back to the source.
     pub fn scale_bytes(
         &mut self,
         src: &[&[u8]],
         src_layout: &FrameLayout,
         dst: &mut [u8],
         dst_layout: &FrameLayout,
-        pad: u8,
+        letterbox: Letterbox,
     ) -> anyhow::Result<LetterboxParams> {
         let sl = src_layout;
         self.check(sl.fourcc, dst_layout)?;
@@ -178,17 +185,31 @@ impl CpuScaler {
         sl.validate(&sizes).map_err(|e| anyhow::anyhow!("cpu scaler: source {} frame: {e}", sl.fourcc))?;
         dst_layout.validate(&[dst.len() as u64]).map_err(|e| anyhow::anyhow!("cpu scaler: model input: {e}"))?;
 
-        let lb = LetterboxParams::top_left(sl.width, sl.height, dst_layout.width, dst_layout.height);
+        let lb = letterbox.params(sl.width, sl.height, dst_layout.width, dst_layout.height);
         let (w, h) = (sl.width, sl.height);
-        let (rw, rh) = (lb.resized_w, lb.resized_h);
+        let (x, y, rw, rh) = lb.picture();
         let (dw, dh) = (dst_layout.width as usize, dst_layout.height as usize);
         let dp = dst_layout.planes[0];
-        let dbpl = dp.bytesperline;
+        let dbpl = dp.bytesperline as usize;
         let out = &mut dst[dp.offset as usize..dp.offset as usize + dp.length as usize];
-        // Exactly the picture rows (rh <= dh, so they fit): the yuv crate walks source and
-        // destination with chunks_exact(stride) and takes the remainder as an odd last row.
-        let pic = &mut out[..dbpl as usize * rh as usize];
-        let err = |e: yuv::YuvError| anyhow::anyhow!("cpu scaler: {} -> BGR24 conversion failed: {e:?}", sl.fourcc);
+        let rgb = dst_layout.fourcc == Fourcc::RGB24;
+        // The picture is written in place when exactly its `rh` rows, from its first pixel
+        // on, fit in the output (the yuv crate walks source and destination with
+        // chunks_exact(stride) and takes the remainder as an odd last row, so it needs the
+        // destination cut to exactly the picture rows); a picture that ends on the last row
+        // and starts right of column 0 (a pillarbox filling the height) is written into
+        // tight rows first and copied.
+        let at = y as usize * dbpl + x as usize * 3;
+        let in_place = at + dbpl * rh as usize <= out.len();
+        let mut tight = std::mem::take(&mut self.pic);
+        let (pic, pic_bpl): (&mut [u8], usize) = if in_place {
+            (&mut out[at..at + dbpl * rh as usize], dbpl)
+        } else {
+            tight.resize(rw as usize * 3 * rh as usize, 0);
+            (&mut tight[..], rw as usize * 3)
+        };
+        let order = if rgb { "RGB24" } else { "BGR24" };
+        let err = |e: yuv::YuvError| anyhow::anyhow!("cpu scaler: {} -> {order} conversion failed: {e:?}", sl.fourcc);
 
         match sl.fourcc {
             Fourcc::NV12 | Fourcc::NV12M | Fourcc::NV16 => {
@@ -200,9 +221,10 @@ impl CpuScaler {
                     .with_context(|| format!("cpu scaler: {} luma", sl.fourcc))?;
                 resize_plane::<U8x2>(&mut self.resizer, up, ubpl, (cw, ch), &mut self.rows, &mut self.uv, (crw, crh))
                     .with_context(|| format!("cpu scaler: {} CbCr", sl.fourcc))?;
+                // NV16's chroma, resized to half height, is NV12's.
                 let img = YuvBiPlanarImage { y_plane: &self.y, y_stride: rw, uv_plane: &self.uv, uv_stride: crw * 2, width: rw, height: rh };
-                yuv::yuv_nv12_to_bgr(&img, pic, dbpl, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced)
-                    .map_err(err)?;
+                let convert = if rgb { yuv::yuv_nv12_to_rgb } else { yuv::yuv_nv12_to_bgr };
+                convert(&img, pic, pic_bpl as u32, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced).map_err(err)?;
             }
             Fourcc::YUYV => {
                 let yp = plane(src, sl, 0)?;
@@ -211,24 +233,30 @@ impl CpuScaler {
                     .context("cpu scaler: YUYV")?;
                 let packed = YuvPackedImage { yuy: bytes, yuy_stride: stride as u32, width: w, height: h };
                 self.full.resize(w as usize * h as usize * 3, 0);
-                yuv::yuyv422_to_bgr(&packed, &mut self.full, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601).map_err(err)?;
-                resize_plane::<U8x3>(&mut self.resizer, &self.full, w as usize * 3, (w, h), &mut self.rows, &mut self.bgr, (rw, rh))
+                let convert = if rgb { yuv::yuyv422_to_rgb } else { yuv::yuyv422_to_bgr };
+                convert(&packed, &mut self.full, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601).map_err(err)?;
+                resize_plane::<U8x3>(&mut self.resizer, &self.full, w as usize * 3, (w, h), &mut self.rows, &mut self.packed, (rw, rh))
                     .context("cpu scaler: YUYV")?;
-                copy_rows(&self.bgr, rw as usize * 3, pic, dbpl as usize);
+                copy_rows(&self.packed, rw as usize * 3, pic, pic_bpl);
             }
             Fourcc::RGB24 | Fourcc::BGR24 => {
                 let p = plane(src, sl, 0)?;
-                resize_plane::<U8x3>(&mut self.resizer, p, sl.planes[0].bytesperline as usize, (w, h), &mut self.rows, &mut self.bgr, (rw, rh))
+                resize_plane::<U8x3>(&mut self.resizer, p, sl.planes[0].bytesperline as usize, (w, h), &mut self.rows, &mut self.packed, (rw, rh))
                     .with_context(|| format!("cpu scaler: {}", sl.fourcc))?;
-                if sl.fourcc == Fourcc::RGB24 {
-                    yuv::rgb_to_bgr(&self.bgr, rw * 3, pic, dbpl, rw, rh).map_err(err)?;
+                if sl.fourcc != dst_layout.fourcc {
+                    // The same swap of the first and third byte either way.
+                    yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
                 } else {
-                    copy_rows(&self.bgr, rw as usize * 3, pic, dbpl as usize);
+                    copy_rows(&self.packed, rw as usize * 3, pic, pic_bpl);
                 }
             }
             other => bail!("cpu scaler cannot read {other}"),
         }
-        fill_pad(out, dbpl as usize, (dw, dh), (rw as usize, rh as usize), pad);
+        if !in_place {
+            copy_rows(&tight, rw as usize * 3, &mut out[at..], dbpl);
+        }
+        self.pic = tight;
+        fill_pad(out, dbpl, (dw, dh), (x, y, rw, rh), letterbox.pad);
         Ok(lb)
     }
 }
@@ -236,7 +264,10 @@ impl CpuScaler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::frame::{PlaneDesc, MAX_PLANES};
+    use crate::core::frame::{Placement, PlaneDesc, MAX_PLANES};
+
+    const TOP_LEFT: Letterbox = Letterbox::new(Placement::TopLeft, YOLOX_PAD);
+    const CENTER: Letterbox = Letterbox::new(Placement::Center, YOLOX_PAD);
 
     /// BT.601 limited-range red: R 255 G 0 B 0 -> Y 81, Cb 90, Cr 240.
     const RED_YCBCR: [u8; 3] = [81, 90, 240];
@@ -281,7 +312,7 @@ mod tests {
         let (dl, mut dst) = model_input(416 * 3);
         let mut s = CpuScaler::new();
         s.check(sl.fourcc, &dl).unwrap();
-        let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
+        let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, TOP_LEFT).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h, lb.src_w, lb.src_h), (416, 312, 768, 576));
         println!("first pixel {:?}, last picture pixel {:?}", &dst[..3], &dst[(311 * 416 + 415) * 3..][..3]);
         assert_letterbox(&dst, 416 * 3, (416, 312), [0, 0, 255], 2, 114);
@@ -292,13 +323,13 @@ mod tests {
         let (sl, src) = solid_nv12(451, 300, RED_YCBCR);
         let (dl, mut dst) = model_input(424 * 3);
         let mut s = CpuScaler::new();
-        let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
+        let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, TOP_LEFT).unwrap();
         // r = min(416/451, 416/300) = 0.9224 -> int(451 r) = 416, int(300 r) = 276
         assert_eq!((lb.resized_w, lb.resized_h), (416, 276));
         assert_letterbox(&dst, 424 * 3, (416, 276), [0, 0, 255], 2, 114);
         // A second frame through the same scratch buffers gives the same bytes.
         let first = dst.clone();
-        s.scale_bytes(&[&src], &sl, &mut dst, &dl, YOLOX_PAD).unwrap();
+        s.scale_bytes(&[&src], &sl, &mut dst, &dl, TOP_LEFT).unwrap();
         assert_eq!(first, dst);
     }
 
@@ -311,7 +342,7 @@ mod tests {
         for (w, h) in [(640u32, 427u32), (1280, 720)] {
             let (sl, src) = solid_nv12(w, h, RED_YCBCR);
             let (dl, mut dst) = model_input(424 * 3);
-            let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, 114).unwrap();
+            let lb = s.scale_bytes(&[&src], &sl, &mut dst, &dl, TOP_LEFT).unwrap();
             println!("{w}x{h} -> {}x{}", lb.resized_w, lb.resized_h);
             if (w, h) == (640, 427) {
                 assert_eq!((lb.resized_w, lb.resized_h), (416, 277));
@@ -324,7 +355,7 @@ mod tests {
             pl[0] = PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 };
             let rl = FrameLayout { fourcc: Fourcc::RGB24, width: w, height: h, num_planes: 1, planes: pl };
             let (_, mut dst2) = model_input(424 * 3);
-            s.scale_bytes(&[&rgb], &rl, &mut dst2, &dl, 114).unwrap();
+            s.scale_bytes(&[&rgb], &rl, &mut dst2, &dl, TOP_LEFT).unwrap();
             assert_letterbox(&dst2, 424 * 3, pic, [0, 0, 255], 0, 114);
         }
     }
@@ -334,7 +365,7 @@ mod tests {
         // 64x48 -> r = 6.5 -> 416x312; the last rows are 114 and the stride padding is kept.
         let (sl, src) = solid_nv12(64, 48, RED_YCBCR);
         let (dl, mut dst) = model_input(424 * 3);
-        let lb = CpuScaler::new().scale_bytes(&[&src], &sl, &mut dst, &dl, 114).unwrap();
+        let lb = CpuScaler::new().scale_bytes(&[&src], &sl, &mut dst, &dl, TOP_LEFT).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (416, 312));
         assert_letterbox(&dst, 424 * 3, (416, 312), [0, 0, 255], 2, 114);
     }
@@ -343,9 +374,11 @@ mod tests {
     fn scaler_check_names_both_sides() {
         let s = CpuScaler::new();
         let rgb = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 416 * 3);
-        let e = s.check(Fourcc::NV12, &rgb).unwrap_err().to_string();
+        s.check(Fourcc::NV12, &rgb).unwrap();
+        let xr24 = FrameLayout::packed24(Fourcc::new(b"XR24"), 416, 416, 416 * 3);
+        let e = s.check(Fourcc::NV12, &xr24).unwrap_err().to_string();
         println!("{e}");
-        assert_eq!(e, "cpu scaler cannot produce RGB3 (model input); it writes BGR24");
+        assert_eq!(e, "cpu scaler cannot produce XR24 (model input); it writes RGB24 and BGR24");
         let bgr = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 416 * 3);
         let e = s.check(Fourcc::new(b"MJPG"), &bgr).unwrap_err().to_string();
         println!("{e}");
@@ -363,15 +396,88 @@ mod tests {
         let (sl, src) = solid_nv12(64, 48, RED_YCBCR);
         let (dl, mut dst) = model_input(416 * 3);
         // Source buffer too short.
-        let e = s.scale_bytes(&[&src[..100]], &sl, &mut dst, &dl, 114).unwrap_err();
+        let e = s.scale_bytes(&[&src[..100]], &sl, &mut dst, &dl, TOP_LEFT).unwrap_err();
         println!("{e}");
         // Missing second buffer for NV12M.
         let mut m = sl;
         m.fourcc = Fourcc::NV12M;
         m.planes[1].fd_index = 1;
         m.planes[1].offset = 0;
-        assert!(s.scale_bytes(&[&src], &m, &mut dst, &dl, 114).is_err());
+        assert!(s.scale_bytes(&[&src], &m, &mut dst, &dl, TOP_LEFT).is_err());
         // Destination too short.
-        assert!(s.scale_bytes(&[&src], &sl, &mut dst[..1000], &dl, 114).is_err());
+        assert!(s.scale_bytes(&[&src], &sl, &mut dst[..1000], &dl, TOP_LEFT).is_err());
+    }
+
+    /// A solid red `w x h` frame of `fourcc` (packed rows of `w * bytes per pixel`).
+    fn solid_red(fourcc: Fourcc, w: u32, h: u32) -> (FrameLayout, Vec<u8>) {
+        let packed = |px: &[u8], bpp: u32| {
+            let mut pl = [PlaneDesc::default(); MAX_PLANES];
+            pl[0] = PlaneDesc { offset: 0, bytesperline: w * bpp, length: w * h * bpp, fd_index: 0 };
+            let bytes = px.repeat((w * h * bpp) as usize / px.len());
+            (FrameLayout { fourcc, width: w, height: h, num_planes: 1, planes: pl }, bytes)
+        };
+        match fourcc {
+            Fourcc::NV12 => solid_nv12(w, h, RED_YCBCR),
+            Fourcc::YUYV => packed(&[RED_YCBCR[0], RED_YCBCR[1], RED_YCBCR[0], RED_YCBCR[2]], 2),
+            Fourcc::RGB24 => packed(&[255, 0, 0], 3),
+            Fourcc::BGR24 => packed(&[0, 0, 255], 3),
+            other => panic!("no solid {other}"),
+        }
+    }
+
+    /// Checks a letterboxed solid-colour output of `dw x dh` pixels in rows of `bpl`
+    /// bytes: `px` inside the picture `(x, y, w, h)` (+-tol), exactly `pad` outside it, and
+    /// the stride bytes past `dw * 3` untouched (0xEE).
+    fn assert_picture(out: &[u8], bpl: usize, (dw, dh): (usize, usize), (x0, y0, w, h): (u32, u32, u32, u32), px: [u8; 3], tol: i32, pad: u8) {
+        let (x0, y0, w, h) = (x0 as usize, y0 as usize, w as usize, h as usize);
+        for (y, row) in out.chunks(bpl).take(dh).enumerate() {
+            for x in 0..dw {
+                let got = &row[x * 3..x * 3 + 3];
+                if (x0..x0 + w).contains(&x) && (y0..y0 + h).contains(&y) {
+                    for c in 0..3 {
+                        assert!((got[c] as i32 - px[c] as i32).abs() <= tol, "({x},{y}) {got:?} vs {px:?}");
+                    }
+                } else {
+                    assert_eq!(got, [pad; 3], "pad at ({x},{y})");
+                }
+            }
+            assert!(row[dw * 3..].iter().all(|&b| b == 0xEE), "stride padding written in row {y}");
+        }
+    }
+
+    #[test]
+    fn scaler_writes_both_orders_in_both_placements() {
+        // (source size, top-left picture, centred picture): a landscape frame (pad rows), a
+        // portrait one (pad columns; centred, the picture fills the height and starts at
+        // column 104, so it goes through tight rows), and one of the model's own aspect.
+        let cases = [
+            ((768u32, 432u32), (0u32, 0u32, 416u32, 233u32), (0u32, 91u32, 416u32, 234u32)),
+            ((300, 600), (0, 0, 208, 416), (104, 0, 208, 416)),
+            ((832, 832), (0, 0, 416, 416), (0, 0, 416, 416)),
+        ];
+        let mut s = CpuScaler::new();
+        let mut seen = vec![];
+        for ((w, h), top_left, centred) in cases {
+            for src in [Fourcc::NV12, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24] {
+                let (sl, frame) = solid_red(src, w, h);
+                // BT.601 limited YCbCr red comes back within 2 levels; RGB exactly.
+                let tol = if src == Fourcc::NV12 || src == Fourcc::YUYV { 2 } else { 0 };
+                for (order, red) in [(Fourcc::RGB24, [255u8, 0, 0]), (Fourcc::BGR24, [0, 0, 255])] {
+                    for (letterbox, want) in [(TOP_LEFT, top_left), (CENTER, centred)] {
+                        let dl = FrameLayout::packed24(order, 416, 416, 424 * 3);
+                        let mut dst = vec![0xEEu8; dl.bytes_needed() as usize];
+                        let lb = s.scale_bytes(&[&frame], &sl, &mut dst, &dl, letterbox).unwrap();
+                        assert_eq!(lb.picture(), want, "{src} {w}x{h} -> {order} {:?}", letterbox.placement);
+                        assert_picture(&dst, 424 * 3, (416, 416), want, red, tol, YOLOX_PAD);
+                        // Boxes map back through the picture's corners to the frame's.
+                        let corners = [want.0 as f32, want.1 as f32, (want.0 + want.2) as f32, (want.1 + want.3) as f32];
+                        let back = lb.unmap_box(corners);
+                        assert!(back.iter().zip([0.0, 0.0, w as f32, h as f32]).all(|(a, b)| (a - b).abs() <= 2.0), "{back:?} for {w}x{h}");
+                    }
+                }
+            }
+            seen.push(format!("{w}x{h}: top-left {top_left:?}, centred {centred:?}"));
+        }
+        println!("{}", seen.join("; "));
     }
 }

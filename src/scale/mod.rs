@@ -9,9 +9,12 @@
 //! variant (with its `--scaler` spelling in `FromStr` and `Display`) and its arm in
 //! [`stage`]'s `open_scaler`.
 //!
-//! The output layout comes from the model (negotiated with the infer stage at set-up): for
-//! YOLOX-Nano 416x416 BGR24, top-left letterbox, pad value 114, bilinear. This folder never
-//! imports another stage; its configuration is [`ScaleConfig`].
+//! The output comes from the model (negotiated with the infer stage at set-up: size, channel
+//! order as the fourcc, [`Letterbox`] placement and pad): for YOLOX-Nano 416x416 BGR24,
+//! top-left letterbox, pad 114; for Ultralytics and YOLOv5 models RGB24, centred, pad 114;
+//! bilinear. Every backend writes both orders and both placements, or refuses at start-up
+//! naming what it cannot do. This folder never imports another stage; its configuration is
+//! [`ScaleConfig`].
 
 pub mod cpu;
 pub mod rga;
@@ -23,7 +26,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::core::dmabuf::{DmaBuf, HeapChoice};
-use crate::core::frame::{FrameLayout, LetterboxParams};
+use crate::core::frame::{FrameLayout, Letterbox, LetterboxParams};
 use crate::core::pool::{Frame, WriteLoan};
 
 /// What the scale stage is asked to do, checked by whoever built it (the command line).
@@ -42,7 +45,7 @@ pub struct ScaleConfig {
 pub enum ScalerKind {
     /// `auto`: the best present (cpu on hosts).
     Auto,
-    /// `cpu`: NV12/NV16/YUYV/RGB -> BGR letterbox on the CPU (fast_image_resize + yuv).
+    /// `cpu`: NV12/NV16/YUYV/RGB/BGR -> RGB or BGR letterbox on the CPU (fast_image_resize + yuv).
     Cpu,
     /// `none`: touch no pixels (pass-through geometry): with `--infer none`, measures
     /// transport alone.
@@ -85,7 +88,8 @@ impl std::fmt::Display for ScalerKind {
     }
 }
 
-/// A scaler backend: a source frame (any fourcc the backend reads) -> the packed model input.
+/// A scaler backend: a source frame (any fourcc the backend reads) -> the packed model input
+/// (RGB24 or BGR24, the picture where the [`Letterbox`] says, pad around it).
 ///
 /// Life cycle: [`Scaler::bind`] once at start-up, then [`Scaler::scale`] per frame, then
 /// drop (which releases whatever the backend imported).
@@ -107,17 +111,19 @@ pub trait Scaler: Send {
         requested
     }
 
-    /// Negotiates the conversion into `dst_layout` at start-up and, for a device backend,
+    /// Negotiates the conversion into `dst_layout` (its fourcc is the channel order) with
+    /// the picture placed as `letterbox` says at start-up and, for a device backend,
     /// imports the pools: `src[i]` holds source buffer `i`'s dma-bufs (one per `fd_index`),
     /// `dst[j]` output buffer `j`. `src_layout` is the source's fixed layout, or `None` for a
     /// source whose frames change size from frame to frame (the host's image and video
     /// sources; a camera never does). The letterbox area a device never writes is filled
-    /// with `pad` here, once. Errors name both sides of a conversion the backend cannot do,
-    /// and the rule broken.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()>;
+    /// with `letterbox.pad` here, once. Errors name both sides of a conversion the backend
+    /// cannot do (a format, a placement), and the rule broken.
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()>;
 
     /// Scales frame `src` into the buffer of `dst`; returns when the backend is done with
-    /// both, and how the output maps back to the source.
+    /// both, and how the output maps back to the source (where the picture went: the
+    /// infer stage maps boxes back through it).
     fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams>;
 }
 
@@ -131,15 +137,22 @@ pub fn map_frame<T>(src: &Frame, dst: &mut WriteLoan<'_>, f: impl FnOnce(&[&[u8]
     f(&srcs, &src.desc().layout, &mut out)
 }
 
-/// Fills the letterbox area of a packed 3-byte-per-pixel picture with `pad`: the part of
+/// Fills the letterbox area of a packed 3-byte-per-pixel image with `pad`: the part of
 /// each of the first `dh` rows of `dst` (rows of `bpl` bytes, `dw` pixels used) that lies
-/// outside the `rw x rh` picture at the top left. Bytes past `dw * 3` in a row (stride
-/// padding) are not touched.
-pub fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (rw, rh): (usize, usize), pad: u8) {
+/// outside the picture `(x, y, w, h)` ([`LetterboxParams::picture`]). Bytes past `dw * 3`
+/// in a row (stride padding) are not touched.
+pub fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (x, y, w, h): (u32, u32, u32, u32), pad: u8) {
+    let (x, y, w, h) = (x as usize, y as usize, w as usize, h as usize);
+    let row_len = dw * 3;
     for (r, row) in dst.chunks_mut(bpl).take(dh).enumerate() {
-        let from = if r < rh { rw * 3 } else { 0 };
-        if let Some(area) = row.get_mut(from..dw * 3) {
-            area.fill(pad);
+        let used = row_len.min(row.len());
+        let row = &mut row[..used];
+        if (y..y + h).contains(&r) {
+            let (left, right) = ((x * 3).min(row.len()), ((x + w) * 3).min(row.len()));
+            row[..left].fill(pad);
+            row[right..].fill(pad);
+        } else {
+            row.fill(pad);
         }
     }
 }
@@ -149,19 +162,22 @@ pub fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (rw, rh): 
 #[derive(Debug, Default)]
 pub struct NoScaler {
     dst: FrameLayout,
+    letterbox: Option<Letterbox>,
 }
 
 impl Scaler for NoScaler {
     fn name(&self) -> String {
         "none scaler".into()
     }
-    fn bind(&mut self, _src: &[Vec<DmaBuf>], _src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, _pad: u8) -> Result<()> {
+    fn bind(&mut self, _src: &[Vec<DmaBuf>], _src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         self.dst = *dst_layout;
+        self.letterbox = Some(letterbox);
         Ok(())
     }
     /// Pass-through: no mapping, no sync, no pixels; geometry only.
     fn scale(&mut self, src: &Frame, _dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
         let l = src.desc().layout;
-        Ok(LetterboxParams::top_left(l.width, l.height, self.dst.width, self.dst.height))
+        let lb = self.letterbox.ok_or_else(|| anyhow::anyhow!("none scaler: scale before bind"))?;
+        Ok(lb.params(l.width, l.height, self.dst.width, self.dst.height))
     }
 }

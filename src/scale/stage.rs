@@ -1,5 +1,6 @@
 //! The scale stage's process: join capture's pool, learn the model input from the infer
-//! stage, preallocate the output pool, then letterbox every frame into it.
+//! stage (size, channel order as the fourcc, letterbox placement and pad), preallocate the
+//! output pool, then letterbox every frame into it.
 
 use std::path::Path;
 use std::time::Instant;
@@ -8,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::Allocator;
-use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Stage};
+use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Letterbox, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
 use crate::core::pool::{ring_capacity, HopSpec, PoolConsumer, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
@@ -61,6 +62,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     log::info!("joined capture: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
 
     let dst_fourcc = Fourcc(want.fourcc);
+    let letterbox = Letterbox::new(want.placement, want.pad);
     let bpl = if want.bytesperline != 0 { want.bytesperline } else { align_up(want.width * 3, want.stride_align.max(1).next_power_of_two()) };
     let dst = FrameLayout::packed24(dst_fourcc, want.width, want.height, bpl);
     let heap = scaler.output_heap(ctx.data.heap);
@@ -68,7 +70,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
     // Host sources change size per frame (no fixed layout): buffers are imported at first use.
-    if let Err(e) = scaler.bind(input.buffers(), input.offer.layout.as_ref(), &mut pool, &dst, want.pad) {
+    if let Err(e) = scaler.bind(input.buffers(), input.offer.layout.as_ref(), &mut pool, &dst, letterbox) {
         let error = format!("{e:#}");
         down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
         bail!("{error}");
@@ -82,12 +84,20 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
             memory: alloc.describe(),
             layout: Some(dst),
             fps: input.offer.fps,
-            description: format!("{}x{} {} letterbox, bytesperline {}", dst.width, dst.height, dst.fourcc, bpl),
+            description: format!("{}x{} {} {} letterbox, pad {}, bytesperline {}", dst.width, dst.height, dst.fourcc, want.placement.describe(), want.pad, bpl),
             copy_mode: ctx.data.copy_mode,
         },
     )?;
     let fds_setup = open_fd_count();
-    log::info!("{} -> {}x{} {} (pad {}); open fds after set-up: {fds_setup}", scaler.name(), dst.width, dst.height, dst.fourcc, want.pad);
+    log::info!(
+        "{} -> {}x{} {}, {} letterbox, pad {}; open fds after set-up: {fds_setup}",
+        scaler.name(),
+        dst.width,
+        dst.height,
+        dst.fourcc,
+        want.placement.describe(),
+        want.pad
+    );
 
     let start = Instant::now();
     let mut n_in = 0u64;

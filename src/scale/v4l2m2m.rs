@@ -13,13 +13,22 @@
 //! attachment while the same fd comes back at the same index, `videobuf2-core.c`
 //! `__prepare_dmabuf`), and the CPU never touches a frame.
 //!
-//! Letterbox: the CAPTURE format is the resized image (`resized_w x resized_h`) with the
-//! model input's `bytesperline`, written at the top-left of the model-input buffer; the rows
-//! and columns the device never writes are filled with the pad value once, in
-//! [`V4l2M2mScaler::bind_pools`]. A device that computes its own `bytesperline` (vim2m:
-//! `width * bytes per pixel`) can therefore only letterbox sources wider than the model's
-//! aspect ratio (pad rows at the bottom); otherwise [`V4l2M2mScaler::bind_pools`] names the rows it
-//! wanted and the ones the device granted.
+//! Letterbox, top-left (YOLOX): the CAPTURE format is the resized image (`resized_w x
+//! resized_h`) with the model input's `bytesperline`, written at the top-left of the
+//! model-input buffer. A device that computes its own `bytesperline` (vim2m: `width * bytes
+//! per pixel`) can therefore only letterbox sources wider than the model's aspect ratio (pad
+//! rows at the bottom); otherwise [`V4l2M2mScaler::bind_pools`] names the rows it wanted and
+//! the ones the device granted.
+//!
+//! Letterbox, centred (Ultralytics, YOLOv5): the CAPTURE format is the whole model input and
+//! the picture goes to the COMPOSE rectangle (`VIDIOC_S_SELECTION`, `V4L2_SEL_TGT_COMPOSE`:
+//! `selection-api-intro.rst`, "the part of the capture buffer the picture is written to"),
+//! which the mainline `rockchip-rga` driver offers. A driver without it (vim2m) cannot place
+//! a picture off the buffer's start, so a centred letterbox that needs padding is refused at
+//! start-up, naming the fix (`--letterbox top-left` or `--scaler cpu`). Either way the
+//! rows and columns the device never writes are filled with the pad value once, in
+//! [`V4l2M2mScaler::bind_pools`], and the channel order is the CAPTURE format (RGB24 or
+//! BGR24, if the device gives it).
 
 use std::fs::File;
 use std::io;
@@ -31,7 +40,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::core::dmabuf::DmaBuf;
-use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use crate::core::frame::{FrameLayout, Fourcc, Letterbox, LetterboxParams};
 use crate::sys::v4l2 as sys;
 use crate::sys::v4l2::format_name;
 use crate::sys::v4l2::node::{caps_names, m2m_nodes, open_node, other_nodes_hint, query_node, NodeInfo};
@@ -216,7 +225,7 @@ impl Scaler for V4l2M2mScaler {
 
     /// [`V4l2M2mScaler::bind_pools`]; a source whose frames change size is refused, naming
     /// the fix: the queue formats of a mem2mem device are fixed per stream.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         let Some(src_layout) = src_layout else {
             bail!(
                 "{} needs a source with one fixed format and size (a V4L2 camera: --source v4l2:/dev/videoN); this source changes \
@@ -224,7 +233,7 @@ impl Scaler for V4l2M2mScaler {
                 self.name()
             )
         };
-        self.bind_pools(src, src_layout, dst, dst_layout, pad)
+        self.bind_pools(src, src_layout, dst, dst_layout, letterbox)
     }
 
     /// The device reads the source buffer (OUTPUT queue) and writes the output buffer
@@ -235,10 +244,14 @@ impl Scaler for V4l2M2mScaler {
 }
 
 impl V4l2M2mScaler {
-    /// Negotiates `src_layout` -> `dst_layout` with the device and imports both pools once
-    /// (`src[i]`: source buffer `i`'s dma-bufs; `dst[j]`: output buffer `j`); fills the
-    /// letterbox area the device never writes with `pad` (through a CPU write guard).
-    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    /// Negotiates `src_layout` -> `dst_layout` (its fourcc the channel order) with the
+    /// picture placed as `letterbox` says, and imports both pools once (`src[i]`: source
+    /// buffer `i`'s dma-bufs; `dst[j]`: output buffer `j`); fills the letterbox area the
+    /// device never writes with `letterbox.pad` (through a CPU write guard). A centred
+    /// picture needs the COMPOSE selection on the CAPTURE queue: without it, one line
+    /// naming the device and the fix.
+    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+        let pad = letterbox.pad;
         let label = self.node.label();
         let (sf, df) = (src_layout.fourcc, dst_layout.fourcc);
         // 1. Can the device do this conversion at all? Name both sides if not.
@@ -282,45 +295,17 @@ impl V4l2M2mScaler {
         if got.fourcc != sf || got.width != asked.width || got.height != asked.height || !strides_match || got.planes.len() != asked.planes.len() {
             bail!("v4l2m2m: {label} cannot read capture's frames: its OUTPUT queue granted {got} for capture's {asked}; capture at a size it takes or use --scaler cpu");
         }
-        // 3. CAPTURE queue: the resized image, rows of the model input's bytesperline.
-        let lb = LetterboxParams::top_left(src_layout.width, src_layout.height, dst_layout.width, dst_layout.height);
-        let dst_bpl = dst_layout.planes()[0].bytesperline;
-        let want_size = dst_bpl * lb.resized_h;
-        let got_c = self.set_format(self.cap_type, df, lb.resized_w, lb.resized_h, &[(dst_bpl, want_size)])?;
-        let asked_c = QueueFormat { fourcc: df, width: lb.resized_w, height: lb.resized_h, planes: vec![(dst_bpl, want_size)] };
-        let (gbpl, gsize) = got_c.planes[0];
+        // 3. CAPTURE queue: the resized image, rows of the model input's bytesperline, or
+        //    for a picture off the buffer's start, the whole model input and a COMPOSE
+        //    rectangle.
+        let lb = letterbox.params(src_layout.width, src_layout.height, dst_layout.width, dst_layout.height);
         let dst_size = dst.iter().map(|d| d.size()).min().unwrap_or(0);
-        if got_c.fourcc != df || got_c.width == 0 || got_c.width > dst_layout.width || got_c.height == 0 || got_c.height > dst_layout.height {
-            bail!(
-                "v4l2m2m: {label} cannot write the letterboxed image: its CAPTURE queue granted {got_c} for {asked_c} \
-                 (the model input is {}x{}); use --scaler cpu",
-                dst_layout.width,
-                dst_layout.height
-            );
-        }
-        if gbpl != dst_bpl {
-            bail!(
-                "v4l2m2m: {label} writes rows of {gbpl} bytes ({got_c}) but the model input's rows are {dst_bpl} bytes \
-                 ({}x{} {}): the device cannot letterbox this {}x{} source; capture at a wider aspect ratio or use --scaler cpu",
-                dst_layout.width,
-                dst_layout.height,
-                format_name(df),
-                src_layout.width,
-                src_layout.height
-            );
-        }
-        if u64::from(gsize) > dst_size {
-            bail!("v4l2m2m: {label} wants {gsize}-byte CAPTURE buffers ({got_c}) but the pool's are {dst_size} bytes");
-        }
-        // The device may round the size (vim2m: even widths); map boxes back with what it wrote.
-        let mut lb = lb;
-        if (got_c.width, got_c.height) != (lb.resized_w, lb.resized_h) {
-            log::info!("v4l2m2m: {label} resizes to {}x{} (asked {}x{})", got_c.width, got_c.height, lb.resized_w, lb.resized_h);
-            lb.resized_w = got_c.width;
-            lb.resized_h = got_c.height;
-        }
+        let (got_c, lb) = match lb.picture() {
+            (0, 0, ..) => self.capture_picture(df, src_layout, dst_layout, dst_size, lb)?,
+            _ => self.capture_composed(df, src_layout, dst_layout, dst_size, lb)?,
+        };
         self.letterbox = lb;
-        // 4. Pad once: the device never writes outside the resized image.
+        // 4. Pad once: the device never writes outside the picture.
         for d in dst.iter_mut() {
             let mut w = d.write().context("v4l2m2m: filling the letterbox pad")?;
             w.fill(pad);
@@ -350,13 +335,123 @@ impl V4l2M2mScaler {
         sys::streamon(self.fd(), self.out_type).map_err(|e| self.busy("VIDIOC_STREAMON OUTPUT", e))?;
         self.streaming = true;
         sys::streamon(self.fd(), self.cap_type).map_err(|e| self.busy("VIDIOC_STREAMON CAPTURE", e))?;
+        let (px, py, pw, ph) = lb.picture();
         log::info!(
-            "v4l2m2m: {label}: OUTPUT {got} imports {} capture buffers ({} dma-bufs), CAPTURE {got_c} imports {} pool buffers; pad {pad} filled once",
+            "v4l2m2m: {label}: OUTPUT {got} imports {} capture buffers ({} dma-bufs), CAPTURE {got_c} imports {} pool buffers; picture {pw}x{ph} at ({px},{py}) ({}); pad {pad} filled once",
             self.src.len(),
             self.src.iter().map(Vec::len).sum::<usize>(),
-            self.dst.len()
+            self.dst.len(),
+            letterbox.placement.describe()
         );
         Ok(())
+    }
+
+    /// The CAPTURE queue of a picture at the buffer's start: the resized image with the
+    /// model input's rows. Returns what the driver granted and `lb` with the size the device
+    /// rounds to (vim2m: even widths).
+    fn capture_picture(&self, df: Fourcc, src_layout: &FrameLayout, dst_layout: &FrameLayout, dst_size: u64, mut lb: LetterboxParams) -> Result<(QueueFormat, LetterboxParams)> {
+        let label = self.node.label();
+        let dst_bpl = dst_layout.planes()[0].bytesperline;
+        let want_size = dst_bpl * lb.resized_h;
+        let got_c = self.set_format(self.cap_type, df, lb.resized_w, lb.resized_h, &[(dst_bpl, want_size)])?;
+        let asked_c = QueueFormat { fourcc: df, width: lb.resized_w, height: lb.resized_h, planes: vec![(dst_bpl, want_size)] };
+        let (gbpl, gsize) = got_c.planes[0];
+        if got_c.fourcc != df || got_c.width == 0 || got_c.width > dst_layout.width || got_c.height == 0 || got_c.height > dst_layout.height {
+            bail!(
+                "v4l2m2m: {label} cannot write the letterboxed image: its CAPTURE queue granted {got_c} for {asked_c} \
+                 (the model input is {}x{}); use --scaler cpu",
+                dst_layout.width,
+                dst_layout.height
+            );
+        }
+        if gbpl != dst_bpl {
+            bail!(
+                "v4l2m2m: {label} writes rows of {gbpl} bytes ({got_c}) but the model input's rows are {dst_bpl} bytes \
+                 ({}x{} {}): the device cannot letterbox this {}x{} source; capture at a wider aspect ratio or use --scaler cpu",
+                dst_layout.width,
+                dst_layout.height,
+                format_name(df),
+                src_layout.width,
+                src_layout.height
+            );
+        }
+        if u64::from(gsize) > dst_size {
+            bail!("v4l2m2m: {label} wants {gsize}-byte CAPTURE buffers ({got_c}) but the pool's are {dst_size} bytes");
+        }
+        // The device may round the size (vim2m: even widths); map boxes back with what it wrote.
+        if (got_c.width, got_c.height) != (lb.resized_w, lb.resized_h) {
+            log::info!("v4l2m2m: {label} resizes to {}x{} (asked {}x{})", got_c.width, got_c.height, lb.resized_w, lb.resized_h);
+            lb.resized_w = got_c.width;
+            lb.resized_h = got_c.height;
+        }
+        Ok((got_c, lb))
+    }
+
+    /// The CAPTURE queue of a picture off the buffer's start (a centred letterbox): the
+    /// whole model input as the format, the picture as the COMPOSE rectangle. Returns what
+    /// the driver granted and `lb` with the rectangle it set; a driver without COMPOSE
+    /// (vim2m) is one line naming the fix.
+    fn capture_composed(&self, df: Fourcc, src_layout: &FrameLayout, dst_layout: &FrameLayout, dst_size: u64, mut lb: LetterboxParams) -> Result<(QueueFormat, LetterboxParams)> {
+        let label = self.node.label();
+        let (dw, dh) = (dst_layout.width, dst_layout.height);
+        let dst_bpl = dst_layout.planes()[0].bytesperline;
+        let want_size = dst_bpl * dh;
+        let got_c = self.set_format(self.cap_type, df, dw, dh, &[(dst_bpl, want_size)])?;
+        let asked_c = QueueFormat { fourcc: df, width: dw, height: dh, planes: vec![(dst_bpl, want_size)] };
+        let (gbpl, gsize) = got_c.planes[0];
+        if got_c.fourcc != df || (got_c.width, got_c.height) != (dw, dh) || gbpl != dst_bpl {
+            bail!("v4l2m2m: {label} cannot write the model input: its CAPTURE queue granted {got_c} for {asked_c}; use --scaler cpu");
+        }
+        if u64::from(gsize) > dst_size {
+            bail!("v4l2m2m: {label} wants {gsize}-byte CAPTURE buffers ({got_c}) but the pool's are {dst_size} bytes");
+        }
+        let (x, y, w, h) = lb.picture();
+        let asked = sys::Rect { left: x as i32, top: y as i32, width: w, height: h };
+        let got = self.compose(asked).map_err(|e| {
+            anyhow!(
+                "v4l2m2m: {label} cannot centre the picture: the model wants a centred letterbox ({w}x{h} at ({x},{y}) in {dw}x{dh} \
+                 for capture's {}x{}) and the device's CAPTURE queue has no COMPOSE rectangle (VIDIOC_S_SELECTION: {e}); \
+                 use --letterbox top-left (the model may score lower) or --scaler cpu",
+                src_layout.width,
+                src_layout.height
+            )
+        })?;
+        let inside = got.left >= 0 && got.top >= 0 && got.width > 0 && got.height > 0 && got.left as u64 + got.width as u64 <= dw as u64 && got.top as u64 + got.height as u64 <= dh as u64;
+        if !inside {
+            bail!(
+                "v4l2m2m: {label} set the COMPOSE rectangle {}x{} at ({},{}) for {w}x{h} at ({x},{y}): it is not inside the {dw}x{dh} model input; use --scaler cpu",
+                got.width,
+                got.height,
+                got.left,
+                got.top
+            );
+        }
+        if got != asked {
+            // The device may align the rectangle; map boxes back with what it writes.
+            log::info!("v4l2m2m: {label} composes {}x{} at ({},{}) (asked {w}x{h} at ({x},{y}))", got.width, got.height, got.left, got.top);
+            lb.place(got.left as u32, got.top as u32, got.width, got.height);
+        }
+        Ok((got_c, lb))
+    }
+
+    /// VIDIOC_S_SELECTION of the CAPTURE queue's COMPOSE target; returns the rectangle the
+    /// driver set. The single-planar buffer type first (what drivers take since Linux
+    /// 4.13, vidioc-g-selection.rst), then the multi-planar one for an older driver.
+    fn compose(&self, r: sys::Rect) -> io::Result<sys::Rect> {
+        let mut types = vec![sys::V4L2_BUF_TYPE_VIDEO_CAPTURE];
+        if self.cap_type != sys::V4L2_BUF_TYPE_VIDEO_CAPTURE {
+            types.push(self.cap_type);
+        }
+        let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+        for type_ in types {
+            let mut sel = sys::Selection { type_, target: sys::V4L2_SEL_TGT_COMPOSE, r, ..Default::default() };
+            match sys::s_selection(self.fd(), &mut sel) {
+                Ok(()) => return Ok(sel.r),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// Converts source buffer `src_index` into output buffer `dst_index` (after

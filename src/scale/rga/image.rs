@@ -55,12 +55,13 @@ pub(super) fn whole_buffer_image(size: u64) -> Option<Image> {
     })
 }
 
-/// A job's rectangles: the whole source image, and the letterboxed picture at the top-left
-/// of the output.
+/// A job's rectangles: the whole source image, and the letterboxed picture where `lb` puts
+/// it in the output (the top-left corner, or centred).
 pub(super) fn job_rects(s: &Image, lb: &LetterboxParams) -> (ImRect, ImRect) {
+    let (x, y, w, h) = lb.picture();
     (
         ImRect { x: 0, y: 0, width: s.width as c_int, height: s.height as c_int },
-        ImRect { x: 0, y: 0, width: lb.resized_w as c_int, height: lb.resized_h as c_int },
+        ImRect { x: x as c_int, y: y as c_int, width: w as c_int, height: h as c_int },
     )
 }
 

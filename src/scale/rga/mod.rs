@@ -16,8 +16,11 @@
 //!   (`imconfig(IM_CONFIG_SCHEDULER_CORE)`: PITFALLS 15) and fills the letterbox pad of every
 //!   output buffer once through a CPU write guard (the device never writes it);
 //! - [`Scaler::scale`] is one `improcess` per frame: NV12/NV16/YUYV/RGB24/BGR24 ->
-//!   BGR24 (BT.601 limited range for YCbCr) resized into the top-left `resized_w x
-//!   resized_h` rectangle of the model input ([`LetterboxParams::top_left`]), synchronous;
+//!   RGB24 or BGR24 (`RK_FORMAT_RGB_888` / `BGR_888`, the order the model wants; BT.601
+//!   limited range for YCbCr) resized into the picture's rectangle of the model input, at
+//!   the top-left or centred ([`Letterbox::params`]; librga refuses a rectangle offset of 1
+//!   pixel, `rga_check_info`, so such a centred picture starts at 2 and its boxes map back
+//!   through that), synchronous;
 //! - drop releases every handle (`releasebuffer_handle`).
 //!
 //! RGA2 addresses only the first 4 GiB (PITFALLS 1): RGA-facing pools should come from a
@@ -36,7 +39,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use super::{fill_pad, map_frame, Scaler};
 use crate::core::config::Choice;
 use crate::core::dmabuf::{DmaBuf, HeapChoice};
-use crate::core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use crate::core::frame::{FrameLayout, Fourcc, Letterbox, LetterboxParams};
 use crate::core::pool::{Frame, WriteLoan};
 use crate::sys::rga as sys;
 use crate::sys::rga::{ImRect, Librga, RgaBuffer, RgaBufferHandle};
@@ -82,21 +85,21 @@ pub struct RgaScaler {
     var: Option<VarState>,
     frames: u64,
     /// `--copy-mode`: RGA is fed CPU memory through virtual addresses (the model input and
-    /// pad value kept here at bind), nothing imported.
-    virtual_addresses: Option<Option<(FrameLayout, u8)>>,
+    /// its letterbox kept here at bind), nothing imported.
+    virtual_addresses: Option<Option<(FrameLayout, Letterbox)>>,
 }
 
 /// A source whose frames change size: each source buffer is imported at its first frame
 /// (again only if a later frame needs more bytes or another format), each output buffer's
-/// pad is refilled only when the picture size written into it changes.
+/// pad is refilled only when the picture written into it moves or changes size.
 struct VarState {
     d: Image,
     dst_layout: FrameLayout,
-    pad: u8,
+    letterbox: Letterbox,
     /// Per source buffer: its handle and the image it was imported as.
     src: Vec<Option<(RgaBufferHandle, Image)>>,
-    /// Per output buffer: the picture size last written (its pad matches it).
-    picture: Vec<Option<(u32, u32)>>,
+    /// Per output buffer: the picture `(x, y, w, h)` last written (its pad matches it).
+    picture: Vec<Option<(u32, u32, u32, u32)>>,
     /// The last source image `imcheck_t` accepted.
     checked: Option<Image>,
 }
@@ -276,7 +279,7 @@ impl RgaScaler {
         Ok(())
     }
 
-    fn bind_variable_inner(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind_variable_inner(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         let src_count = src.len();
         let d = dest_image(dst_layout)?;
         if src_count == 0 || dst.is_empty() {
@@ -297,7 +300,7 @@ impl RgaScaler {
             srcs.push(Some((b.buf.handle, img)));
         }
         self.apply_core()?;
-        self.var = Some(VarState { d, dst_layout: *dst_layout, pad, src: srcs, picture: vec![None; dst.len()], checked: None });
+        self.var = Some(VarState { d, dst_layout: *dst_layout, letterbox, src: srcs, picture: vec![None; dst.len()], checked: None });
         log::info!(
             "rga: the source names no fixed frame format (host sources may change size per frame): {} output buffers ({} {}x{}) and \
              {src_count} source buffers (whole buffers) imported once; each frame's geometry is set on its handle",
@@ -317,7 +320,7 @@ impl RgaScaler {
     fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
         let (si, di) = (src_index as usize, dst_index as usize);
         let var = self.var.as_ref().ok_or_else(|| anyhow!("rga scaler: scale_frame before bind_variable"))?;
-        let (d, dst_layout, pad) = (var.d, var.dst_layout, var.pad);
+        let (d, dst_layout, letterbox) = (var.d, var.dst_layout, var.letterbox);
         let (ns, nd) = (var.src.len(), self.dst.len());
         if si >= ns || di >= nd {
             bail!("rga scaler: buffer index out of range: source {src_index} of {ns}, output {dst_index} of {nd}");
@@ -346,7 +349,7 @@ impl RgaScaler {
         let sbuf = self.lib.wrapbuffer_handle_t(handle, to_int(s.width)?, to_int(s.height)?, to_int(s.wstride)?, to_int(s.hstride)?, s.format);
         let mut dbuf = self.dst[di].buf;
         dbuf.color_space_mode = if s.yuv { sys::IM_YUV_TO_RGB_BT601_LIMIT } else { 0 };
-        let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
+        let lb = rga_letterbox(letterbox, &s, &d);
         let (srect, drect) = job_rects(&s, &lb);
         if self.var.as_ref().and_then(|v| v.checked) != Some(s) {
             self.check_job(sbuf, dbuf, srect, drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
@@ -354,13 +357,13 @@ impl RgaScaler {
                 v.checked = Some(s);
             }
         }
-        let picture = (lb.resized_w, lb.resized_h);
+        let picture = lb.picture();
         if self.var.as_ref().map(|v| v.picture[di]) != Some(Some(picture)) {
-            // A smaller picture than the last one in this buffer leaves old pixels where
-            // the pad now is: refill the pad (only when the size changes).
+            // A picture elsewhere than the last one in this buffer leaves old pixels where
+            // the pad now is: refill the pad (only when the picture moves or resizes).
             let bpl = dst_layout.planes[0].bytesperline as usize;
             let mut w = dst.write().with_context(|| format!("rga scaler: refilling the letterbox pad of output buffer {dst_index}"))?;
-            fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), (picture.0 as usize, picture.1 as usize), pad);
+            fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), picture, letterbox.pad);
             drop(w);
             if let Some(v) = self.var.as_mut() {
                 v.picture[di] = Some(picture);
@@ -421,7 +424,7 @@ impl RgaScaler {
         Ok(Bound { buf: b })
     }
 
-    fn bind_inner(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind_inner(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         let s = source_image(src_layout)?;
         let d = dest_image(dst_layout)?;
         if src.is_empty() || dst.is_empty() {
@@ -430,7 +433,7 @@ impl RgaScaler {
         let sizes: Vec<u64> = src[0].iter().map(|b| b.size()).collect();
         src_layout.validate(&sizes).map_err(|e| anyhow!("rga scaler: source {} frame: {e}", src_layout.fourcc))?;
         dst_layout.validate(&[dst[0].size()]).map_err(|e| anyhow!("rga scaler: model input: {e}"))?;
-        let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
+        let lb = rga_letterbox(letterbox, &s, &d);
         for (i, bufs) in src.iter().enumerate() {
             let buf = bufs.first().ok_or_else(|| anyhow!("rga scaler: source buffer {i} has no dma-buf"))?;
             let b = self.import(&format!("source buffer {i}"), buf, &s)?;
@@ -451,11 +454,12 @@ impl RgaScaler {
         let bpl = dst_layout.planes[0].bytesperline as usize;
         for (j, buf) in dst.iter_mut().enumerate() {
             let mut w = buf.write().with_context(|| format!("rga scaler: filling the letterbox pad of output buffer {j}"))?;
-            fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), (lb.resized_w as usize, lb.resized_h as usize), pad);
+            fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), lb.picture(), letterbox.pad);
         }
         self.letterbox = Some(lb);
+        let (px, py, _, _) = lb.picture();
         log::info!(
-            "rga: {} {}x{} (stride {}x{}) -> {} {}x{}, picture {}x{} at top-left, pad {pad}; {} source and {} output buffers imported once",
+            "rga: {} {}x{} (stride {}x{}) -> {} {}x{}, picture {}x{} at ({px},{py}) ({}), pad {}; {} source and {} output buffers imported once",
             src_layout.fourcc,
             s.width,
             s.height,
@@ -466,11 +470,26 @@ impl RgaScaler {
             d.height,
             lb.resized_w,
             lb.resized_h,
+            letterbox.placement.describe(),
+            letterbox.pad,
             self.src.len(),
             self.dst.len()
         );
         Ok(())
     }
+}
+
+/// The letterbox of source image `s` in output image `d` as RGA can place it: `letterbox`'s
+/// geometry, except that a picture offset of exactly 1 pixel, which librga refuses
+/// ("unsupported operation of images smaller than 2 pixels", `rga_check_info`: a rectangle's
+/// x and y must be 0 or at least 2), becomes 2 (there is room: the pad on that axis is 2 or
+/// 3 pixels). The returned parameters say where the picture is, so boxes map back exactly.
+fn rga_letterbox(letterbox: Letterbox, s: &Image, d: &Image) -> LetterboxParams {
+    let mut lb = letterbox.params(s.width, s.height, d.width, d.height);
+    let (x, y, w, h) = lb.picture();
+    let nudge = |v: u32| if v == 1 { 2 } else { v };
+    lb.place(nudge(x), nudge(y), w, h);
+    lb
 }
 
 impl RgaScaler {
@@ -486,9 +505,9 @@ impl RgaScaler {
     /// buffer), validates the job with `imcheck_t`, applies `--rga-core`, and fills the pad
     /// of every output buffer. Binding again releases the previous imports first. On error
     /// nothing stays imported.
-    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         self.release_all();
-        let r = self.bind_inner(src, src_layout, dst, dst_layout, pad);
+        let r = self.bind_inner(src, src_layout, dst, dst_layout, letterbox);
         if r.is_err() {
             self.release_all();
         }
@@ -512,9 +531,9 @@ impl RgaScaler {
 
     /// For a source whose frames change size from frame to frame: imports the output pool
     /// now and each source buffer at its first frame. On error nothing stays imported.
-    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         self.release_all();
-        let r = self.bind_variable_inner(src, dst, dst_layout, pad);
+        let r = self.bind_variable_inner(src, dst, dst_layout, letterbox);
         if r.is_err() {
             self.release_all();
         }
@@ -543,16 +562,16 @@ impl Scaler for RgaScaler {
 
     /// With imported pools: [`RgaScaler::bind_pools`] for a fixed source layout, else
     /// [`RgaScaler::bind_variable`]. With virtual addresses: checks the formats only.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, pad: u8) -> Result<()> {
+    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
         if let Some(v) = self.virtual_addresses.as_mut() {
             let fourcc = src_layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
             RgaScaler::check(fourcc, dst_layout).map_err(|e| anyhow!("rga (virtual addresses) scaler cannot feed the model: {e:#}"))?;
-            *v = Some((*dst_layout, pad));
+            *v = Some((*dst_layout, letterbox));
             return Ok(());
         }
         match src_layout {
-            Some(l) => self.bind_pools(src, l, dst, dst_layout, pad),
-            None => self.bind_variable(src, dst, dst_layout, pad),
+            Some(l) => self.bind_pools(src, l, dst, dst_layout, letterbox),
+            None => self.bind_variable(src, dst, dst_layout, letterbox),
         }
     }
 
@@ -560,8 +579,8 @@ impl Scaler for RgaScaler {
     /// mapping, no sync here), or in copy mode both are mapped for a virtual-address job.
     fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
         if let Some(v) = self.virtual_addresses {
-            let (dl, pad) = v.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
-            return map_frame(src, dst, |s, sl, d| self.scale_virtual(s, sl, d, &dl, pad));
+            let (dl, letterbox) = v.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
+            return map_frame(src, dst, |s, sl, d| self.scale_virtual(s, sl, d, &dl, letterbox));
         }
         if self.var.is_some() {
             let (si, di) = (src.index(), dst.index());
@@ -576,7 +595,7 @@ impl RgaScaler {
     /// (`wrapbuffer_virtualaddr_t`), as a plain pipeline does after copying each frame into
     /// its own buffer: nothing is imported, the driver pins the pages for each job. The
     /// output's pad is written by the CPU every frame (the buffer is ordinary memory here).
-    fn scale_virtual(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, pad: u8) -> Result<LetterboxParams> {
+    fn scale_virtual(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<LetterboxParams> {
         let s = source_image(src_layout)?;
         let d = dest_image(dst_layout)?;
         let sbytes = src.first().ok_or_else(|| anyhow!("rga scaler: a frame without a buffer"))?;
@@ -584,8 +603,8 @@ impl RgaScaler {
             bail!("rga scaler: buffers of {} and {} bytes for images of {} and {} bytes", sbytes.len(), dst.len(), s.bytes, d.bytes);
         }
         let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: size {v} out of range"));
-        let lb = LetterboxParams::top_left(s.width, s.height, d.width, d.height);
-        fill_pad(dst, dst_layout.planes[0].bytesperline as usize, (d.width as usize, d.height as usize), (lb.resized_w as usize, lb.resized_h as usize), pad);
+        let lb = rga_letterbox(letterbox, &s, &d);
+        fill_pad(dst, dst_layout.planes[0].bytesperline as usize, (d.width as usize, d.height as usize), lb.picture(), letterbox.pad);
         // SAFETY: `sbytes` (>= the source image's bytes, checked above) and `dst` (>= the
         // output image's bytes) stay borrowed, valid and distinct (one shared, one unique
         // borrow) until the synchronous job below returns; only that job uses these buffers.

@@ -99,7 +99,7 @@ fn whole_buffer_image_covers_the_buffer_without_passing_it() {
 fn fill_pad_leaves_picture_and_stride() {
     let (bpl, dw, dh) = (5 * 3 + 2, 5usize, 4usize);
     let mut b = vec![7u8; bpl * dh];
-    fill_pad(&mut b, bpl, (dw, dh), (3, 2), 114);
+    fill_pad(&mut b, bpl, (dw, dh), (0, 0, 3, 2), 114);
     for r in 0..dh {
         for x in 0..dw {
             let v = b[r * bpl + x * 3];
@@ -107,4 +107,36 @@ fn fill_pad_leaves_picture_and_stride() {
         }
         assert_eq!(&b[r * bpl + 15..r * bpl + 17], &[7, 7]);
     }
+}
+
+#[test]
+fn fill_pad_around_a_centred_picture() {
+    // 6x5 image, picture 2x3 at (2, 1): pad on all four sides, stride bytes kept.
+    let (bpl, dw, dh) = (6 * 3 + 1, 6usize, 5usize);
+    let mut b = vec![7u8; bpl * dh];
+    fill_pad(&mut b, bpl, (dw, dh), (2, 1, 2, 3), 114);
+    for r in 0..dh {
+        for x in 0..dw {
+            let inside = (2..4).contains(&x) && (1..4).contains(&r);
+            assert_eq!(&b[r * bpl + x * 3..r * bpl + x * 3 + 3], &[if inside { 7 } else { 114 }; 3], "({x},{r})");
+        }
+        assert_eq!(b[r * bpl + 18], 7, "stride byte of row {r}");
+    }
+}
+
+#[test]
+fn a_one_pixel_offset_moves_to_two_for_librga() {
+    use crate::core::frame::Placement;
+    let d = dest_image(&FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248)).unwrap();
+    // 414x416 centred in 416x416: (416-414)/2 = 1 column of pad on the left, which librga
+    // refuses as a rectangle x; the picture starts at 2 and says so.
+    let s = source_image(&FrameLayout::packed24(Fourcc::RGB24, 414, 416, 414 * 3)).unwrap();
+    let lb = rga_letterbox(Letterbox::new(Placement::Center, 114), &s, &d);
+    assert_eq!(lb.picture(), (2, 0, 414, 416));
+    let (_, drect) = job_rects(&s, &lb);
+    assert_eq!((drect.x, drect.y, drect.width, drect.height), (2, 0, 414, 416));
+    // Centred 640x480 in 416x416: 52 rows above, unchanged; top-left stays at 0.
+    let s = source_image(&FrameLayout::nv12(640, 480, 16)).unwrap();
+    assert_eq!(rga_letterbox(Letterbox::new(Placement::Center, 114), &s, &d).picture(), (0, 52, 416, 312));
+    assert_eq!(rga_letterbox(Letterbox::new(Placement::TopLeft, 114), &s, &d).picture(), (0, 0, 416, 312));
 }

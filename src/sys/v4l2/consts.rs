@@ -25,6 +25,10 @@ pub const fn is_multiplanar(buf_type: u32) -> bool {
     buf_type == V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE || buf_type == V4L2_BUF_TYPE_VIDEO_OUTPUT_MPLANE
 }
 
+/// `V4L2_SEL_TGT_COMPOSE` (`v4l2-common.h`): where on a capture buffer the device writes
+/// the picture (a mem2mem scaler's destination rectangle).
+pub const V4L2_SEL_TGT_COMPOSE: u32 = 0x0100;
+
 /// `enum v4l2_memory`: buffers allocated by the driver, mapped with `mmap()` and exportable
 /// with `VIDIOC_EXPBUF`.
 pub const V4L2_MEMORY_MMAP: u32 = 1;

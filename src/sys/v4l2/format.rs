@@ -309,6 +309,37 @@ impl fmt::Debug for Format {
     }
 }
 
+/// `struct v4l2_rect` (16 bytes): a rectangle in pixels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rect {
+    /// Left edge, pixels.
+    pub left: i32,
+    /// Top edge, pixels.
+    pub top: i32,
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+}
+
+/// `struct v4l2_selection` (64 bytes): the argument of `VIDIOC_S_SELECTION`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Selection {
+    /// `enum v4l2_buf_type` (in): the single-planar type even for a multi-planar queue
+    /// (vidioc-g-selection.rst: since Linux 4.13 drivers take both, before only some did).
+    pub type_: u32,
+    /// `V4L2_SEL_TGT_*` (in).
+    pub target: u32,
+    /// `V4L2_SEL_FLAG_*` (in): how the driver may adjust the rectangle; 0 = nearest.
+    pub flags: u32,
+    /// The rectangle asked for (in) and the one set (out).
+    pub r: Rect,
+    /// Zero.
+    pub reserved: [u32; 9],
+}
+
 /// `struct v4l2_fmtdesc` (64 bytes): the argument of `VIDIOC_ENUM_FMT`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use super::buffer::{Buffer, BufferM, ExportBuffer, Plane, RequestBuffers};
 use super::consts::*;
-use super::format::{Capability, FmtDesc, Format, FrmIvalEnum, FrmSizeEnum};
+use super::format::{Capability, FmtDesc, Format, FrmIvalEnum, FrmSizeEnum, Selection};
 use super::parm::StreamParm;
 
 /// Declares one V4L2 ioctl ('V' type) from a single line: its `pub const` request number,
@@ -53,12 +53,13 @@ mod raw {
     v4l2_ioctl!(readwrite, try_fmt, VIDIOC_TRY_FMT, 64, Format, "`VIDIOC_TRY_FMT`: `_IOWR('V', 64, struct v4l2_format)`.");
     v4l2_ioctl!(readwrite, enum_framesizes, VIDIOC_ENUM_FRAMESIZES, 74, FrmSizeEnum, "`VIDIOC_ENUM_FRAMESIZES`: `_IOWR('V', 74, struct v4l2_frmsizeenum)`.");
     v4l2_ioctl!(readwrite, enum_frameintervals, VIDIOC_ENUM_FRAMEINTERVALS, 75, FrmIvalEnum, "`VIDIOC_ENUM_FRAMEINTERVALS`: `_IOWR('V', 75, struct v4l2_frmivalenum)`.");
+    v4l2_ioctl!(readwrite, s_selection, VIDIOC_S_SELECTION, 95, Selection, "`VIDIOC_S_SELECTION`: `_IOWR('V', 95, struct v4l2_selection)`.");
 }
 
 pub use raw::{
     VIDIOC_DQBUF, VIDIOC_ENUM_FMT, VIDIOC_ENUM_FRAMEINTERVALS, VIDIOC_ENUM_FRAMESIZES, VIDIOC_EXPBUF, VIDIOC_G_FMT,
     VIDIOC_G_PARM, VIDIOC_QBUF, VIDIOC_QUERYBUF, VIDIOC_QUERYCAP, VIDIOC_REQBUFS, VIDIOC_STREAMOFF, VIDIOC_STREAMON,
-    VIDIOC_S_FMT, VIDIOC_S_PARM, VIDIOC_TRY_FMT,
+    VIDIOC_S_FMT, VIDIOC_S_PARM, VIDIOC_S_SELECTION, VIDIOC_TRY_FMT,
 };
 
 /// Runs one raw ioctl, retrying `EINTR` (a blocking DQBUF can be interrupted by a signal).
@@ -124,6 +125,16 @@ pub fn s_fmt(fd: BorrowedFd<'_>, arg: &mut Format) -> io::Result<()> {
     check_fmt_type(arg.type_)?;
     // SAFETY: as in `g_fmt`.
     retry_eintr(|| unsafe { raw::s_fmt(fd.as_raw_fd(), arg) })
+}
+
+/// `VIDIOC_S_SELECTION`: asks for rectangle `arg.r` of target `arg.target` (e.g.
+/// `V4L2_SEL_TGT_COMPOSE`) on queue `arg.type_`; the driver writes back the rectangle it
+/// set (always read it back). Documentation/userspace-api/media/v4l/vidioc-g-selection.rst.
+/// `ENOTTY`: the driver has no selection API (vim2m); `EINVAL`: not this target or type.
+pub fn s_selection(fd: BorrowedFd<'_>, arg: &mut Selection) -> io::Result<()> {
+    // SAFETY: `fd` is live; `arg` is a valid, exclusively borrowed `struct v4l2_selection`
+    // of the encoded size (no pointers inside) that the kernel reads and writes.
+    retry_eintr(|| unsafe { raw::s_selection(fd.as_raw_fd(), arg) })
 }
 
 /// `VIDIOC_TRY_FMT`: like [`s_fmt`] without changing the device.

@@ -27,6 +27,9 @@ fn struct_sizes_match_uapi() {
     assert_eq!(size_of::<OutputParm>(), 40);
     assert_eq!((size_of::<StreamParm>(), align_of::<StreamParm>()), (204, 4));
     assert_eq!(size_of::<FmtDesc>(), 64);
+    assert_eq!(size_of::<Rect>(), 16);
+    assert_eq!(size_of::<Selection>(), 64);
+    assert_eq!((offset_of!(Selection, r), offset_of!(Selection, reserved)), (12, 28));
     assert_eq!(size_of::<FrmSizeDiscrete>(), 8);
     assert_eq!(size_of::<FrmSizeStepwise>(), 24);
     assert_eq!(size_of::<FrmSizeEnum>(), 44);
@@ -132,6 +135,7 @@ fn ioctl_numbers_match_uapi() {
     assert_eq!(VIDIOC_S_PARM, 0xc0cc_5616);
     assert_eq!(VIDIOC_ENUM_FRAMESIZES, 0xc02c_564a);
     assert_eq!(VIDIOC_ENUM_FRAMEINTERVALS, 0xc034_564b);
+    assert_eq!(VIDIOC_S_SELECTION, 0xc040_565f);
 }
 
 #[test]
