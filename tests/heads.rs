@@ -17,12 +17,22 @@
 //!   as `rknn_outputs_get` hands them over (`TensorRef::from_bytes`), in float32, float16
 //!   and int8 (and a channels-last int8 map, as RV1106 outputs are).
 //!
+//! And the whole pipeline, once per family (`zcpipe run` on a PNG through the image source,
+//! the CPU scaler and the onnx backend: `mod pipeline`), against the reference of the same
+//! model on the same image letterboxed the family's way in numpy
+//! (`scripts/models/preprocess.py`: YOLOX top-left, BGR, raw; Ultralytics and YOLOv5
+//! centred, RGB, /255), boxes mapped back to the image; and with `--channel-order` and
+//! `--letterbox` overriding the family's, against the reference fed the same way.
+//!
 //! Bounds: against the reference of the same values, the same detections (same count and
 //! classes), |score difference| <= 0.01 and IoU >= 0.98. int8 and float16 against float32
 //! (a looser check, for the layouts whose int8 form is what rknn_model_zoo ships: the split
 //! heads and YOLOX): every float32 detection scoring at least 0.1 over the threshold has an
 //! int8 / float16 detection of its class with IoU >= 0.85 and |score difference| <= 0.05,
-//! and the other way round.
+//! and the other way round. Whole pipeline: the same detections with |score difference| <=
+//! [`pipeline::SCORE_TOL`] and IoU >= [`pipeline::MIN_IOU`] in image pixels (the capture's
+//! NV12 round trip and the scaler's resize, which widens its filter when it shrinks where
+//! OpenCV's INTER_LINEAR samples 2 x 2, move edge cells' features a little).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -34,6 +44,8 @@ use zcpipe::infer::nms::iou;
 use zcpipe::infer::Detection;
 use zcpipe::sys::rknn::{self as sys, RknnTensorAttr};
 
+mod common;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -44,7 +56,7 @@ fn models() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = root().join("build/test-models");
         let manifest = dir.join("manifest.json");
-        let scripts = ["make_test_models.py", "reference.py"].map(|s| root().join("scripts/models").join(s));
+        let scripts = ["make_test_models.py", "reference.py", "preprocess.py"].map(|s| root().join("scripts/models").join(s));
         let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         let stale = match mtime(&manifest) {
             None => true,
@@ -115,21 +127,32 @@ fn anchors(case: &Value) -> Option<Anchors> {
         .map(|f| load_anchors(&models().join(f)).unwrap())
 }
 
+/// How two lists of detections were paired by [`same`].
+#[derive(Debug, Default)]
+struct Paired {
+    /// Pairs made.
+    n: usize,
+    /// The largest |score difference| of a pair.
+    max_score_diff: f32,
+    /// The smallest IoU of a pair.
+    min_iou: f32,
+}
+
 /// The same detections: each reference detection (best first) paired with the unpaired
 /// detection of its class that overlaps it most, with IoU >= `min_iou` and |score
 /// difference| <= `score_tol`, and no detection left unpaired; only detections scoring
 /// within `score_tol` of the threshold `t` may go unpaired on either side (rounding puts
-/// them on either side of it). Returns how many were paired; the error names the first
-/// detection that is not.
+/// them on either side of it). Returns how many were paired, and how close; the error names
+/// the first detection that is not.
 fn same(
     got: &[Detection],
     want: &[RefDet],
     t: f32,
     score_tol: f32,
     min_iou: f32,
-) -> Result<usize, String> {
+) -> Result<Paired, String> {
     let mut used = vec![false; got.len()];
-    let mut paired = 0;
+    let mut paired = Paired { min_iou: 1.0, ..Paired::default() };
     for (i, (c, s, b)) in want.iter().enumerate() {
         let best = (0..got.len())
             .filter(|&j| !used[j] && got[j].class_id == *c)
@@ -139,7 +162,9 @@ fn same(
         match best {
             Some(j) if fits(j) => {
                 used[j] = true;
-                paired += 1;
+                paired.n += 1;
+                paired.max_score_diff = paired.max_score_diff.max((got[j].score - s).abs());
+                paired.min_iou = paired.min_iou.min(iou(&got[j].bbox, b));
             }
             _ if *s <= t + score_tol => {}
             Some(j) => {
@@ -321,8 +346,9 @@ fn rknn_path_matches_the_reference_for_every_layout_and_type() {
             let paired =
                 same(&got, &want, t, 0.01, 0.98).unwrap_or_else(|e| panic!("{name} {set}: {e}"));
             lines.push(format!(
-                "{name} {set}: {} detections, {paired} paired with the reference's {}",
+                "{name} {set}: {} detections, {} paired with the reference's {}",
                 got.len(),
+                paired.n,
                 want.len()
             ));
         }
@@ -421,7 +447,12 @@ mod onnx {
                 case["height"].as_u64().unwrap() as u32,
             );
             let input = std::fs::read(models().join(case["input"].as_str().unwrap())).unwrap();
-            let layout = FrameLayout::packed24(Fourcc::BGR24, w, h, w * 3);
+            // The test image is in the family's channel order, as the scaler writes it.
+            let fourcc = match case["channel_order"].as_str().unwrap() {
+                "rgb" => Fourcc::RGB24,
+                _ => Fourcc::BGR24,
+            };
+            let layout = FrameLayout::packed24(fourcc, w, h, w * 3);
             let mut variants = vec![(case["model"].as_str().unwrap(), "f32")];
             if let Some(m) = case["model_f16"].as_str() {
                 variants.push((m, "f16"));
@@ -446,8 +477,8 @@ mod onnx {
                     .map(|a| a.iter().map(|n| n.as_str().unwrap().to_string()).collect());
                 assert_eq!(det.labels(), names, "{name}");
                 assert_eq!(
-                    (det.input_spec().width, det.input_spec().height),
-                    (w, h),
+                    (det.input_spec().width, det.input_spec().height, det.input_spec().fourcc),
+                    (w, h, fourcc),
                     "{name}"
                 );
                 let got = det.detect(&input, &layout).unwrap();
@@ -460,7 +491,7 @@ mod onnx {
                 };
                 let paired = same(&got, &want, thresholds().0, 0.01, 0.98)
                     .unwrap_or_else(|e| panic!("{name} ({model}): {e}"));
-                eprintln!("{name} ({model}, {described}): {} detections, {paired} paired with the reference's {}", got.len(), want.len());
+                eprintln!("{name} ({model}, {described}): {} detections, {} paired with the reference's {}", got.len(), paired.n, want.len());
             }
         }
     }
@@ -568,5 +599,140 @@ mod onnx {
                 ),
             "{err}"
         );
+    }
+}
+
+/// The whole pipeline, one run per family (and two with the family's pre-processing
+/// overridden), against the reference of the same model on the same image.
+#[cfg(feature = "onnx")]
+mod pipeline {
+    use super::*;
+
+    /// |score difference| allowed between zcpipe's pipeline and the reference (measured
+    /// at most 0.014 over the six runs; the JSON line rounds scores to 0.001).
+    pub const SCORE_TOL: f32 = 0.02;
+    /// IoU required between paired boxes, in image pixels (measured at least 0.983).
+    pub const MIN_IOU: f32 = 0.95;
+
+    fn pipelines() -> &'static [Value] {
+        manifest()["pipelines"].as_array().unwrap()
+    }
+
+    fn pipeline(name: &str) -> &'static Value {
+        pipelines().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no pipeline {name} in the manifest"))
+    }
+
+    /// `zcpipe run` of pipeline case `p` (one frame of its PNG through the image source,
+    /// `scaler` (`cpu`, or `rga`: the ABI fake of librga) and the onnx backend, with its
+    /// `--channel-order` and `--letterbox` if it has them): the frame's detections in image
+    /// pixels, and the run's stderr.
+    fn run(p: &Value, scaler: &str) -> (Vec<Detection>, String) {
+        let case = cases().iter().find(|c| c["name"] == p["case"]).unwrap();
+        let (t, nms) = thresholds();
+        let dir = tempfile::tempdir().unwrap();
+        let image = models().join(p["image"].as_str().unwrap());
+        let model = models().join(case["model"].as_str().unwrap());
+        let mut cmd = common::zcpipe_run(dir.path());
+        cmd.args(["--source", &format!("image:{}", image.display()), "--frames", "1", "--ring-policy", "block"])
+            .args(["--scaler", scaler, "--infer", "onnx", "--model", &model.display().to_string()])
+            .args(["--score-threshold", &t.to_string(), "--nms-iou", &nms.to_string(), "--json", "--stats-interval", "0"]);
+        if let Some(o) = p["channel_order"].as_str() {
+            cmd.args(["--channel-order", o]);
+        }
+        if let Some(l) = p["placement"].as_str() {
+            cmd.args(["--letterbox", l]);
+        }
+        if scaler == "rga" {
+            cmd.env("ZCPIPE_LIBRGA", common::fake_librga()).env("ZCPIPE_FAKE_RGA_LOG", dir.path().join("rga.log"));
+        }
+        let out = cmd.output().unwrap();
+        common::assert_no_orphans(dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{}: zcpipe run failed:\n{stderr}", p["name"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().next().unwrap_or_else(|| panic!("{}: no frame line:\n{stderr}", p["name"]));
+        let frame: Value = serde_json::from_str(line).unwrap();
+        assert_eq!((frame["width"].as_u64(), frame["height"].as_u64()), (p["width"].as_u64(), p["height"].as_u64()), "{frame}");
+        let dets = frame["detections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let b = d["box"].as_array().unwrap();
+                Detection {
+                    class_id: d["class_id"].as_u64().unwrap() as u32,
+                    score: d["score"].as_f64().unwrap() as f32,
+                    bbox: [0, 1, 2, 3].map(|i| b[i].as_f64().unwrap() as f32),
+                }
+            })
+            .collect();
+        (dets, stderr)
+    }
+
+    /// A pipeline entry's reference detections (one list, in image pixels).
+    fn reference_of(p: &Value) -> Vec<RefDet> {
+        reference(&serde_json::json!({ "reference": { "pipeline": p["reference"] } }), "pipeline")
+    }
+
+    #[test]
+    fn each_family_through_the_whole_pipeline_matches_its_reference() {
+        let (t, _) = thresholds();
+        let mut lines = Vec::new();
+        for p in pipelines() {
+            let name = p["name"].as_str().unwrap();
+            let (got, stderr) = run(p, "cpu");
+            let want = reference_of(p);
+            let paired = same(&got, &want, t, SCORE_TOL, MIN_IOU).unwrap_or_else(|e| panic!("{name}: {e}\n{stderr}"));
+            assert!(paired.n >= 10, "{name}: only {} detections paired", paired.n);
+            // The pre-processing the infer stage asked for, and what the scale stage wrote.
+            let (order, placement) = (p["reference_order"].as_str().unwrap(), p["reference_placement"].as_str().unwrap());
+            let pre = format!("pre-processing: {}, {} letterbox", order.to_uppercase(), if placement == "center" { "centred" } else { "top-left" });
+            assert!(stderr.contains(&pre), "{name}: no `{pre}` line:\n{stderr}");
+            let fourcc = if order == "rgb" { "RGB3" } else { "BGR3" };
+            let scale_line = stderr.lines().find(|l| l.contains("cpu scaler ->")).unwrap_or_else(|| panic!("{name}: no scaler line:\n{stderr}"));
+            assert!(scale_line.contains(fourcc), "{name}: {scale_line}");
+            assert!(!stderr.contains("lower scores"), "{name}: {stderr}");
+            lines.push(format!(
+                "{name} ({} {order} {placement}): {} detections, {} paired with the reference's {}, max |score difference| {:.4}, min IoU {:.4}",
+                p["case"].as_str().unwrap(),
+                got.len(),
+                paired.n,
+                want.len(),
+                paired.max_score_diff,
+                paired.min_iou
+            ));
+        }
+        eprintln!("{}", lines.join("\n"));
+    }
+
+    /// The test is sensitive to what it checks: the yolov8 image fed BGR with a top-left
+    /// letterbox (as the scalers did before the pre-processing was negotiated) gives
+    /// detections the family's own reference (RGB, centred) does not match.
+    #[test]
+    fn the_wrong_preprocessing_does_not_match_the_familys_reference() {
+        let (t, _) = thresholds();
+        let wrong = pipeline("pipe_yolov8_640_bgr_top_left");
+        let right = pipeline("pipe_yolov8_640");
+        assert_eq!(wrong["image"].as_str().map(|i| std::fs::read(models().join(i)).unwrap()), right["image"].as_str().map(|i| std::fs::read(models().join(i)).unwrap()), "the same image");
+        let (got, _) = run(wrong, "cpu");
+        let e = same(&got, &reference_of(right), t, SCORE_TOL, MIN_IOU).expect_err("BGR/top-left detections must not match the RGB/centred reference");
+        eprintln!("pipe_yolov8_640 fed BGR, top-left, against its RGB, centred reference: {e}");
+    }
+
+    /// The RGA backend (through the ABI fake of librga) gives each family its letterbox
+    /// too: YOLOX BGR top-left, YOLOv8 RGB centred (the job's destination rectangle).
+    #[test]
+    fn the_rga_scaler_feeds_each_family_its_preprocessing() {
+        let (t, _) = thresholds();
+        for name in ["pipe_yolox_416", "pipe_yolov8_640"] {
+            let p = pipeline(name);
+            let (got, stderr) = run(p, "rga");
+            let rga = stderr.lines().find(|l| l.contains("rga (") && l.contains("letterbox")).unwrap_or_else(|| panic!("{name}: no rga line:\n{stderr}"));
+            let paired = same(&got, &reference_of(p), t, SCORE_TOL, MIN_IOU).unwrap_or_else(|e| panic!("{name} through rga: {e}\n{stderr}"));
+            eprintln!(
+                "{name} through rga: {} paired, max |score difference| {:.4}, min IoU {:.4}; {rga}",
+                paired.n, paired.max_score_diff, paired.min_iou
+            );
+        }
     }
 }

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Builds small ONNX detection models with exactly the output layouts zcpipe decodes, the
 test images they see, their outputs (onnxruntime) in float32, float16 and int8, and the
-reference detections of each (reference.py), for zcpipe's head tests (tests/heads.rs).
+reference detections of each (reference.py), for zcpipe's head tests (tests/heads.rs);
+and, for the whole-pipeline tests, source images (PNG) with the reference detections of a
+model on each, letterboxed the family's way (preprocess.py) and mapped back to the image.
 
 No trained weights: every model is a few fixed layers whose outputs depend on the input
 pixels. Per stride s the input is average- and max-pooled over s x s cells (6 features
 per cell, 0..1), and 1x1 convolutions with fixed weights (numpy seed per model) turn them
 into the head's raw channels: class c's score is high where a cell has colour c of the
 palette below (the test image has squares of those colours on a noisy grey background),
+read in the family's channel order (BGR for YOLOX, RGB for the others, so a model fed the
+other order sees other colours and finds other classes),
 objectness follows the best class, and the box terms vary with the features. The head
 layers after that are the families' own (sigmoid; YOLOv5 Detect's grid/anchor decode;
 Ultralytics DFL + dist2bbox; rknn_model_zoo's split outputs and score sum).
@@ -19,7 +23,9 @@ same files. Usage: make_test_models.py --out build/test-models
 import argparse
 import json
 import os
+import struct
 import sys
+import zlib
 
 import numpy as np
 import onnx
@@ -27,6 +33,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import preprocess  # noqa: E402
 import reference  # noqa: E402
 
 STRIDES = reference.STRIDES
@@ -34,9 +41,8 @@ OPSET = 13
 SCORE_THRESHOLD = 0.3
 NMS_IOU = 0.45
 
-# Class colours, BGR 0..255 (the order zcpipe's scalers write today): six hues 60 degrees
-# apart, so that no two classes of a cell score alike (an argmax that float16 rounding could
-# flip). Classes past these never fire.
+# Class colours, BGR 0..255: six hues 60 degrees apart, so that no two classes of a cell
+# score alike (an argmax that float16 rounding could flip). Classes past these never fire.
 PALETTE = [
     (40, 40, 220),   # red
     (40, 200, 40),   # green
@@ -88,9 +94,22 @@ class Graph:
         return m
 
 
-def class_weights(classes, rng):
-    """[classes, 6] weights and [classes] biases on (avg b, g, r, max b, g, r): class c
-    fires on palette colour c; classes past the palette never fire."""
+def channel_order(layout):
+    """The channel order a family's models take: BGR for YOLOX (OpenCV images as they
+    are), RGB for YOLOv5 and Ultralytics."""
+    return "bgr" if layout.startswith("yolox") else "rgb"
+
+
+def placement(layout):
+    """Where a family's letterbox puts the picture: top-left for YOLOX, centred for the
+    others."""
+    return "top-left" if layout.startswith("yolox") else "center"
+
+
+def class_weights(classes, rng, order):
+    """[classes, 6] weights and [classes] biases on (avg, max) of the input's three
+    channels in ``order``: class c fires on palette colour c; classes past the palette
+    never fire."""
     w = np.zeros((classes, 6), np.float32)
     b = np.full(classes, -2.5, np.float32)
     for c in range(classes):
@@ -98,6 +117,8 @@ def class_weights(classes, rng):
             # Logit 2.5 on the pure colour (score 0.92), -2.5 on grey: scores stay off the
             # sigmoid's flat top, so neighbouring cells differ by more than rounding.
             col = np.array(PALETTE[c], np.float32) / 255.0
+            if order == "rgb":
+                col = col[::-1]
             d = col - col.mean()
             w[c, :3] = 5.0 * d / float(d @ d)
             w[c, 3:] = rng.normal(0, 0.3, 3)
@@ -120,8 +141,8 @@ def features(g, x, s):
     return g.op("Concat", [avg, mx], axis=1)
 
 
-def cls_and_obj(g, f, classes, rng, obj=True, shift=0.0):
-    wc, bc = class_weights(classes, rng)
+def cls_and_obj(g, f, classes, rng, order, obj=True, shift=0.0):
+    wc, bc = class_weights(classes, rng, order)
     logits = g.conv1x1(f, wc, bc + shift)
     cls = g.op("Sigmoid", [logits])
     if not obj:
@@ -142,7 +163,7 @@ def head_yolox(g, x, w, h, classes, rng, split):
         f = features(g, x, s)
         wb, bb = box_weights(4, rng, [0.5, 0.5, np.log(6.0), np.log(6.0)])
         box = g.conv1x1(f, wb, bb)
-        cls, obj = cls_and_obj(g, f, classes, rng)
+        cls, obj = cls_and_obj(g, f, classes, rng, "bgr")
         m = g.op("Concat", [box, obj, cls], axis=1)
         if split:
             outs.append(m)
@@ -160,7 +181,7 @@ def head_yolov5(g, x, w, h, classes, rng, split, anchors):
         for a in range(3):
             wb, bb = box_weights(4, rng, [0.0, 0.0, 0.0, 0.0])
             box = g.op("Sigmoid", [g.conv1x1(f, wb, bb)])
-            cls, obj = cls_and_obj(g, f, classes, rng, shift=-1.0 - 0.5 * a)
+            cls, obj = cls_and_obj(g, f, classes, rng, "rgb", shift=-1.0 - 0.5 * a)
             sig = g.op("Concat", [box, obj, cls], axis=1)  # [1, 5+C, gh, gw]
             if split:
                 per_anchor.append(sig)
@@ -186,7 +207,7 @@ def head_yolov8(g, x, w, h, classes, rng, split, score_sum, bins=16):
         bias = np.tile(-((idx - 3.0) ** 2) / 2.0, 4)
         wb = rng.normal(0, 0.5, (4 * bins, 6)).astype(np.float32)
         box = g.conv1x1(f, wb, bias - wb.sum(axis=1) * 0.5)
-        cls, _ = cls_and_obj(g, f, classes, rng, obj=False)
+        cls, _ = cls_and_obj(g, f, classes, rng, "rgb", obj=False)
         if split:
             outs += [box, cls]
             if score_sum:
@@ -252,7 +273,7 @@ def build(case, rng, f16):
 
 def test_image(w, h, rng):
     """Packed BGR, w x h: noisy grey, coloured squares, a 114 pad band at the bottom (a
-    top-left letterbox), as zcpipe's scalers would hand it to the model."""
+    top-left letterbox), much as zcpipe's scalers would hand it to the model."""
     img = np.clip(118 + rng.integers(-20, 21, (h, w, 3)), 0, 255).astype(np.int16)
     # One square per colour, each in its own cell of a 3 x 2 layout (no overlaps).
     cw, ch = w // 3, int(h * 0.85) // 2
@@ -264,6 +285,37 @@ def test_image(w, h, rng):
         img[y0:y0 + size, x0:x0 + size] = np.clip(np.array(colour) + noise, 0, 255)
     img[int(h * 0.9):, :] = 114
     return img.astype(np.uint8)
+
+
+def pipeline_image(w, h, rng):
+    """A source frame for the whole-pipeline tests, RGB, w x h (multiples of 4): flat grey
+    100, and one flat square of each palette colour in its own cell of a 3 x 2 grid, every
+    edge on a multiple of 4 pixels, so that NV12's 2 x 2 chroma and a resize by 1/2 keep
+    edges on whole pixels and the colours come through the capture's YCbCr round trip.
+    The squares are small (12-30 % of a cell's side), so that a frame's detections stay
+    under the 100 a detections record holds."""
+    img = np.full((h, w, 3), 100, np.uint8)
+    cw, ch = w // 3, h // 2
+    for c, colour in enumerate(PALETTE):
+        size = 4 * (int(min(cw, ch) * (0.12 + 0.18 * (c % 4) / 3)) // 4)
+        x0 = (c % 3) * cw + 4 * (int(rng.integers(0, cw - size + 1)) // 4)
+        y0 = (c // 3) * ch + 4 * (int(rng.integers(0, ch - size + 1)) // 4)
+        img[y0:y0 + size, x0:x0 + size] = colour[::-1]
+    return img
+
+
+def write_png(path, rgb):
+    """An 8-bit RGB PNG (PNG specification: signature, IHDR, one zlib IDAT of rows each
+    with filter type 0, IEND)."""
+    h, w, _ = rgb.shape
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
 
 
 def quantise(a):
@@ -301,6 +353,40 @@ CASES = [
     dict(name="yolov8_split9_320_c2", layout="yolov8-split", width=320, height=320, classes=2, score_sum=True),
 ]
 
+# Whole-pipeline cases: a model case, the source image's size (the models' inputs times 2
+# on one side, so the resize is by 1/2; another aspect, so there is a letterbox), the seed
+# of its squares, and the channel order and placement zcpipe is told to use (None: the
+# family's own). The last one is the yolov8 image fed the other way, so the tests can show
+# that the family's reference does not match it.
+PIPELINES = [
+    dict(name="pipe_yolox_416", case="yolox_416_c80", size=(832, 624), seed=3000),
+    dict(name="pipe_yolox_416_rgb_center", case="yolox_416_c80", size=(624, 832), seed=3001, order="rgb", placement="center"),
+    dict(name="pipe_yolov5_320", case="yolov5_320_c80", size=(640, 480), seed=3002),
+    dict(name="pipe_yolov8_640", case="yolov8_640_c80", size=(1280, 720), seed=3003),
+    dict(name="pipe_yolov8_640x384", case="yolov8_640x384_c7_names", size=(768, 768), seed=3004),
+    dict(name="pipe_yolov8_640_bgr_top_left", case="yolov8_640_c80", size=(1280, 720), seed=3003, order="bgr", placement="top-left"),
+]
+
+
+def pipeline_entry(p, case, model_path, out):
+    """A whole-pipeline case: its source PNG and the reference detections of ``case``'s
+    model on it (preprocess.py, onnxruntime, reference.py), in source pixels."""
+    w, h = p["size"]
+    rgb = pipeline_image(w, h, np.random.default_rng(p["seed"]))
+    png = f"{p['name']}.png"
+    write_png(os.path.join(out, png), rgb)
+    layout = case["layout"]
+    order = p.get("order") or channel_order(layout)
+    place = p.get("placement") or placement(layout)
+    x, r, pad = preprocess.model_input(rgb, case["width"], case["height"], order, place, unit=not layout.startswith("yolox"))
+    sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    outs = sess.run(None, {"images": x})
+    dets = reference.decode(layout, outs, case["width"], case["height"], SCORE_THRESHOLD, NMS_IOU, case.get("anchors", reference.ANCHORS))
+    dets = preprocess.unmap(dets, r, pad, w, h)
+    return {"name": p["name"], "case": case["name"], "image": png, "width": w, "height": h,
+            "channel_order": p.get("order"), "placement": p.get("placement"),
+            "reference_order": order, "reference_placement": place, "reference": det_json(dets)}
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -325,10 +411,14 @@ def main():
                 f.write("".join(f"{v}.0\n" for lvl in case["anchors"] for a in lvl for v in a))
             entry["anchors"] = path
         img = test_image(w, h, np.random.default_rng(2000 + i))
-        entry["input"] = f"{name}_input_bgr.bin"
+        order = channel_order(case["layout"])
+        if order == "rgb":
+            img = img[..., ::-1]
+        entry["channel_order"] = order
+        entry["input"] = f"{name}_input_{order}.bin"
         img.tofile(os.path.join(args.out, entry["input"]))
-        # What zcpipe's onnx backend feeds: NCHW in the scaler's (BGR) order, raw for
-        # YOLOX, /255 for the others.
+        # What zcpipe's onnx backend feeds: NCHW in the family's order (the scaler writes
+        # it so), raw for YOLOX, /255 for the others.
         x = img.transpose(2, 0, 1)[None].astype(np.float32)
         if not case["layout"].startswith("yolox"):
             x = x / np.float32(255.0)
@@ -365,6 +455,13 @@ def main():
         print(f"{name}: {case['layout']} {w}x{h}, {case['classes']} classes, outputs "
               f"{', '.join(str(list(o.shape)) for o in outs32)}; reference detections "
               f"f32 {len(entry['reference']['f32'])}, f16 {len(entry['reference']['f16'])}, int8 {len(entry['reference']['i8'])}")
+    manifest["pipelines"] = []
+    for p in PIPELINES:
+        case = next(c for c in CASES if c["name"] == p["case"])
+        entry = pipeline_entry(p, case, os.path.join(args.out, f"{case['name']}.onnx"), args.out)
+        manifest["pipelines"].append(entry)
+        print(f"{p['name']}: {case['name']} on a {p['size'][0]}x{p['size'][1]} image, {entry['reference_order']} "
+              f"{entry['reference_placement']}: {len(entry['reference'])} reference detections")
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
 

@@ -1,14 +1,19 @@
-//! `--infer`, `--model`, `--labels`, `--head`, `--anchors`, the thresholds and
-//! `--npu-cores`, and their checked form, [`crate::infer::InferConfig`].
+//! `--infer`, `--model`, `--labels`, `--head`, `--anchors`, `--channel-order`,
+//! `--letterbox`, the thresholds and `--npu-cores`, and their checked form,
+//! [`crate::infer::InferConfig`].
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::infer::heads::HeadKind;
+use crate::core::config::Choice;
+use crate::core::frame::Placement;
+use crate::infer::heads::{ChannelOrder, HeadKind};
 use crate::infer::rknn::parse_npu_cores;
 use crate::infer::{DetectorKind, InferConfig};
+
+use super::common::choice;
 
 /// Infer options.
 #[derive(Args, Debug, Clone)]
@@ -31,6 +36,14 @@ pub struct InferArgs {
     /// Default: rknn_model_zoo's (YOLOv5's defaults).
     #[arg(long)]
     pub anchors: Option<PathBuf>,
+    /// Channel order the scaler writes for the model. Default: the model family's (YOLOX:
+    /// bgr; YOLOv5, YOLOv8, YOLO11: rgb).
+    #[arg(long, value_parser = choice::<ChannelOrder>())]
+    pub channel_order: Option<ChannelOrder>,
+    /// Where the scaler puts the picture in the model input. Default: the model family's
+    /// (YOLOX: top-left; YOLOv5, YOLOv8, YOLO11: center).
+    #[arg(long, value_parser = choice::<Placement>())]
+    pub letterbox: Option<Placement>,
     /// Keep detections scoring above this.
     #[arg(long, default_value_t = 0.3, allow_negative_numbers = true)]
     pub score_threshold: f32,
@@ -72,6 +85,8 @@ impl InferArgs {
             labels: self.labels.clone(),
             head: self.head.parse()?,
             anchors: self.anchors.clone(),
+            channel_order: self.channel_order,
+            placement: self.letterbox,
             score_threshold: self.score_threshold,
             nms_iou: self.nms_iou,
             npu_cores,
@@ -90,6 +105,8 @@ impl InferArgs {
         v.extend(self.labels.as_ref().map(|l| format!("--labels={}", l.display())));
         v.extend(self.anchors.as_ref().map(|a| format!("--anchors={}", a.display())));
         v.extend(self.npu_cores.as_ref().map(|c| format!("--npu-cores={c}")));
+        v.extend(self.channel_order.map(|o| format!("--channel-order={}", o.name())));
+        v.extend(self.letterbox.map(|p| format!("--letterbox={}", p.name())));
         v
     }
 }

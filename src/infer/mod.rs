@@ -1,7 +1,9 @@
 //! Infer stage: runs an object detector on the scaled model input and returns boxes.
 //!
-//! What it does: takes one packed BGR24 frame in the model's input size (written by the
-//! scale stage, top-left letterbox, pad 114), runs the chosen backend, decodes the model's
+//! What it does: takes one packed RGB24 or BGR24 frame in the model's input size, written
+//! by the scale stage as the model's family wants it ([`heads::Preprocess`]: channel order,
+//! letterbox placement and pad, asked for at set-up, `--channel-order` and `--letterbox`
+//! overriding the family's defaults), runs the chosen backend, decodes the model's
 //! outputs with the head of its family ([`heads`]: YOLOX, YOLOv5/v7, YOLOv8/YOLO11, flat or
 //! split per stride as rknn_model_zoo exports them, recognised from the output shapes or
 //! named with `--head`) and applies per-class NMS ([`nms`]). Boxes leave this stage in
@@ -44,7 +46,7 @@ use anyhow::{bail, Context};
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::DmaBuf;
-use crate::core::frame::{Fourcc, FrameLayout};
+use crate::core::frame::{Fourcc, FrameLayout, Letterbox, Placement};
 use crate::core::pool::Frame;
 
 /// One detected object.
@@ -76,19 +78,24 @@ pub enum TensorLayout {
 
 /// What a detector wants fed: the frame the scale stage must produce.
 ///
-/// The scaler always writes packed rows (`fourcc`, `width x height`, NHWC in memory);
-/// `layout` says what the model's own input tensor is, and any conversion between the two
-/// (element type, NHWC -> NCHW) is the backend's job. For YOLOX-Nano: 416x416 `BGR24`,
-/// tensor `images` float32 `[1, 3, 416, 416]` NCHW with raw 0..255 values
-/// (`models/PROVENANCE.md`, "Preprocessing").
+/// The scaler always writes packed rows (`fourcc`, `width x height`, NHWC in memory) with
+/// the picture placed and padded as `letterbox` says; `layout` says what the model's own
+/// input tensor is, and any conversion between the two (element type, NHWC -> NCHW,
+/// normalisation) is the backend's job. For YOLOX-Nano: 416x416 `BGR24`, top-left, pad
+/// 114, tensor `images` float32 `[1, 3, 416, 416]` NCHW with raw 0..255 values
+/// (`models/PROVENANCE.md`, "Preprocessing"); for an Ultralytics export: `RGB24`, centred,
+/// pad 114, values /255.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InputSpec {
     /// Model input width in pixels.
     pub width: u32,
     /// Model input height in pixels.
     pub height: u32,
-    /// Channel order the model expects, as a packed fourcc (`BGR24` for YOLOX).
+    /// Channel order the model expects, as a packed fourcc (`BGR24` for YOLOX, `RGB24` for
+    /// YOLOv5 and Ultralytics: [`heads::ChannelOrder::fourcc`]).
     pub fourcc: Fourcc,
+    /// Where the scaler puts the picture and the pad value around it.
+    pub letterbox: Letterbox,
     /// Layout of the model's input tensor.
     pub layout: TensorLayout,
     /// Name of the model's input tensor (`images` for YOLOX), for messages.
@@ -236,6 +243,19 @@ pub struct DetectorOptions {
     pub head: heads::HeadKind,
     /// Anchors for `yolov5-split` (`--anchors`; `None`: rknn_model_zoo's defaults).
     pub anchors: Option<heads::Anchors>,
+    /// `--channel-order`: the order the model is fed instead of its family's (`None`: the
+    /// family's, [`heads::Preprocess`]).
+    pub channel_order: Option<heads::ChannelOrder>,
+    /// `--letterbox`: the placement instead of the family's (`None`: the family's).
+    pub placement: Option<Placement>,
+}
+
+impl DetectorOptions {
+    /// The pre-processing a model decoded by `head` is fed with: its family's, with the
+    /// channel order and placement these options override.
+    pub fn preprocess(&self, head: &dyn heads::Head) -> heads::Preprocess {
+        head.preprocess().with(self.channel_order, self.placement)
+    }
 }
 
 impl Default for DetectorOptions {
@@ -247,6 +267,8 @@ impl Default for DetectorOptions {
             npu_cores: Vec::new(),
             head: heads::HeadKind::Auto,
             anchors: None,
+            channel_order: None,
+            placement: None,
         }
     }
 }
@@ -271,6 +293,10 @@ pub struct InferConfig {
     pub head: heads::HeadKind,
     /// `--anchors`: a file of YOLOv5 anchors for `yolov5-split` (read at start-up).
     pub anchors: Option<PathBuf>,
+    /// `--channel-order`: instead of the model family's (`None`: the family's).
+    pub channel_order: Option<heads::ChannelOrder>,
+    /// `--letterbox`: instead of the model family's placement (`None`: the family's).
+    pub placement: Option<Placement>,
 }
 
 /// Detector backends (`--infer`). Adding one is a file in this folder, a variant here and
@@ -320,7 +346,7 @@ impl std::fmt::Display for DetectorKind {
 /// checked here, once; errors name the model path and the fix.
 pub fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     match kind {
-        DetectorKind::None => Ok(Box::new(NoDetector::new())),
+        DetectorKind::None => Ok(Box::new(NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)))),
         DetectorKind::Onnx => open_onnx(opts),
         DetectorKind::Rknn => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
         DetectorKind::Auto => {
@@ -357,22 +383,31 @@ fn open_onnx(_opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     bail!("zcpipe was built without the `onnx` feature: rebuild with `--features onnx` or use `--infer none`")
 }
 
-/// The `none` backend: accepts YOLOX-Nano's input (416x416 `BGR24`, tensor `images`) so the
-/// scale stage and transport run exactly as with a model, checks each frame's layout against
-/// the buffer, reads no pixels and returns no detections. Used to measure transport alone.
+/// The `none` backend: accepts YOLOX-Nano's input (416x416 `BGR24` with a top-left
+/// letterbox, tensor `images`; `--channel-order` and `--letterbox` change the order and
+/// placement) so the scale stage and transport run exactly as with a model, checks each
+/// frame's layout against the buffer, reads no pixels and returns no detections. Used to
+/// measure transport alone.
 #[derive(Debug)]
 pub struct NoDetector {
     spec: InputSpec,
 }
 
 impl NoDetector {
-    /// A `none` detector with YOLOX-Nano's input spec (416x416 BGR24, NHWC as written).
+    /// A `none` detector with YOLOX-Nano's input spec (416x416 BGR24 top-left, pad 114,
+    /// NHWC as written).
     pub fn new() -> Self {
+        NoDetector::with(heads::Preprocess::YOLOX)
+    }
+
+    /// A `none` detector of YOLOX-Nano's size fed as `pre` says (order, placement, pad).
+    pub fn with(pre: heads::Preprocess) -> Self {
         NoDetector {
             spec: InputSpec {
                 width: 416,
                 height: 416,
-                fourcc: Fourcc::BGR24,
+                fourcc: pre.channel_order.fourcc(),
+                letterbox: pre.letterbox(),
                 layout: TensorLayout::Nhwc,
                 name: "images".to_string(),
                 bytesperline: 0,

@@ -5,7 +5,8 @@
 //! its outputs (float32 or float16) are matched to a head ([`heads::select`]: the layout
 //! `--head` names, or the one recognised from their shapes), and its class names are read
 //! from the `names` metadata entry when it has one (Ultralytics exports). Per frame the
-//! packed BGR24 rows are converted to float32 NCHW, keeping the channel order, with the
+//! packed rows (RGB24 or BGR24, the order the model's family takes or `--channel-order`:
+//! the scaler wrote them so) are converted to float32 NCHW, keeping the channel order, with the
 //! values the head's family expects (raw 0..255 for YOLOX, `models/PROVENANCE.md`; /255 for
 //! YOLOv5 and YOLOv8: [`heads::Preprocess::normalise`]), run, and decoded by the head, then
 //! per-class NMS ([`heads::Decoder`]).
@@ -22,10 +23,10 @@ use tract_onnx::prelude::{
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use super::heads::{self, ChannelOrder, Decoder, Dtype, OutputInfo, TensorRef};
+use super::heads::{self, Decoder, Dtype, OutputInfo, TensorRef};
 use super::labels::parse_names_dict;
 use super::{Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout};
-use crate::core::frame::{Fourcc, FrameLayout};
+use crate::core::frame::FrameLayout;
 
 /// Input size used when the model leaves height/width symbolic (YOLOX-Nano's size).
 const DEFAULT_SIDE: u32 = 416;
@@ -82,22 +83,23 @@ impl OnnxDetector {
         let outputs = output_infos(path, &typed)?;
         let m = heads::Model { width, height, outputs: &outputs, anchors: opts.anchors.as_ref() };
         let head = heads::select(opts.head, &m).map_err(|e| anyhow::anyhow!("model {}: {e}", path.display()))?;
-        let pre = head.preprocess();
+        let pre = opts.preprocess(&*head);
         log::info!("model {}: {}", path.display(), head.describe());
-        if pre.channel_order == ChannelOrder::Rgb {
-            log::warn!(
-                "model {}: {} models take RGB input but zcpipe's scalers write BGR (channel order is not negotiated yet): expect lower scores",
-                path.display(),
-                head.kind()
-            );
-        }
         let plan = typed
             .into_runnable()
             .map_err(|e| anyhow::anyhow!("cannot plan ONNX model {}: {}", path.display(), one_line(&e)))?;
         Ok(OnnxDetector {
             model_path: path.to_path_buf(),
             plan,
-            spec: InputSpec { width, height, fourcc: Fourcc::BGR24, layout: TensorLayout::Nchw, name, bytesperline: 0 },
+            spec: InputSpec {
+                width,
+                height,
+                fourcc: pre.channel_order.fourcc(),
+                letterbox: pre.letterbox(),
+                layout: TensorLayout::Nchw,
+                name,
+                bytesperline: 0,
+            },
             decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou),
             norm: pre.normalise.factor(),
             names,
@@ -132,7 +134,8 @@ impl OnnxDetector {
         Ok(tensor_ref(&view, &self.decoder.outputs()[0])?.to_f32_vec())
     }
 
-    /// Converts a packed BGR24 frame to the model's NCHW input, runs and decodes it.
+    /// Converts a packed RGB24 or BGR24 frame (the spec's order) to the model's NCHW input,
+    /// runs and decodes it.
     fn run_frame(&self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
         self.spec.check_frame(input.len(), layout)?;
         let (h, w) = (self.spec.height as usize, self.spec.width as usize);
@@ -188,7 +191,7 @@ impl Detector for OnnxDetector {
     }
 }
 
-/// Converts packed 3-byte pixels (`layout`: `BGR24`, rows of `planes[0].bytesperline`
+/// Converts packed 3-byte pixels (`layout`: `BGR24` or `RGB24`, rows of `planes[0].bytesperline`
 /// bytes from `planes[0].offset`) into planar float32 `[3, H, W]` in `out`, keeping the
 /// channel order and the raw 0..255 values. `out` must hold `3 * width * height` floats.
 pub fn packed_bgr_to_nchw_f32(input: &[u8], layout: &FrameLayout, out: &mut [f32]) -> anyhow::Result<()> {
@@ -246,7 +249,7 @@ fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u
         .collect();
     if outlets.len() != 1 {
         bail!(
-            "model {} has {} inputs ({}); zcpipe's scalers produce one 3-channel BGR image: use a single-input detection model such as {EXAMPLE_MODEL}",
+            "model {} has {} inputs ({}); zcpipe's scalers produce one 3-channel RGB or BGR image: use a single-input detection model such as {EXAMPLE_MODEL}",
             path.display(),
             outlets.len(),
             described.join(", ")
@@ -265,7 +268,7 @@ fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u
     let type_ok = matches!(dt, None | Some(DatumType::F32));
     if !shape_ok || !type_ok || fact.shape.is_open() {
         bail!(
-            "model {} input {} is not [1,3,H,W] float32; zcpipe's scalers produce one 3-channel BGR image fed as float32 NCHW: use a detection model such as {EXAMPLE_MODEL}",
+            "model {} input {} is not [1,3,H,W] float32; zcpipe's scalers produce one 3-channel RGB or BGR image fed as float32 NCHW: use a detection model such as {EXAMPLE_MODEL}",
             path.display(),
             described[0]
         );
@@ -361,7 +364,7 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::frame::LetterboxParams;
+    use crate::core::frame::{Fourcc, LetterboxParams};
     use crate::infer::nms::iou;
     use crate::infer::open_detector;
 
@@ -543,7 +546,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "model {} has 2 inputs (input.1 [1,1,128,128] float32, input [1,3,128,128] float32); zcpipe's scalers produce one 3-channel BGR image: use a single-input detection model such as models/yolox_nano.onnx",
+                "model {} has 2 inputs (input.1 [1,1,128,128] float32, input [1,3,128,128] float32); zcpipe's scalers produce one 3-channel RGB or BGR image: use a single-input detection model such as models/yolox_nano.onnx",
                 path.display()
             )
         );

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use crate::core::channel::Sender;
 use crate::core::data::resolve_data_path;
 use crate::core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
-use crate::core::frame::{Fourcc, FrameDesc, Placement, Stage};
+use crate::core::frame::{FrameDesc, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use crate::core::pool::{offer_items, Frame, PoolConsumer};
 use crate::core::ring::RingCounters;
@@ -28,9 +28,6 @@ use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TI
 use super::heads::{load_anchors, HeadKind};
 use super::labels::{resolve_labels, LabelSource};
 use super::{open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
-
-/// Letterbox fill value of YOLOX's `preproc` (yolox/data/data_augment.py).
-pub const YOLOX_PAD: u8 = 114;
 
 /// Runs the infer stage with `cfg` (checked by the command line) until the scale stage
 /// ends the stream, the stop flag is set or a neighbour hangs up; returns the exit code.
@@ -44,6 +41,8 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         npu_cores: cfg.npu_cores.clone(),
         head: cfg.head,
         anchors,
+        channel_order: cfg.channel_order,
+        placement: cfg.placement,
     };
     let mut det = open_detector(cfg.backend, &opts)?;
     if !opts.npu_cores.is_empty() && det.kind() != DetectorKind::Rknn {
@@ -61,19 +60,49 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     });
     let spec = det.input_spec().clone();
     let no_detector = det.kind() == DetectorKind::None;
+    let lb = spec.letterbox;
     if no_detector {
-        log::info!("no detector (--infer none): frames are scaled to {}x{} {} (YOLOX-Nano's input) and published without detections", spec.width, spec.height, spec.fourcc);
+        log::info!(
+            "no detector (--infer none): frames are scaled to {}x{} (YOLOX-Nano's input size) {} with a {} letterbox and published without detections",
+            spec.width,
+            spec.height,
+            spec.fourcc,
+            lb.placement.describe()
+        );
     } else {
-        log::info!("{} detector, model {} wants {}x{} {}", det.kind(), model.display(), spec.width, spec.height, spec.fourcc);
+        log::info!("{} detector, model {} wants {}x{} {}, {} letterbox, pad {}", det.kind(), model.display(), spec.width, spec.height, spec.fourcc, lb.placement.describe(), lb.pad);
+    }
+    if let Some(head) = det.head() {
+        let family = head.preprocess();
+        let given = family.with(cfg.channel_order, cfg.placement);
+        if given != family {
+            log::info!(
+                "pre-processing: {} as --channel-order/--letterbox ask; {} models are trained with {}",
+                given.describe(),
+                head.kind(),
+                family.describe()
+            );
+        } else {
+            log::info!("pre-processing: {} ({}'s own)", family.describe(), head.kind());
+        }
     }
 
     let listener = Listener::bind(&ctx.data.socket("infer"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
     let (down, _) = accept_hello(&listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
     let up = Conn::connect_retry(&ctx.data.socket("scale"), "scale stage", ctx.stop, ctx.data.connect_timeout)?;
-    // An NPU reading the buffer in place needs its own row stride (spec.bytesperline).
-    let want = WantedInput { width: spec.width, height: spec.height, fourcc: spec.fourcc.0, stride_align: 1, bytesperline: spec.bytesperline, pad: YOLOX_PAD, placement: Placement::TopLeft };
-    let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![Fourcc::BGR24.0], want: Some(want), wait: ctx.data.wait };
+    // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
+    // channel order is the fourcc, the placement and pad are the family's (or the flags').
+    let want = WantedInput {
+        width: spec.width,
+        height: spec.height,
+        fourcc: spec.fourcc.0,
+        stride_align: 1,
+        bytesperline: spec.bytesperline,
+        pad: lb.pad,
+        placement: lb.placement,
+    };
+    let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
     let input = PoolConsumer::join(up, &hello, ctx.data.wait, "scale")?;
     input.set_spin(ctx.data.spin);
     log::info!("joined scale: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);

@@ -26,8 +26,9 @@
 //! skips are counted ([`Decoder::nonfinite`]) and never become a box.
 //!
 //! What a family expects of its input pixels (channel order, letterbox placement, pad,
-//! normalisation) is [`Head::preprocess`]: the ONNX backend applies the normalisation; the
-//! rest is for the scaler to honour (not negotiated yet: the scalers write BGR, top-left).
+//! normalisation) is [`Head::preprocess`]: the infer stage asks the scale stage for the
+//! order, placement and pad (`--channel-order` and `--letterbox` override them), and the
+//! ONNX backend applies the normalisation.
 
 pub mod npy;
 pub mod tensor;
@@ -45,6 +46,7 @@ pub use yolov5::{load_anchors, Anchors};
 use super::nms::nms_per_class;
 use super::Detection;
 use crate::core::config::Choice;
+use crate::core::frame::{Fourcc, Letterbox};
 
 /// The detection strides of every family here, in the order their levels appear.
 pub const STRIDES: [u32; 3] = [8, 16, 32];
@@ -153,14 +155,24 @@ pub enum ChannelOrder {
     Rgb,
 }
 
-/// Where the resized picture sits in the letterboxed model input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// At the top-left corner, padding right and below (YOLOX `preproc`).
-    TopLeft,
-    /// Centred, padding split on both sides (Ultralytics `LetterBox`, YOLOv5 `letterbox`).
-    Center,
+impl ChannelOrder {
+    /// The packed format a scaler writes for this order (`RGB24`, `BGR24`).
+    pub fn fourcc(self) -> Fourcc {
+        match self {
+            ChannelOrder::Bgr => Fourcc::BGR24,
+            ChannelOrder::Rgb => Fourcc::RGB24,
+        }
+    }
 }
+
+impl Choice for ChannelOrder {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (ChannelOrder::Rgb, "rgb", "red, green, blue (Ultralytics, YOLOv5)"),
+        (ChannelOrder::Bgr, "bgr", "blue, green, red (YOLOX, OpenCV's order)"),
+    ];
+}
+
+pub use crate::core::frame::Placement;
 
 /// How pixel bytes become the model's input values, where the backend does it (ONNX; an
 /// RKNN model has its normalisation built in).
@@ -182,8 +194,10 @@ impl Normalise {
     }
 }
 
-/// What a family's published pre-processing does to a frame before the model: read by the
-/// backend (normalisation) and, once negotiated, by the scaler (order, placement, pad).
+/// What a family's published pre-processing does to a frame before the model: the scaler
+/// gives the model its channel order, placement and pad (negotiated at set-up through the
+/// infer stage's hello), the backend applies the normalisation. `--channel-order` and
+/// `--letterbox` override the first two ([`Preprocess::with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preprocess {
     /// Channel order of the input image.
@@ -211,6 +225,34 @@ impl Preprocess {
         pad: 114,
         normalise: Normalise::Unit,
     };
+
+    /// This pre-processing with the channel order and placement the user chose instead
+    /// (`--channel-order`, `--letterbox`), where given.
+    pub fn with(self, channel_order: Option<ChannelOrder>, placement: Option<Placement>) -> Preprocess {
+        Preprocess {
+            channel_order: channel_order.unwrap_or(self.channel_order),
+            placement: placement.unwrap_or(self.placement),
+            ..self
+        }
+    }
+
+    /// What the scaler is asked for: placement and pad.
+    pub fn letterbox(&self) -> Letterbox {
+        Letterbox::new(self.placement, self.pad)
+    }
+
+    /// One line for logs: `RGB, centred letterbox, pad 114, /255`.
+    pub fn describe(&self) -> String {
+        let order = match self.channel_order {
+            ChannelOrder::Rgb => "RGB",
+            ChannelOrder::Bgr => "BGR",
+        };
+        let norm = match self.normalise {
+            Normalise::Raw => "raw 0..255",
+            Normalise::Unit => "/255",
+        };
+        format!("{order}, {} letterbox, pad {}, {norm}", self.placement.describe(), self.pad)
+    }
 }
 
 /// Candidate detections of one frame before NMS, and how many anchors were skipped for a

@@ -49,7 +49,7 @@ use super::heads::{self, Decoder, OutputInfo};
 use super::{Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
 use crate::core::pool::Frame;
 use crate::core::dmabuf::DmaBuf;
-use crate::core::frame::{Fourcc, FrameLayout};
+use crate::core::frame::FrameLayout;
 use crate::sys::rknn::{self as sys, Rknn, RknnTensorAttr};
 
 mod context;
@@ -186,7 +186,7 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
     rknn.query(ctx, sys::RKNN_QUERY_IN_OUT_NUM, &mut io).map_err(|e| q("RKNN_QUERY_IN_OUT_NUM", e))?;
     if io.n_input != 1 || io.n_output == 0 || io.n_output > MAX_OUTPUTS {
         bail!(
-            "RKNN model {} has {} inputs and {} outputs; zcpipe feeds one BGR image and decodes 1 to {MAX_OUTPUTS} outputs of a detection head: use a model such as models/yolox_nano_416_rk3588.rknn",
+            "RKNN model {} has {} inputs and {} outputs; zcpipe feeds one RGB or BGR image and decodes 1 to {MAX_OUTPUTS} outputs of a detection head: use a model such as models/yolox_nano_416_rk3588.rknn",
             path.display(),
             io.n_input,
             io.n_output
@@ -195,7 +195,7 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
     let mut a = RknnTensorAttr { index: 0, ..Default::default() };
     rknn.query(ctx, sys::RKNN_QUERY_NATIVE_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_INPUT_ATTR", e))?;
     if a.fmt == sys::RKNN_TENSOR_NC1HWC2 {
-        // Blocked channels cannot come from a packed BGR scaler: ask for the NHWC form.
+        // Blocked channels cannot come from a packed RGB or BGR scaler: ask for the NHWC form.
         a = RknnTensorAttr { index: 0, ..Default::default() };
         rknn.query(ctx, sys::RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR", e))?;
     }
@@ -210,7 +210,7 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
         ),
     };
     if c != 3 || h == 0 || w == 0 || h > 16384 || w > 16384 {
-        bail!("RKNN model {} input is {}; zcpipe feeds 3-channel BGR images up to 16384x16384", path.display(), a.describe());
+        bail!("RKNN model {} input is {}; zcpipe feeds 3-channel RGB or BGR images up to 16384x16384", path.display(), a.describe());
     }
     let w_stride = if a.w_stride == 0 { w } else { a.w_stride };
     if w_stride < w {
@@ -226,7 +226,6 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
     if (a.size_with_stride as u64) < need {
         a.size_with_stride = need as u32;
     }
-    let spec = InputSpec { width: w, height: h, fourcc: Fourcc::BGR24, layout: TensorLayout::Nhwc, name: a.name(), bytesperline: w_stride * 3 };
 
     let mut outputs = Vec::new();
     for i in 0..io.n_output {
@@ -238,6 +237,18 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
     let m = heads::Model { width: w, height: h, outputs: &outputs, anchors: opts.anchors.as_ref() };
     let head = heads::select(opts.head, &m).map_err(|e| anyhow::anyhow!("RKNN model {}: {e}", path.display()))?;
     log::info!("model {}: {}", path.display(), head.describe());
+    // The model's normalisation is inside it (rknn-toolkit2's mean/std); the scaler gives it
+    // the family's channel order and letterbox, or the ones the user chose.
+    let pre = opts.preprocess(&*head);
+    let spec = InputSpec {
+        width: w,
+        height: h,
+        fourcc: pre.channel_order.fourcc(),
+        letterbox: pre.letterbox(),
+        layout: TensorLayout::Nhwc,
+        name: a.name(),
+        bytesperline: w_stride * 3,
+    };
     let output_bytes = outputs.iter().map(|o| o.len() * o.dtype.size()).collect();
     Ok(Model { input_attr: a, output_bytes, decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou), spec, path: path.to_path_buf() })
 }
