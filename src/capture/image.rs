@@ -84,9 +84,9 @@ impl ImageSource {
         let max_frame_bytes = frames.iter().map(|f| f.layout.bytes_needed()).max().unwrap_or(0);
         let fps = fps.unwrap_or(DEFAULT_IMAGE_FPS);
         let description = if files.len() == 1 {
-            format!("image:{} {}x{} NV12 @{}fps", path.display(), max_width, max_height, fps)
+            format!("image:{} {}x{} NV12 @{}fps", path.display(), max_width, max_height, super::spec::fps_name(fps))
         } else {
-            format!("image:{} ({} images, up to {}x{}) NV12 @{}fps", path.display(), files.len(), max_width, max_height, fps)
+            format!("image:{} ({} images, up to {}x{}) NV12 @{}fps", path.display(), files.len(), max_width, max_height, super::spec::fps_name(fps))
         };
         Ok(ImageSource { info: SourceInfo { description, max_width, max_height, fps, max_frame_bytes }, frames, files, next: 0 })
     }

@@ -55,14 +55,15 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let info = source.info().clone();
     let fps = cfg.fps.unwrap_or(info.fps);
     super::spec::check_fps(fps)?;
-    if fps == FPS_MAX && ctx.data.ring_policy == RingPolicy::DropOldest {
+    if fps == FPS_MAX && ctx.data.ring_policy == RingPolicy::DropOldest && !ctx.data.copy_mode {
         log::warn!("--fps max with --ring-policy drop-oldest: capture outruns the pipeline and drops most frames; add --ring-policy block to push every frame through as fast as the stages take them");
     }
     let alloc = open_heap(ctx.data.heap)?;
     let pool = alloc.allocate_pool(cfg.buffers, info.max_frame_bytes)?;
     log::info!(
-        "{} at {fps:.2} fps; pool: {} x {} bytes from {}",
+        "{} at {} fps; pool: {} x {} bytes from {}",
         info.description,
+        if fps == FPS_MAX { "max (unpaced)".to_string() } else { format!("{fps:.2}") },
         pool.len(),
         pool[0].size(),
         alloc.describe()

@@ -71,6 +71,9 @@ impl CommonArgs {
         if !(0.0..=DAY).contains(&self.stats_interval) {
             anyhow::bail!("--stats-interval {}: use 0 (summary only) or a number of seconds up to 86400", self.stats_interval);
         }
+        if self.spin_us > 0 && self.wait == WaitMode::Spin {
+            anyhow::bail!("--spin-us {} is for --wait eventfd (a consumer that sleeps); --wait spin never sleeps: drop one of them", self.spin_us);
+        }
         if !(self.connect_timeout > 0.0 && self.connect_timeout <= DAY) {
             anyhow::bail!("--connect-timeout {}: use a positive number of seconds up to 86400", self.connect_timeout);
         }

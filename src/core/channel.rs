@@ -387,6 +387,9 @@ impl<T: Pod> Receiver<T> {
             }
             let now = Instant::now();
             if now >= deadline {
+                // Nothing came within the whole timeout: no spinning until items come fast
+                // again (a stalled upstream must not cost a spin per idle turn).
+                self.last_gap = Duration::MAX;
                 return Ok(Recv::Idle);
             }
             // An item found after this counts its gap from here (for the adaptive spin).

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dmabuf::{CpuAccess, Read as R};
 use super::frame::{FrameDesc, MAX_PLANES};
+use super::link::PeerGone;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"zcpipeCP");
 /// `payload` value of the end-of-stream header.
@@ -159,7 +160,7 @@ impl CopyReceiver {
         while got < hb.len() {
             match self.sock.read(&mut hb[got..]) {
                 Ok(0) if got == 0 => return Ok(CopyRecv::Hangup),
-                Ok(0) => bail!("data socket closed inside a frame header"),
+                Ok(0) => return Err(PeerGone::new("upstream hung up inside a frame header (data socket closed)").into()),
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => bail!("data socket: {e}"),
@@ -172,7 +173,12 @@ impl CopyReceiver {
             bail!("corrupt copy-mode header (magic {:#x}, payload {} > {})", hdr.magic, hdr.payload, self.max_payload);
         }
         self.scratch.resize(hdr.payload as usize, 0);
-        self.sock.read_exact(&mut self.scratch).context("data socket closed inside a frame")?;
+        if let Err(e) = self.sock.read_exact(&mut self.scratch) {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                return Err(PeerGone::new("upstream hung up inside a frame (data socket closed)").into());
+            }
+            return Err(anyhow::Error::new(e).context("reading a copy-mode frame from the data socket"));
+        }
         hdr.desc.layout.validate(&[hdr.payload]).map_err(|e| anyhow::anyhow!("copy-mode frame: {e}"))?;
         self.counters.socket_bytes += std::mem::size_of::<CopyHeader>() as u64 + hdr.payload;
         self.counters.frames += 1;

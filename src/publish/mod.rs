@@ -89,6 +89,10 @@ pub struct DetectionServer {
 /// one per frame. Broadcasting to a client that hung up fails at once (EPIPE) anyway.
 pub const SERVICE_EVERY: Duration = Duration::from_millis(50);
 
+/// The most [`DetectionServer::close_all`] spends telling clients the stream ended, over
+/// all of them (clients that do not read cannot hold the stage's exit up).
+pub const CLOSE_BUDGET: Duration = Duration::from_millis(500);
+
 impl DetectionServer {
     /// Binds `path` (SOCK_STREAM). A stale socket file is replaced; a live one is an error.
     pub fn bind(path: &Path) -> Result<DetectionServer> {
@@ -210,13 +214,18 @@ impl DetectionServer {
         self.stats.clients = self.clients.len();
     }
 
-    /// Tells every client the stream ended (one final line) and closes them.
+    /// Tells every client the stream ended (one final line) and closes them. A client
+    /// that does not read gets what fits in its socket buffer: the whole goodbye takes at
+    /// most [`CLOSE_BUDGET`], however many such clients there are.
     pub fn close_all(&mut self, reason: &str, frames: u64) {
         let end = SocketLine::End(EndJson { end: true, frames, reason: reason.to_string() });
         let line = end.to_line().unwrap_or_default();
+        let deadline = Instant::now() + CLOSE_BUDGET;
         for c in &mut self.clients {
+            // Blocking with the budget left (at least 1 ms: a zero timeout means none).
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             let _ = c.stream.set_nonblocking(false);
-            let _ = c.stream.set_write_timeout(Some(Duration::from_millis(200)));
+            let _ = c.stream.set_write_timeout(Some(left));
             if !c.pending.is_empty() {
                 let _ = c.stream.write_all(&c.pending);
             }

@@ -434,6 +434,16 @@ impl PoolProducer {
         self.sender.pace(timeout)
     }
 
+    /// Frees every buffer queued to or held by a consumer that is gone (its process is
+    /// dead, so nothing it mapped can be in use any more).
+    fn reclaim_from_dead_consumer(&mut self) {
+        for i in 0..self.state.len() as u32 {
+            if matches!(self.state[i as usize], BufState::Queued(_)) {
+                self.free_buffer(i);
+            }
+        }
+    }
+
     /// Ring counters.
     pub fn counters(&self) -> RingCounters {
         self.sender.counters()
@@ -461,7 +471,16 @@ impl PoolProducer {
     pub fn end(&mut self, clean: bool, timeout: Duration) -> ((usize, usize), Result<()>) {
         // No WriteLoan can be alive here (each borrows the pool), so every buffer being
         // written when the loop ended is already free again.
-        let drained = if clean { self.finish(timeout) } else { Ok((0, self.stats().outstanding)) };
+        let drained = if clean {
+            self.finish(timeout)
+        } else if self.sender.conn().peer_gone() {
+            // The consumer is dead: whatever it held or had queued is ours again.
+            let out = self.stats().outstanding;
+            self.reclaim_from_dead_consumer();
+            Ok((out - self.stats().outstanding, self.stats().outstanding))
+        } else {
+            Ok((0, self.stats().outstanding))
+        };
         match drained {
             Ok(counts) => (counts, Ok(())),
             Err(e) => ((0, self.stats().outstanding), Err(e)),
@@ -485,11 +504,7 @@ impl PoolProducer {
                 // The consumer is gone: nothing it held can be in use any more.
                 self.reclaim_returns()?;
                 let still = self.stats().outstanding;
-                for i in 0..self.state.len() as u32 {
-                    if matches!(self.state[i as usize], BufState::Queued(_)) {
-                        self.free_buffer(i);
-                    }
-                }
+                self.reclaim_from_dead_consumer();
                 return Ok((out_before - still, still));
             }
             if start.elapsed() > timeout {
