@@ -5,7 +5,8 @@
 //! crosses a process boundary once, with SCM_RIGHTS ([`core::fdpass`]); after that a frame is
 //! a small descriptor ([`core::frame`]) in a drop-oldest ring in a sealed memfd
 //! ([`core::ring`]) with an eventfd doorbell. [`stage`] is the skeleton every stage process shares; [`supervise`] starts the four
-//! stages; [`cli`] is the command-line front; [`doctor`] reports what a machine offers zcpipe.
+//! stages; [`cli`] is the command-line front; [`doctor`] reports what a machine offers zcpipe; [`plan`] is what
+//! `zcpipe run` will use on it.
 
 pub mod bench;
 pub mod capture;
@@ -14,6 +15,7 @@ pub mod core;
 pub mod doctor;
 pub mod infer;
 pub mod metrics;
+pub mod plan;
 pub mod publish;
 pub mod scale;
 pub mod stage;

@@ -139,7 +139,10 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
     for i in problem_lines {
         assert!(lines[i + 1].starts_with("fix: "), "line after {:?} is {:?}", lines[i], lines[i + 1]);
     }
-    let last = lines.last().unwrap();
+    // The report ends with the plan; the problem count is the line before its heading.
+    let plan_at = lines.iter().position(|l| *l == "== the plan `zcpipe run` would use (no flags given) ==").unwrap_or_else(|| panic!("no plan section:\n{t}"));
+    assert!(lines[plan_at + 1].starts_with("plan: ") && lines[plan_at + 1].contains(" -> "), "{t}");
+    let last = lines[..plan_at].iter().rev().find(|l| !l.is_empty()).unwrap();
     match n_problems {
         0 => assert_eq!(*last, "no problems found"),
         1 => assert_eq!(*last, "1 problem found (its fix is under it)"),

@@ -45,27 +45,34 @@ impl Run {
     }
 }
 
-/// A compatible file naming `soc` (as /proc/device-tree/compatible does).
-fn compatible(dir: &Path, soc: &str) -> PathBuf {
-    let p = dir.join(format!("compatible-{soc}"));
-    std::fs::write(&p, format!("vendor,board\0rockchip,{soc}\0")).unwrap();
-    p
+/// A fake system root (`$ZCPIPE_TEST_ROOT`) whose device tree names `soc` (as
+/// /proc/device-tree/compatible does) and has nothing else (no /dev nodes, no heaps).
+fn board_root(dir: &Path, soc: &str) -> PathBuf {
+    let root = dir.join(format!("root-{soc}"));
+    std::fs::create_dir_all(root.join("proc/device-tree")).unwrap();
+    std::fs::write(root.join("proc/device-tree/compatible"), format!("vendor,board\0rockchip,{soc}\0")).unwrap();
+    root
 }
 
 /// Runs `zcpipe run` in its own directory with the fake librknnrt and `env`; reads the
-/// summary and the fake's log. The board is an RK3588 unless `env` says otherwise.
+/// summary and the fake's log. The board is an RK3588 unless `env` says otherwise. An rknn
+/// run without `--npu-cores` gets `--npu-cores 0` (one context: `auto` would take all three
+/// cores of the RK3588, which the tests of `--npu-cores` ask for by name).
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let log = dir.join("rknn.log");
     let mut c = zcpipe_run(dir);
     c.env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
         .env("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"))
         .env("ZCPIPE_FAKE_RKNN_LOG", &log)
-        .env("ZCPIPE_DT_COMPATIBLE", compatible(dir, "rk3588"))
+        .env("ZCPIPE_TEST_ROOT", board_root(dir, "rk3588"))
         .env_remove("ZCPIPE_FAKE_RKNN_W_STRIDE")
         .env_remove("ZCPIPE_FAKE_RKNN_OUTPUT")
         .env_remove("ZCPIPE_FAKE_RKNN_CORES");
     for (k, v) in env {
         c.env(k, v);
+    }
+    if args.iter().any(|a| a.contains("rknn")) && !args.contains(&"--npu-cores") {
+        c.arg("--npu-cores=0");
     }
     let out = c.args(["--stats-interval", "0"]).args(args).output().unwrap();
     assert_no_orphans(dir);
@@ -439,9 +446,8 @@ fn one_error_line(r: &Run, needles: &[&str]) -> String {
 #[test]
 fn a_model_for_another_soc_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let rk3566 = dir.path().join("compatible");
-    std::fs::write(&rk3566, b"rockchip,rk3566\0").unwrap();
-    let env = [("ZCPIPE_DT_COMPATIBLE", rk3566.to_str().unwrap())];
+    let rk3566 = board_root(dir.path(), "rk3566");
+    let env = [("ZCPIPE_TEST_ROOT", rk3566.to_str().unwrap())];
     let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
     let r = run(dir.path(), &args, &env);
     one_error_line(&r, &["yolox_nano_416_rk3588.rknn is built for rk3588 but this board is rk3566", "use models/yolox_nano_416_rk3566_rk3568.rknn"]);
@@ -449,9 +455,9 @@ fn a_model_for_another_soc_is_refused() {
 
     // The RK3566/RK3568 model runs on an RK3568.
     let dir = tempfile::tempdir().unwrap();
-    let rk3568 = compatible(dir.path(), "rk3568");
+    let rk3568 = board_root(dir.path(), "rk3568");
     let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3566_rk3568.rknn", "--frames", "1"];
-    let r = run(dir.path(), &args, &[("ZCPIPE_DT_COMPATIBLE", rk3568.to_str().unwrap())]);
+    let r = run(dir.path(), &args, &[("ZCPIPE_TEST_ROOT", rk3568.to_str().unwrap())]);
     assert!(r.out.status.success(), "{}", r.stderr());
     assert!(r.stderr().contains("built for rk3566"), "{}", r.stderr());
     assert_eq!(r.named("rknn_run").len(), 1);

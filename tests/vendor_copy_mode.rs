@@ -16,8 +16,10 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
     let (rga, rknn) = (fake_librga(), fake_librknnrt());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let compat = d.join("compatible");
-    std::fs::write(&compat, "vendor,board\0rockchip,rk3588\0").unwrap();
+    // A fake system root whose device tree names an RK3588 (the model's platform).
+    let board = d.join("root");
+    std::fs::create_dir_all(board.join("proc/device-tree")).unwrap();
+    std::fs::write(board.join("proc/device-tree/compatible"), "vendor,board\0rockchip,rk3588\0").unwrap();
     let (rga_log, rknn_log) = (d.join("rga.log"), d.join("rknn.log"));
     let out = zcpipe_run(d)
         .env("ZCPIPE_LIBRGA", rga)
@@ -25,7 +27,7 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
         .env("ZCPIPE_LIBRKNNRT", rknn)
         .env("ZCPIPE_FAKE_RKNN_LOG", &rknn_log)
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"))
-        .env("ZCPIPE_DT_COMPATIBLE", &compat)
+        .env("ZCPIPE_TEST_ROOT", &board)
         .args(["--copy-mode", "--source", "image:tests/data/dog.jpg", "--frames", "4", "--ring-policy", "block", "--json", "--stats-interval", "0"])
         .args(["--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn"])
         .output()

@@ -815,6 +815,26 @@ fn bad_input_fails_with_one_clear_line() {
     assert!(lines.iter().any(|l| l.contains("4/4 buffers home")), "{lines:#?}");
 }
 
+/// `zcpipe run --dry-run` with no flags in the guest: the first vivid node is the camera,
+/// and vim2m (not mainline `rockchip-rga`) is not a scaler auto picks: the CPU scales.
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
+fn plan_picks_the_camera_and_the_cpu_scaler() {
+    let (sp, mp, m2m) = (dev("VIVID_SP"), dev("VIVID_MP"), dev("VIM2M"));
+    let mut c = zcpipe();
+    c.args(["run", "--dry-run"]);
+    let o = output_within(c, Duration::from_secs(120));
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string());
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = stdout.lines().next().unwrap_or_default();
+    let first = std::cmp::min_by_key(sp.clone(), mp.clone(), |p| p.display().to_string()[10..].parse::<u32>().unwrap_or(u32::MAX));
+    assert!(line.starts_with(&format!("plan: v4l2:{} (vivid) ", first.display())), "{stdout}");
+    assert!(line.contains("(mmap, EXPBUF) -> cpu -> "), "{stdout}");
+    let scaler = stdout.lines().find_map(|l| l.strip_prefix("  scaler: ")).unwrap_or_default();
+    assert!(scaler.contains(&format!("{} (vim2m)", m2m.display())) && scaler.contains("rockchip-rga"), "{stdout}");
+    println!("EVIDENCE plan in the guest: {line}");
+}
+
 /// The formats of `queue` (`capture` or `output`) of a `zcpipe doctor --json` node.
 fn doctor_formats<'a>(node: &'a Value, queue: &str) -> Vec<&'a Value> {
     node["queues"]

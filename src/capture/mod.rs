@@ -12,6 +12,7 @@
 //! The stage process is [`stage`]; its configuration is [`CaptureConfig`]. This folder
 //! never imports another stage or the command line.
 
+pub mod auto;
 pub mod image;
 pub mod stage;
 pub mod spec;

@@ -8,7 +8,7 @@
 //! Both paths run on the stage skeleton ([`crate::stage`]): one loop, one ending, one
 //! final report.
 
-use std::path::Path;
+use crate::sys::board;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -21,7 +21,6 @@ use crate::core::pool::{ring_capacity, HopSpec, PoolProducer};
 use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{drain_pool, Extras, StageCtx, Turn, IDLE_WAIT};
-use crate::sys::v4l2::node::first_capture_node;
 
 use super::spec::{open_source, SourceSpec, FPS_MAX};
 use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
@@ -32,18 +31,13 @@ use super::CaptureConfig;
 /// exit code.
 pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     // `auto`: the first V4L2 capture node if there is one, else the bundled clip.
-    let spec = match cfg.source.clone() {
-        SourceSpec::Auto => match first_capture_node() {
-            Some(n) => {
-                log::info!("source auto: V4L2 capture node {}", n.label());
-                SourceSpec::V4l2(Some(n.path))
-            }
-            None => {
-                log::info!("source auto: no V4L2 capture node; playing the bundled clip");
-                SourceSpec::Auto
-            }
-        },
-        s => s,
+    let spec = match cfg.source {
+        SourceSpec::Auto => {
+            let c = super::auto::choose(&cfg.source, None, None);
+            log::info!("source {}", c.reason);
+            c.spec
+        }
+        ref s => s.clone(),
     };
     if let SourceSpec::V4l2(device) = spec {
         if cfg.fps == Some(FPS_MAX) {
@@ -157,7 +151,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
 
 /// Opens the allocator `--heap` names (dma-buf heaps under `/dev/dma_heap`, `/dev/udmabuf`).
 fn open_heap(heap: HeapChoice) -> Result<Allocator> {
-    Allocator::open(heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))
+    Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"))
 }
 
 /// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`; if not,

@@ -13,6 +13,7 @@ use crate::core::config::{check_instance, run_dir, Choice, DataPath};
 use crate::core::dmabuf::HeapChoice;
 use crate::core::link::WaitMode;
 use crate::core::ring::RingPolicy;
+use crate::plan::{self, Plan};
 
 use super::capture::CaptureArgs;
 use super::infer::InferArgs;
@@ -125,6 +126,43 @@ impl PipelineArgs {
         self.scale.config()?;
         self.infer.config()?;
         Ok(data)
+    }
+}
+
+impl PipelineArgs {
+    /// The plan on this machine: each stage's `auto` resolved by the stage's own rule, and
+    /// the heap and capture I/O decided from them ([`crate::plan::make`]).
+    pub fn plan(&self, publish: PathBuf) -> Result<Plan> {
+        let cap = self.capture.config()?;
+        let scale = self.scale.config()?;
+        Ok(plan::make(plan::Inputs {
+            source: crate::capture::auto::choose(&cap.source, cap.format, cap.size),
+            fps: self.capture.fps.map(crate::capture::spec::fps_name),
+            capture_io: cap.capture_io,
+            scaler: crate::scale::auto::choose(&scale.scaler, scale.rga_core),
+            infer: self.infer.choice()?,
+            heap: self.common.heap,
+            publish,
+            copy_mode: self.common.copy_mode,
+        }))
+    }
+
+    /// These options with the plan's choices written in, so every stage is started with
+    /// what the plan printed (no stage decides `auto` again).
+    pub fn resolved(&self, plan: &Plan) -> PipelineArgs {
+        let r = &plan.resolved;
+        let mut p = self.clone();
+        p.capture.source = r.source.to_string();
+        p.capture.capture_io = r.capture_io;
+        p.scale.scaler = r.scaler.clone();
+        p.scale.rga_core = r.rga_core;
+        p.common.heap = r.heap;
+        p.infer.infer = r.infer.backend.name().to_string();
+        p.infer.model = Some(r.infer.model.clone());
+        if r.infer.backend == crate::infer::DetectorKind::Rknn && !r.infer.npu_cores.is_empty() {
+            p.infer.npu_cores = r.infer.npu_cores.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        }
+        p
     }
 }
 

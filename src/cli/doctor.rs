@@ -15,3 +15,15 @@ impl From<DoctorArgs> for DoctorOptions {
         DoctorOptions { json: a.json }
     }
 }
+
+/// The plan `zcpipe run` with no flags would use: the run command's own defaults, parsed
+/// from an empty command line, so doctor cannot drift from them.
+pub fn default_plan() -> anyhow::Result<crate::plan::Plan> {
+    #[derive(clap::Parser)]
+    struct DefaultRun {
+        #[command(flatten)]
+        run: super::run::RunArgs,
+    }
+    let d = <DefaultRun as clap::Parser>::try_parse_from(["zcpipe run"])?;
+    Ok(d.run.config()?.plan)
+}

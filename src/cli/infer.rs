@@ -11,6 +11,7 @@ use crate::core::config::Choice;
 use crate::core::frame::Placement;
 use crate::infer::heads::{ChannelOrder, HeadKind};
 use crate::infer::rknn::parse_npu_cores;
+use crate::infer::auto::{self, InferChoice};
 use crate::infer::{DetectorKind, InferConfig};
 
 use super::common::choice;
@@ -21,9 +22,10 @@ pub struct InferArgs {
     /// Detector backend: auto, onnx (tract on the CPU), none (no inference: measure transport).
     #[arg(long, default_value = "auto")]
     pub infer: String,
-    /// Model file.
-    #[arg(long, default_value = "models/yolox_nano.onnx")]
-    pub model: PathBuf,
+    /// Model file (.onnx or .rknn). Default: with --infer auto, the bundled .rknn for this SoC
+    /// when librknnrt loads (models/yolox_nano_416_<soc>.rknn), else models/yolox_nano.onnx.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
     /// Class labels, one per line, class 0 first. Default: the model's own names (Ultralytics
     /// ONNX exports carry them), else the 80 COCO names for an 80-class model.
     #[arg(long)]
@@ -50,10 +52,10 @@ pub struct InferArgs {
     /// Per-class NMS IoU threshold.
     #[arg(long, default_value_t = 0.45, allow_negative_numbers = true)]
     pub nms_iou: f32,
-    /// rknn: NPU cores to run on, one context each, frames round-robin (e.g. 0,1,2 on
-    /// RK3588). Default: one context, the runtime's choice.
-    #[arg(long, value_parser = check_npu_cores)]
-    pub npu_cores: Option<String>,
+    /// rknn: NPU cores to run on, one context each, frames round-robin (e.g. 0,1,2), or auto:
+    /// every core of the SoC (RK3588: 0,1,2; RK3576: 0,1; one-core SoCs: one context).
+    #[arg(long, value_parser = check_npu_cores, default_value = "auto")]
+    pub npu_cores: String,
 }
 
 /// `--head`: checked by the parser, kept as written (it is passed on as is).
@@ -63,6 +65,9 @@ fn check_head(s: &str) -> Result<String, String> {
 
 /// `--npu-cores`: checked by the parser, kept as written (it is passed on as is).
 fn check_npu_cores(s: &str) -> Result<String, String> {
+    if s == "auto" {
+        return Ok(s.into());
+    }
     parse_npu_cores(s).map(|_| s.to_string())
 }
 
@@ -74,14 +79,10 @@ impl InferArgs {
                 anyhow::bail!("{name} {v}: use a value in 0..=1");
             }
         }
-        let backend: DetectorKind = self.infer.parse()?;
-        let npu_cores = match &self.npu_cores {
-            Some(s) => parse_npu_cores(s).map_err(anyhow::Error::msg)?,
-            None => Vec::new(),
-        };
+        let choice = self.choice()?;
         Ok(InferConfig {
-            backend,
-            model: self.model.clone(),
+            backend: choice.backend,
+            model: choice.model,
             labels: self.labels.clone(),
             head: self.head.parse()?,
             anchors: self.anchors.clone(),
@@ -89,22 +90,33 @@ impl InferArgs {
             placement: self.letterbox,
             score_threshold: self.score_threshold,
             nms_iou: self.nms_iou,
-            npu_cores,
+            npu_cores: choice.npu_cores,
         })
+    }
+
+    /// `--infer`, `--model` and `--npu-cores` resolved on this board ([`auto::choose`]: the
+    /// backend and model `auto` means here, every NPU core of the SoC).
+    pub fn choice(&self) -> Result<InferChoice> {
+        let backend: DetectorKind = self.infer.parse()?;
+        let cores = match self.npu_cores.as_str() {
+            "auto" => None,
+            s => Some(parse_npu_cores(s).map_err(anyhow::Error::msg)?),
+        };
+        auto::choose(backend, self.model.as_deref(), cores.as_deref())
     }
 
     /// These options as `--key=value` flags (see [`super::capture::CaptureArgs::flags`]).
     pub fn flags(&self) -> Vec<String> {
         let mut v = vec![
             format!("--infer={}", self.infer),
-            format!("--model={}", self.model.display()),
             format!("--head={}", self.head),
             format!("--score-threshold={}", self.score_threshold),
             format!("--nms-iou={}", self.nms_iou),
         ];
+        v.extend(self.model.as_ref().map(|m| format!("--model={}", m.display())));
+        v.push(format!("--npu-cores={}", self.npu_cores));
         v.extend(self.labels.as_ref().map(|l| format!("--labels={}", l.display())));
         v.extend(self.anchors.as_ref().map(|a| format!("--anchors={}", a.display())));
-        v.extend(self.npu_cores.as_ref().map(|c| format!("--npu-cores={c}")));
         v.extend(self.channel_order.map(|o| format!("--channel-order={}", o.name())));
         v.extend(self.letterbox.map(|p| format!("--letterbox={}", p.name())));
         v

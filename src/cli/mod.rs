@@ -166,11 +166,11 @@ pub fn main() -> i32 {
     init_logging(&cli, &tag);
     signals::install_signal_handlers();
     let result = match cli.cmd {
-        Command::Run(a) => a.config().and_then(|c| crate::supervise::run::run(c, &STOP)),
+        Command::Run(a) => run::run(&a, &STOP),
         Command::Watch(a) => crate::publish::watch::watch(a.into(), &STOP).map(|_| 0),
         Command::Bench(a) => a.config().and_then(crate::bench::run),
         Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
-        Command::Doctor(a) => crate::doctor::run(a.into()),
+        Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),
         Command::Stage { stage } => stage.run(),
     };
     match result {

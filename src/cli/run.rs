@@ -11,6 +11,19 @@ use crate::supervise::run::RunConfig;
 use super::common::PipelineArgs;
 use super::publish::PublishArgs;
 
+/// `zcpipe run`: the plan (printed; with `--dry-run`, only printed), then the run.
+pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<i32> {
+    let cfg = a.config()?;
+    if a.dry_run {
+        print!("{}", cfg.plan.text());
+        return Ok(0);
+    }
+    for line in cfg.plan.text().lines() {
+        log::info!("{line}");
+    }
+    crate::supervise::run::run(cfg, stop)
+}
+
 /// `zcpipe run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -28,6 +41,10 @@ pub struct RunArgs {
     /// Also write the run summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Print the plan (what `auto` chose on this machine, and why) and exit 0 without
+    /// starting any stage.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 impl RunArgs {
@@ -36,10 +53,12 @@ impl RunArgs {
     /// line (`zcpipe stage <name> ...`) is written from the same options.
     pub fn config(&self) -> Result<RunConfig> {
         let data = self.pipeline.check()?;
-        let common = self.pipeline.common.flags(&data);
-        let p = &self.pipeline;
-        let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
         let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None };
+        let plan = self.pipeline.plan(publish.config(&data.instance).socket)?;
+        let resolved = self.pipeline.resolved(&plan);
+        let common = resolved.common.flags(&data);
+        let p = &resolved;
+        let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
         let stage_flags = Stage::ALL
             .into_iter()
             .map(|stage| {
@@ -57,6 +76,6 @@ impl RunArgs {
                 (stage, v)
             })
             .collect();
-        Ok(RunConfig { publish_socket: publish.config(&data.instance).socket, data, stage_flags, summary_json: self.summary_json.clone() })
+        Ok(RunConfig { publish_socket: publish.config(&data.instance).socket, data, stage_flags, summary_json: self.summary_json.clone(), plan })
     }
 }

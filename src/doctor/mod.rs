@@ -35,6 +35,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::sys::board;
+
 mod access;
 mod heaps;
 mod nodes;
@@ -56,7 +58,8 @@ pub struct DoctorOptions {
     pub json: bool,
 }
 
-/// The files doctor reads besides `/dev/video*` (which [`video_nodes`](crate::sys::v4l2::node::video_nodes) lists); the unit
+/// The files doctor reads besides `/dev/video*` (which [`video_nodes`](crate::sys::v4l2::node::video_nodes) lists): by
+/// default under the system root ([`board::path`]: `/`, or a test's fake root); the unit
 /// tests point them at a temporary directory.
 #[derive(Clone, Debug)]
 pub struct Paths {
@@ -81,12 +84,12 @@ pub struct Paths {
 impl Default for Paths {
     fn default() -> Paths {
         Paths {
-            heap_dir: "/dev/dma_heap".into(),
-            udmabuf: "/dev/udmabuf".into(),
-            udmabuf_params: "/sys/module/udmabuf/parameters".into(),
-            compatible: "/proc/device-tree/compatible".into(),
-            model: "/proc/device-tree/model".into(),
-            npu_version: vec!["/sys/kernel/debug/rknpu/version".into(), "/proc/debug/rknpu/version".into()],
+            heap_dir: board::path("/dev/dma_heap"),
+            udmabuf: board::path("/dev/udmabuf"),
+            udmabuf_params: board::path("/sys/module/udmabuf/parameters"),
+            compatible: board::path(board::COMPATIBLE),
+            model: board::path("/proc/device-tree/model"),
+            npu_version: vec![board::path("/sys/kernel/debug/rknpu/version"), board::path("/proc/debug/rknpu/version")],
             // $ZCPIPE_LIBRGA / $ZCPIPE_LIBRKNNRT first, then the names the backends try.
             libraries: vec![
                 env_first(crate::sys::rga::LIBRGA_ENV, &crate::sys::rga::LIBRGA_NAMES),
@@ -137,14 +140,22 @@ pub fn gather(paths: &Paths) -> Report {
         soc,
         npu_driver,
         problems,
+        plan: None,
+        plan_error: None,
     }
 }
 
-/// Runs `zcpipe doctor`: prints the report (text, or JSON with `--json`) on stdout.
+/// Runs `zcpipe doctor`: prints the report (text, or JSON with `--json`) on stdout, ending
+/// with `plan`: the plan `zcpipe run` with no flags would use (made by the caller, which
+/// owns the command line's defaults), or why there is none.
 /// Returns exit code 0 whatever it finds; only failing to write stdout is an error (a
 /// closed pipe, as in `zcpipe doctor | head`, is not).
-pub fn run(opts: DoctorOptions) -> Result<i32> {
-    let r = gather(&Paths::default());
+pub fn run(opts: DoctorOptions, plan: impl FnOnce() -> Result<crate::plan::Plan>) -> Result<i32> {
+    let mut r = gather(&Paths::default());
+    match quietly(plan) {
+        Ok(p) => r.plan = Some(p),
+        Err(e) => r.plan_error = Some(format!("{e:#}")),
+    }
     let s = if opts.json { serde_json::to_string_pretty(&r)? + "\n" } else { text(&r) };
     match io::stdout().lock().write_all(s.as_bytes()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),

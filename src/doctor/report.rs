@@ -34,6 +34,11 @@ pub struct Report {
     pub npu_driver: NpuReport,
     /// Every problem found, each with its fix, in section order.
     pub problems: Vec<Problem>,
+    /// The plan `zcpipe run` with no flags would use here ([`crate::plan`]); `None` when
+    /// it could not be made (`plan_error` says why) or was not asked for.
+    pub plan: Option<crate::plan::Plan>,
+    /// Why there is no plan.
+    pub plan_error: Option<String>,
 }
 
 /// One problem and how to fix it.

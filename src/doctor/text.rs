@@ -242,5 +242,11 @@ pub fn text(r: &Report) -> String {
         1 => "\n1 problem found (its fix is under it)\n".to_string(),
         n => format!("\n{n} problems found (each fix is under its problem)\n"),
     });
+    out.push_str("\n== the plan `zcpipe run` would use (no flags given) ==\n");
+    match (&r.plan, &r.plan_error) {
+        (Some(p), _) => out.push_str(&p.text()),
+        (None, Some(e)) => out.push_str(&format!("no plan: {e}\n")),
+        (None, None) => out.push_str("not made\n"),
+    }
     out
 }

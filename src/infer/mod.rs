@@ -30,6 +30,7 @@
 //!
 //! [`LetterboxParams::unmap_box`]: crate::core::frame::LetterboxParams::unmap_box
 
+pub mod auto;
 pub mod heads;
 pub mod labels;
 pub mod nms;
@@ -303,7 +304,9 @@ pub struct InferConfig {
 /// its arm in [`open_detector`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DetectorKind {
-    /// `rknn` when the model is a `.rknn` and librknnrt loads; `onnx` for a `.onnx` model.
+    /// The best this board has ([`auto::choose`]): `rknn` for a `.rknn` model, `onnx` for an
+    /// `.onnx`; with no model given, rknn with the bundled model for this SoC when librknnrt
+    /// loads, else YOLOX-Nano on the CPU.
     Auto,
     /// tract on the CPU (cargo feature `onnx`).
     Onnx,
@@ -315,7 +318,7 @@ pub enum DetectorKind {
 
 impl Choice for DetectorKind {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
-        (DetectorKind::Auto, "auto", "rknn for a .rknn model, onnx for a .onnx model"),
+        (DetectorKind::Auto, "auto", "rknn for a .rknn model, onnx for an .onnx; no model given: rknn with the bundled model for this SoC when librknnrt loads, else onnx"),
         (DetectorKind::Onnx, "onnx", "tract on the CPU"),
         (DetectorKind::Rknn, "rknn", "the Rockchip NPU through librknnrt"),
         (DetectorKind::None, "none", "no inference: measure transport"),

@@ -16,6 +16,7 @@
 //! naming what it cannot do. This folder never imports another stage; its configuration is
 //! [`ScaleConfig`].
 
+pub mod auto;
 pub mod cpu;
 pub mod rga;
 pub mod stage;
@@ -43,7 +44,7 @@ pub struct ScaleConfig {
 /// Scaler backends (`--scaler`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScalerKind {
-    /// `auto`: the best present (cpu on hosts).
+    /// `auto`: the best present ([`auto::choose`]: RGA, mainline rockchip-rga, CPU).
     Auto,
     /// `cpu`: NV12/NV16/YUYV/RGB/BGR -> RGB or BGR letterbox on the CPU (fast_image_resize + yuv).
     Cpu,

@@ -2,7 +2,7 @@
 //! stage (size, channel order as the fourcc, letterbox placement and pad), preallocate the
 //! output pool, then letterbox every frame into it.
 
-use std::path::Path;
+use crate::sys::board;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -15,6 +15,7 @@ use crate::core::pool::{ring_capacity, HopSpec, PoolConsumer, PoolProducer};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
 use crate::stage::{drain_pool, incoming, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
+use super::auto;
 use super::cpu::CpuScaler;
 use super::rga::{RgaCore, RgaScaler};
 use super::v4l2m2m::V4l2M2mScaler;
@@ -27,10 +28,14 @@ pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fo
 /// node fails before any set-up. In copy mode RGA is fed CPU memory (virtual addresses),
 /// as a plain pipeline does.
 fn open_scaler(cfg: &ScaleConfig, copy_mode: bool) -> Result<Box<dyn Scaler>> {
-    Ok(match &cfg.scaler {
+    let choice = auto::choose(&cfg.scaler, cfg.rga_core);
+    if cfg.scaler == ScalerKind::Auto || cfg.rga_core == RgaCore::Auto && choice.kind == ScalerKind::Rga {
+        log::info!("scaler {}: {}", choice.kind, choice.reason);
+    }
+    Ok(match &choice.kind {
         ScalerKind::V4l2M2m(path) => Box::new(V4l2M2mScaler::open(path)?),
         ScalerKind::Rga => {
-            let mut rga = RgaScaler::open(None, cfg.rga_core)?;
+            let mut rga = RgaScaler::open(None, choice.rga_core)?;
             if copy_mode {
                 rga.use_virtual_addresses();
             }
@@ -66,7 +71,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let bpl = if want.bytesperline != 0 { want.bytesperline } else { align_up(want.width * 3, want.stride_align.max(1).next_power_of_two()) };
     let dst = FrameLayout::packed24(dst_fourcc, want.width, want.height, bpl);
     let heap = scaler.output_heap(ctx.data.heap);
-    let alloc = Allocator::open(heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
+    let alloc = Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"))?;
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
     // Host sources change size per frame (no fixed layout): buffers are imported at first use.

@@ -52,6 +52,8 @@ pub struct RunConfig {
     pub publish_socket: std::path::PathBuf,
     /// `--summary-json`: where to write the run summary as JSON too.
     pub summary_json: Option<std::path::PathBuf>,
+    /// What the run uses and why (printed before the stages start).
+    pub plan: crate::plan::Plan,
 }
 
 fn probe(p: &std::path::Path) -> Option<()> {

@@ -9,6 +9,7 @@
 //! `SAFETY` line where the buffers live (and `zcpipe doctor` opens the libraries itself to
 //! report whether they load). Nothing here makes a policy decision or knows a stage.
 
+pub mod board;
 pub mod dmabuf;
 pub mod rga;
 pub mod rknn;

@@ -5,7 +5,7 @@
 //! SDK api/driver versions (`RKNN_QUERY_SDK_VERSION`) and the model's target platform (the
 //! `"target_platform"` list in the JSON the toolkit appends to a `.rknn` file) are logged; a
 //! model built for another SoC than `/proc/device-tree/compatible` names is refused
-//! (`$ZCPIPE_DT_COMPATIBLE` points the check at another file; no file, as on hosts, skips it).
+//! (read under the system root, [`crate::sys::board::path`]; no file, as on hosts, skips it).
 //! The input is queried with `RKNN_QUERY_NATIVE_INPUT_ATTR` and bound as uint8 NHWC,
 //! `pass_through = 0` (the runtime applies the model's zero point -128 / scale 1.0), so the
 //! scaler must write rows of exactly `w_stride * 3` bytes: [`InputSpec::bytesperline`].
@@ -61,7 +61,7 @@ mod tests;
 use context::{Ctx, RknnLane};
 pub use cores::parse_npu_cores;
 use model::{map_model, Model};
-pub use model::{compatible_socs, model_target_platforms, output_info, platform_runs_on, DT_COMPATIBLE_ENV};
+pub use model::{compatible_socs, model_target_platforms, output_info, platform_runs_on, shipped_model_for};
 
 /// The most outputs a model may have (a head has at most 9).
 const MAX_OUTPUTS: u32 = 16;

@@ -13,10 +13,7 @@ use crate::infer::heads::{Decoder, Dtype, OutputInfo, Quant};
 use crate::infer::InputSpec;
 use crate::sys::rknn::{self as sys, RknnTensorAttr};
 
-/// Environment variable naming the device-tree `compatible` file to check the model's
-/// target platform against (default `/proc/device-tree/compatible`).
-pub const DT_COMPATIBLE_ENV: &str = "ZCPIPE_DT_COMPATIBLE";
-const DT_COMPATIBLE: &str = "/proc/device-tree/compatible";
+pub use crate::sys::board::compatible_socs;
 
 /// Describes one output from its `rknn_tensor_attr` (`RKNN_QUERY_OUTPUT_ATTR`) for the heads:
 /// name, shape (a 4-D `fmt = NHWC` output keeps its logical `[1, C, H, W]` and is marked
@@ -61,19 +58,6 @@ pub fn model_target_platforms(model: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The Rockchip SoCs a device-tree `compatible` property names (`rockchip,rk3588` ->
-/// `rk3588`): NUL-separated strings, vendor `rockchip`, model starting `rk` or `rv` with no
-/// board suffix.
-pub fn compatible_socs(compatible: &[u8]) -> Vec<String> {
-    compatible
-        .split(|&b| b == 0)
-        .filter_map(|s| std::str::from_utf8(s).ok())
-        .filter_map(|s| s.strip_prefix("rockchip,"))
-        .filter(|m| (m.starts_with("rk") || m.starts_with("rv")) && m[2..].chars().all(|c| c.is_ascii_alphanumeric()))
-        .map(|m| m.to_ascii_lowercase())
-        .collect()
-}
-
 /// Whether a model built for `platform` runs on `soc`: the same name, or the same NPU
 /// (RK3566/RK3568; RK3588/RK3588S; RV1103/RV1106).
 pub fn platform_runs_on(platform: &str, soc: &str) -> bool {
@@ -81,8 +65,9 @@ pub fn platform_runs_on(platform: &str, soc: &str) -> bool {
     platform == soc || SAME_NPU.iter().any(|g| g.contains(&platform) && g.contains(&soc))
 }
 
-/// The shipped model for a SoC, for error messages.
-fn shipped_model_for(soc: &str) -> Option<&'static str> {
+/// The shipped model for a SoC (relative to the data directory, `models/...`): what
+/// `--infer auto` runs there, and what errors suggest.
+pub fn shipped_model_for(soc: &str) -> Option<&'static str> {
     match soc {
         "rk3588" | "rk3588s" => Some("models/yolox_nano_416_rk3588.rknn"),
         "rk3566" | "rk3568" => Some("models/yolox_nano_416_rk3566_rk3568.rknn"),
@@ -94,7 +79,7 @@ fn shipped_model_for(soc: &str) -> Option<&'static str> {
 /// Refuses a model whose target platforms do not include this board's SoC. No compatible
 /// file (hosts, containers without /proc/device-tree) skips the check.
 fn check_platform(model: &Path, platforms: &[String]) -> Result<()> {
-    let path = std::env::var_os(DT_COMPATIBLE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DT_COMPATIBLE));
+    let path = crate::sys::board::path(crate::sys::board::COMPATIBLE);
     let compatible = match std::fs::read(&path) {
         Ok(c) => c,
         Err(e) => {

@@ -6,9 +6,13 @@ use crate::sys::rga as sys;
 /// Pinning one core avoids the 2-4 px jitter of jobs hopping between cores (PITFALLS 15).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RgaCore {
-    /// The driver's scheduler picks a core per job.
+    /// RGA3 core 0 on SoCs with RGA3 cores (RK3588), else the driver's pick ([`RgaCore::resolve`]).
+    /// Unresolved (as [`RgaScaler::open`](super::RgaScaler::open) gets it from library users),
+    /// it is the driver's pick.
     #[default]
     Auto,
+    /// The driver's scheduler picks a core per job.
+    Any,
     /// RK3588's first RGA3 core (`IM_SCHEDULER_RGA3_CORE0`): reaches all memory.
     Rga3Core0,
     /// RK3588's second RGA3 core (`IM_SCHEDULER_RGA3_CORE1`).
@@ -21,7 +25,8 @@ pub enum RgaCore {
 
 impl crate::core::config::Choice for RgaCore {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
-        (RgaCore::Auto, "auto", "The driver's scheduler picks a core per job"),
+        (RgaCore::Auto, "auto", "RGA3 core 0 where the SoC has RGA3 cores (RK3588), else the driver's pick"),
+        (RgaCore::Any, "any", "The driver's scheduler picks a core per job (jobs may hop between cores)"),
         (RgaCore::Rga3Core0, "rga3-core0", "RK3588's first RGA3 core (`IM_SCHEDULER_RGA3_CORE0`): reaches all memory"),
         (RgaCore::Rga3Core1, "rga3-core1", "RK3588's second RGA3 core (`IM_SCHEDULER_RGA3_CORE1`)"),
         (RgaCore::Rga2Core0, "rga2-core0", "The RGA2 core (`IM_SCHEDULER_RGA2_CORE0`; RK3588, RK3568, RK3566): first 4 GiB only"),
@@ -30,10 +35,32 @@ impl crate::core::config::Choice for RgaCore {
 }
 
 impl RgaCore {
+    /// Whether this pins an RGA3 core (which reaches all memory).
+    pub fn is_rga3(self) -> bool {
+        matches!(self, RgaCore::Rga3Core0 | RgaCore::Rga3Core1)
+    }
+
+    /// What `auto` means on the SoC `soc` (as [`crate::sys::board::socs`] names it), with the
+    /// reason: RGA3 core 0 where the SoC has RGA3 cores (one pinned core: jobs hopping between
+    /// cores jitter by 2-4 px, PITFALLS 15; and RGA3 reaches all memory), else the driver's
+    /// pick. Any other value is kept.
+    pub fn resolve(self, soc: Option<&str>) -> (RgaCore, String) {
+        if self != RgaCore::Auto {
+            return (self, format!("--rga-core {}", crate::core::config::Choice::name(self)));
+        }
+        match soc {
+            Some(s) if crate::sys::board::soc_info(s).is_some_and(|i| i.rga3) => {
+                (RgaCore::Rga3Core0, format!("{s} has RGA3 cores: one pinned (jobs hopping between cores jitter by 2-4 px; RGA3 reaches all memory)"))
+            }
+            Some(s) => (RgaCore::Any, format!("{s} has no RGA3 core: the driver's pick")),
+            None => (RgaCore::Any, "SoC unknown (no Rockchip device tree): the driver's pick".into()),
+        }
+    }
+
     /// The `IM_SCHEDULER_CORE` mask for `imconfig` (`im2d_type.h`), `None` for `Auto`.
     pub fn mask(self) -> Option<u64> {
         match self {
-            RgaCore::Auto => None,
+            RgaCore::Auto | RgaCore::Any => None,
             RgaCore::Rga3Core0 => Some(sys::IM_SCHEDULER_RGA3_CORE0),
             RgaCore::Rga3Core1 => Some(sys::IM_SCHEDULER_RGA3_CORE1),
             RgaCore::Rga2Core0 => Some(sys::IM_SCHEDULER_RGA2_CORE0),

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::core::dmabuf::{heap_names, list_heaps, HeapChoice};
+use crate::sys::board::{self, RamAbove4g};
 
 /// The heap an RGA-facing pool should come from, and why (for the log).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,43 +19,46 @@ pub struct RgaHeap {
 /// guarantees and a CMA area on Rockchip boards sits within.
 pub const RGA_HEAP_PREFERENCE: [HeapChoice; 2] = [HeapChoice::Dma32, HeapChoice::Cma];
 
-/// `MemTotal` from `/proc/meminfo`, bytes.
-fn mem_total_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 /// Chooses the heap for a pool RGA reads or writes (the scale stage's output pool; capture's
-/// pool with `--capture-io dmabuf`), given `--heap` and the heap directory (normally
-/// `/dev/dma_heap`). `--heap auto` takes the first present of [`RGA_HEAP_PREFERENCE`], else
-/// stays `Auto` (the usual order) with a warning in `reason` when the board has more than
-/// 4 GiB of RAM; an explicit `--heap` is kept, with the same warning for heaps that may sit
-/// above 4 GiB and a note that memfds cannot be imported at all.
-pub fn rga_heap(requested: HeapChoice, heap_dir: &Path) -> RgaHeap {
-    let ram = mem_total_bytes();
-    rga_heap_with_ram(requested, heap_dir, ram)
+/// pool with `--capture-io dmabuf`), given `--heap`, the heap directory (normally
+/// `/dev/dma_heap` under the system root) and whether jobs are pinned to an RGA3 core.
+/// RAM above 4 GiB is read from `/proc/iomem` ([`board::ram_above_4g`]).
+pub fn rga_heap(requested: HeapChoice, heap_dir: &Path, rga3_pinned: bool) -> RgaHeap {
+    rga_heap_with_ram(requested, heap_dir, board::ram_above_4g(), rga3_pinned)
 }
 
-pub(super) fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<u64>) -> RgaHeap {
-    const GIB: u64 = 1 << 30;
-    let high = ram.filter(|&r| r > 4 * GIB).map(|r| {
+/// [`rga_heap`] with the RAM fact given. `--heap auto`: an RGA3 core reaches all memory, and
+/// a board whose RAM all sits below 4 GiB needs nothing special, so both keep the usual
+/// order (`Auto`); otherwise (RGA2 may do the work and RAM lies above 4 GiB, or the RAM map
+/// is unknown) the first present of [`RGA_HEAP_PREFERENCE`], else `Auto` with a warning in
+/// `reason`. An explicit `--heap` is kept, with the same warning for heaps that may sit above
+/// 4 GiB and a note that memfds cannot be imported at all.
+pub fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<RamAbove4g>, rga3_pinned: bool) -> RgaHeap {
+    let needs_low = !rga3_pinned && ram.as_ref().is_none_or(|r| r.above);
+    let high = ram.as_ref().filter(|r| r.above && !rga3_pinned).map(|r| {
         format!(
-            "; this board has {:.1} GiB of RAM, so RGA2 jobs may fail with \"RGA_MMU unsupported memory larger than 4G\": \
+            "; RAM lies above 4 GiB ({}), so RGA2 jobs may fail with \"RGA_MMU unsupported memory larger than 4G\": \
              enable a dma32 or CMA heap (CONFIG_DMABUF_HEAPS_CMA) or pin an RGA3 core (--rga-core rga3-core0)",
-            r as f64 / GIB as f64
+            r.evidence
         )
     });
     let present = |c: HeapChoice| heap_names(c).iter().map(|n| heap_dir.join(n)).find(|p| p.exists());
     match requested {
+        HeapChoice::Auto if rga3_pinned => {
+            RgaHeap { choice: HeapChoice::Auto, reason: "an RGA3 core reaches all memory: the usual --heap auto order".into() }
+        }
+        HeapChoice::Auto if !needs_low => RgaHeap {
+            choice: HeapChoice::Auto,
+            reason: format!("all RAM is below 4 GiB ({}): the usual --heap auto order", ram.map(|r| r.evidence).unwrap_or_default()),
+        },
         HeapChoice::Auto => {
+            let why = match &ram {
+                Some(r) => format!("RGA2 reaches only the first 4 GiB and RAM lies above ({})", r.evidence),
+                None => "RGA2 reaches only the first 4 GiB (PITFALLS 1) and the RAM map is unknown".into(),
+            };
             for c in RGA_HEAP_PREFERENCE {
                 if let Some(p) = present(c) {
-                    return RgaHeap {
-                        choice: c,
-                        reason: format!("RGA-facing pool from {}: RGA2 reaches only the first 4 GiB (PITFALLS 1)", p.display()),
-                    };
+                    return RgaHeap { choice: c, reason: format!("{} for RGA-facing pools: {why}", p.display()) };
                 }
             }
             let found = list_heaps(heap_dir);

@@ -52,7 +52,7 @@ mod image;
 mod tests;
 
 pub use self::core::RgaCore;
-pub use heap::{rga_heap, RgaHeap, RGA_HEAP_PREFERENCE};
+pub use heap::{rga_heap, rga_heap_with_ram, RgaHeap, RGA_HEAP_PREFERENCE};
 use diagnose::diagnose;
 use image::{dest_image, job_rects, source_image, whole_buffer_image, Image};
 
@@ -555,7 +555,7 @@ impl Scaler for RgaScaler {
 
     /// RGA2 reaches only the first 4 GiB: a dma32 or CMA heap for what it writes.
     fn output_heap(&self, requested: HeapChoice) -> HeapChoice {
-        let h = rga_heap(requested, Path::new("/dev/dma_heap"));
+        let h = rga_heap(requested, &crate::sys::board::path("/dev/dma_heap"), self.core.is_rga3());
         log::info!("rga: output pool heap: {}", h.reason);
         h.choice
     }

@@ -1,4 +1,5 @@
 use super::heap::rga_heap_with_ram;
+use crate::sys::board::RamAbove4g;
 use super::image::stride_align;
 use super::*;
 use crate::core::dmabuf::HeapChoice;
@@ -64,25 +65,35 @@ fn version_line_reads_querystring() {
     assert_eq!(version_line("get info failed"), None);
 }
 
+fn ram(above: bool) -> Option<RamAbove4g> {
+    Some(RamAbove4g { above, evidence: if above { "System RAM ends at 0x200000000 (/proc/iomem)".into() } else { "System RAM ends at 0xf0000000 (/proc/iomem)".into() } })
+}
+
 #[test]
 fn heap_prefers_dma32_then_cma_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), Some(8 << 30));
+    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), ram(true), false);
     assert_eq!(r.choice, HeapChoice::Auto);
-    assert!(r.reason.contains("heaps found: none") && r.reason.contains("8.0 GiB"), "{}", r.reason);
-    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), Some(2 << 30));
-    assert!(!r.reason.contains("GiB of RAM"), "{}", r.reason);
+    assert!(r.reason.contains("heaps found: none") && r.reason.contains("0x200000000"), "{}", r.reason);
+    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), ram(false), false);
+    assert!(r.reason.contains("all RAM is below 4 GiB"), "{}", r.reason);
     std::fs::write(dir.path().join("system"), b"").unwrap();
     std::fs::write(dir.path().join("linux,cma"), b"").unwrap();
-    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), Some(8 << 30));
+    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), ram(true), false);
     assert_eq!(r.choice, HeapChoice::Cma);
     assert!(r.reason.contains("linux,cma") && r.reason.contains("4 GiB"), "{}", r.reason);
+    // Below 4 GiB, or on an RGA3 core, nothing special is needed.
+    assert_eq!(rga_heap_with_ram(HeapChoice::Auto, dir.path(), ram(false), false).choice, HeapChoice::Auto);
+    let r = rga_heap_with_ram(HeapChoice::Auto, dir.path(), ram(true), true);
+    assert_eq!(r.choice, HeapChoice::Auto);
+    assert!(r.reason.contains("RGA3"), "{}", r.reason);
     std::fs::write(dir.path().join("system-dma32"), b"").unwrap();
-    assert_eq!(rga_heap_with_ram(HeapChoice::Auto, dir.path(), None).choice, HeapChoice::Dma32);
-    let r = rga_heap_with_ram(HeapChoice::System, dir.path(), Some(16 << 30));
+    // An unknown RAM map takes the safe heap.
+    assert_eq!(rga_heap_with_ram(HeapChoice::Auto, dir.path(), None, false).choice, HeapChoice::Dma32);
+    let r = rga_heap_with_ram(HeapChoice::System, dir.path(), ram(true), false);
     assert_eq!(r.choice, HeapChoice::System);
     assert!(r.reason.contains("--heap system") && r.reason.contains("RGA_MMU"), "{}", r.reason);
-    assert!(rga_heap_with_ram(HeapChoice::Memfd, dir.path(), None).reason.contains("cannot import"));
+    assert!(rga_heap_with_ram(HeapChoice::Memfd, dir.path(), None, false).reason.contains("cannot import"));
 }
 
 #[test]

@@ -91,9 +91,10 @@ pub fn probe_node(path: &Path) -> io::Result<NodeInfo> {
     query_node(f.as_fd(), path)
 }
 
-/// `/dev/video*` nodes in numeric order (none if `/dev` cannot be read).
+/// `/dev/video*` nodes (under the system root, [`crate::sys::board::path`]) in numeric order
+/// (none if `/dev` cannot be read).
 pub fn video_nodes() -> Vec<PathBuf> {
-    let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir("/dev")
+    let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(crate::sys::board::path("/dev"))
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter_map(|e| {

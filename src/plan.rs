@@ -1,0 +1,199 @@
+//! The plan: what `zcpipe run` will use on this machine, decided before the first frame and
+//! printed as one line, each choice with its reason.
+//!
+//! ```text
+//! plan: v4l2:/dev/video11 (rkisp_v6) NV12 1920x1080@30 (mmap, EXPBUF) -> rga (rga3-core0) -> rknn models/yolox_nano_416_rk3588.rknn on NPU cores 0,1,2 -> /run/zcpipe/detections.sock; heap system
+//! ```
+//!
+//! Each stage folder owns its own `auto` ([`crate::capture::auto`], [`crate::scale::auto`],
+//! [`crate::infer::auto`]), so a stage started alone decides the same way; this module puts
+//! their answers together and adds the choices that need more than one stage: the heap (a
+//! heap RGA2 can reach, dma32 or CMA, when RGA2 does the work and RAM lies above 4 GiB:
+//! [`crate::scale::rga::rga_heap`]) and the capture I/O (`dmabuf`, so the camera writes into
+//! that heap, when the camera imports dma-bufs). The resolved values ([`Resolved`]) are what
+//! the supervisor passes to every stage, so the plan printed is the plan run.
+//!
+//! The plan has room for what later work adds: several sources (each with its own
+//! decoder), several outputs (MQTT, a web view, a display). `zcpipe run --dry-run` prints it
+//! and exits; `zcpipe doctor` ends with it.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::capture::auto::SourceChoice;
+use crate::capture::spec::{SourceSpec, BUNDLED_CLIP};
+use crate::capture::v4l2::CaptureIo;
+use crate::core::config::Choice;
+use crate::core::dmabuf::{Allocator, HeapChoice};
+use crate::infer::auto::InferChoice;
+use crate::infer::DetectorKind;
+use crate::scale::auto::ScalerChoice;
+use crate::scale::rga::rga_heap;
+use crate::scale::ScalerKind;
+use crate::sys::board;
+
+/// One choice: what, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// What is used (`rga (rga3-core0)`).
+    pub what: String,
+    /// Why (`auto: /usr/lib/librga.so loads and /dev/rga opens; ...`).
+    pub why: String,
+}
+
+/// The values the plan settled on, passed to the stages as flags.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// `--source` (`auto` with no camera stays `auto`: the bundled clip).
+    pub source: SourceSpec,
+    /// `--capture-io` (`None`: not a camera, or left to capture's default).
+    pub capture_io: Option<CaptureIo>,
+    /// `--scaler` (never `auto`).
+    pub scaler: ScalerKind,
+    /// `--rga-core`.
+    pub rga_core: crate::scale::rga::RgaCore,
+    /// `--heap`.
+    pub heap: HeapChoice,
+    /// The infer stage's backend, model and NPU cores.
+    pub infer: InferChoice,
+}
+
+/// The plan of one run. Serialised in `zcpipe doctor --json` and the dry run's `--json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    /// One per source (one today; several cameras later).
+    pub sources: Vec<Step>,
+    /// The scaler.
+    pub scaler: Step,
+    /// The detector.
+    pub infer: Step,
+    /// Where results go (the detections socket today; MQTT, a web view, a display later).
+    pub outputs: Vec<Step>,
+    /// Where buffers come from.
+    pub heap: Step,
+    /// `--copy-mode`: CPU copies at every hop.
+    pub copy_mode: bool,
+    /// The settled values.
+    #[serde(skip)]
+    pub resolved: Resolved,
+}
+
+/// What the plan is made from: each stage's own choice, and the options that need more than
+/// one stage.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The capture stage's choice ([`crate::capture::auto::choose`]).
+    pub source: SourceChoice,
+    /// `--fps` as written (`None`: the source's own rate).
+    pub fps: Option<String>,
+    /// `--capture-io` (`None`: not given).
+    pub capture_io: Option<CaptureIo>,
+    /// The scale stage's choice ([`crate::scale::auto::choose`]).
+    pub scaler: ScalerChoice,
+    /// The infer stage's choice ([`crate::infer::auto::choose`]).
+    pub infer: InferChoice,
+    /// `--heap`.
+    pub heap: HeapChoice,
+    /// The detections socket.
+    pub publish: PathBuf,
+    /// `--copy-mode`.
+    pub copy_mode: bool,
+}
+
+/// Runs `f` with info logging off: the backends log what the plan already says (the heap
+/// an allocator opened).
+fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    let level = log::max_level();
+    log::set_max_level(level.min(log::LevelFilter::Warn));
+    let r = f();
+    log::set_max_level(level);
+    r
+}
+
+/// Puts the stages' choices together and decides the heap and capture I/O. Never fails:
+/// what cannot be used is in the reasons (the stages report hard errors when they start).
+pub fn make(i: Inputs) -> Plan {
+    let heap_dir = board::path("/dev/dma_heap");
+    let camera = i.source.camera.as_ref();
+    // The heap: RGA2 reaches only the first 4 GiB (PITFALLS 1).
+    let rga = i.scaler.rga2 || i.scaler.kind == ScalerKind::Rga;
+    let (heap, heap_why) = if rga && !i.copy_mode {
+        let h = rga_heap(i.heap, &heap_dir, !i.scaler.rga2);
+        (h.choice, h.reason)
+    } else if i.heap == HeapChoice::Auto {
+        (HeapChoice::Auto, "auto: the first present of system, dma32, cma, udmabuf, memfd".to_string())
+    } else {
+        (i.heap, format!("--heap {}", i.heap.name()))
+    };
+    let low_heap = matches!(heap, HeapChoice::Dma32 | HeapChoice::Cma);
+    let (capture_io, io_why) = match (i.capture_io, camera) {
+        (Some(io), Some(_)) => (Some(io), format!("--capture-io {}", io.name())),
+        (None, Some(c)) if i.scaler.rga2 && low_heap && c.can_import => {
+            (Some(CaptureIo::Dmabuf), format!("RGA2 reads the camera's buffers, so they come from the {} heap (the camera imports dma-bufs)", heap.name()))
+        }
+        (None, Some(_)) if i.scaler.rga2 && low_heap => (
+            Some(CaptureIo::Mmap),
+            "the camera cannot import dma-bufs: its own buffers, which RGA2 can reach only if the driver allocates them below 4 GiB".into(),
+        ),
+        (io, Some(_)) => (io.or(Some(CaptureIo::Mmap)), "the driver's buffers, exported with VIDIOC_EXPBUF".into()),
+        (io, None) => (io, String::new()),
+    };
+    let heap_what = quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf")))
+        .map(|a| a.describe())
+        .unwrap_or_else(|e| format!("{} (unusable: {e:#})", heap.name()));
+    let source_what = match (&i.source.spec, camera) {
+        (SourceSpec::Auto, _) => format!("bundled clip {BUNDLED_CLIP}"),
+        (spec, Some(c)) => {
+            let fps = i.fps.as_deref().map(|f| format!("@{f}")).unwrap_or_default();
+            let io = match capture_io {
+                Some(CaptureIo::Dmabuf) => "dmabuf, imported",
+                _ => "mmap, EXPBUF",
+            };
+            format!("{spec} ({}) {}{fps} ({io})", c.node.driver, c.format_text())
+        }
+        (spec, None) => spec.to_string(),
+    };
+    let source_why = [i.source.reason.as_str(), io_why.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("; ");
+    let scaler_what = match &i.scaler.kind {
+        ScalerKind::Rga => format!("rga ({})", i.scaler.rga_core.name()),
+        k => k.to_string(),
+    };
+    let infer_what = match i.infer.backend {
+        DetectorKind::Rknn => format!("rknn {} {}", i.infer.model.display(), i.infer.cores_text),
+        DetectorKind::Onnx => format!("onnx {} (tract, CPU)", i.infer.model.display()),
+        DetectorKind::None => "none (no inference)".into(),
+        DetectorKind::Auto => format!("auto {}", i.infer.model.display()),
+    };
+    let infer_why = if i.infer.cores_reason.is_empty() { i.infer.reason.clone() } else { format!("{}; cores: {}", i.infer.reason, i.infer.cores_reason) };
+    Plan {
+        sources: vec![Step { what: source_what, why: source_why }],
+        scaler: Step { what: scaler_what, why: i.scaler.reason.clone() },
+        infer: Step { what: infer_what, why: infer_why },
+        outputs: vec![Step { what: i.publish.display().to_string(), why: "the detections socket (JSON lines, any number of local clients)".into() }],
+        heap: Step { what: heap_what, why: heap_why },
+        copy_mode: i.copy_mode,
+        resolved: Resolved { source: i.source.spec, capture_io, scaler: i.scaler.kind, rga_core: i.scaler.rga_core, heap, infer: i.infer },
+    }
+}
+
+impl Plan {
+    /// The one line: `plan: SOURCE -> SCALER -> INFER -> OUTPUT; heap HEAP`.
+    pub fn line(&self) -> String {
+        let sources: Vec<&str> = self.sources.iter().map(|s| s.what.as_str()).collect();
+        let outputs: Vec<&str> = self.outputs.iter().map(|s| s.what.as_str()).collect();
+        let copy = if self.copy_mode { "; copy mode (CPU copies at every hop)" } else { "" };
+        format!("plan: {} -> {} -> {} -> {}; heap {}{copy}", sources.join(" + "), self.scaler.what, self.infer.what, outputs.join(" + "), self.heap.what)
+    }
+
+    /// The line, then one `  why: ...` line per choice.
+    pub fn text(&self) -> String {
+        let mut s = self.line() + "\n";
+        for (name, step) in self.sources.iter().map(|st| ("source", st)).chain([("scaler", &self.scaler), ("infer", &self.infer), ("heap", &self.heap)]) {
+            if !step.why.is_empty() {
+                s += &format!("  {name}: {}\n", step.why);
+            }
+        }
+        s
+    }
+}
