@@ -4,7 +4,9 @@
 //! `build/py-venv`, when `build/test-models/` is missing or older than the scripts) builds
 //! small ONNX models with exactly each layout (YOLOX, YOLOX split, YOLOv5, YOLOv5 split with
 //! default and custom anchors, YOLOv8, YOLOv8 split with and without the score sum; input
-//! sizes 320, 416, 640 and 640x384; 2 to 80 classes) whose outputs depend on the pixels of a
+//! sizes 320, 416, 640 and 640x384; 2 to 80 classes; and a YOLOv8 with a dynamic input, as
+//! Ultralytics `dynamic=True` exports it, run at the default 640x640 and at `--input-size`
+//! 320x256) whose outputs depend on the pixels of a
 //! test image, runs them with onnxruntime, and decodes their outputs with a numpy reference
 //! written from the families' published post-processing (`scripts/models/reference.py`), in
 //! float32, float16 and int8 (per-tensor affine, calibrated on the output itself).
@@ -119,6 +121,12 @@ fn reference(case: &Value, set: &str) -> Vec<RefDet> {
             )
         })
         .collect()
+}
+
+/// The `--input-size` a case's model is given (`None`: the model's own, or 640x640 for a
+/// dynamic one).
+fn input_size(case: &Value) -> Option<(u32, u32)> {
+    case["input_size"].as_array().map(|s| (s[0].as_u64().unwrap() as u32, s[1].as_u64().unwrap() as u32))
 }
 
 fn anchors(case: &Value) -> Option<Anchors> {
@@ -433,9 +441,60 @@ mod onnx {
             nms_iou: nms,
             head,
             anchors: anchors(case),
+            input_size: input_size(case),
             ..Default::default()
         };
         OnnxDetector::open(&opts)
+    }
+
+    fn case(name: &str) -> &'static Value {
+        cases().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no case {name} in the manifest"))
+    }
+
+    /// The dynamic-input model (input `[batch,3,height,width]`) runs at 640x640 when no
+    /// `--input-size` is given, and then finds exactly what its fixed-size twin (the same
+    /// weights exported at 640x640) finds on the twin's test image; at `--input-size`
+    /// 320x256 its output is `[1,84,1680]` (the reference comparison at that size is in
+    /// `onnx_backend_matches_the_reference_for_every_layout`). The fixed twin refuses
+    /// another `--input-size` and takes its own.
+    #[test]
+    fn a_dynamic_input_runs_at_640_or_the_input_size_and_a_fixed_one_refuses_another() {
+        let dynamic = case("yolov8_dynamic_640_c80");
+        let twin = case(dynamic["twin"].as_str().unwrap());
+        assert_eq!((dynamic["dynamic"].as_bool(), input_size(dynamic)), (Some(true), None));
+        let mut det = open(dynamic, dynamic["model"].as_str().unwrap(), HeadKind::Auto).unwrap();
+        let spec = det.input_spec().clone();
+        assert_eq!((spec.width, spec.height, spec.fourcc), (640, 640, Fourcc::RGB24));
+        assert_eq!(det.outputs()[0].shape, vec![1, 84, 8400]);
+        let mut fixed = open(twin, twin["model"].as_str().unwrap(), HeadKind::Auto).unwrap();
+        let input = std::fs::read(models().join(twin["input"].as_str().unwrap())).unwrap();
+        let layout = FrameLayout::packed24(Fourcc::RGB24, 640, 640, 640 * 3);
+        let (got, want) = (det.detect(&input, &layout).unwrap(), fixed.detect(&input, &layout).unwrap());
+        assert!(got.len() >= 100, "{} detections", got.len());
+        assert_eq!(got, want, "the dynamic model at 640x640 and its fixed twin");
+        same(&got, &reference(twin, "f32"), thresholds().0, 0.01, 0.98).unwrap();
+        eprintln!("{}: {} detections at 640x640 by default, as its fixed twin {}", dynamic["name"].as_str().unwrap(), got.len(), twin["name"].as_str().unwrap());
+
+        let small = case("yolov8_dynamic_320x256_c80");
+        assert_eq!(input_size(small), Some((320, 256)));
+        let det = open(small, small["model"].as_str().unwrap(), HeadKind::Auto).unwrap();
+        let spec = det.input_spec();
+        assert_eq!((spec.width, spec.height), (320, 256));
+        // 40x32 + 20x16 + 10x8 cells.
+        assert_eq!(det.outputs()[0].shape, vec![1, 84, 1680]);
+
+        let model = twin["model"].as_str().unwrap();
+        let err = format!("{:#}", open(small, model, HeadKind::Auto).unwrap_err());
+        assert_eq!(
+            err,
+            format!(
+                "--input-size 320x256 does not match the fixed input 640x640 of model {}: leave --input-size out (it sizes models whose input is dynamic) or use a model made for 320x256",
+                models().join(model).display()
+            )
+        );
+        let own = serde_json::json!({ "input_size": [640, 640] });
+        let det = open(&own, model, HeadKind::Auto).unwrap();
+        assert_eq!((det.input_spec().width, det.input_spec().height), (640, 640));
     }
 
     #[test]
@@ -642,6 +701,9 @@ mod pipeline {
         if let Some(l) = p["placement"].as_str() {
             cmd.args(["--letterbox", l]);
         }
+        if let Some((w, h)) = input_size(case) {
+            cmd.args(["--input-size", &format!("{w}x{h}")]);
+        }
         if scaler == "rga" {
             cmd.env("ZCPIPE_LIBRGA", common::fake_librga()).env("ZCPIPE_FAKE_RGA_LOG", dir.path().join("rga.log"));
         }
@@ -692,6 +754,11 @@ mod pipeline {
             let scale_line = stderr.lines().find(|l| l.contains("cpu scaler ->")).unwrap_or_else(|| panic!("{name}: no scaler line:\n{stderr}"));
             assert!(scale_line.contains(fourcc), "{name}: {scale_line}");
             assert!(!stderr.contains("lower scores"), "{name}: {stderr}");
+            let case = cases().iter().find(|c| c["name"] == p["case"]).unwrap();
+            if case["dynamic"] == true {
+                let size = format!("is dynamic; running it at {}x{}, batch 1 (as --input-size asks)", case["width"], case["height"]);
+                assert!(stderr.contains(&size), "{name}: no `{size}` line:\n{stderr}");
+            }
             lines.push(format!(
                 "{name} ({} {order} {placement}): {} detections, {} paired with the reference's {}, max |score difference| {:.4}, min IoU {:.4}",
                 p["case"].as_str().unwrap(),
@@ -717,6 +784,54 @@ mod pipeline {
         let (got, _) = run(wrong, "cpu");
         let e = same(&got, &reference_of(right), t, SCORE_TOL, MIN_IOU).expect_err("BGR/top-left detections must not match the RGB/centred reference");
         eprintln!("pipe_yolov8_640 fed BGR, top-left, against its RGB, centred reference: {e}");
+    }
+
+    /// `zcpipe run` with `args` (and `--stats-interval 0`) in its own folder: exit code and
+    /// stderr.
+    fn run_args(args: &[&str]) -> (Option<i32>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = common::zcpipe_run(dir.path()).args(["--stats-interval", "0"]).args(args).output().unwrap();
+        common::assert_no_orphans(dir.path());
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    }
+
+    /// `--input-size` that is not a size, or not in multiples of 32, is one line before
+    /// anything starts; one that a model's fixed input disagrees with is one error line
+    /// from the infer stage naming both sizes; `--infer none` takes it as its size.
+    #[test]
+    fn input_size_errors_are_one_line_and_none_takes_the_size() {
+        for (bad, want) in [
+            ("650", "zcpipe: error: --input-size 650: 650 is not a multiple of 32 (the largest YOLO stride): use 640 or 672"),
+            ("64Ox480", "zcpipe: error: --input-size \"64Ox480\" is not WxH or N: use e.g. 640x384, or 640 for 640x640"),
+            ("8192", "zcpipe: error: --input-size 8192: a side of 8192 is outside 32..=4096: use e.g. 640 or 640x384"),
+        ] {
+            let (code, err) = run_args(&["--source", "testsrc", "--infer", "none", "--frames", "1", "--input-size", bad]);
+            assert_eq!((code, err.trim_end()), (Some(1), want));
+        }
+
+        let case = cases().iter().find(|c| c["name"] == "yolov8_640_c80").unwrap();
+        let model = models().join(case["model"].as_str().unwrap());
+        let p = pipelines().iter().find(|p| p["case"] == case["name"]).unwrap();
+        let image = format!("image:{}", models().join(p["image"].as_str().unwrap()).display());
+        let args = ["--source", &image, "--frames", "1", "--scaler", "cpu", "--infer", "onnx", "--model", &model.display().to_string()];
+        let (code, err) = run_args(&[&args[..], &["--input-size", "320"]].concat());
+        assert_ne!(code, Some(0), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(errors.len(), 1, "one error line:\n{err}");
+        assert!(
+            errors[0].contains(&format!("--input-size 320x320 does not match the fixed input 640x640 of model {}: leave --input-size out", model.display())),
+            "{}",
+            errors[0]
+        );
+        // Its own size is fine.
+        let (code, err) = run_args(&[&args[..], &["--input-size", "640x640"]].concat());
+        assert_eq!(code, Some(0), "{err}");
+
+        let (code, err) = run_args(&["--source", "testsrc", "--scaler", "cpu", "--infer", "none", "--frames", "1", "--input-size", "320x256"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("frames are scaled to 320x256 (--input-size)"), "{err}");
+        assert!(err.lines().any(|l| l.contains("cpu scaler ->") && l.contains("320x256")), "{err}");
     }
 
     /// The RGA backend (through the ABI fake of librga) gives each family its letterbox

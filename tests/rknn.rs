@@ -463,6 +463,22 @@ fn a_model_for_another_soc_is_refused() {
     assert_eq!(r.named("rknn_run").len(), 1);
 }
 
+/// An .rknn's input size is fixed when it is converted: `--input-size` other than it is one
+/// error line naming both sizes; its own is fine.
+#[test]
+fn an_input_size_other_than_the_models_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1", "--input-size"];
+    let r = run(dir.path(), &[&args[..], &["640"]].concat(), &[]);
+    one_error_line(&r, &["--input-size 640x640 does not match the fixed input 416x416 of model", "yolox_nano_416_rk3588.rknn: leave --input-size out"]);
+    assert!(r.named("rknn_run").is_empty(), "refused before the first frame");
+
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(dir.path(), &[&args[..], &["416x416"]].concat(), &[]);
+    assert!(r.out.status.success(), "{}", r.stderr());
+    assert_eq!(r.named("rknn_run").len(), 1);
+}
+
 #[test]
 fn a_missing_runtime_is_one_line_naming_the_variable_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,10 @@ read in the family's channel order (BGR for YOLOX, RGB for the others, so a mode
 other order sees other colours and finds other classes),
 objectness follows the best class, and the box terms vary with the features. The head
 layers after that are the families' own (sigmoid; YOLOv5 Detect's grid/anchor decode;
-Ultralytics DFL + dist2bbox; rknn_model_zoo's split outputs and score sum).
+Ultralytics DFL + dist2bbox; rknn_model_zoo's split outputs and score sum). One model has
+a dynamic input, as Ultralytics' ``dynamic=True`` exports do (symbolic batch, height and
+width; its anchors computed from the feature maps' shapes): it has the weights of its
+fixed-size twin and is run at 640x640 and at 320x256.
 
 Deterministic: same versions of numpy/onnx/onnxruntime (scripts/models/requirements.txt),
 same files. Usage: make_test_models.py --out build/test-models
@@ -198,11 +201,31 @@ def head_yolov5(g, x, w, h, classes, rng, split, anchors):
     return outs if split else [g.op("Concat", outs, axis=1)]
 
 
-def head_yolov8(g, x, w, h, classes, rng, split, score_sum, bins=16):
+def grid_of(g, f, offset):
+    """[1, 2, gh * gw] cell coordinates (x, y) + ``offset`` of feature map ``f`` [1, C, gh,
+    gw], row-major, computed from its shape in the graph (Shape, Range, Expand), as an
+    Ultralytics ``dynamic=True`` export makes its anchors: the model takes any input size."""
+    shape = g.op("Shape", [f])
+    hw = g.slice(shape, 0, 2, 4)
+
+    def cells(axis, row_shape):
+        """0..side-1 + offset along ``axis`` of ``f``, reshaped to ``row_shape`` and
+        expanded over the grid, then flattened to [1, 1, gh * gw]."""
+        side = g.op("Gather", [shape, g.const(np.array(axis, np.int64))], axis=0)
+        idx = g.op("Range", [g.const(np.array(0, np.int64)), side, g.const(np.array(1, np.int64))])
+        c = g.op("Add", [g.op("Cast", [idx], to=TensorProto.FLOAT), g.const(np.float32(offset))])
+        return g.reshape(g.op("Expand", [g.reshape(c, row_shape), hw]), [1, 1, -1])
+
+    return g.op("Concat", [cells(3, [1, -1]), cells(2, [-1, 1])], axis=1)
+
+
+def head_yolov8(g, x, w, h, classes, rng, split, score_sum, bins=16, dynamic=False):
     outs = []
     for s in STRIDES:
         f = features(g, x, s)
         gh, gw = h // s, w // s
+        # A dynamic graph knows no grid size: -1 in its reshapes, its anchors from the shape.
+        n = -1 if dynamic else gh * gw
         idx = np.arange(bins, dtype=np.float32)
         bias = np.tile(-((idx - 3.0) ** 2) / 2.0, 4)
         wb = rng.normal(0, 0.5, (4 * bins, 6)).astype(np.float32)
@@ -215,15 +238,15 @@ def head_yolov8(g, x, w, h, classes, rng, split, score_sum, bins=16):
                 outs.append(g.op("Clip", [ssum, g.const(np.float32(0.0)), g.const(np.float32(1.0))]))
             continue
         # Ultralytics DFL: softmax over the bins, expectation; dist2bbox to xywh, * stride.
-        p = g.op("Softmax", [g.reshape(box, [1, 4, bins, gh * gw])], axis=2)
+        p = g.op("Softmax", [g.reshape(box, [1, 4, bins, n])], axis=2)
         d = g.op("ReduceSum", [g.op("Mul", [p, g.const(idx.reshape(1, 1, bins, 1))]), g.const(np.array([2], np.int64))], keepdims=0)
-        anchor = grid_const(g, gh, gw, 0.5)
+        anchor = grid_of(g, f, 0.5) if dynamic else grid_const(g, gh, gw, 0.5)
         x1y1 = g.op("Sub", [anchor, g.slice(d, 1, 0, 2)])
         x2y2 = g.op("Add", [anchor, g.slice(d, 1, 2, 4)])
         cxcy = g.op("Mul", [g.op("Add", [x1y1, x2y2]), g.const(np.float32(0.5))])
         wh = g.op("Sub", [x2y2, x1y1])
         xywh = g.op("Mul", [g.op("Concat", [cxcy, wh], axis=1), g.const(np.float32(s))])
-        outs.append(g.op("Concat", [xywh, g.reshape(cls, [1, classes, gh * gw])], axis=1))
+        outs.append(g.op("Concat", [xywh, g.reshape(cls, [1, classes, n])], axis=1))
     return outs if split else [g.op("Concat", outs, axis=2)]
 
 
@@ -246,8 +269,14 @@ def out_shapes(case):
     return [[1, k, gh, gw] for (gh, gw), ks in zip(grids, per) for k in ks]
 
 
+def model_name(case):
+    """A case's model file, without ``.onnx``: its own name, or the dynamic model several
+    cases share."""
+    return case.get("model", case["name"])
+
+
 def build(case, rng, f16):
-    g = Graph(case["name"])
+    g = Graph(model_name(case))
     w, h, classes, layout = case["width"], case["height"], case["classes"], case["layout"]
     x = "images"
     # Features are 0..1: YOLOX takes raw 0..255 input, the others 0..1.
@@ -257,13 +286,20 @@ def build(case, rng, f16):
     elif layout in ("yolov5", "yolov5-split"):
         outs = head_yolov5(g, x01, w, h, classes, rng, layout == "yolov5-split", case.get("anchors", reference.ANCHORS))
     else:
-        outs = head_yolov8(g, x01, w, h, classes, rng, layout == "yolov8-split", case.get("score_sum", False))
+        outs = head_yolov8(g, x01, w, h, classes, rng, layout == "yolov8-split", case.get("score_sum", False), dynamic=case.get("dynamic", False))
     elem = TensorProto.FLOAT16 if f16 else TensorProto.FLOAT
     names = [f"output{i}" for i in range(len(outs))]
     for o, n in zip(outs, names):
         g.nodes.append(helper.make_node("Cast" if f16 else "Identity", [o], [n], **({"to": TensorProto.FLOAT16} if f16 else {})))
-    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, h, w])]
-    outputs = [helper.make_tensor_value_info(n, elem, shape) for n, shape in zip(names, out_shapes(case))]
+    if case.get("dynamic"):
+        # As Ultralytics names the dynamic axes (exporter.py: dynamic=True).
+        assert layout == "yolov8", "only the flat YOLOv8 export has a dynamic variant"
+        inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 3, "height", "width"])]
+        shapes = [["batch", 4 + classes, "anchors"]]
+    else:
+        inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, h, w])]
+        shapes = out_shapes(case)
+    outputs = [helper.make_tensor_value_info(n, elem, shape) for n, shape in zip(names, shapes)]
     meta = {}
     if case.get("names"):
         meta["names"] = "{" + ", ".join(f"{i}: {n!r}" for i, n in enumerate(case["names"])) + "}"
@@ -351,6 +387,13 @@ CASES = [
     dict(name="yolov8_split9_640_c80", layout="yolov8-split", width=640, height=640, classes=80, score_sum=True),
     dict(name="yolov8_split6_640x384_c5", layout="yolov8-split", width=640, height=384, classes=5),
     dict(name="yolov8_split9_320_c2", layout="yolov8-split", width=320, height=320, classes=2, score_sum=True),
+    # An Ultralytics dynamic=True export (input [batch,3,height,width], output
+    # [batch,4+C,anchors]) with the weights of its fixed twin (the twin's seed), run at the
+    # default 640x640 (no --input-size) and at --input-size 320x256.
+    dict(name="yolov8_dynamic_640_c80", layout="yolov8", width=640, height=640, classes=80, coco_names=True,
+         dynamic=True, model="yolov8_dynamic_c80", twin="yolov8_640_c80"),
+    dict(name="yolov8_dynamic_320x256_c80", layout="yolov8", width=320, height=256, classes=80, coco_names=True,
+         dynamic=True, model="yolov8_dynamic_c80", twin="yolov8_640_c80", input_size=True),
 ]
 
 # Whole-pipeline cases: a model case, the source image's size (the models' inputs times 2
@@ -365,6 +408,7 @@ PIPELINES = [
     dict(name="pipe_yolov8_640", case="yolov8_640_c80", size=(1280, 720), seed=3003),
     dict(name="pipe_yolov8_640x384", case="yolov8_640x384_c7_names", size=(768, 768), seed=3004),
     dict(name="pipe_yolov8_640_bgr_top_left", case="yolov8_640_c80", size=(1280, 720), seed=3003, order="bgr", placement="top-left"),
+    dict(name="pipe_yolov8_dynamic_320x256", case="yolov8_dynamic_320x256_c80", size=(640, 400), seed=3005),
 ]
 
 
@@ -401,10 +445,16 @@ def main():
         case = dict(case)
         if case.pop("coco_names", False):
             case["names"] = coco
-        rng = np.random.default_rng(1000 + i)
+        # A dynamic model has its twin's weights: the twin's seed.
+        seed = 1000 + next((j for j, c in enumerate(CASES) if c["name"] == case.get("twin")), i)
         name, w, h = case["name"], case["width"], case["height"]
         entry = {k: case[k] for k in ("name", "layout", "width", "height", "classes")}
         entry["names"] = case.get("names")
+        # dynamic: the fixed model of the same weights; input_size: what zcpipe is told
+        # (--input-size; null: the default, 640x640).
+        entry["dynamic"] = case.get("dynamic", False)
+        entry["twin"] = case.get("twin")
+        entry["input_size"] = [w, h] if case.get("input_size") else None
         if "anchors" in case:
             path = f"{name}_anchors.txt"
             with open(os.path.join(args.out, path), "w") as f:
@@ -425,8 +475,8 @@ def main():
         anchors = case.get("anchors", reference.ANCHORS)
         variants = {}
         for f16 in (False, True) if case.get("f16") else (False,):
-            model = build(case, np.random.default_rng(1000 + i), f16)
-            path = f"{name}{'_f16' if f16 else ''}.onnx"
+            model = build(case, np.random.default_rng(seed), f16)
+            path = f"{model_name(case)}{'_f16' if f16 else ''}.onnx"
             onnx.save(model, os.path.join(args.out, path))
             sess = ort.InferenceSession(os.path.join(args.out, path), providers=["CPUExecutionProvider"])
             variants["f16" if f16 else "f32"] = (path, sess.run(None, {"images": x}))
@@ -458,7 +508,7 @@ def main():
     manifest["pipelines"] = []
     for p in PIPELINES:
         case = next(c for c in CASES if c["name"] == p["case"])
-        entry = pipeline_entry(p, case, os.path.join(args.out, f"{case['name']}.onnx"), args.out)
+        entry = pipeline_entry(p, case, os.path.join(args.out, f"{model_name(case)}.onnx"), args.out)
         manifest["pipelines"].append(entry)
         print(f"{p['name']}: {case['name']} on a {p['size'][0]}x{p['size'][1]} image, {entry['reference_order']} "
               f"{entry['reference_placement']}: {len(entry['reference'])} reference detections")

@@ -1,5 +1,5 @@
 //! `--infer`, `--model`, `--labels`, `--head`, `--anchors`, `--channel-order`,
-//! `--letterbox`, the thresholds and `--npu-cores`, and their checked form,
+//! `--letterbox`, the thresholds, `--npu-cores` and `--input-size`, and their checked form,
 //! [`crate::infer::InferConfig`].
 
 use std::path::PathBuf;
@@ -56,6 +56,12 @@ pub struct InferArgs {
     /// every core of the SoC (RK3588: 0,1,2; RK3576: 0,1; one-core SoCs: one context).
     #[arg(long, value_parser = check_npu_cores, default_value = "auto")]
     pub npu_cores: String,
+    /// Model input size, WxH or N (square), multiples of 32 up to 4096: for an ONNX model
+    /// whose input size is dynamic (Ultralytics dynamic=True; default 640x640 there). A
+    /// model with a fixed input (every .rknn) takes only its own size. With --infer none:
+    /// the size frames are scaled to (default 416x416).
+    #[arg(long)]
+    pub input_size: Option<String>,
 }
 
 /// `--head`: checked by the parser, kept as written (it is passed on as is).
@@ -72,13 +78,15 @@ fn check_npu_cores(s: &str) -> Result<String, String> {
 }
 
 impl InferArgs {
-    /// The checked configuration: thresholds in 0..=1, a known backend, NPU cores that exist.
+    /// The checked configuration: thresholds in 0..=1, a known backend, NPU cores that
+    /// exist, an input size in multiples of 32.
     pub fn config(&self) -> Result<InferConfig> {
         for (name, v) in [("--score-threshold", self.score_threshold), ("--nms-iou", self.nms_iou)] {
             if !(0.0..=1.0).contains(&v) {
                 anyhow::bail!("{name} {v}: use a value in 0..=1");
             }
         }
+        let input_size = self.input_size.as_deref().map(parse_input_size).transpose()?;
         let choice = self.choice()?;
         Ok(InferConfig {
             backend: choice.backend,
@@ -91,6 +99,7 @@ impl InferArgs {
             score_threshold: self.score_threshold,
             nms_iou: self.nms_iou,
             npu_cores: choice.npu_cores,
+            input_size,
         })
     }
 
@@ -119,6 +128,74 @@ impl InferArgs {
         v.extend(self.anchors.as_ref().map(|a| format!("--anchors={}", a.display())));
         v.extend(self.channel_order.map(|o| format!("--channel-order={}", o.name())));
         v.extend(self.letterbox.map(|p| format!("--letterbox={}", p.name())));
+        v.extend(self.input_size.as_ref().map(|s| format!("--input-size={s}")));
         v
+    }
+}
+
+/// The largest stride of the YOLO heads zcpipe decodes: a model input side must be a
+/// multiple of it, so every stride's grid has whole cells.
+const INPUT_STRIDE: u32 = 32;
+/// The largest `--input-size` side accepted.
+const MAX_INPUT_SIDE: u32 = 4096;
+
+/// Parses `--input-size`: `WxH` or `N` (N x N), each side a multiple of 32 in 32..=4096.
+/// Returns `(width, height)`; the error is one line naming the flag, the value and the fix.
+fn parse_input_size(s: &str) -> Result<(u32, u32)> {
+    let side = |v: &str| v.trim().parse::<u32>().ok();
+    let (w, h) = match s.split_once(['x', 'X']) {
+        Some((w, h)) => (side(w), side(h)),
+        None => (side(s), side(s)),
+    };
+    let (Some(w), Some(h)) = (w, h) else {
+        anyhow::bail!("--input-size {s:?} is not WxH or N: use e.g. 640x384, or 640 for 640x640");
+    };
+    for v in [w, h] {
+        if !(INPUT_STRIDE..=MAX_INPUT_SIDE).contains(&v) {
+            anyhow::bail!("--input-size {s}: a side of {v} is outside {INPUT_STRIDE}..={MAX_INPUT_SIDE}: use e.g. 640 or 640x384");
+        }
+        if v % INPUT_STRIDE != 0 {
+            let down = v / INPUT_STRIDE * INPUT_STRIDE;
+            anyhow::bail!(
+                "--input-size {s}: {v} is not a multiple of {INPUT_STRIDE} (the largest YOLO stride): use {down} or {}",
+                down + INPUT_STRIDE
+            );
+        }
+    }
+    Ok((w, h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Command};
+    use super::*;
+
+    #[test]
+    fn input_size_is_wxh_or_n_in_multiples_of_32() {
+        assert_eq!(parse_input_size("640").unwrap(), (640, 640));
+        assert_eq!(parse_input_size("320x256").unwrap(), (320, 256));
+        assert_eq!(parse_input_size("4096X32").unwrap(), (4096, 32));
+        let err = |s: &str| parse_input_size(s).unwrap_err().to_string();
+        for bad in ["", "x", "640x", "x640", "-640", "640x384x2", "6 4 0", "big"] {
+            assert_eq!(err(bad), format!("--input-size {bad:?} is not WxH or N: use e.g. 640x384, or 640 for 640x640"));
+        }
+        assert_eq!(err("650x640"), "--input-size 650x640: 650 is not a multiple of 32 (the largest YOLO stride): use 640 or 672");
+        assert_eq!(err("320x100"), "--input-size 320x100: 100 is not a multiple of 32 (the largest YOLO stride): use 96 or 128");
+        assert_eq!(err("0"), "--input-size 0: a side of 0 is outside 32..=4096: use e.g. 640 or 640x384");
+        assert_eq!(err("640x4128"), "--input-size 640x4128: a side of 4128 is outside 32..=4096: use e.g. 640 or 640x384");
+    }
+
+    #[test]
+    fn input_size_is_checked_carried_and_passed_on() {
+        use clap::Parser;
+        let Command::Run(r) = Cli::parse_from(["zcpipe", "run", "--input-size", "320x256"]).cmd else { panic!("not run") };
+        assert_eq!(r.pipeline.infer.config().unwrap().input_size, Some((320, 256)));
+        assert!(r.pipeline.infer.flags().contains(&"--input-size=320x256".to_string()));
+        let Command::Run(r) = Cli::parse_from(["zcpipe", "run"]).cmd else { panic!("not run") };
+        assert_eq!(r.pipeline.infer.config().unwrap().input_size, None);
+        assert!(!r.pipeline.infer.flags().iter().any(|f| f.starts_with("--input-size")));
+        let Command::Run(r) = Cli::parse_from(["zcpipe", "run", "--input-size=641"]).cmd else { panic!("not run") };
+        let err = r.pipeline.check().unwrap_err().to_string();
+        assert!(err.starts_with("--input-size 641: 641 is not a multiple of 32"), "{err}");
     }
 }

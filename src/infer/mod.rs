@@ -249,13 +249,33 @@ pub struct DetectorOptions {
     pub channel_order: Option<heads::ChannelOrder>,
     /// `--letterbox`: the placement instead of the family's (`None`: the family's).
     pub placement: Option<Placement>,
+    /// `--input-size`: `(width, height)` of the model input where the model leaves it open
+    /// (an ONNX model with a dynamic input; `None`: [`DEFAULT_DYNAMIC_SIZE`]); a model with
+    /// a fixed input must be given its own size or none ([`DetectorOptions::check_fixed_input`]).
+    pub input_size: Option<(u32, u32)>,
 }
+
+/// The input size of an ONNX model with a dynamic input when `--input-size` is not given:
+/// Ultralytics' default `imgsz` (640).
+pub const DEFAULT_DYNAMIC_SIZE: (u32, u32) = (640, 640);
 
 impl DetectorOptions {
     /// The pre-processing a model decoded by `head` is fed with: its family's, with the
     /// channel order and placement these options override.
     pub fn preprocess(&self, head: &dyn heads::Head) -> heads::Preprocess {
         head.preprocess().with(self.channel_order, self.placement)
+    }
+
+    /// Checks `--input-size` against a model whose input is fixed at `width x height`
+    /// (`model`: its path): none given, or the same size. The error names both sizes.
+    pub fn check_fixed_input(&self, model: &std::path::Path, width: u32, height: u32) -> anyhow::Result<()> {
+        match self.input_size {
+            Some((w, h)) if (w, h) != (width, height) => bail!(
+                "--input-size {w}x{h} does not match the fixed input {width}x{height} of model {}: leave --input-size out (it sizes models whose input is dynamic) or use a model made for {w}x{h}",
+                model.display()
+            ),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -270,6 +290,7 @@ impl Default for DetectorOptions {
             anchors: None,
             channel_order: None,
             placement: None,
+            input_size: None,
         }
     }
 }
@@ -298,6 +319,9 @@ pub struct InferConfig {
     pub channel_order: Option<heads::ChannelOrder>,
     /// `--letterbox`: instead of the model family's placement (`None`: the family's).
     pub placement: Option<Placement>,
+    /// `--input-size`: `(width, height)`, sides multiples of 32 (`None`: the model's own, or
+    /// 640x640 for a dynamic one).
+    pub input_size: Option<(u32, u32)>,
 }
 
 /// Detector backends (`--infer`). Adding one is a file in this folder, a variant here and
@@ -349,7 +373,7 @@ impl std::fmt::Display for DetectorKind {
 /// checked here, once; errors name the model path and the fix.
 pub fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     match kind {
-        DetectorKind::None => Ok(Box::new(NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)))),
+        DetectorKind::None => Ok(Box::new(NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)).sized(opts.input_size))),
         DetectorKind::Onnx => open_onnx(opts),
         DetectorKind::Rknn => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
         DetectorKind::Auto => {
@@ -388,9 +412,9 @@ fn open_onnx(_opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
 
 /// The `none` backend: accepts YOLOX-Nano's input (416x416 `BGR24` with a top-left
 /// letterbox, tensor `images`; `--channel-order` and `--letterbox` change the order and
-/// placement) so the scale stage and transport run exactly as with a model, checks each
-/// frame's layout against the buffer, reads no pixels and returns no detections. Used to
-/// measure transport alone.
+/// placement, `--input-size` the size) so the scale stage and transport run exactly as
+/// with a model, checks each frame's layout against the buffer, reads no pixels and
+/// returns no detections. Used to measure transport alone.
 #[derive(Debug)]
 pub struct NoDetector {
     spec: InputSpec,
@@ -416,6 +440,15 @@ impl NoDetector {
                 bytesperline: 0,
             },
         }
+    }
+
+    /// This detector taking `size` (`(width, height)`, `--input-size`) instead of
+    /// YOLOX-Nano's 416x416; `None` keeps it.
+    pub fn sized(mut self, size: Option<(u32, u32)>) -> Self {
+        if let Some((w, h)) = size {
+            (self.spec.width, self.spec.height) = (w, h);
+        }
+        self
     }
 }
 

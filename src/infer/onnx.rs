@@ -1,7 +1,9 @@
 //! `onnx` backend: a detection model run on the CPU with tract (`tract-onnx` 0.23).
 //!
 //! At start-up the model is loaded, checked against what zcpipe can feed (one float32
-//! `[1, 3, H, W]` input), given a fixed input fact, optimized and turned into a plan, once;
+//! `[1, 3, H, W]` input), given a fixed input fact, optimized and turned into a plan, once
+//! (a dynamic input, as Ultralytics `dynamic=True` exports have, is fixed at `--input-size`,
+//! else 640x640, its batch at 1, before tract optimizes: the output shapes follow from it);
 //! its outputs (float32 or float16) are matched to a head ([`heads::select`]: the layout
 //! `--head` names, or the one recognised from their shapes), and its class names are read
 //! from the `names` metadata entry when it has one (Ultralytics exports). Per frame the
@@ -25,11 +27,9 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use super::heads::{self, Decoder, Dtype, OutputInfo, TensorRef};
 use super::labels::parse_names_dict;
-use super::{Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout};
+use super::{Detection, Detector, DetectorKind, DetectorOptions, InputSpec, TensorLayout, DEFAULT_DYNAMIC_SIZE};
 use crate::core::frame::FrameLayout;
 
-/// Input size used when the model leaves height/width symbolic (YOLOX-Nano's size).
-const DEFAULT_SIDE: u32 = 416;
 /// What to suggest when a model does not fit.
 const EXAMPLE_MODEL: &str = "models/yolox_nano.onnx";
 /// The metadata key under which Ultralytics exports store the class names.
@@ -74,7 +74,7 @@ impl OnnxDetector {
             Some(Ok(text)) => Some(parse_names_dict(&text).with_context(|| format!("model {}", path.display()))?),
             _ => None,
         };
-        let (name, width, height) = check_input(path, &model)?;
+        let (name, width, height) = check_input(path, &model, opts)?;
         let typed = tract_step(
             || prepare(model, width, height),
             || format!("cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32", path.display()),
@@ -234,8 +234,8 @@ fn prepare(model: InferenceModel, width: u32, height: u32) -> anyhow::Result<Typ
 }
 
 /// Checks the loaded (untyped) model has exactly one `[1, 3, H, W]` float32 input and
-/// returns its name and `(W, H)` (416 for a symbolic side).
-fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u32, u32)> {
+/// returns its name and the `(W, H)` it will be run at ([`input_size`]).
+fn check_input(path: &Path, model: &InferenceModel, opts: &DetectorOptions) -> anyhow::Result<(String, u32, u32)> {
     let outlets = model.input_outlets()?;
     let described: Vec<String> = outlets
         .iter()
@@ -273,9 +273,35 @@ fn check_input(path: &Path, model: &InferenceModel) -> anyhow::Result<(String, u
             described[0]
         );
     }
-    let height = dims[2].map_or(DEFAULT_SIDE, |v| v as u32);
-    let width = dims[3].map_or(DEFAULT_SIDE, |v| v as u32);
+    let (width, height) = input_size(path, &described[0], [dims[3], dims[2]].map(|d| d.map(|v| v as u32)), opts)?;
     Ok((name, width, height))
+}
+
+/// The `(W, H)` a model whose input sides are `[W, H]` (`None`: symbolic) is run at: its
+/// own for a fixed input (`--input-size` must then be that or absent); for a dynamic one
+/// `--input-size`, else [`DEFAULT_DYNAMIC_SIZE`], logged in one line with the reason; a side
+/// the model fixes stays fixed (an `--input-size` with another value there is an error).
+fn input_size(path: &Path, described: &str, sides: [Option<u32>; 2], opts: &DetectorOptions) -> anyhow::Result<(u32, u32)> {
+    if let [Some(w), Some(h)] = sides {
+        opts.check_fixed_input(path, w, h)?;
+        return Ok((w, h));
+    }
+    let (gw, gh) = opts.input_size.unwrap_or(DEFAULT_DYNAMIC_SIZE);
+    let size = (sides[0].unwrap_or(gw), sides[1].unwrap_or(gh));
+    if opts.input_size.is_some() && size != (gw, gh) {
+        bail!(
+            "--input-size {gw}x{gh} does not fit model {}: its input {described} is dynamic only in part: use --input-size {}x{}",
+            path.display(),
+            size.0,
+            size.1
+        );
+    }
+    let why = match opts.input_size {
+        Some(_) => "as --input-size asks".to_string(),
+        None => format!("--input-size not given: {}x{}, Ultralytics' default imgsz; --input-size WxH sets another", DEFAULT_DYNAMIC_SIZE.0, DEFAULT_DYNAMIC_SIZE.1),
+    };
+    log::info!("model {}: input {described} is dynamic; running it at {}x{}, batch 1 ({why})", path.display(), size.0, size.1);
+    Ok(size)
 }
 
 /// Describes the optimized model's outputs for [`heads::select`]: each must have a
@@ -536,6 +562,30 @@ mod tests {
         // Missing.
         let err = open_detector(crate::infer::DetectorKind::Onnx, &opts(dir.path().join("missing.onnx"))).err().unwrap().to_string();
         assert!(err.contains("missing.onnx") && err.contains(EXAMPLE_MODEL), "{err}");
+    }
+
+    #[test]
+    fn input_size_of_fixed_dynamic_and_partly_dynamic_inputs() {
+        let path = Path::new("m.onnx");
+        let at = |size: Option<(u32, u32)>| DetectorOptions { input_size: size, ..Default::default() };
+        let size = |sides, given| input_size(path, "images [?,3,h,w] float32", sides, &at(given)).map_err(|e| e.to_string());
+        // Fixed: its own size, given or not; another is refused naming both.
+        assert_eq!(size([Some(416), Some(416)], None), Ok((416, 416)));
+        assert_eq!(size([Some(640), Some(384)], Some((640, 384))), Ok((640, 384)));
+        assert_eq!(
+            size([Some(416), Some(416)], Some((640, 640))),
+            Err("--input-size 640x640 does not match the fixed input 416x416 of model m.onnx: leave --input-size out (it sizes models whose input is dynamic) or use a model made for 640x640".into())
+        );
+        // Dynamic: 640x640, or what --input-size says.
+        assert_eq!(size([None, None], None), Ok((640, 640)));
+        assert_eq!(size([None, None], Some((320, 256))), Ok((320, 256)));
+        // Dynamic in one side only: the fixed side stays.
+        assert_eq!(size([Some(640), None], None), Ok((640, 640)));
+        assert_eq!(size([None, Some(384)], Some((512, 384))), Ok((512, 384)));
+        assert_eq!(
+            size([None, Some(384)], Some((512, 512))),
+            Err("--input-size 512x512 does not fit model m.onnx: its input images [?,3,h,w] float32 is dynamic only in part: use --input-size 512x384".into())
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         anchors,
         channel_order: cfg.channel_order,
         placement: cfg.placement,
+        input_size: cfg.input_size,
     };
     let mut det = open_detector(cfg.backend, &opts)?;
     if !opts.npu_cores.is_empty() && det.kind() != DetectorKind::Rknn {
@@ -63,9 +64,10 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let lb = spec.letterbox;
     if no_detector {
         log::info!(
-            "no detector (--infer none): frames are scaled to {}x{} (YOLOX-Nano's input size) {} with a {} letterbox and published without detections",
+            "no detector (--infer none): frames are scaled to {}x{} ({}) {} with a {} letterbox and published without detections",
             spec.width,
             spec.height,
+            if cfg.input_size.is_some() { "--input-size" } else { "YOLOX-Nano's input size" },
             spec.fourcc,
             lb.placement.describe()
         );

@@ -212,6 +212,8 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
     if c != 3 || h == 0 || w == 0 || h > 16384 || w > 16384 {
         bail!("RKNN model {} input is {}; zcpipe feeds 3-channel RGB or BGR images up to 16384x16384", path.display(), a.describe());
     }
+    // An .rknn's input size is fixed when it is converted.
+    opts.check_fixed_input(path, w, h)?;
     let w_stride = if a.w_stride == 0 { w } else { a.w_stride };
     if w_stride < w {
         bail!("RKNN model {} reports w_stride {w_stride} < width {w}: the runtime's input attributes are inconsistent", path.display());
