@@ -111,9 +111,10 @@ fn quietly<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// Puts the stages' choices together and decides the heap and capture I/O. Never fails:
-/// what cannot be used is in the reasons (the stages report hard errors when they start).
-pub fn make(i: Inputs) -> Plan {
+/// Puts the stages' choices together and decides the heap and capture I/O. What cannot be
+/// used is in the reasons; the one error is a heap that cannot be opened (`--heap dma32`
+/// where there is none), which every stage would meet.
+pub fn make(i: Inputs) -> anyhow::Result<Plan> {
     let heap_dir = board::path("/dev/dma_heap");
     let camera = i.source.camera.as_ref();
     // The heap: RGA2 reaches only the first 4 GiB (PITFALLS 1).
@@ -139,9 +140,13 @@ pub fn make(i: Inputs) -> Plan {
         (io, Some(_)) => (io.or(Some(CaptureIo::Mmap)), "the driver's buffers, exported with VIDIOC_EXPBUF".into()),
         (io, None) => (io, String::new()),
     };
-    let heap_what = quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf")))
-        .map(|a| a.describe())
-        .unwrap_or_else(|e| format!("{} (unusable: {e:#})", heap.name()));
+    let alloc = quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf")))?;
+    let heap_what = alloc.describe();
+    let heap_why = if rga && matches!(alloc, Allocator::Memfd) {
+        format!("{heap_why}; no dma-buf heap or udmabuf here, so pools are memfds, which a real RGA cannot import (only the test fakes can): enable CONFIG_DMABUF_HEAPS_SYSTEM, or --scaler cpu")
+    } else {
+        heap_why
+    };
     let source_what = match (&i.source.spec, camera) {
         (SourceSpec::Auto, _) => format!("bundled clip {BUNDLED_CLIP}"),
         (spec, Some(c)) => {
@@ -166,7 +171,7 @@ pub fn make(i: Inputs) -> Plan {
         DetectorKind::Auto => format!("auto {}", i.infer.model.display()),
     };
     let infer_why = if i.infer.cores_reason.is_empty() { i.infer.reason.clone() } else { format!("{}; cores: {}", i.infer.reason, i.infer.cores_reason) };
-    Plan {
+    Ok(Plan {
         sources: vec![Step { what: source_what, why: source_why }],
         scaler: Step { what: scaler_what, why: i.scaler.reason.clone() },
         infer: Step { what: infer_what, why: infer_why },
@@ -174,7 +179,7 @@ pub fn make(i: Inputs) -> Plan {
         heap: Step { what: heap_what, why: heap_why },
         copy_mode: i.copy_mode,
         resolved: Resolved { source: i.source.spec, capture_io, scaler: i.scaler.kind, rga_core: i.scaler.rga_core, heap, infer: i.infer },
-    }
+    })
 }
 
 impl Plan {

@@ -452,3 +452,52 @@ fn a_stage_alone_gives_up_after_the_connect_timeout() {
     assert!(errors[0].contains("no infer stage connected") && errors[0].contains("--connect-timeout") && errors[0].contains("zcpipe stage infer"), "{err}");
     assert!(!run_dir.join("scale.sock").exists(), "socket left behind");
 }
+
+/// Who may connect: a run directory other users can write in is refused (one line, the
+/// fix); the stage sockets are the owner's only (0600); the detections socket belongs to
+/// `--socket-group` (0660); a group that does not exist is one line.
+#[test]
+fn sockets_are_private_and_shared_only_with_the_socket_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // A run directory made beforehand, writable by everyone (as /tmp/zcpipe-<uid> could be).
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = zcpipe_run(dir.path()).args(["--source", "testsrc", "--infer", "none", "--frames", "1"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert!(errors.len() == 1 && errors[0].contains("has mode 1777") && errors[0].contains("chmod 700"), "{err}");
+
+    // Unknown group.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["--source", "testsrc", "--infer", "none", "--frames", "1", "--socket-group", "no-such-group-zcpipe"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.lines().filter(|l| l.contains("error")).count() == 1 && err.contains("--socket-group no-such-group-zcpipe: no such group"), "{err}");
+
+    // The sockets of a running pipeline.
+    let me = nix::unistd::Group::from_gid(nix::unistd::getegid()).unwrap().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = zcpipe_run(dir.path())
+        .args(["--source", "testsrc:64x48@30", "--infer", "none", "--scaler", "none", "--frames", "90", "--no-print", "--socket-group", &me.name])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (sock, capture) = (dir.path().join("detections.sock"), dir.path().join("run/capture.sock"));
+    let mut seen = None;
+    for _ in 0..200 {
+        if let (Ok(d), Ok(c), Ok(r)) = (std::fs::metadata(&sock), std::fs::metadata(&capture), std::fs::metadata(dir.path().join("run"))) {
+            seen = Some((d.mode() & 0o777, d.gid(), c.mode() & 0o777, r.mode() & 0o777));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_no_orphans(dir.path());
+    let (sock_mode, sock_gid, stage_mode, run_mode) = seen.expect("sockets appeared");
+    assert_eq!((sock_mode, sock_gid), (0o660, me.gid.as_raw()), "detections socket");
+    assert_eq!((stage_mode, run_mode), (0o600, 0o700), "stage socket and run directory");
+}

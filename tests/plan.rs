@@ -202,3 +202,67 @@ fn the_plan_is_what_runs_on_the_fake_rk3588() {
     // IM_SCHEDULER_RGA3_CORE0 = 0x1 (im2d_type.h), set with imconfig(IM_CONFIG_SCHEDULER_CORE).
     assert!(rga.lines().any(|l| l.starts_with("imconfig name=0 value=0x1 status=1")), "the core is pinned with imconfig:\n{rga}");
 }
+
+/// What the plan decides reaches every stage: on an RK3566 with RAM above 4 GiB the dma32
+/// heap is in every stage's command line (`-v` logs them), and with three NPU cores the
+/// scaler gets a buffer per core and one more.
+#[test]
+fn the_stages_are_started_with_the_plans_values() {
+    let root = board("rockchip,rk3566-evb rockchip,rk3566", &["system", "system-dma32"], IOMEM_8G);
+    let dir = tempfile::tempdir().unwrap();
+    // The heaps of a fake root are plain files, so the stages fail to allocate: this run
+    // is only for the command lines.
+    let out = common::zcpipe_run(dir.path()).env("ZCPIPE_TEST_ROOT", root.path()).env("ZCPIPE_LIBRGA", common::fake_librga()).env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt()).args(["-v", "--frames", "1"]).output().unwrap();
+    common::assert_no_orphans(dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let started: Vec<&str> = stderr.lines().filter(|l| l.contains("starting: ") && l.contains(" stage ")).collect();
+    assert_eq!(started.len(), 4, "{stderr}");
+    assert!(started.iter().all(|l| l.contains(" --heap=dma32")), "{started:#?}");
+    assert!(started.iter().any(|l| l.contains(" stage scale ") && l.contains(" --scaler=rga ") && l.contains(" --rga-core=any")), "{started:#?}");
+    assert!(started.iter().any(|l| l.contains(" stage infer ") && l.contains(" --infer=rknn ") && l.contains("--model=models/yolox_nano_416_rk3566_rk3568.rknn")), "{started:#?}");
+
+    let root = board("radxa,rock-5b rockchip,rk3588", &[], IOMEM_8G);
+    let plan_run = common::zcpipe_run(dir.path()).env("ZCPIPE_TEST_ROOT", root.path()).env("ZCPIPE_LIBRGA", common::fake_librga()).env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt()).env("ZCPIPE_FAKE_RKNN_ONNX", common::root().join("models/yolox_nano.onnx")).args(["-v", "--frames", "1", "--no-print"]).output().unwrap();
+    common::assert_no_orphans(dir.path());
+    let stderr = String::from_utf8_lossy(&plan_run.stderr);
+    assert!(stderr.lines().any(|l| l.contains("starting: ") && l.contains(" stage scale ") && l.contains(" --scale-buffers=4 ")), "{stderr}");
+}
+
+/// What would only fail once the stages run is refused by the plan, in one line, before
+/// anything starts (and `--dry-run` exits 1 for it).
+#[test]
+fn a_plan_that_cannot_run_is_one_line() {
+    let rk3566 = board("rockchip,rk3566-evb rockchip,rk3566", &["system"], IOMEM_LOW);
+    let rk3588 = board("radxa,rock-5b rockchip,rk3588", &["system"], IOMEM_LOW);
+    let cases: &[(&Path, &[&str], &[&str])] = &[
+        (rk3566.path(), &["--rga-core", "rga3-core0"], &["--rga-core rga3-core0", "rk3566 has no RGA3 core"]),
+        (rk3566.path(), &["--npu-cores", "0,1,2"], &["core 1 does not exist on rk3566", "1 NPU core(s) (0)"]),
+        (rk3588.path(), &["--model", "models/yolox_nano_416_rk3566_rk3568.rknn"], &["is built for rk3566", "this board is rk3588"]),
+        (rk3588.path(), &["--infer", "rknn", "--model", "models/yolox_nano.onnx"], &["yolox_nano.onnx is not an RKNN model"]),
+        (rk3588.path(), &["--infer", "onnx", "--model", "models/yolox_nano_416_rk3588.rknn"], &["is an RKNN model", "--infer rknn"]),
+        (rk3588.path(), &["--model", "models/coco80.txt"], &["no backend for model models/coco80.txt"]),
+        (rk3588.path(), &["--model", "/nonexistent/x.onnx"], &["cannot open model /nonexistent/x.onnx"]),
+        (rk3588.path(), &["--heap", "dma32"], &["--heap dma32"]),
+    ];
+    for (root, args, needles) in cases {
+        let mut a = vec!["run", "--dry-run"];
+        a.extend_from_slice(args);
+        let out = zcpipe_on(root, &a, true);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: one line:\n{stderr}");
+        for n in *needles {
+            assert!(stderr.contains(n), "{args:?}: {n:?} missing from {stderr}");
+        }
+    }
+}
+
+#[test]
+fn dry_run_json_is_the_plan_as_one_object() {
+    let root = board("radxa,rock-5b rockchip,rk3588", &["system"], IOMEM_8G);
+    let out = zcpipe_on(root.path(), &["run", "--dry-run", "--json"], true);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["scaler"]["what"], "rga (rga3-core0)", "{v}");
+    assert_eq!(v["sources"][0]["what"], "bundled clip one-by-one-person-detection.mp4", "{v}");
+}

@@ -135,16 +135,16 @@ impl PipelineArgs {
     pub fn plan(&self, publish: PathBuf) -> Result<Plan> {
         let cap = self.capture.config()?;
         let scale = self.scale.config()?;
-        Ok(plan::make(plan::Inputs {
+        plan::make(plan::Inputs {
             source: crate::capture::auto::choose(&cap.source, cap.format, cap.size),
             fps: self.capture.fps.map(crate::capture::spec::fps_name),
             capture_io: cap.capture_io,
-            scaler: crate::scale::auto::choose(&scale.scaler, scale.rga_core),
+            scaler: crate::scale::auto::choose(&scale.scaler, scale.rga_core)?,
             infer: self.infer.choice()?,
             heap: self.common.heap,
             publish,
             copy_mode: self.common.copy_mode,
-        }))
+        })
     }
 
     /// These options with the plan's choices written in, so every stage is started with
@@ -161,6 +161,8 @@ impl PipelineArgs {
         p.infer.model = Some(r.infer.model.clone());
         if r.infer.backend == crate::infer::DetectorKind::Rknn && !r.infer.npu_cores.is_empty() {
             p.infer.npu_cores = r.infer.npu_cores.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            // One buffer per core in flight, and one being written.
+            p.scale.scale_buffers = p.scale.scale_buffers.or(Some((r.infer.npu_cores.len() + 1).max(3)));
         }
         p
     }

@@ -18,12 +18,20 @@ pub struct PublishArgs {
     /// What to print on stdout per frame.
     #[arg(long, value_parser = choice::<PrintMode>(), default_value = "none")]
     pub print: PrintMode,
+    /// Group whose members may connect to the detections socket (mode 660). Default: the
+    /// zcpipe group when it exists, else only this user.
+    #[arg(long)]
+    pub socket_group: Option<String>,
 }
 
 impl PublishArgs {
     /// The configuration of instance `instance`: the socket is `--publish`, else the
     /// instance's default.
     pub fn config(&self, instance: &str) -> PublishConfig {
-        PublishConfig { socket: self.publish.clone().unwrap_or_else(|| default_detections_socket(instance)), print: self.print }
+        PublishConfig {
+            socket: self.publish.clone().unwrap_or_else(|| default_detections_socket(instance)),
+            print: self.print,
+            socket_group: self.socket_group.clone(),
+        }
     }
 }

@@ -15,7 +15,11 @@ use super::publish::PublishArgs;
 pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<i32> {
     let cfg = a.config()?;
     if a.dry_run {
-        print!("{}", cfg.plan.text());
+        if a.json {
+            println!("{}", serde_json::to_string(&cfg.plan)?);
+        } else {
+            print!("{}", cfg.plan.text());
+        }
         return Ok(0);
     }
     for line in cfg.plan.text().lines() {
@@ -32,6 +36,10 @@ pub struct RunArgs {
     /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
     #[arg(long)]
     pub publish: Option<PathBuf>,
+    /// Group whose members may connect to the detections socket (mode 660). Default: the
+    /// zcpipe group when it exists, else only this user.
+    #[arg(long)]
+    pub socket_group: Option<String>,
     /// Print the JSON lines on stdout instead of readable lines (logs, stats, summary stay on stderr).
     #[arg(long)]
     pub json: bool,
@@ -41,8 +49,8 @@ pub struct RunArgs {
     /// Also write the run summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
-    /// Print the plan (what `auto` chose on this machine, and why) and exit 0 without
-    /// starting any stage.
+    /// Print the plan (what `auto` chose on this machine, and why; with --json as one JSON
+    /// object) and exit 0 without starting any stage.
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -53,9 +61,12 @@ impl RunArgs {
     /// line (`zcpipe stage <name> ...`) is written from the same options.
     pub fn config(&self) -> Result<RunConfig> {
         let data = self.pipeline.check()?;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone() };
+        crate::publish::socket_group(self.socket_group.as_deref())?;
         let plan = self.pipeline.plan(publish.config(&data.instance).socket)?;
         let resolved = self.pipeline.resolved(&plan);
+        // The data path of the resolved options (the heap the plan chose).
+        let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
         let common = resolved.common.flags(&data);
         let p = &resolved;
         let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
@@ -70,6 +81,7 @@ impl RunArgs {
                     Stage::Publish => {
                         let mut v: Vec<String> = self.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
                         v.push(format!("--print={print}"));
+                        v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
                         v
                     }
                 });

@@ -16,9 +16,10 @@ pub struct ScaleArgs {
     /// Scaler backend: auto, cpu, none (pass-through), rga, or v4l2m2m:/dev/videoN.
     #[arg(long, default_value = "auto")]
     pub scaler: ScalerKind,
-    /// Buffers in the scaler's output pool.
-    #[arg(long, default_value_t = 3)]
-    pub scale_buffers: usize,
+    /// Buffers in the scaler's output pool. Default 3; `zcpipe run` makes it one more than
+    /// the NPU cores when rknn runs on several (so every core has a frame).
+    #[arg(long)]
+    pub scale_buffers: Option<usize>,
     /// With --scaler rga: pin jobs to one RGA core (auto lets the driver pick; jobs hopping
     /// between cores jitter by 2-4 px, and RGA2 reaches only the first 4 GiB).
     #[arg(long, value_parser = choice::<RgaCore>(), default_value = "auto")]
@@ -28,11 +29,11 @@ pub struct ScaleArgs {
 impl ScaleArgs {
     /// The checked configuration: the output pool has 2..=64 buffers.
     pub fn config(&self) -> Result<ScaleConfig> {
-        Ok(ScaleConfig { scaler: self.scaler.clone(), buffers: check_buffers("--scale-buffers", self.scale_buffers, 3)?, rga_core: self.rga_core })
+        Ok(ScaleConfig { scaler: self.scaler.clone(), buffers: check_buffers("--scale-buffers", self.scale_buffers.unwrap_or(3), 3)?, rga_core: self.rga_core })
     }
 
     /// These options as `--key=value` flags (see [`super::capture::CaptureArgs::flags`]).
     pub fn flags(&self) -> Vec<String> {
-        vec![format!("--scaler={}", self.scaler), format!("--scale-buffers={}", self.scale_buffers), format!("--rga-core={}", self.rga_core.name())]
+        vec![format!("--scaler={}", self.scaler), format!("--scale-buffers={}", self.scale_buffers.unwrap_or(3)), format!("--rga-core={}", self.rga_core.name())]
     }
 }

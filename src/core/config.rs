@@ -6,6 +6,7 @@
 //! whether frames are copied. The command-line front builds a [`DataPath`] once, checked,
 //! and hands it to a stage; nothing here parses arguments.
 
+use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -157,6 +158,64 @@ pub fn runtime_base() -> PathBuf {
     }
 }
 
+/// Makes `dir` a directory only this user can change, or checks that it is one (the run
+/// directory and the runtime base, where the stage and detections sockets live: whoever can
+/// write there can replace a socket and impersonate a stage).
+///
+/// Missing: created mode 0700 (under the runtime base, the base first, also 0700; other
+/// missing parents as `mkdir -p` makes them). Existing: it must be a directory (a symlink
+/// is refused: lstat(2)), owned by this effective uid, and writable by nobody else (no group
+/// or other write bit, so neither `/tmp` itself nor a `/tmp/zcpipe-<uid>` made beforehand
+/// by another user with mode 1777). Errors name the directory, what is wrong (owner uid,
+/// mode) and the fix.
+pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let base = runtime_base();
+    if dir != base && dir.starts_with(&base) {
+        private_dir(&base)?;
+    }
+    let me = nix::unistd::Uid::effective().as_raw();
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            }
+            match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                // Made meanwhile by another process: checked below like any existing one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                r => return r.with_context(|| format!("creating run directory {}", dir.display())),
+            }
+            private_dir(dir)
+        }
+        Err(e) => Err(anyhow::anyhow!("run directory {}: {e}", dir.display())),
+        Ok(m) => {
+            let fix = "remove it, or pass --run-dir (and --publish) to a directory of your own with mode 0700";
+            if m.file_type().is_symlink() {
+                anyhow::bail!("run directory {} is a symbolic link: zcpipe does not follow links for its sockets; {fix}", dir.display());
+            }
+            if !m.is_dir() {
+                anyhow::bail!("run directory {} is not a directory; {fix}", dir.display());
+            }
+            if m.uid() != me {
+                anyhow::bail!(
+                    "run directory {} belongs to uid {}, not to you (uid {me}): its owner could replace zcpipe's sockets; {fix}",
+                    dir.display(),
+                    m.uid()
+                );
+            }
+            if m.mode() & 0o022 != 0 {
+                anyhow::bail!(
+                    "run directory {} has mode {:o}: other users can write in it and replace zcpipe's sockets; chmod 700 {}, or {fix}",
+                    dir.display(),
+                    m.mode() & 0o7777,
+                    dir.display()
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
 /// The run directory of an instance: `explicit` if given, else `<runtime base>/<instance>`.
 pub fn run_dir(instance: &str, explicit: Option<&Path>) -> PathBuf {
     explicit.map(Path::to_path_buf).unwrap_or_else(|| runtime_base().join(instance))
@@ -192,6 +251,35 @@ mod tests {
         let d = DataPath { ring_policy: RingPolicy::Block, wait: WaitMode::Spin, heap: HeapChoice::Dma32, copy_mode: true, ..Default::default() };
         assert_eq!(d.flags(), ["--ring-policy=block", "--wait=spin", "--heap=dma32", "--copy-mode"]);
         assert_eq!(DataPath::default().flags(), ["--ring-policy=drop-oldest", "--wait=eventfd", "--heap=auto"]);
+    }
+
+    #[test]
+    fn private_dirs_are_made_0700_and_loose_or_foreign_ones_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = tempfile::tempdir().unwrap();
+        let run = t.path().join("a/run");
+        private_dir(&run).unwrap();
+        assert_eq!(std::fs::metadata(&run).unwrap().mode() & 0o777, 0o700);
+        private_dir(&run).unwrap();
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = private_dir(&run).unwrap_err().to_string();
+        assert!(e.contains("has mode 1777") && e.contains("chmod 700") && e.contains("--run-dir"), "{e}");
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o750)).unwrap();
+        private_dir(&run).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&run, &link).unwrap();
+        assert!(private_dir(&link).unwrap_err().to_string().contains("symbolic link"));
+        let file = t.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(private_dir(&file).unwrap_err().to_string().contains("not a directory"));
+        if nix::unistd::Uid::effective().is_root() {
+            // Another user's directory (root can make one).
+            let theirs = t.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(4242), None).unwrap();
+            let e = private_dir(&theirs).unwrap_err().to_string();
+            assert!(e.contains("belongs to uid 4242") && e.contains("not to you (uid 0)"), "{e}");
+        }
     }
 
     #[test]

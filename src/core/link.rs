@@ -279,7 +279,7 @@ impl Listener {
     /// another instance runs there: an error naming it and the fix.
     pub fn bind(path: &Path) -> Result<Listener> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating run directory {}", dir.display()))?;
+            super::config::private_dir(dir)?;
         }
         let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
         remove_stale_socket(path, |p| {
@@ -289,6 +289,9 @@ impl Listener {
         .map_err(|e| anyhow!("{e}, or choose another --instance or --run-dir"))?;
         let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
         bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
+        // Owner only (connect(2) needs write permission on the socket file; unix(7)); the
+        // run directory is private too, and accept checks the peer's uid.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).with_context(|| format!("chmod 600 {}", path.display()))?;
         listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;
         Ok(Listener { fd, path: path.to_path_buf() })
     }

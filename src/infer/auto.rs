@@ -11,13 +11,15 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use std::io::Read as _;
 
-use crate::core::data::find_data_file;
+use anyhow::{bail, Context as _, Result};
+
+use crate::core::data::{find_data_file, resolve_data_path};
 use crate::sys::board;
 use crate::sys::rknn::Rknn;
 
-use super::rknn::shipped_model_for;
+use super::rknn::{check_model_file, shipped_model_for};
 use super::DetectorKind;
 
 /// The model `--infer auto` runs on the CPU when no `--model` is given.
@@ -51,8 +53,10 @@ fn cores_text(cores: &[u32]) -> String {
 }
 
 /// Resolves `--infer`, `--model` (`None`: not given) and `--npu-cores` (`None`: auto) on this
-/// board. Errors: `--infer rknn` with no model given where no bundled model fits (names the
-/// SoC and the fix).
+/// board, and checks the model ([`check_model`]). Errors (one line, naming the fix): `--infer
+/// rknn` with no model given where no bundled model fits; a model of no known kind; a model
+/// that is missing, of the other backend's kind, or a `.rknn` for another SoC; an NPU core
+/// the SoC does not have.
 pub fn choose(backend: DetectorKind, model: Option<&Path>, npu_cores: Option<&[u32]>) -> Result<InferChoice> {
     let soc = board::socs().into_iter().next();
     let bundled = || soc.as_deref().and_then(shipped_model_for).filter(|m| find_data_file(m).is_some());
@@ -60,12 +64,15 @@ pub fn choose(backend: DetectorKind, model: Option<&Path>, npu_cores: Option<&[u
     let (backend, model, reason) = match (backend, model) {
         (DetectorKind::Auto, Some(m)) if has_ext(m, "rknn") => (DetectorKind::Rknn, m.to_path_buf(), "the model is a .rknn".to_string()),
         (DetectorKind::Auto, Some(m)) if has_ext(m, "onnx") => (DetectorKind::Onnx, m.to_path_buf(), "the model is an .onnx".to_string()),
-        (DetectorKind::Auto, Some(m)) => (DetectorKind::Auto, m.to_path_buf(), String::new()),
+        (DetectorKind::Auto, Some(m)) => bail!(
+            "--infer auto: no backend for model {} (.onnx and .rknn models are supported): pass a model such as models/yolox_nano.onnx, or use --infer none",
+            m.display()
+        ),
         (DetectorKind::Auto, None) => {
             let why_not = match (Rknn::open(), soc.as_deref(), bundled()) {
                 (Ok(lib), Some(s), Some(m)) => {
-                    let reason = format!("auto: {} loads and {m} is built for {s} (device tree)", lib.path());
-                    return Ok(with_cores(DetectorKind::Rknn, PathBuf::from(m), reason, npu_cores, soc.as_deref()));
+                    let reason = format!("auto: {} loads and {m} fits {s} (device tree)", lib.path());
+                    return with_cores(DetectorKind::Rknn, PathBuf::from(m), reason, npu_cores, soc.as_deref());
                 }
                 (Err(e), _, _) => {
                     log::debug!("infer auto: {e:#}");
@@ -80,7 +87,7 @@ pub fn choose(backend: DetectorKind, model: Option<&Path>, npu_cores: Option<&[u
             (DetectorKind::Onnx, PathBuf::from(DEFAULT_ONNX_MODEL), format!("auto: {why_not}: YOLOX-Nano on the CPU (tract)"))
         }
         (DetectorKind::Rknn, None) => match bundled() {
-            Some(m) => (DetectorKind::Rknn, PathBuf::from(m), format!("--infer rknn: {m} is built for {} (device tree)", soc.as_deref().unwrap_or_default())),
+            Some(m) => (DetectorKind::Rknn, PathBuf::from(m), format!("--infer rknn: {m} fits {} (device tree)", soc.as_deref().unwrap_or_default())),
             None => bail!(
                 "--infer rknn needs a .rknn model: {}; pass --model X.rknn (converted with rknn-toolkit2 for this SoC)",
                 match soc.as_deref() {
@@ -91,13 +98,43 @@ pub fn choose(backend: DetectorKind, model: Option<&Path>, npu_cores: Option<&[u
         },
         (b, m) => (b, m.map_or_else(|| PathBuf::from(DEFAULT_ONNX_MODEL), Path::to_path_buf), format!("--infer {b}")),
     };
-    Ok(with_cores(backend, model, reason, npu_cores, soc.as_deref()))
+    check_model(backend, &model)?;
+    with_cores(backend, model, reason, npu_cores, soc.as_deref())
 }
 
-/// Adds the NPU cores: as listed, or (`None`, auto) every core of `soc` for rknn.
-fn with_cores(backend: DetectorKind, model: PathBuf, reason: String, npu_cores: Option<&[u32]>, soc: Option<&str>) -> InferChoice {
+/// Checks, before any stage starts, what would only fail once the stages run: the model
+/// file exists, a `.rknn` for rknn has its header and fits this SoC
+/// ([`check_model_file`]), an ONNX model for onnx is not an RKNN file.
+fn check_model(backend: DetectorKind, model: &Path) -> Result<()> {
+    let path = resolve_data_path(model);
+    match backend {
+        DetectorKind::Rknn => check_model_file(&path),
+        DetectorKind::Onnx => {
+            let mut head = [0u8; 4];
+            let mut f = std::fs::File::open(&path)
+                .with_context(|| format!("cannot open model {}: pass --model with an .onnx file such as models/yolox_nano.onnx", path.display()))?;
+            if f.read(&mut head).is_ok_and(|n| n == 4) && &head == b"RKNN" {
+                bail!("{} is an RKNN model, which the onnx backend cannot run: use --infer rknn (on a Rockchip board), or an .onnx model", path.display());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Adds the NPU cores: as listed (each must exist on `soc` when it is known), or (`None`,
+/// auto) every core of `soc` for rknn.
+fn with_cores(backend: DetectorKind, model: PathBuf, reason: String, npu_cores: Option<&[u32]>, soc: Option<&str>) -> Result<InferChoice> {
     let (npu_cores, cores_text, cores_reason) = match (backend, npu_cores) {
-        (DetectorKind::Rknn, Some(list)) => (list.to_vec(), cores_text(list), "--npu-cores".to_string()),
+        (DetectorKind::Rknn, Some(list)) => {
+            if let Some((s, info)) = soc.and_then(|s| Some((s, board::soc_info(s)?))) {
+                if let Some(c) = list.iter().find(|&&c| c >= info.npu_cores) {
+                    let have = (0..info.npu_cores).map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+                    bail!("--npu-cores: core {c} does not exist on {s}, which has {} NPU core(s) ({have}); leave --npu-cores out (auto: every core)", info.npu_cores);
+                }
+            }
+            (list.to_vec(), cores_text(list), "--npu-cores".to_string())
+        }
         (DetectorKind::Rknn, None) => match soc.and_then(|s| Some((s, board::soc_info(s)?))) {
             Some((s, info)) if info.npu_cores > 1 => {
                 let all: Vec<u32> = (0..info.npu_cores).collect();
@@ -109,5 +146,5 @@ fn with_cores(backend: DetectorKind, model: PathBuf, reason: String, npu_cores: 
         },
         (_, list) => (list.map(<[u32]>::to_vec).unwrap_or_default(), String::new(), String::new()),
     };
-    InferChoice { backend, model, npu_cores, cores_text, reason, cores_reason }
+    Ok(InferChoice { backend, model, npu_cores, cores_text, reason, cores_reason })
 }

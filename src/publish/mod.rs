@@ -20,6 +20,22 @@ pub struct PublishConfig {
     pub socket: PathBuf,
     /// What to print on stdout per frame.
     pub print: PrintMode,
+    /// `--socket-group`: the group whose members may connect to the detections socket
+    /// (`None`: the `zcpipe` group when it exists, else the owner only).
+    pub socket_group: Option<String>,
+}
+
+/// The group `--socket-group` names (`name`), else the `zcpipe` group when it exists
+/// (getgrnam(3)); `None`: the owner only. Error: a named group that does not exist.
+pub fn socket_group(name: Option<&str>) -> Result<Option<nix::unistd::Group>> {
+    match name {
+        Some(n) => match nix::unistd::Group::from_name(n) {
+            Ok(Some(g)) => Ok(Some(g)),
+            Ok(None) => bail!("--socket-group {n}: no such group; create it (groupadd {n}) and add the clients' users to it, or leave the flag out"),
+            Err(e) => bail!("--socket-group {n}: looking the group up: {e}"),
+        },
+        None => Ok(nix::unistd::Group::from_name("zcpipe").ok().flatten()),
+    }
 }
 
 /// How publish prints frames on its stdout (`--print`).
@@ -100,7 +116,7 @@ impl DetectionServer {
             // Only zcpipe's own runtime directory is created; elsewhere a missing folder is
             // the user's typo, not something to create.
             if dir.starts_with(crate::core::config::runtime_base()) {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                crate::core::config::private_dir(dir)?;
             } else if !dir.is_dir() {
                 bail!("--publish {}: folder {} does not exist", path.display(), dir.display());
             }
@@ -110,6 +126,26 @@ impl DetectionServer {
         let listener = UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
         Ok(DetectionServer { listener, path: path.to_path_buf(), clients: vec![], stats: ServerStats::default(), slow_timeout: Duration::from_secs(5), serviced: None })
+    }
+
+    /// Who may connect: the owner, and the members of `group` when given (socket mode 0660,
+    /// group `group`; without a group 0600). connect(2) on a Unix socket needs write
+    /// permission on its file (unix(7)). When the socket sits in zcpipe's runtime directory
+    /// (private, 0700), the directory is given to the group too, search only (0710), so
+    /// members can reach the socket and still cannot add or replace files in it.
+    pub fn share_with(&self, group: Option<&nix::unistd::Group>) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let set = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).with_context(|| format!("chmod {mode:o} {}", p.display()));
+        let Some(g) = group else { return set(&self.path, 0o600) };
+        let chgrp = |p: &Path| std::os::unix::fs::chown(p, None, Some(g.gid.as_raw())).with_context(|| format!("giving {} to group {} (--socket-group)", p.display(), g.name));
+        chgrp(&self.path)?;
+        set(&self.path, 0o660)?;
+        if let Some(dir) = self.path.parent().filter(|d| *d == crate::core::config::runtime_base()) {
+            chgrp(dir)?;
+            set(dir, 0o710)?;
+        }
+        log::info!("detections socket {}: owner and group {} may connect (mode 660)", self.path.display(), g.name);
+        Ok(())
     }
 
     /// Changes the slow-client timeout (5 s by default).

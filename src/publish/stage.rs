@@ -62,6 +62,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let _listener = Listener::bind(&ctx.data.socket("publish"))?;
     let path = cfg.socket.clone();
     let mut server = DetectionServer::bind(&path)?;
+    server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
     let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
     let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, &hello, ctx.data.wait, "infer")?;

@@ -35,31 +35,37 @@ pub struct ScalerChoice {
 
 /// Resolves `--scaler` and `--rga-core` on this board: an explicit backend is kept (its
 /// core resolved with [`RgaCore::resolve`]); `auto` probes RGA, then mainline rockchip-rga,
-/// then takes the CPU. Never fails: what cannot be used is named in `reason`.
-pub fn choose(requested: &ScalerKind, rga_core: RgaCore) -> ScalerChoice {
+/// then takes the CPU. What cannot be used is named in `reason`; the one error is an RGA3
+/// core asked for on a SoC without one ([`RgaCore::resolve`]).
+pub fn choose(requested: &ScalerKind, rga_core: RgaCore) -> anyhow::Result<ScalerChoice> {
     let soc = board::socs().into_iter().next();
-    let rga = |why: String| {
-        let (core, core_why) = rga_core.resolve(soc.as_deref());
-        ScalerChoice { kind: ScalerKind::Rga, rga_core: core, reason: format!("{why}; core {}: {core_why}", crate::core::config::Choice::name(core)), rga2: !core.is_rga3() }
+    let rga = |why: String| -> anyhow::Result<ScalerChoice> {
+        let (core, core_why) = rga_core.resolve(soc.as_deref())?;
+        Ok(ScalerChoice { kind: ScalerKind::Rga, rga_core: core, reason: format!("{why}; core {}: {core_why}", crate::core::config::Choice::name(core)), rga2: !core.is_rga3() })
     };
     match requested {
         ScalerKind::Auto => {}
         ScalerKind::Rga => return rga("--scaler rga".into()),
         ScalerKind::V4l2M2m(p) => {
             let mainline = m2m_nodes().iter().any(|n| &n.path == p && n.driver == MAINLINE_RGA_DRIVER);
-            return ScalerChoice { kind: requested.clone(), rga_core, reason: format!("--scaler {requested}"), rga2: mainline };
+            return Ok(ScalerChoice { kind: requested.clone(), rga_core, reason: format!("--scaler {requested}"), rga2: mainline });
         }
-        other => return ScalerChoice { kind: other.clone(), rga_core, reason: format!("--scaler {other}"), rga2: false },
+        other => return Ok(ScalerChoice { kind: other.clone(), rga_core, reason: format!("--scaler {other}"), rga2: false }),
     }
     let dev = board::path("/dev/rga");
     let no_rga = match Librga::open(None) {
         Ok(lib) => match OpenOptions::new().read(true).write(true).open(&dev) {
             Ok(_) => return rga(format!("auto: {} loads and {} opens", lib.path(), dev.display())),
             Err(e) => {
+                let fix = match e.kind() {
+                    std::io::ErrorKind::PermissionDenied => "install udev/99-zcpipe.rules and join the zcpipe group",
+                    std::io::ErrorKind::NotFound => "load the RGA kernel driver",
+                    _ => "check the RGA kernel driver",
+                };
                 // The kind in words, without "(os error N)".
                 let e = e.to_string();
                 let why = e.split(" (os error").next().unwrap_or_default();
-                format!("{} loads but {} does not open ({why}: load the RGA driver, or install udev/99-zcpipe.rules)", lib.path(), dev.display())
+                format!("{} loads but {} does not open ({why}: {fix})", lib.path(), dev.display())
             }
         },
         Err(e) => {
@@ -69,19 +75,19 @@ pub fn choose(requested: &ScalerKind, rga_core: RgaCore) -> ScalerChoice {
     };
     let m2m = m2m_nodes();
     if let Some(n) = m2m.iter().find(|n| n.driver == MAINLINE_RGA_DRIVER) {
-        return ScalerChoice {
+        return Ok(ScalerChoice {
             kind: ScalerKind::V4l2M2m(n.path.clone()),
             rga_core,
             reason: format!("auto: {no_rga}; {} is mainline Linux's RGA driver", n.label()),
             rga2: true,
-        };
+        });
     }
     let others: Vec<String> = m2m.iter().map(|n| n.label()).collect();
     let others = if others.is_empty() { "none".to_string() } else { others.join(", ") };
-    ScalerChoice {
+    Ok(ScalerChoice {
         kind: ScalerKind::Cpu,
         rga_core,
         reason: format!("auto: {no_rga}; no V4L2 mem2mem node of driver {MAINLINE_RGA_DRIVER} (mem2mem nodes: {others})"),
         rga2: false,
-    }
+    })
 }

@@ -28,7 +28,7 @@ pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fo
 /// node fails before any set-up. In copy mode RGA is fed CPU memory (virtual addresses),
 /// as a plain pipeline does.
 fn open_scaler(cfg: &ScaleConfig, copy_mode: bool) -> Result<Box<dyn Scaler>> {
-    let choice = auto::choose(&cfg.scaler, cfg.rga_core);
+    let choice = auto::choose(&cfg.scaler, cfg.rga_core)?;
     if cfg.scaler == ScalerKind::Auto || cfg.rga_core == RgaCore::Auto && choice.kind == ScalerKind::Rga {
         log::info!("scaler {}: {}", choice.kind, choice.reason);
     }

@@ -72,7 +72,7 @@ fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 
 fn spawn(exe: &std::path::Path, stage: Stage, args: Vec<String>, report_w: &OwnedFd) -> Result<Child> {
     let mut cmd = Command::new(exe);
-    cmd.arg("stage").arg(stage.name()).args(args).stdin(Stdio::null()).stderr(Stdio::inherit());
+    cmd.arg("stage").arg(stage.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.stdout(if stage == Stage::Publish { Stdio::inherit() } else { Stdio::null() });
     if std::env::var_os("RUST_LOG").is_none() {
         let lvl = log::max_level().to_string().to_lowercase();
@@ -98,6 +98,7 @@ fn spawn(exe: &std::path::Path, stage: Stage, args: Vec<String>, report_w: &Owne
             Ok(())
         });
     }
+    log::debug!("starting: {} stage {} {}", exe.display(), stage.name(), args.join(" "));
     cmd.spawn().with_context(|| format!("starting the {} stage ({})", stage.name(), exe.display()))
 }
 
@@ -109,7 +110,7 @@ fn code(s: &ExitStatus) -> i32 {
 /// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
 pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let run_dir = a.data.run_dir.clone();
-    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
+    crate::core::config::private_dir(&run_dir)?;
     let exe = std::env::current_exe().context("finding the zcpipe binary")?;
     if let Some(live) = live_socket_in(&run_dir) {
         anyhow::bail!("{} is in use by a running zcpipe ({}); stop it, or choose another --instance or --run-dir", run_dir.display(), live.display());

@@ -61,7 +61,7 @@ mod tests;
 use context::{Ctx, RknnLane};
 pub use cores::parse_npu_cores;
 use model::{map_model, Model};
-pub use model::{compatible_socs, model_target_platforms, output_info, platform_runs_on, shipped_model_for};
+pub use model::{check_model_file, compatible_socs, model_target_platforms, output_info, platform_runs_on, shipped_model_for};
 
 /// The most outputs a model may have (a head has at most 9).
 const MAX_OUTPUTS: u32 = 16;

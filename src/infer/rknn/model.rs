@@ -149,6 +149,12 @@ impl Model {
     }
 }
 
+/// Checks the `.rknn` file at `path` as [`map_model`] does (header, trailer, this board's
+/// SoC) without keeping it: what `zcpipe run`'s plan checks before any stage starts.
+pub fn check_model_file(path: &Path) -> Result<()> {
+    map_model(path).map(|_| ())
+}
+
 /// Maps the `.rknn` file at `path` read-only and checks it before any library is loaded: the
 /// `RKNN` header, rknn-toolkit2's `"target_platform"` trailer, and that this board's SoC is
 /// one of those platforms ([`check_platform`]). Returns the mapping and the platforms.

@@ -44,17 +44,24 @@ impl RgaCore {
     /// reason: RGA3 core 0 where the SoC has RGA3 cores (one pinned core: jobs hopping between
     /// cores jitter by 2-4 px, PITFALLS 15; and RGA3 reaches all memory), else the driver's
     /// pick. Any other value is kept.
-    pub fn resolve(self, soc: Option<&str>) -> (RgaCore, String) {
-        if self != RgaCore::Auto {
-            return (self, format!("--rga-core {}", crate::core::config::Choice::name(self)));
+    /// Error: an RGA3 core asked for on a SoC known to have none (RK3566, RK3568, RK3576).
+    pub fn resolve(self, soc: Option<&str>) -> anyhow::Result<(RgaCore, String)> {
+        let name = crate::core::config::Choice::name(self);
+        if self.is_rga3() {
+            if let Some(s) = soc.filter(|s| crate::sys::board::soc_info(s).is_some_and(|i| !i.rga3)) {
+                anyhow::bail!("--rga-core {name}: {s} has no RGA3 core (only the RK3588 has them); use --rga-core auto, any, rga2-core0");
+            }
         }
-        match soc {
+        if self != RgaCore::Auto {
+            return Ok((self, format!("--rga-core {name}")));
+        }
+        Ok(match soc {
             Some(s) if crate::sys::board::soc_info(s).is_some_and(|i| i.rga3) => {
                 (RgaCore::Rga3Core0, format!("{s} has RGA3 cores: one pinned (jobs hopping between cores jitter by 2-4 px; RGA3 reaches all memory)"))
             }
             Some(s) => (RgaCore::Any, format!("{s} has no RGA3 core: the driver's pick")),
             None => (RgaCore::Any, "SoC unknown (no Rockchip device tree): the driver's pick".into()),
-        }
+        })
     }
 
     /// The `IM_SCHEDULER_CORE` mask for `imconfig` (`im2d_type.h`), `None` for `Auto`.

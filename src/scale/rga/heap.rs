@@ -38,7 +38,7 @@ pub fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<Ram
     let high = ram.as_ref().filter(|r| r.above && !rga3_pinned).map(|r| {
         format!(
             "; RAM lies above 4 GiB ({}), so RGA2 jobs may fail with \"RGA_MMU unsupported memory larger than 4G\": \
-             enable a dma32 or CMA heap (CONFIG_DMABUF_HEAPS_CMA) or pin an RGA3 core (--rga-core rga3-core0)",
+             enable a dma32 or CMA heap (CONFIG_DMABUF_HEAPS_CMA), or on an RK3588 pin an RGA3 core (--rga-core rga3-core0)",
             r.evidence
         )
     });
@@ -54,7 +54,7 @@ pub fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<Ram
         HeapChoice::Auto => {
             let why = match &ram {
                 Some(r) => format!("RGA2 reaches only the first 4 GiB and RAM lies above ({})", r.evidence),
-                None => "RGA2 reaches only the first 4 GiB (PITFALLS 1) and the RAM map is unknown".into(),
+                None => "RGA2 reaches only the first 4 GiB and the RAM map is unknown".into(),
             };
             for c in RGA_HEAP_PREFERENCE {
                 if let Some(p) = present(c) {
