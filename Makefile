@@ -15,8 +15,8 @@ run: setup
 	$(ZCPIPE) run
 
 # Unit tests and the multi-process integration tests (release: tract is slow in debug).
-# First the test-only ABI fake of librknnrt.so (fakes/librknnrt, for tests/rknn.rs), built
-# next to zcpipe's library so that both share one build of tract.
+# First the test-only ABI fake of librknnrt.so (fakes/librknnrt, for tests/rknn.rs and
+# tests/heads.rs), built next to zcpipe's library so that both share one build of tract.
 test:
 	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked

@@ -19,6 +19,17 @@ a dynamic input, as Ultralytics' ``dynamic=True`` exports do (symbolic batch, he
 width; its anchors computed from the feature maps' shapes): it has the weights of its
 fixed-size twin and is run at 640x640 and at 320x256.
 
+Written to --out: per case its ONNX model (and a float16-output variant for some), the
+test image as the model's input (packed uint8 HWC in the family's channel order,
+``<case>_input_<order>.bin``), each output as .npy in float32, float16 and int8, and
+``manifest.json``: per case the layout, input size, classes, files, each output's shape and
+int8 ``scale``/``zp``, and the reference detections of the float32, float16 and int8
+outputs (``reference`` sets ``f32``, ``f16``, ``i8``); then the whole-pipeline cases. Every
+model of a fixed size also carries, in its ``metadata_props``, what the RKNN fake
+(fakes/librknnrt) needs to stand in for a .rknn converted from it: ``rknn_fake_quant`` (each
+output's int8 [scale, zp], the manifest's) and ``rknn_fake_std`` (255 for a model that
+takes 0..1).
+
 Deterministic: same versions of numpy/onnx/onnxruntime (scripts/models/requirements.txt),
 same files. Usage: make_test_models.py --out build/test-models
 """
@@ -90,11 +101,34 @@ class Graph:
         graph = helper.make_graph(self.nodes, self.name, inputs, outputs, self.inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="zcpipe make_test_models.py")
         m.ir_version = 8
-        for k, v in (metadata or {}).items():
-            entry = m.metadata_props.add()
-            entry.key, entry.value = k, v
+        add_metadata(m, metadata or {})
         onnx.checker.check_model(m)
         return m
+
+
+def add_metadata(model, metadata):
+    """Appends ``metadata`` (str -> str) to the model's ``metadata_props``."""
+    for k, v in metadata.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+
+
+def unit_input(layout):
+    """Whether a family's ONNX models take their input / 255 (0..1): YOLOv5 and Ultralytics;
+    YOLOX takes raw 0..255."""
+    return not layout.startswith("yolox")
+
+
+def rknn_fake_metadata(layout, quant):
+    """What the RKNN fake (fakes/librknnrt) reads from the sidecar ONNX, standing in for what
+    rknn-toolkit2 builds into a .rknn: ``rknn_fake_quant``, the int8 [scale, zp] of each
+    output (as ``quantise`` calibrated them, so the fake's int8 outputs are the manifest's),
+    and ``rknn_fake_std`` = 255 for a model that takes 0..1 (the toolkit's std_values; the
+    fake divides the uint8 input by it), absent for YOLOX's raw input."""
+    meta = {"rknn_fake_quant": json.dumps([[scale, zp] for _, zp, scale in quant])}
+    if unit_input(layout):
+        meta["rknn_fake_std"] = "255"
+    return meta
 
 
 def channel_order(layout):
@@ -280,7 +314,7 @@ def build(case, rng, f16):
     w, h, classes, layout = case["width"], case["height"], case["classes"], case["layout"]
     x = "images"
     # Features are 0..1: YOLOX takes raw 0..255 input, the others 0..1.
-    x01 = g.op("Mul", [x, g.const(np.float32(1 / 255))]) if layout.startswith("yolox") else x
+    x01 = x if unit_input(layout) else g.op("Mul", [x, g.const(np.float32(1 / 255))])
     if layout in ("yolox", "yolox-split"):
         outs = head_yolox(g, x01, w, h, classes, rng, layout == "yolox-split")
     elif layout in ("yolov5", "yolov5-split"):
@@ -422,7 +456,7 @@ def pipeline_entry(p, case, model_path, out):
     layout = case["layout"]
     order = p.get("order") or channel_order(layout)
     place = p.get("placement") or placement(layout)
-    x, r, pad = preprocess.model_input(rgb, case["width"], case["height"], order, place, unit=not layout.startswith("yolox"))
+    x, r, pad = preprocess.model_input(rgb, case["width"], case["height"], order, place, unit=unit_input(layout))
     sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
     outs = sess.run(None, {"images": x})
     dets = reference.decode(layout, outs, case["width"], case["height"], SCORE_THRESHOLD, NMS_IOU, case.get("anchors", reference.ANCHORS))
@@ -470,22 +504,27 @@ def main():
         # What zcpipe's onnx backend feeds: NCHW in the family's order (the scaler writes
         # it so), raw for YOLOX, /255 for the others.
         x = img.transpose(2, 0, 1)[None].astype(np.float32)
-        if not case["layout"].startswith("yolox"):
+        if unit_input(case["layout"]):
             x = x / np.float32(255.0)
         anchors = case.get("anchors", reference.ANCHORS)
         variants = {}
         for f16 in (False, True) if case.get("f16") else (False,):
             model = build(case, np.random.default_rng(seed), f16)
-            path = f"{model_name(case)}{'_f16' if f16 else ''}.onnx"
-            onnx.save(model, os.path.join(args.out, path))
-            sess = ort.InferenceSession(os.path.join(args.out, path), providers=["CPUExecutionProvider"])
-            variants["f16" if f16 else "f32"] = (path, sess.run(None, {"images": x}))
+            sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            variants["f16" if f16 else "f32"] = (f"{model_name(case)}{'_f16' if f16 else ''}.onnx", model, sess.run(None, {"images": x}))
         entry["model"] = variants["f32"][0]
         entry["model_f16"] = variants["f16"][0] if "f16" in variants else None
-        outs32 = variants["f32"][1]
+        outs32 = variants["f32"][2]
         sets = {"f32": [o.astype(np.float32) for o in outs32],
-                "f16": variants["f16"][1] if "f16" in variants else [o.astype(np.float16) for o in outs32]}
+                "f16": variants["f16"][2] if "f16" in variants else [o.astype(np.float16) for o in outs32]}
         quant = [quantise(o) for o in outs32]
+        # Each fixed-size model carries what the RKNN fake needs to stand in for its .rknn (a
+        # .rknn has a fixed input; the dynamic model, shared by cases of other sizes and
+        # calibrations, has none of it).
+        for path, model, _ in variants.values():
+            if not case.get("dynamic"):
+                add_metadata(model, rknn_fake_metadata(case["layout"], quant))
+            onnx.save(model, os.path.join(args.out, path))
         entry["outputs"] = []
         for k, o in enumerate(outs32):
             base = f"{name}_out{k}"

@@ -9,17 +9,32 @@
 //! assert the same hand-computed sizes and offsets.
 //!
 //! Behaviour: `rknn_init` records the model's length and ignores its bytes; the "NPU" is the
-//! ONNX model named by `ZCPIPE_FAKE_RKNN_ONNX` (YOLOX-Nano, float32 `[1,3,416,416]` ->
-//! `[1,3549,85]`) run with tract. The model's input is uint8 NHWC BGR 416x416 with rows of
-//! `w_stride * 3` bytes (`ZCPIPE_FAKE_RKNN_W_STRIDE`, default 416), read from the dma-buf
-//! bound with `rknn_create_mem_from_fd` + `rknn_set_io_mem` (mapped read-only and bracketed
-//! with `DMA_BUF_IOCTL_SYNC` START/END; a memfd answers ENOTTY, which is tolerated) or from
-//! `rknn_inputs_set`'s packed copy. The output is float16 (default, like the shipped YOLOX
-//! `.rknn`), float32 or int8 affine (scale 0.0229, zero point -31) by
-//! `ZCPIPE_FAKE_RKNN_OUTPUT=fp16|fp32|int8`. `rknn_set_core_mask` accepts the masks of a
-//! 3-core NPU (RK3588), or of `ZCPIPE_FAKE_RKNN_CORES` cores. With
-//! `ZCPIPE_FAKE_RKNN_DMABUF_ONLY=1`, `rknn_create_mem_from_fd` refuses fds that are not
-//! dma-bufs (as the real runtime does with a memfd), returning NULL.
+//! ONNX model named by `ZCPIPE_FAKE_RKNN_ONNX` at `rknn_init` (a sidecar of the `.rknn`:
+//! `models/yolox_nano.onnx`, or a test model of `scripts/models/make_test_models.py`), run
+//! with tract, loaded once per process and path; a context keeps the model it was made with.
+//! Everything the fake reports comes from that ONNX model:
+//! - input: its float32 `[1,3,H,W]` input becomes one uint8 NHWC `[1,H,W,3]` input of the
+//!   same name, with rows of `w_stride * 3` bytes (`ZCPIPE_FAKE_RKNN_W_STRIDE`, default W),
+//!   read from the dma-buf bound with `rknn_create_mem_from_fd` + `rknn_set_io_mem` (mapped
+//!   read-only and bracketed with `DMA_BUF_IOCTL_SYNC` START/END; a memfd answers ENOTTY,
+//!   which is tolerated) or from `rknn_inputs_set`'s packed copy. Channels pass through in
+//!   the caller's order (zcpipe's scaler writes the family's). The real `.rknn` has the
+//!   normalisation inside; the fake divides each byte by the model's metadata
+//!   `rknn_fake_std` (e.g. `255` for a model that takes 0..1), or feeds raw 0..255 without
+//!   it (YOLOX);
+//! - outputs: every ONNX output, in order, with its name and shape (`fmt` NCHW for a 4-D
+//!   output, UNDEFINED otherwise; the native output attributes are the same, never
+//!   NC1HWC2), in float16 (default, like the shipped YOLOX `.rknn`), float32 or int8 affine
+//!   by `ZCPIPE_FAKE_RKNN_OUTPUT=fp16|fp32|int8` (read at `rknn_init`). int8's per-output
+//!   scale and zero point come from the metadata `rknn_fake_quant` (JSON `[[scale, zp], ...]`,
+//!   one pair per output, as `make_test_models.py` calibrates them), else scale 0.0229 and
+//!   zero point -31 for every output (about what a w8a8 build of YOLOX-Nano reports).
+//!   `rknn_outputs_get` hands over any of them, one or several per call.
+//!
+//! `rknn_set_core_mask` accepts the masks of a 3-core NPU (RK3588), or of
+//! `ZCPIPE_FAKE_RKNN_CORES` cores. With `ZCPIPE_FAKE_RKNN_DMABUF_ONLY=1`,
+//! `rknn_create_mem_from_fd` refuses fds that are not dma-bufs (as the real runtime does
+//! with a memfd), returning NULL.
 //!
 //! Concurrency: contexts may be used from any thread, one thread per context at a time (a
 //! second thread entering `rknn_run` on a busy context is refused and logged). Each run
@@ -37,11 +52,13 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
 
 /// `rknn_context` on LP64.
 pub type RknnContext = u64;
@@ -70,18 +87,19 @@ const TENSOR_INT8: u32 = 2;
 const TENSOR_UINT8: u32 = 3;
 const QNT_NONE: u32 = 0;
 const QNT_AFFINE: u32 = 2;
+const FMT_NCHW: u32 = 0;
 const FMT_NHWC: u32 = 1;
 const FMT_UNDEFINED: u32 = 3;
 const MEM_FLAGS_FROM_FD: u32 = 2;
 
-/// Model geometry (YOLOX-Nano 416).
-const W: usize = 416;
-const H: usize = 416;
-const ROWS: usize = 3549;
-const COLS: usize = 85;
-/// Quantisation of the int8 output (a plain w8a8 build of YOLOX-Nano reports about this).
+/// Quantisation of every int8 output of a model without `rknn_fake_quant` metadata (a plain
+/// w8a8 build of YOLOX-Nano reports about this).
 const INT8_SCALE: f32 = 0.0229;
 const INT8_ZP: i32 = -31;
+/// ONNX metadata (`metadata_props`) keys the fake reads: per-output int8 quantisation, and
+/// the divisor of the uint8 input (tract exposes them as `onnx.metadata_props.<key>`).
+const QUANT_KEY: &str = "rknn_fake_quant";
+const STD_KEY: &str = "rknn_fake_std";
 /// `DMA_BUF_IOCTL_SYNC` = `_IOW('b', 0, struct dma_buf_sync)` (include/uapi/linux/dma-buf.h).
 const DMA_BUF_IOCTL_SYNC: u64 = (1 << 30) | (8 << 16) | ((b'b' as u64) << 8);
 const DMA_BUF_SYNC_READ: u64 = 1;
@@ -204,10 +222,41 @@ enum InputSrc {
 
 struct Context {
     model_len: usize,
+    /// The ONNX model this context runs (the one `ZCPIPE_FAKE_RKNN_ONNX` named at rknn_init).
+    net: Arc<Net>,
     out_type: OutType,
     w_stride: usize,
     input: InputSrc,
-    output: Option<Vec<f32>>,
+    /// The last run's outputs as float32, one vector per output.
+    output: Option<Vec<Vec<f32>>>,
+}
+
+/// One output of the ONNX model as the fake reports it.
+struct NetOutput {
+    name: String,
+    /// The ONNX shape (`n_dims`/`dims` of its attribute).
+    dims: Vec<usize>,
+    /// int8 quantisation: `q = round(v / scale) + zp`, clamped to -128..=127.
+    scale: f32,
+    zp: i32,
+}
+
+impl NetOutput {
+    fn elems(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
+/// The ONNX model standing in for the `.rknn`, and what the fake reports of it.
+struct Net {
+    plan: Plan,
+    /// The ONNX input's name, height and width.
+    input: String,
+    h: usize,
+    w: usize,
+    outputs: Vec<NetOutput>,
+    /// Each input byte is divided by this before the model sees it (`rknn_fake_std`; 1 = raw).
+    std: f32,
 }
 
 #[derive(Default)]
@@ -236,35 +285,88 @@ fn log(line: String) {
     }
 }
 
-fn w_stride_from_env() -> Result<usize, String> {
+fn w_stride_from_env(w: usize) -> Result<usize, String> {
     match std::env::var("ZCPIPE_FAKE_RKNN_W_STRIDE") {
-        Err(_) => Ok(W),
+        Err(_) => Ok(w),
         Ok(v) => match v.parse::<usize>() {
-            Ok(s) if s >= W => Ok(s),
-            _ => Err(format!("ZCPIPE_FAKE_RKNN_W_STRIDE={v}: use a number of pixels >= {W}")),
+            Ok(s) if s >= w => Ok(s),
+            _ => Err(format!("ZCPIPE_FAKE_RKNN_W_STRIDE={v}: use a number of pixels >= {w} (the model's width)")),
         },
     }
 }
 
 type Plan = Arc<TypedRunnableModel>;
 
-/// The ONNX model, loaded once per process.
-fn plan() -> Result<Plan, String> {
-    static PLAN: OnceLock<Result<Plan, String>> = OnceLock::new();
-    PLAN.get_or_init(|| {
-        let path = std::env::var_os("ZCPIPE_FAKE_RKNN_ONNX")
-            .filter(|p| !p.is_empty())
-            .ok_or("ZCPIPE_FAKE_RKNN_ONNX is not set: the fake librknnrt runs that ONNX model (e.g. models/yolox_nano.onnx)")?;
-        let load = || -> TractResult<Plan> {
-            tract_onnx::onnx()
-                .model_for_path(&path)?
-                .with_input_fact(0, InferenceFact::dt_shape(DatumType::F32, [1usize, 3, H, W]))?
-                .into_optimized()?
-                .into_runnable()
-        };
-        load().map_err(|e| format!("fake librknnrt cannot load {}: {e}", std::path::Path::new(&path).display()))
-    })
-    .clone()
+/// The models loaded so far in this process (or why one could not be), by path.
+type Nets = HashMap<PathBuf, Result<Arc<Net>, String>>;
+
+/// The ONNX model `ZCPIPE_FAKE_RKNN_ONNX` names, loaded once per process and path.
+fn net() -> Result<Arc<Net>, String> {
+    static NETS: OnceLock<Mutex<Nets>> = OnceLock::new();
+    let path = std::env::var_os("ZCPIPE_FAKE_RKNN_ONNX")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .ok_or("ZCPIPE_FAKE_RKNN_ONNX is not set: the fake librknnrt runs that ONNX model (e.g. models/yolox_nano.onnx)")?;
+    let mut nets = NETS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    nets.entry(path.clone()).or_insert_with(|| load_net(&path).map(Arc::new).map_err(|e| format!("fake librknnrt cannot use {}: {e}", path.display()))).clone()
+}
+
+/// A string of the model's `metadata_props`.
+fn metadata(model: &InferenceModel, key: &str) -> Option<String> {
+    let t = model.properties.get(&format!("onnx.metadata_props.{key}"))?;
+    t.try_as_plain_ram().ok()?.to_scalar::<String>().ok().cloned()
+}
+
+/// Loads the ONNX model at `path` with its input fixed to float32 `[1,3,H,W]`, and reads
+/// its outputs and the fake's metadata (`rknn_fake_quant`, `rknn_fake_std`).
+fn load_net(path: &Path) -> Result<Net, String> {
+    let tract = |e: TractError| format!("tract: {e}");
+    let model = tract_onnx::onnx().model_for_path(path).map_err(tract)?;
+    let inputs = model.input_outlets().map_err(tract)?.to_vec();
+    let [input] = inputs[..] else { return Err(format!("{} inputs; the fake runs models with one [1,3,H,W] input", inputs.len())) };
+    let input_name = model.node(input.node).name.clone();
+    let fact = model.outlet_fact(input).map_err(tract)?;
+    let dims: Vec<Option<i64>> = fact.shape.dims().map(|d| d.concretize().and_then(|d| d.to_i64().ok())).collect();
+    let (h, w) = match dims[..] {
+        [Some(1), Some(3), Some(h), Some(w)] if h > 0 && w > 0 && !fact.shape.is_open() => (h as usize, w as usize),
+        _ => {
+            let text: Vec<String> = dims.iter().map(|d| d.map_or("?".to_string(), |v| v.to_string())).collect();
+            return Err(format!("input {input_name} is [{}]; the fake needs a fixed [1,3,H,W] input (a real .rknn has a fixed size)", text.join(",")));
+        }
+    };
+    let std = match metadata(&model, STD_KEY) {
+        None => 1.0,
+        Some(v) => match v.trim().parse::<f32>() {
+            Ok(s) if s.is_finite() && s > 0.0 => s,
+            _ => return Err(format!("metadata {STD_KEY}={v:?}: want a positive number (255 for a model that takes 0..1)")),
+        },
+    };
+    let quant = metadata(&model, QUANT_KEY);
+    let typed = model.with_input_fact(0, InferenceFact::dt_shape(DatumType::F32, [1usize, 3, h, w])).and_then(|m| m.into_optimized()).map_err(tract)?;
+    let mut outputs = Vec::new();
+    for &o in typed.output_outlets().map_err(tract)? {
+        let name = typed.outlet_label(o).map(str::to_string).unwrap_or_else(|| typed.node(o.node).name.clone());
+        let fact = typed.outlet_fact(o).map_err(tract)?;
+        let dims = fact.shape.as_concrete().ok_or_else(|| format!("output {name} has no fixed shape"))?.to_vec();
+        if dims.is_empty() || dims.len() > 16 {
+            return Err(format!("output {name} has {} dims; rknn_tensor_attr holds 1 to 16", dims.len()));
+        }
+        outputs.push(NetOutput { name, dims, scale: INT8_SCALE, zp: INT8_ZP });
+    }
+    if let Some(text) = quant {
+        let pairs: Vec<(f32, i32)> = serde_json::from_str(&text).map_err(|e| format!("metadata {QUANT_KEY}: {e}; want [[scale, zp], ...], one pair per output"))?;
+        if pairs.len() != outputs.len() {
+            return Err(format!("metadata {QUANT_KEY} has {} [scale, zp] pairs for {} outputs", pairs.len(), outputs.len()));
+        }
+        for (o, (scale, zp)) in outputs.iter_mut().zip(pairs) {
+            if !(scale.is_finite() && scale > 0.0 && (-128..=127).contains(&zp)) {
+                return Err(format!("metadata {QUANT_KEY}: output {} has scale {scale}, zp {zp}; want scale > 0 and zp in -128..=127", o.name));
+            }
+            (o.scale, o.zp) = (scale, zp);
+        }
+    }
+    let plan = typed.into_runnable().map_err(tract)?;
+    Ok(Net { plan, input: input_name, h, w, outputs, std })
 }
 
 /// Runs `f`, turning a panic into `RKNN_ERR_FAIL`.
@@ -294,20 +396,26 @@ pub unsafe extern "C" fn rknn_init(context: *mut RknnContext, model: *mut c_void
         if context.is_null() || model.is_null() || size == 0 {
             return fail(format!("rknn_init: context {context:?}, model {model:?}, size {size}: the fake takes a model in memory"), RKNN_ERR_PARAM_INVALID);
         }
-        let (out_type, w_stride) = match (OutType::from_env(), w_stride_from_env()) {
-            (Ok(o), Ok(w)) => (o, w),
-            (Err(e), _) | (_, Err(e)) => return fail(e, RKNN_ERR_PARAM_INVALID),
+        let out_type = match OutType::from_env() {
+            Ok(o) => o,
+            Err(e) => return fail(e, RKNN_ERR_PARAM_INVALID),
         };
-        if let Err(e) = plan() {
-            return fail(e, RKNN_ERR_MODEL_INVALID);
-        }
+        let net = match net() {
+            Ok(n) => n,
+            Err(e) => return fail(e, RKNN_ERR_MODEL_INVALID),
+        };
+        let w_stride = match w_stride_from_env(net.w) {
+            Ok(w) => w,
+            Err(e) => return fail(e, RKNN_ERR_PARAM_INVALID),
+        };
+        let (input, outputs) = (format!("{}x{}", net.w, net.h), net.outputs.len());
         let mut st = state();
         let id = st.next_ctx;
         st.next_ctx += 1;
-        st.ctxs.insert(id, Context { model_len: size as usize, out_type, w_stride, input: InputSrc::None, output: None });
+        st.ctxs.insert(id, Context { model_len: size as usize, net, out_type, w_stride, input: InputSrc::None, output: None });
         // SAFETY: checked non-null; the caller's out-pointer.
         unsafe { *context = id };
-        log(format!("rknn_init ctx={id} model_len={size} flag={flag} output={out_type:?} w_stride={w_stride} platform=rk3588"));
+        log(format!("rknn_init ctx={id} model_len={size} flag={flag} output={out_type:?} w_stride={w_stride} input={input} outputs={outputs} platform=rk3588"));
         RKNN_SUCC
     })
 }
@@ -326,7 +434,7 @@ pub unsafe extern "C" fn rknn_dup_context(context_in: *mut RknnContext, context_
         let src = unsafe { *context_in };
         let mut st = state();
         let Some(c) = st.ctxs.get(&src) else { return RKNN_ERR_CTX_INVALID };
-        let copy = Context { model_len: c.model_len, out_type: c.out_type, w_stride: c.w_stride, input: InputSrc::None, output: None };
+        let copy = Context { model_len: c.model_len, net: c.net.clone(), out_type: c.out_type, w_stride: c.w_stride, input: InputSrc::None, output: None };
         let id = st.next_ctx;
         st.next_ctx += 1;
         st.ctxs.insert(id, copy);
@@ -351,60 +459,71 @@ pub extern "C" fn rknn_destroy(context: RknnContext) -> c_int {
     })
 }
 
+/// `name` as a NUL-terminated C string in `dst` (cut to 255 bytes, as RKNN_MAX_NAME_LEN).
 fn put_name(dst: &mut [u8; 256], name: &str) {
     dst.fill(0);
-    dst[..name.len()].copy_from_slice(name.as_bytes());
+    let n = name.len().min(dst.len() - 1);
+    dst[..n].copy_from_slice(&name.as_bytes()[..n]);
 }
 
+/// The input as zcpipe binds it: uint8 NHWC `[1,H,W,3]` of the model's size, reported as the
+/// toolkit's int8 with zero point -128 / scale 1.0 (the native attribute carries the
+/// context's `w_stride`).
 fn input_attr(c: &Context, native: bool) -> TensorAttr {
+    let (h, w) = (c.net.h, c.net.w);
+    let stride = if native { c.w_stride } else { w };
     let mut a = TensorAttr {
         index: 0,
         n_dims: 4,
         dims: [0; 16],
         name: [0; 256],
-        n_elems: (H * W * 3) as u32,
-        size: (H * W * 3) as u32,
+        n_elems: (h * w * 3) as u32,
+        size: (h * w * 3) as u32,
         fmt: FMT_NHWC,
         type_: TENSOR_INT8,
         qnt_type: QNT_AFFINE,
         fl: 0,
         zp: -128,
         scale: 1.0,
-        w_stride: if native { c.w_stride as u32 } else { W as u32 },
-        size_with_stride: if native { (c.w_stride * H * 3) as u32 } else { (W * H * 3) as u32 },
+        w_stride: stride as u32,
+        size_with_stride: (stride * h * 3) as u32,
         pass_through: 0,
         h_stride: 0,
     };
-    a.dims[..4].copy_from_slice(&[1, H as u32, W as u32, 3]);
-    put_name(&mut a.name, "images");
+    a.dims[..4].copy_from_slice(&[1, h as u32, w as u32, 3]);
+    put_name(&mut a.name, &c.net.input);
     a
 }
 
-fn output_attr(c: &Context) -> TensorAttr {
-    let n = (ROWS * COLS) as u32;
+/// Output `index` of the ONNX model in the context's output type (None: no such output).
+fn output_attr(c: &Context, index: u32) -> Option<TensorAttr> {
+    let o = c.net.outputs.get(index as usize)?;
+    let n = o.elems() as u32;
     let size = n * c.out_type.elem_size() as u32;
     let int8 = c.out_type == OutType::I8;
     let mut a = TensorAttr {
-        index: 0,
-        n_dims: 3,
+        index,
+        n_dims: o.dims.len() as u32,
         dims: [0; 16],
         name: [0; 256],
         n_elems: n,
         size,
-        fmt: FMT_UNDEFINED,
+        fmt: if o.dims.len() == 4 { FMT_NCHW } else { FMT_UNDEFINED },
         type_: c.out_type.rknn_type(),
         qnt_type: if int8 { QNT_AFFINE } else { QNT_NONE },
         fl: 0,
-        zp: if int8 { INT8_ZP } else { 0 },
-        scale: if int8 { INT8_SCALE } else { 1.0 },
+        zp: if int8 { o.zp } else { 0 },
+        scale: if int8 { o.scale } else { 1.0 },
         w_stride: 0,
         size_with_stride: size,
         pass_through: 0,
         h_stride: 0,
     };
-    a.dims[..3].copy_from_slice(&[1, ROWS as u32, COLS as u32]);
-    put_name(&mut a.name, "output");
-    a
+    for (d, &v) in a.dims.iter_mut().zip(&o.dims) {
+        *d = v as u32;
+    }
+    put_name(&mut a.name, &o.name);
+    Some(a)
 }
 
 fn write_info<T>(info: *mut c_void, size: u32, value: T) -> c_int {
@@ -439,14 +558,16 @@ pub unsafe extern "C" fn rknn_query(context: RknnContext, cmd: u32, info: *mut c
             None
         };
         log(format!("rknn_query ctx={context} cmd={cmd} size={size}{}", index.map(|i| format!(" index={i}")).unwrap_or_default()));
-        if index.is_some_and(|i| i != 0) {
-            return RKNN_ERR_PARAM_INVALID;
-        }
+        let index = index.unwrap_or(0);
         match cmd {
-            QUERY_IN_OUT_NUM => write_info(info, size, InputOutputNum { n_input: 1, n_output: 1 }),
+            QUERY_IN_OUT_NUM => write_info(info, size, InputOutputNum { n_input: 1, n_output: c.net.outputs.len() as u32 }),
+            QUERY_INPUT_ATTR | QUERY_NATIVE_INPUT_ATTR | QUERY_NATIVE_NHWC_INPUT_ATTR if index != 0 => RKNN_ERR_PARAM_INVALID,
             QUERY_INPUT_ATTR => write_info(info, size, input_attr(c, false)),
             QUERY_NATIVE_INPUT_ATTR | QUERY_NATIVE_NHWC_INPUT_ATTR => write_info(info, size, input_attr(c, true)),
-            QUERY_OUTPUT_ATTR | QUERY_NATIVE_OUTPUT_ATTR | QUERY_NATIVE_NHWC_OUTPUT_ATTR => write_info(info, size, output_attr(c)),
+            QUERY_OUTPUT_ATTR | QUERY_NATIVE_OUTPUT_ATTR | QUERY_NATIVE_NHWC_OUTPUT_ATTR => match output_attr(c, index) {
+                Some(a) => write_info(info, size, a),
+                None => RKNN_ERR_PARAM_INVALID,
+            },
             QUERY_SDK_VERSION => {
                 let mut v = SdkVersion { api_version: [0; 256], drv_version: [0; 256] };
                 put_name(&mut v.api_version, "fake 2.3.2 (zcpipe)");
@@ -472,13 +593,14 @@ pub unsafe extern "C" fn rknn_inputs_set(context: RknnContext, n_inputs: u32, in
         // SAFETY: checked non-null; one entry.
         let inp = unsafe { &*inputs };
         log(format!("rknn_inputs_set ctx={context} index={} size={} type={} fmt={} pass_through={}", inp.index, inp.size, inp.type_, inp.fmt, inp.pass_through));
-        if inp.index != 0 || inp.type_ != TENSOR_UINT8 || inp.fmt != FMT_NHWC || inp.pass_through != 0 || inp.size as usize != W * H * 3 || inp.buf.is_null() {
-            return fail(format!("rknn_inputs_set: the fake takes input 0 as {} bytes of UINT8 NHWC, pass_through 0", W * H * 3), RKNN_ERR_INPUT_INVALID);
+        let mut st = state();
+        let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
+        let need = c.net.w * c.net.h * 3;
+        if inp.index != 0 || inp.type_ != TENSOR_UINT8 || inp.fmt != FMT_NHWC || inp.pass_through != 0 || inp.size as usize != need || inp.buf.is_null() {
+            return fail(format!("rknn_inputs_set: the fake takes input 0 as {need} bytes of UINT8 NHWC, pass_through 0"), RKNN_ERR_INPUT_INVALID);
         }
         // SAFETY: the caller's `size` bytes at `buf`.
         let bytes = unsafe { std::slice::from_raw_parts(inp.buf as *const u8, inp.size as usize) }.to_vec();
-        let mut st = state();
-        let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
         c.input = InputSrc::Packed(bytes);
         RKNN_SUCC
     })
@@ -503,16 +625,17 @@ pub extern "C" fn rknn_set_core_mask(context: RknnContext, mask: u32) -> c_int {
     })
 }
 
-/// Reads the uint8 NHWC input (`rows` of `stride` bytes from `base`) into float32 NCHW,
-/// keeping channel order and raw 0..255 values.
-fn to_nchw(src: &[u8], stride: usize) -> Vec<f32> {
-    let hw = H * W;
+/// Reads `net`'s uint8 NHWC input (H rows of `stride` bytes) into float32 NCHW, keeping the
+/// channel order, each value divided by the model's `std` (1: raw 0..255).
+fn to_nchw(src: &[u8], stride: usize, net: &Net) -> Vec<f32> {
+    let (h, w) = (net.h, net.w);
+    let hw = h * w;
     let mut out = vec![0f32; 3 * hw];
-    for y in 0..H {
-        let row = &src[y * stride..y * stride + 3 * W];
+    for y in 0..h {
+        let row = &src[y * stride..y * stride + 3 * w];
         for (x, px) in row.chunks_exact(3).enumerate() {
             for c in 0..3 {
-                out[c * hw + y * W + x] = px[c] as f32;
+                out[c * hw + y * w + x] = px[c] as f32 / net.std;
             }
         }
     }
@@ -531,8 +654,8 @@ fn dma_sync(fd: i32, flags: u64) -> std::io::Result<()> {
 }
 
 /// Maps the bound buffer read-only, brackets the read with DMA_BUF_IOCTL_SYNC (ENOTTY from
-/// a memfd is tolerated) and converts it.
-fn read_bound(b: &Bound, w_stride: usize) -> Result<Vec<f32>, String> {
+/// a memfd is tolerated) and converts it for `net`.
+fn read_bound(b: &Bound, w_stride: usize, net: &Net) -> Result<Vec<f32>, String> {
     let len = b.offset as usize + b.size as usize;
     // SAFETY: a fresh shared read-only mapping of `len` bytes of the caller's fd; we check
     // the result and unmap it below.
@@ -548,7 +671,7 @@ fn read_bound(b: &Bound, w_stride: usize) -> Result<Vec<f32>, String> {
     let result = sync(DMA_BUF_SYNC_READ).and_then(|synced| {
         // SAFETY: the mapping is `len` bytes; rows were checked to fit at set_io_mem.
         let bytes = unsafe { std::slice::from_raw_parts((p as *const u8).add(b.offset as usize), b.size as usize) };
-        let v = to_nchw(bytes, w_stride * 3);
+        let v = to_nchw(bytes, w_stride * 3, net);
         if synced {
             sync(DMA_BUF_SYNC_READ | DMA_BUF_SYNC_END)?;
         }
@@ -639,18 +762,18 @@ fn input_hash(nchw: &[f32]) -> u64 {
 #[no_mangle]
 pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) -> c_int {
     guarded("rknn_run", || {
-        let (input, w_stride, what) = {
+        let (input, net, w_stride, what) = {
             let st = state();
             let Some(c) = st.ctxs.get(&context) else { return RKNN_ERR_CTX_INVALID };
             match &c.input {
                 InputSrc::None => return fail("rknn_run: no input set (rknn_inputs_set or rknn_set_io_mem)".into(), RKNN_ERR_INPUT_INVALID),
-                InputSrc::Mem(b) => (Err(*b), c.w_stride, format!("input=mem mem={} fd={}", b.mem, b.fd)),
-                InputSrc::Packed(v) => (Ok(to_nchw(v, W * 3)), c.w_stride, "input=copy".to_string()),
+                InputSrc::Mem(b) => (Err(*b), c.net.clone(), c.w_stride, format!("input=mem mem={} fd={}", b.mem, b.fd)),
+                InputSrc::Packed(v) => (Ok(to_nchw(v, c.net.w * 3, &c.net)), c.net.clone(), c.w_stride, "input=copy".to_string()),
             }
         };
         let nchw = match input {
             Ok(v) => v,
-            Err(b) => match read_bound(&b, w_stride) {
+            Err(b) => match read_bound(&b, w_stride, &net) {
                 Ok(v) => v,
                 Err(e) => return fail(format!("rknn_run: {e}"), RKNN_ERR_INPUT_INVALID),
             },
@@ -671,7 +794,7 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
         let code = if env_number("ZCPIPE_FAKE_RKNN_FAIL_RUN") == Some(run) {
             fail(format!("rknn_run: run {run} fails (ZCPIPE_FAKE_RKNN_FAIL_RUN)"), RKNN_ERR_TIMEOUT)
         } else {
-            infer(context, nchw)
+            infer(context, &net, nchw)
         };
         gate().running.retain(|&c| c != context);
         log(format!("rknn_run_end ctx={context} run={run} code={code}"));
@@ -679,84 +802,100 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
     })
 }
 
-/// Runs the ONNX model on `nchw` and stores the output in `context`.
-fn infer(context: RknnContext, nchw: Vec<f32>) -> c_int {
-    let plan = match plan() {
-        Ok(p) => p,
-        Err(e) => return fail(e, RKNN_ERR_MODEL_INVALID),
-    };
-    let run = || -> TractResult<Vec<f32>> {
-        let t = Array4::from_shape_vec((1, 3, H, W), nchw)?.into_tensor();
-        let out = plan.run(tvec!(t.into_tvalue()))?;
-        let first = out.first().ok_or_else(|| TractError::msg("no output"))?;
-        let view = first.try_as_plain_ram()?;
-        Ok(view.as_slice::<f32>()?.to_vec())
+/// Runs `net` on `nchw` and stores its outputs, as float32, in `context`.
+fn infer(context: RknnContext, net: &Net, nchw: Vec<f32>) -> c_int {
+    let run = || -> TractResult<Vec<Vec<f32>>> {
+        let t = Array4::from_shape_vec((1, 3, net.h, net.w), nchw)?.into_tensor();
+        let outs = net.plan.run(tvec!(t.into_tvalue()))?;
+        outs.iter().map(|o| Ok(o.cast_to::<f32>()?.try_as_plain_ram()?.as_slice::<f32>()?.to_vec())).collect()
     };
     let values = match run() {
-        Ok(v) if v.len() == ROWS * COLS => v,
-        Ok(v) => return fail(format!("rknn_run: the ONNX model gave {} values, not {ROWS}x{COLS}", v.len()), RKNN_ERR_OUTPUT_INVALID),
+        Ok(v) => v,
         Err(e) => return fail(format!("rknn_run: tract: {e}"), RKNN_ERR_FAIL),
     };
+    let sizes: Vec<usize> = values.iter().map(Vec::len).collect();
+    if sizes != net.outputs.iter().map(NetOutput::elems).collect::<Vec<_>>() {
+        return fail(format!("rknn_run: the ONNX model gave outputs of {sizes:?} values, not the shapes it declares"), RKNN_ERR_OUTPUT_INVALID);
+    }
     let mut st = state();
     let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
     c.output = Some(values);
     RKNN_SUCC
 }
 
-/// The output in its native type (little-endian), or as float32 when `want_float`.
-fn encode(values: &[f32], t: OutType, want_float: bool) -> Vec<u8> {
+/// An output in its native type `t` (little-endian; int8 quantised with `o`'s scale and zero
+/// point, rounding half to even like numpy), or as float32 when `want_float`.
+fn encode(values: &[f32], t: OutType, o: &NetOutput, want_float: bool) -> Vec<u8> {
     let native: Vec<u8> = match t {
         OutType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         OutType::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
-        OutType::I8 => values.iter().map(|&v| ((v / INT8_SCALE).round() as i32 + INT8_ZP).clamp(-128, 127) as i8 as u8).collect(),
+        OutType::I8 => values.iter().map(|&v| ((v / o.scale).round_ties_even() as i32 + o.zp).clamp(-128, 127) as i8 as u8).collect(),
     };
     if !want_float || t == OutType::F32 {
         return native;
     }
     match t {
         OutType::F16 => native.chunks_exact(2).flat_map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32().to_le_bytes()).collect(),
-        _ => native.iter().flat_map(|&q| (((q as i8) as i32 - INT8_ZP) as f32 * INT8_SCALE).to_le_bytes()).collect(),
+        _ => native.iter().flat_map(|&q| (((q as i8) as i32 - o.zp) as f32 * o.scale).to_le_bytes()).collect(),
     }
 }
 
-/// `int rknn_outputs_get(rknn_context, uint32_t n, rknn_output outputs[], rknn_output_extend*)`.
+/// `int rknn_outputs_get(rknn_context, uint32_t n, rknn_output outputs[], rknn_output_extend*)`:
+/// each entry gets output `index` of the last run (any of the model's outputs, one or
+/// several per call), in the context's type or as float32 when `want_float`. Logged as one
+/// line, lists comma-separated (`index=0,1,2 ... size=..`).
 ///
 /// # Safety
 /// `outputs` holds `n_outputs` entries; pre-allocated ones point at `size` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn rknn_outputs_get(context: RknnContext, n_outputs: u32, outputs: *mut Output, _extend: *mut c_void) -> c_int {
     guarded("rknn_outputs_get", || {
-        if outputs.is_null() || n_outputs != 1 {
+        if outputs.is_null() || n_outputs == 0 {
             return RKNN_ERR_PARAM_INVALID;
         }
-        // SAFETY: checked non-null; one entry.
-        let out = unsafe { &mut *outputs };
+        // SAFETY: checked non-null; the caller's array of n_outputs entries.
+        let outs = unsafe { std::slice::from_raw_parts_mut(outputs, n_outputs as usize) };
         let mut st = state();
         let Some(c) = st.ctxs.get(&context) else { return RKNN_ERR_CTX_INVALID };
-        log(format!("rknn_outputs_get ctx={context} index={} want_float={} is_prealloc={} size={}", out.index, out.want_float, out.is_prealloc, out.size));
+        let list = |f: fn(&Output) -> u32| outs.iter().map(|o| f(o).to_string()).collect::<Vec<_>>().join(",");
+        log(format!(
+            "rknn_outputs_get ctx={context} n={n_outputs} index={} want_float={} is_prealloc={} size={}",
+            list(|o| o.index),
+            list(|o| o.want_float.into()),
+            list(|o| o.is_prealloc.into()),
+            list(|o| o.size)
+        ));
         let Some(values) = &c.output else { return fail("rknn_outputs_get before rknn_run".into(), RKNN_ERR_OUTPUT_INVALID) };
-        if out.index != 0 {
-            return RKNN_ERR_PARAM_INVALID;
-        }
-        let bytes = encode(values, c.out_type, out.want_float != 0);
-        if out.is_prealloc != 0 {
-            if out.buf.is_null() || (out.size as usize) < bytes.len() {
-                return fail(format!("rknn_outputs_get: pre-allocated buffer of {} bytes, output needs {}", out.size, bytes.len()), RKNN_ERR_PARAM_INVALID);
+        // Every entry is checked before anything is written or allocated.
+        let mut encoded = Vec::with_capacity(outs.len());
+        for o in outs.iter() {
+            let i = o.index as usize;
+            let Some(spec) = c.net.outputs.get(i) else {
+                return fail(format!("rknn_outputs_get: output index {i}, but the model has {} outputs", c.net.outputs.len()), RKNN_ERR_PARAM_INVALID);
+            };
+            let bytes = encode(&values[i], c.out_type, spec, o.want_float != 0);
+            if o.is_prealloc != 0 && (o.buf.is_null() || (o.size as usize) < bytes.len()) {
+                return fail(format!("rknn_outputs_get: pre-allocated buffer of {} bytes, output {i} needs {}", o.size, bytes.len()), RKNN_ERR_PARAM_INVALID);
             }
-            // SAFETY: the caller's `size` >= bytes.len() writable bytes.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.buf as *mut u8, bytes.len()) };
-        } else {
-            // SAFETY: plain allocation, freed in rknn_outputs_release.
-            let p = unsafe { libc::malloc(bytes.len()) } as *mut u8;
-            if p.is_null() {
-                return RKNN_ERR_FAIL;
-            }
-            // SAFETY: `p` holds bytes.len() bytes.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-            out.buf = p as *mut c_void;
-            st.allocated.insert(p as usize);
+            encoded.push(bytes);
         }
-        out.size = bytes.len() as u32;
+        for (out, bytes) in outs.iter_mut().zip(encoded) {
+            if out.is_prealloc != 0 {
+                // SAFETY: the caller's `size` >= bytes.len() writable bytes (checked above).
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.buf as *mut u8, bytes.len()) };
+            } else {
+                // SAFETY: plain allocation, freed in rknn_outputs_release.
+                let p = unsafe { libc::malloc(bytes.len()) } as *mut u8;
+                if p.is_null() {
+                    return RKNN_ERR_FAIL;
+                }
+                // SAFETY: `p` holds bytes.len() bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+                out.buf = p as *mut c_void;
+                st.allocated.insert(p as usize);
+            }
+            out.size = bytes.len() as u32;
+        }
         RKNN_SUCC
     })
 }
@@ -892,7 +1031,7 @@ pub unsafe extern "C" fn rknn_set_io_mem(context: RknnContext, mem: *mut TensorM
             return fail(format!("rknn_set_io_mem: mem {id} is not a live mem of context {context}"), RKNN_ERR_PARAM_INVALID);
         }
         let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
-        let need = c.w_stride * H * 3;
+        let need = c.w_stride * c.net.h * 3;
         if a.index != 0 || a.n_dims != 4 {
             return fail(format!("rknn_set_io_mem: the fake binds input 0 only (got index {}, {} dims)", a.index, a.n_dims), RKNN_ERR_PARAM_INVALID);
         }
@@ -928,15 +1067,28 @@ mod tests {
         assert_eq!(DMA_BUF_IOCTL_SYNC, 0x4008_6200);
     }
 
+    fn output(scale: f32, zp: i32) -> NetOutput {
+        NetOutput { name: "out".into(), dims: vec![1, 5], scale, zp }
+    }
+
     #[test]
     fn int8_encoding_round_trips_within_half_a_step() {
         let v = [0.0f32, 0.5, -0.7, 1.0, 3.2];
-        let q = encode(&v, OutType::I8, false);
+        let o = output(INT8_SCALE, INT8_ZP);
+        let q = encode(&v, OutType::I8, &o, false);
         assert_eq!(q[0] as i8, -31);
-        let f = encode(&v, OutType::I8, true);
+        let f = encode(&v, OutType::I8, &o, true);
         for (i, x) in v.iter().enumerate() {
             let back = f32::from_le_bytes([f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]]);
             assert!((back - x).abs() <= INT8_SCALE / 2.0 + 1e-6, "{x} -> {back}");
         }
+    }
+
+    #[test]
+    fn int8_encoding_uses_the_outputs_own_scale_and_zero_point_rounding_half_to_even() {
+        // 1.25 / 0.5 = 2.5 -> 2, 1.75 / 0.5 = 3.5 -> 4 (numpy's np.round), then + zp 3;
+        // out of range clamps.
+        let q = encode(&[1.25, 1.75, -100.0, 100.0], OutType::I8, &output(0.5, 3), false);
+        assert_eq!(q.iter().map(|&b| b as i8).collect::<Vec<_>>(), [5, 7, -128, 127]);
     }
 }
