@@ -86,7 +86,7 @@ fn rk3588_with_no_flags_plans_rga_rknn_its_model_and_three_cores() {
     // An RGA3 core reaches all memory: the usual heap order (system first).
     assert!(l.ends_with(&format!("; heap dma-heap {}", root.path().join("dev/dma_heap/system").display())), "{plan}");
     assert!(why(&plan, "scaler").contains("/dev/rga opens") && why(&plan, "scaler").contains("rk3588 has RGA3 cores"), "{plan}");
-    assert!(why(&plan, "infer").contains("built for rk3588") && why(&plan, "infer").contains("every core of rk3588"), "{plan}");
+    assert!(why(&plan, "infer").contains("fits rk3588") && why(&plan, "infer").contains("every core of rk3588"), "{plan}");
     assert!(why(&plan, "heap").contains("RGA3"), "{plan}");
 }
 

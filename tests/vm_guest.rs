@@ -822,7 +822,7 @@ fn bad_input_fails_with_one_clear_line() {
 fn plan_picks_the_camera_and_the_cpu_scaler() {
     let (sp, mp, m2m) = (dev("VIVID_SP"), dev("VIVID_MP"), dev("VIM2M"));
     let mut c = zcpipe();
-    c.args(["run", "--dry-run"]);
+    c.args(["run", "--dry-run", "--infer", "none"]);
     let o = output_within(c, Duration::from_secs(120));
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string());
     assert_eq!(o.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");

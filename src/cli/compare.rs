@@ -72,7 +72,7 @@ mod tests {
     fn every_pipeline_option_reaches_each_round() {
         let given = [
             "--source=v4l2:/dev/video4", "--fps=15", "--buffers=6", "--format=NV12M", "--size=640x480", "--capture-io=dmabuf",
-            "--scaler=rga", "--scale-buffers=4", "--rga-core=rga2-core0", "--infer=rknn", "--model=m.rknn", "--labels=l.txt", "--head=yolov5-split", "--anchors=a.txt",
+            "--scaler=rga", "--scale-buffers=4", "--rga-core=rga2-core0", "--infer=rknn", "--model=models/yolox_nano_416_rk3588.rknn", "--labels=l.txt", "--head=yolov5-split", "--anchors=a.txt",
             "--channel-order=bgr", "--letterbox=top-left", "--score-threshold=0.4", "--nms-iou=0.5", "--npu-cores=0,1", "--input-size=640x384", "--ring-policy=block", "--wait=spin", "--heap=dma32",
         ];
         let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else { panic!("not compare") };
