@@ -501,3 +501,31 @@ fn sockets_are_private_and_shared_only_with_the_socket_group() {
     assert_eq!((sock_mode, sock_gid), (0o660, me.gid.as_raw()), "detections socket");
     assert_eq!((stage_mode, run_mode), (0o600, 0o700), "stage socket and run directory");
 }
+
+/// A full disk for `--summary-json` (`/dev/full`: every write fails with ENOSPC): the text
+/// summary is printed first, then one error line naming the flag, the path and the fix; a
+/// folder that does not exist is refused before anything starts.
+#[test]
+fn a_summary_that_cannot_be_written_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ["run", "--source", "testsrc:64x48@30", "--infer", "none", "--frames", "3", "--no-print", "--stats-interval", "0"];
+    let out = zcpipe()
+        .args(base)
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .arg("--publish")
+        .arg(dir.path().join("d.sock"))
+        .args(["--summary-json", "/dev/full"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors, ["zcpipe: error: --summary-json /dev/full: cannot write the run summary (No space left on device); free space or pass a path you can write (the summary above is complete)"], "{err}");
+    assert!(err.contains("zcpipe summary ("), "the text summary comes first: {err}");
+
+    let out = zcpipe().args(base).arg("--run-dir").arg(dir.path().join("run")).args(["--summary-json", "/nonexistent/dir/s.json"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end(), "zcpipe: error: --summary-json: folder /nonexistent/dir does not exist; create it or pass another path");
+}

@@ -61,6 +61,9 @@ impl RunArgs {
     /// line (`zcpipe stage <name> ...`) is written from the same options.
     pub fn config(&self) -> Result<RunConfig> {
         let data = self.pipeline.check()?;
+        if let Some(dir) = self.summary_json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+            anyhow::bail!("--summary-json: folder {} does not exist; create it or pass another path", dir.display());
+        }
         let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
         let plan = self.pipeline.plan(publish.config(&data.instance).socket)?;

@@ -71,7 +71,15 @@ struct Client {
     starved_since: Option<Instant>,
     sent: u64,
     skipped: u64,
+    /// Bytes the client wrote, read and thrown away (clients have nothing to say).
+    discarded: u64,
 }
+
+/// The most [`DetectionServer::service`] reads and discards from one client per call
+/// (bytes): a client that writes without end cannot hold the stage in its read loop. What
+/// is left waits for the next call, and a client whose writes fill the socket only blocks
+/// itself.
+pub const DISCARD_PER_SERVICE: usize = 64 * 1024;
 
 /// Counters of the detections server.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
@@ -174,7 +182,7 @@ impl DetectionServer {
                     if s.set_nonblocking(true).is_ok() {
                         log::info!("client {} connected", self.stats.accepted);
                         self.stats.accepted += 1;
-                        self.clients.push(Client { stream: s, pending: vec![], last_progress: Instant::now(), starved_since: None, sent: 0, skipped: 0 });
+                        self.clients.push(Client { stream: s, pending: vec![], last_progress: Instant::now(), starved_since: None, sent: 0, skipped: 0, discarded: 0 });
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -184,14 +192,20 @@ impl DetectionServer {
                 }
             }
         }
-        let mut buf = [0u8; 256];
-        self.clients.retain_mut(|c| loop {
-            match c.stream.read(&mut buf) {
-                Ok(0) => return false,
-                Ok(_) => continue, // clients have nothing to say; discard
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
-                Err(_) => return false,
+        let mut buf = [0u8; 4096];
+        self.clients.retain_mut(|c| {
+            let mut read = 0;
+            while read < DISCARD_PER_SERVICE {
+                match c.stream.read(&mut buf[..(DISCARD_PER_SERVICE - read).min(4096)]) {
+                    Ok(0) => return false,
+                    // Clients have nothing to say: discard, up to the bound.
+                    Ok(n) => read += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => return false,
+                }
             }
+            c.discarded += read as u64;
+            true
         });
         self.stats.clients = self.clients.len();
     }
@@ -288,6 +302,36 @@ impl Drop for DetectionServer {
 mod tests {
     use super::*;
     use std::io::BufRead;
+
+    #[test]
+    fn what_a_client_writes_is_discarded_within_a_bound_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut srv = DetectionServer::bind(&dir.path().join("d.sock")).unwrap();
+        let mut chatty = UnixStream::connect(srv.path()).unwrap();
+        srv.service();
+        // More than one call's worth (the socket holds it: a few hundred KiB on Linux).
+        chatty.set_nonblocking(true).unwrap();
+        let mut wrote = 0usize;
+        while wrote < 3 * DISCARD_PER_SERVICE {
+            match chatty.write(&[b'x'; 4096]) {
+                Ok(n) => wrote += n,
+                Err(_) => break,
+            }
+        }
+        assert!(wrote > DISCARD_PER_SERVICE, "the socket took only {wrote} bytes");
+        srv.service();
+        assert_eq!(srv.clients[0].discarded, DISCARD_PER_SERVICE as u64);
+        for _ in 0..wrote / DISCARD_PER_SERVICE + 1 {
+            srv.service();
+        }
+        assert_eq!(srv.clients[0].discarded, wrote as u64, "the rest is read on later calls");
+        // And the client still gets its lines.
+        srv.broadcast(b"{}\n");
+        chatty.set_nonblocking(false).unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&chatty).read_line(&mut line).unwrap();
+        assert_eq!(line, "{}\n");
+    }
 
     #[test]
     fn slow_client_is_skipped_then_disconnected_fast_one_gets_all() {

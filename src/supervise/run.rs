@@ -230,9 +230,18 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.stage.name().to_string(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
     let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest };
     let failed: Vec<&String> = exit_codes.iter().filter(|(_, c)| **c != 0 && **c != EXIT_PEER_GONE).map(|(s, _)| s).collect();
-    if let Some(path) = &a.summary_json {
-        std::fs::write(path, serde_json::to_string_pretty(&summary)?).with_context(|| format!("writing {}", path.display()))?;
-    }
+    // Written after the text summary is printed, so a full disk loses only the file.
+    let write_json = |path: &std::path::Path| -> Result<()> {
+        let json = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, json).map_err(|e| {
+            let e = e.to_string();
+            anyhow::anyhow!(
+                "--summary-json {}: cannot write the run summary ({}); free space or pass a path you can write (the summary above is complete)",
+                path.display(),
+                e.split(" (os error").next().unwrap_or_default()
+            )
+        })
+    };
     use std::io::Write as _;
     let mut err = std::io::stderr();
     for p in &procs {
@@ -249,6 +258,9 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     // A run that failed during set-up has no report at all: its one error line says it all.
     if !summary.stages.is_empty() {
         let _ = write!(err, "{}", summary_text(&summary));
+    }
+    if let Some(path) = &a.summary_json {
+        write_json(path)?;
     }
     if !failed.is_empty() {
         // The failing stage printed its own one-line error.
