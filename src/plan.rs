@@ -101,16 +101,6 @@ pub struct Inputs {
     pub copy_mode: bool,
 }
 
-/// Runs `f` with info logging off: the backends log what the plan already says (the heap
-/// an allocator opened).
-fn quietly<T>(f: impl FnOnce() -> T) -> T {
-    let level = log::max_level();
-    log::set_max_level(level.min(log::LevelFilter::Warn));
-    let r = f();
-    log::set_max_level(level);
-    r
-}
-
 /// Puts the stages' choices together and decides the heap and capture I/O. What cannot be
 /// used is in the reasons; the one error is a heap that cannot be opened (`--heap dma32`
 /// where there is none), which every stage would meet.
@@ -140,7 +130,7 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         (io, Some(_)) => (io.or(Some(CaptureIo::Mmap)), "the driver's buffers, exported with VIDIOC_EXPBUF".into()),
         (io, None) => (io, String::new()),
     };
-    let alloc = quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf")))?;
+    let alloc = crate::doctor::quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf")))?;
     let heap_what = alloc.describe();
     let heap_why = if rga && matches!(alloc, Allocator::Memfd) {
         format!("{heap_why}; no dma-buf heap or udmabuf here, so pools are memfds, which a real RGA cannot import (only the test fakes can): enable CONFIG_DMABUF_HEAPS_SYSTEM, or --scaler cpu")

@@ -107,10 +107,10 @@ fn env_first(var: &str, names: &[&str]) -> Vec<String> {
     v
 }
 
-/// Runs `f` with info logging off: what the backends log while doctor looks (the heap it
+/// Runs `f` with info logging off (doctor, and the plan's heap check): what the backends log while doctor looks (the heap it
 /// chose, the librga version) is in the report already. Doctor is single-threaded, so
 /// lowering the global level for the call hides only those lines.
-fn quietly<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn quietly<T>(f: impl FnOnce() -> T) -> T {
     let level = log::max_level();
     log::set_max_level(level.min(log::LevelFilter::Warn));
     let r = f();

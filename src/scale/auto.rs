@@ -62,9 +62,7 @@ pub fn choose(requested: &ScalerKind, rga_core: RgaCore) -> anyhow::Result<Scale
                     std::io::ErrorKind::NotFound => "load the RGA kernel driver",
                     _ => "check the RGA kernel driver",
                 };
-                // The kind in words, without "(os error N)".
-                let e = e.to_string();
-                let why = e.split(" (os error").next().unwrap_or_default();
+                let why = crate::sys::errno_words(&e);
                 format!("{} loads but {} does not open ({why}: {fix})", lib.path(), dev.display())
             }
         },

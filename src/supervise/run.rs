@@ -234,11 +234,10 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let write_json = |path: &std::path::Path| -> Result<()> {
         let json = serde_json::to_string_pretty(&summary)?;
         std::fs::write(path, json).map_err(|e| {
-            let e = e.to_string();
             anyhow::anyhow!(
                 "--summary-json {}: cannot write the run summary ({}); free space or pass a path you can write (the summary above is complete)",
                 path.display(),
-                e.split(" (os error").next().unwrap_or_default()
+                crate::sys::errno_words(&e)
             )
         })
     };

@@ -9,6 +9,13 @@
 //! `SAFETY` line where the buffers live (and `zcpipe doctor` opens the libraries itself to
 //! report whether they load). Nothing here makes a policy decision or knows a stage.
 
+/// An I/O error in words, without Rust's ` (os error N)` suffix (`No such file or
+/// directory`): for messages that go on to name the fix.
+pub fn errno_words(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    s.split(" (os error").next().unwrap_or_default().to_string()
+}
+
 pub mod board;
 pub mod dmabuf;
 pub mod rga;
