@@ -79,11 +79,23 @@ impl CameraLook {
     }
 }
 
-/// Resolves `--source`: `auto` is the first V4L2 capture node that streams, else the bundled
-/// clip; a V4L2 source is looked at ([`CameraLook::look`]). `format`/`size` are
-/// `--format`/`--size`. Never fails: a camera that cannot be looked at has `camera: None`.
+/// Resolves `--source` and looks at the camera it names ([`CameraLook::look`]), for the
+/// plan: [`resolve`], then the look. `format`/`size` are `--format`/`--size`. Never fails: a
+/// camera that cannot be looked at has `camera: None`.
 pub fn choose(spec: &SourceSpec, format: Option<Fourcc>, size: Option<(u32, u32)>) -> SourceChoice {
-    let (spec, reason) = match spec {
+    let (spec, reason) = resolve(spec);
+    let camera = match &spec {
+        SourceSpec::V4l2(Some(p)) => CameraLook::look(p, format, size).map_err(|e| log::debug!("source: looking at {}: {e}", p.display())).ok(),
+        _ => None,
+    };
+    SourceChoice { spec, reason, camera }
+}
+
+/// Resolves `--source` without opening anything but the nodes' `VIDIOC_QUERYCAP`: `auto` is
+/// the first V4L2 capture node that streams, else the bundled clip (`auto` kept); `v4l2`
+/// alone is the first capture node. Returns the source and one line saying why.
+pub fn resolve(spec: &SourceSpec) -> (SourceSpec, String) {
+    match spec {
         SourceSpec::Auto => match first_capture_node() {
             Some(n) => (SourceSpec::V4l2(Some(n.path.clone())), format!("auto: {} is the first V4L2 capture node", n.label())),
             None => (SourceSpec::Auto, format!("auto: no V4L2 capture node in /dev/video*: the bundled clip {BUNDLED_CLIP}")),
@@ -93,10 +105,5 @@ pub fn choose(spec: &SourceSpec, format: Option<Fourcc>, size: Option<(u32, u32)
             None => (spec.clone(), "--source v4l2: no V4L2 capture node found (capture will say so)".into()),
         },
         other => (other.clone(), format!("--source {other}")),
-    };
-    let camera = match &spec {
-        SourceSpec::V4l2(Some(p)) => CameraLook::look(p, format, size).map_err(|e| log::debug!("source: looking at {}: {e}", p.display())).ok(),
-        _ => None,
-    };
-    SourceChoice { spec, reason, camera }
+    }
 }

@@ -33,9 +33,10 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     // `auto`: the first V4L2 capture node if there is one, else the bundled clip.
     let spec = match cfg.source {
         SourceSpec::Auto => {
-            let c = super::auto::choose(&cfg.source, None, None);
-            log::info!("source {}", c.reason);
-            c.spec
+            // The stage opens the camera itself next: no look before.
+            let (spec, reason) = super::auto::resolve(&cfg.source);
+            log::info!("source {reason}");
+            spec
         }
         ref s => s.clone(),
     };
