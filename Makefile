@@ -2,7 +2,7 @@
 CARGO ?= cargo
 ZCPIPE := target/release/zcpipe
 
-.PHONY: setup build run test lint clean aarch64 test-aarch64
+.PHONY: setup build run test lint clean aarch64 test-aarch64 test-faults
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,13 @@ run: setup
 test:
 	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked
+
+# Fault injection (tests/faults.rs): kill -9 of each stage 20 times while testsrc flows, a hung
+# stage found by the watchdog, a consumer that keeps every buffer losing its lease. `make test`
+# runs the same tests with 2 kills per stage; benches/faults.sh runs 100 and prints the times.
+FAULT_KILLS ?= 20
+test-faults:
+	ZCPIPE_FAULT_KILLS=$(FAULT_KILLS) $(CARGO) test --release --locked --test faults -- --nocapture
 
 # aarch64 (Rockchip boards), cross-compiled: see scripts/aarch64.sh and "Cross-compiling for aarch64".
 # The release binary (onnx included): target/aarch64-unknown-linux-gnu/release/zcpipe.

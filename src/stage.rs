@@ -18,7 +18,7 @@ use anyhow::Result;
 
 use crate::core::channel::Recv;
 use crate::core::config::DataPath;
-use crate::core::link::PeerGone;
+use crate::core::link::{Conn, ControlMsg, Listener, PeerGone};
 use crate::core::frame::{FrameDesc, Stage};
 use crate::core::pool::{PoolProducer, WriteLoan};
 use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
@@ -124,9 +124,11 @@ impl StageCtx<'_> {
 
     /// Runs a frame loop: calls `turn(state)` until it returns [`Turn::End`], the stop flag
     /// is set (`"signal"`) or it fails; calls `report(state)` every stats interval
-    /// ([`DataPath::stats_interval`]). Returns why the loop ended, or the error.
+    /// ([`DataPath::stats_interval`]) and at least every [`HEARTBEAT`] (the supervisor's
+    /// watchdog takes a stage that stops reporting for hung). Returns why the loop ended,
+    /// or the error.
     pub fn run_loop<S>(&self, state: &mut S, mut report: impl FnMut(&S), mut turn: impl FnMut(&mut S) -> Result<Turn>) -> Result<&'static str> {
-        let every = self.data.stats_interval;
+        let every = Some(self.data.stats_interval.map_or(HEARTBEAT, |e| e.min(HEARTBEAT)));
         let mut last = Instant::now();
         loop {
             if self.stopped() {
@@ -195,6 +197,13 @@ impl StageCtx<'_> {
         }
     }
 
+    /// Tells the supervisor this stage is set up (its first report, with `ready: true` in
+    /// `extra`): from now on, if it dies, `zcpipe run` restarts it instead of stopping the
+    /// run (a stage that fails during set-up is a configuration error, said once).
+    pub fn ready(&self, start: Instant) {
+        self.reporter.send(&self.report(start, false, vec![("ready", true.into())]));
+    }
+
     /// A report of this stage with its pid, elapsed time since `start`, `final_report` and
     /// `extras` filled in; the caller adds its counters.
     pub fn report(&self, start: Instant, final_report: bool, extras: Extras) -> StageReport {
@@ -219,6 +228,73 @@ pub fn drain_pool(prod: &mut PoolProducer, clean: bool, after: &str) -> (Drained
     let said = format!("{returned} buffers came back after end of stream, {still_out} still out{after}; ");
     let extras = vec![("buffers_returned_at_end", returned.into()), ("buffers_still_out", still_out.into())];
     (Drained { said, extras, result }, still_out)
+}
+
+/// The longest time a stage's frame loop goes without a report: its heartbeat, which
+/// `zcpipe run`'s watchdog (`--watchdog`) listens for.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How often a producing stage looks at its listening socket for a downstream stage that
+/// (re-)joins, or a connection to refuse ([`Downstream::serve`]).
+pub const REJOIN_EVERY: Duration = Duration::from_millis(50);
+
+/// A producing stage's listening socket after set-up: a downstream stage that died and was
+/// restarted connects here again and is served the same output ([`Downstream::serve`]);
+/// anything else that connects is refused and logged ([`Listener::poll_hello`]).
+pub struct Downstream {
+    listener: Listener,
+    last: Instant,
+}
+
+impl Downstream {
+    /// Keeps `listener` for re-joins.
+    pub fn new(listener: Listener) -> Downstream {
+        Downstream { listener, last: Instant::now() }
+    }
+
+    /// Connections refused so far.
+    pub fn refused(&self) -> u64 {
+        self.listener.refused()
+    }
+
+    /// At most every [`REJOIN_EVERY`] (one poll(2)), looks for a connection to the output
+    /// `out`: while `serving(out)` names the live consumer's pid, a newcomer is refused;
+    /// otherwise its hello goes to `join`, which serves it (an offer on a fresh ring) or
+    /// refuses it. A failed `join` is logged with the peer's pid and the hop stays free for
+    /// the next one.
+    pub fn serve<P>(&mut self, out: &mut P, serving: impl Fn(&mut P) -> Option<i32>, join: impl FnOnce(&mut P, Conn, ControlMsg) -> Result<()>) {
+        if self.last.elapsed() < REJOIN_EVERY {
+            return;
+        }
+        self.last = Instant::now();
+        if let Some((conn, hello)) = self.listener.poll_hello(&mut || serving(out)) {
+            let pid = conn.peer_pid;
+            if let Err(e) = join(out, conn, hello) {
+                log::warn!("could not serve pid {pid}, which connected to {}: {e:#}", self.listener.path().display());
+            }
+        }
+    }
+}
+
+/// [`Downstream::serve`] for a pool's consumer (`consumer`, the stage a re-joining one
+/// must be): its hello checked with `check` (as at set-up), then the same pool offered on
+/// a fresh ring ([`PoolProducer::reoffer`]).
+pub fn serve_pool(down: &mut Downstream, prod: &mut PoolProducer, consumer: crate::core::frame::Stage, check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>) {
+    down.serve(prod, |p| p.live_consumer(), |p, conn, hello| {
+        let conn = check_hello(conn, &hello, check)?;
+        p.reoffer(conn, consumer)
+    })
+}
+
+/// Checks a re-joining consumer's hello with `check` (the same rule as at set-up: `Err`
+/// is the refusal line); a refused one is told why on `conn`. Returns the connection to
+/// serve, or the refusal as the error.
+pub fn check_hello(conn: Conn, hello: &ControlMsg, check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>) -> Result<Conn> {
+    if let Err(error) = check(hello) {
+        let _ = conn.send(&ControlMsg::Refuse { error: error.clone() }, &[]);
+        anyhow::bail!("{error}");
+    }
+    Ok(conn)
 }
 
 /// Exit code of a stage that stopped because a neighbour went away ([`PeerGone`]): not its

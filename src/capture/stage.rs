@@ -16,11 +16,11 @@ use anyhow::Result;
 use crate::core::config::Choice;
 use crate::core::dmabuf::{Allocator, HeapChoice};
 use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, Stage};
-use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone};
+use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
 use crate::core::pool::{ring_capacity, HopSpec, PoolProducer};
 use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
-use crate::stage::{drain_pool, Extras, StageCtx, Turn, IDLE_WAIT};
+use crate::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
 
 use super::spec::{open_source, SourceSpec, FPS_MAX};
 use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
@@ -64,10 +64,11 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         alloc.describe()
     );
     let listener = Listener::bind(&ctx.data.socket("capture"))?;
-    let conn = accept_scale(&listener, &ctx, Fourcc::NV12, |stage, accept| {
+    let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
         format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
-    })?;
+    };
+    let conn = accept_scale(&listener, &ctx, Fourcc::NV12, refusal)?;
     let n_bufs = pool.len();
     let capacity = ring_capacity(ctx.data.ring_policy, n_bufs);
     let mut prod = PoolProducer::offer(
@@ -83,8 +84,11 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             copy_mode: ctx.data.copy_mode,
         },
     )?;
+    prod.keep_serving();
+    let mut down = Downstream::new(listener);
     let fds_setup = open_fd_count();
-    log::info!("serving scale (pid {}); open fds after set-up: {fds_setup}", prod.conn().peer_pid);
+    log::info!("serving scale (pid {}); open fds after set-up: {fds_setup}", prod.consumer_pid().unwrap_or(0));
+    ctx.ready(Instant::now());
 
     // Unpaced (`--fps max`): no period; a reusable source fills each buffer once.
     let period = if fps == FPS_MAX { Duration::ZERO } else { Duration::from_secs_f64(1.0 / fps) };
@@ -106,6 +110,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 if cfg.frames.is_some_and(|n| **seq >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
+                serve_pool(&mut down, prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, refusal));
                 // Pace: frame n is due at start + n * period; a late frame resets the
                 // schedule. The sleep watches the scale stage's hang-up too (no second
                 // syscall per frame for it: the ring's own check is rate-limited).
@@ -115,7 +120,11 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     return Ok(Turn::Next);
                 }
                 due = if now - due > period { now + period } else { due + period };
-                let Some(mut loan) = prod.acquire(ctx.stop)? else { return Ok(Turn::End("signal")) };
+                // Within IDLE_WAIT: a consumer that holds every buffer must not stop the
+                // loop's turns (its heartbeat), and loses its lease after LEASE_TIMEOUT.
+                let Some(mut loan) = prod.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
+                    return Ok(if ctx.stopped() { Turn::End("signal") } else { Turn::Next });
+                };
                 let i = loan.index() as usize;
                 let layout = match filled.get(i).copied().flatten() {
                     // Sent before and not written since: no CPU access, so no dma-buf sync.
@@ -155,28 +164,22 @@ fn open_heap(heap: HeapChoice) -> Result<Allocator> {
     Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"))
 }
 
-/// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`; if not,
-/// tells it why (`refusal(its stage name, the formats it accepts)`) and fails with that.
+/// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`
+/// ([`scale_accepts`]); if not, tells it why and fails with that.
 fn accept_scale(listener: &Listener, ctx: &StageCtx<'_>, fourcc: Fourcc, refusal: impl FnOnce(&str, &[Fourcc]) -> String) -> Result<Conn> {
     let (conn, hello) = accept_hello(listener, ctx.stop, ctx.data.connect_timeout, "scale")?;
-    let ControlMsg::Hello { stage, accept, .. } = &hello else {
-        anyhow::bail!("expected a hello from the scale stage, got {hello:?}");
+    crate::stage::check_hello(conn, &hello, |h| scale_accepts(h, fourcc, refusal))
+}
+
+/// Whether a hello accepts `fourcc` (an empty list accepts any); if not, the refusal line
+/// `refusal(its stage name, the formats it accepts)`.
+fn scale_accepts(hello: &ControlMsg, fourcc: Fourcc, refusal: impl FnOnce(&str, &[Fourcc]) -> String) -> std::result::Result<(), String> {
+    let ControlMsg::Hello { stage, accept, .. } = hello else {
+        return Err("expected a hello from the scale stage".into());
     };
     if !accept.is_empty() && !accept.contains(&fourcc.0) {
         let accept: Vec<Fourcc> = accept.iter().map(|f| Fourcc(*f)).collect();
-        let error = refusal(stage, &accept);
-        conn.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
-        anyhow::bail!("{error}");
-    }
-    Ok(conn)
-}
-
-/// The scale stage's hang-up, checked when the camera gave no frame for a while: a
-/// producer under drop-oldest never waits, so without this an idle camera would never
-/// notice that nobody reads its ring.
-fn check_scale(conn: &Conn) -> Result<()> {
-    if conn.peer_gone() {
-        return Err(PeerGone::new("scale stage hung up").into());
+        return Err(refusal(stage, &accept));
     }
     Ok(())
 }
@@ -219,15 +222,12 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let fps = cam.granted().fps();
 
     let listener = Listener::bind(&ctx.data.socket("capture"))?;
-    let conn = accept_scale(&listener, &ctx, layout.fourcc, |stage, accept| {
+    let label = cam.node().label();
+    let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(*f)).collect();
-        format!(
-            "{} captures {} but {stage} accepts only {}; pass --format with one of those",
-            cam.node().label(),
-            v4l2::format_name(layout.fourcc),
-            names.join(", ")
-        )
-    })?;
+        format!("{label} captures {} but {stage} accepts only {}; pass --format with one of those", v4l2::format_name(layout.fourcc), names.join(", "))
+    };
+    let conn = accept_scale(&listener, &ctx, layout.fourcc, refusal)?;
     let mut prod = PoolProducer::offer(
         conn,
         pool,
@@ -241,12 +241,15 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
             copy_mode: ctx.data.copy_mode,
         },
     )?;
+    prod.keep_serving();
+    let mut down = Downstream::new(listener);
     let fds_setup = open_fd_count();
     log::info!(
         "serving scale (pid {}): passed {n_fds} dma-buf fds of {n_bufs} buffers once; open fds after set-up: {fds_setup}",
-        prod.conn().peer_pid
+        prod.consumer_pid().unwrap_or(0)
     );
     cam.start(&mut prod)?;
+    ctx.ready(Instant::now());
 
     let start = Instant::now();
     let g = cam.granted().clone();
@@ -292,10 +295,12 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
                 if cfg.frames.is_some_and(|n| cam.stats().published >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
+                // A scale stage that hung up is seen here too while the camera is idle (a
+                // producer under drop-oldest never waits for its consumer).
+                serve_pool(&mut down, prod, Stage::Scale, |h| scale_accepts(h, layout.fourcc, refusal));
                 match cam.next_frame(prod, ctx.stop, IDLE_WAIT) {
                     Ok(Next::Frame(..)) => span.tick(start),
-                    // While frames flow, the ring's rate-limited check sees a hang-up.
-                    Ok(Next::Idle) => check_scale(prod.conn())?,
+                    Ok(Next::Idle) => {}
                     Ok(Next::Unplugged) => {
                         log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
                         return Ok(Turn::End("camera unplugged"));

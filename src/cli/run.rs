@@ -53,6 +53,22 @@ pub struct RunArgs {
     /// object) and exit 0 without starting any stage.
     #[arg(long)]
     pub dry_run: bool,
+    /// A stage that dies after set-up is restarted alone (the others keep running) at most
+    /// this many times within --restart-window; one more death stops the run. 0: a dying
+    /// stage stops the run at once (0 to 1000).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub restart_max: u32,
+    /// The window, in seconds, --restart-max counts restarts over (1 to 86400).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub restart_window: u64,
+    /// Seconds a restarted stage must run for its back-off (100 ms doubling to 5 s) to start
+    /// again from 100 ms (1 to 86400).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub restart_reset: u64,
+    /// A stage set up that sends no report (a heartbeat every second) for this many seconds
+    /// is hung (stopped, deadlocked): it is killed and restarted. 0: no watchdog (0 to 3600).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub watchdog: u64,
 }
 
 impl RunArgs {
@@ -91,6 +107,12 @@ impl RunArgs {
                 (stage, v)
             })
             .collect();
-        Ok(RunConfig { publish_socket: publish.config(&data.instance).socket, data, stage_flags, summary_json: self.summary_json.clone(), plan })
+        let restart = crate::supervise::RestartPolicy {
+            max: self.restart_max,
+            window: std::time::Duration::from_secs(self.restart_window),
+            reset_after: std::time::Duration::from_secs(self.restart_reset),
+            watchdog: (self.watchdog > 0).then(|| std::time::Duration::from_secs(self.watchdog)),
+        };
+        Ok(RunConfig { publish_socket: publish.config(&data.instance).socket, data, stage_flags, summary_json: self.summary_json.clone(), plan, restart })
     }
 }

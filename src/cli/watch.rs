@@ -21,10 +21,14 @@ pub struct WatchArgs {
     /// Exit after this many frames (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
+    /// When the socket closes without an end line (the publish stage died), keep trying to
+    /// reconnect for this many seconds (0 to 3600) before giving up.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub reconnect_for: u64,
 }
 
 impl From<WatchArgs> for WatchConfig {
     fn from(a: WatchArgs) -> WatchConfig {
-        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count }
+        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count, reconnect_for: std::time::Duration::from_secs(a.reconnect_for) }
     }
 }

@@ -36,7 +36,7 @@ pub struct DetectionsDesc {
     pub height: u32,
     /// Valid entries of `dets`.
     pub count: u32,
-    /// Reserved (0).
+    /// A restart notice carried from the frame ([`crate::core::frame::RestartMark`], 0 = none).
     pub flags: u32,
     /// Detections, best first.
     pub dets: [DetectionRecord; MAX_DETECTIONS],

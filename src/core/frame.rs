@@ -329,6 +329,47 @@ impl LetterboxParams {
     }
 }
 
+/// A restart notice carried in a frame's (and a detections record's) `flags`: `stage` came
+/// back after it died, and `lost` frames went missing meanwhile. Set by the neighbour that
+/// saw the restart (the upstream of a restarted stage counts the frames it dropped while no
+/// consumer was there plus those the dead stage held; for capture, its downstream counts
+/// the frames the source did not make while it was down, at its nominal rate). Bits 0-3:
+/// the stage index + 1 (0: no notice); bits 8-31: `lost`, saturating at 2^24 - 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartMark {
+    /// The stage that restarted.
+    pub stage: Stage,
+    /// Frames lost while it was gone.
+    pub lost: u32,
+}
+
+impl RestartMark {
+    /// Largest `lost` the flags word holds.
+    pub const MAX_LOST: u32 = (1 << 24) - 1;
+
+    /// The flags word carrying this notice.
+    pub fn to_flags(self) -> u32 {
+        (self.stage as u32 + 1) | (self.lost.min(Self::MAX_LOST) << 8)
+    }
+
+    /// The notice in a flags word, if any (a stage index out of range is none).
+    pub fn from_flags(flags: u32) -> Option<RestartMark> {
+        let i = (flags & 0xf) as usize;
+        let stage = *Stage::ALL.get(i.checked_sub(1)?)?;
+        Some(RestartMark { stage, lost: flags >> 8 })
+    }
+
+    /// `flags` with this notice, unless it already carries one (the first notice wins;
+    /// a second restart in the same gap is rare and its own loss is in the next one).
+    pub fn mark(self, flags: u32) -> u32 {
+        if RestartMark::from_flags(flags).is_some() {
+            flags
+        } else {
+            self.to_flags()
+        }
+    }
+}
+
 /// Stages, in pipeline order; index into [`FrameDesc::stamps`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
@@ -371,7 +412,8 @@ pub struct FrameDesc {
     pub stamps: StageStamps,
     /// Index of the pool buffer holding the pixels (in the pool of the hop's producer).
     pub buffer_index: u32,
-    /// Reserved flags (0).
+    /// A restart notice ([`RestartMark`], 0 = none): set on the first frame after a stage
+    /// re-joined its neighbour, carried down to publish, which tells its clients.
     pub flags: u32,
     /// Pixel layout inside the buffer.
     pub layout: FrameLayout,
@@ -399,6 +441,18 @@ impl FrameDesc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_mark_round_trips_through_the_flags_word() {
+        assert_eq!(RestartMark::from_flags(0), None);
+        let m = RestartMark { stage: Stage::Infer, lost: 57 };
+        assert_eq!(m.to_flags(), 3 | 57 << 8);
+        assert_eq!(RestartMark::from_flags(m.to_flags()), Some(m));
+        let big = RestartMark { stage: Stage::Capture, lost: u32::MAX };
+        assert_eq!(RestartMark::from_flags(big.to_flags()), Some(RestartMark { stage: Stage::Capture, lost: RestartMark::MAX_LOST }));
+        assert_eq!(RestartMark::from_flags(0xf), None, "stage index out of range");
+        assert_eq!(RestartMark { stage: Stage::Scale, lost: 1 }.mark(m.to_flags()), m.to_flags(), "the first notice wins");
+    }
 
     #[test]
     fn frame_desc_is_one_small_slot() {

@@ -202,6 +202,29 @@ impl Conn {
         }
     }
 
+    /// One attempt to connect to `path`, without waiting: `Ok(None)` if nothing listens
+    /// there yet (no socket, or a stale one: ENOENT, ECONNREFUSED, EAGAIN), for a stage
+    /// that tries again later (a neighbour restarting).
+    pub fn try_connect(path: &Path) -> Result<Option<Conn>> {
+        let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
+        let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => Conn::from_fd(fd).map(Some),
+            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED | nix::errno::Errno::EAGAIN) => Ok(None),
+            Err(e) => bail!("connecting to {}: {e}", path.display()),
+        }
+    }
+
+    /// Bounds how long [`Conn::recv`] waits (SO_RCVTIMEO, socket(7)); `None` waits for ever.
+    /// A receive that times out is an error.
+    pub fn set_recv_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        let tv = nix::sys::time::TimeVal::from(libc::timeval {
+            tv_sec: timeout.map_or(0, |t| t.as_secs() as libc::time_t),
+            tv_usec: timeout.map_or(0, |t| t.subsec_micros() as libc::suseconds_t),
+        });
+        nix::sys::socket::setsockopt(&self.fd, sockopt::ReceiveTimeout, &tv).context("SO_RCVTIMEO")
+    }
+
     /// Sends a message with fds.
     pub fn send(&self, msg: &ControlMsg, fds: &[BorrowedFd<'_>]) -> Result<()> {
         fdpass::send(self.fd.as_fd(), &serde_json::to_vec(msg)?, fds)
@@ -267,11 +290,23 @@ pub fn accept_hello(listener: &Listener, stop: &AtomicBool, timeout: Duration, w
     }
 }
 
+/// How long a connection accepted while a stage runs ([`Listener::poll_hello`]) may take
+/// to say hello before it is dropped.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Connections [`Listener::poll_hello`] keeps waiting for a hello at once; more are refused.
+const MAX_PENDING: usize = 8;
+
 /// A stage's listening control socket. Unlinks its path on drop.
 #[derive(Debug)]
 pub struct Listener {
     fd: OwnedFd,
     path: PathBuf,
+    /// Connections accepted mid-run that have not said hello yet, with when they came.
+    pending: Vec<(Conn, Instant)>,
+    /// Connections refused mid-run (another user, no hello in time, a second consumer,
+    /// a malformed first message, too many at once).
+    refused: u64,
 }
 
 impl Listener {
@@ -293,7 +328,88 @@ impl Listener {
         // run directory is private too, and accept checks the peer's uid.
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).with_context(|| format!("chmod 600 {}", path.display()))?;
         listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;
-        Ok(Listener { fd, path: path.to_path_buf() })
+        Ok(Listener { fd, path: path.to_path_buf(), pending: vec![], refused: 0 })
+    }
+
+    /// Connections refused by [`Listener::poll_hello`] so far.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// Looks, without blocking, for a downstream stage that connected while this stage runs
+    /// (a restarted neighbour re-joining) and returns it with its hello. One poll(2) when
+    /// nobody connected. A connection is accepted at once and given [`HELLO_TIMEOUT`] to
+    /// say hello, so a peer that connects and says nothing cannot stall the frame loop.
+    /// While `serving()` (asked when a hello arrives) names the pid of the live consumer this
+    /// hop serves, a newcomer is told the hop is taken and dropped. Everything refused (another user: SO_PEERCRED, unix(7);
+    /// no hello in time; a malformed or other first message; a flood beyond
+    /// [`MAX_PENDING`] waiting at once) is logged with the peer's pid and uid and counted
+    /// ([`Listener::refused`]); none of it is an error of this stage.
+    pub fn poll_hello(&mut self, serving: &mut dyn FnMut() -> Option<i32>) -> Option<(Conn, ControlMsg)> {
+        // Accept what is waiting (bounded per call, so a flood costs a bounded amount).
+        for _ in 0..MAX_PENDING {
+            let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            if !matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0) {
+                break;
+            }
+            let raw = match accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK) {
+                Ok(raw) => raw,
+                Err(_) => break,
+            };
+            // SAFETY: accept4 returned a new descriptor that nothing else owns.
+            let fd: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
+            match Conn::from_fd(fd) {
+                Err(e) => self.refuse(&format!("{e:#}")),
+                Ok(c) if self.pending.len() >= MAX_PENDING => {
+                    let who = peer_name(&c);
+                    self.refuse(&format!("{who}: {MAX_PENDING} connections already wait to say hello"));
+                }
+                Ok(c) => self.pending.push((c, Instant::now())),
+            }
+        }
+        let mut found = None;
+        let mut keep = Vec::with_capacity(self.pending.len());
+        for (c, since) in std::mem::take(&mut self.pending) {
+            if found.is_some() {
+                keep.push((c, since));
+                continue;
+            }
+            let mut p = [PollFd::new(c.fd.as_fd(), PollFlags::POLLIN)];
+            let ready = matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0);
+            if !ready {
+                if since.elapsed() > HELLO_TIMEOUT {
+                    self.refuse(&format!("{}: no hello within {:?}", peer_name(&c), HELLO_TIMEOUT));
+                } else {
+                    keep.push((c, since));
+                }
+                continue;
+            }
+            match c.recv() {
+                Ok((msg @ ControlMsg::Hello { .. }, _)) => match serving() {
+                    Some(pid) => {
+                        let why = format!("this hop already serves pid {pid}");
+                        let _ = c.send(&ControlMsg::Refuse { error: why.clone() }, &[]);
+                        self.refuse(&format!("{}: {why}", peer_name(&c)));
+                    }
+                    None => {
+                        // From here on the connection is a blocking control link, as at set-up.
+                        let _ = nix::fcntl::fcntl(c.fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()));
+                        found = Some((c, msg));
+                    }
+                },
+                Ok((other, fds)) => self.refuse(&format!("{}: sent {} instead of a hello (with {} fds, closed)", peer_name(&c), kind(&other), fds.len())),
+                Err(e) => self.refuse(&format!("{}: {e:#}", peer_name(&c))),
+            }
+        }
+        self.pending = keep;
+        found
+    }
+
+    fn refuse(&mut self, why: &str) {
+        self.refused += 1;
+        if self.refused <= 20 || self.refused.is_power_of_two() {
+            log::warn!("refused a connection on {} ({} so far): {why}", self.path.display(), self.refused);
+        }
     }
 
     /// The socket path.
@@ -328,6 +444,23 @@ impl Listener {
                 Err(e) => bail!("accept on {}: {e}", self.path.display()),
             }
         }
+    }
+}
+
+/// `pid N uid U` of a connected peer (SO_PEERCRED), for refusal lines.
+fn peer_name(c: &Conn) -> String {
+    match getsockopt(&c.fd, sockopt::PeerCredentials) {
+        Ok(cred) => format!("pid {} uid {}", cred.pid(), cred.uid()),
+        Err(_) => format!("pid {}", c.peer_pid),
+    }
+}
+
+/// A control message's kind, for logs (never its contents, which a hostile peer chose).
+fn kind(m: &ControlMsg) -> &'static str {
+    match m {
+        ControlMsg::Hello { .. } => "a hello",
+        ControlMsg::Offer(_) => "an offer",
+        ControlMsg::Refuse { .. } => "a refusal",
     }
 }
 

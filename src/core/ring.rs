@@ -114,6 +114,20 @@ pub struct RingCounters {
     pub in_flight: u64,
 }
 
+impl RingCounters {
+    /// These counts and `later`'s (a hop's earlier rings and its current one, after a
+    /// consumer re-joined): sums, with `later`'s frames in flight.
+    pub fn then(self, later: RingCounters) -> RingCounters {
+        RingCounters {
+            produced: self.produced.saturating_add(later.produced),
+            consumed: self.consumed.saturating_add(later.consumed),
+            dropped: self.dropped.saturating_add(later.dropped),
+            rejected: self.rejected.saturating_add(later.rejected),
+            in_flight: later.in_flight,
+        }
+    }
+}
+
 struct Shm {
     map: MmapRaw,
     words: usize,

@@ -8,6 +8,7 @@
 //! engine, frames dispatched round-robin and results re-ordered by arrival
 //! (`run_lanes`), so the cores work at the same time.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
@@ -18,12 +19,12 @@ use anyhow::{bail, Context, Result};
 use crate::core::channel::Sender;
 use crate::core::data::resolve_data_path;
 use crate::core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
-use crate::core::frame::{FrameDesc, Stage};
-use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
-use crate::core::pool::{offer_items, Frame, PoolConsumer};
-use crate::core::ring::RingCounters;
+use crate::core::frame::{FrameDesc, RestartMark, Stage};
+use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone, WantedInput};
+use crate::core::pool::{offer_items, Frame, Upstream};
+use crate::core::ring::{RingCounters, RingPolicy};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
+use crate::stage::{incoming, Downstream, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
 
 use super::heads::{load_anchors, HeadKind};
 use super::labels::{resolve_labels, LabelSource};
@@ -92,7 +93,6 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let listener = Listener::bind(&ctx.data.socket("infer"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
     let (down, _) = accept_hello(&listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
-    let up = Conn::connect_retry(&ctx.data.socket("scale"), "scale stage", ctx.stop, ctx.data.connect_timeout)?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
     // channel order is the fourcc, the placement and pad are the family's (or the flags').
     let want = WantedInput {
@@ -105,35 +105,34 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         placement: lb.placement,
     };
     let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
-    let input = PoolConsumer::join(up, &hello, ctx.data.wait, "scale")?;
-    input.set_spin(ctx.data.spin);
-    log::info!("joined scale: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
+    let input = Upstream::join(ctx.data.socket("scale"), Stage::Scale, hello, ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?;
+    let Some(first) = input.current() else { bail!("the scale stage hung up while we joined it") };
+    log::info!("joined scale: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
     // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
-    let bound = if ctx.data.copy_mode || input.buffers().iter().any(|b| b.len() != 1) {
-        false
-    } else {
-        let bufs: Vec<&crate::core::dmabuf::DmaBuf> = input.buffers().iter().map(|b| &b[0]).collect();
-        det.bind_pool(&bufs)?
-    };
+    let bound = !ctx.data.copy_mode && bind(&mut *det, first)?;
 
     let what = if no_detector { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.kind()) };
-    let out: Sender<DetectionsDesc> = offer_items(down, 8, ctx.data.ring_policy, what, labels)?;
+    let out = Out::offer(down, 8, ctx.data.ring_policy, what, labels)?;
     let fds_setup = open_fd_count();
-    log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.conn().peer_pid);
+    ctx.ready(Instant::now());
+    log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.tx.as_ref().map_or(0, |t| t.conn().peer_pid));
+    let input = RefCell::new(input);
+    let down = RefCell::new(Downstream::new(listener));
 
     let start = Instant::now();
     // Frames out are the span's frames: `span.tick` counts each record sent.
     let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
+        let copy_in = input.try_borrow().ok().and_then(|i| i.current().and_then(|c| c.copy_counters()));
         ctx.reporter.send(&StageReport {
             frames_in: n_in,
             frames_out: span.frames,
             output_ring: Some(ring),
-            copy_in: input.copy_counters(),
+            copy_in,
             out_span: Some(span),
             ..ctx.report(start, final_report, extra)
         })
     };
-    let io = Io { ctx: &ctx, input: &input, spec: &spec, bound, stop: ctx.stop, start, report: &report };
+    let io = Io { ctx: &ctx, input: &input, down: &down, spec: &spec, bound, stop: ctx.stop, start, report: &report };
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
     let end = {
@@ -157,11 +156,13 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
             // Only a clean end is an end of stream downstream (as PoolProducer::end): after
             // an error publish sees us hang up.
             if end.clean {
-                out.finish();
-                // Publish takes what is queued, then hangs up (at once if it is gone already).
-                let t = Instant::now();
-                while !out.conn().peer_gone() && t.elapsed() < DRAIN_TIMEOUT {
-                    std::thread::sleep(Duration::from_millis(20));
+                if let Some(tx) = &out.tx {
+                    tx.finish();
+                    // Publish takes what is queued, then hangs up (at once if it is gone already).
+                    let t = Instant::now();
+                    while !tx.conn().peer_gone() && t.elapsed() < DRAIN_TIMEOUT {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
                 }
             }
             Drained { extras: vec![("device_reads_in_place", bound.into()), ("nonfinite_skipped", nonfinite.into())], ..Drained::nothing() }
@@ -176,7 +177,10 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
 /// [`FrameSpan::tick`]) and the stats report (output ring counters, frames in, frames out).
 struct Io<'a> {
     ctx: &'a StageCtx<'a>,
-    input: &'a PoolConsumer,
+    /// The scale stage's hop (joined again if scale restarts).
+    input: &'a RefCell<Upstream>,
+    /// The listening socket a restarted publish stage joins again on.
+    down: &'a RefCell<Downstream>,
     spec: &'a InputSpec,
     bound: bool,
     stop: &'a AtomicBool,
@@ -189,15 +193,122 @@ struct Io<'a> {
 /// finish), frames in, and the frames out (how many, and when they went).
 struct LoopEnd {
     ended: Result<&'static str>,
-    out: Sender<DetectionsDesc>,
+    out: Out,
     n_in: u64,
     span: FrameSpan,
 }
 
-/// Waits up to `timeout` for the next frame; a hang-up is an error naming the neighbour
-/// (the publish stage, `out_gone`, is checked while idle and at end of stream).
-fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool) -> Result<Incoming<Frame>> {
-    incoming(io.input.recv(timeout)?, "scale", "publish", out_gone)
+/// Waits up to `timeout` for the next frame. A scale stage that restarted is joined again
+/// ([`Upstream`]); its new pool is given to `rebind` (the detector imports it) before the
+/// first frame from it. At end of stream, a publish stage gone for good (`out_gone`) is a
+/// hang-up naming it.
+fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool, rebind: impl FnOnce(&crate::core::pool::PoolConsumer) -> Result<()>) -> Result<Incoming<Frame>> {
+    let mut input = io.input.borrow_mut();
+    let joins = input.joins();
+    let r = input.recv(timeout)?;
+    if input.joins() != joins {
+        if let Some(c) = input.current().filter(|_| io.bound) {
+            rebind(c)?;
+        }
+    }
+    incoming(r, "scale", "publish", out_gone)
+}
+
+/// Imports the scale stage's pool into the detector (RKNN: rknn_create_mem_from_fd per
+/// buffer); whether the detector reads frames in place from now on.
+fn bind(det: &mut dyn Detector, pool: &crate::core::pool::PoolConsumer) -> Result<bool> {
+    if pool.buffers().iter().any(|b| b.len() != 1) {
+        return Ok(false);
+    }
+    let bufs: Vec<&crate::core::dmabuf::DmaBuf> = pool.buffers().iter().map(|b| &b[0]).collect();
+    det.bind_pool(&bufs)
+}
+
+/// The detections hop to the publish stage, kept when publish dies: records are dropped
+/// (counted) while it is away, and a restarted publish stage that connects again gets a
+/// fresh ring with the same labels; the first record it gets carries a [`RestartMark`].
+struct Out {
+    /// `None` while publish is away.
+    tx: Option<Sender<DetectionsDesc>>,
+    capacity: u32,
+    policy: RingPolicy,
+    what: String,
+    labels: Vec<String>,
+    /// Counters of the rings before the current one, and the records dropped while away.
+    carried: RingCounters,
+    /// When publish hung up, and the records dropped since.
+    away: Option<(Instant, u64)>,
+    mark: Option<RestartMark>,
+}
+
+impl Out {
+    /// Offers the hop on `conn` ([`offer_items`]).
+    fn offer(conn: Conn, capacity: u32, policy: RingPolicy, what: String, labels: Vec<String>) -> Result<Out> {
+        let tx = offer_items(conn, capacity, policy, what.clone(), labels.clone())?;
+        Ok(Out { tx: Some(tx), capacity, policy, what, labels, carried: RingCounters::default(), away: None, mark: None })
+    }
+
+    /// A publish stage joined again on `conn`.
+    fn reoffer(&mut self, conn: Conn) -> Result<()> {
+        let Some((since, lost)) = self.away else { bail!("the detections hop still has its publish stage") };
+        let pid = conn.peer_pid;
+        self.tx = Some(offer_items(conn, self.capacity, self.policy, self.what.clone(), self.labels.clone())?);
+        self.away = None;
+        self.mark = Some(RestartMark { stage: Stage::Publish, lost: lost.min(u32::MAX as u64) as u32 });
+        log::info!("the publish stage (pid {pid}) joined again after {:.1} s: a fresh detections ring; {lost} records lost meanwhile", since.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// The live publish stage's pid, after a look at whether it hung up.
+    fn live_consumer(&mut self) -> Option<i32> {
+        if self.tx.as_ref().is_some_and(|t| t.conn().peer_gone()) {
+            self.go_away(&PeerGone::new("the publish stage hung up").into());
+        }
+        self.tx.as_ref().map(|t| t.conn().peer_pid)
+    }
+
+    fn go_away(&mut self, why: &anyhow::Error) {
+        if let Some(tx) = self.tx.take() {
+            let held = tx.counters().in_flight;
+            self.carried = self.carried.then(RingCounters { in_flight: 0, ..tx.counters() });
+            self.away = Some((Instant::now(), held));
+            log::warn!("{why:#}: detections are dropped until it joins again");
+        }
+    }
+
+    /// Counters over every ring, and the records dropped while publish was away.
+    fn counters(&self) -> RingCounters {
+        self.carried.then(self.tx.as_ref().map(|t| t.counters()).unwrap_or_default())
+    }
+
+    /// Sends a record (with the restart notice, if one is due); while publish is away it is
+    /// dropped and counted.
+    fn send(&mut self, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
+        if let Some(m) = self.mark {
+            dd.flags = m.mark(dd.flags);
+        }
+        if let Some(tx) = &mut self.tx {
+            match tx.send(dd, stop) {
+                Ok(_) => {
+                    self.mark = None;
+                    return Ok(());
+                }
+                Err(e) if PeerGone::is_in(&e) => self.go_away(&e),
+                Err(e) => return Err(e),
+            }
+        }
+        self.carried.produced += 1;
+        self.carried.dropped += 1;
+        if let Some((_, lost)) = &mut self.away {
+            *lost += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Serves a publish stage that connects again (see [`Downstream::serve`]).
+fn serve_publish(io: &Io<'_>, out: &mut Out) {
+    io.down.borrow_mut().serve(out, Out::live_consumer, |o, conn, _hello| o.reoffer(conn));
 }
 
 /// Stamps a received frame's arrival and checks it is the model's input.
@@ -215,7 +326,7 @@ fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
 /// [`MAX_DETECTIONS`]), stamps carried over; the infer hand-off stamp is set by [`send`].
 fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
     let lb = d.letterbox;
-    let mut dd = DetectionsDesc { seq: d.seq, timestamp_ns: d.timestamp_ns, stamps: d.stamps, width: lb.src_w, height: lb.src_h, ..Default::default() };
+    let mut dd = DetectionsDesc { seq: d.seq, timestamp_ns: d.timestamp_ns, stamps: d.stamps, width: lb.src_w, height: lb.src_h, flags: d.flags, ..Default::default() };
     for (slot, x) in dd.dets.iter_mut().zip(dets.iter().take(MAX_DETECTIONS)) {
         *slot = DetectionRecord { class_id: x.class_id, score: x.score, bbox: lb.unmap_box(x.bbox) };
     }
@@ -224,20 +335,20 @@ fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
 }
 
 /// Stamps the hand-off (CLOCK_MONOTONIC, ns) and sends a record to the publish stage.
-fn send(out: &mut Sender<DetectionsDesc>, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
+fn send(out: &mut Out, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
     dd.stamps[2 * Stage::Infer as usize + 1] = crate::core::frame::monotonic_ns();
-    out.send(dd, stop)?;
-    Ok(())
+    out.send(dd, stop)
 }
 
 /// One engine: every frame is detected on this thread, then published.
-fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Sender<DetectionsDesc>) -> LoopEnd {
+fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopEnd {
     let mut st = (out, 0u64, FrameSpan::default());
     let ended = io.ctx.run_loop(
         &mut st,
         |(out, n_in, span)| (io.report)(out.counters(), *n_in, *span, false, vec![]),
         |(out, n_in, span)| {
-            let frame = match next_frame(io, IDLE_WAIT, || out.conn().peer_gone())? {
+            serve_publish(io, out);
+            let frame = match next_frame(io, IDLE_WAIT, || false, |c| bind(det, c).map(drop))? {
                 Incoming::Item(f) => f,
                 Incoming::Eos => return Ok(Turn::End("end of stream")),
                 Incoming::Idle => return Ok(Turn::Next),
@@ -283,7 +394,7 @@ struct Job {
 
 /// What the dispatcher and the lanes share, under one mutex.
 struct Shared {
-    out: Sender<DetectionsDesc>,
+    out: Out,
     /// Records of dispatched frames not yet published, from dispatch number `next_pub` on;
     /// `None` until that frame's lane is done: the reorder buffer (at most
     /// `FRAMES_PER_LANE * lanes` long).
@@ -339,9 +450,9 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 /// stream the dispatcher stops taking frames, the lanes finish what they hold (published
 /// as usual) and are joined. The first lane error stops the dispatch; queued frames are
 /// given back unrun and the stage ends with that error.
-fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Sender<DetectionsDesc>) -> LoopEnd {
+fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Out) -> LoopEnd {
     let n = lanes.len();
-    let pool = io.input.buffers().len();
+    let pool = io.input.borrow().current().map_or(1, |c| c.buffers().len());
     let cap = (n * FRAMES_PER_LANE).min(pool.saturating_sub(1)).max(1);
     let names: Vec<String> = lanes.iter().map(|l| l.describe()).collect();
     log::info!(
@@ -388,6 +499,7 @@ fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: 
         },
         |(n_in, next)| {
             let lane = (*next % txs.len() as u64) as usize;
+            serve_publish(io, &mut lock(shared).out);
             let busy = {
                 let s = lock(shared);
                 if s.error.is_some() {
@@ -403,7 +515,12 @@ fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: 
                 held > 0
             };
             let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
-            let frame = match next_frame(io, wait, || lock(shared).out.conn().peer_gone())? {
+            // The lanes imported the old pool and borrow the detector while they run: a
+            // restarted scale stage's pool needs a restarted infer stage to bind it.
+            let rebind = |_: &crate::core::pool::PoolConsumer| -> Result<()> {
+                bail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
+            };
+            let frame = match next_frame(io, wait, || false, rebind)? {
                 Incoming::Item(f) => f,
                 Incoming::Eos => return Ok(Turn::End("end of stream")),
                 Incoming::Idle => return Ok(Turn::Next),

@@ -6,6 +6,10 @@
 //!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
 //!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2]}]}`
 //!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
+//! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
+//!   first frame after it: `{"type": "notice", "stage": str, "event": "restarted",
+//!   "frames_lost": u64, "seq": u64}` (`seq`: the frame that follows; `frames_lost`: see
+//!   [`crate::core::frame::RestartMark`]);
 //! - `"end"`: the last line before EOF ([`EndJson`]):
 //!   `{"type": "end", "end": true, "frames": u64, "reason": str}`.
 //!
@@ -21,6 +25,8 @@ use serde::{Deserialize, Serialize};
 pub enum SocketLine {
     /// `"type": "frame"`: one frame's detections.
     Frame(FrameJson),
+    /// `"type": "notice"`: a stage restarted; the stream goes on.
+    Notice(NoticeJson),
     /// `"type": "end"`: the stream ended; EOF follows.
     End(EndJson),
 }
@@ -102,6 +108,22 @@ pub struct FrameJson {
     pub detections: Vec<DetectionJson>,
 }
 
+/// The `"notice"` line: a stage of the pipeline died and was restarted, and the stream
+/// goes on; sent before the first frame after it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NoticeJson {
+    /// The stage that restarted (`capture`, `scale`, `infer`, `publish`).
+    pub stage: String,
+    /// What happened: `restarted`.
+    pub event: String,
+    /// Frames lost while it was gone (counted by its upstream neighbour: dropped while no
+    /// consumer was there, and those it held when it died; for capture, the frames the
+    /// source did not make while it was down, at its nominal rate).
+    pub frames_lost: u64,
+    /// The sequence number of the frame that follows.
+    pub seq: u64,
+}
+
 /// The `"end"` line: the stream ended (the source ended, a signal, or a stage hung up).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct EndJson {
@@ -137,7 +159,9 @@ mod tests {
         );
         let end = SocketLine::End(EndJson { end: true, frames: 5, reason: "end of stream".into() }).to_line().unwrap();
         assert_eq!(end, "{\"type\":\"end\",\"end\":true,\"frames\":5,\"reason\":\"end of stream\"}\n");
-        for line in [&frame, &end] {
+        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), event: "restarted".into(), frames_lost: 12, seq: 99 }).to_line().unwrap();
+        assert_eq!(notice, "{\"type\":\"notice\",\"stage\":\"infer\",\"event\":\"restarted\",\"frames_lost\":12,\"seq\":99}\n");
+        for line in [&frame, &end, &notice] {
             let back: SocketLine = serde_json::from_str(line).unwrap();
             assert_eq!(back.to_line().unwrap(), *line, "reads back to the same line");
         }

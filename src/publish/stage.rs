@@ -8,13 +8,15 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 
 use crate::core::detections::DetectionsDesc;
-use crate::core::frame::{monotonic_ns, Stage};
+use crate::core::channel::{Receiver, Recv};
+use crate::core::frame::{monotonic_ns, RestartMark, Stage};
+use crate::core::link::{Offer, PeerGone};
 use crate::core::link::{Conn, ControlMsg, Listener};
 use crate::core::pool::join;
 use crate::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
 use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
-use super::schema::{DetectionJson, FrameJson, LatencyJson, SocketLine};
+use super::schema::{DetectionJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
 use super::{DetectionServer, PrintMode, PublishConfig};
 
 /// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
@@ -65,13 +67,11 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
     let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
-    let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, &hello, ctx.data.wait, "infer")?;
-    rx.set_spin(ctx.data.spin);
-    if !bufs.is_empty() {
-        bail!("infer offered {} buffers; the detections hop carries none", bufs.len());
-    }
+    let (offer, rx) = join_infer(up, &hello, &ctx)?;
     let labels = offer.labels;
+    let mut input = Infer { rx: Some(rx), hello, away: None, next_try: Instant::now() };
     let fds_setup = open_fd_count();
+    ctx.ready(Instant::now());
     log::info!("publishing {} on {}; open fds after set-up: {fds_setup}", offer.description, path.display());
 
     let start = Instant::now();
@@ -92,7 +92,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             |(server, lat, n_in, span)| report(server, lat, **n_in, **span, false, vec![]),
             |(server, lat, n_in, span)| {
                 server.service_due();
-                let mut d = match incoming(rx.recv(&validate, &mut |_, _| {}, IDLE_WAIT)?, "infer", "", || false)? {
+                let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
                     Incoming::Item(d) => d,
                     Incoming::Eos => return Ok(Turn::End("end of stream")),
                     Incoming::Idle => return Ok(Turn::Next),
@@ -102,6 +102,11 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 // The line carries the latencies up to now, when it is built: it cannot carry
                 // the time it takes to serialise and send itself (LatencyJson).
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                if let Some(m) = RestartMark::from_flags(d.flags) {
+                    log::info!("the {} stage restarted; {} frames lost; frame {} follows", m.stage.name(), m.lost, d.seq);
+                    let n = NoticeJson { stage: m.stage.name().into(), event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
+                    server.broadcast(SocketLine::Notice(n).to_line()?.as_bytes());
+                }
                 let f = frame_json(&d, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
                 let human = (cfg.print == PrintMode::Human).then(|| human_line(&f));
                 let line = SocketLine::Frame(f).to_line()?;
@@ -135,4 +140,74 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
         },
         |server, extras| report(server, &lat, n_in, span, true, extras),
     )
+}
+
+/// Joins the infer stage's detections hop on `up` with `hello`: its offer and receiver.
+fn join_infer(up: Conn, hello: &ControlMsg, ctx: &StageCtx<'_>) -> Result<(Offer, Receiver<DetectionsDesc>)> {
+    let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, hello, ctx.data.wait, "infer")?;
+    rx.set_spin(ctx.data.spin);
+    if !bufs.is_empty() {
+        bail!("infer offered {} buffers; the detections hop carries none", bufs.len());
+    }
+    Ok((offer, rx))
+}
+
+/// The detections hop from the infer stage, joined again when infer restarts.
+struct Infer {
+    rx: Option<Receiver<DetectionsDesc>>,
+    hello: ControlMsg,
+    /// When infer hung up, while it is away.
+    away: Option<Instant>,
+    next_try: Instant,
+}
+
+impl Infer {
+    /// The next record ([`Receiver::recv`]). Infer's hang-up is not an end: the old ring is
+    /// let go and, every 50 ms, this tries to join the restarted infer stage (whose labels
+    /// must be `labels`), returning [`Recv::Idle`] meanwhile.
+    fn recv(&mut self, validate: &dyn Fn(&DetectionsDesc) -> std::result::Result<(), String>, ctx: &StageCtx<'_>, labels: &[String]) -> Result<Recv<DetectionsDesc>> {
+        if let Some(rx) = &mut self.rx {
+            return match rx.recv(validate, &mut |_, _| {}, IDLE_WAIT) {
+                Ok(Recv::Hangup) => {
+                    log::warn!("the infer stage (pid {}) hung up; waiting for it to come back", rx.conn().peer_pid);
+                    self.rx = None;
+                    self.away = Some(Instant::now());
+                    Ok(Recv::Idle)
+                }
+                Err(e) if PeerGone::is_in(&e) => {
+                    self.rx = None;
+                    self.away = Some(Instant::now());
+                    Ok(Recv::Idle)
+                }
+                r => r,
+            };
+        }
+        if Instant::now() < self.next_try {
+            std::thread::sleep(self.next_try - Instant::now());
+        }
+        self.next_try = Instant::now() + std::time::Duration::from_millis(50);
+        let joined = Conn::try_connect(&ctx.data.socket("infer")).and_then(|c| match c {
+            None => Ok(None),
+            Some(c) => {
+                c.set_recv_timeout(Some(std::time::Duration::from_secs(10)))?;
+                let (offer, rx) = join_infer(c, &self.hello, ctx)?;
+                rx.conn().set_recv_timeout(None)?;
+                Ok(Some((offer, rx)))
+            }
+        });
+        match joined {
+            Ok(Some((offer, _))) if offer.labels != labels => {
+                bail!("the restarted infer stage has {} labels, this publish stage was started with {}: publish restarts too", offer.labels.len(), labels.len());
+            }
+            Ok(Some((_, rx))) => {
+                let down = self.away.take().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                log::info!("joined the infer stage again (pid {}) after {down:.1} s", rx.conn().peer_pid);
+                self.rx = Some(rx);
+            }
+            Ok(None) => {}
+            Err(e) if PeerGone::is_in(&e) => log::debug!("the infer stage is not back yet: {e:#}"),
+            Err(e) => log::warn!("could not join the restarted infer stage yet: {e:#}"),
+        }
+        Ok(Recv::Idle)
+    }
 }

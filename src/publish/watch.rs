@@ -5,6 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -24,42 +25,84 @@ pub struct WatchConfig {
     pub json: bool,
     /// Exit after this many frames (`None`: until the stream ends).
     pub count: Option<u64>,
+    /// How long to keep trying to reconnect after the socket closed without an end line
+    /// (`--reconnect-for`, default [`RECONNECT_FOR`]).
+    pub reconnect_for: Duration,
 }
 
+/// How long `zcpipe watch` keeps trying by default to reconnect after the socket closed without an
+/// end line (the publish stage died: `zcpipe run` or systemd restarts it).
+pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+
 /// Connects to the detections socket and prints each frame (readable, or raw with
-/// `json`) until the stream ends, `count` frames arrived, or `stop` is set (a signal).
+/// `json`) and each notice until the stream ends (the end line), `count` frames arrived,
+/// or `stop` is set (a signal). When the socket closes without the end line (the publish
+/// stage died and is being restarted, or dropped this client for taking nothing for 5 s)
+/// it reconnects by itself, trying for up to `reconnect_for` (back-off 50 ms doubling to
+/// 1 s).
 ///
-/// Errors if the socket cannot be connected, or closes without the publisher's end line
-/// (`{"type":"end",...}`): the publish stage died, or dropped this client for taking
-/// nothing for 5 s.
+/// Errors if the socket cannot be connected at first, or nothing publishes there again
+/// within `reconnect_for`.
 pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     let path = args.path.clone().unwrap_or_else(|| default_socket_path(&args.instance));
-    let s = UnixStream::connect(&path).with_context(|| {
+    let mut s = UnixStream::connect(&path).with_context(|| {
         let run = if args.instance == "default" { "zcpipe run".to_string() } else { format!("zcpipe run --instance {}", args.instance) };
         format!("no zcpipe is publishing at {}: start `{run}`, or pass the socket path given to --publish", path.display())
     })?;
-    let mut finished = false;
-    let out = std::io::stdout();
-    for (n, line) in (1u64..).zip(BufReader::new(s).lines()) {
-        if stop.load(Ordering::Relaxed) {
-            finished = true;
-            break;
+    let mut frames = 0u64;
+    loop {
+        if read_stream(&args, s, &mut frames, stop)? {
+            return Ok(());
         }
-        let line = line.context("reading the detections socket")?;
-        let frame = match SocketLine::parse(&line) {
+        log::warn!("{} closed without an end of stream (the publish stage died, or dropped this client for taking nothing for 5 s); reconnecting", path.display());
+        s = reconnect(&path, args.reconnect_for, stop).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} closed without an end of stream and nothing published there again within {:.1} s (--reconnect-for): the publish stage died and was not restarted",
+                path.display(),
+                args.reconnect_for.as_secs_f64()
+            )
+        })?;
+        log::info!("reconnected to {}", path.display());
+    }
+}
+
+/// Connects to `path` again, with back-off, for up to `within`; `None` if nothing listens
+/// there by then or `stop` is set.
+fn reconnect(path: &std::path::Path, within: Duration, stop: &AtomicBool) -> Option<UnixStream> {
+    let t = Instant::now();
+    let mut delay = Duration::from_millis(50);
+    while t.elapsed() < within && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(delay.min(within.saturating_sub(t.elapsed())));
+        if let Ok(s) = UnixStream::connect(path) {
+            return Some(s);
+        }
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+    None
+}
+
+/// Prints what one connection carries; `Ok(true)` when watching is over (the end line,
+/// `count` frames in `frames`, a signal, or stdout closed), `Ok(false)` when the socket
+/// closed without the end line.
+fn read_stream(args: &WatchConfig, s: UnixStream, frames: &mut u64, stop: &AtomicBool) -> Result<bool> {
+    let out = std::io::stdout();
+    for line in BufReader::new(s).lines() {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let Ok(line) = line else { return Ok(false) };
+        let parsed = SocketLine::parse(&line);
+        let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));
+        let mut o = out.lock();
+        let written = match parsed {
             Ok(SocketLine::End(_)) => {
                 log::info!("stream ended: {line}");
-                finished = true;
-                break;
+                return Ok(true);
             }
-            Ok(SocketLine::Frame(f)) => Ok(f),
-            Err(e) => Err(e),
-        };
-        let mut o = out.lock();
-        let written = match frame {
             // --json passes every other line on as it came, read or not.
             _ if args.json => writeln!(o, "{line}"),
-            Ok(f) => writeln!(o, "{}", human_line(&f)),
+            Ok(SocketLine::Frame(f)) => writeln!(o, "{}", human_line(&f)),
+            Ok(SocketLine::Notice(n)) => writeln!(o, "notice: the {} stage {} ({} frames lost); frame {} follows", n.stage, n.event, n.frames_lost, n.seq),
             Err(e) => {
                 log::warn!("unreadable line ({e}): {line}");
                 Ok(())
@@ -67,56 +110,65 @@ pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
         };
         match written {
             // `zcpipe watch | head`: the reader is done, and so are we.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                finished = true;
-                break;
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(true),
             r => r?,
         }
-        if args.count.is_some_and(|c| n >= c) {
-            finished = true;
-            break;
+        if is_frame {
+            *frames += 1;
+            if args.count.is_some_and(|c| *frames >= c) {
+                return Ok(true);
+            }
         }
     }
-    if !finished {
-        anyhow::bail!(
-            "{} closed without an end of stream: the publish stage died, or dropped this client for taking nothing for 5 s",
-            path.display()
-        );
-    }
-    Ok(())
+    Ok(false)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use super::super::DetectionServer;
     use super::*;
 
-    /// Runs `watch` on a fresh server's socket, lets `end` finish the stream once the
-    /// watcher is connected, and returns what `watch` returned.
-    fn watch_until(end: impl FnOnce(DetectionServer)) -> Result<()> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.sock");
-        let mut srv = DetectionServer::bind(&path).unwrap();
-        let cfg = WatchConfig { path: Some(path), instance: "default".into(), json: false, count: None };
-        static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        let watcher = std::thread::spawn(move || watch(cfg, &NEVER));
+    /// Waits until `srv` has a client.
+    fn wait_client(srv: &mut DetectionServer) {
         let t = Instant::now();
         while srv.stats().clients == 0 {
             assert!(t.elapsed() < Duration::from_secs(10), "watch never connected");
             std::thread::sleep(Duration::from_millis(5));
             srv.service();
         }
-        end(srv);
+    }
+
+    /// Runs `watch` on a fresh server's socket (reconnecting for `reconnect_for`), lets `end`
+    /// finish the stream once the watcher is connected, and returns what `watch` returned.
+    fn watch_until(reconnect_for: Duration, end: impl FnOnce(DetectionServer, &std::path::Path)) -> Result<()> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.sock");
+        let mut srv = DetectionServer::bind(&path).unwrap();
+        let cfg = WatchConfig { path: Some(path.clone()), instance: "default".into(), json: false, count: None, reconnect_for };
+        static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let watcher = std::thread::spawn(move || watch(cfg, &NEVER));
+        wait_client(&mut srv);
+        end(srv, &path);
         watcher.join().unwrap()
     }
 
     #[test]
-    fn the_end_line_ends_watch_and_eof_without_it_is_an_error() {
-        watch_until(|mut srv| srv.close_all("end of stream", 0)).expect("the end line is a clean end");
-        let e = watch_until(drop).expect_err("EOF without the end line");
-        assert!(e.to_string().contains("closed without an end of stream"), "{e}");
+    fn the_end_line_ends_watch_and_eof_without_it_is_an_error_once_nothing_comes_back() {
+        watch_until(Duration::from_millis(300), |mut srv, _| srv.close_all("end of stream", 0)).expect("the end line is a clean end");
+        let e = watch_until(Duration::from_millis(300), |srv, _| drop(srv)).expect_err("EOF without the end line, nobody back");
+        assert!(e.to_string().contains("closed without an end of stream and nothing published there again within 0.3 s"), "{e}");
+    }
+
+    /// A publisher that dies (no end line) and comes back on the same path: watch
+    /// reconnects by itself and ends cleanly on the new publisher's end line.
+    #[test]
+    fn watch_reconnects_to_a_restarted_publisher() {
+        watch_until(Duration::from_secs(10), |srv, path| {
+            drop(srv);
+            let mut again = DetectionServer::bind(path).unwrap();
+            wait_client(&mut again);
+            again.close_all("end of stream", 0);
+        })
+        .expect("reconnected and ended on the end line");
     }
 }

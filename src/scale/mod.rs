@@ -122,6 +122,17 @@ pub trait Scaler: Send {
     /// cannot do (a format, a placement), and the rule broken.
     fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()>;
 
+    /// The capture stage restarted and offered a new pool (`src`, `src_layout` as in
+    /// [`Scaler::bind`]): a backend that maps frames needs nothing; one whose device
+    /// imported the old pool (the default for [`Scaler::binds_pools`]) errors, and the scale
+    /// stage then ends and is restarted itself, binding both pools afresh.
+    fn rebind_input(&mut self, _src: &[Vec<DmaBuf>], _src_layout: Option<&FrameLayout>) -> Result<()> {
+        if self.binds_pools() {
+            anyhow::bail!("the {} imported the capture pool at set-up and cannot take the restarted capture stage's pool; the scale stage restarts to bind it", self.name());
+        }
+        Ok(())
+    }
+
     /// Scales frame `src` into the buffer of `dst`; returns when the backend is done with
     /// both, and how the output maps back to the source (where the picture went: the
     /// infer stage maps boxes back through it).

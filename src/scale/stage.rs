@@ -10,10 +10,10 @@ use anyhow::{bail, Context, Result};
 use crate::core::config::Choice;
 use crate::core::dmabuf::Allocator;
 use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Letterbox, Stage};
-use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
-use crate::core::pool::{ring_capacity, HopSpec, PoolConsumer, PoolProducer};
+use crate::core::link::{accept_hello, ControlMsg, Listener};
+use crate::core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{drain_pool, incoming, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+use crate::stage::{drain_pool, incoming, serve_pool, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::auto;
 use super::cpu::CpuScaler;
@@ -60,11 +60,10 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ControlMsg::Hello { want: Some(w), .. } => w,
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
     };
-    let up = Conn::connect_retry(&ctx.data.socket("capture"), "capture stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "scale".into(), accept: ACCEPTED.iter().map(|f| f.0).collect(), want: None, wait: ctx.data.wait };
-    let input = PoolConsumer::join(up, &hello, ctx.data.wait, "capture")?;
-    input.set_spin(ctx.data.spin);
-    log::info!("joined capture: {} ({} buffers, {})", input.offer.description, input.buffers().len(), input.offer.memory);
+    let mut input = Upstream::join(ctx.data.socket("capture"), Stage::Capture, hello, ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?;
+    let Some(first) = input.current() else { bail!("the capture stage hung up while we joined it") };
+    log::info!("joined capture: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
 
     let dst_fourcc = Fourcc(want.fourcc);
     let letterbox = Letterbox::new(want.placement, want.pad);
@@ -75,7 +74,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
     // Host sources change size per frame (no fixed layout): buffers are imported at first use.
-    if let Err(e) = scaler.bind(input.buffers(), input.offer.layout.as_ref(), &mut pool, &dst, letterbox) {
+    if let Err(e) = scaler.bind(first.buffers(), first.offer.layout.as_ref(), &mut pool, &dst, letterbox) {
         let error = format!("{e:#}");
         down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
         bail!("{error}");
@@ -88,12 +87,26 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
             capacity: ring_capacity(ctx.data.ring_policy, cfg.buffers),
             memory: alloc.describe(),
             layout: Some(dst),
-            fps: input.offer.fps,
+            fps: first.offer.fps,
             description: format!("{}x{} {} {} letterbox, pad {}, bytesperline {}", dst.width, dst.height, dst.fourcc, want.placement.describe(), want.pad, bpl),
             copy_mode: ctx.data.copy_mode,
         },
     )?;
+    out.keep_serving();
+    let mut down = Downstream::new(listener);
+    // A restarted infer stage must want what the pool was made for.
+    let want_check = |h: &ControlMsg| match h {
+        ControlMsg::Hello { want: Some(w), .. } if *w == want => Ok(()),
+        ControlMsg::Hello { want: other, .. } => Err(format!(
+            "this scale stage's pool holds {}x{} {} for the model it was started with; the infer stage now wants {other:?}: restart the scale stage too",
+            want.width,
+            want.height,
+            Fourcc(want.fourcc)
+        )),
+        _ => Err("expected a hello from the infer stage".into()),
+    };
     let fds_setup = open_fd_count();
+    ctx.ready(Instant::now());
     log::info!(
         "{} -> {}x{} {}, {} letterbox, pad {}; open fds after set-up: {fds_setup}",
         scaler.name(),
@@ -108,17 +121,50 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut n_in = 0u64;
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one published.
-    let report = |out: &PoolProducer, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
-        ctx.reporter.send(&StageReport { copy_in: input.copy_counters(), ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
+    let report = |out: &PoolProducer, input: &Upstream, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
+        let copy_in = input.current().and_then(|c| c.copy_counters());
+        ctx.reporter.send(&StageReport { copy_in, ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
     };
-    let fixed_layout = input.offer.layout.filter(|_| scaler.binds_pools());
+    let mut fixed_layout = first.offer.layout.filter(|_| scaler.binds_pools());
+    let mut bound_joins = input.joins();
+    // A frame taken while no output buffer was free (the infer stage holds them all): kept
+    // for the next turn, so the loop still turns (and reports) while it waits.
+    let mut pending: Option<(crate::core::pool::Frame, FrameDesc)> = None;
+    // Scales `frame` into a buffer of `out` and hands it on; with no buffer free within
+    // IDLE_WAIT the frame waits in `pending` for the next turn.
+    let scale_into = |scaler: &mut dyn Scaler, out: &mut PoolProducer, frame: crate::core::pool::Frame, desc: FrameDesc, span: &mut FrameSpan, pending: &mut Option<(crate::core::pool::Frame, FrameDesc)>| -> Result<Turn> {
+        let Some(mut loan) = out.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
+            if ctx.stopped() {
+                return Ok(Turn::End("signal"));
+            }
+            *pending = Some((frame, desc));
+            return Ok(Turn::Next);
+        };
+        let mut desc = desc;
+        desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {}", frame.desc().seq))?;
+        drop(frame); // the capture buffer goes back now, before we queue ours
+        ctx.hand_off(loan, desc, Stage::Scale, span, start)
+    };
     let ended = {
-        let mut state = (&mut out, &mut n_in, &mut span);
+        let mut state = (&mut out, &mut input, &mut n_in, &mut span);
         ctx.run_loop(
             &mut state,
-            |(out, n_in, span)| report(out, **n_in, **span, false, vec![]),
-            |(out, n_in, span)| {
-                let frame = match incoming(input.recv(IDLE_WAIT)?, "capture", "infer", || out.conn().peer_gone())? {
+            |(out, input, n_in, span)| report(out, input, **n_in, **span, false, vec![]),
+            |(out, input, n_in, span)| {
+                serve_pool(&mut down, out, Stage::Infer, want_check);
+                if let Some((frame, desc)) = pending.take() {
+                    return scale_into(&mut *scaler, out, frame, desc, span, &mut pending);
+                }
+                let r = input.recv(IDLE_WAIT)?;
+                if input.joins() != bound_joins {
+                    // The capture stage restarted: its new pool, bound as at set-up.
+                    if let Some(c) = input.current() {
+                        scaler.rebind_input(c.buffers(), c.offer.layout.as_ref())?;
+                        fixed_layout = c.offer.layout.filter(|_| scaler.binds_pools());
+                    }
+                    bound_joins = input.joins();
+                }
+                let frame = match incoming(r, "capture", "infer", || out.consumer_gone())? {
                     Incoming::Item(f) => f,
                     Incoming::Eos => return Ok(Turn::End("end of stream")),
                     Incoming::Idle => return Ok(Turn::Next),
@@ -129,10 +175,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 if let Some(l) = fixed_layout.filter(|l| *l != frame.desc().layout) {
                     bail!("capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", frame.desc().layout);
                 }
-                let Some(mut loan) = out.acquire(ctx.stop)? else { return Ok(Turn::End("signal")) };
-                desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {}", frame.desc().seq))?;
-                drop(frame); // the capture buffer goes back now, before we queue ours
-                ctx.hand_off(loan, desc, Stage::Scale, span, start)
+                scale_into(&mut *scaler, out, frame, desc, span, &mut pending)
             },
         )
     };
@@ -143,6 +186,6 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         fds_setup,
         // A dead infer stage frees what it held: the drain returns at once then.
         |out, end| drain_pool(out, end.clean, "").0,
-        |out, extras| report(out, n_in, span, true, extras),
+        |out, extras| report(out, &input, n_in, span, true, extras),
     )
 }

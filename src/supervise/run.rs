@@ -26,6 +26,67 @@ struct Proc {
     stage: Stage,
     child: Child,
     status: Option<ExitStatus>,
+    /// Its arguments, for a restart.
+    args: Vec<String>,
+    /// When this process said it is set up (its first report), if it did.
+    up_since: Option<Instant>,
+    /// When the stage last died, of the deaths that were restarted within the window.
+    restarts: Vec<Instant>,
+    /// Restarts over the whole run.
+    restarted: u32,
+    /// The wait before the next restart.
+    backoff: Duration,
+    /// A restart due at this time.
+    restart_at: Option<Instant>,
+    /// How the last process ended (`killed by signal 9 (SIGKILL)`, `exit code 1`).
+    last_death: String,
+    /// When this process last reported (its heartbeat).
+    last_report: Instant,
+    /// Why the watchdog killed this process, if it did.
+    watchdog: Option<String>,
+}
+
+impl Proc {
+    fn new(stage: Stage, child: Child, args: Vec<String>) -> Proc {
+        Proc {
+            stage,
+            child,
+            status: None,
+            args,
+            up_since: None,
+            restarts: vec![],
+            restarted: 0,
+            backoff: super::BACKOFF_FIRST,
+            restart_at: None,
+            last_death: String::new(),
+            last_report: Instant::now(),
+            watchdog: None,
+        }
+    }
+}
+
+/// A process's state letter from `/proc/PID/stat` with its meaning (proc(5)): `T (stopped)`.
+fn process_state(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let c = stat.rsplit(')').next().and_then(|r| r.trim_start().chars().next()).unwrap_or('?');
+    let what = match c {
+        'R' => "running",
+        'S' => "sleeping",
+        'D' => "waiting on the disk or a device",
+        'T' | 't' => "stopped",
+        'Z' => "a zombie",
+        _ => "unknown",
+    };
+    format!("{c} ({what})")
+}
+
+/// How a stage process ended, in words: `exit code 1`, `killed by signal 9 (SIGKILL)`.
+fn death(s: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match s.signal() {
+        Some(sig) => format!("killed by signal {sig} ({})", Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("?")),
+        None => format!("exit code {}", s.code().unwrap_or(-1)),
+    }
 }
 
 /// What `zcpipe run` prints at the end (also written as JSON with `--summary-json`).
@@ -37,6 +98,9 @@ pub struct RunSummary {
     pub exit_codes: BTreeMap<String, i32>,
     /// Last report of each stage.
     pub stages: BTreeMap<String, StageReport>,
+    /// Times each stage was restarted after it died (stages never restarted are left out).
+    #[serde(default)]
+    pub restarts: BTreeMap<String, u32>,
 }
 
 /// A checked `zcpipe run`: built by the command line, which has checked every stage's
@@ -54,6 +118,8 @@ pub struct RunConfig {
     pub summary_json: Option<std::path::PathBuf>,
     /// What the run uses and why (printed before the stages start).
     pub plan: crate::plan::Plan,
+    /// When a stage that died is restarted.
+    pub restart: super::RestartPolicy,
 }
 
 fn probe(p: &std::path::Path) -> Option<()> {
@@ -121,8 +187,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     for (stage, args) in &a.stage_flags {
         let mut args = args.clone();
         args.push(format!("--report-fd={REPORT_FD}"));
-        match spawn(&exe, *stage, args, &report_w) {
-            Ok(child) => procs.push(Proc { stage: *stage, child, status: None }),
+        match spawn(&exe, *stage, args.clone(), &report_w) {
+            Ok(child) => procs.push(Proc::new(*stage, child, args)),
             Err(e) => {
                 for p in &mut procs {
                     let _ = p.child.kill();
@@ -132,7 +198,9 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             }
         }
     }
-    drop(report_w);
+    // Kept open: a restarted stage gets the same pipe (the reader ends when the last
+    // process holding it is gone and this is dropped, below).
+    let mut report_w = Some(report_w);
     let (tx, rx) = mpsc::channel::<StageReport>();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(std::fs::File::from(report_r)).lines().map_while(|l| l.ok()) {
@@ -155,8 +223,14 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let mut killed = false;
     let mut stats = StatsLines::default();
     let stats_every = a.data.stats_interval;
+    // Why the run stopped early, when a stage died and was not restarted.
+    let mut fatal: Option<String> = None;
     loop {
         while let Ok(r) = rx.try_recv() {
+            if let Some(p) = procs.iter_mut().find(|p| p.stage.name() == r.stage && p.child.id() == r.pid && p.status.is_none()) {
+                p.up_since.get_or_insert_with(Instant::now);
+                p.last_report = Instant::now();
+            }
             stats.fresh.insert(r.stage.clone());
             latest.insert(r.stage.clone(), r);
         }
@@ -167,19 +241,78 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                 let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
             }
         }
+        let stopping = signalled_at.is_some() || capture_done_at.is_some() || failed_at.is_some() || termed;
+        // The watchdog: a set-up stage that stopped reporting is hung; killed, it restarts.
+        if let Some(limit) = a.restart.watchdog.filter(|_| !stopping) {
+            for p in procs.iter_mut().filter(|p| p.status.is_none() && p.watchdog.is_none() && p.up_since.is_some() && p.last_report.elapsed() > limit) {
+                let state = process_state(p.child.id());
+                let why = format!("sent no report for {:.1} s (process state {state}): hung", p.last_report.elapsed().as_secs_f64());
+                log::warn!("the {} stage (pid {}) {why}; killing it", p.stage.name(), p.child.id());
+                let _ = p.child.kill();
+                p.watchdog = Some(why);
+            }
+        }
         for p in procs.iter_mut().filter(|p| p.status.is_none()) {
             if let Ok(Some(s)) = p.child.try_wait() {
                 let c = code(&s);
-                if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() {
-                    failed_at = Some(Instant::now());
-                }
-                if p.stage == Stage::Capture {
-                    capture_done_at = Some(Instant::now());
-                }
                 p.status = Some(s);
+                if c == 0 || stopping {
+                    if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() && !termed {
+                        failed_at = Some(Instant::now());
+                    }
+                    if p.stage == Stage::Capture {
+                        capture_done_at = Some(Instant::now());
+                    }
+                    continue;
+                }
+                match plan_restart(p, &a.restart, &s) {
+                    Ok(delay) => {
+                        log::warn!(
+                            "the {} stage (pid {}) {}; restarting it alone in {} ms (restart {} of at most {} in {} s); the others keep running",
+                            p.stage.name(),
+                            p.child.id(),
+                            p.last_death,
+                            delay.as_millis(),
+                            p.restarts.len(),
+                            a.restart.max,
+                            a.restart.window.as_secs()
+                        );
+                    }
+                    Err(why) => {
+                        fatal.get_or_insert(why);
+                        if failed_at.is_none() {
+                            failed_at = Some(Instant::now());
+                        }
+                    }
+                }
             }
         }
-        if procs.iter().all(|p| p.status.is_some()) {
+        // Restarts that are due (none once the run is stopping).
+        let stopping = signalled_at.is_some() || capture_done_at.is_some() || failed_at.is_some() || termed;
+        for p in procs.iter_mut().filter(|p| p.restart_at.is_some_and(|t| Instant::now() >= t)) {
+            p.restart_at = None;
+            let Some(w) = report_w.as_ref().filter(|_| !stopping) else { continue };
+            match spawn(&exe, p.stage, p.args.clone(), w) {
+                Ok(child) => {
+                    log::info!("restarted the {} stage: pid {}", p.stage.name(), child.id());
+                    p.child = child;
+                    p.status = None;
+                    p.up_since = None;
+                    p.last_report = Instant::now();
+                    p.watchdog = None;
+                    p.restarted += 1;
+                }
+                Err(e) => {
+                    fatal.get_or_insert(format!("could not restart the {} stage: {e:#}", p.stage.name()));
+                    failed_at.get_or_insert_with(Instant::now);
+                }
+            }
+        }
+        // A stage that has run long enough starts its back-off afresh.
+        for p in procs.iter_mut().filter(|p| p.status.is_none() && p.up_since.is_some_and(|t| t.elapsed() >= a.restart.reset_after)) {
+            p.backoff = super::BACKOFF_FIRST;
+        }
+        if procs.iter().all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping)) {
             break;
         }
         // Escalation: a failed stage stops the rest at once; otherwise the others get 10 s
@@ -213,6 +346,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    drop(report_w.take());
     let _ = reader.join();
     while let Ok(r) = rx.try_recv() {
         latest.insert(r.stage.clone(), r);
@@ -228,7 +362,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let _ = std::fs::remove_dir(&run_dir);
 
     let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.stage.name().to_string(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
-    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest };
+    let restarts: BTreeMap<String, u32> = procs.iter().filter(|p| p.restarted > 0).map(|p| (p.stage.name().to_string(), p.restarted)).collect();
+    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts };
     let failed: Vec<&String> = exit_codes.iter().filter(|(_, c)| **c != 0 && **c != EXIT_PEER_GONE).map(|(s, _)| s).collect();
     // Written after the text summary is printed, so a full disk loses only the file.
     let write_json = |path: &std::path::Path| -> Result<()> {
@@ -243,16 +378,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     };
     use std::io::Write as _;
     let mut err = std::io::stderr();
-    for p in &procs {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = p.status.as_ref().and_then(|s| s.signal()) {
-            // Our own SIGTERM (forwarded) or our own kill is expected; anything else is news.
-            let expected = killed || (termed && sig == libc::SIGTERM);
-            if !expected {
-                let name = Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("?");
-                let _ = writeln!(err, "zcpipe: the {} stage was killed by signal {sig} ({name}); stopped the others", p.stage.name());
-            }
-        }
+    if let Some(why) = fatal.as_ref().filter(|w| !w.is_empty()) {
+        let _ = writeln!(err, "zcpipe: {why}");
     }
     // A run that failed during set-up has no report at all: its one error line says it all.
     if !summary.stages.is_empty() {
@@ -267,6 +394,44 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     }
     let peer_gone_without_signal = signalled_at.is_none() && exit_codes.values().any(|c| *c == EXIT_PEER_GONE);
     Ok(if peer_gone_without_signal { 1 } else { 0 })
+}
+
+/// Decides what follows the death (`s`) of `p`, a stage whose run was not stopping: a
+/// restart after its back-off (`Ok(the wait)`, scheduled in `p`), or, if it never got set
+/// up (a configuration error, said by the stage itself) or died more than `policy` allows,
+/// `Err(the line that says why the run stops)`.
+fn plan_restart(p: &mut Proc, policy: &super::RestartPolicy, s: &ExitStatus) -> std::result::Result<Duration, String> {
+    p.last_death = match &p.watchdog {
+        Some(why) => format!("{why}, killed by the watchdog (--watchdog)"),
+        None => death(s),
+    };
+    let name = p.stage.name();
+    if p.up_since.is_none() && p.restarted == 0 {
+        // A stage that cannot start is not restarted. An exit code comes with the stage's
+        // own error line, which says it all; a signal is news.
+        use std::os::unix::process::ExitStatusExt;
+        return Err(if s.signal().is_some() { format!("the {name} stage was {} during set-up; stopped the others", p.last_death) } else { String::new() });
+    }
+    if policy.max == 0 {
+        return Err(format!("the {name} stage was {}; stopped the others (--restart-max 0)", p.last_death).replace("was exit code", "ended with exit code"));
+    }
+    let now = Instant::now();
+    p.restarts.retain(|t| now.duration_since(*t) < policy.window);
+    if p.restarts.len() as u32 >= policy.max {
+        return Err(format!(
+            "the {name} stage died {} times within {} s (last: {}); gave up restarting it (--restart-max {}, --restart-window {}) and stopped the others",
+            p.restarts.len() + 1,
+            policy.window.as_secs(),
+            p.last_death,
+            policy.max,
+            policy.window.as_secs()
+        ));
+    }
+    p.restarts.push(now);
+    let delay = p.backoff;
+    p.backoff = (p.backoff * 2).min(super::BACKOFF_MAX);
+    p.restart_at = Some(now + delay);
+    Ok(delay)
 }
 
 /// A rate for people: `30.0`, or `-` when there is none (fewer than 2 frames).
@@ -402,6 +567,10 @@ pub fn summary_text(s: &RunSummary) -> String {
         .collect();
     if !cpu.is_empty() {
         let _ = writeln!(o, "  cpu and Pss: {}", cpu.join(", "));
+    }
+    if !s.restarts.is_empty() {
+        let r: Vec<String> = s.restarts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(o, "  restarts: {} (each restarted alone; the counts above are the last process's)", r.join(", "));
     }
     let unreported: Vec<&str> = Stage::ALL
         .iter()

@@ -181,6 +181,13 @@ impl Frame {
     }
 }
 
+impl Frame {
+    /// Puts a restart notice on this frame's descriptor (unless it carries one already).
+    pub(super) fn mark(&mut self, m: crate::core::frame::RestartMark) {
+        self.desc.flags = m.mark(self.desc.flags);
+    }
+}
+
 impl Drop for Frame {
     fn drop(&mut self) {
         self.ret.give_back(&self.desc);
@@ -290,6 +297,23 @@ impl PoolConsumer {
             ConsumerLink::Copy { rx, .. } => Some(rx.lock().unwrap_or_else(|p| p.into_inner()).counters),
             ConsumerLink::Ring(_) => None,
         }
+    }
+
+    fn with_conn<R>(&self, f: impl FnOnce(&Conn) -> R) -> R {
+        match &self.link {
+            ConsumerLink::Ring(rx) => f(rx.lock().unwrap_or_else(|p| p.into_inner()).conn()),
+            ConsumerLink::Copy { conn, .. } => f(conn),
+        }
+    }
+
+    /// The upstream's pid (SO_PEERCRED).
+    pub fn peer_pid(&self) -> i32 {
+        self.with_conn(|c| c.peer_pid)
+    }
+
+    /// Bounds receives on the control connection ([`Conn::set_recv_timeout`]).
+    pub fn set_recv_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        self.with_conn(|c| c.set_recv_timeout(timeout))
     }
 
     /// Pool buffers (e.g. to import into a device once at start-up).

@@ -26,15 +26,17 @@ use bytemuck::Pod;
 use super::channel::{Doorbell, Sender, Sent};
 use super::copy::{CopyCounters, CopySender};
 use super::dmabuf::{CpuAccess, DmaBuf, Read};
-use super::frame::FrameDesc;
+use super::frame::{FrameDesc, RestartMark, Stage};
 use super::link::{Conn, ControlMsg, Offer, PeerGone, Payload};
 use super::ring::{RingCounters, RingPolicy, RingProducer};
 
 mod consumer;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 pub use consumer::{join, offer_items, Frame, PoolConsumer};
+pub use upstream::Upstream;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BufState {
@@ -71,7 +73,8 @@ pub fn ring_capacity(policy: RingPolicy, buffers: usize) -> u32 {
     }
 }
 
-/// What the producer tells the consumer about a frame hop besides the fds.
+/// What the producer tells the consumer about a frame hop besides the fds (kept, so a
+/// consumer that re-joins gets the same offer).
 #[derive(Clone, Debug)]
 pub struct HopSpec {
     /// Full-ring policy.
@@ -105,7 +108,25 @@ pub struct PoolStats {
     pub outstanding: usize,
     /// Times the producer had to wait (for a free buffer, or for ring space under block).
     pub waits: u64,
+    /// Times the consumer hung up while the stage kept serving ([`PoolProducer::keep_serving`]).
+    #[serde(default)]
+    pub consumers_lost: u64,
+    /// Frames published while no consumer was there (dropped at once, counted in the ring
+    /// counters' `produced` and `dropped` too).
+    #[serde(default)]
+    pub dropped_away: u64,
+    /// Times a consumer held every buffer for [`LEASE_TIMEOUT`] and was killed for it.
+    #[serde(default)]
+    pub leases_expired: u64,
 }
+
+/// How long a consumer may hold every buffer the producer could write (returning none)
+/// before its lease expires: the producer kills it (SIGKILL; it runs as the same user,
+/// checked with SO_PEERCRED), sees the hang-up, takes every buffer back, and serves it again
+/// when it is restarted. Only for a producer that keeps serving
+/// ([`PoolProducer::keep_serving`]). A live consumer returns a buffer per frame; one that
+/// holds them all for this long is stuck.
+pub const LEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The producer's end of a frame hop: the pool, its ownership states and the ring.
 pub struct PoolProducer {
@@ -117,25 +138,39 @@ pub struct PoolProducer {
     free: VecDeque<u32>,
     policy: RingPolicy,
     stats: PoolStats,
+    /// The offer, for a consumer that re-joins.
+    spec: HopSpec,
+    /// Whether a consumer's hang-up leaves the stage serving ([`PoolProducer::keep_serving`]).
+    keep_serving: bool,
+    /// When the consumer hung up and the frames dropped since, while it is away.
+    away: Option<(Instant, u64)>,
+    /// The counters of the rings of consumers that hung up, and the frames dropped while away.
+    carried: RingCounters,
+    /// The notice the next published frame carries (set when a consumer re-joins).
+    mark: Option<RestartMark>,
+    /// Since when the producer has found no buffer to write (the consumer holds them all).
+    starved_since: Option<Instant>,
 }
 
-/// How a producer's frames travel: descriptors in a ring, or bytes over a socket.
+/// How a producer's frames travel: descriptors in a ring, or bytes over a socket; or
+/// nowhere, while the consumer is away (a stage that keeps serving after its hang-up).
 enum Link {
     Ring(Sender<FrameDesc>),
     Copy { data: CopySender, conn: Conn },
+    Away,
 }
 
 impl Link {
     fn pop_return(&mut self) -> Result<Option<u64>> {
         match self {
             Link::Ring(s) => s.pop_return(),
-            Link::Copy { .. } => Ok(None),
+            Link::Copy { .. } | Link::Away => Ok(None),
         }
     }
     fn take_oldest(&mut self) -> Result<Option<FrameDesc>> {
         match self {
             Link::Ring(s) => s.take_oldest(),
-            Link::Copy { .. } => Ok(None),
+            Link::Copy { .. } | Link::Away => Ok(None),
         }
     }
     fn wait_for_returns(&mut self, timeout: Duration) -> Result<()> {
@@ -146,6 +181,10 @@ impl Link {
                 if conn.peer_gone() {
                     return Err(PeerGone::new(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
                 }
+                Ok(())
+            }
+            Link::Away => {
+                std::thread::sleep(timeout.min(Duration::from_millis(20)));
                 Ok(())
             }
         }
@@ -160,12 +199,17 @@ impl Link {
                 }
                 Ok(())
             }
+            Link::Away => {
+                std::thread::sleep(timeout);
+                Ok(())
+            }
         }
     }
     fn send(&mut self, desc: FrameDesc, stop: &AtomicBool) -> Result<Sent<FrameDesc>> {
         match self {
             Link::Ring(s) => s.send(desc, stop),
             Link::Copy { .. } => bail!("copy-mode frames are sent by PoolProducer::publish"),
+            Link::Away => bail!("no consumer: frames are dropped by PoolProducer::publish"),
         }
     }
     fn counters(&self) -> RingCounters {
@@ -173,25 +217,74 @@ impl Link {
             Link::Ring(s) => s.counters(),
             // A stream socket is lossless: what was sent is consumed (or still in the socket).
             Link::Copy { data, .. } => RingCounters { produced: data.counters.frames, consumed: data.counters.frames, ..Default::default() },
+            Link::Away => RingCounters::default(),
         }
     }
     fn waits(&self) -> u64 {
         match self {
             Link::Ring(s) => s.waits(),
-            Link::Copy { .. } => 0,
+            Link::Copy { .. } | Link::Away => 0,
         }
     }
-    fn conn(&self) -> &Conn {
+    fn conn(&self) -> Option<&Conn> {
         match self {
-            Link::Ring(s) => s.conn(),
-            Link::Copy { conn, .. } => conn,
+            Link::Ring(s) => Some(s.conn()),
+            Link::Copy { conn, .. } => Some(conn),
+            Link::Away => None,
         }
     }
     fn finish(&mut self) {
         match self {
             Link::Ring(s) => s.finish(),
             Link::Copy { data, .. } => data.finish(),
+            Link::Away => {}
         }
+    }
+    /// Makes the link of a hop on `conn` and sends the offer: a fresh ring and doorbells
+    /// with every buffer's fds, or in copy mode a data socket.
+    fn offer(conn: Conn, bufs: &[Vec<DmaBuf>], spec: &HopSpec) -> Result<Link> {
+        let n = bufs.len();
+        let max_frame_bytes = bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0);
+        if spec.copy_mode {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
+            let offer = Offer {
+                payload: Payload::Frames,
+                ring: super::ring::RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 },
+                policy: spec.policy,
+                buffers: vec![],
+                memory: spec.memory.clone(),
+                layout: spec.layout,
+                fps: spec.fps,
+                description: spec.description.clone(),
+                labels: vec![],
+                copy_mode: true,
+                max_frame_bytes,
+            };
+            conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()]).context("sending the data socket to the consumer")?;
+            drop(theirs);
+            log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
+            return Ok(Link::Copy { data: CopySender::new(ours), conn });
+        }
+        let ring = RingProducer::<FrameDesc>::create(spec.capacity.max(1), n.next_power_of_two().max(2) as u32)?;
+        let (bell, back) = (Doorbell::new()?, Doorbell::new()?);
+        let offer = Offer {
+            payload: Payload::Frames,
+            ring: ring.geometry(),
+            policy: spec.policy,
+            buffers: bufs.iter().map(|b| b.iter().map(|d| d.size()).collect()).collect(),
+            memory: spec.memory.clone(),
+            layout: spec.layout,
+            fps: spec.fps,
+            description: spec.description.clone(),
+            labels: vec![],
+            copy_mode: false,
+            max_frame_bytes,
+        };
+        let mut fds = ring_fds(&ring, &bell, &back);
+        fds.extend(bufs.iter().flatten().map(|d| d.fd()));
+        conn.send(&ControlMsg::Offer(offer), &fds).context("sending the pool to the consumer")?;
+        log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
+        Ok(Link::Ring(Sender::new(ring, bell, back, conn, spec.policy)?))
     }
 }
 
@@ -201,78 +294,135 @@ fn ring_fds<'a, T: Pod>(ring: &'a RingProducer<T>, bell: &'a Doorbell, back: &'a
 
 impl PoolProducer {
     /// Offers `bufs` (each a list of fds: one per plane for multi-planar formats) to the
-    /// consumer on `conn`, sending every fd once with SCM_RIGHTS.
+    /// consumer on `conn`, sending every fd once with SCM_RIGHTS (in copy mode, a data
+    /// socket instead).
     pub fn offer(conn: Conn, bufs: Vec<Vec<DmaBuf>>, spec: HopSpec) -> Result<PoolProducer> {
         let n = bufs.len();
         if n == 0 || n > 64 {
             bail!("pool of {n} buffers: need 1..=64");
         }
-        if spec.copy_mode {
-            return Self::offer_copy(conn, bufs, spec);
-        }
-        let ring = RingProducer::<FrameDesc>::create(spec.capacity.max(1), n.next_power_of_two().max(2) as u32)?;
-        let (bell, back) = (Doorbell::new()?, Doorbell::new()?);
-        let offer = Offer {
-            payload: Payload::Frames,
-            ring: ring.geometry(),
-            policy: spec.policy,
-            buffers: bufs.iter().map(|b| b.iter().map(|d| d.size()).collect()).collect(),
-            memory: spec.memory,
-            layout: spec.layout,
-            fps: spec.fps,
-            description: spec.description,
-            labels: vec![],
-            copy_mode: false,
-            max_frame_bytes: bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0),
-        };
-        let mut fds = ring_fds(&ring, &bell, &back);
-        fds.extend(bufs.iter().flatten().map(|d| d.fd()));
-        conn.send(&ControlMsg::Offer(offer), &fds).context("sending the pool to the consumer")?;
-        log::debug!("offered {n} buffers ({} fds) to pid {}", fds.len(), conn.peer_pid);
-        let sender = Link::Ring(Sender::new(ring, bell, back, conn, spec.policy)?);
-        Ok(PoolProducer::with(sender, bufs, spec.policy))
-    }
-
-    /// A pool of `bufs`, every buffer free, sending through `sender`.
-    fn with(sender: Link, bufs: Vec<Vec<DmaBuf>>, policy: RingPolicy) -> PoolProducer {
-        let n = bufs.len();
-        PoolProducer {
+        let sender = Link::offer(conn, &bufs, &spec)?;
+        Ok(PoolProducer {
             id: next_pool_id(),
             sender,
             state: vec![BufState::Free; n],
             free: (0..n as u32).collect(),
             bufs,
-            policy,
+            policy: spec.policy,
             stats: PoolStats { buffers: n, ..Default::default() },
+            spec,
+            keep_serving: false,
+            away: None,
+            carried: RingCounters::default(),
+            mark: None,
+            starved_since: None,
+        })
+    }
+
+    /// The producer found no buffer to write: after [`LEASE_TIMEOUT`] of that, the
+    /// consumer that holds them is killed (see there).
+    fn starving(&mut self) {
+        let since = *self.starved_since.get_or_insert_with(Instant::now);
+        if !self.keep_serving || since.elapsed() < LEASE_TIMEOUT {
+            return;
+        }
+        self.starved_since = None;
+        if let Some(pid) = self.consumer_pid() {
+            let held = self.state.iter().filter(|s| matches!(s, BufState::Queued(_))).count();
+            log::warn!(
+                "the consumer (pid {pid}) has held {held} of {} buffers for {:.0} s without giving one back: its lease expired; killing it (it is restarted, and its buffers come back)",
+                self.bufs.len(),
+                LEASE_TIMEOUT.as_secs_f64()
+            );
+            self.stats.leases_expired += 1;
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 
-    fn offer_copy(conn: Conn, bufs: Vec<Vec<DmaBuf>>, spec: HopSpec) -> Result<PoolProducer> {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
-        let offer = Offer {
-            payload: Payload::Frames,
-            ring: super::ring::RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 },
-            policy: spec.policy,
-            buffers: vec![],
-            memory: spec.memory,
-            layout: spec.layout,
-            fps: spec.fps,
-            description: spec.description,
-            labels: vec![],
-            copy_mode: true,
-            max_frame_bytes: bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0),
-        };
-        conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()]).context("sending the data socket to the consumer")?;
-        drop(theirs);
-        log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
-        Ok(PoolProducer::with(Link::Copy { data: CopySender::new(ours), conn }, bufs, spec.policy))
+    /// From now on a consumer's hang-up does not end this hop: every buffer it held or had
+    /// queued is free again at once, frames published while it is away are dropped and
+    /// counted ([`PoolStats::dropped_away`]), and a consumer that connects again gets the
+    /// same pool on a fresh ring ([`PoolProducer::reoffer`]). Without it a hang-up is a
+    /// [`PeerGone`] error (tests, `zcpipe bench`).
+    pub fn keep_serving(&mut self) {
+        self.keep_serving = true;
+    }
+
+    /// Whether the consumer is away (hung up, not re-joined yet).
+    pub fn is_away(&self) -> bool {
+        matches!(self.sender, Link::Away)
+    }
+
+    /// The pid of the consumer served now (SO_PEERCRED), `None` while it is away.
+    pub fn consumer_pid(&self) -> Option<i32> {
+        self.sender.conn().map(|c| c.peer_pid)
+    }
+
+    /// The pid of the consumer served now, after a look (one poll(2)) at whether it hung up;
+    /// a hop that keeps serving goes away then, and this is `None`.
+    pub fn live_consumer(&mut self) -> Option<i32> {
+        if let Some(pid) = self.consumer_pid().filter(|_| self.keep_serving && self.sender.conn().is_some_and(|c| c.peer_gone())) {
+            self.go_away(&PeerGone::new(format!("downstream (pid {pid}) hung up")).into());
+        }
+        self.consumer_pid()
+    }
+
+    /// Whether the consumer is gone for good: it hung up and this hop does not keep
+    /// serving. A hop that keeps serving never is (it waits for the consumer to re-join).
+    pub fn consumer_gone(&self) -> bool {
+        !self.keep_serving && self.sender.conn().is_none_or(|c| c.peer_gone())
+    }
+
+    /// Serves a consumer that (re-)joined on `conn` after the previous one hung up: the same
+    /// pool, on a fresh ring and doorbells (nothing of the dead consumer's ring is reused).
+    /// The next frame published carries a [`RestartMark`] for `consumer`, counting the
+    /// frames lost while it was away (those dropped and those it held). Errors if the offer
+    /// cannot be sent (the hop stays away then) or a consumer is still served.
+    pub fn reoffer(&mut self, conn: Conn, consumer: Stage) -> Result<()> {
+        let Some((since, lost)) = self.away else { bail!("this hop still serves pid {:?}", self.consumer_pid()) };
+        let pid = conn.peer_pid;
+        self.sender = Link::offer(conn, &self.bufs, &self.spec)?;
+        self.away = None;
+        self.mark = Some(RestartMark { stage: consumer, lost: lost.min(u32::MAX as u64) as u32 });
+        log::info!(
+            "the {} stage (pid {pid}) joined again after {:.1} s: offered the same {} buffers on a fresh ring; {lost} frames lost meanwhile",
+            consumer.name(),
+            since.elapsed().as_secs_f64(),
+            self.bufs.len()
+        );
+        Ok(())
+    }
+
+    /// Turns a consumer's hang-up (`r` failed with [`PeerGone`]) into the away state when
+    /// this hop keeps serving: `Ok(None)`. Anything else passes through.
+    fn absorb<T>(&mut self, r: Result<T>) -> Result<Option<T>> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if self.keep_serving && PeerGone::is_in(&e) => {
+                self.go_away(&e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The consumer hung up: everything it held or had queued is free again, and frames
+    /// are dropped (counted) until one re-joins.
+    fn go_away(&mut self, why: &anyhow::Error) {
+        let held = self.state.iter().filter(|s| matches!(s, BufState::Queued(_))).count() as u64;
+        self.carried = self.carried.then(RingCounters { in_flight: 0, ..self.sender.counters() });
+        self.reclaim_from_dead_consumer();
+        self.sender = Link::Away;
+        self.away = Some((Instant::now(), held));
+        self.stats.consumers_lost += 1;
+        log::warn!("{why:#}: the {held} buffers it held or had queued are back; frames are dropped until it joins again");
     }
 
     /// Copy counters of this hop's producer side (`None` in zero-copy mode: nothing copied).
     pub fn copy_counters(&self) -> Option<CopyCounters> {
         match &self.sender {
             Link::Copy { data, .. } => Some(data.counters),
-            Link::Ring(_) => None,
+            Link::Ring(_) | Link::Away => None,
         }
     }
 
@@ -309,7 +459,9 @@ impl PoolProducer {
     /// Takes the oldest queued frame back from the ring (drop-oldest), freeing its buffer;
     /// `false` if the ring was empty.
     fn reclaim_oldest(&mut self) -> Result<bool> {
-        Ok(match self.sender.take_oldest()? {
+        let r = self.sender.take_oldest();
+        let Some(taken) = self.absorb(r)? else { return Ok(true) };
+        Ok(match taken {
             Some(d) => {
                 if self.release(d.buffer_index, d.seq) {
                     self.stats.reclaimed += 1;
@@ -325,20 +477,32 @@ impl PoolProducer {
     /// unless the consumer holds every buffer; block waits for a return. Errors if the
     /// consumer died ([`PeerGone`]) or corrupted the ring.
     pub fn acquire(&mut self, stop: &AtomicBool) -> Result<Option<WriteLoan<'_>>> {
+        self.acquire_within(stop, None)
+    }
+
+    /// [`PoolProducer::acquire`], giving up (`Ok(None)`) once `timeout` has passed without a
+    /// buffer, so a stage's loop turns (and reports: its heartbeat) while a consumer keeps
+    /// every buffer. `None` waits for ever.
+    pub fn acquire_within(&mut self, stop: &AtomicBool, timeout: Option<Duration>) -> Result<Option<WriteLoan<'_>>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             self.reclaim_returns()?;
             if let Some(i) = self.free.pop_front() {
+                self.starved_since = None;
                 self.state[i as usize] = BufState::Writing;
                 return Ok(Some(WriteLoan { pool: self, index: i }));
             }
             if self.policy == RingPolicy::DropOldest && self.reclaim_oldest()? {
                 continue;
             }
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let now = Instant::now();
+            if stop.load(std::sync::atomic::Ordering::Relaxed) || deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
+            self.starving();
             self.stats.waits += 1;
-            self.sender.wait_for_returns(Duration::from_millis(200))?;
+            let r = self.sender.wait_for_returns(deadline.map_or(Duration::from_millis(200), |d| (d - now).min(Duration::from_millis(200))));
+            self.absorb(r)?;
         }
     }
 
@@ -354,6 +518,12 @@ impl PoolProducer {
             while at_device + self.free.len() < min_device && self.reclaim_oldest()? {}
         }
         let pool = self.id;
+        if self.free.is_empty() && !self.state.contains(&BufState::Device) {
+            // Nothing for the device to fill: the consumer holds every buffer.
+            self.starving();
+        } else {
+            self.starved_since = None;
+        }
         let v: Vec<DeviceLoan> = self.free.drain(..).map(|index| DeviceLoan { pool, index }).collect();
         for l in &v {
             self.state[l.index as usize] = BufState::Device;
@@ -403,27 +573,53 @@ impl PoolProducer {
     fn publish(&mut self, index: u32, mut desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
         let i = index as usize;
         desc.buffer_index = index;
+        if let Some(m) = self.mark {
+            desc.flags = m.mark(desc.flags);
+        }
+        if let Link::Away = self.sender {
+            // Nobody to take it: dropped now, counted.
+            self.free_buffer(index);
+            self.drop_away();
+            return Ok(());
+        }
         if let Link::Copy { data, .. } = &mut self.sender {
             let guards: Vec<CpuAccess<'_, Read>> = self.bufs[i].iter().map(|b| b.read()).collect::<Result<_>>()?;
             let sent = data.send(&desc, &guards);
             drop(guards);
             self.free_buffer(index);
-            return sent;
+            if self.absorb(sent)?.is_none() {
+                self.drop_away();
+            } else {
+                self.mark = None;
+            }
+            return Ok(());
         }
         self.state[i] = BufState::Queued(desc.seq as u32);
-        match self.sender.send(desc, stop) {
-            Ok(Sent::Dropped(d)) => {
+        let sent = self.sender.send(desc, stop);
+        if sent.is_err() {
+            // Not queued: the buffer is ours again.
+            self.free_buffer(index);
+        }
+        match self.absorb(sent)? {
+            Some(Sent::Dropped(d)) => {
+                self.mark = None;
                 if self.release(d.buffer_index, d.seq) {
                     self.stats.reclaimed += 1;
                 }
-                Ok(())
             }
-            Ok(Sent::Queued) => Ok(()),
-            Err(e) => {
-                // Not queued: the buffer is ours again.
-                self.free_buffer(index);
-                Err(e)
-            }
+            Some(Sent::Queued) => self.mark = None,
+            None => self.drop_away(),
+        }
+        Ok(())
+    }
+
+    /// Counts a frame dropped because no consumer is there.
+    fn drop_away(&mut self) {
+        self.stats.dropped_away += 1;
+        self.carried.produced += 1;
+        self.carried.dropped += 1;
+        if let Some((_, lost)) = &mut self.away {
+            *lost += 1;
         }
     }
 
@@ -431,7 +627,8 @@ impl PoolProducer {
     /// consumer hangs up (an error, [`PeerGone`]) or a signal arrives: one syscall for the
     /// sleep and the liveness check ([`Sender::pace`]).
     pub fn pace(&mut self, timeout: Duration) -> Result<()> {
-        self.sender.pace(timeout)
+        let r = self.sender.pace(timeout);
+        self.absorb(r).map(drop)
     }
 
     /// Frees every buffer queued to or held by a consumer that is gone (its process is
@@ -444,9 +641,10 @@ impl PoolProducer {
         }
     }
 
-    /// Ring counters.
+    /// Ring counters, over every ring this hop has had (a consumer that re-joins gets a
+    /// fresh one) and the frames dropped while no consumer was there.
     pub fn counters(&self) -> RingCounters {
-        self.sender.counters()
+        self.carried.then(self.sender.counters())
     }
 
     /// Buffer traffic counts.
@@ -458,10 +656,6 @@ impl PoolProducer {
         }
     }
 
-    /// The control connection.
-    pub fn conn(&self) -> &Conn {
-        self.sender.conn()
-    }
 
     /// Ends this hop after the stage's frame loop: a clean end (`clean`) is an end of stream
     /// drained as [`PoolProducer::finish`] does; after an error nothing is sent, so the
@@ -473,7 +667,7 @@ impl PoolProducer {
         // written when the loop ended is already free again.
         let drained = if clean {
             self.finish(timeout)
-        } else if self.sender.conn().peer_gone() {
+        } else if self.sender.conn().is_none_or(|c| c.peer_gone()) {
             // The consumer is dead: whatever it held or had queued is ours again.
             let out = self.stats().outstanding;
             self.reclaim_from_dead_consumer();
@@ -500,7 +694,7 @@ impl PoolProducer {
             if out == 0 {
                 return Ok((out_before, 0));
             }
-            if self.sender.conn().peer_gone() {
+            if self.sender.conn().is_none_or(|c| c.peer_gone()) {
                 // The consumer is gone: nothing it held can be in use any more.
                 self.reclaim_returns()?;
                 let still = self.stats().outstanding;

@@ -28,7 +28,7 @@ fn hop(n: usize, policy: RingPolicy) -> (PoolProducer, Receiver<FrameDesc>) {
     let (_, rx, _) = join::<FrameDesc>(Conn::from_fd(b).unwrap(), &hello, WaitMode::Eventfd, "test producer").unwrap();
     // The producer takes the hello as a stage's accept would (anything unread on its control
     // socket means the consumer is gone).
-    prod.conn().recv().unwrap();
+    prod.sender.conn().unwrap().recv().unwrap();
     (prod, rx)
 }
 
@@ -152,7 +152,7 @@ fn a_sleeping_consumer_wakes_on_a_ring_and_rings_never_pile_up_into_busy_wakes()
     for _ in 0..5 {
         match &prod.sender {
             Link::Ring(s) => s.ring_for_tests(),
-            Link::Copy { .. } => unreachable!(),
+            Link::Copy { .. } | Link::Away => unreachable!(),
         }
     }
     // Idle with nothing queued: each receive waits its whole timeout (Idle), however many
@@ -167,7 +167,7 @@ fn a_sleeping_consumer_wakes_on_a_ring_and_rings_never_pile_up_into_busy_wakes()
 fn prod_sees_consumer_sleeping(prod: &PoolProducer) -> bool {
     match &prod.sender {
         Link::Ring(s) => s.consumer_sleeping_for_tests(),
-        Link::Copy { .. } => false,
+        Link::Copy { .. } | Link::Away => false,
     }
 }
 
@@ -267,4 +267,47 @@ fn the_spin_stops_once_nothing_comes() {
     // (Not asserted: how much CPU a 40 ms spin gets depends on what else runs.)
     eprintln!("EVIDENCE spin: an idle receive after a fast item used {first:?} of CPU (spinning), the next {second:?}");
     assert!(second < Duration::from_millis(10), "a stalled upstream still costs a spin: {second:?} of CPU");
+}
+
+/// A producer that keeps serving: its consumer's death frees every buffer it held or had
+/// queued, frames published meanwhile are dropped and counted, and a new consumer gets the
+/// same pool on a fresh ring, its first frame carrying the restart notice with the loss.
+#[test]
+fn a_producer_that_keeps_serving_frees_a_dead_consumers_buffers_and_serves_the_next_one() {
+    let (mut prod, mut rx) = hop(4, RingPolicy::DropOldest);
+    prod.keep_serving();
+    publish(&mut prod, 0);
+    publish(&mut prod, 1);
+    let held = take(&mut rx); // the consumer holds one, one stays queued
+    assert_eq!(held.seq, 0);
+    drop(rx); // it dies
+    assert_eq!(prod.live_consumer(), None, "the hang-up is seen");
+    assert!(prod.is_away());
+    assert_eq!(prod.stats().outstanding, 0, "both buffers are home");
+    for seq in 2..5 {
+        publish(&mut prod, seq); // nobody to take them: dropped, counted
+    }
+    let s = prod.stats();
+    assert_eq!((s.consumers_lost, s.dropped_away, s.outstanding), (1, 3, 0));
+    assert_eq!(prod.counters().produced, 5);
+    assert_eq!(prod.counters().dropped, 3);
+    // A new consumer joins: the same four buffers, a fresh ring.
+    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+    let hello = ControlMsg::Hello { stage: "scale".into(), accept: vec![], want: None, wait: WaitMode::Eventfd };
+    let consumer = std::thread::spawn(move || join::<FrameDesc>(Conn::from_fd(b).unwrap(), &hello, WaitMode::Eventfd, "capture").unwrap());
+    let conn = Conn::from_fd(a).unwrap();
+    conn.recv().unwrap();
+    prod.reoffer(conn, Stage::Scale).unwrap();
+    let (offer, mut rx, bufs) = consumer.join().unwrap();
+    assert_eq!((bufs.len(), offer.buffers.len()), (4, 4));
+    assert!(!prod.is_away());
+    publish(&mut prod, 5);
+    publish(&mut prod, 6);
+    let first = take(&mut rx);
+    // Lost: the queued frame and the held one at the death (2), and the 3 dropped since.
+    assert_eq!((first.seq, RestartMark::from_flags(first.flags)), (5, Some(RestartMark { stage: Stage::Scale, lost: 5 })));
+    let second = take(&mut rx);
+    assert_eq!((second.seq, second.flags), (6, 0), "only the first frame carries the notice");
+    assert_eq!(prod.counters().produced, 7);
+    assert!(prod.reoffer(Conn::from_fd(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap().0).unwrap(), Stage::Scale).is_err(), "a served hop takes no second consumer");
 }

@@ -1,0 +1,204 @@
+//! The consumer's end of a frame hop that outlives its producer: when the upstream stage
+//! dies (its control socket hangs up), [`Upstream`] lets go of everything of the old hop
+//! (ring, doorbells, the pool's fds: the dead process's buffers are freed once the last
+//! mapping goes) and joins the restarted upstream as at set-up, with a fresh hello.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::super::channel::Recv;
+use super::super::frame::{RestartMark, Stage};
+use super::super::link::{Conn, ControlMsg, PeerGone, WaitMode};
+use super::super::ring::RingCounters;
+use super::{Frame, PoolConsumer};
+
+/// First wait between two attempts to reach a restarting upstream; it doubles up to
+/// [`REJOIN_MAX_DELAY`].
+const REJOIN_FIRST_DELAY: Duration = Duration::from_millis(10);
+/// Longest wait between two attempts to reach a restarting upstream.
+const REJOIN_MAX_DELAY: Duration = Duration::from_millis(50);
+/// How long a restarted upstream may take, once connected, to answer the hello.
+const OFFER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A frame hop's consumer end that re-joins its upstream after it restarts.
+pub struct Upstream {
+    path: PathBuf,
+    stage: Stage,
+    hello: ControlMsg,
+    wait: WaitMode,
+    spin: Duration,
+    cur: Option<PoolConsumer>,
+    /// When the upstream hung up, while it is away.
+    away: Option<Instant>,
+    next_try: Instant,
+    delay: Duration,
+    joins: u64,
+    /// Ring counters of the hops before the current one.
+    carried: RingCounters,
+    /// A notice for the next frame (the capture stage came back).
+    mark: Option<RestartMark>,
+    /// Fault injection for tests ([`FAULT_ENV`] = `hold-frames:<this stage>`): every frame
+    /// is taken and never given back, as a stuck consumer would.
+    hold: bool,
+}
+
+/// The environment variable that injects a fault for the fault-injection tests:
+/// `hold-frames:<stage>` makes that stage's [`Upstream`] keep every frame it takes (the
+/// producer's lease timeout then kills it). Never set in production.
+pub const FAULT_ENV: &str = "ZCPIPE_FAULT";
+
+impl Upstream {
+    /// Joins `stage`'s hop at `path` as at set-up ([`Conn::connect_retry`] until `timeout`,
+    /// then [`PoolConsumer::join`] with `hello`). Errors as those do.
+    pub fn join(path: PathBuf, stage: Stage, hello: ControlMsg, wait: WaitMode, spin: Duration, stop: &AtomicBool, timeout: Duration) -> Result<Upstream> {
+        let conn = Conn::connect_retry(&path, &format!("{} stage", stage.name()), stop, timeout)?;
+        let c = PoolConsumer::join(conn, &hello, wait, stage.name())?;
+        c.set_spin(spin);
+        let me = match &hello {
+            ControlMsg::Hello { stage, .. } => stage.clone(),
+            _ => String::new(),
+        };
+        let hold = std::env::var(FAULT_ENV).is_ok_and(|f| f == format!("hold-frames:{me}"));
+        if hold {
+            log::warn!("{FAULT_ENV}={}: fault injection: every frame taken is kept", format!("hold-frames:{me}"));
+        }
+        Ok(Upstream {
+            path,
+            stage,
+            hello,
+            wait,
+            spin,
+            cur: Some(c),
+            away: None,
+            next_try: Instant::now(),
+            delay: REJOIN_FIRST_DELAY,
+            joins: 1,
+            carried: RingCounters::default(),
+            mark: None,
+            hold,
+        })
+    }
+
+    /// The hop joined now (`None` while the upstream is away).
+    pub fn current(&self) -> Option<&PoolConsumer> {
+        self.cur.as_ref()
+    }
+
+    /// How many times this stage joined the upstream (1 at set-up, one more per re-join): a
+    /// change tells the stage to bind the new pool (a device that imported the old one).
+    pub fn joins(&self) -> u64 {
+        self.joins
+    }
+
+    /// Whether the upstream is away (hung up, not joined again yet).
+    pub fn is_away(&self) -> bool {
+        self.cur.is_none()
+    }
+
+    /// Ring counters over every hop joined so far.
+    pub fn counters(&self) -> RingCounters {
+        self.carried.then(self.cur.as_ref().map(|c| c.counters()).unwrap_or_default())
+    }
+
+    /// Waits up to `timeout` for the next frame ([`PoolConsumer::recv`]). The upstream's
+    /// hang-up is not an error: the old hop is let go, and while the upstream is away this
+    /// tries (with back-off, 10 ms doubling to 50 ms: a refused connect(2) costs little) to join it again, returning
+    /// [`Recv::Idle`] meanwhile; it never returns [`Recv::Hangup`]. The first frame after
+    /// the capture stage came back carries a [`RestartMark`].
+    pub fn recv(&mut self, timeout: Duration) -> Result<Recv<Frame>> {
+        let Some(c) = &self.cur else {
+            if !self.try_rejoin() {
+                std::thread::sleep(timeout.min(self.next_try.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)));
+            }
+            return Ok(Recv::Idle);
+        };
+        let r = match c.recv(timeout) {
+            Ok(Recv::Hangup) => None,
+            Err(e) if PeerGone::is_in(&e) => None,
+            Ok(r) => Some(r),
+            Err(e) => return Err(e),
+        };
+        match r {
+            Some(Recv::Item(f)) if self.hold => {
+                std::mem::forget(f);
+                Ok(Recv::Idle)
+            }
+            Some(Recv::Item(mut f)) => {
+                if let Some(m) = self.mark.take() {
+                    f.mark(m);
+                }
+                Ok(Recv::Item(f))
+            }
+            Some(other) => Ok(other),
+            None => {
+                self.lose();
+                Ok(Recv::Idle)
+            }
+        }
+    }
+
+    fn lose(&mut self) {
+        if let Some(c) = self.cur.take() {
+            self.carried = self.carried.then(RingCounters { in_flight: 0, ..c.counters() });
+            log::warn!(
+                "the {} stage (pid {}) hung up: let go of its pool; waiting for it to come back at {}",
+                self.stage.name(),
+                c.peer_pid(),
+                self.path.display()
+            );
+        }
+        self.away = Some(Instant::now());
+        self.delay = REJOIN_FIRST_DELAY;
+        self.next_try = Instant::now();
+    }
+
+    /// One attempt to join the restarted upstream, if one is due; whether it joined.
+    fn try_rejoin(&mut self) -> bool {
+        if Instant::now() < self.next_try {
+            return false;
+        }
+        self.next_try = Instant::now() + self.delay;
+        self.delay = (self.delay * 2).min(REJOIN_MAX_DELAY);
+        let joined = Conn::try_connect(&self.path).and_then(|conn| match conn {
+            None => Ok(None),
+            Some(conn) => {
+                conn.set_recv_timeout(Some(OFFER_TIMEOUT))?;
+                let c = PoolConsumer::join(conn, &self.hello, self.wait, self.stage.name())?;
+                c.set_recv_timeout(None)?;
+                Ok(Some(c))
+            }
+        });
+        match joined {
+            Ok(Some(c)) => {
+                c.set_spin(self.spin);
+                let down = self.away.take().map(|t| t.elapsed()).unwrap_or_default();
+                if self.stage == Stage::Capture {
+                    // Frames the source did not make while it was down, at its nominal rate.
+                    let lost = (c.offer.fps * down.as_secs_f64()).round() as u32;
+                    self.mark = Some(RestartMark { stage: Stage::Capture, lost });
+                }
+                log::info!(
+                    "joined the {} stage again (pid {}) after {:.1} s: {} ({} buffers, {})",
+                    self.stage.name(),
+                    c.peer_pid(),
+                    down.as_secs_f64(),
+                    c.offer.description,
+                    c.buffers().len(),
+                    c.offer.memory
+                );
+                self.cur = Some(c);
+                self.joins += 1;
+                self.delay = REJOIN_FIRST_DELAY;
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                log::debug!("the {} stage is not back yet: {e:#}", self.stage.name());
+                false
+            }
+        }
+    }
+}
