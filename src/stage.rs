@@ -297,8 +297,10 @@ pub fn check_hello(conn: Conn, hello: &ControlMsg, check: impl FnOnce(&ControlMs
     Ok(conn)
 }
 
-/// Exit code of a stage that stopped because a neighbour went away ([`PeerGone`]): not its
-/// own fault, and the neighbour reports its own cause.
+/// Exit code of a stage that stopped because a neighbour went away during set-up
+/// ([`PeerGone`]: it refused us, or died before its offer): not its own fault, and the
+/// neighbour reports its own cause. After set-up a neighbour's death is waited out instead
+/// (the neighbour is restarted and joined again).
 pub const EXIT_PEER_GONE: i32 = 3;
 
 /// How long a stage waits for a frame before it looks at the stop flag, its stats and its

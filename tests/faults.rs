@@ -130,12 +130,16 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
     let mut times: Vec<(usize, f64)> = vec![];
     let mut lost: Vec<u64> = vec![];
     let mut leaked_fds = 0i64;
+    // When each stage's current process was first seen: it is killed only once it has run
+    // past --restart-reset (1 s), so each restart's back-off is the first one (100 ms).
+    let mut born: Vec<Instant> = vec![Instant::now(); stages.len()];
     for round in 0..kills * stages.len() {
         let si = round % stages.len();
         let victim = stages[si];
         let settle = Instant::now();
         assert!(wait_for(Duration::from_secs(30), || frame_after(&seen, settle)), "round {round}: frames stopped before the kill");
         // Settled: every stage up, frames flowing, and the survivors' fds steady.
+        std::thread::sleep(Duration::from_millis(1200).saturating_sub(born[si].elapsed()));
         let pids: Vec<i32> = stages.iter().map(|s| stage_pid(d, s).unwrap_or_else(|| panic!("round {round}: no {s} stage"))).collect();
         let before: Vec<usize> = pids.iter().map(|p| fds(*p)).collect();
         let disconnects = seen.lock().unwrap().disconnects;
@@ -159,6 +163,7 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
         assert!(wait_for(Duration::from_secs(30), || first(&seen.lock().unwrap()).is_some()), "round {round}: no frame after the {victim} stage was restarted");
         let at = first(&seen.lock().unwrap()).unwrap();
         times.push((si, at.duration_since(t0).as_secs_f64() * 1000.0));
+        born[si] = Instant::now();
         // The survivors kept their pids, and their fds come back to what they were.
         for (i, s) in stages.iter().enumerate().filter(|(i, _)| *i != si) {
             assert_eq!(stage_pid(d, s), Some(pids[i]), "round {round}: the {s} stage survived the {victim} stage's death with its pid");
@@ -291,6 +296,58 @@ fn a_consumer_that_keeps_every_buffer_loses_its_lease() {
     let pool = &s["stages"]["capture"]["pool"];
     assert!(pool["leases_expired"].as_u64().unwrap() >= 1, "{pool}");
     assert!(pool["consumers_lost"].as_u64().unwrap() >= 1, "{pool}");
-    assert_eq!(s["stages"]["capture"]["extra"]["buffers_still_out"].as_u64(), Some(0), "{}", s["stages"]["capture"]);
+    // (The restarted scale stage holds frames too, so the drain at the end may time out on
+    // one; once it is gone, every buffer is home.)
+    assert_eq!(pool["outstanding"].as_u64(), Some(0), "{pool}");
     assert!(s["restarts"]["scale"].as_u64().unwrap() >= 1, "{}", s["restarts"]);
+}
+
+/// Stages started alone, as systemd's units start them: when one dies and its unit starts
+/// it again (here: by hand), its neighbours waited for it instead of exiting, keep their
+/// pids, and the stream goes on to a client that stayed connected.
+#[test]
+fn stages_run_alone_wait_for_a_restarted_neighbour() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run_dir = d.join("run");
+    let sock = d.join("detections.sock");
+    let stage = |name: &str| -> Reap {
+        let mut c = common::zcpipe();
+        c.args(["stage", name, "--run-dir"]).arg(&run_dir).stdout(Stdio::null()).stderr(Stdio::null());
+        match name {
+            "capture" => c.args(["--source", "testsrc:320x240@30"]),
+            "infer" => c.args(["--infer", "none"]),
+            "publish" => c.arg("--publish").arg(&sock).args(["--print", "none"]),
+            _ => &mut c,
+        };
+        Reap(c.spawn().unwrap())
+    };
+    let mut procs: Vec<Reap> = ["capture", "scale", "infer", "publish"].iter().map(|s| stage(s)).collect();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = client(sock.clone(), seen.clone(), done.clone());
+    assert!(wait_for(Duration::from_secs(120), || frame_after(&seen, Instant::now() - Duration::from_secs(1))), "frames flow");
+    let t0 = Instant::now();
+    // The scale stage dies; "systemd" starts it again 200 ms later.
+    procs[1].0.kill().unwrap();
+    procs[1].0.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for (i, p) in procs.iter_mut().enumerate().filter(|(i, _)| *i != 1) {
+        assert!(p.0.try_wait().unwrap().is_none(), "stage {i} exited when scale died");
+    }
+    procs[1] = stage("scale");
+    let notice = || seen.lock().unwrap().lines.iter().any(|(at, v)| *at > t0 && v["type"] == "notice" && v["stage"] == "scale");
+    assert!(wait_for(Duration::from_secs(30), notice), "no notice for the restarted scale stage");
+    assert!(wait_for(Duration::from_secs(10), || frame_after(&seen, Instant::now())), "frames flow again");
+    assert_eq!(seen.lock().unwrap().disconnects, 0, "the client stayed connected");
+    // Stopped as `systemctl stop zcpipe.target` does: SIGTERM to each.
+    for p in &procs {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.0.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+    for p in &mut procs {
+        let st = p.0.wait().unwrap();
+        assert!(st.success(), "{st}");
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = reader.join();
 }

@@ -237,8 +237,17 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         if stop.load(Ordering::Relaxed) && signalled_at.is_none() {
             signalled_at = Some(Instant::now());
             log::info!("stopping: ending the stream at capture");
-            if let Some(p) = procs.iter().find(|p| p.stage == Stage::Capture && p.status.is_none()) {
-                let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+            match procs.iter().find(|p| p.stage == Stage::Capture && p.status.is_none()) {
+                Some(p) => {
+                    let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+                }
+                // Capture is dead, waiting for its restart: nobody can end the stream, so
+                // every stage is told to stop.
+                None => {
+                    for p in procs.iter().filter(|p| p.status.is_none()) {
+                        let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+                    }
+                }
             }
         }
         let stopping = signalled_at.is_some() || capture_done_at.is_some() || failed_at.is_some() || termed;

@@ -656,11 +656,10 @@ impl PoolProducer {
         }
     }
 
-
     /// Ends this hop after the stage's frame loop: a clean end (`clean`) is an end of stream
     /// drained as [`PoolProducer::finish`] does; after an error nothing is sent, so the
-    /// consumer sees this stage hang up and exits 3 (EXIT_PEER_GONE), a failure that the
-    /// systemd units restart. Returns (buffers back during the drain, buffers still out); on
+    /// consumer sees this stage hang up (and waits for it to be restarted, see
+    /// [`Upstream`]). Returns (buffers back during the drain, buffers still out); on
     /// an error path or a failed drain, (0, those out now) with the drain's error, if any.
     pub fn end(&mut self, clean: bool, timeout: Duration) -> ((usize, usize), Result<()>) {
         // No WriteLoan can be alive here (each borrows the pool), so every buffer being

@@ -63,7 +63,7 @@ impl Upstream {
         };
         let hold = std::env::var(FAULT_ENV).is_ok_and(|f| f == format!("hold-frames:{me}"));
         if hold {
-            log::warn!("{FAULT_ENV}={}: fault injection: every frame taken is kept", format!("hold-frames:{me}"));
+            log::warn!("{FAULT_ENV}=hold-frames:{me}: fault injection: every frame taken is kept");
         }
         Ok(Upstream {
             path,
