@@ -40,6 +40,17 @@ test-aarch64:
 lint:
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
+# Soak, a long run (not in CI): 10^6 frames through the four stages transport-only, then 3000
+# with the CPU scaler and ONNX, every stage's RSS, Pss, fds and memfds sampled each second;
+# fails if a count moved or RSS grew by 1 MiB (benches/soak.sh, README "Soak"). soak-short:
+# the same with 300000 and 100 frames, under a minute.
+.PHONY: soak soak-short
+soak: build
+	bash benches/soak.sh
+
+soak-short: build
+	bash benches/soak.sh 300000 100
+
 clean:
 	$(CARGO) clean
 
