@@ -289,8 +289,12 @@ impl Out {
         }
         if let Some(tx) = &mut self.tx {
             match tx.send(dd, stop) {
-                Ok(_) => {
-                    self.mark = None;
+                Ok(sent) => {
+                    // A record dropped from the ring hands its notice to the next one.
+                    self.mark = match sent {
+                        crate::core::channel::Sent::Dropped(d) => RestartMark::from_flags(d.flags),
+                        crate::core::channel::Sent::Queued => None,
+                    };
                     return Ok(());
                 }
                 Err(e) if PeerGone::is_in(&e) => self.go_away(&e),

@@ -463,6 +463,7 @@ impl PoolProducer {
         let Some(taken) = self.absorb(r)? else { return Ok(true) };
         Ok(match taken {
             Some(d) => {
+                self.carry_mark(&d);
                 if self.release(d.buffer_index, d.seq) {
                     self.stats.reclaimed += 1;
                 }
@@ -603,6 +604,7 @@ impl PoolProducer {
         match self.absorb(sent)? {
             Some(Sent::Dropped(d)) => {
                 self.mark = None;
+                self.carry_mark(&d);
                 if self.release(d.buffer_index, d.seq) {
                     self.stats.reclaimed += 1;
                 }
@@ -611,6 +613,14 @@ impl PoolProducer {
             None => self.drop_away(),
         }
         Ok(())
+    }
+
+    /// A frame dropped from the ring (drop-oldest) that carried a restart notice hands it
+    /// to the next frame published, so a notice is never dropped with its frame.
+    fn carry_mark(&mut self, dropped: &FrameDesc) {
+        if self.mark.is_none() {
+            self.mark = RestartMark::from_flags(dropped.flags);
+        }
     }
 
     /// Counts a frame dropped because no consumer is there.
