@@ -20,7 +20,7 @@ use crate::core::channel::Recv;
 use crate::core::config::DataPath;
 use crate::core::link::{Conn, ControlMsg, Listener, PeerGone};
 use crate::core::frame::{FrameDesc, Stage};
-use crate::core::pool::{PoolProducer, WriteLoan};
+use crate::core::pool::{PoolProducer, Upstream, WriteLoan};
 use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
 
 /// A stage's final-report facts: `(key, value)` pairs for [`StageReport::extra`].
@@ -252,28 +252,41 @@ impl Downstream {
         Downstream { listener, last: Instant::now() }
     }
 
-    /// Connections refused so far.
+    /// Connections refused so far (at set-up and since; [`Listener::refused`]).
     pub fn refused(&self) -> u64 {
         self.listener.refused()
+    }
+
+    /// Its facts for a stage's report: `refused` (connections refused so far).
+    pub fn facts(&self) -> Extras {
+        vec![("refused", self.refused().into())]
     }
 
     /// At most every [`REJOIN_EVERY`] (one poll(2)), looks for a connection to the output
     /// `out`: while `serving(out)` names the live consumer's pid, a newcomer is refused;
     /// otherwise its hello goes to `join`, which serves it (an offer on a fresh ring) or
-    /// refuses it. A failed `join` is logged with the peer's pid and the hop stays free for
-    /// the next one.
+    /// refuses it. A failed `join` is a refusal like the others (logged with the peer's pid
+    /// and uid, counted in [`Downstream::refused`]) and the hop stays free for the next one.
     pub fn serve<P>(&mut self, out: &mut P, serving: impl Fn(&mut P) -> Option<i32>, join: impl FnOnce(&mut P, Conn, ControlMsg) -> Result<()>) {
         if self.last.elapsed() < REJOIN_EVERY {
             return;
         }
         self.last = Instant::now();
         if let Some((conn, hello)) = self.listener.poll_hello(&mut || serving(out)) {
-            let pid = conn.peer_pid;
+            let peer = conn.peer();
             if let Err(e) = join(out, conn, hello) {
-                log::warn!("could not serve pid {pid}, which connected to {}: {e:#}", self.listener.path().display());
+                self.listener.refuse(&format!("{peer}: could not serve it: {e:#}"));
             }
         }
     }
+}
+
+/// A consumer's facts about its input hop for its report: `upstream_refused` (re-joins
+/// refused: [`Upstream::refused`]), `input_taken` and `input_rejected` (descriptors taken
+/// and rejected over every hop joined, in its own count: [`Upstream::own_counts`]).
+pub fn upstream_facts(up: &Upstream) -> Extras {
+    let own = up.own_counts();
+    vec![("upstream_refused", up.refused().into()), ("input_taken", own.consumed.into()), ("input_rejected", own.rejected.into())]
 }
 
 /// [`Downstream::serve`] for a pool's consumer (`consumer`, the stage a re-joining one

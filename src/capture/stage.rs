@@ -63,12 +63,12 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         pool[0].size(),
         alloc.describe()
     );
-    let listener = Listener::bind(&ctx.data.socket("capture"))?;
+    let mut listener = Listener::bind(&ctx.data.socket("capture"))?;
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
         format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
     };
-    let conn = accept_scale(&listener, &ctx, Fourcc::NV12, refusal)?;
+    let conn = accept_scale(&mut listener, &ctx, Fourcc::NV12, refusal)?;
     let n_bufs = pool.len();
     let capacity = ring_capacity(ctx.data.ring_policy, n_bufs);
     let mut prod = PoolProducer::offer(
@@ -102,15 +102,15 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (seq, seq), span))
     };
     let ended = {
-        let mut state = (&mut prod, &mut seq, &mut span);
+        let mut state = (&mut prod, &mut seq, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(prod, seq, span)| report(prod, **seq, **span, false, vec![]),
-            |(prod, seq, span)| {
+            |(prod, seq, span, down)| report(prod, **seq, **span, false, down.facts()),
+            |(prod, seq, span, down)| {
                 if cfg.frames.is_some_and(|n| **seq >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
-                serve_pool(&mut down, prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, refusal));
+                serve_pool(down, prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, refusal));
                 // Pace: frame n is due at start + n * period; a late frame resets the
                 // schedule. The sleep watches the scale stage's hang-up too (no second
                 // syscall per frame for it: the ring's own check is rate-limited).
@@ -155,7 +155,10 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         fds_setup,
         // A dead scale stage frees what it held: the drain returns at once then.
         |prod, end| drain_pool(prod, end.clean, "").0,
-        |prod, extras| report(prod, seq, span, true, extras),
+        |prod, mut extras| {
+            extras.extend(down.facts());
+            report(prod, seq, span, true, extras)
+        },
     )
 }
 
@@ -166,7 +169,7 @@ fn open_heap(heap: HeapChoice) -> Result<Allocator> {
 
 /// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`
 /// ([`scale_accepts`]); if not, tells it why and fails with that.
-fn accept_scale(listener: &Listener, ctx: &StageCtx<'_>, fourcc: Fourcc, refusal: impl FnOnce(&str, &[Fourcc]) -> String) -> Result<Conn> {
+fn accept_scale(listener: &mut Listener, ctx: &StageCtx<'_>, fourcc: Fourcc, refusal: impl FnOnce(&str, &[Fourcc]) -> String) -> Result<Conn> {
     let (conn, hello) = accept_hello(listener, ctx.stop, ctx.data.connect_timeout, "scale")?;
     crate::stage::check_hello(conn, &hello, |h| scale_accepts(h, fourcc, refusal))
 }
@@ -221,13 +224,13 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let layout = cam.layout();
     let fps = cam.granted().fps();
 
-    let listener = Listener::bind(&ctx.data.socket("capture"))?;
+    let mut listener = Listener::bind(&ctx.data.socket("capture"))?;
     let label = cam.node().label();
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(*f)).collect();
         format!("{label} captures {} but {stage} accepts only {}; pass --format with one of those", v4l2::format_name(layout.fourcc), names.join(", "))
     };
-    let conn = accept_scale(&listener, &ctx, layout.fourcc, refusal)?;
+    let conn = accept_scale(&mut listener, &ctx, layout.fourcc, refusal)?;
     let mut prod = PoolProducer::offer(
         conn,
         pool,
@@ -287,17 +290,17 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     // Every way out of the loop (end, signal, unplug, hang-up, error) goes through the
     // STREAMOFF and the final report.
     let ended = {
-        let mut state = (&mut prod, &mut cam, &mut span);
+        let mut state = (&mut prod, &mut cam, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(prod, cam, span)| report(prod, cam, **span, false, vec![]),
-            |(prod, cam, span)| {
+            |(prod, cam, span, down)| report(prod, cam, **span, false, down.facts()),
+            |(prod, cam, span, down)| {
                 if cfg.frames.is_some_and(|n| cam.stats().published >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
                 // A scale stage that hung up is seen here too while the camera is idle (a
                 // producer under drop-oldest never waits for its consumer).
-                serve_pool(&mut down, prod, Stage::Scale, |h| scale_accepts(h, layout.fourcc, refusal));
+                serve_pool(down, prod, Stage::Scale, |h| scale_accepts(h, layout.fourcc, refusal));
                 match cam.next_frame(prod, ctx.stop, IDLE_WAIT) {
                     Ok(Next::Frame(..)) => span.tick(start),
                     Ok(Next::Idle) => {}
@@ -331,6 +334,9 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
             d.result = d.result.and(streamed_off.map(|_| ()));
             d
         },
-        |(prod, cam), extras| report(prod, cam, span, true, extras),
+        |(prod, cam), mut extras| {
+            extras.extend(down.facts());
+            report(prod, cam, span, true, extras)
+        },
     )
 }

@@ -33,7 +33,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::link::{Conn, PeerGone, WaitMode};
-use super::ring::{BackWait, Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
+use super::ring::{BackWait, OwnCounts, Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
 
 /// How often, at most, a producer whose ring has room polls its consumer's control socket
 /// for a hang-up (a full ring is checked at once, at most every [`PEER_CHECK_FULL_EVERY`]).
@@ -112,6 +112,9 @@ impl Sleeper {
         Ok(ev[..n].iter().any(|e| e.data() == EV_CONN) && conn.peer_gone())
     }
 }
+
+/// Rejected slots a [`Receiver`] logs one by one; after these, only the powers of two.
+pub const REJECTS_LOGGED: u64 = 10;
 
 /// What a send did.
 #[derive(Debug)]
@@ -340,8 +343,15 @@ impl<T: Pod> Receiver<T> {
         self.ring.counters()
     }
 
+    /// What this receiver took and rejected, counted in its own memory (exact whatever
+    /// the producer writes into the shared counters).
+    pub fn own_counts(&self) -> OwnCounts {
+        self.ring.own_counts()
+    }
+
     /// Takes the next valid item, waiting up to `timeout`. Items failing `validate` are
-    /// counted, logged (rate-limited) and handed to `salvage` (e.g. to return their buffer).
+    /// counted, logged with the producer's pid and uid (the first [`REJECTS_LOGGED`], then
+    /// at powers of two) and handed to `salvage` (e.g. to return their buffer).
     pub fn recv(
         &mut self,
         validate: &dyn Fn(&T) -> std::result::Result<(), String>,
@@ -364,8 +374,8 @@ impl<T: Pod> Receiver<T> {
                 }
                 Pop::Rejected { item, reason } => {
                     self.rejected_logged += 1;
-                    if self.rejected_logged <= 5 || self.rejected_logged.is_power_of_two() {
-                        log::warn!("rejected a slot from upstream pid {} ({} so far): {reason}", self.conn.peer_pid, self.rejected_logged);
+                    if self.rejected_logged <= REJECTS_LOGGED || self.rejected_logged.is_power_of_two() {
+                        log::warn!("rejected a slot from upstream {} ({} so far): {reason}", self.conn.peer(), self.rejected_logged);
                     }
                     salvage(self, item);
                     continue;

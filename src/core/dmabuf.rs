@@ -80,24 +80,18 @@ impl DmaBuf {
     }
 
     /// Adopts an fd received from another process that claims to hold `size` bytes.
-    /// The claim is not trusted: a memfd must carry `F_SEAL_SHRINK` (or a peer could
-    /// truncate it under our mapping and kill us with SIGBUS) and be at least `size` bytes;
-    /// anything else must be a dma-buf at least `size` bytes long (`lseek(SEEK_END)` gives a
-    /// dma-buf's size, Documentation/driver-api/dma-buf.rst).
+    /// The claim is not trusted. The fd must be a dma-buf (its file is on the kernel's
+    /// dma-buf pseudo-filesystem, `DMA_BUF_MAGIC`, or an `anon_inode:dmabuf` before Linux
+    /// 5.3) or a memfd (a regular file on the kernel's internal tmpfs, seals readable with
+    /// `F_GET_SEALS`) carrying `F_SEAL_SHRINK`, so a peer cannot truncate it under our
+    /// mapping and kill us with SIGBUS; anything else (a pipe, a directory, a regular file,
+    /// which its writer could truncate, a socket) is refused naming what it is. It must be
+    /// at least `size` bytes (`lseek(SEEK_END)` gives a dma-buf's size,
+    /// Documentation/driver-api/dma-buf.rst).
     pub fn from_peer(fd: OwnedFd, size: u64) -> Result<DmaBuf> {
-        let seals = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS);
+        let kind = peer_kind(&fd)?;
         let actual = nix::unistd::lseek(fd.as_raw_fd(), 0, nix::unistd::Whence::SeekEnd)
             .map_err(|e| anyhow!("peer's buffer fd: lseek failed: {e}"))? as u64;
-        let kind = match seals {
-            Ok(s) => {
-                let seals = SealFlag::from_bits_truncate(s);
-                if !seals.contains(SealFlag::F_SEAL_SHRINK) {
-                    bail!("peer sent a memfd without F_SEAL_SHRINK; refusing to map memory it could truncate");
-                }
-                MemoryKind::Memfd
-            }
-            Err(_) => MemoryKind::DmaBuf,
-        };
         if actual < size {
             bail!("peer's buffer is {actual} bytes but it claimed {size}");
         }
@@ -156,6 +150,41 @@ impl DmaBuf {
     pub fn read_write(&mut self) -> Result<CpuAccess<'_, ReadWrite>> {
         CpuAccess::begin(self)
     }
+}
+
+/// `statfs(2)` `f_type` of a dma-buf's file (`DMA_BUF_MAGIC`, include/uapi/linux/magic.h).
+const DMA_BUF_MAGIC: u64 = 0x444d_4142;
+
+/// What a buffer fd from a peer is: a dma-buf, or a memfd sealed against shrinking; any
+/// other fd is an error naming what it is (see [`DmaBuf::from_peer`]).
+fn peer_kind(fd: &OwnedFd) -> Result<MemoryKind> {
+    use nix::sys::stat::SFlag;
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| anyhow!("peer's buffer fd: fstat failed: {e}"))?;
+    let fs = nix::sys::statfs::fstatfs(fd).map_err(|e| anyhow!("peer's buffer fd: fstatfs failed: {e}"))?;
+    let f_type = fs.filesystem_type().0 as u64;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|p| p.display().to_string()).unwrap_or_default();
+    if f_type == DMA_BUF_MAGIC || link.starts_with("anon_inode:dmabuf") {
+        return Ok(MemoryKind::DmaBuf);
+    }
+    let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if fmt == SFlag::S_IFREG && f_type == nix::sys::statfs::TMPFS_MAGIC.0 as u64 {
+        if let Ok(s) = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS) {
+            if !SealFlag::from_bits_truncate(s).contains(SealFlag::F_SEAL_SHRINK) {
+                bail!("peer sent a memfd without F_SEAL_SHRINK; refusing to map memory it could truncate");
+            }
+            return Ok(MemoryKind::Memfd);
+        }
+    }
+    let name = if link.is_empty() { "unnamed" } else { &link };
+    let what = match fmt {
+        SFlag::S_IFDIR => format!("a directory ({name})"),
+        SFlag::S_IFIFO => format!("a pipe ({name})"),
+        SFlag::S_IFSOCK => format!("a socket ({name})"),
+        SFlag::S_IFCHR | SFlag::S_IFBLK => format!("a device node ({name})"),
+        SFlag::S_IFREG => format!("a regular file ({name}, filesystem type {f_type:#x}) that its writer could truncate"),
+        _ => format!("an fd of mode {:#o} ({name})", st.st_mode),
+    };
+    bail!("peer's buffer fd is {what}: neither a dma-buf nor a sealed memfd; refusing to map it")
 }
 
 /// A direction of CPU access, as `DMA_BUF_SYNC_*` flags.
@@ -490,5 +519,22 @@ mod tests {
         assert_eq!(ok.kind(), &MemoryKind::Memfd);
         let e = DmaBuf::from_peer(sealed_memfd("x", 4096, true).unwrap(), 8192).unwrap_err().to_string();
         assert!(e.contains("claimed 8192"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_fd_that_is_neither_a_dma_buf_nor_a_sealed_memfd_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory (lseek(SEEK_END) on ext4 says 2^63 - 1 bytes) and a regular file (its
+        // writer could truncate it under our mapping) have no seals to read either.
+        let d = OwnedFd::from(std::fs::File::open(dir.path()).unwrap());
+        let e = DmaBuf::from_peer(d, 4096).unwrap_err().to_string();
+        assert!(e.contains("is a directory") && e.contains("neither a dma-buf nor a sealed memfd"), "{e}");
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.path().join("f")).unwrap();
+        f.set_len(4096).unwrap();
+        let e = DmaBuf::from_peer(OwnedFd::from(f), 4096).unwrap_err().to_string();
+        assert!(e.contains("is a regular file"), "{e}");
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let e = DmaBuf::from_peer(r, 4096).unwrap_err().to_string();
+        assert!(e.contains("is a pipe"), "{e}");
     }
 }

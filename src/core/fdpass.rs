@@ -38,7 +38,8 @@ pub fn send(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) -> Res
     }
 }
 
-/// Receives one packet. Returns `Ok(None)` at end of file (the peer closed or died).
+/// Receives one packet. Returns `Ok(None)` at end of file or ECONNRESET (the peer closed
+/// or died).
 /// Errors if the payload or the fds were truncated (`MSG_TRUNC`, `MSG_CTRUNC`): fds lost
 /// that way would leak or desynchronise the pool, so this is fatal, never ignored.
 pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
@@ -51,6 +52,8 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
         let msg = match recvmsg::<nix::sys::socket::UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), MsgFlags::MSG_CMSG_CLOEXEC) {
             Ok(m) => m,
             Err(nix::errno::Errno::EINTR) => continue,
+            // The peer closed with our message unread, or before accepting us: a hang-up.
+            Err(nix::errno::Errno::ECONNRESET) => return Ok(None),
             Err(e) => return Err(e).context("recvmsg on control socket"),
         };
         // Take ownership of every fd first, so none leaks whatever happens next.

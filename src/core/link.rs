@@ -154,6 +154,8 @@ pub struct Conn {
     fd: OwnedFd,
     /// `pid` of the peer from SO_PEERCRED.
     pub peer_pid: i32,
+    /// `uid` of the peer from SO_PEERCRED.
+    pub peer_uid: u32,
 }
 
 impl AsFd for Conn {
@@ -169,7 +171,12 @@ impl Conn {
         if cred.uid() != me && me != 0 && cred.uid() != 0 {
             bail!("peer pid {} runs as uid {}, we run as uid {me}: refusing to share buffers across users", cred.pid(), cred.uid());
         }
-        Ok(Conn { fd, peer_pid: cred.pid() })
+        Ok(Conn { fd, peer_pid: cred.pid(), peer_uid: cred.uid() })
+    }
+
+    /// `pid N uid U`: the peer as SO_PEERCRED names it, for log lines about it (refusals).
+    pub fn peer(&self) -> String {
+        format!("pid {} uid {}", self.peer_pid, self.peer_uid)
     }
 
     /// Connects to `path`, retrying with back-off (10 ms doubling to 500 ms) until it
@@ -264,14 +271,16 @@ pub fn remove_stale_socket(path: &Path, live: impl Fn(&Path) -> Option<()>) -> R
     }
 }
 
-/// Accepts downstream connections until one says hello (a stray connection that closes or
-/// says something else is logged and dropped, not fatal). `who` names the stage expected
-/// (`"infer"`); waiting longer than `timeout` (`--connect-timeout`) is an error naming it.
-pub fn accept_hello(listener: &Listener, stop: &AtomicBool, timeout: Duration, who: &str) -> Result<(Conn, ControlMsg)> {
+/// Accepts downstream connections until one says hello. Anything else is refused, logged
+/// with the peer's pid and uid and counted ([`Listener::refused`]), and the wait goes on: a
+/// peer of another user (SO_PEERCRED), one that says no hello within [`HELLO_TIMEOUT`],
+/// a malformed or other first message. `who` names the stage expected (`"infer"`);
+/// waiting longer than `timeout` (`--connect-timeout`) is an error naming it.
+pub fn accept_hello(listener: &mut Listener, stop: &AtomicBool, timeout: Duration, who: &str) -> Result<(Conn, ControlMsg)> {
     log::info!("waiting for the {who} stage to connect on {}", listener.path().display());
     let deadline = Instant::now() + timeout;
     loop {
-        let conn = listener.accept_until(stop, Some(deadline)).map_err(|e| {
+        let fd = listener.accept_fd(stop, Some(deadline)).map_err(|e| {
             if Instant::now() >= deadline {
                 anyhow!(
                     "no {who} stage connected to {} within {:.0} s (--connect-timeout): start `zcpipe stage {who}` with the same --instance or --run-dir",
@@ -282,16 +291,31 @@ pub fn accept_hello(listener: &Listener, stop: &AtomicBool, timeout: Duration, w
                 e
             }
         })?;
+        let conn = match Conn::from_fd(fd) {
+            Ok(c) => c,
+            Err(e) => {
+                listener.refuse(&format!("{e:#}"));
+                continue;
+            }
+        };
+        // A peer that connects and says nothing must not stall the set-up for ever.
+        conn.set_recv_timeout(Some(HELLO_TIMEOUT))?;
         match conn.recv() {
-            Ok((msg @ ControlMsg::Hello { .. }, _)) => return Ok((conn, msg)),
-            Ok((other, _)) => log::warn!("pid {} sent {other:?} instead of a hello; ignoring it", conn.peer_pid),
-            Err(e) => log::warn!("a connection on {} went away before saying hello ({e:#}); still waiting", listener.path().display()),
+            Ok((msg @ ControlMsg::Hello { .. }, _)) => {
+                conn.set_recv_timeout(None)?;
+                return Ok((conn, msg));
+            }
+            Ok((other, fds)) => listener.refuse(&format!("{}: sent {} instead of a hello (with {} fds, closed)", conn.peer(), kind(&other), fds.len())),
+            Err(e) if e.chain().any(|c| c.downcast_ref::<nix::errno::Errno>() == Some(&nix::errno::Errno::EAGAIN)) => {
+                listener.refuse(&format!("{}: no hello within {HELLO_TIMEOUT:?}", conn.peer()))
+            }
+            Err(e) => listener.refuse(&format!("{}: {e:#}", conn.peer())),
         }
     }
 }
 
-/// How long a connection accepted while a stage runs ([`Listener::poll_hello`]) may take
-/// to say hello before it is dropped.
+/// How long a connection may take to say hello before it is dropped, at set-up
+/// ([`accept_hello`]) and while a stage runs ([`Listener::poll_hello`]).
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Connections [`Listener::poll_hello`] keeps waiting for a hello at once; more are refused.
@@ -304,8 +328,9 @@ pub struct Listener {
     path: PathBuf,
     /// Connections accepted mid-run that have not said hello yet, with when they came.
     pending: Vec<(Conn, Instant)>,
-    /// Connections refused mid-run (another user, no hello in time, a second consumer,
-    /// a malformed first message, too many at once).
+    /// Connections refused, at set-up ([`accept_hello`]) and mid-run
+    /// ([`Listener::poll_hello`]): another user, no hello in time, a second consumer, a
+    /// malformed or other first message, too many at once.
     refused: u64,
 }
 
@@ -331,7 +356,8 @@ impl Listener {
         Ok(Listener { fd, path: path.to_path_buf(), pending: vec![], refused: 0 })
     }
 
-    /// Connections refused by [`Listener::poll_hello`] so far.
+    /// Connections refused so far, by [`accept_hello`] at set-up and [`Listener::poll_hello`]
+    /// while the stage runs; each was logged with the peer's pid and uid and the reason.
     pub fn refused(&self) -> u64 {
         self.refused
     }
@@ -361,7 +387,7 @@ impl Listener {
             match Conn::from_fd(fd) {
                 Err(e) => self.refuse(&format!("{e:#}")),
                 Ok(c) if self.pending.len() >= MAX_PENDING => {
-                    let who = peer_name(&c);
+                    let who = c.peer();
                     self.refuse(&format!("{who}: {MAX_PENDING} connections already wait to say hello"));
                 }
                 Ok(c) => self.pending.push((c, Instant::now())),
@@ -378,7 +404,7 @@ impl Listener {
             let ready = matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0);
             if !ready {
                 if since.elapsed() > HELLO_TIMEOUT {
-                    self.refuse(&format!("{}: no hello within {:?}", peer_name(&c), HELLO_TIMEOUT));
+                    self.refuse(&format!("{}: no hello within {:?}", c.peer(), HELLO_TIMEOUT));
                 } else {
                     keep.push((c, since));
                 }
@@ -389,7 +415,7 @@ impl Listener {
                     Some(pid) => {
                         let why = format!("this hop already serves pid {pid}");
                         let _ = c.send(&ControlMsg::Refuse { error: why.clone() }, &[]);
-                        self.refuse(&format!("{}: {why}", peer_name(&c)));
+                        self.refuse(&format!("{}: {why}", c.peer()));
                     }
                     None => {
                         // From here on the connection is a blocking control link, as at set-up.
@@ -397,15 +423,17 @@ impl Listener {
                         found = Some((c, msg));
                     }
                 },
-                Ok((other, fds)) => self.refuse(&format!("{}: sent {} instead of a hello (with {} fds, closed)", peer_name(&c), kind(&other), fds.len())),
-                Err(e) => self.refuse(&format!("{}: {e:#}", peer_name(&c))),
+                Ok((other, fds)) => self.refuse(&format!("{}: sent {} instead of a hello (with {} fds, closed)", c.peer(), kind(&other), fds.len())),
+                Err(e) => self.refuse(&format!("{}: {e:#}", c.peer())),
             }
         }
         self.pending = keep;
         found
     }
 
-    fn refuse(&mut self, why: &str) {
+    /// Counts a refused connection and logs `why` (which names the peer: pid and uid), the
+    /// first 20 and then at powers of two.
+    pub(crate) fn refuse(&mut self, why: &str) {
         self.refused += 1;
         if self.refused <= 20 || self.refused.is_power_of_two() {
             log::warn!("refused a connection on {} ({} so far): {why}", self.path.display(), self.refused);
@@ -424,6 +452,11 @@ impl Listener {
 
     /// [`Listener::accept`], giving up at `deadline` (an error).
     pub fn accept_until(&self, stop: &AtomicBool, deadline: Option<Instant>) -> Result<Conn> {
+        Conn::from_fd(self.accept_fd(stop, deadline)?)
+    }
+
+    /// The next connection, not checked yet (see [`Conn::from_fd`]); as [`Listener::accept_until`].
+    fn accept_fd(&self, stop: &AtomicBool, deadline: Option<Instant>) -> Result<OwnedFd> {
         loop {
             if stop.load(Ordering::Relaxed) {
                 bail!("stopped while waiting for a downstream stage on {}", self.path.display());
@@ -439,7 +472,7 @@ impl Listener {
             }
             match accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
                 // SAFETY: accept4 returned a new descriptor that nothing else owns.
-                Ok(raw) => return Conn::from_fd(unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) }),
+                Ok(raw) => return Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) }),
                 Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN | nix::errno::Errno::ECONNABORTED) => continue,
                 Err(e) => bail!("accept on {}: {e}", self.path.display()),
             }
@@ -447,16 +480,8 @@ impl Listener {
     }
 }
 
-/// `pid N uid U` of a connected peer (SO_PEERCRED), for refusal lines.
-fn peer_name(c: &Conn) -> String {
-    match getsockopt(&c.fd, sockopt::PeerCredentials) {
-        Ok(cred) => format!("pid {} uid {}", cred.pid(), cred.uid()),
-        Err(_) => format!("pid {}", c.peer_pid),
-    }
-}
-
 /// A control message's kind, for logs (never its contents, which a hostile peer chose).
-fn kind(m: &ControlMsg) -> &'static str {
+pub(crate) fn kind(m: &ControlMsg) -> &'static str {
     match m {
         ControlMsg::Hello { .. } => "a hello",
         ControlMsg::Offer(_) => "an offer",

@@ -150,6 +150,28 @@ fn slot_words<T>() -> usize {
     std::mem::size_of::<T>().div_ceil(8)
 }
 
+/// The consumer wrote indices into the shared ring that no consumer following the protocol
+/// can (`head` past `tail`, a return queue longer than its capacity): a broken or hostile
+/// peer. The producer's own state is intact (it never trusts those words); a producer that
+/// keeps serving drops that consumer ([`crate::core::pool::PoolProducer::keep_serving`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingCorrupt(String);
+
+impl RingCorrupt {
+    /// Whether `e`, or any error in its chain, is a corrupt ring.
+    pub fn is_in(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| c.downcast_ref::<RingCorrupt>().is_some())
+    }
+}
+
+impl std::fmt::Display for RingCorrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RingCorrupt {}
+
 /// The producer's end of a ring. Creates the memfd; only it writes `tail` and the slots.
 pub struct RingProducer<T: Pod> {
     shm: Shm,
@@ -159,6 +181,9 @@ pub struct RingProducer<T: Pod> {
     ret_head: u64,
     /// What we wrote in each slot, so a dropped slot is known without trusting shared memory.
     shadow: Vec<T>,
+    /// Slots taken back (drop-oldest), counted here too: exact whatever the consumer writes
+    /// into the shared counters (as `tail` is the count of slots pushed).
+    dropped: u64,
 }
 
 /// What a push did.
@@ -185,7 +210,7 @@ impl<T: Pod> RingProducer<T> {
         shm.w(W_RET_CAPACITY).store(ret_capacity as u64, Ordering::Relaxed);
         shm.w(W_VERSION).store(VERSION, Ordering::Relaxed);
         shm.w(W_MAGIC).store(MAGIC, Ordering::Release);
-        Ok(RingProducer { shm, fd, geo, tail: 0, ret_head: 0, shadow: vec![T::zeroed(); capacity as usize] })
+        Ok(RingProducer { shm, fd, geo, tail: 0, ret_head: 0, shadow: vec![T::zeroed(); capacity as usize], dropped: 0 })
     }
 
     /// The memfd to send to the consumer (once, with SCM_RIGHTS).
@@ -202,7 +227,7 @@ impl<T: Pod> RingProducer<T> {
         let head = self.shm.w(W_HEAD).load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.geo.capacity as u64 {
-            bail!("consumer corrupted the ring: head {head}, tail {}, capacity {}", self.tail, self.geo.capacity);
+            return Err(RingCorrupt(format!("consumer corrupted the ring: head {head}, tail {}, capacity {}", self.tail, self.geo.capacity)).into());
         }
         Ok(head)
     }
@@ -233,6 +258,7 @@ impl<T: Pod> RingProducer<T> {
             if self.shm.w(W_HEAD).compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 dropped = Some(self.shadow[(head % cap) as usize]);
                 self.shm.w(W_DROPPED).fetch_add(1, Ordering::Relaxed);
+                self.dropped += 1;
                 break;
             }
             // The consumer took it first: there is room now.
@@ -265,6 +291,7 @@ impl<T: Pod> RingProducer<T> {
             }
             if self.shm.w(W_HEAD).compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.shm.w(W_DROPPED).fetch_add(1, Ordering::Relaxed);
+                self.dropped += 1;
                 return Ok(Some(self.shadow[(head % self.geo.capacity as u64) as usize]));
             }
         }
@@ -304,7 +331,7 @@ impl<T: Pod> RingProducer<T> {
             return Ok(None);
         }
         if n > self.geo.ret_capacity as u64 {
-            bail!("consumer corrupted the return queue: head {}, tail {rt}, capacity {}", self.ret_head, self.geo.ret_capacity);
+            return Err(RingCorrupt(format!("consumer corrupted the return queue: head {}, tail {rt}, capacity {}", self.ret_head, self.geo.ret_capacity)).into());
         }
         let ret_base = W_SLOTS + self.geo.capacity as usize * (self.geo.slot_bytes as usize / 8);
         let v = self.shm.w(ret_base + (self.ret_head % self.geo.ret_capacity as u64) as usize).load(Ordering::Relaxed);
@@ -313,9 +340,11 @@ impl<T: Pod> RingProducer<T> {
         Ok(Some(v))
     }
 
-    /// The ring's counters.
+    /// The ring's counters: `produced` and `dropped` as this producer counted them itself
+    /// (exact whatever the consumer writes into the shared region), `consumed` and
+    /// `rejected` as the consumer reports them there.
     pub fn counters(&self) -> RingCounters {
-        counters(&self.shm, Some(self.tail))
+        RingCounters { produced: self.tail, dropped: self.dropped, ..counters(&self.shm, Some(self.tail)) }
     }
 }
 
@@ -655,11 +684,15 @@ mod tests {
             s
         };
         let v = |x: &[u64; 3]| if x[1] == 7 { Ok(()) } else { Err(format!("bad marker {:#x}", x[1])) };
-        let (mut items, mut rejected) = (0u64, 0u64);
+        let (mut items, mut rejected, mut pushed, mut dropped) = (0u64, 0u64, 0u64, 0u64);
         for n in 0..1_000_000u64 {
             let r = rnd();
             c.scribble_word((r >> 32) as usize, rnd());
-            let _ = p.push([n, 7, 0], true);
+            match p.push([n, 7, 0], true) {
+                Ok(Push::QueuedDropped(_)) => (pushed, dropped) = (pushed + 1, dropped + 1),
+                Ok(_) => pushed += 1,
+                Err(_) => {}
+            }
             match c.pop(v) {
                 Pop::Item(_) => items += 1,
                 Pop::Rejected { .. } => rejected += 1,
@@ -670,6 +703,8 @@ mod tests {
         }
         assert_eq!(c.own_counts(), OwnCounts { consumed: items, rejected });
         assert!(items > 0 && rejected > 0, "items {items}, rejected {rejected}");
+        // The producer's own counts too: what it pushed and took back, whatever was written.
+        assert_eq!((p.counters().produced, p.counters().dropped), (pushed, dropped));
         eprintln!("EVIDENCE ring: 10^6 random writes over the shared region while frames flowed: {items} items taken, {rejected} pops rejected, own counts exact, shared counters say {:?}", c.counters());
     }
 

@@ -24,7 +24,7 @@ use crate::core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone, Want
 use crate::core::pool::{offer_items, Frame, Upstream};
 use crate::core::ring::{RingCounters, RingPolicy};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{incoming, Downstream, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
+use crate::stage::{incoming, upstream_facts, Downstream, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
 
 use super::heads::{load_anchors, HeadKind};
 use super::labels::{resolve_labels, LabelSource};
@@ -90,9 +90,9 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
     }
 
-    let listener = Listener::bind(&ctx.data.socket("infer"))?;
+    let mut listener = Listener::bind(&ctx.data.socket("infer"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, _) = accept_hello(&listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
+    let (down, _) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
     // channel order is the fourcc, the placement and pad are the family's (or the flags').
     let want = WantedInput {
@@ -121,7 +121,14 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
 
     let start = Instant::now();
     // Frames out are the span's frames: `span.tick` counts each record sent.
-    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
+    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+        // Each is borrowed by a frame loop only within a turn, never across a report.
+        if let Ok(i) = input.try_borrow() {
+            extra.extend(upstream_facts(&i));
+        }
+        if let Ok(d) = down.try_borrow() {
+            extra.extend(d.facts());
+        }
         let copy_in = input.try_borrow().ok().and_then(|i| i.current().and_then(|c| c.copy_counters()));
         ctx.reporter.send(&StageReport {
             frames_in: n_in,
@@ -251,11 +258,11 @@ impl Out {
     /// A publish stage joined again on `conn`.
     fn reoffer(&mut self, conn: Conn) -> Result<()> {
         let Some((since, lost)) = self.away else { bail!("the detections hop still has its publish stage") };
-        let pid = conn.peer_pid;
+        let peer = conn.peer();
         self.tx = Some(offer_items(conn, self.capacity, self.policy, self.what.clone(), self.labels.clone())?);
         self.away = None;
         self.mark = Some(RestartMark { stage: Stage::Publish, lost: lost.min(u32::MAX as u64) as u32 });
-        log::info!("the publish stage (pid {pid}) joined again after {:.1} s: a fresh detections ring; {lost} records lost meanwhile", since.elapsed().as_secs_f64());
+        log::info!("the publish stage ({peer}) joined again after {:.1} s: a fresh detections ring; {lost} records lost meanwhile", since.elapsed().as_secs_f64());
         Ok(())
     }
 

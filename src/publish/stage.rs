@@ -69,7 +69,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
     let (offer, rx) = join_infer(up, &hello, &ctx)?;
     let labels = offer.labels;
-    let mut input = Infer { rx: Some(rx), hello, away: None, next_try: Instant::now() };
+    let mut input = Infer { rx: Some(rx), hello, away: None, next_try: Instant::now(), refused: 0, rejected_before: 0 };
     let fds_setup = open_fd_count();
     ctx.ready(Instant::now());
     log::info!("publishing {} on {}; open fds after set-up: {fds_setup}", offer.description, path.display());
@@ -86,11 +86,11 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     };
     let validate = |d: &DetectionsDesc| d.validate();
     let ended = {
-        let mut state = (&mut server, &mut lat, &mut n_in, &mut span);
+        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input);
         ctx.run_loop(
             &mut state,
-            |(server, lat, n_in, span)| report(server, lat, **n_in, **span, false, vec![]),
-            |(server, lat, n_in, span)| {
+            |(server, lat, n_in, span, input)| report(server, lat, **n_in, **span, false, input.facts()),
+            |(server, lat, n_in, span, input)| {
                 server.service_due();
                 let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
                     Incoming::Item(d) => d,
@@ -138,7 +138,10 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             server.close_all(&end.reason, span.frames);
             Drained::nothing()
         },
-        |server, extras| report(server, &lat, n_in, span, true, extras),
+        |server, mut extras| {
+            extras.extend(input.facts());
+            report(server, &lat, n_in, span, true, extras)
+        },
     )
 }
 
@@ -159,9 +162,29 @@ struct Infer {
     /// When infer hung up, while it is away.
     away: Option<Instant>,
     next_try: Instant,
+    /// Re-joins refused: what answered on infer's socket was no hop publish can use (as
+    /// [`crate::core::pool::Upstream::refused`]).
+    refused: u64,
+    /// Records rejected on the rings before the current one.
+    rejected_before: u64,
 }
 
 impl Infer {
+    /// Its facts for the stage's report: `upstream_refused` (re-joins refused) and
+    /// `input_rejected` (records rejected, over every hop joined, in its own count).
+    fn facts(&self) -> Extras {
+        let now = self.rx.as_ref().map_or(0, |rx| rx.own_counts().rejected);
+        vec![("upstream_refused", self.refused.into()), ("input_rejected", (self.rejected_before + now).into())]
+    }
+
+    /// Counts and logs (the first 20, then at powers of two) a re-join refused for `why`.
+    fn refuse(&mut self, path: &std::path::Path, why: &str) {
+        self.refused += 1;
+        if self.refused <= 20 || self.refused.is_power_of_two() {
+            log::warn!("refused what answered as the infer stage on {} ({} so far): {why}", path.display(), self.refused);
+        }
+    }
+
     /// The next record ([`Receiver::recv`]). Infer's hang-up is not an end: the old ring is
     /// let go and, every 50 ms, this tries to join the restarted infer stage (whose labels
     /// must be `labels`), returning [`Recv::Idle`] meanwhile.
@@ -170,11 +193,14 @@ impl Infer {
             return match rx.recv(validate, &mut |_, _| {}, IDLE_WAIT) {
                 Ok(Recv::Hangup) => {
                     log::warn!("the infer stage (pid {}) hung up; waiting for it to come back", rx.conn().peer_pid);
+                    self.rejected_before += rx.own_counts().rejected;
                     self.rx = None;
                     self.away = Some(Instant::now());
                     Ok(Recv::Idle)
                 }
                 Err(e) if PeerGone::is_in(&e) => {
+                    log::warn!("the infer stage (pid {}) hung up ({e:#}); waiting for it to come back", rx.conn().peer_pid);
+                    self.rejected_before += rx.own_counts().rejected;
                     self.rx = None;
                     self.away = Some(Instant::now());
                     Ok(Recv::Idle)
@@ -186,27 +212,31 @@ impl Infer {
             std::thread::sleep(self.next_try - Instant::now());
         }
         self.next_try = Instant::now() + std::time::Duration::from_millis(50);
-        let joined = Conn::try_connect(&ctx.data.socket("infer")).and_then(|c| match c {
-            None => Ok(None),
-            Some(c) => {
-                c.set_recv_timeout(Some(std::time::Duration::from_secs(10)))?;
-                let (offer, rx) = join_infer(c, &self.hello, ctx)?;
-                rx.conn().set_recv_timeout(None)?;
-                Ok(Some((offer, rx)))
+        let c = match Conn::try_connect(&ctx.data.socket("infer")) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(Recv::Idle),
+            Err(e) => {
+                self.refuse(&ctx.data.socket("infer"), &format!("{e:#}"));
+                return Ok(Recv::Idle);
             }
+        };
+        let peer = c.peer();
+        let joined = c.set_recv_timeout(Some(std::time::Duration::from_secs(10))).and_then(|()| {
+            let (offer, rx) = join_infer(c, &self.hello, ctx)?;
+            rx.conn().set_recv_timeout(None)?;
+            Ok((offer, rx))
         });
         match joined {
-            Ok(Some((offer, _))) if offer.labels != labels => {
-                bail!("the restarted infer stage has {} labels, this publish stage was started with {}: publish restarts too", offer.labels.len(), labels.len());
+            Ok((offer, _)) if offer.labels != labels => {
+                bail!("the restarted infer stage ({peer}) has {} labels, this publish stage was started with {}: publish restarts too", offer.labels.len(), labels.len());
             }
-            Ok(Some((_, rx))) => {
+            Ok((_, rx)) => {
                 let down = self.away.take().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-                log::info!("joined the infer stage again (pid {}) after {down:.1} s", rx.conn().peer_pid);
+                log::info!("joined the infer stage again ({peer}) after {down:.1} s");
                 self.rx = Some(rx);
             }
-            Ok(None) => {}
-            Err(e) if PeerGone::is_in(&e) => log::debug!("the infer stage is not back yet: {e:#}"),
-            Err(e) => log::warn!("could not join the restarted infer stage yet: {e:#}"),
+            Err(e) if PeerGone::is_in(&e) => log::debug!("the infer stage is not back yet ({peer}): {e:#}"),
+            Err(e) => self.refuse(&ctx.data.socket("infer"), &format!("{peer}: {e:#}")),
         }
         Ok(Recv::Idle)
     }

@@ -13,7 +13,7 @@ use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Letterbox, St
 use crate::core::link::{accept_hello, ControlMsg, Listener};
 use crate::core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{drain_pool, incoming, serve_pool, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+use crate::stage::{drain_pool, incoming, serve_pool, upstream_facts, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::auto;
 use super::cpu::CpuScaler;
@@ -53,9 +53,9 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         log::warn!("--rga-core {} is for --scaler rga; the {} scaler ignores it", cfg.rga_core.name(), cfg.scaler);
     }
     let mut scaler = open_scaler(&cfg, ctx.data.copy_mode)?;
-    let listener = Listener::bind(&ctx.data.socket("scale"))?;
+    let mut listener = Listener::bind(&ctx.data.socket("scale"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, msg) = accept_hello(&listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
+    let (down, msg) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
     let want = match msg {
         ControlMsg::Hello { want: Some(w), .. } => w,
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
@@ -121,7 +121,8 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut n_in = 0u64;
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one published.
-    let report = |out: &PoolProducer, input: &Upstream, n_in: u64, span: FrameSpan, final_report: bool, extra: Extras| {
+    let report = |out: &PoolProducer, input: &Upstream, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+        extra.extend(upstream_facts(input));
         let copy_in = input.current().and_then(|c| c.copy_counters());
         ctx.reporter.send(&StageReport { copy_in, ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
     };
@@ -146,12 +147,12 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ctx.hand_off(loan, desc, Stage::Scale, span, start)
     };
     let ended = {
-        let mut state = (&mut out, &mut input, &mut n_in, &mut span);
+        let mut state = (&mut out, &mut input, &mut n_in, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(out, input, n_in, span)| report(out, input, **n_in, **span, false, vec![]),
-            |(out, input, n_in, span)| {
-                serve_pool(&mut down, out, Stage::Infer, want_check);
+            |(out, input, n_in, span, down)| report(out, input, **n_in, **span, false, down.facts()),
+            |(out, input, n_in, span, down)| {
+                serve_pool(down, out, Stage::Infer, want_check);
                 if let Some((frame, desc)) = pending.take() {
                     return scale_into(&mut *scaler, out, frame, desc, span, &mut pending);
                 }
@@ -186,6 +187,9 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         fds_setup,
         // A dead infer stage frees what it held: the drain returns at once then.
         |out, end| drain_pool(out, end.clean, "").0,
-        |out, extras| report(out, &input, n_in, span, true, extras),
+        |out, mut extras| {
+            extras.extend(down.facts());
+            report(out, &input, n_in, span, true, extras)
+        },
     )
 }

@@ -14,7 +14,7 @@ use super::super::copy::{CopyCounters, CopyRecv, CopyReceiver};
 use super::super::dmabuf::{sealed_memfd, CpuAccess, DmaBuf, MemoryKind, Read};
 use super::super::frame::FrameDesc;
 use super::super::link::{Conn, ControlMsg, Offer, Payload, PeerGone, WaitMode};
-use super::super::ring::{RingConsumer, RingCounters, RingPolicy, RingProducer};
+use super::super::ring::{OwnCounts, RingConsumer, RingCounters, RingPolicy, RingProducer};
 use super::{ring_fds, token};
 
 /// Offers a pool-less hop carrying `T` (e.g. detection results) on `conn`.
@@ -53,8 +53,9 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
     conn.send(hello, &[])?;
     let (msg, fds) = match conn.recv() {
         Ok(m) => m,
-        // It failed during its own set-up and says why itself: ours is secondary.
-        Err(_) if conn.peer_gone() => {
+        // It failed during its own set-up and says why itself: ours is secondary. (A
+        // malformed answer stays an error even if the peer closed right after it.)
+        Err(e) if PeerGone::is_in(&e) => {
             return Err(PeerGone::new(format!("{upstream} (pid {}) hung up before offering its frames", conn.peer_pid)).into())
         }
         Err(e) => return Err(e.context(format!("waiting for {upstream}'s offer"))),
@@ -64,7 +65,7 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
         // The refusing stage prints this error itself: ours is secondary, reported quietly
         // (exit code 3) so the user sees the cause once.
         ControlMsg::Refuse { error } => Err(PeerGone::new(format!("{upstream} refused: {error}")).into()),
-        other => bail!("{upstream} sent {other:?} instead of an offer"),
+        other => bail!("{upstream} sent {} instead of an offer (with {} fds, closed)", super::super::link::kind(&other), fds.len()),
     }
 }
 
@@ -288,6 +289,15 @@ impl PoolConsumer {
         match &self.link {
             ConsumerLink::Ring(rx) => rx.lock().unwrap_or_else(|p| p.into_inner()).counters(),
             ConsumerLink::Copy { .. } => RingCounters::default(),
+        }
+    }
+
+    /// What this consumer took and rejected from its ring, counted in its own memory
+    /// ([`Receiver::own_counts`]); in copy mode, nothing (frames come over a socket).
+    pub fn own_counts(&self) -> OwnCounts {
+        match &self.link {
+            ConsumerLink::Ring(rx) => rx.lock().unwrap_or_else(|p| p.into_inner()).own_counts(),
+            ConsumerLink::Copy { .. } => OwnCounts::default(),
         }
     }
 

@@ -28,7 +28,7 @@ use super::copy::{CopyCounters, CopySender};
 use super::dmabuf::{CpuAccess, DmaBuf, Read};
 use super::frame::{FrameDesc, RestartMark, Stage};
 use super::link::{Conn, ControlMsg, Offer, PeerGone, Payload};
-use super::ring::{RingCounters, RingPolicy, RingProducer};
+use super::ring::{RingCorrupt, RingCounters, RingPolicy, RingProducer};
 
 mod consumer;
 #[cfg(test)]
@@ -118,6 +118,10 @@ pub struct PoolStats {
     /// Times a consumer held every buffer for [`LEASE_TIMEOUT`] and was killed for it.
     #[serde(default)]
     pub leases_expired: u64,
+    /// Consumers hung up on for corrupting the ring's shared indices
+    /// ([`super::ring::RingCorrupt`]; counted in `consumers_lost` too).
+    #[serde(default)]
+    pub consumers_dropped: u64,
 }
 
 /// How long a consumer may hold every buffer the producer could write (returning none)
@@ -380,12 +384,12 @@ impl PoolProducer {
     /// cannot be sent (the hop stays away then) or a consumer is still served.
     pub fn reoffer(&mut self, conn: Conn, consumer: Stage) -> Result<()> {
         let Some((since, lost)) = self.away else { bail!("this hop still serves pid {:?}", self.consumer_pid()) };
-        let pid = conn.peer_pid;
+        let peer = conn.peer();
         self.sender = Link::offer(conn, &self.bufs, &self.spec)?;
         self.away = None;
         self.mark = Some(RestartMark { stage: consumer, lost: lost.min(u32::MAX as u64) as u32 });
         log::info!(
-            "the {} stage (pid {pid}) joined again after {:.1} s: offered the same {} buffers on a fresh ring; {lost} frames lost meanwhile",
+            "the {} stage ({peer}) joined again after {:.1} s: offered the same {} buffers on a fresh ring; {lost} frames lost meanwhile",
             consumer.name(),
             since.elapsed().as_secs_f64(),
             self.bufs.len()
@@ -393,13 +397,22 @@ impl PoolProducer {
         Ok(())
     }
 
-    /// Turns a consumer's hang-up (`r` failed with [`PeerGone`]) into the away state when
-    /// this hop keeps serving: `Ok(None)`. Anything else passes through.
+    /// Turns a consumer's hang-up (`r` failed with [`PeerGone`]), or a consumer that
+    /// corrupted the ring ([`RingCorrupt`]: it is hung up on), into the away state when this
+    /// hop keeps serving: `Ok(None)`. Anything else passes through.
     fn absorb<T>(&mut self, r: Result<T>) -> Result<Option<T>> {
         match r {
             Ok(v) => Ok(Some(v)),
             Err(e) if self.keep_serving && PeerGone::is_in(&e) => {
                 self.go_away(&e);
+                Ok(None)
+            }
+            Err(e) if self.keep_serving && RingCorrupt::is_in(&e) => {
+                // A broken or hostile consumer: hung up on (the connection closes with the
+                // ring), and the hop waits for a consumer that follows the protocol.
+                let who = self.sender.conn().map_or_else(|| "the consumer".to_string(), |c| format!("the consumer ({})", c.peer()));
+                self.stats.consumers_dropped += 1;
+                self.go_away(&e.context(format!("dropped {who}")));
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -442,18 +455,20 @@ impl PoolProducer {
     }
 
     fn reclaim_returns(&mut self) -> Result<()> {
-        while let Some(tok) = self.sender.pop_return()? {
+        loop {
+            let r = self.sender.pop_return();
+            let Some(Some(tok)) = self.absorb(r)? else { return Ok(()) };
             let (i, seq) = ((tok & 0xffff_ffff) as u32, tok >> 32);
             if self.release(i, seq) {
                 self.stats.returned += 1;
             } else {
                 self.stats.bad_returns += 1;
                 if self.stats.bad_returns <= 5 {
-                    log::warn!("consumer returned token {tok:#x} for a buffer it does not hold; ignored");
+                    let who = self.sender.conn().map_or_else(String::new, |c| format!(" ({})", c.peer()));
+                    log::warn!("the consumer{who} returned token {tok:#x} for a buffer it does not hold; ignored ({} so far)", self.stats.bad_returns);
                 }
             }
         }
-        Ok(())
     }
 
     /// Takes the oldest queued frame back from the ring (drop-oldest), freeing its buffer;

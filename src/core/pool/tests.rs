@@ -311,3 +311,29 @@ fn a_producer_that_keeps_serving_frees_a_dead_consumers_buffers_and_serves_the_n
     assert_eq!(prod.counters().produced, 7);
     assert!(prod.reoffer(Conn::from_fd(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap().0).unwrap(), Stage::Scale).is_err(), "a served hop takes no second consumer");
 }
+
+/// A consumer that writes ring indices no consumer following the protocol can (`head` far
+/// past `tail`) is hung up on by a producer that keeps serving: its buffers come back, the
+/// hop waits for the next consumer, and nothing is an error of the producer. Without
+/// `keep_serving` it stays an error.
+#[test]
+fn a_consumer_that_corrupts_the_ring_is_dropped_by_a_producer_that_keeps_serving() {
+    let (mut prod, rx) = hop(4, RingPolicy::DropOldest);
+    prod.keep_serving();
+    publish(&mut prod, 0);
+    rx.ring_for_tests().scribble_word(8, 7_777_777); // the ring's `head` (ring.rs W_HEAD)
+    publish(&mut prod, 1);
+    assert!(prod.is_away(), "the consumer was dropped");
+    let s = prod.stats();
+    assert_eq!((s.consumers_dropped, s.consumers_lost, s.outstanding), (1, 1, 0));
+    assert!(rx.conn().peer_gone(), "its connection was closed");
+    publish(&mut prod, 2);
+    assert_eq!((prod.stats().dropped_away, prod.counters().produced), (2, 3));
+
+    let (mut prod, rx) = hop(4, RingPolicy::DropOldest);
+    publish(&mut prod, 0);
+    rx.ring_for_tests().scribble_word(8, 7_777_777);
+    let loan = prod.acquire(&NEVER).unwrap().expect("a free buffer");
+    let e = loan.publish(desc(1), &NEVER).unwrap_err();
+    assert!(crate::core::ring::RingCorrupt::is_in(&e), "{e:#}");
+}

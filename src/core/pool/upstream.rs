@@ -12,7 +12,7 @@ use anyhow::Result;
 use super::super::channel::Recv;
 use super::super::frame::{RestartMark, Stage};
 use super::super::link::{Conn, ControlMsg, PeerGone, WaitMode};
-use super::super::ring::RingCounters;
+use super::super::ring::{OwnCounts, RingCounters};
 use super::{Frame, PoolConsumer};
 
 /// First wait between two attempts to reach a restarting upstream; it doubles up to
@@ -38,6 +38,15 @@ pub struct Upstream {
     joins: u64,
     /// Ring counters of the hops before the current one.
     carried: RingCounters,
+    /// What this stage took and rejected from the rings before the current one (its own
+    /// counts: exact whatever a peer wrote into the shared counters).
+    carried_own: OwnCounts,
+    /// Whether the hop joined at set-up sends frames as bytes (`--copy-mode`): a re-join
+    /// must offer the same (a zero-copy stage reads no data socket).
+    copy_mode: bool,
+    /// Joins refused because what answered at `path` was not a hop this stage can use
+    /// (a malformed or hostile offer: see [`Upstream::refused`]).
+    refused: u64,
     /// A notice for the next frame (the capture stage came back).
     mark: Option<RestartMark>,
     /// Fault injection for tests ([`FAULT_ENV`] = `hold-frames:<this stage>`): every frame
@@ -57,6 +66,7 @@ impl Upstream {
         let conn = Conn::connect_retry(&path, &format!("{} stage", stage.name()), stop, timeout)?;
         let c = PoolConsumer::join(conn, &hello, wait, stage.name())?;
         c.set_spin(spin);
+        let copy_mode = c.offer.copy_mode;
         let me = match &hello {
             ControlMsg::Hello { stage, .. } => stage.clone(),
             _ => String::new(),
@@ -77,6 +87,9 @@ impl Upstream {
             delay: REJOIN_FIRST_DELAY,
             joins: 1,
             carried: RingCounters::default(),
+            carried_own: OwnCounts::default(),
+            copy_mode,
+            refused: 0,
             mark: None,
             hold,
         })
@@ -101,6 +114,22 @@ impl Upstream {
     /// Ring counters over every hop joined so far.
     pub fn counters(&self) -> RingCounters {
         self.carried.then(self.cur.as_ref().map(|c| c.counters()).unwrap_or_default())
+    }
+
+    /// What this stage took (accepted) and rejected from its upstream's rings over every
+    /// hop joined so far, counted in its own memory.
+    pub fn own_counts(&self) -> OwnCounts {
+        let now = self.cur.as_ref().map(|c| c.own_counts()).unwrap_or_default();
+        OwnCounts { consumed: self.carried_own.consumed + now.consumed, rejected: self.carried_own.rejected + now.rejected }
+    }
+
+    /// Re-joins refused so far: whatever listened at the upstream's socket while it was
+    /// away answered with something this stage cannot use (a malformed message, an offer
+    /// with fds of the wrong kind or count, a memfd without seals, sizes that do not fit),
+    /// each logged with that peer's pid and uid and the reason. An upstream that hangs up or
+    /// refuses the hello itself is not counted (it is restarting, or busy).
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     /// Waits up to `timeout` for the next frame ([`PoolConsumer::recv`]). The upstream's
@@ -143,6 +172,9 @@ impl Upstream {
     fn lose(&mut self) {
         if let Some(c) = self.cur.take() {
             self.carried = self.carried.then(RingCounters { in_flight: 0, ..c.counters() });
+            let own = c.own_counts();
+            self.carried_own.consumed += own.consumed;
+            self.carried_own.rejected += own.rejected;
             log::warn!(
                 "the {} stage (pid {}) hung up: let go of its pool; waiting for it to come back at {}",
                 self.stage.name(),
@@ -162,17 +194,26 @@ impl Upstream {
         }
         self.next_try = Instant::now() + self.delay;
         self.delay = (self.delay * 2).min(REJOIN_MAX_DELAY);
-        let joined = Conn::try_connect(&self.path).and_then(|conn| match conn {
-            None => Ok(None),
-            Some(conn) => {
-                conn.set_recv_timeout(Some(OFFER_TIMEOUT))?;
-                let c = PoolConsumer::join(conn, &self.hello, self.wait, self.stage.name())?;
-                c.set_recv_timeout(None)?;
-                Ok(Some(c))
+        let conn = match Conn::try_connect(&self.path) {
+            Ok(Some(conn)) => conn,
+            Ok(None) => return false,
+            Err(e) => {
+                self.refuse(&format!("{e:#}"));
+                return false;
             }
+        };
+        let peer = conn.peer();
+        let joined = conn.set_recv_timeout(Some(OFFER_TIMEOUT)).and_then(|()| {
+            let c = PoolConsumer::join(conn, &self.hello, self.wait, self.stage.name())?;
+            if c.offer.copy_mode != self.copy_mode {
+                let mode = |copy: bool| if copy { "--copy-mode" } else { "zero-copy" };
+                anyhow::bail!("{} offered a {} hop; this stage joined a {} one at set-up", self.stage.name(), mode(c.offer.copy_mode), mode(self.copy_mode));
+            }
+            c.set_recv_timeout(None)?;
+            Ok(c)
         });
         match joined {
-            Ok(Some(c)) => {
+            Ok(c) => {
                 c.set_spin(self.spin);
                 let down = self.away.take().map(|t| t.elapsed()).unwrap_or_default();
                 if self.stage == Stage::Capture {
@@ -181,9 +222,8 @@ impl Upstream {
                     self.mark = Some(RestartMark { stage: Stage::Capture, lost });
                 }
                 log::info!(
-                    "joined the {} stage again (pid {}) after {:.1} s: {} ({} buffers, {})",
+                    "joined the {} stage again ({peer}) after {:.1} s: {} ({} buffers, {})",
                     self.stage.name(),
-                    c.peer_pid(),
                     down.as_secs_f64(),
                     c.offer.description,
                     c.buffers().len(),
@@ -194,11 +234,22 @@ impl Upstream {
                 self.delay = REJOIN_FIRST_DELAY;
                 true
             }
-            Ok(None) => false,
-            Err(e) => {
-                log::debug!("the {} stage is not back yet: {e:#}", self.stage.name());
+            Err(e) if PeerGone::is_in(&e) => {
+                log::debug!("the {} stage is not back yet ({peer}): {e:#}", self.stage.name());
                 false
             }
+            Err(e) => {
+                self.refuse(&format!("{peer}: {e:#}"));
+                false
+            }
+        }
+    }
+
+    /// Counts and logs (the first 20, then at powers of two) a re-join refused for `why`.
+    fn refuse(&mut self, why: &str) {
+        self.refused += 1;
+        if self.refused <= 20 || self.refused.is_power_of_two() {
+            log::warn!("refused what answered as the {} stage on {} ({} so far): {why}", self.stage.name(), self.path.display(), self.refused);
         }
     }
 }
