@@ -20,8 +20,10 @@ use super::{Frame, PoolConsumer};
 const REJOIN_FIRST_DELAY: Duration = Duration::from_millis(10);
 /// Longest wait between two attempts to reach a restarting upstream.
 const REJOIN_MAX_DELAY: Duration = Duration::from_millis(50);
-/// How long a restarted upstream may take, once connected, to answer the hello.
-const OFFER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a restarted upstream may take, once connected, to answer the hello: less than
+/// the supervisor's watchdog (5 s), so an impostor that never answers cannot stall the
+/// consumer's loop into being killed as hung.
+const OFFER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A frame hop's consumer end that re-joins its upstream after it restarts.
 pub struct Upstream {
