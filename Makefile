@@ -37,6 +37,19 @@ aarch64:
 test-aarch64:
 	CARGO="$(CARGO)" bash scripts/aarch64.sh test
 
+# Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/, scripts/fuzz.sh,
+# README "Fuzzing"): `make fuzz` runs each target for FUZZ_RUNS executions (optimised build),
+# `make fuzz-ci` for FUZZ_CI_SECONDS each (quick unoptimised build). Installs cargo-fuzz if missing.
+FUZZ_RUNS ?= 10000000
+FUZZ_CI_SECONDS ?= 20
+
+.PHONY: fuzz fuzz-ci
+fuzz:
+	CARGO="$(CARGO)" bash scripts/fuzz.sh runs $(FUZZ_RUNS)
+
+fuzz-ci:
+	CARGO="$(CARGO)" FUZZ_BUILD=dev bash scripts/fuzz.sh time $(FUZZ_CI_SECONDS)
+
 lint:
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 

@@ -428,6 +428,17 @@ pub fn monotonic_ns() -> u64 {
 }
 
 impl FrameDesc {
+    /// Checks a descriptor a peer wrote (read from a ring slot, untrusted) against the pool
+    /// it names: `pool[i][fd_index]` is the byte size of dma-buf `fd_index` of buffer `i`
+    /// (as the offer announced them). Accepted: `buffer_index` names a buffer of the pool
+    /// and the layout passes [`FrameLayout::validate`] against that buffer's sizes, so every
+    /// row of every plane lies inside its dma-buf. Errors name the first field that is wrong
+    /// (`buffer index 7 out of 4`, `plane 1: offset ... past buffer size ...`).
+    pub fn validate(&self, pool: &[Vec<u64>]) -> Result<(), String> {
+        let sizes = pool.get(self.buffer_index as usize).ok_or_else(|| format!("buffer index {} out of {}", self.buffer_index, pool.len()))?;
+        self.layout.validate(sizes)
+    }
+
     /// Records `stage`'s entry time (now).
     pub fn stamp_in(&mut self, stage: Stage) {
         self.stamps[2 * stage as usize] = monotonic_ns();
@@ -479,6 +490,15 @@ mod tests {
         assert_eq!((l.width, l.height), (451, 301));
         l.validate(&[l.bytes_needed()]).unwrap();
         assert!(l.validate(&[l.bytes_needed() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_descriptor_is_checked_against_the_buffer_it_names() {
+        let d = FrameDesc { buffer_index: 1, layout: FrameLayout::nv12(640, 480, 16), ..Default::default() };
+        let pool = [vec![460800], vec![460800]];
+        d.validate(&pool).unwrap();
+        assert_eq!(FrameDesc { buffer_index: 2, ..d }.validate(&pool).unwrap_err(), "buffer index 2 out of 2");
+        assert_eq!(d.validate(&[vec![460800], vec![460799]]).unwrap_err(), "plane 1: offset 307200 + length 153600 past buffer size 460799");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use nix::sys::socket::{
 use serde::{Deserialize, Serialize};
 
 use super::fdpass;
-use super::frame::{FrameLayout, Placement};
+use super::frame::{align_up, Fourcc, FrameLayout, Placement};
 use super::ring::{RingGeometry, RingPolicy};
 
 /// How a consumer waits for frames (`--wait`; spellings in [`super::config::Choice`]).
@@ -120,6 +120,76 @@ pub enum ControlMsg {
         /// One line: what mismatched and the fix.
         error: String,
     },
+}
+
+impl ControlMsg {
+    /// The message as sent on a control socket: compact JSON (serde_json), one datagram.
+    ///
+    /// Errors only if serde_json fails to serialise it (it holds no map, so it does not).
+    pub fn encode(&self) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(self)
+    }
+
+    /// Reads one datagram a peer sent (`bytes`, as received, untrusted) as a message: JSON
+    /// with a `"type"` of `hello`, `offer` or `refuse` ([`ControlMsg`]). Fields it does not
+    /// know are ignored. Errors (serde_json's, naming line and column) on anything else: not
+    /// JSON, an unknown type, a missing field or a value out of its type's range. What the
+    /// message asks for is checked where it is used ([`Offer::check`], [`WantedInput::layout`]).
+    pub fn decode(bytes: &[u8]) -> serde_json::Result<ControlMsg> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+impl Offer {
+    /// How many fds follow this offer outside copy mode: the ring memfd, two doorbells, then
+    /// each buffer's fds (copy mode sends the data socket alone). Saturates, never overflows.
+    pub fn fds_needed(&self) -> usize {
+        self.buffers.iter().fold(3usize, |n, b| n.saturating_add(b.len()))
+    }
+
+    /// Checks an offer of a shared ring and pool received with `n_fds` fds, before any of
+    /// them is used: the fd count ([`Offer::fds_needed`]) and the ring geometry
+    /// ([`RingGeometry::check`]). Whether each fd is what the offer says (a sealed memfd of
+    /// the announced size, an eventfd, a buffer at least as big as its size) is checked when
+    /// it is mapped. Errors: one line naming what mismatched (`sent 4 fds, its offer needs 5`).
+    pub fn check(&self, n_fds: usize) -> Result<()> {
+        let need = self.fds_needed();
+        if n_fds != need {
+            bail!("sent {n_fds} fds, its offer needs {need}");
+        }
+        self.ring.check()
+    }
+}
+
+impl WantedInput {
+    /// The packed 3-bytes-per-pixel layout of this request, as the scale stage allocates and
+    /// writes it: `fourcc` (`RGB24` or `BGR24`), `width x height` pixels (1..=16384 each),
+    /// `bytesperline` as asked, or else `3 x width` rounded up to `stride_align` (rounded
+    /// itself up to a power of two, at most 4096; 0 means 1). The request comes from the
+    /// downstream peer, so nothing in it is trusted. Errors: one line naming the field out of
+    /// range (a format the scalers do not write, a size out of range, a bytesperline below
+    /// `3 x width` or a frame over 1 GiB).
+    pub fn layout(&self) -> Result<FrameLayout> {
+        let fourcc = Fourcc(self.fourcc);
+        if fourcc != Fourcc::RGB24 && fourcc != Fourcc::BGR24 {
+            bail!("the requested input format {fourcc} is not one the scalers write (RGB24, BGR24)");
+        }
+        if !(1..=16384).contains(&self.width) || !(1..=16384).contains(&self.height) {
+            bail!("the requested input size {}x{} is out of range 1..=16384", self.width, self.height);
+        }
+        if self.stride_align > 4096 {
+            bail!("the requested stride alignment {} is over 4096 bytes", self.stride_align);
+        }
+        // 3 x 16384 rounded up to 4096 fits a u32 many times over.
+        let bpl = if self.bytesperline != 0 { self.bytesperline } else { align_up(self.width * 3, self.stride_align.max(1).next_power_of_two()) };
+        if bpl < self.width * 3 {
+            bail!("the requested bytesperline {bpl} is less than 3 x width {}", self.width * 3);
+        }
+        if bpl as u64 * self.height as u64 > 1 << 30 {
+            bail!("the requested input {}x{} with bytesperline {bpl} is over 1 GiB", self.width, self.height);
+        }
+        Ok(FrameLayout::packed24(fourcc, self.width, self.height, bpl))
+    }
 }
 
 /// A neighbouring stage went away: its control socket (or data socket) hung up, seen where
@@ -234,13 +304,13 @@ impl Conn {
 
     /// Sends a message with fds.
     pub fn send(&self, msg: &ControlMsg, fds: &[BorrowedFd<'_>]) -> Result<()> {
-        fdpass::send(self.fd.as_fd(), &serde_json::to_vec(msg)?, fds)
+        fdpass::send(self.fd.as_fd(), &msg.encode()?, fds)
     }
 
     /// Receives a message and its fds; an error if the peer hung up.
     pub fn recv(&self) -> Result<(ControlMsg, Vec<OwnedFd>)> {
         let (bytes, fds) = fdpass::recv(self.fd.as_fd())?.ok_or_else(|| PeerGone::new(format!("peer pid {} hung up", self.peer_pid)))?;
-        let msg = serde_json::from_slice(&bytes).with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
+        let msg = ControlMsg::decode(&bytes).with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
         Ok((msg, fds))
     }
 
@@ -507,5 +577,69 @@ mod tests {
         assert_eq!(serde_json::from_str::<WantedInput>(&json).unwrap(), w);
         let old = r#"{"width":416,"height":416,"fourcc":861030210,"stride_align":1,"bytesperline":0,"pad":114}"#;
         assert_eq!(serde_json::from_str::<WantedInput>(old).unwrap().placement, Placement::TopLeft);
+    }
+
+    #[test]
+    fn a_wanted_input_is_checked_before_the_scale_stage_allocates_it() {
+        let w = WantedInput { width: 416, height: 416, fourcc: Fourcc::BGR24.0, stride_align: 1, bytesperline: 0, pad: 114, placement: Placement::TopLeft };
+        let l = w.layout().unwrap();
+        assert_eq!((l.fourcc, l.width, l.height, l.num_planes, l.planes[0].bytesperline, l.bytes_needed()), (Fourcc::BGR24, 416, 416, 1, 1248, 1248 * 416));
+        // 3 x width rounded up to the alignment (itself rounded up to a power of two: 48 -> 64),
+        // or exactly the bytesperline asked for.
+        assert_eq!(WantedInput { width: 450, stride_align: 48, ..w.clone() }.layout().unwrap().planes[0].bytesperline, 1408);
+        assert_eq!(WantedInput { bytesperline: 1280, ..w.clone() }.layout().unwrap().planes[0].bytesperline, 1280);
+        assert_eq!(WantedInput { width: 16384, height: 16384, bytesperline: 65536, ..w.clone() }.layout().unwrap().bytes_needed(), 1 << 30);
+        let refused = |w: WantedInput| w.layout().unwrap_err().to_string();
+        assert_eq!(refused(WantedInput { fourcc: Fourcc::NV12.0, ..w.clone() }), "the requested input format NV12 is not one the scalers write (RGB24, BGR24)");
+        assert_eq!(refused(WantedInput { width: 0, ..w.clone() }), "the requested input size 0x416 is out of range 1..=16384");
+        // 3 x width overflowed a u32 here before the request was checked.
+        assert_eq!(refused(WantedInput { width: 1 << 31, ..w.clone() }), "the requested input size 2147483648x416 is out of range 1..=16384");
+        // next_power_of_two() of this overflowed.
+        assert_eq!(refused(WantedInput { stride_align: u32::MAX, ..w.clone() }), "the requested stride alignment 4294967295 is over 4096 bytes");
+        assert_eq!(refused(WantedInput { bytesperline: 100, ..w.clone() }), "the requested bytesperline 100 is less than 3 x width 1248");
+        assert_eq!(
+            refused(WantedInput { width: 16384, height: 16384, bytesperline: 65537, ..w }),
+            "the requested input 16384x16384 with bytesperline 65537 is over 1 GiB"
+        );
+    }
+
+    fn offer() -> Offer {
+        Offer {
+            payload: Payload::Frames,
+            ring: RingGeometry { capacity: 4, slot_bytes: 184, ret_capacity: 4 },
+            policy: RingPolicy::DropOldest,
+            buffers: vec![vec![460800], vec![921600, 460800]],
+            memory: "memfd".into(),
+            layout: None,
+            fps: 30.0,
+            description: "test".into(),
+            labels: vec![],
+            copy_mode: false,
+            max_frame_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn an_offer_must_come_with_its_fds_and_a_ring_in_range() {
+        let o = offer();
+        assert_eq!(o.fds_needed(), 6, "ring memfd, two doorbells, 1 + 2 buffer fds");
+        o.check(6).unwrap();
+        assert_eq!(o.check(5).unwrap_err().to_string(), "sent 5 fds, its offer needs 6");
+        let bad = Offer { ring: RingGeometry { capacity: 0, ..o.ring }, ..o.clone() };
+        assert_eq!(bad.check(6).unwrap_err().to_string(), "ring geometry out of range: RingGeometry { capacity: 0, slot_bytes: 184, ret_capacity: 4 }");
+        let bad = Offer { ring: RingGeometry { slot_bytes: 183, ..o.ring }, ..o };
+        assert_eq!(bad.check(6).unwrap_err().to_string(), "ring slot size 183 is not a multiple of 8 in 8..=1MiB");
+    }
+
+    /// Regression (fuzz/ control_msg): serde_json's default float parser is sometimes one ulp
+    /// off, so `fps` did not read back as sent (3.0999999999999996e39 came back 3.1e39).
+    #[test]
+    fn control_messages_carry_floats_exactly() {
+        for fps in [3.0999999999999996e39, 1.0715660391465826e-75, 29.97, 30.0] {
+            let bytes = ControlMsg::Offer(Offer { fps, ..offer() }).encode().unwrap();
+            let ControlMsg::Offer(back) = ControlMsg::decode(&bytes).unwrap() else { panic!("an offer decodes as an offer") };
+            assert_eq!(back.fps.to_bits(), fps.to_bits(), "{}", String::from_utf8_lossy(&bytes));
+        }
+        assert!(ControlMsg::decode(b"{\"type\":\"offer\"}").unwrap_err().to_string().contains("missing field"));
     }
 }

@@ -88,7 +88,10 @@ impl RingGeometry {
     pub fn shm_bytes(&self) -> u64 {
         ((W_SLOTS + self.capacity as usize * (self.slot_bytes as usize / 8) + self.ret_capacity as usize) * 8) as u64
     }
-    fn check(&self) -> Result<()> {
+    /// Checks a geometry a peer announced: 1..=4096 slots and return entries, slots a
+    /// multiple of 8 bytes in 8..=1 MiB (so [`RingGeometry::shm_bytes`] is at most ~4 GiB).
+    /// Errors name the field out of range.
+    pub fn check(&self) -> Result<()> {
         if self.capacity == 0 || self.capacity > 4096 || self.ret_capacity == 0 || self.ret_capacity > 4096 {
             bail!("ring geometry out of range: {self:?}");
         }

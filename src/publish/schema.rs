@@ -17,7 +17,7 @@
 //! to stdout; `zcpipe watch` reads them back with the same types. Readers ignore fields they
 //! do not know, so fields may be added; a new kind of line is a new [`SocketLine`] variant.
 
-use serde::{Deserialize, Serialize};
+use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
 
 /// One line of the detections socket, tagged by its `"type"` field.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -64,10 +64,32 @@ pub struct DetectionJson {
     /// Class label (`class_N` if the label list has no entry).
     pub label: String,
     /// Score in 0..1.
+    #[serde(deserialize_with = "f32_in_range")]
     pub score: f32,
     /// `[x1, y1, x2, y2]` in source-frame pixels.
-    #[serde(rename = "box")]
+    #[serde(rename = "box", deserialize_with = "f32x4_in_range")]
     pub bbox: [f32; 4],
+}
+
+/// Reads an `f32` from a JSON number, refusing one beyond `f32`'s range: serde would read it
+/// as infinity, which serde_json writes back as `null`, so the line would not read back.
+fn f32_in_range<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    let v = f64::deserialize(d)?;
+    let f = v as f32;
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(D::Error::custom(format!("{v:?} is out of range for f32")))
+    }
+}
+
+/// [`f32_in_range`] for each of four numbers.
+fn f32x4_in_range<'de, D: Deserializer<'de>>(d: D) -> Result<[f32; 4], D::Error> {
+    let v = <[f64; 4]>::deserialize(d)?;
+    match v.map(|x| x as f32) {
+        f if f.iter().all(|x| x.is_finite()) => Ok(f),
+        _ => Err(D::Error::custom(format!("{v:?} is out of range for f32"))),
+    }
 }
 
 /// Per-stage and end-to-end latency of a frame, µs, rounded to 0.1 µs (0 where a stamp is
@@ -183,5 +205,30 @@ mod tests {
         assert!(SocketLine::parse("{\"type\":\"other\"}").is_err());
         assert!(SocketLine::parse("not json").is_err());
         assert!(SocketLine::parse("{\"seq\":1}").is_err(), "a frame without its fields");
+    }
+
+    /// Regression (fuzz/ watch_lines): serde_json's default float parser is sometimes one ulp
+    /// off, so a latency did not read back as written (4.5555555555555546e103 came back
+    /// 4.555555555555555e103).
+    #[test]
+    fn floats_read_back_exactly() {
+        let latency_us = LatencyJson { capture: 1.0, scale: 240.0, infer: 3.0, publish: 4.5555555555555546e103, total: 1.0715660391465826e-75 };
+        let line = SocketLine::Frame(FrameJson { seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![] });
+        assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
+    }
+
+    /// Regression (fuzz/ watch_lines): a box coordinate or score beyond f32's range was read
+    /// as infinity, which writes back as `null`: the line read, but not what it wrote back.
+    #[test]
+    fn a_number_beyond_f32_is_refused() {
+        let det = |score: &str, x1: &str| {
+            format!("{{\"type\":\"frame\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":485,\"latency_us\":{{\"capture\":0.8,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0}},\"detections\":[{{\"class_id\":0,\"label\":\"person\",\"score\":{score},\"box\":[{x1},2.0,3.0,4.0]}}]}}")
+        };
+        let SocketLine::Frame(f) = SocketLine::parse(&det("0.5", "3.4028235e38")).unwrap() else { panic!("a frame line") };
+        assert_eq!((f.detections[0].score, f.detections[0].bbox[0]), (0.5, f32::MAX), "f32::MAX itself is in range");
+        let e = SocketLine::parse(&det("0.5", &format!("{}1.0", "7".repeat(120)))).unwrap_err().to_string();
+        assert!(e.starts_with("[7.777777777777777e120, 2.0, 3.0, 4.0] is out of range for f32"), "{e}");
+        let e = SocketLine::parse(&det("1e39", "1.0")).unwrap_err().to_string();
+        assert!(e.starts_with("1e39 is out of range for f32"), "{e}");
     }
 }

@@ -1,6 +1,6 @@
 //! `zcpipe watch [PATH]`: connect to a detections socket and print what arrives.
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::schema::SocketLine;
+use super::schema::{NoticeJson, SocketLine};
 use super::stage::human_line;
 use crate::core::config::default_detections_socket as default_socket_path;
 
@@ -30,16 +30,88 @@ pub struct WatchConfig {
     pub reconnect_for: Duration,
 }
 
-/// How long `zcpipe watch` keeps trying by default to reconnect after the socket closed without an
-/// end line (the publish stage died: `zcpipe run` or systemd restarts it).
+/// How long `zcpipe watch` keeps trying by default to reconnect after the socket closed
+/// without an end line (the publish stage died: `zcpipe run` or systemd restarts it).
 pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+
+/// How a detections stream read by [`print_stream`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The publisher's end line (`{"type":"end",...}`) arrived.
+    EndLine,
+    /// `count` frames were read.
+    Count,
+    /// The stop flag was set.
+    Stopped,
+    /// Whoever reads the output went away (a broken pipe: `zcpipe watch | head`).
+    OutputClosed,
+    /// The input ended (EOF, or the connection was reset) without an end line.
+    Eof,
+}
+
+/// The readable line of a restart notice: `notice: the infer stage restarted (7 frames
+/// lost); frame 1234 follows`.
+pub fn notice_line(n: &NoticeJson) -> String {
+    format!("notice: the {} stage {} ({} frames lost); frame {} follows", n.stage, n.event, n.frames_lost, n.seq)
+}
+
+/// Reads a detections stream (`input`: what the socket sends, one JSON line each, see
+/// [`super::schema`]) and writes each line to `out`: as it came with `json`, else a frame's
+/// readable line ([`human_line`]) or a notice's ([`notice_line`]); a line that is not a
+/// frame or a notice is logged and skipped (passed on with `json`). Counts frame lines in
+/// `frames` (kept across reconnects). Stops at the end line (not written), once `frames`
+/// reaches `count`, when `stop` is set or `out` is a broken pipe, or at EOF (a reset
+/// connection reads as EOF: the publisher died); returns which.
+///
+/// Errors if a line is not UTF-8, another read error than a reset or EOF, or `out` cannot
+/// be written (other than a broken pipe).
+pub fn print_stream(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool) -> Result<StreamEnd> {
+    for line in input.lines() {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(StreamEnd::Stopped);
+        }
+        let line = match line {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(anyhow::Error::new(e).context("reading the detections socket")),
+            Err(_) => return Ok(StreamEnd::Eof),
+        };
+        let parsed = SocketLine::parse(&line);
+        let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));
+        let written = match parsed {
+            Ok(SocketLine::End(_)) => {
+                log::info!("stream ended: {line}");
+                return Ok(StreamEnd::EndLine);
+            }
+            // --json passes every other line on as it came, read or not.
+            _ if json => writeln!(out, "{line}"),
+            Ok(SocketLine::Frame(f)) => writeln!(out, "{}", human_line(&f)),
+            Ok(SocketLine::Notice(n)) => writeln!(out, "{}", notice_line(&n)),
+            Err(e) => {
+                log::warn!("unreadable line ({e}): {line}");
+                Ok(())
+            }
+        };
+        match written {
+            // `zcpipe watch | head`: the reader is done, and so are we.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(StreamEnd::OutputClosed),
+            r => r?,
+        }
+        if is_frame {
+            *frames += 1;
+            if count.is_some_and(|c| *frames >= c) {
+                return Ok(StreamEnd::Count);
+            }
+        }
+    }
+    Ok(StreamEnd::Eof)
+}
 
 /// Connects to the detections socket and prints each frame (readable, or raw with
 /// `json`) and each notice until the stream ends (the end line), `count` frames arrived,
-/// or `stop` is set (a signal). When the socket closes without the end line (the publish
-/// stage died and is being restarted, or dropped this client for taking nothing for 5 s)
-/// it reconnects by itself, trying for up to `reconnect_for` (back-off 50 ms doubling to
-/// 1 s).
+/// or `stop` is set (a signal); the reading is [`print_stream`]'s. When the socket closes
+/// without the end line (the publish stage died and is being restarted, or dropped this
+/// client for taking nothing for 5 s) it reconnects by itself, trying for up to
+/// `reconnect_for` (back-off 50 ms doubling to 1 s).
 ///
 /// Errors if the socket cannot be connected at first, or nothing publishes there again
 /// within `reconnect_for`.
@@ -51,7 +123,7 @@ pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     })?;
     let mut frames = 0u64;
     loop {
-        if read_stream(&args, s, &mut frames, stop)? {
+        if print_stream(BufReader::new(s), std::io::stdout().lock(), args.json, args.count, &mut frames, stop)? != StreamEnd::Eof {
             return Ok(());
         }
         log::warn!("{} closed without an end of stream (the publish stage died, or dropped this client for taking nothing for 5 s); reconnecting", path.display());
@@ -81,48 +153,6 @@ fn reconnect(path: &std::path::Path, within: Duration, stop: &AtomicBool) -> Opt
     None
 }
 
-/// Prints what one connection carries; `Ok(true)` when watching is over (the end line,
-/// `count` frames in `frames`, a signal, or stdout closed), `Ok(false)` when the socket
-/// closed without the end line.
-fn read_stream(args: &WatchConfig, s: UnixStream, frames: &mut u64, stop: &AtomicBool) -> Result<bool> {
-    let out = std::io::stdout();
-    for line in BufReader::new(s).lines() {
-        if stop.load(Ordering::Relaxed) {
-            return Ok(true);
-        }
-        let Ok(line) = line else { return Ok(false) };
-        let parsed = SocketLine::parse(&line);
-        let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));
-        let mut o = out.lock();
-        let written = match parsed {
-            Ok(SocketLine::End(_)) => {
-                log::info!("stream ended: {line}");
-                return Ok(true);
-            }
-            // --json passes every other line on as it came, read or not.
-            _ if args.json => writeln!(o, "{line}"),
-            Ok(SocketLine::Frame(f)) => writeln!(o, "{}", human_line(&f)),
-            Ok(SocketLine::Notice(n)) => writeln!(o, "notice: the {} stage {} ({} frames lost); frame {} follows", n.stage, n.event, n.frames_lost, n.seq),
-            Err(e) => {
-                log::warn!("unreadable line ({e}): {line}");
-                Ok(())
-            }
-        };
-        match written {
-            // `zcpipe watch | head`: the reader is done, and so are we.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(true),
-            r => r?,
-        }
-        if is_frame {
-            *frames += 1;
-            if args.count.is_some_and(|c| *frames >= c) {
-                return Ok(true);
-            }
-        }
-    }
-    Ok(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::DetectionServer;
@@ -150,6 +180,39 @@ mod tests {
         wait_client(&mut srv);
         end(srv, &path);
         watcher.join().unwrap()
+    }
+
+    #[test]
+    fn print_stream_prints_each_frame_and_notice_until_the_end_line() {
+        use super::super::schema::{DetectionJson, EndJson, FrameJson, LatencyJson};
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        let frame = SocketLine::Frame(FrameJson {
+            seq: 3,
+            timestamp_ns: 7,
+            width: 640,
+            height: 480,
+            latency_us: LatencyJson { total: 12345.0, ..Default::default() },
+            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0] }],
+        })
+        .to_line()
+        .unwrap();
+        let notice = SocketLine::Notice(NoticeJson { stage: "scale".into(), event: "restarted".into(), frames_lost: 4, seq: 9 }).to_line().unwrap();
+        let end = SocketLine::End(EndJson { end: true, frames: 1, reason: "end of stream".into() }).to_line().unwrap();
+        let input = format!("{notice}{frame}not json\n{end}{frame}");
+        let run = |input: &[u8], json, count| {
+            let mut out = Vec::new();
+            let mut frames = 0;
+            let r = print_stream(input, &mut out, json, count, &mut frames, &NEVER);
+            (r.map_err(|e| format!("{e:#}")), String::from_utf8(out).unwrap())
+        };
+        let readable = "frame 3 (640x480, 12.3 ms): person 0.50 [1,2,3,4]\n".to_string();
+        let said = "notice: the scale stage restarted (4 frames lost); frame 9 follows\n";
+        assert_eq!(run(input.as_bytes(), false, None), (Ok(StreamEnd::EndLine), format!("{said}{readable}")));
+        assert_eq!(run(input.as_bytes(), true, None), (Ok(StreamEnd::EndLine), format!("{notice}{frame}not json\n")));
+        assert_eq!(run(input.as_bytes(), true, Some(1)), (Ok(StreamEnd::Count), format!("{notice}{frame}")), "--count counts frames");
+        assert_eq!(run(frame.as_bytes(), false, None), (Ok(StreamEnd::Eof), readable.clone()));
+        let not_utf8 = [frame.as_bytes(), b"\xff\n"].concat();
+        assert_eq!(run(&not_utf8, false, None), (Err("reading the detections socket: stream did not contain valid UTF-8".into()), readable));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::Allocator;
-use crate::core::frame::{align_up, Fourcc, FrameDesc, FrameLayout, Letterbox, Stage};
+use crate::core::frame::{Fourcc, FrameDesc, Letterbox, Stage};
 use crate::core::link::{accept_hello, ControlMsg, Listener};
 use crate::core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
@@ -65,10 +65,16 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let Some(first) = input.current() else { bail!("the capture stage hung up while we joined it") };
     log::info!("joined capture: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
 
-    let dst_fourcc = Fourcc(want.fourcc);
     let letterbox = Letterbox::new(want.placement, want.pad);
-    let bpl = if want.bytesperline != 0 { want.bytesperline } else { align_up(want.width * 3, want.stride_align.max(1).next_power_of_two()) };
-    let dst = FrameLayout::packed24(dst_fourcc, want.width, want.height, bpl);
+    let dst = match want.layout() {
+        Ok(l) => l,
+        Err(e) => {
+            let error = format!("the infer stage asked for an input the scale stage cannot make: {e:#}");
+            down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+            bail!("{error}");
+        }
+    };
+    let bpl = dst.planes[0].bytesperline;
     let heap = scaler.output_heap(ctx.data.heap);
     let alloc = Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"))?;
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;

@@ -71,10 +71,7 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
 
 /// Maps what an offer's fds carry: ring memfd, doorbells, then the pool's buffers.
 fn attach<T: Pod>(conn: Conn, offer: &Offer, fds: Vec<OwnedFd>, wait: WaitMode, upstream: &str) -> Result<(Receiver<T>, Vec<Vec<DmaBuf>>)> {
-    let want_fds = 3 + offer.buffers.iter().map(|b| b.len()).sum::<usize>();
-    if fds.len() != want_fds {
-        bail!("{upstream} sent {} fds, its offer needs {want_fds}", fds.len());
-    }
+    offer.check(fds.len()).map_err(|e| anyhow!("{upstream} {e:#}"))?;
     let mut it = fds.into_iter();
     let mut next = || it.next().ok_or_else(|| anyhow!("fd list ended early"));
     let ring_fd: OwnedFd = next()?;
@@ -254,10 +251,7 @@ impl PoolConsumer {
             }
         };
         let sizes = &self.sizes;
-        let validate = |d: &FrameDesc| -> std::result::Result<(), String> {
-            let s = sizes.get(d.buffer_index as usize).ok_or_else(|| format!("buffer index {} out of {}", d.buffer_index, sizes.len()))?;
-            d.layout.validate(s)
-        };
+        let validate = |d: &FrameDesc| d.validate(sizes);
         let n = sizes.len();
         let mut salvage = |rx: &mut Receiver<FrameDesc>, item: Option<FrameDesc>| {
             if let Some(d) = item.filter(|d| (d.buffer_index as usize) < n) {
