@@ -469,7 +469,7 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
             let geo = RingGeometry { capacity: u32::MAX, ..hop.ring.geometry() };
             c.send(&offer_msg(frames_offer(geo, vec![vec![BUF]; 2])), &hop.fds()).unwrap();
         },
-        &["mapping capture's ring", "ring geometry out of range"],
+        &["capture ring geometry out of range"],
         &mut scale,
         &mut said,
     );
