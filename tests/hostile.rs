@@ -23,6 +23,8 @@
 
 mod common;
 
+use common::wait_for;
+
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -57,17 +59,6 @@ const W_TAIL: usize = 16;
 
 /// Bytes of one 320x240 NV12 frame (testsrc:320x240): the buffers an impostor offers.
 const BUF: u64 = 320 * 240 * 3 / 2;
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    f()
-}
 
 /// One stage process started alone, its stderr kept line by line. Killed (SIGKILL, this
 /// process's own child) if the test fails half-way.

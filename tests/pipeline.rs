@@ -7,7 +7,7 @@ use serde_json::Value;
 use zcpipe::core::frame::monotonic_ns;
 
 mod common;
-use common::{assert_no_orphans, root, zcpipe, zcpipe_run};
+use common::{assert_no_orphans, root, stage_pid, zcpipe, zcpipe_run};
 
 fn data(p: &str) -> PathBuf {
     root().join(p)
@@ -343,18 +343,6 @@ fn negative_values_are_refused_before_anything_starts() {
         assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err}");
         assert!(err.starts_with("zcpipe: error:"), "{err}");
     }
-}
-
-/// The pid of the `zcpipe stage <stage>` process of the run in `dir`, if it is running.
-fn stage_pid(dir: &Path, stage: &str) -> Option<i32> {
-    let needle = dir.to_string_lossy().to_string();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let is_stage = args.windows(2).any(|w| w[0] == "stage" && w[1] == stage);
-        (is_stage && args.iter().any(|a| a.contains(&needle))).then_some(pid)
-    })
 }
 
 /// `kill -9` of the infer stage mid-run with `--restart-max 0` (no restart: tests/faults.rs

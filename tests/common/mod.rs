@@ -56,6 +56,32 @@ pub fn assert_no_orphans(dir: &Path) {
     assert!(!dir.join("detections.sock").exists(), "detections socket left behind");
 }
 
+/// The pid of the `zcpipe stage <stage>` process of the run in `dir` (its command line
+/// names `dir`), if one runs (a zombie does not count).
+pub fn stage_pid(dir: &Path, stage: &str) -> Option<i32> {
+    let needle = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let is_stage = args.windows(2).any(|w| w[0] == "stage" && w[1] == stage);
+        let zombie = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+        (is_stage && !zombie && args.iter().any(|a| a.contains(&needle))).then_some(pid)
+    })
+}
+
+/// Waits up to `limit` (looking every 10 ms) for `f` to hold; whether it did.
+pub fn wait_for(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    f()
+}
+
 /// Runs `cargo build --locked <args>` in this test build's profile and returns `file` from
 /// the folder of the zcpipe binary under test (`target/<profile>/`).
 fn build(args: &[&str], file: &str) -> PathBuf {
