@@ -265,7 +265,11 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             if let Ok(Some(s)) = p.child.try_wait() {
                 let c = code(&s);
                 p.status = Some(s);
-                if c == 0 || stopping {
+                // A stage that stopped during set-up because a neighbour refused it or died
+                // (exit 3) is secondary: the neighbour's own failure stops the run, and its
+                // error line must not be cut short by stopping the run here.
+                let secondary = c == EXIT_PEER_GONE && p.up_since.is_none() && p.restarted == 0;
+                if c == 0 || stopping || secondary {
                     if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() && !termed {
                         failed_at = Some(Instant::now());
                     }
