@@ -221,7 +221,7 @@ impl Infer {
             }
         };
         let peer = c.peer();
-        let joined = c.set_recv_timeout(Some(std::time::Duration::from_secs(3))).and_then(|()| {
+        let joined = c.set_recv_timeout(Some(crate::core::pool::OFFER_TIMEOUT)).and_then(|()| {
             let (offer, rx) = join_infer(c, &self.hello, ctx)?;
             rx.conn().set_recv_timeout(None)?;
             Ok((offer, rx))

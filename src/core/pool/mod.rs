@@ -36,7 +36,7 @@ mod tests;
 mod upstream;
 
 pub use consumer::{join, offer_items, Frame, PoolConsumer};
-pub use upstream::Upstream;
+pub use upstream::{Upstream, OFFER_TIMEOUT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BufState {

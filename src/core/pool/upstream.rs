@@ -23,7 +23,7 @@ const REJOIN_MAX_DELAY: Duration = Duration::from_millis(50);
 /// How long a restarted upstream may take, once connected, to answer the hello: less than
 /// the supervisor's watchdog (5 s), so an impostor that never answers cannot stall the
 /// consumer's loop into being killed as hung.
-const OFFER_TIMEOUT: Duration = Duration::from_secs(3);
+pub const OFFER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A frame hop's consumer end that re-joins its upstream after it restarts.
 pub struct Upstream {
