@@ -45,6 +45,28 @@ fn compare_runs_both_modes_and_counts_copies_exactly() {
     }
 }
 
+/// Compare with two cameras: each round runs both, and the capture stages of the cameras
+/// are summed into one capture row (frames, copies).
+#[test]
+fn compare_takes_several_cameras() {
+    let out = zcpipe()
+        .args(["compare", "--frames", "15", "--infer", "none", "--rounds", "1", "--json", "--ring-policy", "block"])
+        .args(["--source", "a=testsrc:320x240@200", "--source", "b=testsrc:320x240@200"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["frames"], serde_json::json!([30, 30]), "15 frames of each camera in both modes");
+    let rows = c["rows"].as_array().unwrap();
+    let row = |m: &str| rows.iter().find(|r| r["metric"] == m).unwrap_or_else(|| panic!("no row {m}"));
+    let cap = row("copied bytes/frame capture->scale");
+    assert_eq!((cap["zero_copy"].as_f64().unwrap(), cap["copy_mode"].as_f64().unwrap()), (0.0, 2.0 * NV12_320X240));
+    for r in c["runs"].as_array().unwrap() {
+        assert_eq!(r["cameras"]["a"]["published"], 15, "{}", r["cameras"]);
+        assert_eq!(r["cameras"]["b"]["published"], 15, "{}", r["cameras"]);
+    }
+}
+
 #[test]
 fn compare_table_and_report_are_written() {
     let dir = tempfile::tempdir().unwrap();

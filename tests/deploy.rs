@@ -77,3 +77,34 @@ fn systemd_analyze_scores_every_unit_ok() {
         assert!(score <= 2.0, "{stage}: {line}");
     }
 }
+
+/// The capture template (`zcpipe-capture@NAME`, one camera of several) keeps the single
+/// capture unit's hardening and devices, with the network opened for IP cameras only: the
+/// two files differ in exactly those lines and the camera's own ones.
+#[test]
+fn the_capture_template_is_the_capture_unit_with_a_camera_and_the_network() {
+    let (_, single) = unit("capture");
+    let (_, t) = unit("capture@");
+    let exec = values(&t, "ExecStart")[0];
+    assert!(exec.contains("--camera %i") && exec.contains("--source ${ZCPIPE_SOURCE}"), "{exec}");
+    assert_eq!(values(&t, "EnvironmentFile"), ["/etc/zcpipe/camera-%i.env"]);
+    assert_eq!(values(&t, "PrivateNetwork"), ["no"]);
+    assert_eq!(values(&t, "RestrictAddressFamilies"), ["AF_UNIX AF_INET AF_INET6"]);
+    let settings = |text: &str| -> Vec<String> {
+        text.lines().filter(|l| !l.starts_with('#') && l.contains('=')).filter(|l| !["ExecStart=", "EnvironmentFile=", "PrivateNetwork=", "RestrictAddressFamilies=", "Description="].iter().any(|k| l.starts_with(k))).map(String::from).collect()
+    };
+    assert_eq!(settings(&t), settings(&single), "every other setting is the single capture unit's");
+    // Its offline score, as an instance (`systemd-analyze` scores units, not templates).
+    if Command::new("systemd-analyze").arg("--version").output().is_err() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let inst = dir.path().join("zcpipe-capture@front.service");
+    std::fs::write(&inst, &t).unwrap();
+    let out = Command::new("systemd-analyze").args(["security", "--offline=true", "--no-pager"]).arg(&inst).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("no score in:\n{text}"));
+    let score: f64 = line.split(": ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap();
+    eprintln!("EVIDENCE {line}");
+    assert!(score <= 2.0, "{line}");
+}

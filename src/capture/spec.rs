@@ -177,6 +177,21 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
     })
 }
 
+/// A source text fit for logs: the password of a URL (`rtsp://user:pass@host/...`)
+/// replaced by `***`. Anything without one comes back unchanged.
+pub fn redact_url(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else { return text.to_string() };
+    let auth_end = rest.find('/').unwrap_or(rest.len());
+    let (auth, path) = rest.split_at(auth_end);
+    match auth.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => text.to_string(),
+        },
+        None => text.to_string(),
+    }
+}
+
 /// Frame rates zcpipe paces or asks for, in frames per second: 0.01 to 1000, or [`FPS_MAX`].
 pub const FPS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=1000.0;
 

@@ -63,7 +63,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         pool[0].size(),
         alloc.describe()
     );
-    let mut listener = Listener::bind(&ctx.data.socket("capture"))?;
+    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
         format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
@@ -224,7 +224,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let layout = cam.layout();
     let fps = cam.granted().fps();
 
-    let mut listener = Listener::bind(&ctx.data.socket("capture"))?;
+    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
     let label = cam.node().label();
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(*f)).collect();

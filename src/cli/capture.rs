@@ -35,6 +35,11 @@ pub struct CaptureArgs {
     /// V4L2 buffers: mmap (the driver's, exported with VIDIOC_EXPBUF) or dmabuf (from --heap, imported). Default mmap.
     #[arg(long, value_parser = choice::<CaptureIo>())]
     pub capture_io: Option<CaptureIo>,
+    /// This capture stage is one camera of several: it listens at `capture@NAME.sock` and
+    /// reports as `capture@NAME` (the scale stage's `--cameras` lists it). `zcpipe run` sets
+    /// it when given several sources; the systemd template `zcpipe-capture@NAME` too.
+    #[arg(long, hide_short_help = true)]
+    pub camera: Option<String>,
 }
 
 /// `--frames`: a whole number of at least 1.
@@ -58,6 +63,9 @@ impl CaptureArgs {
             }
         }
         check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some(), self.capture_io.is_some())?;
+        if let Some(name) = &self.camera {
+            crate::core::config::check_camera_name(name).map_err(|e| anyhow::anyhow!("--camera: {e:#}"))?;
+        }
         Ok(CaptureConfig {
             source,
             fps: self.fps,
@@ -79,6 +87,7 @@ impl CaptureArgs {
         v.extend(self.format.as_ref().map(|f| format!("--format={f}")));
         v.extend(self.size.as_ref().map(|s| format!("--size={s}")));
         v.extend(self.capture_io.map(|io| format!("--capture-io={}", io.name())));
+        v.extend(self.camera.as_ref().map(|c| format!("--camera={c}")));
         v
     }
 }

@@ -115,6 +115,10 @@ pub struct PipelineArgs {
     pub scale: ScaleArgs,
     #[command(flatten)]
     pub infer: InferArgs,
+    /// The cameras of a command line with `--source` (set by [`super::main`] from
+    /// [`super::cameras::split`]; empty: the capture options as parsed).
+    #[arg(skip)]
+    pub cameras: Vec<super::cameras::CameraGroup>,
 }
 
 impl PipelineArgs {
@@ -122,7 +126,10 @@ impl PipelineArgs {
     /// value is one line from the front rather than a failure inside a child.
     pub fn check(&self) -> Result<DataPath> {
         let data = self.common.data_path()?;
-        self.capture.config()?;
+        let cams = self.cams()?;
+        for (name, c) in &cams {
+            c.config().map_err(|e| if cams.len() > 1 { e.context(format!("camera {name}")) } else { e })?;
+        }
         self.scale.config()?;
         self.infer.config()?;
         Ok(data)
@@ -130,6 +137,17 @@ impl PipelineArgs {
 }
 
 impl PipelineArgs {
+    /// Each camera's name and capture options ([`super::cameras::camera_args`]): one,
+    /// `cam0` with the options as parsed, unless `--source` was given on the command line.
+    pub fn cams(&self) -> Result<Vec<(String, CaptureArgs)>> {
+        super::cameras::camera_args(&self.capture, &self.cameras)
+    }
+
+    /// These options with `capture` as the capture options (one camera of several).
+    pub fn for_camera(&self, capture: &CaptureArgs) -> PipelineArgs {
+        PipelineArgs { capture: capture.clone(), cameras: vec![], ..self.clone() }
+    }
+
     /// The plan on this machine: each stage's `auto` resolved by the stage's own rule, and
     /// the heap and capture I/O decided from them ([`crate::plan::make`]).
     pub fn plan(&self, publish: PathBuf) -> Result<Plan> {

@@ -50,7 +50,16 @@ impl CompareArgs {
         let p = &self.pipeline;
         let mut v = data.flags();
         v.retain(|f| f != "--copy-mode");
-        v.extend(p.capture.flags());
+        if p.cameras.is_empty() {
+            v.extend(p.capture.flags());
+        } else {
+            // Several cameras: the shared options, then each `--source` with its own.
+            v.extend(p.capture.flags().into_iter().filter(|f| !f.starts_with("--source=")));
+            for g in &p.cameras {
+                v.push(format!("--source={}{}", g.name.as_ref().map(|n| format!("{n}=")).unwrap_or_default(), g.source));
+                v.extend(g.flags.iter().cloned());
+            }
+        }
         if p.capture.frames.is_none() {
             v.push("--frames=150".into());
         }

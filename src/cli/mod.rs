@@ -7,6 +7,7 @@
 //! library with them and the stop flag; it holds no pipeline logic. Errors print as one
 //! line, `zcpipe <stage>: error: <what> ...: <fix>`, and exit non-zero.
 
+pub mod cameras;
 pub mod capture;
 pub mod common;
 pub mod compare;
@@ -142,6 +143,11 @@ impl StageCmd {
         let (StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. }) = &self;
         let data = common.data_path()?;
         let instance = data.instance.clone();
+        // One camera of several reports (and listens) as `capture@NAME`.
+        let name: &'static str = match &self {
+            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => Box::leak(format!("capture@{c}").into_boxed_str()),
+            _ => name,
+        };
         let ctx = StageCtx { name, stop: &STOP, reporter: Reporter::new(common.report_fd), data };
         match self {
             StageCmd::Capture { args, .. } => crate::capture::stage::run(args.config()?, ctx),
@@ -154,7 +160,20 @@ impl StageCmd {
 
 /// Parses the command line and runs it; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    // Several `--source`s (each with its own options) are split off before clap reads the rest.
+    let (args, cameras) = match cameras::split(std::env::args_os().collect()) {
+        Ok(v) => v,
+        Err(e) => {
+            error_line("zcpipe", &format!("{e:#}"));
+            return 2;
+        }
+    };
+    let mut cli = Cli::parse_from(args);
+    match &mut cli.cmd {
+        Command::Run(a) => a.pipeline.cameras = cameras,
+        Command::Compare(a) => a.pipeline.cameras = cameras,
+        _ => {}
+    }
     let tag = match &cli.cmd {
         Command::Run(_) => "zcpipe".to_string(),
         Command::Watch(_) => "zcpipe watch".to_string(),

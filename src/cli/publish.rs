@@ -22,6 +22,10 @@ pub struct PublishArgs {
     /// zcpipe group when it exists, else only this user.
     #[arg(long)]
     pub socket_group: Option<String>,
+    /// The cameras' names, comma-separated, in the run's order: each JSON line's
+    /// `"camera"`. `zcpipe run` sets it from its `--source NAME=...` (default cam0).
+    #[arg(long, value_delimiter = ',', default_value = "cam0")]
+    pub cameras: Vec<String>,
 }
 
 impl PublishArgs {
@@ -32,6 +36,7 @@ impl PublishArgs {
             socket: self.publish.clone().unwrap_or_else(|| default_detections_socket(instance)),
             print: self.print,
             socket_group: self.socket_group.clone(),
+            cameras: self.cameras.clone(),
         }
     }
 }

@@ -19,11 +19,21 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
             println!("{}", serde_json::to_string(&cfg.plan)?);
         } else {
             print!("{}", cfg.plan.text());
+            if cfg.cameras.len() > 1 {
+                for (name, source) in &cfg.cameras {
+                    println!("camera {name}: {source} (its own capture stage, capture@{name})");
+                }
+            }
         }
         return Ok(0);
     }
     for line in cfg.plan.text().lines() {
         log::info!("{line}");
+    }
+    if cfg.cameras.len() > 1 {
+        for (name, source) in &cfg.cameras {
+            log::info!("camera {name}: {source} (its own capture stage, capture@{name})");
+        }
     }
     crate::supervise::run::run(cfg, stop)
 }
@@ -80,39 +90,64 @@ impl RunArgs {
         if let Some(dir) = self.summary_json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
             anyhow::bail!("--summary-json: folder {} does not exist; create it or pass another path", dir.display());
         }
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone() };
+        let cams = self.pipeline.cams()?;
+        let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
+        let several = cams.len() > 1;
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
-        let plan = self.pipeline.plan(publish.config(&data.instance).socket)?;
-        let resolved = self.pipeline.resolved(&plan);
+        let socket = publish.config(&data.instance).socket;
+        // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
+        let first = self.pipeline.for_camera(&cams[0].1);
+        let plan = first.plan(socket.clone())?;
+        let resolved = first.resolved(&plan);
+        let mut captures = vec![resolved.capture.clone()];
+        for (_, c) in &cams[1..] {
+            let p = self.pipeline.for_camera(c);
+            captures.push(p.resolved(&p.plan(socket.clone())?).capture);
+        }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
         let common = resolved.common.flags(&data);
         let p = &resolved;
         let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
-        let stage_flags = Stage::ALL
-            .into_iter()
-            .map(|stage| {
-                let mut v = common.clone();
-                v.extend(match stage {
-                    Stage::Capture => p.capture.flags(),
-                    Stage::Scale => p.scale.flags(),
-                    Stage::Infer => p.infer.flags(),
-                    Stage::Publish => {
-                        let mut v: Vec<String> = self.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
-                        v.push(format!("--print={print}"));
-                        v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
-                        v
-                    }
-                });
-                (stage, v)
-            })
-            .collect();
+        let mut stage_flags: Vec<(Stage, String, Vec<String>)> = vec![];
+        for (name, cap) in names.iter().zip(&captures) {
+            let mut v = common.clone();
+            v.extend(cap.flags());
+            if several {
+                v.push(format!("--camera={name}"));
+                stage_flags.push((Stage::Capture, format!("capture@{name}"), v));
+            } else {
+                stage_flags.push((Stage::Capture, "capture".into(), v));
+            }
+        }
+        for stage in [Stage::Scale, Stage::Infer, Stage::Publish] {
+            let mut v = common.clone();
+            v.extend(match stage {
+                Stage::Scale if several => {
+                    let mut s = p.scale.clone();
+                    s.cameras = names.clone();
+                    s.flags()
+                }
+                Stage::Scale => p.scale.flags(),
+                Stage::Infer => p.infer.flags(),
+                _ => {
+                    let mut v: Vec<String> = self.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
+                    v.push(format!("--print={print}"));
+                    v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
+                    v.push(format!("--cameras={}", names.join(",")));
+                    v
+                }
+            });
+            stage_flags.push((stage, stage.name().to_string(), v));
+        }
+        let cameras: Vec<(String, String)> = names.iter().zip(&captures).map(|(n, c)| (n.clone(), crate::capture::spec::redact_url(&c.source))).collect();
         let restart = crate::supervise::RestartPolicy {
             max: self.restart_max,
             window: std::time::Duration::from_secs(self.restart_window),
             reset_after: std::time::Duration::from_secs(self.restart_reset),
             watchdog: (self.watchdog > 0).then(|| std::time::Duration::from_secs(self.watchdog)),
         };
-        Ok(RunConfig { publish_socket: publish.config(&data.instance).socket, data, stage_flags, summary_json: self.summary_json.clone(), plan, restart })
+        Ok(RunConfig { publish_socket: socket, data, stage_flags, summary_json: self.summary_json.clone(), plan, restart, cameras })
     }
 }

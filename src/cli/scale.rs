@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 
-use crate::core::config::Choice;
+use crate::core::config::{check_camera_list, Choice};
 use crate::scale::rga::RgaCore;
 use crate::scale::{ScaleConfig, ScalerKind};
 
@@ -24,16 +24,30 @@ pub struct ScaleArgs {
     /// between cores jitter by 2-4 px, and RGA2 reaches only the first 4 GiB).
     #[arg(long, value_parser = choice::<RgaCore>(), default_value = "auto")]
     pub rga_core: RgaCore,
+    /// Several cameras: their names, comma-separated (`front,door`); the scale stage joins
+    /// each one's capture stage at `capture@NAME.sock` and takes their frames in turn.
+    /// Empty (default): one camera, at `capture.sock`. `zcpipe run` sets it.
+    #[arg(long, value_delimiter = ',')]
+    pub cameras: Vec<String>,
 }
 
 impl ScaleArgs {
     /// The checked configuration: the output pool has 2..=64 buffers.
     pub fn config(&self) -> Result<ScaleConfig> {
-        Ok(ScaleConfig { scaler: self.scaler.clone(), buffers: check_buffers("--scale-buffers", self.scale_buffers.unwrap_or(3), 3)?, rga_core: self.rga_core })
+        Ok(ScaleConfig {
+            scaler: self.scaler.clone(),
+            buffers: check_buffers("--scale-buffers", self.scale_buffers.unwrap_or(3), 3)?,
+            rga_core: self.rga_core,
+            cameras: check_camera_list("--cameras", &self.cameras)?,
+        })
     }
 
     /// These options as `--key=value` flags (see [`super::capture::CaptureArgs::flags`]).
     pub fn flags(&self) -> Vec<String> {
-        vec![format!("--scaler={}", self.scaler), format!("--scale-buffers={}", self.scale_buffers.unwrap_or(3)), format!("--rga-core={}", self.rga_core.name())]
+        let mut v = vec![format!("--scaler={}", self.scaler), format!("--scale-buffers={}", self.scale_buffers.unwrap_or(3)), format!("--rga-core={}", self.rga_core.name())];
+        if !self.cameras.is_empty() {
+            v.push(format!("--cameras={}", self.cameras.join(",")));
+        }
+        v
     }
 }

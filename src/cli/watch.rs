@@ -25,10 +25,14 @@ pub struct WatchArgs {
     /// reconnect for this many seconds (0 to 3600) before giving up.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub reconnect_for: u64,
+    /// Only this camera's frames (its name in `zcpipe run --source NAME=...`; unnamed
+    /// cameras are cam0, cam1, ...).
+    #[arg(long)]
+    pub camera: Option<String>,
 }
 
 impl From<WatchArgs> for WatchConfig {
     fn from(a: WatchArgs) -> WatchConfig {
-        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count, reconnect_for: std::time::Duration::from_secs(a.reconnect_for) }
+        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count, camera: a.camera, reconnect_for: std::time::Duration::from_secs(a.reconnect_for) }
     }
 }

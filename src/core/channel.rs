@@ -111,6 +111,77 @@ impl Sleeper {
         };
         Ok(ev[..n].iter().any(|e| e.data() == EV_CONN) && conn.peer_gone())
     }
+
+    /// Takes whatever the epoll set holds ready without waiting (`epoll_wait` with timeout
+    /// 0), so that after a wait on several consumers ([`wait_any`]) an old doorbell edge
+    /// does not wake the next wait again.
+    fn drain(&self) {
+        let mut ev = [EpollEvent::empty(); 2];
+        let _ = self.ep.wait(&mut ev, EpollTimeout::ZERO);
+    }
+}
+
+/// One consumer of a wait on several ([`wait_any`]): what it polls and how it says it sleeps.
+pub trait Waitable {
+    /// Says this consumer sleeps (its producer rings the doorbell from now on); returns
+    /// whether something is already there to take (an item, the end of the stream), in
+    /// which case the caller does not sleep.
+    fn arm(&self) -> bool;
+    /// Says this consumer is awake again, and forgets wake-ups already seen.
+    fn disarm(&self);
+    /// The fd that becomes readable (poll(2) `POLLIN`) when this consumer has something:
+    /// its epoll set (epoll(7): an epoll fd is readable while it holds ready events), or
+    /// the socket its frames come over.
+    fn wait_fd(&self) -> BorrowedFd<'_>;
+}
+
+/// Sleeps up to `timeout` until one of `waiters` has something to take (or its producer
+/// hangs up), the way one consumer sleeps in [`Receiver::recv`] but over several hops: each
+/// says it sleeps ([`Waitable::arm`]), then one poll(2) on their fds. Returns at once if
+/// one already has something; a signal ends the sleep early. The caller then takes from
+/// each with a zero timeout. Errors only if poll(2) fails for another reason than EINTR.
+pub fn wait_any(waiters: &[&dyn Waitable], timeout: Duration) -> Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut armed = 0;
+    let mut ready = false;
+    for w in waiters {
+        armed += 1;
+        if w.arm() {
+            ready = true;
+            break;
+        }
+    }
+    if !ready && !waiters.is_empty() {
+        let mut fds: Vec<PollFd<'_>> = waiters.iter().map(|w| PollFd::new(w.wait_fd(), PollFlags::POLLIN)).collect();
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                waiters[..armed].iter().for_each(|w| w.disarm());
+                bail!("poll on {} upstream hops: {e}", waiters.len());
+            }
+        }
+    } else if waiters.is_empty() {
+        std::thread::sleep(timeout);
+    }
+    waiters[..armed].iter().for_each(|w| w.disarm());
+    Ok(())
+}
+
+impl<T: Pod> Waitable for Receiver<T> {
+    fn arm(&self) -> bool {
+        self.ring.set_sleeping(true);
+        !self.ring.is_empty() || self.ring.eos()
+    }
+
+    fn disarm(&self) {
+        self.ring.set_sleeping(false);
+        self.sleeper.drain();
+    }
+
+    fn wait_fd(&self) -> BorrowedFd<'_> {
+        self.sleeper.ep.0.as_fd()
+    }
 }
 
 /// Rejected slots a [`Receiver`] logs one by one; after these, only the powers of two.
@@ -400,6 +471,15 @@ impl<T: Pod> Receiver<T> {
                 // Nothing came within the whole timeout: no spinning until items come fast
                 // again (a stalled upstream must not cost a spin per idle turn).
                 self.last_gap = Duration::MAX;
+                // A look without a wait (a consumer of several hops, after `wait_any`)
+                // never sleeps, where a hang-up is otherwise seen: one zero-timeout poll.
+                if timeout.is_zero() && self.conn.peer_gone() {
+                    // What it queued before it went (its end of stream) is taken first.
+                    if !self.ring.is_empty() || self.ring.eos() {
+                        continue;
+                    }
+                    return Ok(Recv::Hangup);
+                }
                 return Ok(Recv::Idle);
             }
             // An item found after this counts its gap from here (for the adaptive spin).

@@ -136,6 +136,34 @@ impl DataPath {
     }
 }
 
+/// Checks a camera name (`--source NAME=...`, `--camera`): 1 to 32 of `a-z`, `0-9`, `_`
+/// and `-`. Names become file names (`capture@NAME.sock`), systemd instance names
+/// (`zcpipe-capture@NAME.service`) and, later, MQTT topic levels, so `/`, `+`, `#`, spaces
+/// and capitals are refused. The error names the text and the rule.
+pub fn check_camera_name(name: &str) -> anyhow::Result<()> {
+    let ok = (1..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !ok {
+        anyhow::bail!("camera name \"{name}\": use 1 to 32 of a-z, 0-9, _ and - (it becomes a socket name and an MQTT topic level: no /, +, #, spaces or capitals)");
+    }
+    Ok(())
+}
+
+/// Checks a list of camera names (`flag` names the option in the error): each name is
+/// valid ([`check_camera_name`]), none repeats, and there are at most
+/// [`crate::core::frame::MAX_CAMERAS`]. Returns the names.
+pub fn check_camera_list(flag: &str, names: &[String]) -> anyhow::Result<Vec<String>> {
+    if names.len() > crate::core::frame::MAX_CAMERAS {
+        anyhow::bail!("{flag}: {} cameras; one pipeline serves at most {}: run a second instance (--instance) for more", names.len(), crate::core::frame::MAX_CAMERAS);
+    }
+    for (i, n) in names.iter().enumerate() {
+        check_camera_name(n).map_err(|e| anyhow::anyhow!("{flag}: {e:#}"))?;
+        if names[..i].contains(n) {
+            anyhow::bail!("{flag}: camera name \"{n}\" is given twice; give each camera its own name");
+        }
+    }
+    Ok(names.to_vec())
+}
+
 /// Checks an instance name: a plain name (it becomes a folder name).
 pub fn check_instance(i: &str) -> anyhow::Result<()> {
     if i.is_empty() || i.contains('/') || i == "." || i == ".." || i.contains('\0') {

@@ -50,6 +50,13 @@ pub struct CopyCounters {
     pub socket_bytes: u64,
 }
 
+impl CopyCounters {
+    /// These counts and `other`'s together (several cameras' hops, summed).
+    pub fn plus(self, other: CopyCounters) -> CopyCounters {
+        CopyCounters { frames: self.frames + other.frames, copied_bytes: self.copied_bytes + other.copied_bytes, socket_bytes: self.socket_bytes + other.socket_bytes }
+    }
+}
+
 /// Copies the planes of `desc` out of `bufs` into `out` (cleared first), contiguously, and
 /// returns the descriptor re-based onto that payload. Errors if a plane lies outside its
 /// buffer.
@@ -141,6 +148,12 @@ impl CopyReceiver {
     /// Wraps the consumer's end; frames larger than `max_payload` bytes are refused.
     pub fn new(sock: UnixStream, max_payload: u64) -> CopyReceiver {
         CopyReceiver { sock, scratch: Vec::new(), max_payload, counters: CopyCounters::default() }
+    }
+
+    /// The data socket, which polls readable (`POLLIN`) when a frame or the hang-up is there.
+    pub fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.sock.as_fd()
     }
 
     /// Waits up to `timeout` for the next frame and reads it whole into `scratch`.

@@ -98,6 +98,15 @@ impl DmaBuf {
         Ok(DmaBuf::new(fd, size, kind))
     }
 
+    /// Another handle on the same buffer: the fd duplicated (`F_DUPFD_CLOEXEC`, fcntl(2)),
+    /// with its own mapping made at first CPU access. For a device that imports a pool a
+    /// second time (the scale stage binds one scaler per camera to its one output pool).
+    /// Errors if the process is out of fds.
+    pub fn try_clone(&self) -> Result<DmaBuf> {
+        let fd = self.fd.try_clone().context("duplicating a buffer fd (out of fds? raise `ulimit -n`)")?;
+        Ok(DmaBuf::new(fd, self.size, self.kind.clone()))
+    }
+
     /// Size in bytes.
     pub fn size(&self) -> u64 {
         self.size

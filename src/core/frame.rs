@@ -334,7 +334,7 @@ impl LetterboxParams {
 /// saw the restart (the upstream of a restarted stage counts the frames it dropped while no
 /// consumer was there plus those the dead stage held; for capture, its downstream counts
 /// the frames the source did not make while it was down, at its nominal rate). Bits 0-3:
-/// the stage index + 1 (0: no notice); bits 8-31: `lost`, saturating at 2^24 - 1.
+/// the stage index + 1 (0: no notice); bits 4-7: the camera ([`camera_of`]); bits 8-31: `lost`, saturating at 2^24 - 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RestartMark {
     /// The stage that restarted.
@@ -365,9 +365,28 @@ impl RestartMark {
         if RestartMark::from_flags(flags).is_some() {
             flags
         } else {
-            self.to_flags()
+            (flags & CAMERA_BITS) | self.to_flags()
         }
     }
+}
+
+/// Cameras one pipeline serves at most: a frame's camera index (its position in the run's
+/// `--source` list) travels in bits 4-7 of [`FrameDesc::flags`] and
+/// [`crate::core::detections::DetectionsDesc::flags`], beside the [`RestartMark`].
+pub const MAX_CAMERAS: usize = 16;
+
+/// The bits of a flags word that hold the camera index.
+const CAMERA_BITS: u32 = 0xf0;
+
+/// The camera index (0..[`MAX_CAMERAS`]) a flags word carries; 0 for a single camera.
+pub fn camera_of(flags: u32) -> usize {
+    ((flags & CAMERA_BITS) >> 4) as usize
+}
+
+/// `flags` with camera index `camera` (taken modulo [`MAX_CAMERAS`]; the command line
+/// refuses more cameras), the restart notice kept.
+pub fn with_camera(flags: u32, camera: usize) -> u32 {
+    (flags & !CAMERA_BITS) | (((camera % MAX_CAMERAS) as u32) << 4)
 }
 
 /// Stages, in pipeline order; index into [`FrameDesc::stamps`].
@@ -452,6 +471,17 @@ impl FrameDesc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_camera_index_shares_the_flags_word_with_a_restart_notice() {
+        let m = RestartMark { stage: Stage::Capture, lost: 1000 };
+        let f = with_camera(m.to_flags(), 11);
+        assert_eq!((camera_of(f), RestartMark::from_flags(f)), (11, Some(m)));
+        let marked = RestartMark { stage: Stage::Infer, lost: 3 }.mark(with_camera(0, 7));
+        assert_eq!((camera_of(marked), RestartMark::from_flags(marked)), (7, Some(RestartMark { stage: Stage::Infer, lost: 3 })));
+        assert_eq!(camera_of(with_camera(f, 2)), 2);
+        assert_eq!(camera_of(0), 0);
+    }
 
     #[test]
     fn a_restart_mark_round_trips_through_the_flags_word() {

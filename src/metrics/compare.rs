@@ -84,7 +84,48 @@ fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> 
         bail!("zcpipe run{} failed: {}", if copy { " --copy-mode" } else { "" }, String::from_utf8_lossy(&out.stderr).trim());
     }
     let text = std::fs::read_to_string(&summary).with_context(|| format!("reading {}", summary.display()))?;
-    Ok(serde_json::from_str(&text)?)
+    let mut v: Value = serde_json::from_str(&text)?;
+    merge_cameras(&mut v);
+    Ok(v)
+}
+
+/// With several cameras a run's summary has one capture stage per camera
+/// (`stages["capture@NAME"]`): this adds their sum as `stages["capture"]` (frames, bytes
+/// copied, drops, CPU time, context switches, memory; the frame span from the first camera's
+/// first frame to the last one's last, its frames all cameras'), so the comparison reads
+/// one capture stage, as with one camera. A summary with a `capture` stage is left as it is.
+pub fn merge_cameras(summary: &mut Value) {
+    let Some(stages) = summary.get_mut("stages").and_then(|s| s.as_object_mut()) else { return };
+    if stages.contains_key("capture") {
+        return;
+    }
+    let cams: Vec<Value> = stages.iter().filter(|(k, _)| k.starts_with("capture@")).map(|(_, v)| v.clone()).collect();
+    if cams.is_empty() {
+        return;
+    }
+    let sum = |path: &[&str]| -> f64 { cams.iter().map(|c| path.iter().fold(c, |v, k| &v[*k]).as_f64().unwrap_or(0.0)).sum() };
+    let mut merged = serde_json::json!({
+        "stage": "capture",
+        "frames_in": sum(&["frames_in"]),
+        "frames_out": sum(&["frames_out"]),
+        "copy_out": {"frames": sum(&["copy_out", "frames"]), "copied_bytes": sum(&["copy_out", "copied_bytes"]), "socket_bytes": sum(&["copy_out", "socket_bytes"])},
+        "output_ring": {"dropped": sum(&["output_ring", "dropped"]), "produced": sum(&["output_ring", "produced"]), "consumed": sum(&["output_ring", "consumed"])},
+        "process": {},
+    });
+    for k in ["user_us", "system_us", "voluntary_ctx", "involuntary_ctx", "rss_kib", "pss_kib"] {
+        merged["process"][k] = sum(&["process", k]).into();
+    }
+    let spans: Vec<crate::metrics::FrameSpan> = cams.iter().filter_map(|c| serde_json::from_value(c["out_span"].clone()).ok()).collect();
+    if !spans.is_empty() {
+        let first = spans.iter().map(|s| s.first_s).fold(f64::INFINITY, f64::min);
+        let last = spans.iter().map(|s| s.last_s).fold(f64::NEG_INFINITY, f64::max);
+        merged["out_span"] = serde_json::json!({"frames": spans.iter().map(|s| s.frames).sum::<u64>(), "first_s": first, "last_s": last});
+    }
+    // Whole numbers stay whole (frames_out is read as an integer).
+    for k in ["frames_in", "frames_out"] {
+        merged[k] = (merged[k].as_f64().unwrap_or(0.0) as u64).into();
+    }
+    stages.insert("capture".into(), merged);
 }
 
 /// The metrics compared, from one run summary.

@@ -23,6 +23,9 @@ pub struct PublishConfig {
     /// `--socket-group`: the group whose members may connect to the detections socket
     /// (`None`: the `zcpipe` group when it exists, else the owner only).
     pub socket_group: Option<String>,
+    /// The cameras' names in the run's order (a frame's camera index is its position):
+    /// each JSON line's `camera`. One name for a single camera (`cam0` unless named).
+    pub cameras: Vec<String>,
 }
 
 /// The group `--socket-group` names (`name`), else the `zcpipe` group when it exists

@@ -2,12 +2,12 @@
 //!
 //! Each line is one JSON object ending in `\n`, with a `"type"` field naming its kind:
 //! - `"frame"`: one per published frame ([`FrameJson`]):
-//!   `{"type": "frame", "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
+//!   `{"type": "frame", "camera": str, "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
 //!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
 //!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2]}]}`
 //!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
 //! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
-//!   first frame after it: `{"type": "notice", "stage": str, "event": "restarted",
+//!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted",
 //!   "frames_lost": u64, "seq": u64}` (`seq`: the frame that follows; `frames_lost`: see
 //!   [`crate::core::frame::RestartMark`]);
 //! - `"end"`: the last line before EOF ([`EndJson`]):
@@ -116,7 +116,11 @@ pub struct LatencyJson {
 /// The `"frame"` line: one frame's detections.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FrameJson {
-    /// Frame sequence number.
+    /// The camera the frame came from: its name in `zcpipe run --source NAME=...` (`cam0`,
+    /// `cam1`, ... for unnamed ones). Empty from a publisher older than the field.
+    #[serde(default)]
+    pub camera: String,
+    /// Frame sequence number (per camera: each camera's capture counts its own frames).
     pub seq: u64,
     /// Capture time, CLOCK_MONOTONIC ns.
     pub timestamp_ns: u64,
@@ -136,6 +140,10 @@ pub struct FrameJson {
 pub struct NoticeJson {
     /// The stage that restarted (`capture`, `scale`, `infer`, `publish`).
     pub stage: String,
+    /// The camera of the frame that follows (for a capture restart, the camera whose
+    /// capture stage restarted).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub camera: String,
     /// What happened: `restarted`.
     pub event: String,
     /// Frames lost while it was gone (counted by its upstream neighbour: dropped while no
@@ -165,6 +173,7 @@ mod tests {
     #[test]
     fn every_line_has_its_type_and_reads_back() {
         let f = FrameJson {
+            camera: "front".into(),
             seq: 3,
             timestamp_ns: 7,
             width: 640,
@@ -181,7 +190,7 @@ mod tests {
         );
         let end = SocketLine::End(EndJson { end: true, frames: 5, reason: "end of stream".into() }).to_line().unwrap();
         assert_eq!(end, "{\"type\":\"end\",\"end\":true,\"frames\":5,\"reason\":\"end of stream\"}\n");
-        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), event: "restarted".into(), frames_lost: 12, seq: 99 }).to_line().unwrap();
+        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), camera: String::new(), event: "restarted".into(), frames_lost: 12, seq: 99 }).to_line().unwrap();
         assert_eq!(notice, "{\"type\":\"notice\",\"stage\":\"infer\",\"event\":\"restarted\",\"frames_lost\":12,\"seq\":99}\n");
         for line in [&frame, &end, &notice] {
             let back: SocketLine = serde_json::from_str(line).unwrap();
@@ -213,7 +222,7 @@ mod tests {
     #[test]
     fn floats_read_back_exactly() {
         let latency_us = LatencyJson { capture: 1.0, scale: 240.0, infer: 3.0, publish: 4.5555555555555546e103, total: 1.0715660391465826e-75 };
-        let line = SocketLine::Frame(FrameJson { seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![] });
+        let line = SocketLine::Frame(FrameJson { camera: "cam0".into(), seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![] });
         assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
     }
 

@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 
 use crate::core::detections::DetectionsDesc;
 use crate::core::channel::{Receiver, Recv};
-use crate::core::frame::{monotonic_ns, RestartMark, Stage};
+use crate::core::frame::{camera_of, monotonic_ns, RestartMark, Stage};
 use crate::core::link::{Offer, PeerGone};
 use crate::core::link::{Conn, ControlMsg, Listener};
 use crate::core::pool::join;
@@ -21,9 +21,10 @@ use super::{DetectionServer, PrintMode, PublishConfig};
 
 /// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
 /// [`LatencyJson`] for where the line's publish latency ends).
-pub fn frame_json(d: &DetectionsDesc, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
+pub fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
     let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
     FrameJson {
+        camera: camera.to_string(),
         seq: d.seq,
         timestamp_ns: d.timestamp_ns,
         width: d.width,
@@ -76,21 +77,34 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
 
     let start = Instant::now();
     let mut lat = LatencySet::default();
+    // Per camera (several only): its frames and latencies, for the report's `cameras`.
+    let mut per_cam: Vec<(LatencySet, FrameSpan)> = cfg.cameras.iter().map(|_| Default::default()).collect();
+    let several = cfg.cameras.len() > 1;
+    let camera_name = |d: &DetectionsDesc| cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)));
     let mut n_in = 0u64;
     let stdout = std::io::stdout();
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one handed out.
-    let report = |server: &DetectionServer, lat: &LatencySet, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+    let report = |server: &DetectionServer, lat: &LatencySet, per_cam: &[(LatencySet, FrameSpan)], n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
         extra.push(("server", serde_json::to_value(server.stats()).unwrap_or_default()));
+        if several {
+            let cams: serde_json::Map<String, serde_json::Value> = cfg
+                .cameras
+                .iter()
+                .zip(per_cam)
+                .map(|(name, (l, s))| (name.clone(), serde_json::json!({"frames": s.frames, "out_span": s, "latency": l.summary()})))
+                .collect();
+            extra.push(("cameras", cams.into()));
+        }
         ctx.reporter.send(&StageReport { frames_in: n_in, frames_out: span.frames, latency: lat.summary(), out_span: Some(span), ..ctx.report(start, final_report, extra) })
     };
     let validate = |d: &DetectionsDesc| d.validate();
     let ended = {
-        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input);
+        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam);
         ctx.run_loop(
             &mut state,
-            |(server, lat, n_in, span, input)| report(server, lat, **n_in, **span, false, input.facts()),
-            |(server, lat, n_in, span, input)| {
+            |(server, lat, n_in, span, input, per_cam)| report(server, lat, per_cam, **n_in, **span, false, input.facts()),
+            |(server, lat, n_in, span, input, per_cam)| {
                 server.service_due();
                 let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
                     Incoming::Item(d) => d,
@@ -102,13 +116,14 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 // The line carries the latencies up to now, when it is built: it cannot carry
                 // the time it takes to serialise and send itself (LatencyJson).
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                let camera = camera_name(&d);
                 if let Some(m) = RestartMark::from_flags(d.flags) {
-                    log::info!("the {} stage restarted; {} frames lost; frame {} follows", m.stage.name(), m.lost, d.seq);
-                    let n = NoticeJson { stage: m.stage.name().into(), event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
+                    log::info!("the {} stage restarted; {} frames lost; frame {} of camera {camera} follows", m.stage.name(), m.lost, d.seq);
+                    let n = NoticeJson { stage: m.stage.name().into(), camera: camera.clone(), event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
                     server.broadcast(SocketLine::Notice(n).to_line()?.as_bytes());
                 }
-                let f = frame_json(&d, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
-                let human = (cfg.print == PrintMode::Human).then(|| human_line(&f));
+                let f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
+                let human = (cfg.print == PrintMode::Human).then(|| if several { format!("{camera}: {}", human_line(&f)) } else { human_line(&f) });
                 let line = SocketLine::Frame(f).to_line()?;
                 server.broadcast(line.as_bytes());
                 match (cfg.print, &human) {
@@ -123,7 +138,12 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 // The histograms get the stage's whole span: taken off the ring to the line
                 // handed to every client and printed.
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
-                lat.record(&latencies_us(d.timestamp_ns, &d.stamps));
+                let l = latencies_us(d.timestamp_ns, &d.stamps);
+                lat.record(&l);
+                if let Some((cl, cs)) = per_cam.get_mut(camera_of(d.flags)).filter(|_| several) {
+                    cl.record(&l);
+                    cs.tick(start);
+                }
                 span.tick(start);
                 Ok(Turn::Next)
             },
@@ -140,7 +160,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
         },
         |server, mut extras| {
             extras.extend(input.facts());
-            report(server, &lat, n_in, span, true, extras)
+            report(server, &lat, &per_cam, n_in, span, true, extras)
         },
     )
 }

@@ -25,6 +25,8 @@ pub struct WatchConfig {
     pub json: bool,
     /// Exit after this many frames (`None`: until the stream ends).
     pub count: Option<u64>,
+    /// Only this camera's frames and notices (`--camera NAME`); `None`: every camera's.
+    pub camera: Option<String>,
     /// How long to keep trying to reconnect after the socket closed without an end line
     /// (`--reconnect-for`, default [`RECONNECT_FOR`]).
     pub reconnect_for: Duration,
@@ -65,7 +67,14 @@ pub fn notice_line(n: &NoticeJson) -> String {
 ///
 /// Errors if a line is not UTF-8, another read error than a reset or EOF, or `out` cannot
 /// be written (other than a broken pipe).
-pub fn print_stream(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool) -> Result<StreamEnd> {
+pub fn print_stream(input: impl BufRead, out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool) -> Result<StreamEnd> {
+    print_camera(input, out, json, count, frames, stop, None)
+}
+
+/// [`print_stream`] of one camera's lines only (`camera`: its name, `zcpipe watch
+/// --camera`): frames and notices of other cameras are skipped and not counted; `None`
+/// keeps every line.
+pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool, camera: Option<&str>) -> Result<StreamEnd> {
     for line in input.lines() {
         if stop.load(Ordering::Relaxed) {
             return Ok(StreamEnd::Stopped);
@@ -76,6 +85,10 @@ pub fn print_stream(input: impl BufRead, mut out: impl Write, json: bool, count:
             Err(_) => return Ok(StreamEnd::Eof),
         };
         let parsed = SocketLine::parse(&line);
+        let other_camera = |c: &str| camera.is_some_and(|want| want != c);
+        if matches!(&parsed, Ok(SocketLine::Frame(f)) if other_camera(&f.camera)) || matches!(&parsed, Ok(SocketLine::Notice(n)) if !n.camera.is_empty() && other_camera(&n.camera)) {
+            continue;
+        }
         let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));
         let written = match parsed {
             Ok(SocketLine::End(_)) => {
@@ -84,7 +97,8 @@ pub fn print_stream(input: impl BufRead, mut out: impl Write, json: bool, count:
             }
             // --json passes every other line on as it came, read or not.
             _ if json => writeln!(out, "{line}"),
-            Ok(SocketLine::Frame(f)) => writeln!(out, "{}", human_line(&f)),
+            Ok(SocketLine::Frame(f)) if f.camera.is_empty() => writeln!(out, "{}", human_line(&f)),
+            Ok(SocketLine::Frame(f)) => writeln!(out, "{}: {}", f.camera, human_line(&f)),
             Ok(SocketLine::Notice(n)) => writeln!(out, "{}", notice_line(&n)),
             Err(e) => {
                 log::warn!("unreadable line ({e}): {line}");
@@ -123,7 +137,7 @@ pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     })?;
     let mut frames = 0u64;
     loop {
-        if print_stream(BufReader::new(s), std::io::stdout().lock(), args.json, args.count, &mut frames, stop)? != StreamEnd::Eof {
+        if print_camera(BufReader::new(s), std::io::stdout().lock(), args.json, args.count, &mut frames, stop, args.camera.as_deref())? != StreamEnd::Eof {
             return Ok(());
         }
         log::warn!("{} closed without an end of stream (the publish stage died, or dropped this client for taking nothing for 5 s); reconnecting", path.display());
@@ -174,7 +188,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.sock");
         let mut srv = DetectionServer::bind(&path).unwrap();
-        let cfg = WatchConfig { path: Some(path.clone()), instance: "default".into(), json: false, count: None, reconnect_for };
+        let cfg = WatchConfig { path: Some(path.clone()), instance: "default".into(), json: false, count: None, camera: None, reconnect_for };
         static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let watcher = std::thread::spawn(move || watch(cfg, &NEVER));
         wait_client(&mut srv);
@@ -182,11 +196,34 @@ mod tests {
         watcher.join().unwrap()
     }
 
+    /// `--camera` keeps one camera's frames (counted) and notices, and skips the rest.
+    #[test]
+    fn print_camera_keeps_one_cameras_lines() {
+        use super::super::schema::FrameJson;
+        static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let frame = |camera: &str, seq: u64| {
+            SocketLine::Frame(FrameJson { camera: camera.into(), seq, timestamp_ns: 1, width: 64, height: 48, latency_us: Default::default(), detections: vec![] }).to_line().unwrap()
+        };
+        let notice = |camera: &str| SocketLine::Notice(NoticeJson { stage: "capture".into(), camera: camera.into(), event: "restarted".into(), frames_lost: 2, seq: 5 }).to_line().unwrap();
+        let input = [frame("front", 1), frame("door", 1), notice("door"), notice("front"), frame("front", 2), frame("door", 2)].concat();
+        let mut out = Vec::new();
+        let mut frames = 0;
+        let r = print_camera(input.as_bytes(), &mut out, false, None, &mut frames, &NEVER, Some("front")).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!((r, frames), (StreamEnd::Eof, 2));
+        assert_eq!(out, "front: frame 1 (64x48, 0.0 ms): nothing\nnotice: the capture stage restarted (2 frames lost); frame 5 follows\nfront: frame 2 (64x48, 0.0 ms): nothing\n");
+        let mut all = Vec::new();
+        let mut n = 0;
+        print_camera(input.as_bytes(), &mut all, true, Some(3), &mut n, &NEVER, None).unwrap();
+        assert_eq!(n, 3, "no filter: every camera's frames count");
+    }
+
     #[test]
     fn print_stream_prints_each_frame_and_notice_until_the_end_line() {
         use super::super::schema::{DetectionJson, EndJson, FrameJson, LatencyJson};
         static NEVER: AtomicBool = AtomicBool::new(false);
         let frame = SocketLine::Frame(FrameJson {
+            camera: String::new(),
             seq: 3,
             timestamp_ns: 7,
             width: 640,
@@ -196,7 +233,7 @@ mod tests {
         })
         .to_line()
         .unwrap();
-        let notice = SocketLine::Notice(NoticeJson { stage: "scale".into(), event: "restarted".into(), frames_lost: 4, seq: 9 }).to_line().unwrap();
+        let notice = SocketLine::Notice(NoticeJson { stage: "scale".into(), camera: String::new(), event: "restarted".into(), frames_lost: 4, seq: 9 }).to_line().unwrap();
         let end = SocketLine::End(EndJson { end: true, frames: 1, reason: "end of stream".into() }).to_line().unwrap();
         let input = format!("{notice}{frame}not json\n{end}{frame}");
         let run = |input: &[u8], json, count| {

@@ -39,6 +39,9 @@ pub struct ScaleConfig {
     pub buffers: usize,
     /// With RGA: the core that runs the jobs.
     pub rga_core: rga::RgaCore,
+    /// The cameras' names when there are several (each joined at `capture@NAME.sock`, in
+    /// this order: a frame's camera index is its position here); empty for one camera.
+    pub cameras: Vec<String>,
 }
 
 /// Scaler backends (`--scaler`).

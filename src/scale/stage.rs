@@ -3,17 +3,20 @@
 //! output pool, then letterbox every frame into it.
 
 use crate::sys::board;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::Allocator;
-use crate::core::frame::{Fourcc, FrameDesc, Letterbox, Stage};
+use crate::core::channel::{wait_any, Recv, Waitable};
+use crate::core::copy::CopyCounters;
+use crate::core::frame::{with_camera, Fourcc, FrameDesc, Letterbox, Stage};
+use crate::core::ring::{OwnCounts, RingPolicy};
 use crate::core::link::{accept_hello, ControlMsg, Listener};
 use crate::core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
 use crate::metrics::{open_fd_count, FrameSpan, StageReport};
-use crate::stage::{drain_pool, incoming, serve_pool, upstream_facts, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+use crate::stage::{drain_pool, incoming, serve_pool, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::auto;
 use super::cpu::CpuScaler;
@@ -46,13 +49,105 @@ fn open_scaler(cfg: &ScaleConfig, copy_mode: bool) -> Result<Box<dyn Scaler>> {
     })
 }
 
+/// One camera's input: its hop from its capture stage, and the scaler bound to its pool
+/// (each camera has its own, so a device imports each pool once and never re-binds when
+/// the frames of two cameras alternate).
+struct Camera {
+    /// The camera's name (`cam0`, `front`), for logs and the report.
+    name: String,
+    input: Upstream,
+    /// Bound to the current pool of `input` once it joined.
+    scaler: Option<Box<dyn Scaler>>,
+    /// `input.joins()` when `scaler` was bound.
+    bound_joins: u64,
+    /// A device scaler's source layout: every frame must have it.
+    fixed_layout: Option<crate::core::frame::FrameLayout>,
+    /// Frames taken from this camera (scaled, or passed over for a newer one).
+    frames_in: u64,
+    /// Frames passed over because a newer one of the same camera was already waiting
+    /// (the scale stage takes the newest of each camera in turn).
+    skipped: u64,
+    /// Frames of this camera handed on.
+    frames_out: u64,
+    /// The camera's stream ended (its capture stage sent the end of stream).
+    ended: bool,
+}
+
+impl Camera {
+    /// Binds a newly joined (or re-joined) pool: the first time with `bind` (the output pool
+    /// as well). After a restart of its capture stage, a scaler that imported the old pool
+    /// (a device) is replaced by a fresh one from `reopen`, bound like the first (`dst` holds
+    /// second handles on the output pool); without `reopen`, [`Scaler::rebind_input`].
+    fn bind_if_joined(
+        &mut self,
+        dst: &mut [crate::core::dmabuf::DmaBuf],
+        dst_layout: &crate::core::frame::FrameLayout,
+        letterbox: Letterbox,
+        reopen: Option<&dyn Fn() -> Result<Box<dyn Scaler>>>,
+    ) -> Result<()> {
+        let Some(c) = self.input.current() else { return Ok(()) };
+        if self.input.joins() == self.bound_joins {
+            return Ok(());
+        }
+        let scaler = self.scaler.as_mut().context("no scaler for a camera")?;
+        let fresh = match reopen {
+            Some(open) if self.bound_joins > 0 && scaler.binds_pools() => {
+                *scaler = open()?;
+                log::info!("camera {}: its capture stage came back; a fresh {} imports its new pool", self.name, scaler.name());
+                true
+            }
+            _ => self.bound_joins == 0,
+        };
+        if fresh {
+            scaler.bind(c.buffers(), c.offer.layout.as_ref(), dst, dst_layout, letterbox).with_context(|| format!("camera {}", self.name))?;
+        } else {
+            scaler.rebind_input(c.buffers(), c.offer.layout.as_ref())?;
+        }
+        self.fixed_layout = c.offer.layout.filter(|_| scaler.binds_pools());
+        self.bound_joins = self.input.joins();
+        Ok(())
+    }
+
+    /// This camera's line in the report's `cameras` object.
+    fn facts(&self) -> serde_json::Value {
+        let c = self.input.counters();
+        serde_json::json!({
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "skipped_for_newer": self.skipped,
+            "ring_dropped": c.dropped,
+            "joined": !self.input.is_away(),
+            "ended": self.ended,
+        })
+    }
+}
+
+/// The sockets of the cameras' capture stages: `capture.sock` for a single unnamed one
+/// (`cameras` empty), else `capture@NAME.sock` each.
+pub fn capture_sockets(data: &crate::core::config::DataPath, cameras: &[String]) -> Vec<(String, std::path::PathBuf)> {
+    if cameras.is_empty() {
+        return vec![("cam0".to_string(), data.socket("capture"))];
+    }
+    cameras.iter().map(|n| (n.clone(), data.socket(&format!("capture@{n}")))).collect()
+}
+
 /// Runs the scale stage with `cfg` (checked by the command line) until capture ends the
-/// stream, the stop flag is set or a neighbour hangs up; returns the exit code.
+/// stream (every camera's, with several), the stop flag is set or a neighbour hangs up;
+/// returns the exit code.
+///
+/// With several cameras (`cfg.cameras`), each has its own capture stage, pool and
+/// drop-oldest ring; the stage takes the newest frame of each camera in turn
+/// (round-robin), sleeps on all their doorbells at once ([`crate::core::channel::wait_any`])
+/// and writes the camera's index into each frame's flags
+/// ([`crate::core::frame::with_camera`]). A camera whose stage is away (restarting, or not
+/// up yet) is skipped: the others go on.
 pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     if cfg.rga_core != RgaCore::Auto && cfg.scaler != ScalerKind::Rga {
         log::warn!("--rga-core {} is for --scaler rga; the {} scaler ignores it", cfg.rga_core.name(), cfg.scaler);
     }
-    let mut scaler = open_scaler(&cfg, ctx.data.copy_mode)?;
+    let sockets = capture_sockets(&ctx.data, &cfg.cameras);
+    // One scaler per camera, each opened now so that a wrong node fails before any set-up.
+    let mut scalers = sockets.iter().map(|_| open_scaler(&cfg, ctx.data.copy_mode)).collect::<Result<Vec<_>>>()?;
     let mut listener = Listener::bind(&ctx.data.socket("scale"))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
     let (down, msg) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
@@ -61,9 +156,24 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
     };
     let hello = ControlMsg::Hello { stage: "scale".into(), accept: ACCEPTED.iter().map(|f| f.0).collect(), want: None, wait: ctx.data.wait };
-    let mut input = Upstream::join(ctx.data.socket("capture"), Stage::Capture, hello, ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?;
-    let Some(first) = input.current() else { bail!("the capture stage hung up while we joined it") };
+    let mut cams: Vec<Camera> = Vec::with_capacity(sockets.len());
+    for (i, (name, path)) in sockets.into_iter().enumerate() {
+        let input = if i == 0 {
+            // The first camera is joined as a single one always was: its set-up is this one's.
+            Upstream::join(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?
+        } else {
+            // The others join when their capture stage is up (a camera may be slow to
+            // open, or waiting for the network): none waits for another.
+            Upstream::pending(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.data.copy_mode)
+        };
+        cams.push(Camera { name, input, scaler: None, bound_joins: 0, fixed_layout: None, frames_in: 0, skipped: 0, frames_out: 0, ended: false });
+    }
+    for (cam, scaler) in cams.iter_mut().zip(scalers.drain(..)) {
+        cam.scaler = Some(scaler);
+    }
+    let Some(first) = cams[0].input.current() else { bail!("the capture stage hung up while we joined it") };
     log::info!("joined capture: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
+    let fps = first.offer.fps;
 
     let letterbox = Letterbox::new(want.placement, want.pad);
     let dst = match want.layout() {
@@ -75,16 +185,23 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
     };
     let bpl = dst.planes[0].bytesperline;
-    let heap = scaler.output_heap(ctx.data.heap);
+    let heap = cams[0].scaler.as_ref().map(|s| s.output_heap(ctx.data.heap)).unwrap_or(ctx.data.heap);
     let alloc = Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"))?;
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
     // Host sources change size per frame (no fixed layout): buffers are imported at first use.
-    if let Err(e) = scaler.bind(first.buffers(), first.offer.layout.as_ref(), &mut pool, &dst, letterbox) {
+    if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None) {
         let error = format!("{e:#}");
         down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
         bail!("{error}");
     }
+    // With several cameras, each later camera's scaler binds the output pool when its camera
+    // joins, and a device scaler whose camera's capture stage restarted is replaced by a
+    // fresh one bound the same way: through these second handles on the same buffers.
+    let binds = cams.iter().any(|c| c.scaler.as_ref().is_some_and(|s| s.binds_pools()));
+    let mut dst_handles = if cams.len() > 1 || binds { pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()? } else { vec![] };
+    let reopen = || open_scaler(&cfg, ctx.data.copy_mode);
+    let can_reopen = !dst_handles.is_empty();
     let mut out = PoolProducer::offer(
         down,
         pool.into_iter().map(|b| vec![b]).collect(),
@@ -93,7 +210,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
             capacity: ring_capacity(ctx.data.ring_policy, cfg.buffers),
             memory: alloc.describe(),
             layout: Some(dst),
-            fps: first.offer.fps,
+            fps,
             description: format!("{}x{} {} {} letterbox, pad {}, bytesperline {}", dst.width, dst.height, dst.fourcc, want.placement.describe(), want.pad, bpl),
             copy_mode: ctx.data.copy_mode,
         },
@@ -114,78 +231,139 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let fds_setup = open_fd_count();
     ctx.ready(Instant::now());
     log::info!(
-        "{} -> {}x{} {}, {} letterbox, pad {}; open fds after set-up: {fds_setup}",
-        scaler.name(),
+        "{} -> {}x{} {}, {} letterbox, pad {}; {} camera{}; open fds after set-up: {fds_setup}",
+        cams[0].scaler.as_ref().map(|s| s.name()).unwrap_or_default(),
         dst.width,
         dst.height,
         dst.fourcc,
         want.placement.describe(),
-        want.pad
+        want.pad,
+        cams.len(),
+        if cams.len() == 1 { "" } else { "s" }
     );
 
     let start = Instant::now();
-    let mut n_in = 0u64;
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one published.
-    let report = |out: &PoolProducer, input: &Upstream, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
-        extra.extend(upstream_facts(input));
-        let copy_in = input.current().and_then(|c| c.copy_counters());
+    let report = |out: &PoolProducer, cams: &[Camera], span: FrameSpan, final_report: bool, mut extra: Extras| {
+        let (refused, own) = cams.iter().fold((0, OwnCounts::default()), |(r, o), c| {
+            let own = c.input.own_counts();
+            (r + c.input.refused(), OwnCounts { consumed: o.consumed + own.consumed, rejected: o.rejected + own.rejected })
+        });
+        extra.extend([("upstream_refused", refused.into()), ("input_taken", own.consumed.into()), ("input_rejected", own.rejected.into())]);
+        if cams.len() > 1 {
+            let per: serde_json::Map<String, serde_json::Value> = cams.iter().map(|c| (c.name.clone(), c.facts())).collect();
+            extra.push(("cameras", per.into()));
+        }
+        let copy_in = cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
+        let n_in = cams.iter().map(|c| c.frames_in).sum();
         ctx.reporter.send(&StageReport { copy_in, ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
     };
-    let mut fixed_layout = first.offer.layout.filter(|_| scaler.binds_pools());
-    let mut bound_joins = input.joins();
     // A frame taken while no output buffer was free (the infer stage holds them all): kept
     // for the next turn, so the loop still turns (and reports) while it waits.
-    let mut pending: Option<(crate::core::pool::Frame, FrameDesc)> = None;
-    // Scales `frame` into a buffer of `out` and hands it on; with no buffer free within
-    // IDLE_WAIT the frame waits in `pending` for the next turn.
-    let scale_into = |scaler: &mut dyn Scaler, out: &mut PoolProducer, frame: crate::core::pool::Frame, desc: FrameDesc, span: &mut FrameSpan, pending: &mut Option<(crate::core::pool::Frame, FrameDesc)>| -> Result<Turn> {
+    let mut pending: Option<(usize, crate::core::pool::Frame, FrameDesc)> = None;
+    // Scales `frame` of camera `i` into a buffer of `out` and hands it on; with no buffer
+    // free within IDLE_WAIT the frame waits in `pending` for the next turn.
+    let scale_into = |cams: &mut [Camera], i: usize, out: &mut PoolProducer, frame: crate::core::pool::Frame, desc: FrameDesc, span: &mut FrameSpan, pending: &mut Option<(usize, crate::core::pool::Frame, FrameDesc)>| -> Result<Turn> {
         let Some(mut loan) = out.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
             if ctx.stopped() {
                 return Ok(Turn::End("signal"));
             }
-            *pending = Some((frame, desc));
+            *pending = Some((i, frame, desc));
             return Ok(Turn::Next);
         };
+        let cam = &mut cams[i];
+        let scaler = cam.scaler.as_mut().context("no scaler for a camera")?;
         let mut desc = desc;
-        desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {}", frame.desc().seq))?;
+        desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {} of camera {}", frame.desc().seq, cam.name))?;
         drop(frame); // the capture buffer goes back now, before we queue ours
+        cam.frames_out += 1;
         ctx.hand_off(loan, desc, Stage::Scale, span, start)
     };
+    // The camera to look at first in the next turn (round-robin).
+    let mut next = 0usize;
     let ended = {
-        let mut state = (&mut out, &mut input, &mut n_in, &mut span, &mut down);
+        let mut state = (&mut out, &mut cams, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(out, input, n_in, span, down)| report(out, input, **n_in, **span, false, down.facts()),
-            |(out, input, n_in, span, down)| {
+            |(out, cams, span, down)| report(out, cams, **span, false, down.facts()),
+            |(out, cams, span, down)| {
                 serve_pool(down, out, Stage::Infer, want_check);
-                if let Some((frame, desc)) = pending.take() {
-                    return scale_into(&mut *scaler, out, frame, desc, span, &mut pending);
+                if let Some((i, frame, desc)) = pending.take() {
+                    return scale_into(cams, i, out, frame, desc, span, &mut pending);
                 }
-                let r = input.recv(IDLE_WAIT)?;
-                if input.joins() != bound_joins {
-                    // The capture stage restarted: its new pool, bound as at set-up.
-                    if let Some(c) = input.current() {
-                        scaler.rebind_input(c.buffers(), c.offer.layout.as_ref())?;
-                        fixed_layout = c.offer.layout.filter(|_| scaler.binds_pools());
+                let n = cams.len();
+                if cams.iter().all(|c| c.ended) {
+                    return Ok(Turn::End("end of stream"));
+                }
+                for k in 0..n {
+                    let i = (next + k) % n;
+                    if cams[i].ended {
+                        continue;
                     }
-                    bound_joins = input.joins();
+                    // A single camera sleeps on its own hop; several are looked at without a
+                    // wait, then slept on together below.
+                    let r = cams[i].input.recv(if n == 1 { IDLE_WAIT } else { Duration::ZERO })?;
+                    // The capture stage (re)joined: its pool, bound as at set-up.
+                    cams[i].bind_if_joined(&mut dst_handles, &dst, letterbox, can_reopen.then_some(&reopen as &dyn Fn() -> Result<Box<dyn Scaler>>))?;
+                    let mut frame = match incoming(r, "capture", "infer", || out.consumer_gone())? {
+                        Incoming::Item(f) => f,
+                        Incoming::Eos => {
+                            cams[i].ended = true;
+                            if n > 1 {
+                                log::info!("camera {}: end of stream ({} frames)", cams[i].name, cams[i].frames_in);
+                            }
+                            if cams.iter().all(|c| c.ended) {
+                                return Ok(Turn::End("end of stream"));
+                            }
+                            continue;
+                        }
+                        Incoming::Idle => continue,
+                    };
+                    let cam = &mut cams[i];
+                    cam.frames_in += 1;
+                    // The newest frame of this camera: older ones waiting behind it go back
+                    // (video; `--ring-policy block` asks for every frame, in order).
+                    if n > 1 && ctx.data.ring_policy == RingPolicy::DropOldest {
+                        loop {
+                            match cam.input.recv(Duration::ZERO)? {
+                                Recv::Item(newer) => {
+                                    cam.frames_in += 1;
+                                    cam.skipped += 1;
+                                    frame = newer;
+                                }
+                                // The end of this camera's stream, right behind its last frame
+                                // (in copy mode a message, read once): the frame is scaled now.
+                                Recv::Eos => {
+                                    cam.ended = true;
+                                    log::info!("camera {}: end of stream ({} frames)", cam.name, cam.frames_in);
+                                    break;
+                                }
+                                _ => break,
+                            }
+                        }
+                    }
+                    next = i + 1;
+                    let mut desc = FrameDesc { layout: dst, ..*frame.desc() };
+                    desc.flags = with_camera(desc.flags, i);
+                    desc.stamp_in(Stage::Scale);
+                    if let Some(l) = cam.fixed_layout.filter(|l| *l != frame.desc().layout) {
+                        bail!("camera {}: capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", cam.name, frame.desc().layout);
+                    }
+                    return scale_into(cams, i, out, frame, desc, span, &mut pending);
                 }
-                let frame = match incoming(r, "capture", "infer", || out.consumer_gone())? {
-                    Incoming::Item(f) => f,
-                    Incoming::Eos => return Ok(Turn::End("end of stream")),
-                    Incoming::Idle => return Ok(Turn::Next),
-                };
-                **n_in += 1;
-                let mut desc = FrameDesc { layout: dst, ..*frame.desc() };
-                desc.stamp_in(Stage::Scale);
-                if let Some(l) = fixed_layout.filter(|l| *l != frame.desc().layout) {
-                    bail!("capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", frame.desc().layout);
+                if n > 1 {
+                    // Nothing from any camera: sleep on every joined one's doorbell; one that
+                    // is away is tried again soon (its re-join back-off is 10 to 50 ms).
+                    let waiters: Vec<&dyn Waitable> = cams.iter().filter(|c| !c.ended).filter_map(|c| c.input.waitable()).collect();
+                    let away = cams.iter().any(|c| !c.ended && c.input.is_away());
+                    wait_any(&waiters, if away { REJOIN_POLL } else { IDLE_WAIT })?;
                 }
-                scale_into(&mut *scaler, out, frame, desc, span, &mut pending)
+                Ok(Turn::Next)
             },
         )
     };
+    let n_in: u64 = cams.iter().map(|c| c.frames_in).sum();
     ctx.close(
         &mut out,
         ended,
@@ -195,7 +373,10 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         |out, end| drain_pool(out, end.clean, "").0,
         |out, mut extras| {
             extras.extend(down.facts());
-            report(out, &input, n_in, span, true, extras)
+            report(out, &cams, span, true, extras)
         },
     )
 }
+
+/// How long a scale stage with a camera away sleeps at most before trying it again.
+const REJOIN_POLL: Duration = Duration::from_millis(20);

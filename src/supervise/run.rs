@@ -24,6 +24,12 @@ const REPORT_FD: i32 = 3;
 
 struct Proc {
     stage: Stage,
+    /// The process's name in reports and logs: the stage's, or `capture@NAME` for one camera
+    /// of several.
+    name: String,
+    /// A camera of several: restarted however often it dies (its back-off grows to
+    /// [`CAMERA_BACKOFF_MAX`]), so a camera that is gone for a while never stops the others.
+    forever: bool,
     child: Child,
     status: Option<ExitStatus>,
     /// Its arguments, for a restart.
@@ -47,9 +53,11 @@ struct Proc {
 }
 
 impl Proc {
-    fn new(stage: Stage, child: Child, args: Vec<String>) -> Proc {
+    fn new(stage: Stage, name: String, child: Child, args: Vec<String>, forever: bool) -> Proc {
         Proc {
             stage,
+            name,
+            forever,
             child,
             status: None,
             args,
@@ -101,6 +109,64 @@ pub struct RunSummary {
     /// Times each stage was restarted after it died (stages never restarted are left out).
     #[serde(default)]
     pub restarts: BTreeMap<String, u32>,
+    /// With several cameras: each camera's totals ([`CameraSummary`]), by name. Empty (and
+    /// left out of the JSON) for one camera, whose numbers are the stages'.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cameras: BTreeMap<String, CameraSummary>,
+}
+
+/// One camera's numbers at the end of a run with several cameras.
+#[derive(Debug, Serialize, Default, Clone, PartialEq)]
+pub struct CameraSummary {
+    /// Frames its capture stage produced (its last process's count).
+    pub captured: u64,
+    /// Frames dropped in its ring to the scale stage (drop-oldest), plus frames the scale
+    /// stage passed over for a newer one of the same camera.
+    pub dropped: u64,
+    /// Frames of this camera published.
+    pub published: u64,
+    /// Capture rate, frames per second, first to last frame (`None`: fewer than 2 frames).
+    pub fps_captured: Option<f64>,
+    /// Publish rate of this camera's frames, frames per second.
+    pub fps_published: Option<f64>,
+    /// Capture timestamp to published line, µs: median.
+    pub latency_p50_us: Option<f64>,
+    /// Capture timestamp to published line, µs: 99th percentile.
+    pub latency_p99_us: Option<f64>,
+    /// Times its capture stage was restarted.
+    pub restarts: u32,
+}
+
+/// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
+/// with cameras `names` (more than one; their capture stages report as `capture@NAME`).
+pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>, restarts: &BTreeMap<String, u32>) -> BTreeMap<String, CameraSummary> {
+    let scale_cams = latest.get("scale").and_then(|r| r.extra.get("cameras"));
+    let publish_cams = latest.get("publish").and_then(|r| r.extra.get("cameras"));
+    names
+        .iter()
+        .map(|n| {
+            let stage = format!("capture@{n}");
+            let cap = latest.get(&stage);
+            let sc = scale_cams.and_then(|c| c.get(n));
+            let pc = publish_cams.and_then(|c| c.get(n));
+            let num = |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
+            let span: Option<crate::metrics::FrameSpan> = pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
+            let total = pc.and_then(|c| c.get("latency")).and_then(|l| l.get("total"));
+            let lat = |k: &str| total.and_then(|t| t.get(k)).and_then(|x| x.as_f64());
+            let ring_dropped = cap.and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0);
+            let summary = CameraSummary {
+                captured: cap.map(|r| r.frames_out).unwrap_or(0),
+                dropped: ring_dropped + num(sc, "skipped_for_newer"),
+                published: num(pc, "frames"),
+                fps_captured: cap.and_then(fps),
+                fps_published: span.and_then(|s| s.fps()),
+                latency_p50_us: lat("p50_us"),
+                latency_p99_us: lat("p99_us"),
+                restarts: restarts.get(&stage).copied().unwrap_or(0),
+            };
+            (n.clone(), summary)
+        })
+        .collect()
 }
 
 /// A checked `zcpipe run`: built by the command line, which has checked every stage's
@@ -111,7 +177,7 @@ pub struct RunConfig {
     pub data: DataPath,
     /// Each stage's arguments after `zcpipe stage <name>`, in start order; the supervisor
     /// adds `--report-fd`.
-    pub stage_flags: Vec<(Stage, Vec<String>)>,
+    pub stage_flags: Vec<(Stage, String, Vec<String>)>,
     /// The detections socket the publish stage binds (removed if left behind).
     pub publish_socket: std::path::PathBuf,
     /// `--summary-json`: where to write the run summary as JSON too.
@@ -120,6 +186,8 @@ pub struct RunConfig {
     pub plan: crate::plan::Plan,
     /// When a stage that died is restarted.
     pub restart: super::RestartPolicy,
+    /// The cameras: name and source (credentials redacted), in order; one for a single camera.
+    pub cameras: Vec<(String, String)>,
 }
 
 fn probe(p: &std::path::Path) -> Option<()> {
@@ -136,7 +204,7 @@ fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
 }
 
-fn spawn(exe: &std::path::Path, stage: Stage, args: Vec<String>, report_w: &OwnedFd) -> Result<Child> {
+fn spawn(exe: &std::path::Path, stage: Stage, name: &str, args: Vec<String>, report_w: &OwnedFd) -> Result<Child> {
     let mut cmd = Command::new(exe);
     cmd.arg("stage").arg(stage.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.stdout(if stage == Stage::Publish { Stdio::inherit() } else { Stdio::null() });
@@ -164,8 +232,8 @@ fn spawn(exe: &std::path::Path, stage: Stage, args: Vec<String>, report_w: &Owne
             Ok(())
         });
     }
-    log::debug!("starting: {} stage {} {}", exe.display(), stage.name(), args.join(" "));
-    cmd.spawn().with_context(|| format!("starting the {} stage ({})", stage.name(), exe.display()))
+    log::debug!("starting {name}: {} stage {} {}", exe.display(), stage.name(), args.len());
+    cmd.spawn().with_context(|| format!("starting the {name} stage ({})", exe.display()))
 }
 
 fn code(s: &ExitStatus) -> i32 {
@@ -184,11 +252,12 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
     let start = Instant::now();
     let mut procs: Vec<Proc> = vec![];
-    for (stage, args) in &a.stage_flags {
+    let several = a.cameras.len() > 1;
+    for (stage, name, args) in &a.stage_flags {
         let mut args = args.clone();
         args.push(format!("--report-fd={REPORT_FD}"));
-        match spawn(&exe, *stage, args.clone(), &report_w) {
-            Ok(child) => procs.push(Proc::new(*stage, child, args)),
+        match spawn(&exe, *stage, name, args.clone(), &report_w) {
+            Ok(child) => procs.push(Proc::new(*stage, name.clone(), child, args, several && *stage == Stage::Capture)),
             Err(e) => {
                 for p in &mut procs {
                     let _ = p.child.kill();
@@ -227,7 +296,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let mut fatal: Option<String> = None;
     loop {
         while let Ok(r) = rx.try_recv() {
-            if let Some(p) = procs.iter_mut().find(|p| p.stage.name() == r.stage && p.child.id() == r.pid && p.status.is_none()) {
+            if let Some(p) = procs.iter_mut().find(|p| p.name == r.stage && p.child.id() == r.pid && p.status.is_none()) {
                 p.up_since.get_or_insert_with(Instant::now);
                 p.last_report = Instant::now();
             }
@@ -237,13 +306,16 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         if stop.load(Ordering::Relaxed) && signalled_at.is_none() {
             signalled_at = Some(Instant::now());
             log::info!("stopping: ending the stream at capture");
-            match procs.iter().find(|p| p.stage == Stage::Capture && p.status.is_none()) {
-                Some(p) => {
-                    let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+            let captures: Vec<&Proc> = procs.iter().filter(|p| p.stage == Stage::Capture && p.status.is_none()).collect();
+            match captures.is_empty() {
+                false => {
+                    for p in captures {
+                        let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+                    }
                 }
                 // Capture is dead, waiting for its restart: nobody can end the stream, so
                 // every stage is told to stop.
-                None => {
+                true => {
                     for p in procs.iter().filter(|p| p.status.is_none()) {
                         let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
                     }
@@ -256,11 +328,12 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             for p in procs.iter_mut().filter(|p| p.status.is_none() && p.watchdog.is_none() && p.up_since.is_some() && p.last_report.elapsed() > limit) {
                 let state = process_state(p.child.id());
                 let why = format!("sent no report for {:.1} s (process state {state}): hung", p.last_report.elapsed().as_secs_f64());
-                log::warn!("the {} stage (pid {}) {why}; killing it", p.stage.name(), p.child.id());
+                log::warn!("the {} stage (pid {}) {why}; killing it", p.name, p.child.id());
                 let _ = p.child.kill();
                 p.watchdog = Some(why);
             }
         }
+        let mut capture_ended = false;
         for p in procs.iter_mut().filter(|p| p.status.is_none()) {
             if let Ok(Some(s)) = p.child.try_wait() {
                 let c = code(&s);
@@ -273,23 +346,13 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                     if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() && !termed {
                         failed_at = Some(Instant::now());
                     }
-                    if p.stage == Stage::Capture {
-                        capture_done_at = Some(Instant::now());
-                    }
+                    capture_ended |= p.stage == Stage::Capture;
                     continue;
                 }
                 match plan_restart(p, &a.restart, &s) {
                     Ok(delay) => {
-                        log::warn!(
-                            "the {} stage (pid {}) {}; restarting it alone in {} ms (restart {} of at most {} in {} s); the others keep running",
-                            p.stage.name(),
-                            p.child.id(),
-                            p.last_death,
-                            delay.as_millis(),
-                            p.restarts.len(),
-                            a.restart.max,
-                            a.restart.window.as_secs()
-                        );
+                        let limit = if p.forever { "a camera of several is retried for as long as the run lasts".to_string() } else { format!("restart {} of at most {} in {} s", p.restarts.len(), a.restart.max, a.restart.window.as_secs()) };
+                        log::warn!("the {} stage (pid {}) {}; restarting it alone in {} ms ({limit}); the others keep running", p.name, p.child.id(), p.last_death, delay.as_millis());
                     }
                     Err(why) => {
                         fatal.get_or_insert(why);
@@ -300,14 +363,18 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                 }
             }
         }
+        // Every camera's stream has ended (one camera: its capture stage ended): the others drain.
+        if capture_ended && capture_done_at.is_none() && procs.iter().filter(|p| p.stage == Stage::Capture).all(|p| p.status.is_some() && p.restart_at.is_none()) {
+            capture_done_at = Some(Instant::now());
+        }
         // Restarts that are due (none once the run is stopping).
         let stopping = signalled_at.is_some() || capture_done_at.is_some() || failed_at.is_some() || termed;
         for p in procs.iter_mut().filter(|p| p.restart_at.is_some_and(|t| Instant::now() >= t)) {
             p.restart_at = None;
             let Some(w) = report_w.as_ref().filter(|_| !stopping) else { continue };
-            match spawn(&exe, p.stage, p.args.clone(), w) {
+            match spawn(&exe, p.stage, &p.name, p.args.clone(), w) {
                 Ok(child) => {
-                    log::info!("restarted the {} stage: pid {}", p.stage.name(), child.id());
+                    log::info!("restarted the {} stage: pid {}", p.name, child.id());
                     p.child = child;
                     p.status = None;
                     p.up_since = None;
@@ -316,7 +383,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                     p.restarted += 1;
                 }
                 Err(e) => {
-                    fatal.get_or_insert(format!("could not restart the {} stage: {e:#}", p.stage.name()));
+                    fatal.get_or_insert(format!("could not restart the {} stage: {e:#}", p.name));
                     failed_at.get_or_insert_with(Instant::now);
                 }
             }
@@ -347,13 +414,14 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         if termed && term_over && !killed {
             killed = true;
             for p in procs.iter_mut().filter(|p| p.status.is_none()) {
-                log::warn!("{} stage did not stop; killing it", p.stage.name());
+                log::warn!("{} stage did not stop; killing it", p.name);
                 let _ = p.child.kill();
             }
         }
         if let Some(every) = stats_every.filter(|_| failed_at.is_none()) {
-            let live: Vec<&str> = procs.iter().filter(|p| p.status.is_none()).map(|p| p.stage.name()).collect();
-            if let Some(line) = stats.due(every, &live, &latest) {
+            let live: Vec<&str> = procs.iter().filter(|p| p.status.is_none()).map(|p| p.name.as_str()).collect();
+            let names: Vec<String> = if several { a.cameras.iter().map(|(n, _)| n.clone()).collect() } else { vec![] };
+            if let Some(line) = stats.due(every, &live, &latest, &names) {
                 log::info!("{line}");
             }
         }
@@ -374,9 +442,11 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     }
     let _ = std::fs::remove_dir(&run_dir);
 
-    let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.stage.name().to_string(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
-    let restarts: BTreeMap<String, u32> = procs.iter().filter(|p| p.restarted > 0).map(|p| (p.stage.name().to_string(), p.restarted)).collect();
-    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts };
+    let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.name.clone(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
+    let restarts: BTreeMap<String, u32> = procs.iter().filter(|p| p.restarted > 0).map(|p| (p.name.clone(), p.restarted)).collect();
+    let names: Vec<String> = a.cameras.iter().map(|(n, _)| n.clone()).collect();
+    let cameras = if several { camera_summaries(&names, &latest, &restarts) } else { BTreeMap::new() };
+    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts, cameras };
     let failed: Vec<&String> = exit_codes.iter().filter(|(_, c)| **c != 0 && **c != EXIT_PEER_GONE).map(|(s, _)| s).collect();
     // Written after the text summary is printed, so a full disk loses only the file.
     let write_json = |path: &std::path::Path| -> Result<()> {
@@ -418,7 +488,7 @@ fn plan_restart(p: &mut Proc, policy: &super::RestartPolicy, s: &ExitStatus) -> 
         Some(why) => format!("{why}, killed by the watchdog (--watchdog)"),
         None => death(s),
     };
-    let name = p.stage.name();
+    let name = p.name.clone();
     if p.up_since.is_none() && p.restarted == 0 {
         // A stage that cannot start is not restarted. An exit code comes with the stage's
         // own error line, which says it all; a signal is news.
@@ -430,6 +500,14 @@ fn plan_restart(p: &mut Proc, policy: &super::RestartPolicy, s: &ExitStatus) -> 
     }
     let now = Instant::now();
     p.restarts.retain(|t| now.duration_since(*t) < policy.window);
+    if p.forever {
+        // A camera of several: gone for a while (unplugged, its network down), retried with
+        // a back-off that grows to CAMERA_BACKOFF_MAX, never given up on.
+        let delay = p.backoff;
+        p.backoff = (p.backoff * 2).min(CAMERA_BACKOFF_MAX);
+        p.restart_at = Some(now + delay);
+        return Ok(delay);
+    }
     if p.restarts.len() as u32 >= policy.max {
         return Err(format!(
             "the {name} stage died {} times within {} s (last: {}); gave up restarting it (--restart-max {}, --restart-window {}) and stopped the others",
@@ -447,6 +525,10 @@ fn plan_restart(p: &mut Proc, policy: &super::RestartPolicy, s: &ExitStatus) -> 
     Ok(delay)
 }
 
+/// The longest wait before restarting the capture stage of one camera of several (a camera
+/// that is gone is retried this often at most).
+pub const CAMERA_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// A rate for people: `30.0`, or `-` when there is none (fewer than 2 frames).
 fn rate(fps: Option<f64>) -> String {
     fps.map(|f| format!("{f:.1}")).unwrap_or_else(|| "-".into())
@@ -462,7 +544,15 @@ fn fps(r: &StageReport) -> Option<f64> {
 }
 
 fn drops(latest: &BTreeMap<String, StageReport>, stage: &str) -> u64 {
+    if stage == "capture" {
+        return captures(latest).filter_map(|r| r.output_ring).map(|c| c.dropped).sum();
+    }
     latest.get(stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0)
+}
+
+/// The capture stages' reports: `capture`, or `capture@NAME` of each camera of several.
+fn captures(latest: &BTreeMap<String, StageReport>) -> impl Iterator<Item = &StageReport> {
+    latest.iter().filter(|(k, _)| *k == "capture" || k.starts_with("capture@")).map(|(_, r)| r)
 }
 
 /// The periodic stats lines. Stages report on their own clocks; a line is printed once
@@ -480,11 +570,11 @@ struct StatsLines {
 
 impl StatsLines {
     /// The next line, if one is due now.
-    fn due(&mut self, every: Duration, live: &[&str], latest: &BTreeMap<String, StageReport>) -> Option<String> {
+    fn due(&mut self, every: Duration, live: &[&str], latest: &BTreeMap<String, StageReport>, cameras: &[String]) -> Option<String> {
         let since = self.last.map(|t| t.elapsed()).unwrap_or(every);
         let all_fresh = !live.is_empty() && live.iter().all(|s| self.fresh.contains(*s));
         let ready = since >= every && (all_fresh || (since >= 2 * every && !self.fresh.is_empty()));
-        if !ready || !latest.contains_key("capture") {
+        if !ready || captures(latest).next().is_none() {
             return None;
         }
         self.fresh.clear();
@@ -502,6 +592,24 @@ impl StatsLines {
             }
             (r.map(|r| r.frames_out).unwrap_or(0), rate(fps))
         };
+        if !cameras.is_empty() {
+            // Several cameras: each one's count, rate and drops, then the total.
+            let mut per = vec![];
+            let (mut total, mut total_fps) = (0, 0.0);
+            for n in cameras {
+                let stage = format!("capture@{n}");
+                let (frames, fps) = part(&stage);
+                total += frames;
+                total_fps += fps.parse::<f64>().unwrap_or(0.0);
+                // Its ring's drops and the frames the scale stage passed over for a newer one.
+                let skipped = latest.get("scale").and_then(|r| r.extra.get("cameras")).and_then(|c| c.get(n)).and_then(|c| c.get("skipped_for_newer")).and_then(|v| v.as_u64()).unwrap_or(0);
+                let dropped = latest.get(&stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0) + skipped;
+                per.push(format!("{n} {frames} frames {fps} fps dropped {dropped}"));
+            }
+            let (publ, publ_fps) = part("publish");
+            let line = stats_line(total.max(publ), &format!("{total_fps:.1}"), publ, &publ_fps, latest);
+            return Some(format!("{line} | cameras: {}", per.join(", ")));
+        }
         let (cap, cap_fps) = part("capture");
         let (publ, publ_fps) = part("publish");
         // Capture's report may be older than publish's: it captured at least what came out.
@@ -520,6 +628,18 @@ fn stats_line(cap: u64, cap_fps: &str, publ: u64, publ_fps: &str, latest: &BTree
     )
 }
 
+/// The stage processes of a run, in pipeline order: its exit codes' names (every process
+/// started), else the four stages.
+fn stage_names(s: &RunSummary) -> Vec<String> {
+    if s.exit_codes.is_empty() {
+        return Stage::ALL.iter().map(|st| st.name().to_string()).collect();
+    }
+    let order = |n: &str| Stage::ALL.iter().position(|st| n == st.name() || n.starts_with(&format!("{}@", st.name()))).unwrap_or(4);
+    let mut v: Vec<String> = s.exit_codes.keys().cloned().collect();
+    v.sort_by_key(|n| order(n));
+    v
+}
+
 /// The end-of-run summary, as printed on stderr.
 pub fn summary_text(s: &RunSummary) -> String {
     use std::fmt::Write;
@@ -529,12 +649,14 @@ pub fn summary_text(s: &RunSummary) -> String {
     let _ = writeln!(
         o,
         "  frames: captured {}, scaled {}, inferred {}, published {}",
-        get("capture").map(|r| r.frames_out).unwrap_or(0),
+        captures(&s.stages).map(|r| r.frames_out).sum::<u64>(),
         get("scale").map(|r| r.frames_out).unwrap_or(0),
         get("infer").map(|r| r.frames_out).unwrap_or(0),
         get("publish").map(|r| r.frames_out).unwrap_or(0),
     );
-    for (stage, name) in [("capture", "capture->scale"), ("scale", "scale->infer"), ("infer", "infer->publish")] {
+    let cams: Vec<(String, String)> = s.stages.keys().filter_map(|k| k.strip_prefix("capture@").map(|n| (k.clone(), format!("{n}->scale")))).collect();
+    let rings = cams.iter().map(|(k, n)| (k.as_str(), n.as_str())).chain([("capture", "capture->scale"), ("scale", "scale->infer"), ("infer", "infer->publish")]);
+    for (stage, name) in rings {
         if let Some(c) = get(stage).and_then(|r| r.output_ring) {
             let _ = writeln!(
                 o,
@@ -558,7 +680,13 @@ pub fn summary_text(s: &RunSummary) -> String {
         );
     }
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
-        let (u, d) = (get(up).and_then(|r| r.copy_out), get(down).and_then(|r| r.copy_in));
+        // Several cameras: their capture stages' copies together.
+        let u = if up == "capture" {
+            captures(&s.stages).filter_map(|r| r.copy_out).reduce(crate::core::copy::CopyCounters::plus)
+        } else {
+            get(up).and_then(|r| r.copy_out)
+        };
+        let d = get(down).and_then(|r| r.copy_in);
         if let (Some(u), Some(d)) = (u, d) {
             let per = (u.copied_bytes + d.copied_bytes).checked_div(u.frames).unwrap_or(0);
             let _ = writeln!(
@@ -569,13 +697,13 @@ pub fn summary_text(s: &RunSummary) -> String {
             );
         }
     }
-    let cpu: Vec<String> = crate::core::frame::Stage::ALL
+    let cpu: Vec<String> = stage_names(s)
         .iter()
         .filter_map(|st| {
-            let r = get(st.name())?;
+            let r = get(st)?;
             let p = r.process?;
             let n = r.frames_in.max(1);
-            Some(format!("{} {:.0} µs/frame {} MiB", st.name(), (p.user_us + p.system_us) as f64 / n as f64, p.pss_kib / 1024))
+            Some(format!("{st} {:.0} µs/frame {} MiB", (p.user_us + p.system_us) as f64 / n as f64, p.pss_kib / 1024))
         })
         .collect();
     if !cpu.is_empty() {
@@ -585,13 +713,31 @@ pub fn summary_text(s: &RunSummary) -> String {
         let r: Vec<String> = s.restarts.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "  restarts: {} (each restarted alone; the counts above are the last process's)", r.join(", "));
     }
-    let unreported: Vec<&str> = Stage::ALL
-        .iter()
-        .map(|st| st.name())
-        .filter(|n| !get(n).is_some_and(|r| r.final_report))
-        .collect();
+    let names = stage_names(s);
+    let unreported: Vec<&str> = names.iter().map(String::as_str).filter(|n| !get(n).is_some_and(|r| r.final_report)).collect();
     if !unreported.is_empty() {
         let _ = writeln!(o, "  no final report from: {} (the counts above are their last periodic ones, if any)", unreported.join(", "));
+    }
+    if !s.cameras.is_empty() {
+        let _ = writeln!(o, "  camera          captured  dropped  published  fps in  fps out  p50 ms  p99 ms  restarts");
+        let f = |v: Option<f64>, div: f64| v.map(|x| format!("{:.1}", x / div)).unwrap_or_else(|| "-".into());
+        let (mut c, mut d, mut p) = (0, 0, 0);
+        for (name, cs) in &s.cameras {
+            let _ = writeln!(
+                o,
+                "    {name:<14}{:>8} {:>8} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}",
+                cs.captured,
+                cs.dropped,
+                cs.published,
+                f(cs.fps_captured, 1.0),
+                f(cs.fps_published, 1.0),
+                f(cs.latency_p50_us, 1000.0),
+                f(cs.latency_p99_us, 1000.0),
+                cs.restarts
+            );
+            (c, d, p) = (c + cs.captured, d + cs.dropped, p + cs.published);
+        }
+        let _ = writeln!(o, "    {:<14}{c:>8} {d:>8} {p:>10}", "total");
     }
     if let Some(p) = get("publish") {
         let _ = writeln!(o, "  latency (µs)        p50        p99        max");
@@ -630,25 +776,25 @@ mod tests {
         }
         let mut st = StatsLines::default();
         st.fresh.extend(["capture".to_string(), "scale".to_string()]);
-        assert_eq!(st.due(every, &live, &latest), None, "infer and publish have not reported yet");
+        assert_eq!(st.due(every, &live, &latest, &[]), None, "infer and publish have not reported yet");
         st.fresh.extend(live.map(String::from));
-        let line = st.due(every, &live, &latest).expect("all fresh");
+        let line = st.due(every, &live, &latest, &[]).expect("all fresh");
         assert!(line.contains("capture 31 frames 30.0 fps | published 31 frames 30.0 fps"), "{line}");
-        assert_eq!(st.due(every, &live, &latest), None, "an interval has not passed");
+        assert_eq!(st.due(every, &live, &latest, &[]), None, "an interval has not passed");
         st.last = ago(12);
-        assert_eq!(st.due(every, &live, &latest), None, "nothing new: no stale repeat");
+        assert_eq!(st.due(every, &live, &latest, &[]), None, "nothing new: no stale repeat");
         // 15 more frames in the next second at capture, 5 at publish.
         latest.insert("capture".into(), report("capture", 46, 0.5, 2.5));
         latest.insert("publish".into(), report("publish", 36, 0.5, 2.5));
         st.fresh.extend(live.map(String::from));
-        let line = st.due(every, &live, &latest).expect("all fresh again");
+        let line = st.due(every, &live, &latest, &[]).expect("all fresh again");
         assert!(line.contains("capture 46 frames 15.0 fps | published 36 frames 5.0 fps"), "{line}");
         // A stuck stage: after two intervals, one fresh report is enough.
         st.last = ago(12);
         st.fresh.insert("capture".into());
-        assert_eq!(st.due(every, &live, &latest), None);
+        assert_eq!(st.due(every, &live, &latest, &[]), None);
         st.last = ago(21);
-        let line = st.due(every, &live, &latest).expect("two intervals passed");
+        let line = st.due(every, &live, &latest, &[]).expect("two intervals passed");
         assert!(line.contains("capture 46 frames - fps"), "no new capture frame since: {line}");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use bytemuck::Pod;
 
-use super::super::channel::{Doorbell, Receiver, Recv, Sender};
+use super::super::channel::{Doorbell, Receiver, Recv, Sender, Waitable};
 use super::super::copy::{CopyCounters, CopyRecv, CopyReceiver};
 use super::super::dmabuf::{sealed_memfd, CpuAccess, DmaBuf, MemoryKind, Read};
 use super::super::frame::FrameDesc;
@@ -195,6 +195,35 @@ impl Drop for Frame {
 /// Buffers in a consumer's own pool in copy mode.
 const COPY_POOL: usize = 3;
 
+/// A consumer of several hops waits on them all at once ([`super::super::channel::wait_any`]).
+impl Waitable for PoolConsumer {
+    fn arm(&self) -> bool {
+        match &self.link {
+            ConsumerLink::Ring(rx) => rx.lock().unwrap_or_else(|p| p.into_inner()).arm(),
+            // Frames come over the data socket: poll(2) sees them.
+            ConsumerLink::Copy { .. } => false,
+        }
+    }
+
+    fn disarm(&self) {
+        if let ConsumerLink::Ring(rx) = &self.link {
+            rx.lock().unwrap_or_else(|p| p.into_inner()).disarm();
+        }
+    }
+
+    fn wait_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsRawFd;
+        let fd = match &self.link {
+            ConsumerLink::Ring(rx) => rx.lock().unwrap_or_else(|p| p.into_inner()).wait_fd().as_raw_fd(),
+            ConsumerLink::Copy { rx, .. } => rx.lock().unwrap_or_else(|p| p.into_inner()).socket_fd().as_raw_fd(),
+        };
+        // SAFETY: the fd belongs to the receiver `self.link` owns (its epoll set, or its data
+        // socket), which is never replaced and lives as long as `self`, which the returned
+        // borrow cannot outlive.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+    }
+}
+
 impl PoolConsumer {
     /// Joins the frame hop offered on `conn` (see [`join`]); in copy mode, maps nothing
     /// shared and allocates its own pool instead.
@@ -230,11 +259,17 @@ impl PoolConsumer {
             ConsumerLink::Ring(rx) => rx,
             ConsumerLink::Copy { rx, free, conn } => {
                 let mut rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                let mut desc = match rx.recv(timeout)? {
-                    CopyRecv::Frame(d) => d,
-                    CopyRecv::Eos => return Ok(Recv::Eos),
-                    CopyRecv::Idle => return Ok(if conn.peer_gone() { Recv::Hangup } else { Recv::Idle }),
-                    CopyRecv::Hangup => return Ok(Recv::Hangup),
+                let mut looked_again = false;
+                let mut desc = loop {
+                    match rx.recv(if looked_again { Duration::ZERO } else { timeout })? {
+                        CopyRecv::Frame(d) => break d,
+                        CopyRecv::Eos => return Ok(Recv::Eos),
+                        CopyRecv::Idle if !conn.peer_gone() => return Ok(Recv::Idle),
+                        // Gone since the data socket was polled: what it sent before it
+                        // went (its end of stream) is in the socket, and is read first.
+                        CopyRecv::Idle if !looked_again => looked_again = true,
+                        CopyRecv::Idle | CopyRecv::Hangup => return Ok(Recv::Hangup),
+                    }
                 };
                 let idx = free.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| anyhow!("every copy-mode buffer is still held"))?;
                 let n = rx.scratch.len();

@@ -337,3 +337,44 @@ fn a_consumer_that_corrupts_the_ring_is_dropped_by_a_producer_that_keeps_serving
     let e = loan.publish(desc(1), &NEVER).unwrap_err();
     assert!(crate::core::ring::RingCorrupt::is_in(&e), "{e:#}");
 }
+
+/// A consumer of several hops sleeps on all of them at once: `wait_any` returns as soon as
+/// any one of them has a frame (not after its timeout), at once when one already has one,
+/// and a zero-timeout receive on a hop whose producer is gone sees the hang-up.
+#[test]
+fn wait_any_wakes_for_whichever_hop_has_a_frame() {
+    use crate::core::channel::{wait_any, Waitable};
+    let (mut p1, mut r1) = hop(2, RingPolicy::DropOldest);
+    let (mut p2, r2) = hop(2, RingPolicy::DropOldest);
+    // Nothing anywhere: the whole timeout passes.
+    let t = std::time::Instant::now();
+    wait_any(&[&r1 as &dyn Waitable, &r2], Duration::from_millis(50)).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(45), "{:?}", t.elapsed());
+    // A frame already there: no sleep at all.
+    publish(&mut p1, 0);
+    let t = std::time::Instant::now();
+    wait_any(&[&r1 as &dyn Waitable, &r2], Duration::from_secs(10)).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(take(&mut r1).seq, 0);
+    // A frame on the second hop while asleep: the doorbell of that hop wakes the wait.
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        publish(&mut p2, 7);
+        p2
+    });
+    let t = std::time::Instant::now();
+    wait_any(&[&r1 as &dyn Waitable, &r2], Duration::from_secs(20)).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "woken by the doorbell, not the timeout: {:?}", t.elapsed());
+    let p2 = producer.join().unwrap();
+    // A wake-up seen once does not wake the next wait again.
+    let mut r2 = r2;
+    assert_eq!(take(&mut r2).seq, 7);
+    let t = std::time::Instant::now();
+    wait_any(&[&r1 as &dyn Waitable, &r2], Duration::from_millis(50)).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(45), "an old edge woke the wait: {:?}", t.elapsed());
+    // The producer dies: a look without a wait says so.
+    drop(p2);
+    drop(p1);
+    let r = r2.recv(&|_| Ok(()), &mut |_, _| {}, Duration::ZERO).unwrap();
+    assert!(matches!(r, Recv::Hangup), "{r:?}");
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::super::channel::Recv;
+use super::super::channel::{Recv, Waitable};
 use super::super::frame::{RestartMark, Stage};
 use super::super::link::{Conn, ControlMsg, PeerGone, WaitMode};
 use super::super::ring::{OwnCounts, RingCounters};
@@ -97,6 +97,37 @@ impl Upstream {
         })
     }
 
+    /// An upstream not joined yet (a camera whose capture stage is still opening its
+    /// source, or waits for it with `--wait-for-camera`): [`Upstream::recv`] tries to join
+    /// it with the same back-off as a re-join, and the first join carries no restart
+    /// notice. `copy_mode` is the hop kind this stage expects (`--copy-mode`). Never fails:
+    /// errors of a join are counted and logged as [`Upstream::refused`] ones.
+    pub fn pending(path: PathBuf, stage: Stage, hello: ControlMsg, wait: WaitMode, spin: Duration, copy_mode: bool) -> Upstream {
+        Upstream {
+            path,
+            stage,
+            hello,
+            wait,
+            spin,
+            cur: None,
+            away: Some(Instant::now()),
+            next_try: Instant::now(),
+            delay: REJOIN_FIRST_DELAY,
+            joins: 0,
+            carried: RingCounters::default(),
+            carried_own: OwnCounts::default(),
+            copy_mode,
+            refused: 0,
+            mark: None,
+            hold: false,
+        }
+    }
+
+    /// The socket this upstream is joined at.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// The hop joined now (`None` while the upstream is away).
     pub fn current(&self) -> Option<&PoolConsumer> {
         self.cur.as_ref()
@@ -141,7 +172,7 @@ impl Upstream {
     /// the capture stage came back carries a [`RestartMark`].
     pub fn recv(&mut self, timeout: Duration) -> Result<Recv<Frame>> {
         let Some(c) = &self.cur else {
-            if !self.try_rejoin() {
+            if !self.try_rejoin() && !timeout.is_zero() {
                 std::thread::sleep(timeout.min(self.next_try.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)));
             }
             return Ok(Recv::Idle);
@@ -218,19 +249,24 @@ impl Upstream {
             Ok(c) => {
                 c.set_spin(self.spin);
                 let down = self.away.take().map(|t| t.elapsed()).unwrap_or_default();
-                if self.stage == Stage::Capture {
+                let first = self.joins == 0;
+                if first {
+                    log::info!("joined the {} stage ({peer}): {} ({} buffers, {})", self.stage.name(), c.offer.description, c.buffers().len(), c.offer.memory);
+                } else if self.stage == Stage::Capture {
                     // Frames the source did not make while it was down, at its nominal rate.
                     let lost = (c.offer.fps * down.as_secs_f64()).round() as u32;
                     self.mark = Some(RestartMark { stage: Stage::Capture, lost });
                 }
-                log::info!(
-                    "joined the {} stage again ({peer}) after {:.1} s: {} ({} buffers, {})",
-                    self.stage.name(),
-                    down.as_secs_f64(),
-                    c.offer.description,
-                    c.buffers().len(),
-                    c.offer.memory
-                );
+                if !first {
+                    log::info!(
+                        "joined the {} stage again ({peer}) after {:.1} s: {} ({} buffers, {})",
+                        self.stage.name(),
+                        down.as_secs_f64(),
+                        c.offer.description,
+                        c.buffers().len(),
+                        c.offer.memory
+                    );
+                }
                 self.cur = Some(c);
                 self.joins += 1;
                 self.delay = REJOIN_FIRST_DELAY;
@@ -253,5 +289,14 @@ impl Upstream {
         if self.refused <= 20 || self.refused.is_power_of_two() {
             log::warn!("refused what answered as the {} stage on {} ({} so far): {why}", self.stage.name(), self.path.display(), self.refused);
         }
+    }
+}
+
+/// An upstream that is joined waits like its hop; one that is away has nothing to wait on
+/// (its re-join is tried by [`Upstream::recv`]), so the caller leaves it out of the wait.
+impl Upstream {
+    /// The joined hop, as one consumer of a wait on several ([`super::super::channel::wait_any`]).
+    pub fn waitable(&self) -> Option<&dyn Waitable> {
+        self.cur.as_ref().map(|c| c as &dyn Waitable)
     }
 }
