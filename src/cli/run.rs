@@ -98,12 +98,18 @@ impl RunArgs {
         let socket = publish.config(&data.instance).socket;
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);
-        let plan = first.plan(socket.clone())?;
+        let mut plan = first.plan(socket.clone())?;
         let resolved = first.resolved(&plan);
         let mut captures = vec![resolved.capture.clone()];
-        for (_, c) in &cams[1..] {
+        for (name, c) in &cams[1..] {
             let p = self.pipeline.for_camera(c);
-            captures.push(p.resolved(&p.plan(socket.clone())?).capture);
+            let theirs = p.plan(socket.clone())?;
+            captures.push(p.resolved(&theirs).capture);
+            // The plan names every camera's source (`plan: front: ... + door: ... -> ...`).
+            plan.sources.extend(theirs.sources.into_iter().map(|st| crate::plan::Step { what: format!("{name}: {}", st.what), ..st }));
+        }
+        if several {
+            plan.sources[0].what = format!("{}: {}", names[0], plan.sources[0].what);
         }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };

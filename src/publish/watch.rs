@@ -54,7 +54,8 @@ pub enum StreamEnd {
 /// The readable line of a restart notice: `notice: the infer stage restarted (7 frames
 /// lost); frame 1234 follows`.
 pub fn notice_line(n: &NoticeJson) -> String {
-    format!("notice: the {} stage {} ({} frames lost); frame {} follows", n.stage, n.event, n.frames_lost, n.seq)
+    let of = if n.camera.is_empty() { String::new() } else { format!(" of camera {}", n.camera) };
+    format!("notice: the {} stage {} ({} frames lost); frame {}{of} follows", n.stage, n.event, n.frames_lost, n.seq)
 }
 
 /// Reads a detections stream (`input`: what the socket sends, one JSON line each, see
@@ -211,7 +212,7 @@ mod tests {
         let r = print_camera(input.as_bytes(), &mut out, false, None, &mut frames, &NEVER, Some("front")).unwrap();
         let out = String::from_utf8(out).unwrap();
         assert_eq!((r, frames), (StreamEnd::Eof, 2));
-        assert_eq!(out, "front: frame 1 (64x48, 0.0 ms): nothing\nnotice: the capture stage restarted (2 frames lost); frame 5 follows\nfront: frame 2 (64x48, 0.0 ms): nothing\n");
+        assert_eq!(out, "front: frame 1 (64x48, 0.0 ms): nothing\nnotice: the capture stage restarted (2 frames lost); frame 5 of camera front follows\nfront: frame 2 (64x48, 0.0 ms): nothing\n");
         let mut all = Vec::new();
         let mut n = 0;
         print_camera(input.as_bytes(), &mut all, true, Some(3), &mut n, &NEVER, None).unwrap();
