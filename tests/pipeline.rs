@@ -45,7 +45,8 @@ fn check_frame_lines(frames: &[Value], ended_ns: u64) -> (f64, f64) {
     for f in frames {
         assert_eq!(f["type"], "frame", "{f}");
         let keys: Vec<&str> = f.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        assert_eq!(keys, ["detections", "height", "latency_us", "seq", "timestamp_ns", "type", "width"], "{f}");
+        assert_eq!(keys, ["camera", "detections", "height", "latency_us", "seq", "timestamp_ns", "type", "width"], "{f}");
+        assert_eq!(f["camera"], "cam0", "one unnamed camera: {f}");
         let keys: Vec<&str> = f["latency_us"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
         assert_eq!(keys, ["capture", "infer", "publish", "scale", "total"], "{f}");
         let l = |k: &str| f["latency_us"][k].as_f64().unwrap_or_else(|| panic!("latency_us.{k} in {f}"));

@@ -31,13 +31,14 @@ pub struct CameraGroup {
     pub flags: Vec<String>,
 }
 
-/// Splits `NAME=` off a source text when what precedes the first `=` is a valid camera
-/// name ([`check_camera_name`]): `front=rtsp://h/x` is camera `front`; `image:/p/a=b.png`
-/// and `rtsp://h/x?a=b` have no name (a `:` or `/` is not part of a name). A name that is
-/// almost valid (`Front=...`, `my cam=...`) is an error, not a source.
+/// Splits `NAME=` off a source text when no `:` precedes the first `=` (every source form
+/// that may hold an `=` starts with its kind and a `:`): `front=rtsp://h/x` is camera
+/// `front`; `image:/p/a=b.png` and `rtsp://h/x?a=b` have no name. The name must be valid
+/// ([`check_camera_name`]): `Front=...`, `my cam=...`, `a/b=...` are errors naming it.
 pub fn split_name(text: &str) -> Result<(Option<String>, String)> {
     let Some((head, rest)) = text.split_once('=') else { return Ok((None, text.to_string())) };
-    if head.contains([':', '/', '.']) {
+    // Every source form with an `=` in it has a `:` before it (`image:/p/a=b.png`, a URL).
+    if head.contains(':') {
         return Ok((None, text.to_string()));
     }
     check_camera_name(head).map_err(|e| anyhow::anyhow!("--source {text}: {e:#}"))?;
@@ -125,12 +126,26 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
         cams.push((name, one.capture));
     }
     let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
+    for (i, g) in groups.iter().enumerate().filter(|(_, g)| g.name.is_none()) {
+        if let Some(j) = groups.iter().position(|o| o.name.as_deref() == Some(names[i].as_str())) {
+            bail!("--source: camera {} (--source {}) is unnamed, so it is called {}, the name camera {} was given; name it (--source NAME={})", i + 1, g.source, names[i], j + 1, g.source);
+        }
+    }
     crate::core::config::check_camera_list("--source", &names)?;
+    let same = |a: &str| -> String {
+        // The same file or device under another spelling (a relative path, a symlink).
+        for kind in ["image:", "video:", "v4l2:"] {
+            if let Some(real) = a.strip_prefix(kind).and_then(|p| std::fs::canonicalize(p).ok()) {
+                return format!("{kind}{}", real.display());
+            }
+        }
+        a.to_string()
+    };
     for (i, (name, a)) in cams.iter().enumerate() {
         if a.source.starts_with("testsrc") {
             continue;
         }
-        if let Some((other, _)) = cams[..i].iter().find(|(_, b)| b.source == a.source) {
+        if let Some((other, _)) = cams[..i].iter().find(|(_, b)| same(&b.source) == same(&a.source)) {
             bail!(
                 "--source {} is given twice (cameras {other} and {name}); a device or stream is opened by one capture stage: give it once",
                 crate::capture::spec::redact_url(&a.source)
@@ -155,7 +170,7 @@ mod tests {
         assert_eq!(split_name("rtsp://u:p@h/x?a=b").unwrap(), (None, "rtsp://u:p@h/x?a=b".into()));
         assert_eq!(split_name("testsrc").unwrap(), (None, "testsrc".into()));
         assert_eq!(split_name("door_2-b=v4l2:/dev/video0").unwrap(), (Some("door_2-b".into()), "v4l2:/dev/video0".into()));
-        for bad in ["Front=testsrc", "my cam=testsrc", "a+b=testsrc", "a#=testsrc", "x=", &format!("{}=testsrc", "a".repeat(33))] {
+        for bad in ["Front=testsrc", "my cam=testsrc", "a+b=testsrc", "a#=testsrc", "a/b=testsrc", "x=", &format!("{}=testsrc", "a".repeat(33))] {
             let e = split_name(bad).expect_err(bad).to_string();
             assert!(e.contains("camera name") || e.contains("no source"), "{bad}: {e}");
         }
@@ -196,6 +211,15 @@ mod tests {
         let (_, twice) = split(os(&["zcpipe", "run", "--source", "a=video:x.mp4", "--source", "b=video:x.mp4"])).unwrap();
         let e = camera_args(&shared, &twice).unwrap_err().to_string();
         assert!(e.contains("given twice (cameras a and b)"), "{e}");
+        // The same file under two spellings.
+        let root = env!("CARGO_MANIFEST_DIR");
+        let (_, twice) = split(os(&["zcpipe", "run", "--source", &format!("a=image:{root}/tests/data/dog.jpg"), "--source", &format!("b=image:{root}/tests/../tests/data/dog.jpg")])).unwrap();
+        let e = camera_args(&shared, &twice).unwrap_err().to_string();
+        assert!(e.contains("(cameras a and b)"), "{e}");
+        // An unnamed camera whose default name another camera was given.
+        let (_, clash) = split(os(&["zcpipe", "run", "--source", "cam1=testsrc", "--source", "testsrc:64x48"])).unwrap();
+        let e = camera_args(&shared, &clash).unwrap_err().to_string();
+        assert!(e.contains("camera 2 (--source testsrc:64x48) is unnamed, so it is called cam1"), "{e}");
         let (_, same) = split(os(&["zcpipe", "run", "--source", "a=testsrc", "--source", "a=testsrc:64x48"])).unwrap();
         let e = camera_args(&shared, &same).unwrap_err().to_string();
         assert!(e.contains("\"a\" is given twice"), "{e}");

@@ -137,17 +137,23 @@ impl StageCmd {
         }
     }
 
+    /// The name in its log lines and reports: the stage's, or `capture@NAME` for one camera
+    /// of several.
+    fn label(&self) -> String {
+        match self {
+            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => format!("capture@{c}"),
+            _ => self.name().to_string(),
+        }
+    }
+
     /// Checks the stage's options and runs it with the stop flag and its report pipe.
     fn run(self) -> anyhow::Result<i32> {
         let name = self.name();
         let (StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. }) = &self;
         let data = common.data_path()?;
         let instance = data.instance.clone();
-        // One camera of several reports (and listens) as `capture@NAME`.
-        let name: &'static str = match &self {
-            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => Box::leak(format!("capture@{c}").into_boxed_str()),
-            _ => name,
-        };
+        // One camera of several reports (and listens) as `capture@NAME`: once per process.
+        let name: &'static str = if self.label() == name { name } else { Box::leak(self.label().into_boxed_str()) };
         let ctx = StageCtx { name, stop: &STOP, reporter: Reporter::new(common.report_fd), data };
         match self {
             StageCmd::Capture { args, .. } => crate::capture::stage::run(args.config()?, ctx),
@@ -180,7 +186,7 @@ pub fn main() -> i32 {
         Command::Bench(_) => "zcpipe bench".to_string(),
         Command::Compare(_) => "zcpipe compare".to_string(),
         Command::Doctor(_) => "zcpipe doctor".to_string(),
-        Command::Stage { stage } => format!("zcpipe {}", stage.name()),
+        Command::Stage { stage } => format!("zcpipe {}", stage.label()),
     };
     init_logging(&cli, &tag);
     signals::install_signal_handlers();

@@ -27,8 +27,13 @@ pub struct WatchArgs {
     pub reconnect_for: u64,
     /// Only this camera's frames (its name in `zcpipe run --source NAME=...`; unnamed
     /// cameras are cam0, cam1, ...).
-    #[arg(long)]
+    #[arg(long, value_parser = camera_name)]
     pub camera: Option<String>,
+}
+
+/// `--camera`: a valid camera name ([`crate::core::config::check_camera_name`]).
+fn camera_name(s: &str) -> Result<String, String> {
+    crate::core::config::check_camera_name(s).map(|()| s.to_string()).map_err(|e| format!("{e:#}"))
 }
 
 impl From<WatchArgs> for WatchConfig {

@@ -36,6 +36,10 @@ pub struct WatchConfig {
 /// without an end line (the publish stage died: `zcpipe run` or systemd restarts it).
 pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
 
+/// Frames of other cameras `zcpipe watch --camera NAME` skips before it says which cameras
+/// it saw (none of NAME having come).
+pub const SKIPPED_HINT: u64 = 100;
+
 /// How a detections stream read by [`print_stream`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamEnd {
@@ -76,6 +80,10 @@ pub fn print_stream(input: impl BufRead, out: impl Write, json: bool, count: Opt
 /// --camera`): frames and notices of other cameras are skipped and not counted; `None`
 /// keeps every line.
 pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool, camera: Option<&str>) -> Result<StreamEnd> {
+    // Cameras whose frames were skipped, while none of `camera` came: said once after
+    // SKIPPED_HINT lines, so a misspelt name is not a silent wait.
+    let mut others: std::collections::BTreeSet<String> = Default::default();
+    let mut skipped = 0u64;
     for line in input.lines() {
         if stop.load(Ordering::Relaxed) {
             return Ok(StreamEnd::Stopped);
@@ -87,7 +95,20 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
         };
         let parsed = SocketLine::parse(&line);
         let other_camera = |c: &str| camera.is_some_and(|want| want != c);
-        if matches!(&parsed, Ok(SocketLine::Frame(f)) if other_camera(&f.camera)) || matches!(&parsed, Ok(SocketLine::Notice(n)) if !n.camera.is_empty() && other_camera(&n.camera)) {
+        if let Ok(SocketLine::Frame(f)) = &parsed {
+            if other_camera(&f.camera) {
+                skipped += 1;
+                if skipped == SKIPPED_HINT && *frames == 0 {
+                    others.insert(f.camera.clone());
+                    let seen: Vec<&str> = others.iter().map(String::as_str).collect();
+                    log::warn!("{SKIPPED_HINT} frames and none of camera {}; cameras seen: {}", camera.unwrap_or(""), seen.join(", "));
+                } else if skipped < SKIPPED_HINT {
+                    others.insert(f.camera.clone());
+                }
+                continue;
+            }
+        }
+        if matches!(&parsed, Ok(SocketLine::Notice(n)) if !n.camera.is_empty() && other_camera(&n.camera)) {
             continue;
         }
         let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));

@@ -75,7 +75,7 @@ struct Camera {
 
 impl Camera {
     /// Binds a newly joined (or re-joined) pool: the first time with `bind` (the output pool
-    /// as well). After a restart of its capture stage, a scaler that imported the old pool
+    /// as well); returns whether this was the camera's first join. After a restart of its capture stage, a scaler that imported the old pool
     /// (a device) is replaced by a fresh one from `reopen`, bound like the first (`dst` holds
     /// second handles on the output pool); without `reopen`, [`Scaler::rebind_input`].
     fn bind_if_joined(
@@ -84,11 +84,12 @@ impl Camera {
         dst_layout: &crate::core::frame::FrameLayout,
         letterbox: Letterbox,
         reopen: Option<&dyn Fn() -> Result<Box<dyn Scaler>>>,
-    ) -> Result<()> {
-        let Some(c) = self.input.current() else { return Ok(()) };
+    ) -> Result<bool> {
+        let Some(c) = self.input.current() else { return Ok(false) };
         if self.input.joins() == self.bound_joins {
-            return Ok(());
+            return Ok(false);
         }
+        let first = self.bound_joins == 0;
         let scaler = self.scaler.as_mut().context("no scaler for a camera")?;
         let fresh = match reopen {
             Some(open) if self.bound_joins > 0 && scaler.binds_pools() => {
@@ -105,17 +106,19 @@ impl Camera {
         }
         self.fixed_layout = c.offer.layout.filter(|_| scaler.binds_pools());
         self.bound_joins = self.input.joins();
-        Ok(())
+        Ok(first)
     }
 
-    /// This camera's line in the report's `cameras` object.
-    fn facts(&self) -> serde_json::Value {
+    /// This camera's line in the report's `cameras` object; `downstream`: its frames the
+    /// output hop dropped (the infer stage too slow for them, drop-oldest).
+    fn facts(&self, downstream: u64) -> serde_json::Value {
         let c = self.input.counters();
         serde_json::json!({
             "frames_in": self.frames_in,
             "frames_out": self.frames_out,
             "skipped_for_newer": self.skipped,
             "ring_dropped": c.dropped,
+            "dropped_downstream": downstream,
             "joined": !self.input.is_away(),
             "ended": self.ended,
         })
@@ -190,7 +193,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
     // Host sources change size per frame (no fixed layout): buffers are imported at first use.
-    if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None) {
+    if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None).map(|_| ()) {
         let error = format!("{e:#}");
         down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
         bail!("{error}");
@@ -228,7 +231,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         )),
         _ => Err("expected a hello from the infer stage".into()),
     };
-    let fds_setup = open_fd_count();
+    let mut fds_setup = open_fd_count();
     ctx.ready(Instant::now());
     log::info!(
         "{} -> {}x{} {}, {} letterbox, pad {}; {} camera{}; open fds after set-up: {fds_setup}",
@@ -252,7 +255,8 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         });
         extra.extend([("upstream_refused", refused.into()), ("input_taken", own.consumed.into()), ("input_rejected", own.rejected.into())]);
         if cams.len() > 1 {
-            let per: serde_json::Map<String, serde_json::Value> = cams.iter().map(|c| (c.name.clone(), c.facts())).collect();
+            let down = out.dropped_per_camera();
+            let per: serde_json::Map<String, serde_json::Value> = cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect();
             extra.push(("cameras", per.into()));
         }
         let copy_in = cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
@@ -305,7 +309,11 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     // wait, then slept on together below.
                     let r = cams[i].input.recv(if n == 1 { IDLE_WAIT } else { Duration::ZERO })?;
                     // The capture stage (re)joined: its pool, bound as at set-up.
-                    cams[i].bind_if_joined(&mut dst_handles, &dst, letterbox, can_reopen.then_some(&reopen as &dyn Fn() -> Result<Box<dyn Scaler>>))?;
+                    if cams[i].bind_if_joined(&mut dst_handles, &dst, letterbox, can_reopen.then_some(&reopen as &dyn Fn() -> Result<Box<dyn Scaler>>))? {
+                        // A camera that joined after set-up: its pool's fds are part of it.
+                        fds_setup = open_fd_count();
+                        log::info!("camera {} joined; open fds now {fds_setup}", cams[i].name);
+                    }
                     let mut frame = match incoming(r, "capture", "infer", || out.consumer_gone())? {
                         Incoming::Item(f) => f,
                         Incoming::Eos => {

@@ -113,6 +113,9 @@ pub struct RunSummary {
     /// left out of the JSON) for one camera, whose numbers are the stages'.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cameras: BTreeMap<String, CameraSummary>,
+    /// The cameras' names in the order given (the text summary's rows).
+    #[serde(skip)]
+    pub camera_order: Vec<String>,
 }
 
 /// One camera's numbers at the end of a run with several cameras.
@@ -137,9 +140,43 @@ pub struct CameraSummary {
     pub restarts: u32,
 }
 
+/// What the processes of a stage that were restarted had counted before they died: their
+/// last reports' frames, summed per stage name, so a camera's totals cover the whole run.
+#[derive(Debug, Default)]
+pub struct Carried {
+    /// Frames out of the earlier processes, by stage name.
+    frames: BTreeMap<String, u64>,
+    /// Frames each camera had published through earlier publish processes, by camera.
+    published: BTreeMap<String, u64>,
+}
+
+impl Carried {
+    /// Takes in report `r`: when it comes from a new process of its stage, the previous
+    /// process's last report (in `latest`) is added to the totals.
+    pub fn absorb(&mut self, latest: &BTreeMap<String, StageReport>, r: &StageReport) {
+        let Some(prev) = latest.get(&r.stage).filter(|p| p.pid != r.pid) else { return };
+        *self.frames.entry(r.stage.clone()).or_default() += prev.frames_out;
+        if let Some(cams) = prev.extra.get("cameras").and_then(|c| c.as_object()).filter(|_| r.stage == "publish") {
+            for (name, c) in cams {
+                *self.published.entry(name.clone()).or_default() += c.get("frames").and_then(|v| v.as_u64()).unwrap_or(0);
+            }
+        }
+    }
+
+    /// Frames out of `stage`'s earlier processes.
+    pub fn frames(&self, stage: &str) -> u64 {
+        self.frames.get(stage).copied().unwrap_or(0)
+    }
+
+    /// Frames of `camera` published by earlier publish processes.
+    pub fn published(&self, camera: &str) -> u64 {
+        self.published.get(camera).copied().unwrap_or(0)
+    }
+}
+
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
 /// with cameras `names` (more than one; their capture stages report as `capture@NAME`).
-pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>, restarts: &BTreeMap<String, u32>) -> BTreeMap<String, CameraSummary> {
+pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>, restarts: &BTreeMap<String, u32>, carried: &Carried) -> BTreeMap<String, CameraSummary> {
     let scale_cams = latest.get("scale").and_then(|r| r.extra.get("cameras"));
     let publish_cams = latest.get("publish").and_then(|r| r.extra.get("cameras"));
     names
@@ -155,9 +192,9 @@ pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>
             let lat = |k: &str| total.and_then(|t| t.get(k)).and_then(|x| x.as_f64());
             let ring_dropped = cap.and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0);
             let summary = CameraSummary {
-                captured: cap.map(|r| r.frames_out).unwrap_or(0),
-                dropped: ring_dropped + num(sc, "skipped_for_newer"),
-                published: num(pc, "frames"),
+                captured: carried.frames(&stage) + cap.map(|r| r.frames_out).unwrap_or(0),
+                dropped: ring_dropped + num(sc, "skipped_for_newer") + num(sc, "dropped_downstream"),
+                published: carried.published(n) + num(pc, "frames"),
                 fps_captured: cap.and_then(fps),
                 fps_published: span.and_then(|s| s.fps()),
                 latency_p50_us: lat("p50_us"),
@@ -232,7 +269,8 @@ fn spawn(exe: &std::path::Path, stage: Stage, name: &str, args: Vec<String>, rep
             Ok(())
         });
     }
-    log::debug!("starting {name}: {} stage {} {}", exe.display(), stage.name(), args.len());
+    let shown: Vec<String> = args.iter().map(|a| crate::capture::spec::redact_url(a)).collect();
+    log::debug!("starting: {} stage {} {} ({name})", exe.display(), stage.name(), shown.join(" "));
     cmd.spawn().with_context(|| format!("starting the {name} stage ({})", exe.display()))
 }
 
@@ -285,6 +323,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     });
 
     let mut latest: BTreeMap<String, StageReport> = BTreeMap::new();
+    let mut carried = Carried::default();
     let mut signalled_at: Option<Instant> = None;
     let mut failed_at: Option<Instant> = None;
     let mut capture_done_at: Option<Instant> = None;
@@ -301,6 +340,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                 p.last_report = Instant::now();
             }
             stats.fresh.insert(r.stage.clone());
+            carried.absorb(&latest, &r);
             latest.insert(r.stage.clone(), r);
         }
         if stop.load(Ordering::Relaxed) && signalled_at.is_none() {
@@ -310,7 +350,11 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             match captures.is_empty() {
                 false => {
                     for p in captures {
-                        let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+                        let pid = Pid::from_raw(p.child.id() as i32);
+                        let _ = kill(pid, Signal::SIGTERM);
+                        // A stopped process (SIGSTOP, a debugger) takes the SIGTERM only once
+                        // it runs again, as systemd's stop does (systemd.kill(5)).
+                        let _ = kill(pid, Signal::SIGCONT);
                     }
                 }
                 // Capture is dead, waiting for its restart: nobody can end the stream, so
@@ -364,7 +408,9 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             }
         }
         // Every camera's stream has ended (one camera: its capture stage ended): the others drain.
-        if capture_ended && capture_done_at.is_none() && procs.iter().filter(|p| p.stage == Stage::Capture).all(|p| p.status.is_some() && p.restart_at.is_none()) {
+        // A camera waiting for its restart when the run stops is not waited for.
+        let stopping_now = signalled_at.is_some() || failed_at.is_some() || termed;
+        if capture_ended && capture_done_at.is_none() && procs.iter().filter(|p| p.stage == Stage::Capture).all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping_now)) {
             capture_done_at = Some(Instant::now());
         }
         // Restarts that are due (none once the run is stopping).
@@ -408,6 +454,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             termed = true;
             for p in procs.iter().filter(|p| p.status.is_none()) {
                 let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+                let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGCONT);
             }
         }
         let term_over = failed_at.or(capture_done_at).or(signalled_at).is_some_and(|t| t.elapsed() > Duration::from_secs(16));
@@ -421,7 +468,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         if let Some(every) = stats_every.filter(|_| failed_at.is_none()) {
             let live: Vec<&str> = procs.iter().filter(|p| p.status.is_none()).map(|p| p.name.as_str()).collect();
             let names: Vec<String> = if several { a.cameras.iter().map(|(n, _)| n.clone()).collect() } else { vec![] };
-            if let Some(line) = stats.due(every, &live, &latest, &names) {
+            if let Some(line) = stats.due(every, &live, &latest, &names, &carried) {
                 log::info!("{line}");
             }
         }
@@ -430,6 +477,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     drop(report_w.take());
     let _ = reader.join();
     while let Ok(r) = rx.try_recv() {
+        carried.absorb(&latest, &r);
         latest.insert(r.stage.clone(), r);
     }
     // Stages remove their own sockets; a killed one cannot. Only stale sockets go.
@@ -445,8 +493,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.name.clone(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
     let restarts: BTreeMap<String, u32> = procs.iter().filter(|p| p.restarted > 0).map(|p| (p.name.clone(), p.restarted)).collect();
     let names: Vec<String> = a.cameras.iter().map(|(n, _)| n.clone()).collect();
-    let cameras = if several { camera_summaries(&names, &latest, &restarts) } else { BTreeMap::new() };
-    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts, cameras };
+    let cameras = if several { camera_summaries(&names, &latest, &restarts, &carried) } else { BTreeMap::new() };
+    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts, cameras, camera_order: names.clone() };
     let failed: Vec<&String> = exit_codes.iter().filter(|(_, c)| **c != 0 && **c != EXIT_PEER_GONE).map(|(s, _)| s).collect();
     // Written after the text summary is printed, so a full disk loses only the file.
     let write_json = |path: &std::path::Path| -> Result<()> {
@@ -570,7 +618,7 @@ struct StatsLines {
 
 impl StatsLines {
     /// The next line, if one is due now.
-    fn due(&mut self, every: Duration, live: &[&str], latest: &BTreeMap<String, StageReport>, cameras: &[String]) -> Option<String> {
+    fn due(&mut self, every: Duration, live: &[&str], latest: &BTreeMap<String, StageReport>, cameras: &[String], carried: &Carried) -> Option<String> {
         let since = self.last.map(|t| t.elapsed()).unwrap_or(every);
         let all_fresh = !live.is_empty() && live.iter().all(|s| self.fresh.contains(*s));
         let ready = since >= every && (all_fresh || (since >= 2 * every && !self.fresh.is_empty()));
@@ -599,15 +647,18 @@ impl StatsLines {
             for n in cameras {
                 let stage = format!("capture@{n}");
                 let (frames, fps) = part(&stage);
+                // Over the whole run: a restarted camera's earlier processes too.
+                let frames = frames + carried.frames(&stage);
                 total += frames;
                 total_fps += fps.parse::<f64>().unwrap_or(0.0);
                 // Its ring's drops and the frames the scale stage passed over for a newer one.
                 let skipped = latest.get("scale").and_then(|r| r.extra.get("cameras")).and_then(|c| c.get(n)).and_then(|c| c.get("skipped_for_newer")).and_then(|v| v.as_u64()).unwrap_or(0);
                 let dropped = latest.get(&stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0) + skipped;
-                per.push(format!("{n} {frames} frames {fps} fps dropped {dropped}"));
+                per.push(format!("{n} captured {frames} at {fps} fps, dropped {dropped}"));
             }
             let (publ, publ_fps) = part("publish");
-            let line = stats_line(total.max(publ), &format!("{total_fps:.1}"), publ, &publ_fps, latest);
+            let publ = publ + carried.frames("publish");
+            let line = stats_line(total, &format!("{total_fps:.1}"), publ, &publ_fps, latest);
             return Some(format!("{line} | cameras: {}", per.join(", ")));
         }
         let (cap, cap_fps) = part("capture");
@@ -722,7 +773,7 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ = writeln!(o, "  camera          captured  dropped  published  fps in  fps out  p50 ms  p99 ms  restarts");
         let f = |v: Option<f64>, div: f64| v.map(|x| format!("{:.1}", x / div)).unwrap_or_else(|| "-".into());
         let (mut c, mut d, mut p) = (0, 0, 0);
-        for (name, cs) in &s.cameras {
+        for (name, cs) in s.camera_order.iter().filter_map(|n| s.cameras.get(n).map(|c| (n, c))) {
             let _ = writeln!(
                 o,
                 "    {name:<14}{:>8} {:>8} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}",
@@ -776,25 +827,25 @@ mod tests {
         }
         let mut st = StatsLines::default();
         st.fresh.extend(["capture".to_string(), "scale".to_string()]);
-        assert_eq!(st.due(every, &live, &latest, &[]), None, "infer and publish have not reported yet");
+        assert_eq!(st.due(every, &live, &latest, &[], &Carried::default()), None, "infer and publish have not reported yet");
         st.fresh.extend(live.map(String::from));
-        let line = st.due(every, &live, &latest, &[]).expect("all fresh");
+        let line = st.due(every, &live, &latest, &[], &Carried::default()).expect("all fresh");
         assert!(line.contains("capture 31 frames 30.0 fps | published 31 frames 30.0 fps"), "{line}");
-        assert_eq!(st.due(every, &live, &latest, &[]), None, "an interval has not passed");
+        assert_eq!(st.due(every, &live, &latest, &[], &Carried::default()), None, "an interval has not passed");
         st.last = ago(12);
-        assert_eq!(st.due(every, &live, &latest, &[]), None, "nothing new: no stale repeat");
+        assert_eq!(st.due(every, &live, &latest, &[], &Carried::default()), None, "nothing new: no stale repeat");
         // 15 more frames in the next second at capture, 5 at publish.
         latest.insert("capture".into(), report("capture", 46, 0.5, 2.5));
         latest.insert("publish".into(), report("publish", 36, 0.5, 2.5));
         st.fresh.extend(live.map(String::from));
-        let line = st.due(every, &live, &latest, &[]).expect("all fresh again");
+        let line = st.due(every, &live, &latest, &[], &Carried::default()).expect("all fresh again");
         assert!(line.contains("capture 46 frames 15.0 fps | published 36 frames 5.0 fps"), "{line}");
         // A stuck stage: after two intervals, one fresh report is enough.
         st.last = ago(12);
         st.fresh.insert("capture".into());
-        assert_eq!(st.due(every, &live, &latest, &[]), None);
+        assert_eq!(st.due(every, &live, &latest, &[], &Carried::default()), None);
         st.last = ago(21);
-        let line = st.due(every, &live, &latest, &[]).expect("two intervals passed");
+        let line = st.due(every, &live, &latest, &[], &Carried::default()).expect("two intervals passed");
         assert!(line.contains("capture 46 frames - fps"), "no new capture frame since: {line}");
     }
 }

@@ -150,8 +150,13 @@ pub struct PoolProducer {
     away: Option<(Instant, u64)>,
     /// The counters of the rings of consumers that hung up, and the frames dropped while away.
     carried: RingCounters,
-    /// The notice the next published frame carries (set when a consumer re-joins).
-    mark: Option<RestartMark>,
+    /// The notice the next published frame carries (set when a consumer re-joins), and the
+    /// camera whose next frame must carry it (a notice carried over from a dropped frame of
+    /// that camera); `None`: the next frame of any camera.
+    mark: Option<(RestartMark, Option<usize>)>,
+    /// Frames dropped from this hop (drop-oldest, or nobody there to take them), per camera
+    /// ([`crate::core::frame::camera_of`] of their flags).
+    dropped_by_camera: [u64; crate::core::frame::MAX_CAMERAS],
     /// Since when the producer has found no buffer to write (the consumer holds them all).
     starved_since: Option<Instant>,
 }
@@ -319,6 +324,7 @@ impl PoolProducer {
             away: None,
             carried: RingCounters::default(),
             mark: None,
+            dropped_by_camera: [0; crate::core::frame::MAX_CAMERAS],
             starved_since: None,
         })
     }
@@ -387,7 +393,7 @@ impl PoolProducer {
         let peer = conn.peer();
         self.sender = Link::offer(conn, &self.bufs, &self.spec)?;
         self.away = None;
-        self.mark = Some(RestartMark { stage: consumer, lost: lost.min(u32::MAX as u64) as u32 });
+        self.mark = Some((RestartMark { stage: consumer, lost: lost.min(u32::MAX as u64) as u32 }, None));
         log::info!(
             "the {} stage ({peer}) joined again after {:.1} s: offered the same {} buffers on a fresh ring; {lost} frames lost meanwhile",
             consumer.name(),
@@ -589,13 +595,17 @@ impl PoolProducer {
     fn publish(&mut self, index: u32, mut desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
         let i = index as usize;
         desc.buffer_index = index;
-        if let Some(m) = self.mark {
+        let camera = crate::core::frame::camera_of(desc.flags);
+        let mut marked = false;
+        if let Some((m, _)) = self.mark.filter(|(_, only)| only.is_none_or(|c| c == camera)) {
             desc.flags = m.mark(desc.flags);
+            marked = true;
         }
         if let Link::Away = self.sender {
             // Nobody to take it: dropped now, counted.
             self.free_buffer(index);
             self.drop_away();
+            self.dropped_by_camera[camera] += 1;
             return Ok(());
         }
         if let Link::Copy { data, .. } = &mut self.sender {
@@ -605,7 +615,8 @@ impl PoolProducer {
             self.free_buffer(index);
             if self.absorb(sent)?.is_none() {
                 self.drop_away();
-            } else {
+                self.dropped_by_camera[camera] += 1;
+            } else if marked {
                 self.mark = None;
             }
             return Ok(());
@@ -618,24 +629,38 @@ impl PoolProducer {
         }
         match self.absorb(sent)? {
             Some(Sent::Dropped(d)) => {
-                self.mark = None;
+                if marked {
+                    self.mark = None;
+                }
                 self.carry_mark(&d);
                 if self.release(d.buffer_index, d.seq) {
                     self.stats.reclaimed += 1;
                 }
             }
-            Some(Sent::Queued) => self.mark = None,
-            None => self.drop_away(),
+            Some(Sent::Queued) if marked => self.mark = None,
+            Some(Sent::Queued) => {}
+            None => {
+                self.drop_away();
+                self.dropped_by_camera[camera] += 1;
+            }
         }
         Ok(())
     }
 
-    /// A frame dropped from the ring (drop-oldest) that carried a restart notice hands it
-    /// to the next frame published, so a notice is never dropped with its frame.
+    /// A frame dropped from the ring (drop-oldest): counted for its camera, and a restart
+    /// notice it carried goes to the next frame published of the same camera, so a notice
+    /// is never dropped with its frame nor moved to another camera's.
     fn carry_mark(&mut self, dropped: &FrameDesc) {
+        let camera = crate::core::frame::camera_of(dropped.flags);
+        self.dropped_by_camera[camera] += 1;
         if self.mark.is_none() {
-            self.mark = RestartMark::from_flags(dropped.flags);
+            self.mark = RestartMark::from_flags(dropped.flags).map(|m| (m, Some(camera)));
         }
+    }
+
+    /// Frames dropped from this hop so far, per camera index (drop-oldest, or no consumer).
+    pub fn dropped_per_camera(&self) -> [u64; crate::core::frame::MAX_CAMERAS] {
+        self.dropped_by_camera
     }
 
     /// Counts a frame dropped because no consumer is there.

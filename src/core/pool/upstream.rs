@@ -51,6 +51,9 @@ pub struct Upstream {
     refused: u64,
     /// A notice for the next frame (the capture stage came back).
     mark: Option<RestartMark>,
+    /// When the last frame came: a capture stage that hung before it died (stopped, killed
+    /// by the watchdog) lost the frames since then, not only those since its hang-up.
+    last_item: Option<Instant>,
     /// Fault injection for tests ([`FAULT_ENV`] = `hold-frames:<this stage>`): every frame
     /// is taken and never given back, as a stuck consumer would.
     hold: bool,
@@ -93,6 +96,7 @@ impl Upstream {
             copy_mode,
             refused: 0,
             mark: None,
+            last_item: None,
             hold,
         })
     }
@@ -119,8 +123,14 @@ impl Upstream {
             copy_mode,
             refused: 0,
             mark: None,
+            last_item: None,
             hold: false,
         }
+    }
+
+    /// The upstream's name in logs: its socket's (`capture`, `capture@door`, `scale`).
+    pub fn name(&self) -> &str {
+        self.path.file_stem().and_then(|s| s.to_str()).unwrap_or(self.stage.name())
     }
 
     /// The socket this upstream is joined at.
@@ -189,6 +199,7 @@ impl Upstream {
                 Ok(Recv::Idle)
             }
             Some(Recv::Item(mut f)) => {
+                self.last_item = Some(Instant::now());
                 if let Some(m) = self.mark.take() {
                     f.mark(m);
                 }
@@ -210,7 +221,7 @@ impl Upstream {
             self.carried_own.rejected += own.rejected;
             log::warn!(
                 "the {} stage (pid {}) hung up: let go of its pool; waiting for it to come back at {}",
-                self.stage.name(),
+                self.name(),
                 c.peer_pid(),
                 self.path.display()
             );
@@ -237,10 +248,10 @@ impl Upstream {
         };
         let peer = conn.peer();
         let joined = conn.set_recv_timeout(Some(OFFER_TIMEOUT)).and_then(|()| {
-            let c = PoolConsumer::join(conn, &self.hello, self.wait, self.stage.name())?;
+            let c = PoolConsumer::join(conn, &self.hello, self.wait, self.name())?;
             if c.offer.copy_mode != self.copy_mode {
                 let mode = |copy: bool| if copy { "--copy-mode" } else { "zero-copy" };
-                anyhow::bail!("{} offered a {} hop; this stage joined a {} one at set-up", self.stage.name(), mode(c.offer.copy_mode), mode(self.copy_mode));
+                anyhow::bail!("{} offered a {} hop; this stage joined a {} one at set-up", self.name(), mode(c.offer.copy_mode), mode(self.copy_mode));
             }
             c.set_recv_timeout(None)?;
             Ok(c)
@@ -251,16 +262,18 @@ impl Upstream {
                 let down = self.away.take().map(|t| t.elapsed()).unwrap_or_default();
                 let first = self.joins == 0;
                 if first {
-                    log::info!("joined the {} stage ({peer}): {} ({} buffers, {})", self.stage.name(), c.offer.description, c.buffers().len(), c.offer.memory);
+                    log::info!("joined the {} stage ({peer}): {} ({} buffers, {})", self.name(), c.offer.description, c.buffers().len(), c.offer.memory);
                 } else if self.stage == Stage::Capture {
-                    // Frames the source did not make while it was down, at its nominal rate.
-                    let lost = (c.offer.fps * down.as_secs_f64()).round() as u32;
+                    // Frames the source did not make while it was down, at its nominal rate:
+                    // since its last frame (it may have hung before it hung up).
+                    let gap = self.last_item.map_or(down, |t| t.elapsed().max(down));
+                    let lost = (c.offer.fps * gap.as_secs_f64()).floor() as u32;
                     self.mark = Some(RestartMark { stage: Stage::Capture, lost });
                 }
                 if !first {
                     log::info!(
                         "joined the {} stage again ({peer}) after {:.1} s: {} ({} buffers, {})",
-                        self.stage.name(),
+                        self.name(),
                         down.as_secs_f64(),
                         c.offer.description,
                         c.buffers().len(),
@@ -273,7 +286,7 @@ impl Upstream {
                 true
             }
             Err(e) if PeerGone::is_in(&e) => {
-                log::debug!("the {} stage is not back yet ({peer}): {e:#}", self.stage.name());
+                log::debug!("the {} stage is not back yet ({peer}): {e:#}", self.name());
                 false
             }
             Err(e) => {
@@ -287,7 +300,7 @@ impl Upstream {
     fn refuse(&mut self, why: &str) {
         self.refused += 1;
         if self.refused <= 20 || self.refused.is_power_of_two() {
-            log::warn!("refused what answered as the {} stage on {} ({} so far): {why}", self.stage.name(), self.path.display(), self.refused);
+            log::warn!("refused what answered as the {} stage on {} ({} so far): {why}", self.name(), self.path.display(), self.refused);
         }
     }
 }
