@@ -1,17 +1,20 @@
 #!/usr/bin/python3
 """A real RTSP server for zcpipe's tests (tests/rtsp.rs): GStreamer's gst-rtsp-server
-serving H.264 MP4 files as they are (no encoder):
+serving an H.264 MP4 file as it is (no encoder):
 
-    filesrc ! qtdemux ! h264parse ! concat ! h264parse ! rtph264pay name=pay0 config-interval=-1
+    filesrc ! qtdemux ! h264parse ! rtph264pay name=pay0 config-interval=-1
 
-on 127.0.0.1:PORT at rtsp://127.0.0.1:PORT/MOUNT. The files given (--file, repeatable)
-play one after the other, the whole list --repeat times (default 20: the bundled 139 s
-clip plays for 46 min), so the stream runs in a loop for as long as a test needs. The
-media is shared by the clients connected at a time (like a camera; with a concat, a
-pipeline per client does not come down cleanly and the next client gets nothing), and
-made afresh when the last one left; SPS/PPS go before every key frame, so a client that
-joins late decodes from the next one. --user/--password require RTSP basic
-authentication.
+on 127.0.0.1:PORT at rtsp://127.0.0.1:PORT/MOUNT. The media is shared by the clients
+connected at a time (like a camera) and made afresh when the last one has left, so each
+new session starts the file from its beginning: the stream loops from one session to the
+next (the bundled clip runs 139 s in one session; a client still connected at its end
+gets the end of the stream, and a reconnect starts it again). SPS/PPS go before every key
+frame, so a client that joins late decodes from the next one. --user/--password require
+RTSP basic authentication.
+
+(Not a concat of the file with itself for an endless session: with gst 1.22 a concat
+pipeline does not come down cleanly when its clients leave, and the next client gets
+nothing.)
 
 Prints "ready rtsp://127.0.0.1:PORT/MOUNT" on stdout once it listens; SIGTERM or SIGINT
 stop it.
@@ -33,34 +36,22 @@ gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 
 
-def launch_line(files, repeat):
-    """The media factory's pipeline: every file, `repeat` times, through one concat."""
-    branches = []
-    for _ in range(repeat):
-        for f in files:
-            # location is quoted for gst_parse_launch; paths with '"' are refused below.
-            branches.append(f'filesrc location="{f}" ! qtdemux ! h264parse ! c.')
-    return (
-        # The h264parse after concat: without it the stream stalls where a clip with
-        # B-frames (the bundled one) starts again.
-        "( concat name=c ! h264parse ! rtph264pay name=pay0 pt=96 config-interval=-1 "
-        + " ".join(branches)
-        + " )"
-    )
+def launch_line(path):
+    """The media factory's pipeline for one file."""
+    # location is quoted for gst_parse_launch; paths with '"' are refused in main().
+    return f'( filesrc location="{path}" ! qtdemux ! h264parse ! rtph264pay name=pay0 pt=96 config-interval=-1 )'
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True, help="TCP port on 127.0.0.1")
     ap.add_argument("--mount", default="/cam", help="mount path (default /cam)")
-    ap.add_argument("--file", action="append", required=True, help="an H.264 MP4 file; repeat to play several in turn")
-    ap.add_argument("--repeat", type=int, default=20, help="times the list plays (default 20)")
+    ap.add_argument("--file", required=True, help="the H.264 MP4 file to serve")
     ap.add_argument("--user", help="require this user (RTSP basic auth)")
     ap.add_argument("--password", help="and this password")
     a = ap.parse_args()
-    for f in a.file:
-        if not os.path.isfile(f) or '"' in f:
-            sys.exit(f"rtsp_server: {f}: not a file (or has a '\"' in its path)")
+    if not os.path.isfile(a.file) or '"' in a.file:
+        sys.exit(f"rtsp_server: {a.file}: not a file (or has a '\"' in its path)")
     if not a.mount.startswith("/"):
         sys.exit(f"rtsp_server: --mount {a.mount}: must start with /")
 
@@ -69,7 +60,7 @@ def main():
     server.set_address("127.0.0.1")
     server.set_service(str(a.port))
     factory = GstRtspServer.RTSPMediaFactory()
-    factory.set_launch(launch_line([os.path.abspath(f) for f in a.file], max(1, a.repeat)))
+    factory.set_launch(launch_line(os.path.abspath(a.file)))
     factory.set_shared(True)
     if a.user:
         auth = GstRtspServer.RTSPAuth()

@@ -17,7 +17,7 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 /usr/bin/python3 -c 'import sys, gi; gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")
 from gi.repository import Gst, GstRtspServer; Gst.init(None)
-sys.exit(any(Gst.ElementFactory.find(e) is None for e in ("qtdemux", "h264parse", "rtph264pay", "concat")))' >/dev/null 2>&1 ||
+sys.exit(any(Gst.ElementFactory.find(e) is None for e in ("qtdemux", "h264parse", "rtph264pay")))' >/dev/null 2>&1 ||
     need_apt+=(python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-good gstreamer1.0-plugins-bad)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} (apt-get)"
