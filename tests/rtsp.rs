@@ -379,3 +379,30 @@ fn an_unreachable_camera_fails_in_one_line_without_its_password() {
     let text = format!("{}{}", String::from_utf8_lossy(&plan.stdout), String::from_utf8_lossy(&plan.stderr));
     assert!(text.contains("rtsp://user:***@127.0.0.1:1/x") && !text.contains("secret"), "{text}");
 }
+
+/// `--wait-for-camera`: the run starts without the camera (no error, every stage up, none
+/// restarted by the watchdog while capture waits), and frames flow once the server is there.
+#[test]
+fn wait_for_camera_starts_without_it_and_connects_later() {
+    need_gst!();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("rtsp://127.0.0.1:{port}/cam");
+    let run = Run::start(d, &["--source", &url, "--wait-for-camera", "--size", "768x432", "--infer", "none", "--json", "--stats-interval", "0"]);
+    assert!(wait_for(Duration::from_secs(60), || stage_pid(d, "publish").is_some()), "the pipeline did not start without its camera");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(run.frames(), 0);
+    let _server = Server::start(port, &root().join(CLIP));
+    assert!(run.wait_frames(5, Duration::from_secs(90)), "no frames once the camera was there");
+    let (status, err, lines) = run.stop();
+    assert!(status.success(), "{status}: {err}");
+    assert_no_orphans(d);
+    assert!(err.contains("is not reachable yet") && err.contains("--wait-for-camera"), "{err}");
+    assert!(lines.iter().filter(|v| v["type"] == "frame").all(|v| v["width"] == 768 && v["height"] == 432));
+    let s = summary(d);
+    assert_eq!(s["restarts"], serde_json::json!({}), "{}", s["restarts"]);
+    let cap = &s["stages"]["capture"]["extra"];
+    assert!(cap["failed_attempts"].as_u64().unwrap() >= 1, "{cap}");
+    assert_eq!(cap["reconnects"], 0, "the first connection is no reconnect: {cap}");
+}

@@ -43,8 +43,9 @@ pub const TESTSRC_DEFAULT_FPS: f64 = 30.0;
 /// [`FrameLayout::validate`](crate::core::frame::FrameLayout::validate) enforces).
 pub const MAX_DIMENSION: u32 = 16384;
 
-/// Which capture backend to open, as given on the command line.
-#[derive(Clone, Debug, PartialEq)]
+/// Which capture backend to open, as given on the command line. `Debug` shows a URL
+/// redacted ([`redact_url`]), like every other form shown to people.
+#[derive(Clone, PartialEq)]
 pub enum SourceSpec {
     /// The best source present: the first V4L2 capture node (resolved by the capture stage),
     /// else the bundled clip ([`BUNDLED_CLIP`]) as `video:`.
@@ -164,6 +165,21 @@ impl fmt::Display for SourceSpec {
             SourceSpec::V4l2(None) => write!(f, "v4l2"),
             SourceSpec::V4l2(Some(d)) => write!(f, "v4l2:{}", d.display()),
             SourceSpec::Network(url) => write!(f, "{url}"),
+        }
+    }
+}
+
+impl fmt::Debug for SourceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceSpec::Auto => write!(f, "Auto"),
+            SourceSpec::Image(p) => f.debug_tuple("Image").field(p).finish(),
+            SourceSpec::Video(p) => f.debug_tuple("Video").field(p).finish(),
+            SourceSpec::TestSrc { width, height, fps } => {
+                f.debug_struct("TestSrc").field("width", width).field("height", height).field("fps", fps).finish()
+            }
+            SourceSpec::V4l2(d) => f.debug_tuple("V4l2").field(d).finish(),
+            SourceSpec::Network(url) => f.debug_tuple("Network").field(&redact_url(url)).finish(),
         }
     }
 }
@@ -487,6 +503,8 @@ mod tests {
         }
         let e = "rtsp://u:topsecret@/x".parse::<SourceSpec>().unwrap_err().to_string();
         assert!(e.contains("rtsp://u:***@/x") && !e.contains("topsecret"), "{e}");
+        let d = format!("{:?}", parse("rtsp://u:topsecret@cam/x"));
+        assert_eq!(d, "Network(\"rtsp://u:***@cam/x\")");
     }
 
     #[test]
