@@ -170,7 +170,7 @@ fn summary(dir: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
 }
 
-/// Makes `name` in `dir`: 4 s of the bundled clip at `size` (`WxH`), H.264 with a key frame
+/// Makes `name` in `dir`: 30 s of the bundled clip at `size` (`WxH`), H.264 with a key frame
 /// every second (libx264; `None` if this ffmpeg has no H.264 encoder).
 fn clip_at(dir: &Path, name: &str, size: &str) -> Option<PathBuf> {
     let enc = Command::new("ffmpeg").args(["-hide_banner", "-encoders"]).output().unwrap();
@@ -179,7 +179,7 @@ fn clip_at(dir: &Path, name: &str, size: &str) -> Option<PathBuf> {
     }
     let out = dir.join(name);
     let st = Command::new("ffmpeg")
-        .args(["-nostdin", "-loglevel", "error", "-y", "-t", "4", "-i"])
+        .args(["-nostdin", "-loglevel", "error", "-y", "-t", "30", "-i"])
         .arg(root().join(CLIP))
         .args(["-vf", &format!("scale={}", size.replace('x', ":")), "-c:v", "libx264", "-g", "10", "-pix_fmt", "yuv420p", "-an"])
         .arg(&out)
@@ -318,12 +318,16 @@ fn a_stream_that_changes_size_is_renegotiated() {
     let run = Run::start(d, &["--source", &url, "--infer", "none", "--json", "--stats-interval", "0"]);
     assert!(run.wait_frames(5, Duration::from_secs(60)), "no frames from the RTSP server");
     let pids: Vec<i32> = ["capture", "scale", "infer", "publish"].iter().map(|s| stage_pid(d, s).unwrap()).collect();
-    for clip in [&small, &large] {
+    for (clip, want) in [(&small, (384, 216)), (&large, (768, 432))] {
         server.kill();
         let before = run.frames();
         server = Server::start(port, clip);
-        assert!(run.wait_frames(before + 5, Duration::from_secs(90)), "no frames from {}", clip.display());
-        std::thread::sleep(Duration::from_millis(300));
+        // Five frames at the size this clip comes at, after the restart.
+        let at_size = || {
+            let l = run.lines.lock().unwrap();
+            l.iter().filter(|v| v["type"] == "frame").skip(before).filter(|v| (v["width"].as_u64(), v["height"].as_u64()) == (Some(want.0), Some(want.1))).count()
+        };
+        assert!(wait_for(Duration::from_secs(90), || at_size() >= 5), "no {}x{} frames from {}", want.0, want.1, clip.display());
     }
     let (status, err, lines) = run.stop();
     drop(server);
@@ -340,7 +344,7 @@ fn a_stream_that_changes_size_is_renegotiated() {
         .collect();
     let mut runs: Vec<(u64, u64)> = sizes.clone();
     runs.dedup();
-    assert_eq!(runs, [(768, 432), (384, 216), (768, 432)], "frames at the first size, the smaller stream's own, then the larger scaled to the pool's");
+    assert_eq!(runs, [(768, 432), (384, 216), (768, 432)], "frames at the first size, the smaller stream's own, then the larger scaled to the pool's:\n{err}");
     let s = summary(d);
     assert_eq!(s["restarts"], serde_json::json!({}), "{}", s["restarts"]);
     let cap = &s["stages"]["capture"]["extra"];

@@ -368,9 +368,16 @@ impl NetworkSource {
     }
 }
 
-/// The last `n` of the ` | `-joined lines of a stderr tail ([`Child::stderr_tail`]).
+/// The last `n` of the ` | `-joined lines of a stderr tail ([`Child::stderr_tail`]), each
+/// without ffmpeg's `[context @ 0xADDRESS] ` prefix.
 fn last_lines(tail: &str, n: usize) -> String {
-    let v: Vec<&str> = tail.split(" | ").collect();
+    let v: Vec<&str> = tail
+        .split(" | ")
+        .map(|l| match (l.strip_prefix('['), l.find("] ")) {
+            (Some(inner), Some(end)) if inner[..end - 1].contains(" @ 0x") => &l[end + 2..],
+            _ => l,
+        })
+        .collect();
     v[v.len().saturating_sub(n)..].join(" | ")
 }
 
@@ -568,6 +575,13 @@ mod tests {
         assert_eq!(input_args("RTSPS://h/x", RtspTransport::Udp)[8..], ["-rtsp_transport", "udp", "-timeout", "5000000"]);
         assert_eq!(input_args("http://h/x", RtspTransport::Tcp)[8..], ["-rw_timeout", "5000000"]);
         assert_eq!(input_args("http://h/x", RtspTransport::Tcp)[..4], ["-fflags", "nobuffer", "-flags", "low_delay"]);
+    }
+
+    #[test]
+    fn last_lines_drops_ffmpeg_context_prefixes() {
+        let t = "a | [tcp @ 0x55] Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused";
+        assert_eq!(last_lines(t, 3), "Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused");
+        assert_eq!(last_lines("(no stderr)", 3), "(no stderr)");
     }
 
     #[test]
