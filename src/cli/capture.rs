@@ -107,3 +107,53 @@ impl CaptureArgs {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+    use crate::capture::network::RtspTransport;
+    use crate::capture::spec::SourceSpec;
+
+    fn run_args(args: &[&str]) -> super::CaptureArgs {
+        let Command::Run(r) = Cli::parse_from(["zcpipe", "run"].iter().chain(args)).cmd else { panic!("not run") };
+        r.pipeline.capture
+    }
+
+    /// The network-camera options reach the capture stage's command line and parse back
+    /// there to the same configuration (the URL whole: it is an argument, not a message).
+    #[test]
+    fn network_options_reach_the_capture_stage() {
+        let url = "rtsp://user:p%40ss@10.0.0.7:554/stream1";
+        let a = run_args(&["--source", url, "--rtsp-transport", "udp", "--wait-for-camera", "--size", "1280x720", "--fps", "5"]);
+        let cfg = a.config().unwrap();
+        assert_eq!(cfg.source, SourceSpec::Network(url.into()));
+        assert_eq!((cfg.rtsp_transport, cfg.wait_for_camera, cfg.size), (Some(RtspTransport::Udp), true, Some((1280, 720))));
+        let flags = a.flags();
+        for f in [&format!("--source={url}"), "--rtsp-transport=udp", "--wait-for-camera", "--size=1280x720"] {
+            assert!(flags.iter().any(|g| g == f), "{f} is not passed on: {flags:?}");
+        }
+        let back: Vec<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(run_args(&back).config().unwrap(), cfg);
+        // Left out when not given.
+        let plain = run_args(&["--source", url]).flags();
+        assert!(!plain.iter().any(|f| f.starts_with("--rtsp-transport") || f == "--wait-for-camera"), "{plain:?}");
+    }
+
+    /// The network-only flags are refused for other sources, and V4L2-only ones for a
+    /// network source; each error one line, the URL redacted.
+    #[test]
+    fn network_flags_are_checked_against_the_source() {
+        let err = |args: &[&str]| run_args(args).config().unwrap_err().to_string();
+        assert!(err(&["--source", "testsrc", "--wait-for-camera"]).contains("--wait-for-camera applies to network cameras only"));
+        assert!(err(&["--source", "video:a.mp4", "--rtsp-transport", "tcp"]).contains("--rtsp-transport applies to network cameras only"));
+        let e = err(&["--source", "https://u:pw@h/x.m3u8", "--rtsp-transport", "tcp"]);
+        assert!(e.contains("rtsp:// and rtsps://") && e.contains("https://u:***@h/x.m3u8") && !e.contains("pw@"), "{e}");
+        let e = err(&["--source", "rtsp://u:pw@h/x", "--format", "NV12"]);
+        assert!(e.contains("--format applies to V4L2 cameras only") && !e.contains("pw@"), "{e}");
+        let e = err(&["--source", "rtsp://u:pw@h/x", "--fps", "max"]);
+        assert!(e.contains("--fps max") && !e.contains("pw@"), "{e}");
+        assert!(run_args(&["--source", "rtsp://h/x", "--wait-for-camera", "--rtsp-transport", "tcp"]).config().is_ok());
+    }
+}
