@@ -3,6 +3,9 @@
 #   ffmpeg/ffprobe: the video source decodes files with them.
 #   python3-venv: build/py-venv, the pinned onnx/onnxruntime/numpy of
 #     scripts/models/requirements.txt, for the head tests' models (tests/heads.rs).
+#   GStreamer's RTSP server for /usr/bin/python3 (python3-gi, gir1.2-gst-rtsp-server-1.0,
+#     gstreamer1.0-plugins-good: qtdemux, rtph264pay; -bad: h264parse): scripts/rtsp_server.py,
+#     the real RTSP camera of tests/rtsp.rs (Debian's python, not a pyenv one first on PATH).
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +15,10 @@ command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1 || need_
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+/usr/bin/python3 -c 'import sys, gi; gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")
+from gi.repository import Gst, GstRtspServer; Gst.init(None)
+sys.exit(any(Gst.ElementFactory.find(e) is None for e in ("qtdemux", "h264parse", "rtph264pay")))' >/dev/null 2>&1 ||
+    need_apt+=(python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-good gstreamer1.0-plugins-bad)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} (apt-get)"
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -145,9 +145,9 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
                 Some(CaptureIo::Dmabuf) => "dmabuf, imported",
                 _ => "mmap, EXPBUF",
             };
-            format!("{spec} ({}) {}{fps} ({io})", c.node.driver, c.format_text())
+            format!("{} ({}) {}{fps} ({io})", spec.redacted(), c.node.driver, c.format_text())
         }
-        (spec, None) => spec.to_string(),
+        (spec, None) => spec.redacted(),
     };
     let source_why = [i.source.reason.as_str(), io_why.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("; ");
     let scaler_what = match &i.scaler.kind {

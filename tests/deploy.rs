@@ -94,6 +94,11 @@ fn the_capture_template_is_the_capture_unit_with_a_camera_and_the_network() {
         text.lines().filter(|l| !l.starts_with('#') && l.contains('=')).filter(|l| !["ExecStart=", "EnvironmentFile=", "PrivateNetwork=", "RestrictAddressFamilies=", "Description="].iter().any(|k| l.starts_with(k))).map(String::from).collect()
     };
     assert_eq!(settings(&t), settings(&single), "every other setting is the single capture unit's");
+    // Its command line, as systemd expands it for an IP camera, is one zcpipe accepts:
+    // every option parses (clap reads them all before it acts on the --help at the end).
+    let argv = exec.replace("%i", "front").replace("${ZCPIPE_SOURCE}", "rtsp://viewer:secret@127.0.0.1/stream1").replace("$ZCPIPE_CAPTURE_ARGS", "--fps 15 --wait-for-camera");
+    let out = common::zcpipe().args(argv.split_whitespace().skip(1)).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{argv}: {}", String::from_utf8_lossy(&out.stderr));
     // Its offline score, as an instance (`systemd-analyze` scores units, not templates).
     if Command::new("systemd-analyze").arg("--version").output().is_err() {
         return;

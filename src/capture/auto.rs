@@ -104,6 +104,6 @@ pub fn resolve(spec: &SourceSpec) -> (SourceSpec, String) {
             Some(n) => (SourceSpec::V4l2(Some(n.path.clone())), format!("--source v4l2: {} is the first V4L2 capture node", n.label())),
             None => (spec.clone(), "--source v4l2: no V4L2 capture node found (capture will say so)".into()),
         },
-        other => (other.clone(), format!("--source {other}")),
+        other => (other.clone(), format!("--source {}", other.redacted())),
     }
 }

@@ -1,9 +1,16 @@
 //! Source selection: the `--source` text (`auto`, `image:PATH`, `video:PATH`,
-//! `testsrc[:WxH[@FPS]]`, `v4l2[:DEVICE]`) parsed into a [`SourceSpec`], and
-//! [`open_source`], which turns a spec into a boxed [`FrameSource`].
+//! `testsrc[:WxH[@FPS]]`, `v4l2[:DEVICE]`, or a network URL such as `rtsp://...`) parsed
+//! into a [`SourceSpec`], and [`open_source`], which turns a spec into a boxed
+//! [`FrameSource`].
 //!
-//! Parsing never touches the file system; opening does, and its errors name the path and
-//! the fix.
+//! Parsing never touches the file system or the network; opening does, and its errors
+//! name the path and the fix.
+//!
+//! A URL may carry credentials (`rtsp://user:password@host/...`). [`SourceSpec`]'s
+//! `Display` is the command-line form (it passes `--source=` to the capture stage process,
+//! so it keeps them); everything shown to people goes through [`SourceSpec::redacted`] /
+//! [`redact_url`] (`rtsp://user:***@host/...`), and text a tool printed about the URL
+//! through [`scrub_secrets`].
 
 use std::fmt;
 use std::path::PathBuf;
@@ -18,7 +25,8 @@ use super::FrameSource;
 
 /// The accepted forms, quoted in every parse error.
 pub const ACCEPTED_FORMS: &str =
-    "auto, image:PATH, video:PATH, testsrc, testsrc:WxH, testsrc:WxH@FPS, testsrc:WxH@max, v4l2, v4l2:DEVICE";
+    "auto, image:PATH, video:PATH, testsrc, testsrc:WxH, testsrc:WxH@FPS, testsrc:WxH@max, v4l2, v4l2:DEVICE, \
+     or a stream URL (rtsp://, rtsps://, http://, https://, ... anything ffmpeg opens)";
 
 /// The clip `auto` plays, relative to the data directory (`tests/data/` in the repo).
 /// Intel `sample-videos`, CC BY 4.0; see `tests/data/PROVENANCE.md`.
@@ -35,8 +43,9 @@ pub const TESTSRC_DEFAULT_FPS: f64 = 30.0;
 /// [`FrameLayout::validate`](crate::core::frame::FrameLayout::validate) enforces).
 pub const MAX_DIMENSION: u32 = 16384;
 
-/// Which capture backend to open, as given on the command line.
-#[derive(Clone, Debug, PartialEq)]
+/// Which capture backend to open, as given on the command line. `Debug` shows a URL
+/// redacted ([`redact_url`]), like every other form shown to people.
+#[derive(Clone, PartialEq)]
 pub enum SourceSpec {
     /// The best source present: the first V4L2 capture node (resolved by the capture stage),
     /// else the bundled clip ([`BUNDLED_CLIP`]) as `video:`.
@@ -58,6 +67,11 @@ pub enum SourceSpec {
     /// ([`crate::sys::v4l2::node::first_capture_node`]). Not a [`FrameSource`]: the capture stage
     /// drives it ([`super::v4l2::V4l2Capture`]).
     V4l2(Option<PathBuf>),
+    /// A network stream (`rtsp://`, `rtsps://`, `http(s)://`, `rtmp://`, `srt://`, ...: any
+    /// `SCHEME://...` URL, opened by ffmpeg), kept as written, credentials included. A live
+    /// source ([`super::network::NetworkSource`]): not paced, reconnected when it drops. Shown
+    /// to people only through [`SourceSpec::redacted`].
+    Network(String),
 }
 
 /// Why a `--source` text was rejected: one line naming the bad text and listing
@@ -81,8 +95,19 @@ impl std::error::Error for ParseSourceSpecError {}
 impl FromStr for SourceSpec {
     type Err = ParseSourceSpecError;
 
+    /// Parses the `--source` text; a parse error quotes it redacted ([`redact_url`]).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |reason: &str| ParseSourceSpecError { text: s.to_string(), reason: reason.to_string() };
+        let err = |reason: &str| ParseSourceSpecError { text: redact_url(s), reason: reason.to_string() };
+        // `image://x` is ours: the path `//x`, not a URL.
+        if url_scheme(s).is_some_and(|k| !["auto", "image", "video", "testsrc", "v4l2"].contains(&k)) {
+            if url_host(s).is_none_or(str::is_empty) {
+                return Err(err("the URL has no host"));
+            }
+            if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(err("the URL has a space or control character (percent-encode it)"));
+            }
+            return Ok(SourceSpec::Network(s.to_string()));
+        }
         let (kind, arg) = match s.split_once(':') {
             Some((k, a)) => (k, Some(a)),
             None => (s, None),
@@ -139,8 +164,169 @@ impl fmt::Display for SourceSpec {
             SourceSpec::TestSrc { width, height, fps } => write!(f, "testsrc:{width}x{height}@{}", fps_name(*fps)),
             SourceSpec::V4l2(None) => write!(f, "v4l2"),
             SourceSpec::V4l2(Some(d)) => write!(f, "v4l2:{}", d.display()),
+            SourceSpec::Network(url) => write!(f, "{url}"),
         }
     }
+}
+
+impl fmt::Debug for SourceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceSpec::Auto => write!(f, "Auto"),
+            SourceSpec::Image(p) => f.debug_tuple("Image").field(p).finish(),
+            SourceSpec::Video(p) => f.debug_tuple("Video").field(p).finish(),
+            SourceSpec::TestSrc { width, height, fps } => {
+                f.debug_struct("TestSrc").field("width", width).field("height", height).field("fps", fps).finish()
+            }
+            SourceSpec::V4l2(d) => f.debug_tuple("V4l2").field(d).finish(),
+            SourceSpec::Network(url) => f.debug_tuple("Network").field(&redact_url(url)).finish(),
+        }
+    }
+}
+
+impl SourceSpec {
+    /// The form to show people (logs, errors, the plan, reports): [`Display`](fmt::Display)
+    /// with a URL's credentials masked ([`redact_url`]).
+    pub fn redacted(&self) -> String {
+        match self {
+            SourceSpec::Network(url) => redact_url(url),
+            other => other.to_string(),
+        }
+    }
+
+    /// Whether this is a live source that sends frames at its own pace and may drop and
+    /// come back (a network stream).
+    pub fn is_network(&self) -> bool {
+        matches!(self, SourceSpec::Network(_))
+    }
+}
+
+/// The scheme of `SCHEME://...` (`[A-Za-z][A-Za-z0-9+.-]*`, RFC 3986 3.1), lower-cased
+/// checks left to the caller; `None` if `s` is not of that shape.
+fn url_scheme(s: &str) -> Option<&str> {
+    let (scheme, _) = s.split_once("://")?;
+    let mut c = scheme.chars();
+    (c.next()?.is_ascii_alphabetic() && c.all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))).then_some(scheme)
+}
+
+/// Where a URL's credentials end, as ffmpeg reads them (`av_url_split`: the last `@` of the
+/// authority). The authority ends at the first `/`, `?` or `#`; a password with an
+/// unencoded `/` would end it early, so an `@` after that (before `?`/`#`) still counts when
+/// the text before it has a `:`. Returns (start of the user info, index of its `@`).
+fn userinfo_span(url: &str) -> Option<(usize, usize)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let before_query = rest.find(['?', '#']).unwrap_or(rest.len());
+    let authority_end = rest[..before_query].find('/').unwrap_or(before_query);
+    if let Some(at) = rest[..authority_end].rfind('@') {
+        return Some((start, start + at));
+    }
+    let at = rest[..before_query].rfind('@')?;
+    rest[..at].contains(':').then_some((start, start + at))
+}
+
+/// The host (and port) of a URL, after any credentials; `None` if `s` is no `SCHEME://`.
+fn url_host(url: &str) -> Option<&str> {
+    let start = userinfo_span(url).map_or(url.find("://")? + 3, |(_, at)| at + 1);
+    let rest = &url[start..];
+    Some(&rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())])
+}
+
+/// Query parameters whose values are secrets (some cameras take `?user=..&password=..`).
+const SECRET_QUERY_KEYS: [&str; 9] = ["password", "passwd", "pwd", "pass", "token", "access_token", "key", "secret", "auth"];
+
+/// `url` as it may be shown: a password replaced by `***` (`rtsp://user:***@host/...`; the
+/// user name stays), and the values of secret query parameters (`password=`, `token=`,
+/// ...) too. Text that is not a `SCHEME://` URL comes back unchanged. Percent-encoded
+/// passwords, and passwords with `@`, `:` or `/` in them, are masked whole (the user info
+/// ends at the last `@`, as ffmpeg reads it).
+pub fn redact_url(url: &str) -> String {
+    if url_scheme(url).is_none() {
+        return url.to_string();
+    }
+    let mut out = match userinfo_span(url) {
+        Some((start, at)) => match url[start..at].find(':') {
+            Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    };
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let (query, frag) = query.split_at(query.find('#').unwrap_or(query.len()));
+        let masked: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) if !v.is_empty() && SECRET_QUERY_KEYS.contains(&k.to_ascii_lowercase().as_str()) => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out = format!("{head}{}{frag}", masked.join("&"));
+    }
+    out
+}
+
+/// The secrets in a URL, as written and percent-decoded: its password and the values of
+/// its secret query parameters ([`redact_url`] masks the same).
+fn url_secrets(url: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    if url_scheme(url).is_none() {
+        return v;
+    }
+    if let Some((start, at)) = userinfo_span(url) {
+        if let Some((_, pw)) = url[start..at].split_once(':') {
+            v.push(pw.to_string());
+        }
+    }
+    if let Some(q) = url.find('?') {
+        let query = &url[q + 1..];
+        let query = &query[..query.find('#').unwrap_or(query.len())];
+        for kv in query.split('&') {
+            if let Some((k, val)) = kv.split_once('=') {
+                if SECRET_QUERY_KEYS.contains(&k.to_ascii_lowercase().as_str()) {
+                    v.push(val.to_string());
+                }
+            }
+        }
+    }
+    let decoded: Vec<String> = v.iter().map(|s| percent_decode(s)).collect();
+    v.extend(decoded);
+    v.retain(|s| !s.is_empty());
+    // Longest first, so a secret that contains another is masked whole.
+    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    v.dedup();
+    v
+}
+
+/// `%XX` decoded (invalid escapes kept as written; bytes that are not UTF-8 replaced).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `text` (a tool's stderr, an error chain) with `url` shown redacted and each of its
+/// secrets (the password and secret query values, as written and percent-decoded) replaced
+/// by `***` wherever they appear, so a message about the URL can be quoted safely.
+pub fn scrub_secrets(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &redact_url(url));
+    for secret in url_secrets(url) {
+        out = out.replace(&secret, "***");
+    }
+    out
 }
 
 /// Opens the source a spec names.
@@ -174,22 +360,11 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
             "source {}: a V4L2 camera is not a host frame source; the capture stage opens it with capture::v4l2::V4l2Capture",
             SourceSpec::V4l2(dev.clone())
         ),
+        SourceSpec::Network(url) => bail!(
+            "source {}: a network stream is live; the capture stage opens it with capture::network::NetworkSource",
+            redact_url(url)
+        ),
     })
-}
-
-/// A source text fit for logs: the password of a URL (`rtsp://user:pass@host/...`)
-/// replaced by `***`. Anything without one comes back unchanged.
-pub fn redact_url(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else { return text.to_string() };
-    let auth_end = rest.find('/').unwrap_or(rest.len());
-    let (auth, path) = rest.split_at(auth_end);
-    match auth.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => text.to_string(),
-        },
-        None => text.to_string(),
-    }
 }
 
 /// Frame rates zcpipe paces or asks for, in frames per second: 0.01 to 1000, or [`FPS_MAX`].
@@ -231,9 +406,18 @@ pub fn check_fps(fps: f64) -> anyhow::Result<()> {
 }
 
 /// The V4L2-only flags (`--format`, `--size`, `--capture-io`) are refused for a host
-/// source (`image:`, `video:`, `testsrc`), which sets its own format and size.
+/// source (`image:`, `video:`, `testsrc`), which sets its own format and size. A network
+/// stream takes `--size` (the largest frame its pool holds) but not the other two.
 pub fn check_v4l2_only_flags(spec: &SourceSpec, format: bool, size: bool, capture_io: bool) -> anyhow::Result<()> {
     if matches!(spec, SourceSpec::V4l2(_) | SourceSpec::Auto) {
+        return Ok(());
+    }
+    if spec.is_network() {
+        for (flag, given) in [("--format", format), ("--capture-io", capture_io)] {
+            if given {
+                bail!("{flag} applies to V4L2 cameras only; the network stream {} is decoded by ffmpeg to NV12", spec.redacted());
+            }
+        }
         return Ok(());
     }
     let own = match spec {
@@ -242,7 +426,7 @@ pub fn check_v4l2_only_flags(spec: &SourceSpec, format: bool, size: bool, captur
     };
     for (flag, given) in [("--format", format), ("--size", size), ("--capture-io", capture_io)] {
         if given {
-            bail!("{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {spec} sets {own}");
+            bail!("{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {} sets {own}", spec.redacted());
         }
     }
     Ok(())
@@ -293,6 +477,75 @@ mod tests {
             assert!(msg.contains(ACCEPTED_FORMS), "{msg}");
             assert!(!msg.contains('\n'), "{msg}");
         }
+    }
+
+    #[test]
+    fn network_urls_parse_as_network_sources() {
+        for u in [
+            "rtsp://127.0.0.1:8554/cam",
+            "rtsps://user:pw@cam.local/stream1",
+            "http://10.0.0.2/mjpeg",
+            "https://example.org/live/index.m3u8?token=abc",
+            "rtmp://host/app/key",
+            "srt://host:9000",
+        ] {
+            assert_eq!(parse(u), SourceSpec::Network(u.to_string()));
+            // Display keeps the URL whole (it is what the capture stage process is given).
+            assert_eq!(parse(u).to_string(), u);
+            assert!(parse(u).is_network());
+        }
+        assert!(!parse("image:/a//b.png").is_network());
+        assert_eq!(parse("image://x"), SourceSpec::Image("//x".into()));
+        for bad in ["rtsp://", "rtsp:///path", "rtsp://user:pw@/x", "rtsp://host/a b"] {
+            let e = bad.parse::<SourceSpec>().expect_err(bad).to_string();
+            assert!(!e.contains('\n'), "{e}");
+            assert!(!e.contains("pw@"), "{e}");
+        }
+        let e = "rtsp://u:topsecret@/x".parse::<SourceSpec>().unwrap_err().to_string();
+        assert!(e.contains("rtsp://u:***@/x") && !e.contains("topsecret"), "{e}");
+        let d = format!("{:?}", parse("rtsp://u:topsecret@cam/x"));
+        assert_eq!(d, "Network(\"rtsp://u:***@cam/x\")");
+    }
+
+    #[test]
+    fn redact_url_masks_passwords_only() {
+        let cases = [
+            // user:pass
+            ("rtsp://admin:hunter2@192.168.1.10:554/stream1", "rtsp://admin:***@192.168.1.10:554/stream1"),
+            // user only: nothing secret
+            ("rtsp://admin@cam/stream", "rtsp://admin@cam/stream"),
+            // no credentials
+            ("rtsp://127.0.0.1:8554/cam", "rtsp://127.0.0.1:8554/cam"),
+            ("http://host/path@v2", "http://host/path@v2"),
+            // a password with '@' and ':' (ffmpeg splits at the last '@' of the authority)
+            ("rtsp://admin:p@ss:w@rd@cam:554/s", "rtsp://admin:***@cam:554/s"),
+            // an empty password
+            ("rtsp://admin:@cam/s", "rtsp://admin:***@cam/s"),
+            // percent-encoded
+            ("rtsp://ad%40min:p%40ss%3Aw@cam/s", "rtsp://ad%40min:***@cam/s"),
+            // a password with an unencoded '/': still masked whole
+            ("rtsp://admin:pa/ss@cam/s", "rtsp://admin:***@cam/s"),
+            // secret query parameters
+            ("rtsp://cam/cam/realmonitor?channel=1&user=admin&password=hunter2", "rtsp://cam/cam/realmonitor?channel=1&user=admin&password=***"),
+            ("https://h/live.m3u8?Token=abc#t", "https://h/live.m3u8?Token=***#t"),
+            // not a URL
+            ("video:clip.mp4", "video:clip.mp4"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+            assert_eq!(url.parse::<SourceSpec>().map(|s| s.redacted()).unwrap_or_else(|_| redact_url(url)), want);
+        }
+    }
+
+    #[test]
+    fn scrub_secrets_removes_the_password_in_any_spelling() {
+        let url = "rtsp://admin:p%40ss%3Aword@cam:554/s";
+        let text = format!("[rtsp @ 0x5] {url}: 401 Unauthorized | user admin pass p@ss:word | raw p%40ss%3Aword");
+        let s = scrub_secrets(&text, url);
+        assert_eq!(s, "[rtsp @ 0x5] rtsp://admin:***@cam:554/s: 401 Unauthorized | user admin pass *** | raw ***");
+        assert_eq!(scrub_secrets("no secret here", "rtsp://cam/s"), "no secret here");
+        let q = "rtsp://cam/s?password=abc123&channel=1";
+        assert_eq!(scrub_secrets("opening rtsp://cam/s?password=abc123&channel=1 with abc123", q), "opening rtsp://cam/s?password=***&channel=1 with ***");
     }
 
     #[test]

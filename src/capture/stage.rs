@@ -1,6 +1,8 @@
 //! The capture stage's process: open the source, preallocate the pool, serve it to the
 //! scale stage, then produce paced frames into it until the source ends, `--frames` is
-//! reached, or a signal arrives.
+//! reached, or a signal arrives. A live source (a network stream) is not paced: the loop
+//! waits for its frames (at most [`IDLE_WAIT`] per turn), stamps each at its arrival, and
+//! goes on while it reconnects.
 //!
 //! A V4L2 camera (`run_v4l2`) takes a path of its own: the driver fills the pool (its
 //! buffers exported with EXPBUF, or imported dma-bufs), paces the stream and stamps the
@@ -15,13 +17,14 @@ use anyhow::Result;
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::{Allocator, HeapChoice};
-use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, Stage};
+use crate::core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, RestartMark, Stage};
 use crate::core::link::{accept_hello, Conn, ControlMsg, Listener};
 use crate::core::pool::{ring_capacity, HopSpec, PoolProducer};
 use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
 
+use super::network::{NetworkOptions, NetworkSource};
 use super::spec::{open_source, SourceSpec, FPS_MAX};
 use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
 use super::CaptureConfig;
@@ -46,8 +49,20 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
         return run_v4l2(&cfg, ctx, device);
     }
-    let mut source = open_source(&spec, cfg.fps)?;
+    let mut source = match &spec {
+        SourceSpec::Network(url) => {
+            let opts = NetworkOptions {
+                transport: cfg.rtsp_transport.unwrap_or_default(),
+                wait_for_camera: cfg.wait_for_camera,
+                size: cfg.size,
+                fps: cfg.fps,
+            };
+            Box::new(NetworkSource::open(url, &opts, ctx.stop)?)
+        }
+        _ => open_source(&spec, cfg.fps)?,
+    };
     let info = source.info().clone();
+    let live = source.live();
     let fps = cfg.fps.unwrap_or(info.fps);
     super::spec::check_fps(fps)?;
     if fps == FPS_MAX && ctx.data.ring_policy == RingPolicy::DropOldest && !ctx.data.copy_mode {
@@ -58,7 +73,13 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     log::info!(
         "{} at {} fps; pool: {} x {} bytes from {}",
         info.description,
-        if fps == FPS_MAX { "max (unpaced)".to_string() } else { format!("{fps:.2}") },
+        if fps == FPS_MAX {
+            "max (unpaced)".to_string()
+        } else if live {
+            format!("its own pace (live; nominal {fps:.2})")
+        } else {
+            format!("{fps:.2}")
+        },
         pool.len(),
         pool[0].size(),
         alloc.describe()
@@ -102,24 +123,36 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (seq, seq), span))
     };
     let ended = {
-        let mut state = (&mut prod, &mut seq, &mut span, &mut down);
+        let mut state = (&mut prod, &mut seq, &mut span, &mut down, &mut source);
         ctx.run_loop(
             &mut state,
-            |(prod, seq, span, down)| report(prod, **seq, **span, false, down.facts()),
-            |(prod, seq, span, down)| {
+            |(prod, seq, span, down, source)| {
+                let mut extra = down.facts();
+                extra.extend(source.facts());
+                report(prod, **seq, **span, false, extra)
+            },
+            |(prod, seq, span, down, source)| {
                 if cfg.frames.is_some_and(|n| **seq >= n) {
                     return Ok(Turn::End("frame limit"));
                 }
                 serve_pool(down, prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, refusal));
-                // Pace: frame n is due at start + n * period; a late frame resets the
-                // schedule. The sleep watches the scale stage's hang-up too (no second
-                // syscall per frame for it: the ring's own check is rate-limited).
-                let now = Instant::now();
-                if due > now {
-                    prod.pace((due - now).min(IDLE_WAIT))?;
-                    return Ok(Turn::Next);
+                if live {
+                    // Frames come when the camera sends them; meanwhile the source
+                    // reconnects if it must. Never longer than IDLE_WAIT per turn.
+                    if !source.wait_frame(IDLE_WAIT)? {
+                        return Ok(Turn::Next);
+                    }
+                } else {
+                    // Pace: frame n is due at start + n * period; a late frame resets the
+                    // schedule. The sleep watches the scale stage's hang-up too (no second
+                    // syscall per frame for it: the ring's own check is rate-limited).
+                    let now = Instant::now();
+                    if due > now {
+                        prod.pace((due - now).min(IDLE_WAIT))?;
+                        return Ok(Turn::Next);
+                    }
+                    due = if now - due > period { now + period } else { due + period };
                 }
-                due = if now - due > period { now + period } else { due + period };
                 // Within IDLE_WAIT: a consumer that holds every buffer must not stop the
                 // loop's turns (its heartbeat), and loses its lease after LEASE_TIMEOUT.
                 let Some(mut loan) = prod.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
@@ -138,11 +171,19 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                         l
                     }
                 };
-                // At the end of the source the loan is dropped unpublished: the buffer goes back.
-                let Some(layout) = layout else { return Ok(Turn::End("end of source")) };
+                // At the end of the source (or, live, when the stream just dropped) the loan
+                // is dropped unpublished: the buffer goes back.
+                let Some(layout) = layout else {
+                    return Ok(if live { Turn::Next } else { Turn::End("end of source") });
+                };
+                // Live: the frame's arrival (it was read as it came).
                 let ts = monotonic_ns();
                 let mut desc = FrameDesc { seq: **seq, timestamp_ns: ts, layout, ..Default::default() };
                 desc.stamps[2 * Stage::Capture as usize] = ts;
+                if let Some(lost) = source.take_gap() {
+                    // The stream came back: the first frame tells the clients what the gap cost.
+                    desc.flags = RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
+                }
                 **seq += 1;
                 ctx.hand_off(loan, desc, Stage::Capture, span, start)
             },
@@ -157,6 +198,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         |prod, end| drain_pool(prod, end.clean, "").0,
         |prod, mut extras| {
             extras.extend(down.facts());
+            extras.extend(source.facts());
             report(prod, seq, span, true, extras)
         },
     )

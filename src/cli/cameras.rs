@@ -123,7 +123,19 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
             let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
             anyhow::anyhow!("camera {name} (--source {}): {first}", g.source)
         })?;
-        cams.push((name, one.capture));
+        let mut capture = one.capture;
+        // Options given once for every camera that apply to network cameras only
+        // (`--rtsp-transport`, `--wait-for-camera`) are left out for the others.
+        if let Ok(spec) = capture.source.parse::<crate::capture::spec::SourceSpec>().map_err(drop).and_then(|s| if groups.len() > 1 { Ok(s) } else { Err(()) }) {
+            let rtsp = matches!(&spec, crate::capture::spec::SourceSpec::Network(u) if crate::capture::network::is_rtsp(u));
+            if !spec.is_network() {
+                capture.wait_for_camera = false;
+            }
+            if !rtsp {
+                capture.rtsp_transport = None;
+            }
+        }
+        cams.push((name, capture));
     }
     let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
     for (i, g) in groups.iter().enumerate().filter(|(_, g)| g.name.is_none()) {

@@ -269,7 +269,8 @@ fn spawn(exe: &std::path::Path, stage: Stage, name: &str, args: Vec<String>, rep
             Ok(())
         });
     }
-    let shown: Vec<String> = args.iter().map(|a| crate::capture::spec::redact_url(a)).collect();
+    // A camera's URL may hold its password: never in a log line.
+    let shown: Vec<String> = args.iter().map(|a| a.strip_prefix("--source=").map_or_else(|| a.clone(), |u| format!("--source={}", crate::capture::spec::redact_url(u)))).collect();
     log::debug!("starting: {} stage {} {} ({name})", exe.display(), stage.name(), shown.join(" "));
     cmd.spawn().with_context(|| format!("starting the {name} stage ({})", exe.display()))
 }
