@@ -276,6 +276,7 @@ fn capture_reconnects_when_the_server_comes_back() {
     let _ = watch.wait();
     watch_reader.join().unwrap();
     assert!(status.success(), "{status}: {err}");
+    assert!(err.contains("  reconnects: the camera 1 time(s), "), "the summary says the camera reconnected: {err}");
     assert_no_orphans(d);
     let s = summary(d);
     assert_eq!(s["restarts"], serde_json::json!({}), "no stage restarted: {}", s["restarts"]);

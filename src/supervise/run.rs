@@ -761,6 +761,14 @@ pub fn summary_text(s: &RunSummary) -> String {
     if !cpu.is_empty() {
         let _ = writeln!(o, "  cpu and Pss: {}", cpu.join(", "));
     }
+    // Network cameras that dropped and came back (the capture stage kept running).
+    for (stage, r) in s.stages.iter().filter(|(k, _)| *k == "capture" || k.starts_with("capture@")) {
+        let n = |k: &str| r.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        if n("reconnects") > 0.0 {
+            let who = stage.strip_prefix("capture@").map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
+            let _ = writeln!(o, "  reconnects: {who} {} time(s), {:.1} s without frames, ~{} frames lost", n("reconnects"), n("gap_s"), n("frames_lost"));
+        }
+    }
     if !s.restarts.is_empty() {
         let r: Vec<String> = s.restarts.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "  restarts: {} (each restarted alone; the counts above are the last process's)", r.join(", "));
