@@ -74,8 +74,9 @@ pub fn split(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<CameraGroup>)> {
             _ => (s, None),
         };
         let is_source = key == "--source";
-        let per_camera = PER_CAMERA.contains(&key);
-        if !is_source && !(per_camera && !groups.is_empty()) {
+        // A per-camera option belongs to the camera before it; before the first, to all.
+        let for_a_camera = PER_CAMERA.contains(&key) && !groups.is_empty();
+        if !is_source && !for_a_camera {
             out.push(a.clone());
             continue;
         }
