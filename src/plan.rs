@@ -147,7 +147,11 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
             };
             format!("{} ({}) {}{fps} ({io})", spec.redacted(), c.node.driver, c.format_text())
         }
-        (spec, None) => spec.redacted(),
+        // `--fps` paces a host source (a test pattern's own `@FPS` included).
+        (spec, None) => match i.fps.as_deref() {
+            Some(f) if !spec.is_network() => format!("{} paced at {f} fps (--fps)", spec.redacted()),
+            _ => spec.redacted(),
+        },
     };
     let source_why = [i.source.reason.as_str(), io_why.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("; ");
     let scaler_what = match &i.scaler.kind {

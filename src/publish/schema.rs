@@ -140,8 +140,8 @@ pub struct FrameJson {
 pub struct NoticeJson {
     /// The stage that restarted (`capture`, `scale`, `infer`, `publish`).
     pub stage: String,
-    /// The camera of the frame that follows (for a capture restart, the camera whose
-    /// capture stage restarted).
+    /// With several cameras, for a capture restart: the camera whose capture stage
+    /// restarted (its frame follows); empty (left out) for a stage that serves every camera.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub camera: String,
     /// What happened: `restarted`.

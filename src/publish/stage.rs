@@ -119,7 +119,10 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 let camera = camera_name(&d);
                 if let Some(m) = RestartMark::from_flags(d.flags) {
                     log::info!("the {} stage restarted; {} frames lost; frame {} of camera {camera} follows", m.stage.name(), m.lost, d.seq);
-                    let n = NoticeJson { stage: m.stage.name().into(), camera: camera.clone(), event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
+                    // A capture stage is one camera's; any other stage serves every camera, so
+                    // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
+                    let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
+                    let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
                     server.broadcast(SocketLine::Notice(n).to_line()?.as_bytes());
                 }
                 let f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
