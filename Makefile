@@ -56,13 +56,14 @@ lint:
 # Soak, a long run (not in CI): 10^6 frames through the four stages transport-only, then 3000
 # with the CPU scaler and ONNX, every stage's RSS, Pss, fds and memfds sampled each second;
 # fails if a count moved or RSS grew by 1 MiB (benches/soak.sh, README "Soak"). soak-short:
-# the same with 300000 and 100 frames, under a minute.
+# the same with 300000 and 200 frames (200 so that a fast ONNX run still gives two samples
+# after the warm-up), under a minute.
 .PHONY: soak soak-short
 soak: build
 	bash benches/soak.sh
 
 soak-short: build
-	bash benches/soak.sh 300000 100
+	bash benches/soak.sh 300000 200
 
 clean:
 	$(CARGO) clean
