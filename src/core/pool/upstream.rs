@@ -71,34 +71,11 @@ impl Upstream {
         let conn = Conn::connect_retry(&path, &format!("{} stage", stage.name()), stop, timeout)?;
         let c = PoolConsumer::join(conn, &hello, wait, stage.name())?;
         c.set_spin(spin);
-        let copy_mode = c.offer.copy_mode;
-        let me = match &hello {
-            ControlMsg::Hello { stage, .. } => stage.clone(),
-            _ => String::new(),
-        };
-        let hold = std::env::var(FAULT_ENV).is_ok_and(|f| f == format!("hold-frames:{me}"));
-        if hold {
-            log::warn!("{FAULT_ENV}=hold-frames:{me}: fault injection: every frame taken is kept");
-        }
-        Ok(Upstream {
-            path,
-            stage,
-            hello,
-            wait,
-            spin,
-            cur: Some(c),
-            away: None,
-            next_try: Instant::now(),
-            delay: REJOIN_FIRST_DELAY,
-            joins: 1,
-            carried: RingCounters::default(),
-            carried_own: OwnCounts::default(),
-            copy_mode,
-            refused: 0,
-            mark: None,
-            last_item: None,
-            hold,
-        })
+        let mut up = Upstream::pending(path, stage, hello, wait, spin, c.offer.copy_mode);
+        up.cur = Some(c);
+        up.away = None;
+        up.joins = 1;
+        Ok(up)
     }
 
     /// An upstream not joined yet (a camera whose capture stage is still opening its
@@ -107,6 +84,14 @@ impl Upstream {
     /// notice. `copy_mode` is the hop kind this stage expects (`--copy-mode`). Never fails:
     /// errors of a join are counted and logged as [`Upstream::refused`] ones.
     pub fn pending(path: PathBuf, stage: Stage, hello: ControlMsg, wait: WaitMode, spin: Duration, copy_mode: bool) -> Upstream {
+        let me = match &hello {
+            ControlMsg::Hello { stage, .. } => stage.clone(),
+            _ => String::new(),
+        };
+        let hold = std::env::var(FAULT_ENV).is_ok_and(|f| f == format!("hold-frames:{me}"));
+        if hold {
+            log::warn!("{FAULT_ENV}=hold-frames:{me}: fault injection: every frame taken is kept");
+        }
         Upstream {
             path,
             stage,
@@ -124,7 +109,7 @@ impl Upstream {
             refused: 0,
             mark: None,
             last_item: None,
-            hold: false,
+            hold,
         }
     }
 
