@@ -141,7 +141,7 @@ impl StageCmd {
     /// of several.
     fn label(&self) -> String {
         match self {
-            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => format!("capture@{c}"),
+            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => crate::core::config::camera_stage(c),
             _ => self.name().to_string(),
         }
     }

@@ -21,7 +21,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
             print!("{}", cfg.plan.text());
             if cfg.cameras.len() > 1 {
                 for (name, source) in &cfg.cameras {
-                    println!("camera {name}: {source} (its own capture stage, capture@{name})");
+                    println!("camera {name}: {source} (its own capture stage, {})", crate::core::config::camera_stage(name));
                 }
             }
         }
@@ -32,7 +32,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
     }
     if cfg.cameras.len() > 1 {
         for (name, source) in &cfg.cameras {
-            log::info!("camera {name}: {source} (its own capture stage, capture@{name})");
+            log::info!("camera {name}: {source} (its own capture stage, {})", crate::core::config::camera_stage(name));
         }
     }
     crate::supervise::run::run(cfg, stop)
@@ -122,7 +122,7 @@ impl RunArgs {
             v.extend(cap.flags());
             if several {
                 v.push(format!("--camera={name}"));
-                stage_flags.push((Stage::Capture, format!("capture@{name}"), v));
+                stage_flags.push((Stage::Capture, crate::core::config::camera_stage(name), v));
             } else {
                 stage_flags.push((Stage::Capture, "capture".into(), v));
             }

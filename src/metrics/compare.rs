@@ -99,7 +99,7 @@ pub fn merge_cameras(summary: &mut Value) {
     if stages.contains_key("capture") {
         return;
     }
-    let cams: Vec<Value> = stages.iter().filter(|(k, _)| k.starts_with("capture@")).map(|(_, v)| v.clone()).collect();
+    let cams: Vec<Value> = stages.iter().filter(|(k, _)| crate::core::config::stage_camera(k).is_some()).map(|(_, v)| v.clone()).collect();
     if cams.is_empty() {
         return;
     }

@@ -131,7 +131,7 @@ pub fn capture_sockets(data: &crate::core::config::DataPath, cameras: &[String])
     if cameras.is_empty() {
         return vec![("cam0".to_string(), data.socket("capture"))];
     }
-    cameras.iter().map(|n| (n.clone(), data.socket(&format!("capture@{n}")))).collect()
+    cameras.iter().map(|n| (n.clone(), data.socket(&crate::core::config::camera_stage(n)))).collect()
 }
 
 /// Runs the scale stage with `cfg` (checked by the command line) until capture ends the

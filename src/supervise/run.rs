@@ -14,7 +14,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
 
-use crate::core::config::DataPath;
+use crate::core::config::{camera_stage, stage_camera, DataPath};
 use crate::core::frame::Stage;
 use crate::metrics::StageReport;
 use crate::stage::EXIT_PEER_GONE;
@@ -182,7 +182,7 @@ pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>
     names
         .iter()
         .map(|n| {
-            let stage = format!("capture@{n}");
+            let stage = camera_stage(n);
             let cap = latest.get(&stage);
             let sc = scale_cams.and_then(|c| c.get(n));
             let pc = publish_cams.and_then(|c| c.get(n));
@@ -601,7 +601,12 @@ fn drops(latest: &BTreeMap<String, StageReport>, stage: &str) -> u64 {
 
 /// The capture stages' reports: `capture`, or `capture@NAME` of each camera of several.
 fn captures(latest: &BTreeMap<String, StageReport>) -> impl Iterator<Item = &StageReport> {
-    latest.iter().filter(|(k, _)| *k == "capture" || k.starts_with("capture@")).map(|(_, r)| r)
+    latest.iter().filter(|(k, _)| is_capture(k)).map(|(_, r)| r)
+}
+
+/// Whether a stage name is a capture stage's: `capture`, or `capture@NAME` of a camera of several.
+fn is_capture(stage: &str) -> bool {
+    stage == "capture" || stage_camera(stage).is_some()
 }
 
 /// The periodic stats lines. Stages report on their own clocks; a line is printed once
@@ -646,7 +651,7 @@ impl StatsLines {
             let mut per = vec![];
             let (mut total, mut total_fps) = (0, 0.0);
             for n in cameras {
-                let stage = format!("capture@{n}");
+                let stage = camera_stage(n);
                 let (frames, fps) = part(&stage);
                 // Over the whole run: a restarted camera's earlier processes too.
                 let frames = frames + carried.frames(&stage);
@@ -706,7 +711,7 @@ pub fn summary_text(s: &RunSummary) -> String {
         get("infer").map(|r| r.frames_out).unwrap_or(0),
         get("publish").map(|r| r.frames_out).unwrap_or(0),
     );
-    let cams: Vec<(String, String)> = s.stages.keys().filter_map(|k| k.strip_prefix("capture@").map(|n| (k.clone(), format!("{n}->scale")))).collect();
+    let cams: Vec<(String, String)> = s.stages.keys().filter_map(|k| stage_camera(k).map(|n| (k.clone(), format!("{n}->scale")))).collect();
     let rings = cams.iter().map(|(k, n)| (k.as_str(), n.as_str())).chain([("capture", "capture->scale"), ("scale", "scale->infer"), ("infer", "infer->publish")]);
     for (stage, name) in rings {
         if let Some(c) = get(stage).and_then(|r| r.output_ring) {
@@ -762,10 +767,10 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ = writeln!(o, "  cpu and Pss: {}", cpu.join(", "));
     }
     // Network cameras that dropped and came back (the capture stage kept running).
-    for (stage, r) in s.stages.iter().filter(|(k, _)| *k == "capture" || k.starts_with("capture@")) {
+    for (stage, r) in s.stages.iter().filter(|(k, _)| is_capture(k)) {
         let n = |k: &str| r.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
         if n("reconnects") > 0.0 {
-            let who = stage.strip_prefix("capture@").map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
+            let who = stage_camera(stage).map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
             let _ = writeln!(o, "  reconnects: {who} {} time(s), {:.1} s without frames, ~{} frames lost", n("reconnects"), n("gap_s"), n("frames_lost"));
         }
     }
