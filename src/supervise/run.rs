@@ -174,26 +174,33 @@ impl Carried {
     }
 }
 
+/// Frames of camera `n` dropped so far, as its last reports count them: its ring's
+/// drop-oldest drops, and the frames the scale stage passed over for a newer one or that
+/// were dropped after the scale stage.
+fn camera_dropped(latest: &BTreeMap<String, StageReport>, n: &str) -> u64 {
+    let ring = latest.get(&camera_stage(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
+    let scale = latest.get("scale").and_then(|r| r.extra.get("cameras")).and_then(|c| c.get(n));
+    let num = |k: &str| scale.and_then(|c| c.get(k)).and_then(|v| v.as_u64()).unwrap_or(0);
+    ring + num("skipped_for_newer") + num("dropped_downstream")
+}
+
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
 /// with cameras `names` (more than one; their capture stages report as `capture@NAME`).
 pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>, restarts: &BTreeMap<String, u32>, carried: &Carried) -> BTreeMap<String, CameraSummary> {
-    let scale_cams = latest.get("scale").and_then(|r| r.extra.get("cameras"));
     let publish_cams = latest.get("publish").and_then(|r| r.extra.get("cameras"));
     names
         .iter()
         .map(|n| {
             let stage = camera_stage(n);
             let cap = latest.get(&stage);
-            let sc = scale_cams.and_then(|c| c.get(n));
             let pc = publish_cams.and_then(|c| c.get(n));
             let num = |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
             let span: Option<crate::metrics::FrameSpan> = pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
             let total = pc.and_then(|c| c.get("latency")).and_then(|l| l.get("total"));
             let lat = |k: &str| total.and_then(|t| t.get(k)).and_then(|x| x.as_f64());
-            let ring_dropped = cap.and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0);
             let summary = CameraSummary {
                 captured: carried.frames(&stage) + cap.map(|r| r.frames_out).unwrap_or(0),
-                dropped: ring_dropped + num(sc, "skipped_for_newer") + num(sc, "dropped_downstream"),
+                dropped: camera_dropped(latest, n),
                 published: carried.published(n) + num(pc, "frames"),
                 fps_captured: cap.and_then(fps),
                 fps_published: span.and_then(|s| s.fps()),
@@ -657,9 +664,7 @@ impl StatsLines {
                 let frames = frames + carried.frames(&stage);
                 total += frames;
                 total_fps += fps.parse::<f64>().unwrap_or(0.0);
-                // Its ring's drops and the frames the scale stage passed over for a newer one.
-                let skipped = latest.get("scale").and_then(|r| r.extra.get("cameras")).and_then(|c| c.get(n)).and_then(|c| c.get("skipped_for_newer")).and_then(|v| v.as_u64()).unwrap_or(0);
-                let dropped = latest.get(&stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0) + skipped;
+                let dropped = camera_dropped(latest, n);
                 per.push(format!("{n} captured {frames} at {fps} fps, dropped {dropped}"));
             }
             let (publ, publ_fps) = part("publish");
