@@ -55,16 +55,17 @@ lint:
 
 # Soak, a long run (not in CI): 10^6 frames through the four stages transport-only, then 3000
 # with the CPU scaler and ONNX, every stage's RSS, Pss, fds and memfds sampled each second;
-# fails if a count moved or RSS grew by 1 MiB (benches/soak.sh, README "Soak"). soak-short:
-# the same with 300000 and 200 frames (200 so that a fast ONNX run still gives two samples
-# after the warm-up; a 6 s warm-up, past the one step tract's allocator takes between frames
-# 50 and 75), under a minute.
+# fails if a count moved or RSS grew by 1 MiB (benches/soak.sh, README "Soak"). soak-short
+# (CI): the transport-only run of 300000 frames, under a minute. Its ONNX run is left to
+# `make soak`: tract's infer takes one 1.3-1.7 MiB allocator step at a frame count that
+# varies from run to run (between frames 50 and 120 here), which a run of a few hundred
+# frames cannot tell from a leak, and 3000 frames can.
 .PHONY: soak soak-short
 soak: build
 	bash benches/soak.sh
 
 soak-short: build
-	bash benches/soak.sh 300000 200 1 6
+	bash benches/soak.sh 300000 0
 
 clean:
 	$(CARGO) clean
