@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use libfuzzer_sys::fuzz_target;
 use zcpipe::publish::schema::SocketLine;
-use zcpipe::publish::stage::human_line;
+use zcpipe::publish::stage::{human_event, human_line};
 use zcpipe::publish::watch::{notice_line, print_stream, StreamEnd};
 
 static NEVER: AtomicBool = AtomicBool::new(false);
@@ -48,8 +48,11 @@ fuzz_target!(|data: &[u8]| {
         match parsed {
             Ok(SocketLine::End(_)) => break Some(StreamEnd::EndLine),
             _ if json => writeln!(want, "{line}"),
-            Ok(SocketLine::Frame(f)) => writeln!(want, "{}", human_line(&f)),
+            Ok(SocketLine::Frame(f)) if f.camera.is_empty() => writeln!(want, "{}", human_line(&f)),
+            Ok(SocketLine::Frame(f)) => writeln!(want, "{}: {}", f.camera, human_line(&f)),
             Ok(SocketLine::Notice(x)) => writeln!(want, "{}", notice_line(&x)),
+            Ok(SocketLine::Event(e)) if e.camera.is_empty() => writeln!(want, "{}", human_event(&e)),
+            Ok(SocketLine::Event(e)) => writeln!(want, "{}: {}", e.camera, human_event(&e)),
             Err(_) => Ok(()),
         }
         .unwrap();

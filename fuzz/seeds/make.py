@@ -82,3 +82,8 @@ write("watch_lines", "json-count", bytes([1 | 2 | (2 << 2)]) + stream)
 old = {k: v for k, v in frame.items() if k != "type"}
 write("watch_lines", "old-lines", bytes([0]) + js(old) + b"\r\nnot json\n" + js({k: v for k, v in end.items() if k != "type"}) + b"\n")
 write("watch_lines", "no-end", bytes([1]) + js(frame) + b"\n" + js(frame))
+# Tracking: a detection with its track_id, a frame with zone counts, and the events.
+tracked = dict(frame, detections=[dict(frame["detections"][0], track_id=1)], zones={"door": {"person": 1}, "gate": {}})
+event = {"type": "event", "event": "entered_zone", "camera": "cam0", "track_id": 1, "label": "person", "class_id": 0,
+         "score": 0.5, "zone": "door", "first_seen_ns": 7, "last_seen_ns": 7, "timestamp_ns": 7, "box": [1.0, 2.0, 3.0, 4.0]}
+write("watch_lines", "tracked", bytes([0]) + js(tracked) + b"\n" + js(event) + b"\n" + js(dict(event, event="end", zone=None)) + b"\n" + js(end) + b"\n")

@@ -13,6 +13,7 @@ pub mod common;
 pub mod compare;
 pub mod infer;
 pub mod publish;
+pub mod track;
 pub mod run;
 pub mod scale;
 pub mod signals;
@@ -37,6 +38,7 @@ pub use watch::WatchArgs;
 
 mod bench;
 mod doctor;
+mod eval;
 
 /// zcpipe: camera frames to an NPU without copying them.
 #[derive(Parser, Debug)]
@@ -71,6 +73,9 @@ pub enum Command {
     /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
     /// libraries) with a fix for each problem found; always exits 0.
     Doctor(doctor::DoctorArgs),
+    /// Evaluate offline: `zcpipe eval track` tracks a recorded detections stream and writes
+    /// MOTChallenge results.
+    Eval(eval::EvalArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -159,7 +164,7 @@ impl StageCmd {
             StageCmd::Capture { args, .. } => crate::capture::stage::run(args.config()?, ctx),
             StageCmd::Scale { args, .. } => crate::scale::stage::run(args.config()?, ctx),
             StageCmd::Infer { args, .. } => crate::infer::stage::run(args.config()?, ctx),
-            StageCmd::Publish { args, .. } => crate::publish::stage::run(args.config(&instance), ctx),
+            StageCmd::Publish { args, .. } => crate::publish::stage::run(args.config(&instance)?, ctx),
         }
     }
 }
@@ -186,6 +191,7 @@ pub fn main() -> i32 {
         Command::Bench(_) => "zcpipe bench".to_string(),
         Command::Compare(_) => "zcpipe compare".to_string(),
         Command::Doctor(_) => "zcpipe doctor".to_string(),
+        Command::Eval(_) => "zcpipe eval".to_string(),
         Command::Stage { stage } => format!("zcpipe {}", stage.label()),
     };
     init_logging(&cli, &tag);
@@ -196,6 +202,7 @@ pub fn main() -> i32 {
         Command::Bench(a) => a.config().and_then(crate::bench::run),
         Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
         Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),
+        Command::Eval(a) => a.run(),
         Command::Stage { stage } => stage.run(),
     };
     match result {

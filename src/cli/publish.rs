@@ -2,12 +2,14 @@
 
 use std::path::PathBuf;
 
+use anyhow::Result;
 use clap::Args;
 
 use crate::core::config::default_detections_socket;
 use crate::publish::{PrintMode, PublishConfig};
 
 use super::common::choice;
+use super::track::TrackArgs;
 
 /// Publish options.
 #[derive(Args, Debug, Clone)]
@@ -26,17 +28,25 @@ pub struct PublishArgs {
     /// `"camera"`. `zcpipe run` sets it from its `--source NAME=...` (default cam0).
     #[arg(long, value_delimiter = ',', default_value = "cam0")]
     pub cameras: Vec<String>,
+    #[command(flatten)]
+    pub track: TrackArgs,
 }
 
 impl PublishArgs {
     /// The configuration of instance `instance`: the socket is `--publish`, else the
-    /// instance's default.
-    pub fn config(&self, instance: &str) -> PublishConfig {
-        PublishConfig {
-            socket: self.publish.clone().unwrap_or_else(|| default_detections_socket(instance)),
+    /// instance's default. Errors: the tracking options' ([`TrackArgs::config`]).
+    pub fn config(&self, instance: &str) -> Result<PublishConfig> {
+        Ok(PublishConfig {
+            socket: self.socket(instance),
             print: self.print,
             socket_group: self.socket_group.clone(),
             cameras: self.cameras.clone(),
-        }
+            track: self.track.config(&self.cameras)?,
+        })
+    }
+
+    /// The detections socket of instance `instance`: `--publish`, else the instance's default.
+    pub fn socket(&self, instance: &str) -> PathBuf {
+        self.publish.clone().unwrap_or_else(|| default_detections_socket(instance))
     }
 }

@@ -10,6 +10,7 @@ use crate::supervise::run::RunConfig;
 
 use super::common::PipelineArgs;
 use super::publish::PublishArgs;
+use super::track::TrackArgs;
 
 /// `zcpipe run`: the plan (printed; with `--dry-run`, only printed), then the run.
 pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<i32> {
@@ -79,6 +80,8 @@ pub struct RunArgs {
     /// is hung (stopped, deadlocked): it is killed and restarted. 0: no watchdog (0 to 3600).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub watchdog: u64,
+    #[command(flatten)]
+    pub track: TrackArgs,
 }
 
 impl RunArgs {
@@ -93,9 +96,11 @@ impl RunArgs {
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone() };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
-        let socket = publish.config(&data.instance).socket;
+        // The tracking options checked here as the publish stage will: one line each.
+        publish.config(&data.instance)?;
+        let socket = publish.socket(&data.instance);
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);
         let mut plan = first.plan(socket.clone())?;
@@ -142,6 +147,7 @@ impl RunArgs {
                     v.push(format!("--print={print}"));
                     v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
                     v.push(format!("--cameras={}", names.join(",")));
+                    v.extend(self.track.flags());
                     v
                 }
             });

@@ -18,7 +18,7 @@ pub struct WatchArgs {
     /// Print raw JSON lines.
     #[arg(long)]
     pub json: bool,
-    /// Exit after this many frames (at least 1).
+    /// Exit after this many frames (events with --events; at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// When the socket closes without an end line (the publish stage died), keep trying to
@@ -29,6 +29,10 @@ pub struct WatchArgs {
     /// cameras are cam0, cam1, ...).
     #[arg(long, value_parser = camera_name)]
     pub camera: Option<String>,
+    /// Only the tracker's events (new, entered_zone, left_zone, stationary, end), not the
+    /// frames; --count then counts events.
+    #[arg(long)]
+    pub events: bool,
 }
 
 /// `--camera`: a valid camera name ([`crate::core::config::check_camera_name`]).
@@ -38,6 +42,6 @@ fn camera_name(s: &str) -> Result<String, String> {
 
 impl From<WatchArgs> for WatchConfig {
     fn from(a: WatchArgs) -> WatchConfig {
-        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count, camera: a.camera, reconnect_for: std::time::Duration::from_secs(a.reconnect_for) }
+        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count, camera: a.camera, events: a.events, reconnect_for: std::time::Duration::from_secs(a.reconnect_for) }
     }
 }

@@ -10,10 +10,11 @@
 
 pub mod schema;
 pub mod stage;
+pub mod track;
 pub mod watch;
 
 /// What the publish stage is asked to do (built by the command line).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PublishConfig {
     /// The detections socket to bind (`--publish`, else the instance's default:
     /// [`crate::core::config::default_detections_socket`]).
@@ -26,6 +27,17 @@ pub struct PublishConfig {
     /// The cameras' names in the run's order (a frame's camera index is its position):
     /// each JSON line's `camera`. One name for a single camera (`cam0` unless named).
     pub cameras: Vec<String>,
+    /// The tracker and each camera's zones.
+    pub track: TrackConfig,
+}
+
+/// What the publish stage's tracker does ([`track`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrackConfig {
+    /// The tracker and its parameters.
+    pub params: track::TrackParams,
+    /// Each camera's zones, in the order of [`PublishConfig::cameras`].
+    pub zones: Vec<Vec<track::Zone>>,
 }
 
 /// The group `--socket-group` names (`name`), else the `zcpipe` group when it exists

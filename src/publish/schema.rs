@@ -4,8 +4,18 @@
 //! - `"frame"`: one per published frame ([`FrameJson`]):
 //!   `{"type": "frame", "camera": str, "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
 //!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
-//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2]}]}`
+//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2], "track_id": u64}],
+//!   "zones": {zone: {label: count}}}`
 //!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
+//!   `track_id` only on a detection that is part of a confirmed track (never with
+//!   `--tracker none`), `zones` only for a camera with zones (each zone's tracked objects
+//!   by label; `{}` for an empty zone);
+//! - `"event"`: something happened to a tracked object ([`EventJson`]), after the frame line
+//!   of the frame it happened in: `{"type": "event", "event": "new" | "entered_zone" |
+//!   "left_zone" | "stationary" | "end", "camera": str, "track_id": u64, "label": str,
+//!   "class_id": u32, "score": f32, "zone": str | null, "first_seen_ns": u64,
+//!   "last_seen_ns": u64, "timestamp_ns": u64, "box": [x1, y1, x2, y2]}` (see
+//!   [`crate::publish::track`] for when each happens);
 //! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
 //!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted",
 //!   "frames_lost": u64, "seq": u64}` (`seq`: the frame that follows; `frames_lost`: see
@@ -17,6 +27,8 @@
 //! to stdout; `zcpipe watch` reads them back with the same types. Readers ignore fields they
 //! do not know, so fields may be added; a new kind of line is a new [`SocketLine`] variant.
 
+use std::collections::BTreeMap;
+
 use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
 
 /// One line of the detections socket, tagged by its `"type"` field.
@@ -27,6 +39,8 @@ pub enum SocketLine {
     Frame(FrameJson),
     /// `"type": "notice"`: a stage restarted; the stream goes on.
     Notice(NoticeJson),
+    /// `"type": "event"`: a tracked object's event.
+    Event(EventJson),
     /// `"type": "end"`: the stream ended; EOF follows.
     End(EndJson),
 }
@@ -69,6 +83,10 @@ pub struct DetectionJson {
     /// `[x1, y1, x2, y2]` in source-frame pixels.
     #[serde(rename = "box", deserialize_with = "f32x4_in_range")]
     pub bbox: [f32; 4],
+    /// The confirmed track this detection belongs to (ids per camera, from 1); absent with
+    /// `--tracker none` and on detections of no confirmed track.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub track_id: Option<u64>,
 }
 
 /// Reads an `f32` from a JSON number, refusing one beyond `f32`'s range: serde would read it
@@ -132,6 +150,42 @@ pub struct FrameJson {
     pub latency_us: LatencyJson,
     /// Detections, best first.
     pub detections: Vec<DetectionJson>,
+    /// For a camera with zones: each zone's confirmed tracks now (seen, or lost for less
+    /// than the keep-alive), by label; absent for a camera without zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
+}
+
+/// The `"event"` line: something happened to a tracked object ([`crate::publish::track`]).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventJson {
+    /// `new` (the track was confirmed), `entered_zone`, `left_zone`, `stationary`, `end`
+    /// (unseen for longer than the keep-alive, or the stream ended).
+    pub event: String,
+    /// The camera (as in the frame lines).
+    pub camera: String,
+    /// The track (per camera, from 1; the `track_id` of its detections).
+    pub track_id: u64,
+    /// Its label.
+    pub label: String,
+    /// Its class index.
+    pub class_id: u32,
+    /// The best score of its detections so far, 0..1.
+    #[serde(deserialize_with = "f32_in_range")]
+    pub score: f32,
+    /// The zone, for `entered_zone` and `left_zone`; `null` otherwise.
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// When the track was first seen (capture time, CLOCK_MONOTONIC ns).
+    pub first_seen_ns: u64,
+    /// When it was last seen, ns.
+    pub last_seen_ns: u64,
+    /// When this happened: the capture time of the frame it happened in, or (an `end` when
+    /// no frame came) the clock's time, ns.
+    pub timestamp_ns: u64,
+    /// Its last box, `[x1, y1, x2, y2]` source pixels.
+    #[serde(rename = "box", deserialize_with = "f32x4_in_range")]
+    pub bbox: [f32; 4],
 }
 
 /// The `"notice"` line: a stage of the pipeline died and was restarted, and the stream
@@ -179,7 +233,8 @@ mod tests {
             width: 640,
             height: 480,
             latency_us: LatencyJson { capture: 1.0, scale: 2.0, infer: 3.0, publish: 4.0, total: 10.0 },
-            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0] }],
+            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }],
+            zones: None,
         };
         let frame = SocketLine::Frame(f).to_line().unwrap();
         assert_eq!(
@@ -204,6 +259,38 @@ mod tests {
     }
 
     #[test]
+    fn tracked_lines_carry_ids_zones_and_events() {
+        let det = DetectionJson { class_id: 0, label: "person".into(), score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0], track_id: Some(7) };
+        let zones = BTreeMap::from([("door".to_string(), BTreeMap::from([("person".to_string(), 1)])), ("gate".to_string(), BTreeMap::new())]);
+        let f = FrameJson { camera: "cam0".into(), seq: 1, timestamp_ns: 2, width: 8, height: 6, latency_us: LatencyJson::default(), detections: vec![det], zones: Some(zones) };
+        let line = SocketLine::Frame(f).to_line().unwrap();
+        assert!(line.contains("\"box\":[1.0,2.0,3.0,4.0],\"track_id\":7}],\"zones\":{\"door\":{\"person\":1},\"gate\":{}}}"), "{line}");
+        assert_eq!(SocketLine::parse(&line).unwrap().to_line().unwrap(), line);
+        let e = EventJson {
+            event: "entered_zone".into(),
+            camera: "front".into(),
+            track_id: 7,
+            label: "person".into(),
+            class_id: 0,
+            score: 0.91,
+            zone: Some("door".into()),
+            first_seen_ns: 10,
+            last_seen_ns: 20,
+            timestamp_ns: 20,
+            bbox: [1.0, 2.0, 3.0, 4.0],
+        };
+        let line = SocketLine::Event(e.clone()).to_line().unwrap();
+        assert_eq!(
+            line,
+            "{\"type\":\"event\",\"event\":\"entered_zone\",\"camera\":\"front\",\"track_id\":7,\"label\":\"person\",\"class_id\":0,\"score\":0.91,\
+             \"zone\":\"door\",\"first_seen_ns\":10,\"last_seen_ns\":20,\"timestamp_ns\":20,\"box\":[1.0,2.0,3.0,4.0]}\n"
+        );
+        assert_eq!(SocketLine::parse(&line).unwrap(), SocketLine::Event(e.clone()));
+        let end = SocketLine::Event(EventJson { event: "end".into(), zone: None, ..e }).to_line().unwrap();
+        assert!(end.contains("\"zone\":null"), "a zone-less event says so: {end}");
+    }
+
+    #[test]
     fn lines_from_before_the_type_field_are_still_read() {
         let old_end = "{\"end\":true,\"frames\":5,\"reason\":\"signal\"}";
         assert_eq!(SocketLine::parse(old_end).unwrap(), SocketLine::End(EndJson { end: true, frames: 5, reason: "signal".into() }));
@@ -222,7 +309,7 @@ mod tests {
     #[test]
     fn floats_read_back_exactly() {
         let latency_us = LatencyJson { capture: 1.0, scale: 240.0, infer: 3.0, publish: 4.5555555555555546e103, total: 1.0715660391465826e-75 };
-        let line = SocketLine::Frame(FrameJson { camera: "cam0".into(), seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![] });
+        let line = SocketLine::Frame(FrameJson { camera: "cam0".into(), seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![], zones: None });
         assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
     }
 

@@ -2,6 +2,7 @@
 //! frame's detections into one JSON line for every client (and optionally stdout), keeping
 //! latency histograms of every stage.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Instant;
 
@@ -16,8 +17,132 @@ use crate::core::pool::join;
 use crate::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
 use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
-use super::schema::{DetectionJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
-use super::{DetectionServer, PrintMode, PublishConfig};
+use super::schema::{DetectionJson, EventJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
+use super::track::{EventKind, Observation, TrackEvent, Tracker, TrackerKind, Zone};
+use super::{DetectionServer, PrintMode, PublishConfig, TrackConfig};
+
+/// The tracking of every camera: one [`Tracker`] each, made at the camera's first frame
+/// (when its frame size is known, so its zones can be checked against it), and the events
+/// counted by kind for the stage's report.
+pub struct Tracking {
+    cfg: TrackConfig,
+    cameras: Vec<String>,
+    trackers: Vec<Option<Tracker>>,
+    /// Events sent, by kind ([`EventKind::name`] order: new, entered_zone, left_zone, stationary, end).
+    counts: [u64; 5],
+}
+
+const EVENT_KINDS: [EventKind; 5] = [EventKind::New, EventKind::EnteredZone, EventKind::LeftZone, EventKind::Stationary, EventKind::End];
+
+impl Tracking {
+    /// Tracking for `cameras` (in the run's order) as `cfg` says.
+    pub fn new(cfg: TrackConfig, cameras: &[String]) -> Tracking {
+        Tracking { trackers: cameras.iter().map(|_| None).collect(), cameras: cameras.to_vec(), cfg, counts: [0; 5] }
+    }
+
+    /// Whether a tracker runs at all (`--tracker` is not `none`).
+    pub fn on(&self) -> bool {
+        self.cfg.params.kind != TrackerKind::None
+    }
+
+    /// Tracks the detections of frame `f` of camera index `cam` (captured at `t_ns`): sets
+    /// each detection's `track_id` and the frame's `zones`, and returns the frame's events
+    /// as lines. The camera's first frame makes its tracker; a zone with a point outside the
+    /// frame is left out of it with one error line.
+    pub fn frame(&mut self, cam: usize, t_ns: u64, f: &mut FrameJson, labels: &[String]) -> Vec<EventJson> {
+        if !self.on() || cam >= self.trackers.len() {
+            return vec![];
+        }
+        let tracker = self.trackers[cam].get_or_insert_with(|| {
+            let zones: Vec<Zone> = self.cfg.zones.get(cam).cloned().unwrap_or_default().into_iter().filter(|z| match z.check_inside(&self.cameras[cam], f.width, f.height) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::error!("{e:#}: zone {} is left out", z.name);
+                    false
+                }
+            }).collect();
+            Tracker::new(self.cfg.params.clone(), zones)
+        });
+        let obs: Vec<Observation> = f.detections.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
+        let mut events = vec![];
+        let ids = tracker.update(t_ns, &obs, &mut events);
+        for (d, id) in f.detections.iter_mut().zip(ids) {
+            d.track_id = id;
+        }
+        if !tracker.zones().is_empty() {
+            let mut zones: BTreeMap<String, BTreeMap<String, u32>> = tracker.zones().iter().map(|z| (z.name.clone(), BTreeMap::new())).collect();
+            for (z, class, n) in tracker.zone_counts() {
+                zones.entry(tracker.zones()[z].name.clone()).or_default().insert(label_of(labels, class), n);
+            }
+            f.zones = Some(zones);
+        }
+        self.lines(cam, events, labels)
+    }
+
+    /// Ends the tracks unseen for longer than the keep-alive at `now_ns` (CLOCK_MONOTONIC),
+    /// for a camera whose frames stopped coming: their events as lines.
+    pub fn expire(&mut self, now_ns: u64, labels: &[String]) -> Vec<EventJson> {
+        self.each(labels, |t, ev| t.expire(now_ns, ev))
+    }
+
+    /// The stream ended: every track ends; their events as lines.
+    pub fn finish(&mut self, now_ns: u64, labels: &[String]) -> Vec<EventJson> {
+        self.each(labels, |t, ev| t.finish(now_ns, ev))
+    }
+
+    fn each(&mut self, labels: &[String], mut f: impl FnMut(&mut Tracker, &mut Vec<TrackEvent>)) -> Vec<EventJson> {
+        let mut out = vec![];
+        for cam in 0..self.trackers.len() {
+            let mut events = vec![];
+            if let Some(t) = &mut self.trackers[cam] {
+                f(t, &mut events);
+            }
+            out.extend(self.lines(cam, events, labels));
+        }
+        out
+    }
+
+    fn lines(&mut self, cam: usize, events: Vec<TrackEvent>, labels: &[String]) -> Vec<EventJson> {
+        let zones = self.trackers[cam].as_ref().map(|t| t.zones()).unwrap_or_default();
+        events
+            .into_iter()
+            .map(|e| {
+                self.counts[EVENT_KINDS.iter().position(|k| *k == e.kind).unwrap_or(0)] += 1;
+                EventJson {
+                    event: e.kind.name().into(),
+                    camera: self.cameras[cam].clone(),
+                    track_id: e.track_id,
+                    label: label_of(labels, e.class_id),
+                    class_id: e.class_id,
+                    score: (e.best_score * 1000.0).round() / 1000.0,
+                    zone: e.zone.and_then(|z| zones.get(z)).map(|z| z.name.clone()),
+                    first_seen_ns: e.first_seen_ns,
+                    last_seen_ns: e.last_seen_ns,
+                    timestamp_ns: e.at_ns,
+                    bbox: e.bbox.map(|v| (v * 10.0).round() / 10.0),
+                }
+            })
+            .collect()
+    }
+
+    /// The report's `tracking`: the tracker, events sent by kind, tracks live now.
+    pub fn report(&self) -> serde_json::Value {
+        let live: usize = self.trackers.iter().flatten().map(|t| t.live()).sum();
+        let events: serde_json::Map<String, serde_json::Value> = EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n.into())).collect();
+        serde_json::json!({"tracker": crate::core::config::Choice::name(self.cfg.params.kind), "events": events, "live_tracks": live})
+    }
+}
+
+/// The label of class `class` (`class_N` if the list has no entry).
+fn label_of(labels: &[String], class: u32) -> String {
+    labels.get(class as usize).cloned().unwrap_or_else(|| format!("class_{class}"))
+}
+
+/// One readable line for an event: `event new: person #3 (0.91)`, `event entered_zone door: person #3 (0.91)`.
+pub fn human_event(e: &EventJson) -> String {
+    let zone = e.zone.as_ref().map(|z| format!(" {z}")).unwrap_or_default();
+    format!("event {}{zone}: {} #{} ({:.2})", e.event, e.label, e.track_id, e.score)
+}
 
 /// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
 /// [`LatencyJson`] for where the line's publish latency ends).
@@ -34,11 +159,13 @@ pub fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Op
             .iter()
             .map(|x| DetectionJson {
                 class_id: x.class_id,
-                label: labels.get(x.class_id as usize).cloned().unwrap_or_else(|| format!("class_{}", x.class_id)),
+                label: label_of(labels, x.class_id),
                 score: (x.score * 1000.0).round() / 1000.0,
                 bbox: x.bbox.map(|v| (v * 10.0).round() / 10.0),
+                track_id: None,
             })
             .collect(),
+        zones: None,
     }
 }
 
@@ -47,7 +174,10 @@ pub fn human_line(f: &FrameJson) -> String {
     let dets: Vec<String> = f
         .detections
         .iter()
-        .map(|d| format!("{} {:.2} [{:.0},{:.0},{:.0},{:.0}]", d.label, d.score, d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3]))
+        .map(|d| {
+            let id = d.track_id.map(|i| format!(" #{i}")).unwrap_or_default();
+            format!("{}{id} {:.2} [{:.0},{:.0},{:.0},{:.0}]", d.label, d.score, d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3])
+        })
         .collect();
     format!(
         "frame {} ({}x{}, {:.1} ms): {}",
@@ -99,17 +229,47 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ctx.reporter.send(&StageReport { frames_in: n_in, frames_out: span.frames, latency: lat.summary(), out_span: Some(span), ..ctx.report(start, final_report, extra) })
     };
     let validate = |d: &DetectionsDesc| d.validate();
+    let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras);
+    // Sends event lines to every client and, as the frame lines, to stdout.
+    let send_events = |server: &mut DetectionServer, events: Vec<EventJson>| -> Result<()> {
+        for e in events {
+            let human = (cfg.print == PrintMode::Human).then(|| if several { format!("{}: {}", e.camera, human_event(&e)) } else { human_event(&e) });
+            let line = SocketLine::Event(e).to_line()?;
+            server.broadcast(line.as_bytes());
+            match (cfg.print, &human) {
+                (PrintMode::Json, _) => {
+                    let _ = stdout.lock().write_all(line.as_bytes());
+                }
+                (PrintMode::Human, Some(h)) => {
+                    let _ = writeln!(stdout.lock(), "{h}");
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    };
     let ended = {
-        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam);
+        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking);
         ctx.run_loop(
             &mut state,
-            |(server, lat, n_in, span, input, per_cam)| report(server, lat, per_cam, **n_in, **span, false, input.facts()),
-            |(server, lat, n_in, span, input, per_cam)| {
+            |(server, lat, n_in, span, input, per_cam, tracking)| {
+                let mut extra = input.facts();
+                if tracking.on() {
+                    extra.push(("tracking", tracking.report()));
+                }
+                report(server, lat, per_cam, **n_in, **span, false, extra)
+            },
+            |(server, lat, n_in, span, input, per_cam, tracking)| {
                 server.service_due();
                 let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
                     Incoming::Item(d) => d,
                     Incoming::Eos => return Ok(Turn::End("end of stream")),
-                    Incoming::Idle => return Ok(Turn::Next),
+                    Incoming::Idle => {
+                        // No frame: tracks of cameras that stopped sending still end on time.
+                        let ended = tracking.expire(monotonic_ns(), &labels);
+                        send_events(server, ended)?;
+                        return Ok(Turn::Next);
+                    }
                 };
                 **n_in += 1;
                 d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
@@ -125,7 +285,8 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
                     server.broadcast(SocketLine::Notice(n).to_line()?.as_bytes());
                 }
-                let f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
+                let mut f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
+                let events = tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &labels);
                 let human = (cfg.print == PrintMode::Human).then(|| if several { format!("{camera}: {}", human_line(&f)) } else { human_line(&f) });
                 let line = SocketLine::Frame(f).to_line()?;
                 server.broadcast(line.as_bytes());
@@ -138,6 +299,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     }
                     _ => {}
                 }
+                send_events(server, events)?;
                 // The histograms get the stage's whole span: taken off the ring to the line
                 // handed to every client and printed.
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
@@ -152,17 +314,26 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             },
         )
     };
+    let mut state = (server, tracking);
     ctx.close(
-        &mut server,
+        &mut state,
         ended,
         format!("{n_in} frames"),
         fds_setup,
-        |server, end| {
+        |(server, tracking), end| {
+            // Every track ends with the stream, before the end line.
+            let ended = tracking.finish(monotonic_ns(), &labels);
+            if let Err(e) = send_events(server, ended) {
+                log::warn!("the last events: {e:#}");
+            }
             server.close_all(&end.reason, span.frames);
             Drained::nothing()
         },
-        |server, mut extras| {
+        |(server, tracking), mut extras| {
             extras.extend(input.facts());
+            if tracking.on() {
+                extras.push(("tracking", tracking.report()));
+            }
             report(server, &lat, &per_cam, n_in, span, true, extras)
         },
     )

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::schema::{NoticeJson, SocketLine};
-use super::stage::human_line;
+use super::stage::{human_event, human_line};
 use crate::core::config::default_detections_socket as default_socket_path;
 
 /// What `zcpipe watch` watches, and how it prints it.
@@ -25,8 +25,10 @@ pub struct WatchConfig {
     pub json: bool,
     /// Exit after this many frames (`None`: until the stream ends).
     pub count: Option<u64>,
-    /// Only this camera's frames and notices (`--camera NAME`); `None`: every camera's.
+    /// Only this camera's frames, notices and events (`--camera NAME`); `None`: every camera's.
     pub camera: Option<String>,
+    /// Only event lines (`--events`; `count` then counts events).
+    pub events: bool,
     /// How long to keep trying to reconnect after the socket closed without an end line
     /// (`--reconnect-for`, default [`RECONNECT_FOR`]).
     pub reconnect_for: Duration,
@@ -73,13 +75,24 @@ pub fn notice_line(n: &NoticeJson) -> String {
 /// Errors if a line is not UTF-8, another read error than a reset or EOF, or `out` cannot
 /// be written (other than a broken pipe).
 pub fn print_stream(input: impl BufRead, out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool) -> Result<StreamEnd> {
-    print_camera(input, out, json, count, frames, stop, None)
+    print_camera(input, out, json, count, frames, stop, Filter::default())
 }
 
-/// [`print_stream`] of one camera's lines only (`camera`: its name, `zcpipe watch
-/// --camera`): frames and notices of other cameras are skipped and not counted; `None`
-/// keeps every line.
-pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool, camera: Option<&str>) -> Result<StreamEnd> {
+/// Which lines `zcpipe watch` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filter<'a> {
+    /// Only this camera's (`--camera NAME`); `None`: every camera's.
+    pub camera: Option<&'a str>,
+    /// Only event lines (`--events`): frames and notices are skipped, and `count` counts events.
+    pub events_only: bool,
+}
+
+/// [`print_stream`] of the lines `filter` keeps: with a camera, frames, notices and events
+/// of other cameras are skipped and not counted (a notice about a stage that serves every
+/// camera is kept); with `events_only`, only event lines are written, and `count` (and
+/// `frames`) count events instead of frames.
+pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool, filter: Filter<'_>) -> Result<StreamEnd> {
+    let camera = filter.camera;
     // Cameras whose frames were skipped, while none of `camera` came: said once after
     // SKIPPED_HINT lines, so a misspelt name is not a silent wait.
     let mut others: std::collections::BTreeSet<String> = Default::default();
@@ -108,10 +121,13 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
                 continue;
             }
         }
-        if matches!(&parsed, Ok(SocketLine::Notice(n)) if !n.camera.is_empty() && other_camera(&n.camera)) {
+        if matches!(&parsed, Ok(SocketLine::Notice(n)) if filter.events_only || (!n.camera.is_empty() && other_camera(&n.camera))) {
             continue;
         }
-        let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));
+        if matches!(&parsed, Ok(SocketLine::Event(e)) if other_camera(&e.camera)) || (filter.events_only && matches!(&parsed, Ok(SocketLine::Frame(_)))) {
+            continue;
+        }
+        let is_counted = if filter.events_only { matches!(parsed, Ok(SocketLine::Event(_))) } else { matches!(parsed, Ok(SocketLine::Frame(_))) };
         let written = match parsed {
             Ok(SocketLine::End(_)) => {
                 log::info!("stream ended: {line}");
@@ -122,6 +138,8 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
             Ok(SocketLine::Frame(f)) if f.camera.is_empty() => writeln!(out, "{}", human_line(&f)),
             Ok(SocketLine::Frame(f)) => writeln!(out, "{}: {}", f.camera, human_line(&f)),
             Ok(SocketLine::Notice(n)) => writeln!(out, "{}", notice_line(&n)),
+            Ok(SocketLine::Event(e)) if e.camera.is_empty() => writeln!(out, "{}", human_event(&e)),
+            Ok(SocketLine::Event(e)) => writeln!(out, "{}: {}", e.camera, human_event(&e)),
             Err(e) => {
                 log::warn!("unreadable line ({e}): {line}");
                 Ok(())
@@ -132,7 +150,7 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(StreamEnd::OutputClosed),
             r => r?,
         }
-        if is_frame {
+        if is_counted {
             *frames += 1;
             if count.is_some_and(|c| *frames >= c) {
                 return Ok(StreamEnd::Count);
@@ -159,7 +177,7 @@ pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     })?;
     let mut frames = 0u64;
     loop {
-        if print_camera(BufReader::new(s), std::io::stdout().lock(), args.json, args.count, &mut frames, stop, args.camera.as_deref())? != StreamEnd::Eof {
+        if print_camera(BufReader::new(s), std::io::stdout().lock(), args.json, args.count, &mut frames, stop, Filter { camera: args.camera.as_deref(), events_only: args.events })? != StreamEnd::Eof {
             return Ok(());
         }
         log::warn!("{} closed without an end of stream (the publish stage died, or dropped this client for taking nothing for 5 s); reconnecting", path.display());
@@ -210,12 +228,38 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.sock");
         let mut srv = DetectionServer::bind(&path).unwrap();
-        let cfg = WatchConfig { path: Some(path.clone()), instance: "default".into(), json: false, count: None, camera: None, reconnect_for };
+        let cfg = WatchConfig { path: Some(path.clone()), instance: "default".into(), json: false, count: None, camera: None, events: false, reconnect_for };
         static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let watcher = std::thread::spawn(move || watch(cfg, &NEVER));
         wait_client(&mut srv);
         end(srv, &path);
         watcher.join().unwrap()
+    }
+
+    /// `--events` keeps the event lines (counted) of the camera asked for, and nothing else.
+    #[test]
+    fn print_camera_events_only() {
+        use super::super::schema::{EventJson, FrameJson};
+        static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let frame = |camera: &str| SocketLine::Frame(FrameJson { camera: camera.into(), seq: 1, timestamp_ns: 1, width: 64, height: 48, latency_us: Default::default(), detections: vec![], zones: None }).to_line().unwrap();
+        let event = |camera: &str, event: &str, zone: Option<&str>| {
+            let e = EventJson { event: event.into(), camera: camera.into(), track_id: 3, label: "person".into(), class_id: 0, score: 0.912, zone: zone.map(Into::into), first_seen_ns: 1, last_seen_ns: 2, timestamp_ns: 2, bbox: [1.0, 2.0, 3.0, 4.0] };
+            SocketLine::Event(e).to_line().unwrap()
+        };
+        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), camera: String::new(), event: "restarted".into(), frames_lost: 2, seq: 5 }).to_line().unwrap();
+        let input = [frame("front"), event("front", "new", None), notice, event("door", "new", None), event("front", "entered_zone", Some("gate")), frame("front"), event("front", "end", None)].concat();
+        let mut out = Vec::new();
+        let mut n = 0;
+        let only = Filter { camera: Some("front"), events_only: true };
+        let r = print_camera(input.as_bytes(), &mut out, false, Some(2), &mut n, &NEVER, only).unwrap();
+        assert_eq!((r, n), (StreamEnd::Count, 2), "--count counts events");
+        assert_eq!(String::from_utf8(out).unwrap(), "front: event new: person #3 (0.91)\nfront: event entered_zone gate: person #3 (0.91)\n");
+        let mut out = Vec::new();
+        let mut n = 0;
+        print_camera(input.as_bytes(), &mut out, true, None, &mut n, &NEVER, Filter { camera: None, events_only: true }).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!((n, out.lines().count()), (4, 4), "{out}");
+        assert!(out.lines().all(|l| l.starts_with("{\"type\":\"event\"")), "{out}");
     }
 
     /// `--camera` keeps one camera's frames (counted) and notices, and skips the rest.
@@ -224,19 +268,19 @@ mod tests {
         use super::super::schema::FrameJson;
         static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let frame = |camera: &str, seq: u64| {
-            SocketLine::Frame(FrameJson { camera: camera.into(), seq, timestamp_ns: 1, width: 64, height: 48, latency_us: Default::default(), detections: vec![] }).to_line().unwrap()
+            SocketLine::Frame(FrameJson { camera: camera.into(), seq, timestamp_ns: 1, width: 64, height: 48, latency_us: Default::default(), detections: vec![], zones: None }).to_line().unwrap()
         };
         let notice = |camera: &str| SocketLine::Notice(NoticeJson { stage: "capture".into(), camera: camera.into(), event: "restarted".into(), frames_lost: 2, seq: 5 }).to_line().unwrap();
         let input = [frame("front", 1), frame("door", 1), notice("door"), notice("front"), frame("front", 2), frame("door", 2)].concat();
         let mut out = Vec::new();
         let mut frames = 0;
-        let r = print_camera(input.as_bytes(), &mut out, false, None, &mut frames, &NEVER, Some("front")).unwrap();
+        let r = print_camera(input.as_bytes(), &mut out, false, None, &mut frames, &NEVER, Filter { camera: Some("front"), events_only: false }).unwrap();
         let out = String::from_utf8(out).unwrap();
         assert_eq!((r, frames), (StreamEnd::Eof, 2));
         assert_eq!(out, "front: frame 1 (64x48, 0.0 ms): nothing\nnotice: the capture stage restarted (2 frames lost); frame 5 of camera front follows\nfront: frame 2 (64x48, 0.0 ms): nothing\n");
         let mut all = Vec::new();
         let mut n = 0;
-        print_camera(input.as_bytes(), &mut all, true, Some(3), &mut n, &NEVER, None).unwrap();
+        print_camera(input.as_bytes(), &mut all, true, Some(3), &mut n, &NEVER, Filter::default()).unwrap();
         assert_eq!(n, 3, "no filter: every camera's frames count");
     }
 
@@ -251,7 +295,8 @@ mod tests {
             width: 640,
             height: 480,
             latency_us: LatencyJson { total: 12345.0, ..Default::default() },
-            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0] }],
+            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }],
+            zones: None,
         })
         .to_line()
         .unwrap();

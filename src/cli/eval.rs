@@ -1,0 +1,76 @@
+//! `zcpipe eval track`: a recorded detections stream through a tracker, as MOTChallenge
+//! results ([`crate::publish::track::eval`]).
+
+use std::io::{BufReader, BufWriter, Write as _};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+use super::track::TrackArgs;
+
+/// `zcpipe eval`.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    pub what: EvalCmd,
+}
+
+/// What to evaluate.
+#[derive(Subcommand, Debug)]
+pub enum EvalCmd {
+    /// Track a recorded detections stream (`zcpipe run --json --tracker none > FILE`) and
+    /// write the tracks as MOTChallenge results (`frame,id,x,y,w,h,score,-1,-1,-1`, frame =
+    /// seq + 1) for scoring against a ground truth (benches/track_eval.py).
+    Track(EvalTrackArgs),
+}
+
+/// `zcpipe eval track`.
+#[derive(Args, Debug)]
+pub struct EvalTrackArgs {
+    /// The recorded JSON lines (`-`: stdin).
+    #[arg(long)]
+    pub detections: PathBuf,
+    /// Where to write the results (`-`: stdout).
+    #[arg(long, default_value = "-")]
+    pub mot: PathBuf,
+    /// Only detections with these labels are tracked (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Only this camera's frames (default: the first camera in the file).
+    #[arg(long)]
+    pub camera: Option<String>,
+    /// Frame times from the sequence number at this rate (the clip's frames per second)
+    /// instead of the recorded capture times (which, for a clip decoded faster than its
+    /// rate, are closer together than the scene's).
+    #[arg(long)]
+    pub fps: Option<f64>,
+    #[command(flatten)]
+    pub track: TrackArgs,
+}
+
+impl EvalArgs {
+    /// Runs it; prints what was counted on stderr. Errors: a file that cannot be read or
+    /// written (named), a bad line ([`crate::publish::track::eval::replay`]).
+    pub fn run(&self) -> Result<i32> {
+        let EvalCmd::Track(a) = &self.what;
+        if let Some(f) = a.fps.filter(|f| !(f.is_finite() && *f > 0.0)) {
+            anyhow::bail!("--fps {f}: expected the clip's frames per second, a number above 0");
+        }
+        let r = crate::publish::track::eval::Replay { params: a.track.params(), labels: a.labels.clone(), camera: a.camera.clone(), fps: a.fps };
+        let input: Box<dyn std::io::BufRead> = if a.detections.as_os_str() == "-" {
+            Box::new(BufReader::new(std::io::stdin()))
+        } else {
+            Box::new(BufReader::new(std::fs::File::open(&a.detections).with_context(|| format!("--detections {}", a.detections.display()))?))
+        };
+        let mut out: Box<dyn std::io::Write> = if a.mot.as_os_str() == "-" {
+            Box::new(BufWriter::new(std::io::stdout()))
+        } else {
+            Box::new(BufWriter::new(std::fs::File::create(&a.mot).with_context(|| format!("--mot {}", a.mot.display()))?))
+        };
+        let st = crate::publish::track::eval::replay(input, &mut out, &r).with_context(|| format!("--detections {}", a.detections.display()))?;
+        out.flush().with_context(|| format!("--mot {}", a.mot.display()))?;
+        eprintln!("{} frames, {} detections tracked, {} tracks confirmed, {} result lines", st.frames, st.detections, st.tracks, st.boxes);
+        Ok(0)
+    }
+}

@@ -1,0 +1,134 @@
+//! `--tracker`, `--zone` and the tracker's parameters (`zcpipe run`, `zcpipe stage publish`,
+//! `zcpipe eval track`), and their checked form, [`crate::publish::TrackConfig`].
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use crate::publish::track::{zone, TrackParams, TrackerKind, ZoneSpec};
+use crate::publish::TrackConfig;
+
+use super::common::choice;
+
+/// Tracking options.
+#[derive(Args, Debug, Clone)]
+pub struct TrackArgs {
+    /// Multi-object tracker: each detection of a confirmed track gets a `track_id`, and
+    /// tracks give events (new, entered_zone, left_zone, stationary, end) on the detections
+    /// socket. none: no ids, no events.
+    #[arg(long, value_parser = choice::<TrackerKind>(), default_value = "bytetrack")]
+    pub tracker: TrackerKind,
+    /// A zone: a named polygon in source pixels, `NAME=x1,y1,x2,y2,x3,y3,...` (at least three
+    /// points), `CAMERA:NAME=...` for one camera of several (without CAMERA: every camera).
+    /// A tracked object is in a zone when its box's bottom centre is. Repeat for more zones.
+    #[arg(long = "zone", value_name = "[CAMERA:]NAME=x1,y1,...", value_parser = parse_zone)]
+    pub zones: Vec<ZoneSpec>,
+    /// Frames in a row a new track must be seen in before it is confirmed (gets its id and a
+    /// `new` event), 1 to 100.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub track_confirm: u32,
+    /// Seconds a confirmed track may go unseen before it ends (`end` event), 0.05 to 3600.
+    #[arg(long, default_value_t = 1.0, value_parser = seconds)]
+    pub track_keepalive: f64,
+    /// Seconds a track must stay in place to be `stationary`, 0.05 to 3600.
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub stationary_after: f64,
+    /// How far a track's box centre may move and still stay in place, as a fraction of its
+    /// box's diagonal (0 to 1).
+    #[arg(long, default_value_t = 0.02, value_parser = fraction)]
+    pub stationary_move: f32,
+    /// Detections scoring this or more are high-score: the only ones the iou and sort
+    /// trackers use, and ByteTrack's first association (its new tracks need 0.1 more);
+    /// ByteTrack's second association takes the lower ones down to --score-threshold (0 to 1).
+    #[arg(long, default_value_t = 0.5, value_parser = fraction)]
+    pub track_high: f32,
+}
+
+fn parse_zone(s: &str) -> Result<ZoneSpec, String> {
+    ZoneSpec::parse(s).map_err(|e| format!("{e:#}"))
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: expected seconds from 0.05 to 3600")),
+    }
+}
+
+fn fraction(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: expected a number from 0 to 1")),
+    }
+}
+
+impl TrackArgs {
+    /// The tracker's parameters.
+    pub fn params(&self) -> TrackParams {
+        TrackParams {
+            kind: self.tracker,
+            confirm_frames: self.track_confirm,
+            keepalive_ns: (self.track_keepalive * 1e9) as u64,
+            stationary_ns: (self.stationary_after * 1e9) as u64,
+            stationary_move: self.stationary_move,
+            high_score: self.track_high,
+        }
+    }
+
+    /// The checked configuration for `cameras` (in the run's order): each camera's zones.
+    /// Errors (one line): zones with `--tracker none`, a zone for a camera not in the run, a
+    /// zone named twice for one camera.
+    pub fn config(&self, cameras: &[String]) -> Result<TrackConfig> {
+        if self.tracker == TrackerKind::None && !self.zones.is_empty() {
+            bail!("--zone needs a tracker (zones count tracked objects): leave --tracker at bytetrack, or drop --zone");
+        }
+        Ok(TrackConfig { params: self.params(), zones: zone::per_camera(&self.zones, cameras)? })
+    }
+
+    /// The same options as flags, for a stage's command line.
+    pub fn flags(&self) -> Vec<String> {
+        let name = crate::core::config::Choice::name(self.tracker);
+        let mut v = vec![
+            format!("--tracker={name}"),
+            format!("--track-confirm={}", self.track_confirm),
+            format!("--track-keepalive={}", self.track_keepalive),
+            format!("--stationary-after={}", self.stationary_after),
+            format!("--stationary-move={}", self.stationary_move),
+            format!("--track-high={}", self.track_high),
+        ];
+        v.extend(self.zones.iter().map(|z| {
+            let pts: Vec<String> = z.zone.points.iter().map(|(x, y)| format!("{x},{y}")).collect();
+            format!("--zone={}{}={}", z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(), z.zone.name, pts.join(","))
+        }));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        t: TrackArgs,
+    }
+
+    #[test]
+    fn defaults_flags_and_bad_values() {
+        let a = T::parse_from(["t"]).t;
+        assert_eq!(a.params(), TrackParams::default());
+        let a = T::parse_from(["t", "--tracker", "sort", "--zone", "front:door=1,2,3,4,5,6.5", "--track-keepalive", "2.5", "--track-confirm", "1"]).t;
+        let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).t;
+        assert_eq!((back.params(), back.zones.clone()), (a.params(), a.zones.clone()), "flags read back the same: {:?}", a.flags());
+        let c = a.config(&["front".into(), "back".into()]).unwrap();
+        assert_eq!((c.zones[0].len(), c.zones[1].len()), (1, 0));
+        for bad in [&["--tracker", "deepsort"][..], &["--zone", "door=1,2,3,4"], &["--track-keepalive", "0"], &["--stationary-move", "2"], &["--track-confirm", "0"]] {
+            assert!(T::try_parse_from(std::iter::once(&"t").chain(bad)).is_err(), "{bad:?}");
+        }
+        let e = T::try_parse_from(["t", "--zone", "door=1,2"]).err().unwrap().to_string();
+        assert!(e.contains("1 point(s); a zone needs at least three"), "{e}");
+        let none = T::parse_from(["t", "--tracker", "none", "--zone", "door=1,2,3,4,5,6"]).t;
+        assert!(format!("{:#}", none.config(&["cam0".into()]).unwrap_err()).starts_with("--zone needs a tracker"));
+    }
+}
