@@ -67,6 +67,15 @@ soak: build
 soak-short: build
 	bash benches/soak.sh 300000 0
 
+# Tracker evaluation (issue 13; not in CI): MOTA, IDF1, ID switches and HOTA of each
+# `--tracker` on four clips against the hand-made ground truth in tests/data/track/ (its
+# README.md). Makes build/track-venv (scripts/track/requirements.txt) and the clips
+# (scripts/track/make_clips.sh), runs the detector once per clip (cached in build/track-eval/),
+# then `zcpipe eval track` per tracker; the table goes to build/track-eval/table.md.
+.PHONY: track-eval
+track-eval: build
+	bash benches/track_eval.sh
+
 clean:
 	$(CARGO) clean
 
