@@ -44,6 +44,9 @@ TRACKERS = ["iou", "sort", "bytetrack"]
 # empty road. The set is the labels the detector gives these cars, chosen by looking at the
 # cached detections against the ground truth (counts: tests/data/track/README.md, "Cars: the
 # label set"). `--cars-labels car,truck,bus` scores the COCO vehicle labels only.
+# The detector's --score-threshold for the recorded runs (part of the cache's key).
+SCORE_THRESHOLD = 0.1
+
 LABELS = {
     "person": "person",
     "two-people": "person",
@@ -219,7 +222,7 @@ def detections(zcpipe, clip, rerun):
     out = os.path.join(OUT_DIR, clip + ".none.jsonl")
     n, w, h = count_frames(video)
     with open(video, "rb") as f:
-        clip_sum = hashlib.sha256(f.read()).hexdigest()
+        clip_sum = "%s score>=%s" % (hashlib.sha256(f.read()).hexdigest(), SCORE_THRESHOLD)
     stamp = out + ".clip-sha256"  # the cache is of this clip's bytes (not of the zcpipe build: --rerun)
     if os.path.exists(out) and not rerun:
         why = check_jsonl(out, n, w, h)
@@ -227,13 +230,12 @@ def detections(zcpipe, clip, rerun):
         if why is None and same_clip:
             return out
         print("track_eval: %s: %s; running it again" % (out, why or "made from another version of the clip"), file=sys.stderr)
-    run_help = help_text(zcpipe, "run") or ""
+    # Unpaced (--fps max) with the block policy: nothing is dropped, only faster. Detections
+    # down to 0.1, as ByteTrack's paper feeds its second association; every tracker takes
+    # only those of --track-high (0.5) or more for its first association and new tracks.
     cmd = [zcpipe, "run", "--source", "video:" + os.path.relpath(video, ROOT), "--ring-policy", "block",
-           "--json", "--stats-interval", "0", "--instance", "trackeval%d" % os.getpid()]
-    if "--tracker" in run_help:
-        cmd += ["--tracker", "none"]
-    if "--fps" in run_help:
-        cmd += ["--fps", "max"]  # unpaced: block policy, nothing is dropped, so only faster
+           "--json", "--stats-interval", "0", "--instance", "trackeval%d" % os.getpid(),
+           "--tracker", "none", "--fps", "max", "--score-threshold", str(SCORE_THRESHOLD)]
     print("track_eval: %s > %s" % (" ".join(cmd), os.path.relpath(out, ROOT)), file=sys.stderr)
     with open(out + ".tmp", "w") as f:
         p = subprocess.run(cmd, stdout=f, cwd=ROOT)
@@ -262,10 +264,9 @@ def track(zcpipe, clip, jsonl, tracker, eval_help):
     out = os.path.join(OUT_DIR, "%s.%s.txt" % (clip, tracker))
     cmd = [zcpipe, "eval", "track", "--detections", os.path.relpath(jsonl, ROOT), "--tracker", tracker,
            "--labels", LABELS[clip], "--mot", os.path.relpath(out, ROOT) + ".tmp"]
-    if "--fps" in eval_help:
-        # the detections were made unpaced (--fps max): their capture times are closer
-        # together than the scene's, so the tracker's clock (keep-alive) runs on seq / rate
-        cmd += ["--fps", "%g" % frame_rate(os.path.join(CLIP_DIR, clip + ".mp4"))]
+    # The detections were made unpaced (--fps max): their capture times are closer together
+    # than the scene's, so the tracker's clock (keep-alive) runs on seq / rate.
+    cmd += ["--fps", "%g" % frame_rate(os.path.join(CLIP_DIR, clip + ".mp4"))]
     print("track_eval: " + " ".join(cmd), file=sys.stderr)
     p = subprocess.run(cmd, cwd=ROOT)
     if p.returncode != 0:

@@ -37,8 +37,9 @@ impl Run {
     fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.out.stderr).to_string()
     }
+    /// The frame lines printed (not the tracker's event lines).
     fn frames(&self) -> Vec<Value> {
-        String::from_utf8_lossy(&self.out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        String::from_utf8_lossy(&self.out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect()
     }
     fn named(&self, name: &str) -> Vec<&HashMap<String, String>> {
         self.calls.iter().filter(|(n, _)| n == name).map(|(_, kv)| kv).collect()

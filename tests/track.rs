@@ -85,6 +85,7 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
             }
         }
     }
+    eprintln!("{} person tracks for {} people; track ids per person: {ids_per_person:?}", person_tracks.len(), people.len());
     for (person, ids) in &ids_per_person {
         assert!(ids.len() <= 2, "ground-truth person {person} got track ids {ids:?}");
     }
@@ -133,6 +134,8 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
     assert_eq!(t["tracker"], "bytetrack", "{s}");
     assert_eq!(t["events"]["new"].as_u64().unwrap() as usize, new.len());
     assert_eq!(t["live_tracks"], 0);
+    // The ids the publish stage kept for a successor went with the run directory.
+    common::assert_no_orphans(dir.path());
 }
 
 #[test]

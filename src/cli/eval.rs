@@ -42,8 +42,8 @@ pub struct EvalTrackArgs {
     pub camera: Option<String>,
     /// Frame times from the sequence number at this rate (the clip's frames per second)
     /// instead of the recorded capture times (which, for a clip decoded faster than its
-    /// rate, are closer together than the scene's).
-    #[arg(long)]
+    /// rate, are closer together than the scene's); 0.01 to 1000.
+    #[arg(long, allow_negative_numbers = true)]
     pub fps: Option<f64>,
     #[command(flatten)]
     pub track: TrackArgs,
@@ -54,8 +54,14 @@ impl EvalArgs {
     /// written (named), a bad line ([`crate::publish::track::eval::replay`]).
     pub fn run(&self) -> Result<i32> {
         let EvalCmd::Track(a) = &self.what;
-        if let Some(f) = a.fps.filter(|f| !(f.is_finite() && *f > 0.0)) {
-            anyhow::bail!("--fps {f}: expected the clip's frames per second, a number above 0");
+        if let Some(f) = a.fps.filter(|f| !(0.01..=1000.0).contains(f)) {
+            anyhow::bail!("--fps {f}: expected the clip's frames per second, 0.01 to 1000");
+        }
+        if !a.track.zones.is_empty() {
+            anyhow::bail!("--zone: eval track writes tracks, not zone events; leave --zone out");
+        }
+        if a.track.tracker == crate::publish::track::TrackerKind::None {
+            anyhow::bail!("--tracker none tracks nothing: pick bytetrack, sort or iou");
         }
         let r = crate::publish::track::eval::Replay { params: a.track.params(), labels: a.labels.clone(), camera: a.camera.clone(), fps: a.fps };
         let input: Box<dyn std::io::BufRead> = if a.detections.as_os_str() == "-" {
@@ -68,8 +74,20 @@ impl EvalArgs {
         } else {
             Box::new(BufWriter::new(std::fs::File::create(&a.mot).with_context(|| format!("--mot {}", a.mot.display()))?))
         };
-        let st = crate::publish::track::eval::replay(input, &mut out, &r).with_context(|| format!("--detections {}", a.detections.display()))?;
-        out.flush().with_context(|| format!("--mot {}", a.mot.display()))?;
+        let done = crate::publish::track::eval::replay(input, &mut out, &r).with_context(|| format!("--detections {}", a.detections.display())).and_then(|st| {
+            out.flush().with_context(|| format!("--mot {}", a.mot.display()))?;
+            Ok(st)
+        });
+        let st = match done {
+            Ok(st) => st,
+            Err(e) => {
+                // No half-written results file left behind to be scored.
+                if a.mot.as_os_str() != "-" {
+                    let _ = std::fs::remove_file(&a.mot);
+                }
+                return Err(e);
+            }
+        };
         eprintln!("{} frames, {} detections tracked, {} tracks confirmed, {} result lines", st.frames, st.detections, st.tracks, st.boxes);
         Ok(0)
     }

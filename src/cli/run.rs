@@ -116,6 +116,10 @@ impl RunArgs {
         if several {
             plan.sources[0].what = format!("{}: {}", names[0], plan.sources[0].what);
         }
+        // The socket's step says what the lines carry: the tracker and the zones.
+        if let Some(out) = plan.outputs.first_mut() {
+            out.what = format!("{} ({})", out.what, self.track.describe());
+        }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
         let common = resolved.common.flags(&data);

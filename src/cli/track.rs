@@ -27,19 +27,19 @@ pub struct TrackArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub track_confirm: u32,
     /// Seconds a confirmed track may go unseen before it ends (`end` event), 0.05 to 3600.
-    #[arg(long, default_value_t = 1.0, value_parser = seconds)]
+    #[arg(long, default_value_t = 1.0, value_parser = seconds, allow_negative_numbers = true)]
     pub track_keepalive: f64,
     /// Seconds a track must stay in place to be `stationary`, 0.05 to 3600.
-    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    #[arg(long, default_value_t = 10.0, value_parser = seconds, allow_negative_numbers = true)]
     pub stationary_after: f64,
     /// How far a track's box centre may move and still stay in place, as a fraction of its
     /// box's diagonal (0 to 1).
-    #[arg(long, default_value_t = 0.02, value_parser = fraction)]
+    #[arg(long, default_value_t = 0.02, value_parser = fraction, allow_negative_numbers = true)]
     pub stationary_move: f32,
     /// Detections scoring this or more are high-score: the only ones the iou and sort
     /// trackers use, and ByteTrack's first association (its new tracks need 0.1 more);
-    /// ByteTrack's second association takes the lower ones down to --score-threshold (0 to 1).
-    #[arg(long, default_value_t = 0.5, value_parser = fraction)]
+    /// ByteTrack's second association takes the lower ones down to --score-threshold (0.05 to 0.95).
+    #[arg(long, default_value_t = 0.5, value_parser = high_score, allow_negative_numbers = true)]
     pub track_high: f32,
 }
 
@@ -51,6 +51,13 @@ fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
         _ => Err(format!("{s}: expected seconds from 0.05 to 3600")),
+    }
+}
+
+fn high_score(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.05..=0.95).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: expected a score from 0.05 to 0.95 (a detection above it must be possible)")),
     }
 }
 
@@ -82,6 +89,19 @@ impl TrackArgs {
             bail!("--zone needs a tracker (zones count tracked objects): leave --tracker at bytetrack, or drop --zone");
         }
         Ok(TrackConfig { params: self.params(), zones: zone::per_camera(&self.zones, cameras)? })
+    }
+
+    /// For the plan: `bytetrack tracks, zones door, front:gate` or `no tracking`.
+    pub fn describe(&self) -> String {
+        if self.tracker == TrackerKind::None {
+            return "no tracking".into();
+        }
+        let mut s = format!("{} tracks", crate::core::config::Choice::name(self.tracker));
+        if !self.zones.is_empty() {
+            let z: Vec<String> = self.zones.iter().map(|z| format!("{}{}", z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(), z.zone.name)).collect();
+            s += &format!(", zones {}", z.join(", "));
+        }
+        s
     }
 
     /// The same options as flags, for a stage's command line.
@@ -118,17 +138,19 @@ mod tests {
     fn defaults_flags_and_bad_values() {
         let a = T::parse_from(["t"]).t;
         assert_eq!(a.params(), TrackParams::default());
-        let a = T::parse_from(["t", "--tracker", "sort", "--zone", "front:door=1,2,3,4,5,6.5", "--track-keepalive", "2.5", "--track-confirm", "1"]).t;
+        let a = T::parse_from(["t", "--tracker", "sort", "--zone", "front:door=1,2,30,4,5,60.5", "--track-keepalive", "2.5", "--track-confirm", "1"]).t;
         let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).t;
         assert_eq!((back.params(), back.zones.clone()), (a.params(), a.zones.clone()), "flags read back the same: {:?}", a.flags());
         let c = a.config(&["front".into(), "back".into()]).unwrap();
         assert_eq!((c.zones[0].len(), c.zones[1].len()), (1, 0));
-        for bad in [&["--tracker", "deepsort"][..], &["--zone", "door=1,2,3,4"], &["--track-keepalive", "0"], &["--stationary-move", "2"], &["--track-confirm", "0"]] {
+        for bad in [&["--tracker", "deepsort"][..], &["--zone", "door=1,2,3,4"], &["--track-keepalive", "0"], &["--stationary-move", "2"], &["--track-confirm", "0"], &["--track-high", "0.99"]] {
             assert!(T::try_parse_from(std::iter::once(&"t").chain(bad)).is_err(), "{bad:?}");
         }
         let e = T::try_parse_from(["t", "--zone", "door=1,2"]).err().unwrap().to_string();
         assert!(e.contains("1 point(s); a zone needs at least three"), "{e}");
-        let none = T::parse_from(["t", "--tracker", "none", "--zone", "door=1,2,3,4,5,6"]).t;
+        let e = T::try_parse_from(["t", "--track-keepalive", "-1"]).err().unwrap().to_string();
+        assert!(e.contains("-1: expected seconds from 0.05 to 3600"), "a negative number is a bad value, not a flag: {e}");
+        let none = T::parse_from(["t", "--tracker", "none", "--zone", "door=0,0,9,0,9,9"]).t;
         assert!(format!("{:#}", none.config(&["cam0".into()]).unwrap_err()).starts_with("--zone needs a tracker"));
     }
 }

@@ -28,16 +28,72 @@ pub struct Tracking {
     cfg: TrackConfig,
     cameras: Vec<String>,
     trackers: Vec<Option<Tracker>>,
+    /// Per camera: when its last frame arrived here, and whether its frame interval was
+    /// found longer than the keep-alive (said once).
+    arrived: Vec<Option<Instant>>,
+    slow_said: Vec<bool>,
+    /// Where the next id of each camera is kept for a restarted publish stage
+    /// (`publish.track-ids` in the run directory; `None`: not kept).
+    ids_file: Option<std::path::PathBuf>,
     /// Events sent, by kind ([`EventKind::name`] order: new, entered_zone, left_zone, stationary, end).
     counts: [u64; 5],
 }
+
+/// How long past the keep-alive a camera's tracks wait for its next frame before they end
+/// without one ([`Tracking::expire`]): frames in flight, and a stage after capture being
+/// restarted (whose lost frames do not count: [`Tracker::pause`]), must not end tracks.
+pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The file in the run directory where the publish stage keeps each camera's next track id
+/// (JSON `{"camera": next_id}`), so that a restarted publish stage does not hand out ids
+/// again; removed when the stage ends normally.
+pub const TRACK_IDS_FILE: &str = "publish.track-ids";
 
 const EVENT_KINDS: [EventKind; 5] = [EventKind::New, EventKind::EnteredZone, EventKind::LeftZone, EventKind::Stationary, EventKind::End];
 
 impl Tracking {
     /// Tracking for `cameras` (in the run's order) as `cfg` says.
     pub fn new(cfg: TrackConfig, cameras: &[String]) -> Tracking {
-        Tracking { trackers: cameras.iter().map(|_| None).collect(), cameras: cameras.to_vec(), cfg, counts: [0; 5] }
+        Tracking { trackers: cameras.iter().map(|_| None).collect(), arrived: vec![None; cameras.len()], slow_said: vec![false; cameras.len()], cameras: cameras.to_vec(), ids_file: None, cfg, counts: [0; 5] }
+    }
+
+    /// Keeps each camera's next id in `file` (read back when a restarted stage starts, so
+    /// ids go on from there).
+    pub fn keep_ids_in(mut self, file: std::path::PathBuf) -> Tracking {
+        self.ids_file = Some(file);
+        self
+    }
+
+    /// The next id of camera `cam` kept by an earlier publish stage of this run, if any.
+    fn kept_id(&self, cam: usize) -> Option<u64> {
+        let text = std::fs::read_to_string(self.ids_file.as_ref()?).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v.get(&self.cameras[cam])?.as_u64()
+    }
+
+    /// Writes every camera's next id to the ids file (through a temporary file and a rename).
+    fn keep_ids(&self) {
+        let Some(f) = &self.ids_file else { return };
+        let ids: serde_json::Map<String, serde_json::Value> = self.cameras.iter().zip(&self.trackers).filter_map(|(c, t)| Some((c.clone(), t.as_ref()?.next_id().into()))).collect();
+        let tmp = f.with_extension("track-ids.tmp");
+        if let Err(e) = std::fs::write(&tmp, serde_json::Value::Object(ids).to_string()).and_then(|()| std::fs::rename(&tmp, f)) {
+            log::warn!("keeping the next track ids in {}: {e}", f.display());
+        }
+    }
+
+    /// Removes the ids file (the stage ends normally: the next run starts from 1).
+    pub fn forget_ids(&self) {
+        if let Some(f) = &self.ids_file {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+
+    /// The frames of camera `cam` up to the one captured at `t_ns` were lost by a stage after
+    /// capture that restarted: the gap does not count against its tracks' keep-alive.
+    pub fn pause(&mut self, cam: usize, t_ns: u64) {
+        if let Some(Some(t)) = self.trackers.get_mut(cam) {
+            t.pause(t_ns);
+        }
     }
 
     /// Whether a tracker runs at all (`--tracker` is not `none`).
@@ -53,6 +109,11 @@ impl Tracking {
         if !self.on() || cam >= self.trackers.len() {
             return vec![];
         }
+        let kept = if self.trackers[cam].is_none() { self.kept_id(cam) } else { None };
+        if let Some(id) = kept {
+            log::info!("camera {}: track ids go on from {id} (kept by the publish stage before this one)", self.cameras[cam]);
+        }
+        self.arrived[cam] = Some(Instant::now());
         let tracker = self.trackers[cam].get_or_insert_with(|| {
             let zones: Vec<Zone> = self.cfg.zones.get(cam).cloned().unwrap_or_default().into_iter().filter(|z| match z.check_inside(&self.cameras[cam], f.width, f.height) {
                 Ok(()) => true,
@@ -61,8 +122,19 @@ impl Tracking {
                     false
                 }
             }).collect();
-            Tracker::new(self.cfg.params.clone(), zones)
+            Tracker::new(self.cfg.params.clone(), zones).first_id(kept.unwrap_or(1))
         });
+        let interval = tracker.last_frame_ns().map(|l| t_ns.saturating_sub(l));
+        if let Some(i) = interval.filter(|&i| i > self.cfg.params.keepalive_ns && !self.slow_said[cam]) {
+            self.slow_said[cam] = true;
+            log::warn!(
+                "camera {}: {:.2} s between frames, more than --track-keepalive {:.2} s: a track missed in one frame ends; raise --track-keepalive to a few frame intervals",
+                self.cameras[cam],
+                i as f64 / 1e9,
+                self.cfg.params.keepalive_ns as f64 / 1e9
+            );
+        }
+        let next_id = tracker.next_id();
         let obs: Vec<Observation> = f.detections.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
         let mut events = vec![];
         let ids = tracker.update(t_ns, &obs, &mut events);
@@ -76,13 +148,28 @@ impl Tracking {
             }
             f.zones = Some(zones);
         }
+        if tracker.next_id() != next_id {
+            self.keep_ids();
+        }
         self.lines(cam, events, labels)
     }
 
-    /// Ends the tracks unseen for longer than the keep-alive at `now_ns` (CLOCK_MONOTONIC),
-    /// for a camera whose frames stopped coming: their events as lines.
-    pub fn expire(&mut self, now_ns: u64, labels: &[String]) -> Vec<EventJson> {
-        self.each(labels, |t, ev| t.expire(now_ns, ev))
+    /// For each camera whose frames stopped coming (none for the keep-alive plus
+    /// [`IDLE_GRACE`]): ends its tracks unseen for longer than the keep-alive, by its last
+    /// frame's capture time plus the time since that frame arrived. Their events as lines.
+    pub fn expire(&mut self, labels: &[String]) -> Vec<EventJson> {
+        let keepalive = std::time::Duration::from_nanos(self.cfg.params.keepalive_ns);
+        let mut out = vec![];
+        for cam in 0..self.trackers.len() {
+            let Some(since) = self.arrived[cam].map(|a| a.elapsed()).filter(|e| *e > keepalive + IDLE_GRACE) else { continue };
+            let mut events = vec![];
+            if let Some(t) = &mut self.trackers[cam] {
+                let now = t.last_frame_ns().unwrap_or(0).saturating_add(since.as_nanos() as u64);
+                t.expire(now, &mut events);
+            }
+            out.extend(self.lines(cam, events, labels));
+        }
+        out
     }
 
     /// The stream ended: every track ends; their events as lines.
@@ -229,7 +316,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ctx.reporter.send(&StageReport { frames_in: n_in, frames_out: span.frames, latency: lat.summary(), out_span: Some(span), ..ctx.report(start, final_report, extra) })
     };
     let validate = |d: &DetectionsDesc| d.validate();
-    let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras);
+    let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
     // Sends event lines to every client and, as the frame lines, to stdout.
     let send_events = |server: &mut DetectionServer, events: Vec<EventJson>| -> Result<()> {
         for e in events {
@@ -266,7 +353,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     Incoming::Eos => return Ok(Turn::End("end of stream")),
                     Incoming::Idle => {
                         // No frame: tracks of cameras that stopped sending still end on time.
-                        let ended = tracking.expire(monotonic_ns(), &labels);
+                        let ended = tracking.expire(&labels);
                         send_events(server, ended)?;
                         return Ok(Turn::Next);
                     }
@@ -283,7 +370,22 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
                     let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
                     let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
-                    server.broadcast(SocketLine::Notice(n).to_line()?.as_bytes());
+                    let line = SocketLine::Notice(n.clone()).to_line()?;
+                    server.broadcast(line.as_bytes());
+                    match cfg.print {
+                        PrintMode::Json => {
+                            let _ = stdout.lock().write_all(line.as_bytes());
+                        }
+                        PrintMode::Human => {
+                            let _ = writeln!(stdout.lock(), "{}", super::watch::notice_line(&n));
+                        }
+                        PrintMode::None => {}
+                    }
+                    // Frames lost by a stage after capture were never looked at: the gap does
+                    // not count against the camera's tracks (a camera that was away does).
+                    if m.stage != Stage::Capture {
+                        tracking.pause(camera_of(d.flags), d.timestamp_ns);
+                    }
                 }
                 let mut f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
                 let events = tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &labels);
@@ -327,6 +429,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 log::warn!("the last events: {e:#}");
             }
             server.close_all(&end.reason, span.frames);
+            tracking.forget_ids();
             Drained::nothing()
         },
         |(server, tracking), mut extras| {

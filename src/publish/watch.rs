@@ -83,14 +83,15 @@ pub fn print_stream(input: impl BufRead, out: impl Write, json: bool, count: Opt
 pub struct Filter<'a> {
     /// Only this camera's (`--camera NAME`); `None`: every camera's.
     pub camera: Option<&'a str>,
-    /// Only event lines (`--events`): frames and notices are skipped, and `count` counts events.
+    /// Only event lines and restart notices (`--events`: a restart may have ended tracks
+    /// without their events); frames are skipped, and `count` counts events.
     pub events_only: bool,
 }
 
 /// [`print_stream`] of the lines `filter` keeps: with a camera, frames, notices and events
 /// of other cameras are skipped and not counted (a notice about a stage that serves every
-/// camera is kept); with `events_only`, only event lines are written, and `count` (and
-/// `frames`) count events instead of frames.
+/// camera is kept); with `events_only`, only event lines and notices are written, and
+/// `count` (and `frames`) count events instead of frames.
 pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool, filter: Filter<'_>) -> Result<StreamEnd> {
     let camera = filter.camera;
     // Cameras whose frames were skipped, while none of `camera` came: said once after
@@ -121,7 +122,7 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
                 continue;
             }
         }
-        if matches!(&parsed, Ok(SocketLine::Notice(n)) if filter.events_only || (!n.camera.is_empty() && other_camera(&n.camera))) {
+        if matches!(&parsed, Ok(SocketLine::Notice(n)) if !n.camera.is_empty() && other_camera(&n.camera)) {
             continue;
         }
         if matches!(&parsed, Ok(SocketLine::Event(e)) if other_camera(&e.camera)) || (filter.events_only && matches!(&parsed, Ok(SocketLine::Frame(_)))) {
@@ -253,13 +254,16 @@ mod tests {
         let only = Filter { camera: Some("front"), events_only: true };
         let r = print_camera(input.as_bytes(), &mut out, false, Some(2), &mut n, &NEVER, only).unwrap();
         assert_eq!((r, n), (StreamEnd::Count, 2), "--count counts events");
-        assert_eq!(String::from_utf8(out).unwrap(), "front: event new: person #3 (0.91)\nfront: event entered_zone gate: person #3 (0.91)\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "front: event new: person #3 (0.91)\nnotice: the infer stage restarted (2 frames lost); frame 5 follows\nfront: event entered_zone gate: person #3 (0.91)\n"
+        );
         let mut out = Vec::new();
         let mut n = 0;
         print_camera(input.as_bytes(), &mut out, true, None, &mut n, &NEVER, Filter { camera: None, events_only: true }).unwrap();
         let out = String::from_utf8(out).unwrap();
-        assert_eq!((n, out.lines().count()), (4, 4), "{out}");
-        assert!(out.lines().all(|l| l.starts_with("{\"type\":\"event\"")), "{out}");
+        assert_eq!((n, out.lines().count()), (4, 5), "{out}");
+        assert!(out.lines().all(|l| l.starts_with("{\"type\":\"event\"") || l.starts_with("{\"type\":\"notice\"")), "{out}");
     }
 
     /// `--camera` keeps one camera's frames (counted) and notices, and skips the rest.

@@ -488,7 +488,9 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         carried.absorb(&latest, &r);
         latest.insert(r.stage.clone(), r);
     }
-    // Stages remove their own sockets; a killed one cannot. Only stale sockets go.
+    // Stages remove their own sockets; a killed one cannot. Only stale sockets go, and the
+    // track ids a killed publish stage kept for its successor.
+    let _ = std::fs::remove_file(run_dir.join(crate::publish::stage::TRACK_IDS_FILE));
     let mut leftovers: Vec<std::path::PathBuf> = std::fs::read_dir(&run_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
         .unwrap_or_default();

@@ -49,6 +49,7 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
     let mut camera = r.camera.clone();
     let mut last_seq: Option<u64> = None;
     let mut events = vec![];
+    let mut seen: std::collections::BTreeSet<String> = Default::default();
     for (n, line) in input.lines().enumerate() {
         let line = line.context("reading the detections")?;
         if line.trim().is_empty() {
@@ -70,6 +71,7 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
             Some(fps) => (f.seq as f64 / fps * 1e9) as u64,
             None => f.timestamp_ns,
         };
+        seen.extend(f.detections.iter().map(|d| d.label.clone()));
         let dets: Vec<&crate::publish::schema::DetectionJson> = f.detections.iter().filter(|d| r.labels.is_empty() || r.labels.contains(&d.label)).collect();
         let obs: Vec<Observation> = dets.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
         st.detections += obs.len() as u64;
@@ -85,6 +87,16 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
     }
     if st.frames == 0 {
         bail!("no frame line{} in the input: record one with `zcpipe run --json --tracker none ... > FILE`", camera.map(|c| format!(" of camera {c}")).unwrap_or_default());
+    }
+    let missing: Vec<&String> = r.labels.iter().filter(|l| !seen.contains(*l)).collect();
+    if !missing.is_empty() {
+        let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
+        let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        let msg = format!("--labels: no detection labelled {} in the input (labels seen: {})", names.join(", "), if seen.is_empty() { "none".to_string() } else { seen.join(", ") });
+        if st.detections == 0 {
+            bail!("{msg}");
+        }
+        log::warn!("{msg}");
     }
     Ok(st)
 }
@@ -113,5 +125,7 @@ mod tests {
         let e = replay("{\"type\":\"frame\"}\n".as_bytes(), Vec::new(), &r).unwrap_err();
         assert!(format!("{e:#}").starts_with("line 1: not a detections-socket line"), "{e:#}");
         assert!(format!("{:#}", replay("".as_bytes(), Vec::new(), &r).unwrap_err()).starts_with("no frame line in the input"));
+        let typo = Replay { labels: vec!["persn".into()], ..r.clone() };
+        assert_eq!(format!("{:#}", replay(input.as_bytes(), Vec::new(), &typo).unwrap_err()), "--labels: no detection labelled persn in the input (labels seen: cat, person)");
     }
 }

@@ -44,7 +44,7 @@ impl Axis {
     /// Corrects with a measurement `z` of the position whose standard deviation is `r`.
     fn update(&mut self, z: f32, r: f32) {
         let s = self.pp + r * r;
-        if !(s > 0.0) || !z.is_finite() {
+        if s.is_nan() || s <= 0.0 || !z.is_finite() {
             return;
         }
         let (k0, k1) = (self.pp / s, self.pv / s);

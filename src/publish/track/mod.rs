@@ -15,7 +15,8 @@
 //!   against the high-score detections (IoU >= 0.2), then the tracks seen last frame and
 //!   still unmatched against the low-score ones (IoU >= 0.5: an occluded person's weak box
 //!   keeps the track), then the unconfirmed tracks against the high-score detections left
-//!   (IoU >= 0.3); a new track starts from a high-score detection scoring `high_score + 0.1`.
+//!   (IoU >= 0.3); a new track starts from a high-score detection scoring `high_score + 0.1`
+//!   (capped at 0.95).
 //!
 //! Every association is per class (a detection of another class never matches). A new
 //! track is tentative until it has been matched in `confirm_frames` frames in a row; a
@@ -71,7 +72,7 @@ pub struct TrackParams {
     pub stationary_move: f32,
     /// Detections scoring this or more are high-score (0..=1, default 0.5): the only ones
     /// `iou` and `sort` use, ByteTrack's first association; new tracks need 0.1 more in
-    /// ByteTrack. Lower ones (down to the detector's `--score-threshold`) are ByteTrack's
+    /// ByteTrack (at most 0.95, at least this). Lower ones (down to the detector's `--score-threshold`) are ByteTrack's
     /// second association.
     pub high_score: f32,
 }
@@ -138,7 +139,7 @@ pub struct TrackEvent {
     pub first_seen_ns: u64,
     /// When it was last matched to a detection, ns.
     pub last_seen_ns: u64,
-    /// Its last box, `[x1, y1, x2, y2]` pixels (the filter's, for `sort` and `bytetrack`).
+    /// The box of its last detection, `[x1, y1, x2, y2]` pixels.
     pub bbox: [f32; 4],
     /// When it happened: the frame's capture time, or the clock's time when a track ends
     /// because no frame came ([`Tracker::expire`]), ns.
@@ -155,6 +156,11 @@ struct Track {
     kf: Option<Kalman>,
     /// The box associations use: the filter's prediction, else the last detection.
     bbox: [f32; 4],
+    /// The box of its last detection (what events report).
+    det_box: [f32; 4],
+    /// Time not counted against the keep-alive since it was last seen, ns: frames the
+    /// pipeline lost while a stage after capture restarted ([`Tracker::pause`]).
+    held_ns: u64,
     first_seen_ns: u64,
     last_seen_ns: u64,
     best_score: f32,
@@ -174,7 +180,12 @@ impl Track {
     }
 
     fn event(&self, kind: EventKind, zone: Option<usize>, at_ns: u64) -> TrackEvent {
-        TrackEvent { kind, track_id: self.id, class_id: self.class_id, best_score: self.best_score, zone, first_seen_ns: self.first_seen_ns, last_seen_ns: self.last_seen_ns, bbox: self.bbox, at_ns }
+        TrackEvent { kind, track_id: self.id, class_id: self.class_id, best_score: self.best_score, zone, first_seen_ns: self.first_seen_ns, last_seen_ns: self.last_seen_ns, bbox: self.det_box, at_ns }
+    }
+
+    /// Unseen for longer than `keepalive_ns` at `now_ns` (time held by a pause not counted).
+    fn expired(&self, now_ns: u64, keepalive_ns: u64) -> bool {
+        now_ns.saturating_sub(self.last_seen_ns).saturating_sub(self.held_ns) > keepalive_ns
     }
 }
 
@@ -193,6 +204,8 @@ pub struct Tracker {
     zones: Vec<Zone>,
     tracks: Vec<Track>,
     next_id: u64,
+    /// The capture time of the last frame, ns.
+    last_frame_ns: Option<u64>,
 }
 
 impl Tracker {
@@ -200,7 +213,34 @@ impl Tracker {
     /// are ignored).
     pub fn new(params: TrackParams, mut zones: Vec<Zone>) -> Tracker {
         zones.truncate(zone::MAX_ZONES);
-        Tracker { params, zones, tracks: vec![], next_id: 1 }
+        Tracker { params, zones, tracks: vec![], next_id: 1, last_frame_ns: None }
+    }
+
+    /// Ids from `first` on (a restarted publish stage goes on from where the last one got,
+    /// so ids never repeat within a run).
+    pub fn first_id(mut self, first: u64) -> Tracker {
+        self.next_id = first.max(1);
+        self
+    }
+
+    /// The id the next confirmed track gets.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// The capture time of the last frame given to [`Tracker::update`], ns.
+    pub fn last_frame_ns(&self) -> Option<u64> {
+        self.last_frame_ns
+    }
+
+    /// The time from the last frame to `t_ns` does not count against any track's keep-alive:
+    /// the frames between were lost by the pipeline (a stage after capture restarted), not
+    /// looked at and found empty.
+    pub fn pause(&mut self, t_ns: u64) {
+        let gap = self.last_frame_ns.map_or(0, |l| t_ns.saturating_sub(l));
+        for t in &mut self.tracks {
+            t.held_ns = t.held_ns.saturating_add(gap);
+        }
     }
 
     /// The camera's zones.
@@ -233,13 +273,18 @@ impl Tracker {
 
     /// One frame captured at `t_ns` with detections `dets`: returns each detection's track
     /// id (`None`: not part of a confirmed track), and appends what happened to `events`
-    /// (in order: confirmations and their zones, zone crossings, stationary, then ends).
+    /// (in order: the ends of tracks unseen for longer than the keep-alive by this frame's
+    /// time, confirmations and their zones, zone crossings, stationary, then the ends of
+    /// tracks this frame left unseen for longer than the keep-alive).
     pub fn update(&mut self, t_ns: u64, dets: &[Observation], events: &mut Vec<TrackEvent>) -> Vec<Option<u64>> {
         let p = self.params.clone();
         let mut det_track: Vec<Option<usize>> = vec![None; dets.len()];
         if p.kind == TrackerKind::None {
             return vec![None; dets.len()];
         }
+        // A track unseen for longer than the keep-alive by this frame's time has ended, even if
+        // the object is back in it (the camera was away): it is not matched again.
+        self.expire(t_ns, events);
         for t in &mut self.tracks {
             if let Some(kf) = &mut t.kf {
                 kf.predict(t.lost);
@@ -286,6 +331,8 @@ impl Tracker {
                 }
                 None => tr.bbox = det.bbox,
             }
+            tr.det_box = det.bbox;
+            tr.held_ns = 0;
             tr.last_seen_ns = t_ns;
             tr.best_score = tr.best_score.max(det.score);
             tr.lost = false;
@@ -302,7 +349,7 @@ impl Tracker {
             }
         }
         // New tracks from the high-score detections left.
-        let start = if p.kind == TrackerKind::ByteTrack { p.high_score + 0.1 } else { p.high_score };
+        let start = if p.kind == TrackerKind::ByteTrack { (p.high_score + 0.1).min(0.95).max(p.high_score) } else { p.high_score };
         let mut new_of_det: Vec<(usize, usize)> = vec![];
         for &d in &high {
             if det_track[d].is_none() && dets[d].score >= start {
@@ -310,7 +357,7 @@ impl Tracker {
                 let kf = (p.kind != TrackerKind::Iou).then(|| Kalman::new(det.bbox));
                 let c = centre(&det.bbox);
                 new_of_det.push((d, self.tracks.len()));
-                self.tracks.push(Track { id: 0, class_id: det.class_id, hits: 1, kf, bbox: det.bbox, first_seen_ns: t_ns, last_seen_ns: t_ns, best_score: det.score, lost: false, zones: 0, anchor: c, anchor_ns: t_ns, stationary: false });
+                self.tracks.push(Track { id: 0, class_id: det.class_id, hits: 1, kf, bbox: det.bbox, det_box: det.bbox, held_ns: 0, first_seen_ns: t_ns, last_seen_ns: t_ns, best_score: det.score, lost: false, zones: 0, anchor: c, anchor_ns: t_ns, stationary: false });
                 keep.push(true);
             }
         }
@@ -358,6 +405,7 @@ impl Tracker {
             i += 1;
             keep[i - 1]
         });
+        self.last_frame_ns = Some(t_ns);
         self.expire(t_ns, events);
         ids
     }
@@ -367,7 +415,7 @@ impl Tracker {
     /// `left_zone` for every zone it was in, then `end`.
     pub fn expire(&mut self, now_ns: u64, events: &mut Vec<TrackEvent>) {
         let keepalive = self.params.keepalive_ns;
-        self.end_where(now_ns, events, |t| now_ns.saturating_sub(t.last_seen_ns) > keepalive);
+        self.end_where(now_ns, events, |t| t.confirmed() && t.expired(now_ns, keepalive));
     }
 
     /// The stream ended: every confirmed track ends now (`left_zone`s, then `end`).

@@ -10,9 +10,12 @@ fn person(x: f32, y: f32, score: f32) -> Observation {
     Observation { class_id: 0, score, bbox: [x, y, x + 40.0, y + 100.0] }
 }
 
+/// An event as the tests write it: `(frame, kind, track id, zone)`.
+type Ev = (usize, &'static str, u64, Option<usize>);
+
 /// Runs `frames` (detections per frame, 10 fps) through a tracker: each frame's ids, and
-/// the events as `(frame, kind, track id, zone)`.
-fn run(params: TrackParams, zones: Vec<Zone>, frames: &[Vec<Observation>]) -> (Vec<Vec<Option<u64>>>, Vec<(usize, &'static str, u64, Option<usize>)>) {
+/// the events.
+fn run(params: TrackParams, zones: Vec<Zone>, frames: &[Vec<Observation>]) -> (Vec<Vec<Option<u64>>>, Vec<Ev>) {
     let mut t = Tracker::new(params, zones);
     let mut ids = vec![];
     let mut evs = vec![];
@@ -116,8 +119,8 @@ fn classes_are_tracked_apart() {
 #[test]
 fn a_zone_is_entered_and_left_by_the_feet() {
     // The door zone spans x 200..300, y 100..200. Feet: (x + 20, 160) walking right 10 px a
-    // frame from x = 100: inside while 200 <= x + 20 < 300 (the left edge counts as inside,
-    // the right one as outside), frames 8..=17.
+    // frame from x = 100: inside while 200 <= x + 20 <= 300 (an edge counts as inside),
+    // frames 8..=18.
     let door = Zone { name: "door".into(), points: vec![(200.0, 100.0), (300.0, 100.0), (300.0, 200.0), (200.0, 200.0)] };
     let frames: Vec<Vec<Observation>> = (0..25).map(|i| vec![person(100.0 + 10.0 * i as f32, 60.0, 0.9)]).collect();
     let mut t = Tracker::new(kinds(TrackerKind::ByteTrack), vec![door]);
@@ -131,12 +134,55 @@ fn a_zone_is_entered_and_left_by_the_feet() {
         evs.extend(e.into_iter().map(|e| (i, e.kind.name(), e.zone)));
     }
     assert_eq!(t.zone_counts(), vec![]);
-    assert_eq!(evs, vec![(2, "new", None), (8, "entered_zone", Some(0)), (18, "left_zone", Some(0))]);
+    assert_eq!(evs, vec![(2, "new", None), (8, "entered_zone", Some(0)), (19, "left_zone", Some(0))]);
     // A track confirmed inside a zone has entered it; one ending inside leaves it first.
     let inside: Vec<Vec<Observation>> = (0..5).map(|_| vec![person(220.0, 60.0, 0.9)]).collect();
     let door = Zone { name: "door".into(), points: vec![(200.0, 100.0), (300.0, 100.0), (300.0, 200.0), (200.0, 200.0)] };
     let (_, evs) = run(kinds(TrackerKind::ByteTrack), vec![door], &inside);
     assert_eq!(evs, vec![(2, "new", 1, None), (2, "entered_zone", 1, Some(0)), (5, "left_zone", 1, Some(0)), (5, "end", 1, None)]);
+}
+
+#[test]
+fn frames_lost_by_a_restarted_stage_do_not_end_tracks() {
+    // Seen in frames 0..10; frames 10..25 lost by a restarting infer stage (1.5 s); the
+    // tracker is told (pause) before frame 25, in which the person is seen again.
+    let mut t = Tracker::new(kinds(TrackerKind::ByteTrack), vec![]);
+    let mut ev = vec![];
+    for i in 0..10u64 {
+        t.update(i * FRAME_NS, &[person(100.0, 60.0, 0.9)], &mut ev);
+    }
+    t.pause(25 * FRAME_NS);
+    let ids = t.update(25 * FRAME_NS, &[person(100.0, 60.0, 0.9)], &mut ev);
+    assert_eq!(ids, vec![Some(1)], "the same track");
+    assert_eq!(ev.iter().map(|e| e.kind.name()).collect::<Vec<_>>(), ["new"]);
+    // Without the pause the same gap ends it, and the person is a new track.
+    let mut t = Tracker::new(kinds(TrackerKind::ByteTrack), vec![]).first_id(7);
+    let mut ev = vec![];
+    for i in 0..10u64 {
+        t.update(i * FRAME_NS, &[person(100.0, 60.0, 0.9)], &mut ev);
+    }
+    t.update(25 * FRAME_NS, &[person(100.0, 60.0, 0.9)], &mut ev);
+    assert_eq!(ev.iter().map(|e| (e.kind.name(), e.track_id)).collect::<Vec<_>>(), [("new", 7), ("end", 7)]);
+    assert_eq!(t.next_id(), 8, "ids go on from the first one given");
+}
+
+#[test]
+fn a_high_threshold_above_0_85_still_starts_tracks() {
+    // --track-high 0.9: ByteTrack's start threshold is capped at 0.95, so a 0.96 box starts one.
+    let frames: Vec<Vec<Observation>> = (0..4).map(|_| vec![person(10.0, 10.0, 0.96)]).collect();
+    let (ids, _) = run(TrackParams { high_score: 0.9, ..kinds(TrackerKind::ByteTrack) }, vec![], &frames);
+    assert_eq!(ids[2], vec![Some(1)]);
+}
+
+#[test]
+fn events_report_the_detections_box() {
+    let frames: Vec<Vec<Observation>> = (0..3).map(|i| vec![person(10.0 + 5.0 * i as f32, 0.0, 0.9)]).collect();
+    let mut t = Tracker::new(kinds(TrackerKind::ByteTrack), vec![]);
+    let mut ev = vec![];
+    for (i, f) in frames.iter().enumerate() {
+        t.update(i as u64 * FRAME_NS, f, &mut ev);
+    }
+    assert_eq!(ev[0].bbox, [20.0, 0.0, 60.0, 100.0], "the detection's box, not the filter's");
 }
 
 #[test]

@@ -2,12 +2,15 @@
 //!
 //! A tracked object is in a zone when its box's bottom centre, `((x1 + x2) / 2, y2)`, is
 //! inside the polygon (where a standing person's feet are, as people counted at a door
-//! are). Inside is the even-odd rule (a point on the boundary may fall either way).
+//! are). Inside is the even-odd rule; a point on an edge is inside.
 
 use anyhow::{bail, Result};
 
 /// The most zones one camera may have (a track keeps the zones it is in as a bit set).
 pub const MAX_ZONES: usize = 64;
+
+/// The largest coordinate a zone may have, pixels (the largest frame side zcpipe takes).
+pub const MAX_COORD: f32 = 16384.0;
 
 /// One zone: its name and its polygon, vertices in order, source pixels.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,17 +58,25 @@ impl ZoneSpec {
         let nums: Vec<f32> = coords
             .split(',')
             .map(|s| match s.trim().parse::<f32>() {
-                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-                _ => bail!("--zone {text}: {s:?} is not a pixel coordinate (a number >= 0)"),
+                Ok(v) if (0.0..=MAX_COORD).contains(&v) => Ok(v),
+                _ => bail!("--zone {text}: {s:?} is not a pixel coordinate (a number from 0 to {MAX_COORD})"),
             })
             .collect::<Result<_>>()?;
-        if nums.len() % 2 != 0 {
+        if !nums.len().is_multiple_of(2) {
             bail!("--zone {text}: {} numbers; a zone is x,y pairs", nums.len());
         }
         if nums.len() < 6 {
             bail!("--zone {text}: {} point(s); a zone needs at least three (x1,y1,x2,y2,x3,y3)", nums.len() / 2);
         }
-        let points = nums.chunks(2).map(|p| (p[0], p[1])).collect();
+        let points: Vec<(f32, f32)> = nums.chunks(2).map(|p| (p[0], p[1])).collect();
+        // Twice the signed area (the shoelace formula): a zone must enclose something.
+        let area2: f32 = (0..points.len()).map(|i| {
+            let ((ax, ay), (bx, by)) = (points[i], points[(i + 1) % points.len()]);
+            ax * by - bx * ay
+        }).sum();
+        if area2.abs() < 1.0 {
+            bail!("--zone {text}: the polygon encloses no area (its points are on one line or the same); give its corners in order");
+        }
         Ok(ZoneSpec { camera, zone: Zone { name: name.to_string(), points } })
     }
 }
@@ -97,10 +108,22 @@ pub fn per_camera(specs: &[ZoneSpec], cameras: &[String]) -> Result<Vec<Vec<Zone
 }
 
 impl Zone {
-    /// Whether `(x, y)` is inside (even-odd rule).
+    /// Whether `(x, y)` is inside (even-odd rule) or on an edge (within 0.01 px): a box
+    /// clamped to the frame's bottom row has its feet on the edge of a zone drawn to it.
     pub fn contains(&self, x: f32, y: f32) -> bool {
-        let mut inside = false;
         let n = self.points.len();
+        let on_edge = (0..n).any(|i| {
+            let ((ax, ay), (bx, by)) = (self.points[i], self.points[(i + 1) % n]);
+            let (dx, dy) = (bx - ax, by - ay);
+            let len2 = dx * dx + dy * dy;
+            let t = if len2 > 0.0 { (((x - ax) * dx + (y - ay) * dy) / len2).clamp(0.0, 1.0) } else { 0.0 };
+            let (px, py) = (ax + t * dx - x, ay + t * dy - y);
+            px * px + py * py <= 1e-4
+        });
+        if on_edge {
+            return true;
+        }
+        let mut inside = false;
         for i in 0..n {
             let (xi, yi) = self.points[i];
             let (xj, yj) = self.points[(i + n - 1) % n];
@@ -136,6 +159,9 @@ mod tests {
             ("door=1,2,3,4,5", "5 numbers; a zone is x,y pairs"),
             ("door=1,2,3,x,5,6", "\"x\" is not a pixel coordinate"),
             ("door=1,2,3,-4,5,6", "\"-4\" is not a pixel coordinate"),
+            ("door=1,2,3,1e39,5,6", "\"1e39\" is not a pixel coordinate (a number from 0 to 16384)"),
+            ("door=0,0,0,0,0,0", "encloses no area"),
+            ("door=0,0,5,5,10,10", "encloses no area"),
             ("Door=1,2,3,4,5,6", "zone name \"Door\" must be"),
             ("=1,2,3,4,5,6", "zone name \"\" must be"),
             ("My Cam:door=1,2,3,4,5,6", "--zone My Cam:door=1,2,3,4,5,6:"),
@@ -164,6 +190,8 @@ mod tests {
         let l = Zone { name: "l".into(), points: vec![(0.0, 0.0), (10.0, 0.0), (10.0, 4.0), (4.0, 4.0), (4.0, 10.0), (0.0, 10.0)] };
         assert!(l.contains(2.0, 2.0) && l.contains(8.0, 2.0) && l.contains(2.0, 8.0));
         assert!(!l.contains(8.0, 8.0) && !l.contains(-1.0, 2.0) && !l.contains(2.0, 11.0));
+        // Edges and corners are inside: feet clamped to the frame's last row are in a zone drawn to it.
+        assert!(l.contains(2.0, 10.0) && l.contains(10.0, 2.0) && l.contains(0.0, 0.0) && l.contains(4.0, 7.0) && l.contains(7.0, 4.0));
         assert!(l.check_inside("cam0", 10, 10).is_ok());
         let e = format!("{:#}", l.check_inside("cam0", 8, 10).unwrap_err());
         assert_eq!(e, "--zone l: point (10, 0) is outside camera cam0's 8x10 frame; zone points are source pixels");
