@@ -422,10 +422,18 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         c.set_recv_timeout(Some(PATIENCE)).unwrap();
         assert!(matches!(c.recv().unwrap().0, ControlMsg::Hello { ref stage, .. } if stage == "scale"));
         answer(&c);
-        let head = format!("refused what answered as the capture stage on {} ({case} so far): {peer}: ", sock.display());
-        let mut parts = vec![head.as_str()];
+        // A re-join may have reached the dying capture stage's socket before it closed (its
+        // pid, ECONNRESET): also a refusal, counted before ours. It came before scale
+        // connected here, so its line is logged by the time ours is.
+        let tail = format!("{peer}: ");
+        let mut parts = vec![tail.as_str()];
         parts.extend_from_slice(reason);
-        said.note(name, scale.expect(&parts));
+        let line = scale.expect(&parts);
+        let dead = format!("pid {capture_pid} uid");
+        let early = scale.lines.lock().unwrap().iter().filter(|l| l.contains("refused what answered as the capture stage") && l.contains(&dead)).count();
+        let head = format!("refused what answered as the capture stage on {} ({} so far): {peer}: ", sock.display(), case as usize + early);
+        assert!(line.contains(&head), "{line}: expected {head}");
+        said.note(name, line);
         // Kept open until refused, so that what is refused is the answer, not a hang-up.
         drop(c);
     };
