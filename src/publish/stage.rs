@@ -317,21 +317,23 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     };
     let validate = |d: &DetectionsDesc| d.validate();
     let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
-    // Sends event lines to every client and, as the frame lines, to stdout.
+    // Hands a line to every client and prints it as --print says: the JSON line, or `human`.
+    let send = |server: &mut DetectionServer, line: &str, human: &dyn Fn() -> String| {
+        server.broadcast(line.as_bytes());
+        match cfg.print {
+            PrintMode::Json => {
+                let _ = stdout.lock().write_all(line.as_bytes());
+            }
+            PrintMode::Human => {
+                let _ = writeln!(stdout.lock(), "{}", human());
+            }
+            PrintMode::None => {}
+        }
+    };
     let send_events = |server: &mut DetectionServer, events: Vec<EventJson>| -> Result<()> {
         for e in events {
-            let human = (cfg.print == PrintMode::Human).then(|| if several { format!("{}: {}", e.camera, human_event(&e)) } else { human_event(&e) });
-            let line = SocketLine::Event(e).to_line()?;
-            server.broadcast(line.as_bytes());
-            match (cfg.print, &human) {
-                (PrintMode::Json, _) => {
-                    let _ = stdout.lock().write_all(line.as_bytes());
-                }
-                (PrintMode::Human, Some(h)) => {
-                    let _ = writeln!(stdout.lock(), "{h}");
-                }
-                _ => {}
-            }
+            let line = SocketLine::Event(e.clone()).to_line()?;
+            send(server, &line, &|| if several { format!("{}: {}", e.camera, human_event(&e)) } else { human_event(&e) });
         }
         Ok(())
     };
@@ -371,16 +373,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
                     let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
                     let line = SocketLine::Notice(n.clone()).to_line()?;
-                    server.broadcast(line.as_bytes());
-                    match cfg.print {
-                        PrintMode::Json => {
-                            let _ = stdout.lock().write_all(line.as_bytes());
-                        }
-                        PrintMode::Human => {
-                            let _ = writeln!(stdout.lock(), "{}", super::watch::notice_line(&n));
-                        }
-                        PrintMode::None => {}
-                    }
+                    send(server, &line, &|| super::watch::notice_line(&n));
                     // Frames lost by a stage after capture were never looked at: the gap does
                     // not count against the camera's tracks (a camera that was away does).
                     if m.stage != Stage::Capture {
@@ -389,18 +382,13 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 }
                 let mut f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
                 let events = tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &labels);
-                let human = (cfg.print == PrintMode::Human).then(|| if several { format!("{camera}: {}", human_line(&f)) } else { human_line(&f) });
-                let line = SocketLine::Frame(f).to_line()?;
-                server.broadcast(line.as_bytes());
-                match (cfg.print, &human) {
-                    (PrintMode::Json, _) => {
-                        let _ = stdout.lock().write_all(line.as_bytes());
-                    }
-                    (PrintMode::Human, Some(h)) => {
-                        let _ = writeln!(stdout.lock(), "{h}");
-                    }
-                    _ => {}
-                }
+                let frame = SocketLine::Frame(f);
+                let line = frame.to_line()?;
+                send(server, &line, &|| match &frame {
+                    SocketLine::Frame(f) if several => format!("{camera}: {}", human_line(f)),
+                    SocketLine::Frame(f) => human_line(f),
+                    _ => String::new(),
+                });
                 send_events(server, events)?;
                 // The histograms get the stage's whole span: taken off the ring to the line
                 // handed to every client and printed.
