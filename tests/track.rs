@@ -134,6 +134,8 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
     assert_eq!(t["tracker"], "bytetrack", "{s}");
     assert_eq!(t["events"]["new"].as_u64().unwrap() as usize, new.len());
     assert_eq!(t["live_tracks"], 0);
+    let line = format!("  tracking: bytetrack: {} tracks confirmed, {} ended; zones: {entries} entries, {entries} exits; ", new.len(), new.len());
+    assert!(stderr.contains(&line), "the text summary's tracking line ({line}): {stderr}");
     // The ids the publish stage kept for a successor went with the run directory.
     common::assert_no_orphans(dir.path());
 }

@@ -743,6 +743,19 @@ pub fn summary_text(s: &RunSummary) -> String {
             n("disconnected_slow")
         );
     }
+    if let Some(t) = get("publish").and_then(|p| p.extra.get("tracking")) {
+        let n = |k: &str| t["events"][k].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "  tracking: {}: {} tracks confirmed, {} ended; zones: {} entries, {} exits; {} stationary",
+            t["tracker"].as_str().unwrap_or("?"),
+            n("new"),
+            n("end"),
+            n("entered_zone"),
+            n("left_zone"),
+            n("stationary")
+        );
+    }
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
         // Several cameras: their capture stages' copies together.
         let u = if up == "capture" {
