@@ -8,6 +8,22 @@ use super::frame::StageStamps;
 /// Most detections carried per frame.
 pub const MAX_DETECTIONS: usize = 100;
 
+/// Intersection over union of two boxes `[x1, y1, x2, y2]` in the same pixel units, 0..1.
+/// A box with `x2 <= x1` or `y2 <= y1` has zero area; two zero-area boxes give 0, not NaN.
+/// NMS (`infer::nms`) and the trackers' association (`publish::track`) both use it.
+pub fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
+    let area = |r: &[f32; 4]| (r[2] - r[0]).max(0.0) * (r[3] - r[1]).max(0.0);
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    let union = area(a) + area(b) - inter;
+    if union > 0.0 {
+        inter / union
+    } else {
+        0.0
+    }
+}
+
 /// One detection in plain data: class, score, box in source-frame pixels.
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Default)]
 #[repr(C)]

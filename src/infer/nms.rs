@@ -10,20 +10,9 @@
 
 use super::Detection;
 
-/// Intersection over union of two boxes `[x1, y1, x2, y2]` in the same pixel units, 0..1.
-/// A box with `x2 <= x1` or `y2 <= y1` has zero area; two zero-area boxes give 0, not NaN.
-pub fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
-    let area = |r: &[f32; 4]| (r[2] - r[0]).max(0.0) * (r[3] - r[1]).max(0.0);
-    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
-    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
-    let inter = iw * ih;
-    let union = area(a) + area(b) - inter;
-    if union > 0.0 {
-        inter / union
-    } else {
-        0.0
-    }
-}
+/// Intersection over union of two boxes (defined once, in `core`, for NMS here and for the
+/// publish stage's tracker).
+pub use crate::core::detections::iou;
 
 /// Per-class NMS: returns the kept detections sorted by score, highest first (ties keep
 /// their input order). A detection is dropped when its IoU with a kept detection of the

@@ -30,6 +30,7 @@ pub mod eval;
 pub mod kalman;
 pub mod zone;
 
+use crate::core::detections::iou;
 use kalman::Kalman;
 pub use zone::{Zone, ZoneSpec};
 
@@ -189,14 +190,6 @@ impl Track {
     }
 }
 
-/// IoU of two `[x1, y1, x2, y2]` boxes (0 when either is empty).
-pub fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
-    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
-    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
-    let inter = w * h;
-    let union = (a[2] - a[0]).max(0.0) * (a[3] - a[1]).max(0.0) + (b[2] - b[0]).max(0.0) * (b[3] - b[1]).max(0.0) - inter;
-    if union > 0.0 { inter / union } else { 0.0 }
-}
 
 /// The tracker of one camera: its tracks, its zones, its next id.
 pub struct Tracker {
