@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::{root, zcpipe, zcpipe_run};
 use serde_json::Value;
+use zcpipe::core::detections::iou;
 
 /// The ground truth of the bundled clip: `(frame, id, [x1, y1, x2, y2])`, MOTChallenge
 /// frames (seq + 1).
@@ -23,13 +24,6 @@ fn ground_truth() -> Vec<(u64, u64, [f32; 4])> {
             (v[0] as u64, v[1] as u64, [v[2], v[3], v[2] + v[4], v[3] + v[5]])
         })
         .collect()
-}
-
-fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
-    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
-    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
-    let u = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h;
-    if u > 0.0 { w * h / u } else { 0.0 }
 }
 
 fn bbox(v: &Value) -> [f32; 4] {

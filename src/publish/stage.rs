@@ -174,15 +174,11 @@ impl Tracking {
 
     /// The stream ended: every track ends; their events as lines.
     pub fn finish(&mut self, now_ns: u64, labels: &[String]) -> Vec<EventJson> {
-        self.each(labels, |t, ev| t.finish(now_ns, ev))
-    }
-
-    fn each(&mut self, labels: &[String], mut f: impl FnMut(&mut Tracker, &mut Vec<TrackEvent>)) -> Vec<EventJson> {
         let mut out = vec![];
         for cam in 0..self.trackers.len() {
             let mut events = vec![];
             if let Some(t) = &mut self.trackers[cam] {
-                f(t, &mut events);
+                t.finish(now_ns, &mut events);
             }
             out.extend(self.lines(cam, events, labels));
         }
