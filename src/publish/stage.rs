@@ -19,6 +19,7 @@ use crate::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAI
 
 use super::schema::{DetectionJson, EventJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
 use super::track::{EventKind, Observation, TrackEvent, Tracker, TrackerKind, Zone};
+use super::output::Outputs;
 use super::{DetectionServer, PrintMode, PublishConfig, TrackConfig};
 
 /// The tracking of every camera: one [`Tracker`] each, made at the camera's first frame
@@ -313,9 +314,12 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     };
     let validate = |d: &DetectionsDesc| d.validate();
     let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
-    // Hands a line to every client and prints it as --print says: the JSON line, or `human`.
-    let send = |server: &mut DetectionServer, line: &str, human: &dyn Fn() -> String| {
+    let mut outputs = super::open_outputs(&cfg)?;
+    // Hands a line to every client and every output, and prints it as --print says: the
+    // JSON line, or `human`.
+    let send = |server: &mut DetectionServer, outputs: &mut Outputs, typed: &SocketLine, line: &str, human: &dyn Fn() -> String| {
         server.broadcast(line.as_bytes());
+        outputs.line(typed);
         match cfg.print {
             PrintMode::Json => {
                 let _ = stdout.lock().write_all(line.as_bytes());
@@ -326,33 +330,37 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             PrintMode::None => {}
         }
     };
-    let send_events = |server: &mut DetectionServer, events: Vec<EventJson>| -> Result<()> {
+    let send_events = |server: &mut DetectionServer, outputs: &mut Outputs, events: Vec<EventJson>| -> Result<()> {
         for e in events {
-            let line = SocketLine::Event(e.clone()).to_line()?;
-            send(server, &line, &|| if several { format!("{}: {}", e.camera, human_event(&e)) } else { human_event(&e) });
+            let typed = SocketLine::Event(e);
+            let line = typed.to_line()?;
+            let SocketLine::Event(e) = &typed else { unreachable!("built as an event just above") };
+            send(server, outputs, &typed, &line, &|| if several { format!("{}: {}", e.camera, human_event(e)) } else { human_event(e) });
         }
         Ok(())
     };
     let ended = {
-        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking);
+        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking, &mut outputs);
         ctx.run_loop(
             &mut state,
-            |(server, lat, n_in, span, input, per_cam, tracking)| {
+            |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
                 let mut extra = input.facts();
                 if tracking.on() {
                     extra.push(("tracking", tracking.report()));
                 }
+                outputs.report(&mut extra);
                 report(server, lat, per_cam, **n_in, **span, false, extra)
             },
-            |(server, lat, n_in, span, input, per_cam, tracking)| {
+            |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
                 server.service_due();
+                outputs.tick();
                 let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
                     Incoming::Item(d) => d,
                     Incoming::Eos => return Ok(Turn::End("end of stream")),
                     Incoming::Idle => {
                         // No frame: tracks of cameras that stopped sending still end on time.
                         let ended = tracking.expire(&labels);
-                        send_events(server, ended)?;
+                        send_events(server, outputs, ended)?;
                         return Ok(Turn::Next);
                     }
                 };
@@ -368,8 +376,9 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
                     let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
                     let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
-                    let line = SocketLine::Notice(n.clone()).to_line()?;
-                    send(server, &line, &|| super::watch::notice_line(&n));
+                    let typed = SocketLine::Notice(n.clone());
+                    let line = typed.to_line()?;
+                    send(server, outputs, &typed, &line, &|| super::watch::notice_line(&n));
                     // Frames lost by a stage after capture were never looked at: the gap does
                     // not count against the camera's tracks (a camera that was away does).
                     if m.stage != Stage::Capture {
@@ -380,12 +389,12 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 let events = tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &labels);
                 let frame = SocketLine::Frame(f);
                 let line = frame.to_line()?;
-                send(server, &line, &|| match &frame {
+                send(server, outputs, &frame, &line, &|| match &frame {
                     SocketLine::Frame(f) if several => format!("{camera}: {}", human_line(f)),
                     SocketLine::Frame(f) => human_line(f),
                     _ => String::new(),
                 });
-                send_events(server, events)?;
+                send_events(server, outputs, events)?;
                 // The histograms get the stage's whole span: taken off the ring to the line
                 // handed to every client and printed.
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
@@ -400,27 +409,29 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             },
         )
     };
-    let mut state = (server, tracking);
+    let mut state = (server, tracking, outputs);
     ctx.close(
         &mut state,
         ended,
         format!("{n_in} frames"),
         fds_setup,
-        |(server, tracking), end| {
+        |(server, tracking, outputs), end| {
             // Every track ends with the stream, before the end line.
             let ended = tracking.finish(monotonic_ns(), &labels);
-            if let Err(e) = send_events(server, ended) {
+            if let Err(e) = send_events(server, outputs, ended) {
                 log::warn!("the last events: {e:#}");
             }
             server.close_all(&end.reason, span.frames);
+            outputs.close(&super::schema::EndJson { end: true, frames: span.frames, reason: end.reason.clone() });
             tracking.forget_ids();
             Drained::nothing()
         },
-        |(server, tracking), mut extras| {
+        |(server, tracking, outputs), mut extras| {
             extras.extend(input.facts());
             if tracking.on() {
                 extras.push(("tracking", tracking.report()));
             }
+            outputs.report(&mut extras);
             report(server, &lat, &per_cam, n_in, span, true, extras)
         },
     )
