@@ -257,6 +257,11 @@ impl Downstream {
         self.listener.refused()
     }
 
+    /// Whether [`REJOIN_EVERY`] has passed since the last look ([`Downstream::serve`]).
+    pub fn due(&self) -> bool {
+        self.last.elapsed() >= REJOIN_EVERY
+    }
+
     /// Its facts for a stage's report: `refused` (connections refused so far).
     pub fn facts(&self) -> Extras {
         vec![("refused", self.refused().into())]
@@ -267,12 +272,12 @@ impl Downstream {
     /// otherwise its hello goes to `join`, which serves it (an offer on a fresh ring) or
     /// refuses it. A failed `join` is a refusal like the others (logged with the peer's pid
     /// and uid, counted in [`Downstream::refused`]) and the hop stays free for the next one.
-    pub fn serve<P>(&mut self, out: &mut P, serving: impl Fn(&mut P) -> Option<i32>, join: impl FnOnce(&mut P, Conn, ControlMsg) -> Result<()>) {
-        if self.last.elapsed() < REJOIN_EVERY {
+    pub fn serve<P>(&mut self, out: &mut P, serving: impl Fn(&mut P, &ControlMsg) -> Option<i32>, join: impl FnOnce(&mut P, Conn, ControlMsg) -> Result<()>) {
+        if !self.due() {
             return;
         }
         self.last = Instant::now();
-        if let Some((conn, hello)) = self.listener.poll_hello(&mut || serving(out)) {
+        if let Some((conn, hello)) = self.listener.poll_hello(&mut |h| serving(out, h)) {
             let peer = conn.peer();
             if let Err(e) = join(out, conn, hello) {
                 self.listener.refuse(&format!("{peer}: could not serve it: {e:#}"));
@@ -291,9 +296,17 @@ pub fn upstream_facts(up: &Upstream) -> Extras {
 
 /// [`Downstream::serve`] for a pool's consumer (`consumer`, the stage a re-joining one
 /// must be): its hello checked with `check` (as at set-up), then the same pool offered on
-/// a fresh ring ([`PoolProducer::reoffer`]).
+/// a fresh ring ([`PoolProducer::reoffer`]). A tap's hello ([`crate::core::link::tap_hello`])
+/// is served at any time with a ring of its own ([`PoolProducer::add_tap`]), and taps that
+/// hung up are let go ([`PoolProducer::check_taps`]).
 pub fn serve_pool(down: &mut Downstream, prod: &mut PoolProducer, consumer: crate::core::frame::Stage, check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>) {
-    down.serve(prod, |p| p.live_consumer(), |p, conn, hello| {
+    if down.due() {
+        prod.check_taps();
+    }
+    down.serve(prod, |p, hello| if crate::core::link::tap_name(hello).is_some() { None } else { p.live_consumer() }, |p, conn, hello| {
+        if let Some(name) = crate::core::link::tap_name(&hello) {
+            return p.add_tap(conn, name);
+        }
         let conn = check_hello(conn, &hello, check)?;
         p.reoffer(conn, consumer)
     })

@@ -113,6 +113,21 @@ impl CopySender {
         Ok(())
     }
 
+    /// Bounds each write to the socket (SO_SNDTIMEO, socket(7)): a consumer that stops
+    /// reading makes [`CopySender::send`] fail after `timeout` instead of blocking for ever.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.sock.set_write_timeout(timeout)
+    }
+
+    /// Whether the socket has room for a write now (poll(2) POLLOUT, zero timeout): a tap's
+    /// frame is sent only then, so a consumer that is behind misses frames instead of
+    /// slowing the producer.
+    pub fn writable(&self) -> bool {
+        use std::os::fd::AsFd;
+        let mut p = [nix::poll::PollFd::new(self.sock.as_fd(), nix::poll::PollFlags::POLLOUT)];
+        matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0) && p[0].revents().is_some_and(|r| r.contains(nix::poll::PollFlags::POLLOUT))
+    }
+
     /// Ends the stream: an end-of-stream header, then EOF. (EOF alone means the producer
     /// died.)
     pub fn finish(&mut self) {

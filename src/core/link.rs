@@ -371,6 +371,11 @@ pub fn accept_hello(listener: &mut Listener, stop: &AtomicBool, timeout: Duratio
         // A peer that connects and says nothing must not stall the set-up for ever.
         conn.set_recv_timeout(Some(HELLO_TIMEOUT))?;
         match conn.recv() {
+            Ok((msg, _)) if tap_name(&msg).is_some() => {
+                // A secondary consumer (a tap) is served only once the stage's own consumer is.
+                let _ = conn.send(&ControlMsg::Refuse { error: format!("still waiting for the {who} stage; try again") }, &[]);
+                log::debug!("{}: a tap before the {who} stage; told to try again", conn.peer());
+            }
             Ok((msg @ ControlMsg::Hello { .. }, _)) => {
                 conn.set_recv_timeout(None)?;
                 return Ok((conn, msg));
@@ -381,6 +386,25 @@ pub fn accept_hello(listener: &mut Listener, stop: &AtomicBool, timeout: Duratio
             }
             Err(e) => listener.refuse(&format!("{}: {e:#}", conn.peer())),
         }
+    }
+}
+
+/// The stage-name prefix of a tap's hello: a secondary consumer of a pool (the web view,
+/// a display) that gets every frame the pool's own consumer gets, on its own drop-oldest
+/// ring, without holding that consumer back ([`crate::core::pool::PoolProducer::add_tap`]).
+pub const TAP_PREFIX: &str = "tap:";
+
+/// The hello of a tap named `name` (`view`, `display`): it accepts any fourcc and waits on
+/// its eventfd.
+pub fn tap_hello(name: &str) -> ControlMsg {
+    ControlMsg::Hello { stage: format!("{TAP_PREFIX}{name}"), accept: vec![], want: None, wait: WaitMode::Eventfd }
+}
+
+/// The tap's name if `msg` is a tap's hello ([`tap_hello`]).
+pub fn tap_name(msg: &ControlMsg) -> Option<&str> {
+    match msg {
+        ControlMsg::Hello { stage, .. } => stage.strip_prefix(TAP_PREFIX),
+        _ => None,
     }
 }
 
@@ -436,12 +460,13 @@ impl Listener {
     /// (a restarted neighbour re-joining) and returns it with its hello. One poll(2) when
     /// nobody connected. A connection is accepted at once and given [`HELLO_TIMEOUT`] to
     /// say hello, so a peer that connects and says nothing cannot stall the frame loop.
-    /// While `serving()` (asked when a hello arrives) names the pid of the live consumer this
-    /// hop serves, a newcomer is told the hop is taken and dropped. Everything refused (another user: SO_PEERCRED, unix(7);
+    /// While `serving(hello)` (asked when a hello arrives) names the pid of the live consumer this
+    /// hop serves, a newcomer is told the hop is taken and dropped (a tap's hello, [`tap_hello`],
+    /// is answered `None` by a hop that fans out). Everything refused (another user: SO_PEERCRED, unix(7);
     /// no hello in time; a malformed or other first message; a flood beyond
     /// [`MAX_PENDING`] waiting at once) is logged with the peer's pid and uid and counted
     /// ([`Listener::refused`]); none of it is an error of this stage.
-    pub fn poll_hello(&mut self, serving: &mut dyn FnMut() -> Option<i32>) -> Option<(Conn, ControlMsg)> {
+    pub fn poll_hello(&mut self, serving: &mut dyn FnMut(&ControlMsg) -> Option<i32>) -> Option<(Conn, ControlMsg)> {
         // Accept what is waiting (bounded per call, so a flood costs a bounded amount).
         for _ in 0..MAX_PENDING {
             let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
@@ -481,7 +506,7 @@ impl Listener {
                 continue;
             }
             match c.recv() {
-                Ok((msg @ ControlMsg::Hello { .. }, _)) => match serving() {
+                Ok((msg @ ControlMsg::Hello { .. }, _)) => match serving(&msg) {
                     Some(pid) => {
                         let why = format!("this hop already serves pid {pid}");
                         let _ = c.send(&ControlMsg::Refuse { error: why.clone() }, &[]);

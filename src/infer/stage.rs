@@ -319,7 +319,7 @@ impl Out {
 
 /// Serves a publish stage that connects again (see [`Downstream::serve`]).
 fn serve_publish(io: &Io<'_>, out: &mut Out) {
-    io.down.borrow_mut().serve(out, Out::live_consumer, |o, conn, _hello| o.reoffer(conn));
+    io.down.borrow_mut().serve(out, |o, _hello| o.live_consumer(), |o, conn, _hello| o.reoffer(conn));
 }
 
 /// Stamps a received frame's arrival and checks it is the model's input.

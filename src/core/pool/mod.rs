@@ -47,6 +47,9 @@ enum BufState {
     Writing,
     /// Published under this sequence number (low 32 bits): in the ring or with the consumer.
     Queued(u32),
+    /// Back from the consumer (or dropped from its ring) while a tap still holds it: free
+    /// when the last tap gives it back.
+    Tapped,
 }
 
 /// A process-wide number for each pool made, so a [`DeviceLoan`] is only ever taken back by
@@ -122,6 +125,50 @@ pub struct PoolStats {
     /// ([`super::ring::RingCorrupt`]; counted in `consumers_lost` too).
     #[serde(default)]
     pub consumers_dropped: u64,
+    /// Taps ([`PoolProducer::add_tap`]) served now.
+    #[serde(default)]
+    pub taps: usize,
+    /// Taps that joined so far.
+    #[serde(default)]
+    pub taps_joined: u64,
+    /// Taps that hung up, or were hung up on (a broken ring, a stalled copy socket).
+    #[serde(default)]
+    pub taps_lost: u64,
+    /// Frames handed to taps (all taps).
+    #[serde(default)]
+    pub tap_frames: u64,
+    /// Frames a tap did not get because it still held its last one, or that were taken
+    /// back from its ring unread (all taps): a slow tap drops its own frames.
+    #[serde(default)]
+    pub tap_dropped: u64,
+}
+
+/// The most taps ([`PoolProducer::add_tap`]) a pool serves at once; one more is refused.
+pub const MAX_TAPS: usize = 4;
+
+/// The most buffers one tap holds at once (in its ring or in its hands): it takes the
+/// newest frame, and while it holds one it is given no other. So `MAX_TAPS` taps hold at
+/// most `MAX_TAPS * TAP_MAX_HELD` buffers, and a tap that never returns its frame costs
+/// the pool that one buffer, never the pipeline's frames.
+pub const TAP_MAX_HELD: usize = 1;
+
+/// How long a copy-mode tap may take to read one frame's bytes before it is hung up on
+/// (it joins again): a tap never stalls its producer for longer.
+pub const TAP_COPY_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A secondary consumer of a pool ([`PoolProducer::add_tap`]).
+struct Tap {
+    /// Its name (from its hello: `view`, `display`).
+    name: String,
+    link: Link,
+    /// Per buffer: the sequence number (low 32 bits) under which the tap holds it.
+    held: Vec<Option<u32>>,
+}
+
+impl Tap {
+    fn holding(&self) -> usize {
+        self.held.iter().filter(|h| h.is_some()).count()
+    }
 }
 
 /// How long a consumer may hold every buffer the producer could write (returning none)
@@ -159,6 +206,8 @@ pub struct PoolProducer {
     dropped_by_camera: [u64; crate::core::frame::MAX_CAMERAS],
     /// Since when the producer has found no buffer to write (the consumer holds them all).
     starved_since: Option<Instant>,
+    /// Secondary consumers, each on its own drop-oldest ring ([`PoolProducer::add_tap`]).
+    taps: Vec<Tap>,
 }
 
 /// How a producer's frames travel: descriptors in a ring, or bytes over a socket; or
@@ -326,6 +375,7 @@ impl PoolProducer {
             mark: None,
             dropped_by_camera: [0; crate::core::frame::MAX_CAMERAS],
             starved_since: None,
+            taps: Vec::new(),
         })
     }
 
@@ -455,12 +505,194 @@ impl PoolProducer {
         }
     }
 
+    /// The producer or its consumer is done with buffer `i`: free, unless a tap still
+    /// holds it ([`BufState::Tapped`]; free when the last tap gives it back).
     fn free_buffer(&mut self, i: u32) {
+        if self.taps.iter().any(|t| t.held[i as usize].is_some()) {
+            self.state[i as usize] = BufState::Tapped;
+            return;
+        }
         self.state[i as usize] = BufState::Free;
         self.free.push_back(i);
     }
 
+    /// Serves a tap, a secondary consumer (the web view, a display) that said its hello on
+    /// `conn` ([`crate::core::link::tap_hello`]): the same pool's fds once, with SCM_RIGHTS,
+    /// and a drop-oldest ring of one slot of its own (in copy mode, a data socket). From
+    /// then on every frame published goes to it too, unless it still holds the last one
+    /// ([`TAP_MAX_HELD`]); a buffer is free again when the consumer and every tap gave it
+    /// back. A tap never slows the producer nor the consumer: it only loses frames of its
+    /// own (counted in [`PoolStats::tap_dropped`]). Errors: [`MAX_TAPS`] taps already, or
+    /// the offer could not be sent (the connection is dropped).
+    pub fn add_tap(&mut self, conn: Conn, name: &str) -> Result<()> {
+        if self.taps.len() >= MAX_TAPS {
+            let why = format!("this pool already serves {MAX_TAPS} taps");
+            let _ = conn.send(&ControlMsg::Refuse { error: why.clone() }, &[]);
+            bail!("{why}");
+        }
+        let peer = conn.peer();
+        let spec = HopSpec { policy: RingPolicy::DropOldest, capacity: 1, ..self.spec.clone() };
+        let link = Link::offer(conn, &self.bufs, &spec)?;
+        if let Link::Copy { data, .. } = &link {
+            // A stalled copy-mode tap must not stall the producer: a frame it cannot take
+            // within this long ends it (it joins again).
+            let _ = data.set_write_timeout(Some(TAP_COPY_TIMEOUT));
+        }
+        self.taps.push(Tap { name: name.to_string(), link, held: vec![None; self.bufs.len()] });
+        self.stats.taps_joined += 1;
+        log::info!("tap `{name}` ({peer}) joined: {} buffers offered, one-slot drop-oldest ring", self.bufs.len());
+        Ok(())
+    }
+
+    /// Lets go of taps that hung up (one poll(2) each): whatever they held is theirs no
+    /// more. Called every [`crate::stage::REJOIN_EVERY`] by a stage that serves taps.
+    pub fn check_taps(&mut self) {
+        let mut k = 0;
+        while k < self.taps.len() {
+            if self.taps[k].link.conn().is_none_or(|c| c.peer_gone()) {
+                self.drop_tap(k, "hung up");
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Ends tap `k` (`why`: it hung up, or broke its ring): every buffer it held is
+    /// released.
+    fn drop_tap(&mut self, k: usize, why: &str) {
+        let tap = self.taps.remove(k);
+        self.stats.taps_lost += 1;
+        let who = tap.link.conn().map_or_else(String::new, |c| format!(" ({})", c.peer()));
+        log::info!("tap `{}`{who} {why}; the {} buffers it held are released", tap.name, tap.holding());
+        for (i, h) in tap.held.iter().enumerate() {
+            if h.is_some() {
+                self.untap(i as u32);
+            }
+        }
+    }
+
+    /// A tap gave buffer `i` back (its hold is already cleared): free if the consumer is
+    /// done with it and no other tap holds it.
+    fn untap(&mut self, i: u32) {
+        if self.state[i as usize] == BufState::Tapped && !self.taps.iter().any(|t| t.held[i as usize].is_some()) {
+            self.state[i as usize] = BufState::Free;
+            self.free.push_back(i);
+        }
+    }
+
+    /// Tap `k` gives back buffer `i` it held under sequence number `seq`; `false` for a
+    /// token it did not hold (refused, counted as a bad return).
+    fn tap_release(&mut self, k: usize, i: u32, seq: u64) -> bool {
+        match self.taps[k].held.get(i as usize) {
+            Some(Some(s)) if *s == seq as u32 => {
+                self.taps[k].held[i as usize] = None;
+                self.untap(i);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Tokens the taps sent back; a tap whose ring is broken or that hung up is let go.
+    fn reclaim_tap_returns(&mut self) {
+        let mut k = 0;
+        while k < self.taps.len() {
+            match self.taps[k].link.pop_return() {
+                Ok(Some(tok)) => {
+                    let (i, seq) = ((tok & 0xffff_ffff) as u32, tok >> 32);
+                    if !self.tap_release(k, i, seq) {
+                        self.stats.bad_returns += 1;
+                    }
+                }
+                Ok(None) => k += 1,
+                Err(e) => self.drop_tap(k, &format!("{e:#}")),
+            }
+        }
+    }
+
+    /// Takes frames back from the taps' rings that they have not read yet (drop-oldest
+    /// for taps): `true` if a buffer became free.
+    fn reclaim_tap_queued(&mut self) -> bool {
+        let before = self.free.len();
+        let mut k = 0;
+        while k < self.taps.len() {
+            match self.taps[k].link.take_oldest() {
+                Ok(Some(d)) => {
+                    self.stats.tap_dropped += 1;
+                    self.tap_release(k, d.buffer_index, d.seq);
+                }
+                Ok(None) => k += 1,
+                Err(e) => self.drop_tap(k, &format!("{e:#}")),
+            }
+        }
+        self.free.len() > before
+    }
+
+    /// Hands the frame in buffer `index` (described by `desc`) to every tap that holds
+    /// nothing now (after taking its unread frame back): on its ring, or in copy mode as a
+    /// copy. Never waits: a tap that still holds its last frame misses this one.
+    fn publish_to_taps(&mut self, index: u32, desc: &FrameDesc, stop: &AtomicBool) {
+        let mut k = 0;
+        while k < self.taps.len() {
+            if self.taps[k].holding() >= TAP_MAX_HELD {
+                // Its last frame unread in its ring: the newer one replaces it.
+                match self.taps[k].link.take_oldest() {
+                    Ok(Some(d)) => {
+                        self.stats.tap_dropped += 1;
+                        self.tap_release(k, d.buffer_index, d.seq);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.drop_tap(k, &format!("{e:#}"));
+                        continue;
+                    }
+                }
+            }
+            if self.taps[k].holding() >= TAP_MAX_HELD {
+                self.stats.tap_dropped += 1;
+                k += 1;
+                continue;
+            }
+            let sent = match &mut self.taps[k].link {
+                Link::Copy { data, .. } => {
+                    if !data.writable() {
+                        self.stats.tap_dropped += 1;
+                        k += 1;
+                        continue;
+                    }
+                    match self.bufs[index as usize].iter().map(|b| b.read()).collect::<Result<Vec<CpuAccess<'_, Read>>>>() {
+                        Ok(guards) => data.send(desc, &guards).map(|()| None),
+                        Err(e) => Err(e),
+                    }
+                }
+                link => link.send(*desc, stop).map(Some),
+            };
+            match sent {
+                Ok(Some(Sent::Queued)) => {
+                    self.taps[k].held[index as usize] = Some(desc.seq as u32);
+                    self.stats.tap_frames += 1;
+                }
+                Ok(Some(Sent::Dropped(d))) => {
+                    // (Not with an empty one-slot ring, but a ring is a ring.)
+                    self.taps[k].held[index as usize] = Some(desc.seq as u32);
+                    self.stats.tap_frames += 1;
+                    self.stats.tap_dropped += 1;
+                    self.tap_release(k, d.buffer_index, d.seq);
+                }
+                Ok(None) => self.stats.tap_frames += 1,
+                Err(e) => {
+                    self.drop_tap(k, &format!("{e:#}"));
+                    continue;
+                }
+            }
+            k += 1;
+        }
+    }
+
     fn reclaim_returns(&mut self) -> Result<()> {
+        if !self.taps.is_empty() {
+            self.reclaim_tap_returns();
+        }
         loop {
             let r = self.sender.pop_return();
             let Some(Some(tok)) = self.absorb(r)? else { return Ok(()) };
@@ -515,6 +747,9 @@ impl PoolProducer {
                 return Ok(Some(WriteLoan { pool: self, index: i }));
             }
             if self.policy == RingPolicy::DropOldest && self.reclaim_oldest()? {
+                continue;
+            }
+            if self.reclaim_tap_queued() {
                 continue;
             }
             let now = Instant::now();
@@ -600,6 +835,9 @@ impl PoolProducer {
         if let Some((m, _)) = self.mark.filter(|(_, only)| only.is_none_or(|c| c == camera)) {
             desc.flags = m.mark(desc.flags);
             marked = true;
+        }
+        if !self.taps.is_empty() {
+            self.publish_to_taps(index, &desc, stop);
         }
         if let Link::Away = self.sender {
             // Nobody to take it: dropped now, counted.
@@ -702,6 +940,7 @@ impl PoolProducer {
         PoolStats {
             outstanding: self.state.iter().filter(|s| !matches!(s, BufState::Free | BufState::Device)).count(),
             waits: self.stats.waits + self.sender.waits(),
+            taps: self.taps.len(),
             ..self.stats
         }
     }
@@ -735,6 +974,11 @@ impl PoolProducer {
     /// from the consumer during the drain and how many are still out.
     pub fn finish(&mut self, timeout: Duration) -> Result<(usize, usize)> {
         self.sender.finish();
+        // Taps end with the stream too; what they hold is theirs until they give it back
+        // or hang up, within the same timeout.
+        for t in &mut self.taps {
+            t.link.finish();
+        }
         let start = Instant::now();
         let out_before = self.stats().outstanding;
         loop {
@@ -743,6 +987,7 @@ impl PoolProducer {
             if out == 0 {
                 return Ok((out_before, 0));
             }
+            self.check_taps();
             if self.sender.conn().is_none_or(|c| c.peer_gone()) {
                 // The consumer is gone: nothing it held can be in use any more.
                 self.reclaim_returns()?;

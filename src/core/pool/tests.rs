@@ -378,3 +378,108 @@ fn wait_any_wakes_for_whichever_hop_has_a_frame() {
     let r = r2.recv(&|_| Ok(()), &mut |_, _| {}, Duration::ZERO).unwrap();
     assert!(matches!(r, Recv::Hangup), "{r:?}");
 }
+
+/// A tap on `prod` (as [`crate::stage::serve_pool`] makes one): the raw receiver of its ring.
+fn tap(prod: &mut PoolProducer, name: &str) -> Receiver<FrameDesc> {
+    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+    let theirs = Conn::from_fd(b).unwrap();
+    let hello = crate::core::link::tap_hello(name);
+    assert_eq!(crate::core::link::tap_name(&hello), Some(name));
+    let joining = std::thread::spawn(move || join::<FrameDesc>(theirs, &hello, WaitMode::Eventfd, "test producer").unwrap());
+    // The producer reads the hello (as the stage's listener does), then offers.
+    let ours = Conn::from_fd(a).unwrap();
+    let (h, _) = ours.recv().unwrap();
+    prod.add_tap(ours, crate::core::link::tap_name(&h).unwrap()).unwrap();
+    let (offer, rx, bufs) = joining.join().unwrap();
+    assert_eq!((offer.ring.capacity, offer.policy, bufs.len()), (1, RingPolicy::DropOldest, prod.bufs.len()));
+    rx
+}
+
+#[test]
+fn a_tap_gets_the_frames_too_and_a_buffer_is_free_only_when_both_gave_it_back() {
+    let (mut prod, mut rx) = hop(3, RingPolicy::DropOldest);
+    let mut view = tap(&mut prod, "view");
+    assert_eq!(prod.stats().taps, 1);
+    let i = publish(&mut prod, 0);
+    let (mine, theirs) = (take(&mut rx), take(&mut view));
+    assert_eq!((mine.buffer_index, theirs.buffer_index, theirs.seq), (i, i, 0));
+    // The consumer gives it back; the tap still holds it: not free.
+    rx.push_return(token(&mine)).unwrap();
+    let stop = AtomicBool::new(true);
+    let lent: Vec<u32> = (0..2).map(|_| prod.acquire(&stop).unwrap().map(|l| l.index())).map(Option::unwrap).collect();
+    assert!(!lent.contains(&i), "buffer {i} is lent while the tap holds it: {lent:?}");
+    assert_eq!(prod.stats().outstanding, 1);
+    // A token the tap never got is refused; its own frees the buffer.
+    view.push_return((9 << 32) | i as u64).unwrap();
+    view.push_return(token(&theirs)).unwrap();
+    prod.reclaim_returns().unwrap();
+    assert!(prod.free.contains(&i), "buffer {i} is free once both gave it back");
+    let s = prod.stats();
+    assert_eq!((s.outstanding, s.bad_returns, s.tap_frames, s.tap_dropped), (0, 1, 1, 0));
+}
+
+#[test]
+fn a_tap_that_never_gives_a_frame_back_costs_one_buffer_and_only_its_own_frames() {
+    let (mut prod, mut rx) = hop(3, RingPolicy::DropOldest);
+    let mut view = tap(&mut prod, "view");
+    publish(&mut prod, 0);
+    let kept = take(&mut view); // the tap holds frame 0 for ever
+    let mut seen = vec![];
+    for seq in 0..20 {
+        if seq > 0 {
+            publish(&mut prod, seq);
+        }
+        let d = take(&mut rx);
+        seen.push(d.seq);
+        rx.push_return(token(&d)).unwrap();
+    }
+    assert_eq!(seen, (0..20).collect::<Vec<u64>>(), "the consumer got every frame");
+    prod.reclaim_returns().unwrap();
+    let s = prod.stats();
+    assert_eq!((s.tap_frames, s.tap_dropped, s.outstanding), (1, 19, 1), "the tap got one frame, missed 19, holds one buffer: {s:?}");
+    assert_ne!(prod.acquire(&NEVER).unwrap().unwrap().index(), kept.buffer_index);
+}
+
+#[test]
+fn a_tap_that_does_not_read_has_its_queued_frame_replaced_by_the_newest() {
+    let (mut prod, mut rx) = hop(3, RingPolicy::DropOldest);
+    let mut view = tap(&mut prod, "view");
+    for seq in 0..5 {
+        publish(&mut prod, seq);
+        let d = take(&mut rx);
+        rx.push_return(token(&d)).unwrap();
+    }
+    // Each newer frame took the unread one's place: the tap reads the newest.
+    assert_eq!(take(&mut view).seq, 4);
+    let s = prod.stats();
+    assert_eq!((s.tap_frames, s.tap_dropped), (5, 4));
+}
+
+#[test]
+fn a_tap_that_hangs_up_releases_what_it_held_and_the_next_one_is_served() {
+    let (mut prod, mut rx) = hop(2, RingPolicy::DropOldest);
+    let mut view = tap(&mut prod, "view");
+    publish(&mut prod, 0);
+    let d = take(&mut rx);
+    let held = take(&mut view);
+    rx.push_return(token(&d)).unwrap();
+    drop(view);
+    prod.check_taps();
+    prod.reclaim_returns().unwrap();
+    let s = prod.stats();
+    assert_eq!((s.taps, s.taps_lost, s.outstanding), (0, 1, 0), "{s:?}");
+    assert!(prod.free.contains(&held.buffer_index));
+    let mut again = tap(&mut prod, "view");
+    publish(&mut prod, 1);
+    assert_eq!(take(&mut again).seq, 1);
+    assert_eq!(prod.stats().taps_joined, 2);
+}
+
+#[test]
+fn taps_beyond_the_limit_are_refused() {
+    let (mut prod, _rx) = hop(2, RingPolicy::DropOldest);
+    let _taps: Vec<_> = (0..MAX_TAPS).map(|k| tap(&mut prod, &format!("t{k}"))).collect();
+    let (a, _b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+    let e = prod.add_tap(Conn::from_fd(a).unwrap(), "one-too-many").unwrap_err().to_string();
+    assert!(e.contains(&format!("already serves {MAX_TAPS} taps")), "{e}");
+}
