@@ -14,4 +14,5 @@ pub mod fdpass;
 pub mod frame;
 pub mod link;
 pub mod pool;
+pub mod tap;
 pub mod ring;

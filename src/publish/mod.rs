@@ -12,6 +12,7 @@ pub mod output;
 pub mod schema;
 pub mod stage;
 pub mod track;
+pub mod pixels;
 pub mod watch;
 
 /// What the publish stage is asked to do (built by the command line).

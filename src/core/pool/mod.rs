@@ -974,11 +974,17 @@ impl PoolProducer {
     /// from the consumer during the drain and how many are still out.
     pub fn finish(&mut self, timeout: Duration) -> Result<(usize, usize)> {
         self.sender.finish();
-        // Taps end with the stream too; what they hold is theirs until they give it back
-        // or hang up, within the same timeout.
+        // Taps end with the stream too, and are let go at once: nothing is written into
+        // the pool any more, so what a tap still reads stays as it is, and the end never
+        // waits for a tap.
         for t in &mut self.taps {
             t.link.finish();
         }
+        let lost = self.stats.taps_lost;
+        while !self.taps.is_empty() {
+            self.drop_tap(0, "ends with the stream");
+        }
+        self.stats.taps_lost = lost;
         let start = Instant::now();
         let out_before = self.stats().outstanding;
         loop {
@@ -987,7 +993,6 @@ impl PoolProducer {
             if out == 0 {
                 return Ok((out_before, 0));
             }
-            self.check_taps();
             if self.sender.conn().is_none_or(|c| c.peer_gone()) {
                 // The consumer is gone: nothing it held can be in use any more.
                 self.reclaim_returns()?;
