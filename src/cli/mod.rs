@@ -11,6 +11,7 @@ pub mod cameras;
 pub mod capture;
 pub mod common;
 pub mod compare;
+pub mod http;
 pub mod infer;
 pub mod publish;
 pub mod track;
@@ -221,7 +222,12 @@ pub fn main() -> i32 {
             // One line: the context chain joined, outermost first.
             let msg: Vec<String> = e.chain().map(|c| c.to_string().trim_end().to_string()).collect();
             error_line(&tag, &msg.join(": "));
-            1
+            // An address the web view cannot use is a bad argument, as clap's are.
+            if e.chain().any(|c| c.is::<crate::publish::http::AddrError>()) {
+                2
+            } else {
+                1
+            }
         }
     }
 }

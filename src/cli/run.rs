@@ -9,6 +9,7 @@ use crate::core::frame::Stage;
 use crate::supervise::run::RunConfig;
 
 use super::common::PipelineArgs;
+use super::http::HttpArgs;
 use super::publish::PublishArgs;
 use super::track::TrackArgs;
 
@@ -82,6 +83,8 @@ pub struct RunArgs {
     pub watchdog: u64,
     #[command(flatten)]
     pub track: TrackArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
 }
 
 impl RunArgs {
@@ -96,10 +99,13 @@ impl RunArgs {
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone() };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
-        // The tracking options checked here as the publish stage will: one line each.
-        publish.config(&data.instance)?;
+        // The tracking and web view options checked here as the publish stage will: one line
+        // each; the web view's address must be free now (the stage binds it again).
+        if let Some(h) = publish.config(&data.instance)?.http {
+            crate::publish::http::bind(&h)?;
+        }
         let socket = publish.socket(&data.instance);
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);
@@ -119,6 +125,10 @@ impl RunArgs {
         // The socket's step says what the lines carry: the tracker and the zones.
         if let Some(out) = plan.outputs.first_mut() {
             out.what = format!("{} ({})", out.what, self.track.describe());
+        }
+        if let Some(what) = self.http.describe() {
+            let why = if self.http.http_allow_remote { "--http with --http-allow-remote" } else { "--http (this machine only)" };
+            plan.outputs.push(crate::plan::Step { what, why: why.into() });
         }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
@@ -152,6 +162,7 @@ impl RunArgs {
                     v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
                     v.push(format!("--cameras={}", names.join(",")));
                     v.extend(self.track.flags());
+                    v.extend(self.http.flags());
                     v
                 }
             });

@@ -8,11 +8,13 @@
 //!
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
+pub mod http;
 pub mod output;
 pub mod schema;
 pub mod stage;
 pub mod track;
 pub mod pixels;
+pub mod view;
 pub mod watch;
 
 /// What the publish stage is asked to do (built by the command line).
@@ -31,6 +33,8 @@ pub struct PublishConfig {
     pub cameras: Vec<String>,
     /// The tracker and each camera's zones.
     pub track: TrackConfig,
+    /// The web view (`--http`; `None`: none).
+    pub http: Option<http::HttpConfig>,
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
@@ -38,8 +42,11 @@ pub struct PublishConfig {
 /// that cannot start at all (a bad address); a broker or disk that is away is not an error
 /// (the output says so and keeps trying).
 pub fn open_outputs(cfg: &PublishConfig) -> Result<output::Outputs> {
-    let _ = cfg;
-    Ok(output::Outputs::default())
+    let mut outputs = output::Outputs::default();
+    if let Some(h) = &cfg.http {
+        outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, view::source(cfg))?));
+    }
+    Ok(outputs)
 }
 
 /// What the publish stage's tracker does ([`track`]).

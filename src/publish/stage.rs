@@ -280,6 +280,9 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let path = cfg.socket.clone();
     let mut server = DetectionServer::bind(&path)?;
     server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
+    // Outputs start with the set-up: one that cannot (an address in use) stops the stage
+    // before it is ready, so it is not restarted over and over.
+    let mut outputs = super::open_outputs(&cfg)?;
     let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
     let (offer, rx) = join_infer(up, &hello, &ctx)?;
@@ -314,7 +317,6 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     };
     let validate = |d: &DetectionsDesc| d.validate();
     let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
-    let mut outputs = super::open_outputs(&cfg)?;
     // Hands a line to every client and every output, and prints it as --print says: the
     // JSON line, or `human`.
     let send = |server: &mut DetectionServer, outputs: &mut Outputs, typed: &SocketLine, line: &str, human: &dyn Fn() -> String| {

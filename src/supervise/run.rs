@@ -743,6 +743,17 @@ pub fn summary_text(s: &RunSummary) -> String {
             n("disconnected_slow")
         );
     }
+    if let Some(h) = get("publish").and_then(|p| p.extra.get("http")) {
+        let n = |k: &str| h.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        let jpegs: u64 = h.get("jpegs").and_then(|j| j.as_object()).map(|j| j.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "  web view: {}: {} requests, {jpegs} pictures encoded, {} detection lines dropped for slow event clients",
+            h.get("url").and_then(|v| v.as_str()).unwrap_or("?"),
+            n("requests"),
+            n("sse_dropped")
+        );
+    }
     if let Some(t) = get("publish").and_then(|p| p.extra.get("tracking")) {
         let n = |k: &str| t["events"][k].as_u64().unwrap_or(0);
         let _ = writeln!(

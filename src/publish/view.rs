@@ -1,0 +1,74 @@
+//! Pixels for the web view: the seam between the publish stage's outputs that show frames
+//! (the web view's MJPEG streams and snapshots) and whatever brings them the camera's
+//! pixels (a second consumer of each capture pool).
+//!
+//! The web view asks for a frame only when a client wants a picture (an MJPEG client
+//! connected, or a snapshot request), at most `--view-fps` times a second per camera, so a
+//! provider reads a capture buffer (through its `CpuAccess` read guard) only then, never per
+//! frame. Until a provider is connected, [`NoPixels`] says so and the view draws the boxes
+//! on a dark canvas of the frame's size.
+
+/// One camera frame for the view: tight RGB24 rows, already converted by the provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewFrame {
+    /// The capture sequence number of the frame (the frame lines' `seq`, per camera).
+    pub seq: u64,
+    /// Its capture time, CLOCK_MONOTONIC ns (the frame lines' `timestamp_ns`).
+    pub timestamp_ns: u64,
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+    /// `width * height * 3` bytes: R, G, B per pixel, rows top to bottom, no padding.
+    pub rgb: Vec<u8>,
+}
+
+impl ViewFrame {
+    /// Whether `rgb` holds exactly `width * height` RGB24 pixels (the view refuses and logs
+    /// a frame that does not, and goes on with its last good one).
+    pub fn is_whole(&self) -> bool {
+        self.rgb.len() as u64 == self.width as u64 * self.height as u64 * 3 && self.width > 0 && self.height > 0
+    }
+}
+
+/// Where the view's pixels come from. Implemented by the capture-pool fan-out; called from
+/// the view's own threads (one call at a time: the view holds it behind a mutex), never from
+/// the frame loop, so a call may take milliseconds (a guard, a colour conversion) but should
+/// not wait for a frame to come.
+pub trait ViewSource: Send {
+    /// The newest frame of camera `camera` (its index in
+    /// [`super::PublishConfig::cameras`]) whose sequence number is above `newer_than`
+    /// (`None`: any frame), as RGB24. `None`: nothing newer than that (the view keeps drawing
+    /// on the frame it got last), or no pixels at all ([`ViewSource::unavailable`] says why).
+    /// The detections drawn on it are the camera's latest frame line's, so the picture may
+    /// be a frame or two ahead of its boxes (the view says which seq each has).
+    fn latest(&mut self, camera: usize, newer_than: Option<u64>) -> Option<ViewFrame>;
+
+    /// Why camera `camera` has no pixels now, in a few words written on its picture (`no
+    /// pixels (fan-out not connected)`, `capture@door not reachable`); `None` when it has.
+    fn unavailable(&self, camera: usize) -> Option<String>;
+}
+
+/// The words on a picture drawn without pixels while no provider is connected.
+pub const NO_PIXELS: &str = "no pixels (fan-out not connected)";
+
+/// The view's source while no capture-pool fan-out is connected: never a frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPixels;
+
+impl ViewSource for NoPixels {
+    fn latest(&mut self, _camera: usize, _newer_than: Option<u64>) -> Option<ViewFrame> {
+        None
+    }
+
+    fn unavailable(&self, _camera: usize) -> Option<String> {
+        Some(NO_PIXELS.to_string())
+    }
+}
+
+/// The pixel source of a publish stage configured as `cfg`: the one place a provider is
+/// chosen (today [`NoPixels`]; the capture-pool fan-out plugs in here).
+pub fn source(cfg: &super::PublishConfig) -> Box<dyn ViewSource> {
+    let _ = cfg;
+    Box::new(NoPixels)
+}
