@@ -9,7 +9,7 @@ use clap::Args;
 use crate::publish::http::{check_remote, HttpConfig};
 
 /// Web view options.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
 pub struct HttpArgs {
     /// Serve a live web view of the cameras with their detections drawn, and
     /// /api/detections (server-sent events), /api/stats, /metrics (Prometheus) and

@@ -122,20 +122,21 @@ pub fn detections(canvas: &mut Canvas<'_>, f: &FrameJson) {
     for d in &f.detections {
         let b = scaled(d.bbox);
         let text = label_text(&d.label, d.score, d.track_id);
-        let (_, h) = text_size(&text);
+        let (w, h) = text_size(&text);
         let (x, y) = (b[0].round() as i64, b[1].round() as i64);
-        // Above the box when it fits, else inside its top edge.
+        // Above the box when it fits, else inside its top edge; moved left to fit the picture.
         let y = if y - h - 2 >= 0 { y - h - 2 } else { y };
-        canvas.tag(x.max(0), y, &text, class_colour(d.class_id));
+        let x = x.min(canvas.width as i64 - w - 4).max(0);
+        canvas.tag(x, y, &text, class_colour(d.class_id));
     }
 }
 
-/// A dark canvas of `width` x `height` with `note` written at its top-left corner: what the
+/// A dark canvas of `width` x `height` with `note` written at its bottom-left corner: what the
 /// view shows when it has no pixels for a camera (the boxes are drawn on it all the same).
 pub fn blank(width: u32, height: u32, note: &str) -> Vec<u8> {
     let mut rgb = [CANVAS].repeat(width as usize * height as usize).concat();
     let mut c = Canvas { rgb: &mut rgb, width, height };
-    c.text(6, 6, note, [200, 200, 200]);
+    c.text(6, height as i64 - 8 * TEXT_SCALE as i64 - 6, note, [200, 200, 200]);
     rgb
 }
 
@@ -189,6 +190,12 @@ mod tests {
         c.tag(45, 35, "a label running off the picture", [0, 255, 0]);
         c.text(-100, -100, "é", [1, 2, 3]);
         assert_eq!(rgb.len(), 50 * 40 * 3);
+        // A tag at the right edge moves left to fit.
+        let mut wide = blank(200, 100, "");
+        let mut c = Canvas { rgb: &mut wide, width: 200, height: 100 };
+        detections(&mut c, &frame(vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [180.0, 50.0, 199.0, 90.0], track_id: None }]));
+        let (w, _) = text_size("person 0.50");
+        assert_eq!(px(&wide, 200, (200 - w - 4) as u32, 40), [0, 255, 0], "the tag ends at the right edge");
         // A canvas of another size gets the boxes scaled: 200x100 boxes on 100x50.
         let mut small = blank(100, 50, "");
         let mut c = Canvas { rgb: &mut small, width: 100, height: 50 };
