@@ -544,6 +544,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_slow_event_client_loses_its_oldest_lines_counted() {
+        let http = HttpConfig { addr: "127.0.0.1:0".parse().unwrap(), allow_remote: false, view_fps: 5.0 };
+        let cfg = PublishConfig {
+            socket: "/nonexistent/d.sock".into(),
+            print: crate::publish::PrintMode::None,
+            socket_group: None,
+            cameras: vec!["cam0".into()],
+            track: crate::publish::TrackConfig { params: Default::default(), zones: vec![vec![]] },
+            http: Some(http.clone()),
+        };
+        let mut out = HttpOutput::start(&cfg, &http, Box::new(crate::publish::view::NoPixels)).unwrap();
+        assert!(out.addr().port() != 0, "the port chosen is known");
+        // A client that takes nothing: its queue only.
+        let slow = Arc::new(SseClient { queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
+        lock(&out.shared.sse).push(slow.clone());
+        for seq in 0..SSE_QUEUE as u64 + 8 {
+            out.line(&stats::tests_support::frame("cam0", seq, 1000.0));
+        }
+        let q = lock(&slow.queue);
+        assert_eq!((q.len(), out.shared.sse_dropped.load(Ordering::Relaxed)), (SSE_QUEUE, 8));
+        assert!(q[0].starts_with("{\"type\":\"frame\",\"camera\":\"cam0\",\"seq\":8,"), "the oldest went: {}", q[0]);
+        assert!(!q[0].ends_with('\n'), "a line without its newline (the event frames it)");
+        drop(q);
+        assert_eq!(out.report()["sse_dropped"], 8);
+        assert_eq!(lock(&out.shared.stats).cameras[0].frames, SSE_QUEUE as u64 + 8, "every line counted");
+        out.close(&EndJson { end: true, frames: 520, reason: "test".into() });
+        assert!(lock(&slow.queue).back().unwrap().starts_with("{\"type\":\"end\""), "the end line is the last");
+    }
+
+    #[test]
     fn sse_framing() {
         assert_eq!(sse_event("{\"type\":\"frame\"}"), "data: {\"type\":\"frame\"}\n\n");
         assert_eq!(sse_event("a\nb\r\nc"), "data: a\ndata: b\ndata: c\n\n", "each line its own data line");

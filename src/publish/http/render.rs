@@ -3,6 +3,7 @@
 //! frame's size, encoded as JPEG. At most one encoding per camera per `1 / --view-fps`
 //! seconds, whatever the number of clients: a request within that time gets the last one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,13 +40,15 @@ pub struct Picture {
 struct Slot {
     pixels: Option<ViewFrame>,
     picture: Option<Arc<Picture>>,
-    encoded: u64,
 }
 
 /// Draws and encodes each camera's pictures, keeping the last one of each.
 pub struct Renderer {
     source: Mutex<Box<dyn ViewSource>>,
     slots: Vec<Mutex<Slot>>,
+    /// JPEGs encoded per camera (outside the slots' locks: the stage's report reads them on
+    /// the frame loop while a picture may be encoding).
+    encoded: Vec<AtomicU64>,
     period: Duration,
 }
 
@@ -60,7 +63,12 @@ impl Renderer {
     /// A renderer for `cameras` cameras taking pixels from `source`, encoding each camera at
     /// most `fps` times a second.
     pub fn new(source: Box<dyn ViewSource>, cameras: usize, fps: f64) -> Renderer {
-        Renderer { source: Mutex::new(source), slots: (0..cameras).map(|_| Mutex::default()).collect(), period: Duration::from_secs_f64(1.0 / fps) }
+        Renderer {
+            source: Mutex::new(source),
+            slots: (0..cameras).map(|_| Mutex::default()).collect(),
+            encoded: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
+            period: Duration::from_secs_f64(1.0 / fps),
+        }
     }
 
     /// The shortest time between two encodings of one camera.
@@ -75,7 +83,7 @@ impl Renderer {
 
     /// JPEGs encoded for camera `cam` so far.
     pub fn encoded(&self, cam: usize) -> u64 {
-        self.slots.get(cam).map_or(0, |s| s.lock().unwrap_or_else(|p| p.into_inner()).encoded)
+        self.encoded.get(cam).map_or(0, |n| n.load(Ordering::Relaxed))
     }
 
     /// Camera `cam`'s picture with the boxes of `frame` (its latest frame line; `None`
@@ -86,7 +94,10 @@ impl Renderer {
         let Some(slot) = self.slots.get(cam) else { bail!("no camera {cam}") };
         let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = &slot.picture {
-            if p.at.elapsed() < self.period || (p.det_seq.is_some() && p.det_seq == frame.map(|f| f.seq) && p.pixel_seq.is_none() && self.unavailable(cam).is_some()) {
+            // A placeholder is not reused once a frame line is there, nor a frame's picture
+            // for a placeholder.
+            let same_kind = p.det_seq.is_some() == frame.is_some();
+            if (same_kind && p.at.elapsed() < self.period) || (p.det_seq.is_some() && p.det_seq == frame.map(|f| f.seq) && p.pixel_seq.is_none() && self.unavailable(cam).is_some()) {
                 return Ok(p.clone());
             }
         }
@@ -118,7 +129,7 @@ impl Renderer {
             draw::detections(&mut draw::Canvas { rgb: &mut rgb, width, height }, f);
         }
         let jpeg = jpeg(&rgb, width, height)?;
-        slot.encoded += 1;
+        self.encoded[cam].fetch_add(1, Ordering::Relaxed);
         let p = Arc::new(Picture { det_seq: frame.map(|f| f.seq), pixel_seq: slot.pixels.as_ref().map(|p| p.seq), width, height, at: Instant::now(), jpeg });
         slot.picture = Some(p.clone());
         Ok(p)
