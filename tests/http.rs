@@ -3,7 +3,8 @@
 //! while it runs, what a browser and Prometheus would ask: the page, the stats, the SSE
 //! detections (the socket's very lines, as `--json` prints them), the Prometheus text
 //! (parsed strictly here: `promtool` comes in a 96 MB package), a snapshot (a JPEG of the
-//! frame's size with the boxes in their class colours), the MJPEG stream. Then the bad
+//! frame's size: the clip's pixels from the capture pool's tap, the boxes in their class
+//! colours), the MJPEG stream. Then the bad
 //! addresses: a port in use and a remote address without `--http-allow-remote`, one line
 //! each and exit code 2.
 
@@ -251,6 +252,9 @@ fn the_web_view_serves_the_running_pipeline() {
     // SSE from the start: every line from now on.
     let (code, h, mut events) = request(addr, "/api/detections");
     assert_eq!((code, h["content-type"].as_str()), (200, "text/event-stream"));
+    // What the SSE client has got so far, for the snapshot's frame line.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen_w = seen.clone();
     let sse_reader = std::thread::spawn(move || {
         let mut data = vec![];
         let mut raw = String::new();
@@ -259,6 +263,7 @@ fn the_web_view_serves_the_running_pipeline() {
             raw.push('\n');
             if let Some(d) = l.strip_prefix("data: ") {
                 data.push(d.to_string());
+                seen_w.lock().unwrap().push(d.to_string());
                 if d.starts_with("{\"type\":\"end\"") {
                     break;
                 }
@@ -283,7 +288,6 @@ fn the_web_view_serves_the_running_pipeline() {
     assert!(cam["latency_us"]["infer"]["p50_us"].as_f64().unwrap() > 0.0, "{st}");
     assert_eq!(st["restarts"], serde_json::json!({"capture": 0, "scale": 0, "infer": 0, "publish": 0}));
     assert_eq!(st["server"]["clients"]["sse"], 1, "our event stream: {st}");
-    assert_eq!(st["server"]["no_pixels"]["cam0"], "no pixels (fan-out not connected)");
     assert_eq!(st["server"]["url"], format!("http://{addr}/"));
 
     // /metrics: strict text format, and its counts agree with each other.
@@ -301,12 +305,27 @@ fn the_web_view_serves_the_running_pipeline() {
     assert_eq!(sample(&m, "zcpipe_http_clients", &[("kind", "sse")]), 1.0);
 
     // A snapshot: a JPEG of the frame's size, the boxes of the frame line it names drawn in
-    // their class colours (on a dark canvas: no pixels are connected yet).
-    let (code, h, jpeg) = get(addr, "/snapshot/cam0.jpg");
-    assert_eq!((code, h["content-type"].as_str()), (200, "image/jpeg"));
+    // their class colours on the camera's pixels. The capture pool's tap joins when a
+    // picture is first wanted: until its first frame the picture is a dark canvas. Wanted:
+    // one with pixels, of a frame line with detections (the SSE client has its line).
+    let mut snap = None;
+    let got_pixels = wait_for(Duration::from_secs(60), || {
+        let (code, h, jpeg) = get(addr, "/snapshot/cam0.jpg");
+        assert_eq!((code, h["content-type"].as_str()), (200, "image/jpeg"));
+        let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
+        let frame = seen.lock().unwrap().iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["type"] == "frame" && v["seq"] == seq);
+        let wanted = h.contains_key("x-zcpipe-pixel-seq") && frame.as_ref().is_some_and(|f| !f["detections"].as_array().unwrap().is_empty());
+        snap = Some((h, jpeg));
+        wanted
+    });
+    assert!(got_pixels, "the view gets the camera's pixels: {:?}", get_json(addr, "/api/stats")["server"]);
+    let (h, jpeg) = snap.unwrap();
     let img = image::load_from_memory_with_format(&jpeg, image::ImageFormat::Jpeg).unwrap().to_rgb8();
     assert_eq!(img.dimensions(), (768, 432));
     let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
+    let dark = img.pixels().filter(|p| p.0.iter().all(|v| v.abs_diff(24) < 10)).count();
+    assert!(dark * 2 < 768 * 432, "the clip's pixels, not the dark canvas: {dark} dark pixels");
+    assert!(get_json(addr, "/api/stats")["server"]["no_pixels"]["cam0"].is_null(), "pixels now");
 
     // The MJPEG stream: two parts, each a JPEG of the frame's size.
     let (code, h, mut mj) = request(addr, "/stream/cam0.mjpg");

@@ -38,13 +38,13 @@ pub struct PublishConfig {
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
-/// snapshots), each started (its threads running) and ready for lines. Errors: an output
+/// snapshots; `data`: where the capture stages the web view taps listen), each started (its threads running) and ready for lines. Errors: an output
 /// that cannot start at all (a bad address); a broker or disk that is away is not an error
 /// (the output says so and keeps trying).
-pub fn open_outputs(cfg: &PublishConfig) -> Result<output::Outputs> {
+pub fn open_outputs(cfg: &PublishConfig, data: &crate::core::config::DataPath) -> Result<output::Outputs> {
     let mut outputs = output::Outputs::default();
     if let Some(h) = &cfg.http {
-        outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, view::source(cfg))?));
+        outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, view::source(cfg, data, h.view_fps))?));
     }
     Ok(outputs)
 }

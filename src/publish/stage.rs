@@ -282,7 +282,7 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
     // Outputs start with the set-up: one that cannot (an address in use) stops the stage
     // before it is ready, so it is not restarted over and over.
-    let mut outputs = super::open_outputs(&cfg)?;
+    let mut outputs = super::open_outputs(&cfg, &ctx.data)?;
     let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
     let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
     let (offer, rx) = join_infer(up, &hello, &ctx)?;

@@ -5,8 +5,13 @@
 //! The web view asks for a frame only when a client wants a picture (an MJPEG client
 //! connected, or a snapshot request), at most `--view-fps` times a second per camera, so a
 //! provider reads a capture buffer (through its `CpuAccess` read guard) only then, never per
-//! frame. Until a provider is connected, [`NoPixels`] says so and the view draws the boxes
-//! on a dark canvas of the frame's size.
+//! frame. [`TapPixels`] is that provider: [`super::pixels::Pixels`], a tap on each camera's
+//! capture pool. [`NoPixels`] is the honest fallback: the view draws the boxes on a dark
+//! canvas of the frame's size and says why there are no pixels.
+
+use std::sync::Arc;
+
+use super::pixels::Pixels;
 
 /// One camera frame for the view: tight RGB24 rows, already converted by the provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,8 +24,9 @@ pub struct ViewFrame {
     pub width: u32,
     /// Height, pixels.
     pub height: u32,
-    /// `width * height * 3` bytes: R, G, B per pixel, rows top to bottom, no padding.
-    pub rgb: Vec<u8>,
+    /// `width * height * 3` bytes: R, G, B per pixel, rows top to bottom, no padding
+    /// (shared with the provider, which keeps its newest frame for other readers).
+    pub rgb: Arc<Vec<u8>>,
 }
 
 impl ViewFrame {
@@ -52,6 +58,49 @@ pub trait ViewSource: Send {
 /// The words on a picture drawn without pixels while no provider is connected.
 pub const NO_PIXELS: &str = "no pixels (fan-out not connected)";
 
+/// The capture pools' taps as the view's source: asking for a camera's frame keeps its tap
+/// joined ([`Pixels::want`]: it leaves 10 s after the last ask), so pixels are read only
+/// while someone watches.
+pub struct TapPixels {
+    pixels: Pixels,
+    /// Each camera's capture stage (`capture`, `capture@door`), for what the picture says.
+    stages: Vec<String>,
+}
+
+impl TapPixels {
+    /// Taps on `cameras`' capture stages (each its name and listening socket), converting
+    /// at most `max_fps` frames a second per camera.
+    pub fn start(cameras: Vec<(String, std::path::PathBuf)>, max_fps: f64) -> TapPixels {
+        let stages = cameras.iter().map(|(s, _)| s.clone()).collect();
+        TapPixels { pixels: Pixels::start(cameras, max_fps), stages }
+    }
+}
+
+impl ViewSource for TapPixels {
+    fn latest(&mut self, camera: usize, newer_than: Option<u64>) -> Option<ViewFrame> {
+        self.pixels.want(camera);
+        let f = self.pixels.latest(camera, newer_than)?;
+        Some(ViewFrame { seq: f.seq, timestamp_ns: f.timestamp_ns, width: f.width, height: f.height, rgb: f.rgb })
+    }
+
+    fn unavailable(&self, camera: usize) -> Option<String> {
+        if self.pixels.latest(camera, None).is_some() {
+            return None;
+        }
+        let stage = self.stages.get(camera).map_or("capture", |s| s.as_str());
+        let c = self.pixels.counters(camera);
+        Some(if c.errors > 0 {
+            format!("no pixels: {stage}'s frames cannot be shown (see the log)")
+        } else if c.joined {
+            format!("waiting for pixels from {stage}")
+        } else if c.joins > 0 {
+            format!("no pixels: {stage} went away (rejoining)")
+        } else {
+            format!("no pixels: {stage} not reached yet")
+        })
+    }
+}
+
 /// The view's source while no capture-pool fan-out is connected: never a frame.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoPixels;
@@ -66,9 +115,10 @@ impl ViewSource for NoPixels {
     }
 }
 
-/// The pixel source of a publish stage configured as `cfg`: the one place a provider is
-/// chosen (today [`NoPixels`]; the capture-pool fan-out plugs in here).
-pub fn source(cfg: &super::PublishConfig) -> Box<dyn ViewSource> {
-    let _ = cfg;
-    Box::new(NoPixels)
+/// The pixel source of a publish stage configured as `cfg` in data path `data`, converting
+/// at most `max_fps` frames a second per camera: a tap on each camera's capture stage (one
+/// camera: `capture`; several: `capture@NAME`), the one place a provider is chosen.
+pub fn source(cfg: &super::PublishConfig, data: &crate::core::config::DataPath, max_fps: f64) -> Box<dyn ViewSource> {
+    let stages: Vec<String> = if cfg.cameras.len() > 1 { cfg.cameras.iter().map(|c| crate::core::config::camera_stage(c)).collect() } else { vec!["capture".into()] };
+    Box::new(TapPixels::start(stages.into_iter().map(|s| (s.clone(), data.socket(&s))).collect(), max_fps))
 }

@@ -118,7 +118,7 @@ impl Renderer {
             bail!("camera {name}: a {width}x{height} frame is no picture the view can draw");
         }
         let mut rgb = match &slot.pixels {
-            Some(p) => p.rgb.clone(),
+            Some(p) => p.rgb.to_vec(),
             None => {
                 let why = self.unavailable(cam).unwrap_or_else(|| "no pixels yet".into());
                 let note = if frame.is_none() { format!("{name}: waiting for the first frame; {why}") } else { format!("{name}: {why}") };
@@ -147,7 +147,7 @@ mod tests {
     impl ViewSource for Grey {
         fn latest(&mut self, _camera: usize, newer_than: Option<u64>) -> Option<ViewFrame> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            (newer_than.is_none()).then(|| ViewFrame { seq: 4, timestamp_ns: 1, width: 160, height: 120, rgb: vec![128; 160 * 120 * 3] })
+            (newer_than.is_none()).then(|| ViewFrame { seq: 4, timestamp_ns: 1, width: 160, height: 120, rgb: Arc::new(vec![128; 160 * 120 * 3]) })
         }
         fn unavailable(&self, _camera: usize) -> Option<String> {
             None
