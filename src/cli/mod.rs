@@ -12,6 +12,7 @@ pub mod capture;
 pub mod common;
 pub mod compare;
 pub mod http;
+pub mod snapshot;
 pub mod infer;
 pub mod publish;
 pub mod track;

@@ -10,6 +10,7 @@ use crate::publish::{PrintMode, PublishConfig};
 
 use super::common::choice;
 use super::http::HttpArgs;
+use super::snapshot::SnapshotArgs;
 use super::track::TrackArgs;
 
 /// Publish options.
@@ -33,6 +34,8 @@ pub struct PublishArgs {
     pub track: TrackArgs,
     #[command(flatten)]
     pub http: HttpArgs,
+    #[command(flatten)]
+    pub snapshot: SnapshotArgs,
 }
 
 impl PublishArgs {
@@ -47,6 +50,7 @@ impl PublishArgs {
             cameras: self.cameras.clone(),
             track: self.track.config(&self.cameras)?,
             http: self.http.config()?,
+            snapshots: self.snapshot.config(self.track.tracker != crate::publish::track::TrackerKind::None)?,
         })
     }
 

@@ -10,6 +10,7 @@ use crate::supervise::run::RunConfig;
 
 use super::common::PipelineArgs;
 use super::http::HttpArgs;
+use super::snapshot::SnapshotArgs;
 use super::publish::PublishArgs;
 use super::track::TrackArgs;
 
@@ -85,6 +86,8 @@ pub struct RunArgs {
     pub track: TrackArgs,
     #[command(flatten)]
     pub http: HttpArgs,
+    #[command(flatten)]
+    pub snapshot: SnapshotArgs,
 }
 
 impl RunArgs {
@@ -99,7 +102,7 @@ impl RunArgs {
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone() };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone(), snapshot: self.snapshot.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
         // The tracking and web view options checked here as the publish stage will: one line
         // each; the web view's address must be free now (the stage binds it again).
@@ -129,6 +132,9 @@ impl RunArgs {
         if let Some(what) = self.http.describe() {
             let why = if self.http.http_allow_remote { "--http with --http-allow-remote" } else { "--http (this machine only)" };
             plan.outputs.push(crate::plan::Step { what, why: why.into() });
+        }
+        if let Some(what) = self.snapshot.describe(self.track.tracker != crate::publish::track::TrackerKind::None) {
+            plan.outputs.push(crate::plan::Step { what, why: "--snapshot-dir".into() });
         }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
@@ -163,6 +169,7 @@ impl RunArgs {
                     v.push(format!("--cameras={}", names.join(",")));
                     v.extend(self.track.flags());
                     v.extend(self.http.flags());
+                    v.extend(self.snapshot.flags());
                     v
                 }
             });

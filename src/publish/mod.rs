@@ -11,6 +11,7 @@
 pub mod http;
 pub mod output;
 pub mod schema;
+pub mod snapshot;
 pub mod stage;
 pub mod track;
 pub mod pixels;
@@ -35,6 +36,8 @@ pub struct PublishConfig {
     pub track: TrackConfig,
     /// The web view (`--http`; `None`: none).
     pub http: Option<http::HttpConfig>,
+    /// Snapshots (`--snapshot-dir`; `None`: none).
+    pub snapshots: Option<snapshot::SnapshotConfig>,
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
@@ -43,8 +46,13 @@ pub struct PublishConfig {
 /// (the output says so and keeps trying).
 pub fn open_outputs(cfg: &PublishConfig, data: &crate::core::config::DataPath) -> Result<output::Outputs> {
     let mut outputs = output::Outputs::default();
-    if let Some(h) = &cfg.http {
-        outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, view::source(cfg, data, h.view_fps))?));
+    // One tap per camera serves the web view and the snapshots alike.
+    let pixels = (cfg.http.is_some() || cfg.snapshots.is_some()).then(|| view::pixels(cfg, data, cfg.http.as_ref().map_or(view::SNAPSHOT_FPS, |h| h.view_fps)));
+    if let (Some(h), Some(p)) = (&cfg.http, &pixels) {
+        outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
+    }
+    if let (Some(s), Some(p)) = (&cfg.snapshots, &pixels) {
+        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, p.clone())?));
     }
     Ok(outputs)
 }

@@ -62,18 +62,37 @@ pub const NO_PIXELS: &str = "no pixels (fan-out not connected)";
 /// joined ([`Pixels::want`]: it leaves 10 s after the last ask), so pixels are read only
 /// while someone watches.
 pub struct TapPixels {
-    pixels: Pixels,
+    pixels: std::sync::Arc<Pixels>,
     /// Each camera's capture stage (`capture`, `capture@door`), for what the picture says.
     stages: Vec<String>,
 }
 
 impl TapPixels {
-    /// Taps on `cameras`' capture stages (each its name and listening socket), converting
-    /// at most `max_fps` frames a second per camera.
-    pub fn start(cameras: Vec<(String, std::path::PathBuf)>, max_fps: f64) -> TapPixels {
-        let stages = cameras.iter().map(|(s, _)| s.clone()).collect();
-        TapPixels { pixels: Pixels::start(cameras, max_fps), stages }
+    /// The view's source over `pixels` (shared with the snapshots), the taps of `cfg`'s
+    /// cameras ([`pixels`]).
+    pub fn new(pixels: std::sync::Arc<Pixels>, cfg: &super::PublishConfig) -> TapPixels {
+        TapPixels { pixels, stages: capture_stages(cfg) }
     }
+}
+
+/// Conversions a second per camera for snapshots when no web view sets `--view-fps`.
+pub const SNAPSHOT_FPS: f64 = 5.0;
+
+/// Each camera's capture stage in `cfg`'s order (one camera: `capture`; several:
+/// `capture@NAME`).
+fn capture_stages(cfg: &super::PublishConfig) -> Vec<String> {
+    if cfg.cameras.len() > 1 {
+        cfg.cameras.iter().map(|c| crate::core::config::camera_stage(c)).collect()
+    } else {
+        vec!["capture".into()]
+    }
+}
+
+/// The taps on `cfg`'s cameras' capture stages in data path `data` (each at its listening
+/// socket), converting at most `max_fps` frames a second per camera: one [`Pixels`] for the
+/// web view and the snapshots.
+pub fn pixels(cfg: &super::PublishConfig, data: &crate::core::config::DataPath, max_fps: f64) -> std::sync::Arc<Pixels> {
+    std::sync::Arc::new(Pixels::start(capture_stages(cfg).into_iter().map(|s| (s.clone(), data.socket(&s))).collect(), max_fps))
 }
 
 impl ViewSource for TapPixels {
@@ -115,10 +134,3 @@ impl ViewSource for NoPixels {
     }
 }
 
-/// The pixel source of a publish stage configured as `cfg` in data path `data`, converting
-/// at most `max_fps` frames a second per camera: a tap on each camera's capture stage (one
-/// camera: `capture`; several: `capture@NAME`), the one place a provider is chosen.
-pub fn source(cfg: &super::PublishConfig, data: &crate::core::config::DataPath, max_fps: f64) -> Box<dyn ViewSource> {
-    let stages: Vec<String> = if cfg.cameras.len() > 1 { cfg.cameras.iter().map(|c| crate::core::config::camera_stage(c)).collect() } else { vec!["capture".into()] };
-    Box::new(TapPixels::start(stages.into_iter().map(|s| (s.clone(), data.socket(&s))).collect(), max_fps))
-}

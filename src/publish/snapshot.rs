@@ -1,0 +1,248 @@
+//! Snapshots: JPEG pictures of a camera with its detections drawn, written to a folder
+//! every `--snapshot-every` seconds and on each new tracked object (the tracker's `new`
+//! events), keeping the newest `--snapshot-keep` per camera.
+//!
+//! An [`Output`] of the publish stage: [`Output::line`] only notes the camera's latest
+//! frame line and queues a request (bounded: a request beyond [`QUEUE`] is dropped and
+//! counted); the pictures are taken on the output's own thread, from the pixels of the
+//! camera's tap ([`super::pixels::Pixels`], the same the web view uses), drawn with the web
+//! view's drawing ([`super::http::draw`]) and encoded as JPEG. A disk that is full or a
+//! folder that cannot be written is a warning (the first, then every 100th) and a count;
+//! the pipeline never waits for the disk.
+//!
+//! Files: `DIR/CAMERA/UNIX_MS-WHY.jpg` (`WHY`: `every`, or `new-LABEL-ID`), written to a
+//! temporary name and renamed, so a reader never sees half a file. File names sort by time.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+
+use super::http::{draw, render};
+use super::output::Output;
+use super::pixels::Pixels;
+use super::schema::{EndJson, FrameJson, SocketLine};
+
+/// Requests waiting for the snapshot thread, at most; more are dropped (counted).
+pub const QUEUE: usize = 16;
+
+/// How long a snapshot waits for its camera's pixels (a tap joining, a frame converted)
+/// before it is written without them is not done: it is skipped and counted.
+pub const PIXEL_WAIT: Duration = Duration::from_secs(2);
+
+/// What `--snapshot-dir`, `--snapshot-every`, `--snapshot-keep` and `--snapshot-on` ask.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotConfig {
+    /// The folder (created if missing, with its camera subfolders).
+    pub dir: PathBuf,
+    /// A picture of each camera this often (`None`: only on events).
+    pub every: Option<Duration>,
+    /// A picture on each tracker `new` event (a new object).
+    pub on_new: bool,
+    /// Pictures kept per camera; the oldest are removed (1 to 100000).
+    pub keep: usize,
+}
+
+/// Counters, for the stage's report.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct SnapshotCounters {
+    /// Pictures written.
+    pub written: u64,
+    /// Requests skipped because no pixels came within [`PIXEL_WAIT`].
+    pub no_pixels: u64,
+    /// Requests dropped because [`QUEUE`] were waiting.
+    pub dropped: u64,
+    /// Writes that failed (a full disk, a folder that cannot be written).
+    pub failed: u64,
+    /// Old pictures removed to keep `--snapshot-keep`.
+    pub removed: u64,
+}
+
+struct Request {
+    camera: usize,
+    why: String,
+}
+
+/// The snapshot output (see the module's documentation).
+pub struct Snapshots {
+    cameras: Vec<String>,
+    every: Option<Duration>,
+    on_new: bool,
+    last: Vec<Option<Instant>>,
+    latest: Arc<Mutex<Vec<Option<FrameJson>>>>,
+    tx: Option<SyncSender<Request>>,
+    counters: Arc<Mutex<SnapshotCounters>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Snapshots {
+    /// Starts the output for `cameras` (the run's names, in order) with pixels from
+    /// `pixels`. Errors: the folder cannot be created (named, with the fix).
+    pub fn start(cfg: &SnapshotConfig, cameras: &[String], pixels: Arc<Pixels>) -> Result<Snapshots> {
+        for c in cameras {
+            let d = cfg.dir.join(c);
+            std::fs::create_dir_all(&d).with_context(|| format!("--snapshot-dir: cannot create {}: pick a folder this user can write", d.display()))?;
+        }
+        let (tx, rx) = sync_channel(QUEUE);
+        let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
+        let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
+        let (l, c, names, dir, keep) = (latest.clone(), counters.clone(), cameras.to_vec(), cfg.dir.clone(), cfg.keep);
+        let thread = std::thread::Builder::new().name("snapshots".into()).spawn(move || worker(rx, &dir, keep, &names, &pixels, &l, &c)).context("starting the snapshot thread")?;
+        log::info!(
+            "snapshots in {}: {}{}, newest {} per camera",
+            cfg.dir.display(),
+            cfg.every.map_or_else(String::new, |e| format!("every {:.1} s", e.as_secs_f64())),
+            if cfg.on_new { if cfg.every.is_some() { " and on each new object" } else { "on each new object" } } else { "" },
+            cfg.keep
+        );
+        Ok(Snapshots { cameras: cameras.to_vec(), every: cfg.every, on_new: cfg.on_new, last: vec![None; cameras.len()], latest, tx: Some(tx), counters, thread: Some(thread) })
+    }
+
+    fn request(&mut self, camera: usize, why: String) {
+        let Some(tx) = &self.tx else { return };
+        match tx.try_send(Request { camera, why }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.counters.lock().unwrap_or_else(|p| p.into_inner()).dropped += 1,
+        }
+    }
+}
+
+impl Output for Snapshots {
+    fn name(&self) -> &'static str {
+        "snapshots"
+    }
+
+    fn line(&mut self, line: &SocketLine) {
+        match line {
+            SocketLine::Frame(f) => {
+                let Some(cam) = self.cameras.iter().position(|c| *c == f.camera).or((self.cameras.len() == 1).then_some(0)) else { return };
+                self.latest.lock().unwrap_or_else(|p| p.into_inner())[cam] = Some(f.clone());
+            }
+            SocketLine::Event(e) if self.on_new && e.event == "new" => {
+                if let Some(cam) = self.cameras.iter().position(|c| *c == e.camera).or((self.cameras.len() == 1).then_some(0)) {
+                    self.request(cam, format!("new-{}-{}", e.label, e.track_id));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn tick(&mut self) {
+        let Some(every) = self.every else { return };
+        let have: Vec<bool> = self.latest.lock().unwrap_or_else(|p| p.into_inner()).iter().map(Option::is_some).collect();
+        for cam in 0..self.cameras.len() {
+            // Only cameras that sent a frame: a camera that is away gets no pictures.
+            if have[cam] && self.last[cam].is_none_or(|t| t.elapsed() >= every) {
+                self.last[cam] = Some(Instant::now());
+                self.request(cam, "every".into());
+            }
+        }
+    }
+
+    fn report(&self) -> serde_json::Value {
+        serde_json::to_value(*self.counters.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default()
+    }
+
+    fn close(&mut self, _end: &EndJson) {
+        // The requests queued are taken (each within PIXEL_WAIT), then the thread ends.
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn unix_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+fn worker(rx: Receiver<Request>, dir: &Path, keep: usize, cameras: &[String], pixels: &Pixels, latest: &Mutex<Vec<Option<FrameJson>>>, counters: &Mutex<SnapshotCounters>) {
+    let count = |f: &dyn Fn(&mut SnapshotCounters)| f(&mut counters.lock().unwrap_or_else(|p| p.into_inner()));
+    while let Ok(req) = rx.recv() {
+        let cam = req.camera;
+        // Pixels newer than the request: the tap joins if nobody watches this camera.
+        let since = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].as_ref().map(|f| f.seq);
+        let t0 = Instant::now();
+        let frame = loop {
+            pixels.want(cam);
+            if let Some(f) = pixels.latest(cam, since.map(|s| s.saturating_sub(1))) {
+                break Some(f);
+            }
+            if t0.elapsed() > PIXEL_WAIT {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let Some(px) = frame else {
+            count(&|c| c.no_pixels += 1);
+            log::debug!("snapshot of {}: no pixels within {PIXEL_WAIT:?}", cameras[cam]);
+            continue;
+        };
+        let mut rgb = (*px.rgb).clone();
+        if let Some(f) = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].clone() {
+            let mut canvas = draw::Canvas { rgb: &mut rgb, width: px.width, height: px.height };
+            draw::detections(&mut canvas, &f);
+        }
+        let written = render::jpeg(&rgb, px.width, px.height).and_then(|jpeg| {
+            let folder = dir.join(&cameras[cam]);
+            let name = format!("{:013}-{}.jpg", unix_ms(), req.why);
+            let tmp = folder.join(format!(".{name}.tmp"));
+            let res = std::fs::write(&tmp, &jpeg).and_then(|()| std::fs::rename(&tmp, folder.join(&name)));
+            if res.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            res.with_context(|| format!("writing snapshot {}", folder.join(&name).display()))
+        });
+        match written {
+            Ok(()) => {
+                count(&|c| c.written += 1);
+                let removed = prune(&dir.join(&cameras[cam]), keep);
+                count(&|c| c.removed += removed);
+            }
+            Err(e) => {
+                let failed = {
+                    let mut c = counters.lock().unwrap_or_else(|p| p.into_inner());
+                    c.failed += 1;
+                    c.failed
+                };
+                if failed == 1 || failed % 100 == 0 {
+                    log::warn!("{e:#} ({failed} failed so far; is the disk full? the pipeline goes on without snapshots until it has room)");
+                }
+            }
+        }
+    }
+}
+
+/// Removes the oldest `*.jpg` of `folder` beyond the newest `keep` (names sort by time).
+/// Returns how many were removed.
+fn prune(folder: &Path, keep: usize) -> u64 {
+    let Ok(rd) = std::fs::read_dir(folder) else { return 0 };
+    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "jpg") && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))).collect();
+    if names.len() <= keep {
+        return 0;
+    }
+    names.sort();
+    let extra = names.len() - keep;
+    names.into_iter().take(extra).filter(|p| std::fs::remove_file(p).is_ok()).count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_keeps_the_newest_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        for ms in [3, 1, 2, 5, 4] {
+            std::fs::write(d.path().join(format!("{ms:013}-every.jpg")), b"x").unwrap();
+        }
+        std::fs::write(d.path().join("notes.txt"), b"x").unwrap();
+        assert_eq!(prune(d.path(), 2), 3);
+        let mut left: Vec<String> = std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, ["0000000000004-every.jpg", "0000000000005-every.jpg", "notes.txt"]);
+        assert_eq!(prune(d.path(), 2), 0);
+    }
+}
