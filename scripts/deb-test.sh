@@ -17,7 +17,9 @@ deb=build/deb/zcpipe_${version}-1_amd64.deb
 [ -f "$deb" ] || die "$deb does not exist: run make deb-amd64 first"
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 # Never purge a zcpipe someone installed by other means.
-if dpkg-query -W -f='${Status}' zcpipe 2>/dev/null | grep -q 'installed\|config-files'; then
+# dpkg's state of the zcpipe package: empty or not-installed when absent.
+pkg_state() { dpkg-query -W -f='${db:Status-Status}' zcpipe 2>/dev/null || true; }
+if [ -n "$(pkg_state)" ] && [ "$(pkg_state)" != not-installed ]; then
     die "a zcpipe package is already on this machine ($(dpkg-query -W -f='${Version} ${Status}' zcpipe)); purge it first (apt-get purge zcpipe)"
 fi
 [ ! -e /usr/bin/zcpipe ] || die "/usr/bin/zcpipe exists and belongs to no package: remove it first"
@@ -107,5 +109,5 @@ installed=0
 for f in "${files[@]}" /usr/share/zcpipe /etc/zcpipe /usr/share/doc/zcpipe; do
     [ ! -e "$f" ] || die "$f is still there after apt-get purge zcpipe"
 done
-! dpkg-query -W -f='${Status}' zcpipe 2>/dev/null | grep -q 'installed\|config-files' || die "dpkg still knows zcpipe after the purge"
+[ -z "$(pkg_state)" ] || [ "$(pkg_state)" = not-installed ] || die "dpkg still has zcpipe ($(pkg_state)) after the purge"
 log "purged: every file of the package is gone (the zcpipe user and group stay, as Debian packages leave them)"
