@@ -37,6 +37,27 @@ aarch64:
 test-aarch64:
 	CARGO="$(CARGO)" bash scripts/aarch64.sh test
 
+# Debian packages (scripts/deb.sh, README "Install from a package"), built with dpkg-deb from the
+# project's own files: build/deb/zcpipe_<version>-1_{amd64,arm64}.deb. amd64 packages the host
+# release build (`make build`), arm64 the cross build of `make aarch64` (onnx included, so the
+# package runs the default job). `deb-test` (CI) installs the amd64 package on this machine with
+# apt-get (root), runs `zcpipe doctor` and 20 frames of the default job from the installed paths,
+# and purges it, also when a step fails. `deb-lint` runs lintian on both packages.
+.PHONY: deb deb-amd64 deb-arm64 deb-test deb-lint
+deb: deb-amd64 deb-arm64
+
+deb-amd64: build
+	bash scripts/deb.sh amd64
+
+deb-arm64: aarch64
+	bash scripts/deb.sh arm64
+
+deb-test: deb-amd64
+	bash scripts/deb-test.sh
+
+deb-lint:
+	bash scripts/deb.sh lint
+
 # Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/, scripts/fuzz.sh,
 # README "Fuzzing"): `make fuzz` runs each target for FUZZ_RUNS executions (optimised build),
 # `make fuzz-ci` for FUZZ_CI_SECONDS each (quick unoptimised build). Installs cargo-fuzz if missing.

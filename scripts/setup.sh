@@ -6,6 +6,7 @@
 #   GStreamer's RTSP server for /usr/bin/python3 (python3-gi, gir1.2-gst-rtsp-server-1.0,
 #     gstreamer1.0-plugins-good: qtdemux, rtph264pay; -bad: h264parse): scripts/rtsp_server.py,
 #     the real RTSP camera of tests/rtsp.rs (Debian's python, not a pyenv one first on PATH).
+#   lintian: `make deb-test` (CI) checks the package with it.
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1 || need_
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 /usr/bin/python3 -c 'import sys, gi; gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")
 from gi.repository import Gst, GstRtspServer; Gst.init(None)
 sys.exit(any(Gst.ElementFactory.find(e) is None for e in ("qtdemux", "h264parse", "rtph264pay")))' >/dev/null 2>&1 ||

@@ -113,3 +113,18 @@ fn the_capture_template_is_the_capture_unit_with_a_camera_and_the_network() {
     eprintln!("EVIDENCE {line}");
     assert!(score <= 2.0, "{line}");
 }
+
+/// Every unit runs the binary where the package puts it (`scripts/deb.sh`: `/usr/bin/zcpipe`),
+/// and the infer unit finds the models where the package puts them (`/usr/share/zcpipe`, which
+/// `core::data` also searches by itself).
+#[test]
+fn every_unit_runs_the_packaged_binary() {
+    for stage in UNITS.iter().copied().chain(["capture@"]) {
+        let (_, t) = unit(stage);
+        let exec = values(&t, "ExecStart");
+        assert_eq!(exec.len(), 1, "{stage}: {exec:?}");
+        assert!(exec[0].starts_with(&format!("/usr/bin/zcpipe stage {} ", stage.trim_end_matches('@'))), "{stage}: {}", exec[0]);
+    }
+    let (_, t) = unit("infer");
+    assert_eq!(values(&t, "Environment").iter().filter(|e| e.starts_with("ZCPIPE_DATA_DIR=")).collect::<Vec<_>>(), [&"ZCPIPE_DATA_DIR=/usr/share/zcpipe"]);
+}

@@ -344,8 +344,9 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
             let clip = crate::core::data::find_data_file(BUNDLED_CLIP).with_context(|| {
                 format!(
                     "source auto: bundled clip {BUNDLED_CLIP} not found (looked in the current directory, \
-                     $ZCPIPE_DATA_DIR, the executable's directory and its ancestors, and {}/tests/data); \
+                     $ZCPIPE_DATA_DIR, the executable's directory and its ancestors, {}, and {}/tests/data); \
                      set ZCPIPE_DATA_DIR or pass --source video:PATH or testsrc",
+                    crate::core::data::INSTALLED_DATA_DIR,
                     env!("CARGO_MANIFEST_DIR")
                 )
             })?;
