@@ -656,9 +656,14 @@ pub fn check(path: &Path) -> Result<String, String> {
     let (a, _) = parse_run(argv, &BTreeMap::new(), Path::new(""))?;
     let file = path.display();
     let cams = a.pipeline.cams().map_err(|e| format!("{file}: {e:#}"))?;
+    // Each camera's options together (a V4L2-only option on a test pattern, ...); nothing is opened.
+    for (name, c) in &cams {
+        c.config().map_err(|e| format!("{file}: camera {name}: {e:#}"))?;
+    }
     let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
     a.track.config(&names).map_err(|e| format!("{file}: {e:#}"))?;
-    Ok(format!("{file}: ok ({} keys, {} cameras)", f.key_count(), f.camera_count()))
+    let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    Ok(format!("{file}: ok ({}, {})", plural(f.key_count(), "key"), plural(f.camera_count(), "camera")))
 }
 
 /// `zcpipe config print`: the effective configuration of the `zcpipe run` command line
