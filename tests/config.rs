@@ -94,7 +94,7 @@ fn run_dry_run_plans_the_files_cameras() {
     let (code, out, err) = zcpipe(&["run", "--config", s(&p), "--dry-run"], &[("XDG_RUNTIME_DIR", rt)]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("front: testsrc:64x48@30 paced at 5 fps (--fps)"), "{out}");
-    assert!(out.contains("camera front: testsrc:64x48 (its own capture stage, capture@front)\ncamera door: testsrc:32x32 (its own capture stage, capture@door)\n"), "{out}");
+    assert!(out.contains("camera front: testsrc:64x48@30 (its own capture stage, capture@front)\ncamera door: testsrc:32x32@30 (its own capture stage, capture@door)\n"), "{out}");
     // A --source on the command line replaces the file's cameras.
     let (code, out, err) = zcpipe(&["run", "--config", s(&p), "--dry-run", "--source", "testsrc:16x16"], &[("XDG_RUNTIME_DIR", rt)]);
     assert_eq!(code, Some(0), "{err}");

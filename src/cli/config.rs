@@ -682,8 +682,8 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
     let origin = |id: &str| -> Option<Origin> {
         match m.value_source(id) {
             Some(clap::parser::ValueSource::CommandLine) => Some(layered.origins.get(id).cloned().unwrap_or(Origin::Flag)),
-            Some(clap::parser::ValueSource::EnvVariable) => Some(Origin::Env(String::new())),
-            Some(_) => Some(Origin::Default),
+            // A switch set to false in the file or the environment gives no flag.
+            Some(_) => Some(layered.origins.get(id).cloned().unwrap_or(Origin::Default)),
             None => None,
         }
     };
@@ -857,9 +857,12 @@ mod tests {
         assert_eq!(err("[camera.front]\nfps = 3\n"), "1: [camera.front] has no source: add source = \"...\" (as --source takes it)");
         assert!(err("\n[camera.Front]\nsource = \"testsrc\"\n").starts_with("2: [camera.Front]: "));
         assert!(err("fps = \n").starts_with("1: "), "a TOML syntax error names its line");
-        // A password in a refused value is masked.
         let e = err("\n\nsource = 5\n");
         assert_eq!(e, "3: source = 5: expected a string (a source, as --source takes it), found an integer");
+        // A password in a refused value is masked, in the value shown and in clap's message.
+        let e = err("rtsp-transport = \"rtsp://u:secret@h/x\"\n");
+        assert!(e.starts_with("1: rtsp-transport = \"rtsp://u:***@h/x\": invalid value 'rtsp://u:***@h/x' for '--rtsp-transport"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
     }
 
     #[test]
@@ -884,6 +887,10 @@ mod tests {
             assert!(t.contains(want), "{want:?} in:\n{t}");
         }
         assert!(!t.contains("secret"));
+        // A switch turned off by the environment says so.
+        let (_d, p) = file("json = true\n");
+        let t = print(os(&["zcpipe", "run", "--config", p.to_str().unwrap()]), &env(&[("ZCPIPE_JSON", "no")]), Path::new(NO_DEFAULT)).unwrap();
+        assert!(t.contains("\njson = false  # env ZCPIPE_JSON\n"), "{t}");
     }
 
     #[test]
