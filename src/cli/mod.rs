@@ -11,6 +11,7 @@ pub mod cameras;
 pub mod capture;
 pub mod common;
 pub mod compare;
+pub mod config;
 pub mod http;
 pub mod snapshot;
 pub mod infer;
@@ -78,6 +79,9 @@ pub enum Command {
     /// Evaluate offline: `zcpipe eval track` tracks a recorded detections stream and writes
     /// MOTChallenge results.
     Eval(eval::EvalArgs),
+    /// The configuration file of `zcpipe run`: `zcpipe config check FILE` validates one,
+    /// `zcpipe config print [RUN FLAGS]` prints the effective configuration with each value's origin.
+    Config(config::ConfigArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -173,8 +177,18 @@ impl StageCmd {
 
 /// Parses the command line and runs it; returns the process exit code.
 pub fn main() -> i32 {
+    // `zcpipe run`: the configuration file and the ZCPIPE_* variables are laid under the
+    // command line as flags (precedence flag > environment > file > default).
+    let env = config::process_env();
+    let layered = match config::layer(std::env::args_os().collect(), &env, std::path::Path::new(config::DEFAULT_PATH)) {
+        Ok(l) => l,
+        Err(e) => {
+            error_line("zcpipe", &e);
+            return 2;
+        }
+    };
     // Several `--source`s (each with its own options) are split off before clap reads the rest.
-    let (args, cameras) = match cameras::split(std::env::args_os().collect()) {
+    let (args, cameras) = match cameras::split(layered.args) {
         Ok(v) => v,
         Err(e) => {
             error_line("zcpipe", &format!("{e:#}"));
@@ -194,6 +208,7 @@ pub fn main() -> i32 {
         Command::Compare(_) => "zcpipe compare".to_string(),
         Command::Doctor(_) => "zcpipe doctor".to_string(),
         Command::Eval(_) => "zcpipe eval".to_string(),
+        Command::Config(_) => "zcpipe config".to_string(),
         Command::Stage { stage } => format!("zcpipe {}", stage.label()),
     };
     init_logging(&cli, &tag);
@@ -205,6 +220,7 @@ pub fn main() -> i32 {
         Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
         Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),
         Command::Eval(a) => a.run(),
+        Command::Config(a) => a.run(&env),
         Command::Stage { stage } => stage.run(),
     };
     match result {

@@ -46,6 +46,11 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
 pub struct RunArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
+    /// The configuration file (TOML; README "Configuration file"): its keys are these flags,
+    /// below the command line and the ZCPIPE_* variables. Default: /etc/zcpipe/zcpipe.toml when
+    /// it exists, or $ZCPIPE_CONFIG; `none`: no file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
     #[arg(long)]
     pub publish: Option<PathBuf>,
