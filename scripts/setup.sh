@@ -6,6 +6,8 @@
 #   GStreamer's RTSP server for /usr/bin/python3 (python3-gi, gir1.2-gst-rtsp-server-1.0,
 #     gstreamer1.0-plugins-good: qtdemux, rtph264pay; -bad: h264parse): scripts/rtsp_server.py,
 #     the real RTSP camera of tests/rtsp.rs (Debian's python, not a pyenv one first on PATH).
+#   mosquitto, mosquitto-clients: the real MQTT broker and mosquitto_sub/_pub/_passwd of
+#     tests/mqtt.rs (the MQTT bridge's tests start their own broker on a free port).
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+PATH="$PATH:/usr/sbin" command -v mosquitto >/dev/null 2>&1 && command -v mosquitto_passwd >/dev/null 2>&1 || need_apt+=(mosquitto)
+command -v mosquitto_sub >/dev/null 2>&1 && command -v mosquitto_pub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 /usr/bin/python3 -c 'import sys, gi; gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")

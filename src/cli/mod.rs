@@ -12,6 +12,7 @@ pub mod capture;
 pub mod common;
 pub mod compare;
 pub mod infer;
+pub mod mqtt;
 pub mod publish;
 pub mod track;
 pub mod run;

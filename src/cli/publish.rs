@@ -9,6 +9,7 @@ use crate::core::config::default_detections_socket;
 use crate::publish::{PrintMode, PublishConfig};
 
 use super::common::choice;
+use super::mqtt::MqttArgs;
 use super::track::TrackArgs;
 
 /// Publish options.
@@ -30,11 +31,14 @@ pub struct PublishArgs {
     pub cameras: Vec<String>,
     #[command(flatten)]
     pub track: TrackArgs,
+    #[command(flatten)]
+    pub mqtt: MqttArgs,
 }
 
 impl PublishArgs {
     /// The configuration of instance `instance`: the socket is `--publish`, else the
-    /// instance's default. Errors: the tracking options' ([`TrackArgs::config`]).
+    /// instance's default. Errors: the tracking options' ([`TrackArgs::config`]), the MQTT
+    /// options' ([`MqttArgs::config`]).
     pub fn config(&self, instance: &str) -> Result<PublishConfig> {
         Ok(PublishConfig {
             socket: self.socket(instance),
@@ -42,6 +46,7 @@ impl PublishArgs {
             socket_group: self.socket_group.clone(),
             cameras: self.cameras.clone(),
             track: self.track.config(&self.cameras)?,
+            mqtt: self.mqtt.config(instance)?,
         })
     }
 

@@ -10,6 +10,7 @@ use crate::supervise::run::RunConfig;
 
 use super::common::PipelineArgs;
 use super::publish::PublishArgs;
+use super::mqtt::MqttArgs;
 use super::track::TrackArgs;
 
 /// `zcpipe run`: the plan (printed; with `--dry-run`, only printed), then the run.
@@ -82,6 +83,8 @@ pub struct RunArgs {
     pub watchdog: u64,
     #[command(flatten)]
     pub track: TrackArgs,
+    #[command(flatten)]
+    pub mqtt: MqttArgs,
 }
 
 impl RunArgs {
@@ -96,9 +99,9 @@ impl RunArgs {
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone() };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), mqtt: self.mqtt.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
-        // The tracking options checked here as the publish stage will: one line each.
+        // The tracking and MQTT options checked here as the publish stage will: one line each.
         publish.config(&data.instance)?;
         let socket = publish.socket(&data.instance);
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
@@ -119,6 +122,13 @@ impl RunArgs {
         // The socket's step says what the lines carry: the tracker and the zones.
         if let Some(out) = plan.outputs.first_mut() {
             out.what = format!("{} ({})", out.what, self.track.describe());
+        }
+        if let Some(what) = self.mqtt.describe() {
+            let why = match self.mqtt.mqtt_no_discovery {
+                false => format!("--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/", self.mqtt.mqtt_topic_prefix, self.mqtt.mqtt_discovery_prefix),
+                true => format!("--mqtt: detections, counts, events and stats under {}/", self.mqtt.mqtt_topic_prefix),
+            };
+            plan.outputs.push(crate::plan::Step { what, why });
         }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
@@ -152,6 +162,7 @@ impl RunArgs {
                     v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
                     v.push(format!("--cameras={}", names.join(",")));
                     v.extend(self.track.flags());
+                    v.extend(self.mqtt.flags());
                     v
                 }
             });

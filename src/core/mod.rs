@@ -15,3 +15,4 @@ pub mod frame;
 pub mod link;
 pub mod pool;
 pub mod ring;
+pub mod secret;

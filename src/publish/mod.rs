@@ -8,6 +8,7 @@
 //!
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
+pub mod mqtt;
 pub mod output;
 pub mod schema;
 pub mod stage;
@@ -30,6 +31,8 @@ pub struct PublishConfig {
     pub cameras: Vec<String>,
     /// The tracker and each camera's zones.
     pub track: TrackConfig,
+    /// The MQTT bridge (`--mqtt`), if asked for ([`mqtt`]).
+    pub mqtt: Option<mqtt::MqttConfig>,
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
@@ -37,8 +40,11 @@ pub struct PublishConfig {
 /// that cannot start at all (a bad address); a broker or disk that is away is not an error
 /// (the output says so and keeps trying).
 pub fn open_outputs(cfg: &PublishConfig) -> Result<output::Outputs> {
-    let _ = cfg;
-    Ok(output::Outputs::default())
+    let mut outs = output::Outputs::default();
+    if let Some(m) = &cfg.mqtt {
+        outs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone())?));
+    }
+    Ok(outs)
 }
 
 /// What the publish stage's tracker does ([`track`]).
