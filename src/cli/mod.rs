@@ -59,7 +59,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the whole pipeline: four stage processes wired by dma-buf fds and rings.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Run one stage alone (what `run` starts; for systemd units).
     Stage {
         #[command(subcommand)]

@@ -303,19 +303,16 @@ impl Feeder {
                 },
             };
             drop(st);
-            match self.client.try_publish(m.topic.clone(), self.qos, m.retain, m.payload.clone()) {
-                Ok(()) => {}
-                Err(_) => {
-                    // rumqttc's channel is full (the broker is slow): put it back and wait a little.
-                    let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                    if from_first {
-                        st.first.push_front(m);
-                    } else {
-                        st.queue.unpop(m);
-                    }
-                    drop(st);
-                    std::thread::sleep(Duration::from_millis(5));
+            if self.client.try_publish(m.topic.clone(), self.qos, m.retain, m.payload.clone()).is_err() {
+                // rumqttc's channel is full (the broker is slow): put it back and wait a little.
+                let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                if from_first {
+                    st.first.push_front(m);
+                } else {
+                    st.queue.unpop(m);
                 }
+                drop(st);
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
     }
