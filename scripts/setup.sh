@@ -7,6 +7,8 @@
 #     gstreamer1.0-plugins-good: qtdemux, rtph264pay; -bad: h264parse): scripts/rtsp_server.py,
 #     the real RTSP camera of tests/rtsp.rs (Debian's python, not a pyenv one first on PATH).
 #   lintian: `make deb-test` (CI) checks the package with it.
+#   mosquitto, mosquitto-clients: the real MQTT broker and mosquitto_sub/_pub/_passwd of
+#     tests/mqtt.rs (the MQTT bridge's tests start their own broker on a free port).
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+PATH="$PATH:/usr/sbin" command -v mosquitto >/dev/null 2>&1 && command -v mosquitto_passwd >/dev/null 2>&1 || need_apt+=(mosquitto)
+command -v mosquitto_sub >/dev/null 2>&1 && command -v mosquitto_pub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)

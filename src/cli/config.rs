@@ -588,7 +588,7 @@ pub fn parse_run(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &
     let cli = super::Cli::try_parse_from(args).map_err(|e| clap_line(&e))?;
     let super::Command::Run(mut a) = cli.cmd else { return Err("not a `zcpipe run` command line".into()) };
     a.pipeline.cameras = cameras;
-    Ok((a, layered))
+    Ok((*a, layered))
 }
 
 /// `zcpipe config`.

@@ -15,6 +15,7 @@ pub mod config;
 pub mod http;
 pub mod snapshot;
 pub mod infer;
+pub mod mqtt;
 pub mod publish;
 pub mod track;
 pub mod run;
@@ -61,7 +62,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the whole pipeline: four stage processes wired by dma-buf fds and rings.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Run one stage alone (what `run` starts; for systemd units).
     Stage {
         #[command(subcommand)]

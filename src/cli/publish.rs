@@ -10,6 +10,7 @@ use crate::publish::{PrintMode, PublishConfig};
 
 use super::common::choice;
 use super::http::HttpArgs;
+use super::mqtt::MqttArgs;
 use super::snapshot::SnapshotArgs;
 use super::track::TrackArgs;
 
@@ -36,12 +37,15 @@ pub struct PublishArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub snapshot: SnapshotArgs,
+    #[command(flatten)]
+    pub mqtt: MqttArgs,
 }
 
 impl PublishArgs {
     /// The configuration of instance `instance`: the socket is `--publish`, else the
     /// instance's default. Errors: the tracking options' ([`TrackArgs::config`]), the web
-    /// view's ([`HttpArgs::config`]).
+    /// view's ([`HttpArgs::config`]), the snapshots' ([`SnapshotArgs::config`]), the MQTT
+    /// options' ([`MqttArgs::config`]).
     pub fn config(&self, instance: &str) -> Result<PublishConfig> {
         Ok(PublishConfig {
             socket: self.socket(instance),
@@ -51,6 +55,7 @@ impl PublishArgs {
             track: self.track.config(&self.cameras)?,
             http: self.http.config()?,
             snapshots: self.snapshot.config(self.track.tracker != crate::publish::track::TrackerKind::None)?,
+            mqtt: self.mqtt.config(instance)?,
         })
     }
 

@@ -12,6 +12,7 @@ use super::common::PipelineArgs;
 use super::http::HttpArgs;
 use super::snapshot::SnapshotArgs;
 use super::publish::PublishArgs;
+use super::mqtt::MqttArgs;
 use super::track::TrackArgs;
 
 /// `zcpipe run`: the plan (printed; with `--dry-run`, only printed), then the run.
@@ -93,6 +94,8 @@ pub struct RunArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub snapshot: SnapshotArgs,
+    #[command(flatten)]
+    pub mqtt: MqttArgs,
 }
 
 impl RunArgs {
@@ -107,9 +110,9 @@ impl RunArgs {
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone(), snapshot: self.snapshot.clone() };
+        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone(), snapshot: self.snapshot.clone(), mqtt: self.mqtt.clone() };
         crate::publish::socket_group(self.socket_group.as_deref())?;
-        // The tracking and web view options checked here as the publish stage will: one line
+        // The tracking, web view, snapshot and MQTT options checked here as the publish stage will: one line
         // each; the web view's address must be free now (the stage binds it again).
         if let Some(h) = publish.config(&data.instance)?.http {
             crate::publish::http::bind(&h)?;
@@ -140,6 +143,13 @@ impl RunArgs {
         }
         if let Some(what) = self.snapshot.describe(self.track.tracker != crate::publish::track::TrackerKind::None) {
             plan.outputs.push(crate::plan::Step { what, why: "--snapshot-dir".into() });
+        }
+        if let Some(what) = self.mqtt.describe() {
+            let why = match self.mqtt.mqtt_no_discovery {
+                false => format!("--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/", self.mqtt.mqtt_topic_prefix, self.mqtt.mqtt_discovery_prefix),
+                true => format!("--mqtt: detections, counts, events and stats under {}/", self.mqtt.mqtt_topic_prefix),
+            };
+            plan.outputs.push(crate::plan::Step { what, why });
         }
         // The data path of the resolved options (the heap the plan chose).
         let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
@@ -175,6 +185,7 @@ impl RunArgs {
                     v.extend(self.track.flags());
                     v.extend(self.http.flags());
                     v.extend(self.snapshot.flags());
+                    v.extend(self.mqtt.flags());
                     v
                 }
             });

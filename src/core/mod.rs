@@ -16,3 +16,4 @@ pub mod link;
 pub mod pool;
 pub mod tap;
 pub mod ring;
+pub mod secret;

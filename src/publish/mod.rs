@@ -9,6 +9,7 @@
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
 pub mod http;
+pub mod mqtt;
 pub mod output;
 pub mod schema;
 pub mod snapshot;
@@ -38,6 +39,8 @@ pub struct PublishConfig {
     pub http: Option<http::HttpConfig>,
     /// Snapshots (`--snapshot-dir`; `None`: none).
     pub snapshots: Option<snapshot::SnapshotConfig>,
+    /// The MQTT bridge (`--mqtt`), if asked for ([`mqtt`]).
+    pub mqtt: Option<mqtt::MqttConfig>,
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
@@ -46,6 +49,9 @@ pub struct PublishConfig {
 /// (the output says so and keeps trying).
 pub fn open_outputs(cfg: &PublishConfig, data: &crate::core::config::DataPath) -> Result<output::Outputs> {
     let mut outputs = output::Outputs::default();
+    if let Some(m) = &cfg.mqtt {
+        outputs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone())?));
+    }
     // One tap per camera serves the web view and the snapshots alike.
     let pixels = (cfg.http.is_some() || cfg.snapshots.is_some()).then(|| view::pixels(cfg, data, cfg.http.as_ref().map_or(view::SNAPSHOT_FPS, |h| h.view_fps)));
     if let (Some(h), Some(p)) = (&cfg.http, &pixels) {

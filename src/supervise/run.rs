@@ -767,6 +767,19 @@ pub fn summary_text(s: &RunSummary) -> String {
             n("stationary")
         );
     }
+    if let Some(m) = get("publish").and_then(|p| p.extra.get("mqtt")) {
+        let n = |k: &str| m[k].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "  mqtt: {}: {} messages sent, {} dropped (queue full while the broker was slow or away), {} left queued, {} reconnects; {} when the stream ended",
+            m["broker"].as_str().unwrap_or("?"),
+            n("sent"),
+            n("dropped"),
+            n("queued"),
+            n("reconnects"),
+            if m["connected"].as_bool().unwrap_or(false) { "connected" } else { "not connected" }
+        );
+    }
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
         // Several cameras: their capture stages' copies together.
         let u = if up == "capture" {

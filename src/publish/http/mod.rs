@@ -554,6 +554,7 @@ mod tests {
             track: crate::publish::TrackConfig { params: Default::default(), zones: vec![vec![]] },
             http: Some(http.clone()),
             snapshots: None,
+            mqtt: None,
         };
         let mut out = HttpOutput::start(&cfg, &http, Box::new(crate::publish::view::NoPixels)).unwrap();
         assert!(out.addr().port() != 0, "the port chosen is known");

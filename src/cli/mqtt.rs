@@ -1,0 +1,171 @@
+//! `--mqtt` and the `--mqtt-*` flags (`zcpipe run`, `zcpipe stage publish`), and their
+//! checked form, [`crate::publish::mqtt::MqttConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::core::secret::Secret;
+use crate::publish::mqtt::{check_prefix, level, BrokerUrl, MqttConfig};
+
+/// The environment variable that gives the broker's password when `--mqtt` names a user
+/// without one (so the password need not be on a command line: systemd's
+/// `EnvironmentFile=`, a shell's `read -s`). Stage processes inherit it from `zcpipe run`.
+pub const PASSWORD_ENV: &str = "ZCPIPE_MQTT_PASSWORD";
+
+/// MQTT bridge options.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MqttArgs {
+    /// Publish detections, counts, events and stats to this MQTT broker:
+    /// mqtt://[user[:password]@]host[:port] or mqtts://... (TLS). The password may instead be
+    /// in $ZCPIPE_MQTT_PASSWORD. It is never shown.
+    #[arg(long, value_name = "URL")]
+    pub mqtt: Option<String>,
+    /// MQTT client id (default zcpipe-<hostname>, plus -<instance> for another instance).
+    #[arg(long, value_name = "ID", requires = "mqtt")]
+    pub mqtt_client_id: Option<String>,
+    /// First topic level(s) of every message but discovery's.
+    #[arg(long, value_name = "PREFIX", default_value = "zcpipe")]
+    pub mqtt_topic_prefix: String,
+    /// Home Assistant's MQTT discovery prefix.
+    #[arg(long, value_name = "PREFIX", default_value = "homeassistant")]
+    pub mqtt_discovery_prefix: String,
+    /// No Home Assistant discovery configs.
+    #[arg(long)]
+    pub mqtt_no_discovery: bool,
+    /// QoS of every message (0, 1 or 2).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub mqtt_qos: u8,
+    /// Retain the per-label count topics and stats (availability and discovery are always
+    /// retained; detections and events never).
+    #[arg(long)]
+    pub mqtt_retain: bool,
+    /// Messages kept while the broker is slow or away (1 to 1000000); beyond that the
+    /// oldest are dropped and counted.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub mqtt_queue: u32,
+    /// Seconds between two messages on <prefix>/stats (1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub mqtt_stats_interval: u32,
+    /// PEM file of CA certificates to trust for mqtts:// (besides the built-in public roots).
+    #[arg(long, value_name = "FILE", requires = "mqtt")]
+    pub mqtt_ca: Option<PathBuf>,
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), as a client id part.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "host".into())
+}
+
+impl MqttArgs {
+    /// The checked configuration of instance `instance` (`None` without `--mqtt`), the
+    /// password from the URL or else [`PASSWORD_ENV`]. Errors (one line, no password): a bad
+    /// URL, a bad prefix or client id, a CA file that does not exist.
+    pub fn config(&self, instance: &str) -> Result<Option<MqttConfig>> {
+        let Some(url) = &self.mqtt else { return Ok(None) };
+        let mut broker = BrokerUrl::parse(url)?;
+        if broker.user.is_some() && broker.password.is_none() {
+            broker.password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()).map(Secret::new);
+        }
+        check_prefix("--mqtt-topic-prefix", &self.mqtt_topic_prefix)?;
+        check_prefix("--mqtt-discovery-prefix", &self.mqtt_discovery_prefix)?;
+        let client_id = match &self.mqtt_client_id {
+            Some(id) => id.clone(),
+            None if instance == "default" => format!("zcpipe-{}", level(&hostname())),
+            None => format!("zcpipe-{}-{instance}", level(&hostname())),
+        };
+        if client_id.is_empty() || client_id.len() > 128 || !client_id.bytes().all(|b| b.is_ascii_graphic()) {
+            anyhow::bail!("--mqtt-client-id {client_id:?}: use 1 to 128 printable ASCII characters without spaces");
+        }
+        if let Some(ca) = self.mqtt_ca.as_ref().filter(|c| !c.is_file()) {
+            anyhow::bail!("--mqtt-ca {}: no such file; give a PEM file of CA certificates", ca.display());
+        }
+        Ok(Some(MqttConfig {
+            broker,
+            client_id,
+            topic_prefix: self.mqtt_topic_prefix.clone(),
+            discovery_prefix: (!self.mqtt_no_discovery).then(|| self.mqtt_discovery_prefix.clone()),
+            qos: self.mqtt_qos,
+            retain: self.mqtt_retain,
+            queue: self.mqtt_queue as usize,
+            stats_every: Duration::from_secs(self.mqtt_stats_interval as u64),
+            ca_file: self.mqtt_ca.clone(),
+        }))
+    }
+
+    /// For the plan: `mqtt mqtt://host:1883 (user alice, password ***)`; `None` without `--mqtt`
+    /// or with a bad URL (which [`MqttArgs::config`] reports).
+    pub fn describe(&self) -> Option<String> {
+        let b = BrokerUrl::parse(self.mqtt.as_ref()?).ok()?;
+        Some(format!("mqtt {}", b.describe()))
+    }
+
+    /// The same options as flags, for the publish stage's command line. The URL keeps a
+    /// password only if `--mqtt` itself had one (one from [`PASSWORD_ENV`] stays in the
+    /// environment the stage inherits).
+    pub fn flags(&self) -> Vec<String> {
+        let Some(url) = &self.mqtt else { return vec![] };
+        let mut v = vec![format!("--mqtt={url}")];
+        v.extend(self.mqtt_client_id.iter().map(|c| format!("--mqtt-client-id={c}")));
+        v.push(format!("--mqtt-topic-prefix={}", self.mqtt_topic_prefix));
+        v.push(format!("--mqtt-discovery-prefix={}", self.mqtt_discovery_prefix));
+        if self.mqtt_no_discovery {
+            v.push("--mqtt-no-discovery".into());
+        }
+        v.push(format!("--mqtt-qos={}", self.mqtt_qos));
+        if self.mqtt_retain {
+            v.push("--mqtt-retain".into());
+        }
+        v.push(format!("--mqtt-queue={}", self.mqtt_queue));
+        v.push(format!("--mqtt-stats-interval={}", self.mqtt_stats_interval));
+        v.extend(self.mqtt_ca.iter().map(|c| format!("--mqtt-ca={}", c.display())));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        m: MqttArgs,
+    }
+
+    #[test]
+    fn flags_read_back_and_the_plan_hides_the_password() {
+        let a = T::parse_from(["t", "--mqtt", "mqtt://alice:p%40ss@broker.lan", "--mqtt-qos", "1", "--mqtt-retain", "--mqtt-queue", "7", "--mqtt-topic-prefix", "home/zc", "--mqtt-client-id", "zc1"]).m;
+        let c = a.config("default").unwrap().unwrap();
+        assert_eq!((c.broker.host.as_str(), c.broker.port, c.broker.user.as_deref()), ("broker.lan", 1883, Some("alice")));
+        assert_eq!(c.broker.password.as_ref().unwrap().expose(), "p@ss");
+        assert_eq!((c.qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()), (1, true, 7, "home/zc", "zc1"));
+        let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).m;
+        assert_eq!(back.config("default").unwrap(), Some(c.clone()), "flags read back the same: {:?}", a.flags());
+        assert_eq!(a.describe().unwrap(), "mqtt mqtt://broker.lan:1883 (user alice, password ***)");
+        assert!(!format!("{c:?}").contains("p@ss"), "the config's Debug hides the password: {c:?}");
+        assert_eq!(T::parse_from(["t"]).m.config("default").unwrap(), None);
+        let other = T::parse_from(["t", "--mqtt", "mqtt://h"]).m.config("garage").unwrap().unwrap();
+        assert!(other.client_id.starts_with("zcpipe-") && other.client_id.ends_with("-garage"), "{}", other.client_id);
+    }
+
+    #[test]
+    fn bad_values_are_one_line_without_the_password() {
+        for (args, says) in [
+            (&["--mqtt", "http://u:hunter2@h"][..], "--mqtt http://u:***@h: scheme http:// is not MQTT"),
+            (&["--mqtt", "mqtt://u:hunter2@h:99999"], "--mqtt mqtt://u:***@h:99999: port \"99999\" is not 1 to 65535"),
+            (&["--mqtt", "mqtt://h", "--mqtt-topic-prefix", "a/#"], "--mqtt-topic-prefix \"a/#\": give topic levels"),
+            (&["--mqtt", "mqtt://h", "--mqtt-discovery-prefix", "ha/"], "--mqtt-discovery-prefix \"ha/\""),
+            (&["--mqtt", "mqtt://h", "--mqtt-ca", "/nonexistent.pem"], "--mqtt-ca /nonexistent.pem: no such file"),
+        ] {
+            let a = T::parse_from(std::iter::once(&"t").chain(args)).m;
+            let e = format!("{:#}", a.config("default").unwrap_err());
+            assert!(e.starts_with(says), "{args:?}: {e}");
+            assert!(!e.contains("hunter2") && !e.contains('\n'), "{e}");
+        }
+        assert!(T::try_parse_from(["t", "--mqtt", "mqtt://h", "--mqtt-qos", "3"]).is_err());
+    }
+}
