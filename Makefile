@@ -2,7 +2,7 @@
 CARGO ?= cargo
 ZCPIPE := target/release/zcpipe
 
-.PHONY: setup build run test lint clean aarch64 test-aarch64 test-faults
+.PHONY: test-browser setup build run test lint clean aarch64 test-aarch64 test-faults
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,13 @@ run: setup
 test:
 	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked
+
+# The web view in a real browser (tests/browser.rs, ignored by `make test`): a run on the bundled
+# clip with --http, the page in headless Chromium (Debian's chromium, installed by setup.sh), its
+# screenshot checked (the camera's picture, the boxes where the detections say); the screenshot is
+# left in target/browser/web-view.png.
+test-browser:
+	$(CARGO) test --release --locked --test browser -- --ignored --nocapture
 
 # Fault injection (tests/faults.rs): kill -9 of each stage 20 times while testsrc flows, a hung
 # stage found by the watchdog, a consumer that keeps every buffer losing its lease. `make test`

@@ -7,6 +7,7 @@
 #     gstreamer1.0-plugins-good: qtdemux, rtph264pay; -bad: h264parse): scripts/rtsp_server.py,
 #     the real RTSP camera of tests/rtsp.rs (Debian's python, not a pyenv one first on PATH).
 #   lintian: `make deb-test` (CI) checks the package with it.
+#   chromium: headless Chromium for `make test-browser` (tests/browser.rs: the web view in a real browser).
 #   mosquitto, mosquitto-clients: the real MQTT broker and mosquitto_sub/_pub/_passwd of
 #     tests/mqtt.rs (the MQTT bridge's tests start their own broker on a free port).
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
@@ -21,6 +22,7 @@ command -v mosquitto_sub >/dev/null 2>&1 && command -v mosquitto_pub >/dev/null 
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 /usr/bin/python3 -c 'import sys, gi; gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")
 from gi.repository import Gst, GstRtspServer; Gst.init(None)
 sys.exit(any(Gst.ElementFactory.find(e) is None for e in ("qtdemux", "h264parse", "rtph264pay")))' >/dev/null 2>&1 ||

@@ -276,7 +276,7 @@ fn the_web_view_serves_the_running_pipeline() {
     let (code, h, page) = get(addr, "/");
     let page = String::from_utf8(page).unwrap();
     assert_eq!((code, h["content-type"].as_str()), (200, "text/html; charset=utf-8"));
-    assert!(page.contains("<img src=\"/stream/cam0.mjpg\" alt=\"camera cam0\">") && page.contains("new EventSource(\"/api/detections\")") && page.contains("fetch(\"/api/stats\")"), "{page}");
+    assert!(page.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\" alt=\"camera cam0\">") && page.contains("new EventSource(\"/api/detections\")") && page.contains("fetch(\"/api/stats\")"), "{page}");
 
     // Stats once frames flow (with detections: the clip's first frames have a tv at 0.26).
     assert!(wait_for(Duration::from_secs(120), || get_json(addr, "/api/stats")["cameras"]["cam0"]["frames"].as_u64().unwrap() >= 10), "frames flow");

@@ -307,7 +307,7 @@ pub fn page(cameras: &[String], view_fps: f64) -> String {
         .iter()
         .map(|c| {
             let c = html_escape(c);
-            format!("<figure class=\"cam\" data-camera=\"{c}\"><img src=\"/stream/{c}.mjpg\" alt=\"camera {c}\"><figcaption><b>{c}</b> <span class=\"fps\">-</span> fps, <span class=\"drops\">-</span> dropped, <span class=\"frames\">-</span> frames <a href=\"/snapshot/{c}.jpg\">snapshot</a></figcaption></figure>\n")
+            format!("<figure class=\"cam\" data-camera=\"{c}\"><img id=\"img-{c}\" src=\"/stream/{c}.mjpg\" alt=\"camera {c}\"><figcaption><b>{c}</b> <span class=\"fps\">-</span> fps, <span class=\"drops\">-</span> dropped, <span class=\"frames\">-</span> frames <a href=\"/snapshot/{c}.jpg\">snapshot</a></figcaption></figure>\n")
         })
         .collect();
     PAGE.replace("<!--CAMERAS-->", &figs).replace("__VIEW_FPS__", &format!("{view_fps}"))
@@ -596,7 +596,7 @@ mod tests {
     #[test]
     fn the_page_has_an_escaped_figure_per_camera() {
         let p = page(&["cam0".into(), "a<b".into()], 5.0);
-        assert!(p.contains("<img src=\"/stream/cam0.mjpg\""), "{p}");
+        assert!(p.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\""), "{p}");
         assert!(p.contains("data-camera=\"a&lt;b\"") && !p.contains("a<b"));
         assert!(!p.contains("<!--CAMERAS-->") && !p.contains("__VIEW_FPS__"));
     }
