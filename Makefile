@@ -65,6 +65,19 @@ deb-test: deb-amd64
 deb-lint:
 	bash scripts/deb.sh lint
 
+# The same with cross (cross-rs) in Docker, as users with a container registry build (README
+# "Cross-compiling for aarch64"). No registry here, so `make cross-image` builds a local
+# stand-in for cross's aarch64 image from Debian's packages (debootstrap, docker import,
+# deploy/cross/Dockerfile; a no-op when it exists), and `make cross-test` installs the pinned
+# cross, points it at that image for this run only, cross-builds the release binary, runs its
+# `--version` and `doctor --json` under qemu-user, and `cross test`s the library (no onnx).
+.PHONY: cross-image cross-test
+cross-image:
+	bash scripts/cross.sh image
+
+cross-test:
+	CARGO="$(CARGO)" bash scripts/cross.sh test
+
 # Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/, scripts/fuzz.sh,
 # README "Fuzzing"): `make fuzz` runs each target for FUZZ_RUNS executions (optimised build),
 # `make fuzz-ci` for FUZZ_CI_SECONDS each (quick unoptimised build). Installs cargo-fuzz if missing.

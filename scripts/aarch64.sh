@@ -10,7 +10,7 @@
 # board (runner = qemu, linker = a cross gcc), which is where users build most.
 # Extra cargo arguments after `build`/`test` are passed on (e.g. `test -- ring::`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 TARGET=aarch64-unknown-linux-gnu
 SYSROOT=/usr/aarch64-linux-gnu
@@ -62,8 +62,12 @@ rustup_env() {
 
 build() {
     if use_cross; then
-        log "building with cross ($(cross --version 2>/dev/null | head -n1))"
-        cross build --release --locked --target "$TARGET" "$@"
+        # cross 0.2.5 would otherwise `rustup toolchain add` the toolchain in use on every call
+        # (it misreads rustup >= 1.28's list) and add rust-src: scripts/cross-rustup/rustup
+        # answers its questions read-only, and the target's std is added here instead.
+        rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET"
+        log "building with cross (cross's image, Cross.toml)"
+        PATH="$PWD/scripts/cross-rustup:$PATH" CROSS_CUSTOM_TOOLCHAIN=1 cross build --release --locked --target "$TARGET" "$@"
     else
         log "building with rustup's $TARGET and aarch64-linux-gnu-gcc (no cross or no container engine)"
         setup
@@ -106,6 +110,9 @@ run_tests() {
     log "unit tests (lib, no onnx) under ${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER%% *}"
     "$CARGO" test --release --locked --no-default-features --lib --target "$TARGET" "${args[@]}"
 }
+
+# Sourced (scripts/cross.sh reads TARGET and QEMU_OLD_IOCTL_SKIPS): define only.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 cmd=${1:-setup}
 [ $# -eq 0 ] || shift
