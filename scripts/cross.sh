@@ -130,7 +130,8 @@ run_cross_test() {
     out=$(cd "$out" && pwd)
     # For cross only: the pinned cross and the read-only rustup first on PATH; the local image
     # for this target; no rustup install of rust-src/std (CROSS_CUSTOM_TOOLCHAIN: the std was
-    # added above); the aarch64 build apart from the host's (cross mounts it at /target). The
+    # added above); Cross.toml's pre-build image built FROM the local one by docker's classic
+    # builder, which takes FROM from the local images (never a registry); the aarch64 build apart from the host's (cross mounts it at /target). The
     # image's own linker and runner must win: cross passes every CARGO_* of the host into the
     # container, so the host's (scripts/aarch64.sh's) are unset.
     local -a env_cross=(
@@ -141,6 +142,7 @@ run_cross_test() {
         CROSS_TARGET_AARCH64_UNKNOWN_LINUX_GNU_IMAGE="$IMAGE"
         CROSS_CUSTOM_TOOLCHAIN=1
         CARGO_NET_OFFLINE=true
+        DOCKER_BUILDKIT=0
         CARGO_TARGET_DIR="$out"
     )
     local features=()
@@ -161,18 +163,19 @@ run_cross_test() {
     [ "${hdr:0:12}" = 7f454c460201 ] && [ "${hdr:36:4}" = b700 ] ||
         die "$bin is not a 64-bit little-endian aarch64 ELF (header $hdr)"
     log "$bin: 64-bit LSB ELF, machine aarch64 (e_machine 183), $(du -h "$bin" | cut -f1)"
-    # Through cross's own runner (the image's qemu-aarch64), as a user's `cross run` would.
+    # `--version` by the image's runner (its qemu-aarch64) in the image: `cross run -- --version`
+    # cannot say it, as cross 0.2.5 takes `--version` and `-V` for its own wherever they stand.
     local version
-    version=$("${env_cross[@]}" cross run --release --locked --target "$TARGET" ${features[@]+"${features[@]}"} --quiet -- --version)
+    version=$("$ENGINE" run --rm -v "$bin:/zcpipe:ro" "$IMAGE" sh -c 'exec $CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER /zcpipe --version')
     [ "$version" = "zcpipe $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)" ] ||
         die "zcpipe --version under qemu-user printed '$version'"
     log "zcpipe --version under qemu-user: $version"
-    # Cross.toml's [build.env] too: ZCPIPE_LIBRKNNRT naming a host file outside the project (not
+    # `doctor --json` through `cross run`, as a user would run it. Cross.toml's [build.env] too: ZCPIPE_LIBRKNNRT naming a host file outside the project (not
     # a library) must reach zcpipe with the file mounted: dlopen then finds it and rejects its
     # header, where a variable not passed on or a file not mounted would read differently.
     local notlib
     notlib=$(mktemp /tmp/zcpipe-cross-notlib.XXXXXX)
-    echo "not a library" >"$notlib"
+    head -c 4096 /dev/zero | tr '\0' x >"$notlib"
     ZCPIPE_LIBRKNNRT=$notlib "${env_cross[@]}" cross run --release --locked --target "$TARGET" ${features[@]+"${features[@]}"} --quiet -- doctor --json >"$out/doctor.json"
     rm -f "$notlib"
     python3 - "$out/doctor.json" "$notlib" <<'PY'
