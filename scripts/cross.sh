@@ -131,9 +131,10 @@ run_cross_test() {
     # For cross only: the pinned cross and the read-only rustup first on PATH; the local image
     # for this target; no rustup install of rust-src/std (CROSS_CUSTOM_TOOLCHAIN: the std was
     # added above); Cross.toml's pre-build image built FROM the local one by docker's classic
-    # builder, which takes FROM from the local images (never a registry); the aarch64 build apart from the host's (cross mounts it at /target). The
-    # image's own linker and runner must win: cross passes every CARGO_* of the host into the
-    # container, so the host's (scripts/aarch64.sh's) are unset.
+    # builder, which takes FROM from the local images (never a registry); the aarch64 build
+    # apart from the host's (cross mounts it at /target). The image's own linker and runner
+    # must win: cross passes every CARGO_* of the host into the container, so the host's
+    # (scripts/aarch64.sh's) are unset.
     local -a env_cross=(
         env -u CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER -u CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER
         -u CC_aarch64_unknown_linux_gnu -u AR_aarch64_unknown_linux_gnu
