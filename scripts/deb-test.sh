@@ -38,6 +38,7 @@ files=(
     /usr/lib/systemd/system/zcpipe-capture@.service
     /usr/lib/systemd/system/zcpipe-infer.service
     /etc/zcpipe/zcpipe.toml
+    /usr/share/doc/zcpipe/examples/zcpipe.toml
     /usr/share/doc/zcpipe/copyright
     /usr/share/man/man1/zcpipe.1.gz
 )

@@ -14,7 +14,8 @@
 #                                            (src/core/data.rs looks in /usr/share/zcpipe)
 #   /usr/lib/udev/rules.d/99-zcpipe.rules    the device nodes for the zcpipe group
 #   /usr/lib/systemd/system/                 deploy/'s units (installed, not enabled)
-#   /etc/zcpipe/zcpipe.toml                  deploy/zcpipe.toml, a conffile
+#   /etc/zcpipe/zcpipe.toml                  deploy/zcpipe.toml with every setting commented out, a conffile
+#   /usr/share/doc/zcpipe/examples/zcpipe.toml   deploy/zcpipe.toml as it is
 #   /usr/share/doc/zcpipe/                   copyright (machine-readable), changelog.Debian.gz
 #   /usr/share/man/man1/zcpipe.1.gz
 # Depends: dpkg-shlibdeps where it can resolve the binary's libraries (the host's architecture),
@@ -129,7 +130,17 @@ for u in deploy/*.service deploy/*.target; do
     fi
     install -D -m 0644 "$u" "$root/usr/lib/systemd/system/$(basename "$u")"
 done
-install -D -m 0644 "$config" "$root/etc/zcpipe/zcpipe.toml"
+# /etc/zcpipe/zcpipe.toml is the example with every setting commented out: `zcpipe run` reads
+# that file when it exists, and right after install it must run the built-in default (the
+# bundled clip), not the example's cameras. The example itself goes to the docs.
+install -d -m 0755 "$root/etc/zcpipe"
+{
+    echo "# Every setting below is commented out: zcpipe runs its built-in default until you"
+    echo "# uncomment what you need. The example as written: /usr/share/doc/zcpipe/examples/zcpipe.toml"
+    sed -E '/^[[:space:]]*(#|$)/!s/^/# /' "$config"
+} >"$root/etc/zcpipe/zcpipe.toml"
+chmod 0644 "$root/etc/zcpipe/zcpipe.toml"
+install -D -m 0644 "$config" "$root/usr/share/doc/zcpipe/examples/zcpipe.toml"
 echo /etc/zcpipe/zcpipe.toml >"$root/DEBIAN/conffiles"
 
 # Documentation: copyright, changelog, manual page.

@@ -225,7 +225,7 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // The clean end's `offline` is the last message: everything before it has come.
-    assert!(wait_for(Duration::from_secs(10), || sub.payloads("zcpipe/available").last().is_some_and(|p| p == "offline")), "no offline at the end: {:?}", sub.msgs());
+    assert!(wait_for(Duration::from_secs(10), || sub.payloads("zcpipe-mqtt-run/available").last().is_some_and(|p| p == "offline")), "no offline at the end: {:?}", sub.msgs());
     let msgs = sub.msgs();
     // The socket's lines (`--json` prints the lines the socket's clients get).
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -235,7 +235,7 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     assert!(!with_dets.is_empty(), "the clip has detections at 0.2");
 
     // Detections: one message per frame with detections, the frame's fields and time_ms.
-    let dets: Vec<Value> = sub.payloads("zcpipe/cam0/detections").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
+    let dets: Vec<Value> = sub.payloads("zcpipe-mqtt-run/cam0/detections").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
     assert_eq!(dets.iter().map(|d| d["seq"].as_u64().unwrap()).collect::<Vec<_>>(), with_dets, "one detections message per frame line with detections");
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     for (d, f) in dets.iter().zip(frames.iter().filter(|f| !f["detections"].as_array().unwrap().is_empty())) {
@@ -268,8 +268,14 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
             }
         }
     }
+    // At the end of the stream nothing is in view: every count still above 0 goes to 0.
+    for (l, n) in &last {
+        if *n > 0 {
+            expected.get_mut(l).unwrap().push("0".into());
+        }
+    }
     for (label, changes) in &expected {
-        assert_eq!(&sub.payloads(&format!("zcpipe/cam0/{label}")), changes, "count topic of {label}");
+        assert_eq!(&sub.payloads(&format!("zcpipe-mqtt-run/cam0/{label}")), changes, "count topic of {label}");
     }
 
     // Discovery: an occupancy binary sensor per label seen, an fps sensor for the camera.
@@ -279,20 +285,20 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
         assert_eq!(p.len(), 1, "{topic}: {msgs:?}");
         let v: Value = serde_json::from_str(&p[0]).unwrap();
         assert_eq!(v["unique_id"], format!("zc-test_cam0_{label}_occupancy"));
-        assert_eq!(v["state_topic"], format!("zcpipe/cam0/{label}"));
-        assert_eq!(v["availability_topic"], "zcpipe/available");
+        assert_eq!(v["state_topic"], format!("zcpipe-mqtt-run/cam0/{label}"));
+        assert_eq!(v["availability_topic"], "zcpipe-mqtt-run/available");
         assert_eq!(v["device_class"], "occupancy");
         assert_eq!(v["device"]["identifiers"][0], "zc-test_cam0");
         assert_eq!(v["device"]["manufacturer"], "zcpipe");
     }
     let fps: Value = serde_json::from_str(&sub.payloads("homeassistant/sensor/zc-test/cam0_fps/config")[0]).unwrap();
-    assert_eq!((fps["state_topic"].as_str(), fps["unique_id"].as_str()), (Some("zcpipe/stats"), Some("zc-test_cam0_fps")));
+    assert_eq!((fps["state_topic"].as_str(), fps["unique_id"].as_str()), (Some("zcpipe-mqtt-run/stats"), Some("zc-test_cam0_fps")));
     assert_eq!(fps["value_template"], "{{ value_json.cameras['cam0'].fps }}");
 
     // Events: the tracker's, as on the socket.
     let events: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
     assert!(!events.is_empty(), "the tv (0.26) is a confirmed track with --track-high 0.1: new, then end");
-    let mq: Vec<Value> = sub.payloads("zcpipe/cam0/events").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
+    let mq: Vec<Value> = sub.payloads("zcpipe-mqtt-run/cam0/events").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
     assert_eq!(mq.len(), events.len());
     for (m, e) in mq.iter().zip(&events) {
         assert_eq!((&m["event"], &m["track_id"], &m["label"]), (&e["event"], &e["track_id"], &e["label"]));
@@ -300,14 +306,14 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     }
 
     // Stats (the last at the end: every frame), availability, and nothing else.
-    let stats: Value = serde_json::from_str(sub.payloads("zcpipe/stats").last().unwrap()).unwrap();
+    let stats: Value = serde_json::from_str(sub.payloads("zcpipe-mqtt-run/stats").last().unwrap()).unwrap();
     assert_eq!(stats["cameras"]["cam0"]["frames"], 40);
     assert_eq!(stats["cameras"]["cam0"]["detection_messages"].as_u64().unwrap() as usize, with_dets.len());
-    assert_eq!(sub.payloads("zcpipe/available"), ["online", "offline"]);
+    assert_eq!(sub.payloads("zcpipe-mqtt-run/available"), ["online", "offline"]);
     let topics: BTreeSet<String> = msgs.iter().map(|(t, _)| t.clone()).collect();
-    let mut known: BTreeSet<String> = ["zcpipe/available", "zcpipe/stats", "zcpipe/cam0/detections", "zcpipe/cam0/events", "homeassistant/sensor/zc-test/cam0_fps/config"].iter().map(|s| s.to_string()).collect();
+    let mut known: BTreeSet<String> = ["zcpipe-mqtt-run/available", "zcpipe-mqtt-run/stats", "zcpipe-mqtt-run/cam0/detections", "zcpipe-mqtt-run/cam0/events", "homeassistant/sensor/zc-test/cam0_fps/config"].iter().map(|s| s.to_string()).collect();
     for l in expected.keys() {
-        known.insert(format!("zcpipe/cam0/{l}"));
+        known.insert(format!("zcpipe-mqtt-run/cam0/{l}"));
         known.insert(format!("homeassistant/binary_sensor/zc-test/cam0_{l}/config"));
     }
     assert_eq!(topics, known);
@@ -331,7 +337,7 @@ fn a_killed_publish_stage_leaves_its_last_will() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), None);
     let sub = Sub::start(&b, None);
-    let run = Running::start(dir.path(), &[&TESTSRC[..], &["--instance", "mqtt-will", "--mqtt", &b.url()]].concat());
+    let run = Running::start(dir.path(), &[&TESTSRC[..], &["--instance", "mqtt-will", "--mqtt", &b.url(), "--mqtt-topic-prefix", "zcpipe"]].concat());
     assert!(wait_for(Duration::from_secs(60), || sub.seen("zcpipe/available", |p| p == "online")), "never online: {}", run.stderr());
     let pid = stage_pid(dir.path(), "publish").unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -351,7 +357,7 @@ fn the_bridge_outlives_a_broker_restart_and_counts_what_it_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let mut b = Broker::start(dir.path(), None);
     let sub = Sub::start(&b, None);
-    let run = Running::start(dir.path(), &[&TESTSRC[..], &["--instance", "mqtt-restart", "--mqtt", &b.url(), "--mqtt-queue", "2", "--mqtt-stats-interval", "1"]].concat());
+    let run = Running::start(dir.path(), &[&TESTSRC[..], &["--instance", "mqtt-restart", "--mqtt", &b.url(), "--mqtt-topic-prefix", "zcpipe", "--mqtt-queue", "2", "--mqtt-stats-interval", "1"]].concat());
     assert!(wait_for(Duration::from_secs(60), || sub.seen("zcpipe/stats", |_| true)), "no stats: {}", run.stderr());
     b.stop();
     assert!(wait_for(Duration::from_secs(30), || run.stderr().contains("mqtt: lost the connection to")), "{}", run.stderr());

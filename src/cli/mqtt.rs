@@ -26,9 +26,10 @@ pub struct MqttArgs {
     /// MQTT client id (default zcpipe-<hostname>, plus -<instance> for another instance).
     #[arg(long, value_name = "ID", requires = "mqtt")]
     pub mqtt_client_id: Option<String>,
-    /// First topic level(s) of every message but discovery's.
-    #[arg(long, value_name = "PREFIX", default_value = "zcpipe")]
-    pub mqtt_topic_prefix: String,
+    /// First topic level(s) of every message but discovery's (default zcpipe, or
+    /// zcpipe-<instance> for another --instance, so two instances on one broker do not mix).
+    #[arg(long, value_name = "PREFIX")]
+    pub mqtt_topic_prefix: Option<String>,
     /// Home Assistant's MQTT discovery prefix.
     #[arg(long, value_name = "PREFIX", default_value = "homeassistant")]
     pub mqtt_discovery_prefix: String,
@@ -69,7 +70,8 @@ impl MqttArgs {
         if broker.user.is_some() && broker.password.is_none() {
             broker.password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()).map(Secret::new);
         }
-        check_prefix("--mqtt-topic-prefix", &self.mqtt_topic_prefix)?;
+        let topic_prefix = self.topic_prefix(instance);
+        check_prefix("--mqtt-topic-prefix", &topic_prefix)?;
         check_prefix("--mqtt-discovery-prefix", &self.mqtt_discovery_prefix)?;
         let client_id = match &self.mqtt_client_id {
             Some(id) => id.clone(),
@@ -85,7 +87,7 @@ impl MqttArgs {
         Ok(Some(MqttConfig {
             broker,
             client_id,
-            topic_prefix: self.mqtt_topic_prefix.clone(),
+            topic_prefix,
             discovery_prefix: (!self.mqtt_no_discovery).then(|| self.mqtt_discovery_prefix.clone()),
             qos: self.mqtt_qos,
             retain: self.mqtt_retain,
@@ -102,14 +104,35 @@ impl MqttArgs {
         Some(format!("mqtt {}", b.describe()))
     }
 
-    /// The same options as flags, for the publish stage's command line. The URL keeps a
-    /// password only if `--mqtt` itself had one (one from [`PASSWORD_ENV`] stays in the
-    /// environment the stage inherits).
+    /// The topic prefix of instance `instance`: `--mqtt-topic-prefix`, else `zcpipe` for the
+    /// default instance and `zcpipe-<instance>` for another.
+    pub fn topic_prefix(&self, instance: &str) -> String {
+        match &self.mqtt_topic_prefix {
+            Some(p) => p.clone(),
+            None if instance == "default" => "zcpipe".into(),
+            None => format!("zcpipe-{instance}"),
+        }
+    }
+
+    /// The password of `--mqtt`'s URL as [`PASSWORD_ENV`] for the publish stage's
+    /// environment (its command line gets the URL without it: [`MqttArgs::flags`]); none
+    /// without a password in the URL (one from [`PASSWORD_ENV`] is inherited as it is).
+    pub fn secret_env(&self) -> Vec<(String, String)> {
+        let b = self.mqtt.as_deref().and_then(|u| BrokerUrl::parse(u).ok());
+        b.and_then(|b| b.password.map(|p| (PASSWORD_ENV.to_string(), p.expose().to_string()))).into_iter().collect()
+    }
+
+    /// The same options as flags, for the publish stage's command line: the URL without its
+    /// password, which the stage gets in its environment ([`MqttArgs::secret_env`]; one from
+    /// [`PASSWORD_ENV`] already is).
     pub fn flags(&self) -> Vec<String> {
         let Some(url) = &self.mqtt else { return vec![] };
+        // The password goes to the stage in its environment ([`MqttArgs::secret_env`]).
+        let url = BrokerUrl::parse(url).map_or_else(|_| url.clone(), |b| b.to_arg(false));
         let mut v = vec![format!("--mqtt={url}")];
         v.extend(self.mqtt_client_id.iter().map(|c| format!("--mqtt-client-id={c}")));
-        v.push(format!("--mqtt-topic-prefix={}", self.mqtt_topic_prefix));
+        // Without it the stage picks the same default from its own --instance.
+        v.extend(self.mqtt_topic_prefix.iter().map(|p| format!("--mqtt-topic-prefix={p}")));
         v.push(format!("--mqtt-discovery-prefix={}", self.mqtt_discovery_prefix));
         if self.mqtt_no_discovery {
             v.push("--mqtt-no-discovery".into());
@@ -143,8 +166,15 @@ mod tests {
         assert_eq!((c.broker.host.as_str(), c.broker.port, c.broker.user.as_deref()), ("broker.lan", 1883, Some("alice")));
         assert_eq!(c.broker.password.as_ref().unwrap().expose(), "p@ss");
         assert_eq!((c.qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()), (1, true, 7, "home/zc", "zc1"));
+        // The stage's command line has no password: its environment has it.
+        assert!(!a.flags().concat().contains("p%40ss") && !a.flags().concat().contains("p@ss"), "{:?}", a.flags());
+        assert_eq!(a.secret_env(), [(PASSWORD_ENV.to_string(), "p@ss".to_string())]);
         let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).m;
-        assert_eq!(back.config("default").unwrap(), Some(c.clone()), "flags read back the same: {:?}", a.flags());
+        let mut without = c.clone();
+        without.broker.password = None;
+        if std::env::var_os(PASSWORD_ENV).is_none() {
+            assert_eq!(back.config("default").unwrap(), Some(without), "flags read back the same but the password: {:?}", a.flags());
+        }
         assert_eq!(a.describe().unwrap(), "mqtt mqtt://broker.lan:1883 (user alice, password ***)");
         assert!(!format!("{c:?}").contains("p@ss"), "the config's Debug hides the password: {c:?}");
         assert_eq!(T::parse_from(["t"]).m.config("default").unwrap(), None);

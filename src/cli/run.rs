@@ -146,8 +146,8 @@ impl RunArgs {
         }
         if let Some(what) = self.mqtt.describe() {
             let why = match self.mqtt.mqtt_no_discovery {
-                false => format!("--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/", self.mqtt.mqtt_topic_prefix, self.mqtt.mqtt_discovery_prefix),
-                true => format!("--mqtt: detections, counts, events and stats under {}/", self.mqtt.mqtt_topic_prefix),
+                false => format!("--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/", self.mqtt.topic_prefix(&data.instance), self.mqtt.mqtt_discovery_prefix),
+                true => format!("--mqtt: detections, counts, events and stats under {}/", self.mqtt.topic_prefix(&data.instance)),
             };
             plan.outputs.push(crate::plan::Step { what, why });
         }
@@ -198,6 +198,6 @@ impl RunArgs {
             reset_after: std::time::Duration::from_secs(self.restart_reset),
             watchdog: (self.watchdog > 0).then(|| std::time::Duration::from_secs(self.watchdog)),
         };
-        Ok(RunConfig { publish_socket: socket, data, stage_flags, summary_json: self.summary_json.clone(), plan, restart, cameras })
+        Ok(RunConfig { publish_socket: socket, data, stage_flags, summary_json: self.summary_json.clone(), plan, restart, cameras, secret_env: self.mqtt.secret_env() })
     }
 }

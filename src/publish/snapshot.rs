@@ -215,11 +215,18 @@ fn worker(rx: Receiver<Request>, dir: &Path, keep: usize, cameras: &[String], pi
     }
 }
 
-/// Removes the oldest `*.jpg` of `folder` beyond the newest `keep` (names sort by time).
-/// Returns how many were removed.
+/// Whether `name` is a snapshot's file name: 13 digits (Unix ms), `-`, then `every.jpg` or
+/// `new-...jpg`. Nothing else in the folder is counted or removed.
+fn is_snapshot_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() > 14 && b[..13].iter().all(u8::is_ascii_digit) && b[13] == b'-' && name.ends_with(".jpg") && (name[14..] == *"every.jpg" || name[14..].starts_with("new-"))
+}
+
+/// Removes the oldest snapshots ([`is_snapshot_name`]) of `folder` beyond the newest `keep`
+/// (names sort by time); any other file is left alone. Returns how many were removed.
 fn prune(folder: &Path, keep: usize) -> u64 {
     let Ok(rd) = std::fs::read_dir(folder) else { return 0 };
-    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "jpg") && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))).collect();
+    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| is_snapshot_name(&n.to_string_lossy()))).collect();
     if names.len() <= keep {
         return 0;
     }
@@ -239,10 +246,14 @@ mod tests {
             std::fs::write(d.path().join(format!("{ms:013}-every.jpg")), b"x").unwrap();
         }
         std::fs::write(d.path().join("notes.txt"), b"x").unwrap();
-        assert_eq!(prune(d.path(), 2), 3);
+        // The user's own pictures are neither counted nor removed.
+        std::fs::write(d.path().join("0001-holiday.jpg"), b"x").unwrap();
+        std::fs::write(d.path().join("zzz-mine.jpg"), b"x").unwrap();
+        std::fs::write(d.path().join("0000000000000-new-person-1.jpg"), b"x").unwrap();
+        assert_eq!(prune(d.path(), 2), 4);
         let mut left: Vec<String> = std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
         left.sort();
-        assert_eq!(left, ["0000000000004-every.jpg", "0000000000005-every.jpg", "notes.txt"]);
+        assert_eq!(left, ["0000000000004-every.jpg", "0000000000005-every.jpg", "0001-holiday.jpg", "notes.txt", "zzz-mine.jpg"]);
         assert_eq!(prune(d.path(), 2), 0);
     }
 }

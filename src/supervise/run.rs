@@ -232,6 +232,10 @@ pub struct RunConfig {
     pub restart: super::RestartPolicy,
     /// The cameras: name and source (credentials redacted), in order; one for a single camera.
     pub cameras: Vec<(String, String)>,
+    /// Secrets the stages get in their environment, never on their command lines (which
+    /// every local user reads in `/proc/PID/cmdline`; a process's environment only its own
+    /// user, proc(5)): (variable, value), e.g. the MQTT password.
+    pub secret_env: Vec<(String, String)>,
 }
 
 fn probe(p: &std::path::Path) -> Option<()> {
@@ -248,8 +252,9 @@ fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
 }
 
-fn spawn(exe: &std::path::Path, stage: Stage, name: &str, args: Vec<String>, report_w: &OwnedFd) -> Result<Child> {
+fn spawn(exe: &std::path::Path, stage: Stage, name: &str, args: Vec<String>, env: &[(String, String)], report_w: &OwnedFd) -> Result<Child> {
     let mut cmd = Command::new(exe);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("stage").arg(stage.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.stdout(if stage == Stage::Publish { Stdio::inherit() } else { Stdio::null() });
     if std::env::var_os("RUST_LOG").is_none() {
@@ -302,7 +307,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     for (stage, name, args) in &a.stage_flags {
         let mut args = args.clone();
         args.push(format!("--report-fd={REPORT_FD}"));
-        match spawn(&exe, *stage, name, args.clone(), &report_w) {
+        match spawn(&exe, *stage, name, args.clone(), &a.secret_env, &report_w) {
             Ok(child) => procs.push(Proc::new(*stage, name.clone(), child, args, several && *stage == Stage::Capture)),
             Err(e) => {
                 for p in &mut procs {
@@ -426,7 +431,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         for p in procs.iter_mut().filter(|p| p.restart_at.is_some_and(|t| Instant::now() >= t)) {
             p.restart_at = None;
             let Some(w) = report_w.as_ref().filter(|_| !stopping) else { continue };
-            match spawn(&exe, p.stage, &p.name, p.args.clone(), w) {
+            match spawn(&exe, p.stage, &p.name, p.args.clone(), &a.secret_env, w) {
                 Ok(child) => {
                     log::info!("restarted the {} stage: pid {}", p.name, child.id());
                     p.child = child;

@@ -127,6 +127,8 @@ struct Shared {
     view_fps: f64,
     stop: AtomicBool,
     requests: AtomicU64,
+    /// Requests refused for a declared body over [`MAX_BODY`].
+    huge_bodies: AtomicU64,
     sse_clients: AtomicU64,
     mjpeg_clients: AtomicU64,
     sse_dropped: AtomicU64,
@@ -163,6 +165,7 @@ impl HttpOutput {
             view_fps: http.view_fps,
             stop: AtomicBool::new(false),
             requests: AtomicU64::new(0),
+            huge_bodies: AtomicU64::new(0),
             sse_clients: AtomicU64::new(0),
             mjpeg_clients: AtomicU64::new(0),
             sse_dropped: AtomicU64::new(0),
@@ -332,8 +335,28 @@ fn camera_of(s: &Shared, rest: &str, suffix: &str) -> Option<usize> {
     s.cameras.iter().position(|c| c == name)
 }
 
+/// The largest request body (bytes) the view lets tiny_http drop. The view takes no body,
+/// but tiny_http 0.12 reads what is left of a declared body when a request is dropped into
+/// one buffer of the declared size (`util/equal_reader.rs`), so a request claiming a body of
+/// 100 GB would abort the process; such a request is never dropped: it is leaked (one
+/// connection and about a kilobyte), refused and counted ([`refuse_body`]).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// A request whose declared body is over [`MAX_BODY`]: left unanswered and unfreed (see
+/// there), counted, logged (the first, then every 100th).
+fn refuse_body(s: &Shared, rq: tiny_http::Request) {
+    let n = s.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
+    if n == 1 || n % 100 == 0 {
+        log::warn!("web view: a request from {} declared a body of {} bytes (the view takes none): not answered ({n} so far)", rq.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string()), rq.body_length().unwrap_or(0));
+    }
+    std::mem::forget(rq);
+}
+
 fn route(s: &Arc<Shared>, rq: tiny_http::Request) {
     use tiny_http::Method;
+    if rq.body_length().is_some_and(|n| n > MAX_BODY) {
+        return refuse_body(s, rq);
+    }
     if !matches!(rq.method(), Method::Get | Method::Head) {
         let r = tiny_http::Response::from_string("the web view takes GET and HEAD only\n").with_status_code(405).with_header(header("Allow", "GET, HEAD"));
         let _ = rq.respond(r);

@@ -101,9 +101,11 @@ impl Renderer {
                 return Ok(p.clone());
             }
         }
-        // Pixels only now that a picture is wanted, and only newer ones than those held.
-        let newer_than = slot.pixels.as_ref().map(|p| p.seq);
-        let got = self.source.lock().unwrap_or_else(|p| p.into_inner()).latest(cam, newer_than);
+        // Pixels only now that a picture is wanted, and only other ones than those held: told
+        // apart by capture time (CLOCK_MONOTONIC, which a restarted capture stage goes on
+        // with), not by seq (which it starts again from 0).
+        let held = slot.pixels.as_ref().map(|p| p.timestamp_ns);
+        let got = self.source.lock().unwrap_or_else(|p| p.into_inner()).latest(cam, None).filter(|f| Some(f.timestamp_ns) != held);
         match got {
             Some(f) if f.is_whole() => slot.pixels = Some(f),
             Some(f) => log::warn!("camera {name}: the view's frame {} is {}x{} with {} bytes, not RGB24 of that size; keeping the last good one", f.seq, f.width, f.height, f.rgb.len()),

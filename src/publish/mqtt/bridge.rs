@@ -238,6 +238,11 @@ impl Output for MqttOutput {
         }
         self.closed = true;
         self.connected_at_end = Some(self.shared.connected.load(Ordering::Relaxed));
+        // Nothing is in view any more: every count to 0 (before the last stats).
+        let mut ends = std::mem::take(&mut self.scratch);
+        self.tr.end(&mut ends);
+        self.scratch = ends;
+        self.enqueue();
         let m = self.tr.stats(self.counters());
         self.scratch.push(Out::Once(m));
         self.enqueue();

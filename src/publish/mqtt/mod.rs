@@ -463,6 +463,19 @@ impl Translator {
         }
     }
 
+    /// The stream ended: every count above 0 goes to 0 (so a retained count does not keep
+    /// a Home Assistant occupancy sensor on after the run; the next run starts from 0).
+    pub fn end(&mut self, out: &mut Vec<Out>) {
+        for (camera, cam) in &mut self.cameras {
+            for (label, n) in &mut cam.counts {
+                if *n > 0 {
+                    *n = 0;
+                    out.push(Out::State(Msg { topic: self.cfg.camera_topic(camera, label), payload: "0".into(), retain: self.cfg.retain }));
+                }
+            }
+        }
+    }
+
     fn event(&mut self, e: &EventJson, time_ms: u64, out: &mut Vec<Out>) {
         out.push(Out::Once(Msg { topic: self.cfg.camera_topic(&e.camera, "events"), payload: with_time(e, time_ms), retain: false }));
     }
