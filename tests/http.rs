@@ -340,6 +340,17 @@ fn the_web_view_serves_the_running_pipeline() {
     let (code, _, body) = get(addr, "/snapshot/nope.jpg");
     assert_eq!((code, String::from_utf8_lossy(&body).trim()), (404, "no camera nope.jpg; cameras: cam0"));
 
+    // A request declaring a 100 GB body (tiny_http would allocate it when the request is
+    // dropped): refused unanswered, and the stage serves on, never restarted.
+    let publish_pid = common::stage_pid(dir.path(), "publish");
+    let mut evil = TcpStream::connect(addr).unwrap();
+    evil.write_all(b"GET /api/stats HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let st = get_json(addr, "/api/stats");
+    assert_eq!((st["cameras"]["cam0"]["width"].as_u64(), st["server"]["refused_bodies"].as_u64()), (Some(768), Some(1)), "the view serves on: {st}");
+    assert_eq!(common::stage_pid(dir.path(), "publish"), publish_pid, "the publish stage was not restarted");
+    drop(evil);
+
     // Stop the run: the event stream ends with the end line.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.0.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = run.0.wait().unwrap();

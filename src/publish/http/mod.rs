@@ -421,6 +421,7 @@ fn stats_json(s: &Shared) -> serde_json::Value {
         "clients": {"sse": c.sse_clients, "mjpeg": c.mjpeg_clients},
         "requests": c.requests,
         "sse_dropped": c.sse_dropped,
+        "refused_bodies": s.huge_bodies.load(Ordering::Relaxed),
         "view_fps": s.view_fps,
         "no_pixels": pixels,
     });
