@@ -16,7 +16,7 @@ use zcpipe::core::tap::{frame_to_rgb, TapClient};
 #[test]
 fn taps_see_the_capture_pools_frames_and_a_stuck_tap_does_not_hold_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();
-    let mut run = zcpipe_run(dir.path())
+    let run = zcpipe_run(dir.path())
         .args(["--instance", "fanout", "--source", "testsrc:320x240@30", "--frames", "240", "--infer", "none", "--scaler", "cpu", "--no-print", "--watchdog", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

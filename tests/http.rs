@@ -67,6 +67,9 @@ fn get_json(addr: SocketAddr, path: &str) -> Value {
     serde_json::from_slice(&body).unwrap()
 }
 
+/// A series' labels but `le`, in order (a histogram's buckets grouped by series).
+type Labels = Vec<(String, String)>;
+
 /// One sample of the Prometheus text: metric name, labels, value.
 type Sample = (String, BTreeMap<String, String>, f64);
 
@@ -145,7 +148,7 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
     }
     // Histograms: per label set, buckets cumulative in increasing le, +Inf == _count.
     for (family, _) in types.iter().filter(|(_, k)| *k == "histogram") {
-        let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut series: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
         for (n, l, v) in samples.iter().filter(|s| s.0 == format!("{family}_bucket")) {
             let le: f64 = match l["le"].as_str() {
                 "+Inf" => f64::INFINITY,

@@ -73,7 +73,7 @@ pub struct TrackConfig {
 }
 
 /// The group `--socket-group` names (`name`), else the `zcpipe` group when it exists
-/// (getgrnam(3)); `None`: the owner only. Error: a named group that does not exist.
+/// (getgrnam(3)) and this process may use it (root or a member); `None`: the owner only. Error: a named group that does not exist.
 pub fn socket_group(name: Option<&str>) -> Result<Option<nix::unistd::Group>> {
     match name {
         Some(n) => match nix::unistd::Group::from_name(n) {
@@ -81,8 +81,16 @@ pub fn socket_group(name: Option<&str>) -> Result<Option<nix::unistd::Group>> {
             Ok(None) => bail!("--socket-group {n}: no such group; create it (groupadd {n}) and add the clients' users to it, or leave the flag out"),
             Err(e) => bail!("--socket-group {n}: looking the group up: {e}"),
         },
-        None => Ok(nix::unistd::Group::from_name("zcpipe").ok().flatten()),
+        // The default only where this process may give the socket to it (chown(2): root, or
+        // a member), so a stage run by another user still starts (owner only then).
+        None => Ok(nix::unistd::Group::from_name("zcpipe").ok().flatten().filter(|g| may_use_group(g.gid))),
     }
+}
+
+/// Whether this process may chown a file to group `gid` (chown(2)): root, or `gid` is its
+/// effective or a supplementary group.
+fn may_use_group(gid: nix::unistd::Gid) -> bool {
+    nix::unistd::geteuid().is_root() || nix::unistd::getegid() == gid || nix::unistd::getgroups().is_ok_and(|gs| gs.contains(&gid))
 }
 
 /// How publish prints frames on its stdout (`--print`).

@@ -132,9 +132,9 @@ impl Output for Snapshots {
     fn tick(&mut self) {
         let Some(every) = self.every else { return };
         let have: Vec<bool> = self.latest.lock().unwrap_or_else(|p| p.into_inner()).iter().map(Option::is_some).collect();
-        for cam in 0..self.cameras.len() {
+        for (cam, &sent) in have.iter().enumerate() {
             // Only cameras that sent a frame: a camera that is away gets no pictures.
-            if have[cam] && self.last[cam].is_none_or(|t| t.elapsed() >= every) {
+            if sent && self.last[cam].is_none_or(|t| t.elapsed() >= every) {
                 self.last[cam] = Some(Instant::now());
                 self.request(cam, "every".into());
             }
@@ -207,7 +207,7 @@ fn worker(rx: Receiver<Request>, dir: &Path, keep: usize, cameras: &[String], pi
                     c.failed += 1;
                     c.failed
                 };
-                if failed == 1 || failed % 100 == 0 {
+                if failed == 1 || failed.is_multiple_of(100) {
                     log::warn!("{e:#} ({failed} failed so far; is the disk full? the pipeline goes on without snapshots until it has room)");
                 }
             }

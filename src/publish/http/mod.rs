@@ -346,7 +346,7 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// there), counted, logged (the first, then every 100th).
 fn refuse_body(s: &Shared, rq: tiny_http::Request) {
     let n = s.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
-    if n == 1 || n % 100 == 0 {
+    if n == 1 || n.is_multiple_of(100) {
         log::warn!("web view: a request from {} declared a body of {} bytes (the view takes none): not answered ({n} so far)", rq.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string()), rq.body_length().unwrap_or(0));
     }
     std::mem::forget(rq);
