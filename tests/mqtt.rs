@@ -339,6 +339,9 @@ fn a_killed_publish_stage_leaves_its_last_will() {
     let sub = Sub::start(&b, None);
     let run = Running::start(dir.path(), &[&TESTSRC[..], &["--instance", "mqtt-will", "--mqtt", &b.url(), "--mqtt-topic-prefix", "zcpipe"]].concat());
     assert!(wait_for(Duration::from_secs(60), || sub.seen("zcpipe/available", |p| p == "online")), "never online: {}", run.stderr());
+    // The bridge connects during the publish stage's set-up; a stage killed before its set-up
+    // is done stops the run instead of being restarted, so wait until it is set up.
+    assert!(wait_for(Duration::from_secs(60), || run.stderr().contains("zcpipe publish: publishing")), "publish never set up: {}", run.stderr());
     let pid = stage_pid(dir.path(), "publish").unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     assert!(wait_for(Duration::from_secs(30), || sub.payloads("zcpipe/available").starts_with(&["online".to_string(), "offline".to_string()])), "no last will: {:?}", sub.payloads("zcpipe/available"));
