@@ -162,6 +162,7 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         DetectorKind::Rknn => format!("rknn {} {}", i.infer.model.display(), i.infer.cores_text),
         DetectorKind::Onnx => format!("onnx {} (tract, CPU)", i.infer.model.display()),
         DetectorKind::None => "none (no inference)".into(),
+        DetectorKind::Replay => format!("replay {} (detections read from the file)", i.infer.model.display()),
         DetectorKind::Auto => format!("auto {}", i.infer.model.display()),
     };
     let infer_why = if i.infer.cores_reason.is_empty() { i.infer.reason.clone() } else { format!("{}; cores: {}", i.infer.reason, i.infer.cores_reason) };

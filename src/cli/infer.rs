@@ -19,7 +19,9 @@ use super::common::choice;
 /// Infer options.
 #[derive(Args, Debug, Clone)]
 pub struct InferArgs {
-    /// Detector backend: auto, onnx (tract on the CPU), none (no inference: measure transport).
+    /// Detector backend: auto, onnx (tract on the CPU), rknn (the Rockchip NPU), none (no
+    /// inference: measure transport), or replay:FILE.jsonl (detections read from a file of
+    /// detection lines, as `zcpipe run --json` prints them: for demos and machines without a model).
     #[arg(long, default_value = "auto")]
     pub infer: String,
     /// Model file (.onnx or .rknn). Default: with --infer auto, the bundled .rknn for this SoC
@@ -106,7 +108,19 @@ impl InferArgs {
     /// `--infer`, `--model` and `--npu-cores` resolved on this board ([`auto::choose`]: the
     /// backend and model `auto` means here, every NPU core of the SoC).
     pub fn choice(&self) -> Result<InferChoice> {
+        if let Some(file) = self.infer.strip_prefix("replay:") {
+            if file.is_empty() {
+                anyhow::bail!("--infer replay: needs a file: --infer replay:FILE.jsonl");
+            }
+            if let Some(m) = &self.model {
+                anyhow::bail!("--infer replay:{file} reads its detections from {file}; --model {} is for the other backends: drop one", m.display());
+            }
+            return auto::choose(DetectorKind::Replay, Some(std::path::Path::new(file)), None);
+        }
         let backend: DetectorKind = self.infer.parse()?;
+        if backend == DetectorKind::Replay {
+            anyhow::bail!("--infer replay needs a file: --infer replay:FILE.jsonl (lines as `zcpipe run --json` prints them)");
+        }
         let cores = match self.npu_cores.as_str() {
             "auto" => None,
             s => Some(parse_npu_cores(s).map_err(anyhow::Error::msg)?),

@@ -118,6 +118,7 @@ fn check_model(backend: DetectorKind, model: &Path) -> Result<()> {
             }
             Ok(())
         }
+        DetectorKind::Replay => super::replay::ReplayFile::load(&path).map(drop),
         _ => Ok(()),
     }
 }

@@ -24,7 +24,8 @@
 //! Backends sit behind one trait, [`Detector`], chosen by [`DetectorKind`] (`--infer`) in
 //! [`open_detector`]: `onnx` (tract, CPU, behind the `onnx` cargo feature), `rknn` (Rockchip
 //! NPU through `librknnrt.so` loaded at run time, reading the scaler's dma-bufs in place:
-//! [`rknn`]), `none` (no inference, to measure transport), `auto`. The stage process is
+//! [`rknn`]), `replay` (detections read from a file: [`replay`]), `none` (no inference, to
+//! measure transport), `auto`. The stage process is
 //! [`stage`]; its configuration is [`InferConfig`]; it never imports another stage. The model contract (tensor shapes, preprocessing, decoding, reference detections)
 //! is in `models/PROVENANCE.md`.
 //!
@@ -37,6 +38,7 @@ pub mod nms;
 pub mod stage;
 #[cfg(feature = "onnx")]
 pub mod onnx;
+pub mod replay;
 pub mod rknn;
 
 pub use labels::load_labels;
@@ -47,7 +49,7 @@ use anyhow::{bail, Context};
 
 use crate::core::config::Choice;
 use crate::core::dmabuf::DmaBuf;
-use crate::core::frame::{Fourcc, FrameLayout, Letterbox, Placement};
+use crate::core::frame::{Fourcc, FrameDesc, FrameLayout, Letterbox, Placement};
 use crate::core::pool::Frame;
 
 /// One detected object.
@@ -177,6 +179,12 @@ pub trait Detector: Send {
     /// Anchors skipped so far because an output value was NaN or infinite ([`heads`]).
     fn nonfinite_skipped(&self) -> u64 {
         0
+    }
+    /// Told each frame's descriptor (its seq and letterbox) just before the frame is run
+    /// through [`Detector::detect`] or [`Detector::detect_bound`] on the stage's thread. The
+    /// `replay` backend picks its detections by it; the default ignores it.
+    fn before_frame(&mut self, desc: &FrameDesc) {
+        let _ = desc;
     }
     /// Runs one frame. `input` is the whole mapped buffer; `layout` is a packed `BGR24`
     /// layout matching [`Detector::input_spec`] (rows of `planes[0].bytesperline` bytes,
@@ -338,6 +346,9 @@ pub enum DetectorKind {
     Rknn,
     /// No inference: measures transport.
     None,
+    /// Detections read from a file (`--infer replay:FILE.jsonl`; the file is
+    /// [`InferConfig::model`]): [`replay`].
+    Replay,
 }
 
 impl Choice for DetectorKind {
@@ -346,6 +357,7 @@ impl Choice for DetectorKind {
         (DetectorKind::Onnx, "onnx", "tract on the CPU"),
         (DetectorKind::Rknn, "rknn", "the Rockchip NPU through librknnrt"),
         (DetectorKind::None, "none", "no inference: measure transport"),
+        (DetectorKind::Replay, "replay", "detections read from a file: --infer replay:FILE.jsonl (lines as `zcpipe run --json` prints them)"),
     ];
 }
 
@@ -376,6 +388,7 @@ pub fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Resu
         DetectorKind::None => Ok(Box::new(NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)).sized(opts.input_size))),
         DetectorKind::Onnx => open_onnx(opts),
         DetectorKind::Rknn => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
+        DetectorKind::Replay => Ok(Box::new(replay::ReplayDetector::open(&opts.model, heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement), opts.input_size, opts.score_threshold)?)),
         DetectorKind::Auto => {
             let has_ext = |x: &str| opts.model.extension().is_some_and(|e| e.eq_ignore_ascii_case(x));
             if has_ext("rknn") {

@@ -366,6 +366,7 @@ fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopEnd {
             };
             *n_in += 1;
             let d = arrived(&frame, io.spec)?;
+            det.before_frame(&d);
             let dets = if io.bound {
                 // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
                 det.detect_bound(&frame).with_context(|| format!("inference on frame {}", d.seq))?
