@@ -113,7 +113,7 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         let h = rga_heap(i.heap, &heap_dir, !i.scaler.rga2);
         (h.choice, h.reason)
     } else if i.heap == HeapChoice::Auto {
-        (HeapChoice::Auto, "auto: the first present of system, dma32, cma, udmabuf, memfd".to_string())
+        (HeapChoice::Auto, "auto: the first present of system, dma32, cma, udmabuf, drm, memfd".to_string())
     } else {
         (i.heap, format!("--heap {}", i.heap.name()))
     };
@@ -130,7 +130,7 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         (io, Some(_)) => (io.or(Some(CaptureIo::Mmap)), "the driver's buffers, exported with VIDIOC_EXPBUF".into()),
         (io, None) => (io, String::new()),
     };
-    let alloc = crate::doctor::quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf")))?;
+    let alloc = crate::doctor::quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf"), &board::path("/dev/dri")))?;
     let heap_what = alloc.describe();
     let heap_why = if rga && matches!(alloc, Allocator::Memfd) {
         format!("{heap_why}; no dma-buf heap or udmabuf here, so pools are memfds, which a real RGA cannot import (only the test fakes can): enable CONFIG_DMABUF_HEAPS_SYSTEM, or --scaler cpu")

@@ -94,6 +94,24 @@ fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
         }
     }
 
+    // DRM: every /dev/dri/card*, in numeric order; without any, neither --display nor
+    // --heap drm can work, and that is no problem (most PCs and boards run headless).
+    let mut cards: Vec<(u32, String)> = std::fs::read_dir("/dev/dri")
+        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| Some((e.file_name().to_str()?.strip_prefix("card")?.parse().ok()?, e.path().display().to_string()))).collect())
+        .unwrap_or_default();
+    cards.sort();
+    let listed: Vec<String> = r["drm"]["cards"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap().to_string()).collect();
+    assert_eq!(listed, cards.into_iter().map(|(_, p)| p).collect::<Vec<_>>());
+    assert_eq!(r["drm"]["dir"], "/dev/dri");
+    if listed.is_empty() {
+        for v in ["display", "heap_drm"] {
+            assert_eq!(r["drm"][v]["can_work"], false, "{}", r["drm"]);
+            assert_eq!(r["drm"][v]["why"], "no DRM card in /dev/dri", "{}", r["drm"]);
+            assert!(r["drm"][v]["fix"].as_str().unwrap().contains("modprobe vkms"), "{}", r["drm"]);
+        }
+        assert!(problems.iter().all(|p| !p["about"].as_str().unwrap().starts_with("/dev/dri")), "{problems:?}");
+    }
+
     // Vendor libraries: both are asked for; the SoC comes from the device tree or is absent.
     let libs: Vec<String> = r["libraries"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(libs, ["librga.so", "librknnrt.so"]);
@@ -130,6 +148,7 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
         format!("== V4L2 video nodes (/dev/video*): {} ==", video_nodes().len()),
         format!("== dma-buf heaps (/dev/dma_heap): {} ==", heaps().len()),
         "== udmabuf (/dev/udmabuf) ==".to_string(),
+        format!("== DRM cards (/dev/dri/card*): {} ==", json["drm"]["cards"].as_array().unwrap().len()),
         "== vendor libraries ==".to_string(),
     ] {
         assert!(lines.contains(&section.as_str()), "no line {section:?} in:\n{t}");
@@ -153,6 +172,10 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
     }
     if heaps().is_empty() {
         assert!(t.contains("problem: no dma-buf heap: /dev/dma_heap "), "{t}");
+    }
+    if json["drm"]["cards"].as_array().unwrap().is_empty() {
+        assert!(lines.contains(&"  no DRM devices (no /dev/dri/card*): the kernel has no display driver loaded"), "{t}");
+        assert!(lines.contains(&"  --display: cannot: no DRM card in /dev/dri") && lines.contains(&"  --heap drm: cannot: no DRM card in /dev/dri"), "{t}");
     }
     // The allocator's own log line is not repeated on stderr: the report says it.
     let stderr = String::from_utf8_lossy(&out.stderr);

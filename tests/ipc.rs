@@ -81,7 +81,7 @@ fn produce(test: &str, policy: RingPolicy, frames: u64, delay_ms: u64) -> (PoolP
     let conn = listener.accept(&NEVER).unwrap();
     assert_eq!(conn.peer_pid as u32, child.id(), "SO_PEERCRED names the consumer process");
     let _hello = conn.recv().unwrap();
-    let alloc = Allocator::open(HeapChoice::Auto, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf")).unwrap();
+    let alloc = Allocator::open(HeapChoice::Auto, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri")).unwrap();
     let pool = alloc.allocate_pool(4, layout().bytes_needed()).unwrap();
     let spec = HopSpec { policy, capacity: 3, memory: alloc.describe(), layout: Some(layout()), fps: 0.0, description: "test".into(), copy_mode: false };
     let mut prod = PoolProducer::offer(conn, pool.into_iter().map(|b| vec![b]).collect(), spec).unwrap();

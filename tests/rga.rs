@@ -75,7 +75,7 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
 }
 
 fn memfd_pool(n: usize, size: u64) -> Vec<DmaBuf> {
-    let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
     a.allocate_pool(n, size).unwrap()
 }
 

@@ -59,7 +59,7 @@ fn rules() -> Vec<(usize, Vec<Pair>)> {
 #[test]
 fn every_line_is_a_well_formed_rule() {
     let all = rules();
-    assert_eq!(all.len(), 8, "rule lines");
+    assert_eq!(all.len(), 9, "rule lines");
     for (n, pairs) in &all {
         assert!(pairs.iter().any(|p| p.op == "=="), "line {n}: a rule with no match key applies to every device");
         for p in pairs {
@@ -90,6 +90,7 @@ fn the_rules_cover_every_node_zcpipe_opens() {
         "KERNEL=mpp_service",     // /dev/mpp_service
         "KERNEL=rknpu",           // /dev/rknpu (older BSP NPU driver)
         "KERNEL=renderD*",        // the NPU as a DRM render node (newer rknpu)
+        "KERNEL=card[0-9]*",      // /dev/dri/card* (--display, --heap drm)
     ] {
         assert!(matched.contains(want), "no rule matches {want}; have {matched:?}");
     }

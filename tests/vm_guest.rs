@@ -278,7 +278,7 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
     for &fourcc in formats {
         for size in [(640, 480), (1280, 720)] {
             let cfg = V4l2Config { device: Some(node.into()), format: Some(fourcc), size: Some(size), fps: Some(30.0), buffers: 4, io };
-            let alloc = heap.map(|h| Allocator::open(h, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf")).unwrap());
+            let alloc = heap.map(|h| Allocator::open(h, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri")).unwrap());
             let r = capture_run(test, &cfg, alloc, 24, 0);
             let what = format!("{} {} {}x{} {}", node.display(), format_name(fourcc), size.0, size.1, io.name());
             // What the driver granted, and the layout built from it.
@@ -388,6 +388,22 @@ fn capture_vivid_single_planar_dmabuf_system_heap() {
 
 #[test]
 #[ignore = "runs in the VM guest: make vm-test"]
+fn capture_vivid_single_planar_dmabuf_drm_dumb_buffers() {
+    if let Some((s, d)) = role() {
+        return consumer_role(&s, d);
+    }
+    // vivid (vb2-vmalloc) imports vkms's dumb buffers, exported as dma-bufs, and fills them.
+    capture_matrix(
+        "capture_vivid_single_planar_dmabuf_drm_dumb_buffers",
+        &dev("VIVID_SP"),
+        CaptureIo::Dmabuf,
+        Some(HeapChoice::Drm),
+        &[Fourcc::NV12, Fourcc::YUYV],
+    );
+}
+
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
 fn capture_vivid_multi_planar_mmap() {
     if let Some((s, d)) = role() {
         return consumer_role(&s, d);
@@ -477,15 +493,25 @@ fn slow_consumer_costs_no_driver_drops() {
 fn dma_heap_udmabuf_and_sync_work() {
     let heap_dir = Path::new("/dev/dma_heap");
     let udmabuf = Path::new("/dev/udmabuf");
-    assert!(dev("DMA_HEAP_SYSTEM").exists() && dev("UDMABUF").exists());
-    for choice in [HeapChoice::System, HeapChoice::Udmabuf, HeapChoice::Auto] {
-        let a = Allocator::open(choice, heap_dir, udmabuf).unwrap();
+    let dri = Path::new("/dev/dri");
+    assert!(dev("DMA_HEAP_SYSTEM").exists() && dev("UDMABUF").exists() && dev("DRM_CARD").exists());
+    for choice in [HeapChoice::System, HeapChoice::Udmabuf, HeapChoice::Drm, HeapChoice::Auto] {
+        let a = Allocator::open(choice, heap_dir, udmabuf, dri).unwrap();
         if choice == HeapChoice::Auto {
             assert_eq!(a.describe(), "dma-heap /dev/dma_heap/system", "auto picks the system heap when present");
+        }
+        if choice == HeapChoice::Drm {
+            assert_eq!(a.describe(), format!("drm dumb buffers of {} (vkms)", dev("DRM_CARD").display()));
         }
         let mut pool = a.allocate_pool(3, 1 << 20).unwrap();
         for (i, b) in pool.iter_mut().enumerate() {
             assert!(b.kind().needs_sync());
+            if choice == HeapChoice::Drm {
+                assert_eq!(b.kind(), &MemoryKind::DrmDumb(dev("DRM_CARD")));
+                // A dma-buf of the dumb buffer's size: 1 MiB = 1024 x 256 x 32 bpp, exactly.
+                let end = nix::unistd::lseek(b.fd().as_raw_fd(), 0, nix::unistd::Whence::SeekEnd).unwrap();
+                assert_eq!(end, 1 << 20, "the dma-buf's size");
+            }
             // Not a memfd: a real dma-buf (F_GET_SEALS fails on it).
             assert!(nix::fcntl::fcntl(b.fd().as_raw_fd(), nix::fcntl::FcntlArg::F_GET_SEALS).is_err(), "{} is a dma-buf", a.describe());
             let mut w = b.write().unwrap();
@@ -505,8 +531,14 @@ fn dma_heap_udmabuf_and_sync_work() {
         }
         println!("EVIDENCE allocator {:?}: {} gave 3 x 1 MiB dma-bufs; write/read through DMA_BUF_IOCTL_SYNC guards match", choice, a.describe());
     }
-    let e = Allocator::open(HeapChoice::Cma, heap_dir, udmabuf).unwrap_err().to_string();
+    let e = Allocator::open(HeapChoice::Cma, heap_dir, udmabuf, dri).unwrap_err().to_string();
     assert!(e.contains("--heap cma") && e.contains("heaps found: system"), "{e}");
+    // A DRM dumb buffer received by another process is a plain dma-buf to it.
+    let drm = Allocator::open(HeapChoice::Drm, heap_dir, udmabuf, dri).unwrap();
+    let b = drm.allocate(5000).unwrap();
+    assert_eq!(b.size(), 8192);
+    let peer = zcpipe::core::dmabuf::DmaBuf::from_peer(b.fd().try_clone_to_owned().unwrap(), 8192).unwrap();
+    assert_eq!(peer.kind(), &MemoryKind::DmaBuf);
     // Buffers a V4L2 driver exports (MMAP + EXPBUF) take the sync ioctl too.
     let cfg = V4l2Config { device: Some(dev("VIVID_SP")), format: Some(Fourcc::NV12), size: Some((640, 480)), buffers: 2, ..Default::default() };
     let mut cam = V4l2Capture::open(&cfg).unwrap();
@@ -749,6 +781,55 @@ fn pipeline_from_vivid_to_a_watch_client() {
     }
 }
 
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
+fn pipeline_with_drm_dumb_buffers() {
+    // `--heap drm`: vivid captures into vkms's dumb buffers (DMABUF import), and the scale
+    // stage's output pool is dumb buffers too; every frame crosses three processes as dma-bufs.
+    let sp = dev("VIVID_SP");
+    let card = dev("DRM_CARD");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
+    args.extend(
+        ["--format", "NV12", "--size", "640x480", "--fps", "30", "--frames", "60", "--scaler", "cpu", "--no-print", "--capture-io", "dmabuf", "--heap", "drm"]
+            .map(String::from),
+    );
+    let mut c = zcpipe();
+    c.args(&args);
+    let o = output_within(c, Duration::from_secs(180));
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "zcpipe run --heap drm; stderr:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let dumb = format!("drm dumb buffers of {} (vkms)", card.display());
+    let imported = format!("{dumb} imported by vivid (V4L2_MEMORY_DMABUF)");
+    assert!(stderr.contains(&imported), "capture's pool: want \"{imported}\" in\n{stderr}");
+    let s = summary(d);
+    for (stage, c) in s["exit_codes"].as_object().unwrap() {
+        assert_eq!(c, 0, "{stage} exit code");
+    }
+    let st = &s["stages"];
+    let x = &st["capture"]["extra"];
+    assert_eq!(u(&st["capture"]["frames_out"]), 60, "{}", st["capture"]);
+    assert_eq!(u(&x["buffers_still_out"]), 0, "{x}");
+    assert_eq!(u(&x["buffers_home"]), u(&x["buffers"]), "{x}");
+    assert_eq!(u(&st["publish"]["frames_in"]), u(&st["infer"]["output_ring"]["consumed"]));
+    assert!(u(&st["scale"]["frames_out"]) > 0 && u(&st["publish"]["frames_out"]) > 0, "{st}");
+    let pool_lines: Vec<&str> = stderr.lines().filter(|l| l.contains(&dumb)).collect();
+    for l in &pool_lines {
+        println!("EVIDENCE --heap drm: {l}");
+    }
+    println!(
+        "EVIDENCE --heap drm pipeline: vivid captured {} frames into {dumb} (DMABUF import), scaled {}, inferred {}, published {}; {} of {} buffers home",
+        u(&st["capture"]["frames_out"]),
+        u(&st["scale"]["frames_out"]),
+        u(&st["infer"]["frames_out"]),
+        u(&st["publish"]["frames_out"]),
+        u(&x["buffers_home"]),
+        u(&x["buffers"])
+    );
+}
+
 /// Runs zcpipe with `args`, expecting it to fail with one error line containing every
 /// string of `want`; returns that line.
 fn fails_cleanly(what: &str, args: &[String], want: &[&str]) -> String {
@@ -944,6 +1025,9 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
             || t.starts_with("YUYV")
             || t.starts_with("RGB24")
             || t.starts_with("/dev/dma_heap/")
+            || t.starts_with("/dev/dri/")
+            || t.starts_with("--display")
+            || t.starts_with("--heap drm")
             || t.starts_with("--heap auto")
             || t.starts_with("present,")
             || t.starts_with("lib")
@@ -983,6 +1067,77 @@ const VIVID_CID_DISCONNECT: u32 = 0x00f0_f000 + 65;
 
 /// Runs last (tests run in name order): it unplugs vivid's multi-planar instance, then
 /// reloads the vivid module so later tests find it again.
+#[test]
+#[ignore = "runs in the VM guest: make vm-test"]
+fn doctor_lists_vkms_connectors_planes_and_verdicts() {
+    let card = dev("DRM_CARD");
+    let mut c = zcpipe();
+    c.args(["doctor", "--json"]);
+    let o = output_within(c, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(0), "doctor --json; stderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let d = &r["drm"];
+    assert_eq!(d["dir"], "/dev/dri");
+    let cards = d["cards"].as_array().unwrap();
+    assert_eq!(cards.len(), 1, "vkms is the guest's one card: {d:#}");
+    let k = &cards[0];
+    assert_eq!(k["path"], card.display().to_string());
+    assert_eq!((k["driver"].as_str(), k["dumb_buffers"].as_bool(), k["atomic"].as_bool()), (Some("vkms"), Some(true), Some(true)), "{k}");
+    assert_eq!(k["master_free"], true, "nothing else holds the guest's display: {k}");
+    assert!(k["error"].is_null() && k["kms_error"].is_null(), "{k}");
+    // Connectors: Virtual-1 connected with modes, 1024x768 preferred (vkms's default); the
+    // writeback connector (enable_writeback=1), shown with DRM_CLIENT_CAP_WRITEBACK_CONNECTORS.
+    let conns = k["connectors"].as_array().unwrap();
+    let virt = conns.iter().find(|c| c["name"] == "Virtual-1").unwrap_or_else(|| panic!("no Virtual-1: {conns:#?}"));
+    assert_eq!((virt["state"].as_str(), virt["writeback"].as_bool()), (Some("connected"), Some(false)), "{virt}");
+    let modes = virt["modes"].as_array().unwrap();
+    assert!(modes.len() > 10, "{virt}");
+    let preferred: Vec<(u64, u64)> = modes.iter().filter(|m| m["preferred"] == true).map(|m| (u(&m["width"]), u(&m["height"]))).collect();
+    assert_eq!(preferred, [(1024, 768)], "{virt}");
+    assert!(modes.iter().any(|m| u(&m["width"]) == 1920 && u(&m["height"]) == 1080), "{virt}");
+    let wb: Vec<&Value> = conns.iter().filter(|c| c["writeback"] == true).collect();
+    assert_eq!(wb.len(), 1, "{conns:#?}");
+    assert_eq!(wb[0]["name"], "Writeback-1");
+    // One CRTC; planes: one primary, overlays (enable_overlay=1), one cursor, all on it,
+    // with XR24 and AR24.
+    let crtcs = k["crtcs"].as_array().unwrap();
+    assert_eq!(crtcs.len(), 1, "{k}");
+    let crtc_id = u(&crtcs[0]["id"]);
+    let planes = k["planes"].as_array().unwrap();
+    let count = |kind: &str| planes.iter().filter(|p| p["kind"] == kind).count();
+    assert_eq!((count("primary"), count("cursor")), (1, 1), "{planes:#?}");
+    assert!(count("overlay") >= 1, "{planes:#?}");
+    assert_eq!(count("primary") + count("overlay") + count("cursor"), planes.len(), "every plane has a known type: {planes:#?}");
+    for p in planes {
+        assert_eq!(p["crtcs"], serde_json::json!([crtc_id]), "{p}");
+        let f = strings_of(&p["formats"]);
+        assert!(f.contains(&"XR24".to_string()) && f.contains(&"AR24".to_string()), "{p}");
+    }
+    // The verdicts.
+    assert_eq!(d["display"]["can_work"], true, "{}", d["display"]);
+    assert!(d["display"]["why"].as_str().unwrap().contains("Virtual-1 connected, preferred mode 1024x768@60"), "{}", d["display"]);
+    assert_eq!(d["heap_drm"], serde_json::json!({"can_work": true, "why": format!("drm dumb buffers of {} (vkms)", card.display()), "fix": null}));
+    // The text.
+    let mut c = zcpipe();
+    c.arg("doctor");
+    let o = output_within(c, Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let section: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("== DRM cards")).take_while(|l| !l.is_empty()).collect();
+    assert_eq!(section.first().copied(), Some("== DRM cards (/dev/dri/card*): 1 =="), "{text}");
+    assert!(section.iter().any(|l| l.trim_start().starts_with("connector Virtual-1 ") && l.contains(": connected: ") && l.contains("1024x768@60 (preferred)")), "{section:#?}");
+    assert!(section.iter().any(|l| l.contains("connector Writeback-1") && l.contains("(writeback")), "{section:#?}");
+    assert!(section.iter().any(|l| l.trim_start().starts_with("plane ") && l.contains(" primary ") && l.contains("XR24")), "{section:#?}");
+    assert!(section.iter().any(|l| l.trim_start().starts_with("--display: can work: ")), "{section:#?}");
+    assert!(section.iter().any(|l| l.trim_start().starts_with("--heap drm: can work: drm dumb buffers of")), "{section:#?}");
+    for l in &section {
+        println!("EVIDENCE doctor DRM: {l}");
+    }
+}
+
+fn strings_of(v: &Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+}
+
 #[test]
 #[ignore = "runs in the VM guest: make vm-test"]
 fn zz_camera_unplugged_ends_the_stream_cleanly() {
@@ -1055,7 +1210,7 @@ const M2M_BARS: [[u8; 3]; 8] = [[250, 250, 250], [250, 250, 10], [10, 250, 250],
 fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     use zcpipe::scale::v4l2m2m::V4l2M2mScaler;
     let m2m = dev("VIM2M");
-    let alloc = Allocator::open(HeapChoice::System, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf")).unwrap();
+    let alloc = Allocator::open(HeapChoice::System, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri")).unwrap();
     let src_layout = FrameLayout::packed24(Fourcc::RGB24, 640, 480, 1920);
     let dst_layout = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248);
     let mut src = vec![];

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetch Debian's 6.12 amd64 kernel (without installing it), build vim2m + v4l2-mem2mem out of
-# tree, and lay out what the initramfs needs:
+# tree (and vkms, which Debian's amd64 6.12 config leaves out: `# CONFIG_DRM_VKMS is not set`),
+# and lay out what the initramfs needs:
 #   build/vm/kernel/vmlinuz           kernel image
 #   build/vm/kernel/modules/*.ko      uncompressed modules
 #   build/vm/kernel/modules.order     module names (one a line) in insmod order
@@ -14,9 +15,12 @@ OUT=$BUILD/kernel
 DEBS=$OUT/debs
 SCR=$OUT/root          # scratch root all .debs are unpacked into
 MODSRC=$OUT/m2m-src    # out-of-tree build dir for vim2m + v4l2-mem2mem
+VKMSSRC=$OUT/vkms-src  # out-of-tree build dir for vkms (when the kernel has no vkms.ko)
 META=linux-image-6.12-amd64
-# Modules to load (with their dependencies) besides what is built in.
-WANT=(vivid vim2m)
+# Modules to load (with their dependencies) besides what is built in. vkms (virtual KMS,
+# drivers/gpu/drm/vkms) gives the guest a DRM card with dumb buffers, planes and a writeback
+# connector (--display, --heap drm).
+WANT=(vivid vim2m vkms)
 
 log() { echo "vm/kernel: $*"; }
 die() { echo "vm/kernel: ERROR: $*" >&2; exit 1; }
@@ -25,6 +29,7 @@ outputs_ok() {
     [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/modules.order" ] && [ -s "$OUT/kver" ] || return 1
     local m
     while read -r m; do [ -s "$OUT/modules/$m.ko" ] || return 1; done < "$OUT/modules.order"
+    for m in "${WANT[@]}"; do grep -qx "$m" "$OUT/modules.order" || return 1; done  # a cache from before a module was added
 }
 if outputs_ok; then
     log "cached: $(cat "$OUT/kver"), $(wc -l < "$OUT/modules.order") modules in $OUT"
@@ -108,17 +113,22 @@ sed -i "s|^\(include[[:space:]]\+\)/usr/src/|\1$SCR/usr/src/|" "$HDR/Makefile"
 grep -q "$SCR/usr/src/linux-headers-$ABI-common" "$HDR/Makefile" \
     || die "could not rewrite the include path in $HDR/Makefile: $(grep -n include "$HDR/Makefile" | head -n3)"
 
-# --- build vim2m + v4l2-mem2mem out of tree ----------------------------------------------------
-if [ ! -s "$MODSRC/vim2m.c" ] || [ ! -s "$MODSRC/v4l2-mem2mem.c" ]; then
-    log "extracting vim2m.c and v4l2-mem2mem.c from $(basename "$DEB_SRC") (takes a minute)"
+# --- build vim2m + v4l2-mem2mem (and vkms) out of tree ------------------------------------------
+# vkms: Debian's module if the kernel config builds one, else from the source deb.
+NEED_VKMS=0
+grep -q '^CONFIG_DRM_VKMS=[my]' "$CONFIG" || NEED_VKMS=1
+if [ ! -s "$MODSRC/vim2m.c" ] || [ ! -s "$MODSRC/v4l2-mem2mem.c" ] || { [ $NEED_VKMS = 1 ] && [ ! -s "$VKMSSRC/vkms_drv.c" ]; }; then
+    log "extracting vim2m.c, v4l2-mem2mem.c and drivers/gpu/drm/vkms from $(basename "$DEB_SRC") (takes a minute)"
     rm -rf "$OUT/src-tmp"
     mkdir -p "$OUT/src-tmp" "$MODSRC"
     dpkg-deb --fsys-tarfile "$DEB_SRC" \
         | tar -x -C "$OUT/src-tmp" --wildcards './usr/src/linux-source-6.12.tar.*'
     TARBALL=$(ls "$OUT"/src-tmp/usr/src/linux-source-6.12.tar.* | head -n1)
     tar -x -f "$TARBALL" -C "$OUT/src-tmp" --strip-components=1 --wildcards \
-        '*/drivers/media/test-drivers/vim2m.c' '*/drivers/media/v4l2-core/v4l2-mem2mem.c'
+        '*/drivers/media/test-drivers/vim2m.c' '*/drivers/media/v4l2-core/v4l2-mem2mem.c' '*/drivers/gpu/drm/vkms/*'
     cp "$OUT/src-tmp/drivers/media/test-drivers/vim2m.c" "$OUT/src-tmp/drivers/media/v4l2-core/v4l2-mem2mem.c" "$MODSRC/"
+    rm -rf "$VKMSSRC"
+    cp -R "$OUT/src-tmp/drivers/gpu/drm/vkms" "$VKMSSRC"
     rm -rf "$OUT/src-tmp"
 fi
 echo 'obj-m := v4l2-mem2mem.o vim2m.o' > "$MODSRC/Kbuild"
@@ -135,6 +145,19 @@ mkdir -p "$MODDIR/extra"
 for m in v4l2-mem2mem vim2m; do
     strip --strip-debug -o "$MODDIR/extra/$m.ko" "$MODSRC/$m.ko"
 done
+if [ $NEED_VKMS = 1 ]; then
+    # The source's own Makefile (vkms-y := ...; obj-$(CONFIG_DRM_VKMS) += vkms.o), with the
+    # config symbol given on the command line; its KUnit tests stay out.
+    log "building vkms.ko against linux-headers-$KVER (the kernel config has no CONFIG_DRM_VKMS)"
+    VMAKE=(make -j1 -C "$HDR" M="$VKMSSRC" CONFIG_DRM_VKMS=m CONFIG_DRM_VKMS_KUNIT_TEST= CONFIG_DEBUG_INFO_BTF_MODULES=)
+    "${VMAKE[@]}" clean >/dev/null 2>&1 || true
+    "${VMAKE[@]}" modules > "$OUT/vkms-build.log" 2>&1 \
+        || { tail -n 40 "$OUT/vkms-build.log" >&2; die "vkms build failed (log: $OUT/vkms-build.log)"; }
+    [ -f "$VKMSSRC/vkms.ko" ] || die "vkms.ko not built (log: $OUT/vkms-build.log)"
+    strip --strip-debug -o "$MODDIR/extra/vkms.ko" "$VKMSSRC/vkms.ko"
+else
+    log "vkms: the kernel's own module (CONFIG_DRM_VKMS=m)"
+fi
 
 # --- dependency order --------------------------------------------------------------------------
 # udmabuf is built in on Debian's amd64 6.12 kernel; load it as a module if it is not.
@@ -145,6 +168,9 @@ depmod -b "$SCR" "$KVER"
 mapfile -t PATHS < <(modprobe -d "$SCR" -S "$KVER" --show-depends -a "${WANT[@]}" \
     | awk '$1 == "insmod" && !seen[$2]++ { print $2 }')
 [ ${#PATHS[@]} -gt 0 ] || die "modprobe --show-depends found nothing for ${WANT[*]}"
+for m in "${WANT[@]}"; do  # modprobe only warns about a module it cannot find
+    printf '%s\n' "${PATHS[@]}" | grep -q "/${m//-/[-_]}\.ko" || die "module $m not found for $KVER (modprobe -d $SCR --show-depends $m)"
+done
 
 rm -rf "$OUT/modules" "$OUT/modules.order"
 mkdir -p "$OUT/modules"

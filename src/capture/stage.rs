@@ -204,9 +204,10 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     )
 }
 
-/// Opens the allocator `--heap` names (dma-buf heaps under `/dev/dma_heap`, `/dev/udmabuf`).
+/// Opens the allocator `--heap` names (dma-buf heaps under `/dev/dma_heap`, `/dev/udmabuf`,
+/// DRM dumb buffers of a `/dev/dri/card*`).
 fn open_heap(heap: HeapChoice) -> Result<Allocator> {
-    Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"))
+    Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))
 }
 
 /// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`

@@ -5,7 +5,7 @@ use crate::doctor::DoctorOptions;
 /// `zcpipe doctor`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DoctorArgs {
-    /// Print one JSON object (nodes, heaps, udmabuf, libraries, soc, problems) instead of text.
+    /// Print one JSON object (nodes, heaps, udmabuf, drm, libraries, soc, problems) instead of text.
     #[arg(long)]
     pub json: bool,
 }

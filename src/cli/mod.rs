@@ -74,8 +74,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
     Compare(compare::CompareArgs),
-    /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, vendor
-    /// libraries) with a fix for each problem found; always exits 0.
+    /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, DRM cards,
+    /// vendor libraries) with a fix for each problem found; always exits 0.
     Doctor(doctor::DoctorArgs),
     /// Evaluate offline: `zcpipe eval track` tracks a recorded detections stream and writes
     /// MOTChallenge results.

@@ -38,11 +38,12 @@ pub trait Choice: Copy + PartialEq + 'static {
 
 impl Choice for HeapChoice {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
-        (HeapChoice::Auto, "auto", "The first present of system, dma32, cma, udmabuf, memfd"),
+        (HeapChoice::Auto, "auto", "The first present of system, dma32, cma, udmabuf, drm, memfd"),
         (HeapChoice::System, "system", "`/dev/dma_heap/system` (cached, may sit above 4 GiB)"),
         (HeapChoice::Dma32, "dma32", "A heap below 4 GiB: `/dev/dma_heap/system-dma32` (what RGA2 needs on >4 GiB boards)"),
         (HeapChoice::Cma, "cma", "A contiguous heap: `/dev/dma_heap/linux,cma`, `cma` or `reserved`"),
         (HeapChoice::Udmabuf, "udmabuf", "udmabuf over sealed memfds (`/dev/udmabuf`)"),
+        (HeapChoice::Drm, "drm", "DRM dumb buffers exported as dma-bufs (PRIME) from the first `/dev/dri/card*` that makes them (DRM but no dma-buf heap)"),
         (HeapChoice::Memfd, "memfd", "Sealed memfds: not dma-bufs, but shareable the same way (host fallback)"),
     ];
 }

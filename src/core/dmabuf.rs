@@ -2,8 +2,10 @@
 //!
 //! A [`DmaBuf`] is an `OwnedFd` plus its size in bytes. It comes from a dma-buf heap
 //! (`/dev/dma_heap/<name>`, `include/uapi/linux/dma-heap.h`), from udmabuf over a sealed
-//! memfd (`include/uapi/linux/udmabuf.h`), from a V4L2 driver (VIDIOC_EXPBUF), or, where the
-//! kernel has none of these (this x86 host), from a sealed memfd standing in for one.
+//! memfd (`include/uapi/linux/udmabuf.h`), from a DRM card's dumb buffers exported with PRIME
+//! ([`crate::sys::drm`], for kernels with DRM but no dma-buf heap), from a V4L2 driver
+//! (VIDIOC_EXPBUF), or, where the kernel has none of these (this x86 host), from a sealed
+//! memfd standing in for one.
 //! Pools are allocated once at start-up ([`Allocator::allocate_pool`]), never per frame.
 //!
 //! CPU access goes only through [`CpuAccess`], whose creation issues `DMA_BUF_IOCTL_SYNC`
@@ -33,6 +35,8 @@ pub enum MemoryKind {
     DmaHeap(PathBuf),
     /// udmabuf over a sealed memfd.
     Udmabuf,
+    /// A DRM dumb buffer exported as a dma-buf (PRIME), with its card (`/dev/dri/card0`).
+    DrmDumb(PathBuf),
     /// A sealed memfd (not a dma-buf: no sync ioctl; host fallback).
     Memfd,
     /// A dma-buf exported by a driver (VIDIOC_EXPBUF) or received from a peer.
@@ -51,6 +55,7 @@ impl fmt::Display for MemoryKind {
         match self {
             MemoryKind::DmaHeap(p) => write!(f, "dma-heap {}", p.display()),
             MemoryKind::Udmabuf => write!(f, "udmabuf"),
+            MemoryKind::DrmDumb(p) => write!(f, "drm dumb buffer of {}", p.display()),
             MemoryKind::Memfd => write!(f, "memfd"),
             MemoryKind::DmaBuf => write!(f, "dma-buf"),
         }
@@ -290,7 +295,7 @@ writable!(ReadWrite);
 /// Which allocator to use (`--heap`; spellings in [`super::config::Choice`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeapChoice {
-    /// The first present of system, dma32, cma, udmabuf, memfd.
+    /// The first present of system, dma32, cma, udmabuf, drm, memfd.
     Auto,
     /// `/dev/dma_heap/system` (cached, may sit above 4 GiB).
     System,
@@ -300,6 +305,9 @@ pub enum HeapChoice {
     Cma,
     /// udmabuf over sealed memfds (`/dev/udmabuf`).
     Udmabuf,
+    /// DRM dumb buffers exported as dma-bufs (PRIME) from the first `/dev/dri/card*` that
+    /// makes them: kernels with DRM but no dma-buf heap (older Rockchip BSP kernels).
+    Drm,
     /// Sealed memfds: not dma-bufs, but shareable the same way (host fallback).
     Memfd,
 }
@@ -337,6 +345,11 @@ pub enum Allocator {
         /// The open `/dev/udmabuf` (UDMABUF_CREATE, linux/udmabuf.h).
         dev: std::fs::File,
     },
+    /// A DRM card's dumb buffers, each exported as a dma-buf (PRIME).
+    Drm {
+        /// The open primary node (DRM_IOCTL_MODE_CREATE_DUMB, DRM_IOCTL_PRIME_HANDLE_TO_FD).
+        card: sys::drm::Card,
+    },
     /// Sealed memfds.
     Memfd,
 }
@@ -350,11 +363,12 @@ impl fmt::Debug for Allocator {
 const PAGE: u64 = 4096;
 
 impl Allocator {
-    /// Opens the allocator for `choice`, probing `heap_dir` (normally `/dev/dma_heap`) and
-    /// `udmabuf_dev` (normally `/dev/udmabuf`). `Auto` takes the first present of system,
-    /// dma32, cma, udmabuf, memfd and logs which and why. An explicit choice that is
+    /// Opens the allocator for `choice`, probing `heap_dir` (normally `/dev/dma_heap`),
+    /// `udmabuf_dev` (normally `/dev/udmabuf`) and `dri_dir` (normally `/dev/dri`, see
+    /// [`open_drm`]). `Auto` takes the first present of system, dma32, cma, udmabuf, a DRM
+    /// card with dumb buffers, memfd, and logs which and why. An explicit choice that is
     /// absent is an error listing what exists and the fix.
-    pub fn open(choice: HeapChoice, heap_dir: &Path, udmabuf_dev: &Path) -> Result<Allocator> {
+    pub fn open(choice: HeapChoice, heap_dir: &Path, udmabuf_dev: &Path, dri_dir: &Path) -> Result<Allocator> {
         let found = list_heaps(heap_dir);
         let found_str = if found.is_empty() { "none".to_string() } else { found.join(", ") };
         let try_heap = |c: HeapChoice| -> Option<Result<Allocator>> {
@@ -377,7 +391,7 @@ impl Allocator {
                 for c in [HeapChoice::System, HeapChoice::Dma32, HeapChoice::Cma] {
                     if let Some(r) = try_heap(c) {
                         let a = r?;
-                        log::info!("heap: {} (auto: first of system, dma32, cma, udmabuf, memfd; heaps found: {found_str})", a.describe());
+                        log::info!("heap: {} (auto: first of system, dma32, cma, udmabuf, drm, memfd; heaps found: {found_str})", a.describe());
                         return Ok(a);
                     }
                 }
@@ -386,10 +400,18 @@ impl Allocator {
                     log::info!("heap: udmabuf (auto: no system/dma32/cma heap in {}; heaps found: {found_str})", heap_dir.display());
                     return Ok(a);
                 }
+                match open_drm(dri_dir) {
+                    Ok(a) => {
+                        log::info!("heap: {} (auto: no dma-buf heap in {} and no {})", a.describe(), heap_dir.display(), udmabuf_dev.display());
+                        return Ok(a);
+                    }
+                    Err(e) => log::debug!("heap auto: no DRM dumb buffers: {e:#}"),
+                }
                 log::info!(
-                    "heap: memfd (auto: no dma-buf heap in {} and no {}; sealed memfds stand in for dma-bufs)",
+                    "heap: memfd (auto: no dma-buf heap in {}, no {} and no DRM card with dumb buffers in {}; sealed memfds stand in for dma-bufs)",
                     heap_dir.display(),
-                    udmabuf_dev.display()
+                    udmabuf_dev.display(),
+                    dri_dir.display()
                 );
                 Ok(Allocator::Memfd)
             }
@@ -415,6 +437,11 @@ impl Allocator {
                 log::info!("heap: udmabuf (--heap udmabuf)");
                 Ok(a)
             }
+            HeapChoice::Drm => {
+                let a = open_drm(dri_dir).context("--heap drm")?;
+                log::info!("heap: {} (--heap drm)", a.describe());
+                Ok(a)
+            }
             HeapChoice::Memfd => {
                 log::info!("heap: memfd (--heap memfd): not dma-bufs, devices cannot import them");
                 Ok(Allocator::Memfd)
@@ -422,11 +449,15 @@ impl Allocator {
         }
     }
 
-    /// One line for logs: `dma-heap /dev/dma_heap/system`, `udmabuf`, `memfd`.
+    /// One line for logs: `dma-heap /dev/dma_heap/system`, `udmabuf`, `drm dumb buffers
+    /// of /dev/dri/card0 (vkms)`, `memfd`.
     pub fn describe(&self) -> String {
         match self {
             Allocator::Heap { path, .. } => format!("dma-heap {}", path.display()),
             Allocator::Udmabuf { .. } => "udmabuf".into(),
+            Allocator::Drm { card } => {
+                format!("drm dumb buffers of {} ({})", card.path().display(), card.driver_name().unwrap_or_else(|e| format!("driver unknown: {e}")))
+            }
             Allocator::Memfd => "memfd".into(),
         }
     }
@@ -447,6 +478,12 @@ impl Allocator {
                     .map_err(|e| anyhow!("UDMABUF_CREATE of {size} bytes: {e} (is the udmabuf size_limit_mb large enough?)"))?;
                 Ok(DmaBuf::new(fd, size, MemoryKind::Udmabuf))
             }
+            Allocator::Drm { card } => {
+                let (fd, _) = card
+                    .dumb_dmabuf(size)
+                    .map_err(|e| anyhow!("a {size}-byte DRM dumb buffer from {} exported as a dma-buf: {e}", card.path().display()))?;
+                Ok(DmaBuf::new(fd, size, MemoryKind::DrmDumb(card.path().to_path_buf())))
+            }
             Allocator::Memfd => Ok(DmaBuf::new(sealed_memfd("zcpipe-buffer", size, true)?, size, MemoryKind::Memfd)),
         }
     }
@@ -457,6 +494,41 @@ impl Allocator {
             .map(|i| self.allocate(size).with_context(|| format!("pool buffer {i} of {count}")))
             .collect()
     }
+}
+
+/// What `--heap drm` (and `auto` after udmabuf) opens: the first primary node in `dri_dir`
+/// (normally `/dev/dri`; [`sys::drm::card_nodes`], numeric order) that opens read-write and
+/// has `DRM_CAP_DUMB_BUFFER`. The error names every card and why it was passed over, and the
+/// fix: "no DRM card with dumb buffers in /dev/dri: card0: Permission denied (...); fix: ...".
+pub fn open_drm(dri_dir: &Path) -> Result<Allocator> {
+    let cards = sys::drm::card_nodes(dri_dir);
+    let mut why = vec![];
+    let mut denied = false;
+    for path in &cards {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        match sys::drm::Card::open(path) {
+            Err(e) => {
+                denied |= e.kind() == io::ErrorKind::PermissionDenied;
+                why.push(format!("{name}: {}", sys::errno_words(&e)));
+            }
+            Ok(card) => match card.has_dumb_buffers() {
+                Ok(true) => return Ok(Allocator::Drm { card }),
+                Ok(false) => why.push(format!("{name} ({}): no dumb buffers (DRM_CAP_DUMB_BUFFER is 0)", card.driver_name().unwrap_or_default())),
+                Err(e) => why.push(format!("{name}: DRM_IOCTL_GET_CAP failed: {}", sys::errno_words(&e))),
+            },
+        }
+    }
+    let found = if cards.is_empty() {
+        if dri_dir.is_dir() { "no card* node".to_string() } else { format!("{} does not exist", dri_dir.display()) }
+    } else {
+        why.join("; ")
+    };
+    let fix = if denied {
+        "install udev/99-zcpipe.rules (the zcpipe group may open /dev/dri/card*) and join the zcpipe group, or run as root"
+    } else {
+        "load the board's display driver (rockchipdrm; vkms on a PC: modprobe vkms), or use --heap auto"
+    };
+    bail!("no DRM card with dumb buffers in {}: {found}; fix: {fix}", dri_dir.display())
 }
 
 fn perm_hint(e: &io::Error) -> &'static str {
@@ -489,7 +561,7 @@ mod tests {
 
     #[test]
     fn memfd_pool_write_then_read() {
-        let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+        let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
         let mut pool = a.allocate_pool(3, 5000).unwrap();
         assert_eq!(pool.len(), 3);
         assert_eq!(pool[0].size(), 8192);
@@ -505,17 +577,58 @@ mod tests {
     #[test]
     fn explicit_missing_heap_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let e = Allocator::open(HeapChoice::Cma, dir.path(), Path::new("/nonexistent")).unwrap_err().to_string();
+        let none = Path::new("/nonexistent");
+        let e = Allocator::open(HeapChoice::Cma, dir.path(), none, none).unwrap_err().to_string();
         assert!(e.contains("--heap cma") && e.contains("linux,cma") && e.contains("heaps found: none"), "{e}");
-        let e = Allocator::open(HeapChoice::Udmabuf, dir.path(), Path::new("/nonexistent/udmabuf")).unwrap_err().to_string();
+        let e = Allocator::open(HeapChoice::Udmabuf, dir.path(), Path::new("/nonexistent/udmabuf"), none).unwrap_err().to_string();
         assert!(e.contains("modprobe udmabuf"), "{e}");
+    }
+
+    #[test]
+    fn explicit_drm_without_a_card_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let dri = dir.path().join("dri");
+        let e = format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
+        assert_eq!(
+            e,
+            format!(
+                "--heap drm: no DRM card with dumb buffers in {}: {} does not exist; fix: load the board's display driver (rockchipdrm; vkms on a PC: modprobe vkms), or use --heap auto",
+                dri.display(),
+                dri.display()
+            )
+        );
+        // A card node that is not a DRM device (a regular file here): opened, then the
+        // capability query fails, and the error says so per card.
+        std::fs::create_dir(&dri).unwrap();
+        std::fs::write(dri.join("renderD128"), b"").unwrap();
+        let e = format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
+        assert!(e.ends_with(&format!("in {}: no card* node; fix: load the board's display driver (rockchipdrm; vkms on a PC: modprobe vkms), or use --heap auto", dri.display())), "{e}");
+        std::fs::write(dri.join("card0"), b"").unwrap();
+        let e = format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
+        assert!(e.contains(": card0: DRM_IOCTL_GET_CAP failed: "), "{e}");
     }
 
     #[test]
     fn auto_falls_back_to_memfd() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf")).unwrap();
+        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf"), &dir.path().join("dri")).unwrap();
         assert_eq!(a.describe(), "memfd");
+    }
+
+    #[test]
+    fn auto_tries_drm_after_udmabuf_and_before_memfd() {
+        // A dri directory whose only card is not a DRM device: auto passes it over (the
+        // capability query fails) and takes memfd; with a udmabuf node present (a plain file
+        // opens) it takes udmabuf without looking at the dri directory.
+        let dir = tempfile::tempdir().unwrap();
+        let dri = dir.path().join("dri");
+        std::fs::create_dir(&dri).unwrap();
+        std::fs::write(dri.join("card0"), b"").unwrap();
+        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf"), &dri).unwrap();
+        assert_eq!(a.describe(), "memfd");
+        std::fs::write(dir.path().join("udmabuf"), b"").unwrap();
+        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf"), &dri).unwrap();
+        assert_eq!(a.describe(), "udmabuf");
     }
 
     #[test]

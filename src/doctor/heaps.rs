@@ -20,7 +20,7 @@ fn known_heaps() -> String {
     CHOICES.iter().map(|(c, n)| format!("{} (--heap {n})", heap_names(*c).join(" or "))).collect::<Vec<_>>().join(", ")
 }
 
-const HEAP_KERNEL_FIX: &str = "build the kernel with CONFIG_DMABUF_HEAPS=y and CONFIG_DMABUF_HEAPS_SYSTEM=y (and CONFIG_DMABUF_HEAPS_CMA=y, with a CMA area such as cma=64M on the kernel command line, for a contiguous heap); Rockchip BSP kernels have them. Until then zcpipe uses /dev/udmabuf, else sealed memfds, which are not dma-bufs: fine on a PC, but no device can import them";
+const HEAP_KERNEL_FIX: &str = "build the kernel with CONFIG_DMABUF_HEAPS=y and CONFIG_DMABUF_HEAPS_SYSTEM=y (and CONFIG_DMABUF_HEAPS_CMA=y, with a CMA area such as cma=64M on the kernel command line, for a contiguous heap); Rockchip BSP kernels have them. Until then zcpipe uses /dev/udmabuf, else DRM dumb buffers of a /dev/dri/card* (--heap drm), else sealed memfds, which are not dma-bufs: fine on a PC, but no device can import them";
 
 fn open_ro(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(path)
@@ -84,7 +84,7 @@ pub(super) fn heaps_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<
         });
     }
     // Allocator::open logs its choice at info level; the report says it, once.
-    let opened = quietly(|| Allocator::open(HeapChoice::Auto, dir, &paths.udmabuf));
+    let opened = quietly(|| Allocator::open(HeapChoice::Auto, dir, &paths.udmabuf, &paths.dri_dir));
     let auto = match opened {
         Ok(a) => AutoReport { dma_buf: !matches!(a, Allocator::Memfd), allocator: Some(a.describe()), error: None },
         Err(e) => {

@@ -1,6 +1,6 @@
 //! `zcpipe doctor`: what this machine offers zcpipe, and a fix for every problem seen.
 //!
-//! Four sections, each read from the running kernel, never from a configuration file:
+//! Five sections, each read from the running kernel, never from a configuration file:
 //!
 //! - **V4L2 video nodes**: every `/dev/video*` ([`video_nodes`](crate::sys::v4l2::node::video_nodes)), opened the way capture
 //!   opens it (`O_RDWR | O_NONBLOCK`) and asked `VIDIOC_QUERYCAP` ([`probe_node`](crate::sys::v4l2::node::probe_node)): driver,
@@ -14,6 +14,10 @@
 //!   `--heap auto` picks (the real [`Allocator::open`](crate::core::dmabuf::Allocator::open)).
 //! - **udmabuf** (`/dev/udmabuf`, include/uapi/linux/udmabuf.h): present, openable, and its
 //!   `size_limit_mb` module parameter (the largest buffer it makes, MiB).
+//! - **DRM** (`/dev/dri/card*`, include/uapi/drm/drm_mode.h): each card's driver, dumb
+//!   buffers, atomic modesetting, connectors (state, modes, the preferred one), CRTCs, planes
+//!   (type, CRTCs, formats) and writeback connectors; whether `--display` and `--heap drm`
+//!   can work, and the fix when not.
 //! - **vendor libraries**: whether `dlopen(3)` (through `libloading`) finds `librga.so` and `librknnrt.so`, the SoC
 //!   from the device tree (`/proc/device-tree/compatible`, NUL-separated strings, most
 //!   specific first: Documentation/devicetree/usage-model.rst) and the RKNPU driver version
@@ -27,7 +31,7 @@
 //!
 //! Files: `report.rs` (the report's types, the `--json` schema), `access.rs` (owners, modes,
 //! users and groups, and the fix for a refused open), `nodes.rs`, `heaps.rs` (heaps and
-//! udmabuf), `vendor.rs` (vendor libraries, SoC, NPU driver), `text.rs` (the text form).
+//! udmabuf), `drm.rs` (DRM cards and the `--display` / `--heap drm` verdicts), `vendor.rs` (vendor libraries, SoC, NPU driver), `text.rs` (the text form).
 //! Doctor takes a plain [`DoctorOptions`]; the command line (`zcpipe doctor`) is in `cli`.
 
 use std::io::{self, Write as _};
@@ -38,6 +42,7 @@ use anyhow::Result;
 use crate::sys::board;
 
 mod access;
+mod drm;
 mod heaps;
 mod nodes;
 mod report;
@@ -67,6 +72,8 @@ pub struct Paths {
     pub heap_dir: PathBuf,
     /// The udmabuf device, `/dev/udmabuf`.
     pub udmabuf: PathBuf,
+    /// The DRM device directory, `/dev/dri` (its `card*` primary nodes).
+    pub dri_dir: PathBuf,
     /// udmabuf's module parameters, `/sys/module/udmabuf/parameters` (`size_limit_mb`,
     /// drivers/dma-buf/udmabuf.c).
     pub udmabuf_params: PathBuf,
@@ -86,6 +93,7 @@ impl Default for Paths {
         Paths {
             heap_dir: board::path("/dev/dma_heap"),
             udmabuf: board::path("/dev/udmabuf"),
+            dri_dir: board::path("/dev/dri"),
             udmabuf_params: board::path("/sys/module/udmabuf/parameters"),
             compatible: board::path(board::COMPATIBLE),
             model: board::path("/proc/device-tree/model"),
@@ -123,7 +131,8 @@ pub fn gather(paths: &Paths) -> Report {
     let mut problems = vec![];
     let nodes = nodes::nodes_section(&mut problems);
     let (heaps, heap_choices, heap_auto) = heaps::heaps_section(paths, &mut problems);
-    let heap_usable = heaps.iter().any(|h| h.openable && h.choice.is_some());
+    let drm = drm::drm_section(paths, &mut problems);
+    let heap_usable = heaps.iter().any(|h| h.openable && h.choice.is_some()) || drm.heap_drm.can_work;
     let udmabuf = heaps::udmabuf_section(paths, heap_usable, &mut problems);
     let (libraries, soc, npu_driver) = vendor::vendor_section(paths, &mut problems);
     Report {
@@ -136,6 +145,7 @@ pub fn gather(paths: &Paths) -> Report {
         heap_choices,
         heap_auto,
         udmabuf,
+        drm,
         libraries,
         soc,
         npu_driver,

@@ -26,6 +26,8 @@ pub struct Report {
     pub heap_auto: AutoReport,
     /// `/dev/udmabuf`.
     pub udmabuf: UdmabufReport,
+    /// The DRM cards (`/dev/dri/card*`) and what `--display` and `--heap drm` can do here.
+    pub drm: DrmReport,
     /// The vendor libraries, `dlopen`ed by soname.
     pub libraries: Vec<LibraryReport>,
     /// The SoC, from the device tree.
@@ -283,4 +285,144 @@ pub struct NpuReport {
     pub path: Option<String>,
     /// Why none was readable (each path tried and its error).
     pub error: Option<String>,
+}
+
+/// The DRM section: `/dev/dri` and its primary nodes.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrmReport {
+    /// The directory looked at, `/dev/dri`.
+    pub dir: String,
+    /// Every `cardN` in it, in numeric order.
+    pub cards: Vec<DrmCardReport>,
+    /// Whether `--display` can show frames here.
+    pub display: Verdict,
+    /// Whether `--heap drm` can allocate here.
+    pub heap_drm: Verdict,
+}
+
+/// Whether a feature can work here, and if not why and the fix.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// It can work.
+    pub can_work: bool,
+    /// What it would use, or why it cannot.
+    pub why: String,
+    /// What to do when it cannot.
+    pub fix: Option<String>,
+}
+
+impl Verdict {
+    /// It can work, using `what`.
+    pub fn can(what: impl Into<String>) -> Verdict {
+        Verdict { can_work: true, why: what.into(), fix: None }
+    }
+
+    /// It cannot, because `why`; `fix` says what to do.
+    pub fn cannot(why: impl Into<String>, fix: impl Into<String>) -> Verdict {
+        Verdict { can_work: false, why: why.into(), fix: Some(fix.into()) }
+    }
+}
+
+/// One DRM primary node (`/dev/dri/cardN`).
+#[derive(Clone, Debug, Serialize)]
+pub struct DrmCardReport {
+    /// `/dev/dri/cardN`.
+    pub path: String,
+    /// Owner, group, mode.
+    pub file: Option<FileMode>,
+    /// Why it could not be opened read-write (`None`: it was).
+    pub error: Option<String>,
+    /// The open failed with `EACCES`.
+    pub permission_denied: bool,
+    /// The kernel driver (`vkms`, `rockchip`, `i915`), from `DRM_IOCTL_VERSION`.
+    pub driver: Option<String>,
+    /// It makes dumb buffers (`DRM_CAP_DUMB_BUFFER`): what `--heap drm` allocates.
+    pub dumb_buffers: bool,
+    /// It accepted the `DRM_CLIENT_CAP_ATOMIC` client cap (atomic modesetting).
+    pub atomic: bool,
+    /// Opening it made doctor DRM master (given back at once): no other process holds the
+    /// display, so `--display` can set modes.
+    pub master_free: bool,
+    /// When the master role is taken: the processes with the node open that doctor may see
+    /// (`pid 812 (Xorg)`).
+    pub holders: Vec<String>,
+    /// Its connectors, writeback ones included.
+    pub connectors: Vec<DrmConnectorReport>,
+    /// Its CRTCs, in index order.
+    pub crtcs: Vec<DrmCrtcReport>,
+    /// Its planes (universal planes: primary, overlay and cursor).
+    pub planes: Vec<DrmPlaneReport>,
+    /// Why the KMS resources could not be read (a render-only driver has none).
+    pub kms_error: Option<String>,
+}
+
+impl DrmCardReport {
+    /// `/dev/dri/card0 (vkms)`.
+    pub fn label(&self) -> String {
+        match &self.driver {
+            Some(d) => format!("{} ({d})", self.path),
+            None => self.path.clone(),
+        }
+    }
+}
+
+/// One connector.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrmConnectorReport {
+    /// The object id.
+    pub id: u32,
+    /// Type and type index, as the kernel names it (`HDMI-A-1`, `Virtual-1`, `Writeback-1`).
+    pub name: String,
+    /// `connected`, `disconnected` or `unknown`.
+    pub state: String,
+    /// A writeback connector (it writes the CRTC's output to memory: no display).
+    pub writeback: bool,
+    /// Its modes, in the driver's order.
+    pub modes: Vec<DrmModeReport>,
+}
+
+/// One display mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DrmModeReport {
+    /// The mode's name (`1920x1080`).
+    pub name: String,
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+    /// Vertical refresh, Hz.
+    pub refresh_hz: u32,
+    /// `DRM_MODE_TYPE_PREFERRED`: the sink's own choice.
+    pub preferred: bool,
+}
+
+impl DrmModeReport {
+    /// `1920x1080@60`.
+    pub fn label(&self) -> String {
+        format!("{}x{}@{}", self.width, self.height, self.refresh_hz)
+    }
+}
+
+/// One CRTC.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrmCrtcReport {
+    /// The object id.
+    pub id: u32,
+    /// Its index (the bit of planes' `possible_crtcs`).
+    pub index: u32,
+    /// The mode it scans out now, if active (`1024x768@60`).
+    pub mode: Option<String>,
+}
+
+/// One plane.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrmPlaneReport {
+    /// The object id.
+    pub id: u32,
+    /// `primary`, `overlay` or `cursor` (its `type` property), else `unknown`.
+    pub kind: String,
+    /// The CRTC ids it can be shown on (`possible_crtcs`).
+    pub crtcs: Vec<u32>,
+    /// Its pixel formats as fourccs (`XR24`, `AR24`, `NV12`), in the driver's order.
+    pub formats: Vec<String>,
 }

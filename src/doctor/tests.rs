@@ -4,9 +4,10 @@ use std::fs::File;
 use std::path::Path;
 
 use super::access::{access_fix, group_members_in, holders, id_name_in};
+use super::drm::{display_verdict, heap_verdict};
 use super::heaps::{heaps_section, udmabuf_section};
 use super::nodes::fps_of;
-use super::text::wrapped;
+use super::text::{drm_text, modes_text, wrapped};
 use super::vendor::{npu_section, soc_section};
 use super::*;
 use crate::sys::v4l2::{self as sys, fourcc_chars};
@@ -15,6 +16,7 @@ fn tmp_paths(dir: &Path) -> Paths {
     Paths {
         heap_dir: dir.join("dma_heap"),
         udmabuf: dir.join("udmabuf"),
+        dri_dir: dir.join("dri"),
         udmabuf_params: dir.join("params"),
         compatible: dir.join("compatible"),
         model: dir.join("model"),
@@ -241,4 +243,137 @@ fn the_text_puts_each_fix_under_its_problem() {
     assert!(t.contains("== dma-buf heaps") && t.contains("== udmabuf") && t.contains("== vendor libraries =="), "{t}");
     assert!(t.contains("libzcpipe-absent.so: does not load (libzcpipe-absent.so: cannot open shared object file"), "{t}");
     assert!(t.contains("--heap auto uses: memfd"), "{t}");
+}
+
+fn mode(w: u32, h: u32, hz: u32, preferred: bool) -> DrmModeReport {
+    DrmModeReport { name: format!("{w}x{h}"), width: w, height: h, refresh_hz: hz, preferred }
+}
+
+/// A card as vkms (enable_overlay=1 enable_writeback=1) shows it: Virtual-1 connected with
+/// 1024x768 preferred, a writeback connector, one CRTC, primary, overlay and cursor planes.
+fn vkms_like() -> DrmCardReport {
+    let modes = vec![mode(4096, 2160, 60, false), mode(1920, 1080, 60, false), mode(1024, 768, 60, true)];
+    DrmCardReport {
+        path: "/dev/dri/card0".into(),
+        file: None,
+        error: None,
+        permission_denied: false,
+        driver: Some("vkms".into()),
+        dumb_buffers: true,
+        atomic: true,
+        master_free: true,
+        holders: vec![],
+        connectors: vec![
+            DrmConnectorReport { id: 35, name: "Virtual-1".into(), state: "connected".into(), writeback: false, modes },
+            DrmConnectorReport { id: 37, name: "Writeback-1".into(), state: "unknown".into(), writeback: true, modes: vec![] },
+        ],
+        crtcs: vec![DrmCrtcReport { id: 33, index: 0, mode: None }],
+        planes: vec![
+            DrmPlaneReport { id: 31, kind: "primary".into(), crtcs: vec![33], formats: vec!["XR24".into(), "AR24".into()] },
+            DrmPlaneReport { id: 40, kind: "overlay".into(), crtcs: vec![33], formats: vec!["XR24".into(), "AR24".into()] },
+            DrmPlaneReport { id: 41, kind: "cursor".into(), crtcs: vec![33], formats: vec!["AR24".into()] },
+        ],
+        kms_error: None,
+    }
+}
+
+fn no_fix(p: &str) -> String {
+    format!("(access fix for {p})")
+}
+
+#[test]
+fn display_verdict_names_the_card_or_why_not_with_the_fix() {
+    let v = display_verdict("/dev/dri", &[], no_fix);
+    assert_eq!(v, Verdict::cannot("no DRM card in /dev/dri", super::drm::NO_CARD_FIX));
+    let card = vkms_like();
+    assert_eq!(
+        display_verdict("/dev/dri", std::slice::from_ref(&card), no_fix),
+        Verdict::can("/dev/dri/card0 (vkms): Virtual-1 connected, preferred mode 1024x768@60; 1 CRTC(s), atomic")
+    );
+    // Nothing plugged in: the connectors are listed; writeback does not count.
+    let mut unplugged = card.clone();
+    unplugged.connectors[0].state = "disconnected".into();
+    let v = display_verdict("/dev/dri", &[unplugged.clone()], no_fix);
+    assert!(!v.can_work);
+    assert_eq!(v.why, "/dev/dri/card0 (vkms): no connected connector with modes (connectors: Virtual-1 disconnected, Writeback-1 unknown (writeback))");
+    assert!(v.fix.as_deref().unwrap().starts_with("plug a display in"), "{v:?}");
+    // A desktop holds the master role.
+    let mut held = card.clone();
+    held.master_free = false;
+    held.holders = vec!["pid 812 (Xorg)".into()];
+    let v = display_verdict("/dev/dri", &[held], no_fix);
+    assert_eq!(v.why, "/dev/dri/card0 (vkms): another process is the DRM master (pid 812 (Xorg) has it open), so zcpipe cannot set modes");
+    assert!(v.fix.as_deref().unwrap().contains("display-manager"), "{v:?}");
+    // Root-only nodes: the fix is the access fix; a later usable card still wins.
+    let denied = DrmCardReport { path: "/dev/dri/card1".into(), error: Some("Permission denied".into()), permission_denied: true, driver: None, ..vkms_like() };
+    let v = display_verdict("/dev/dri", std::slice::from_ref(&denied), no_fix);
+    assert_eq!(v, Verdict::cannot("/dev/dri/card1: cannot open it: Permission denied", "(access fix for /dev/dri/card1)"));
+    assert!(display_verdict("/dev/dri", &[denied.clone(), card.clone()], no_fix).can_work);
+    // The reason given is the card that got furthest.
+    let v = display_verdict("/dev/dri", &[denied, unplugged], no_fix);
+    assert!(v.why.starts_with("/dev/dri/card0 (vkms): no connected connector"), "{v:?}");
+}
+
+#[test]
+fn heap_verdict_follows_open_drm() {
+    let v = heap_verdict("/dev/dri", &[], no_fix);
+    assert!(!v.can_work && v.why == "no DRM card in /dev/dri" && v.fix.as_deref().unwrap().ends_with("or use another --heap"), "{v:?}");
+    assert_eq!(heap_verdict("/dev/dri", &[vkms_like()], no_fix), Verdict::can("drm dumb buffers of /dev/dri/card0 (vkms)"));
+    let render_only = DrmCardReport { dumb_buffers: false, driver: Some("panfrost".into()), ..vkms_like() };
+    let denied = DrmCardReport { path: "/dev/dri/card1".into(), error: Some("Permission denied".into()), permission_denied: true, driver: None, ..vkms_like() };
+    let v = heap_verdict("/dev/dri", &[render_only, denied], no_fix);
+    assert_eq!(
+        v,
+        Verdict::cannot(
+            "no DRM card with dumb buffers in /dev/dri: /dev/dri/card0 (panfrost): no dumb buffers (DRM_CAP_DUMB_BUFFER is 0); /dev/dri/card1: Permission denied",
+            "(access fix for /dev/dri/card1)"
+        )
+    );
+}
+
+#[test]
+fn drm_text_lists_connectors_modes_planes_and_verdicts() {
+    assert_eq!(modes_text(&[]), "no modes");
+    let many: Vec<DrmModeReport> = (0..8).map(|i| mode(640 + i * 10, 480, 60, i == 7)).collect();
+    assert_eq!(modes_text(&many), "640x480@60, 650x480@60, 660x480@60, 670x480@60, 680x480@60, 690x480@60, 710x480@60 (preferred), ... (8 modes)");
+    let card = vkms_like();
+    let d = DrmReport {
+        dir: "/dev/dri".into(),
+        display: display_verdict("/dev/dri", std::slice::from_ref(&card), no_fix),
+        heap_drm: heap_verdict("/dev/dri", std::slice::from_ref(&card), no_fix),
+        cards: vec![card],
+    };
+    let mut out = String::new();
+    drm_text(&mut out, &d, &[], &mut []);
+    assert_eq!(
+        out,
+        "\n== DRM cards (/dev/dri/card*): 1 ==\n\
+         \x20 /dev/dri/card0: driver vkms, mode unknown; dumb buffers: yes, atomic: yes, DRM master: free\n\
+         \x20   connector Virtual-1 (id 35): connected: 4096x2160@60, 1920x1080@60, 1024x768@60 (preferred)\n\
+         \x20   connector Writeback-1 (id 37): unknown (writeback: writes the picture to memory)\n\
+         \x20   CRTC 33 (index 0): inactive\n\
+         \x20   plane 31 primary (CRTCs 33): 2 format(s): XR24, AR24\n\
+         \x20   plane 40 overlay (CRTCs 33): 2 format(s): XR24, AR24\n\
+         \x20   plane 41 cursor (CRTCs 33): 1 format(s): AR24\n\
+         \x20 --display: can work: /dev/dri/card0 (vkms): Virtual-1 connected, preferred mode 1024x768@60; 1 CRTC(s), atomic\n\
+         \x20 --heap drm: can work: drm dumb buffers of /dev/dri/card0 (vkms)\n"
+    );
+}
+
+#[test]
+fn no_dri_directory_is_a_clear_line_not_a_problem() {
+    let d = tempfile::tempdir().unwrap();
+    let paths = tmp_paths(d.path());
+    let r = gather(&paths);
+    assert!(r.drm.cards.is_empty());
+    assert!(!r.drm.display.can_work && !r.drm.heap_drm.can_work);
+    assert!(r.problems.iter().all(|p| !p.about.contains("dri")), "{:?}", r.problems);
+    let t = text(&r);
+    let dri = paths.dri_dir.display();
+    assert!(t.contains(&format!("== DRM cards ({dri}/card*): 0 ==\n  no DRM devices (no {dri}/card*): the kernel has no display driver loaded\n  --display: cannot: no DRM card in {dri}\n    fix: load the board's display driver")), "{t}");
+    assert!(t.contains(&format!("  --heap drm: cannot: no DRM card in {dri}\n")), "{t}");
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["drm"]["cards"], serde_json::json!([]));
+    assert_eq!(j["drm"]["display"]["can_work"], false);
+    assert_eq!(j["drm"]["heap_drm"]["why"], format!("no DRM card in {dri}"));
 }

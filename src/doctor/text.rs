@@ -2,7 +2,7 @@
 //! `fix:` line under the item it concerns, and a count at the end.
 
 use super::vendor::library_use;
-use super::{FileMode, Problem, QueueReport, Report, Role, Sizes};
+use super::{DrmModeReport, DrmReport, FileMode, Problem, QueueReport, Report, Role, Sizes, Verdict};
 use super::nodes::fmt_fps;
 use crate::capture::v4l2::PREFERRED;
 use crate::sys::v4l2::format_name;
@@ -104,6 +104,85 @@ fn queue_text(out: &mut String, role: Role, q: &QueueReport) {
     }
 }
 
+/// Modes in one line, the preferred one marked: `1024x768@60 (preferred), 1920x1080@60, ...
+/// (34 modes)`.
+pub(super) fn modes_text(modes: &[DrmModeReport]) -> String {
+    const SHOW: usize = 6;
+    if modes.is_empty() {
+        return "no modes".into();
+    }
+    let mut v: Vec<String> = modes.iter().take(SHOW).map(|m| if m.preferred { format!("{} (preferred)", m.label()) } else { m.label() }).collect();
+    if let Some(p) = modes.iter().skip(SHOW).find(|m| m.preferred) {
+        v.push(format!("{} (preferred)", p.label()));
+    }
+    if modes.len() > SHOW {
+        v.push(format!("... ({} modes)", modes.len()));
+    }
+    v.join(", ")
+}
+
+/// A verdict line: `  --display: can work: ...` or `  --display: cannot: ...` and its `fix:`.
+pub(super) fn verdict_text(what: &str, v: &Verdict) -> String {
+    if v.can_work {
+        format!("  {what}: can work: {}\n", v.why)
+    } else {
+        format!("  {what}: cannot: {}\n    fix: {}\n", v.why, v.fix.as_deref().unwrap_or("?"))
+    }
+}
+
+/// The DRM section: per card its driver and abilities, connectors, CRTCs and planes; then
+/// the `--display` and `--heap drm` verdicts.
+pub(super) fn drm_text(out: &mut String, d: &DrmReport, problems: &[Problem], done: &mut [bool]) {
+    out.push_str(&format!("\n== DRM cards ({}/card*): {} ==\n", d.dir, d.cards.len()));
+    if d.cards.is_empty() {
+        out.push_str(&format!("  no DRM devices (no {}/card*): the kernel has no display driver loaded\n", d.dir));
+    }
+    for c in &d.cards {
+        let mode = c.file.as_ref().map(FileMode::describe).unwrap_or_else(|| "mode unknown".into());
+        if let Some(e) = &c.error {
+            out.push_str(&format!("  {}: {mode}: cannot open: {e}\n", c.path));
+            push_problems(out, problems, &c.path, done);
+            continue;
+        }
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        let master = if c.master_free {
+            "free".to_string()
+        } else if c.holders.is_empty() {
+            "held by another process".to_string()
+        } else {
+            format!("held by another process ({})", c.holders.join(", "))
+        };
+        out.push_str(&format!(
+            "  {}: driver {}, {mode}; dumb buffers: {}, atomic: {}, DRM master: {master}\n",
+            c.path,
+            c.driver.as_deref().unwrap_or("?"),
+            yes_no(c.dumb_buffers),
+            yes_no(c.atomic)
+        ));
+        if let Some(e) = &c.kms_error {
+            out.push_str(&format!("    no KMS resources: {e}\n"));
+        }
+        for k in &c.connectors {
+            let wb = if k.writeback { " (writeback: writes the picture to memory)" } else { "" };
+            let modes = if k.modes.is_empty() { String::new() } else { format!(": {}", modes_text(&k.modes)) };
+            out.push_str(&format!("    connector {} (id {}): {}{wb}{modes}\n", k.name, k.id, k.state));
+        }
+        for k in &c.crtcs {
+            let m = k.mode.as_ref().map(|m| format!("active, {m}")).unwrap_or_else(|| "inactive".into());
+            out.push_str(&format!("    CRTC {} (index {}): {m}\n", k.id, k.index));
+        }
+        for p in &c.planes {
+            let crtcs: Vec<String> = p.crtcs.iter().map(|c| c.to_string()).collect();
+            let head = format!("    plane {} {} (CRTCs {}): ", p.id, p.kind, crtcs.join(","));
+            let indent = " ".repeat(8);
+            out.push_str(&format!("{head}{} format(s): {}\n", p.formats.len(), wrapped(&p.formats, &indent)));
+        }
+        push_problems(out, problems, &c.path, done);
+    }
+    out.push_str(&verdict_text("--display", &d.display));
+    out.push_str(&verdict_text("--heap drm", &d.heap_drm));
+}
+
 /// The report as text: one section per item, `problem:`/`fix:` line pairs under the item
 /// they concern, and a count at the end.
 pub fn text(r: &Report) -> String {
@@ -196,6 +275,8 @@ pub fn text(r: &Report) -> String {
         out.push_str("  absent (only --heap udmabuf, or --heap auto without a heap, uses it; sudo modprobe udmabuf loads it)\n");
     }
     push_problems(&mut out, &r.problems, &u.path, &mut done);
+
+    drm_text(&mut out, &r.drm, &r.problems, &mut done);
 
     out.push_str("\n== vendor libraries ==\n");
     for l in &r.libraries {

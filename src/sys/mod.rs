@@ -18,6 +18,7 @@ pub fn errno_words(e: &std::io::Error) -> String {
 
 pub mod board;
 pub mod dmabuf;
+pub mod drm;
 pub mod rga;
 pub mod rknn;
 pub mod udmabuf;

@@ -41,4 +41,17 @@ for dev in /dev/dma_heap/system /dev/udmabuf; do
 done
 [ -d /dev/dma_heap ] && echo "dma heaps: $(ls /dev/dma_heap | tr '\n' ' ')"
 
+# vkms (enable_overlay=1 enable_writeback=1): one card, its Virtual-1 connector connected and
+# its writeback connector, named in sysfs as cardN-<type>-<index>.
+. /etc/zcpipe-vm.env 2>/dev/null
+if [ -n "$DRM_CARD" ] && [ -c "$DRM_CARD" ]; then
+    ok "DRM_CARD=$DRM_CARD ($(ls -l "$DRM_CARD" | awk '{print $5 $6}'), device $(basename "$(readlink /sys/class/drm/${DRM_CARD##*/}/device)"))"
+    card=${DRM_CARD##*/}
+    st=$(cat "/sys/class/drm/$card-Virtual-1/status" 2>/dev/null)
+    [ "$st" = connected ] && ok "$card-Virtual-1 is connected ($(head -n1 "/sys/class/drm/$card-Virtual-1/modes") first of $(wc -l < "/sys/class/drm/$card-Virtual-1/modes") modes)" || bad "$card-Virtual-1 status '$st' (want connected)"
+    [ -d "/sys/class/drm/$card-Writeback-1" ] && ok "$card-Writeback-1 (writeback connector)" || bad "no writeback connector $card-Writeback-1"
+else
+    bad "DRM_CARD='$DRM_CARD' is not a character device (vkms loaded? $(ls /dev/dri 2>&1 | tr '\n' ' '))"
+fi
+
 exit $fail

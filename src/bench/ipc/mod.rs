@@ -52,7 +52,7 @@ pub fn run(cfg: &IpcConfig, json: bool) -> Result<i32> {
 /// Ctrl-C; a failing transport becomes a `failed` row.
 pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
     let placement = Placement::plan(cfg.cpus)?;
-    let alloc = Allocator::open(cfg.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"))?;
+    let alloc = Allocator::open(cfg.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri"))?;
     let host = report::host_info();
     let _signals = SignalGuard::install()?;
     let _affinity = AffinityRestore::save()?;

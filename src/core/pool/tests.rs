@@ -20,7 +20,7 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 /// whatever tokens it likes).
 fn hop(n: usize, policy: RingPolicy) -> (PoolProducer, Receiver<FrameDesc>) {
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
-    let alloc = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    let alloc = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
     let bufs = alloc.allocate_pool(n, 4096).unwrap().into_iter().map(|b| vec![b]).collect();
     let spec = HopSpec { policy, capacity: n as u32, memory: alloc.describe(), layout: None, fps: 0.0, description: "test".into(), copy_mode: false };
     let prod = PoolProducer::offer(Conn::from_fd(a).unwrap(), bufs, spec).unwrap();

@@ -32,7 +32,10 @@ pub fn rga_heap(requested: HeapChoice, heap_dir: &Path, rga3_pinned: bool) -> Rg
 /// order (`Auto`); otherwise (RGA2 may do the work and RAM lies above 4 GiB, or the RAM map
 /// is unknown) the first present of [`RGA_HEAP_PREFERENCE`], else `Auto` with a warning in
 /// `reason`. An explicit `--heap` is kept, with the same warning for heaps that may sit above
-/// 4 GiB and a note that memfds cannot be imported at all.
+/// 4 GiB (system, udmabuf, and DRM dumb buffers: rockchipdrm backs them with shmem pages
+/// mapped through the VOP's IOMMU, anywhere in RAM, or with CMA where the VOP has no IOMMU,
+/// drivers/gpu/drm/rockchip/rockchip_drm_gem.c; which of the two a board does is not visible
+/// from here) and a note that memfds cannot be imported at all.
 pub fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<RamAbove4g>, rga3_pinned: bool) -> RgaHeap {
     let needs_low = !rga3_pinned && ram.as_ref().is_none_or(|r| r.above);
     let high = ram.as_ref().filter(|r| r.above && !rga3_pinned).map(|r| {
@@ -79,7 +82,7 @@ pub fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<Ram
             choice: requested,
             reason: "--heap memfd: sealed memfds are not dma-bufs; the RGA driver cannot import them (only the test fake can)".into(),
         },
-        HeapChoice::System | HeapChoice::Udmabuf => RgaHeap {
+        HeapChoice::System | HeapChoice::Udmabuf | HeapChoice::Drm => RgaHeap {
             choice: requested,
             reason: format!("--heap {} as asked{}", format!("{requested:?}").to_lowercase(), high.unwrap_or_default()),
         },

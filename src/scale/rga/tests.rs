@@ -93,6 +93,11 @@ fn heap_prefers_dma32_then_cma_and_says_why() {
     let r = rga_heap_with_ram(HeapChoice::System, dir.path(), ram(true), false);
     assert_eq!(r.choice, HeapChoice::System);
     assert!(r.reason.contains("--heap system") && r.reason.contains("RGA_MMU"), "{}", r.reason);
+    // DRM dumb buffers may be IOMMU-mapped pages anywhere in RAM: kept, with the warning.
+    let r = rga_heap_with_ram(HeapChoice::Drm, dir.path(), ram(true), false);
+    assert_eq!(r.choice, HeapChoice::Drm);
+    assert!(r.reason.starts_with("--heap drm as asked; RAM lies above 4 GiB") && r.reason.contains("RGA_MMU"), "{}", r.reason);
+    assert_eq!(rga_heap_with_ram(HeapChoice::Drm, dir.path(), ram(false), false).reason, "--heap drm as asked");
     assert!(rga_heap_with_ram(HeapChoice::Memfd, dir.path(), None, false).reason.contains("cannot import"));
 }
 
