@@ -119,7 +119,8 @@ impl Sub {
             }
         });
         let s = Sub { child, got };
-        let ready = wait_for(Duration::from_secs(10), || {
+        // A readiness wait, not a speed goal: generous for a loaded machine.
+        let ready = wait_for(Duration::from_secs(30), || {
             let _ = Command::new("mosquitto_pub").args(["-h", "127.0.0.1", "-p", &b.port.to_string(), "-t", "probe", "-m", "x"]).args(&auth).status();
             s.seen("probe", |_| true)
         });

@@ -118,7 +118,9 @@ impl InferArgs {
             return auto::choose(DetectorKind::Replay, Some(std::path::Path::new(file)), None);
         }
         let backend: DetectorKind = self.infer.parse()?;
-        if backend == DetectorKind::Replay {
+        // `--infer replay --model FILE` is the same as `--infer replay:FILE` (the form stage
+        // processes are started with).
+        if backend == DetectorKind::Replay && self.model.is_none() {
             anyhow::bail!("--infer replay needs a file: --infer replay:FILE.jsonl (lines as `zcpipe run --json` prints them)");
         }
         let cores = match self.npu_cores.as_str() {

@@ -366,7 +366,7 @@ impl std::str::FromStr for DetectorKind {
     /// Parses a backend name; the error lists the valid ones.
     fn from_str(s: &str) -> anyhow::Result<DetectorKind> {
         DetectorKind::from_name(s).ok_or_else(|| {
-            let names: Vec<&str> = DetectorKind::ALL.iter().map(|(_, n, _)| *n).collect();
+            let names: Vec<&str> = DetectorKind::ALL.iter().map(|(k, n, _)| if *k == DetectorKind::Replay { "replay:FILE.jsonl" } else { *n }).collect();
             anyhow::anyhow!("unknown inference backend `{s}`: valid backends are {}", names.join(", "))
         })
     }
@@ -512,7 +512,7 @@ mod tests {
     #[test]
     fn unknown_kind_lists_valid_ones() {
         let err = "rknnn".parse::<DetectorKind>().err().unwrap().to_string();
-        assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, rknn, none");
+        assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, rknn, none, replay:FILE.jsonl");
     }
 
     #[test]
