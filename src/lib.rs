@@ -12,6 +12,7 @@ pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod core;
+pub mod display;
 pub mod doctor;
 pub mod infer;
 pub mod metrics;

@@ -304,8 +304,8 @@ pub fn serve_pool(down: &mut Downstream, prod: &mut PoolProducer, consumer: crat
         prod.check_taps();
     }
     down.serve(prod, |p, hello| if crate::core::link::tap_name(hello).is_some() { None } else { p.live_consumer() }, |p, conn, hello| {
-        if let Some(name) = crate::core::link::tap_name(&hello) {
-            return p.add_tap(conn, name);
+        if let Some((name, hold)) = crate::core::link::tap_request(&hello) {
+            return p.add_tap(conn, name, hold);
         }
         let conn = check_hello(conn, &hello, check)?;
         p.reoffer(conn, consumer)

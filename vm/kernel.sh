@@ -22,6 +22,10 @@ META=linux-image-6.12-amd64
 # connector (--display, --heap drm).
 WANT=(vivid vim2m vkms)
 
+# The fix applied to the vkms built here (see "vkms's encoders are clones" below); a cache
+# built without it (or with an older one) is rebuilt.
+VKMS_PATCH=clones-1
+
 log() { echo "vm/kernel: $*"; }
 die() { echo "vm/kernel: ERROR: $*" >&2; exit 1; }
 
@@ -30,6 +34,7 @@ outputs_ok() {
     local m
     while read -r m; do [ -s "$OUT/modules/$m.ko" ] || return 1; done < "$OUT/modules.order"
     for m in "${WANT[@]}"; do grep -qx "$m" "$OUT/modules.order" || return 1; done  # a cache from before a module was added
+    [ "$(cat "$OUT/vkms-patch" 2>/dev/null)" = "$VKMS_PATCH" ] || return 1           # or before the vkms fix below changed
 }
 if outputs_ok; then
     log "cached: $(cat "$OUT/kver"), $(wc -l < "$OUT/modules.order") modules in $OUT"
@@ -148,6 +153,30 @@ done
 if [ $NEED_VKMS = 1 ]; then
     # The source's own Makefile (vkms-y := ...; obj-$(CONFIG_DRM_VKMS) += vkms.o), with the
     # config symbol given on the command line; its KUnit tests stay out.
+    # vkms's encoders are clones. 6.12 added a check (drm_atomic_helper.c,
+    # drm_atomic_check_valid_clones, in drm_atomic_helper_check_modeset): a CRTC drives
+    # several encoders only if each lists the others in possible_clones. vkms 6.12 leaves
+    # them unset, which drm_mode_config.c reads as "its own clone only", so every commit
+    # that routes the writeback connector beside Virtual-1 (the writeback of what is on
+    # screen, its whole point) fails that check with EINVAL (said only at drm.debug 0x01).
+    # Declare the two encoders clones of each other, as display controllers with a
+    # writeback do (exynos, for one), before the device registers.
+    if ! grep -q 'zcpipe: clones' "$VKMSSRC/vkms_output.c"; then
+        [ "$(grep -c '^	drm_mode_config_reset(dev);$' "$VKMSSRC/vkms_output.c")" = 1 ] \
+            || die "vkms_output.c has not one 'drm_mode_config_reset(dev);' line: the clones fix does not apply to this kernel's vkms"
+        awk '/^\tdrm_mode_config_reset\(dev\);$/ {
+                print "\t/* zcpipe: clones (vm/kernel.sh): the writeback encoder and the Virtual one may share the CRTC. */"
+                print "\tif (vkmsdev->config->writeback && !writeback) {"
+                print "\t\tu32 both = drm_encoder_mask(encoder) | drm_encoder_mask(&output->wb_connector.encoder);"
+                print ""
+                print "\t\tencoder->possible_clones = both;"
+                print "\t\toutput->wb_connector.encoder.possible_clones = both;"
+                print "\t}"
+                print ""
+            } { print }' "$VKMSSRC/vkms_output.c" > "$VKMSSRC/vkms_output.c.new"
+        mv "$VKMSSRC/vkms_output.c.new" "$VKMSSRC/vkms_output.c"
+        log "vkms: its Virtual and writeback encoders declared clones (the 6.12 clone check refuses the writeback otherwise)"
+    fi
     log "building vkms.ko against linux-headers-$KVER (the kernel config has no CONFIG_DRM_VKMS)"
     VMAKE=(make -j1 -C "$HDR" M="$VKMSSRC" CONFIG_DRM_VKMS=m CONFIG_DRM_VKMS_KUNIT_TEST= CONFIG_DEBUG_INFO_BTF_MODULES=)
     "${VMAKE[@]}" clean >/dev/null 2>&1 || true
@@ -189,6 +218,7 @@ for p in "${PATHS[@]}"; do
 done
 cp "$SCR/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
 echo "$KVER" > "$OUT/kver"
+echo "$VKMS_PATCH" > "$OUT/vkms-patch"
 mv "$OUT/modules.order.tmp" "$OUT/modules.order"   # written last: marks the cache complete
 
 # Drop debs of other kernel versions; keep this version's (a rebuild then needs no download).

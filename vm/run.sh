@@ -7,6 +7,8 @@
 #   VM_TEST_TIMEOUT=300   limit per test inside the guest, seconds
 #   VM_TEST_FILTER=STR    run only tests whose file name contains STR
 #   VM_MEM=1024 VM_SMP=2  guest memory (MiB) and CPUs
+#   VM_APPEND="..."       more kernel parameters, e.g. "drm.debug=0x16 loglevel=8" to see
+#                         why a DRM commit is refused, in the console log
 # Exit status: 0 only if the guest ran at least one test and all passed.
 set -euo pipefail
 
@@ -40,6 +42,7 @@ bash "$ROOT/vm/initramfs.sh" "$INITRD" "$TESTDIR"
 APPEND="console=ttyS0 quiet panic=-1"
 [ -n "${VM_TEST_TIMEOUT:-}" ] && APPEND+=" zcpipe.timeout=$VM_TEST_TIMEOUT"
 [ -n "${VM_TEST_FILTER:-}" ] && APPEND+=" zcpipe.filter=$VM_TEST_FILTER"
+[ -n "${VM_APPEND:-}" ] && APPEND+=" $VM_APPEND"
 
 QEMU=(qemu-system-x86_64 -accel tcg -nographic -no-reboot -m "$VM_MEM" -smp "$VM_SMP"
       -nic none -bios "$QBOOT"

@@ -24,6 +24,11 @@ pub struct CompareArgs {
     /// Also draw per-stage latency and the latency distribution of both modes (SVG).
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Each round shows the camera on a display too (`--display auto`): the comparison
+    /// then has the display's rows (zero-copy scanout vs a CPU copy composed, as a plain
+    /// viewer would).
+    #[command(flatten)]
+    pub display: super::display::RunDisplayArgs,
 }
 
 impl CompareArgs {
@@ -65,6 +70,10 @@ impl CompareArgs {
         }
         v.extend(p.scale.flags());
         v.extend(p.infer.flags());
+        if self.display.display != crate::display::DisplayTarget::None {
+            v.push(format!("--display={}", self.display.display));
+            v.extend(self.display.flags());
+        }
         v
     }
 }
@@ -90,6 +99,7 @@ mod tests {
             assert!(flags.iter().any(|f| f == g), "{g} is not passed on: {flags:?}");
         }
         assert!(flags.iter().any(|f| f == "--frames=150"), "{flags:?}");
+        assert!(!flags.iter().any(|f| f.starts_with("--display")), "no display unless asked: {flags:?}");
         let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags)).cmd else { panic!("not run") };
         let mut capture = a.pipeline.capture.clone();
         capture.frames = Some(150);
@@ -97,5 +107,15 @@ mod tests {
         assert_eq!(format!("{:?}", r.pipeline.scale), format!("{:?}", a.pipeline.scale));
         assert_eq!(format!("{:?}", r.pipeline.infer), format!("{:?}", a.pipeline.infer));
         assert_eq!(r.pipeline.common.data_path().unwrap().flags(), a.pipeline.common.data_path().unwrap().flags());
+    }
+
+    /// `--display` given to compare reaches each round's `zcpipe run` (with its options).
+    #[test]
+    fn a_display_reaches_each_round() {
+        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare", "--display", "/dev/dri/card0", "--display-compose"]).cmd else { panic!("not compare") };
+        let flags = a.run_flags(&a.pipeline.check().unwrap());
+        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags.clone())).cmd else { panic!("not run") };
+        assert_eq!(r.display.display.to_string(), "/dev/dri/card0", "{flags:?}");
+        assert!(r.display.display_compose, "{flags:?}");
     }
 }

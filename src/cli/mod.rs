@@ -12,6 +12,7 @@ pub mod capture;
 pub mod common;
 pub mod compare;
 pub mod config;
+pub mod display;
 pub mod http;
 pub mod snapshot;
 pub mod infer;
@@ -61,7 +62,7 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the whole pipeline: four stage processes wired by dma-buf fds and rings.
+    /// Run the whole pipeline: four stage processes wired by dma-buf fds and rings (five with --display).
     Run(Box<run::RunArgs>),
     /// Run one stage alone (what `run` starts; for systemd units).
     Stage {
@@ -116,6 +117,14 @@ pub enum StageCmd {
         #[command(flatten)]
         args: PublishArgs,
     },
+    /// Show the camera on a KMS display with its boxes (a tap of capture.sock and a client of
+    /// the detections socket; optional).
+    Display {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        args: display::DisplayArgs,
+    },
 }
 
 fn init_logging(cli: &Cli, tag: &str) {
@@ -146,6 +155,7 @@ impl StageCmd {
             StageCmd::Scale { .. } => "scale",
             StageCmd::Infer { .. } => "infer",
             StageCmd::Publish { .. } => "publish",
+            StageCmd::Display { .. } => "display",
         }
     }
 
@@ -161,7 +171,7 @@ impl StageCmd {
     /// Checks the stage's options and runs it with the stop flag and its report pipe.
     fn run(self) -> anyhow::Result<i32> {
         let name = self.name();
-        let (StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. }) = &self;
+        let (StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. } | StageCmd::Display { common, .. }) = &self;
         let data = common.data_path()?;
         let instance = data.instance.clone();
         // One camera of several reports (and listens) as `capture@NAME`: once per process.
@@ -172,6 +182,7 @@ impl StageCmd {
             StageCmd::Scale { args, .. } => crate::scale::stage::run(args.config()?, ctx),
             StageCmd::Infer { args, .. } => crate::infer::stage::run(args.config()?, ctx),
             StageCmd::Publish { args, .. } => crate::publish::stage::run(args.config(&instance)?, ctx),
+            StageCmd::Display { args, .. } => crate::display::stage::run(args.config(&instance)?, ctx),
         }
     }
 }

@@ -6,9 +6,10 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::core::frame::Stage;
-use crate::supervise::run::RunConfig;
+use crate::supervise::run::{Role, RunConfig};
 
 use super::common::PipelineArgs;
+use super::display::RunDisplayArgs;
 use super::http::HttpArgs;
 use super::snapshot::SnapshotArgs;
 use super::publish::PublishArgs;
@@ -96,6 +97,8 @@ pub struct RunArgs {
     pub snapshot: SnapshotArgs,
     #[command(flatten)]
     pub mqtt: MqttArgs,
+    #[command(flatten)]
+    pub display: RunDisplayArgs,
 }
 
 impl RunArgs {
@@ -156,15 +159,34 @@ impl RunArgs {
         let common = resolved.common.flags(&data);
         let p = &resolved;
         let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
-        let mut stage_flags: Vec<(Stage, String, Vec<String>)> = vec![];
-        for (name, cap) in names.iter().zip(&captures) {
+        let mut stage_flags: Vec<(Role, String, Vec<String>)> = vec![];
+        // The display (a fifth, optional process) on the first camera: its card now, or one
+        // line why there is none (the pipeline runs without it).
+        let display_card = match &self.display.display {
+            crate::display::DisplayTarget::None => None,
+            t => match crate::display::resolve_card(t) {
+                Ok(card) => Some(card),
+                Err(e) => {
+                    log::warn!("{e:#}; the pipeline runs without a display");
+                    plan.outputs.push(crate::plan::Step { what: "no display".into(), why: format!("--display {t}: {e:#}") });
+                    None
+                }
+            },
+        };
+        for (k, (name, cap)) in names.iter().zip(&captures).enumerate() {
             let mut v = common.clone();
+            let mut cap = cap.clone();
+            if k == 0 && display_card.is_some() {
+                // The display's tap holds up to 2 buffers (on screen, and queued for the
+                // next flip): the pool gets them on top, so the pipeline keeps its own.
+                cap.buffers = (cap.buffers + crate::display::stage::DISPLAY_HOLD).min(64);
+            }
             v.extend(cap.flags());
             if several {
                 v.push(format!("--camera={name}"));
-                stage_flags.push((Stage::Capture, crate::core::config::camera_stage(name), v));
+                stage_flags.push((Stage::Capture.into(), crate::core::config::camera_stage(name), v));
             } else {
-                stage_flags.push((Stage::Capture, "capture".into(), v));
+                stage_flags.push((Stage::Capture.into(), "capture".into(), v));
             }
         }
         for stage in [Stage::Scale, Stage::Infer, Stage::Publish] {
@@ -189,7 +211,19 @@ impl RunArgs {
                     v
                 }
             });
-            stage_flags.push((stage, stage.name().to_string(), v));
+            stage_flags.push((stage.into(), stage.name().to_string(), v));
+        }
+        if let Some(card) = &display_card {
+            let mut v = common.clone();
+            v.push(format!("--display={}", card.display()));
+            v.extend(self.display.flags());
+            if several {
+                v.push(format!("--camera={}", names[0]));
+            }
+            v.push(format!("--detections={}", socket.display()));
+            stage_flags.push((Role::Display, "display".into(), v));
+            let why = if self.pipeline.common.copy_mode { "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)" } else { "--display (the camera's buffers scanned out where a plane takes them, else composed by the CPU; the stage says which)" };
+            plan.outputs.push(crate::plan::Step { what: format!("display on {} (camera {})", card.display(), names[0]), why: why.into() });
         }
         let cameras: Vec<(String, String)> = names.iter().zip(&captures).map(|(n, c)| (n.clone(), crate::capture::spec::redact_url(&c.source))).collect();
         let restart = crate::supervise::RestartPolicy {

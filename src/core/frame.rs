@@ -36,6 +36,10 @@ impl Fourcc {
     pub const RGB24: Fourcc = Fourcc::new(b"RGB3");
     /// Packed B G R, 3 bytes per pixel (`V4L2_PIX_FMT_BGR24`); the YOLOX model input.
     pub const BGR24: Fourcc = Fourcc::new(b"BGR3");
+    /// Packed B G R X, 4 bytes per pixel (`V4L2_PIX_FMT_XBGR32`, `'XR24'`): the same bytes
+    /// as DRM's `DRM_FORMAT_XRGB8888` (`[31:0] x:R:G:B` little-endian, drm_fourcc.h), so a
+    /// display scans it out as it is.
+    pub const XR24: Fourcc = Fourcc::new(b"XR24");
 
     /// The code as V4L2 tools print it, for messages (`NV12`, `BGR3`, `Y16 -BE`): four
     /// characters, spaces kept, other unprintable bytes as `?`, and `-BE` when bit 31 (the
@@ -50,7 +54,7 @@ impl Fourcc {
         }
     }
 
-    /// Parses a user-facing format name (`NV12`, `NV16`, `NV12M`, `YUYV`, `RGB24`, `BGR24`)
+    /// Parses a user-facing format name (`NV12`, `NV16`, `NV12M`, `YUYV`, `RGB24`, `BGR24`, `XR24`)
     /// or a raw four-character code.
     pub fn parse(name: &str) -> Option<Fourcc> {
         Some(match name.to_ascii_uppercase().as_str() {
@@ -60,6 +64,7 @@ impl Fourcc {
             "YUYV" => Self::YUYV,
             "RGB24" | "RGB3" => Self::RGB24,
             "BGR24" | "BGR3" => Self::BGR24,
+            "XR24" | "XBGR32" => Self::XR24,
             _ => return None,
         })
     }
@@ -69,7 +74,7 @@ impl Fourcc {
     pub fn num_planes(self) -> Option<usize> {
         match self {
             Self::NV12 | Self::NV12M | Self::NV16 => Some(2),
-            Self::YUYV | Self::RGB24 | Self::BGR24 => Some(1),
+            Self::YUYV | Self::RGB24 | Self::BGR24 | Self::XR24 => Some(1),
             _ => None,
         }
     }
@@ -198,6 +203,7 @@ impl FrameLayout {
             (Fourcc::NV16, 0) => (w, h),
             (Fourcc::NV16, _) => (w2, h),
             (Fourcc::YUYV, _) => (w2 * 2, h),
+            (Fourcc::XR24, _) => (w * 4, h),
             _ => (w * 3, h),
         }
     }

@@ -400,12 +400,32 @@ pub fn tap_hello(name: &str) -> ControlMsg {
     ControlMsg::Hello { stage: format!("{TAP_PREFIX}{name}"), accept: vec![], want: None, wait: WaitMode::Eventfd }
 }
 
-/// The tap's name if `msg` is a tap's hello ([`tap_hello`]).
+/// The hello of a tap named `name` that holds up to `hold` frames at once (a display
+/// keeps the frame on screen until the next page flip completes, so it holds 2): its
+/// stage name is `tap:NAME/hold=N`. A producer caps `hold` at
+/// [`crate::core::pool::TAP_MAX_HELD`]; one from before this suffix reads the whole as the
+/// name and gives it one.
+pub fn tap_hello_holding(name: &str, hold: usize) -> ControlMsg {
+    ControlMsg::Hello { stage: format!("{TAP_PREFIX}{name}{TAP_HOLD}{hold}"), accept: vec![], want: None, wait: WaitMode::Eventfd }
+}
+
+/// The suffix of a tap's hello that says how many frames it may hold ([`tap_hello_holding`]).
+const TAP_HOLD: &str = "/hold=";
+
+/// The tap's name if `msg` is a tap's hello ([`tap_hello`], [`tap_hello_holding`]).
 pub fn tap_name(msg: &ControlMsg) -> Option<&str> {
-    match msg {
-        ControlMsg::Hello { stage, .. } => stage.strip_prefix(TAP_PREFIX),
-        _ => None,
-    }
+    tap_request(msg).map(|(name, _)| name)
+}
+
+/// The tap's name and the frames it asks to hold at once (1 unless its hello says more:
+/// [`tap_hello_holding`]; a number that does not parse, or 0, is 1) if `msg` is a tap's hello.
+pub fn tap_request(msg: &ControlMsg) -> Option<(&str, usize)> {
+    let ControlMsg::Hello { stage, .. } = msg else { return None };
+    let tap = stage.strip_prefix(TAP_PREFIX)?;
+    Some(match tap.split_once(TAP_HOLD) {
+        Some((name, n)) => (name, n.parse::<usize>().ok().filter(|n| *n >= 1).unwrap_or(1)),
+        None => (tap, 1),
+    })
 }
 
 /// How long a connection may take to say hello before it is dropped, at set-up

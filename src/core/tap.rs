@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use super::channel::Recv;
+use super::copy::CopyCounters;
 use super::frame::{Fourcc, FrameLayout};
-use super::link::{tap_hello, Conn, PeerGone, WaitMode};
+use super::link::{tap_hello, tap_hello_holding, Conn, PeerGone, WaitMode};
 use super::pool::{Frame, PoolConsumer};
 
 /// Counters of a [`TapClient`].
@@ -29,6 +30,9 @@ pub struct TapCounters {
     pub joins: u64,
     /// Frames received.
     pub frames: u64,
+    /// Times the producer ended its stream cleanly (end of stream, not a hang-up).
+    #[serde(default)]
+    pub ends: u64,
 }
 
 /// The longest wait between two tries to join a producer that is not there (or refused):
@@ -47,13 +51,57 @@ pub struct TapClient {
     /// Why the last join failed, said once until it changes (at debug level after that).
     last_error: Option<String>,
     counters: TapCounters,
+    /// Frames it asks to hold at once ([`tap_hello_holding`]).
+    hold: usize,
+    /// Copy-mode counters of the pools it left (a re-join starts new ones).
+    past_copies: CopyCounters,
 }
 
 impl TapClient {
     /// A tap named `name` (`view`) on the pool of `upstream` (a stage name for messages,
     /// `capture@front`) listening at `socket`. Nothing is connected yet.
     pub fn new(socket: PathBuf, name: &str, upstream: &str) -> TapClient {
-        TapClient { socket, name: name.into(), upstream: upstream.into(), consumer: None, next_try: Instant::now(), backoff: Duration::from_millis(100), last_error: None, counters: TapCounters::default() }
+        TapClient { socket, name: name.into(), upstream: upstream.into(), consumer: None, next_try: Instant::now(), backoff: Duration::from_millis(100), last_error: None, counters: TapCounters::default(), hold: 1, past_copies: CopyCounters::default() }
+    }
+
+    /// Asks the producer to let this tap hold up to `hold` frames at once (1 by default,
+    /// at most [`super::pool::TAP_MAX_HELD`]): a display holds the frame on screen while the
+    /// next one is queued. Takes effect at the next join.
+    pub fn holding(mut self, hold: usize) -> TapClient {
+        self.hold = hold;
+        self
+    }
+
+    /// Whether the tap is joined to a producer in copy mode (`--copy-mode`): its frames are
+    /// then copies in this process's own memory, not the producer's dma-bufs, so a device
+    /// cannot import them. `None` while not joined.
+    pub fn copy_mode(&self) -> Option<bool> {
+        self.consumer.as_ref().map(|c| c.offer.copy_mode)
+    }
+
+    /// The buffers of the pool joined now (`buffers[index][fd_index]`, the fds the producer
+    /// sent once at the join; a re-join, counted in [`TapCounters::joins`], brings new ones),
+    /// for a device that imports them once (a display's PRIME import). `None` while not joined.
+    pub fn buffers(&self) -> Option<&[Vec<super::dmabuf::DmaBuf>]> {
+        self.consumer.as_ref().map(|c| c.buffers())
+    }
+
+    /// What copy mode cost this tap so far (frames, bytes copied and taken from the data
+    /// socket), over every join; `None` while it has joined only zero-copy pools.
+    pub fn copy_counters(&self) -> Option<CopyCounters> {
+        let now = self.consumer.as_ref().and_then(|c| c.copy_counters());
+        match (now, self.past_copies.frames) {
+            (None, 0) => None,
+            (now, _) => Some(now.unwrap_or_default().plus(self.past_copies)),
+        }
+    }
+
+    /// Lets go of the pool joined (its buffers are unmapped, its fds closed), keeping its
+    /// copy counters.
+    fn leave(&mut self) {
+        if let Some(c) = self.consumer.take().and_then(|c| c.copy_counters()) {
+            self.past_copies = self.past_copies.plus(c);
+        }
     }
 
     /// Counters so far.
@@ -66,8 +114,9 @@ impl TapClient {
             return;
         }
         let never = AtomicBool::new(false);
+        let hello = if self.hold > 1 { tap_hello_holding(&self.name, self.hold) } else { tap_hello(&self.name) };
         let joined = Conn::connect_retry(&self.socket, &self.upstream, &never, Duration::from_millis(50))
-            .and_then(|conn| PoolConsumer::join(conn, &tap_hello(&self.name), WaitMode::Eventfd, &self.upstream));
+            .and_then(|conn| PoolConsumer::join(conn, &hello, WaitMode::Eventfd, &self.upstream));
         match joined {
             Ok(c) => {
                 log::info!("tap `{}` joined {} ({} buffers)", self.name, self.upstream, c.buffers().len());
@@ -108,17 +157,23 @@ impl TapClient {
                 Ok(Some(f))
             }
             Ok(Recv::Idle) => Ok(None),
-            Ok(Recv::Eos | Recv::Hangup) => {
+            Ok(Recv::Eos) => {
+                log::info!("tap `{}`: {} ended its stream; joining again when it is back", self.name, self.upstream);
+                self.leave();
+                self.counters.ends += 1;
+                Ok(None)
+            }
+            Ok(Recv::Hangup) => {
                 log::info!("tap `{}`: {} ended its stream or hung up; joining again when it is back", self.name, self.upstream);
-                self.consumer = None;
+                self.leave();
                 Ok(None)
             }
             Err(e) if PeerGone::is_in(&e) => {
-                self.consumer = None;
+                self.leave();
                 Ok(None)
             }
             Err(e) => {
-                self.consumer = None;
+                self.leave();
                 Err(e.context(format!("tap `{}` on {}", self.name, self.upstream)))
             }
         }
@@ -138,8 +193,8 @@ fn plane<'a>(bufs: &[&'a [u8]], layout: &FrameLayout, i: usize) -> Result<(&'a [
 /// Converts `frame` to RGB24 (tight rows: `width * 3` bytes each) in `out`, reading its
 /// dma-bufs through read guards (DMA_BUF_IOCTL_SYNC START|READ ... END,
 /// Documentation/driver-api/dma-buf.rst) held only for the conversion. Reads NV12, NV12M,
-/// NV16 and YUYV (BT.601, limited range, as V4L2 cameras send them by default) and
-/// RGB24/BGR24. Returns (width, height) in pixels. Errors: another fourcc (named), or a
+/// NV16 and YUYV (BT.601, limited range, as V4L2 cameras send them by default),
+/// RGB24/BGR24 and XR24. Returns (width, height) in pixels. Errors: another fourcc (named), or a
 /// plane too short for its rows.
 pub fn frame_to_rgb(frame: &Frame, out: &mut Vec<u8>) -> Result<(u32, u32)> {
     let layout = frame.desc().layout;
@@ -172,6 +227,17 @@ pub fn layout_to_rgb(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) ->
             let packed = YuvPackedImage { yuy: p, yuy_stride: bpl as u32, width: w, height: h };
             yuv::yuyv422_to_rgb(&packed, out, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601).map_err(err)?;
         }
+        Fourcc::XR24 => {
+            let (p, bpl) = plane(bufs, layout, 0)?;
+            if p.len() < bpl * (h as usize - 1) + w as usize * 4 {
+                bail!("{}: plane 0 has {} bytes, {h} rows of {bpl} need more", layout.fourcc, p.len());
+            }
+            for (r, dst) in out.chunks_exact_mut(w as usize * 3).enumerate() {
+                for (d, s) in dst.chunks_exact_mut(3).zip(p[r * bpl..r * bpl + w as usize * 4].chunks_exact(4)) {
+                    d.copy_from_slice(&[s[2], s[1], s[0]]);
+                }
+            }
+        }
         Fourcc::RGB24 | Fourcc::BGR24 => {
             let (p, bpl) = plane(bufs, layout, 0)?;
             let row = w as usize * 3;
@@ -189,7 +255,7 @@ pub fn layout_to_rgb(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) ->
                 }
             }
         }
-        other => bail!("cannot show {other} frames yet (NV12, NV12M, NV16, YUYV, RGB24 and BGR24 can be shown)"),
+        other => bail!("cannot show {other} frames yet (NV12, NV12M, NV16, YUYV, RGB24, BGR24 and XR24 can be shown)"),
     }
     Ok(())
 }
@@ -231,8 +297,12 @@ mod tests {
         assert_eq!(out, [3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
         let e = layout_to_rgb(&l, &[&b[..10]], &mut out).unwrap_err().to_string();
         assert!(e.contains("plane 0 has"), "{e}");
-        let l = FrameLayout { fourcc: Fourcc::new(b"XR24"), ..l };
+        let l = FrameLayout { fourcc: Fourcc::new(b"AR24"), ..l };
         let e = layout_to_rgb(&l, &[&b], &mut out).unwrap_err().to_string();
-        assert!(e.contains("cannot show XR24"), "{e}");
+        assert!(e.contains("cannot show AR24"), "{e}");
+        // XR24: B G R X bytes.
+        let l = FrameLayout { fourcc: Fourcc::XR24, ..l };
+        layout_to_rgb(&l, &[&[1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, 10, 11, 12, 0]], &mut out).unwrap();
+        assert_eq!(out, [3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
     }
 }

@@ -163,6 +163,22 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         m.insert(format!("RSS MiB {stage}"), f(&p["rss_kib"]) / 1024.0);
         m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
     }
+    // With `--display`: what showing the camera costs in each mode (zero-copy scanout
+    // imports the camera's buffers; copy mode gets a copy of each frame over a socket and
+    // composes it with the CPU, as a plain viewer would).
+    let d = &st["display"];
+    if d.is_object() {
+        let n = f(&d["frames_in"]).max(1.0);
+        let p = &d["process"];
+        let c = &d["extra"]["display"]["counters"];
+        m.insert("fps shown display".into(), fps("display"));
+        m.insert("cpu µs/frame display".into(), (f(&p["user_us"]) + f(&p["system_us"])) / n);
+        m.insert("copied bytes/frame capture->display".into(), (f(&d["copy_in"]["copied_bytes"]) + f(&c["composed_bytes"])) / n);
+        m.insert("socket bytes/frame capture->display".into(), f(&d["copy_in"]["socket_bytes"]) / n);
+        m.insert("frames composed by the CPU display".into(), f(&c["composed"]));
+        m.insert("buffers imported display".into(), f(&c["imports"]));
+        m.insert("RSS MiB display".into(), f(&p["rss_kib"]) / 1024.0);
+    }
     m
 }
 
@@ -288,4 +304,31 @@ fn pair_chart(
         ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| err(&e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run with a display: its rows come from the display stage's report (CPU per frame
+    /// received, the copy-mode bytes it took from the socket plus what its CPU composed).
+    #[test]
+    fn a_display_stage_has_its_rows() {
+        let s = serde_json::json!({"stages": {
+            "capture": {"frames_out": 100, "out_span": {"frames": 100, "first_s": 0.0, "last_s": 3.3}},
+            "display": {"frames_in": 100, "frames_out": 90, "out_span": {"frames": 91, "first_s": 1.0, "last_s": 4.0},
+                "copy_in": {"frames": 100, "copied_bytes": 46_080_000u64, "socket_bytes": 46_080_000u64},
+                "process": {"user_us": 150_000, "system_us": 50_000, "rss_kib": 2048},
+                "extra": {"display": {"counters": {"composed": 90, "composed_bytes": 90 * 1024 * 768 * 4, "imports": 0}}}}
+        }});
+        let m = metrics(&s);
+        assert_eq!(m["fps shown display"], 30.0);
+        assert_eq!(m["cpu µs/frame display"], 2000.0);
+        assert_eq!(m["copied bytes/frame capture->display"], (46_080_000.0 + 90.0 * 1024.0 * 768.0 * 4.0) / 100.0);
+        assert_eq!(m["socket bytes/frame capture->display"], 460_800.0);
+        assert_eq!((m["frames composed by the CPU display"], m["buffers imported display"], m["RSS MiB display"]), (90.0, 0.0, 2.0));
+        // Without a display: no display rows.
+        let none = metrics(&serde_json::json!({"stages": {"capture": {}}}));
+        assert!(!none.keys().any(|k| k.contains("display")), "{none:?}");
+    }
 }

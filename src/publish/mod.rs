@@ -11,7 +11,8 @@
 pub mod http;
 pub mod mqtt;
 pub mod output;
-pub mod schema;
+/// The detections socket's lines (defined in `core`: the display reads them too).
+pub use crate::core::schema;
 pub mod snapshot;
 pub mod stage;
 pub mod track;

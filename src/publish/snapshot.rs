@@ -182,7 +182,7 @@ fn worker(rx: Receiver<Request>, dir: &Path, keep: usize, cameras: &[String], pi
         };
         let mut rgb = (*px.rgb).clone();
         if let Some(f) = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].clone() {
-            let mut canvas = draw::Canvas { rgb: &mut rgb, width: px.width, height: px.height };
+            let mut canvas = draw::Canvas::rgb24(&mut rgb, px.width, px.height);
             draw::detections(&mut canvas, &f);
         }
         let written = render::jpeg(&rgb, px.width, px.height).and_then(|jpeg| {

@@ -5,7 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -193,23 +193,16 @@ pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     }
 }
 
-/// Connects to `path` again, with back-off, for up to `within`; `None` if nothing listens
-/// there by then or `stop` is set.
+/// Connects to `path` again, with back-off (50 ms doubling to 1 s), for up to `within`;
+/// `None` if nothing listens there by then or `stop` is set.
 fn reconnect(path: &std::path::Path, within: Duration, stop: &AtomicBool) -> Option<UnixStream> {
-    let t = Instant::now();
-    let mut delay = Duration::from_millis(50);
-    while t.elapsed() < within && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(delay.min(within.saturating_sub(t.elapsed())));
-        if let Ok(s) = UnixStream::connect(path) {
-            return Some(s);
-        }
-        delay = (delay * 2).min(Duration::from_secs(1));
-    }
-    None
+    crate::core::schema::connect_retrying(path, Some(within), Duration::from_millis(50), Duration::from_secs(1), stop)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::super::DetectionServer;
     use super::*;
 

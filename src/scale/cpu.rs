@@ -30,8 +30,8 @@ use super::{fill_pad, map_frame, Scaler};
 use crate::core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
 
 /// Source fourccs the CPU scaler reads.
-pub const SUPPORTED_SOURCES: [Fourcc; 6] =
-    [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
+pub const SUPPORTED_SOURCES: [Fourcc; 7] =
+    [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// The YOLOX letterbox pad value (`preproc`'s `np.ones(...) * 114`).
 pub const YOLOX_PAD: u8 = 114;
@@ -155,7 +155,7 @@ impl CpuScaler {
             bail!("cpu scaler cannot produce {} (model input); it writes RGB24 and BGR24", dst.fourcc);
         }
         if !SUPPORTED_SOURCES.contains(&src) {
-            bail!("cpu scaler cannot read {src} (capture output); it reads NV12, NV12M, NV16, YUYV, RGB24 and BGR24");
+            bail!("cpu scaler cannot read {src} (capture output); it reads NV12, NV12M, NV16, YUYV, RGB24, BGR24 and XR24");
         }
         if dst.num_planes != 1 || dst.width == 0 || dst.height == 0 {
             bail!("cpu scaler: model input {} {}x{} with {} planes; it needs one plane and a non-empty size", dst.fourcc, dst.width, dst.height, dst.num_planes);
@@ -245,6 +245,24 @@ impl CpuScaler {
                     .with_context(|| format!("cpu scaler: {}", sl.fourcc))?;
                 if sl.fourcc != dst_layout.fourcc {
                     // The same swap of the first and third byte either way.
+                    yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
+                } else {
+                    copy_rows(&self.packed, rw as usize * 3, pic, pic_bpl);
+                }
+            }
+            Fourcc::XR24 => {
+                // B G R X bytes: the X dropped into tight BGR24 rows, then resized as BGR24.
+                let p = plane(src, sl, 0)?;
+                let bpl = sl.planes[0].bytesperline as usize;
+                self.full.resize(w as usize * h as usize * 3, 0);
+                for (r, dst) in self.full.chunks_exact_mut(w as usize * 3).enumerate() {
+                    let row = p.get(r * bpl..r * bpl + w as usize * 4).ok_or_else(|| anyhow::anyhow!("cpu scaler: XR24 row {r} past its plane ({} bytes)", p.len()))?;
+                    for (d, s) in dst.chunks_exact_mut(3).zip(row.chunks_exact(4)) {
+                        d.copy_from_slice(&s[..3]);
+                    }
+                }
+                resize_plane::<U8x3>(&mut self.resizer, &self.full, w as usize * 3, (w, h), &mut self.rows, &mut self.packed, (rw, rh)).context("cpu scaler: XR24")?;
+                if rgb {
                     yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
                 } else {
                     copy_rows(&self.packed, rw as usize * 3, pic, pic_bpl);
@@ -375,7 +393,7 @@ mod tests {
         let s = CpuScaler::new();
         let rgb = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 416 * 3);
         s.check(Fourcc::NV12, &rgb).unwrap();
-        let xr24 = FrameLayout::packed24(Fourcc::new(b"XR24"), 416, 416, 416 * 3);
+        let xr24 = FrameLayout::packed24(Fourcc::XR24, 416, 416, 416 * 3);
         let e = s.check(Fourcc::NV12, &xr24).unwrap_err().to_string();
         println!("{e}");
         assert_eq!(e, "cpu scaler cannot produce XR24 (model input); it writes RGB24 and BGR24");
@@ -421,6 +439,7 @@ mod tests {
             Fourcc::YUYV => packed(&[RED_YCBCR[0], RED_YCBCR[1], RED_YCBCR[0], RED_YCBCR[2]], 2),
             Fourcc::RGB24 => packed(&[255, 0, 0], 3),
             Fourcc::BGR24 => packed(&[0, 0, 255], 3),
+            Fourcc::XR24 => packed(&[0, 0, 255, 0x77], 4),
             other => panic!("no solid {other}"),
         }
     }
@@ -458,7 +477,7 @@ mod tests {
         let mut s = CpuScaler::new();
         let mut seen = vec![];
         for ((w, h), top_left, centred) in cases {
-            for src in [Fourcc::NV12, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24] {
+            for src in [Fourcc::NV12, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24] {
                 let (sl, frame) = solid_red(src, w, h);
                 // BT.601 limited YCbCr red comes back within 2 levels; RGB exactly.
                 let tol = if src == Fourcc::NV12 || src == Fourcc::YUYV { 2 } else { 0 };

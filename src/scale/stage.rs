@@ -24,8 +24,9 @@ use super::rga::{RgaCore, RgaScaler};
 use super::v4l2m2m::V4l2M2mScaler;
 use super::{NoScaler, ScaleConfig, Scaler, ScalerKind};
 
-/// Source formats the scale stage accepts from capture.
-pub const ACCEPTED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
+/// Source formats the scale stage accepts from capture (a backend that cannot read one
+/// refuses it at bind, naming it: XR24 is read by the CPU scaler only).
+pub const ACCEPTED: [Fourcc; 7] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// Opens the backend `cfg.scaler` names. A device backend opens its node now, so a wrong
 /// node fails before any set-up. In copy mode RGA is fed CPU memory (virtual addresses),

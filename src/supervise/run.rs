@@ -22,8 +22,36 @@ use crate::stage::EXIT_PEER_GONE;
 /// The fd number children find their report pipe at.
 const REPORT_FD: i32 = 3;
 
+/// What a process of a run is: one of the four pipeline stages, or the optional display
+/// sink (`zcpipe run --display`), a pure consumer whose failure never stops the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A pipeline stage.
+    Stage(Stage),
+    /// The display sink (`zcpipe stage display`).
+    Display,
+}
+
+impl Role {
+    /// The word after `zcpipe stage`: `capture`, ..., `display`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Stage(s) => s.name(),
+            Role::Display => "display",
+        }
+    }
+}
+
+impl From<Stage> for Role {
+    fn from(s: Stage) -> Role {
+        Role::Stage(s)
+    }
+}
+
+const CAPTURE: Role = Role::Stage(Stage::Capture);
+
 struct Proc {
-    stage: Stage,
+    stage: Role,
     /// The process's name in reports and logs: the stage's, or `capture@NAME` for one camera
     /// of several.
     name: String,
@@ -53,7 +81,7 @@ struct Proc {
 }
 
 impl Proc {
-    fn new(stage: Stage, name: String, child: Child, args: Vec<String>, forever: bool) -> Proc {
+    fn new(stage: Role, name: String, child: Child, args: Vec<String>, forever: bool) -> Proc {
         Proc {
             stage,
             name,
@@ -221,7 +249,7 @@ pub struct RunConfig {
     pub data: DataPath,
     /// Each stage's arguments after `zcpipe stage <name>`, in start order; the supervisor
     /// adds `--report-fd`.
-    pub stage_flags: Vec<(Stage, String, Vec<String>)>,
+    pub stage_flags: Vec<(Role, String, Vec<String>)>,
     /// The detections socket the publish stage binds (removed if left behind).
     pub publish_socket: std::path::PathBuf,
     /// `--summary-json`: where to write the run summary as JSON too.
@@ -252,11 +280,11 @@ fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
 }
 
-fn spawn(exe: &std::path::Path, stage: Stage, name: &str, args: Vec<String>, env: &[(String, String)], report_w: &OwnedFd) -> Result<Child> {
+fn spawn(exe: &std::path::Path, stage: Role, name: &str, args: Vec<String>, env: &[(String, String)], report_w: &OwnedFd) -> Result<Child> {
     let mut cmd = Command::new(exe);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("stage").arg(stage.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
-    cmd.stdout(if stage == Stage::Publish { Stdio::inherit() } else { Stdio::null() });
+    cmd.stdout(if stage == Role::Stage(Stage::Publish) { Stdio::inherit() } else { Stdio::null() });
     if std::env::var_os("RUST_LOG").is_none() {
         let lvl = log::max_level().to_string().to_lowercase();
         cmd.env("RUST_LOG", format!("zcpipe={lvl},warn"));
@@ -308,7 +336,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         let mut args = args.clone();
         args.push(format!("--report-fd={REPORT_FD}"));
         match spawn(&exe, *stage, name, args.clone(), &a.secret_env, &report_w) {
-            Ok(child) => procs.push(Proc::new(*stage, name.clone(), child, args, several && *stage == Stage::Capture)),
+            Ok(child) => procs.push(Proc::new(*stage, name.clone(), child, args, several && *stage == CAPTURE)),
             Err(e) => {
                 for p in &mut procs {
                     let _ = p.child.kill();
@@ -359,7 +387,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         if stop.load(Ordering::Relaxed) && signalled_at.is_none() {
             signalled_at = Some(Instant::now());
             log::info!("stopping: ending the stream at capture");
-            let captures: Vec<&Proc> = procs.iter().filter(|p| p.stage == Stage::Capture && p.status.is_none()).collect();
+            let captures: Vec<&Proc> = procs.iter().filter(|p| p.stage == CAPTURE && p.status.is_none()).collect();
             match captures.is_empty() {
                 false => {
                     for p in captures {
@@ -399,11 +427,21 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                 // (exit 3) is secondary: the neighbour's own failure stops the run, and its
                 // error line must not be cut short by stopping the run here.
                 let secondary = c == EXIT_PEER_GONE && p.up_since.is_none() && p.restarted == 0;
+                // The display is a pure consumer: its death never stops the run. It is
+                // restarted like a stage while the policy allows, then left dead.
+                if p.stage == Role::Display && c != 0 && !stopping {
+                    match plan_restart(p, &a.restart, &s) {
+                        Ok(delay) => log::warn!("the display stage (pid {}) {}; restarting it in {} ms; the pipeline keeps running", p.child.id(), p.last_death, delay.as_millis()),
+                        Err(why) if why.is_empty() => log::warn!("the display stage could not start (its error is above); the pipeline runs on without a display"),
+                        Err(_) => log::warn!("the display stage died {} times (last: {}); the pipeline runs on without a display", p.restarts.len() + 1, p.last_death),
+                    }
+                    continue;
+                }
                 if c == 0 || stopping || secondary {
-                    if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() && !termed {
+                    if c != 0 && c != EXIT_PEER_GONE && failed_at.is_none() && !termed && p.stage != Role::Display {
                         failed_at = Some(Instant::now());
                     }
-                    capture_ended |= p.stage == Stage::Capture;
+                    capture_ended |= p.stage == CAPTURE;
                     continue;
                 }
                 match plan_restart(p, &a.restart, &s) {
@@ -423,7 +461,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         // Every camera's stream has ended (one camera: its capture stage ended): the others drain.
         // A camera waiting for its restart when the run stops is not waited for.
         let stopping_now = signalled_at.is_some() || failed_at.is_some() || termed;
-        if capture_ended && capture_done_at.is_none() && procs.iter().filter(|p| p.stage == Stage::Capture).all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping_now)) {
+        if capture_ended && capture_done_at.is_none() && procs.iter().filter(|p| p.stage == CAPTURE).all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping_now)) {
             capture_done_at = Some(Instant::now());
         }
         // Restarts that are due (none once the run is stopping).
@@ -510,7 +548,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let names: Vec<String> = a.cameras.iter().map(|(n, _)| n.clone()).collect();
     let cameras = if several { camera_summaries(&names, &latest, &restarts, &carried) } else { BTreeMap::new() };
     let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts, cameras, camera_order: names.clone() };
-    let failed: Vec<&String> = exit_codes.iter().filter(|(_, c)| **c != 0 && **c != EXIT_PEER_GONE).map(|(s, _)| s).collect();
+    // The display's failure is said, never the run's (it is a pure consumer).
+    let failed: Vec<&String> = exit_codes.iter().filter(|(s, c)| **c != 0 && **c != EXIT_PEER_GONE && s.as_str() != "display").map(|(s, _)| s).collect();
     // Written after the text summary is printed, so a full disk loses only the file.
     let write_json = |path: &std::path::Path| -> Result<()> {
         let json = serde_json::to_string_pretty(&summary)?;
@@ -736,6 +775,22 @@ pub fn summary_text(s: &RunSummary) -> String {
     }
     if let (Some(c), Some(p)) = (get("capture"), get("publish")) {
         let _ = writeln!(o, "  fps: captured {}, published {} (first to last frame)", rate(fps(c)), rate(fps(p)));
+    }
+    if let Some(d) = get("display").and_then(|r| r.extra.get("display")) {
+        let n = |k: &str| d["counters"][k].as_u64().unwrap_or(0);
+        let f = |k: &str| rate(d[k].as_f64());
+        let _ = writeln!(
+            o,
+            "  display: {} {}: {}; shown {} frames at {} fps (captured at {} fps), skipped {}, {} buffers imported",
+            d["card"].as_str().unwrap_or("?"),
+            d["mode"].as_str().unwrap_or("?"),
+            d["way"].as_str().unwrap_or("?"),
+            n("shown"),
+            f("fps_shown"),
+            f("fps_captured"),
+            n("skipped"),
+            n("imports")
+        );
     }
     if let Some(sv) = get("publish").and_then(|p| p.extra.get("server")) {
         let n = |k: &str| sv.get(k).and_then(|v| v.as_u64()).unwrap_or(0);

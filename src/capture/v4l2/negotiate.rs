@@ -15,8 +15,9 @@ use crate::sys::v4l2 as sys;
 use crate::sys::v4l2::node::{self, caps_names, capture_nodes, first_capture_node, open_node, query_node};
 
 /// Formats zcpipe reads from a camera, in the order it prefers them when `--format` is not
-/// given (NV12 first: the scalers and NPUs take it as is).
-pub const PREFERRED: [Fourcc; 6] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24];
+/// given (NV12 first: the scalers and NPUs take it as is; XR24 last, for a display that
+/// scans the camera's buffers out as they are).
+pub const PREFERRED: [Fourcc; 7] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// What a driver offers, for messages: all of it if short, else the first 12 and a count
 /// (vivid offers about 70).
@@ -122,7 +123,7 @@ impl Granted {
                 }
                 2
             }
-            Fourcc::YUYV | Fourcc::RGB24 | Fourcc::BGR24 => {
+            Fourcc::YUYV | Fourcc::RGB24 | Fourcc::BGR24 | Fourcc::XR24 => {
                 let (bpl, size) = self.planes[0];
                 planes[0] = PlaneDesc { offset: 0, bytesperline: bpl, length: size, fd_index: 0 };
                 1

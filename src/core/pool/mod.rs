@@ -146,11 +146,13 @@ pub struct PoolStats {
 /// The most taps ([`PoolProducer::add_tap`]) a pool serves at once; one more is refused.
 pub const MAX_TAPS: usize = 4;
 
-/// The most buffers one tap holds at once (in its ring or in its hands): it takes the
-/// newest frame, and while it holds one it is given no other. So `MAX_TAPS` taps hold at
-/// most `MAX_TAPS * TAP_MAX_HELD` buffers, and a tap that never returns its frame costs
-/// the pool that one buffer, never the pipeline's frames.
-pub const TAP_MAX_HELD: usize = 1;
+/// The most buffers one tap may hold at once (in its ring or in its hands): it takes the
+/// newest frame, and while it holds as many as it asked for (1 by default; a display asks
+/// for 2, the frame on screen and the one queued to replace it:
+/// [`crate::core::link::tap_hello_holding`], capped at this) it is given no other. So
+/// `MAX_TAPS` taps hold at most `MAX_TAPS * TAP_MAX_HELD` buffers, and a tap that never
+/// returns its frames costs the pool those buffers, never the pipeline's frames.
+pub const TAP_MAX_HELD: usize = 2;
 
 /// How long a copy-mode tap may take to read one frame's bytes before it is hung up on
 /// (it joins again): a tap never stalls its producer for longer.
@@ -163,6 +165,8 @@ struct Tap {
     link: Link,
     /// Per buffer: the sequence number (low 32 bits) under which the tap holds it.
     held: Vec<Option<u32>>,
+    /// The most it holds at once (1..=[`TAP_MAX_HELD`], as its hello asked).
+    max_held: usize,
 }
 
 impl Tap {
@@ -519,12 +523,12 @@ impl PoolProducer {
     /// Serves a tap, a secondary consumer (the web view, a display) that said its hello on
     /// `conn` ([`crate::core::link::tap_hello`]): the same pool's fds once, with SCM_RIGHTS,
     /// and a drop-oldest ring of one slot of its own (in copy mode, a data socket). From
-    /// then on every frame published goes to it too, unless it still holds the last one
-    /// ([`TAP_MAX_HELD`]); a buffer is free again when the consumer and every tap gave it
+    /// then on every frame published goes to it too, unless it still holds `hold` frames
+    /// (1 ..= [`TAP_MAX_HELD`]; more is capped); a buffer is free again when the consumer and every tap gave it
     /// back. A tap never slows the producer nor the consumer: it only loses frames of its
     /// own (counted in [`PoolStats::tap_dropped`]). Errors: [`MAX_TAPS`] taps already, or
     /// the offer could not be sent (the connection is dropped).
-    pub fn add_tap(&mut self, conn: Conn, name: &str) -> Result<()> {
+    pub fn add_tap(&mut self, conn: Conn, name: &str, hold: usize) -> Result<()> {
         if self.taps.len() >= MAX_TAPS {
             let why = format!("this pool already serves {MAX_TAPS} taps");
             let _ = conn.send(&ControlMsg::Refuse { error: why.clone() }, &[]);
@@ -538,9 +542,10 @@ impl PoolProducer {
             // within this long ends it (it joins again).
             let _ = data.set_write_timeout(Some(TAP_COPY_TIMEOUT));
         }
-        self.taps.push(Tap { name: name.to_string(), link, held: vec![None; self.bufs.len()] });
+        let max_held = hold.clamp(1, TAP_MAX_HELD);
+        self.taps.push(Tap { name: name.to_string(), link, held: vec![None; self.bufs.len()], max_held });
         self.stats.taps_joined += 1;
-        log::info!("tap `{name}` ({peer}) joined: {} buffers offered, one-slot drop-oldest ring", self.bufs.len());
+        log::info!("tap `{name}` ({peer}) joined: {} buffers offered, one-slot drop-oldest ring, holds up to {max_held}", self.bufs.len());
         Ok(())
     }
 
@@ -634,7 +639,7 @@ impl PoolProducer {
     fn publish_to_taps(&mut self, index: u32, desc: &FrameDesc, stop: &AtomicBool) {
         let mut k = 0;
         while k < self.taps.len() {
-            if self.taps[k].holding() >= TAP_MAX_HELD {
+            if self.taps[k].holding() >= self.taps[k].max_held {
                 // Its last frame unread in its ring: the newer one replaces it.
                 match self.taps[k].link.take_oldest() {
                     Ok(Some(d)) => {
@@ -648,7 +653,7 @@ impl PoolProducer {
                     }
                 }
             }
-            if self.taps[k].holding() >= TAP_MAX_HELD {
+            if self.taps[k].holding() >= self.taps[k].max_held {
                 self.stats.tap_dropped += 1;
                 k += 1;
                 continue;

@@ -381,15 +381,21 @@ fn wait_any_wakes_for_whichever_hop_has_a_frame() {
 
 /// A tap on `prod` (as [`crate::stage::serve_pool`] makes one): the raw receiver of its ring.
 fn tap(prod: &mut PoolProducer, name: &str) -> Receiver<FrameDesc> {
+    tap_holding(prod, name, None)
+}
+
+/// [`tap`] with a hello that asks to hold `hold` frames ([`crate::core::link::tap_hello_holding`]).
+fn tap_holding(prod: &mut PoolProducer, name: &str, hold: Option<usize>) -> Receiver<FrameDesc> {
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
     let theirs = Conn::from_fd(b).unwrap();
-    let hello = crate::core::link::tap_hello(name);
+    let hello = hold.map_or_else(|| crate::core::link::tap_hello(name), |n| crate::core::link::tap_hello_holding(name, n));
     assert_eq!(crate::core::link::tap_name(&hello), Some(name));
     let joining = std::thread::spawn(move || join::<FrameDesc>(theirs, &hello, WaitMode::Eventfd, "test producer").unwrap());
     // The producer reads the hello (as the stage's listener does), then offers.
     let ours = Conn::from_fd(a).unwrap();
     let (h, _) = ours.recv().unwrap();
-    prod.add_tap(ours, crate::core::link::tap_name(&h).unwrap()).unwrap();
+    let (name, hold) = crate::core::link::tap_request(&h).unwrap();
+    prod.add_tap(ours, name, hold).unwrap();
     let (offer, rx, bufs) = joining.join().unwrap();
     assert_eq!((offer.ring.capacity, offer.policy, bufs.len()), (1, RingPolicy::DropOldest, prod.bufs.len()));
     rx
@@ -480,6 +486,47 @@ fn taps_beyond_the_limit_are_refused() {
     let (mut prod, _rx) = hop(2, RingPolicy::DropOldest);
     let _taps: Vec<_> = (0..MAX_TAPS).map(|k| tap(&mut prod, &format!("t{k}"))).collect();
     let (a, _b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
-    let e = prod.add_tap(Conn::from_fd(a).unwrap(), "one-too-many").unwrap_err().to_string();
+    let e = prod.add_tap(Conn::from_fd(a).unwrap(), "one-too-many", 1).unwrap_err().to_string();
     assert!(e.contains(&format!("already serves {MAX_TAPS} taps")), "{e}");
+}
+
+#[test]
+fn a_tap_that_asks_to_hold_two_gets_a_new_frame_while_it_shows_the_last_and_never_more_than_two() {
+    let (mut prod, mut rx) = hop(5, RingPolicy::DropOldest);
+    let mut display = tap_holding(&mut prod, "display", Some(2));
+    let pass = |prod: &mut PoolProducer, rx: &mut Receiver<FrameDesc>, seq: u64| {
+        publish(prod, seq);
+        let d = take(rx);
+        rx.push_return(token(&d)).unwrap();
+    };
+    pass(&mut prod, &mut rx, 0);
+    let on_screen = take(&mut display);
+    // Holding one (on screen), it is still given the next.
+    pass(&mut prod, &mut rx, 1);
+    let queued = take(&mut display);
+    assert_eq!((on_screen.seq, queued.seq), (0, 1));
+    // Holding two, it misses frames, and holds no third buffer.
+    pass(&mut prod, &mut rx, 2);
+    pass(&mut prod, &mut rx, 3);
+    prod.reclaim_returns().unwrap();
+    let s = prod.stats();
+    assert_eq!((s.tap_frames, s.tap_dropped, s.outstanding), (2, 2, 2), "{s:?}");
+    // The flip completed: the old frame goes back, and the newest comes next.
+    display.push_return(token(&on_screen)).unwrap();
+    prod.reclaim_returns().unwrap();
+    pass(&mut prod, &mut rx, 4);
+    assert_eq!(take(&mut display).seq, 4);
+    // A hello asking for more than TAP_MAX_HELD is capped; one that says nothing holds one.
+    let hello = crate::core::link::tap_hello_holding("greedy", 9);
+    assert_eq!(crate::core::link::tap_request(&hello), Some(("greedy", 9)));
+    let mut greedy = tap_holding(&mut prod, "greedy", Some(9));
+    for seq in 5..9 {
+        pass(&mut prod, &mut rx, seq);
+        if seq < 7 {
+            take(&mut greedy); // kept: never given back
+        }
+    }
+    prod.reclaim_returns().unwrap();
+    assert_eq!(prod.taps[1].holding(), TAP_MAX_HELD);
+    assert_eq!(crate::core::link::tap_request(&crate::core::link::tap_hello("view")), Some(("view", 1)));
 }

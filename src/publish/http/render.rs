@@ -128,7 +128,7 @@ impl Renderer {
             }
         };
         if let Some(f) = frame {
-            draw::detections(&mut draw::Canvas { rgb: &mut rgb, width, height }, f);
+            draw::detections(&mut draw::Canvas::rgb24(&mut rgb, width, height), f);
         }
         let jpeg = jpeg(&rgb, width, height)?;
         self.encoded[cam].fetch_add(1, Ordering::Relaxed);

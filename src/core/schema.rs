@@ -24,7 +24,7 @@
 //!   `{"type": "end", "end": true, "frames": u64, "reason": str}`.
 //!
 //! The publish stage writes these to its clients and (`--print json`, `zcpipe run --json`)
-//! to stdout; `zcpipe watch` reads them back with the same types. Readers ignore fields they
+//! to stdout; `zcpipe watch` and the display read them back with the same types. Readers ignore fields they
 //! do not know, so fields may be added; a new kind of line is a new [`SocketLine`] variant.
 
 use std::collections::BTreeMap;
@@ -218,6 +218,29 @@ pub struct EndJson {
     /// Why the stream ended, as the publish stage logs it (`end of stream`, `signal`, or
     /// the error, e.g. `infer stage hung up`).
     pub reason: String,
+}
+
+/// Connects to a detections socket at `path`, at once and then again after back-off
+/// (`first`, doubling up to `max`), until it connects, `within` has passed since the call
+/// (`None`: no limit) or `stop` is set; `None` then. What every reader does when the
+/// publish stage is not up yet or died and is being restarted (`zcpipe watch`, the display).
+pub fn connect_retrying(path: &std::path::Path, within: Option<std::time::Duration>, first: std::time::Duration, max: std::time::Duration, stop: &std::sync::atomic::AtomicBool) -> Option<std::os::unix::net::UnixStream> {
+    let t = std::time::Instant::now();
+    let mut delay = first;
+    loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        if let Ok(s) = std::os::unix::net::UnixStream::connect(path) {
+            return Some(s);
+        }
+        let left = within.map(|w| w.saturating_sub(t.elapsed()));
+        if left == Some(std::time::Duration::ZERO) {
+            return None;
+        }
+        std::thread::sleep(left.map_or(delay, |l| l.min(delay)));
+        delay = (delay * 2).min(max);
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,257 @@
+//! Drawing detections on a picture, the one look every view of zcpipe shares (the web view
+//! and snapshots on RGB24, the display's ARGB8888 overlay plane and its XRGB8888 CPU
+//! composition): a box outline in its class's colour ([`PALETTE`]), [`BOX_THICKNESS`]
+//! pixels thick, inside the box's edges, and a tag (`person 0.89 #3`) in black on the
+//! class's colour above the box (inside its top edge when the box touches the top; moved
+//! left to stay on the picture). Text is the public-domain 8x8 bitmap font of the
+//! `font8x8` crate, drawn [`TEXT_SCALE`] times its size.
+//!
+//! A [`Canvas`] is rows of `pitch` bytes in one of two layouts ([`Layout`]): tight or padded
+//! RGB24 (R, G, B), or 32-bit DRM words `[31:0] A:R:G:B` little-endian (drm_fourcc.h
+//! `DRM_FORMAT_ARGB8888` / `XRGB8888`: in memory B, G, R, A), drawn opaque (alpha 0xff; a
+//! plane's default `pixel blend mode` is pre-multiplied, drm_blend.c, so opaque pixels
+//! cover and 0 is clear). Everything outside the picture is clipped: boxes partly or wholly
+//! outside it, or NaN, draw what fits and never panic.
+
+/// The box and tag colour of each class: class id modulo the palette's length. Pure, bright
+/// colours, so a box stays visible on a camera picture and a test can find its edge
+/// (class 0, COCO's `person`: pure green; 1 `bicycle`: magenta; 2 `car`: cyan; 3
+/// `motorcycle`: yellow; 4 `airplane`: orange; 5 `bus`: azure; 6 `train`: red; 7 `truck`:
+/// violet; 8 again green, and so on).
+pub const PALETTE: [[u8; 3]; 8] = [[0, 255, 0], [255, 0, 255], [0, 255, 255], [255, 255, 0], [255, 128, 0], [0, 128, 255], [255, 0, 0], [128, 0, 255]];
+
+/// Thickness of a box outline, pixels (drawn inside the box).
+pub const BOX_THICKNESS: u32 = 3;
+
+/// Text is the 8x8 font drawn at this many pixels per font pixel (16 px high).
+pub const TEXT_SCALE: u32 = 2;
+
+/// The colour of class `class_id` ([`PALETTE`]).
+pub fn class_colour(class_id: u32) -> [u8; 3] {
+    PALETTE[class_id as usize % PALETTE.len()]
+}
+
+/// How a canvas's pixels are laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// 3 bytes a pixel: R, G, B.
+    Rgb24,
+    /// 4 bytes a pixel, DRM's ARGB8888 / XRGB8888 word little-endian: B, G, R, A.
+    Argb8888,
+}
+
+impl Layout {
+    /// Bytes a pixel.
+    pub fn bytes_per_pixel(self) -> usize {
+        match self {
+            Layout::Rgb24 => 3,
+            Layout::Argb8888 => 4,
+        }
+    }
+
+    /// `c` (R, G, B) as this layout's bytes, opaque; the first [`Layout::bytes_per_pixel`]
+    /// count.
+    pub fn pixel(self, c: [u8; 3]) -> [u8; 4] {
+        match self {
+            Layout::Rgb24 => [c[0], c[1], c[2], 0],
+            Layout::Argb8888 => [c[2], c[1], c[0], 0xff],
+        }
+    }
+}
+
+/// One detection to draw: its box in the canvas's pixels, its class, label, score and
+/// track id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drawn {
+    /// `[x1, y1, x2, y2]`, canvas pixels.
+    pub bbox: [f32; 4],
+    /// Class index (its colour).
+    pub class_id: u32,
+    /// Label.
+    pub label: String,
+    /// Score in 0..1.
+    pub score: f32,
+    /// Confirmed track id, if any.
+    pub track_id: Option<u64>,
+}
+
+/// A picture being drawn on: `height` rows of `pitch` bytes, `width` pixels each in
+/// `layout`. Bytes past `width` pixels in a row (stride padding) are never written; a
+/// `bytes` too short for a row stops the drawing there.
+pub struct Canvas<'a> {
+    /// The bytes (a frame, a mapped dumb buffer).
+    pub bytes: &'a mut [u8],
+    /// Bytes per row.
+    pub pitch: usize,
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+    /// The pixel layout.
+    pub layout: Layout,
+}
+
+impl<'a> Canvas<'a> {
+    /// A tight RGB24 picture (`width * 3` bytes a row).
+    pub fn rgb24(rgb: &'a mut [u8], width: u32, height: u32) -> Canvas<'a> {
+        Canvas { bytes: rgb, pitch: width as usize * 3, width, height, layout: Layout::Rgb24 }
+    }
+
+    /// A 32-bit DRM picture (ARGB8888 or XRGB8888) of `pitch` bytes a row.
+    pub fn argb8888(bytes: &'a mut [u8], pitch: usize, width: u32, height: u32) -> Canvas<'a> {
+        Canvas { bytes, pitch, width, height, layout: Layout::Argb8888 }
+    }
+}
+
+impl Canvas<'_> {
+    /// Fills the rectangle from (`x0`, `y0`) to (`x1`, `y1`) (exclusive; any values, clipped
+    /// to the picture) with the pixel bytes `px` (the first bytes-per-pixel of them).
+    pub fn fill_bytes(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, px: [u8; 4]) {
+        let (w, h) = (self.width as i64, self.height as i64);
+        let (x0, x1, y0, y1) = (x0.clamp(0, w), x1.clamp(0, w), y0.clamp(0, h), y1.clamp(0, h));
+        let bpp = self.layout.bytes_per_pixel();
+        for y in y0..y1 {
+            let row = y as usize * self.pitch;
+            let Some(r) = self.bytes.get_mut(row + x0 as usize * bpp..row + x1 as usize * bpp) else { return };
+            for p in r.chunks_exact_mut(bpp) {
+                p.copy_from_slice(&px[..bpp]);
+            }
+        }
+    }
+
+    /// Fills the rectangle (as [`Canvas::fill_bytes`]) with the opaque colour `c` (R, G, B).
+    pub fn fill(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, c: [u8; 3]) {
+        self.fill_bytes(x0, y0, x1, y1, self.layout.pixel(c));
+    }
+
+    /// Sets every pixel to 0: clear on an ARGB8888 overlay, black on RGB24.
+    pub fn clear(&mut self) {
+        self.fill_bytes(0, 0, self.width as i64, self.height as i64, [0; 4]);
+    }
+
+    /// The outline of box `[x1, y1, x2, y2]` (pixels), `thickness` pixels wide inside its
+    /// edges, in `c`.
+    pub fn outline(&mut self, b: [f32; 4], thickness: u32, c: [u8; 3]) {
+        let [x1, y1, x2, y2] = b.map(|v| if v.is_finite() { v.round() as i64 } else { 0 });
+        let t = thickness as i64;
+        self.fill(x1, y1, x2, (y1 + t).min(y2), c);
+        self.fill(x1, (y2 - t).max(y1), x2, y2, c);
+        self.fill(x1, y1, (x1 + t).min(x2), y2, c);
+        self.fill((x2 - t).max(x1), y1, x2, y2, c);
+    }
+
+    /// `text` (ASCII; anything else draws as `?`) with its top-left corner at (`x`, `y`), in
+    /// `c`, [`TEXT_SCALE`] times the 8x8 font.
+    pub fn text(&mut self, x: i64, y: i64, text: &str, c: [u8; 3]) {
+        let s = TEXT_SCALE as i64;
+        for (i, ch) in text.chars().enumerate() {
+            let glyph = font8x8::legacy::BASIC_LEGACY[if ch.is_ascii() { ch as usize } else { b'?' as usize }];
+            let gx = x + i as i64 * 8 * s;
+            for (row, bits) in glyph.iter().enumerate() {
+                for col in 0..8 {
+                    // Bit 0 is the leftmost pixel of the row.
+                    if bits >> col & 1 == 1 {
+                        let (px, py) = (gx + col * s, y + row as i64 * s);
+                        self.fill(px, py, px + s, py + s, c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A tag: `text` in black on a rectangle of `c` with its top-left corner at (`x`, `y`).
+    pub fn tag(&mut self, x: i64, y: i64, text: &str, c: [u8; 3]) {
+        let (w, h) = text_size(text);
+        self.fill(x, y, x + w + 4, y + h + 2, c);
+        self.text(x + 2, y + 1, text, [0, 0, 0]);
+    }
+
+    /// Draws `dets`: boxes first, then their tags (so a tag is never hidden under another
+    /// box's outline); a tag sits above its box when it fits, else inside its top edge, and
+    /// moves left to fit the picture.
+    pub fn detections(&mut self, dets: &[Drawn]) {
+        for d in dets {
+            self.outline(d.bbox, BOX_THICKNESS, class_colour(d.class_id));
+        }
+        for d in dets {
+            let text = label_text(&d.label, d.score, d.track_id);
+            let (w, h) = text_size(&text);
+            let (x, y) = (d.bbox[0].round() as i64, d.bbox[1].round() as i64);
+            let y = if y - h - 2 >= 0 { y - h - 2 } else { y };
+            let x = x.min(self.width as i64 - w - 4).max(0);
+            self.tag(x, y, &text, class_colour(d.class_id));
+        }
+    }
+}
+
+/// Width and height in pixels of `text` drawn by [`Canvas::text`].
+pub fn text_size(text: &str) -> (i64, i64) {
+    (text.chars().count() as i64 * 8 * TEXT_SCALE as i64, 8 * TEXT_SCALE as i64)
+}
+
+/// A detection's tag as drawn: `person 0.89 #3` (the track id when it has one).
+pub fn label_text(label: &str, score: f32, track_id: Option<u64>) -> String {
+    match track_id {
+        Some(id) => format!("{label} {score:.2} #{id}"),
+        None => format!("{label} {score:.2}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(bytes: &[u8], pitch: usize, x: usize, y: usize) -> u32 {
+        u32::from_le_bytes(bytes[y * pitch + x * 4..y * pitch + x * 4 + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn an_argb_box_is_an_opaque_outline_in_its_class_colour_on_a_clear_overlay() {
+        let (w, h, pitch) = (64u32, 48u32, 64 * 4 + 16);
+        let mut bytes = vec![0xAAu8; pitch * h as usize];
+        let mut c = Canvas::argb8888(&mut bytes, pitch, w, h);
+        c.clear();
+        c.outline([10.0, 20.0, 40.0, 44.0], BOX_THICKNESS, class_colour(0));
+        // In memory B, G, R, A: pure green, opaque.
+        assert_eq!(word(&bytes, pitch, 10, 20), 0xff00ff00);
+        assert_eq!(&bytes[20 * pitch + 40..20 * pitch + 44], &[0, 255, 0, 255]);
+        assert_eq!(word(&bytes, pitch, 12, 30), 0xff00ff00, "left edge, 3 px thick");
+        assert_eq!(word(&bytes, pitch, 13, 30), 0, "inside the box: clear");
+        assert_eq!(word(&bytes, pitch, 39, 43), 0xff00ff00, "bottom-right corner inside the box");
+        assert_eq!(word(&bytes, pitch, 40, 44), 0, "the box's right and bottom edges are exclusive");
+        // The stride padding past the picture is untouched.
+        assert!(bytes.chunks(pitch).all(|r| r[w as usize * 4..].iter().all(|&b| b == 0xAA)));
+        // Red is R in bits 23..16: B, G, R, A in memory.
+        assert_eq!(Layout::Argb8888.pixel([255, 0, 0]), [0, 0, 255, 255]);
+        assert_eq!(Layout::Rgb24.pixel([255, 0, 0])[..3], [255, 0, 0]);
+    }
+
+    #[test]
+    fn tags_sit_above_boxes_or_inside_at_the_top_and_everything_clips() {
+        let (w, h, pitch) = (200u32, 100u32, 800);
+        let mut bytes = vec![0u8; pitch * h as usize];
+        let mut c = Canvas::argb8888(&mut bytes, pitch, w, h);
+        let d = |b: [f32; 4], id: u32| Drawn { bbox: b, class_id: id, label: "car".into(), score: 0.5, track_id: Some(7) };
+        assert_eq!(label_text("car", 0.5, Some(7)), "car 0.50 #7");
+        assert_eq!(label_text("car", 0.5, None), "car 0.50");
+        c.detections(&[d([20.0, 40.0, 100.0, 90.0], 2), d([150.0, 0.0, 260.0, 120.0], 1), d([f32::NAN, -5.0, 1e9, 3.0], 3)]);
+        let opaque = |c: [u8; 3]| u32::from_le_bytes(Layout::Argb8888.pixel(c));
+        // The first tag (cyan) is above its box: rows 22..40; the second (magenta) inside its top edge, moved left to fit.
+        assert_eq!(word(&bytes, pitch, 20, 22), opaque([0, 255, 255]));
+        let (tw, th) = text_size("car 0.50 #7");
+        assert_eq!(200 - tw - 4, 20);
+        // (The third box, all outside or NaN, draws its tag at the top left over rows 0..17: the second's shows right of it.)
+        assert_eq!(word(&bytes, pitch, 199, th as usize - 1), opaque([255, 0, 255]));
+    }
+
+    #[test]
+    fn an_rgb24_canvas_too_short_for_its_size_draws_what_fits() {
+        let mut rgb = vec![7u8; 10 * 3 * 2];
+        let mut c = Canvas::rgb24(&mut rgb, 10, 5);
+        c.outline([0.0, 0.0, 10.0, 5.0], 1, [1, 2, 3]);
+        c.text(-100, -100, "é", [1, 2, 3]);
+        assert_eq!(&rgb[..3], &[1, 2, 3]);
+        assert_eq!(&rgb[30..33], &[1, 2, 3], "row 1, x 0: the left edge");
+        assert_eq!(&rgb[33..36], &[7, 7, 7], "row 1, x 1: inside");
+    }
+}
