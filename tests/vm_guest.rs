@@ -1429,8 +1429,8 @@ fn check_writeback(dir: &Path, want_way: &str, want_pic: [u64; 4], want_box: [f3
         let mut sum = [0u64; 3];
         let rows: Vec<usize> = (py0 + ph * 3 / 4..py0 + ph * 7 / 8).step_by(4).collect();
         for &y in &rows {
-            for c in 0..3 {
-                sum[c] += at(x, y)[c] as u64;
+            for (s, v) in sum.iter_mut().zip(at(x, y)) {
+                *s += v as u64;
             }
         }
         let mean = sum.map(|s| s / rows.len() as u64);
