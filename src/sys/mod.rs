@@ -1,7 +1,7 @@
 //! Thin, typed wrappers over the kernel interfaces and vendor libraries zcpipe calls
 //! directly: one module per subsystem (`dmabuf`, `udmabuf`, `v4l2` with its constants,
-//! formats, buffers, stream parameters, ioctls and node probing; `rga` and `rknn` for librga
-//! and librknnrt, loaded at run time with libloading), each ioctl or vendor call wrapped once,
+//! formats, buffers, stream parameters, ioctls and node probing; `rga`, `rknn` and `mpp` for
+//! librga, librknnrt and librockchip_mpp, loaded at run time with libloading), each ioctl or vendor call wrapped once,
 //! each struct checked against its header's size (and each ioctl's number) in a test run on
 //! x86_64 and aarch64. Every ioctl's `unsafe` lives here, and every vendor call has its
 //! wrapper here; the few vendor calls whose contract the caller must keep are `unsafe fn`s
@@ -19,6 +19,7 @@ pub fn errno_words(e: &std::io::Error) -> String {
 pub mod board;
 pub mod dmabuf;
 pub mod drm;
+pub mod mpp;
 pub mod rga;
 pub mod rknn;
 pub mod udmabuf;

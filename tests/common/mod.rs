@@ -1,8 +1,8 @@
 //! Shared by the integration tests: the zcpipe binary under test as a user runs it, with
 //! everything a run leaves (run directory, detections socket, summary) in one temp folder,
-//! and the ABI fakes of the vendor libraries (`fakes/librga`, `fakes/librknnrt`), each built
-//! once per test process, in the same profile as the zcpipe binary under test, and found
-//! next to it.
+//! and the ABI fakes of the vendor libraries (`fakes/librga`, `fakes/librknnrt`,
+//! `fakes/librockchip_mpp`), each built once per test process, in the same profile as the
+//! zcpipe binary under test, and found next to it.
 
 #![allow(dead_code)] // each test file uses part of this
 
@@ -102,6 +102,13 @@ fn build(args: &[&str], file: &str) -> PathBuf {
 pub fn fake_librga() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| build(&["-p", "zcpipe-fake-librga"], "librga.so"))
+}
+
+/// `target/<profile>/librockchip_mpp.so`, the fake librockchip_mpp. Built alone, like the
+/// fake librga: it depends on libc only (its decoder is an `ffmpeg` child process).
+pub fn fake_librockchip_mpp() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| build(&["-p", "zcpipe-fake-librockchip-mpp"], "librockchip_mpp.so"))
 }
 
 /// `target/<profile>/librknnrt.so`, the fake librknnrt (a no-op cargo call when `make test`
