@@ -22,7 +22,7 @@
 //! `librockchip_mpp.so` (Debian/Ubuntu for Rockchip ship the versioned name in
 //! `librockchip-mpp1`; the plain one comes with `-dev`).
 
-use std::ffi::{c_char, c_int, c_void, CStr, OsString};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
@@ -367,27 +367,17 @@ impl Libmpp {
     /// `librockchip_mpp.so.1` then `librockchip_mpp.so` (through the dynamic loader's search
     /// path), and resolves every symbol zcpipe calls. Errors name what was tried and the fix.
     pub fn open(library: Option<&Path>) -> Result<Libmpp> {
-        let candidates: Vec<OsString> = match (library, std::env::var_os(LIBMPP_ENV)) {
-            (Some(p), _) => vec![p.as_os_str().to_owned()],
-            (None, Some(p)) if !p.is_empty() => vec![p],
-            _ => LIBMPP_NAMES.iter().map(OsString::from).collect(),
+        // SAFETY: librockchip_mpp's initialisers set up its logging and buffer service
+        // singletons (devices are opened on mpp_init).
+        let (source, errors) = match unsafe { super::load_library(library, LIBMPP_ENV, &LIBMPP_NAMES) } {
+            Ok((lib, path)) => return Self::resolve(lib, path),
+            Err(e) => e,
         };
-        let from_env = library.is_none() && candidates.len() == 1;
-        let mut errors = Vec::new();
-        for c in &candidates {
-            // SAFETY: loading a shared library runs its initialisers; librockchip_mpp's set up
-            // its logging and buffer service singletons (devices are opened on mpp_init).
-            match unsafe { libloading::Library::new(c) } {
-                Ok(lib) => return Self::resolve(lib, c.to_string_lossy().into_owned()),
-                Err(e) => errors.push(e.to_string().replace('\n', " ")),
-            }
-        }
-        if from_env {
-            bail!("cannot load librockchip_mpp named by {LIBMPP_ENV} ({}): point {LIBMPP_ENV} at a librockchip_mpp.so or unset it", errors.join("; "))
+        if source == super::LibrarySource::Env {
+            bail!("cannot load librockchip_mpp named by {LIBMPP_ENV} ({errors}): point {LIBMPP_ENV} at a librockchip_mpp.so or unset it")
         }
         bail!(
-            "cannot load librockchip_mpp ({}); install Rockchip's MPP (Debian/Ubuntu for Rockchip: apt install librockchip-mpp1; or build rockchip-linux/mpp) or set {LIBMPP_ENV}=/path/to/librockchip_mpp.so; or decode on the CPU",
-            errors.join("; ")
+            "cannot load librockchip_mpp ({errors}); install Rockchip's MPP (Debian/Ubuntu for Rockchip: apt install librockchip-mpp1; or build rockchip-linux/mpp) or set {LIBMPP_ENV}=/path/to/librockchip_mpp.so; or decode on the CPU"
         )
     }
 
