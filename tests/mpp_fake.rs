@@ -11,12 +11,13 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
 use zcpipe::sys::mpp::{DecodedFrame, DecoderOptions, Libmpp, Mpp, MPP_FMT_YUV420SP, MPP_VIDEO_CODING_AVC};
 
 mod common;
+use common::log_field as field;
 
 const W: usize = 320;
 const H: usize = 240;
@@ -65,24 +66,19 @@ fn fake() -> &'static Fake {
 /// One test at a time, with the log lines it caused.
 struct Session {
     fake: &'static Fake,
-    from: usize,
-    _turn: MutexGuard<'static, ()>,
+    log: common::LogSince,
 }
 
 fn session() -> Session {
     static TURN: Mutex<()> = Mutex::new(());
-    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let fake = fake();
-    let from = std::fs::read_to_string(&fake.log).map(|s| s.len()).unwrap_or(0);
-    Session { fake, from, _turn: turn }
+    Session { fake, log: common::LogSince::begin(&TURN, &fake.log) }
 }
 
 impl Session {
     fn lines(&self) -> Vec<String> {
-        let s = std::fs::read_to_string(&self.fake.log).unwrap_or_default();
-        s[self.from..].lines().map(str::to_string).collect()
+        self.log.lines()
     }
-    /// Lines of call `name` (the word after `pid=N`).
     fn calls(&self, name: &str) -> Vec<String> {
         self.lines().into_iter().filter(|l| l.split(' ').nth(1) == Some(name)).collect()
     }
@@ -90,13 +86,6 @@ impl Session {
         let lib = Arc::new(Libmpp::open(None).expect("opening the fake librockchip_mpp through ZCPIPE_LIBMPP"));
         Mpp::decoder(lib, MPP_VIDEO_CODING_AVC, DecoderOptions { split_mode: true, output_timeout_ms: 50 }).expect("an H.264 decoder on the fake")
     }
-}
-
-/// The value of `key=` in a log line.
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!(" {key}=");
-    let i = line.find(&pat).unwrap_or_else(|| panic!("no {key}= in {line}")) + pat.len();
-    line[i..].split(' ').next().unwrap()
 }
 
 fn memfd_pool(n: usize, size: usize) -> Vec<DmaBuf> {

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The package's folder (where `models/` and `tests/data/` are).
 pub fn root() -> &'static Path {
@@ -118,4 +118,35 @@ pub fn fake_librockchip_mpp() -> &'static Path {
 pub fn fake_librknnrt() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| build(&["--lib", "-p", "zcpipe", "-p", "zcpipe-fake-librknnrt"], "librknnrt.so"))
+}
+
+/// A fake library's call log (one line per call) from where it stood when a test began. A
+/// fake is one shared library per test process, so the tests using it take turns: holding
+/// this value is the turn.
+pub struct LogSince {
+    path: &'static Path,
+    from: usize,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl LogSince {
+    /// Waits for `turn`, then notes the end of the log at `path` (which may not exist yet).
+    pub fn begin(turn: &'static Mutex<()>, path: &'static Path) -> LogSince {
+        let turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+        let from = std::fs::read_to_string(path).map(|s| s.len()).unwrap_or(0);
+        LogSince { path, from, _turn: turn }
+    }
+
+    /// The lines written since [`LogSince::begin`].
+    pub fn lines(&self) -> Vec<String> {
+        let s = std::fs::read_to_string(self.path).unwrap_or_default();
+        s[self.from..].lines().map(str::to_string).collect()
+    }
+}
+
+/// The value of `key=` in a fake's log line (up to a space or `]`).
+pub fn log_field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!(" {key}=");
+    let i = line.find(&pat).unwrap_or_else(|| panic!("no {key}= in {line}")) + pat.len();
+    line[i..].split([' ', ']']).next().unwrap()
 }
