@@ -76,11 +76,8 @@ fn session() -> Session {
 }
 
 impl Session {
-    fn lines(&self) -> Vec<String> {
-        self.log.lines()
-    }
     fn calls(&self, name: &str) -> Vec<String> {
-        self.lines().into_iter().filter(|l| l.split(' ').nth(1) == Some(name)).collect()
+        self.log.calls(name)
     }
     fn decoder(&self) -> Mpp {
         let lib = Arc::new(Libmpp::open(None).expect("opening the fake librockchip_mpp through ZCPIPE_LIBMPP"));

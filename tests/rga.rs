@@ -49,11 +49,8 @@ fn session() -> Session {
 }
 
 impl Session {
-    fn lines(&self) -> Vec<String> {
-        self.log.lines()
-    }
     fn calls(&self, name: &str) -> Vec<String> {
-        self.lines().into_iter().filter(|l| l.split(' ').next() == Some(name)).collect()
+        self.log.calls(name)
     }
     /// `imcheck_t` calls of binds (not the driver probe of `open`, which names no buffer).
     fn bind_checks(&self) -> Vec<String> {

@@ -142,6 +142,11 @@ impl LogSince {
         let s = std::fs::read_to_string(self.path).unwrap_or_default();
         s[self.from..].lines().map(str::to_string).collect()
     }
+
+    /// The lines of call `name`: the first word after an optional `pid=N`.
+    pub fn calls(&self, name: &str) -> Vec<String> {
+        self.lines().into_iter().filter(|l| l.split(' ').find(|w| !w.starts_with("pid=")) == Some(name)).collect()
+    }
 }
 
 /// The value of `key=` in a fake's log line (up to a space or `]`).
