@@ -1,12 +1,13 @@
 //! zcpipe's MPP binding (`src/sys/mpp.rs`) against the ABI fake of librockchip_mpp
 //! (`fakes/librockchip_mpp`, built here as `target/<profile>/librockchip_mpp.so` and loaded
-//! through `$ZCPIPE_LIBMPP`): a small H.264 stream made with ffmpeg's testsrc at test time,
+//! through `$ZCPIPE_LIBMPP`): small H.264, H.265 and MJPEG clips made with ffmpeg's testsrc at test time,
 //! fed in fixed-size chunks (parser split mode), decoded into an external group of memfd
 //! buffers, each picture's luma compared with ffmpeg's own NV12 decode of the same file, and
 //! the fake's call log (`$ZCPIPE_FAKE_MPP_LOG`) checked for MPP's rules.
 //!
 //! The fake is one shared library per test process, so the tests take turns (a mutex) and
-//! each reads only the log lines written since it started. They need `ffmpeg` with libx264.
+//! each reads only the log lines written since it started. They need `ffmpeg` with libx264
+//! and libx265.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
-use zcpipe::sys::mpp::{DecodedFrame, DecoderOptions, Libmpp, Mpp, MPP_FMT_YUV420SP, MPP_VIDEO_CODING_AVC};
+use zcpipe::sys::mpp::{DecodedFrame, DecoderOptions, Libmpp, Mpp, MppCodingType, MPP_FMT_YUV420SP, MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG};
 
 mod common;
 use common::log_field as field;
@@ -27,10 +28,12 @@ const CHUNK: usize = 997;
 
 struct Fake {
     log: PathBuf,
-    /// `out.h264` (Annex-B) and `ref.nv12` (ffmpeg's own decode), made once.
+}
+
+/// A test clip: the coded stream and ffmpeg's own NV12 decode of it.
+struct Clip {
     stream: Vec<u8>,
     reference: Vec<u8>,
-    _dir: tempfile::TempDir,
 }
 
 fn ffmpeg(args: &[&str]) {
@@ -38,8 +41,7 @@ fn ffmpeg(args: &[&str]) {
     assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The fake (built once) named by `ZCPIPE_LIBMPP`, its log under the target's tmp dir, and
-/// the test stream with its reference decode.
+/// The fake (built once) named by `ZCPIPE_LIBMPP`, its log under the target's tmp dir.
 fn fake() -> &'static Fake {
     static FAKE: OnceLock<Fake> = OnceLock::new();
     FAKE.get_or_init(|| {
@@ -49,39 +51,54 @@ fn fake() -> &'static Fake {
         std::env::set_var("ZCPIPE_LIBMPP", &lib);
         std::env::set_var("ZCPIPE_FAKE_MPP_LOG", &log);
         std::env::remove_var("ZCPIPE_FAKE_MPP_INPUT_SLOTS");
-        let dir = tempfile::tempdir().unwrap();
-        let h264 = dir.path().join("out.h264");
-        let nv12 = dir.path().join("ref.nv12");
-        let size = format!("testsrc=size={W}x{H}:rate=10");
-        let frames = FRAMES.to_string();
-        ffmpeg(&["-f", "lavfi", "-i", &size, "-frames:v", &frames, "-c:v", "libx264", "-pix_fmt", "yuv420p", "-bsf:v", "h264_mp4toannexb", "-f", "h264", h264.to_str().unwrap()]);
-        ffmpeg(&["-f", "h264", "-i", h264.to_str().unwrap(), "-f", "rawvideo", "-pix_fmt", "nv12", nv12.to_str().unwrap()]);
-        let stream = std::fs::read(&h264).unwrap();
-        let reference = std::fs::read(&nv12).unwrap();
-        assert_eq!(reference.len(), FRAMES * W * H * 3 / 2, "ffmpeg's reference decode");
-        Fake { log, stream, reference, _dir: dir }
+        Fake { log }
     })
+}
+
+/// `FRAMES` frames of ffmpeg's testsrc at `W`x`H` coded as `format` (`h264`, `hevc`, `mjpeg`:
+/// an ffmpeg muxer and demuxer name) with `codec`'s options, and ffmpeg's NV12 decode of them;
+/// made once per format, in a temporary folder (no video is committed).
+fn clip(format: &'static str) -> &'static Clip {
+    static CLIPS: Mutex<Vec<(&'static str, &'static Clip)>> = Mutex::new(Vec::new());
+    let mut clips = CLIPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = clips.iter().find(|(f, _)| *f == format) {
+        return c;
+    }
+    let codec: &[&str] = match format {
+        "h264" => &["-c:v", "libx264", "-pix_fmt", "yuv420p", "-bsf:v", "h264_mp4toannexb"],
+        "hevc" => &["-c:v", "libx265", "-pix_fmt", "yuv420p", "-x265-params", "log-level=error"],
+        _ => &["-c:v", "mjpeg", "-pix_fmt", "yuvj420p", "-q:v", "3"],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let coded = dir.path().join(format!("out.{format}"));
+    let nv12 = dir.path().join("ref.nv12");
+    let (coded_s, nv12_s) = (coded.to_str().unwrap(), nv12.to_str().unwrap());
+    let (size, frames) = (format!("testsrc=size={W}x{H}:rate=10"), FRAMES.to_string());
+    ffmpeg(&[&["-f", "lavfi", "-i", &size, "-frames:v", &frames], codec, &["-f", format, coded_s]].concat());
+    ffmpeg(&["-f", format, "-i", coded_s, "-f", "rawvideo", "-pix_fmt", "nv12", nv12_s]);
+    let c: &'static Clip = Box::leak(Box::new(Clip { stream: std::fs::read(&coded).unwrap(), reference: std::fs::read(&nv12).unwrap() }));
+    assert_eq!(c.reference.len(), FRAMES * W * H * 3 / 2, "ffmpeg's reference decode of the {format} clip");
+    clips.push((format, c));
+    c
 }
 
 /// One test at a time, with the log lines it caused.
 struct Session {
-    fake: &'static Fake,
     log: common::LogSince,
 }
 
 fn session() -> Session {
     static TURN: Mutex<()> = Mutex::new(());
-    let fake = fake();
-    Session { fake, log: common::LogSince::begin(&TURN, &fake.log) }
+    Session { log: common::LogSince::begin(&TURN, &fake().log) }
 }
 
 impl Session {
     fn calls(&self, name: &str) -> Vec<String> {
         self.log.calls(name)
     }
-    fn decoder(&self) -> Mpp {
+    fn decoder(&self, coding: MppCodingType) -> Mpp {
         let lib = Arc::new(Libmpp::open(None).expect("opening the fake librockchip_mpp through ZCPIPE_LIBMPP"));
-        Mpp::decoder(lib, MPP_VIDEO_CODING_AVC, DecoderOptions { split_mode: true, output_timeout_ms: 50 }).expect("an H.264 decoder on the fake")
+        Mpp::decoder(lib, coding, DecoderOptions { split_mode: true, output_timeout_ms: 50 }).expect("a decoder on the fake")
     }
 }
 
@@ -140,11 +157,13 @@ fn attach(mpp: &mut Mpp, f: &DecodedFrame, n: usize) -> Vec<DmaBuf> {
     pool
 }
 
-#[test]
-fn decodes_h264_chunks_into_committed_memfds_like_ffmpeg() {
+/// Decodes `clip` in `CHUNK`-byte packets into 4 memfd buffers, holding two frames at a
+/// time, and checks each picture against ffmpeg's decode and the fake's log against MPP's
+/// rules.
+fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
     let s = session();
-    let mut mpp = s.decoder();
-    let mut feed = Feeder::new(&s.fake.stream);
+    let mut mpp = s.decoder(coding);
+    let mut feed = Feeder::new(&clip.stream);
     let mut pool = Vec::new();
     let mut info_changes = 0;
     let mut pictures = Vec::new();
@@ -171,7 +190,7 @@ fn decodes_h264_chunks_into_committed_memfds_like_ffmpeg() {
         assert_eq!(i.fd, Some(mpp.external_fds()[idx].as_raw_fd()));
         assert!(held.iter().all(|h| h.info().buffer_index != Some(idx as i32)), "buffer {idx} reused while a frame holds it");
         let k = pictures.len();
-        let want = &s.fake.reference[k * W * H * 3 / 2..][..W * H];
+        let want = &clip.reference[k * W * H * 3 / 2..][..W * H];
         let got = luma(&pool[idx], i.hor_stride as usize);
         let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
         assert!(worst <= 2, "frame {k}: luma differs from ffmpeg's decode by up to {worst}");
@@ -211,14 +230,30 @@ fn decodes_h264_chunks_into_committed_memfds_like_ffmpeg() {
     let put = s.calls("mpp_buffer_group_put");
     assert_eq!((put.len(), field(&put[0], "held")), (1, "0"));
     let init = s.calls("mpp_init");
-    assert_eq!((field(&init[0], "coding"), field(&init[0], "split")), ("7", "1"));
+    assert_eq!((field(&init[0], "coding"), field(&init[0], "split")), (coding.to_string().as_str(), "1"));
+}
+
+#[test]
+fn decodes_h264_chunks_into_committed_memfds_like_ffmpeg() {
+    decodes_like_ffmpeg(MPP_VIDEO_CODING_AVC, clip("h264"));
+}
+
+#[test]
+fn decodes_h265_chunks_into_committed_memfds_like_ffmpeg() {
+    decodes_like_ffmpeg(MPP_VIDEO_CODING_HEVC, clip("hevc"));
+}
+
+#[test]
+fn decodes_mjpeg_chunks_into_committed_memfds_like_ffmpeg() {
+    decodes_like_ffmpeg(MPP_VIDEO_CODING_MJPEG, clip("mjpeg"));
 }
 
 #[test]
 fn a_held_buffer_is_not_reused_and_leaks_are_logged() {
+    let clip = clip("h264");
     let s = session();
-    let mut mpp = s.decoder();
-    let mut feed = Feeder::new(&s.fake.stream);
+    let mut mpp = s.decoder(MPP_VIDEO_CODING_AVC);
+    let mut feed = Feeder::new(&clip.stream);
     let mut pool = Vec::new();
     let mut held: Vec<DecodedFrame> = Vec::new();
     // Two buffers, never released: after two pictures the fake must say it has no free buffer.
@@ -251,7 +286,7 @@ fn a_held_buffer_is_not_reused_and_leaks_are_logged() {
         }
     };
     assert_eq!(next.info().buffer_index, freed);
-    assert_eq!(luma(&pool[freed.unwrap() as usize], 320), s.fake.reference[2 * W * H * 3 / 2..][..W * H], "third picture");
+    assert_eq!(luma(&pool[freed.unwrap() as usize], 320), clip.reference[2 * W * H * 3 / 2..][..W * H], "third picture");
     held.push(next);
     // Destroying the decoder while two frames are held: the fake counts them, and putting
     // the group (which the binding does right after mpp_destroy) is a violation.
