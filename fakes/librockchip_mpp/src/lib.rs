@@ -789,6 +789,17 @@ fn read_frames(stdout: std::process::ChildStdout, shared: Arc<Shared>, errors: A
     shared.cv.notify_all();
 }
 
+/// Whether `b`'s fd still refers to the inode committed (MPP keeps EXT_DMA fd numbers as
+/// given: a closed or reused fd number is the user's bug); else what it refers to now (an
+/// inode number or the fstat error).
+fn still_committed(b: &Buffer) -> Result<(), String> {
+    match inode(b.fd) {
+        Ok(ino) if ino == b.inode => Ok(()),
+        Ok(ino) => Err(ino.1.to_string()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes one I420 picture (`w` x `h`) into `b` as NV12 at `hor` x `ver`.
 fn write_nv12(b: &Buffer, pic: &[u8], w: u32, h: u32, hor: u32, ver: u32) -> Result<(), String> {
     let (w, h, hor, ver) = (w as usize, h as usize, hor as usize, ver as usize);
@@ -872,14 +883,10 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
             if b.holders.load(Ordering::SeqCst) > 0 || b.dead.load(Ordering::SeqCst) > 0 {
                 continue;
             }
-            match inode(b.fd) {
-                Ok(ino) if ino == b.inode => {}
-                other => {
-                    b.dead.store(1, Ordering::SeqCst);
-                    let now = other.map(|i| i.1.to_string()).unwrap_or_else(|e| e);
-                    violation("buffer-fd-not-committed-inode", format!("ctx={} group={} index={} fd={} committed_ino={} now={now}", c.id, b.group, b.index, b.fd, b.inode.1));
-                    continue;
-                }
+            if let Err(now) = still_committed(b) {
+                b.dead.store(1, Ordering::SeqCst);
+                violation("buffer-fd-not-committed-inode", format!("ctx={} group={} index={} fd={} committed_ino={} now={now}", c.id, b.group, b.index, b.fd, b.inode.1));
+                continue;
             }
             let pic = st.raw.front().expect("not empty");
             if let Err(e) = write_nv12(b, pic, w, h, hor, ver) {
@@ -1190,16 +1197,41 @@ mod tests {
         assert_eq!(API.size, 184);
     }
 
-    #[test]
-    fn nv12_layout_pads_rows_and_places_chroma_at_ver_stride() {
-        // A 4x2 I420 picture into an 16x16 NV12 buffer (a memfd).
+    fn memfd(size: usize) -> c_int {
         // SAFETY: a plain memfd_create call with a static name.
         let fd = unsafe { libc::memfd_create(c"t".as_ptr(), 0) };
         assert!(fd >= 0);
-        let size = 16 * 16 * 3 / 2;
         // SAFETY: our own fd.
         assert_eq!(unsafe { libc::ftruncate(fd, size as i64) }, 0);
-        let b = Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), dead: AtomicU32::new(0) };
+        fd
+    }
+
+    fn committed(fd: c_int, size: usize) -> Buffer {
+        Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), dead: AtomicU32::new(0) }
+    }
+
+    #[test]
+    fn a_closed_or_reused_fd_number_is_caught() {
+        let (a, other) = (memfd(64), memfd(64));
+        let b = committed(a, 64);
+        assert_eq!(still_committed(&b), Ok(()));
+        // The fd number now names another file (what a user closing and reopening gets).
+        // SAFETY: our own fds.
+        assert_eq!(unsafe { libc::dup2(other, a) }, a);
+        assert_eq!(still_committed(&b), Err(inode(other).unwrap().1.to_string()));
+        // SAFETY: our own fds, closed once.
+        unsafe { libc::close(a) };
+        assert!(still_committed(&b).unwrap_err().contains("Bad_file_descriptor"), "{:?}", still_committed(&b));
+        // SAFETY: as above.
+        unsafe { libc::close(other) };
+    }
+
+    #[test]
+    fn nv12_layout_pads_rows_and_places_chroma_at_ver_stride() {
+        // A 4x2 I420 picture into an 16x16 NV12 buffer (a memfd).
+        let size = 16 * 16 * 3 / 2;
+        let fd = memfd(size);
+        let b = committed(fd, size);
         let pic = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 20, 21];
         write_nv12(&b, &pic, 4, 2, 16, 16).unwrap();
         let mut got = vec![0u8; size];
