@@ -298,3 +298,28 @@ fn a_held_buffer_is_not_reused_and_leaks_are_logged() {
     drop(held);
     assert_eq!(s.calls("mpp_frame_deinit").len(), 4, "info change, the first picture, then the two held at the end");
 }
+
+#[test]
+fn a_stream_the_decoder_cannot_read_ends_in_an_error_frame_not_a_hang() {
+    let s = session();
+    let mpp = s.decoder(MPP_VIDEO_CODING_AVC);
+    // Bytes with no start code: not H.264 at all.
+    let junk: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1).collect();
+    let mut feed = Feeder::new(&junk);
+    let mut last = None;
+    for _ in 0..20_000 {
+        feed.feed(&mpp);
+        if let Some(f) = mpp.get_frame().unwrap() {
+            assert!(!f.info().has_picture(), "a picture from junk: {:?}", f.info());
+            if f.info().eos {
+                last = Some(*f.info());
+                break;
+            }
+        }
+    }
+    let last = last.expect("no EOS frame after junk input");
+    assert!(last.errinfo != 0 && last.fd.is_none(), "{last:?}");
+    mpp.destroy().unwrap();
+    assert!(s.calls("decode_get_frame").iter().any(|l| l.contains("decoder-error=")), "the fake says why");
+    assert!(s.calls("violation").is_empty());
+}

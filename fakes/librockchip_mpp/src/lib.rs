@@ -31,7 +31,9 @@
 //! variable needed), and each frame is written into the committed dma-buf (mmap of the fd,
 //! between `DMA_BUF_IOCTL_SYNC` START and END; memfds answer ENOTTY, which is tolerated) as
 //! NV12 at `hor_stride` x `ver_stride`. A frame's pts is its output index (packets are
-//! arbitrary chunks, so the fake cannot pair them with frames).
+//! arbitrary chunks, so the fake cannot pair them with frames). When ffmpeg fails (a stream
+//! it cannot read), the next `decode_get_frame` returns an EOS frame with `errinfo` 1 and logs
+//! ffmpeg's message (`decoder-error=`). `$ZCPIPE_FAKE_MPP_FFMPEG` names another ffmpeg.
 //!
 //! Every call appends one line (`pid=N name key=value ... tid=T`) to the file named by
 //! `$ZCPIPE_FAKE_MPP_LOG`, written with one write(2) on an O_APPEND file.
@@ -714,13 +716,12 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
     let mut threads = lock(&c.threads);
     threads.push(std::thread::spawn(move || write_packets(stdin, rx)));
     let shared = Arc::clone(&c.shared);
-    let errors = Arc::new(Mutex::new(String::new()));
-    let errs = Arc::clone(&errors);
-    threads.push(std::thread::spawn(move || {
+    // ffmpeg's messages, read apart from its pictures so that neither pipe can fill and stall it.
+    let errors = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = BufReader::new(stderr).read_to_string(&mut s);
-        *lock(&errs) = s.trim().replace(['\n', ' '], "_");
-    }));
+        s.trim().replace(['\n', ' '], "_")
+    });
     threads.push(std::thread::spawn(move || read_frames(stdout, shared, errors)));
     *lock(&c.child) = Some(child);
     st.inited = true;
@@ -741,7 +742,7 @@ fn write_packets(mut stdin: std::process::ChildStdin, rx: mpsc::Receiver<Vec<u8>
 
 /// The reader thread: the YUV4MPEG header (picture size), then one I420 picture at a time,
 /// at most [`RAW_AHEAD`] ahead of the caller.
-fn read_frames(stdout: std::process::ChildStdout, shared: Arc<Shared>, errors: Arc<Mutex<String>>) {
+fn read_frames(stdout: std::process::ChildStdout, shared: Arc<Shared>, errors: JoinHandle<String>) {
     let mut r = BufReader::new(stdout);
     let result = (|| -> Result<(), String> {
         let mut header = String::new();
@@ -780,10 +781,12 @@ fn read_frames(stdout: std::process::ChildStdout, shared: Arc<Shared>, errors: A
             shared.cv.notify_all();
         }
     })();
+    // ffmpeg has closed its stdout: it is exiting (or killed by mpp_destroy), and its stderr
+    // thread ends with it.
+    let errors = errors.join().unwrap_or_default();
     let mut st = lock(&shared.st);
     if let Err(e) = result {
-        // What ffmpeg has written to stderr so far (its thread ends when ffmpeg exits).
-        st.decoder_error = Some(format!("{e} ffmpeg={}", lock(&errors)));
+        st.decoder_error = Some(format!("{e} ffmpeg={errors}"));
     }
     st.reader_done = true;
     shared.cv.notify_all();
