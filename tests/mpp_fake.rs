@@ -1,9 +1,10 @@
 //! zcpipe's MPP binding (`src/sys/mpp.rs`) against the ABI fake of librockchip_mpp
 //! (`fakes/librockchip_mpp`, built here as `target/<profile>/librockchip_mpp.so` and loaded
-//! through `$ZCPIPE_LIBMPP`): small H.264, H.265 and MJPEG clips made with ffmpeg's testsrc at test time,
+//! through `$ZCPIPE_LIBMPP`): small H.264 and H.265 clips made with ffmpeg's testsrc at test time,
 //! fed in fixed-size chunks (parser split mode), decoded into an external group of memfd
 //! buffers, each picture's luma compared with ffmpeg's own NV12 decode of the same file, and
-//! the fake's call log (`$ZCPIPE_FAKE_MPP_LOG`) checked for MPP's rules.
+//! the fake's call log (`$ZCPIPE_FAKE_MPP_LOG`) checked for MPP's rules. MJPEG is refused by
+//! the binding (MPP decodes it only through the task API, not bound).
 //!
 //! The fake is one shared library per test process, so the tests take turns (a mutex) and
 //! each reads only the log lines written since it started. They need `ffmpeg` with libx264
@@ -15,7 +16,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
-use zcpipe::sys::mpp::{DecodedFrame, DecoderOptions, Libmpp, Mpp, MppCodingType, MPP_FMT_YUV420SP, MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG};
+use zcpipe::sys::mpp::{
+    DecodedFrame, DecoderOptions, Libmpp, Mpp, MppApi, MppCodingType, MppCreateFn, MppDestroyFn, MppHandle, MppInitFn, MppPacketDeinitFn, MppPacketInitFn, MJPEG_REFUSED, MPP_CTX_DEC, MPP_ERR_BUFFER_FULL, MPP_FMT_YUV420SP, MPP_OK,
+    MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG,
+};
 
 mod common;
 use common::log_field as field;
@@ -55,7 +59,7 @@ fn fake() -> &'static Fake {
     })
 }
 
-/// `FRAMES` frames of ffmpeg's testsrc at `W`x`H` coded as `format` (`h264`, `hevc`, `mjpeg`:
+/// `FRAMES` frames of ffmpeg's testsrc at `W`x`H` coded as `format` (`h264`, `hevc`:
 /// an ffmpeg muxer and demuxer name) with `codec`'s options, and ffmpeg's NV12 decode of them;
 /// made once per format, in a temporary folder (no video is committed).
 fn clip(format: &'static str) -> &'static Clip {
@@ -66,8 +70,7 @@ fn clip(format: &'static str) -> &'static Clip {
     }
     let codec: &[&str] = match format {
         "h264" => &["-c:v", "libx264", "-pix_fmt", "yuv420p", "-bsf:v", "h264_mp4toannexb"],
-        "hevc" => &["-c:v", "libx265", "-pix_fmt", "yuv420p", "-x265-params", "log-level=error"],
-        _ => &["-c:v", "mjpeg", "-pix_fmt", "yuvj420p", "-q:v", "3"],
+        _ => &["-c:v", "libx265", "-pix_fmt", "yuv420p", "-x265-params", "log-level=error"],
     };
     let dir = tempfile::tempdir().unwrap();
     let coded = dir.path().join(format!("out.{format}"));
@@ -244,8 +247,41 @@ fn decodes_h265_chunks_into_committed_memfds_like_ffmpeg() {
 }
 
 #[test]
-fn decodes_mjpeg_chunks_into_committed_memfds_like_ffmpeg() {
-    decodes_like_ffmpeg(MPP_VIDEO_CODING_MJPEG, clip("mjpeg"));
+fn mjpeg_is_refused_with_one_line_and_the_fake_refuses_plain_mjpeg_packets() {
+    let s = session();
+    let lib = Arc::new(Libmpp::open(None).unwrap());
+    let e = Mpp::decoder(Arc::clone(&lib), MPP_VIDEO_CODING_MJPEG, DecoderOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, MJPEG_REFUSED);
+    assert!(!e.contains('\n') && e.contains("task API") && e.contains("decode MJPEG on the CPU"), "{e}");
+    assert!(s.calls("mpp_create").is_empty(), "refused before any MPP call");
+
+    // What the binding spares its users, through the raw C API: MPP (and the fake) accept
+    // mpp_init for MJPEG, then refuse every plain packet as if the queue were full.
+    // SAFETY: the fake built for this test, opened by path; its symbols have the signatures
+    // of rk_mpi.h and mpp_packet.h that zcpipe's binding declares.
+    unsafe {
+        let raw = libloading::Library::new(common::fake_librockchip_mpp()).unwrap();
+        let create: libloading::Symbol<'_, MppCreateFn> = raw.get(b"mpp_create\0").unwrap();
+        let init: libloading::Symbol<'_, MppInitFn> = raw.get(b"mpp_init\0").unwrap();
+        let destroy: libloading::Symbol<'_, MppDestroyFn> = raw.get(b"mpp_destroy\0").unwrap();
+        let packet_init: libloading::Symbol<'_, MppPacketInitFn> = raw.get(b"mpp_packet_init\0").unwrap();
+        let packet_deinit: libloading::Symbol<'_, MppPacketDeinitFn> = raw.get(b"mpp_packet_deinit\0").unwrap();
+        let (mut ctx, mut api): (MppHandle, *const MppApi) = (std::ptr::null_mut(), std::ptr::null());
+        assert_eq!(create(&mut ctx, &mut api), MPP_OK);
+        assert_eq!(init(ctx, MPP_CTX_DEC, MPP_VIDEO_CODING_MJPEG), MPP_OK);
+        let jpeg = [0xffu8, 0xd8, 0xff, 0xd9];
+        let mut pkt: MppHandle = std::ptr::null_mut();
+        assert_eq!(packet_init(&mut pkt, jpeg.as_ptr() as *mut _, jpeg.len()), MPP_OK);
+        let put = (*api).decode_put_packet.unwrap();
+        for _ in 0..3 {
+            assert_eq!(put(ctx, pkt), MPP_ERR_BUFFER_FULL);
+        }
+        assert_eq!(packet_deinit(&mut pkt), MPP_OK);
+        assert_eq!(destroy(ctx), MPP_OK);
+    }
+    let refused = s.calls("decode_put_packet");
+    assert!(refused.len() == 3 && refused.iter().all(|l| l.contains("ret=-1012 reason=mjpeg-needs-task-api")), "{refused:?}");
+    assert!(s.calls("violation").is_empty());
 }
 
 #[test]

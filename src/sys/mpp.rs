@@ -99,7 +99,13 @@ pub const MPP_VIDEO_CODING_MJPEG: MppCodingType = 8;
 /// DIVX3, VP6) = 16777220.
 pub const MPP_VIDEO_CODING_HEVC: MppCodingType = 0x0100_0004;
 
-/// The codec's name for messages (`H.264`), or `None` for a value zcpipe does not decode.
+/// The codec's name for messages (`H.264`), or `None` for a value zcpipe does not know.
+/// `MJPEG` is named, but [`Mpp::decoder`] refuses it: MPP decodes MJPEG only through its
+/// task API (`mpp.cpp` gives MJPEG one input task on the advanced thread, which needs each
+/// packet to be one whole JPEG in an `MppBuffer` carrying its output frame as
+/// `KEY_OUTPUT_FRAME` meta, as `test/mpi_dec_test.c` does), and this binding does not bind
+/// that path yet: plain packets through `decode_put_packet` are refused with
+/// `MPP_ERR_BUFFER_FULL` forever (or silently dropped by newer MPP). Decode MJPEG on the CPU.
 pub fn coding_name(c: MppCodingType) -> Option<&'static str> {
     match c {
         MPP_VIDEO_CODING_AVC => Some("H.264"),
@@ -108,6 +114,9 @@ pub fn coding_name(c: MppCodingType) -> Option<&'static str> {
         _ => None,
     }
 }
+
+/// The one-line error [`Mpp::decoder`] gives for [`MPP_VIDEO_CODING_MJPEG`].
+pub const MJPEG_REFUSED: &str = "MPP decodes MJPEG only through its task API (one whole JPEG per packet in an MppBuffer, with an output frame attached to each packet), which zcpipe's MPP binding does not bind yet; plain MJPEG packets are refused forever (MPP_ERR_BUFFER_FULL): decode MJPEG on the CPU";
 
 /// `MpiCmd` (`rk_mpi_cmd.h`), a C enum. The command ids are `module | context | n`, with
 /// `CMD_MODULE_MPP = 0x00200000`, `CMD_MODULE_CODEC = 0x00300000`, `CMD_CTX_ID_DEC =
@@ -588,13 +597,16 @@ impl std::fmt::Debug for Mpp {
 }
 
 impl Mpp {
-    /// A decoder for `coding` ([`MPP_VIDEO_CODING_AVC`], [`MPP_VIDEO_CODING_HEVC`],
-    /// [`MPP_VIDEO_CODING_MJPEG`]): `mpp_create`, the library's `MppApi` size checked against
+    /// A decoder for `coding` ([`MPP_VIDEO_CODING_AVC`] or [`MPP_VIDEO_CODING_HEVC`];
+    /// [`MPP_VIDEO_CODING_MJPEG`] is refused with one line, see [`coding_name`]): `mpp_create`, the library's `MppApi` size checked against
     /// this binding's, `MPP_DEC_SET_PARSER_SPLIT_MODE` (before init, as `rk_mpi_cmd.h`
     /// says), `mpp_init(MPP_CTX_DEC, coding)`, `MPP_SET_OUTPUT_TIMEOUT`. Errors name the
     /// call and its `MPP_RET`.
     pub fn decoder(lib: Arc<Libmpp>, coding: MppCodingType, opts: DecoderOptions) -> Result<Mpp> {
-        let Some(name) = coding_name(coding) else { bail!("MPP coding {coding} is not one zcpipe decodes: use H.264 ({MPP_VIDEO_CODING_AVC}), H.265 ({MPP_VIDEO_CODING_HEVC}) or MJPEG ({MPP_VIDEO_CODING_MJPEG})") };
+        let Some(name) = coding_name(coding) else { bail!("MPP coding {coding} is not one zcpipe decodes: use H.264 ({MPP_VIDEO_CODING_AVC}) or H.265 ({MPP_VIDEO_CODING_HEVC})") };
+        if coding == MPP_VIDEO_CODING_MJPEG {
+            bail!("{MJPEG_REFUSED}");
+        }
         if !(-1..=MPP_POLL_MAX).contains(&opts.output_timeout_ms) {
             bail!("MPP output timeout {} ms is out of range: use -1 (block), 0 (non-block) or 1..={MPP_POLL_MAX} ms", opts.output_timeout_ms);
         }

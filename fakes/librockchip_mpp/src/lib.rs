@@ -24,8 +24,12 @@
 //!   Committing the same inode twice, clearing or putting a group whose buffers frames still
 //!   hold, and setting the split mode after init are violations too.
 //! - `mpp_destroy` logs how many frames and buffers were never released.
+//! - MJPEG: `mpp_init` succeeds (MPP runs MJPEG on its task thread with one input task), but
+//!   every `decode_put_packet` returns `MPP_ERR_BUFFER_FULL` (logged with
+//!   `reason=mjpeg-needs-task-api`): real MPP needs each MJPEG packet in an `MppBuffer` with
+//!   an output frame attached (`KEY_OUTPUT_FRAME`), which plain packets never have.
 //!
-//! Pixels are real: `mpp_init` spawns `ffmpeg -f h264|hevc|mjpeg -i pipe:0 -f yuv4mpegpipe
+//! Pixels are real: `mpp_init` spawns `ffmpeg -f h264|hevc -i pipe:0 -f yuv4mpegpipe
 //! -pix_fmt yuv420p pipe:1`; a thread writes the packets to its stdin, another reads the
 //! YUV4MPEG stream (whose header gives the picture size: no ffprobe and no environment
 //! variable needed), and each frame is written into the committed dma-buf (mmap of the fd,
@@ -698,6 +702,14 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
         log(format!("mpp_init ctx={} type={type_} coding={coding} ret={MPP_NOK} reason=already-inited-or-not-a-decoder-the-fake-has", c.id));
         return MPP_NOK;
     }
+    if coding == CODING_MJPEG {
+        // MPP's MJPEG decoder runs on the task (advanced) thread with one input task: init
+        // succeeds, plain packets never get in (see mpi_decode_put_packet). No ffmpeg.
+        st.inited = true;
+        st.coding = coding;
+        log(format!("mpp_init ctx={} type={type_} coding={coding} split={} task_api=1 ret=0", c.id, st.split));
+        return MPP_OK;
+    }
     let spawned = Command::new(std::env::var("ZCPIPE_FAKE_MPP_FFMPEG").unwrap_or_else(|_| "ffmpeg".into()))
         .args(["-hide_banner", "-loglevel", "error", "-f", demuxer, "-i", "pipe:0", "-f", "yuv4mpegpipe", "-pix_fmt", "yuv420p", "-flush_packets", "1", "pipe:1"])
         .stdin(Stdio::piped())
@@ -949,6 +961,13 @@ unsafe extern "C" fn mpi_decode_put_packet(h: Opaque, pkt: Opaque) -> MppRet {
         log(format!("decode_put_packet ctx={} ret={MPP_ERR_NULL_PTR} reason=unknown-packet", c.id));
         return MPP_ERR_NULL_PTR;
     };
+    if st.coding == CODING_MJPEG {
+        // Real MPP: the MJPEG decoder's single input task waits for a packet backed by an
+        // MppBuffer with an output frame (KEY_OUTPUT_FRAME meta); a plain packet never fills
+        // it, so decode_put_packet reports a full queue forever.
+        log(format!("decode_put_packet ctx={} size={} ret={MPP_ERR_BUFFER_FULL} reason=mjpeg-needs-task-api", c.id, p.length));
+        return MPP_ERR_BUFFER_FULL;
+    }
     if st.eos_put {
         violation("packet-after-eos", format!("ctx={} size={}", c.id, p.length));
     }
