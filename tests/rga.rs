@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
 use zcpipe::core::frame::{FrameLayout, Fourcc, Letterbox, Placement, PlaneDesc, MAX_PLANES};
@@ -16,6 +16,7 @@ use zcpipe::scale::rga::{RgaCore, RgaScaler};
 use zcpipe::scale::Scaler;
 
 mod common;
+use common::log_field as field;
 
 struct Fake {
     lib: PathBuf,
@@ -38,25 +39,18 @@ fn fake() -> &'static Fake {
 /// One test at a time, with the log lines it caused.
 struct Session {
     fake: &'static Fake,
-    from: usize,
-    _turn: MutexGuard<'static, ()>,
+    log: common::LogSince,
 }
 
 fn session() -> Session {
     static TURN: Mutex<()> = Mutex::new(());
-    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let fake = fake();
-    let from = std::fs::read_to_string(&fake.log).map(|s| s.len()).unwrap_or(0);
-    Session { fake, from, _turn: turn }
+    Session { fake, log: common::LogSince::begin(&TURN, &fake.log) }
 }
 
 impl Session {
-    fn lines(&self) -> Vec<String> {
-        let s = std::fs::read_to_string(&self.fake.log).unwrap_or_default();
-        s[self.from..].lines().map(str::to_string).collect()
-    }
     fn calls(&self, name: &str) -> Vec<String> {
-        self.lines().into_iter().filter(|l| l.split(' ').next() == Some(name)).collect()
+        self.log.calls(name)
     }
     /// `imcheck_t` calls of binds (not the driver probe of `open`, which names no buffer).
     fn bind_checks(&self) -> Vec<String> {
@@ -65,13 +59,6 @@ impl Session {
     fn open(&self, core: RgaCore) -> RgaScaler {
         RgaScaler::open(Some(&self.fake.lib), core).expect("opening the fake librga")
     }
-}
-
-/// The value of `key=` in a log line.
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!(" {key}=");
-    let i = line.find(&pat).unwrap_or_else(|| panic!("no {key}= in {line}")) + pat.len();
-    line[i..].split([' ', ']']).next().unwrap()
 }
 
 fn memfd_pool(n: usize, size: u64) -> Vec<DmaBuf> {

@@ -17,7 +17,7 @@
 //! The library path is `$ZCPIPE_LIBRGA` if set, else `librga.so`, then `librga.so.2` (the
 //! name Debian/Ubuntu's `librga2` package installs without the `-dev` symlink).
 
-use std::ffi::{c_char, c_int, c_void, CStr, OsString};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
@@ -356,32 +356,18 @@ impl Librga {
     /// `librga.so.2` (found through the dynamic loader's search path), and resolves every
     /// C symbol zcpipe calls. Errors name what was tried and the fix.
     pub fn open(library: Option<&Path>) -> Result<Librga> {
-        let candidates: Vec<OsString> = match (library, std::env::var_os(LIBRGA_ENV)) {
-            (Some(p), _) => vec![p.as_os_str().to_owned()],
-            (None, Some(p)) if !p.is_empty() => vec![p],
-            _ => LIBRGA_NAMES.iter().map(OsString::from).collect(),
+        // SAFETY: librga's initialisers only set up its logging and a per-thread im2d
+        // context (it opens /dev/rga on first use).
+        let (source, errors) = match unsafe { super::load_library(library, LIBRGA_ENV, &LIBRGA_NAMES) } {
+            Ok((lib, path)) => return Self::resolve(lib, path),
+            Err(e) => e,
         };
-        let from_env = library.is_none() && candidates.len() == 1;
-        let mut errors = Vec::new();
-        for c in &candidates {
-            // SAFETY: loading a shared library runs its initialisers; librga's only set up
-            // its logging and a per-thread im2d context (it opens /dev/rga on first use).
-            match unsafe { libloading::Library::new(c) } {
-                Ok(lib) => return Self::resolve(lib, c.to_string_lossy().into_owned()),
-                // dlerror's text already starts with the file name.
-                Err(e) => errors.push(e.to_string().replace('\n', " ")),
-            }
-        }
-        if from_env {
-            bail!(
-                "cannot load librga named by {LIBRGA_ENV} ({}): point {LIBRGA_ENV} at a librga.so (librga >= 1.8) or unset it",
-                errors.join("; ")
-            )
+        if source == super::LibrarySource::Env {
+            bail!("cannot load librga named by {LIBRGA_ENV} ({errors}): point {LIBRGA_ENV} at a librga.so (librga >= 1.8) or unset it")
         }
         bail!(
-            "cannot load librga ({}); install it (Debian/Ubuntu for Rockchip: apt install librga2; \
-             or build airockchip/librga) or point {LIBRGA_ENV} at librga.so; or use --scaler cpu",
-            errors.join("; ")
+            "cannot load librga ({errors}); install it (Debian/Ubuntu for Rockchip: apt install librga2; \
+             or build airockchip/librga) or point {LIBRGA_ENV} at librga.so; or use --scaler cpu"
         )
     }
 

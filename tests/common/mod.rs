@@ -1,14 +1,14 @@
 //! Shared by the integration tests: the zcpipe binary under test as a user runs it, with
 //! everything a run leaves (run directory, detections socket, summary) in one temp folder,
-//! and the ABI fakes of the vendor libraries (`fakes/librga`, `fakes/librknnrt`), each built
-//! once per test process, in the same profile as the zcpipe binary under test, and found
-//! next to it.
+//! and the ABI fakes of the vendor libraries (`fakes/librga`, `fakes/librknnrt`,
+//! `fakes/librockchip_mpp`), each built once per test process, in the same profile as the
+//! zcpipe binary under test, and found next to it.
 
 #![allow(dead_code)] // each test file uses part of this
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The package's folder (where `models/` and `tests/data/` are).
 pub fn root() -> &'static Path {
@@ -104,6 +104,13 @@ pub fn fake_librga() -> &'static Path {
     LIB.get_or_init(|| build(&["-p", "zcpipe-fake-librga"], "librga.so"))
 }
 
+/// `target/<profile>/librockchip_mpp.so`, the fake librockchip_mpp. Built alone, like the
+/// fake librga: it depends on libc only (its decoder is an `ffmpeg` child process).
+pub fn fake_librockchip_mpp() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| build(&["-p", "zcpipe-fake-librockchip-mpp"], "librockchip_mpp.so"))
+}
+
 /// `target/<profile>/librknnrt.so`, the fake librknnrt (a no-op cargo call when `make test`
 /// has just built it). Built with zcpipe's library (`--lib`, which leaves the binary under
 /// test alone), so its dependencies get zcpipe's features and tract is compiled once for
@@ -111,4 +118,40 @@ pub fn fake_librga() -> &'static Path {
 pub fn fake_librknnrt() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| build(&["--lib", "-p", "zcpipe", "-p", "zcpipe-fake-librknnrt"], "librknnrt.so"))
+}
+
+/// A fake library's call log (one line per call) from where it stood when a test began. A
+/// fake is one shared library per test process, so the tests using it take turns: holding
+/// this value is the turn.
+pub struct LogSince {
+    path: &'static Path,
+    from: usize,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl LogSince {
+    /// Waits for `turn`, then notes the end of the log at `path` (which may not exist yet).
+    pub fn begin(turn: &'static Mutex<()>, path: &'static Path) -> LogSince {
+        let turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+        let from = std::fs::read_to_string(path).map(|s| s.len()).unwrap_or(0);
+        LogSince { path, from, _turn: turn }
+    }
+
+    /// The lines written since [`LogSince::begin`].
+    pub fn lines(&self) -> Vec<String> {
+        let s = std::fs::read_to_string(self.path).unwrap_or_default();
+        s[self.from..].lines().map(str::to_string).collect()
+    }
+
+    /// The lines of call `name`: the first word after an optional `pid=N`.
+    pub fn calls(&self, name: &str) -> Vec<String> {
+        self.lines().into_iter().filter(|l| l.split(' ').find(|w| !w.starts_with("pid=")) == Some(name)).collect()
+    }
+}
+
+/// The value of `key=` in a fake's log line (up to a space or `]`).
+pub fn log_field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!(" {key}=");
+    let i = line.find(&pat).unwrap_or_else(|| panic!("no {key}= in {line}")) + pat.len();
+    line[i..].split([' ', ']']).next().unwrap()
 }

@@ -1,0 +1,891 @@
+//! Rockchip MPP (`librockchip_mpp.so`, the video decoder/encoder library of Rockchip's BSP):
+//! our own thin binding of its C API, opened at run time, never linked.
+//!
+//! Contract: the public headers of rockchip-linux/mpp (`inc/rk_type.h`, `inc/rk_mpi.h`,
+//! `inc/rk_mpi_cmd.h`, `inc/mpp_err.h`, `inc/mpp_frame.h`, `inc/mpp_packet.h`,
+//! `inc/mpp_buffer.h`; read at commit ee946af0 of 2024-03, the layouts and values used here
+//! date from 2018 or earlier). Only what a decoder into zcpipe's own dma-bufs needs is bound:
+//! `mpp_create`/`mpp_init`/`mpp_destroy`, the [`MppApi`] table (`decode_put_packet`,
+//! `decode_get_frame`, `reset`, `control`), packet and frame accessors, and the external
+//! buffer group calls. Several of the header's names are macros over the exported function
+//! with caller strings: `mpp_buffer_commit(group, info)` is
+//! `mpp_buffer_import_with_tag(group, info, NULL, MODULE_TAG, __FUNCTION__)`,
+//! `mpp_buffer_group_get_external(group, type)` is `mpp_buffer_group_get(group, type,
+//! MPP_BUFFER_EXTERNAL, MODULE_TAG, __FUNCTION__)`, `mpp_buffer_get_fd(buffer)` is
+//! `mpp_buffer_get_fd_with_caller(buffer, __FUNCTION__)`: the exported functions are bound,
+//! with zcpipe's tag and caller strings.
+//!
+//! Struct layouts are checked in this file's tests against sizes worked out by hand from the
+//! headers for LP64 (x86_64, aarch64) and ILP32; `make test-aarch64` runs them on aarch64.
+//!
+//! The library path is `$ZCPIPE_LIBMPP` if set, else `librockchip_mpp.so.1`, then
+//! `librockchip_mpp.so` (Debian/Ubuntu for Rockchip ship the versioned name in
+//! `librockchip-mpp1`; the plain one comes with `-dev`).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+
+/// `MPP_RET` (`mpp_err.h`): what every MPP call returns, a C enum (4 bytes).
+pub type MppRet = c_int;
+/// `MPP_OK` / `MPP_SUCCESS`.
+pub const MPP_OK: MppRet = 0;
+/// `MPP_NOK`.
+pub const MPP_NOK: MppRet = -1;
+/// `MPP_ERR_UNKNOW` (sic): e.g. `mpp_buffer_commit` into a group of another type or mode.
+pub const MPP_ERR_UNKNOW: MppRet = -2;
+/// `MPP_ERR_NULL_PTR`.
+pub const MPP_ERR_NULL_PTR: MppRet = -3;
+/// `MPP_ERR_MALLOC`.
+pub const MPP_ERR_MALLOC: MppRet = -4;
+/// `MPP_ERR_VALUE`: a bad argument (e.g. an output timeout out of range).
+pub const MPP_ERR_VALUE: MppRet = -6;
+/// `MPP_ERR_TIMEOUT`: `decode_get_frame` found no frame within the output timeout.
+pub const MPP_ERR_TIMEOUT: MppRet = -8;
+/// `MPP_ERR_INIT` (`MPP_ERR_BASE - 2`): a call before `mpp_init`.
+pub const MPP_ERR_INIT: MppRet = -1002;
+/// `MPP_ERR_STREAM` (`MPP_ERR_BASE - 4`).
+pub const MPP_ERR_STREAM: MppRet = -1004;
+/// `MPP_ERR_BUFFER_FULL` (`MPP_ERR_BASE - 12`): `decode_put_packet` refused the packet
+/// because the input queue is full; feed it again after taking frames out.
+pub const MPP_ERR_BUFFER_FULL: MppRet = -1012;
+
+/// The `MPP_RET` enumerator's name, for messages (`MPP_ERR_BUFFER_FULL`).
+pub fn ret_name(r: MppRet) -> &'static str {
+    match r {
+        MPP_OK => "MPP_OK",
+        MPP_NOK => "MPP_NOK",
+        MPP_ERR_UNKNOW => "MPP_ERR_UNKNOW",
+        MPP_ERR_NULL_PTR => "MPP_ERR_NULL_PTR",
+        MPP_ERR_MALLOC => "MPP_ERR_MALLOC",
+        -5 => "MPP_ERR_OPEN_FILE",
+        MPP_ERR_VALUE => "MPP_ERR_VALUE",
+        -7 => "MPP_ERR_READ_BIT",
+        MPP_ERR_TIMEOUT => "MPP_ERR_TIMEOUT",
+        -9 => "MPP_ERR_PERM",
+        -1001 => "MPP_ERR_LIST_STREAM",
+        MPP_ERR_INIT => "MPP_ERR_INIT",
+        -1003 => "MPP_ERR_VPU_CODEC_INIT",
+        MPP_ERR_STREAM => "MPP_ERR_STREAM",
+        -1005 => "MPP_ERR_FATAL_THREAD",
+        -1006 => "MPP_ERR_NOMEM",
+        -1007 => "MPP_ERR_PROTOL",
+        -1008 => "MPP_FAIL_SPLIT_FRAME",
+        -1009 => "MPP_ERR_VPUHW",
+        -1011 => "MPP_EOS_STREAM_REACHED",
+        MPP_ERR_BUFFER_FULL => "MPP_ERR_BUFFER_FULL",
+        -1013 => "MPP_ERR_DISPLAY_FULL",
+        _ => "unknown MPP_RET",
+    }
+}
+
+/// `MppCtxType` (`rk_type.h`), a C enum.
+pub type MppCtxType = c_int;
+/// `MPP_CTX_DEC`: a decoder context.
+pub const MPP_CTX_DEC: MppCtxType = 0;
+/// `MPP_CTX_ENC`: an encoder context.
+pub const MPP_CTX_ENC: MppCtxType = 1;
+
+/// `MppCodingType` (`rk_type.h`, "sync with the omx_video.h"), a C enum.
+pub type MppCodingType = c_int;
+/// `MPP_VIDEO_CodingAVC`: H.264 (8th enumerator from 0).
+pub const MPP_VIDEO_CODING_AVC: MppCodingType = 7;
+/// `MPP_VIDEO_CodingMJPEG`: Motion JPEG.
+pub const MPP_VIDEO_CODING_MJPEG: MppCodingType = 8;
+/// `MPP_VIDEO_CodingHEVC`: H.265, `MPP_VIDEO_CodingVC1 = 0x01000000` + 4 (after FLV1,
+/// DIVX3, VP6) = 16777220.
+pub const MPP_VIDEO_CODING_HEVC: MppCodingType = 0x0100_0004;
+
+/// The codec's name for messages (`H.264`), or `None` for a value zcpipe does not know.
+/// `MJPEG` is named, but [`Mpp::decoder`] refuses it: MPP decodes MJPEG only through its
+/// task API (`mpp.cpp` gives MJPEG one input task on the advanced thread, which needs each
+/// packet to be one whole JPEG in an `MppBuffer` carrying its output frame as
+/// `KEY_OUTPUT_FRAME` meta, as `test/mpi_dec_test.c` does), and this binding does not bind
+/// that path yet: plain packets through `decode_put_packet` are refused with
+/// `MPP_ERR_BUFFER_FULL` forever (or silently dropped by newer MPP). Decode MJPEG on the CPU.
+pub fn coding_name(c: MppCodingType) -> Option<&'static str> {
+    match c {
+        MPP_VIDEO_CODING_AVC => Some("H.264"),
+        MPP_VIDEO_CODING_HEVC => Some("H.265"),
+        MPP_VIDEO_CODING_MJPEG => Some("MJPEG"),
+        _ => None,
+    }
+}
+
+/// The one-line error [`Mpp::decoder`] gives for [`MPP_VIDEO_CODING_MJPEG`].
+pub const MJPEG_REFUSED: &str = "MPP decodes MJPEG only through its task API (one whole JPEG per packet in an MppBuffer, with an output frame attached to each packet), which zcpipe's MPP binding does not bind yet; plain MJPEG packets are refused forever (MPP_ERR_BUFFER_FULL): decode MJPEG on the CPU";
+
+/// `MpiCmd` (`rk_mpi_cmd.h`), a C enum. The command ids are `module | context | n`, with
+/// `CMD_MODULE_MPP = 0x00200000`, `CMD_MODULE_CODEC = 0x00300000`, `CMD_CTX_ID_DEC =
+/// 0x00010000`; each enumerator below is its base plus its position after the base.
+pub type MpiCmd = c_int;
+/// `MPP_SET_INPUT_TIMEOUT`: `MPP_CMD_BASE` (0x200000) + 6 (after ENABLE_DEINTERLACE,
+/// SET_INPUT_BLOCK, SET_INTPUT_BLOCK_TIMEOUT, SET_OUTPUT_BLOCK, SET_OUTPUT_BLOCK_TIMEOUT).
+/// Parameter: a pointer to the timeout ([`MPP_POLL_NON_BLOCK`], [`MPP_POLL_BLOCK`] or
+/// milliseconds up to [`MPP_POLL_MAX`]).
+pub const MPP_SET_INPUT_TIMEOUT: MpiCmd = 0x0020_0006;
+/// `MPP_SET_OUTPUT_TIMEOUT`: `MPP_CMD_BASE` + 7. Parameter as [`MPP_SET_INPUT_TIMEOUT`]'s:
+/// how long `decode_get_frame` waits for a frame.
+pub const MPP_SET_OUTPUT_TIMEOUT: MpiCmd = 0x0020_0007;
+/// `MPP_DEC_SET_FRAME_INFO`: `MPP_DEC_CMD_BASE` (0x310000) + 1.
+pub const MPP_DEC_SET_FRAME_INFO: MpiCmd = 0x0031_0001;
+/// `MPP_DEC_SET_EXT_BUF_GROUP`: `MPP_DEC_CMD_BASE` + 2. Parameter: the `MppBufferGroup`
+/// itself (not a pointer to it); only after `mpp_init` (before it MPP logs a warning and
+/// ignores the group: `mpp.cpp`).
+pub const MPP_DEC_SET_EXT_BUF_GROUP: MpiCmd = 0x0031_0002;
+/// `MPP_DEC_SET_INFO_CHANGE_READY`: `MPP_DEC_CMD_BASE` + 3, no parameter: the decoder may
+/// go on after an info-change frame, into the buffer group now set.
+pub const MPP_DEC_SET_INFO_CHANGE_READY: MpiCmd = 0x0031_0003;
+/// `MPP_DEC_SET_PRESENT_TIME_ORDER`: `MPP_DEC_CMD_BASE` + 4.
+pub const MPP_DEC_SET_PRESENT_TIME_ORDER: MpiCmd = 0x0031_0004;
+/// `MPP_DEC_SET_PARSER_SPLIT_MODE`: `MPP_DEC_CMD_BASE` + 5. Parameter: a pointer to an
+/// `RK_U32`, 1 = the parser finds frame boundaries itself, so packets may be arbitrary chunks
+/// of the stream. "Need to setup before init".
+pub const MPP_DEC_SET_PARSER_SPLIT_MODE: MpiCmd = 0x0031_0005;
+/// `MPP_DEC_SET_PARSER_FAST_MODE`: `MPP_DEC_CMD_BASE` + 6, before init.
+pub const MPP_DEC_SET_PARSER_FAST_MODE: MpiCmd = 0x0031_0006;
+/// `MPP_DEC_SET_OUTPUT_FORMAT`: `MPP_DEC_CMD_BASE` + 10.
+pub const MPP_DEC_SET_OUTPUT_FORMAT: MpiCmd = 0x0031_000a;
+/// `MPP_DEC_SET_DISABLE_ERROR`: `MPP_DEC_CMD_BASE` + 11.
+pub const MPP_DEC_SET_DISABLE_ERROR: MpiCmd = 0x0031_000b;
+/// `MPP_DEC_SET_IMMEDIATE_OUT`: `MPP_DEC_CMD_BASE` + 12.
+pub const MPP_DEC_SET_IMMEDIATE_OUT: MpiCmd = 0x0031_000c;
+
+/// `MppPollType` (`mpp_task.h`) `MPP_POLL_BLOCK`: wait without limit.
+pub const MPP_POLL_BLOCK: i64 = -1;
+/// `MPP_POLL_NON_BLOCK`: return at once (the decoder's default for both directions).
+pub const MPP_POLL_NON_BLOCK: i64 = 0;
+/// `MPP_POLL_MAX`: the longest timeout MPP accepts, milliseconds.
+pub const MPP_POLL_MAX: i64 = 8000;
+
+/// `MppBufferMode` (`mpp_buffer.h`) `MPP_BUFFER_INTERNAL`: MPP allocates.
+pub const MPP_BUFFER_INTERNAL: c_int = 0;
+/// `MPP_BUFFER_EXTERNAL`: the user commits buffers it allocated.
+pub const MPP_BUFFER_EXTERNAL: c_int = 1;
+
+/// `MppBufferType` (`mpp_buffer.h`), a C enum (the low 16 bits; flags above).
+pub type MppBufferType = c_int;
+/// `MPP_BUFFER_TYPE_NORMAL`: malloc'd memory.
+pub const MPP_BUFFER_TYPE_NORMAL: MppBufferType = 0;
+/// `MPP_BUFFER_TYPE_ION`.
+pub const MPP_BUFFER_TYPE_ION: MppBufferType = 1;
+/// `MPP_BUFFER_TYPE_EXT_DMA` (since 2018): an external dma-buf fd, imported as is (no dup:
+/// `osal/allocator/allocator_ext_dma.c`), so the fd must stay open while MPP holds it.
+pub const MPP_BUFFER_TYPE_EXT_DMA: MppBufferType = 2;
+/// `MPP_BUFFER_TYPE_DRM`: DRM/GEM buffers; an imported fd is dup'ed.
+pub const MPP_BUFFER_TYPE_DRM: MppBufferType = 3;
+/// `MPP_BUFFER_TYPE_DMA_HEAP`.
+pub const MPP_BUFFER_TYPE_DMA_HEAP: MppBufferType = 4;
+
+/// `MppFrameFormat` (`mpp_frame.h`) `MPP_FMT_YUV420SP`: NV12 (Y plane, then interleaved
+/// Cb,Cr at half width and height), `MPP_FRAME_FMT_YUV + 0`.
+pub const MPP_FMT_YUV420SP: u32 = 0;
+/// `MPP_FMT_YUV420SP_10BIT`.
+pub const MPP_FMT_YUV420SP_10BIT: u32 = 1;
+/// `MPP_FMT_YUV422SP`: NV16.
+pub const MPP_FMT_YUV422SP: u32 = 2;
+/// `MPP_FRAME_FMT_MASK`: the format bits of a frame's `fmt` (the rest: FBC, HDR flags).
+pub const MPP_FRAME_FMT_MASK: u32 = 0x000f_ffff;
+/// `MPP_FRAME_FBC_MASK`: nonzero when the frame is AFBC-compressed (never asked for here).
+pub const MPP_FRAME_FBC_MASK: u32 = 0x00f0_0000;
+
+/// `MppCtx`, `MppPacket`, `MppFrame`, `MppBuffer`, `MppBufferGroup`, `MppTask` (`rk_type.h`):
+/// opaque `void *` handles.
+pub type MppHandle = *mut c_void;
+
+/// `MppApi` (`rk_mpi.h`): the function table `mpp_create` hands out, 184 bytes on LP64 (two
+/// `RK_U32`, 14 function pointers, `RK_U32 reserv[16]`). zcpipe calls only
+/// `decode_put_packet`, `decode_get_frame`, `reset` and `control`; the other entries are
+/// kept as untyped pointers to hold the layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MppApi {
+    /// `sizeof(MppApi)` as the library was built: checked against ours on create.
+    pub size: u32,
+    /// "mpp api version, generated by Git" (0 in current builds).
+    pub version: u32,
+    /// `MPP_RET (*decode)(MppCtx, MppPacket, MppFrame *)`.
+    pub decode: *const c_void,
+    /// `MPP_RET (*decode_put_packet)(MppCtx ctx, MppPacket packet)`: copies the packet's data
+    /// into MPP's input queue and returns `MPP_OK`, or `MPP_ERR_BUFFER_FULL` when the queue
+    /// is full (the packet is untouched then: feed it again).
+    pub decode_put_packet: Option<unsafe extern "C" fn(MppHandle, MppHandle) -> MppRet>,
+    /// `MPP_RET (*decode_get_frame)(MppCtx ctx, MppFrame *frame)`: a decoded frame, an
+    /// info-change frame, an EOS frame, or NULL when none is ready within the output timeout.
+    pub decode_get_frame: Option<unsafe extern "C" fn(MppHandle, *mut MppHandle) -> MppRet>,
+    /// `encode`.
+    pub encode: *const c_void,
+    /// `encode_put_frame`.
+    pub encode_put_frame: *const c_void,
+    /// `encode_get_packet`.
+    pub encode_get_packet: *const c_void,
+    /// `isp`.
+    pub isp: *const c_void,
+    /// `isp_put_frame`.
+    pub isp_put_frame: *const c_void,
+    /// `isp_get_frame`.
+    pub isp_get_frame: *const c_void,
+    /// `poll`.
+    pub poll: *const c_void,
+    /// `dequeue`.
+    pub dequeue: *const c_void,
+    /// `enqueue`.
+    pub enqueue: *const c_void,
+    /// `MPP_RET (*reset)(MppCtx ctx)`: drops every queued packet and frame.
+    pub reset: Option<unsafe extern "C" fn(MppHandle) -> MppRet>,
+    /// `MPP_RET (*control)(MppCtx ctx, MpiCmd cmd, MppParam param)`.
+    pub control: Option<unsafe extern "C" fn(MppHandle, MpiCmd, *mut c_void) -> MppRet>,
+    /// `RK_U32 reserv[16]`.
+    pub reserv: [u32; 16],
+}
+
+/// `MppBufferInfo` (`mpp_buffer.h`, 40 bytes on LP64, 24 on ILP32): one buffer to commit
+/// into an external group.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MppBufferInfo {
+    /// `MppBufferType`: must equal the group's type.
+    pub type_: MppBufferType,
+    /// Bytes.
+    pub size: usize,
+    /// CPU address (null for a dma-buf).
+    pub ptr: *mut c_void,
+    /// Vendor handle (null).
+    pub hnd: *mut c_void,
+    /// The dma-buf fd.
+    pub fd: c_int,
+    /// The user's index for the buffer, returned by `mpp_buffer_get_index`.
+    pub index: c_int,
+}
+
+/// `MPP_RET mpp_create(MppCtx *ctx, MppApi **mpi)` (`rk_mpi.h`).
+pub type MppCreateFn = unsafe extern "C" fn(*mut MppHandle, *mut *const MppApi) -> MppRet;
+/// `MPP_RET mpp_init(MppCtx ctx, MppCtxType type, MppCodingType coding)` (`rk_mpi.h`).
+pub type MppInitFn = unsafe extern "C" fn(MppHandle, MppCtxType, MppCodingType) -> MppRet;
+/// `MPP_RET mpp_destroy(MppCtx ctx)` (`rk_mpi.h`).
+pub type MppDestroyFn = unsafe extern "C" fn(MppHandle) -> MppRet;
+/// `MPP_RET mpp_packet_init(MppPacket *packet, void *data, size_t size)` (`mpp_packet.h`):
+/// a packet over the caller's bytes (not copied).
+pub type MppPacketInitFn = unsafe extern "C" fn(*mut MppHandle, *mut c_void, usize) -> MppRet;
+/// `MPP_RET mpp_packet_deinit(MppPacket *packet)` (`mpp_packet.h`).
+pub type MppPacketDeinitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
+/// `MPP_RET mpp_packet_set_eos(MppPacket packet)` (`mpp_packet.h`).
+pub type MppPacketSetEosFn = unsafe extern "C" fn(MppHandle) -> MppRet;
+/// `void mpp_packet_set_pts(MppPacket packet, RK_S64 pts)` (`mpp_packet.h`).
+pub type MppPacketSetPtsFn = unsafe extern "C" fn(MppHandle, i64);
+/// `RK_U32 mpp_frame_get_*(const MppFrame frame)` (`mpp_frame.h`): width, height,
+/// hor_stride, ver_stride, info_change, eos, errinfo, discard.
+pub type MppFrameGetU32Fn = unsafe extern "C" fn(MppHandle) -> u32;
+/// `MppFrameFormat mpp_frame_get_fmt(MppFrame frame)` (`mpp_frame.h`): a C enum (4 bytes).
+pub type MppFrameGetFmtFn = unsafe extern "C" fn(MppHandle) -> u32;
+/// `RK_S64 mpp_frame_get_pts(const MppFrame frame)` (`mpp_frame.h`).
+pub type MppFrameGetPtsFn = unsafe extern "C" fn(MppHandle) -> i64;
+/// `size_t mpp_frame_get_buf_size(const MppFrame frame)` (`mpp_frame.h`).
+pub type MppFrameGetBufSizeFn = unsafe extern "C" fn(MppHandle) -> usize;
+/// `MppBuffer mpp_frame_get_buffer(const MppFrame frame)` (`mpp_frame.h`).
+pub type MppFrameGetBufferFn = unsafe extern "C" fn(MppHandle) -> MppHandle;
+/// `MPP_RET mpp_frame_deinit(MppFrame *frame)` (`mpp_frame.h`): frees the frame and drops its
+/// reference on its buffer, which goes back to the group.
+pub type MppFrameDeinitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
+/// `MPP_RET mpp_buffer_group_get(MppBufferGroup *group, MppBufferType type, MppBufferMode
+/// mode, const char *tag, const char *caller)` (`mpp_buffer.h`; the
+/// `mpp_buffer_group_get_external` macro's target).
+pub type MppBufferGroupGetFn = unsafe extern "C" fn(*mut MppHandle, MppBufferType, c_int, *const c_char, *const c_char) -> MppRet;
+/// `MPP_RET mpp_buffer_import_with_tag(MppBufferGroup group, MppBufferInfo *info, MppBuffer
+/// *buffer, const char *tag, const char *caller)` (`mpp_buffer.h`; `mpp_buffer_commit` is
+/// this with `buffer` NULL).
+pub type MppBufferImportWithTagFn = unsafe extern "C" fn(MppHandle, *mut MppBufferInfo, *mut MppHandle, *const c_char, *const c_char) -> MppRet;
+/// `int mpp_buffer_get_fd_with_caller(MppBuffer buffer, const char *caller)` and
+/// `int mpp_buffer_get_index_with_caller(...)` (`mpp_buffer.h`).
+pub type MppBufferGetIntFn = unsafe extern "C" fn(MppHandle, *const c_char) -> c_int;
+/// `MPP_RET mpp_buffer_group_put(MppBufferGroup group)` and `mpp_buffer_group_clear`
+/// (`mpp_buffer.h`).
+pub type MppBufferGroupFn = unsafe extern "C" fn(MppHandle) -> MppRet;
+/// `RK_S32 mpp_buffer_group_unused(MppBufferGroup group)` (`mpp_buffer.h`): committed buffers
+/// no frame holds, in an external group.
+pub type MppBufferGroupUnusedFn = unsafe extern "C" fn(MppHandle) -> i32;
+/// `const char *get_mpp_version(void)` (`mpp/inc/mpp_info.h`: not a public header, but
+/// `extern "C"` and exported by every build).
+pub type GetMppVersionFn = unsafe extern "C" fn() -> *const c_char;
+
+/// The environment variable naming the librockchip_mpp to open.
+pub const LIBMPP_ENV: &str = "ZCPIPE_LIBMPP";
+
+/// The names tried through the loader's search path without [`LIBMPP_ENV`], in order.
+pub const LIBMPP_NAMES: [&str; 2] = ["librockchip_mpp.so.1", "librockchip_mpp.so"];
+
+/// The tag and caller strings zcpipe passes where MPP's macros pass `MODULE_TAG` and
+/// `__FUNCTION__` (MPP only logs them).
+const TAG: &CStr = c"zcpipe";
+
+/// librockchip_mpp, opened, with the C entry points zcpipe uses resolved. The library stays
+/// loaded as long as this value lives (share it with `Arc`: frames keep it too).
+pub struct Libmpp {
+    mpp_create: MppCreateFn,
+    mpp_init: MppInitFn,
+    mpp_destroy: MppDestroyFn,
+    mpp_packet_init: MppPacketInitFn,
+    mpp_packet_deinit: MppPacketDeinitFn,
+    mpp_packet_set_eos: MppPacketSetEosFn,
+    mpp_packet_set_pts: MppPacketSetPtsFn,
+    frame_width: MppFrameGetU32Fn,
+    frame_height: MppFrameGetU32Fn,
+    frame_hor_stride: MppFrameGetU32Fn,
+    frame_ver_stride: MppFrameGetU32Fn,
+    frame_fmt: MppFrameGetFmtFn,
+    frame_info_change: MppFrameGetU32Fn,
+    frame_eos: MppFrameGetU32Fn,
+    frame_errinfo: MppFrameGetU32Fn,
+    frame_discard: MppFrameGetU32Fn,
+    frame_pts: MppFrameGetPtsFn,
+    frame_buf_size: MppFrameGetBufSizeFn,
+    frame_buffer: MppFrameGetBufferFn,
+    mpp_frame_deinit: MppFrameDeinitFn,
+    mpp_buffer_group_get: MppBufferGroupGetFn,
+    mpp_buffer_import_with_tag: MppBufferImportWithTagFn,
+    buffer_fd: MppBufferGetIntFn,
+    buffer_index: MppBufferGetIntFn,
+    mpp_buffer_group_clear: MppBufferGroupFn,
+    mpp_buffer_group_put: MppBufferGroupFn,
+    mpp_buffer_group_unused: MppBufferGroupUnusedFn,
+    get_mpp_version: Option<GetMppVersionFn>,
+    path: String,
+    // Last: the function pointers above must not outlive it.
+    _lib: libloading::Library,
+}
+
+impl std::fmt::Debug for Libmpp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Libmpp").field("path", &self.path).finish()
+    }
+}
+
+/// `Err` naming `call` and its `MPP_RET` unless it is `MPP_OK`.
+fn check(call: &str, r: MppRet) -> Result<()> {
+    if r == MPP_OK {
+        return Ok(());
+    }
+    bail!("MPP {call} failed: {} ({r})", ret_name(r))
+}
+
+impl Libmpp {
+    /// Opens librockchip_mpp: `library` if given, else `$ZCPIPE_LIBMPP`, else
+    /// `librockchip_mpp.so.1` then `librockchip_mpp.so` (through the dynamic loader's search
+    /// path), and resolves every symbol zcpipe calls. Errors name what was tried and the fix.
+    pub fn open(library: Option<&Path>) -> Result<Libmpp> {
+        // SAFETY: librockchip_mpp's initialisers set up its logging and buffer service
+        // singletons (devices are opened on mpp_init).
+        let (source, errors) = match unsafe { super::load_library(library, LIBMPP_ENV, &LIBMPP_NAMES) } {
+            Ok((lib, path)) => return Self::resolve(lib, path),
+            Err(e) => e,
+        };
+        if source == super::LibrarySource::Env {
+            bail!("cannot load librockchip_mpp named by {LIBMPP_ENV} ({errors}): point {LIBMPP_ENV} at a librockchip_mpp.so or unset it")
+        }
+        bail!(
+            "cannot load librockchip_mpp ({errors}); install Rockchip's MPP (Debian/Ubuntu for Rockchip: apt install librockchip-mpp1; or build rockchip-linux/mpp) or set {LIBMPP_ENV}=/path/to/librockchip_mpp.so; or decode on the CPU"
+        )
+    }
+
+    fn resolve(lib: libloading::Library, path: String) -> Result<Libmpp> {
+        macro_rules! sym {
+            ($name:literal, $ty:ty) => {{
+                // SAFETY: the symbol is declared extern "C" by MPP's headers with exactly the
+                // signature `$ty` spells (see the type's doc); the fn pointer is copied out and
+                // stays valid while `lib` lives, which `Libmpp` guarantees by owning it.
+                let s: Result<libloading::Symbol<'_, $ty>, _> = unsafe { lib.get(concat!($name, "\0").as_bytes()) };
+                *s.map_err(|e| anyhow!("{path} has no symbol `{}` ({e}): it is not a librockchip_mpp zcpipe can use; install Rockchip's MPP or fix {LIBMPP_ENV}", $name))?
+            }};
+        }
+        // SAFETY: as in `sym!`; an optional symbol.
+        let get_mpp_version = unsafe { lib.get::<GetMppVersionFn>(b"get_mpp_version\0") }.ok().map(|s| *s);
+        Ok(Libmpp {
+            mpp_create: sym!("mpp_create", MppCreateFn),
+            mpp_init: sym!("mpp_init", MppInitFn),
+            mpp_destroy: sym!("mpp_destroy", MppDestroyFn),
+            mpp_packet_init: sym!("mpp_packet_init", MppPacketInitFn),
+            mpp_packet_deinit: sym!("mpp_packet_deinit", MppPacketDeinitFn),
+            mpp_packet_set_eos: sym!("mpp_packet_set_eos", MppPacketSetEosFn),
+            mpp_packet_set_pts: sym!("mpp_packet_set_pts", MppPacketSetPtsFn),
+            frame_width: sym!("mpp_frame_get_width", MppFrameGetU32Fn),
+            frame_height: sym!("mpp_frame_get_height", MppFrameGetU32Fn),
+            frame_hor_stride: sym!("mpp_frame_get_hor_stride", MppFrameGetU32Fn),
+            frame_ver_stride: sym!("mpp_frame_get_ver_stride", MppFrameGetU32Fn),
+            frame_fmt: sym!("mpp_frame_get_fmt", MppFrameGetFmtFn),
+            frame_info_change: sym!("mpp_frame_get_info_change", MppFrameGetU32Fn),
+            frame_eos: sym!("mpp_frame_get_eos", MppFrameGetU32Fn),
+            frame_errinfo: sym!("mpp_frame_get_errinfo", MppFrameGetU32Fn),
+            frame_discard: sym!("mpp_frame_get_discard", MppFrameGetU32Fn),
+            frame_pts: sym!("mpp_frame_get_pts", MppFrameGetPtsFn),
+            frame_buf_size: sym!("mpp_frame_get_buf_size", MppFrameGetBufSizeFn),
+            frame_buffer: sym!("mpp_frame_get_buffer", MppFrameGetBufferFn),
+            mpp_frame_deinit: sym!("mpp_frame_deinit", MppFrameDeinitFn),
+            mpp_buffer_group_get: sym!("mpp_buffer_group_get", MppBufferGroupGetFn),
+            mpp_buffer_import_with_tag: sym!("mpp_buffer_import_with_tag", MppBufferImportWithTagFn),
+            buffer_fd: sym!("mpp_buffer_get_fd_with_caller", MppBufferGetIntFn),
+            buffer_index: sym!("mpp_buffer_get_index_with_caller", MppBufferGetIntFn),
+            mpp_buffer_group_clear: sym!("mpp_buffer_group_clear", MppBufferGroupFn),
+            mpp_buffer_group_put: sym!("mpp_buffer_group_put", MppBufferGroupFn),
+            mpp_buffer_group_unused: sym!("mpp_buffer_group_unused", MppBufferGroupUnusedFn),
+            get_mpp_version,
+            path,
+            _lib: lib,
+        })
+    }
+
+    /// What was opened (`librockchip_mpp.so.1`, or the path given).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `get_mpp_version()`, copied (e.g. `7e9b5f8 author: ... date: ...`), when the library
+    /// exports it.
+    pub fn version(&self) -> Option<String> {
+        let f = self.get_mpp_version?;
+        // SAFETY: no arguments; MPP returns a pointer to a static NUL-terminated string.
+        let p = unsafe { f() };
+        // SAFETY: non-null static string (checked for null first).
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+/// How to set up a decoder (`MPP_DEC_SET_PARSER_SPLIT_MODE`, `MPP_SET_OUTPUT_TIMEOUT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderOptions {
+    /// Parser split mode: packets may be arbitrary chunks of an Annex-B / JPEG stream (set
+    /// before `mpp_init`, as the header requires). Off: each packet is one whole frame.
+    pub split_mode: bool,
+    /// How long `decode_get_frame` waits for a frame: [`MPP_POLL_NON_BLOCK`] (0),
+    /// [`MPP_POLL_BLOCK`] (-1) or milliseconds (1..=[`MPP_POLL_MAX`]).
+    pub output_timeout_ms: i64,
+}
+
+impl Default for DecoderOptions {
+    /// Split mode on, non-blocking output.
+    fn default() -> Self {
+        DecoderOptions { split_mode: true, output_timeout_ms: MPP_POLL_NON_BLOCK }
+    }
+}
+
+/// What one `decode_get_frame` returned, as plain data (`mpp_frame.h` accessors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// Picture width, pixels.
+    pub width: u32,
+    /// Picture height, rows.
+    pub height: u32,
+    /// Row pitch of the luma plane, bytes (= pixels for 8-bit NV12; MPP aligns it to 16 or
+    /// more).
+    pub hor_stride: u32,
+    /// Rows from the start of the luma plane to the start of the chroma plane (e.g. 1088 for
+    /// 1080-line H.264).
+    pub ver_stride: u32,
+    /// `MppFrameFormat` with its flag bits ([`MPP_FMT_YUV420SP`] = NV12).
+    pub fmt: u32,
+    /// An info-change frame: no picture; the stream's size and strides are new. Set up the
+    /// buffers and call [`Mpp::info_change_ready`].
+    pub info_change: bool,
+    /// The last frame of the stream (it may carry no buffer).
+    pub eos: bool,
+    /// Nonzero when the decoder met an error in this frame.
+    pub errinfo: u32,
+    /// Nonzero when MPP says to drop this frame (e.g. a reference was missing).
+    pub discard: u32,
+    /// Presentation time as set on the packets (`mpp_packet_set_pts`), in the caller's unit.
+    pub pts: i64,
+    /// Bytes a buffer must hold for this stream (`mpp_frame_get_buf_size`; on an info-change
+    /// frame, the size to allocate each external buffer with).
+    pub buf_size: usize,
+    /// The dma-buf fd MPP reports for the frame's buffer (the committed fd), if it has one.
+    pub fd: Option<RawFd>,
+    /// The buffer's index in the external group (the `index` given at commit, i.e. the
+    /// position in [`Mpp::attach_external_buffers`]'s list), if it has a buffer.
+    pub buffer_index: Option<i32>,
+}
+
+impl FrameInfo {
+    /// Whether this frame carries a picture to use (a buffer, no info change, no error, not
+    /// discarded).
+    pub fn has_picture(&self) -> bool {
+        self.fd.is_some() && !self.info_change && self.errinfo == 0 && self.discard == 0
+    }
+}
+
+/// One frame from `decode_get_frame`, held from MPP until dropped (or [`DecodedFrame::release`]d):
+/// while it lives its buffer is not reused by the decoder. Dropping it calls
+/// `mpp_frame_deinit`, which hands the buffer back.
+pub struct DecodedFrame {
+    frame: MppHandle,
+    info: FrameInfo,
+    lib: Arc<Libmpp>,
+}
+
+// SAFETY: an MppFrame is a heap object MPP's accessors only read, and `mpp_frame_deinit`
+// drops the buffer reference under the buffer group's lock (`mpp_buffer_impl.cpp`): it may be
+// released on a thread other than the decoding one. `DecodedFrame` is not `Sync` (no `&`
+// sharing across threads is needed).
+unsafe impl Send for DecodedFrame {}
+
+impl std::fmt::Debug for DecodedFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecodedFrame").field("info", &self.info).finish()
+    }
+}
+
+impl DecodedFrame {
+    /// The frame's fields.
+    pub fn info(&self) -> &FrameInfo {
+        &self.info
+    }
+
+    /// `mpp_frame_deinit`: gives the frame (and its buffer) back to MPP now.
+    pub fn release(mut self) -> Result<()> {
+        self.deinit()
+    }
+
+    fn deinit(&mut self) -> Result<()> {
+        if self.frame.is_null() {
+            return Ok(());
+        }
+        // SAFETY: `self.frame` is the live MppFrame decode_get_frame returned, deinited once
+        // (set to null by MPP and here).
+        let r = unsafe { (self.lib.mpp_frame_deinit)(&mut self.frame) };
+        self.frame = std::ptr::null_mut();
+        check("mpp_frame_deinit", r)
+    }
+}
+
+impl Drop for DecodedFrame {
+    fn drop(&mut self) {
+        if let Err(e) = self.deinit() {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// An external buffer group (`MPP_BUFFER_EXTERNAL`, `MPP_BUFFER_TYPE_EXT_DMA`) with its own
+/// duplicates of the committed dma-buf fds: MPP keeps the fd numbers it was given (no dup
+/// for EXT_DMA), so they stay open here until the group is put.
+struct ExtGroup {
+    group: MppHandle,
+    fds: Vec<OwnedFd>,
+}
+
+/// One MPP decoder context on a loaded library: `mpp_create` + `mpp_init`, packets in,
+/// frames out, an external buffer group of the caller's dma-bufs. Dropping it calls
+/// `mpp_destroy`, then puts the buffer group, then closes the group's fds.
+pub struct Mpp {
+    lib: Arc<Libmpp>,
+    ctx: MppHandle,
+    api: *const MppApi,
+    coding: MppCodingType,
+    group: Option<ExtGroup>,
+}
+
+// SAFETY: one MPP context is used from one thread at a time (`&mut self` or the owner's
+// thread); MPP's own threads are internal. Moving the context between threads is what MPP's
+// examples do (create on one, decode on another).
+unsafe impl Send for Mpp {}
+
+impl std::fmt::Debug for Mpp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mpp").field("lib", &self.lib.path).field("coding", &coding_name(self.coding)).finish()
+    }
+}
+
+impl Mpp {
+    /// A decoder for `coding` ([`MPP_VIDEO_CODING_AVC`] or [`MPP_VIDEO_CODING_HEVC`];
+    /// [`MPP_VIDEO_CODING_MJPEG`] is refused with one line, see [`coding_name`]): `mpp_create`, the library's `MppApi` size checked against
+    /// this binding's, `MPP_DEC_SET_PARSER_SPLIT_MODE` (before init, as `rk_mpi_cmd.h`
+    /// says), `mpp_init(MPP_CTX_DEC, coding)`, `MPP_SET_OUTPUT_TIMEOUT`. Errors name the
+    /// call and its `MPP_RET`.
+    pub fn decoder(lib: Arc<Libmpp>, coding: MppCodingType, opts: DecoderOptions) -> Result<Mpp> {
+        let Some(name) = coding_name(coding) else { bail!("MPP coding {coding} is not one zcpipe decodes: use H.264 ({MPP_VIDEO_CODING_AVC}) or H.265 ({MPP_VIDEO_CODING_HEVC})") };
+        if coding == MPP_VIDEO_CODING_MJPEG {
+            bail!("{MJPEG_REFUSED}");
+        }
+        if !(-1..=MPP_POLL_MAX).contains(&opts.output_timeout_ms) {
+            bail!("MPP output timeout {} ms is out of range: use -1 (block), 0 (non-block) or 1..={MPP_POLL_MAX} ms", opts.output_timeout_ms);
+        }
+        let mut ctx: MppHandle = std::ptr::null_mut();
+        let mut api: *const MppApi = std::ptr::null();
+        // SAFETY: two out-pointers to locals; matches rk_mpi.h.
+        check("mpp_create", unsafe { (lib.mpp_create)(&mut ctx, &mut api) })?;
+        if ctx.is_null() || api.is_null() {
+            bail!("MPP mpp_create returned no context: the library at {} is broken", lib.path);
+        }
+        // From here on `Drop` destroys the context.
+        let mpp = Mpp { lib, ctx, api, coding, group: None };
+        // SAFETY: `api` is MPP's static function table, valid while the library is loaded.
+        let size = unsafe { (*mpp.api).size } as usize;
+        if size != std::mem::size_of::<MppApi>() {
+            bail!(
+                "{}'s MppApi is {size} bytes, zcpipe's binding of rk_mpi.h expects {}: an MPP of another ABI; install Rockchip's current MPP or decode on the CPU",
+                mpp.lib.path,
+                std::mem::size_of::<MppApi>()
+            );
+        }
+        let mut split: u32 = opts.split_mode.into();
+        mpp.control("MPP_DEC_SET_PARSER_SPLIT_MODE", MPP_DEC_SET_PARSER_SPLIT_MODE, (&mut split as *mut u32).cast())?;
+        // SAFETY: the live context; plain enum arguments.
+        check(&format!("mpp_init(decoder, {name})"), unsafe { (mpp.lib.mpp_init)(mpp.ctx, MPP_CTX_DEC, coding) })?;
+        // An RK_S64, as rk_mpi_cmd.h documents; mpp.cpp reads the MppPollType (a 4-byte enum)
+        // at the same address, the low half on little-endian targets: the same value.
+        let mut timeout: i64 = opts.output_timeout_ms;
+        mpp.control("MPP_SET_OUTPUT_TIMEOUT", MPP_SET_OUTPUT_TIMEOUT, (&mut timeout as *mut i64).cast())?;
+        Ok(mpp)
+    }
+
+    /// The library this context runs on.
+    pub fn lib(&self) -> &Arc<Libmpp> {
+        &self.lib
+    }
+
+    /// `MppApi::control(ctx, cmd, param)`; `name` is the command's name for the error.
+    fn control(&self, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
+        // SAFETY: `api` is MPP's static table (size checked on create).
+        let Some(f) = (unsafe { (*self.api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.lib.path) };
+        // SAFETY: the live context; `param` points to what `cmd` takes (see each command's
+        // doc) and lives for the call.
+        check(&format!("control({name})"), unsafe { f(self.ctx, cmd, param) })
+    }
+
+    /// `decode_put_packet` of `data` (an arbitrary chunk of the stream in split mode, else
+    /// one whole frame) with presentation time `pts`; `eos` marks the end of the stream
+    /// (`mpp_packet_set_eos`; `data` may then be empty). Returns `true` when MPP took (copied)
+    /// the packet, `false` when its input queue is full (`MPP_ERR_BUFFER_FULL`): take frames
+    /// out with [`Mpp::get_frame`] and put the same bytes again.
+    pub fn put_packet(&self, data: &[u8], pts: i64, eos: bool) -> Result<bool> {
+        let mut pkt: MppHandle = std::ptr::null_mut();
+        // SAFETY: the packet only points at `data` (mpp_packet_init does not copy); MPP never
+        // writes through a packet on the decode path, and the packet is deinited below, before
+        // `data`'s borrow ends. The `*mut` is the header's type, not a write.
+        check("mpp_packet_init", unsafe { (self.lib.mpp_packet_init)(&mut pkt, data.as_ptr() as *mut c_void, data.len()) })?;
+        let put = (|| {
+            // SAFETY: the packet just initialised.
+            unsafe { (self.lib.mpp_packet_set_pts)(pkt, pts) };
+            if eos {
+                // SAFETY: as above.
+                check("mpp_packet_set_eos", unsafe { (self.lib.mpp_packet_set_eos)(pkt) })?;
+            }
+            // SAFETY: `api` is MPP's static table.
+            let Some(f) = (unsafe { (*self.api).decode_put_packet }) else { bail!("MPP's MppApi has no decode_put_packet entry: the library at {} is broken", self.lib.path) };
+            // SAFETY: the live context and packet; MPP copies what it accepts.
+            match unsafe { f(self.ctx, pkt) } {
+                MPP_OK => Ok(true),
+                MPP_ERR_BUFFER_FULL => Ok(false),
+                r => check("decode_put_packet", r).map(|_| false),
+            }
+        })();
+        // SAFETY: the packet initialised above, deinited once.
+        let d = unsafe { (self.lib.mpp_packet_deinit)(&mut pkt) };
+        let accepted = put?;
+        check("mpp_packet_deinit", d)?;
+        Ok(accepted)
+    }
+
+    /// `decode_get_frame`: the next frame, an info-change frame or an EOS frame, or `None`
+    /// when none is ready within the output timeout (a NULL frame, or `MPP_ERR_TIMEOUT`).
+    pub fn get_frame(&self) -> Result<Option<DecodedFrame>> {
+        // SAFETY: `api` is MPP's static table.
+        let Some(f) = (unsafe { (*self.api).decode_get_frame }) else { bail!("MPP's MppApi has no decode_get_frame entry: the library at {} is broken", self.lib.path) };
+        let mut frame: MppHandle = std::ptr::null_mut();
+        // SAFETY: the live context and an out-pointer to a local.
+        let r = unsafe { f(self.ctx, &mut frame) };
+        if r == MPP_ERR_TIMEOUT {
+            return Ok(None);
+        }
+        check("decode_get_frame", r)?;
+        if frame.is_null() {
+            return Ok(None);
+        }
+        let lib = &self.lib;
+        // SAFETY (every accessor below): `frame` is the live MppFrame just returned; the
+        // accessors only read it.
+        let buffer = unsafe { (lib.frame_buffer)(frame) };
+        let (fd, buffer_index) = if buffer.is_null() {
+            (None, None)
+        } else {
+            // SAFETY: the frame's buffer, alive while the frame holds it.
+            unsafe { (Some((lib.buffer_fd)(buffer, TAG.as_ptr())), Some((lib.buffer_index)(buffer, TAG.as_ptr()))) }
+        };
+        let info = unsafe {
+            FrameInfo {
+                width: (lib.frame_width)(frame),
+                height: (lib.frame_height)(frame),
+                hor_stride: (lib.frame_hor_stride)(frame),
+                ver_stride: (lib.frame_ver_stride)(frame),
+                fmt: (lib.frame_fmt)(frame),
+                info_change: (lib.frame_info_change)(frame) != 0,
+                eos: (lib.frame_eos)(frame) != 0,
+                errinfo: (lib.frame_errinfo)(frame),
+                discard: (lib.frame_discard)(frame),
+                pts: (lib.frame_pts)(frame),
+                buf_size: (lib.frame_buf_size)(frame),
+                fd: fd.filter(|f| *f >= 0),
+                buffer_index: buffer_index.filter(|i| *i >= 0),
+            }
+        };
+        Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib) }))
+    }
+
+    /// `control(MPP_DEC_SET_INFO_CHANGE_READY)`: after an info-change frame, once the buffers
+    /// are attached, lets the decoder go on.
+    pub fn info_change_ready(&self) -> Result<()> {
+        self.control("MPP_DEC_SET_INFO_CHANGE_READY", MPP_DEC_SET_INFO_CHANGE_READY, std::ptr::null_mut())
+    }
+
+    /// Makes `buffers` (dma-buf fds, each `size` bytes, at least the info-change frame's
+    /// `buf_size`) the decoder's frame buffers: `mpp_buffer_group_get` (external,
+    /// `MPP_BUFFER_TYPE_EXT_DMA`), one `mpp_buffer_commit` per buffer with `index` = its
+    /// position in `buffers`, then `control(MPP_DEC_SET_EXT_BUF_GROUP, group)`. Each fd is
+    /// duplicated and the duplicate kept open until the group is put (on drop, after
+    /// `mpp_destroy`), so MPP's fds stay valid however the caller's own are handled. Call it
+    /// once, after `mpp_init`; a second call is refused.
+    pub fn attach_external_buffers(&mut self, buffers: &[BorrowedFd<'_>], size: usize) -> Result<()> {
+        if self.group.is_some() {
+            bail!("MPP external buffers are already attached: zcpipe commits its buffers once per decoder");
+        }
+        if buffers.is_empty() || size == 0 {
+            bail!("MPP external buffer group needs at least one buffer of nonzero size (got {} of {size} bytes)", buffers.len());
+        }
+        let mut group: MppHandle = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local and two static C strings.
+        check("mpp_buffer_group_get(external, EXT_DMA)", unsafe { (self.lib.mpp_buffer_group_get)(&mut group, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, TAG.as_ptr(), TAG.as_ptr()) })?;
+        // From here on the group is put on every path (`ExtGroup` in `self.group` on drop).
+        self.group = Some(ExtGroup { group, fds: Vec::with_capacity(buffers.len()) });
+        let g = self.group.as_mut().expect("just set");
+        for (i, fd) in buffers.iter().enumerate() {
+            let own = fd.try_clone_to_owned().map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
+            let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size, ptr: std::ptr::null_mut(), hnd: std::ptr::null_mut(), fd: own.as_raw_fd(), index: i as c_int };
+            g.fds.push(own);
+            // SAFETY: the group just got; `info` lives for the call (MPP copies it); NULL
+            // buffer out-pointer = commit; static C strings.
+            check(&format!("mpp_buffer_commit (buffer {i})"), unsafe { (self.lib.mpp_buffer_import_with_tag)(g.group, &mut info, std::ptr::null_mut(), TAG.as_ptr(), TAG.as_ptr()) })?;
+        }
+        let gp = g.group;
+        self.control("MPP_DEC_SET_EXT_BUF_GROUP", MPP_DEC_SET_EXT_BUF_GROUP, gp)
+    }
+
+    /// The fds MPP was given for the external buffers, by index (duplicates of the caller's).
+    pub fn external_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.group.as_ref().map(|g| g.fds.iter().map(|f| f.as_fd()).collect()).unwrap_or_default()
+    }
+
+    /// `mpp_buffer_group_unused`: external buffers no frame holds now, or `None` before
+    /// [`Mpp::attach_external_buffers`].
+    pub fn unused_buffers(&self) -> Option<i32> {
+        // SAFETY: the live group.
+        self.group.as_ref().map(|g| unsafe { (self.lib.mpp_buffer_group_unused)(g.group) })
+    }
+
+    /// `MppApi::reset`: drops every queued packet and frame (e.g. before seeking).
+    pub fn reset(&self) -> Result<()> {
+        // SAFETY: `api` is MPP's static table.
+        let Some(f) = (unsafe { (*self.api).reset }) else { bail!("MPP's MppApi has no reset entry: the library at {} is broken", self.lib.path) };
+        // SAFETY: the live context.
+        check("reset", unsafe { f(self.ctx) })
+    }
+
+    /// `mpp_destroy`, then `mpp_buffer_group_clear` + `mpp_buffer_group_put` of the external
+    /// group, then closing its fds; the first error is returned (all steps run).
+    pub fn destroy(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let mut first: Result<()> = Ok(());
+        if !self.ctx.is_null() {
+            // SAFETY: the live context, destroyed once (nulled below).
+            first = check("mpp_destroy", unsafe { (self.lib.mpp_destroy)(self.ctx) });
+            self.ctx = std::ptr::null_mut();
+        }
+        if let Some(g) = self.group.take() {
+            // SAFETY: the live group; the context that used it is gone.
+            let c = check("mpp_buffer_group_clear", unsafe { (self.lib.mpp_buffer_group_clear)(g.group) });
+            // SAFETY: as above, put once.
+            let p = check("mpp_buffer_group_put", unsafe { (self.lib.mpp_buffer_group_put)(g.group) });
+            first = first.and(c).and(p);
+            drop(g.fds);
+        }
+        first
+    }
+}
+
+impl Drop for Mpp {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            log::warn!("{e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    // Sizes worked out by hand from rk_mpi.h and mpp_buffer.h: LP64 (x86_64, aarch64) has
+    // 8-byte pointers and size_t; ILP32 (armv7) 4-byte; enums and RK_U32 are 4 bytes.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn mpp_api_matches_rk_mpi_h() {
+        // size 0, version 4, 14 function pointers at 8..120, reserv[16] at 120..184.
+        assert_eq!(size_of::<MppApi>(), 184);
+        assert_eq!(align_of::<MppApi>(), 8);
+        assert_eq!(offset_of!(MppApi, decode), 8);
+        assert_eq!(offset_of!(MppApi, decode_put_packet), 16);
+        assert_eq!(offset_of!(MppApi, decode_get_frame), 24);
+        assert_eq!(offset_of!(MppApi, poll), 80);
+        assert_eq!(offset_of!(MppApi, reset), 104);
+        assert_eq!(offset_of!(MppApi, control), 112);
+        assert_eq!(offset_of!(MppApi, reserv), 120);
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "32")]
+    fn mpp_api_matches_rk_mpi_h() {
+        assert_eq!(size_of::<MppApi>(), 128);
+        assert_eq!(offset_of!(MppApi, control), 60);
+        assert_eq!(offset_of!(MppApi, reserv), 64);
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn mpp_buffer_info_matches_mpp_buffer_h() {
+        // type 0, (pad), size 8, ptr 16, hnd 24, fd 32, index 36; 40 bytes, 8-aligned.
+        assert_eq!(size_of::<MppBufferInfo>(), 40);
+        assert_eq!(align_of::<MppBufferInfo>(), 8);
+        assert_eq!((offset_of!(MppBufferInfo, size), offset_of!(MppBufferInfo, ptr), offset_of!(MppBufferInfo, hnd)), (8, 16, 24));
+        assert_eq!((offset_of!(MppBufferInfo, fd), offset_of!(MppBufferInfo, index)), (32, 36));
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "32")]
+    fn mpp_buffer_info_matches_mpp_buffer_h() {
+        assert_eq!(size_of::<MppBufferInfo>(), 24);
+        assert_eq!((offset_of!(MppBufferInfo, fd), offset_of!(MppBufferInfo, index)), (16, 20));
+    }
+
+    #[test]
+    fn enum_values_match_headers() {
+        assert_eq!((MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_MJPEG, MPP_VIDEO_CODING_HEVC), (7, 8, 16777220));
+        assert_eq!((MPP_SET_INPUT_TIMEOUT, MPP_SET_OUTPUT_TIMEOUT), (0x200006, 0x200007));
+        assert_eq!((MPP_DEC_SET_EXT_BUF_GROUP, MPP_DEC_SET_INFO_CHANGE_READY, MPP_DEC_SET_PARSER_SPLIT_MODE), (0x310002, 0x310003, 0x310005));
+        assert_eq!((MPP_DEC_SET_OUTPUT_FORMAT, MPP_DEC_SET_IMMEDIATE_OUT), (0x31000a, 0x31000c));
+        assert_eq!((MPP_BUFFER_TYPE_ION, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_EXTERNAL), (1, 2, 3, 1));
+        assert_eq!((MPP_ERR_BUFFER_FULL, MPP_ERR_TIMEOUT, MPP_ERR_INIT), (-1012, -8, -1002));
+        assert_eq!(ret_name(MPP_ERR_BUFFER_FULL), "MPP_ERR_BUFFER_FULL");
+        assert_eq!(coding_name(MPP_VIDEO_CODING_HEVC), Some("H.265"));
+    }
+
+    #[test]
+    fn missing_library_is_a_clear_error() {
+        let e = Libmpp::open(Some(Path::new("/nonexistent/librockchip_mpp.so"))).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/librockchip_mpp.so") && e.contains(LIBMPP_ENV), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}

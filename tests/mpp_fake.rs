@@ -1,0 +1,361 @@
+//! zcpipe's MPP binding (`src/sys/mpp.rs`) against the ABI fake of librockchip_mpp
+//! (`fakes/librockchip_mpp`, built here as `target/<profile>/librockchip_mpp.so` and loaded
+//! through `$ZCPIPE_LIBMPP`): small H.264 and H.265 clips made with ffmpeg's testsrc at test time,
+//! fed in fixed-size chunks (parser split mode), decoded into an external group of memfd
+//! buffers, each picture's luma compared with ffmpeg's own NV12 decode of the same file, and
+//! the fake's call log (`$ZCPIPE_FAKE_MPP_LOG`) checked for MPP's rules. MJPEG is refused by
+//! the binding (MPP decodes it only through the task API, not bound).
+//!
+//! The fake is one shared library per test process, so the tests take turns (a mutex) and
+//! each reads only the log lines written since it started. They need `ffmpeg` with libx264
+//! and libx265.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
+use zcpipe::sys::mpp::{
+    DecodedFrame, DecoderOptions, Libmpp, Mpp, MppApi, MppCodingType, MppCreateFn, MppDestroyFn, MppHandle, MppInitFn, MppPacketDeinitFn, MppPacketInitFn, MJPEG_REFUSED, MPP_CTX_DEC, MPP_ERR_BUFFER_FULL, MPP_FMT_YUV420SP, MPP_OK,
+    MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG,
+};
+
+mod common;
+use common::log_field as field;
+
+const W: usize = 320;
+const H: usize = 240;
+const FRAMES: usize = 10;
+/// Bytes per packet: not a divisor of anything, so packets split NAL units anywhere.
+const CHUNK: usize = 997;
+
+struct Fake {
+    log: PathBuf,
+}
+
+/// A test clip: the coded stream and ffmpeg's own NV12 decode of it.
+struct Clip {
+    stream: Vec<u8>,
+    reference: Vec<u8>,
+}
+
+fn ffmpeg(args: &[&str]) {
+    let out = Command::new("ffmpeg").args(["-hide_banner", "-loglevel", "error", "-y"]).args(args).output().expect("running ffmpeg (install it: apt install ffmpeg)");
+    assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The fake (built once) named by `ZCPIPE_LIBMPP`, its log under the target's tmp dir.
+fn fake() -> &'static Fake {
+    static FAKE: OnceLock<Fake> = OnceLock::new();
+    FAKE.get_or_init(|| {
+        let lib = common::fake_librockchip_mpp().to_path_buf();
+        let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("zcpipe-fake-mpp-{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        std::env::set_var("ZCPIPE_LIBMPP", &lib);
+        std::env::set_var("ZCPIPE_FAKE_MPP_LOG", &log);
+        std::env::remove_var("ZCPIPE_FAKE_MPP_INPUT_SLOTS");
+        Fake { log }
+    })
+}
+
+/// `FRAMES` frames of ffmpeg's testsrc at `W`x`H` coded as `format` (`h264`, `hevc`:
+/// an ffmpeg muxer and demuxer name) with `codec`'s options, and ffmpeg's NV12 decode of them;
+/// made once per format, in a temporary folder (no video is committed).
+fn clip(format: &'static str) -> &'static Clip {
+    static CLIPS: Mutex<Vec<(&'static str, &'static Clip)>> = Mutex::new(Vec::new());
+    let mut clips = CLIPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = clips.iter().find(|(f, _)| *f == format) {
+        return c;
+    }
+    let codec: &[&str] = match format {
+        "h264" => &["-c:v", "libx264", "-pix_fmt", "yuv420p", "-bsf:v", "h264_mp4toannexb"],
+        _ => &["-c:v", "libx265", "-pix_fmt", "yuv420p", "-x265-params", "log-level=error"],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let coded = dir.path().join(format!("out.{format}"));
+    let nv12 = dir.path().join("ref.nv12");
+    let (coded_s, nv12_s) = (coded.to_str().unwrap(), nv12.to_str().unwrap());
+    let (size, frames) = (format!("testsrc=size={W}x{H}:rate=10"), FRAMES.to_string());
+    ffmpeg(&[&["-f", "lavfi", "-i", &size, "-frames:v", &frames], codec, &["-f", format, coded_s]].concat());
+    ffmpeg(&["-f", format, "-i", coded_s, "-f", "rawvideo", "-pix_fmt", "nv12", nv12_s]);
+    let c: &'static Clip = Box::leak(Box::new(Clip { stream: std::fs::read(&coded).unwrap(), reference: std::fs::read(&nv12).unwrap() }));
+    assert_eq!(c.reference.len(), FRAMES * W * H * 3 / 2, "ffmpeg's reference decode of the {format} clip");
+    clips.push((format, c));
+    c
+}
+
+/// One test at a time, with the log lines it caused.
+struct Session {
+    log: common::LogSince,
+}
+
+fn session() -> Session {
+    static TURN: Mutex<()> = Mutex::new(());
+    Session { log: common::LogSince::begin(&TURN, &fake().log) }
+}
+
+impl Session {
+    fn calls(&self, name: &str) -> Vec<String> {
+        self.log.calls(name)
+    }
+    fn decoder(&self, coding: MppCodingType) -> Mpp {
+        let lib = Arc::new(Libmpp::open(None).expect("opening the fake librockchip_mpp through ZCPIPE_LIBMPP"));
+        Mpp::decoder(lib, coding, DecoderOptions { split_mode: true, output_timeout_ms: 50 }).expect("a decoder on the fake")
+    }
+}
+
+fn memfd_pool(n: usize, size: usize) -> Vec<DmaBuf> {
+    let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    a.allocate_pool(n, size as u64).unwrap()
+}
+
+/// The stream's packets in order, then the EOS packet, fed until each is taken; frames taken
+/// out between refusals go to `on_frame`, which says whether to go on. Returns the number of
+/// refusals (`MPP_ERR_BUFFER_FULL`).
+struct Feeder<'a> {
+    chunks: Vec<&'a [u8]>,
+    next: usize,
+    eos_put: bool,
+    refusals: usize,
+}
+
+impl<'a> Feeder<'a> {
+    fn new(stream: &'a [u8]) -> Feeder<'a> {
+        Feeder { chunks: stream.chunks(CHUNK).collect(), next: 0, eos_put: false, refusals: 0 }
+    }
+    /// Puts packets until one is refused or all (and EOS) are in.
+    fn feed(&mut self, mpp: &Mpp) {
+        while !self.eos_put {
+            let (data, eos) = match self.chunks.get(self.next) {
+                Some(c) => (*c, false),
+                None => (&[][..], true),
+            };
+            if !mpp.put_packet(data, self.next as i64, eos).unwrap() {
+                self.refusals += 1;
+                return;
+            }
+            self.next += 1;
+            self.eos_put = eos;
+        }
+    }
+}
+
+/// The luma plane of `buf` (NV12 at `hor` x `ver`) without its row padding.
+fn luma(buf: &DmaBuf, hor: usize) -> Vec<u8> {
+    let g = buf.read().unwrap();
+    let b = g.bytes();
+    (0..H).flat_map(|r| b[r * hor..r * hor + W].to_vec()).collect()
+}
+
+fn attach(mpp: &mut Mpp, f: &DecodedFrame, n: usize) -> Vec<DmaBuf> {
+    let i = f.info();
+    assert!(i.info_change && i.fd.is_none(), "{i:?}");
+    assert_eq!((i.width, i.height, i.hor_stride, i.ver_stride, i.fmt), (W as u32, H as u32, 320, 240, MPP_FMT_YUV420SP));
+    assert_eq!(i.buf_size, W * H * 3 / 2);
+    let pool = memfd_pool(n, i.buf_size);
+    let fds: Vec<BorrowedFd<'_>> = pool.iter().map(|b| b.fd()).collect();
+    mpp.attach_external_buffers(&fds, i.buf_size).unwrap();
+    mpp.info_change_ready().unwrap();
+    pool
+}
+
+/// Decodes `clip` in `CHUNK`-byte packets into 4 memfd buffers, holding two frames at a
+/// time, and checks each picture against ffmpeg's decode and the fake's log against MPP's
+/// rules.
+fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
+    let s = session();
+    let mut mpp = s.decoder(coding);
+    let mut feed = Feeder::new(&clip.stream);
+    let mut pool = Vec::new();
+    let mut info_changes = 0;
+    let mut pictures = Vec::new();
+    let mut held: Vec<DecodedFrame> = Vec::new();
+    let mut eos = false;
+    for _ in 0..20_000 {
+        feed.feed(&mpp);
+        let Some(f) = mpp.get_frame().unwrap() else { continue };
+        let i = *f.info();
+        if i.info_change {
+            info_changes += 1;
+            pool = attach(&mut mpp, &f, 4);
+            continue;
+        }
+        if i.eos && i.fd.is_none() {
+            eos = true;
+            break;
+        }
+        assert!(i.has_picture(), "{i:?}");
+        assert_eq!((i.width, i.height, i.hor_stride, i.ver_stride, i.fmt), (320, 240, 320, 240, MPP_FMT_YUV420SP), "frame {}", pictures.len());
+        let idx = i.buffer_index.expect("a committed buffer's index") as usize;
+        assert!(idx < pool.len(), "{i:?}");
+        // MPP reports the fd it was given at commit: the binding's duplicate of pool[idx].
+        assert_eq!(i.fd, Some(mpp.external_fds()[idx].as_raw_fd()));
+        assert!(held.iter().all(|h| h.info().buffer_index != Some(idx as i32)), "buffer {idx} reused while a frame holds it");
+        let k = pictures.len();
+        let want = &clip.reference[k * W * H * 3 / 2..][..W * H];
+        let got = luma(&pool[idx], i.hor_stride as usize);
+        let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+        assert!(worst <= 2, "frame {k}: luma differs from ffmpeg's decode by up to {worst}");
+        pictures.push(idx);
+        // Hold two frames at a time, releasing the oldest.
+        held.push(f);
+        if held.len() > 2 {
+            held.remove(0).release().unwrap();
+        }
+    }
+    assert!(eos, "no EOS frame: {} pictures", pictures.len());
+    drop(held);
+    assert_eq!(info_changes, 1);
+    assert_eq!(pictures.len(), FRAMES);
+    assert!(feed.refusals > 0, "the fake's 4-slot input queue never refused a packet");
+    assert_eq!(mpp.unused_buffers(), Some(4));
+    mpp.destroy().unwrap();
+
+    let commits = s.calls("mpp_buffer_commit");
+    assert_eq!(commits.len(), 4, "{commits:?}");
+    let mut inodes: Vec<&str> = commits.iter().map(|l| field(l, "ino")).collect();
+    inodes.sort();
+    inodes.dedup();
+    assert_eq!(inodes.len(), 4, "a buffer committed twice: {commits:?}");
+    let indices: Vec<&str> = commits.iter().map(|l| field(l, "index")).collect();
+    assert_eq!(indices, ["0", "1", "2", "3"]);
+    let refused = s.calls("decode_put_packet").iter().filter(|l| l.contains(" ret=-1012 ")).count();
+    assert_eq!(refused, feed.refusals);
+    let given = s.calls("decode_get_frame").iter().filter(|l| l.contains(" ret=0") && !l.contains("frame=null")).count();
+    assert_eq!(given, FRAMES + 2, "pictures + info change + EOS");
+    assert_eq!(s.calls("mpp_frame_deinit").len(), FRAMES + 2, "every frame released");
+    let violations = s.calls("violation");
+    assert!(violations.is_empty(), "{violations:?}");
+    let destroy = s.calls("mpp_destroy");
+    assert_eq!(destroy.len(), 1);
+    assert_eq!((field(&destroy[0], "frames_out"), field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")), ("10", "0", "0"));
+    let put = s.calls("mpp_buffer_group_put");
+    assert_eq!((put.len(), field(&put[0], "held")), (1, "0"));
+    let init = s.calls("mpp_init");
+    assert_eq!((field(&init[0], "coding"), field(&init[0], "split")), (coding.to_string().as_str(), "1"));
+}
+
+#[test]
+fn decodes_h264_chunks_into_committed_memfds_like_ffmpeg() {
+    decodes_like_ffmpeg(MPP_VIDEO_CODING_AVC, clip("h264"));
+}
+
+#[test]
+fn decodes_h265_chunks_into_committed_memfds_like_ffmpeg() {
+    decodes_like_ffmpeg(MPP_VIDEO_CODING_HEVC, clip("hevc"));
+}
+
+#[test]
+fn mjpeg_is_refused_with_one_line_and_the_fake_refuses_plain_mjpeg_packets() {
+    let s = session();
+    let lib = Arc::new(Libmpp::open(None).unwrap());
+    let e = Mpp::decoder(Arc::clone(&lib), MPP_VIDEO_CODING_MJPEG, DecoderOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, MJPEG_REFUSED);
+    assert!(!e.contains('\n') && e.contains("task API") && e.contains("decode MJPEG on the CPU"), "{e}");
+    assert!(s.calls("mpp_create").is_empty(), "refused before any MPP call");
+
+    // What the binding spares its users, through the raw C API: MPP (and the fake) accept
+    // mpp_init for MJPEG, then refuse every plain packet as if the queue were full.
+    // SAFETY: the fake built for this test, opened by path; its symbols have the signatures
+    // of rk_mpi.h and mpp_packet.h that zcpipe's binding declares.
+    unsafe {
+        let raw = libloading::Library::new(common::fake_librockchip_mpp()).unwrap();
+        let create: libloading::Symbol<'_, MppCreateFn> = raw.get(b"mpp_create\0").unwrap();
+        let init: libloading::Symbol<'_, MppInitFn> = raw.get(b"mpp_init\0").unwrap();
+        let destroy: libloading::Symbol<'_, MppDestroyFn> = raw.get(b"mpp_destroy\0").unwrap();
+        let packet_init: libloading::Symbol<'_, MppPacketInitFn> = raw.get(b"mpp_packet_init\0").unwrap();
+        let packet_deinit: libloading::Symbol<'_, MppPacketDeinitFn> = raw.get(b"mpp_packet_deinit\0").unwrap();
+        let (mut ctx, mut api): (MppHandle, *const MppApi) = (std::ptr::null_mut(), std::ptr::null());
+        assert_eq!(create(&mut ctx, &mut api), MPP_OK);
+        assert_eq!(init(ctx, MPP_CTX_DEC, MPP_VIDEO_CODING_MJPEG), MPP_OK);
+        let jpeg = [0xffu8, 0xd8, 0xff, 0xd9];
+        let mut pkt: MppHandle = std::ptr::null_mut();
+        assert_eq!(packet_init(&mut pkt, jpeg.as_ptr() as *mut _, jpeg.len()), MPP_OK);
+        let put = (*api).decode_put_packet.unwrap();
+        for _ in 0..3 {
+            assert_eq!(put(ctx, pkt), MPP_ERR_BUFFER_FULL);
+        }
+        assert_eq!(packet_deinit(&mut pkt), MPP_OK);
+        assert_eq!(destroy(ctx), MPP_OK);
+    }
+    let refused = s.calls("decode_put_packet");
+    assert!(refused.len() == 3 && refused.iter().all(|l| l.contains("ret=-1012 reason=mjpeg-needs-task-api")), "{refused:?}");
+    assert!(s.calls("violation").is_empty());
+}
+
+#[test]
+fn a_held_buffer_is_not_reused_and_leaks_are_logged() {
+    let clip = clip("h264");
+    let s = session();
+    let mut mpp = s.decoder(MPP_VIDEO_CODING_AVC);
+    let mut feed = Feeder::new(&clip.stream);
+    let mut pool = Vec::new();
+    let mut held: Vec<DecodedFrame> = Vec::new();
+    // Two buffers, never released: after two pictures the fake must say it has no free buffer.
+    let stalled = |s: &Session| s.calls("decode_get_frame").iter().any(|l| l.contains("reason=no-free-buffer"));
+    for _ in 0..20_000 {
+        if stalled(&s) {
+            break;
+        }
+        feed.feed(&mpp);
+        let Some(f) = mpp.get_frame().unwrap() else { continue };
+        if f.info().info_change {
+            pool = attach(&mut mpp, &f, 2);
+            continue;
+        }
+        assert!(f.info().has_picture(), "{:?}", f.info());
+        held.push(f);
+        assert!(held.len() <= 2, "a third picture while both buffers are held");
+    }
+    assert!(stalled(&s), "the fake never ran out of buffers");
+    assert_eq!(held.len(), 2);
+    assert_eq!(mpp.unused_buffers(), Some(0));
+    assert!(mpp.get_frame().unwrap().is_none(), "a picture with every buffer held");
+    // Releasing one frame frees its buffer, and the next picture goes there.
+    let first = held.remove(0);
+    let freed = first.info().buffer_index;
+    first.release().unwrap();
+    let next = loop {
+        if let Some(f) = mpp.get_frame().unwrap() {
+            break f;
+        }
+    };
+    assert_eq!(next.info().buffer_index, freed);
+    assert_eq!(luma(&pool[freed.unwrap() as usize], 320), clip.reference[2 * W * H * 3 / 2..][..W * H], "third picture");
+    held.push(next);
+    // Destroying the decoder while two frames are held: the fake counts them, and putting
+    // the group (which the binding does right after mpp_destroy) is a violation.
+    mpp.destroy().unwrap();
+    let destroy = s.calls("mpp_destroy");
+    assert_eq!((field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")), ("2", "2"));
+    let violations = s.calls("violation");
+    assert!(violations.len() == 2 && violations.iter().any(|v| v.contains("what=group-clear-while-held")) && violations.iter().any(|v| v.contains("what=group-put-while-held")), "{violations:?}");
+    drop(held);
+    assert_eq!(s.calls("mpp_frame_deinit").len(), 4, "info change, the first picture, then the two held at the end");
+}
+
+#[test]
+fn a_stream_the_decoder_cannot_read_ends_in_an_error_frame_not_a_hang() {
+    let s = session();
+    let mpp = s.decoder(MPP_VIDEO_CODING_AVC);
+    // Bytes with no start code: not H.264 at all.
+    let junk: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1).collect();
+    let mut feed = Feeder::new(&junk);
+    let mut last = None;
+    for _ in 0..20_000 {
+        feed.feed(&mpp);
+        if let Some(f) = mpp.get_frame().unwrap() {
+            assert!(!f.info().has_picture(), "a picture from junk: {:?}", f.info());
+            if f.info().eos {
+                last = Some(*f.info());
+                break;
+            }
+        }
+    }
+    let last = last.expect("no EOS frame after junk input");
+    assert!(last.errinfo != 0 && last.fd.is_none(), "{last:?}");
+    mpp.destroy().unwrap();
+    assert!(s.calls("decode_get_frame").iter().any(|l| l.contains("decoder-error=")), "the fake says why");
+    assert!(s.calls("violation").is_empty());
+}
