@@ -188,13 +188,14 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
 #[cfg(feature = "onnx")]
 #[test]
 fn vendor_library_versions_come_from_the_libraries() {
-    let (rga, rknn) = (common::fake_librga(), common::fake_librknnrt());
+    let (rga, rknn, mpp) = (common::fake_librga(), common::fake_librknnrt(), common::fake_librockchip_mpp());
     let root = common::root();
     let run = |no_rga_device: bool| -> Value {
         let mut c = common::zcpipe();
         c.args(["doctor", "--json"])
             .env("ZCPIPE_LIBRGA", rga)
             .env("ZCPIPE_LIBRKNNRT", rknn)
+            .env("ZCPIPE_LIBMPP", mpp)
             .env("ZCPIPE_FAKE_RKNN_ONNX", root.join("models/yolox_nano.onnx"));
         if no_rga_device {
             c.env("ZCPIPE_FAKE_RGA_NO_DEVICE", "1");
@@ -215,6 +216,13 @@ fn vendor_library_versions_come_from_the_libraries() {
     let kv = k["version"].as_str().unwrap();
     assert!(kv.starts_with("api fake 2.3.2 (zcpipe), driver fake 0.9.8") && kv.contains("yolox_nano_416_rk3588.rknn"), "{k}");
     assert!(j["problems"].as_array().unwrap().iter().all(|p| p["about"] != "librga.so" && p["about"] != "librknnrt.so"), "{j}");
+    // librockchip_mpp: its own version string (get_mpp_version); this host has no MPP
+    // service node, which is no problem off a Rockchip board.
+    let m = lib("librockchip_mpp.so");
+    assert_eq!(m["loaded"].as_bool(), Some(true), "{m}");
+    assert_eq!(m["version"].as_str(), Some("zcpipe fake librockchip_mpp 0.1.0 (ffmpeg decoder)"), "{m}");
+    assert_eq!((j["mpp_service"]["path"].as_str(), j["mpp_service"]["present"].as_bool()), (Some("/dev/mpp_service"), Some(false)), "{}", j["mpp_service"]);
+    assert!(j["problems"].as_array().unwrap().iter().all(|p| p["about"] != "librockchip_mpp.so" && p["about"] != "/dev/mpp_service"), "{j}");
 
     let j = run(true);
     let g = j["libraries"].as_array().unwrap().iter().find(|l| l["name"] == "librga.so").unwrap().clone();
@@ -223,5 +231,5 @@ fn vendor_library_versions_come_from_the_libraries() {
     assert!(e.contains("/dev/rga"), "{e}");
     let p = j["problems"].as_array().unwrap().iter().find(|p| p["about"] == "librga.so").expect("a problem for librga").clone();
     assert!(p["fix"].as_str().unwrap().contains("/dev/rga"), "{p}");
-    println!("EVIDENCE doctor with the fakes: librga {:?}; librknnrt {kv:?}; without /dev/rga: {e}", g["name"]);
+    println!("EVIDENCE doctor with the fakes: librga {:?}; librknnrt {kv:?}; librockchip_mpp {:?}; without /dev/rga: {e}", g["name"], m["version"]);
 }

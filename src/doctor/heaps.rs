@@ -26,7 +26,7 @@ fn open_ro(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(path)
 }
 
-fn open_rw(path: &Path) -> io::Result<File> {
+pub(super) fn open_rw(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(path)
 }
 

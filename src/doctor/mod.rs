@@ -18,7 +18,9 @@
 //!   buffers, atomic modesetting, connectors (state, modes, the preferred one), CRTCs, planes
 //!   (type, CRTCs, formats) and writeback connectors; whether `--display` and `--heap drm`
 //!   can work, and the fix when not.
-//! - **vendor libraries**: whether `dlopen(3)` (through `libloading`) finds `librga.so` and `librknnrt.so`, the SoC
+//! - **vendor libraries**: whether `dlopen(3)` (through `libloading`) finds `librga.so`, `librknnrt.so` and
+//!   `librockchip_mpp.so` (with each one's own version string), MPP's service node
+//!   `/dev/mpp_service` (present, mode, opens read-write: a problem only on a Rockchip board), the SoC
 //!   from the device tree (`/proc/device-tree/compatible`, NUL-separated strings, most
 //!   specific first: Documentation/devicetree/usage-model.rst) and the RKNPU driver version
 //!   (`/sys/kernel/debug/rknpu/version`, `/proc/debug/rknpu/version`). This is the extension
@@ -86,6 +88,9 @@ pub struct Paths {
     /// The vendor libraries to `dlopen`: per library, the file names tried in order (the
     /// first is the library's name in the report).
     pub libraries: Vec<Vec<String>>,
+    /// MPP's service node, `/dev/mpp_service` (Rockchip BSP kernels' `rk_vcodec` driver,
+    /// through which librockchip_mpp reaches the video decoders).
+    pub mpp_service: PathBuf,
 }
 
 impl Default for Paths {
@@ -102,7 +107,9 @@ impl Default for Paths {
             libraries: vec![
                 env_first(crate::sys::rga::LIBRGA_ENV, &crate::sys::rga::LIBRGA_NAMES),
                 env_first(crate::sys::rknn::LIBRKNNRT_ENV, &[crate::sys::rknn::LIBRKNNRT_NAME]),
+                env_first(crate::sys::mpp::LIBMPP_ENV, &crate::sys::mpp::LIBMPP_NAMES),
             ],
+            mpp_service: board::path("/dev/mpp_service"),
         }
     }
 }
@@ -135,6 +142,7 @@ pub fn gather(paths: &Paths) -> Report {
     let heap_usable = heaps.iter().any(|h| h.openable && h.choice.is_some()) || drm.heap_drm.can_work;
     let udmabuf = heaps::udmabuf_section(paths, heap_usable, &mut problems);
     let (libraries, soc, npu_driver) = vendor::vendor_section(paths, &mut problems);
+    let mpp_service = vendor::mpp_service_section(paths, soc.is_rockchip(), &mut problems);
     Report {
         zcpipe: env!("CARGO_PKG_VERSION").into(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|e| format!("unknown ({e})")),
@@ -149,6 +157,7 @@ pub fn gather(paths: &Paths) -> Report {
         libraries,
         soc,
         npu_driver,
+        mpp_service,
         problems,
         plan: None,
         plan_error: None,

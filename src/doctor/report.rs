@@ -34,6 +34,8 @@ pub struct Report {
     pub soc: SocReport,
     /// The RKNPU driver's version, if a version file was readable.
     pub npu_driver: NpuReport,
+    /// MPP's service node (`/dev/mpp_service`): the hardware video decoders' way in.
+    pub mpp_service: ServiceNodeReport,
     /// Every problem found, each with its fix, in section order.
     pub problems: Vec<Problem>,
     /// The plan `zcpipe run` with no flags would use here ([`crate::plan`]); `None` when
@@ -233,6 +235,21 @@ pub struct UdmabufReport {
     pub error: Option<String>,
     /// The `size_limit_mb` module parameter: the largest buffer it creates, MiB.
     pub size_limit_mb: Option<u64>,
+}
+
+/// A vendor driver's device node (`/dev/mpp_service`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ServiceNodeReport {
+    /// The path.
+    pub path: String,
+    /// It exists.
+    pub present: bool,
+    /// Owner, group, mode.
+    pub file: Option<FileMode>,
+    /// This user can open it read-write (what the vendor library does).
+    pub openable: bool,
+    /// Why it could not be opened.
+    pub error: Option<String>,
 }
 
 /// One vendor library.

@@ -22,7 +22,28 @@ fn tmp_paths(dir: &Path) -> Paths {
         model: dir.join("model"),
         npu_version: vec![dir.join("debug-version"), dir.join("proc-version")],
         libraries: vec![],
+        mpp_service: dir.join("mpp_service"),
     }
+}
+
+#[test]
+fn the_mpp_service_node_is_a_problem_only_on_a_rockchip_board() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = tmp_paths(dir.path());
+    let mut problems = vec![];
+    // Absent: expected off a board, a problem (with the kernel to use) on one.
+    let r = super::vendor::mpp_service_section(&paths, false, &mut problems);
+    assert!(!r.present && problems.is_empty());
+    let r = super::vendor::mpp_service_section(&paths, true, &mut problems);
+    assert!(!r.present && !r.openable);
+    assert_eq!(problems.len(), 1);
+    assert!(problems[0].what.contains("hardware decoding is unavailable") && problems[0].fix.contains("BSP kernel"), "{:?}", problems[0]);
+    // Present and openable (a plain file stands in for the node): no problem, its mode said.
+    std::fs::write(&paths.mpp_service, b"").unwrap();
+    problems.clear();
+    let r = super::vendor::mpp_service_section(&paths, true, &mut problems);
+    assert!(r.present && r.openable && r.error.is_none() && problems.is_empty(), "{r:?}");
+    assert!(r.file.is_some());
 }
 
 #[test]

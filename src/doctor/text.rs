@@ -297,6 +297,13 @@ pub fn text(r: &Report) -> String {
         }
         push_problems(&mut out, &r.problems, &l.name, &mut done);
     }
+    let m = &r.mpp_service;
+    match (&m.file, m.openable, &m.error) {
+        (_, _, _) if !m.present => out.push_str(&format!("  {}: absent (MPP's service node: only Rockchip BSP kernels have it)\n", m.path)),
+        (f, true, _) => out.push_str(&format!("  {}: {}, opens read-write: librockchip_mpp can reach the decoders\n", m.path, f.as_ref().map(FileMode::describe).unwrap_or_default())),
+        (f, false, e) => out.push_str(&format!("  {}: {}, does not open ({})\n", m.path, f.as_ref().map(FileMode::describe).unwrap_or_default(), e.as_deref().unwrap_or("?"))),
+    }
+    push_problems(&mut out, &r.problems, &m.path, &mut done);
     match (&r.soc.soc, &r.soc.error) {
         (Some(s), _) => {
             let model = r.soc.model.as_ref().map(|m| format!("board \"{m}\", ")).unwrap_or_default();

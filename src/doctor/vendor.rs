@@ -6,7 +6,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{quietly, LibraryReport, NpuReport, Paths, Problem, SocReport};
+use super::{quietly, FileMode, LibraryReport, NpuReport, Paths, Problem, ServiceNodeReport, SocReport};
 
 /// The file mapped for a library whose file name starts with `stem` (`librga.so`), from
 /// /proc/self/maps (proc(5)): where the dynamic linker found it.
@@ -24,8 +24,12 @@ fn mapped_path(stem: &str) -> Option<String> {
 /// `dlerror()`. Loading runs the library's initialisers, as using it would.
 pub fn check_library(names: &[String]) -> LibraryReport {
     // The report's name is the first plain name (an env-given path comes first but is not
-    // the library's name).
-    let name = names.iter().find(|n| !n.contains('/')).or(names.first()).cloned().unwrap_or_default();
+    // the library's name), without its version (`librockchip_mpp.so.1` -> `librockchip_mpp.so`).
+    let first = names.iter().find(|n| !n.contains('/')).or(names.first()).cloned().unwrap_or_default();
+    let name = match first.find(".so.") {
+        Some(i) => first[..i + 3].to_string(),
+        None => first,
+    };
     let mut r = LibraryReport { name, loaded: false, loaded_as: None, path: None, error: None, version: None, version_error: None };
     let mut errors = vec![];
     for n in names {
@@ -145,11 +149,50 @@ fn rknn_version(lib: &str, soc: Option<&str>) -> std::result::Result<String, Str
     Ok(format!("api {}, driver {} (queried with {})", sys::c_text(&ver.api_version), sys::c_text(&ver.drv_version), rel))
 }
 
+/// librockchip_mpp's own version string (`get_mpp_version`, exported but declared only in
+/// MPP's internal `mpp_info.h`; a library without it still loads).
+fn mpp_version(lib: &str) -> std::result::Result<String, String> {
+    let mpp = crate::sys::mpp::Libmpp::open(Some(Path::new(lib))).map_err(|e| format!("{e:#}"))?;
+    Ok(mpp.version().unwrap_or_else(|| "none given (this build exports no get_mpp_version)".into()))
+}
+
+/// MPP's service node: present, its mode, and whether this user opens it read-write (what
+/// librockchip_mpp does for every decoder). On a Rockchip board a missing or closed node is
+/// a problem (hardware decoding is unavailable); elsewhere its absence is expected.
+pub(super) fn mpp_service_section(paths: &Paths, rockchip: bool, problems: &mut Vec<Problem>) -> ServiceNodeReport {
+    let path = &paths.mpp_service;
+    let about = path.display().to_string();
+    let mut r = ServiceNodeReport { path: about.clone(), present: path.exists(), file: FileMode::of(path), openable: false, error: None };
+    if !r.present {
+        if rockchip {
+            problems.push(Problem {
+                what: format!("{about} does not exist: librockchip_mpp has no way to the video decoders, so hardware decoding is unavailable"),
+                fix: "use the board's Rockchip BSP kernel (its rk_vcodec driver, CONFIG_ROCKCHIP_MPP_SERVICE, makes the node); mainline kernels decode through V4L2 stateless drivers instead, which zcpipe does not use".into(),
+                about,
+            });
+        }
+        return r;
+    }
+    match super::heaps::open_rw(path) {
+        Ok(_) => r.openable = true,
+        Err(e) => {
+            r.error = Some(e.to_string());
+            problems.push(Problem {
+                what: format!("{about}: cannot open it read-write: {e} ({}), so librockchip_mpp cannot decode", r.file.as_ref().map(FileMode::describe).unwrap_or_default()),
+                fix: if e.kind() == io::ErrorKind::PermissionDenied { super::access::access_fix(path, r.file.as_ref()) } else { "check `dmesg | grep -i mpp`".into() },
+                about,
+            });
+        }
+    }
+    r
+}
+
 /// What zcpipe uses each vendor library for.
 pub(super) fn library_use(name: &str) -> &'static str {
     match name {
         "librga.so" => "the RGA scaler (--scaler rga)",
         "librknnrt.so" => "inference on the NPU (the RKNN backend)",
+        "librockchip_mpp.so" => "MPP hardware decoding of H.264 and H.265 (the binding; its --decoder capture backend is still to come)",
         _ => "a vendor backend",
     }
 }
@@ -159,6 +202,7 @@ fn library_fix(name: &str) -> String {
     match name {
         "librga.so" => "install librga (Rockchip's RGA library: the librga2 package of the board's image, or build github.com/airockchip/librga into /usr/lib), then `sudo ldconfig`".into(),
         "librknnrt.so" => "install the RKNN runtime: librknnrt.so from github.com/airockchip/rknn-toolkit2 (rknpu2/runtime/Linux/librknn_api/aarch64/), matching the NPU driver, into /usr/lib, then `sudo ldconfig`".into(),
+        "librockchip_mpp.so" => "install Rockchip's MPP: the librockchip-mpp1 package of the board's image (or build github.com/rockchip-linux/mpp into /usr/lib), then `sudo ldconfig`; or set ZCPIPE_LIBMPP".into(),
         _ => format!("install {name} where the dynamic linker finds it (/usr/lib, or LD_LIBRARY_PATH), then `sudo ldconfig`"),
     }
 }
@@ -170,6 +214,7 @@ pub(super) fn vendor_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec
         let v = match l.name.as_str() {
             "librga.so" => rga_version(l.loaded_as.as_deref().unwrap_or("librga.so")),
             "librknnrt.so" => rknn_version(l.loaded_as.as_deref().unwrap_or("librknnrt.so"), soc.soc.as_deref()),
+            "librockchip_mpp.so" => mpp_version(l.path.as_deref().or(l.loaded_as.as_deref()).unwrap_or("librockchip_mpp.so")),
             _ => continue,
         };
         match v {
@@ -179,6 +224,7 @@ pub(super) fn vendor_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec
                     what: format!("{} loads but does not answer: {e}", l.name),
                     fix: match l.name.as_str() {
                         "librga.so" => "check that the RGA driver is loaded (dmesg | grep -i rga) and /dev/rga is readable and writable (udev/99-zcpipe.rules, group zcpipe)".into(),
+                        "librockchip_mpp.so" => "it is not a librockchip_mpp zcpipe can use (its API table or symbols differ): install Rockchip's MPP from the board's image, or point ZCPIPE_LIBMPP at a current build".into(),
                         _ => "check the NPU driver (dmesg | grep -i rknpu; its version file above) and that its node is readable and writable (udev/99-zcpipe.rules); librknnrt must be at least as new as the rknn-toolkit2 that built the model (2.5.0)".into(),
                     },
                     about: l.name.clone(),
