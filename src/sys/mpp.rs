@@ -577,6 +577,14 @@ struct ExtGroup {
 /// One MPP decoder context on a loaded library: `mpp_create` + `mpp_init`, packets in,
 /// frames out, an external buffer group of the caller's dma-bufs. Dropping it calls
 /// `mpp_destroy`, then puts the buffer group, then closes the group's fds.
+///
+/// Buffer count: MPP keeps its reference pictures in the external group's buffers, decodes
+/// only while at least one buffer is unused (`mpp_buffer_group_unused` >= 1; >= 3 with
+/// deinterlace: `mpp_dec_normal.cpp`), and stops when more than 4 decoded frames wait untaken.
+/// So attach at least references (up to 16 for H.264/H.265 streams, typically 3-5) + the
+/// frames the consumer holds at once + 1 buffers, or the decoder stalls for good. Rockchip's
+/// `test/mpi_dec_test.c` commits 24, ffmpeg-rockchip's `rkmppdec.c` 20-30: commit 24 unless
+/// memory is short and the stream's reference count is known.
 pub struct Mpp {
     lib: Arc<Libmpp>,
     ctx: MppHandle,
@@ -745,6 +753,9 @@ impl Mpp {
     /// duplicated and the duplicate kept open until the group is put (on drop, after
     /// `mpp_destroy`), so MPP's fds stay valid however the caller's own are handled. Call it
     /// once, after `mpp_init`; a second call is refused.
+    ///
+    /// How many: at least the stream's reference pictures + the frames the consumer holds at
+    /// once + 1 (see [`Mpp`]); 24 as Rockchip's `mpi_dec_test` commits is the safe choice.
     pub fn attach_external_buffers(&mut self, buffers: &[BorrowedFd<'_>], size: usize) -> Result<()> {
         if self.group.is_some() {
             bail!("MPP external buffers are already attached: zcpipe commits its buffers once per decoder");
@@ -775,8 +786,9 @@ impl Mpp {
         self.group.as_ref().map(|g| g.fds.iter().map(|f| f.as_fd()).collect()).unwrap_or_default()
     }
 
-    /// `mpp_buffer_group_unused`: external buffers no frame holds now, or `None` before
-    /// [`Mpp::attach_external_buffers`].
+    /// `mpp_buffer_group_unused`: external buffers neither a frame nor the decoder holds now
+    /// (the decoder's reference pictures are not counted: they are in use), or `None` before
+    /// [`Mpp::attach_external_buffers`]. MPP decodes only while this is at least 1.
     pub fn unused_buffers(&self) -> Option<i32> {
         // SAFETY: the live group.
         self.group.as_ref().map(|g| unsafe { (self.lib.mpp_buffer_group_unused)(g.group) })
