@@ -358,6 +358,46 @@ fn held_frames_and_references_stall_the_decoder_and_leaks_are_logged() {
     assert_eq!(s.calls("mpp_frame_deinit").len(), 7, "info change, the newest and the oldest picture, then the four held at the end");
 }
 
+/// The (device, inode) an fd of this process refers to, or `None` when it is closed.
+fn fd_inode(fd: i32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/self/fd/{fd}")).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[test]
+fn a_frame_keeps_its_fd_open_after_the_decoder_is_dropped() {
+    let clip = clip("h264");
+    let s = session();
+    let mut mpp = s.decoder(MPP_VIDEO_CODING_AVC);
+    let mut feed = Feeder::new(&clip.stream);
+    let mut pool = Vec::new();
+    let mut picture = None;
+    for _ in 0..20_000 {
+        feed.feed(&mpp);
+        let Some(f) = mpp.get_frame().unwrap() else { continue };
+        if f.info().info_change {
+            pool = attach(&mut mpp, &f, BUFFERS);
+            continue;
+        }
+        picture = Some(f);
+        break;
+    }
+    let picture = picture.expect("no picture");
+    let (fd, idx) = (picture.info().fd.unwrap(), picture.info().buffer_index.unwrap() as usize);
+    let committed = fd_inode(pool[idx].fd().as_raw_fd()).unwrap();
+    assert_eq!(fd_inode(fd), Some(committed));
+    // The decoder goes first (mpp_destroy, group put): the frame's fd must still be the
+    // committed dma-buf, not a closed or recycled number.
+    drop(mpp);
+    assert_eq!(fd_inode(fd), Some(committed), "fd {fd} closed or reused while its frame lives");
+    assert_eq!(luma(&pool[idx], 320), clip.reference[..W * H], "first picture");
+    drop(picture);
+    // Now it is closed (or, if another thread reused the number, names another file).
+    assert_ne!(fd_inode(fd), Some(committed), "fd {fd} still open after the last frame");
+    let violations = s.calls("violation");
+    assert!(violations.len() == 2 && violations.iter().all(|v| v.contains("-while-held")), "the binding puts the group while the frame is held: {violations:?}");
+}
+
 #[test]
 fn a_stream_the_decoder_cannot_read_ends_in_an_error_frame_not_a_hang() {
     let s = session();

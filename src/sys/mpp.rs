@@ -499,7 +499,8 @@ pub struct FrameInfo {
     /// Bytes a buffer must hold for this stream (`mpp_frame_get_buf_size`; on an info-change
     /// frame, the size to allocate each external buffer with).
     pub buf_size: usize,
-    /// The dma-buf fd MPP reports for the frame's buffer (the committed fd), if it has one.
+    /// The dma-buf fd MPP reports for the frame's buffer (the committed fd: the binding's
+    /// duplicate of the caller's, open while the [`DecodedFrame`] lives), if it has one.
     pub fd: Option<RawFd>,
     /// The buffer's index in the external group (the `index` given at commit, i.e. the
     /// position in [`Mpp::attach_external_buffers`]'s list), if it has a buffer.
@@ -515,12 +516,16 @@ impl FrameInfo {
 }
 
 /// One frame from `decode_get_frame`, held from MPP until dropped (or [`DecodedFrame::release`]d):
-/// while it lives its buffer is not reused by the decoder. Dropping it calls
-/// `mpp_frame_deinit`, which hands the buffer back.
+/// while it lives its buffer is not reused by the decoder, and the external group's fds stay
+/// open (it shares them with the [`Mpp`]), so [`FrameInfo::fd`] names the committed dma-buf
+/// even after the `Mpp` is dropped. Dropping it calls `mpp_frame_deinit`, which hands the
+/// buffer back, then lets go of the fds.
 pub struct DecodedFrame {
     frame: MppHandle,
     info: FrameInfo,
     lib: Arc<Libmpp>,
+    // Dropped after `Drop::drop` has deinited the frame.
+    _fds: Option<Arc<Vec<OwnedFd>>>,
 }
 
 // SAFETY: an MppFrame is a heap object MPP's accessors only read, and `mpp_frame_deinit`
@@ -568,15 +573,17 @@ impl Drop for DecodedFrame {
 
 /// An external buffer group (`MPP_BUFFER_EXTERNAL`, `MPP_BUFFER_TYPE_EXT_DMA`) with its own
 /// duplicates of the committed dma-buf fds: MPP keeps the fd numbers it was given (no dup
-/// for EXT_DMA), so they stay open here until the group is put.
+/// for EXT_DMA), so they stay open until the group is put and every [`DecodedFrame`] with a
+/// buffer (each holds the `Arc`) is dropped.
 struct ExtGroup {
     group: MppHandle,
-    fds: Vec<OwnedFd>,
+    fds: Arc<Vec<OwnedFd>>,
 }
 
 /// One MPP decoder context on a loaded library: `mpp_create` + `mpp_init`, packets in,
 /// frames out, an external buffer group of the caller's dma-bufs. Dropping it calls
-/// `mpp_destroy`, then puts the buffer group, then closes the group's fds.
+/// `mpp_destroy`, then puts the buffer group, then closes the group's fds (once no
+/// [`DecodedFrame`] holding a buffer is left: each keeps them open).
 ///
 /// Buffer count: MPP keeps its reference pictures in the external group's buffers, decodes
 /// only while at least one buffer is unused (`mpp_buffer_group_unused` >= 1; >= 3 with
@@ -737,7 +744,8 @@ impl Mpp {
                 buffer_index: buffer_index.filter(|i| *i >= 0),
             }
         };
-        Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib) }))
+        let fds = info.fd.and(self.group.as_ref()).map(|g| Arc::clone(&g.fds));
+        Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib), _fds: fds }))
     }
 
     /// `control(MPP_DEC_SET_INFO_CHANGE_READY)`: after an info-change frame, once the buffers
@@ -751,8 +759,9 @@ impl Mpp {
     /// `MPP_BUFFER_TYPE_EXT_DMA`), one `mpp_buffer_commit` per buffer with `index` = its
     /// position in `buffers`, then `control(MPP_DEC_SET_EXT_BUF_GROUP, group)`. Each fd is
     /// duplicated and the duplicate kept open until the group is put (on drop, after
-    /// `mpp_destroy`), so MPP's fds stay valid however the caller's own are handled. Call it
-    /// once, after `mpp_init`; a second call is refused.
+    /// `mpp_destroy`) and no [`DecodedFrame`] with a buffer is left, so MPP's fds stay valid
+    /// however the caller's own are handled. Call it once, after `mpp_init`; a second call is
+    /// refused.
     ///
     /// How many: at least the stream's reference pictures + the frames the consumer holds at
     /// once + 1 (see [`Mpp`]); 24 as Rockchip's `mpi_dec_test` commits is the safe choice.
@@ -767,12 +776,13 @@ impl Mpp {
         // SAFETY: an out-pointer to a local and two static C strings.
         check("mpp_buffer_group_get(external, EXT_DMA)", unsafe { (self.lib.mpp_buffer_group_get)(&mut group, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, TAG.as_ptr(), TAG.as_ptr()) })?;
         // From here on the group is put on every path (`ExtGroup` in `self.group` on drop).
-        self.group = Some(ExtGroup { group, fds: Vec::with_capacity(buffers.len()) });
+        self.group = Some(ExtGroup { group, fds: Arc::new(Vec::with_capacity(buffers.len())) });
         let g = self.group.as_mut().expect("just set");
         for (i, fd) in buffers.iter().enumerate() {
             let own = fd.try_clone_to_owned().map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
             let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size, ptr: std::ptr::null_mut(), hnd: std::ptr::null_mut(), fd: own.as_raw_fd(), index: i as c_int };
-            g.fds.push(own);
+            // No frame exists before the group is set: the Arc is not shared yet.
+            Arc::get_mut(&mut g.fds).expect("not shared before the group is set").push(own);
             // SAFETY: the group just got; `info` lives for the call (MPP copies it); NULL
             // buffer out-pointer = commit; static C strings.
             check(&format!("mpp_buffer_commit (buffer {i})"), unsafe { (self.lib.mpp_buffer_import_with_tag)(g.group, &mut info, std::ptr::null_mut(), TAG.as_ptr(), TAG.as_ptr()) })?;
@@ -803,7 +813,8 @@ impl Mpp {
     }
 
     /// `mpp_destroy`, then `mpp_buffer_group_clear` + `mpp_buffer_group_put` of the external
-    /// group, then closing its fds; the first error is returned (all steps run).
+    /// group, then closing its fds (unless frames still hold them); the first error is
+    /// returned (all steps run).
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }
