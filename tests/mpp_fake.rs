@@ -193,6 +193,8 @@ fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
             break;
         }
         assert!(i.has_picture(), "{i:?}");
+        // As MPP: the last picture carries eos (with its buffer), an empty EOS frame follows.
+        assert_eq!(i.eos, pictures.len() == FRAMES - 1, "picture {} of {FRAMES}: {i:?}", pictures.len());
         assert_eq!((i.width, i.height, i.hor_stride, i.ver_stride, i.fmt), (320, 240, 320, 240, MPP_FMT_YUV420SP), "frame {}", pictures.len());
         let idx = i.buffer_index.expect("a committed buffer's index") as usize;
         assert!(idx < pool.len(), "{i:?}");

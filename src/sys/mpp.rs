@@ -488,7 +488,10 @@ pub struct FrameInfo {
     /// An info-change frame: no picture; the stream's size and strides are new. Set up the
     /// buffers and call [`Mpp::info_change_ready`].
     pub info_change: bool,
-    /// The last frame of the stream (it may carry no buffer).
+    /// The end of the stream. MPP sets it on the last picture, which still has its buffer
+    /// (use it: [`FrameInfo::has_picture`] does not look at `eos`), and then usually sends an
+    /// empty EOS frame without a buffer; stop after the first frame with `eos`, after using
+    /// its picture if it has one.
     pub eos: bool,
     /// Nonzero when the decoder met an error in this frame.
     pub errinfo: u32,

@@ -36,6 +36,9 @@
 //!   `reason=mjpeg-needs-task-api`): real MPP needs each MJPEG packet in an `MppBuffer` with
 //!   an output frame attached (`KEY_OUTPUT_FRAME`), which plain packets never have.
 //!
+//! - End of stream as MPP: the last picture has `eos` 1 and its buffer, then an empty EOS
+//!   frame (no buffer) follows.
+//!
 //! Pixels are real: `mpp_init` spawns `ffmpeg -f h264|hevc -i pipe:0 -f yuv4mpegpipe
 //! -pix_fmt yuv420p pipe:1`; a thread writes the packets to its stdin, another reads the
 //! YUV4MPEG stream (whose header gives the picture size: no ffprobe and no environment
@@ -915,6 +918,12 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
         return Step::Frame(f);
     }
     if st.info_change_sent && st.ready && !st.raw.is_empty() {
+        // After the EOS packet, whether this is the last picture is known only once the reader
+        // has either another picture or ffmpeg's end of output.
+        if st.eos_put && !st.reader_done && st.raw.len() == 1 {
+            return Step::Wait;
+        }
+        let last = st.eos_put && st.reader_done && st.raw.len() == 1;
         let Some(g) = st.group.clone() else { return Step::Wait };
         let bufs = lock(&g.buffers).clone();
         let (w, h) = st.size.expect("info change sent");
@@ -951,6 +960,8 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
             st.frames_out += 1;
             let mut f = new_frame(st, st.frames_out);
             f.buffer = Some(Arc::clone(b));
+            // As MPP: the last picture carries eos=1 (and its buffer); an empty EOS frame follows.
+            f.eos = u32::from(last);
             return Step::Frame(f);
         }
         let held_by_frames = bufs.iter().filter(|b| b.holders.load(Ordering::SeqCst) > 0).count();
