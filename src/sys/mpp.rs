@@ -133,8 +133,8 @@ pub const MPP_SET_OUTPUT_TIMEOUT: MpiCmd = 0x0020_0007;
 /// `MPP_DEC_SET_FRAME_INFO`: `MPP_DEC_CMD_BASE` (0x310000) + 1.
 pub const MPP_DEC_SET_FRAME_INFO: MpiCmd = 0x0031_0001;
 /// `MPP_DEC_SET_EXT_BUF_GROUP`: `MPP_DEC_CMD_BASE` + 2. Parameter: the `MppBufferGroup`
-/// itself (not a pointer to it); only after `mpp_init` (before it MPP logs a warning and
-/// ignores the group: `mpp.cpp`).
+/// itself (not a pointer to it); only after `mpp_init` (before it there is no decoder yet and
+/// MPP returns `MPP_NOK`: `mpp.cpp`).
 pub const MPP_DEC_SET_EXT_BUF_GROUP: MpiCmd = 0x0031_0002;
 /// `MPP_DEC_SET_INFO_CHANGE_READY`: `MPP_DEC_CMD_BASE` + 3, no parameter: the decoder may
 /// go on after an info-change frame, into the buffer group now set.

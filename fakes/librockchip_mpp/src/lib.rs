@@ -46,8 +46,9 @@
 //! between `DMA_BUF_IOCTL_SYNC` START and END; memfds answer ENOTTY, which is tolerated) as
 //! NV12 at `hor_stride` x `ver_stride`. A frame's pts is its output index (packets are
 //! arbitrary chunks, so the fake cannot pair them with frames). When ffmpeg fails (a stream
-//! it cannot read), the next `decode_get_frame` returns an EOS frame with `errinfo` 1 and logs
-//! ffmpeg's message (`decoder-error=`). `$ZCPIPE_FAKE_MPP_FFMPEG` names another ffmpeg.
+//! it cannot read), `decode_get_frame` returns no frame from then on, as real MPP gives none
+//! (not even an EOS frame) for junk: a caller must bound its wait itself. The fake logs
+//! ffmpeg's message once (`decoder-error=`). `$ZCPIPE_FAKE_MPP_FFMPEG` names another ffmpeg.
 //!
 //! Every call appends one line (`pid=N name key=value ... tid=T`) to the file named by
 //! `$ZCPIPE_FAKE_MPP_LOG`, written with one write(2) on an O_APPEND file.
@@ -971,12 +972,14 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
     if st.reader_done && st.raw.is_empty() && !st.eos_sent && (st.eos_put || st.decoder_error.is_some()) {
         st.eos_sent = true;
         drop_refs(st);
+        if let Some(e) = &st.decoder_error {
+            // Real MPP gives no frame at all for a stream its parser cannot read (not even an
+            // EOS frame): nor does the fake. It says why, once.
+            log(format!("decode_get_frame ctx={} frame=null decoder-error={e}", c.id));
+            return Step::Wait;
+        }
         let mut f = new_frame(st, st.frames_out + 1);
         f.eos = 1;
-        if let Some(e) = &st.decoder_error {
-            f.errinfo = 1;
-            log(format!("decode_get_frame ctx={} decoder-error={e}", c.id));
-        }
         return Step::Frame(f);
     }
     Step::Wait
@@ -1157,8 +1160,9 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
         }
         MPP_DEC_SET_EXT_BUF_GROUP => {
             if !st.inited {
+                // Real MPP (mpp.cpp): before mpp_init the decoder does not exist; MPP_NOK.
                 violation("ext-buf-group-before-init", format!("ctx={}", c.id));
-                (MPP_OK, "ignored=1".into())
+                (MPP_NOK, "reason=before-init".into())
             } else if param.is_null() {
                 st.group = None;
                 (MPP_OK, "group=internal".into())
@@ -1267,6 +1271,19 @@ mod tests {
         assert_eq!(size_of::<MppBufferInfo>(), 40);
         assert_eq!((offset_of!(MppBufferInfo, fd), offset_of!(MppBufferInfo, index)), (32, 36));
         assert_eq!(API.size, 184);
+    }
+
+    #[test]
+    fn ext_buf_group_before_init_is_refused_as_mpp_does() {
+        let (mut ctx, mut api, mut grp): (Opaque, *const MppApi, Opaque) = (std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut());
+        // SAFETY: out-pointers to locals; the handles come from the fake's own registries.
+        unsafe {
+            assert_eq!(mpp_create(&mut ctx, &mut api), MPP_OK);
+            assert_eq!(mpp_buffer_group_get(&mut grp, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, c"t".as_ptr(), c"t".as_ptr()), MPP_OK);
+            assert_eq!(((*api).control)(ctx, MPP_DEC_SET_EXT_BUF_GROUP, grp), MPP_NOK);
+            assert_eq!(mpp_destroy(ctx), MPP_OK);
+            assert_eq!(mpp_buffer_group_put(grp), MPP_OK);
+        }
     }
 
     fn memfd(size: usize) -> c_int {
