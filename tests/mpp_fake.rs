@@ -295,12 +295,31 @@ fn mjpeg_is_refused_with_one_line_and_the_fake_refuses_plain_mjpeg_packets() {
     assert!(s.calls("violation").is_empty());
 }
 
+/// An H.264 decoder with a feeder of the H.264 clip.
+fn h264(s: &Session) -> (&'static Clip, Mpp, Feeder<'static>) {
+    let clip = clip("h264");
+    (clip, s.decoder(MPP_VIDEO_CODING_AVC), Feeder::new(&clip.stream))
+}
+
+/// Feeds packets and takes frames until a picture comes out, attaching `n` buffers (into
+/// `pool`) at the info change.
+fn next_picture(mpp: &mut Mpp, feed: &mut Feeder<'_>, pool: &mut Vec<DmaBuf>, n: usize) -> DecodedFrame {
+    for _ in 0..20_000 {
+        feed.feed(mpp);
+        let Some(f) = mpp.get_frame().unwrap() else { continue };
+        if f.info().info_change {
+            *pool = attach(mpp, &f, n);
+            continue;
+        }
+        return f;
+    }
+    panic!("no picture in 20 000 tries");
+}
+
 #[test]
 fn held_frames_and_references_stall_the_decoder_and_leaks_are_logged() {
-    let clip = clip("h264");
     let s = session();
-    let mut mpp = s.decoder(MPP_VIDEO_CODING_AVC);
-    let mut feed = Feeder::new(&clip.stream);
+    let (clip, mut mpp, mut feed) = h264(&s);
     let mut pool = Vec::new();
     let mut held: Vec<DecodedFrame> = Vec::new();
     // Five buffers, every picture held: after five pictures the fake must say it has no free
@@ -337,15 +356,7 @@ fn held_frames_and_references_stall_the_decoder_and_leaks_are_logged() {
     let freed = first.info().buffer_index;
     first.release().unwrap();
     assert_eq!(mpp.unused_buffers(), Some(1));
-    let mut next = None;
-    for _ in 0..20_000 {
-        feed.feed(&mpp);
-        next = mpp.get_frame().unwrap();
-        if next.is_some() {
-            break;
-        }
-    }
-    let next = next.expect("no picture after a buffer was freed");
+    let next = next_picture(&mut mpp, &mut feed, &mut pool, n);
     assert_eq!(next.info().buffer_index, freed);
     assert_eq!(luma(&pool[freed.unwrap() as usize], 320), clip.reference[n * W * H * 3 / 2..][..W * H], "picture {n}");
     held.push(next);
@@ -368,23 +379,10 @@ fn fd_inode(fd: i32) -> Option<(u64, u64)> {
 
 #[test]
 fn a_frame_keeps_its_fd_open_after_the_decoder_is_dropped() {
-    let clip = clip("h264");
     let s = session();
-    let mut mpp = s.decoder(MPP_VIDEO_CODING_AVC);
-    let mut feed = Feeder::new(&clip.stream);
+    let (clip, mut mpp, mut feed) = h264(&s);
     let mut pool = Vec::new();
-    let mut picture = None;
-    for _ in 0..20_000 {
-        feed.feed(&mpp);
-        let Some(f) = mpp.get_frame().unwrap() else { continue };
-        if f.info().info_change {
-            pool = attach(&mut mpp, &f, BUFFERS);
-            continue;
-        }
-        picture = Some(f);
-        break;
-    }
-    let picture = picture.expect("no picture");
+    let picture = next_picture(&mut mpp, &mut feed, &mut pool, BUFFERS);
     let (fd, idx) = (picture.info().fd.unwrap(), picture.info().buffer_index.unwrap() as usize);
     let committed = fd_inode(pool[idx].fd().as_raw_fd()).unwrap();
     assert_eq!(fd_inode(fd), Some(committed));
