@@ -55,6 +55,8 @@ fn fake() -> &'static Fake {
         std::env::set_var("ZCPIPE_LIBMPP", &lib);
         std::env::set_var("ZCPIPE_FAKE_MPP_LOG", &log);
         std::env::remove_var("ZCPIPE_FAKE_MPP_INPUT_SLOTS");
+        // The fake's default: the last 3 pictures stay the decoder's references.
+        std::env::remove_var("ZCPIPE_FAKE_MPP_REFS");
         Fake { log }
     })
 }
@@ -160,8 +162,13 @@ fn attach(mpp: &mut Mpp, f: &DecodedFrame, n: usize) -> Vec<DmaBuf> {
     pool
 }
 
-/// Decodes `clip` in `CHUNK`-byte packets into 4 memfd buffers, holding two frames at a
-/// time, and checks each picture against ffmpeg's decode and the fake's log against MPP's
+/// The fake decoder's reference pictures (its default `ZCPIPE_FAKE_MPP_REFS`).
+const REFS: usize = 3;
+/// External buffers for the decode tests: references + 2 frames held + 1, and some spare.
+const BUFFERS: usize = 8;
+
+/// Decodes `clip` in `CHUNK`-byte packets into `BUFFERS` memfd buffers, holding two frames
+/// at a time, and checks each picture against ffmpeg's decode and the fake's log against MPP's
 /// rules.
 fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
     let s = session();
@@ -178,7 +185,7 @@ fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
         let i = *f.info();
         if i.info_change {
             info_changes += 1;
-            pool = attach(&mut mpp, &f, 4);
+            pool = attach(&mut mpp, &f, BUFFERS);
             continue;
         }
         if i.eos && i.fd.is_none() {
@@ -186,12 +193,15 @@ fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
             break;
         }
         assert!(i.has_picture(), "{i:?}");
+        // As MPP: the last picture carries eos (with its buffer), an empty EOS frame follows.
+        assert_eq!(i.eos, pictures.len() == FRAMES - 1, "picture {} of {FRAMES}: {i:?}", pictures.len());
         assert_eq!((i.width, i.height, i.hor_stride, i.ver_stride, i.fmt), (320, 240, 320, 240, MPP_FMT_YUV420SP), "frame {}", pictures.len());
         let idx = i.buffer_index.expect("a committed buffer's index") as usize;
         assert!(idx < pool.len(), "{i:?}");
         // MPP reports the fd it was given at commit: the binding's duplicate of pool[idx].
         assert_eq!(i.fd, Some(mpp.external_fds()[idx].as_raw_fd()));
         assert!(held.iter().all(|h| h.info().buffer_index != Some(idx as i32)), "buffer {idx} reused while a frame holds it");
+        assert!(!pictures.iter().rev().take(REFS).any(|p| *p == idx), "buffer {idx} reused while a reference: {pictures:?}");
         let k = pictures.len();
         let want = &clip.reference[k * W * H * 3 / 2..][..W * H];
         let got = luma(&pool[idx], i.hor_stride as usize);
@@ -209,17 +219,18 @@ fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
     assert_eq!(info_changes, 1);
     assert_eq!(pictures.len(), FRAMES);
     assert!(feed.refusals > 0, "the fake's 4-slot input queue never refused a packet");
-    assert_eq!(mpp.unused_buffers(), Some(4));
+    // The EOS frame flushed the references: every buffer is unused again.
+    assert_eq!(mpp.unused_buffers(), Some(BUFFERS as i32));
     mpp.destroy().unwrap();
 
     let commits = s.calls("mpp_buffer_commit");
-    assert_eq!(commits.len(), 4, "{commits:?}");
+    assert_eq!(commits.len(), BUFFERS, "{commits:?}");
     let mut inodes: Vec<&str> = commits.iter().map(|l| field(l, "ino")).collect();
     inodes.sort();
     inodes.dedup();
-    assert_eq!(inodes.len(), 4, "a buffer committed twice: {commits:?}");
-    let indices: Vec<&str> = commits.iter().map(|l| field(l, "index")).collect();
-    assert_eq!(indices, ["0", "1", "2", "3"]);
+    assert_eq!(inodes.len(), BUFFERS, "a buffer committed twice: {commits:?}");
+    let indices: Vec<String> = commits.iter().map(|l| field(l, "index").to_string()).collect();
+    assert_eq!(indices, (0..BUFFERS).map(|i| i.to_string()).collect::<Vec<_>>());
     let refused = s.calls("decode_put_packet").iter().filter(|l| l.contains(" ret=-1012 ")).count();
     assert_eq!(refused, feed.refusals);
     let given = s.calls("decode_get_frame").iter().filter(|l| l.contains(" ret=0") && !l.contains("frame=null")).count();
@@ -284,15 +295,36 @@ fn mjpeg_is_refused_with_one_line_and_the_fake_refuses_plain_mjpeg_packets() {
     assert!(s.calls("violation").is_empty());
 }
 
-#[test]
-fn a_held_buffer_is_not_reused_and_leaks_are_logged() {
+/// An H.264 decoder with a feeder of the H.264 clip.
+fn h264(s: &Session) -> (&'static Clip, Mpp, Feeder<'static>) {
     let clip = clip("h264");
+    (clip, s.decoder(MPP_VIDEO_CODING_AVC), Feeder::new(&clip.stream))
+}
+
+/// Feeds packets and takes frames until a picture comes out, attaching `n` buffers (into
+/// `pool`) at the info change.
+fn next_picture(mpp: &mut Mpp, feed: &mut Feeder<'_>, pool: &mut Vec<DmaBuf>, n: usize) -> DecodedFrame {
+    for _ in 0..20_000 {
+        feed.feed(mpp);
+        let Some(f) = mpp.get_frame().unwrap() else { continue };
+        if f.info().info_change {
+            *pool = attach(mpp, &f, n);
+            continue;
+        }
+        return f;
+    }
+    panic!("no picture in 20 000 tries");
+}
+
+#[test]
+fn held_frames_and_references_stall_the_decoder_and_leaks_are_logged() {
     let s = session();
-    let mut mpp = s.decoder(MPP_VIDEO_CODING_AVC);
-    let mut feed = Feeder::new(&clip.stream);
+    let (clip, mut mpp, mut feed) = h264(&s);
     let mut pool = Vec::new();
     let mut held: Vec<DecodedFrame> = Vec::new();
-    // Two buffers, never released: after two pictures the fake must say it has no free buffer.
+    // Five buffers, every picture held: after five pictures the fake must say it has no free
+    // buffer (the last three are references as well).
+    let n = REFS + 2;
     let stalled = |s: &Session| s.calls("decode_get_frame").iter().any(|l| l.contains("reason=no-free-buffer"));
     for _ in 0..20_000 {
         if stalled(&s) {
@@ -301,61 +333,94 @@ fn a_held_buffer_is_not_reused_and_leaks_are_logged() {
         feed.feed(&mpp);
         let Some(f) = mpp.get_frame().unwrap() else { continue };
         if f.info().info_change {
-            pool = attach(&mut mpp, &f, 2);
+            pool = attach(&mut mpp, &f, n);
             continue;
         }
         assert!(f.info().has_picture(), "{:?}", f.info());
         held.push(f);
-        assert!(held.len() <= 2, "a third picture while both buffers are held");
+        assert!(held.len() <= n, "a picture while every buffer is held");
     }
     assert!(stalled(&s), "the fake never ran out of buffers");
-    assert_eq!(held.len(), 2);
+    assert_eq!(held.len(), n);
     assert_eq!(mpp.unused_buffers(), Some(0));
     assert!(mpp.get_frame().unwrap().is_none(), "a picture with every buffer held");
-    // Releasing one frame frees its buffer, and the next picture goes there.
+    let stall = s.calls("decode_get_frame").into_iter().find(|l| l.contains("reason=no-free-buffer")).unwrap();
+    assert_eq!((field(&stall, "references"), field(&stall, "held_by_frames")), ("3", "5"), "{stall}");
+    // Releasing the newest frame frees nothing: its buffer is still a reference.
+    held.pop().unwrap().release().unwrap();
+    assert_eq!(mpp.unused_buffers(), Some(0), "a reference's buffer counted as unused");
+    assert!(mpp.get_frame().unwrap().is_none(), "a picture into a reference's buffer");
+    // Releasing the oldest (no longer a reference) frees its buffer, and the next picture
+    // goes there.
     let first = held.remove(0);
     let freed = first.info().buffer_index;
     first.release().unwrap();
-    let next = loop {
-        if let Some(f) = mpp.get_frame().unwrap() {
-            break f;
-        }
-    };
+    assert_eq!(mpp.unused_buffers(), Some(1));
+    let next = next_picture(&mut mpp, &mut feed, &mut pool, n);
     assert_eq!(next.info().buffer_index, freed);
-    assert_eq!(luma(&pool[freed.unwrap() as usize], 320), clip.reference[2 * W * H * 3 / 2..][..W * H], "third picture");
+    assert_eq!(luma(&pool[freed.unwrap() as usize], 320), clip.reference[n * W * H * 3 / 2..][..W * H], "picture {n}");
     held.push(next);
-    // Destroying the decoder while two frames are held: the fake counts them, and putting
+    // Destroying the decoder while four frames are held: the fake counts them, and putting
     // the group (which the binding does right after mpp_destroy) is a violation.
     mpp.destroy().unwrap();
     let destroy = s.calls("mpp_destroy");
-    assert_eq!((field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")), ("2", "2"));
+    assert_eq!((field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")), ("4", "4"));
     let violations = s.calls("violation");
     assert!(violations.len() == 2 && violations.iter().any(|v| v.contains("what=group-clear-while-held")) && violations.iter().any(|v| v.contains("what=group-put-while-held")), "{violations:?}");
     drop(held);
-    assert_eq!(s.calls("mpp_frame_deinit").len(), 4, "info change, the first picture, then the two held at the end");
+    assert_eq!(s.calls("mpp_frame_deinit").len(), 7, "info change, the newest and the oldest picture, then the four held at the end");
+}
+
+/// The (device, inode) an fd of this process refers to, or `None` when it is closed.
+fn fd_inode(fd: i32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/self/fd/{fd}")).ok().map(|m| (m.dev(), m.ino()))
 }
 
 #[test]
-fn a_stream_the_decoder_cannot_read_ends_in_an_error_frame_not_a_hang() {
+fn a_frame_keeps_its_fd_open_after_the_decoder_is_dropped() {
+    let s = session();
+    let (clip, mut mpp, mut feed) = h264(&s);
+    let mut pool = Vec::new();
+    let picture = next_picture(&mut mpp, &mut feed, &mut pool, BUFFERS);
+    let (fd, idx) = (picture.info().fd.unwrap(), picture.info().buffer_index.unwrap() as usize);
+    let committed = fd_inode(pool[idx].fd().as_raw_fd()).unwrap();
+    assert_eq!(fd_inode(fd), Some(committed));
+    // The decoder goes first (mpp_destroy, group put): the frame's fd must still be the
+    // committed dma-buf, not a closed or recycled number.
+    drop(mpp);
+    assert_eq!(fd_inode(fd), Some(committed), "fd {fd} closed or reused while its frame lives");
+    assert_eq!(luma(&pool[idx], 320), clip.reference[..W * H], "first picture");
+    drop(picture);
+    // Now it is closed (or, if another thread reused the number, names another file).
+    assert_ne!(fd_inode(fd), Some(committed), "fd {fd} still open after the last frame");
+    let violations = s.calls("violation");
+    assert!(violations.len() == 2 && violations.iter().all(|v| v.contains("-while-held")), "the binding puts the group while the frame is held: {violations:?}");
+}
+
+/// Real MPP gives no frame at all for a stream it cannot parse (no EOS frame either), so a
+/// caller must bound its own wait; the fake does the same and logs ffmpeg's message.
+#[test]
+fn a_stream_the_decoder_cannot_read_gives_no_frame_and_get_frame_returns() {
     let s = session();
     let mpp = s.decoder(MPP_VIDEO_CODING_AVC);
     // Bytes with no start code: not H.264 at all.
     let junk: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1).collect();
     let mut feed = Feeder::new(&junk);
-    let mut last = None;
-    for _ in 0..20_000 {
+    let failed = |s: &Session| s.calls("decode_get_frame").iter().any(|l| l.contains("decoder-error="));
+    let mut tries = 0;
+    while !failed(&s) {
+        tries += 1;
+        assert!(tries <= 20_000, "the fake's decoder never gave up on junk");
         feed.feed(&mpp);
-        if let Some(f) = mpp.get_frame().unwrap() {
-            assert!(!f.info().has_picture(), "a picture from junk: {:?}", f.info());
-            if f.info().eos {
-                last = Some(*f.info());
-                break;
-            }
-        }
+        // Each call returns (after the 50 ms output timeout at most) with no frame.
+        let f = mpp.get_frame().unwrap();
+        assert!(f.is_none(), "a frame from junk: {:?}", f.map(|f| *f.info()));
     }
-    let last = last.expect("no EOS frame after junk input");
-    assert!(last.errinfo != 0 && last.fd.is_none(), "{last:?}");
+    for _ in 0..5 {
+        assert!(mpp.get_frame().unwrap().is_none(), "a frame after the decoder failed");
+    }
     mpp.destroy().unwrap();
-    assert!(s.calls("decode_get_frame").iter().any(|l| l.contains("decoder-error=")), "the fake says why");
+    assert_eq!(s.calls("decode_get_frame").iter().filter(|l| l.contains("decoder-error=")).count(), 1, "the fake says why, once");
     assert!(s.calls("violation").is_empty());
 }

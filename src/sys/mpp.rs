@@ -133,8 +133,8 @@ pub const MPP_SET_OUTPUT_TIMEOUT: MpiCmd = 0x0020_0007;
 /// `MPP_DEC_SET_FRAME_INFO`: `MPP_DEC_CMD_BASE` (0x310000) + 1.
 pub const MPP_DEC_SET_FRAME_INFO: MpiCmd = 0x0031_0001;
 /// `MPP_DEC_SET_EXT_BUF_GROUP`: `MPP_DEC_CMD_BASE` + 2. Parameter: the `MppBufferGroup`
-/// itself (not a pointer to it); only after `mpp_init` (before it MPP logs a warning and
-/// ignores the group: `mpp.cpp`).
+/// itself (not a pointer to it); only after `mpp_init` (before it there is no decoder yet and
+/// MPP returns `MPP_NOK`: `mpp.cpp`).
 pub const MPP_DEC_SET_EXT_BUF_GROUP: MpiCmd = 0x0031_0002;
 /// `MPP_DEC_SET_INFO_CHANGE_READY`: `MPP_DEC_CMD_BASE` + 3, no parameter: the decoder may
 /// go on after an info-change frame, into the buffer group now set.
@@ -488,7 +488,10 @@ pub struct FrameInfo {
     /// An info-change frame: no picture; the stream's size and strides are new. Set up the
     /// buffers and call [`Mpp::info_change_ready`].
     pub info_change: bool,
-    /// The last frame of the stream (it may carry no buffer).
+    /// The end of the stream. MPP sets it on the last picture, which still has its buffer
+    /// (use it: [`FrameInfo::has_picture`] does not look at `eos`), and then usually sends an
+    /// empty EOS frame without a buffer; stop after the first frame with `eos`, after using
+    /// its picture if it has one.
     pub eos: bool,
     /// Nonzero when the decoder met an error in this frame.
     pub errinfo: u32,
@@ -499,7 +502,8 @@ pub struct FrameInfo {
     /// Bytes a buffer must hold for this stream (`mpp_frame_get_buf_size`; on an info-change
     /// frame, the size to allocate each external buffer with).
     pub buf_size: usize,
-    /// The dma-buf fd MPP reports for the frame's buffer (the committed fd), if it has one.
+    /// The dma-buf fd MPP reports for the frame's buffer (the committed fd: the binding's
+    /// duplicate of the caller's, open while the [`DecodedFrame`] lives), if it has one.
     pub fd: Option<RawFd>,
     /// The buffer's index in the external group (the `index` given at commit, i.e. the
     /// position in [`Mpp::attach_external_buffers`]'s list), if it has a buffer.
@@ -515,12 +519,16 @@ impl FrameInfo {
 }
 
 /// One frame from `decode_get_frame`, held from MPP until dropped (or [`DecodedFrame::release`]d):
-/// while it lives its buffer is not reused by the decoder. Dropping it calls
-/// `mpp_frame_deinit`, which hands the buffer back.
+/// while it lives its buffer is not reused by the decoder, and the external group's fds stay
+/// open (it shares them with the [`Mpp`]), so [`FrameInfo::fd`] names the committed dma-buf
+/// even after the `Mpp` is dropped. Dropping it calls `mpp_frame_deinit`, which hands the
+/// buffer back, then lets go of the fds.
 pub struct DecodedFrame {
     frame: MppHandle,
     info: FrameInfo,
     lib: Arc<Libmpp>,
+    // Dropped after `Drop::drop` has deinited the frame.
+    _fds: Option<Arc<Vec<OwnedFd>>>,
 }
 
 // SAFETY: an MppFrame is a heap object MPP's accessors only read, and `mpp_frame_deinit`
@@ -568,15 +576,25 @@ impl Drop for DecodedFrame {
 
 /// An external buffer group (`MPP_BUFFER_EXTERNAL`, `MPP_BUFFER_TYPE_EXT_DMA`) with its own
 /// duplicates of the committed dma-buf fds: MPP keeps the fd numbers it was given (no dup
-/// for EXT_DMA), so they stay open here until the group is put.
+/// for EXT_DMA), so they stay open until the group is put and every [`DecodedFrame`] with a
+/// buffer (each holds the `Arc`) is dropped.
 struct ExtGroup {
     group: MppHandle,
-    fds: Vec<OwnedFd>,
+    fds: Arc<Vec<OwnedFd>>,
 }
 
 /// One MPP decoder context on a loaded library: `mpp_create` + `mpp_init`, packets in,
 /// frames out, an external buffer group of the caller's dma-bufs. Dropping it calls
-/// `mpp_destroy`, then puts the buffer group, then closes the group's fds.
+/// `mpp_destroy`, then puts the buffer group, then closes the group's fds (once no
+/// [`DecodedFrame`] holding a buffer is left: each keeps them open).
+///
+/// Buffer count: MPP keeps its reference pictures in the external group's buffers, decodes
+/// only while at least one buffer is unused (`mpp_buffer_group_unused` >= 1; >= 3 with
+/// deinterlace: `mpp_dec_normal.cpp`), and stops when more than 4 decoded frames wait untaken.
+/// So attach at least references (up to 16 for H.264/H.265 streams, typically 3-5) + the
+/// frames the consumer holds at once + 1 buffers, or the decoder stalls for good. Rockchip's
+/// `test/mpi_dec_test.c` commits 24, ffmpeg-rockchip's `rkmppdec.c` 20-30: commit 24 unless
+/// memory is short and the stream's reference count is known.
 pub struct Mpp {
     lib: Arc<Libmpp>,
     ctx: MppHandle,
@@ -729,7 +747,8 @@ impl Mpp {
                 buffer_index: buffer_index.filter(|i| *i >= 0),
             }
         };
-        Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib) }))
+        let fds = info.fd.and(self.group.as_ref()).map(|g| Arc::clone(&g.fds));
+        Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib), _fds: fds }))
     }
 
     /// `control(MPP_DEC_SET_INFO_CHANGE_READY)`: after an info-change frame, once the buffers
@@ -743,8 +762,12 @@ impl Mpp {
     /// `MPP_BUFFER_TYPE_EXT_DMA`), one `mpp_buffer_commit` per buffer with `index` = its
     /// position in `buffers`, then `control(MPP_DEC_SET_EXT_BUF_GROUP, group)`. Each fd is
     /// duplicated and the duplicate kept open until the group is put (on drop, after
-    /// `mpp_destroy`), so MPP's fds stay valid however the caller's own are handled. Call it
-    /// once, after `mpp_init`; a second call is refused.
+    /// `mpp_destroy`) and no [`DecodedFrame`] with a buffer is left, so MPP's fds stay valid
+    /// however the caller's own are handled. Call it once, after `mpp_init`; a second call is
+    /// refused.
+    ///
+    /// How many: at least the stream's reference pictures + the frames the consumer holds at
+    /// once + 1 (see [`Mpp`]); 24 as Rockchip's `mpi_dec_test` commits is the safe choice.
     pub fn attach_external_buffers(&mut self, buffers: &[BorrowedFd<'_>], size: usize) -> Result<()> {
         if self.group.is_some() {
             bail!("MPP external buffers are already attached: zcpipe commits its buffers once per decoder");
@@ -756,12 +779,13 @@ impl Mpp {
         // SAFETY: an out-pointer to a local and two static C strings.
         check("mpp_buffer_group_get(external, EXT_DMA)", unsafe { (self.lib.mpp_buffer_group_get)(&mut group, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, TAG.as_ptr(), TAG.as_ptr()) })?;
         // From here on the group is put on every path (`ExtGroup` in `self.group` on drop).
-        self.group = Some(ExtGroup { group, fds: Vec::with_capacity(buffers.len()) });
+        self.group = Some(ExtGroup { group, fds: Arc::new(Vec::with_capacity(buffers.len())) });
         let g = self.group.as_mut().expect("just set");
         for (i, fd) in buffers.iter().enumerate() {
             let own = fd.try_clone_to_owned().map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
             let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size, ptr: std::ptr::null_mut(), hnd: std::ptr::null_mut(), fd: own.as_raw_fd(), index: i as c_int };
-            g.fds.push(own);
+            // No frame exists before the group is set: the Arc is not shared yet.
+            Arc::get_mut(&mut g.fds).expect("not shared before the group is set").push(own);
             // SAFETY: the group just got; `info` lives for the call (MPP copies it); NULL
             // buffer out-pointer = commit; static C strings.
             check(&format!("mpp_buffer_commit (buffer {i})"), unsafe { (self.lib.mpp_buffer_import_with_tag)(g.group, &mut info, std::ptr::null_mut(), TAG.as_ptr(), TAG.as_ptr()) })?;
@@ -775,8 +799,9 @@ impl Mpp {
         self.group.as_ref().map(|g| g.fds.iter().map(|f| f.as_fd()).collect()).unwrap_or_default()
     }
 
-    /// `mpp_buffer_group_unused`: external buffers no frame holds now, or `None` before
-    /// [`Mpp::attach_external_buffers`].
+    /// `mpp_buffer_group_unused`: external buffers neither a frame nor the decoder holds now
+    /// (the decoder's reference pictures are not counted: they are in use), or `None` before
+    /// [`Mpp::attach_external_buffers`]. MPP decodes only while this is at least 1.
     pub fn unused_buffers(&self) -> Option<i32> {
         // SAFETY: the live group.
         self.group.as_ref().map(|g| unsafe { (self.lib.mpp_buffer_group_unused)(g.group) })
@@ -791,7 +816,8 @@ impl Mpp {
     }
 
     /// `mpp_destroy`, then `mpp_buffer_group_clear` + `mpp_buffer_group_put` of the external
-    /// group, then closing its fds; the first error is returned (all steps run).
+    /// group, then closing its fds (unless frames still hold them); the first error is
+    /// returned (all steps run).
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }

@@ -16,8 +16,15 @@
 //!   produces pictures only after `MPP_DEC_SET_EXT_BUF_GROUP` (an external group) and
 //!   `MPP_DEC_SET_INFO_CHANGE_READY`, each into one of the group's committed buffers. The
 //!   fake has no internal buffers: without a group it produces no picture.
-//! - A buffer is not reused while a frame using it has not been released (`mpp_frame_deinit`);
-//!   with no free buffer `decode_get_frame` returns no frame (and logs `reason=no-free-buffer`).
+//! - A buffer is not reused while a frame using it has not been released (`mpp_frame_deinit`)
+//!   nor while the decoder keeps it as a reference picture: the last 3 decoded pictures'
+//!   buffers (`$ZCPIPE_FAKE_MPP_REFS` to change) stay the decoder's, as MPP's DPB keeps
+//!   references in the external group's buffers. A buffer is free only when no frame holds it
+//!   and it is not a reference; with no free buffer `decode_get_frame` returns no frame (and
+//!   logs `reason=no-free-buffer` with the counts), as MPP decodes only when
+//!   `mpp_buffer_group_unused` >= 1. `mpp_buffer_group_unused` excludes references. The
+//!   references are let go at the EOS frame (MPP flushes its DPB), on `reset` and on
+//!   `mpp_destroy`.
 //! - Before writing a buffer the fake checks with fstat that its fd still refers to the
 //!   committed inode (EXT_DMA buffers are not dup'ed by MPP: the user must keep them open);
 //!   when not, it logs `violation what=buffer-fd-not-committed-inode` and skips the buffer.
@@ -29,6 +36,9 @@
 //!   `reason=mjpeg-needs-task-api`): real MPP needs each MJPEG packet in an `MppBuffer` with
 //!   an output frame attached (`KEY_OUTPUT_FRAME`), which plain packets never have.
 //!
+//! - End of stream as MPP: the last picture has `eos` 1 and its buffer, then an empty EOS
+//!   frame (no buffer) follows.
+//!
 //! Pixels are real: `mpp_init` spawns `ffmpeg -f h264|hevc -i pipe:0 -f yuv4mpegpipe
 //! -pix_fmt yuv420p pipe:1`; a thread writes the packets to its stdin, another reads the
 //! YUV4MPEG stream (whose header gives the picture size: no ffprobe and no environment
@@ -36,8 +46,9 @@
 //! between `DMA_BUF_IOCTL_SYNC` START and END; memfds answer ENOTTY, which is tolerated) as
 //! NV12 at `hor_stride` x `ver_stride`. A frame's pts is its output index (packets are
 //! arbitrary chunks, so the fake cannot pair them with frames). When ffmpeg fails (a stream
-//! it cannot read), the next `decode_get_frame` returns an EOS frame with `errinfo` 1 and logs
-//! ffmpeg's message (`decoder-error=`). `$ZCPIPE_FAKE_MPP_FFMPEG` names another ffmpeg.
+//! it cannot read), `decode_get_frame` returns no frame from then on, as real MPP gives none
+//! (not even an EOS frame) for junk: a caller must bound its wait itself. The fake logs
+//! ffmpeg's message once (`decoder-error=`). `$ZCPIPE_FAKE_MPP_FFMPEG` names another ffmpeg.
 //!
 //! Every call appends one line (`pid=N name key=value ... tid=T`) to the file named by
 //! `$ZCPIPE_FAKE_MPP_LOG`, written with one write(2) on an O_APPEND file.
@@ -212,6 +223,8 @@ struct Buffer {
     inode: (u64, u64),
     /// Frames holding this buffer (not yet `mpp_frame_deinit`ed).
     holders: AtomicU32,
+    /// 1 while a decoder keeps this buffer as a reference picture.
+    refs: AtomicU32,
     /// Set when the fd no longer refers to the committed inode: never written again.
     dead: AtomicU32,
 }
@@ -235,8 +248,15 @@ fn buffer(handle: Opaque) -> Option<Arc<Buffer>> {
     lock(&BUFFERS).get(&(handle as usize)).cloned()
 }
 
+impl Buffer {
+    /// Neither a frame nor a decoder reference holds it.
+    fn unused(&self) -> bool {
+        self.holders.load(Ordering::SeqCst) == 0 && self.refs.load(Ordering::SeqCst) == 0
+    }
+}
+
 fn held(g: &Group) -> usize {
-    lock(&g.buffers).iter().filter(|b| b.holders.load(Ordering::SeqCst) > 0).count()
+    lock(&g.buffers).iter().filter(|b| !b.unused()).count()
 }
 
 /// `MPP_RET mpp_buffer_group_get(MppBufferGroup *group, MppBufferType type, MppBufferMode
@@ -304,7 +324,7 @@ pub unsafe extern "C" fn mpp_buffer_import_with_tag(grp: Opaque, info: *mut MppB
     if bufs.iter().any(|b| b.inode == ino) {
         violation("committed-twice", format!("group={} fd={} ino={}", g.id, info.fd, ino.1));
     }
-    let b = Arc::new(Buffer { group: g.id, index: info.index, fd: info.fd, size: info.size, inode: ino, holders: AtomicU32::new(0), dead: AtomicU32::new(0) });
+    let b = Arc::new(Buffer { group: g.id, index: info.index, fd: info.fd, size: info.size, inode: ino, holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0) });
     lock(&BUFFERS).insert(Arc::as_ptr(&b) as usize, Arc::clone(&b));
     bufs.push(b);
     log(format!("mpp_buffer_commit group={} index={} fd={} size={} ino={} ret=0 {who}", g.id, info.index, info.fd, info.size, ino.1));
@@ -348,7 +368,8 @@ pub unsafe extern "C" fn mpp_buffer_get_size_with_caller(buf: Opaque, caller: *c
     size
 }
 
-/// `RK_S32 mpp_buffer_group_unused(MppBufferGroup group)`: buffers no frame holds.
+/// `RK_S32 mpp_buffer_group_unused(MppBufferGroup group)`: buffers neither a frame nor a
+/// decoder reference holds.
 ///
 /// # Safety
 /// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
@@ -359,13 +380,13 @@ pub unsafe extern "C" fn mpp_buffer_group_unused(grp: Opaque) -> i32 {
         log("mpp_buffer_group_unused ret=-1 reason=unknown-group".into());
         return MPP_NOK;
     };
-    let n = lock(&g.buffers).iter().filter(|b| b.holders.load(Ordering::SeqCst) == 0).count() as i32;
+    let n = lock(&g.buffers).iter().filter(|b| b.unused()).count() as i32;
     log(format!("mpp_buffer_group_unused group={} unused={n}", g.id));
     n
 }
 
-/// `MPP_RET mpp_buffer_group_clear(MppBufferGroup group)`: forgets the committed buffers no
-/// frame holds.
+/// `MPP_RET mpp_buffer_group_clear(MppBufferGroup group)`: forgets the committed buffers
+/// nothing holds.
 ///
 /// # Safety
 /// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
@@ -383,7 +404,7 @@ pub unsafe extern "C" fn mpp_buffer_group_clear(grp: Opaque) -> MppRet {
     // The buffers frames still hold stay (as MPP frees them only when released).
     let mut bufs = lock(&g.buffers);
     let before = bufs.len();
-    bufs.retain(|b| b.holders.load(Ordering::SeqCst) > 0);
+    bufs.retain(|b| !b.unused());
     log(format!("mpp_buffer_group_clear group={} cleared={} held={h} ret=0", g.id, before - bufs.len()));
     MPP_OK
 }
@@ -629,6 +650,9 @@ struct State {
     eos_sent: bool,
     frames_out: u64,
     next_buffer: usize,
+    /// The decoder's reference pictures' buffers, oldest first, at most `max_refs`.
+    refs: VecDeque<Arc<Buffer>>,
+    max_refs: usize,
     destroyed: bool,
 }
 
@@ -662,14 +686,15 @@ pub unsafe extern "C" fn mpp_create(out: *mut Opaque, mpi: *mut *const MppApi) -
         return MPP_ERR_NULL_PTR;
     }
     let slots = std::env::var("ZCPIPE_FAKE_MPP_INPUT_SLOTS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(4);
+    let max_refs = std::env::var("ZCPIPE_FAKE_MPP_REFS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let c = Arc::new(Ctx {
         id: NEXT_ID.fetch_add(1, Ordering::SeqCst),
-        shared: Arc::new(Shared { st: Mutex::new(State { input_slots: slots, ..State::default() }), cv: Condvar::new() }),
+        shared: Arc::new(Shared { st: Mutex::new(State { input_slots: slots, max_refs, ..State::default() }), cv: Condvar::new() }),
         child: Mutex::new(None),
         threads: Mutex::new(Vec::new()),
     });
     let h = Arc::as_ptr(&c) as Opaque;
-    log(format!("mpp_create ctx={} input_slots={slots} ret=0", c.id));
+    log(format!("mpp_create ctx={} input_slots={slots} refs={max_refs} ret=0", c.id));
     lock(&CTXS).insert(h as usize, c);
     // SAFETY: non-null out-pointers.
     unsafe {
@@ -856,6 +881,13 @@ fn write_nv12(b: &Buffer, pic: &[u8], w: u32, h: u32, hor: u32, ver: u32) -> Res
     Ok(())
 }
 
+/// Lets go of the decoder's reference pictures (a DPB flush).
+fn drop_refs(st: &mut State) {
+    for b in st.refs.drain(..) {
+        b.refs.store(0, Ordering::SeqCst);
+    }
+}
+
 enum Step {
     Frame(Frame),
     Wait,
@@ -887,6 +919,12 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
         return Step::Frame(f);
     }
     if st.info_change_sent && st.ready && !st.raw.is_empty() {
+        // After the EOS packet, whether this is the last picture is known only once the reader
+        // has either another picture or ffmpeg's end of output.
+        if st.eos_put && !st.reader_done && st.raw.len() == 1 {
+            return Step::Wait;
+        }
+        let last = st.eos_put && st.reader_done && st.raw.len() == 1;
         let Some(g) = st.group.clone() else { return Step::Wait };
         let bufs = lock(&g.buffers).clone();
         let (w, h) = st.size.expect("info change sent");
@@ -895,7 +933,7 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
         for k in 0..n {
             let i = (st.next_buffer + k) % n;
             let b = &bufs[i];
-            if b.holders.load(Ordering::SeqCst) > 0 || b.dead.load(Ordering::SeqCst) > 0 {
+            if !b.unused() || b.dead.load(Ordering::SeqCst) > 0 {
                 continue;
             }
             if let Err(now) = still_committed(b) {
@@ -912,23 +950,36 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
             st.raw.pop_front();
             c.shared.cv.notify_all();
             b.holders.fetch_add(1, Ordering::SeqCst);
+            // The new picture becomes a reference; the oldest beyond `max_refs` is let go.
+            b.refs.store(1, Ordering::SeqCst);
+            st.refs.push_back(Arc::clone(b));
+            while st.refs.len() > st.max_refs {
+                let old = st.refs.pop_front().expect("not empty");
+                old.refs.store(0, Ordering::SeqCst);
+            }
             st.next_buffer = i + 1;
             st.frames_out += 1;
             let mut f = new_frame(st, st.frames_out);
             f.buffer = Some(Arc::clone(b));
+            // As MPP: the last picture carries eos=1 (and its buffer); an empty EOS frame follows.
+            f.eos = u32::from(last);
             return Step::Frame(f);
         }
-        log(format!("decode_get_frame ctx={} frame=null reason=no-free-buffer buffers={n} pending={}", c.id, st.raw.len()));
+        let held_by_frames = bufs.iter().filter(|b| b.holders.load(Ordering::SeqCst) > 0).count();
+        log(format!("decode_get_frame ctx={} frame=null reason=no-free-buffer buffers={n} references={} held_by_frames={held_by_frames} pending={}", c.id, st.refs.len(), st.raw.len()));
         return Step::Wait;
     }
     if st.reader_done && st.raw.is_empty() && !st.eos_sent && (st.eos_put || st.decoder_error.is_some()) {
         st.eos_sent = true;
+        drop_refs(st);
+        if let Some(e) = &st.decoder_error {
+            // Real MPP gives no frame at all for a stream its parser cannot read (not even an
+            // EOS frame): nor does the fake. It says why, once.
+            log(format!("decode_get_frame ctx={} frame=null decoder-error={e}", c.id));
+            return Step::Wait;
+        }
         let mut f = new_frame(st, st.frames_out + 1);
         f.eos = 1;
-        if let Some(e) = &st.decoder_error {
-            f.errinfo = 1;
-            log(format!("decode_get_frame ctx={} decoder-error={e}", c.id));
-        }
         return Step::Frame(f);
     }
     Step::Wait
@@ -1109,8 +1160,9 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
         }
         MPP_DEC_SET_EXT_BUF_GROUP => {
             if !st.inited {
+                // Real MPP (mpp.cpp): before mpp_init the decoder does not exist; MPP_NOK.
                 violation("ext-buf-group-before-init", format!("ctx={}", c.id));
-                (MPP_OK, "ignored=1".into())
+                (MPP_NOK, "reason=before-init".into())
             } else if param.is_null() {
                 st.group = None;
                 (MPP_OK, "group=internal".into())
@@ -1144,14 +1196,15 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
     ret
 }
 
-/// `MppApi::reset`: drops the queued packets and the pictures not yet returned (the ffmpeg
-/// child goes on: the fake does not restart its decoder).
+/// `MppApi::reset`: drops the queued packets, the pictures not yet returned and the
+/// references (the ffmpeg child goes on: the fake does not restart its decoder).
 unsafe extern "C" fn mpi_reset(h: Opaque) -> MppRet {
     let Some(c) = ctx(h) else { return MPP_ERR_NULL_PTR };
     let mut st = lock(&c.shared.st);
     let (p, r) = (st.input.len(), st.raw.len());
     st.input.clear();
     st.raw.clear();
+    drop_refs(&mut st);
     c.shared.cv.notify_all();
     log(format!("reset ctx={} dropped_packets={p} dropped_pictures={r} ret=0", c.id));
     MPP_OK
@@ -1179,6 +1232,7 @@ pub unsafe extern "C" fn mpp_destroy(h: Opaque) -> MppRet {
         let mut st = lock(&c.shared.st);
         st.destroyed = true;
         st.writer = None;
+        drop_refs(&mut st);
         c.shared.cv.notify_all();
         (st.frames_out, st.group.take())
     };
@@ -1219,6 +1273,19 @@ mod tests {
         assert_eq!(API.size, 184);
     }
 
+    #[test]
+    fn ext_buf_group_before_init_is_refused_as_mpp_does() {
+        let (mut ctx, mut api, mut grp): (Opaque, *const MppApi, Opaque) = (std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut());
+        // SAFETY: out-pointers to locals; the handles come from the fake's own registries.
+        unsafe {
+            assert_eq!(mpp_create(&mut ctx, &mut api), MPP_OK);
+            assert_eq!(mpp_buffer_group_get(&mut grp, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, c"t".as_ptr(), c"t".as_ptr()), MPP_OK);
+            assert_eq!(((*api).control)(ctx, MPP_DEC_SET_EXT_BUF_GROUP, grp), MPP_NOK);
+            assert_eq!(mpp_destroy(ctx), MPP_OK);
+            assert_eq!(mpp_buffer_group_put(grp), MPP_OK);
+        }
+    }
+
     fn memfd(size: usize) -> c_int {
         // SAFETY: a plain memfd_create call with a static name.
         let fd = unsafe { libc::memfd_create(c"t".as_ptr(), 0) };
@@ -1229,7 +1296,7 @@ mod tests {
     }
 
     fn committed(fd: c_int, size: usize) -> Buffer {
-        Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), dead: AtomicU32::new(0) }
+        Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0) }
     }
 
     #[test]
