@@ -112,9 +112,10 @@ fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
         assert!(problems.iter().all(|p| !p["about"].as_str().unwrap().starts_with("/dev/dri")), "{problems:?}");
     }
 
-    // Vendor libraries: both are asked for; the SoC comes from the device tree or is absent.
+    // Vendor libraries: all three are asked for; the SoC comes from the device tree or is absent.
     let libs: Vec<String> = r["libraries"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
-    assert_eq!(libs, ["librga.so", "librknnrt.so"]);
+    assert_eq!(libs, ["librga.so", "librknnrt.so", "librockchip_mpp.so"]);
+    assert_eq!(r["mpp_service"]["present"].as_bool(), Some(Path::new("/dev/mpp_service").exists()), "{}", r["mpp_service"]);
     let compatible = Path::new("/proc/device-tree/compatible");
     if compatible.exists() {
         let want: Vec<String> = std::fs::read(compatible)
