@@ -51,6 +51,8 @@ fn expected(d: &FrameDesc, pool: &[Vec<u64>]) -> bool {
         Fourcc::NV16 => &[(w, h), (even_w, h)],
         Fourcc::YUYV => &[(even_w * 2, h)],
         Fourcc::RGB24 | Fourcc::BGR24 => &[(w * 3, h)],
+        // V4L2_PIX_FMT_XBGR32 (`XR24`, DRM_FORMAT_XRGB8888's bytes): 4 bytes a pixel, one plane.
+        Fourcc::XR24 => &[(w * 4, h)],
         _ => return false,
     };
     if l.num_planes as usize != planes.len() {

@@ -27,7 +27,7 @@ use drm::control::{atomic::AtomicModeReq, connector, crtc, dumbbuffer::DumbBuffe
 use drm::{ClientCapability, Device};
 
 use super::Rect;
-use crate::core::dmabuf::DmaBuf;
+use crate::core::dmabuf::{DmaBuf, MemoryKind};
 use crate::core::frame::{Fourcc, FrameLayout};
 
 /// An open DRM card node.
@@ -106,9 +106,12 @@ impl PlaneInfo {
     }
 }
 
-/// A dumb buffer (CPU-written, the driver's memory) with its framebuffer.
+/// A dumb buffer (CPU-written, the driver's memory) with its framebuffer, and its PRIME
+/// export: the CPU reaches its bytes only through that dma-buf's sync guard
+/// (`DMA_BUF_IOCTL_SYNC` START/END around each access, the mapping made once).
 pub struct Dumb {
     db: DumbBuffer,
+    buf: DmaBuf,
     /// Its framebuffer.
     pub fb: framebuffer::Handle,
     /// Width, height.
@@ -311,20 +314,30 @@ impl Output {
         )
     }
 
-    /// A dumb buffer of `size` in `format` (32 bits a pixel) with its framebuffer.
+    /// A dumb buffer of `size` in `format` (32 bits a pixel) with its framebuffer, exported
+    /// as a dma-buf for the CPU's guarded access (PRIME, `DRM_CLOEXEC | DRM_RDWR`, drm.h).
     pub fn dumb(&self, size: (u32, u32), format: DrmFourcc) -> Result<Dumb> {
         let db = self.card.create_dumb_buffer(size, format, 32).with_context(|| format!("display: a {}x{} dumb buffer (DRM_IOCTL_MODE_CREATE_DUMB)", size.0, size.1))?;
         use drm::buffer::Buffer;
         let (pitch, handle) = (db.pitch(), db.handle());
+        let fd = match self.card.buffer_to_prime_fd(handle, (libc::O_CLOEXEC | libc::O_RDWR) as u32) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = self.card.destroy_dumb_buffer(db);
+                bail!("display: exporting a dumb buffer for the CPU (DRM_IOCTL_PRIME_HANDLE_TO_FD): {}", crate::sys::errno_words(&e));
+            }
+        };
+        let buf = DmaBuf::new(fd, pitch as u64 * size.1 as u64, MemoryKind::DrmDumb(self.path.clone()));
         let p = Planar { size, format, handles: [Some(handle), None, None, None], pitches: [pitch, 0, 0, 0], offsets: [0; 4] };
         let fb = self.card.add_planar_framebuffer(&p, FbCmd2Flags::empty()).with_context(|| format!("display: a {format} framebuffer on a dumb buffer (DRM_IOCTL_MODE_ADDFB2)"))?;
-        Ok(Dumb { db, fb, size, pitch })
+        Ok(Dumb { db, buf, fb, size, pitch })
     }
 
-    /// Maps `d` for the CPU and hands its bytes to `f`.
+    /// Hands `d`'s bytes to `f` inside a write guard of its dma-buf (mapped once; SYNC
+    /// START|WRITE before, END after).
     pub fn with_mapped<T>(&self, d: &mut Dumb, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
-        let mut m = self.card.map_dumb_buffer(&mut d.db).context("display: mapping a dumb buffer (DRM_IOCTL_MODE_MAP_DUMB)")?;
-        Ok(f(&mut m))
+        let mut g = d.buf.write().context("display: the CPU's access to a dumb buffer")?;
+        Ok(f(&mut g))
     }
 
     /// Frees a dumb buffer and its framebuffer.
@@ -535,16 +548,16 @@ impl Output {
             Ok(1..) => {}
             _ => bail!("display: the writeback did not complete within 1 s (fence fd {})", fence.as_raw_fd()),
         }
-        let Some(wb) = self.writeback.as_mut() else { bail!("no writeback connector") };
+        let Some(wb) = self.writeback.as_ref() else { bail!("no writeback connector") };
         let (w, h, pitch) = (wb.target.size.0 as usize, wb.target.size.1 as usize, wb.target.pitch as usize);
-        let mut m = self.card.map_dumb_buffer(&mut wb.target.db).context("display: mapping the writeback buffer")?;
+        let m = wb.target.buf.read().context("display: reading the writeback buffer")?;
         let mut rgb = Vec::with_capacity(w * h * 3);
         for y in 0..h {
             for px in m[y * pitch..y * pitch + w * 4].chunks_exact(4) {
                 rgb.extend_from_slice(&[px[2], px[1], px[0]]);
             }
         }
-        let _ = &mut m;
+        drop(m);
         Ok(rgb)
     }
 

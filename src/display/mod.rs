@@ -6,7 +6,10 @@
 //! boxes on a second, ARGB8888 plane (drawn by `core::draw`, as the web view draws), redrawn only when the detections change;
 //! where no plane takes the camera's format or size, where the driver has no overlay plane
 //! or no atomic modesetting, and in copy mode, it composes each frame into a DRM dumb buffer
-//! with the CPU instead (`compose.rs`), reading the frame through the read guard.
+//! with the CPU instead (`compose.rs`), reading the frame through the read guard and
+//! writing the dumb buffer through the write guard of its PRIME export (every dumb buffer
+//! the CPU draws into is mapped once, as a dma-buf, and touched only between
+//! `DMA_BUF_IOCTL_SYNC` START and END).
 //!
 //! It never slows capture: its tap is drop-oldest and holds at most 2 buffers, it takes the
 //! newest frame, and the frames it could not show are counted (`skipped`: gaps in the
