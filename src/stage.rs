@@ -147,8 +147,8 @@ impl StageCtx<'_> {
     /// Ends a stage after its frame loop: logs how it ended after `what` (`"12 frames"`), runs
     /// `drain(state)` (which ends the output hop: [`crate::core::pool::PoolProducer::end`]
     /// or the like), counts open fds against `fds_setup`, sends the final report through
-    /// `report(state, extras)` (the drain's facts, then `open_fds_setup`, `open_fds_exit` and
-    /// `end_reason`), and returns the loop's error, else the drain's, else exit code 0.
+    /// `report(state, extras)` (the drain's facts, then `open_fds_setup`, `open_fds_exit`,
+    /// `end_reason` and `cpu_accesses`, [`crate::core::dmabuf::cpu_accesses`]), and returns the loop's error, else the drain's, else exit code 0.
     #[allow(clippy::too_many_arguments)]
     pub fn close<S>(
         &self,
@@ -165,7 +165,12 @@ impl StageCtx<'_> {
         let fds_exit = open_fd_count();
         log::log!(end.level, "{}open fds before exit: {fds_exit} (after set-up: {fds_setup})", d.said);
         let mut extras = d.extras;
-        extras.extend([("open_fds_setup", fds_setup.into()), ("open_fds_exit", fds_exit.into()), ("end_reason", end.reason.into())]);
+        extras.extend([
+            ("open_fds_setup", fds_setup.into()),
+            ("open_fds_exit", fds_exit.into()),
+            ("end_reason", end.reason.into()),
+            ("cpu_accesses", crate::core::dmabuf::cpu_accesses().into()),
+        ]);
         report(state, extras);
         ended?;
         d.result?;
@@ -382,7 +387,7 @@ mod tests {
         let got = got.into_inner();
         assert_eq!(code.unwrap(), 0);
         let keys: Vec<&str> = got.iter().map(|(k, _)| *k).collect();
-        assert_eq!(keys, ["clean", "open_fds_setup", "open_fds_exit", "end_reason"]);
+        assert_eq!(keys, ["clean", "open_fds_setup", "open_fds_exit", "end_reason", "cpu_accesses"]);
         assert_eq!(got[0].1, true);
         assert_eq!(got[3].1, "end of stream");
         let mut reported = false;

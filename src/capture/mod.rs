@@ -15,6 +15,7 @@
 //! never imports another stage or the command line.
 
 pub mod auto;
+pub mod decoder;
 pub mod ffmpeg;
 pub mod image;
 pub mod network;
@@ -26,6 +27,7 @@ pub mod video;
 
 use std::time::Duration;
 
+use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::FrameLayout;
 use crate::stage::Extras;
 
@@ -54,6 +56,9 @@ pub struct CaptureConfig {
     /// A network source that cannot be reached at start-up is waited for
     /// (`--wait-for-camera`) instead of failing the run.
     pub wait_for_camera: bool,
+    /// Who decodes a compressed source (`--decoder`; `None`: auto). Applies to `video:`
+    /// files, network streams and MJPEG cameras.
+    pub decoder: Option<decoder::DecoderChoice>,
 }
 
 /// What a source produces, known before the first frame (used to size the pool).
@@ -81,6 +86,15 @@ pub trait FrameSource: Send {
     /// (a [live](FrameSource::live) source: no frame now, try again). Errors name the source
     /// and the cause (unreadable file, decoder died).
     fn fill(&mut self, dst: &mut [u8]) -> anyhow::Result<Option<FrameLayout>>;
+    /// Writes the next frame into the pool buffer `dst` (a dma-buf of at least
+    /// `info().max_frame_bytes` bytes); returns as [`FrameSource::fill`]. Default: one CPU
+    /// access ([`DmaBuf::write`], between `DMA_BUF_IOCTL_SYNC` START and END) and
+    /// [`FrameSource::fill`] into it. A source whose hardware writes the buffer itself (a
+    /// decoder given the buffer's fd) overrides it and never maps the buffer.
+    fn fill_buffer(&mut self, dst: &mut DmaBuf) -> anyhow::Result<Option<FrameLayout>> {
+        let mut bytes = dst.write()?;
+        self.fill(&mut bytes)
+    }
     /// Whether the source is live: it sends frames at its own pace (the stage does not pace
     /// it; [`FrameSource::wait_frame`] waits for them) and never ends by itself. Default: no.
     fn live(&self) -> bool {

@@ -163,8 +163,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     // Sent before and not written since: no CPU access, so no dma-buf sync.
                     Some(l) if reuse => Some(l),
                     _ => {
-                        let mut buf = loan.buffers_mut()[0].write()?;
-                        let l = source.fill(&mut buf)?;
+                        let l = source.fill_buffer(&mut loan.buffers_mut()[0])?;
                         if let Some(slot) = filled.get_mut(i) {
                             *slot = l;
                         }

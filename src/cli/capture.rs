@@ -7,6 +7,7 @@ use clap::Args;
 use crate::capture::network::{is_rtsp, RtspTransport};
 use crate::capture::spec::{check_fps, check_v4l2_only_flags, fps_name, parse_fps, SourceSpec, FPS_MAX};
 use crate::capture::v4l2::{parse_format, parse_size, CaptureIo};
+use crate::capture::decoder::DecoderChoice;
 use crate::capture::CaptureConfig;
 use crate::core::config::Choice;
 
@@ -47,6 +48,9 @@ pub struct CaptureArgs {
     /// A network camera that cannot be reached at start-up is waited for (retried with back-off, 1 s doubling to 30 s) instead of failing the run.
     #[arg(long)]
     pub wait_for_camera: bool,
+    /// Who decodes a compressed source (a video: file, a network stream, an MJPEG camera): mpp (Rockchip's hardware decoder, into the pool's dma-bufs without a copy), cpu (ffmpeg, or a JPEG crate for MJPEG cameras), or auto (mpp when librockchip_mpp loads and /dev/mpp_service exists; the default).
+    #[arg(long, value_parser = choice::<DecoderChoice>())]
+    pub decoder: Option<DecoderChoice>,
 }
 
 /// `--frames`: a whole number of at least 1.
@@ -84,6 +88,9 @@ impl CaptureArgs {
             _ => {}
         }
         check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some(), self.capture_io.is_some())?;
+        if self.decoder.is_some_and(|d| d != DecoderChoice::Auto) && matches!(source, SourceSpec::Image(_) | SourceSpec::TestSrc { .. }) {
+            anyhow::bail!("--decoder applies to compressed sources (video:PATH, a network stream, an MJPEG camera); source {} is not one", source.redacted());
+        }
         if let Some(name) = &self.camera {
             crate::core::config::check_camera_name(name).map_err(|e| anyhow::anyhow!("--camera: {e:#}"))?;
         }
@@ -97,6 +104,7 @@ impl CaptureArgs {
             capture_io: self.capture_io,
             rtsp_transport: self.rtsp_transport,
             wait_for_camera: self.wait_for_camera,
+            decoder: self.decoder,
         })
     }
 
@@ -113,6 +121,7 @@ impl CaptureArgs {
         v.extend(self.camera.as_ref().map(|c| format!("--camera={c}")));
         v.extend(self.rtsp_transport.map(|t| format!("--rtsp-transport={}", t.name())));
         v.extend(self.wait_for_camera.then(|| "--wait-for-camera".to_string()));
+        v.extend(self.decoder.map(|d| format!("--decoder={}", d.name())));
         v
     }
 }

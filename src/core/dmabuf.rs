@@ -229,6 +229,18 @@ impl Direction for ReadWrite {
 
 static MEMFD_SYNC_NOTE: AtomicBool = AtomicBool::new(false);
 
+/// CPU accesses begun in this process ([`CpuAccess`] guards made, of any buffer and
+/// direction): a stage that never touches a frame's bytes (zero-copy) reports 0.
+static CPU_ACCESSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many CPU accesses ([`DmaBuf::read`], [`DmaBuf::write`], [`DmaBuf::read_write`]
+/// guards) this process has begun so far, each one mapping use bracketed by
+/// `DMA_BUF_IOCTL_SYNC` START/END (memfds: unsynced). Every stage's final report carries it
+/// as `cpu_accesses`.
+pub fn cpu_accesses() -> u64 {
+    CPU_ACCESSES.load(Ordering::Relaxed)
+}
+
 /// A bracketed CPU access to a buffer's bytes. Created by [`DmaBuf::read`],
 /// [`DmaBuf::write`] or [`DmaBuf::read_write`]; derefs to the buffer's bytes (`&mut` only
 /// for writing directions); ends the access on drop.
@@ -241,6 +253,7 @@ pub struct CpuAccess<'a, D: Direction> {
 impl<'a, D: Direction> CpuAccess<'a, D> {
     fn begin(buf: &'a DmaBuf) -> Result<Self> {
         let map = buf.mapping()?;
+        CPU_ACCESSES.fetch_add(1, Ordering::Relaxed);
         if buf.kind.needs_sync() {
             sys::dmabuf::sync(buf.fd(), sys::dmabuf::DMA_BUF_SYNC_START | D::FLAGS)
                 .with_context(|| format!("DMA_BUF_IOCTL_SYNC START ({}) on a {} buffer", D::NAME, buf.kind))?;

@@ -1,0 +1,111 @@
+//! `--decoder auto|mpp|cpu`: who decodes a compressed source (an H.264/H.265 file or network
+//! stream, an MJPEG camera or file).
+//!
+//! - `mpp`: Rockchip's hardware decoder through librockchip_mpp ([`crate::sys::mpp`]),
+//!   loaded at run time. Its frames land in the capture pool's own dma-bufs (an external
+//!   buffer group) and go downstream without a CPU copy.
+//! - `cpu`: ffmpeg decodes on the CPU into packed NV12 on a pipe (a JPEG crate for MJPEG
+//!   camera frames), copied into the pool.
+//! - `auto` (the default): `mpp` when librockchip_mpp loads and `/dev/mpp_service` (the BSP
+//!   kernel's `rk_vcodec` node) exists, else `cpu`. An explicit `mpp` does not look at the
+//!   node: the library itself reports a missing or closed service.
+//!
+//! Contract for `auto`'s node check: Rockchip BSP kernels (`drivers/video/rockchip/mpp`)
+//! create `/dev/mpp_service`; mainline kernels have no such node (they decode through V4L2
+//! stateless drivers, which MPP does not use).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::core::config::Choice;
+use crate::sys::board;
+use crate::sys::mpp::Libmpp;
+
+/// `--decoder`: who decodes a compressed source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecoderChoice {
+    /// MPP when its library loads and `/dev/mpp_service` exists, else the CPU.
+    #[default]
+    Auto,
+    /// Rockchip MPP (hardware); fails in one line if librockchip_mpp does not load.
+    Mpp,
+    /// ffmpeg (or a JPEG crate) on the CPU.
+    Cpu,
+}
+
+impl Choice for DecoderChoice {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (DecoderChoice::Auto, "auto", "MPP when librockchip_mpp loads and /dev/mpp_service exists, else the CPU"),
+        (DecoderChoice::Mpp, "mpp", "Rockchip MPP: the hardware decoder writes into the capture pool's dma-bufs, no CPU copy"),
+        (DecoderChoice::Cpu, "cpu", "ffmpeg (or a JPEG crate for MJPEG cameras) on the CPU, copied into the pool"),
+    ];
+}
+
+/// The MPP service node `auto` looks for.
+pub const MPP_SERVICE: &str = "/dev/mpp_service";
+
+/// The decoder settled on.
+#[derive(Clone, Debug)]
+pub enum Decoder {
+    /// MPP, on this loaded library.
+    Mpp(Arc<Libmpp>),
+    /// The CPU.
+    Cpu,
+}
+
+impl Decoder {
+    /// `mpp` or `cpu`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decoder::Mpp(_) => "mpp",
+            Decoder::Cpu => "cpu",
+        }
+    }
+}
+
+/// Resolves `choice` into a decoder and the reason (one line, for the plan and the log).
+/// `library` overrides the library search (`$ZCPIPE_LIBMPP`, then the sonames). Errors:
+/// `mpp` asked for and librockchip_mpp does not load (the message names the fix).
+pub fn resolve(choice: DecoderChoice, library: Option<&Path>) -> anyhow::Result<(Decoder, String)> {
+    match choice {
+        DecoderChoice::Cpu => Ok((Decoder::Cpu, "--decoder cpu".into())),
+        DecoderChoice::Mpp => {
+            let lib = Libmpp::open(library).map_err(|e| anyhow::anyhow!("--decoder mpp: {e:#}"))?;
+            let why = format!("--decoder mpp: {} loads", lib.path());
+            Ok((Decoder::Mpp(Arc::new(lib)), why))
+        }
+        DecoderChoice::Auto => {
+            let node = board::path(MPP_SERVICE);
+            if !node.exists() {
+                return Ok((Decoder::Cpu, format!("auto: no {MPP_SERVICE} (not a Rockchip BSP kernel): ffmpeg on the CPU")));
+            }
+            match Libmpp::open(library) {
+                Ok(lib) => {
+                    let why = format!("auto: {} loads and {MPP_SERVICE} exists", lib.path());
+                    Ok((Decoder::Mpp(Arc::new(lib)), why))
+                }
+                Err(e) => Ok((Decoder::Cpu, format!("auto: {MPP_SERVICE} exists but librockchip_mpp does not load ({e:#}): ffmpeg on the CPU"))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_parse_and_cpu_needs_nothing() {
+        assert_eq!(DecoderChoice::from_name("mpp"), Some(DecoderChoice::Mpp));
+        assert_eq!(DecoderChoice::default().name(), "auto");
+        let (d, why) = resolve(DecoderChoice::Cpu, None).unwrap();
+        assert_eq!((d.name(), why.as_str()), ("cpu", "--decoder cpu"));
+    }
+
+    #[test]
+    fn mpp_without_the_library_is_one_line_naming_the_fix() {
+        let e = resolve(DecoderChoice::Mpp, Some(Path::new("/nonexistent/librockchip_mpp.so"))).unwrap_err().to_string();
+        assert!(e.starts_with("--decoder mpp: cannot load librockchip_mpp") && e.contains("/nonexistent/librockchip_mpp.so"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}
