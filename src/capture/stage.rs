@@ -24,6 +24,8 @@ use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
 
+use super::decoder::{self, Decoder, DecoderChoice};
+use super::mpp::{MppCapture, MppInput, MppNext, MppOptions, MIN_BUFFERS};
 use super::network::{NetworkOptions, NetworkSource};
 use super::spec::{open_source, SourceSpec, FPS_MAX};
 use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
@@ -48,6 +50,21 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
         }
         return run_v4l2(&cfg, ctx, device);
+    }
+    if matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_)) {
+        let choice = cfg.decoder.unwrap_or_default();
+        let (decoder, why) = decoder::resolve(choice, None)?;
+        if let Decoder::Mpp(lib) = decoder {
+            match mpp_fallback(choice, &spec, cfg.wait_for_camera)? {
+                None => {
+                    log::info!("decoder: {why}");
+                    return run_mpp(&cfg, ctx, &spec, lib);
+                }
+                Some(reason) => log::info!("decoder: cpu ({reason})"),
+            }
+        } else if cfg.decoder.is_some() || why.starts_with("auto: ") && why.contains("exists") {
+            log::info!("decoder: {why}");
+        }
     }
     let mut source = match &spec {
         SourceSpec::Network(url) => {
@@ -379,6 +396,143 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         |(prod, cam), mut extras| {
             extras.extend(down.facts());
             report(prod, cam, span, true, extras)
+        },
+    )
+}
+
+/// Why `--decoder auto` leaves a source MPP could take to the CPU after all (`None`: MPP
+/// decodes it): a file whose codec is not H.264/H.265, or `--wait-for-camera` (MPP sizes the
+/// pool from the stream's first pictures, which a camera not there yet cannot give). With
+/// an explicit `--decoder mpp` the latter is an error naming the fix.
+fn mpp_fallback(choice: DecoderChoice, spec: &SourceSpec, wait_for_camera: bool) -> Result<Option<String>> {
+    if wait_for_camera {
+        if choice == DecoderChoice::Mpp {
+            anyhow::bail!("--wait-for-camera with --decoder mpp: MPP sizes the capture pool from the stream's first pictures, so the camera must answer at start-up; leave --wait-for-camera out (a stream that drops later is re-opened), or pass --decoder cpu");
+        }
+        return Ok(Some("--wait-for-camera: the pool cannot be sized from a camera not there yet".into()));
+    }
+    if let (DecoderChoice::Auto, SourceSpec::Video(path)) = (choice, spec) {
+        match super::mpp::file_codec(path).as_deref() {
+            Some("h264" | "hevc") | None => {}
+            Some(other) => return Ok(Some(format!("auto: {} is {other}, which MPP does not decode here", path.display()))),
+        }
+    }
+    Ok(None)
+}
+
+/// The capture stage on an H.264/H.265 file or network stream decoded by MPP
+/// ([`super::mpp`]): open and probe, size the pool from MPP's info change, commit it as
+/// MPP's external buffer group, offer it to scale, then publish each decoded picture in the
+/// buffer MPP wrote, paced for a file, as it comes for a live stream; at the end drain,
+/// release every frame to MPP and destroy the decoder.
+fn run_mpp(cfg: &CaptureConfig, ctx: StageCtx<'_>, spec: &SourceSpec, lib: std::sync::Arc<crate::sys::mpp::Libmpp>) -> Result<i32> {
+    let input = match spec {
+        SourceSpec::Video(p) => MppInput::File(p.clone()),
+        SourceSpec::Network(u) => MppInput::Network(u.clone()),
+        other => anyhow::bail!("--decoder mpp decodes video: files and network streams, not {}", other.redacted()),
+    };
+    if cfg.fps == Some(FPS_MAX) {
+        anyhow::bail!("--fps max with --decoder mpp: a decoded stream is paced at its own rate; pass a number or leave --fps out");
+    }
+    let opts = MppOptions { transport: cfg.rtsp_transport.unwrap_or_default(), size: cfg.size };
+    let mut cap = MppCapture::open(input, lib, &opts, cfg.fps, ctx.stop)?;
+    let live = cap.live();
+    if live && cfg.fps.is_some() {
+        log::info!("--fps with --decoder mpp on a live stream: every picture the camera sends is published (set the rate on the camera)");
+    }
+    let fps = cap.fps();
+    let alloc = open_heap(ctx.data.heap)?;
+    let n_bufs = cfg.buffers.clamp(MIN_BUFFERS, 64);
+    let pool = alloc.allocate_pool(n_bufs, cap.pool_bytes())?;
+    {
+        let fds: Vec<_> = pool.iter().map(|b| b.fd()).collect();
+        cap.attach(&fds)?;
+    }
+    let memory = format!("{} committed once as MPP's external buffer group", alloc.describe());
+    log::info!("{}; pool: {n_bufs} x {} bytes from {memory}", cap.describe(), pool[0].size());
+    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
+    let refusal = |stage: &str, accept: &[Fourcc]| {
+        let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
+        format!("MPP decodes to NV12 but {stage} accepts only {}", names.join(", "))
+    };
+    let conn = accept_scale(&mut listener, &ctx, Fourcc::NV12, refusal)?;
+    let mut prod = PoolProducer::offer(
+        conn,
+        pool.into_iter().map(|b| vec![b]).collect(),
+        HopSpec {
+            policy: ctx.data.ring_policy,
+            capacity: ring_capacity(ctx.data.ring_policy, n_bufs),
+            memory,
+            layout: None,
+            fps,
+            description: cap.describe(),
+            copy_mode: ctx.data.copy_mode,
+        },
+    )?;
+    prod.keep_serving();
+    let mut down = Downstream::new(listener);
+    let fds_setup = open_fd_count();
+    log::info!("serving scale (pid {}): passed the {n_bufs} dma-bufs MPP decodes into once; open fds after set-up: {fds_setup}", prod.consumer_pid().unwrap_or(0));
+    ctx.ready(Instant::now());
+
+    let start = Instant::now();
+    let period = Duration::from_secs_f64(1.0 / fps);
+    let mut due = start;
+    let mut span = FrameSpan::default();
+    let report = |prod: &PoolProducer, cap: &MppCapture, span: FrameSpan, final_report: bool, mut extra: Extras| {
+        let n = cap.stats().pictures;
+        extra.extend(cap.facts());
+        ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (n, n), span))
+    };
+    let ended = {
+        let mut state = (&mut prod, &mut cap, &mut span, &mut down);
+        ctx.run_loop(
+            &mut state,
+            |(prod, cap, span, down)| report(prod, cap, **span, false, down.facts()),
+            |(prod, cap, span, down)| {
+                if cfg.frames.is_some_and(|n| cap.stats().pictures >= n) {
+                    return Ok(Turn::End("frame limit"));
+                }
+                serve_pool(down, prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, refusal));
+                let now = Instant::now();
+                if !live && due > now {
+                    // A file: picture n is due at start + n * period (a late one resets it).
+                    prod.pace((due - now).min(IDLE_WAIT))?;
+                    return Ok(Turn::Next);
+                }
+                match cap.next_frame(prod, ctx.stop, IDLE_WAIT) {
+                    Ok(MppNext::Frame(_)) => {
+                        span.tick(start);
+                        due = if now.saturating_duration_since(due) > period { now + period } else { due + period };
+                    }
+                    Ok(MppNext::Idle) => {}
+                    Ok(MppNext::End) => return Ok(Turn::End("end of source")),
+                    Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
+                    Err(e) => return Err(e),
+                }
+                Ok(Turn::Next)
+            },
+        )
+    };
+    let s = cap.stats();
+    let frames = format!("{} pictures decoded by MPP ({} flagged and dropped, {} re-negotiated sizes)", s.pictures, s.error_frames, s.info_changes);
+    ctx.close(
+        &mut (&mut prod, &mut cap),
+        ended,
+        frames,
+        fds_setup,
+        |(prod, cap), end| {
+            // A dead scale stage frees what it held: the drain returns at once then. Every
+            // frame still held goes back to MPP after the drain, before the decoder goes.
+            let (mut d, _) = drain_pool(prod, end.clean, ", before releasing MPP's frames");
+            let released = cap.finish(prod).unwrap_or(0);
+            d.said.push_str(&format!("{released} frames released to MPP at the end; "));
+            d.extras.push(("frames_released_at_end", released.into()));
+            d
+        },
+        |(prod, cap), mut extras| {
+            extras.extend(down.facts());
+            report(prod, cap, span, true, extras)
         },
     )
 }
