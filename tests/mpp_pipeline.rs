@@ -257,3 +257,83 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
     assert!(calls(&r.mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{}", r.mpp);
     eprintln!("EVIDENCE mpp bad input: mpeg4 refused in one line; junk refused in one line; a stream with 4 KiB overwritten gave {pictures} pictures and ended 0");
 }
+
+/// An elementary H.264 stream of `frames` frames of the bundled clip at `size` (`W:H`).
+fn es(dir: &Path, name: &str, size: &str, frames: u32) -> PathBuf {
+    let out = dir.join(name);
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-y", "-ss", "7", "-i"])
+        .arg(root().join(CLIP))
+        .args(["-frames:v", &frames.to_string(), "-vf", &format!("scale={size}"), "-c:v", "libx264", "-g", "5", "-pix_fmt", "yuv420p", "-an", "-f", "h264"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success(), "ffmpeg could not make {name}");
+    out
+}
+
+/// A stream whose pictures change size mid-way (two H.264 streams one after the other):
+/// smaller pictures are re-negotiated (the info change acknowledged, frames go on at the new
+/// size in the same buffers); larger ones end the file with one warning naming `--size`,
+/// with which the whole stream decodes.
+#[test]
+fn a_size_change_mid_stream_is_renegotiated_or_named() {
+    let enc = Command::new("ffmpeg").args(["-hide_banner", "-encoders"]).output().unwrap();
+    if !String::from_utf8_lossy(&enc.stdout).contains("libx264") {
+        eprintln!("SKIP: this ffmpeg has no libx264");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (big, small) = (es(d, "big.h264", "640:360", 10), es(d, "small.h264", "320:180", 10));
+    let cat = |name: &str, parts: [&Path; 2]| {
+        let p = d.join(name);
+        std::fs::write(&p, [std::fs::read(parts[0]).unwrap(), std::fs::read(parts[1]).unwrap()].concat()).unwrap();
+        p
+    };
+    let shrinks = cat("shrinks.h264", [&big, &small]);
+    let grows = cat("grows.h264", [&small, &big]);
+    let go = |name: &str, file: &Path, extra: &[&str]| {
+        let dir = d.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = zcpipe_run(&dir)
+            .env("ZCPIPE_LIBMPP", fake_librockchip_mpp())
+            .env("ZCPIPE_FAKE_MPP_LOG", dir.join("mpp.log"))
+            .args(["--source", &format!("video:{}", file.display()), "--decoder", "mpp", "--scaler", "cpu", "--infer", "none", "--fps", "30", "--ring-policy", "block", "--json", "--stats-interval", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{name}: {err}");
+        assert_no_orphans(&dir);
+        let sizes: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["type"] == "frame")
+            .map(|v| (v["width"].as_u64().unwrap(), v["height"].as_u64().unwrap()))
+            .collect();
+        let summary: Value = serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+        let mpp = std::fs::read_to_string(dir.join("mpp.log")).unwrap();
+        assert!(calls(&mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{name}: {mpp}");
+        (err, sizes, summary["stages"]["capture"]["extra"].clone())
+    };
+    // Smaller: re-negotiated in the same buffers.
+    let (err, sizes, cap) = go("shrinks", &shrinks, &[]);
+    assert_eq!(sizes.iter().filter(|s| **s == (640, 360)).count(), 10, "{sizes:?}");
+    assert_eq!(sizes.iter().filter(|s| **s == (320, 180)).count(), 10, "{sizes:?}");
+    assert_eq!(cap["info_changes"], 1, "{cap}");
+    assert!(err.contains("the stream is now 320x180 (was 640x360): re-negotiated"), "{err}");
+    // Larger: the file ends there, one warning naming the fix.
+    let (err, sizes, cap) = go("grows", &grows, &[]);
+    assert_eq!(sizes, vec![(320, 180); 10], "{err}");
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("the stream changed from 320x180 to 640x360")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(warned[0].contains("pass --size 640x360"), "{}", warned[0]);
+    assert_eq!(cap["end_reason"], "the stream outgrew the pool", "{cap}");
+    // With --size for the larger pictures: the whole stream.
+    let (_, sizes, cap) = go("sized", &grows, &["--size", "640x360"]);
+    assert_eq!(sizes.len(), 20, "{sizes:?}");
+    assert_eq!((sizes[0], sizes[19]), ((320, 180), (640, 360)));
+    assert_eq!(cap["info_changes"], 1, "{cap}");
+    eprintln!("EVIDENCE mpp size change: 640x360 then 320x180 re-negotiated (20 frames, 1 info change); 320x180 then 640x360 ends after 10 frames with `{}`; with --size 640x360 all 20 frames", warned[0].trim());
+}

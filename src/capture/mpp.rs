@@ -121,8 +121,9 @@ pub enum MppNext {
     Frame(u64),
     /// Nothing yet.
     Idle,
-    /// The file ended (MPP's EOS).
-    End,
+    /// The file ended: MPP's EOS (`"end of source"`), or its pictures outgrew the pool
+    /// (logged once).
+    End(&'static str),
 }
 
 /// The network state of the demuxer.
@@ -165,7 +166,8 @@ pub struct MppCapture {
     gap: Option<(Instant, Option<Instant>)>,
     pending_gap: Option<u64>,
     last_picture: Option<Instant>,
-    ended: bool,
+    /// Why the file ended, once it has.
+    ended: Option<&'static str>,
     stats: MppStats,
 }
 
@@ -215,7 +217,7 @@ impl MppCapture {
             gap: None,
             pending_gap: None,
             last_picture: None,
-            ended: false,
+            ended: None,
             stats: MppStats::default(),
             input,
         };
@@ -320,8 +322,8 @@ impl MppCapture {
     /// the frames of the pictures they held), then puts stream bytes and takes frames for
     /// at most about `timeout`, publishing the first picture into `prod`.
     pub fn next_frame(&mut self, prod: &mut PoolProducer, stop: &AtomicBool, timeout: Duration) -> Result<MppNext> {
-        if self.ended {
-            return Ok(MppNext::End);
+        if let Some(why) = self.ended {
+            return Ok(MppNext::End(why));
         }
         self.give_back(prod)?;
         let deadline = Instant::now() + timeout;
@@ -366,7 +368,10 @@ impl MppCapture {
     fn take(&mut self, f: DecodedFrame, prod: &mut PoolProducer, stop: &AtomicBool) -> Result<Option<MppNext>> {
         let i = *f.info();
         if i.info_change {
-            self.renegotiate(&i)?;
+            if !self.renegotiate(&i)? {
+                self.ended = Some("the stream outgrew the pool");
+                return Ok(Some(MppNext::End("the stream outgrew the pool")));
+            }
             return Ok(None);
         }
         if !i.has_picture() {
@@ -378,8 +383,8 @@ impl MppCapture {
             }
             drop(f);
             if i.eos && !self.live() {
-                self.ended = true;
-                return Ok(Some(MppNext::End));
+                self.ended = Some("end of source");
+                return Ok(Some(MppNext::End("end of source")));
             }
             return Ok(None);
         }
@@ -406,21 +411,29 @@ impl MppCapture {
         self.stats.pictures += 1;
         self.picture_arrived();
         if i.eos && !self.live() {
-            self.ended = true;
+            self.ended = Some("end of source");
         }
         Ok(Some(MppNext::Frame(desc.seq)))
     }
 
-    /// A later info change: the new size is taken if its buffers fit the pool's.
-    fn renegotiate(&mut self, i: &FrameInfo) -> Result<()> {
+    /// A later info change: the new size is taken if its buffers fit the pool's (`true`).
+    /// A larger one: for a live stream an error (the stage exits, `zcpipe run` restarts it
+    /// and the new capture sizes its pool for the stream as it is now); for a file, one
+    /// warning and `false` (the file ends there: a restart would replay it from the start).
+    fn renegotiate(&mut self, i: &FrameInfo) -> Result<bool> {
         check_format(i, &self.shown)?;
         let need = i.buf_size.max(i.hor_stride as usize * i.ver_stride as usize * 3 / 2) as u64;
         let old = self.layout();
         if need > self.buf_bytes {
-            bail!(
-                "{}: the stream changed from {}x{} to {}x{}, whose pictures need {need} bytes, more than the pool's {}-byte buffers; restart capture with --size {}x{} (or larger) to hold it",
-                self.shown, old.width, old.height, i.width, i.height, self.buf_bytes, i.width, i.height
+            let what = format!(
+                "{}: the stream changed from {}x{} to {}x{}, whose pictures need {need} bytes, more than the pool's {}-byte buffers",
+                self.shown, old.width, old.height, i.width, i.height, self.buf_bytes
             );
+            if self.live() {
+                bail!("{what}; capture ends so that its restart sizes the pool for the new stream (pass --size {}x{} to size it up front)", i.width, i.height);
+            }
+            log::warn!("{what}; the file ends here: pass --size {}x{} (or larger) to decode it whole", i.width, i.height);
+            return Ok(false);
         }
         self.mpp.info_change_ready().map_err(|e| anyhow!("{}: {e:#}", self.shown))?;
         if (old.width, old.height) != (i.width, i.height) {
@@ -431,7 +444,7 @@ impl MppCapture {
             );
         }
         self.layout = Some(layout_of(i));
-        Ok(())
+        Ok(true)
     }
 
     /// Puts stream bytes into MPP: `true` if some were taken (or the end was put).

@@ -506,7 +506,7 @@ fn run_mpp(cfg: &CaptureConfig, ctx: StageCtx<'_>, spec: &SourceSpec, lib: std::
                         due = if now.saturating_duration_since(due) > period { now + period } else { due + period };
                     }
                     Ok(MppNext::Idle) => {}
-                    Ok(MppNext::End) => return Ok(Turn::End("end of source")),
+                    Ok(MppNext::End(why)) => return Ok(Turn::End(why)),
                     Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
                     Err(e) => return Err(e),
                 }

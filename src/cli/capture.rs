@@ -31,7 +31,7 @@ pub struct CaptureArgs {
     /// V4L2 pixel format: NV12, NV16, NV12M, YUYV, RGB24, BGR24 or XR24 (default: the first of those the camera offers; XR24 is what a display scans out without a copy).
     #[arg(long)]
     pub format: Option<String>,
-    /// V4L2 frame size, WxH (default: the camera's current size). For a network stream: the largest frame the pool holds (default: the stream's size at start-up); a larger stream is scaled down to it.
+    /// V4L2 frame size, WxH (default: the camera's current size). For a network stream: the largest frame the pool holds (default: the stream's size at start-up); a larger stream is scaled down to it (with --decoder mpp: re-opened at its new size). For a video: file with --decoder mpp: the largest picture the pool holds.
     #[arg(long)]
     pub size: Option<String>,
     /// V4L2 buffers: mmap (the driver's, exported with VIDIOC_EXPBUF) or dmabuf (from --heap, imported). Default mmap.
@@ -87,7 +87,9 @@ impl CaptureArgs {
             }
             _ => {}
         }
-        check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some(), self.capture_io.is_some())?;
+        // `--size` sizes the pool of a file decoded by MPP too (pictures that grow mid-stream).
+        let size_for_mpp = matches!(source, SourceSpec::Video(_)) && self.decoder == Some(DecoderChoice::Mpp);
+        check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some() && !size_for_mpp, self.capture_io.is_some())?;
         if self.decoder.is_some_and(|d| d != DecoderChoice::Auto) && matches!(source, SourceSpec::Image(_) | SourceSpec::TestSrc { .. }) {
             anyhow::bail!("--decoder applies to compressed sources (video:PATH, a network stream, an MJPEG camera); source {} is not one", source.redacted());
         }

@@ -11,7 +11,7 @@
 //!   full (an EOS packet is always taken, as MPP reserves a task for it); the queue is handed
 //!   to the decoder at each `decode_get_frame`, so a caller that only puts packets is refused
 //!   after 4 and must take frames out, then put the same packet again.
-//! - Before the first picture `decode_get_frame` returns an info-change frame (width, height,
+//! - Before the first picture, and before the first picture of another size, `decode_get_frame` returns an info-change frame (width, height,
 //!   `hor_stride` and `ver_stride` aligned to 16, NV12, `buf_size` = hor x ver x 3/2), and
 //!   produces pictures only after `MPP_DEC_SET_EXT_BUF_GROUP` (an external group) and
 //!   `MPP_DEC_SET_INFO_CHANGE_READY`, each into one of the group's committed buffers. The
@@ -39,10 +39,13 @@
 //! - End of stream as MPP: the last picture has `eos` 1 and its buffer, then an empty EOS
 //!   frame (no buffer) follows.
 //!
-//! Pixels are real: `mpp_init` spawns `ffmpeg -f h264|hevc -i pipe:0 -f yuv4mpegpipe
-//! -pix_fmt yuv420p pipe:1`; a thread writes the packets to its stdin, another reads the
-//! YUV4MPEG stream (whose header gives the picture size: no ffprobe and no environment
-//! variable needed), and each frame is written into the committed dma-buf (mmap of the fd,
+//! Pixels are real: `mpp_init` spawns `ffmpeg -f h264|hevc -i pipe:0 -autoscale 0 -vf
+//! showinfo -f rawvideo -pix_fmt yuv420p pipe:1`; a thread writes the packets to its stdin,
+//! another reads the I420 pictures, each of the size showinfo printed for it on stderr (no
+//! ffprobe and no environment variable needed; `-autoscale 0` keeps a picture at its own size
+//! when the stream's size changes mid-stream, and the fake then sends a new info-change frame
+//! and no picture until `MPP_DEC_SET_INFO_CHANGE_READY`, as MPP does), and each frame is
+//! written into the committed dma-buf (mmap of the fd,
 //! between `DMA_BUF_IOCTL_SYNC` START and END; memfds answer ENOTTY, which is tolerated) as
 //! NV12 at `hor_stride` x `ver_stride`. A frame's pts is its output index (packets are
 //! arbitrary chunks, so the fake cannot pair them with frames). When ffmpeg fails (a stream
@@ -639,12 +642,13 @@ struct State {
     input: VecDeque<Vec<u8>>,
     eos_put: bool,
     writer: Option<mpsc::Sender<Vec<u8>>>,
-    /// The picture size from the YUV4MPEG header.
+    /// The picture size of the stream now (the last info change's).
     size: Option<(u32, u32)>,
     info_change_sent: bool,
     group: Option<Arc<Group>>,
     ready: bool,
-    raw: VecDeque<Vec<u8>>,
+    /// Decoded I420 pictures with their size, oldest first.
+    raw: VecDeque<((u32, u32), Vec<u8>)>,
     reader_done: bool,
     decoder_error: Option<String>,
     eos_sent: bool,
@@ -736,7 +740,9 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
         return MPP_OK;
     }
     let spawned = Command::new(std::env::var("ZCPIPE_FAKE_MPP_FFMPEG").unwrap_or_else(|_| "ffmpeg".into()))
-        .args(["-hide_banner", "-loglevel", "error", "-f", demuxer, "-i", "pipe:0", "-f", "yuv4mpegpipe", "-pix_fmt", "yuv420p", "-flush_packets", "1", "pipe:1"])
+        // `-autoscale 0`: a picture keeps its own size when the stream's changes (ffmpeg would
+        // scale it to the first size); `showinfo` says each picture's size on stderr.
+        .args(["-hide_banner", "-nostats", "-loglevel", "info", "-f", demuxer, "-i", "pipe:0", "-autoscale", "0", "-vf", "showinfo", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-flush_packets", "1", "pipe:1"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -753,13 +759,25 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
     let mut threads = lock(&c.threads);
     threads.push(std::thread::spawn(move || write_packets(stdin, rx)));
     let shared = Arc::clone(&c.shared);
-    // ffmpeg's messages, read apart from its pictures so that neither pipe can fill and stall it.
+    // ffmpeg's messages, read apart from its pictures so that neither pipe can fill and stall
+    // it: each picture's size (showinfo's `s:WxH`) goes to the picture reader, in order; the
+    // other lines are kept for the error message.
+    let (sizes_tx, sizes) = mpsc::channel::<(u32, u32)>();
     let errors = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(stderr).read_to_string(&mut s);
-        s.trim().replace(['\n', ' '], "_")
+        let mut kept = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("Parsed_showinfo") {
+                let size = line.split_whitespace().find_map(|w| w.strip_prefix("s:")).and_then(|v| v.split_once('x')).and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)));
+                if let Some(size) = size {
+                    let _ = sizes_tx.send(size);
+                }
+            } else if !line.starts_with(' ') && !line.starts_with("Input #") && !line.starts_with("Output #") && !line.starts_with("Stream mapping") && !line.contains("@ 0x") {
+                kept.push(line);
+            }
+        }
+        kept.join(" ").trim().replace([' '], "_")
     });
-    threads.push(std::thread::spawn(move || read_frames(stdout, shared, errors)));
+    threads.push(std::thread::spawn(move || read_frames(stdout, sizes, shared, errors)));
     *lock(&c.child) = Some(child);
     st.inited = true;
     st.coding = coding;
@@ -777,23 +795,13 @@ fn write_packets(mut stdin: std::process::ChildStdin, rx: mpsc::Receiver<Vec<u8>
     }
 }
 
-/// The reader thread: the YUV4MPEG header (picture size), then one I420 picture at a time,
-/// at most [`RAW_AHEAD`] ahead of the caller.
-fn read_frames(stdout: std::process::ChildStdout, shared: Arc<Shared>, errors: JoinHandle<String>) {
+/// The reader thread: one I420 picture at a time from ffmpeg's raw output, its size from
+/// `sizes` (showinfo's line for it, sent by the stderr reader), at most [`RAW_AHEAD`] ahead
+/// of the caller.
+fn read_frames(stdout: std::process::ChildStdout, sizes: mpsc::Receiver<(u32, u32)>, shared: Arc<Shared>, errors: JoinHandle<String>) {
     let mut r = BufReader::new(stdout);
     let result = (|| -> Result<(), String> {
-        let mut header = String::new();
-        if r.read_line(&mut header).map_err(|e| e.to_string())? == 0 {
-            return Err("no-output".into());
-        }
-        let dim = |p: char| header.split_whitespace().find_map(|w| w.strip_prefix(p).and_then(|v| v.parse::<u32>().ok()));
-        let (Some(w), Some(h)) = (dim('W'), dim('H')) else { return Err(format!("bad-yuv4mpeg-header:{}", header.trim().replace(' ', "_"))) };
-        let frame_bytes = (w * h + 2 * w.div_ceil(2) * h.div_ceil(2)) as usize;
-        {
-            let mut st = lock(&shared.st);
-            st.size = Some((w, h));
-            shared.cv.notify_all();
-        }
+        let mut first = true;
         loop {
             {
                 let mut st = lock(&shared.st);
@@ -804,17 +812,17 @@ fn read_frames(stdout: std::process::ChildStdout, shared: Arc<Shared>, errors: J
                     return Ok(());
                 }
             }
-            let mut line = Vec::new();
-            if r.read_until(b'\n', &mut line).map_err(|e| e.to_string())? == 0 {
-                return Ok(());
-            }
-            if !line.starts_with(b"FRAME") {
-                return Err("bad-yuv4mpeg-frame-line".into());
-            }
+            // The size line comes before the picture's bytes (the filter runs before the
+            // encoder); no line: ffmpeg is done.
+            let Ok((w, h)) = sizes.recv() else {
+                return if first { Err("no-output".into()) } else { Ok(()) };
+            };
+            first = false;
+            let frame_bytes = (w * h + 2 * w.div_ceil(2) * h.div_ceil(2)) as usize;
             let mut pic = vec![0u8; frame_bytes];
             r.read_exact(&mut pic).map_err(|e| format!("short-picture:{e}"))?;
             let mut st = lock(&shared.st);
-            st.raw.push_back(pic);
+            st.raw.push_back(((w, h), pic));
             shared.cv.notify_all();
         }
     })();
@@ -912,6 +920,15 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
         notify: Arc::downgrade(&c.shared),
     }
     .sized(st.size);
+    // The next picture has another size (or is the first): an info change first, and no
+    // picture until the caller says it is ready again (MPP_DEC_SET_INFO_CHANGE_READY).
+    if let Some(&(size, _)) = st.raw.front() {
+        if st.size != Some(size) {
+            st.size = Some(size);
+            st.info_change_sent = false;
+            st.ready = false;
+        }
+    }
     if let (Some(_), false) = (st.size, st.info_change_sent) {
         st.info_change_sent = true;
         let mut f = new_frame(st, 0);
@@ -941,7 +958,7 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
                 violation("buffer-fd-not-committed-inode", format!("ctx={} group={} index={} fd={} committed_ino={} now={now}", c.id, b.group, b.index, b.fd, b.inode.1));
                 continue;
             }
-            let pic = st.raw.front().expect("not empty");
+            let (_, pic) = st.raw.front().expect("not empty");
             if let Err(e) = write_nv12(b, pic, w, h, hor, ver) {
                 b.dead.store(1, Ordering::SeqCst);
                 violation("buffer-unwritable", format!("ctx={} index={} fd={} {e}", c.id, b.index, b.fd));
