@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::capture::auto::SourceChoice;
+use crate::capture::decoder::{settle, Decoder, DecoderChoice};
 use crate::capture::spec::{SourceSpec, BUNDLED_CLIP};
 use crate::capture::v4l2::CaptureIo;
 use crate::core::config::Choice;
@@ -57,6 +58,8 @@ pub struct Resolved {
     pub heap: HeapChoice,
     /// The infer stage's backend, model and NPU cores.
     pub infer: InferChoice,
+    /// `--decoder` of a compressed source (`mpp` or `cpu`; `None`: not one).
+    pub decoder: Option<DecoderChoice>,
 }
 
 /// The plan of one run. Serialised in `zcpipe doctor --json` and the dry run's `--json`.
@@ -99,6 +102,10 @@ pub struct Inputs {
     pub publish: PathBuf,
     /// `--copy-mode`.
     pub copy_mode: bool,
+    /// `--decoder` (`None`: auto).
+    pub decoder: Option<DecoderChoice>,
+    /// `--wait-for-camera`.
+    pub wait_for_camera: bool,
 }
 
 /// Puts the stages' choices together and decides the heap and capture I/O. What cannot be
@@ -153,7 +160,15 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
             _ => spec.redacted(),
         },
     };
-    let source_why = [i.source.reason.as_str(), io_why.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("; ");
+    // Who decodes a compressed source: the capture stage's own rule (`capture::decoder::settle`).
+    let (decoder, decoder_why) = settle(i.decoder.unwrap_or_default(), &i.source.spec, i.wait_for_camera, None)?;
+    let compressed = matches!(i.source.spec, SourceSpec::Video(_) | SourceSpec::Network(_));
+    let source_what = match (&decoder, compressed) {
+        (Decoder::Mpp(_), _) => format!("{source_what} decoded by MPP into the pool"),
+        (Decoder::Cpu, true) => format!("{source_what} decoded by ffmpeg on the CPU"),
+        (Decoder::Cpu, false) => source_what,
+    };
+    let source_why = [i.source.reason.as_str(), io_why.as_str(), decoder_why.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("; ");
     let scaler_what = match &i.scaler.kind {
         ScalerKind::Rga => format!("rga ({})", i.scaler.rga_core.name()),
         k => k.to_string(),
@@ -173,7 +188,15 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         outputs: vec![Step { what: i.publish.display().to_string(), why: "the detections socket (JSON lines, any number of local clients)".into() }],
         heap: Step { what: heap_what, why: heap_why },
         copy_mode: i.copy_mode,
-        resolved: Resolved { source: i.source.spec, capture_io, scaler: i.scaler.kind, rga_core: i.scaler.rga_core, heap, infer: i.infer },
+        resolved: Resolved {
+            source: i.source.spec,
+            capture_io,
+            scaler: i.scaler.kind,
+            rga_core: i.scaler.rga_core,
+            heap,
+            infer: i.infer,
+            decoder: compressed.then(|| if decoder.name() == "mpp" { DecoderChoice::Mpp } else { DecoderChoice::Cpu }),
+        },
     })
 }
 

@@ -17,6 +17,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::spec::SourceSpec;
 use crate::core::config::Choice;
 use crate::sys::board;
 use crate::sys::mpp::Libmpp;
@@ -88,6 +89,34 @@ pub fn resolve(choice: DecoderChoice, library: Option<&Path>) -> anyhow::Result<
             }
         }
     }
+}
+
+/// The decoder a source gets: [`resolve`], then, for `auto`, back to the CPU where MPP
+/// cannot take the source after all. Sources that are not compressed streams (images, test
+/// patterns, cameras: their own paths) get [`Decoder::Cpu`] and an empty reason. Under
+/// `auto` the CPU decodes a `video:` file whose codec (by ffprobe) is not H.264/H.265, and
+/// a network camera started with `--wait-for-camera` (MPP sizes the pool from the stream's
+/// first pictures, which a camera not there yet cannot give). Errors: [`resolve`]'s, and
+/// `--decoder mpp` with `--wait-for-camera` (one line naming the fix).
+pub fn settle(choice: DecoderChoice, spec: &SourceSpec, wait_for_camera: bool, library: Option<&Path>) -> anyhow::Result<(Decoder, String)> {
+    if !matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_)) {
+        return Ok((Decoder::Cpu, String::new()));
+    }
+    if wait_for_camera && choice == DecoderChoice::Mpp {
+        anyhow::bail!("--wait-for-camera with --decoder mpp: MPP sizes the capture pool from the stream's first pictures, so the camera must answer at start-up; leave --wait-for-camera out (a stream that drops later is re-opened), or pass --decoder cpu");
+    }
+    let (decoder, why) = resolve(choice, library)?;
+    if let (Decoder::Mpp(_), DecoderChoice::Auto) = (&decoder, choice) {
+        if wait_for_camera {
+            return Ok((Decoder::Cpu, format!("{why}, but --wait-for-camera: the pool cannot be sized from a camera not there yet, so ffmpeg on the CPU")));
+        }
+        if let SourceSpec::Video(path) = spec {
+            if let Some(other) = super::mpp::file_codec(path).filter(|c| !matches!(c.as_str(), "h264" | "hevc")) {
+                return Ok((Decoder::Cpu, format!("{why}, but {} is {other}, which MPP does not decode here: ffmpeg on the CPU", path.display())));
+            }
+        }
+    }
+    Ok((decoder, why))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use crate::core::ring::RingPolicy;
 use crate::metrics::{open_fd_count, FrameSpan};
 use crate::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
 
-use super::decoder::{self, Decoder, DecoderChoice};
+use super::decoder::{self, Decoder};
 use super::mpp::{MppCapture, MppInput, MppNext, MppOptions, MIN_BUFFERS};
 use super::network::{NetworkOptions, NetworkSource};
 use super::spec::{open_source, SourceSpec, FPS_MAX};
@@ -51,20 +51,12 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
         return run_v4l2(&cfg, ctx, device);
     }
-    if matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_)) {
-        let choice = cfg.decoder.unwrap_or_default();
-        let (decoder, why) = decoder::resolve(choice, None)?;
-        if let Decoder::Mpp(lib) = decoder {
-            match mpp_fallback(choice, &spec, cfg.wait_for_camera)? {
-                None => {
-                    log::info!("decoder: {why}");
-                    return run_mpp(&cfg, ctx, &spec, lib);
-                }
-                Some(reason) => log::info!("decoder: cpu ({reason})"),
-            }
-        } else if cfg.decoder.is_some() || why.starts_with("auto: ") && why.contains("exists") {
-            log::info!("decoder: {why}");
-        }
+    let (decoder, why) = decoder::settle(cfg.decoder.unwrap_or_default(), &spec, cfg.wait_for_camera, None)?;
+    if !why.is_empty() {
+        log::info!("decoder: {why}");
+    }
+    if let Decoder::Mpp(lib) = decoder {
+        return run_mpp(&cfg, ctx, &spec, lib);
     }
     let mut source = match &spec {
         SourceSpec::Network(url) => {
@@ -398,26 +390,6 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
             report(prod, cam, span, true, extras)
         },
     )
-}
-
-/// Why `--decoder auto` leaves a source MPP could take to the CPU after all (`None`: MPP
-/// decodes it): a file whose codec is not H.264/H.265, or `--wait-for-camera` (MPP sizes the
-/// pool from the stream's first pictures, which a camera not there yet cannot give). With
-/// an explicit `--decoder mpp` the latter is an error naming the fix.
-fn mpp_fallback(choice: DecoderChoice, spec: &SourceSpec, wait_for_camera: bool) -> Result<Option<String>> {
-    if wait_for_camera {
-        if choice == DecoderChoice::Mpp {
-            anyhow::bail!("--wait-for-camera with --decoder mpp: MPP sizes the capture pool from the stream's first pictures, so the camera must answer at start-up; leave --wait-for-camera out (a stream that drops later is re-opened), or pass --decoder cpu");
-        }
-        return Ok(Some("--wait-for-camera: the pool cannot be sized from a camera not there yet".into()));
-    }
-    if let (DecoderChoice::Auto, SourceSpec::Video(path)) = (choice, spec) {
-        match super::mpp::file_codec(path).as_deref() {
-            Some("h264" | "hevc") | None => {}
-            Some(other) => return Ok(Some(format!("auto: {} is {other}, which MPP does not decode here", path.display()))),
-        }
-    }
-    Ok(None)
 }
 
 /// The capture stage on an H.264/H.265 file or network stream decoded by MPP

@@ -162,6 +162,8 @@ impl PipelineArgs {
             heap: self.common.heap,
             publish,
             copy_mode: self.common.copy_mode,
+            decoder: cap.decoder,
+            wait_for_camera: cap.wait_for_camera,
         })
     }
 
@@ -172,6 +174,10 @@ impl PipelineArgs {
         let mut p = self.clone();
         p.capture.source = r.source.to_string();
         p.capture.capture_io = r.capture_io;
+        if self.cameras.len() <= 1 {
+            // One camera: the decoder the plan settled on (several: each camera decides).
+            p.capture.decoder = r.decoder.or(p.capture.decoder);
+        }
         p.scale.scaler = r.scaler.clone();
         p.scale.rga_core = r.rga_core;
         p.common.heap = r.heap;
