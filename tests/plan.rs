@@ -266,3 +266,42 @@ fn dry_run_json_is_the_plan_as_one_object() {
     assert_eq!(v["scaler"]["what"], "rga (rga3-core0)", "{v}");
     assert_eq!(v["sources"][0]["what"], "bundled clip one-by-one-person-detection.mp4", "{v}");
 }
+
+/// `--decoder auto` picks MPP for a compressed source when librockchip_mpp loads (here the
+/// fake) and `/dev/mpp_service` exists, else ffmpeg on the CPU; the plan says which and why,
+/// and the capture stage is started with what it says.
+#[test]
+fn the_plan_names_the_decoder_of_a_compressed_source() {
+    let root = board("radxa,rock-5b rockchip,rk3588", &["system", "system-dma32"], IOMEM_8G);
+    let clip = common::root().join("tests/data/one-by-one-person-detection.mp4");
+    let src = format!("video:{}", clip.display());
+    let plan = |args: &[&str]| {
+        let out = common::zcpipe()
+            .args(["run", "--dry-run"])
+            .args(args)
+            .env("ZCPIPE_TEST_ROOT", root.path())
+            .env("ZCPIPE_LIBRGA", common::fake_librga())
+            .env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt())
+            .env("ZCPIPE_LIBMPP", common::fake_librockchip_mpp())
+            .env("XDG_RUNTIME_DIR", root.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let p = plan(&["--source", &src]);
+    assert!(line(&p).contains("one-by-one-person-detection.mp4 decoded by ffmpeg on the CPU -> "), "{p}");
+    assert!(why(&p, "source").contains("auto: no /dev/mpp_service"), "{p}");
+    std::fs::write(root.path().join("dev/mpp_service"), b"").unwrap();
+    let p = plan(&["--source", &src]);
+    assert!(line(&p).contains("one-by-one-person-detection.mp4 decoded by MPP into the pool -> "), "{p}");
+    assert!(why(&p, "source").contains("librockchip_mpp.so loads and /dev/mpp_service exists"), "{p}");
+    let p = plan(&["--source", &src, "--decoder", "cpu"]);
+    assert!(line(&p).contains("decoded by ffmpeg on the CPU"), "{p}");
+    let p = plan(&["--source", "rtsp://127.0.0.1:1/x", "--wait-for-camera"]);
+    assert!(line(&p).contains("rtsp://127.0.0.1:1/x decoded by ffmpeg on the CPU"), "{p}");
+    assert!(why(&p, "source").contains("--wait-for-camera: the pool cannot be sized from a camera not there yet"), "{p}");
+    let p = plan(&["--source", "testsrc"]);
+    assert!(!line(&p).contains("decoded by"), "a test pattern has no decoder: {p}");
+    eprintln!("EVIDENCE plan decoder: {}", line(&plan(&["--source", &src])));
+}
