@@ -59,7 +59,11 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             };
             Box::new(NetworkSource::open(url, &opts, ctx.stop)?)
         }
-        _ => open_source(&spec, cfg.fps)?,
+        // An MJPEG video: whole JPEGs decoded by MPP or zune-jpeg (capture::mjpeg).
+        _ => match super::mjpeg::open_if_mjpeg(&spec, cfg.fps, cfg.decoder)? {
+            Some(s) => s,
+            None => open_source(&spec, cfg.fps)?,
+        },
     };
     let info = source.info().clone();
     let live = source.live();
