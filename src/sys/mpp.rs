@@ -1008,8 +1008,8 @@ struct Imported {
 /// the outcome says which. Output buffer size: MPP refuses (errinfo) a buffer smaller than
 /// `hor_stride * ver_stride * 3/2` (NV12) or `* 2` (NV16); Rockchip's test allocates 4 x.
 ///
-/// Dropping it calls `mpp_destroy`, then puts every imported buffer and the input buffer,
-/// then the internal group.
+/// Dropping it puts every imported buffer and the input buffer (MPP holds none between
+/// JPEGs), then calls `mpp_destroy`, then puts the internal group.
 pub struct MppJpeg {
     lib: Arc<Libmpp>,
     syms: TaskSyms,
@@ -1286,17 +1286,19 @@ impl MppJpeg {
     }
 
     fn teardown(&mut self) -> Result<()> {
-        let mut first: Result<()> = Ok(());
-        if !self.ctx.is_null() {
-            // SAFETY: the live context, destroyed once (nulled below).
-            first = check("mpp_destroy", unsafe { (self.lib.mpp_destroy)(self.ctx) });
-            self.ctx = std::ptr::null_mut();
-        }
+        // The buffers first: between JPEGs MPP holds none of them (each packet and frame was
+        // deinited), so by mpp_destroy every buffer this decoder got is back.
         for (_, i) in std::mem::take(&mut self.imported) {
             self.put(i.buffer);
         }
         if let Some((b, _)) = self.input.take() {
             self.put(b);
+        }
+        let mut first: Result<()> = Ok(());
+        if !self.ctx.is_null() {
+            // SAFETY: the live context, destroyed once (nulled below).
+            first = check("mpp_destroy", unsafe { (self.lib.mpp_destroy)(self.ctx) });
+            self.ctx = std::ptr::null_mut();
         }
         if !self.group.is_null() {
             // SAFETY: the live internal group, put once (its buffers were put above).
@@ -1306,8 +1308,8 @@ impl MppJpeg {
         first
     }
 
-    /// `mpp_destroy`, then `mpp_buffer_put` of every imported buffer and of the input
-    /// buffer, then `mpp_buffer_group_put`; the first error is returned (all steps run).
+    /// `mpp_buffer_put` of every imported buffer and of the input buffer, then
+    /// `mpp_destroy`, then `mpp_buffer_group_put`; the first error is returned (all steps run).
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }
