@@ -43,11 +43,15 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
         ref s => s.clone(),
     };
-    if let SourceSpec::V4l2(device) = spec {
+    if let SourceSpec::V4l2(device) = &spec {
         if cfg.fps == Some(FPS_MAX) {
             anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
         }
-        return run_v4l2(&cfg, ctx, device);
+        // MJPG: the camera's compressed buffers stay private; its decoded frames fill an NV12
+        // pool through the host-source loop below (v4l2::mjpg).
+        if cfg.format != Some(Fourcc::MJPG) {
+            return run_v4l2(&cfg, ctx, device.clone());
+        }
     }
     let mut source = match &spec {
         SourceSpec::Network(url) => {
@@ -57,8 +61,9 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 size: cfg.size,
                 fps: cfg.fps,
             };
-            Box::new(NetworkSource::open(url, &opts, ctx.stop)?)
+            Box::new(NetworkSource::open(url, &opts, ctx.stop)?) as Box<dyn super::FrameSource>
         }
+        SourceSpec::V4l2(device) => Box::new(super::v4l2::mjpg::MjpgCamera::open(&cfg, device.clone())?),
         // An MJPEG video: whole JPEGs decoded by MPP or zune-jpeg (capture::mjpeg).
         _ => match super::mjpeg::open_if_mjpeg(&spec, cfg.fps, cfg.decoder)? {
             Some(s) => s,
