@@ -436,6 +436,66 @@ impl Libmpp {
         })
     }
 
+    /// `mpp_create`, checked: a context and MPP's `MppApi` table, whose size must be this
+    /// binding's (else the context is destroyed and the error names both sizes).
+    fn create(&self) -> Result<(MppHandle, *const MppApi)> {
+        let mut ctx: MppHandle = std::ptr::null_mut();
+        let mut api: *const MppApi = std::ptr::null();
+        // SAFETY: two out-pointers to locals; matches rk_mpi.h.
+        check("mpp_create", unsafe { (self.mpp_create)(&mut ctx, &mut api) })?;
+        if ctx.is_null() || api.is_null() {
+            bail!("MPP mpp_create returned no context: the library at {} is broken", self.path);
+        }
+        // SAFETY: `api` is MPP's static function table, valid while the library is loaded.
+        let size = unsafe { (*api).size } as usize;
+        if size != std::mem::size_of::<MppApi>() {
+            // SAFETY: the context just created, destroyed once; it is not returned.
+            unsafe { (self.mpp_destroy)(ctx) };
+            bail!(
+                "{}'s MppApi is {size} bytes, zcpipe's binding of rk_mpi.h expects {}: an MPP of another ABI; install Rockchip's current MPP or decode on the CPU",
+                self.path,
+                std::mem::size_of::<MppApi>()
+            );
+        }
+        Ok((ctx, api))
+    }
+
+    /// `MppApi::control(ctx, cmd, param)` through table `api`; `name` is the command's name
+    /// for the error.
+    fn control(&self, api: *const MppApi, ctx: MppHandle, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
+        // SAFETY: `api` is MPP's static table (size checked by `create`).
+        let Some(f) = (unsafe { (*api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.path) };
+        // SAFETY: the live context; `param` points to what `cmd` takes (see each command's
+        // doc) and lives for the call.
+        check(&format!("control({name})"), unsafe { f(ctx, cmd, param) })
+    }
+
+    /// The fields of `frame` (`mpp_frame.h` accessors), with the `fd` and `buffer_index` its
+    /// buffer has (negative values dropped).
+    ///
+    /// # Safety
+    /// `frame` is a live `MppFrame` of this library.
+    unsafe fn frame_info(&self, frame: MppHandle, fd: Option<RawFd>, buffer_index: Option<i32>) -> FrameInfo {
+        // SAFETY (every accessor): the caller's live frame; the accessors only read it.
+        unsafe {
+            FrameInfo {
+                width: (self.frame_width)(frame),
+                height: (self.frame_height)(frame),
+                hor_stride: (self.frame_hor_stride)(frame),
+                ver_stride: (self.frame_ver_stride)(frame),
+                fmt: (self.frame_fmt)(frame),
+                info_change: (self.frame_info_change)(frame) != 0,
+                eos: (self.frame_eos)(frame) != 0,
+                errinfo: (self.frame_errinfo)(frame),
+                discard: (self.frame_discard)(frame),
+                pts: (self.frame_pts)(frame),
+                buf_size: (self.frame_buf_size)(frame),
+                fd: fd.filter(|f| *f >= 0),
+                buffer_index: buffer_index.filter(|i| *i >= 0),
+            }
+        }
+    }
+
     /// What was opened (`librockchip_mpp.so.1`, or the path given).
     pub fn path(&self) -> &str {
         &self.path
@@ -628,24 +688,9 @@ impl Mpp {
         if !(-1..=MPP_POLL_MAX).contains(&opts.output_timeout_ms) {
             bail!("MPP output timeout {} ms is out of range: use -1 (block), 0 (non-block) or 1..={MPP_POLL_MAX} ms", opts.output_timeout_ms);
         }
-        let mut ctx: MppHandle = std::ptr::null_mut();
-        let mut api: *const MppApi = std::ptr::null();
-        // SAFETY: two out-pointers to locals; matches rk_mpi.h.
-        check("mpp_create", unsafe { (lib.mpp_create)(&mut ctx, &mut api) })?;
-        if ctx.is_null() || api.is_null() {
-            bail!("MPP mpp_create returned no context: the library at {} is broken", lib.path);
-        }
+        let (ctx, api) = lib.create()?;
         // From here on `Drop` destroys the context.
         let mpp = Mpp { lib, ctx, api, coding, group: None };
-        // SAFETY: `api` is MPP's static function table, valid while the library is loaded.
-        let size = unsafe { (*mpp.api).size } as usize;
-        if size != std::mem::size_of::<MppApi>() {
-            bail!(
-                "{}'s MppApi is {size} bytes, zcpipe's binding of rk_mpi.h expects {}: an MPP of another ABI; install Rockchip's current MPP or decode on the CPU",
-                mpp.lib.path,
-                std::mem::size_of::<MppApi>()
-            );
-        }
         let mut split: u32 = opts.split_mode.into();
         mpp.control("MPP_DEC_SET_PARSER_SPLIT_MODE", MPP_DEC_SET_PARSER_SPLIT_MODE, (&mut split as *mut u32).cast())?;
         // SAFETY: the live context; plain enum arguments.
@@ -664,11 +709,7 @@ impl Mpp {
 
     /// `MppApi::control(ctx, cmd, param)`; `name` is the command's name for the error.
     fn control(&self, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
-        // SAFETY: `api` is MPP's static table (size checked on create).
-        let Some(f) = (unsafe { (*self.api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.lib.path) };
-        // SAFETY: the live context; `param` points to what `cmd` takes (see each command's
-        // doc) and lives for the call.
-        check(&format!("control({name})"), unsafe { f(self.ctx, cmd, param) })
+        self.lib.control(self.api, self.ctx, name, cmd, param)
     }
 
     /// `decode_put_packet` of `data` (an arbitrary chunk of the stream in split mode, else
@@ -730,23 +771,8 @@ impl Mpp {
             // SAFETY: the frame's buffer, alive while the frame holds it.
             unsafe { (Some((lib.buffer_fd)(buffer, TAG.as_ptr())), Some((lib.buffer_index)(buffer, TAG.as_ptr()))) }
         };
-        let info = unsafe {
-            FrameInfo {
-                width: (lib.frame_width)(frame),
-                height: (lib.frame_height)(frame),
-                hor_stride: (lib.frame_hor_stride)(frame),
-                ver_stride: (lib.frame_ver_stride)(frame),
-                fmt: (lib.frame_fmt)(frame),
-                info_change: (lib.frame_info_change)(frame) != 0,
-                eos: (lib.frame_eos)(frame) != 0,
-                errinfo: (lib.frame_errinfo)(frame),
-                discard: (lib.frame_discard)(frame),
-                pts: (lib.frame_pts)(frame),
-                buf_size: (lib.frame_buf_size)(frame),
-                fd: fd.filter(|f| *f >= 0),
-                buffer_index: buffer_index.filter(|i| *i >= 0),
-            }
-        };
+        // SAFETY: the live frame just returned.
+        let info = unsafe { lib.frame_info(frame, fd, buffer_index) };
         let fds = info.fd.and(self.group.as_ref()).map(|g| Arc::clone(&g.fds));
         Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib), _fds: fds }))
     }
@@ -1054,20 +1080,9 @@ impl MppJpeg {
             bail!("MPP MJPEG poll timeout {timeout_ms} ms is out of range 1..={MPP_POLL_MAX} ms (a bounded wait: never block)");
         }
         let syms = TaskSyms::resolve(&lib)?;
-        let mut ctx: MppHandle = std::ptr::null_mut();
-        let mut api: *const MppApi = std::ptr::null();
-        // SAFETY: two out-pointers to locals; matches rk_mpi.h.
-        check("mpp_create", unsafe { (lib.mpp_create)(&mut ctx, &mut api) })?;
-        if ctx.is_null() || api.is_null() {
-            bail!("MPP mpp_create returned no context: the library at {} is broken", lib.path);
-        }
+        let (ctx, api) = lib.create()?;
         // From here on `Drop` destroys the context.
         let mut d = MppJpeg { lib, syms, ctx, api, timeout_ms, group: std::ptr::null_mut(), input: None, imported: Default::default(), decoded: 0 };
-        // SAFETY: `api` is MPP's static function table, valid while the library is loaded.
-        let size = unsafe { (*d.api).size } as usize;
-        if size != std::mem::size_of::<MppApi>() {
-            bail!("{}'s MppApi is {size} bytes, zcpipe's binding of rk_mpi.h expects {}: an MPP of another ABI; install Rockchip's current MPP or decode on the CPU", d.lib.path, std::mem::size_of::<MppApi>());
-        }
         for (name, entry) in [("poll", d.api_ptr(|a| a.poll)), ("dequeue", d.api_ptr(|a| a.dequeue)), ("enqueue", d.api_ptr(|a| a.enqueue))] {
             if entry.is_null() {
                 bail!("MPP's MppApi has no {name} entry: the library at {} cannot decode MJPEG", d.lib.path);
@@ -1105,10 +1120,7 @@ impl MppJpeg {
     }
 
     fn control(&self, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
-        // SAFETY: `api` is MPP's static table (size checked on create).
-        let Some(f) = (unsafe { (*self.api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.lib.path) };
-        // SAFETY: the live context; `param` points to what `cmd` takes and lives for the call.
-        check(&format!("control({name})"), unsafe { f(self.ctx, cmd, param) })
+        self.lib.control(self.api, self.ctx, name, cmd, param)
     }
 
     /// `poll(port, timeout)` then `dequeue(port)`: a task, or an error naming the port and
@@ -1246,25 +1258,8 @@ impl MppJpeg {
             let got = check("mpp_task_meta_get_packet(KEY_INPUT_PACKET)", unsafe { (s.meta_get_packet)(task, KEY_INPUT_PACKET, &mut back) });
             self.give_task(MPP_PORT_INPUT, task)?;
             got?;
-            let lib = &self.lib;
-            // SAFETY (every accessor): the live frame attached above; the accessors only read.
-            let info = unsafe {
-                FrameInfo {
-                    width: (lib.frame_width)(frame),
-                    height: (lib.frame_height)(frame),
-                    hor_stride: (lib.frame_hor_stride)(frame),
-                    ver_stride: (lib.frame_ver_stride)(frame),
-                    fmt: (lib.frame_fmt)(frame),
-                    info_change: false,
-                    eos: (lib.frame_eos)(frame) != 0,
-                    errinfo: (lib.frame_errinfo)(frame),
-                    discard: (lib.frame_discard)(frame),
-                    pts: (lib.frame_pts)(frame),
-                    buf_size: (lib.frame_buf_size)(frame),
-                    fd: Some(output.as_raw_fd()),
-                    buffer_index: None,
-                }
-            };
+            // SAFETY: the live frame attached above.
+            let info = unsafe { self.lib.frame_info(frame, Some(output.as_raw_fd()), None) };
             if info.errinfo != 0 || info.discard != 0 {
                 return Ok(JpegOutcome::Corrupt { errinfo: info.errinfo.max(info.discard) });
             }

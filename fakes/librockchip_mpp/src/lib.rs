@@ -486,11 +486,7 @@ pub unsafe extern "C" fn mpp_packet_init(out: *mut Opaque, data: *mut c_void, si
         log(format!("mpp_packet_init size={size} ret={MPP_ERR_NULL_PTR}"));
         return MPP_ERR_NULL_PTR;
     }
-    let p = Box::new(Packet { data: data as *const u8, size, length: size, pts: 0, eos: false, buffer: None });
-    let handle = &*p as *const Packet as Opaque;
-    lock(&PACKETS).insert(handle as usize, p);
-    // SAFETY: non-null out-pointer.
-    unsafe { *out = handle };
+    hand_out(&PACKETS, Box::new(Packet { data: data as *const u8, size, length: size, pts: 0, eos: false, buffer: None }), out);
     log(format!("mpp_packet_init size={size} ret=0"));
     MPP_OK
 }
@@ -516,6 +512,17 @@ pub unsafe extern "C" fn mpp_packet_deinit(p: *mut Opaque) -> MppRet {
     // SAFETY: as above.
     unsafe { *p = std::ptr::null_mut() };
     if found { MPP_OK } else { MPP_ERR_NULL_PTR }
+}
+
+/// Keeps `v` in registry `reg` under its address, which becomes the caller's handle
+/// (`*out`, when `out` is not null).
+fn hand_out<T>(reg: &Mutex<HashMap<usize, Box<T>>>, v: Box<T>, out: *mut Opaque) {
+    let handle = &*v as *const T as Opaque;
+    lock(reg).insert(handle as usize, v);
+    if !out.is_null() {
+        // SAFETY: a non-null out-pointer from the caller of an MPP function that writes one.
+        unsafe { *out = handle };
+    }
 }
 
 fn with_packet<R>(h: Opaque, f: impl FnOnce(&mut Packet) -> R) -> Option<R> {
@@ -939,24 +946,7 @@ enum Step {
 
 /// One attempt at producing a frame, under the context's lock.
 fn next_frame(c: &Ctx, st: &mut State) -> Step {
-    let new_frame = |st: &State, seq: u64| Frame {
-        ctx: c.id,
-        seq,
-        width: 0,
-        height: 0,
-        hor_stride: 0,
-        ver_stride: 0,
-        fmt: MPP_FMT_YUV420SP,
-        info_change: 0,
-        eos: 0,
-        errinfo: 0,
-        pts: seq as i64,
-        buf_size: 0,
-        buffer: None,
-        attached: None,
-        notify: Arc::downgrade(&c.shared),
-    }
-    .sized(st.size);
+    let new_frame = |st: &State, seq: u64| Frame { pts: seq as i64, ..Frame::empty(c.id, seq, Arc::downgrade(&c.shared)) }.sized(st.size);
     if let (Some(_), false) = (st.size, st.info_change_sent) {
         st.info_change_sent = true;
         let mut f = new_frame(st, 0);
@@ -1031,6 +1021,11 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
 }
 
 impl Frame {
+    /// A frame of context `ctx` (0: a user frame of `mpp_frame_init`) with no picture yet.
+    fn empty(ctx: u64, seq: u64, notify: Weak<Shared>) -> Frame {
+        Frame { ctx, seq, width: 0, height: 0, hor_stride: 0, ver_stride: 0, fmt: MPP_FMT_YUV420SP, info_change: 0, eos: 0, errinfo: 0, pts: 0, buf_size: 0, buffer: None, attached: None, notify }
+    }
+
     fn sized(mut self, size: Option<(u32, u32)>) -> Frame {
         if let Some((w, h)) = size {
             (self.width, self.height, self.hor_stride, self.ver_stride) = (w, h, align16(w), align16(h));

@@ -235,11 +235,7 @@ pub unsafe extern "C" fn mpp_packet_init_with_buffer(out: *mut Opaque, buf: Opaq
         return MPP_ERR_NULL_PTR;
     };
     b.refcount.fetch_add(1, Ordering::SeqCst);
-    let p = Box::new(super::Packet { data: b.mem as *const u8, size: b.size, length: b.size, pts: 0, eos: false, buffer: Some(Arc::clone(&b)) });
-    let handle = &*p as *const super::Packet as Opaque;
-    lock(&PACKETS).insert(handle as usize, p);
-    // SAFETY: non-null out-pointer.
-    unsafe { *out = handle };
+    super::hand_out(&PACKETS, Box::new(super::Packet { data: b.mem as *const u8, size: b.size, length: b.size, pts: 0, eos: false, buffer: Some(Arc::clone(&b)) }), out);
     log(format!("mpp_packet_init_with_buffer size={} fd={} ret=0", b.size, b.fd));
     MPP_OK
 }
@@ -276,27 +272,8 @@ pub unsafe extern "C" fn mpp_frame_init(out: *mut Opaque) -> MppRet {
         return MPP_ERR_NULL_PTR;
     }
     let seq = NEXT_USER_FRAME.fetch_add(1, Ordering::SeqCst);
-    let f = Box::new(Frame {
-        ctx: 0,
-        seq,
-        width: 0,
-        height: 0,
-        hor_stride: 0,
-        ver_stride: 0,
-        fmt: MPP_FMT_YUV420SP,
-        info_change: 0,
-        eos: 0,
-        errinfo: 0,
-        pts: 0,
-        buf_size: 0,
-        buffer: None,
-        attached: None,
-        notify: std::sync::Weak::new(),
-    });
-    let handle = &*f as *const Frame as Opaque;
-    lock(&FRAMES).insert(handle as usize, f);
-    // SAFETY: non-null out-pointer.
-    unsafe { *out = handle };
+    let f = Box::new(Frame::empty(0, seq, std::sync::Weak::new()));
+    super::hand_out(&FRAMES, f, out);
     log(format!("mpp_frame_init frame={seq} ret=0"));
     MPP_OK
 }

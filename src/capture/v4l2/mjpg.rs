@@ -88,6 +88,22 @@ impl MjpgCamera {
         dequeue(&mut self.cam)
     }
 
+    /// Queues camera buffer `d` back (its JPEG consumed), then counts the decode's result:
+    /// the layout of a picture, or `None` for a skipped JPEG (warned, counted).
+    fn requeue(&mut self, d: Dequeued, res: std::result::Result<FrameLayout, String>) -> Result<Option<FrameLayout>> {
+        queue(&mut self.cam, d.index)?;
+        match res {
+            Ok(l) => {
+                self.cam.stats.published += 1;
+                Ok(Some(l))
+            }
+            Err(why) => {
+                self.skip(&why);
+                Ok(None)
+            }
+        }
+    }
+
     fn skip(&mut self, why: &str) {
         self.corrupt += 1;
         if self.corrupt <= 5 || self.corrupt.is_power_of_two() {
@@ -137,23 +153,12 @@ impl FrameSource for MjpgCamera {
     fn fill(&mut self, dst: &mut [u8]) -> Result<Option<FrameLayout>> {
         let Some(d) = self.take()? else { return Ok(None) };
         self.jpegs += 1;
-        let i = d.index as usize;
         let res = {
-            let src = self.bufs[i].read()?;
+            let src = self.bufs[d.index as usize].read()?;
             let len = (d.bytesused[0] as usize).min(src.len());
             crate::capture::mjpeg::decode_cpu(&src[..len], dst, &mut Vec::new(), (self.info.max_width, self.info.max_height)).map_err(|e| format!("{e:#}"))
         };
-        queue(&mut self.cam, d.index)?;
-        match res {
-            Ok(l) => {
-                self.cam.stats.published += 1;
-                Ok(Some(l))
-            }
-            Err(why) => {
-                self.skip(&why);
-                Ok(None)
-            }
-        }
+        self.requeue(d, res)
     }
 
     /// Decodes the next filled camera buffer into `dst` and queues the camera buffer back;
@@ -179,17 +184,8 @@ impl FrameSource for MjpgCamera {
             let len = (d.bytesused[0] as usize).min(bytes.len());
             self.decoder.decode(JpegInput::Bytes(&bytes[..len]), dst, max)
         };
-        queue(&mut self.cam, d.index)?;
-        match res? {
-            Ok(l) => {
-                self.cam.stats.published += 1;
-                Ok(Some(l))
-            }
-            Err(why) => {
-                self.skip(&why);
-                Ok(None)
-            }
-        }
+        let res = res?;
+        self.requeue(d, res)
     }
 
     fn live(&self) -> bool {
