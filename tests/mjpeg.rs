@@ -77,11 +77,21 @@ impl Run {
 /// `zcpipe run --source video:SOURCE --decoder DECODER --scaler rga --infer rknn` on the
 /// fakes (an RK3588 board root), every frame pushed through (`--ring-policy block`).
 fn run(source: &Path, decoder: &str, extra: &[&str]) -> Run {
+    run_on(source, decoder, extra, false)
+}
+
+/// [`run`] on a board root that has `/dev/mpp_service` (what `--decoder auto` looks for)
+/// when `mpp_service`.
+fn run_on(source: &Path, decoder: &str, extra: &[&str], mpp_service: bool) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let board = d.join("root");
     std::fs::create_dir_all(board.join("proc/device-tree")).unwrap();
     std::fs::write(board.join("proc/device-tree/compatible"), "vendor,board\0rockchip,rk3588\0").unwrap();
+    if mpp_service {
+        std::fs::create_dir_all(board.join("dev")).unwrap();
+        std::fs::write(board.join("dev/mpp_service"), "").unwrap();
+    }
     let (mpp_log, rga_log) = (d.join("mpp.log"), d.join("rga.log"));
     let src = format!("video:{}", source.display());
     let out = zcpipe_run(d)
@@ -284,4 +294,16 @@ fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
     assert!(text.contains("reason=buffer-too-small"), "{text}");
     let destroy = text.lines().find(|l| l.contains(" mpp_destroy ")).unwrap();
     assert_eq!((log_field(destroy, "live_buffers"), log_field(destroy, "user_tasks")), ("0", "0"), "{destroy}");
+}
+
+#[test]
+fn decoder_auto_takes_mpp_where_the_service_node_exists_else_the_cpu() {
+    for (service, want) in [(true, "mpp"), (false, "cpu")] {
+        let r = run_on(&clip().0, "auto", &["--frames", "2"], service);
+        let stderr = r.stderr();
+        assert!(r.out.status.success(), "{stderr}");
+        assert_eq!((r.frames.len(), r.capture["extra"]["decoder"].as_str()), (2, Some(want)), "{stderr}");
+        assert!(stderr.contains(&format!("decoder {want} for MJPEG video:")) && stderr.contains("auto:"), "{stderr}");
+        assert_eq!(r.mpp_calls("task_decode").len(), if service { 2 } else { 0 }, "{}", r.mpp);
+    }
 }
