@@ -4,7 +4,7 @@
 //! fed in fixed-size chunks (parser split mode), decoded into an external group of memfd
 //! buffers, each picture's luma compared with ffmpeg's own NV12 decode of the same file, and
 //! the fake's call log (`$ZCPIPE_FAKE_MPP_LOG`) checked for MPP's rules. MJPEG is refused by
-//! the binding (MPP decodes it only through the task API, not bound).
+//! the stream API (MPP decodes it only through the task API: `MppJpeg`, tests/mjpeg.rs).
 //!
 //! The fake is one shared library per test process, so the tests take turns (a mutex) and
 //! each reads only the log lines written since it started. They need `ffmpeg` with libx264

@@ -18,6 +18,7 @@ pub mod auto;
 pub mod decoder;
 pub mod ffmpeg;
 pub mod image;
+pub mod mjpeg;
 pub mod mpp;
 pub mod network;
 pub mod stage;

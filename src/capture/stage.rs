@@ -45,30 +45,41 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
         ref s => s.clone(),
     };
-    if let SourceSpec::V4l2(device) = spec {
+    if let SourceSpec::V4l2(device) = &spec {
         if cfg.fps == Some(FPS_MAX) {
             anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
         }
-        return run_v4l2(&cfg, ctx, device);
+        // MJPG: the camera's compressed buffers stay private; its decoded frames fill an NV12
+        // pool through the host-source loop below (v4l2::mjpg).
+        if cfg.format != Some(Fourcc::MJPG) {
+            return run_v4l2(&cfg, ctx, device.clone());
+        }
     }
-    let (decoder, why) = decoder::settle(cfg.decoder.unwrap_or_default(), &spec, cfg.wait_for_camera, None)?;
-    if !why.is_empty() {
-        log::info!("decoder: {why}");
+    // An MJPEG video: whole JPEGs decoded by MPP or zune-jpeg (capture::mjpeg), through the
+    // host-source loop below.
+    let mjpeg = super::mjpeg::open_if_mjpeg(&spec, cfg.fps, cfg.decoder)?;
+    if mjpeg.is_none() {
+        let (decoder, why) = decoder::settle(cfg.decoder.unwrap_or_default(), &spec, cfg.wait_for_camera, None)?;
+        if !why.is_empty() {
+            log::info!("decoder: {why}");
+        }
+        if let Decoder::Mpp(lib) = decoder {
+            return run_mpp(&cfg, ctx, &spec, lib);
+        }
     }
-    if let Decoder::Mpp(lib) = decoder {
-        return run_mpp(&cfg, ctx, &spec, lib);
-    }
-    let mut source = match &spec {
-        SourceSpec::Network(url) => {
+    let mut source = match (mjpeg, &spec) {
+        (Some(s), _) => s,
+        (None, SourceSpec::Network(url)) => {
             let opts = NetworkOptions {
                 transport: cfg.rtsp_transport.unwrap_or_default(),
                 wait_for_camera: cfg.wait_for_camera,
                 size: cfg.size,
                 fps: cfg.fps,
             };
-            Box::new(NetworkSource::open(url, &opts, ctx.stop)?)
+            Box::new(NetworkSource::open(url, &opts, ctx.stop)?) as Box<dyn super::FrameSource>
         }
-        _ => open_source(&spec, cfg.fps)?,
+        (None, SourceSpec::V4l2(device)) => Box::new(super::v4l2::mjpg::MjpgCamera::open(&cfg, device.clone())?),
+        (None, _) => open_source(&spec, cfg.fps)?,
     };
     let info = source.info().clone();
     let live = source.live();

@@ -40,6 +40,10 @@ impl Fourcc {
     /// as DRM's `DRM_FORMAT_XRGB8888` (`[31:0] x:R:G:B` little-endian, drm_fourcc.h), so a
     /// display scans it out as it is.
     pub const XR24: Fourcc = Fourcc::new(b"XR24");
+    /// Motion JPEG (`V4L2_PIX_FMT_MJPEG`, `'MJPG'`): one compressed JPEG per buffer, its
+    /// length the buffer's `bytesused`. Never a frame layout zcpipe passes on (no planes):
+    /// a UVC camera's MJPG buffers are decoded into an NV12 pool (`capture::v4l2::mjpg`).
+    pub const MJPG: Fourcc = Fourcc::new(b"MJPG");
 
     /// The code as V4L2 tools print it, for messages (`NV12`, `BGR3`, `Y16 -BE`): four
     /// characters, spaces kept, other unprintable bytes as `?`, and `-BE` when bit 31 (the

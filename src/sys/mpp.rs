@@ -100,12 +100,12 @@ pub const MPP_VIDEO_CODING_MJPEG: MppCodingType = 8;
 pub const MPP_VIDEO_CODING_HEVC: MppCodingType = 0x0100_0004;
 
 /// The codec's name for messages (`H.264`), or `None` for a value zcpipe does not know.
-/// `MJPEG` is named, but [`Mpp::decoder`] refuses it: MPP decodes MJPEG only through its
-/// task API (`mpp.cpp` gives MJPEG one input task on the advanced thread, which needs each
-/// packet to be one whole JPEG in an `MppBuffer` carrying its output frame as
-/// `KEY_OUTPUT_FRAME` meta, as `test/mpi_dec_test.c` does), and this binding does not bind
-/// that path yet: plain packets through `decode_put_packet` are refused with
-/// `MPP_ERR_BUFFER_FULL` forever (or silently dropped by newer MPP). Decode MJPEG on the CPU.
+/// `MJPEG` is named, but [`Mpp::decoder`] (the stream API) refuses it: MPP decodes MJPEG
+/// only through its task API (`mpp.cpp` gives MJPEG one input task on the advanced thread,
+/// which needs each packet to be one whole JPEG in an `MppBuffer` carrying its output frame
+/// as `KEY_OUTPUT_FRAME` meta, as `test/mpi_dec_test.c` does): plain packets through
+/// `decode_put_packet` are refused with `MPP_ERR_BUFFER_FULL` forever (or silently dropped
+/// by newer MPP). [`MppJpeg`] is that task-API decoder.
 pub fn coding_name(c: MppCodingType) -> Option<&'static str> {
     match c {
         MPP_VIDEO_CODING_AVC => Some("H.264"),
@@ -116,7 +116,7 @@ pub fn coding_name(c: MppCodingType) -> Option<&'static str> {
 }
 
 /// The one-line error [`Mpp::decoder`] gives for [`MPP_VIDEO_CODING_MJPEG`].
-pub const MJPEG_REFUSED: &str = "MPP decodes MJPEG only through its task API (one whole JPEG per packet in an MppBuffer, with an output frame attached to each packet), which zcpipe's MPP binding does not bind yet; plain MJPEG packets are refused forever (MPP_ERR_BUFFER_FULL): decode MJPEG on the CPU";
+pub const MJPEG_REFUSED: &str = "MPP decodes MJPEG only through its task API (one whole JPEG per packet in an MppBuffer, with an output frame attached to each packet), not through decode_put_packet, which refuses plain MJPEG packets forever (MPP_ERR_BUFFER_FULL): use sys::mpp::MppJpeg (zcpipe's task-API decoder), or decode MJPEG on the CPU";
 
 /// `MpiCmd` (`rk_mpi_cmd.h`), a C enum. The command ids are `module | context | n`, with
 /// `CMD_MODULE_MPP = 0x00200000`, `CMD_MODULE_CODEC = 0x00300000`, `CMD_CTX_ID_DEC =
@@ -436,6 +436,66 @@ impl Libmpp {
         })
     }
 
+    /// `mpp_create`, checked: a context and MPP's `MppApi` table, whose size must be this
+    /// binding's (else the context is destroyed and the error names both sizes).
+    fn create(&self) -> Result<(MppHandle, *const MppApi)> {
+        let mut ctx: MppHandle = std::ptr::null_mut();
+        let mut api: *const MppApi = std::ptr::null();
+        // SAFETY: two out-pointers to locals; matches rk_mpi.h.
+        check("mpp_create", unsafe { (self.mpp_create)(&mut ctx, &mut api) })?;
+        if ctx.is_null() || api.is_null() {
+            bail!("MPP mpp_create returned no context: the library at {} is broken", self.path);
+        }
+        // SAFETY: `api` is MPP's static function table, valid while the library is loaded.
+        let size = unsafe { (*api).size } as usize;
+        if size != std::mem::size_of::<MppApi>() {
+            // SAFETY: the context just created, destroyed once; it is not returned.
+            unsafe { (self.mpp_destroy)(ctx) };
+            bail!(
+                "{}'s MppApi is {size} bytes, zcpipe's binding of rk_mpi.h expects {}: an MPP of another ABI; install Rockchip's current MPP or decode on the CPU",
+                self.path,
+                std::mem::size_of::<MppApi>()
+            );
+        }
+        Ok((ctx, api))
+    }
+
+    /// `MppApi::control(ctx, cmd, param)` through table `api`; `name` is the command's name
+    /// for the error.
+    fn control(&self, api: *const MppApi, ctx: MppHandle, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
+        // SAFETY: `api` is MPP's static table (size checked by `create`).
+        let Some(f) = (unsafe { (*api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.path) };
+        // SAFETY: the live context; `param` points to what `cmd` takes (see each command's
+        // doc) and lives for the call.
+        check(&format!("control({name})"), unsafe { f(ctx, cmd, param) })
+    }
+
+    /// The fields of `frame` (`mpp_frame.h` accessors), with the `fd` and `buffer_index` its
+    /// buffer has (negative values dropped).
+    ///
+    /// # Safety
+    /// `frame` is a live `MppFrame` of this library.
+    unsafe fn frame_info(&self, frame: MppHandle, fd: Option<RawFd>, buffer_index: Option<i32>) -> FrameInfo {
+        // SAFETY (every accessor): the caller's live frame; the accessors only read it.
+        unsafe {
+            FrameInfo {
+                width: (self.frame_width)(frame),
+                height: (self.frame_height)(frame),
+                hor_stride: (self.frame_hor_stride)(frame),
+                ver_stride: (self.frame_ver_stride)(frame),
+                fmt: (self.frame_fmt)(frame),
+                info_change: (self.frame_info_change)(frame) != 0,
+                eos: (self.frame_eos)(frame) != 0,
+                errinfo: (self.frame_errinfo)(frame),
+                discard: (self.frame_discard)(frame),
+                pts: (self.frame_pts)(frame),
+                buf_size: (self.frame_buf_size)(frame),
+                fd: fd.filter(|f| *f >= 0),
+                buffer_index: buffer_index.filter(|i| *i >= 0),
+            }
+        }
+    }
+
     /// What was opened (`librockchip_mpp.so.1`, or the path given).
     pub fn path(&self) -> &str {
         &self.path
@@ -616,7 +676,7 @@ impl std::fmt::Debug for Mpp {
 
 impl Mpp {
     /// A decoder for `coding` ([`MPP_VIDEO_CODING_AVC`] or [`MPP_VIDEO_CODING_HEVC`];
-    /// [`MPP_VIDEO_CODING_MJPEG`] is refused with one line, see [`coding_name`]): `mpp_create`, the library's `MppApi` size checked against
+    /// [`MPP_VIDEO_CODING_MJPEG`] is refused with [`MJPEG_REFUSED`]: use [`MppJpeg`]): `mpp_create`, the library's `MppApi` size checked against
     /// this binding's, `MPP_DEC_SET_PARSER_SPLIT_MODE` (before init, as `rk_mpi_cmd.h`
     /// says), `mpp_init(MPP_CTX_DEC, coding)`, `MPP_SET_OUTPUT_TIMEOUT`. Errors name the
     /// call and its `MPP_RET`.
@@ -628,24 +688,9 @@ impl Mpp {
         if !(-1..=MPP_POLL_MAX).contains(&opts.output_timeout_ms) {
             bail!("MPP output timeout {} ms is out of range: use -1 (block), 0 (non-block) or 1..={MPP_POLL_MAX} ms", opts.output_timeout_ms);
         }
-        let mut ctx: MppHandle = std::ptr::null_mut();
-        let mut api: *const MppApi = std::ptr::null();
-        // SAFETY: two out-pointers to locals; matches rk_mpi.h.
-        check("mpp_create", unsafe { (lib.mpp_create)(&mut ctx, &mut api) })?;
-        if ctx.is_null() || api.is_null() {
-            bail!("MPP mpp_create returned no context: the library at {} is broken", lib.path);
-        }
+        let (ctx, api) = lib.create()?;
         // From here on `Drop` destroys the context.
         let mpp = Mpp { lib, ctx, api, coding, group: None };
-        // SAFETY: `api` is MPP's static function table, valid while the library is loaded.
-        let size = unsafe { (*mpp.api).size } as usize;
-        if size != std::mem::size_of::<MppApi>() {
-            bail!(
-                "{}'s MppApi is {size} bytes, zcpipe's binding of rk_mpi.h expects {}: an MPP of another ABI; install Rockchip's current MPP or decode on the CPU",
-                mpp.lib.path,
-                std::mem::size_of::<MppApi>()
-            );
-        }
         let mut split: u32 = opts.split_mode.into();
         mpp.control("MPP_DEC_SET_PARSER_SPLIT_MODE", MPP_DEC_SET_PARSER_SPLIT_MODE, (&mut split as *mut u32).cast())?;
         // SAFETY: the live context; plain enum arguments.
@@ -664,11 +709,7 @@ impl Mpp {
 
     /// `MppApi::control(ctx, cmd, param)`; `name` is the command's name for the error.
     fn control(&self, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
-        // SAFETY: `api` is MPP's static table (size checked on create).
-        let Some(f) = (unsafe { (*self.api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.lib.path) };
-        // SAFETY: the live context; `param` points to what `cmd` takes (see each command's
-        // doc) and lives for the call.
-        check(&format!("control({name})"), unsafe { f(self.ctx, cmd, param) })
+        self.lib.control(self.api, self.ctx, name, cmd, param)
     }
 
     /// `decode_put_packet` of `data` (an arbitrary chunk of the stream in split mode, else
@@ -730,23 +771,8 @@ impl Mpp {
             // SAFETY: the frame's buffer, alive while the frame holds it.
             unsafe { (Some((lib.buffer_fd)(buffer, TAG.as_ptr())), Some((lib.buffer_index)(buffer, TAG.as_ptr()))) }
         };
-        let info = unsafe {
-            FrameInfo {
-                width: (lib.frame_width)(frame),
-                height: (lib.frame_height)(frame),
-                hor_stride: (lib.frame_hor_stride)(frame),
-                ver_stride: (lib.frame_ver_stride)(frame),
-                fmt: (lib.frame_fmt)(frame),
-                info_change: (lib.frame_info_change)(frame) != 0,
-                eos: (lib.frame_eos)(frame) != 0,
-                errinfo: (lib.frame_errinfo)(frame),
-                discard: (lib.frame_discard)(frame),
-                pts: (lib.frame_pts)(frame),
-                buf_size: (lib.frame_buf_size)(frame),
-                fd: fd.filter(|f| *f >= 0),
-                buffer_index: buffer_index.filter(|i| *i >= 0),
-            }
-        };
+        // SAFETY: the live frame just returned.
+        let info = unsafe { lib.frame_info(frame, fd, buffer_index) };
         let fds = info.fd.and(self.group.as_ref()).map(|g| Arc::clone(&g.fds));
         Ok(Some(DecodedFrame { frame, info, lib: Arc::clone(&self.lib), _fds: fds }))
     }
@@ -849,6 +875,449 @@ impl Drop for Mpp {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// MJPEG through MPP's task API (`MppJpeg`).
+
+/// `MppPortType` (`mpp_task.h`) `MPP_PORT_INPUT`: where the user puts packets (decoder).
+pub const MPP_PORT_INPUT: c_int = 0;
+/// `MPP_PORT_OUTPUT`: where the user takes decoded frames.
+pub const MPP_PORT_OUTPUT: c_int = 1;
+
+/// `FOURCC_META(a, b, c, d)` (`mpp_meta.h`): `a << 24 | b << 16 | c << 8 | d`, as `RK_U32`.
+pub const fn fourcc_meta(k: &[u8; 4]) -> u32 {
+    (k[0] as u32) << 24 | (k[1] as u32) << 16 | (k[2] as u32) << 8 | k[3] as u32
+}
+/// `MppMetaKey` `KEY_INPUT_PACKET` = `FOURCC_META('i', 'p', 'k', 't')` (`mpp_meta.h`): the
+/// packet of an input task.
+pub const KEY_INPUT_PACKET: u32 = fourcc_meta(b"ipkt");
+/// `KEY_OUTPUT_FRAME` = `FOURCC_META('o', 'f', 'r', 'm')`: the frame (with its buffer) the
+/// decoder writes for an input task, and the decoded frame of an output task.
+pub const KEY_OUTPUT_FRAME: u32 = fourcc_meta(b"ofrm");
+
+/// `MPP_RET (*poll)(MppCtx ctx, MppPortType type, MppPollType timeout)` (`rk_mpi.h`): >= 0
+/// when a task can be dequeued (MPP returns the count), else an error (e.g. the timeout).
+pub type MppPollFn = unsafe extern "C" fn(MppHandle, c_int, c_int) -> MppRet;
+/// `MPP_RET (*dequeue)(MppCtx ctx, MppPortType type, MppTask *task)` and `(*enqueue)(MppCtx
+/// ctx, MppPortType type, MppTask task)` (`rk_mpi.h`; enqueue takes the task by value, the
+/// same pointer-sized argument).
+pub type MppDequeueFn = unsafe extern "C" fn(MppHandle, c_int, *mut MppHandle) -> MppRet;
+/// `enqueue`, see [`MppDequeueFn`].
+pub type MppEnqueueFn = unsafe extern "C" fn(MppHandle, c_int, MppHandle) -> MppRet;
+/// `MPP_RET mpp_task_meta_set_packet(MppTask, MppMetaKey, MppPacket)` and
+/// `mpp_task_meta_set_frame` (`mpp_task.h`; `MppMetaKey` is a C enum).
+pub type MppTaskMetaSetFn = unsafe extern "C" fn(MppHandle, u32, MppHandle) -> MppRet;
+/// `MPP_RET mpp_task_meta_get_packet(MppTask, MppMetaKey, MppPacket *)` and
+/// `mpp_task_meta_get_frame` (`mpp_task.h`): the value is taken out of the task's meta.
+pub type MppTaskMetaGetFn = unsafe extern "C" fn(MppHandle, u32, *mut MppHandle) -> MppRet;
+/// `MPP_RET mpp_frame_init(MppFrame *frame)` (`mpp_frame.h`).
+pub type MppFrameInitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
+/// `void mpp_frame_set_buffer(MppFrame frame, MppBuffer buffer)` (`mpp_frame.h`): takes a
+/// reference on `buffer` (and puts the one it replaces; `mpp_frame.cpp`).
+pub type MppFrameSetBufferFn = unsafe extern "C" fn(MppHandle, MppHandle);
+/// `MPP_RET mpp_packet_init_with_buffer(MppPacket *packet, MppBuffer buffer)`
+/// (`mpp_packet.h`): a packet over the whole buffer (data = its CPU address, length = its
+/// size), holding a reference on it until `mpp_packet_deinit`.
+pub type MppPacketInitWithBufferFn = unsafe extern "C" fn(*mut MppHandle, MppHandle) -> MppRet;
+/// `void mpp_packet_set_length(MppPacket packet, size_t size)` (`mpp_packet.h`).
+pub type MppPacketSetLengthFn = unsafe extern "C" fn(MppHandle, usize);
+/// `MPP_RET mpp_buffer_get_with_tag(MppBufferGroup group, MppBuffer *buffer, size_t size,
+/// const char *tag, const char *caller)` (`mpp_buffer.h`, the `mpp_buffer_get` macro's target).
+pub type MppBufferGetWithTagFn = unsafe extern "C" fn(MppHandle, *mut MppHandle, usize, *const c_char, *const c_char) -> MppRet;
+/// `MPP_RET mpp_buffer_put_with_caller(MppBuffer buffer, const char *caller)` (`mpp_buffer_put`).
+pub type MppBufferPutFn = unsafe extern "C" fn(MppHandle, *const c_char) -> MppRet;
+/// `void *mpp_buffer_get_ptr_with_caller(MppBuffer buffer, const char *caller)`
+/// (`mpp_buffer_get_ptr`): the buffer's CPU mapping.
+pub type MppBufferGetPtrFn = unsafe extern "C" fn(MppHandle, *const c_char) -> *mut c_void;
+
+/// The task-API entry points [`MppJpeg`] needs beyond [`Libmpp`]'s, resolved from the same
+/// library when a JPEG decoder is made (so a library without them still serves H.264/H.265).
+#[derive(Clone, Copy)]
+struct TaskSyms {
+    frame_init: MppFrameInitFn,
+    frame_set_buffer: MppFrameSetBufferFn,
+    packet_init_with_buffer: MppPacketInitWithBufferFn,
+    packet_set_length: MppPacketSetLengthFn,
+    buffer_get: MppBufferGetWithTagFn,
+    buffer_put: MppBufferPutFn,
+    buffer_ptr: MppBufferGetPtrFn,
+    meta_set_packet: MppTaskMetaSetFn,
+    meta_set_frame: MppTaskMetaSetFn,
+    meta_get_packet: MppTaskMetaGetFn,
+    meta_get_frame: MppTaskMetaGetFn,
+}
+
+impl TaskSyms {
+    fn resolve(lib: &Libmpp) -> Result<TaskSyms> {
+        macro_rules! sym {
+            ($name:literal, $ty:ty) => {{
+                // SAFETY: the symbol is declared extern "C" by MPP's headers with exactly the
+                // signature `$ty` spells (see the type's doc); the copied fn pointer is used only
+                // while the `Arc<Libmpp>` the decoder holds keeps the library loaded.
+                let s: Result<libloading::Symbol<'_, $ty>, _> = unsafe { lib._lib.get(concat!($name, "\0").as_bytes()) };
+                *s.map_err(|e| anyhow!("{} has no symbol `{}` ({e}): it cannot decode MJPEG through MPP's task API; install Rockchip's current MPP or use --decoder cpu", lib.path, $name))?
+            }};
+        }
+        Ok(TaskSyms {
+            frame_init: sym!("mpp_frame_init", MppFrameInitFn),
+            frame_set_buffer: sym!("mpp_frame_set_buffer", MppFrameSetBufferFn),
+            packet_init_with_buffer: sym!("mpp_packet_init_with_buffer", MppPacketInitWithBufferFn),
+            packet_set_length: sym!("mpp_packet_set_length", MppPacketSetLengthFn),
+            buffer_get: sym!("mpp_buffer_get_with_tag", MppBufferGetWithTagFn),
+            buffer_put: sym!("mpp_buffer_put_with_caller", MppBufferPutFn),
+            buffer_ptr: sym!("mpp_buffer_get_ptr_with_caller", MppBufferGetPtrFn),
+            meta_set_packet: sym!("mpp_task_meta_set_packet", MppTaskMetaSetFn),
+            meta_set_frame: sym!("mpp_task_meta_set_frame", MppTaskMetaSetFn),
+            meta_get_packet: sym!("mpp_task_meta_get_packet", MppTaskMetaGetFn),
+            meta_get_frame: sym!("mpp_task_meta_get_frame", MppTaskMetaGetFn),
+        })
+    }
+}
+
+/// Where the JPEG of one [`MppJpeg::decode`] is.
+#[derive(Clone, Copy, Debug)]
+pub enum JpegInput<'a> {
+    /// Bytes in memory: copied (a CPU copy of compressed data) into the decoder's own input
+    /// buffer, an `MppBuffer` of an internal group.
+    Bytes(&'a [u8]),
+    /// The first `len` bytes of a dma-buf that already holds the JPEG (a V4L2 camera's
+    /// EXPBUF buffer, `bytesused`): imported once per buffer (`mpp_buffer_import`, cached by
+    /// inode) and read by the hardware in place.
+    DmaBuf {
+        /// The dma-buf.
+        fd: BorrowedFd<'a>,
+        /// Its size in bytes.
+        size: usize,
+        /// Bytes of JPEG at its start.
+        len: usize,
+    },
+}
+
+/// What one JPEG decoded into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JpegOutcome {
+    /// A picture in the output buffer: `width` x `height` pixels, luma rows `hor_stride`
+    /// bytes apart, chroma at `hor_stride * ver_stride` (`fmt`: [`MPP_FMT_YUV420SP`] NV12 or
+    /// [`MPP_FMT_YUV422SP`] NV16).
+    Picture(FrameInfo),
+    /// The decoder flagged the frame (`errinfo` nonzero: a corrupt or truncated JPEG, or an
+    /// output buffer too small): nothing usable in the buffer; skip the frame.
+    Corrupt {
+        /// `mpp_frame_get_errinfo`.
+        errinfo: u32,
+    },
+}
+
+/// One imported dma-buf: the `MppBuffer` (one reference, put on drop of the decoder) and the
+/// binding's own duplicate of the fd (MPP keeps `MPP_BUFFER_TYPE_EXT_DMA` fds as given).
+struct Imported {
+    buffer: MppHandle,
+    size: usize,
+    _fd: OwnedFd,
+}
+
+/// An MPP MJPEG decoder on the task API (the "advanced" path of Rockchip's
+/// `test/mpi_dec_test.c`; `mpp_dec_advanced_thread` in `mpp/codec/mpp_dec_normal.cpp`): one
+/// whole JPEG per packet, the packet backed by an `MppBuffer`, and each packet's output frame
+/// attached by the caller with its own buffer, so MPP writes the picture where the caller
+/// says (here: a capture pool dma-buf, imported once and cached by inode).
+///
+/// Per JPEG ([`MppJpeg::decode`]): `poll`/`dequeue` an input task, `mpp_task_meta_set_packet
+/// (KEY_INPUT_PACKET)` + `mpp_task_meta_set_frame(KEY_OUTPUT_FRAME)`, `enqueue`; `poll`/
+/// `dequeue` the output task, `mpp_task_meta_get_frame(KEY_OUTPUT_FRAME)`, `enqueue` it back;
+/// `poll`/`dequeue` the input task again, take its packet back and deinit it, `enqueue` the
+/// empty task (MPP's decoder thread hands it straight back: "input empty task back to mpp to
+/// maintain task status"). Every poll is bounded by the timeout given at creation, so a
+/// decoder that never answers is an error, not a hang.
+///
+/// Output format: `MPP_DEC_SET_OUTPUT_FORMAT` asks for [`MPP_FMT_YUV420SP`] (NV12); MPP may
+/// still give [`MPP_FMT_YUV422SP`] (NV16) for a 4:2:2 JPEG on chips without that conversion:
+/// the outcome says which. Output buffer size: MPP refuses (errinfo) a buffer smaller than
+/// `hor_stride * ver_stride * 3/2` (NV12) or `* 2` (NV16); Rockchip's test allocates 4 x.
+///
+/// Dropping it puts every imported buffer and the input buffer (MPP holds none between
+/// JPEGs), then calls `mpp_destroy`, then puts the internal group.
+pub struct MppJpeg {
+    lib: Arc<Libmpp>,
+    syms: TaskSyms,
+    ctx: MppHandle,
+    api: *const MppApi,
+    timeout_ms: i64,
+    /// The internal group the input buffer comes from.
+    group: MppHandle,
+    /// The input buffer (JPEG bytes are copied into it) and its size.
+    input: Option<(MppHandle, usize)>,
+    /// Imported dma-bufs by (st_dev, st_ino): pool buffers (outputs) and camera buffers (inputs).
+    imported: std::collections::HashMap<(u64, u64), Imported>,
+    decoded: u64,
+}
+
+// SAFETY: as for `Mpp`: one context used from one thread at a time (`&mut self`); MPP's
+// own threads are internal, and its buffers are reference counted under its own locks.
+unsafe impl Send for MppJpeg {}
+
+impl std::fmt::Debug for MppJpeg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MppJpeg").field("lib", &self.lib.path).field("imported", &self.imported.len()).field("decoded", &self.decoded).finish()
+    }
+}
+
+/// (st_dev, st_ino) of an fd: the key a dma-buf is imported under (a dup or a re-received fd
+/// of the same buffer finds the same import).
+fn fd_inode(fd: BorrowedFd<'_>) -> Result<(u64, u64)> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| anyhow!("fstat of dma-buf fd {}: {e}", fd.as_raw_fd()))?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+impl MppJpeg {
+    /// An MJPEG decoder: the task-API symbols resolved, `mpp_create` (the `MppApi` size
+    /// checked), `mpp_init(MPP_CTX_DEC, MPP_VIDEO_CodingMJPEG)`,
+    /// `control(MPP_DEC_SET_OUTPUT_FORMAT, MPP_FMT_YUV420SP)`, and an internal buffer group
+    /// (`mpp_buffer_group_get(MPP_BUFFER_TYPE_DRM, MPP_BUFFER_INTERNAL)`) for the input.
+    /// `timeout_ms` (1..=[`MPP_POLL_MAX`]) bounds every poll. Errors name the call and its
+    /// `MPP_RET`.
+    pub fn new(lib: Arc<Libmpp>, timeout_ms: i64) -> Result<MppJpeg> {
+        if !(1..=MPP_POLL_MAX).contains(&timeout_ms) {
+            bail!("MPP MJPEG poll timeout {timeout_ms} ms is out of range 1..={MPP_POLL_MAX} ms (a bounded wait: never block)");
+        }
+        let syms = TaskSyms::resolve(&lib)?;
+        let (ctx, api) = lib.create()?;
+        // From here on `Drop` destroys the context.
+        let mut d = MppJpeg { lib, syms, ctx, api, timeout_ms, group: std::ptr::null_mut(), input: None, imported: Default::default(), decoded: 0 };
+        for (name, entry) in [("poll", d.api_ptr(|a| a.poll)), ("dequeue", d.api_ptr(|a| a.dequeue)), ("enqueue", d.api_ptr(|a| a.enqueue))] {
+            if entry.is_null() {
+                bail!("MPP's MppApi has no {name} entry: the library at {} cannot decode MJPEG", d.lib.path);
+            }
+        }
+        // SAFETY: the live context; plain enum arguments.
+        check("mpp_init(decoder, MJPEG)", unsafe { (d.lib.mpp_init)(d.ctx, MPP_CTX_DEC, MPP_VIDEO_CODING_MJPEG) })?;
+        let mut fmt: u32 = MPP_FMT_YUV420SP;
+        d.control("MPP_DEC_SET_OUTPUT_FORMAT(YUV420SP)", MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast())?;
+        let mut group: MppHandle = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local and two static C strings.
+        check("mpp_buffer_group_get(internal, DRM)", unsafe { (d.lib.mpp_buffer_group_get)(&mut group, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_INTERNAL, TAG.as_ptr(), TAG.as_ptr()) })?;
+        d.group = group;
+        Ok(d)
+    }
+
+    /// The library this decoder runs on.
+    pub fn lib(&self) -> &Arc<Libmpp> {
+        &self.lib
+    }
+
+    /// Pictures decoded so far (corrupt ones not counted).
+    pub fn decoded(&self) -> u64 {
+        self.decoded
+    }
+
+    /// Distinct dma-bufs imported so far (outputs and dma-buf inputs).
+    pub fn imported(&self) -> usize {
+        self.imported.len()
+    }
+
+    fn api_ptr(&self, f: impl FnOnce(&MppApi) -> *const c_void) -> *const c_void {
+        // SAFETY: `api` is MPP's static table (size checked on create).
+        f(unsafe { &*self.api })
+    }
+
+    fn control(&self, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
+        self.lib.control(self.api, self.ctx, name, cmd, param)
+    }
+
+    /// `poll(port, timeout)` then `dequeue(port)`: a task, or an error naming the port and
+    /// the `MPP_RET` (a timeout after `timeout_ms`).
+    fn take_task(&self, port: c_int) -> Result<MppHandle> {
+        let name = if port == MPP_PORT_INPUT { "input" } else { "output" };
+        // SAFETY: the entries were checked non-null on create; rk_mpi.h's signatures are
+        // `MppPollFn`/`MppDequeueFn` (a C enum is a c_int), and the table is MPP's static one.
+        let (poll, dequeue) = unsafe { (std::mem::transmute::<*const c_void, MppPollFn>((*self.api).poll), std::mem::transmute::<*const c_void, MppDequeueFn>((*self.api).dequeue)) };
+        // SAFETY: the live context; the timeout is in 1..=MPP_POLL_MAX (checked on create).
+        let r = unsafe { poll(self.ctx, port, self.timeout_ms as c_int) };
+        if r < 0 {
+            bail!("MPP poll({name} port, {} ms) failed: {} ({r}): the MJPEG decoder did not answer in time", self.timeout_ms, ret_name(r));
+        }
+        let mut task: MppHandle = std::ptr::null_mut();
+        // SAFETY: the live context and an out-pointer to a local.
+        check(&format!("dequeue({name} port)"), unsafe { dequeue(self.ctx, port, &mut task) })?;
+        if task.is_null() {
+            bail!("MPP dequeue({name} port) gave no task after a successful poll: the library at {} is broken", self.lib.path);
+        }
+        Ok(task)
+    }
+
+    fn give_task(&self, port: c_int, task: MppHandle) -> Result<()> {
+        let name = if port == MPP_PORT_INPUT { "input" } else { "output" };
+        // SAFETY: checked non-null on create; rk_mpi.h's enqueue is `MppEnqueueFn`.
+        let enqueue = unsafe { std::mem::transmute::<*const c_void, MppEnqueueFn>((*self.api).enqueue) };
+        // SAFETY: the live context and a task dequeued from this port.
+        check(&format!("enqueue({name} port)"), unsafe { enqueue(self.ctx, port, task) })
+    }
+
+    /// The `MppBuffer` of dma-buf `fd` (`size` bytes): `mpp_buffer_import` (type
+    /// `MPP_BUFFER_TYPE_EXT_DMA`, a duplicate of the fd kept open) on first sight, cached by
+    /// inode after.
+    fn import(&mut self, fd: BorrowedFd<'_>, size: usize) -> Result<MppHandle> {
+        let key = fd_inode(fd)?;
+        if let Some(i) = self.imported.get(&key) {
+            if i.size >= size {
+                return Ok(i.buffer);
+            }
+        }
+        let own = fd.try_clone_to_owned().map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
+        let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size, ptr: std::ptr::null_mut(), hnd: std::ptr::null_mut(), fd: own.as_raw_fd(), index: self.imported.len() as c_int };
+        let mut buffer: MppHandle = std::ptr::null_mut();
+        // SAFETY: NULL group + a buffer out-pointer = `mpp_buffer_import` (mpp_buffer.h);
+        // `info` lives for the call (MPP copies it); static C strings.
+        check("mpp_buffer_import(EXT_DMA)", unsafe { (self.lib.mpp_buffer_import_with_tag)(std::ptr::null_mut(), &mut info, &mut buffer, TAG.as_ptr(), TAG.as_ptr()) })?;
+        if buffer.is_null() {
+            bail!("MPP mpp_buffer_import gave no buffer: the library at {} is broken", self.lib.path);
+        }
+        if let Some(old) = self.imported.insert(key, Imported { buffer, size, _fd: own }) {
+            // The same inode, now bigger (cannot happen for a dma-buf, whose size is fixed).
+            self.put(old.buffer);
+        }
+        Ok(buffer)
+    }
+
+    fn put(&self, buffer: MppHandle) {
+        // SAFETY: a buffer this decoder got or imported, put once.
+        if let Err(e) = check("mpp_buffer_put", unsafe { (self.syms.buffer_put)(buffer, TAG.as_ptr()) }) {
+            log::warn!("{e}");
+        }
+    }
+
+    /// The input buffer, at least `len` bytes (a new one, 64 KiB-rounded, when it is smaller),
+    /// with `jpeg` copied to its start.
+    fn input_with(&mut self, jpeg: &[u8]) -> Result<MppHandle> {
+        let need = jpeg.len();
+        if self.input.is_none_or(|(_, size)| size < need) {
+            if let Some((b, _)) = self.input.take() {
+                self.put(b);
+            }
+            let size = need.div_ceil(64 << 10) * (64 << 10);
+            let mut b: MppHandle = std::ptr::null_mut();
+            // SAFETY: the live internal group, an out-pointer to a local, static C strings.
+            check(&format!("mpp_buffer_get({size} bytes)"), unsafe { (self.syms.buffer_get)(self.group, &mut b, size, TAG.as_ptr(), TAG.as_ptr()) })?;
+            self.input = Some((b, size));
+        }
+        let (b, _) = self.input.expect("just set");
+        // SAFETY: a live buffer of this decoder's internal group (CPU-mapped by MPP).
+        let p = unsafe { (self.syms.buffer_ptr)(b, TAG.as_ptr()) };
+        if p.is_null() {
+            bail!("MPP mpp_buffer_get_ptr gave no CPU address for the MJPEG input buffer");
+        }
+        // SAFETY: `p` maps at least `size` >= `need` bytes of the buffer MPP allocated, which
+        // nothing else touches now (the decoder is idle between JPEGs).
+        unsafe { std::ptr::copy_nonoverlapping(jpeg.as_ptr(), p.cast::<u8>(), need) };
+        Ok(b)
+    }
+
+    /// Decodes one whole JPEG from `input` into dma-buf `output` (`output_size` bytes, e.g. a
+    /// capture pool buffer: imported once, cached), as described on [`MppJpeg`]. Errors (one
+    /// line: the MPP call and its `MPP_RET`) leave the decoder usable only if the caller
+    /// retries nothing: drop it.
+    pub fn decode(&mut self, input: JpegInput<'_>, output: BorrowedFd<'_>, output_size: usize) -> Result<JpegOutcome> {
+        let (in_buf, len) = match input {
+            JpegInput::Bytes(b) => (self.input_with(b)?, b.len()),
+            JpegInput::DmaBuf { fd, size, len } => (self.import(fd, size)?, len),
+        };
+        if len == 0 {
+            bail!("an empty JPEG cannot be decoded (0 bytes)");
+        }
+        let out_buf = self.import(output, output_size)?;
+        let s = self.syms;
+        let mut pkt: MppHandle = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local and a live buffer (the packet takes a reference).
+        check("mpp_packet_init_with_buffer", unsafe { (s.packet_init_with_buffer)(&mut pkt, in_buf) })?;
+        let mut frame: MppHandle = std::ptr::null_mut();
+        let result = (|| {
+            // SAFETY: the packet just made.
+            unsafe { (s.packet_set_length)(pkt, len) };
+            // SAFETY: an out-pointer to a local.
+            check("mpp_frame_init", unsafe { (s.frame_init)(&mut frame) })?;
+            // SAFETY: the frame just made and a live imported buffer (the frame takes a reference).
+            unsafe { (s.frame_set_buffer)(frame, out_buf) };
+            let task = self.take_task(MPP_PORT_INPUT)?;
+            // SAFETY: a task dequeued from the input port; the packet and frame are live.
+            check("mpp_task_meta_set_packet(KEY_INPUT_PACKET)", unsafe { (s.meta_set_packet)(task, KEY_INPUT_PACKET, pkt) })?;
+            // SAFETY: as above.
+            check("mpp_task_meta_set_frame(KEY_OUTPUT_FRAME)", unsafe { (s.meta_set_frame)(task, KEY_OUTPUT_FRAME, frame) })?;
+            self.give_task(MPP_PORT_INPUT, task)?;
+            let task = self.take_task(MPP_PORT_OUTPUT)?;
+            let mut out: MppHandle = std::ptr::null_mut();
+            // SAFETY: a task dequeued from the output port and an out-pointer to a local.
+            let got = check("mpp_task_meta_get_frame(KEY_OUTPUT_FRAME)", unsafe { (s.meta_get_frame)(task, KEY_OUTPUT_FRAME, &mut out) });
+            self.give_task(MPP_PORT_OUTPUT, task)?;
+            got?;
+            if out != frame {
+                bail!("MPP returned another frame than the one attached to the JPEG: the library at {} is broken", self.lib.path);
+            }
+            // The input task comes back with the packet: take it, enqueue the empty task.
+            let task = self.take_task(MPP_PORT_INPUT)?;
+            let mut back: MppHandle = std::ptr::null_mut();
+            // SAFETY: a task dequeued from the input port and an out-pointer to a local.
+            let got = check("mpp_task_meta_get_packet(KEY_INPUT_PACKET)", unsafe { (s.meta_get_packet)(task, KEY_INPUT_PACKET, &mut back) });
+            self.give_task(MPP_PORT_INPUT, task)?;
+            got?;
+            // SAFETY: the live frame attached above.
+            let info = unsafe { self.lib.frame_info(frame, Some(output.as_raw_fd()), None) };
+            if info.errinfo != 0 || info.discard != 0 {
+                return Ok(JpegOutcome::Corrupt { errinfo: info.errinfo.max(info.discard) });
+            }
+            self.decoded += 1;
+            Ok(JpegOutcome::Picture(info))
+        })();
+        if !frame.is_null() {
+            // SAFETY: the frame made above, deinited once (drops its buffer reference).
+            let r = unsafe { (self.lib.mpp_frame_deinit)(&mut frame) };
+            if let Err(e) = check("mpp_frame_deinit", r) {
+                log::warn!("{e}");
+            }
+        }
+        // SAFETY: the packet made above, deinited once (drops its buffer reference).
+        let d = unsafe { (self.lib.mpp_packet_deinit)(&mut pkt) };
+        let outcome = result?;
+        check("mpp_packet_deinit", d)?;
+        Ok(outcome)
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        // The buffers first: between JPEGs MPP holds none of them (each packet and frame was
+        // deinited), so by mpp_destroy every buffer this decoder got is back.
+        for (_, i) in std::mem::take(&mut self.imported) {
+            self.put(i.buffer);
+        }
+        if let Some((b, _)) = self.input.take() {
+            self.put(b);
+        }
+        let mut first: Result<()> = Ok(());
+        if !self.ctx.is_null() {
+            // SAFETY: the live context, destroyed once (nulled below).
+            first = check("mpp_destroy", unsafe { (self.lib.mpp_destroy)(self.ctx) });
+            self.ctx = std::ptr::null_mut();
+        }
+        if !self.group.is_null() {
+            // SAFETY: the live internal group, put once (its buffers were put above).
+            first = first.and(check("mpp_buffer_group_put", unsafe { (self.lib.mpp_buffer_group_put)(self.group) }));
+            self.group = std::ptr::null_mut();
+        }
+        first
+    }
+
+    /// `mpp_buffer_put` of every imported buffer and of the input buffer, then
+    /// `mpp_destroy`, then `mpp_buffer_group_put`; the first error is returned (all steps run).
+    pub fn destroy(mut self) -> Result<()> {
+        self.teardown()
+    }
+}
+
+impl Drop for MppJpeg {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            log::warn!("{e}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -906,6 +1375,20 @@ mod tests {
         assert_eq!((MPP_ERR_BUFFER_FULL, MPP_ERR_TIMEOUT, MPP_ERR_INIT), (-1012, -8, -1002));
         assert_eq!(ret_name(MPP_ERR_BUFFER_FULL), "MPP_ERR_BUFFER_FULL");
         assert_eq!(coding_name(MPP_VIDEO_CODING_HEVC), Some("H.265"));
+    }
+
+    #[test]
+    fn task_api_values_match_mpp_task_h_and_mpp_meta_h() {
+        // FOURCC_META('i','p','k','t') and ('o','f','r','m'), worked out by hand.
+        assert_eq!((KEY_INPUT_PACKET, KEY_OUTPUT_FRAME), (0x6970_6b74, 0x6f66_726d));
+        assert_eq!((MPP_PORT_INPUT, MPP_PORT_OUTPUT), (0, 1));
+        assert_eq!((MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_BUFFER_INTERNAL), (0, 2, 0));
+        // poll/dequeue/enqueue keep their places in MppApi (after isp_get_frame).
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!((offset_of!(MppApi, poll), offset_of!(MppApi, dequeue), offset_of!(MppApi, enqueue)), (80, 88, 96));
+        #[cfg(target_pointer_width = "32")]
+        assert_eq!((offset_of!(MppApi, poll), offset_of!(MppApi, dequeue), offset_of!(MppApi, enqueue)), (44, 48, 52));
+        assert!(MJPEG_REFUSED.contains("MppJpeg") && !MJPEG_REFUSED.contains('\n'));
     }
 
     #[test]

@@ -34,7 +34,9 @@
 //! - MJPEG: `mpp_init` succeeds (MPP runs MJPEG on its task thread with one input task), but
 //!   every `decode_put_packet` returns `MPP_ERR_BUFFER_FULL` (logged with
 //!   `reason=mjpeg-needs-task-api`): real MPP needs each MJPEG packet in an `MppBuffer` with
-//!   an output frame attached (`KEY_OUTPUT_FRAME`), which plain packets never have.
+//!   an output frame attached (`KEY_OUTPUT_FRAME`), which plain packets never have. The task
+//!   API (`poll`/`dequeue`/`enqueue`, task meta, `mpp_buffer_import`/`get`/`put`) decodes
+//!   MJPEG with zune-jpeg: see [`task`].
 //!
 //! - End of stream as MPP: the last picture has `eos` 1 and its buffer, then an empty EOS
 //!   frame (no buffer) follows.
@@ -68,11 +70,14 @@ use std::sync::{mpsc, Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod task;
+
 type MppRet = c_int;
 const MPP_OK: MppRet = 0;
 const MPP_NOK: MppRet = -1;
 const MPP_ERR_UNKNOW: MppRet = -2;
 const MPP_ERR_NULL_PTR: MppRet = -3;
+const MPP_ERR_MALLOC: MppRet = -4;
 const MPP_ERR_VALUE: MppRet = -6;
 const MPP_ERR_TIMEOUT: MppRet = -8;
 const MPP_ERR_INIT: MppRet = -1002;
@@ -90,6 +95,7 @@ const MPP_DEC_SET_EXT_BUF_GROUP: c_int = 0x0031_0002;
 const MPP_DEC_SET_INFO_CHANGE_READY: c_int = 0x0031_0003;
 const MPP_DEC_SET_PARSER_SPLIT_MODE: c_int = 0x0031_0005;
 const MPP_DEC_SET_PARSER_FAST_MODE: c_int = 0x0031_0006;
+const MPP_DEC_SET_OUTPUT_FORMAT: c_int = 0x0031_000a;
 const MPP_DEC_SET_DISABLE_ERROR: c_int = 0x0031_000b;
 const MPP_DEC_SET_IMMEDIATE_OUT: c_int = 0x0031_000c;
 
@@ -127,8 +133,14 @@ pub struct MppApi {
     /// `decode_get_frame`.
     pub decode_get_frame: unsafe extern "C" fn(Opaque, *mut Opaque) -> MppRet,
     /// `encode`, `encode_put_frame`, `encode_get_packet`, `isp`, `isp_put_frame`,
-    /// `isp_get_frame`, `poll`, `dequeue`, `enqueue`.
-    pub unsupported: [unsafe extern "C" fn() -> MppRet; 9],
+    /// `isp_get_frame`.
+    pub unsupported: [unsafe extern "C" fn() -> MppRet; 6],
+    /// `poll(ctx, MppPortType, MppPollType)` (the task API: [`task`]).
+    pub poll: unsafe extern "C" fn(Opaque, c_int, c_int) -> MppRet,
+    /// `dequeue(ctx, MppPortType, MppTask *)`.
+    pub dequeue: unsafe extern "C" fn(Opaque, c_int, *mut Opaque) -> MppRet,
+    /// `enqueue(ctx, MppPortType, MppTask)`.
+    pub enqueue: unsafe extern "C" fn(Opaque, c_int, Opaque) -> MppRet,
     /// `reset`.
     pub reset: unsafe extern "C" fn(Opaque) -> MppRet,
     /// `control`.
@@ -161,7 +173,10 @@ static API: MppApi = MppApi {
     decode: unsupported,
     decode_put_packet: mpi_decode_put_packet,
     decode_get_frame: mpi_decode_get_frame,
-    unsupported: [unsupported; 9],
+    unsupported: [unsupported; 6],
+    poll: task::mpi_poll,
+    dequeue: task::mpi_dequeue,
+    enqueue: task::mpi_enqueue,
     reset: mpi_reset,
     control: mpi_control,
     reserv: [0; 16],
@@ -230,6 +245,12 @@ struct Buffer {
     refs: AtomicU32,
     /// Set when the fd no longer refers to the committed inode: never written again.
     dead: AtomicU32,
+    /// References of an imported or internal-group buffer (`mpp_buffer_import`,
+    /// `mpp_buffer_get`, frames and packets holding it); 0 for committed buffers.
+    refcount: AtomicU32,
+    /// The CPU memory of an internal-group buffer (`libc::calloc`, freed at the last put),
+    /// as an address; 0 for fd-backed buffers.
+    mem: usize,
 }
 
 struct Group {
@@ -300,12 +321,16 @@ pub unsafe extern "C" fn mpp_buffer_import_with_tag(grp: Opaque, info: *mut MppB
     }
     // SAFETY: non-null; the caller passes a valid MppBufferInfo.
     let info = unsafe { *info };
+    if grp.is_null() && !out.is_null() {
+        // mpp_buffer_import: a buffer of MPP's misc group, got (one reference).
+        return task::import(&info, out, &who);
+    }
     let Some(g) = group(grp) else {
         log(format!("mpp_buffer_commit ret={MPP_NOK} reason=unknown-group {who}"));
         return MPP_NOK;
     };
     if !out.is_null() {
-        log(format!("mpp_buffer_import group={} ret={MPP_NOK} reason=not-implemented-by-the-fake {who}", g.id));
+        log(format!("mpp_buffer_import group={} ret={MPP_NOK} reason=import-into-a-group-not-implemented-by-the-fake {who}", g.id));
         return MPP_NOK;
     }
     if g.type_ != info.type_ || g.mode != MPP_BUFFER_EXTERNAL {
@@ -327,7 +352,7 @@ pub unsafe extern "C" fn mpp_buffer_import_with_tag(grp: Opaque, info: *mut MppB
     if bufs.iter().any(|b| b.inode == ino) {
         violation("committed-twice", format!("group={} fd={} ino={}", g.id, info.fd, ino.1));
     }
-    let b = Arc::new(Buffer { group: g.id, index: info.index, fd: info.fd, size: info.size, inode: ino, holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0) });
+    let b = Arc::new(Buffer { group: g.id, index: info.index, fd: info.fd, size: info.size, inode: ino, holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0), refcount: AtomicU32::new(0), mem: 0 });
     lock(&BUFFERS).insert(Arc::as_ptr(&b) as usize, Arc::clone(&b));
     bufs.push(b);
     log(format!("mpp_buffer_commit group={} index={} fd={} size={} ino={} ret=0 {who}", g.id, info.index, info.fd, info.size, ino.1));
@@ -427,7 +452,9 @@ pub unsafe extern "C" fn mpp_buffer_group_put(grp: Opaque) -> MppRet {
     if h > 0 {
         violation("group-put-while-held", format!("group={} held={h}", g.id));
     }
-    log(format!("mpp_buffer_group_put group={} buffers={} held={h} ret=0", g.id, lock(&g.buffers).len()));
+    // An internal group's buffers still referenced (mpp_buffer_get without its put).
+    let live = lock(&g.buffers).iter().filter(|b| b.mem != 0 && b.refcount.load(Ordering::SeqCst) > 0).count();
+    log(format!("mpp_buffer_group_put group={} buffers={} held={h} live={live} ret=0", g.id, lock(&g.buffers).len()));
     MPP_OK
 }
 
@@ -440,6 +467,8 @@ struct Packet {
     length: usize,
     pts: i64,
     eos: bool,
+    /// The buffer of `mpp_packet_init_with_buffer` (one reference, put at deinit).
+    buffer: Option<Arc<Buffer>>,
 }
 
 // SAFETY: the registry only stores the caller's pointer; it is read on the caller's thread
@@ -460,11 +489,7 @@ pub unsafe extern "C" fn mpp_packet_init(out: *mut Opaque, data: *mut c_void, si
         log(format!("mpp_packet_init size={size} ret={MPP_ERR_NULL_PTR}"));
         return MPP_ERR_NULL_PTR;
     }
-    let p = Box::new(Packet { data: data as *const u8, size, length: size, pts: 0, eos: false });
-    let handle = &*p as *const Packet as Opaque;
-    lock(&PACKETS).insert(handle as usize, p);
-    // SAFETY: non-null out-pointer.
-    unsafe { *out = handle };
+    hand_out(&PACKETS, Box::new(Packet { data: data as *const u8, size, length: size, pts: 0, eos: false, buffer: None }), out);
     log(format!("mpp_packet_init size={size} ret=0"));
     MPP_OK
 }
@@ -481,11 +506,26 @@ pub unsafe extern "C" fn mpp_packet_deinit(p: *mut Opaque) -> MppRet {
     }
     // SAFETY: non-null pointer to the caller's handle.
     let h = unsafe { *p };
-    let found = lock(&PACKETS).remove(&(h as usize)).is_some();
+    let found = lock(&PACKETS).remove(&(h as usize));
+    if let Some(b) = found.as_ref().and_then(|p| p.buffer.as_ref()) {
+        task::put(b, "mpp_packet_deinit");
+    }
+    let found = found.is_some();
     log(format!("mpp_packet_deinit known={}", u8::from(found)));
     // SAFETY: as above.
     unsafe { *p = std::ptr::null_mut() };
     if found { MPP_OK } else { MPP_ERR_NULL_PTR }
+}
+
+/// Keeps `v` in registry `reg` under its address, which becomes the caller's handle
+/// (`*out`, when `out` is not null).
+fn hand_out<T>(reg: &Mutex<HashMap<usize, Box<T>>>, v: Box<T>, out: *mut Opaque) {
+    let handle = &*v as *const T as Opaque;
+    lock(reg).insert(handle as usize, v);
+    if !out.is_null() {
+        // SAFETY: a non-null out-pointer from the caller of an MPP function that writes one.
+        unsafe { *out = handle };
+    }
 }
 
 fn with_packet<R>(h: Opaque, f: impl FnOnce(&mut Packet) -> R) -> Option<R> {
@@ -545,6 +585,9 @@ struct Frame {
     pts: i64,
     buf_size: usize,
     buffer: Option<Arc<Buffer>>,
+    /// The buffer a user frame (`mpp_frame_init`, the task API) was given with
+    /// `mpp_frame_set_buffer`: one reference, put when replaced or at deinit.
+    attached: Option<Arc<Buffer>>,
     notify: Weak<Shared>,
 }
 
@@ -593,7 +636,10 @@ frame_getter!(mpp_frame_get_buf_size, usize, |f| f.buf_size, 0);
 #[no_mangle]
 pub unsafe extern "C" fn mpp_frame_get_buffer(f: Opaque) -> Opaque {
     let (p, what) = match lock(&FRAMES).get(&(f as usize)) {
-        Some(fr) => (fr.buffer.as_ref().map_or(std::ptr::null_mut(), |b| Arc::as_ptr(b) as Opaque), format!("frame={} index={}", fr.seq, fr.buffer.as_ref().map_or(-1, |b| b.index))),
+        Some(fr) => {
+            let b = fr.buffer.as_ref().or(fr.attached.as_ref());
+            (b.map_or(std::ptr::null_mut(), |b| Arc::as_ptr(b) as Opaque), format!("frame={} index={}", fr.seq, b.map_or(-1, |b| b.index)))
+        }
         None => (std::ptr::null_mut(), "frame=unknown".into()),
     };
     log(format!("mpp_frame_get_buffer {what}"));
@@ -618,6 +664,9 @@ pub unsafe extern "C" fn mpp_frame_deinit(p: *mut Opaque) -> MppRet {
     };
     if let Some(b) = &fr.buffer {
         b.holders.fetch_sub(1, Ordering::SeqCst);
+    }
+    if let Some(b) = &fr.attached {
+        task::put(b, "mpp_frame_deinit");
     }
     log(format!("mpp_frame_deinit ctx={} frame={} index={}", fr.ctx, fr.seq, fr.buffer.as_ref().map_or(-1, |b| b.index)));
     if let Some(s) = fr.notify.upgrade() {
@@ -733,9 +782,11 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
     }
     if coding == CODING_MJPEG {
         // MPP's MJPEG decoder runs on the task (advanced) thread with one input task: init
-        // succeeds, plain packets never get in (see mpi_decode_put_packet). No ffmpeg.
+        // succeeds, plain packets never get in (see mpi_decode_put_packet); the task API
+        // decodes ([`task`]). No ffmpeg: zune-jpeg in-process.
         st.inited = true;
         st.coding = coding;
+        task::init_ports(c.id);
         log(format!("mpp_init ctx={} type={type_} coding={coding} split={} task_api=1 ret=0", c.id, st.split));
         return MPP_OK;
     }
@@ -903,23 +954,7 @@ enum Step {
 
 /// One attempt at producing a frame, under the context's lock.
 fn next_frame(c: &Ctx, st: &mut State) -> Step {
-    let new_frame = |st: &State, seq: u64| Frame {
-        ctx: c.id,
-        seq,
-        width: 0,
-        height: 0,
-        hor_stride: 0,
-        ver_stride: 0,
-        fmt: MPP_FMT_YUV420SP,
-        info_change: 0,
-        eos: 0,
-        errinfo: 0,
-        pts: seq as i64,
-        buf_size: 0,
-        buffer: None,
-        notify: Arc::downgrade(&c.shared),
-    }
-    .sized(st.size);
+    let new_frame = |st: &State, seq: u64| Frame { pts: seq as i64, ..Frame::empty(c.id, seq, Arc::downgrade(&c.shared)) }.sized(st.size);
     // The next picture has another size (or is the first): an info change first, and no
     // picture until the caller says it is ready again (MPP_DEC_SET_INFO_CHANGE_READY).
     if let Some(&(size, _)) = st.raw.front() {
@@ -1003,6 +1038,11 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
 }
 
 impl Frame {
+    /// A frame of context `ctx` (0: a user frame of `mpp_frame_init`) with no picture yet.
+    fn empty(ctx: u64, seq: u64, notify: Weak<Shared>) -> Frame {
+        Frame { ctx, seq, width: 0, height: 0, hor_stride: 0, ver_stride: 0, fmt: MPP_FMT_YUV420SP, info_change: 0, eos: 0, errinfo: 0, pts: 0, buf_size: 0, buffer: None, attached: None, notify }
+    }
+
     fn sized(mut self, size: Option<(u32, u32)>) -> Frame {
         if let Some((w, h)) = size {
             (self.width, self.height, self.hor_stride, self.ver_stride) = (w, h, align16(w), align16(h));
@@ -1139,6 +1179,7 @@ fn cmd_name(cmd: c_int) -> &'static str {
         MPP_DEC_SET_INFO_CHANGE_READY => "MPP_DEC_SET_INFO_CHANGE_READY",
         MPP_DEC_SET_PARSER_SPLIT_MODE => "MPP_DEC_SET_PARSER_SPLIT_MODE",
         MPP_DEC_SET_PARSER_FAST_MODE => "MPP_DEC_SET_PARSER_FAST_MODE",
+        MPP_DEC_SET_OUTPUT_FORMAT => "MPP_DEC_SET_OUTPUT_FORMAT",
         MPP_DEC_SET_DISABLE_ERROR => "MPP_DEC_SET_DISABLE_ERROR",
         MPP_DEC_SET_IMMEDIATE_OUT => "MPP_DEC_SET_IMMEDIATE_OUT",
         _ => "unknown",
@@ -1205,6 +1246,12 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
             st.ready = st.info_change_sent && st.group.is_some();
             (MPP_OK, format!("ready={}", u8::from(st.ready)))
         }
+        // The fake writes NV12 whatever is asked (as a chip that converts 4:2:2 JPEGs does);
+        // it only checks that a YUV format is asked for.
+        MPP_DEC_SET_OUTPUT_FORMAT => {
+            let f = read_u32(param);
+            (if f < 0x10000 { MPP_OK } else { MPP_ERR_VALUE }, format!("value={f}"))
+        }
         MPP_DEC_SET_PARSER_FAST_MODE | MPP_DEC_SET_DISABLE_ERROR | MPP_DEC_SET_IMMEDIATE_OUT => (MPP_OK, format!("value={}", read_u32(param))),
         _ => (MPP_NOK, "unsupported=1".into()),
     };
@@ -1260,9 +1307,10 @@ pub unsafe extern "C" fn mpp_destroy(h: Opaque) -> MppRet {
     for t in std::mem::take(&mut *lock(&c.threads)) {
         let _ = t.join();
     }
+    let tasks = task::destroy(c.id);
     let unreleased = lock(&FRAMES).values().filter(|f| f.ctx == c.id && f.buffer.is_some()).count();
     let held_buffers = group.as_deref().map_or(0, held);
-    log(format!("mpp_destroy ctx={} frames_out={frames_out} unreleased_frames={unreleased} buffers_held={held_buffers} ret=0", c.id));
+    log(format!("mpp_destroy ctx={} frames_out={frames_out} unreleased_frames={unreleased} buffers_held={held_buffers}{tasks} ret=0", c.id));
     MPP_OK
 }
 
@@ -1285,6 +1333,7 @@ mod tests {
         assert_eq!(align_of::<MppApi>(), 8);
         assert_eq!((offset_of!(MppApi, decode_put_packet), offset_of!(MppApi, decode_get_frame)), (16, 24));
         assert_eq!((offset_of!(MppApi, reset), offset_of!(MppApi, control), offset_of!(MppApi, reserv)), (104, 112, 120));
+        assert_eq!((offset_of!(MppApi, poll), offset_of!(MppApi, dequeue), offset_of!(MppApi, enqueue)), (80, 88, 96));
         assert_eq!(size_of::<MppBufferInfo>(), 40);
         assert_eq!((offset_of!(MppBufferInfo, fd), offset_of!(MppBufferInfo, index)), (32, 36));
         assert_eq!(API.size, 184);
@@ -1313,7 +1362,7 @@ mod tests {
     }
 
     fn committed(fd: c_int, size: usize) -> Buffer {
-        Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0) }
+        Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0), refcount: AtomicU32::new(0), mem: 0 }
     }
 
     #[test]

@@ -107,9 +107,12 @@ impl V4l2Capture {
                 }
             }
             let sizes: Vec<u64> = bufs.iter().map(|b| b.size()).collect();
-            self.layout
-                .validate(&sizes)
-                .map_err(|e| anyhow!("v4l2: buffer {index} of {} does not hold a frame: {e}", self.node.label()))?;
+            // MJPG buffers hold a JPEG of up to sizeimage bytes, not pixels.
+            if self.layout.fourcc != crate::core::frame::Fourcc::MJPG {
+                self.layout
+                    .validate(&sizes)
+                    .map_err(|e| anyhow!("v4l2: buffer {index} of {} does not hold a frame: {e}", self.node.label()))?;
+            }
             pool.push(bufs);
         }
         Ok(pool)

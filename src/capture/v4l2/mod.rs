@@ -39,6 +39,7 @@ pub use crate::sys::v4l2::format_name;
 use crate::sys::v4l2::node::NodeInfo;
 
 mod buffers;
+pub mod mjpg;
 mod negotiate;
 mod stats;
 #[cfg(test)]

@@ -57,11 +57,15 @@ pub fn parse_size(s: &str) -> Result<(u32, u32)> {
     Ok((w, h))
 }
 
-/// Parses `--format NAME` (one of [`PREFERRED`]).
+/// Parses `--format NAME` (one of [`PREFERRED`], or `MJPG`/`MJPEG`: a UVC camera's Motion
+/// JPEG, decoded into an NV12 pool by [`super::mjpg::MjpgCamera`]).
 pub fn parse_format(s: &str) -> Result<Fourcc> {
+    if s.eq_ignore_ascii_case("MJPG") || s.eq_ignore_ascii_case("MJPEG") {
+        return Ok(Fourcc::MJPG);
+    }
     Fourcc::parse(s)
         .filter(|f| PREFERRED.contains(f))
-        .ok_or_else(|| anyhow!("--format \"{s}\" is not one zcpipe reads; use one of {}", sys::format_list(&PREFERRED, "none")))
+        .ok_or_else(|| anyhow!("--format \"{s}\" is not one zcpipe reads; use one of {}, or MJPG (decoded by --decoder)", sys::format_list(&PREFERRED, "none")))
 }
 
 /// "capture nodes here: /dev/video0 (vivid: ...), ... (`zcpipe doctor` lists every node)".
@@ -127,6 +131,16 @@ impl Granted {
                 let (bpl, size) = self.planes[0];
                 planes[0] = PlaneDesc { offset: 0, bytesperline: bpl, length: size, fd_index: 0 };
                 1
+            }
+            Fourcc::MJPG => {
+                // Compressed: one JPEG of up to sizeimage bytes per buffer, no pixel layout
+                // (the decoder gives one); not validated as pixels.
+                let size = self.planes.first().map_or(0, |p| p.1);
+                if size == 0 {
+                    bail!("MJPG {w}x{h} with sizeimage 0: the driver gives no buffer size");
+                }
+                planes[0] = PlaneDesc { offset: 0, bytesperline: 0, length: size, fd_index: 0 };
+                return Ok(FrameLayout { fourcc: self.fourcc, width: w, height: h, num_planes: 1, planes });
             }
             f => bail!("format {} is not one zcpipe reads", format_name(f)),
         };

@@ -42,8 +42,10 @@ fn granted_describes_what_the_driver_set() {
 fn format_and_size_flags_parse() {
     assert_eq!(parse_format("nv12m").unwrap(), Fourcc::NV12M);
     assert_eq!(parse_format("RGB24").unwrap(), Fourcc::RGB24);
-    let e = parse_format("MJPG").unwrap_err().to_string();
-    assert!(e.contains("NV12, NV12M, NV16, YUYV, RGB24, BGR24"), "{e}");
+    // A UVC camera's Motion JPEG, decoded into an NV12 pool (v4l2::mjpg).
+    assert_eq!((parse_format("MJPG").unwrap(), parse_format("mjpeg").unwrap()), (Fourcc::MJPG, Fourcc::MJPG));
+    let e = parse_format("H264").unwrap_err().to_string();
+    assert!(e.contains("NV12, NV12M, NV16, YUYV, RGB24, BGR24") && e.contains("MJPG"), "{e}");
     assert_eq!(parse_size("1280x720").unwrap(), (1280, 720));
     assert!(parse_size("1280").is_err() && parse_size("0x5").is_err() && parse_size("ax5").is_err());
 }
@@ -73,4 +75,14 @@ fn missing_node_is_one_clear_line() {
     let cfg = V4l2Config { device: Some("/dev/null".into()), buffers: 4, ..Default::default() };
     let e = V4l2Capture::open(&cfg).unwrap_err().to_string();
     assert!(e.contains("/dev/null is not a V4L2 device"), "{e}");
+}
+
+#[test]
+fn mjpg_is_compressed_one_jpeg_of_up_to_sizeimage_bytes() {
+    // A UVC camera at 1080p: bytesperline 0, sizeimage its largest JPEG.
+    let l = granted(Fourcc::MJPG, 1920, 1080, vec![(0, 4_147_789)]).layout().unwrap();
+    assert_eq!((l.fourcc, l.width, l.height, l.num_planes), (Fourcc::MJPG, 1920, 1080, 1));
+    assert_eq!(l.planes[0], PlaneDesc { offset: 0, bytesperline: 0, length: 4_147_789, fd_index: 0 });
+    assert!(granted(Fourcc::MJPG, 1920, 1080, vec![(0, 0)]).layout().is_err(), "no buffer size");
+    assert!(l.validate(&[4_147_789]).is_err(), "never a pixel layout to pass on");
 }
