@@ -521,7 +521,7 @@ fn an_rtsp_camera_decoded_by_mpp_reaches_rga_and_rknn_and_survives_a_drop() {
     assert_eq!(commits.len(), 24, "{mpp}");
     let imported: Vec<String> = call(&rga, "importbuffer_fd").iter().map(|l| log_field(l, "ino").to_string()).filter(|i| commits.contains(i)).collect();
     assert_eq!(imported.len(), 24, "RGA imports each capture buffer once, across the reconnect too: {imported:?}");
-    assert!(call(&mpp, "reset").len() >= 1, "the decoder was reset at the drop: {mpp}");
+    assert!(!call(&mpp, "reset").is_empty(), "the decoder was reset at the drop: {mpp}");
     assert!(call(&mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{mpp}");
     assert!(!mpp.contains("violation"), "{mpp}");
     let frames = lines.iter().filter(|v| v["type"] == "frame").count();
