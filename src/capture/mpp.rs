@@ -35,7 +35,7 @@
 //! info-change protocol of `test/mpi_dec_test.c` (external group, then
 //! `MPP_DEC_SET_INFO_CHANGE_READY`), `mpp_frame.h` (strides, `errinfo`, `discard`, `eos`).
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::ffmpeg::{parse_codec, parse_probe, Child, VideoProbe, PROBE_ARGS};
-use super::network::{input_args, is_rtsp, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE};
+use super::network::{input_args, readable, is_rtsp, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE};
 use super::spec::{redact_url, scrub_secrets};
 use crate::core::config::Choice;
 use crate::core::frame::{align_up, monotonic_ns, Fourcc, FrameDesc, FrameLayout, PlaneDesc, RestartMark, Stage, MAX_PLANES};
@@ -490,7 +490,7 @@ impl MppCapture {
         };
         let since = *since;
         let Some(out) = ffmpeg.stdout() else { return Ok(None) };
-        if !readable(out, Duration::ZERO)? {
+        if !readable(out, Duration::ZERO).map_err(|e| anyhow!("{}: poll on the demuxer's output: {e}", self.shown))? {
             let quiet = *last_data;
             if live && quiet.elapsed() > IO_TIMEOUT + STALL_GRACE {
                 ffmpeg.kill();
@@ -737,19 +737,6 @@ fn probe(input: &MppInput, transport: RtspTransport, shown: &str, stop: &AtomicB
     let p = parse_probe(&out).map_err(|why| anyhow!("cannot open {shown}: {}", scrub_secrets(&why, url)))?;
     let codec = parse_codec(&out).unwrap_or_else(|| "an unnamed codec".into());
     Ok((p, codec))
-}
-
-/// Whether `fd` is readable (data, or end of file) within `wait`.
-fn readable(fd: &impl AsFd, wait: Duration) -> Result<bool> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-    let ms = PollTimeout::try_from(wait.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
-    match poll(&mut fds, ms) {
-        Ok(0) => Ok(false),
-        Ok(_) => Ok(true),
-        Err(nix::errno::Errno::EINTR) => Ok(false),
-        Err(e) => Err(anyhow!("poll on the demuxer's output: {e}")),
-    }
 }
 
 /// Whether `path` is a file whose video MPP decodes through this module (H.264/H.265),

@@ -424,8 +424,9 @@ impl std::io::Read for DeadlineReader<'_> {
     }
 }
 
-/// Whether `fd` is readable (data, or end of file) within `wait`.
-fn readable(fd: &impl AsFd, wait: Duration) -> std::io::Result<bool> {
+/// Whether `fd` is readable (data, or end of file) within `wait` (also for the MPP
+/// demuxer's pipe, [`super::mpp`]).
+pub(super) fn readable(fd: &impl AsFd, wait: Duration) -> std::io::Result<bool> {
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
     let ms = PollTimeout::try_from(wait.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
     match poll(&mut fds, ms) {
