@@ -111,8 +111,8 @@ pub fn settle(choice: DecoderChoice, spec: &SourceSpec, wait_for_camera: bool, l
             return Ok((Decoder::Cpu, format!("{why}, but --wait-for-camera: the pool cannot be sized from a camera not there yet, so ffmpeg on the CPU")));
         }
         if let SourceSpec::Video(path) = spec {
-            if let Some(other) = super::mpp::file_codec(path).filter(|c| !matches!(c.as_str(), "h264" | "hevc" | "mjpeg")) {
-                return Ok((Decoder::Cpu, format!("{why}, but {} is {other}, which MPP does not decode here: ffmpeg on the CPU", path.display())));
+            if let Some(Err(not)) = super::mpp::file_codec(path).map(|c| super::mpp::mpp_takes(&c)) {
+                return Ok((Decoder::Cpu, format!("{why}, but {}: {not}: ffmpeg on the CPU", path.display())));
             }
         }
     }

@@ -186,7 +186,7 @@ pub struct VideoProbe {
 /// The ffprobe arguments that print the first video stream's size and rates as JSON; the
 /// input (`-i` or a path) follows.
 pub const PROBE_ARGS: [&str; 8] =
-    ["-v", "error", "-select_streams", "v:0", "-show_entries", "stream=codec_name,width,height,r_frame_rate,avg_frame_rate", "-of", "json"];
+    ["-v", "error", "-select_streams", "v:0", "-show_entries", "stream=codec_name,pix_fmt,width,height,r_frame_rate,avg_frame_rate", "-of", "json"];
 
 #[derive(Deserialize)]
 struct ProbeJson {
@@ -197,6 +197,7 @@ struct ProbeJson {
 #[derive(Deserialize)]
 struct ProbeStream {
     codec_name: Option<String>,
+    pix_fmt: Option<String>,
     width: Option<u32>,
     height: Option<u32>,
     r_frame_rate: Option<String>,
@@ -230,11 +231,22 @@ pub fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
     Ok(VideoProbe { width, height, fps })
 }
 
-/// The first video stream's codec as ffprobe names it (`h264`, `hevc`, `mjpeg`, ...) from
-/// its JSON ([`PROBE_ARGS`]); `None` if it named none.
-pub fn parse_codec(json: &[u8]) -> Option<String> {
+/// A video stream's codec and pixel format, as ffprobe names them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodecProbe {
+    /// `h264`, `hevc`, `mjpeg`, `vp9`, ...
+    pub codec: String,
+    /// `yuv420p`, `yuvj420p`, `yuv420p10le`, ... (`None`: not said, e.g. before decoding
+    /// starts on some live streams).
+    pub pix_fmt: Option<String>,
+}
+
+/// The first video stream's codec and pixel format from ffprobe's JSON ([`PROBE_ARGS`]);
+/// `None` if it named no codec.
+pub fn parse_codec(json: &[u8]) -> Option<CodecProbe> {
     let parsed: ProbeJson = serde_json::from_slice(json).ok()?;
-    parsed.streams.into_iter().next()?.codec_name
+    let s = parsed.streams.into_iter().next()?;
+    Some(CodecProbe { codec: s.codec_name?, pix_fmt: s.pix_fmt })
 }
 
 /// The last non-empty line of a tool's stderr, trimmed.
@@ -350,7 +362,7 @@ mod tests {
         assert!(parse_probe(br#"{"streams":[]}"#).unwrap_err().contains("no video stream"));
         assert!(parse_probe(br#"{"streams":[{"width":0,"height":48}]}"#).unwrap_err().contains("out of range"));
         assert!(parse_probe(b"nope").unwrap_err().contains("unexpected JSON"));
-        assert_eq!(parse_codec(br#"{"streams":[{"codec_name":"hevc","width":64,"height":48}]}"#).as_deref(), Some("hevc"));
+        assert_eq!(parse_codec(br#"{"streams":[{"codec_name":"hevc","pix_fmt":"yuv420p10le","width":64,"height":48}]}"#), Some(CodecProbe { codec: "hevc".into(), pix_fmt: Some("yuv420p10le".into()) }));
         assert_eq!(parse_codec(br#"{"streams":[]}"#), None);
     }
 

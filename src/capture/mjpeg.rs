@@ -336,7 +336,7 @@ impl MjpegDecoder {
 /// `None` for anything else (the ffmpeg source takes it).
 pub fn open_if_mjpeg(spec: &SourceSpec, fps: Option<f64>, choice: Option<DecoderChoice>) -> Result<Option<Box<dyn FrameSource>>> {
     let SourceSpec::Video(path) = spec else { return Ok(None) };
-    if !path.is_file() || super::mpp::file_codec(path).as_deref() != Some("mjpeg") {
+    if !path.is_file() || super::mpp::file_codec(path).is_none_or(|c| c.codec != "mjpeg") {
         return Ok(None);
     }
     let (decoder, why) = resolve(choice.unwrap_or_default(), None)?;

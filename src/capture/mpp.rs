@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::ffmpeg::{parse_codec, parse_probe, Child, VideoProbe, PROBE_ARGS};
+use super::ffmpeg::{parse_codec, parse_probe, Child, CodecProbe, VideoProbe, PROBE_ARGS};
 use super::network::{input_args, readable, is_rtsp, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE};
 use super::spec::{redact_url, scrub_secrets};
 use crate::core::config::Choice;
@@ -189,9 +189,11 @@ impl MppCapture {
             }
         }
         let (probe, codec) = probe(&input, opts.transport, &shown, stop)?;
-        let Some((coding, muxer)) = coding_of(&codec) else {
-            bail!("{shown}: its video is {codec}; --decoder mpp decodes H.264 and H.265 here (MJPEG through its own path): pass --decoder cpu for {codec}");
+        mpp_takes(&codec).map_err(|why| anyhow!("{shown}: {why}; pass --decoder cpu for it"))?;
+        let Some((coding, muxer)) = coding_of(&codec.codec) else {
+            bail!("{shown}: its video is {}; --decoder mpp decodes H.264 and H.265 here (MJPEG through its own path): pass --decoder cpu for it", codec.codec);
         };
+        let codec = codec.codec;
         let mpp = Mpp::decoder(lib, coding, DecoderOptions::default()).map_err(|e| anyhow!("{shown}: {e:#}"))?;
         let fps = fps.unwrap_or(if probe.fps > 0.0 { probe.fps } else { 30.0 });
         let mut cap = MppCapture {
@@ -703,7 +705,7 @@ pub fn layout_of(i: &FrameInfo) -> FrameLayout {
 
 /// Runs ffprobe on the input ([`PROBE_ARGS`] with the input options of a network stream),
 /// waiting at most [`IO_TIMEOUT`] + [`STALL_GRACE`] (or until `stop`): size, rate and codec.
-fn probe(input: &MppInput, transport: RtspTransport, shown: &str, stop: &AtomicBool) -> Result<(VideoProbe, String)> {
+fn probe(input: &MppInput, transport: RtspTransport, shown: &str, stop: &AtomicBool) -> Result<(VideoProbe, CodecProbe)> {
     let mut args: Vec<String> = PROBE_ARGS.iter().map(|s| s.to_string()).collect();
     let url = match input {
         MppInput::File(p) => {
@@ -735,13 +737,29 @@ fn probe(input: &MppInput, transport: RtspTransport, shown: &str, stop: &AtomicB
         bail!("cannot open {shown}: ffprobe failed ({status}): {}; check the path or URL", scrub_secrets(&child.stderr_tail(), url));
     }
     let p = parse_probe(&out).map_err(|why| anyhow!("cannot open {shown}: {}", scrub_secrets(&why, url)))?;
-    let codec = parse_codec(&out).unwrap_or_else(|| "an unnamed codec".into());
+    let codec = parse_codec(&out).unwrap_or_else(|| CodecProbe { codec: "an unnamed codec".into(), pix_fmt: None });
     Ok((p, codec))
 }
 
-/// Whether `path` is a file whose video MPP decodes through this module (H.264/H.265),
-/// by ffprobe; `None` when it cannot tell (the caller's path reports why).
-pub fn file_codec(path: &Path) -> Option<String> {
+/// Whether MPP decodes `c` into something zcpipe takes: H.264, H.265 (this module) or MJPEG
+/// ([`super::mjpeg`]), 8-bit 4:2:0 (`yuv420p`, `yuvj420p`, `nv12`, or not said). `Err`: why
+/// not, one clause (a 10-bit stream MPP would decode to `YUV420SP_10BIT`, a 4:2:2 or 4:4:4
+/// one, another codec).
+pub fn mpp_takes(c: &CodecProbe) -> std::result::Result<(), String> {
+    if !matches!(c.codec.as_str(), "h264" | "hevc" | "mjpeg") {
+        return Err(format!("its video is {}, which MPP does not decode here", c.codec));
+    }
+    match c.pix_fmt.as_deref() {
+        None | Some("yuv420p" | "yuvj420p" | "nv12") => Ok(()),
+        // MJPEG of other samplings is the JPEG path's business (it checks each JPEG).
+        Some(_) if c.codec == "mjpeg" => Ok(()),
+        Some(f) => Err(format!("its video is {} {f}, which MPP decodes to other than 8-bit NV12 (a 10-bit, 4:2:2 or 4:4:4 stream)", c.codec)),
+    }
+}
+
+/// The codec and pixel format of `path`'s first video stream, by ffprobe; `None` when it
+/// cannot tell (the caller's path reports why).
+pub fn file_codec(path: &Path) -> Option<CodecProbe> {
     let out = std::process::Command::new("ffprobe").args(PROBE_ARGS).arg(path).stdin(std::process::Stdio::null()).output().ok()?;
     out.status.success().then(|| parse_codec(&out.stdout)).flatten()
 }
