@@ -26,9 +26,15 @@
 //! every NV12 (limited range): a slightly stronger contrast than the same clip decoded by
 //! ffmpeg's NV12 path.
 //!
-//! A corrupt or truncated JPEG (an MPP error frame, `errinfo`; a zune-jpeg error) is
-//! skipped with a counted warning and the next one is decoded: the run goes on. Every MPP
-//! wait is bounded ([`MPP_POLL_MS`]).
+//! Before MPP sees a JPEG its frame header (SOF) is read: one bigger than the pool buffer
+//! or the source's size is skipped (MPP would not refuse it: its hardware would write past
+//! the buffer), and one MPP would not write as NV12/NV16 (grayscale, 4:4:4, 4:4:0, 4:1:1,
+//! progressive) is decoded on the CPU, that frame only ([`crate::sys::mpp::JpegSof::mpp_fit`]).
+//!
+//! A corrupt or truncated JPEG (an MPP error frame, `errinfo`; no usable SOF; a zune-jpeg
+//! error) is skipped with a counted warning and the next one is decoded: the run goes on.
+//! Every MPP wait is bounded ([`MPP_POLL_MS`]); an MPP failure after a JPEG was handed over
+//! (a timeout) destroys the MPP decoder and the rest of the stream is decoded on the CPU.
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -45,7 +51,7 @@ use super::{FrameSource, SourceInfo};
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{align_up, Fourcc, FrameLayout, PlaneDesc, MAX_PLANES};
 use crate::stage::Extras;
-use crate::sys::mpp::{FrameInfo, JpegInput, JpegOutcome, MppJpeg, MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK};
+use crate::sys::mpp::{FrameInfo, JpegInput, JpegOutcome, JpegUnfit, MppJpeg, MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK};
 
 /// How long one MPP poll may wait for the JPEG decoder, milliseconds (a 4K JPEG takes a few
 /// ms on RK3588's JPEG decoder; this only bounds a decoder that never answers).
@@ -290,17 +296,40 @@ fn ycbcr_to_nv12(px: &[u8], comps: usize, l: &FrameLayout, dst: &mut [u8]) {
 
 /// Who decodes an MJPEG source's JPEGs.
 pub enum MjpegDecoder {
-    /// MPP's JPEG decoder, writing into the pool buffers it imported.
-    Mpp(MppJpeg),
+    /// MPP's JPEG decoder, writing into the pool buffers it imported; JPEGs it would not
+    /// write as NV12/NV16 go to zune-jpeg (`scratch`), counted in `cpu`.
+    Mpp {
+        /// The decoder.
+        mpp: MppJpeg,
+        /// zune-jpeg's scratch buffer for the JPEGs MPP does not take.
+        scratch: Vec<u8>,
+        /// JPEGs decoded on the CPU so far.
+        cpu: u64,
+    },
     /// zune-jpeg on the CPU, with its scratch buffer.
     Cpu(Vec<u8>),
+}
+
+/// Where the JPEG of one [`MjpegDecoder::decode`] is.
+#[derive(Clone, Copy)]
+pub enum MjpegInput<'a> {
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+    /// The first `len` bytes of a camera's dma-buf (MPP reads it in place; the CPU through
+    /// one read guard).
+    Camera {
+        /// The camera buffer.
+        buf: &'a DmaBuf,
+        /// Bytes of JPEG at its start (`bytesused`).
+        len: usize,
+    },
 }
 
 impl MjpegDecoder {
     /// The decoder `decoder` settled on: an [`MppJpeg`] on its library, or the CPU.
     pub fn new(decoder: &Decoder) -> Result<MjpegDecoder> {
         Ok(match decoder {
-            Decoder::Mpp(lib) => MjpegDecoder::Mpp(MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?),
+            Decoder::Mpp(lib) => MjpegDecoder::Mpp { mpp: MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?, scratch: Vec::new(), cpu: 0 },
             Decoder::Cpu => MjpegDecoder::Cpu(Vec::new()),
         })
     }
@@ -308,26 +337,65 @@ impl MjpegDecoder {
     /// `mpp` or `cpu`.
     pub fn name(&self) -> &'static str {
         match self {
-            MjpegDecoder::Mpp(_) => "mpp",
+            MjpegDecoder::Mpp { .. } => "mpp",
             MjpegDecoder::Cpu(_) => "cpu",
         }
     }
 
-    /// Decodes `input` into pool buffer `dst` (MPP: imported, never mapped; CPU: one write
-    /// access). `Ok(Err(why))`: the JPEG is corrupt (skip it); `Err`: the decoder failed.
-    pub fn decode(&mut self, input: JpegInput<'_>, dst: &mut DmaBuf, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+    /// The facts of an MPP decoder: buffers imported, JPEGs sent to the CPU instead.
+    pub fn facts(&self) -> Extras {
         match self {
-            MjpegDecoder::Mpp(m) => match m.decode(input, dst.fd(), dst.size() as usize)? {
-                JpegOutcome::Picture(info) => Ok(Ok(mpp_layout(&info)?)),
-                JpegOutcome::Corrupt { errinfo } => Ok(Err(format!("MPP error frame (errinfo {errinfo})"))),
-            },
-            MjpegDecoder::Cpu(scratch) => {
-                let JpegInput::Bytes(jpeg) = input else { bail!("the CPU JPEG decoder reads JPEG bytes, not a dma-buf") };
-                let mut bytes = dst.write()?;
-                Ok(decode_cpu(jpeg, &mut bytes, scratch, max).map_err(|e| format!("{e:#}")))
-            }
+            MjpegDecoder::Mpp { mpp, cpu, .. } => vec![("mpp_imported_buffers", mpp.imported().into()), ("mpp_cpu_fallbacks", (*cpu).into())],
+            MjpegDecoder::Cpu(_) => Vec::new(),
         }
     }
+
+    /// Decodes `input` into pool buffer `dst` (MPP: imported, never mapped; CPU: one write
+    /// access), a picture at most `max` (width, height). `Ok(Err(why))`: the JPEG is corrupt
+    /// or too big (skip it); `Err`: the decoder failed. When MPP fails after it took the
+    /// JPEG, the MPP decoder is destroyed (which waits for its thread), this JPEG is skipped
+    /// and the CPU decodes from then on.
+    pub fn decode(&mut self, input: MjpegInput<'_>, dst: &mut DmaBuf, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+        let (mpp, scratch, cpu) = match self {
+            MjpegDecoder::Cpu(scratch) => return cpu_decode(input, dst, scratch, max),
+            MjpegDecoder::Mpp { mpp, scratch, cpu } => (mpp, scratch, cpu),
+        };
+        let jin = match input {
+            MjpegInput::Bytes(b) => JpegInput::Bytes(b),
+            MjpegInput::Camera { buf, len } => JpegInput::DmaBuf { fd: buf.fd(), size: buf.size() as usize, len },
+        };
+        match mpp.decode(jin, dst.fd(), dst.size() as usize, max) {
+            Ok(JpegOutcome::Picture(info)) => Ok(Ok(mpp_layout(&info)?)),
+            Ok(JpegOutcome::Corrupt { errinfo }) => Ok(Err(format!("MPP error frame (errinfo {errinfo})"))),
+            Ok(JpegOutcome::Unfit(JpegUnfit::CpuOnly(sof))) => {
+                *cpu += 1;
+                log::debug!("JPEG decoded on the CPU: {}", JpegUnfit::CpuOnly(sof));
+                cpu_decode(input, dst, scratch, max)
+            }
+            Ok(JpegOutcome::Unfit(why)) => Ok(Err(why.to_string())),
+            Err(e) if mpp.poisoned().is_some() => {
+                log::warn!("{e:#}: destroying MPP's JPEG decoder and decoding on the CPU from now on");
+                *self = MjpegDecoder::Cpu(std::mem::take(scratch));
+                Ok(Err(format!("MPP failed on it ({e:#})")))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// zune-jpeg's decode of `input` into `dst` ([`decode_cpu`]; a camera buffer through one
+/// read guard, `dst` through one write guard); `Ok(Err(why))`: corrupt or too big.
+fn cpu_decode(input: MjpegInput<'_>, dst: &mut DmaBuf, scratch: &mut Vec<u8>, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+    let guard;
+    let jpeg = match input {
+        MjpegInput::Bytes(b) => b,
+        MjpegInput::Camera { buf, len } => {
+            guard = buf.read()?;
+            &guard[..len.min(guard.len())]
+        }
+    };
+    let mut bytes = dst.write()?;
+    Ok(decode_cpu(jpeg, &mut bytes, scratch, max).map_err(|e| format!("{e:#}")))
 }
 
 /// `--source video:PATH` for an MJPEG file: `Some` source when `spec` is a `video:` file
@@ -371,7 +439,7 @@ impl MjpegSource {
         let stdout = take_stdout(&mut child)?;
         let fps = fps.unwrap_or(if p.fps > 0.0 { p.fps } else { 30.0 });
         let max_frame_bytes = match decoder {
-            MjpegDecoder::Mpp(_) => mpp_buffer_bytes(p.width, p.height),
+            MjpegDecoder::Mpp { .. } => mpp_buffer_bytes(p.width, p.height),
             MjpegDecoder::Cpu(_) => FrameLayout::nv12(p.width, p.height, STRIDE_ALIGN).bytes_needed(),
         };
         let info = SourceInfo {
@@ -449,7 +517,7 @@ impl FrameSource for MjpegSource {
             self.jpegs += 1;
             let res = match &piece {
                 // A truncated JPEG goes to the decoder too: MPP reports it (an error frame).
-                Piece::Whole(j) | Piece::Truncated(j) => self.decoder.decode(JpegInput::Bytes(j), dst, self.max).with_context(|| format!("video {}: JPEG {}", self.path.display(), self.jpegs))?,
+                Piece::Whole(j) | Piece::Truncated(j) => self.decoder.decode(MjpegInput::Bytes(j), dst, self.max).with_context(|| format!("video {}: JPEG {}", self.path.display(), self.jpegs))?,
             };
             match (res, &piece) {
                 (Ok(l), Piece::Whole(_)) => {
@@ -464,9 +532,7 @@ impl FrameSource for MjpegSource {
 
     fn facts(&self) -> Extras {
         let mut f: Extras = vec![("decoder", self.decoder.name().into()), ("jpegs", self.jpegs.into()), ("corrupt_jpegs", self.corrupt.into())];
-        if let MjpegDecoder::Mpp(m) = &self.decoder {
-            f.push(("mpp_imported_buffers", m.imported().into()));
-        }
+        f.extend(self.decoder.facts());
         f
     }
 }
