@@ -72,21 +72,48 @@ pub enum Scan {
     NeedMore,
 }
 
-/// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends: segments by
-/// their 2-byte big-endian length (so APP1's EXIF thumbnail, a whole JPEG itself, is
-/// skipped), after SOS the entropy-coded data until a marker that is not `FF 00` (stuffing)
-/// or RSTn; EOI ends the JPEG, another marker goes on with segments (progressive JPEGs have
-/// several scans). Fill bytes `FF FF` before a marker are allowed (ITU T.81 B.1.1.2).
+/// Where [`scan_jpeg_from`] stopped in a buffer that ended inside a JPEG: the scan resumes
+/// there when more bytes follow (the same buffer, grown), instead of from the SOI.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanState {
+    /// The offset the scan goes on from.
+    pos: usize,
+    /// Whether `pos` is inside entropy-coded data.
+    entropy: bool,
+    /// Where the last segment's payload began, while the byte its length lands on is unseen.
+    skipped_from: Option<usize>,
+}
+
+/// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends:
+/// [`scan_jpeg_from`] from the SOI.
 pub fn scan_jpeg(b: &[u8]) -> Scan {
-    let mut i = 2;
-    let mut entropy = false;
+    scan_jpeg_from(b, &mut ScanState::default())
+}
+
+/// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends, resuming at
+/// `st` (default: right after the SOI; on [`Scan::NeedMore`] `st` says where to go on once
+/// `b` has grown): segments by their 2-byte big-endian length (so APP1's EXIF thumbnail, a
+/// whole JPEG itself, is skipped), after SOS the entropy-coded data until a marker that is
+/// not `FF 00` (stuffing) or RSTn; EOI ends the JPEG, another marker goes on with segments
+/// (progressive JPEGs have several scans). Fill bytes `FF FF` before a marker are allowed
+/// (ITU T.81 B.1.1.2). A segment length that lands on anything but `FF` means the JPEG was
+/// cut inside that segment's header: the first SOI inside the skipped bytes (the next JPEG)
+/// gives [`Scan::Truncated`] there; with none, the scan resyncs on the next marker.
+pub fn scan_jpeg_from(b: &[u8], st: &mut ScanState) -> Scan {
+    let mut i = st.pos.max(2);
+    let mut entropy = st.entropy;
+    let mut skipped_from = st.skipped_from;
+    let mut need_more = |at: usize, entropy: bool, skipped_from: Option<usize>| {
+        *st = ScanState { pos: at, entropy, skipped_from };
+        Scan::NeedMore
+    };
     loop {
         if entropy {
             // Entropy-coded data: look for the next FF that starts a marker.
             loop {
-                let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else { return Scan::NeedMore };
+                let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else { return need_more(b.len().max(i), true, None) };
                 i += off;
-                let Some(&m) = b.get(i + 1) else { return Scan::NeedMore };
+                let Some(&m) = b.get(i + 1) else { return need_more(i, true, None) };
                 match m {
                     0x00 | 0xD0..=0xD7 => i += 2,
                     0xFF => i += 1,
@@ -95,11 +122,21 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
             }
             entropy = false;
         }
+        if let Some(from) = skipped_from {
+            // Where the last segment's length landed: a marker, or the JPEG was cut inside it.
+            let Some(&at) = b.get(i) else { return need_more(i, false, Some(from)) };
+            skipped_from = None;
+            if at != 0xFF {
+                if let Some(p) = b[from..i].windows(2).position(|w| w == [0xFF, 0xD8]) {
+                    return Scan::Truncated(from + p);
+                }
+            }
+        }
         // A marker at i (after any FF fill bytes).
         while b.get(i) == Some(&0xFF) && b.get(i + 1) == Some(&0xFF) {
             i += 1;
         }
-        let (Some(&ff), Some(&m)) = (b.get(i), b.get(i + 1)) else { return Scan::NeedMore };
+        let (Some(&ff), Some(&m)) = (b.get(i), b.get(i + 1)) else { return need_more(i, false, None) };
         if ff != 0xFF {
             // Not a marker where one must be: resync on the next FF (damaged data).
             entropy = true;
@@ -110,7 +147,7 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
             0xD8 => return Scan::Truncated(i),
             0x01 | 0xD0..=0xD7 => i += 2,
             _ => {
-                let (Some(&hi), Some(&lo)) = (b.get(i + 2), b.get(i + 3)) else { return Scan::NeedMore };
+                let (Some(&hi), Some(&lo)) = (b.get(i + 2), b.get(i + 3)) else { return need_more(i, false, None) };
                 let len = (hi as usize) << 8 | lo as usize;
                 if len < 2 {
                     // A broken length: treat what follows as data until the next marker.
@@ -118,10 +155,12 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
                     entropy = true;
                     continue;
                 }
-                i += 2 + len;
                 if m == 0xDA {
                     entropy = true;
+                } else {
+                    skipped_from = Some(i + 4);
                 }
+                i += 2 + len;
             }
         }
     }
@@ -131,6 +170,8 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
 pub struct JpegSplitter<R> {
     r: R,
     buf: Vec<u8>,
+    /// Where the scan of the JPEG at the start of `buf` stopped (reset when `buf` is drained).
+    scan: ScanState,
     eof: bool,
     /// Bytes skipped outside any JPEG.
     pub skipped_bytes: u64,
@@ -148,7 +189,7 @@ pub enum Piece {
 impl<R: Read> JpegSplitter<R> {
     /// A splitter reading `r`.
     pub fn new(r: R) -> JpegSplitter<R> {
-        JpegSplitter { r, buf: Vec::new(), eof: false, skipped_bytes: 0 }
+        JpegSplitter { r, buf: Vec::new(), scan: ScanState::default(), eof: false, skipped_bytes: 0 }
     }
 
     fn fill(&mut self) -> std::io::Result<bool> {
@@ -182,8 +223,10 @@ impl<R: Read> JpegSplitter<R> {
                 Some(p) => {
                     self.skipped_bytes += p as u64;
                     self.buf.drain(..p);
+                    self.scan = ScanState::default();
                 }
                 None => {
+                    self.scan = ScanState::default();
                     let keep = usize::from(self.buf.last() == Some(&0xFF));
                     self.skipped_bytes += (self.buf.len() - keep) as u64;
                     self.buf.drain(..self.buf.len() - keep);
@@ -195,14 +238,21 @@ impl<R: Read> JpegSplitter<R> {
                     continue;
                 }
             }
-            match scan_jpeg(&self.buf) {
-                Scan::Complete(n) => return Ok(Some(Piece::Whole(self.buf.drain(..n).collect()))),
-                Scan::Truncated(n) => return Ok(Some(Piece::Truncated(self.buf.drain(..n).collect()))),
+            match scan_jpeg_from(&self.buf, &mut self.scan) {
+                Scan::Complete(n) => {
+                    self.scan = ScanState::default();
+                    return Ok(Some(Piece::Whole(self.buf.drain(..n).collect())));
+                }
+                Scan::Truncated(n) => {
+                    self.scan = ScanState::default();
+                    return Ok(Some(Piece::Truncated(self.buf.drain(..n).collect())));
+                }
                 Scan::NeedMore => {
                     if self.buf.len() > MAX_JPEG_BYTES {
                         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a JPEG longer than {MAX_JPEG_BYTES} bytes (no EOI): not an MJPEG stream")));
                     }
                     if !self.fill()? {
+                        self.scan = ScanState::default();
                         let rest = std::mem::take(&mut self.buf);
                         return Ok((!rest.is_empty()).then_some(Piece::Truncated(rest)));
                     }
@@ -595,6 +645,42 @@ mod tests {
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Truncated(a[..9].to_vec())));
         assert_eq!(s.next_jpeg().unwrap(), None);
         assert_eq!(s.skipped_bytes, 3 + 5);
+    }
+
+    #[test]
+    fn a_scan_resumed_byte_by_byte_ends_where_a_whole_scan_does() {
+        let j = fake_jpeg(5);
+        let mut st = ScanState::default();
+        for cut in 2..j.len() {
+            assert_eq!(scan_jpeg_from(&j[..cut], &mut st), Scan::NeedMore, "cut at {cut}");
+            assert!(st.pos <= cut + 0x40, "{st:?}");
+        }
+        assert_eq!(scan_jpeg_from(&j, &mut st), Scan::Complete(j.len()));
+    }
+
+    #[test]
+    fn a_jpeg_cut_inside_a_segment_header_does_not_swallow_the_next_ones() {
+        // SOI, APP1 whose length (0x40) runs past the next two JPEGs' SOIs and lands on the
+        // third's EOI byte D9 (not a marker): the cut JPEG ends at the next SOI.
+        let cut = [0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x40, 1, 2, 3];
+        let (b, c) = (fake_jpeg(2), fake_jpeg(3));
+        let mut stream = cut.to_vec();
+        stream.extend(&b);
+        stream.extend(&c);
+        assert_eq!(stream[2 + 2 + 0x40], 0xD9);
+        assert_eq!(scan_jpeg(&stream), Scan::Truncated(cut.len()));
+        struct Trickle(std::io::Cursor<Vec<u8>>);
+        impl Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(5);
+                self.0.read(&mut buf[..n])
+            }
+        }
+        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream)));
+        assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Truncated(cut.to_vec())));
+        assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(b)));
+        assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(c)));
+        assert_eq!(s.next_jpeg().unwrap(), None);
     }
 
     #[test]

@@ -1604,6 +1604,31 @@ mod tests {
     }
 
     #[test]
+    fn jpeg_sof_reads_size_and_sampling_past_other_segments() {
+        // SOI, APP0 (len 4), fill FF, SOF0 (len 17): 8-bit, 1080 lines, 1920 px, 3 components.
+        let sof = |y: u8, nf: u8| {
+            let mut v = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 9, 9, 0xFF, 0xFF, 0xC0, 0x00, 8 + 3 * nf, 8, 0x04, 0x38, 0x07, 0x80, nf];
+            for k in 0..nf {
+                v.extend([k + 1, if k == 0 { y } else { 0x11 }, 0]);
+            }
+            v.extend([0xFF, 0xDA, 0x00, 0x02]);
+            v
+        };
+        let s = jpeg_sof(&sof(0x22, 3)).unwrap();
+        assert_eq!((s.marker, s.width, s.height, s.components, s.sampling), (0xC0, 1920, 1080, 3, [(2, 2), (1, 1), (1, 1)]));
+        assert!(s.mpp_fit());
+        assert_eq!(s.mpp_output_bytes(), 1920 * 1088 * 2);
+        assert!(jpeg_sof(&sof(0x21, 3)).unwrap().mpp_fit(), "4:2:2");
+        for (y, nf) in [(0x11, 3), (0x12, 3), (0x41, 3), (0x11, 1)] {
+            assert!(!jpeg_sof(&sof(y, nf)).unwrap().mpp_fit(), "Y {y:#x}, {nf} components: the CPU's");
+        }
+        // No components, cut short, or SOS first: no frame header.
+        assert_eq!(jpeg_sof(&sof(0x22, 0)), None);
+        assert_eq!(jpeg_sof(&sof(0x22, 3)[..20]), None);
+        assert_eq!(jpeg_sof(&[0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x02]), None);
+    }
+
+    #[test]
     fn missing_library_is_a_clear_error() {
         let e = Libmpp::open(Some(Path::new("/nonexistent/librockchip_mpp.so"))).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/librockchip_mpp.so") && e.contains(LIBMPP_ENV), "{e}");
