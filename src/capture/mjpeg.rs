@@ -29,7 +29,7 @@
 //! Before MPP sees a JPEG its frame header (SOF) is read: one bigger than the pool buffer
 //! or the source's size is skipped (MPP would not refuse it: its hardware would write past
 //! the buffer), and one MPP would not write as NV12/NV16 (grayscale, 4:4:4, 4:4:0, 4:1:1,
-//! progressive) is decoded on the CPU, that frame only ([`crate::sys::mpp::JpegSof::mpp_fit`]).
+//! other sampling factors, anything but baseline SOF0) is decoded on the CPU, that frame only ([`crate::sys::mpp::JpegSof::mpp_fit`]).
 //!
 //! A corrupt or truncated JPEG (an MPP error frame, `errinfo`; no usable SOF; a zune-jpeg
 //! error) is skipped with a counted warning and the next one is decoded: the run goes on.

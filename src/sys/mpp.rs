@@ -1017,15 +1017,15 @@ pub struct JpegSof {
 }
 
 impl JpegSof {
-    /// Whether MPP's JPEG decoder writes it as zcpipe takes it: baseline or extended
-    /// (SOF0/SOF1), three components with Cb and Cr at 1x1 and Y at 2x2 (4:2:0, NV12) or 2x1
-    /// (4:2:2, NV12 or NV16). Not: grayscale (`jpeg_judge_yuv_mode` in
-    /// `mpp/codec/dec/jpeg/jpegd_parser.c` gives MPP_ERR_STREAM for YUV400 when the output
-    /// format is YUV420SP, so every frame would be an error frame), 4:4:4, 4:4:0 and 4:1:1
-    /// (RV1126 and others write them as YUV444SP, 3 bytes a pixel), nor progressive JPEGs
-    /// (zcpipe's choice: the CPU decodes them).
+    /// Whether MPP's JPEG decoder writes it as zcpipe takes it (`jpeg_judge_yuv_mode` in
+    /// `mpp/codec/dec/jpeg/jpegd_parser.c`, which compares exact factors): baseline (SOF0, the
+    /// only frame header the parser decodes), three components with Cb and Cr at 1x1 and Y at
+    /// 2x2 (4:2:0, NV12) or 2x1 (4:2:2, NV12 or NV16). Not: grayscale (MPP_ERR_STREAM for
+    /// YUV400 when the output format is YUV420SP: an error frame every time), 4:4:4, 4:4:0
+    /// and 4:1:1 (RV1126 and others write them as YUV444SP, 3 bytes a pixel), other factors
+    /// (e.g. ffmpeg's 4:2:2 as Y 2x2, chroma 1x2: MPP_ERR_STREAM), nor SOF1..SOF15.
     pub fn mpp_fit(&self) -> bool {
-        matches!(self.marker, 0xC0 | 0xC1) && self.components == 3 && self.sampling[1] == (1, 1) && self.sampling[2] == (1, 1) && matches!(self.sampling[0], (2, 2) | (2, 1))
+        self.marker == 0xC0 && self.components == 3 && self.sampling[1] == (1, 1) && self.sampling[2] == (1, 1) && matches!(self.sampling[0], (2, 2) | (2, 1))
     }
 
     /// Bytes MPP may write for it: `align16(width) * align16(height) * 2` (NV16 at 16-aligned
@@ -1619,7 +1619,7 @@ mod tests {
         assert!(s.mpp_fit());
         assert_eq!(s.mpp_output_bytes(), 1920 * 1088 * 2);
         assert!(jpeg_sof(&sof(0x21, 3)).unwrap().mpp_fit(), "4:2:2");
-        for (y, nf) in [(0x11, 3), (0x12, 3), (0x41, 3), (0x11, 1)] {
+        for (y, nf) in [(0x11, 3), (0x12, 3), (0x41, 3), (0x11, 1), (0x44, 3)] {
             assert!(!jpeg_sof(&sof(y, nf)).unwrap().mpp_fit(), "Y {y:#x}, {nf} components: the CPU's");
         }
         // No components, cut short, or SOS first: no frame header.
