@@ -349,8 +349,8 @@ pub enum MjpegDecoder {
     /// MPP's JPEG decoder, writing into the pool buffers it imported; JPEGs it would not
     /// write as NV12/NV16 go to zune-jpeg (`scratch`), counted in `cpu`.
     Mpp {
-        /// The decoder.
-        mpp: MppJpeg,
+        /// The decoder (boxed: much larger than the CPU variant).
+        mpp: Box<MppJpeg>,
         /// zune-jpeg's scratch buffer for the JPEGs MPP does not take.
         scratch: Vec<u8>,
         /// JPEGs decoded on the CPU so far.
@@ -379,7 +379,7 @@ impl MjpegDecoder {
     /// The decoder `decoder` settled on: an [`MppJpeg`] on its library, or the CPU.
     pub fn new(decoder: &Decoder) -> Result<MjpegDecoder> {
         Ok(match decoder {
-            Decoder::Mpp(lib) => MjpegDecoder::Mpp { mpp: MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?, scratch: Vec::new(), cpu: 0 },
+            Decoder::Mpp(lib) => MjpegDecoder::Mpp { mpp: Box::new(MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?), scratch: Vec::new(), cpu: 0 },
             Decoder::Cpu => MjpegDecoder::Cpu(Vec::new()),
         })
     }

@@ -1054,7 +1054,7 @@ pub fn jpeg_sof(jpeg: &[u8]) -> Option<JpegSof> {
                 i += 2;
                 continue;
             }
-            (0xFF, 0xD8 | 0xD9 | 0xDA) => return None,
+            (0xFF, 0xD8..=0xDA) => return None,
             (0xFF, _) => {}
             _ => return None,
         }
