@@ -609,6 +609,15 @@ mod tests {
         v
     }
 
+    /// A reader that gives at most `.1` bytes at a time.
+    struct Trickle(std::io::Cursor<Vec<u8>>, usize);
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.1);
+            self.0.read(&mut buf[..n])
+        }
+    }
+
     #[test]
     fn scan_skips_a_thumbnail_in_app1_and_stuffing_in_the_scan() {
         let j = fake_jpeg(7);
@@ -631,15 +640,7 @@ mod tests {
         stream.extend([0x42; 5]);
         stream.extend(&b);
         stream.extend(&a[..9]);
-        /// A reader that gives 3 bytes at a time.
-        struct Trickle(std::io::Cursor<Vec<u8>>);
-        impl Read for Trickle {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = buf.len().min(3);
-                self.0.read(&mut buf[..n])
-            }
-        }
-        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream)));
+        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream), 3));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(a.clone())));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(b)));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Truncated(a[..9].to_vec())));
@@ -651,10 +652,14 @@ mod tests {
     fn a_scan_resumed_byte_by_byte_ends_where_a_whole_scan_does() {
         let j = fake_jpeg(5);
         let mut st = ScanState::default();
+        let mut last = 0;
         for cut in 2..j.len() {
             assert_eq!(scan_jpeg_from(&j[..cut], &mut st), Scan::NeedMore, "cut at {cut}");
-            assert!(st.pos <= cut + 0x40, "{st:?}");
+            // The scan goes on from where it stopped, never back.
+            assert!(st.pos >= last, "cut at {cut}: {st:?} after {last}");
+            last = st.pos;
         }
+        assert!(last >= j.len() - 3, "the scan reached the EOI's neighbourhood: {last} of {}", j.len());
         assert_eq!(scan_jpeg_from(&j, &mut st), Scan::Complete(j.len()));
     }
 
@@ -669,14 +674,7 @@ mod tests {
         stream.extend(&c);
         assert_eq!(stream[2 + 2 + 0x40], 0xD9);
         assert_eq!(scan_jpeg(&stream), Scan::Truncated(cut.len()));
-        struct Trickle(std::io::Cursor<Vec<u8>>);
-        impl Read for Trickle {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = buf.len().min(5);
-                self.0.read(&mut buf[..n])
-            }
-        }
-        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream)));
+        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream), 5));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Truncated(cut.to_vec())));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(b)));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(c)));
