@@ -6,7 +6,9 @@
 //! buffer released, and detections equal to `--decoder cpu` (zune-jpeg). `--copy-mode`
 //! with MPP, a truncated and a corrupt JPEG in the stream (counted skips, the run goes on),
 //! and the binding itself (a JPEG read from a dma-buf, as a V4L2 MJPG camera's EXPBUF
-//! buffer would be; an output buffer too small) are tested too.
+//! buffer would be, with the packet's size the JPEG's length; an output buffer too small
+//! never reaching MPP; grayscale and 4:4:4 JPEGs going to the CPU; a decode that times out
+//! after MPP took the JPEG keeping its frame until after `mpp_destroy`) are tested too.
 
 #![cfg(feature = "onnx")]
 
@@ -14,12 +16,13 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
-use zcpipe::capture::mjpeg::{decode_cpu, mpp_buffer_bytes, mpp_layout, JpegSplitter, Piece};
+use zcpipe::capture::decoder::Decoder;
+use zcpipe::capture::mjpeg::{decode_cpu, mpp_buffer_bytes, mpp_layout, JpegSplitter, MjpegDecoder, MjpegInput, Piece};
 use zcpipe::core::dmabuf::{Allocator, HeapChoice};
-use zcpipe::sys::mpp::{JpegInput, JpegOutcome, Libmpp, MppJpeg};
+use zcpipe::sys::mpp::{jpeg_sof, JpegInput, JpegOutcome, JpegUnfit, Libmpp, MppJpeg};
 
 mod common;
 use common::{assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, zcpipe_run};
@@ -103,6 +106,7 @@ fn run_on(source: &Path, decoder: &str, extra: &[&str], mpp_service: bool) -> Ru
         .env("ZCPIPE_FAKE_RKNN_LOG", d.join("rknn.log"))
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"))
         .env("ZCPIPE_TEST_ROOT", &board)
+        .env_remove("ZCPIPE_FAKE_MPP_JPEG_HANG")
         .args(["--source", &src, "--decoder", decoder, "--ring-policy", "block", "--json", "--stats-interval", "0"])
         .args(["--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn"])
         .args(extra)
@@ -155,18 +159,24 @@ fn assert_same_detections(a: &[Value], b: &[Value]) -> usize {
     n
 }
 
-/// The MPP fake's end: every task-API buffer, frame and packet released, no task kept, no
-/// rule broken.
+/// The MPP fake's end: every frame and packet released and no task kept by `mpp_destroy`,
+/// every task-API buffer by the last call (`mpp_buffer_group_put`), no rule broken.
 fn assert_mpp_released_everything(r: &Run) {
-    let destroy = r.mpp_calls("mpp_destroy");
-    assert_eq!(destroy.len(), 1, "{}", r.mpp);
-    for k in ["live_buffers", "live_frames", "live_packets", "user_tasks"] {
+    assert_mpp_log_released_everything(&r.mpp);
+}
+
+fn assert_mpp_log_released_everything(log: &str) {
+    let calls = |name: &str| log.lines().filter(|l| l.split(' ').nth(1) == Some(name)).collect::<Vec<_>>();
+    let destroy = calls("mpp_destroy");
+    assert_eq!(destroy.len(), 1, "{log}");
+    for k in ["live_frames", "live_packets", "user_tasks"] {
         assert_eq!(log_field(destroy[0], k), "0", "{k}: {}", destroy[0]);
     }
-    let group_put = r.mpp_calls("mpp_buffer_group_put");
-    assert_eq!(group_put.len(), 1, "{}", r.mpp);
-    assert_eq!(log_field(group_put[0], "live"), "0", "{}", group_put[0]);
-    assert!(r.mpp_calls("violation").is_empty(), "{}", r.mpp);
+    let group_put = calls("mpp_buffer_group_put");
+    assert_eq!(group_put.len(), 1, "{log}");
+    assert_eq!((log_field(group_put[0], "live"), log_field(group_put[0], "all_live")), ("0", "0"), "{}", group_put[0]);
+    assert!(log.lines().last().is_some_and(|l| l.contains(" mpp_buffer_group_put ")), "the group is put last: {log}");
+    assert!(calls("violation").is_empty(), "{log}");
 }
 
 #[test]
@@ -248,8 +258,12 @@ fn a_truncated_and_a_corrupt_jpeg_are_counted_skips_and_the_run_goes_on() {
         assert_eq!((extra["jpegs"].as_u64(), extra["corrupt_jpegs"].as_u64()), (Some(FRAMES as u64), Some(2)), "{decoder}: {extra}");
         assert!(stderr.contains("JPEG 3 skipped") && stderr.contains("JPEG 5 skipped") && stderr.contains("2 of 6 JPEGs were corrupt and skipped"), "{decoder}: {stderr}");
         if decoder == "mpp" {
-            let errs: Vec<&str> = r.mpp_calls("task_decode").into_iter().filter(|l| log_field(l, "errinfo") == "1").collect();
-            assert_eq!(errs.len(), 2, "{}", r.mpp);
+            // The truncated JPEG reaches MPP (an error frame); the one without components
+            // never does (its frame header is read first).
+            let decodes = r.mpp_calls("task_decode");
+            let errs: Vec<&str> = decodes.iter().copied().filter(|l| log_field(l, "errinfo") == "1").collect();
+            assert_eq!((decodes.len(), errs.len()), (FRAMES - 1, 1), "{}", r.mpp);
+            assert!(stderr.contains("JPEG 5 skipped: no usable frame header"), "{stderr}");
             assert_mpp_released_everything(&r);
         }
     }
@@ -258,15 +272,26 @@ fn a_truncated_and_a_corrupt_jpeg_are_counted_skips_and_the_run_goes_on() {
 /// The binding alone: a JPEG read in place from a dma-buf (as a V4L2 MJPG camera's EXPBUF
 /// buffer would be) and from bytes, into memfd pool buffers imported once each; the pixels
 /// equal zcpipe's CPU decode; a too small output buffer is an error frame.
-#[test]
-fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
+/// The in-process fake for one binding test at a time: the fake reads its log path from the
+/// environment at each call (the other tests run zcpipe as a child with its own).
+fn binding_session() -> (MutexGuard<'static, ()>, Arc<Libmpp>, tempfile::NamedTempFile, Allocator) {
+    static ONE: Mutex<()> = Mutex::new(());
+    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let lib = Arc::new(Libmpp::open(Some(fake_librockchip_mpp())).unwrap());
     let log = tempfile::NamedTempFile::new().unwrap();
-    // The fake reads its log path from the environment at each call; this test process
-    // has no other MPP user.
     std::env::set_var("ZCPIPE_FAKE_MPP_LOG", log.path());
-    let jpeg = &clip().1[0];
     let alloc = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    (guard, lib, log, alloc)
+}
+
+fn log_lines(log: &tempfile::NamedTempFile, call: &str) -> Vec<String> {
+    std::fs::read_to_string(log.path()).unwrap().lines().filter(|l| l.split(' ').nth(1) == Some(call)).map(String::from).collect()
+}
+
+#[test]
+fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
+    let (_one, lib, log, alloc) = binding_session();
+    let jpeg = &clip().1[0];
     let pool = alloc.allocate_pool(2, mpp_buffer_bytes(768, 432)).unwrap();
     let mut camera = alloc.allocate(jpeg.len() as u64 + 4096).unwrap();
     camera.write().unwrap()[..jpeg.len()].copy_from_slice(jpeg);
@@ -277,7 +302,7 @@ fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
     for round in 0..2 {
         for (i, out) in pool.iter().enumerate() {
             let input = if i == 0 { JpegInput::DmaBuf { fd: camera.fd(), size: camera.size() as usize, len: jpeg.len() } } else { JpegInput::Bytes(jpeg) };
-            let JpegOutcome::Picture(info) = d.decode(input, out.fd(), out.size() as usize).unwrap() else { panic!("round {round} buffer {i}: an error frame") };
+            let JpegOutcome::Picture(info) = d.decode(input, out.fd(), out.size() as usize, (768, 432)).unwrap() else { panic!("round {round} buffer {i}: an error frame") };
             let l = mpp_layout(&info).unwrap();
             assert_eq!(l, cpu_l, "768 is 16-aligned: MPP's strides are the CPU path's");
             let got = out.read().unwrap();
@@ -286,14 +311,90 @@ fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
         }
     }
     assert_eq!((d.decoded(), d.imported()), (4, 3), "two pool buffers and the camera buffer, each imported once");
-    // An output buffer smaller than hor_stride x ver_stride x 3/2: an error frame, not a write.
+    // The stream MPP's hardware reads is the packet's size: the JPEG's length, not the
+    // camera buffer's size nor the 64 KiB-rounded input buffer's.
+    let decodes = log_lines(&log, "task_decode");
+    assert_eq!(decodes.len(), 4);
+    for l in &decodes {
+        assert_eq!(log_field(l, "size"), jpeg.len().to_string(), "{l}");
+    }
+    // An output buffer smaller than MPP may write (MPP would not refuse it): never given to
+    // MPP; nor a JPEG larger than the source's size.
     let small = alloc.allocate(768 * 432).unwrap();
-    assert_eq!(d.decode(JpegInput::Bytes(jpeg), small.fd(), small.size() as usize).unwrap(), JpegOutcome::Corrupt { errinfo: 1 });
+    let too_big = JpegOutcome::Unfit(JpegUnfit::TooBig { width: 768, height: 432, need: 768 * 432 * 2, have: 768 * 432 });
+    assert_eq!(d.decode(JpegInput::Bytes(jpeg), small.fd(), small.size() as usize, (768, 432)).unwrap(), too_big);
+    let JpegOutcome::Unfit(JpegUnfit::TooBig { .. }) = d.decode(JpegInput::Bytes(jpeg), pool[0].fd(), pool[0].size() as usize, (640, 432)).unwrap() else { panic!("wider than the source") };
+    assert_eq!(log_lines(&log, "task_decode").len(), 4, "neither reached MPP");
+    d.destroy().unwrap();
+    assert_mpp_log_released_everything(&std::fs::read_to_string(log.path()).unwrap());
+}
+
+/// One frame of the clip as a JPEG of pixel format `pix_fmt` (ffmpeg's mjpeg encoder).
+fn jpeg_of(pix_fmt: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("one.jpg");
+    ffmpeg(&["-i", clip().0.to_str().unwrap(), "-frames:v", "1", "-c:v", "mjpeg", "-pix_fmt", pix_fmt, "-strict", "-1", out.to_str().unwrap()]);
+    std::fs::read(out).unwrap()
+}
+
+#[test]
+fn grayscale_444_and_ffmpegs_422_jpegs_go_to_the_cpu_and_420_to_mpp() {
+    let (_one, lib, log, alloc) = binding_session();
+    let mut out = alloc.allocate(mpp_buffer_bytes(768, 432)).unwrap();
+    let mut d = MjpegDecoder::new(&Decoder::Mpp(Arc::clone(&lib))).unwrap();
+    // ffmpeg writes 4:2:2 as Y 2x2, chroma 1x2, which MPP's parser refuses (it takes 2x1, 1x1).
+    for (pix_fmt, mpp) in [("yuvj422p", false), ("yuvj444p", false), ("gray", false), ("yuvj420p", true)] {
+        let jpeg = jpeg_of(pix_fmt);
+        let sof = jpeg_sof(&jpeg).unwrap();
+        assert_eq!((sof.width, sof.height, sof.mpp_fit()), (768, 432, mpp), "{pix_fmt}: {sof:?}");
+        let before = log_lines(&log, "task_decode").len();
+        let l = d.decode(MjpegInput::Bytes(&jpeg), &mut out, (768, 432)).unwrap().unwrap_or_else(|e| panic!("{pix_fmt}: {e}"));
+        assert_eq!((l.width, l.height), (768, 432), "{pix_fmt}");
+        assert_eq!(log_lines(&log, "task_decode").len() - before, usize::from(mpp), "{pix_fmt}: MPP decoded it: {mpp}");
+        // The picture is the CPU decode's, whoever made it.
+        let mut cpu = vec![0u8; out.size() as usize];
+        let cl = decode_cpu(&jpeg, &mut cpu, &mut Vec::new(), (768, 432)).unwrap();
+        let got = out.read().unwrap();
+        assert!(got[..cl.planes[1].offset as usize] == cpu[..cl.planes[1].offset as usize], "{pix_fmt}: luma differs from the CPU decode");
+    }
+    let facts: HashMap<&str, String> = d.facts().into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    assert_eq!(facts["mpp_cpu_fallbacks"], "3", "{facts:?}");
+    drop(d);
+    assert_mpp_log_released_everything(&std::fs::read_to_string(log.path()).unwrap());
+}
+
+#[test]
+fn a_decode_that_times_out_after_mpp_took_the_jpeg_frees_its_frame_only_after_mpp_destroy() {
+    let (_one, lib, log, alloc) = binding_session();
+    let jpeg = &clip().1[0];
+    let out = alloc.allocate(mpp_buffer_bytes(768, 432)).unwrap();
+    // The fake keeps JPEG 2 "on the hardware": no output task comes, polls time out.
+    std::env::set_var("ZCPIPE_FAKE_MPP_JPEG_HANG", "2");
+    let d = MppJpeg::new(Arc::clone(&lib), 20);
+    std::env::remove_var("ZCPIPE_FAKE_MPP_JPEG_HANG");
+    let mut d = d.unwrap();
+    let size = out.size() as usize;
+    assert!(matches!(d.decode(JpegInput::Bytes(jpeg), out.fd(), size, (768, 432)).unwrap(), JpegOutcome::Picture(_)));
+    let e = format!("{:#}", d.decode(JpegInput::Bytes(jpeg), out.fd(), size, (768, 432)).unwrap_err());
+    assert!(e.contains("poll(output port, 20 ms) failed: MPP_NOK") && e.contains("out of service") && !e.contains('\n'), "{e}");
+    assert!(d.poisoned().is_some());
+    let e = format!("{:#}", d.decode(JpegInput::Bytes(jpeg), out.fd(), size, (768, 432)).unwrap_err());
+    assert!(e.starts_with("MPP's JPEG decoder is out of service since an earlier failure") && !e.contains('\n'), "{e}");
     d.destroy().unwrap();
     let text = std::fs::read_to_string(log.path()).unwrap();
-    assert!(text.contains("reason=buffer-too-small"), "{text}");
-    let destroy = text.lines().find(|l| l.contains(" mpp_destroy ")).unwrap();
-    assert_eq!((log_field(destroy, "live_buffers"), log_field(destroy, "user_tasks")), ("0", "0"), "{destroy}");
+    // mpp_destroy (the hardware finishes) comes before the stranded frame's deinit; no violation.
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |pat: &str| lines.iter().rposition(|l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}: {text}"));
+    assert!(at(" mpp_destroy ") < at(" mpp_frame_deinit "), "{text}");
+    let destroy = lines[at(" mpp_destroy ")];
+    assert_eq!(log_field(destroy, "hung"), "1", "{destroy}");
+    // At mpp_destroy the stranded frame and packet are still alive (the hardware's); after
+    // it, everything is released and no rule was broken.
+    assert_eq!((log_field(destroy, "live_frames"), log_field(destroy, "live_packets"), log_field(destroy, "user_tasks")), ("1", "1", "0"), "{destroy}");
+    assert_eq!(log_lines(&log, "task_decode").len(), 2);
+    let put = lines.last().unwrap();
+    assert!(put.contains(" mpp_buffer_group_put ") && log_field(put, "all_live") == "0", "{text}");
+    assert!(log_lines(&log, "violation").is_empty(), "{text}");
 }
 
 #[test]

@@ -424,3 +424,140 @@ fn a_stream_the_decoder_cannot_read_gives_no_frame_and_get_frame_returns() {
     assert_eq!(s.calls("decode_get_frame").iter().filter(|l| l.contains("decoder-error=")).count(), 1, "the fake says why, once");
     assert!(s.calls("violation").is_empty());
 }
+
+/// The fake's task API keeps real MPP's rules for MJPEG, through the raw C API (what
+/// `MppJpeg` spares its users): `MPP_DEC_SET_OUTPUT_FORMAT` before `mpp_init` fails (no
+/// decoder yet); poll gives `MPP_OK` (0) for a ready port and `MPP_NOK` for an empty one;
+/// a meta key of the wrong type is `MPP_NOK`; a grayscale JPEG is an error frame (YUV400
+/// with a YUV420SP output); while the user holds the one output task the next JPEG waits;
+/// an output buffer too small is decoded by real MPP anyway, so the fake logs a violation
+/// (and writes nothing).
+#[test]
+fn the_task_api_keeps_mpps_rules_for_mjpeg() {
+    use zcpipe::sys::mpp::{
+        MppBufferGetPtrFn, MppBufferGetWithTagFn, MppBufferGroupFn, MppBufferGroupGetFn, MppBufferImportWithTagFn, MppBufferInfo, MppBufferPutFn, MppDequeueFn, MppEnqueueFn, MppFrameDeinitFn, MppFrameGetU32Fn, MppFrameInitFn, MppFrameSetBufferFn, MppPacketInitWithBufferFn,
+        MppPacketSetLengthFn, MppPollFn, MppTaskMetaGetFn, MppTaskMetaSetFn, KEY_INPUT_PACKET, KEY_OUTPUT_FRAME, MPP_BUFFER_INTERNAL, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_TYPE_EXT_DMA, MPP_DEC_SET_OUTPUT_FORMAT, MPP_NOK, MPP_PORT_INPUT, MPP_PORT_OUTPUT,
+    };
+    let s = session();
+    // A 1-component (grayscale) and a 3-component JPEG, 64x48.
+    let (mut gray, mut color) = (Vec::new(), Vec::new());
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut gray, 90).encode_image(&::image::GrayImage::from_pixel(64, 48, ::image::Luma([90]))).unwrap();
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut color, 90).encode_image(&::image::RgbImage::from_pixel(64, 48, ::image::Rgb([200, 40, 40]))).unwrap();
+    assert_eq!((zcpipe::sys::mpp::jpeg_sof(&gray).unwrap().components, zcpipe::sys::mpp::jpeg_sof(&color).unwrap().components), (1, 3));
+    let pool = memfd_pool(2, 64 * 48 * 3 / 2);
+    let small = memfd_pool(1, 64 * 48);
+    let tag = c"zcpipe-test".as_ptr();
+    // SAFETY: the fake built for this test, opened by path; its symbols have the signatures
+    // of rk_mpi.h, mpp_task.h, mpp_frame.h, mpp_packet.h and mpp_buffer.h that zcpipe's
+    // binding declares; every handle passed is one the fake gave.
+    unsafe {
+        let raw = libloading::Library::new(common::fake_librockchip_mpp()).unwrap();
+        macro_rules! sym {
+            ($n:literal, $t:ty) => {
+                *raw.get::<$t>(concat!($n, "\0").as_bytes()).unwrap()
+            };
+        }
+        let create = sym!("mpp_create", MppCreateFn);
+        let init = sym!("mpp_init", MppInitFn);
+        let destroy = sym!("mpp_destroy", MppDestroyFn);
+        let group_get = sym!("mpp_buffer_group_get", MppBufferGroupGetFn);
+        let group_put = sym!("mpp_buffer_group_put", MppBufferGroupFn);
+        let buffer_get = sym!("mpp_buffer_get_with_tag", MppBufferGetWithTagFn);
+        let buffer_ptr = sym!("mpp_buffer_get_ptr_with_caller", MppBufferGetPtrFn);
+        let buffer_put = sym!("mpp_buffer_put_with_caller", MppBufferPutFn);
+        let import = sym!("mpp_buffer_import_with_tag", MppBufferImportWithTagFn);
+        let packet_init = sym!("mpp_packet_init_with_buffer", MppPacketInitWithBufferFn);
+        let set_length = sym!("mpp_packet_set_length", MppPacketSetLengthFn);
+        let set_size = sym!("mpp_packet_set_size", MppPacketSetLengthFn);
+        let packet_deinit = sym!("mpp_packet_deinit", MppPacketDeinitFn);
+        let frame_init = sym!("mpp_frame_init", MppFrameInitFn);
+        let frame_set_buffer = sym!("mpp_frame_set_buffer", MppFrameSetBufferFn);
+        let frame_errinfo = sym!("mpp_frame_get_errinfo", MppFrameGetU32Fn);
+        let frame_deinit = sym!("mpp_frame_deinit", MppFrameDeinitFn);
+        let set_packet = sym!("mpp_task_meta_set_packet", MppTaskMetaSetFn);
+        let set_frame = sym!("mpp_task_meta_set_frame", MppTaskMetaSetFn);
+        let get_packet = sym!("mpp_task_meta_get_packet", MppTaskMetaGetFn);
+        let get_frame = sym!("mpp_task_meta_get_frame", MppTaskMetaGetFn);
+        let null = std::ptr::null_mut;
+        let (mut ctx, mut api): (MppHandle, *const MppApi) = (null(), std::ptr::null());
+        assert_eq!(create(&mut ctx, &mut api), MPP_OK);
+        let a = &*api;
+        let control = a.control.unwrap();
+        let poll = std::mem::transmute::<*const std::ffi::c_void, MppPollFn>(a.poll);
+        let dequeue = std::mem::transmute::<*const std::ffi::c_void, MppDequeueFn>(a.dequeue);
+        let enqueue = std::mem::transmute::<*const std::ffi::c_void, MppEnqueueFn>(a.enqueue);
+        let mut fmt = MPP_FMT_YUV420SP;
+        assert_eq!(control(ctx, MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast()), MPP_NOK, "no decoder before mpp_init");
+        assert_eq!(init(ctx, MPP_CTX_DEC, MPP_VIDEO_CODING_MJPEG), MPP_OK);
+        assert_eq!(control(ctx, MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast()), MPP_OK);
+        assert_eq!((poll(ctx, MPP_PORT_INPUT, 0), poll(ctx, MPP_PORT_OUTPUT, 0)), (MPP_OK, MPP_NOK));
+
+        let mut group = null();
+        assert_eq!(group_get(&mut group, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_INTERNAL, tag, tag), MPP_OK);
+        // A job: the JPEG in an internal buffer, the output an imported memfd.
+        let job = |jpeg: &[u8], out: BorrowedFd<'_>, out_size: usize| {
+            let mut b = null();
+            assert_eq!(buffer_get(group, &mut b, 64 << 10, tag, tag), MPP_OK);
+            std::ptr::copy_nonoverlapping(jpeg.as_ptr(), buffer_ptr(b, tag).cast::<u8>(), jpeg.len());
+            let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size: out_size, ptr: null(), hnd: null(), fd: out.as_raw_fd(), index: 0 };
+            let mut ob = null();
+            assert_eq!(import(null(), &mut info, &mut ob, tag, tag), MPP_OK);
+            let (mut pkt, mut frm) = (null(), null());
+            assert_eq!(packet_init(&mut pkt, b), MPP_OK);
+            set_length(pkt, jpeg.len());
+            set_size(pkt, jpeg.len());
+            assert_eq!(frame_init(&mut frm), MPP_OK);
+            frame_set_buffer(frm, ob);
+            (b, ob, pkt, frm)
+        };
+        let take = |port| {
+            let mut t = null();
+            assert_eq!(dequeue(ctx, port, &mut t), MPP_OK);
+            t
+        };
+        let j1 = job(&gray, pool[0].fd(), pool[0].size() as usize);
+        let t = take(MPP_PORT_INPUT);
+        assert_eq!(set_packet(t, KEY_OUTPUT_FRAME, j1.2), MPP_NOK, "a packet under a frame key");
+        assert_eq!(set_frame(t, KEY_INPUT_PACKET, j1.3), MPP_NOK, "a frame under a packet key");
+        assert_eq!((set_packet(t, KEY_INPUT_PACKET, j1.2), set_frame(t, KEY_OUTPUT_FRAME, j1.3)), (MPP_OK, MPP_OK));
+        assert_eq!(enqueue(ctx, MPP_PORT_INPUT, t), MPP_OK);
+        // The grayscale JPEG: an error frame. The user keeps the output task for now.
+        assert_eq!(poll(ctx, MPP_PORT_OUTPUT, 10), MPP_OK);
+        let out1 = take(MPP_PORT_OUTPUT);
+        let mut f = null();
+        assert_eq!(get_frame(out1, KEY_OUTPUT_FRAME, &mut f), MPP_OK);
+        assert_eq!((f, frame_errinfo(f)), (j1.3, 1));
+        let t = take(MPP_PORT_INPUT);
+        let mut p = null();
+        assert_eq!(get_packet(t, KEY_INPUT_PACKET, &mut p), MPP_OK);
+        assert_eq!(enqueue(ctx, MPP_PORT_INPUT, t), MPP_OK);
+        // The next JPEG, into a buffer too small: it waits while the output task is held.
+        let j2 = job(&color, small[0].fd(), 64 * 48);
+        let t = take(MPP_PORT_INPUT);
+        assert_eq!((set_packet(t, KEY_INPUT_PACKET, j2.2), set_frame(t, KEY_OUTPUT_FRAME, j2.3)), (MPP_OK, MPP_OK));
+        assert_eq!(enqueue(ctx, MPP_PORT_INPUT, t), MPP_OK);
+        assert_eq!(s.calls("task_decode").len(), 1, "decoded while the output task is held");
+        assert_eq!(poll(ctx, MPP_PORT_OUTPUT, 10), MPP_NOK);
+        assert_eq!(enqueue(ctx, MPP_PORT_OUTPUT, out1), MPP_OK);
+        let out2 = take(MPP_PORT_OUTPUT);
+        assert_eq!(get_frame(out2, KEY_OUTPUT_FRAME, &mut f), MPP_OK);
+        assert_eq!((f, frame_errinfo(f)), (j2.3, 1));
+        assert_eq!(enqueue(ctx, MPP_PORT_OUTPUT, out2), MPP_OK);
+        let t = take(MPP_PORT_INPUT);
+        assert_eq!(get_packet(t, KEY_INPUT_PACKET, &mut p), MPP_OK);
+        assert_eq!(enqueue(ctx, MPP_PORT_INPUT, t), MPP_OK);
+        for (b, ob, mut pkt, mut frm) in [j1, j2] {
+            assert_eq!((frame_deinit(&mut frm), packet_deinit(&mut pkt)), (MPP_OK, MPP_OK));
+            assert_eq!((buffer_put(b, tag), buffer_put(ob, tag)), (MPP_OK, MPP_OK));
+        }
+        assert_eq!(destroy(ctx), MPP_OK);
+        assert_eq!(group_put(group), MPP_OK);
+    }
+    let decodes = s.calls("task_decode");
+    assert_eq!(decodes.len(), 2, "{decodes:?}");
+    assert!(field(&decodes[0], "reason") == "yuv400-with-yuv420sp-output" && field(&decodes[0], "size") == gray.len().to_string(), "{}", decodes[0]);
+    let violations = s.calls("violation");
+    assert!(violations.len() == 2 && violations[0].contains("what=output-format-before-init"), "{violations:?}");
+    assert!(violations[1].contains("what=output-buffer-too-small") && violations[1].contains("size=3072 need=4608"), "{violations:?}");
+    assert_eq!(field(&s.calls("mpp_buffer_group_put")[0], "all_live"), "0");
+}

@@ -26,9 +26,15 @@
 //! every NV12 (limited range): a slightly stronger contrast than the same clip decoded by
 //! ffmpeg's NV12 path.
 //!
-//! A corrupt or truncated JPEG (an MPP error frame, `errinfo`; a zune-jpeg error) is
-//! skipped with a counted warning and the next one is decoded: the run goes on. Every MPP
-//! wait is bounded ([`MPP_POLL_MS`]).
+//! Before MPP sees a JPEG its frame header (SOF) is read: one bigger than the pool buffer
+//! or the source's size is skipped (MPP would not refuse it: its hardware would write past
+//! the buffer), and one MPP would not write as NV12/NV16 (grayscale, 4:4:4, 4:4:0, 4:1:1,
+//! other sampling factors, anything but baseline SOF0) is decoded on the CPU, that frame only ([`crate::sys::mpp::JpegSof::mpp_fit`]).
+//!
+//! A corrupt or truncated JPEG (an MPP error frame, `errinfo`; no usable SOF; a zune-jpeg
+//! error) is skipped with a counted warning and the next one is decoded: the run goes on.
+//! Every MPP wait is bounded ([`MPP_POLL_MS`]); an MPP failure after a JPEG was handed over
+//! (a timeout) destroys the MPP decoder and the rest of the stream is decoded on the CPU.
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -45,7 +51,7 @@ use super::{FrameSource, SourceInfo};
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{align_up, Fourcc, FrameLayout, PlaneDesc, MAX_PLANES};
 use crate::stage::Extras;
-use crate::sys::mpp::{FrameInfo, JpegInput, JpegOutcome, MppJpeg, MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK};
+use crate::sys::mpp::{FrameInfo, JpegInput, JpegOutcome, JpegUnfit, MppJpeg, MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK};
 
 /// How long one MPP poll may wait for the JPEG decoder, milliseconds (a 4K JPEG takes a few
 /// ms on RK3588's JPEG decoder; this only bounds a decoder that never answers).
@@ -66,21 +72,48 @@ pub enum Scan {
     NeedMore,
 }
 
-/// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends: segments by
-/// their 2-byte big-endian length (so APP1's EXIF thumbnail, a whole JPEG itself, is
-/// skipped), after SOS the entropy-coded data until a marker that is not `FF 00` (stuffing)
-/// or RSTn; EOI ends the JPEG, another marker goes on with segments (progressive JPEGs have
-/// several scans). Fill bytes `FF FF` before a marker are allowed (ITU T.81 B.1.1.2).
+/// Where [`scan_jpeg_from`] stopped in a buffer that ended inside a JPEG: the scan resumes
+/// there when more bytes follow (the same buffer, grown), instead of from the SOI.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanState {
+    /// The offset the scan goes on from.
+    pos: usize,
+    /// Whether `pos` is inside entropy-coded data.
+    entropy: bool,
+    /// Where the last segment's payload began, while the byte its length lands on is unseen.
+    skipped_from: Option<usize>,
+}
+
+/// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends:
+/// [`scan_jpeg_from`] from the SOI.
 pub fn scan_jpeg(b: &[u8]) -> Scan {
-    let mut i = 2;
-    let mut entropy = false;
+    scan_jpeg_from(b, &mut ScanState::default())
+}
+
+/// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends, resuming at
+/// `st` (default: right after the SOI; on [`Scan::NeedMore`] `st` says where to go on once
+/// `b` has grown): segments by their 2-byte big-endian length (so APP1's EXIF thumbnail, a
+/// whole JPEG itself, is skipped), after SOS the entropy-coded data until a marker that is
+/// not `FF 00` (stuffing) or RSTn; EOI ends the JPEG, another marker goes on with segments
+/// (progressive JPEGs have several scans). Fill bytes `FF FF` before a marker are allowed
+/// (ITU T.81 B.1.1.2). A segment length that lands on anything but `FF` means the JPEG was
+/// cut inside that segment's header: the first SOI inside the skipped bytes (the next JPEG)
+/// gives [`Scan::Truncated`] there; with none, the scan resyncs on the next marker.
+pub fn scan_jpeg_from(b: &[u8], st: &mut ScanState) -> Scan {
+    let mut i = st.pos.max(2);
+    let mut entropy = st.entropy;
+    let mut skipped_from = st.skipped_from;
+    let mut need_more = |at: usize, entropy: bool, skipped_from: Option<usize>| {
+        *st = ScanState { pos: at, entropy, skipped_from };
+        Scan::NeedMore
+    };
     loop {
         if entropy {
             // Entropy-coded data: look for the next FF that starts a marker.
             loop {
-                let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else { return Scan::NeedMore };
+                let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else { return need_more(b.len().max(i), true, None) };
                 i += off;
-                let Some(&m) = b.get(i + 1) else { return Scan::NeedMore };
+                let Some(&m) = b.get(i + 1) else { return need_more(i, true, None) };
                 match m {
                     0x00 | 0xD0..=0xD7 => i += 2,
                     0xFF => i += 1,
@@ -89,11 +122,21 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
             }
             entropy = false;
         }
+        if let Some(from) = skipped_from {
+            // Where the last segment's length landed: a marker, or the JPEG was cut inside it.
+            let Some(&at) = b.get(i) else { return need_more(i, false, Some(from)) };
+            skipped_from = None;
+            if at != 0xFF {
+                if let Some(p) = b[from..i].windows(2).position(|w| w == [0xFF, 0xD8]) {
+                    return Scan::Truncated(from + p);
+                }
+            }
+        }
         // A marker at i (after any FF fill bytes).
         while b.get(i) == Some(&0xFF) && b.get(i + 1) == Some(&0xFF) {
             i += 1;
         }
-        let (Some(&ff), Some(&m)) = (b.get(i), b.get(i + 1)) else { return Scan::NeedMore };
+        let (Some(&ff), Some(&m)) = (b.get(i), b.get(i + 1)) else { return need_more(i, false, None) };
         if ff != 0xFF {
             // Not a marker where one must be: resync on the next FF (damaged data).
             entropy = true;
@@ -104,7 +147,7 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
             0xD8 => return Scan::Truncated(i),
             0x01 | 0xD0..=0xD7 => i += 2,
             _ => {
-                let (Some(&hi), Some(&lo)) = (b.get(i + 2), b.get(i + 3)) else { return Scan::NeedMore };
+                let (Some(&hi), Some(&lo)) = (b.get(i + 2), b.get(i + 3)) else { return need_more(i, false, None) };
                 let len = (hi as usize) << 8 | lo as usize;
                 if len < 2 {
                     // A broken length: treat what follows as data until the next marker.
@@ -112,10 +155,12 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
                     entropy = true;
                     continue;
                 }
-                i += 2 + len;
                 if m == 0xDA {
                     entropy = true;
+                } else {
+                    skipped_from = Some(i + 4);
                 }
+                i += 2 + len;
             }
         }
     }
@@ -125,6 +170,8 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
 pub struct JpegSplitter<R> {
     r: R,
     buf: Vec<u8>,
+    /// Where the scan of the JPEG at the start of `buf` stopped (reset when `buf` is drained).
+    scan: ScanState,
     eof: bool,
     /// Bytes skipped outside any JPEG.
     pub skipped_bytes: u64,
@@ -142,7 +189,7 @@ pub enum Piece {
 impl<R: Read> JpegSplitter<R> {
     /// A splitter reading `r`.
     pub fn new(r: R) -> JpegSplitter<R> {
-        JpegSplitter { r, buf: Vec::new(), eof: false, skipped_bytes: 0 }
+        JpegSplitter { r, buf: Vec::new(), scan: ScanState::default(), eof: false, skipped_bytes: 0 }
     }
 
     fn fill(&mut self) -> std::io::Result<bool> {
@@ -176,8 +223,10 @@ impl<R: Read> JpegSplitter<R> {
                 Some(p) => {
                     self.skipped_bytes += p as u64;
                     self.buf.drain(..p);
+                    self.scan = ScanState::default();
                 }
                 None => {
+                    self.scan = ScanState::default();
                     let keep = usize::from(self.buf.last() == Some(&0xFF));
                     self.skipped_bytes += (self.buf.len() - keep) as u64;
                     self.buf.drain(..self.buf.len() - keep);
@@ -189,14 +238,21 @@ impl<R: Read> JpegSplitter<R> {
                     continue;
                 }
             }
-            match scan_jpeg(&self.buf) {
-                Scan::Complete(n) => return Ok(Some(Piece::Whole(self.buf.drain(..n).collect()))),
-                Scan::Truncated(n) => return Ok(Some(Piece::Truncated(self.buf.drain(..n).collect()))),
+            match scan_jpeg_from(&self.buf, &mut self.scan) {
+                Scan::Complete(n) => {
+                    self.scan = ScanState::default();
+                    return Ok(Some(Piece::Whole(self.buf.drain(..n).collect())));
+                }
+                Scan::Truncated(n) => {
+                    self.scan = ScanState::default();
+                    return Ok(Some(Piece::Truncated(self.buf.drain(..n).collect())));
+                }
                 Scan::NeedMore => {
                     if self.buf.len() > MAX_JPEG_BYTES {
                         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a JPEG longer than {MAX_JPEG_BYTES} bytes (no EOI): not an MJPEG stream")));
                     }
                     if !self.fill()? {
+                        self.scan = ScanState::default();
                         let rest = std::mem::take(&mut self.buf);
                         return Ok((!rest.is_empty()).then_some(Piece::Truncated(rest)));
                     }
@@ -290,17 +346,40 @@ fn ycbcr_to_nv12(px: &[u8], comps: usize, l: &FrameLayout, dst: &mut [u8]) {
 
 /// Who decodes an MJPEG source's JPEGs.
 pub enum MjpegDecoder {
-    /// MPP's JPEG decoder, writing into the pool buffers it imported.
-    Mpp(MppJpeg),
+    /// MPP's JPEG decoder, writing into the pool buffers it imported; JPEGs it would not
+    /// write as NV12/NV16 go to zune-jpeg (`scratch`), counted in `cpu`.
+    Mpp {
+        /// The decoder (boxed: much larger than the CPU variant).
+        mpp: Box<MppJpeg>,
+        /// zune-jpeg's scratch buffer for the JPEGs MPP does not take.
+        scratch: Vec<u8>,
+        /// JPEGs decoded on the CPU so far.
+        cpu: u64,
+    },
     /// zune-jpeg on the CPU, with its scratch buffer.
     Cpu(Vec<u8>),
+}
+
+/// Where the JPEG of one [`MjpegDecoder::decode`] is.
+#[derive(Clone, Copy)]
+pub enum MjpegInput<'a> {
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+    /// The first `len` bytes of a camera's dma-buf (MPP reads it in place; the CPU through
+    /// one read guard).
+    Camera {
+        /// The camera buffer.
+        buf: &'a DmaBuf,
+        /// Bytes of JPEG at its start (`bytesused`).
+        len: usize,
+    },
 }
 
 impl MjpegDecoder {
     /// The decoder `decoder` settled on: an [`MppJpeg`] on its library, or the CPU.
     pub fn new(decoder: &Decoder) -> Result<MjpegDecoder> {
         Ok(match decoder {
-            Decoder::Mpp(lib) => MjpegDecoder::Mpp(MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?),
+            Decoder::Mpp(lib) => MjpegDecoder::Mpp { mpp: Box::new(MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?), scratch: Vec::new(), cpu: 0 },
             Decoder::Cpu => MjpegDecoder::Cpu(Vec::new()),
         })
     }
@@ -308,26 +387,65 @@ impl MjpegDecoder {
     /// `mpp` or `cpu`.
     pub fn name(&self) -> &'static str {
         match self {
-            MjpegDecoder::Mpp(_) => "mpp",
+            MjpegDecoder::Mpp { .. } => "mpp",
             MjpegDecoder::Cpu(_) => "cpu",
         }
     }
 
-    /// Decodes `input` into pool buffer `dst` (MPP: imported, never mapped; CPU: one write
-    /// access). `Ok(Err(why))`: the JPEG is corrupt (skip it); `Err`: the decoder failed.
-    pub fn decode(&mut self, input: JpegInput<'_>, dst: &mut DmaBuf, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+    /// The facts of an MPP decoder: buffers imported, JPEGs sent to the CPU instead.
+    pub fn facts(&self) -> Extras {
         match self {
-            MjpegDecoder::Mpp(m) => match m.decode(input, dst.fd(), dst.size() as usize)? {
-                JpegOutcome::Picture(info) => Ok(Ok(mpp_layout(&info)?)),
-                JpegOutcome::Corrupt { errinfo } => Ok(Err(format!("MPP error frame (errinfo {errinfo})"))),
-            },
-            MjpegDecoder::Cpu(scratch) => {
-                let JpegInput::Bytes(jpeg) = input else { bail!("the CPU JPEG decoder reads JPEG bytes, not a dma-buf") };
-                let mut bytes = dst.write()?;
-                Ok(decode_cpu(jpeg, &mut bytes, scratch, max).map_err(|e| format!("{e:#}")))
-            }
+            MjpegDecoder::Mpp { mpp, cpu, .. } => vec![("mpp_imported_buffers", mpp.imported().into()), ("mpp_cpu_fallbacks", (*cpu).into())],
+            MjpegDecoder::Cpu(_) => Vec::new(),
         }
     }
+
+    /// Decodes `input` into pool buffer `dst` (MPP: imported, never mapped; CPU: one write
+    /// access), a picture at most `max` (width, height). `Ok(Err(why))`: the JPEG is corrupt
+    /// or too big (skip it); `Err`: the decoder failed. When MPP fails after it took the
+    /// JPEG, the MPP decoder is destroyed (which waits for its thread), this JPEG is skipped
+    /// and the CPU decodes from then on.
+    pub fn decode(&mut self, input: MjpegInput<'_>, dst: &mut DmaBuf, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+        let (mpp, scratch, cpu) = match self {
+            MjpegDecoder::Cpu(scratch) => return cpu_decode(input, dst, scratch, max),
+            MjpegDecoder::Mpp { mpp, scratch, cpu } => (mpp, scratch, cpu),
+        };
+        let jin = match input {
+            MjpegInput::Bytes(b) => JpegInput::Bytes(b),
+            MjpegInput::Camera { buf, len } => JpegInput::DmaBuf { fd: buf.fd(), size: buf.size() as usize, len },
+        };
+        match mpp.decode(jin, dst.fd(), dst.size() as usize, max) {
+            Ok(JpegOutcome::Picture(info)) => Ok(Ok(mpp_layout(&info)?)),
+            Ok(JpegOutcome::Corrupt { errinfo }) => Ok(Err(format!("MPP error frame (errinfo {errinfo})"))),
+            Ok(JpegOutcome::Unfit(JpegUnfit::CpuOnly(sof))) => {
+                *cpu += 1;
+                log::debug!("JPEG decoded on the CPU: {}", JpegUnfit::CpuOnly(sof));
+                cpu_decode(input, dst, scratch, max)
+            }
+            Ok(JpegOutcome::Unfit(why)) => Ok(Err(why.to_string())),
+            Err(e) if mpp.poisoned().is_some() => {
+                log::warn!("{e:#}: destroying MPP's JPEG decoder and decoding on the CPU from now on");
+                *self = MjpegDecoder::Cpu(std::mem::take(scratch));
+                Ok(Err(format!("MPP failed on it ({e:#})")))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// zune-jpeg's decode of `input` into `dst` ([`decode_cpu`]; a camera buffer through one
+/// read guard, `dst` through one write guard); `Ok(Err(why))`: corrupt or too big.
+fn cpu_decode(input: MjpegInput<'_>, dst: &mut DmaBuf, scratch: &mut Vec<u8>, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+    let guard;
+    let jpeg = match input {
+        MjpegInput::Bytes(b) => b,
+        MjpegInput::Camera { buf, len } => {
+            guard = buf.read()?;
+            &guard[..len.min(guard.len())]
+        }
+    };
+    let mut bytes = dst.write()?;
+    Ok(decode_cpu(jpeg, &mut bytes, scratch, max).map_err(|e| format!("{e:#}")))
 }
 
 /// `--source video:PATH` for an MJPEG file: `Some` source when `spec` is a `video:` file
@@ -371,7 +489,7 @@ impl MjpegSource {
         let stdout = take_stdout(&mut child)?;
         let fps = fps.unwrap_or(if p.fps > 0.0 { p.fps } else { 30.0 });
         let max_frame_bytes = match decoder {
-            MjpegDecoder::Mpp(_) => mpp_buffer_bytes(p.width, p.height),
+            MjpegDecoder::Mpp { .. } => mpp_buffer_bytes(p.width, p.height),
             MjpegDecoder::Cpu(_) => FrameLayout::nv12(p.width, p.height, STRIDE_ALIGN).bytes_needed(),
         };
         let info = SourceInfo {
@@ -449,7 +567,7 @@ impl FrameSource for MjpegSource {
             self.jpegs += 1;
             let res = match &piece {
                 // A truncated JPEG goes to the decoder too: MPP reports it (an error frame).
-                Piece::Whole(j) | Piece::Truncated(j) => self.decoder.decode(JpegInput::Bytes(j), dst, self.max).with_context(|| format!("video {}: JPEG {}", self.path.display(), self.jpegs))?,
+                Piece::Whole(j) | Piece::Truncated(j) => self.decoder.decode(MjpegInput::Bytes(j), dst, self.max).with_context(|| format!("video {}: JPEG {}", self.path.display(), self.jpegs))?,
             };
             match (res, &piece) {
                 (Ok(l), Piece::Whole(_)) => {
@@ -464,9 +582,7 @@ impl FrameSource for MjpegSource {
 
     fn facts(&self) -> Extras {
         let mut f: Extras = vec![("decoder", self.decoder.name().into()), ("jpegs", self.jpegs.into()), ("corrupt_jpegs", self.corrupt.into())];
-        if let MjpegDecoder::Mpp(m) = &self.decoder {
-            f.push(("mpp_imported_buffers", m.imported().into()));
-        }
+        f.extend(self.decoder.facts());
         f
     }
 }
@@ -493,6 +609,15 @@ mod tests {
         v
     }
 
+    /// A reader that gives at most `.1` bytes at a time.
+    struct Trickle(std::io::Cursor<Vec<u8>>, usize);
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.1);
+            self.0.read(&mut buf[..n])
+        }
+    }
+
     #[test]
     fn scan_skips_a_thumbnail_in_app1_and_stuffing_in_the_scan() {
         let j = fake_jpeg(7);
@@ -515,20 +640,45 @@ mod tests {
         stream.extend([0x42; 5]);
         stream.extend(&b);
         stream.extend(&a[..9]);
-        /// A reader that gives 3 bytes at a time.
-        struct Trickle(std::io::Cursor<Vec<u8>>);
-        impl Read for Trickle {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = buf.len().min(3);
-                self.0.read(&mut buf[..n])
-            }
-        }
-        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream)));
+        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream), 3));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(a.clone())));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(b)));
         assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Truncated(a[..9].to_vec())));
         assert_eq!(s.next_jpeg().unwrap(), None);
         assert_eq!(s.skipped_bytes, 3 + 5);
+    }
+
+    #[test]
+    fn a_scan_resumed_byte_by_byte_ends_where_a_whole_scan_does() {
+        let j = fake_jpeg(5);
+        let mut st = ScanState::default();
+        let mut last = 0;
+        for cut in 2..j.len() {
+            assert_eq!(scan_jpeg_from(&j[..cut], &mut st), Scan::NeedMore, "cut at {cut}");
+            // The scan goes on from where it stopped, never back.
+            assert!(st.pos >= last, "cut at {cut}: {st:?} after {last}");
+            last = st.pos;
+        }
+        assert!(last >= j.len() - 3, "the scan reached the EOI's neighbourhood: {last} of {}", j.len());
+        assert_eq!(scan_jpeg_from(&j, &mut st), Scan::Complete(j.len()));
+    }
+
+    #[test]
+    fn a_jpeg_cut_inside_a_segment_header_does_not_swallow_the_next_ones() {
+        // SOI, APP1 whose length (0x40) runs past the next two JPEGs' SOIs and lands on the
+        // third's EOI byte D9 (not a marker): the cut JPEG ends at the next SOI.
+        let cut = [0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x40, 1, 2, 3];
+        let (b, c) = (fake_jpeg(2), fake_jpeg(3));
+        let mut stream = cut.to_vec();
+        stream.extend(&b);
+        stream.extend(&c);
+        assert_eq!(stream[2 + 2 + 0x40], 0xD9);
+        assert_eq!(scan_jpeg(&stream), Scan::Truncated(cut.len()));
+        let mut s = JpegSplitter::new(Trickle(std::io::Cursor::new(stream), 5));
+        assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Truncated(cut.to_vec())));
+        assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(b)));
+        assert_eq!(s.next_jpeg().unwrap(), Some(Piece::Whole(c)));
+        assert_eq!(s.next_jpeg().unwrap(), None);
     }
 
     #[test]

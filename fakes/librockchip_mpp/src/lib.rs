@@ -454,7 +454,9 @@ pub unsafe extern "C" fn mpp_buffer_group_put(grp: Opaque) -> MppRet {
     }
     // An internal group's buffers still referenced (mpp_buffer_get without its put).
     let live = lock(&g.buffers).iter().filter(|b| b.mem != 0 && b.refcount.load(Ordering::SeqCst) > 0).count();
-    log(format!("mpp_buffer_group_put group={} buffers={} held={h} live={live} ret=0", g.id, lock(&g.buffers).len()));
+    // Every task-API buffer (imported or got) still referenced, in any group.
+    let all_live = lock(&BUFFERS).values().filter(|b| b.refcount.load(Ordering::SeqCst) > 0).count();
+    log(format!("mpp_buffer_group_put group={} buffers={} held={h} live={live} all_live={all_live} ret=0", g.id, lock(&g.buffers).len()));
     MPP_OK
 }
 
@@ -506,6 +508,9 @@ pub unsafe extern "C" fn mpp_packet_deinit(p: *mut Opaque) -> MppRet {
     }
     // SAFETY: non-null pointer to the caller's handle.
     let h = unsafe { *p };
+    if task::on_hardware(h as usize) {
+        violation("packet-freed-while-hardware-reads", "at=mpp_packet_deinit".into());
+    }
     let found = lock(&PACKETS).remove(&(h as usize));
     if let Some(b) = found.as_ref().and_then(|p| p.buffer.as_ref()) {
         task::put(b, "mpp_packet_deinit");
@@ -658,6 +663,9 @@ pub unsafe extern "C" fn mpp_frame_deinit(p: *mut Opaque) -> MppRet {
     }
     // SAFETY: non-null pointer to the caller's handle.
     let h = unsafe { *p };
+    if task::on_hardware(h as usize) {
+        violation("frame-freed-while-hardware-writes", "at=mpp_frame_deinit".into());
+    }
     let Some(fr) = lock(&FRAMES).remove(&(h as usize)) else {
         violation("frame-deinit-unknown", "frame=unknown".into());
         return MPP_ERR_NULL_PTR;
@@ -1255,7 +1263,13 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
         // it only checks that a YUV format is asked for.
         MPP_DEC_SET_OUTPUT_FORMAT => {
             let f = read_u32(param);
-            (if f < 0x10000 { MPP_OK } else { MPP_ERR_VALUE }, format!("value={f}"))
+            if !st.inited {
+                // Real MPP (mpp.cpp): no decoder before mpp_init to take it; MPP_NOK.
+                violation("output-format-before-init", format!("ctx={}", c.id));
+                (MPP_NOK, format!("value={f} reason=before-init"))
+            } else {
+                (if f < 0x10000 { MPP_OK } else { MPP_ERR_VALUE }, format!("value={f}"))
+            }
         }
         MPP_DEC_SET_PARSER_FAST_MODE | MPP_DEC_SET_DISABLE_ERROR | MPP_DEC_SET_IMMEDIATE_OUT => (MPP_OK, format!("value={}", read_u32(param))),
         _ => (MPP_NOK, "unsupported=1".into()),

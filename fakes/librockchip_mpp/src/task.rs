@@ -14,15 +14,28 @@
 //!   `enqueue` back), and the input task returns to the input port with its packet (the user
 //!   takes it with `mpp_task_meta_get_packet` and enqueues the empty task, which comes
 //!   straight back, as MPP's decoder thread does).
+//! - The stream the hardware reads is the packet buffer's first `size` bytes (real MPP's
+//!   `jpegd_parse` takes `mpp_packet_get_size` where the hardware reads the stream in place,
+//!   `cap_hw_jpg_fix`), not `length`: a packet whose size was left at the whole buffer feeds
+//!   the bytes after the JPEG too (the log's `size=` shows it).
 //! - Rules: a task without a packet buffer or without a frame buffer gives an error frame
 //!   (`errinfo=1`, and a `violation what=output-frame-without-buffer` line for the latter,
 //!   where real MPP would write nowhere); a JPEG zune-jpeg cannot decode (corrupt or
-//!   truncated: strict mode) gives `errinfo=1`; an output buffer smaller than `hor_stride *
-//!   ver_stride * 3/2` gives `errinfo=1` (`reason=buffer-too-small`), as MPP refuses a
-//!   slot larger than the buffer. A poll that finds nothing returns `MPP_ERR_TIMEOUT` at
-//!   once (the fake decodes synchronously, so nothing can come later); with
-//!   `MPP_POLL_BLOCK` it is also a `violation what=poll-would-block-forever`, where real MPP
-//!   would hang.
+//!   truncated: strict mode) gives `errinfo=1`, and so does a grayscale one (real MPP's
+//!   `jpeg_judge_yuv_mode` gives MPP_ERR_STREAM for YUV400 with a YUV420SP output); an output
+//!   buffer smaller than `hor_stride * ver_stride * 3/2` is a `violation
+//!   what=output-buffer-too-small` (real MPP only logs and lets the hardware write past it;
+//!   the fake writes nothing and gives `errinfo=1`). A poll that finds a task returns
+//!   `MPP_OK` (0) and one that finds none `MPP_NOK` at once (as `mpi_poll`; the fake decodes
+//!   synchronously, so nothing can come later); with `MPP_POLL_BLOCK` it is also a
+//!   `violation what=poll-would-block-forever`, where real MPP would hang. Task meta keys
+//!   must fit their type (`ipkt`/`opkt` packets, `ifrm`/`ofrm` frames; else `MPP_NOK`, as
+//!   `get_index_of_key`). There is one output task: while the user holds it (or it waits on
+//!   the output port) the next input task waits undecoded, as MPP's decoder thread blocks.
+//! - `ZCPIPE_FAKE_MPP_JPEG_HANG=N` (read at `mpp_init`): the N-th JPEG stays "on the
+//!   hardware" (no output, polls time out) until `mpp_destroy`; deiniting its frame or
+//!   packet before then is a `violation what=frame-freed-while-hardware-writes` (or
+//!   `packet-freed-while-hardware-reads`), the use-after-free real MPP would suffer.
 //! - Buffers of the task API are reference counted as MPP's: `mpp_buffer_import` (NULL
 //!   group, a buffer out-pointer) and `mpp_buffer_get` give one reference, a packet or frame
 //!   holding a buffer one more, `mpp_buffer_put` drops one. `mpp_destroy` logs the task-API
@@ -36,13 +49,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use super::{align16, buffer, c_str, ctx, inode, lock, log, still_committed, violation, write_nv12, Buffer, Frame, Opaque, FRAMES, PACKETS};
-use super::{MppBufferInfo, MppRet, BUFFERS, CODING_MJPEG, DMA_BUF_IOCTL_SYNC, DMA_BUF_SYNC_END, MPP_ERR_NULL_PTR, MPP_ERR_TIMEOUT, MPP_ERR_VALUE, MPP_FMT_YUV420SP, MPP_NOK, MPP_OK};
+use super::{MppBufferInfo, MppRet, BUFFERS, CODING_MJPEG, DMA_BUF_IOCTL_SYNC, DMA_BUF_SYNC_END, MPP_ERR_NULL_PTR, MPP_ERR_VALUE, MPP_FMT_YUV420SP, MPP_NOK, MPP_OK};
 
 const MPP_PORT_INPUT: c_int = 0;
 const MPP_PORT_OUTPUT: c_int = 1;
 /// `FOURCC_META('i','p','k','t')` and `('o','f','r','m')` (mpp_meta.h).
 const KEY_INPUT_PACKET: u32 = 0x6970_6b74;
 const KEY_OUTPUT_FRAME: u32 = 0x6f66_726d;
+/// `FOURCC_META('o','p','k','t')` and `('i','f','r','m')`: the other packet and frame keys.
+const KEY_OUTPUT_PACKET: u32 = 0x6f70_6b74;
+const KEY_INPUT_FRAME: u32 = 0x6966_726d;
 const MPP_BUFFER_INTERNAL: c_int = 0;
 const DMA_BUF_SYNC_READ: u64 = 1;
 
@@ -56,8 +72,16 @@ struct Task {
 struct Ports {
     input: VecDeque<usize>,
     output: VecDeque<usize>,
+    /// Output tasks free for the decoder (MPP has one).
+    out_free: usize,
+    /// Input tasks enqueued with a job while no output task was free.
+    waiting: VecDeque<usize>,
     jpegs: u64,
     corrupt: u64,
+    /// `ZCPIPE_FAKE_MPP_JPEG_HANG`: the JPEG number that never comes off the hardware.
+    hang_at: u64,
+    /// That job's (packet, frame) handles, until `mpp_destroy`.
+    on_hardware: Option<(usize, usize)>,
 }
 
 static TASKS: LazyLock<Mutex<HashMap<usize, Box<Task>>>> = LazyLock::new(Default::default);
@@ -75,21 +99,38 @@ fn new_task(ctx: u64) -> usize {
 /// At `mpp_init` of an MJPEG context: its one input task, on the input port.
 pub(crate) fn init_ports(ctx: u64) {
     let t = new_task(ctx);
-    lock(&PORTS).insert(ctx, Ports { input: VecDeque::from([t]), ..Ports::default() });
+    let hang_at = std::env::var("ZCPIPE_FAKE_MPP_JPEG_HANG").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    lock(&PORTS).insert(ctx, Ports { input: VecDeque::from([t]), out_free: 1, hang_at, ..Ports::default() });
+}
+
+/// Whether packet or frame handle `h` belongs to a job still on the (fake) hardware.
+pub(crate) fn on_hardware(h: usize) -> bool {
+    lock(&PORTS).values().any(|p| p.on_hardware.is_some_and(|(pk, fr)| pk == h || fr == h))
 }
 
 /// At `mpp_destroy`: forgets the context's tasks; returns the log fields (empty for a
 /// context without the task API).
 pub(crate) fn destroy(ctx: u64) -> String {
     let Some(p) = lock(&PORTS).remove(&ctx) else { return String::new() };
+    // The hardware finishes the hung job now (MPP's thread is joined): its frame and packet
+    // must still be alive.
+    let hung = p.on_hardware.map(|(pk, fr)| {
+        if !lock(&FRAMES).contains_key(&fr) {
+            violation("frame-freed-while-hardware-writes", format!("ctx={ctx} at=mpp_destroy"));
+        }
+        if !lock(&PACKETS).contains_key(&pk) {
+            violation("packet-freed-while-hardware-reads", format!("ctx={ctx} at=mpp_destroy"));
+        }
+    });
     let mut tasks = lock(&TASKS);
-    let queued = p.input.len() + p.output.len();
+    // Tasks in MPP's hands: on the ports, waiting for the output task, or on the hardware.
+    let queued = p.input.len() + p.output.len() + p.waiting.len() + usize::from(p.on_hardware.is_some());
     let user_tasks = tasks.values().filter(|t| t.ctx == ctx).count() - queued;
     tasks.retain(|_, t| t.ctx != ctx);
     let live_buffers = lock(&BUFFERS).values().filter(|b| b.refcount.load(Ordering::SeqCst) > 0).count();
     let live_frames = lock(&FRAMES).values().filter(|f| f.attached.is_some()).count();
     let live_packets = lock(&PACKETS).values().filter(|p| p.buffer.is_some()).count();
-    format!(" jpegs={} corrupt={} live_buffers={live_buffers} live_frames={live_frames} live_packets={live_packets} user_tasks={user_tasks}", p.jpegs, p.corrupt)
+    format!(" jpegs={} corrupt={} hung={} live_buffers={live_buffers} live_frames={live_frames} live_packets={live_packets} user_tasks={user_tasks}", p.jpegs, p.corrupt, u8::from(hung.is_some()))
 }
 
 fn register(b: Buffer) -> Arc<Buffer> {
@@ -261,6 +302,28 @@ pub unsafe extern "C" fn mpp_packet_set_length(p: Opaque, length: usize) {
     }
 }
 
+/// `void mpp_packet_set_size(MppPacket packet, size_t size)`: the stream size the JPEG
+/// hardware reads (see the module doc); past the packet's buffer is a violation.
+///
+/// # Safety
+/// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
+/// handles are looked up in the fake's registries, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn mpp_packet_set_size(p: Opaque, size: usize) {
+    let r = super::with_packet(p, |p| {
+        let room = p.buffer.as_ref().map_or(usize::MAX, |b| b.size);
+        if size <= room {
+            p.size = size;
+        }
+        (size <= room, room)
+    });
+    match r {
+        Some((true, _)) => log(format!("mpp_packet_set_size size={size}")),
+        Some((false, room)) => violation("packet-size-past-buffer", format!("size={size} buffer={room}")),
+        None => violation("packet-set-size-unknown", format!("size={size}")),
+    }
+}
+
 /// `MPP_RET mpp_frame_init(MppFrame *frame)`: an empty user frame.
 ///
 /// # Safety
@@ -304,7 +367,19 @@ pub unsafe extern "C" fn mpp_frame_set_buffer(f: Opaque, buf: Opaque) {
     log(format!("mpp_frame_set_buffer frame={seq} ino={}", new.map_or(0, |b| b.inode.1)));
 }
 
+/// Whether `key` holds a value of type `what` (`packet`, `frame`), as MPP's meta key table.
+fn key_fits(key: u32, what: &str) -> bool {
+    match what {
+        "packet" => matches!(key, KEY_INPUT_PACKET | KEY_OUTPUT_PACKET),
+        _ => matches!(key, KEY_INPUT_FRAME | KEY_OUTPUT_FRAME),
+    }
+}
+
 fn set_meta(t: Opaque, key: u32, v: Opaque, what: &str) -> MppRet {
+    if !key_fits(key, what) {
+        log(format!("mpp_task_meta_set_{what} key={key:#x} ret={MPP_NOK} reason=unknown-key-type-pair"));
+        return MPP_NOK;
+    }
     let mut tasks = lock(&TASKS);
     let Some(task) = tasks.get_mut(&(t as usize)) else {
         violation("task-meta-unknown-task", format!("call=mpp_task_meta_set_{what}"));
@@ -318,6 +393,10 @@ fn set_meta(t: Opaque, key: u32, v: Opaque, what: &str) -> MppRet {
 fn get_meta(t: Opaque, key: u32, out: *mut Opaque, what: &str) -> MppRet {
     if out.is_null() {
         return MPP_ERR_NULL_PTR;
+    }
+    if !key_fits(key, what) {
+        log(format!("mpp_task_meta_get_{what} key={key:#x} ret={MPP_NOK} reason=unknown-key-type-pair"));
+        return MPP_NOK;
     }
     let mut tasks = lock(&TASKS);
     let Some(task) = tasks.get_mut(&(t as usize)) else {
@@ -395,8 +474,8 @@ fn mjpeg_ctx(h: Opaque, call: &str) -> Result<u64, MppRet> {
     Ok(c.id)
 }
 
-/// `MppApi::poll(ctx, port, timeout)`: the number of tasks ready on `port`, or
-/// `MPP_ERR_TIMEOUT` at once when there are none (see the module doc).
+/// `MppApi::poll(ctx, port, timeout)`: `MPP_OK` when `port` has a task, else `MPP_NOK` at
+/// once (see the module doc).
 pub(crate) unsafe extern "C" fn mpi_poll(h: Opaque, port: c_int, timeout: c_int) -> MppRet {
     let c = match mjpeg_ctx(h, "poll") {
         Ok(c) => c,
@@ -413,14 +492,14 @@ pub(crate) unsafe extern "C" fn mpi_poll(h: Opaque, port: c_int, timeout: c_int)
         }
     };
     if n > 0 {
-        log(format!("poll ctx={c} port={} timeout={timeout} ready={n} ret={n}", port_name(port)));
-        return n as MppRet;
+        log(format!("poll ctx={c} port={} timeout={timeout} ready={n} ret={MPP_OK}", port_name(port)));
+        return MPP_OK;
     }
     if timeout < 0 {
         violation("poll-would-block-forever", format!("ctx={c} port={}", port_name(port)));
     }
-    log(format!("poll ctx={c} port={} timeout={timeout} ready=0 ret={MPP_ERR_TIMEOUT}", port_name(port)));
-    MPP_ERR_TIMEOUT
+    log(format!("poll ctx={c} port={} timeout={timeout} ready=0 ret={MPP_NOK}", port_name(port)));
+    MPP_NOK
 }
 
 /// `MppApi::dequeue(ctx, port, &task)`.
@@ -466,32 +545,75 @@ pub(crate) unsafe extern "C" fn mpi_enqueue(h: Opaque, port: c_int, t: Opaque) -
         MPP_PORT_OUTPUT => {
             lock(&TASKS).remove(&(t as usize));
             log(format!("enqueue ctx={c} port=output task={id} ret=0"));
+            // The output task is free again: a job that waited for it runs now.
+            let next = {
+                let mut ports = lock(&PORTS);
+                let p = ports.get_mut(&c).expect("checked");
+                p.out_free += 1;
+                p.waiting.pop_front()
+            };
+            if let Some(w) = next {
+                run_job(c, w);
+            }
             MPP_OK
         }
         MPP_PORT_INPUT => {
             let (pkt, frm) = (meta.get(&KEY_INPUT_PACKET).copied(), meta.get(&KEY_OUTPUT_FRAME).copied());
-            log(format!("enqueue ctx={c} port=input task={id} packet={} frame={} ret=0", u8::from(pkt.is_some()), u8::from(frm.is_some())));
-            if let (Some(pkt), Some(frm)) = (pkt, frm) {
-                decode(c, pkt, frm);
-                if let Some(task) = lock(&TASKS).get_mut(&(t as usize)) {
-                    task.meta.remove(&KEY_OUTPUT_FRAME);
-                }
-                let out = new_task(c);
-                if let Some(o) = lock(&TASKS).get_mut(&out) {
-                    o.meta.insert(KEY_OUTPUT_FRAME, frm);
-                }
+            let job = pkt.is_some() && frm.is_some();
+            let wait = job && {
                 let mut ports = lock(&PORTS);
                 let p = ports.get_mut(&c).expect("checked");
-                p.output.push_back(out);
-                p.input.push_back(t as usize);
-            } else {
+                let wait = p.out_free == 0;
+                if wait {
+                    p.waiting.push_back(t as usize);
+                }
+                wait
+            };
+            log(format!("enqueue ctx={c} port=input task={id} packet={} frame={} waits_for_output_task={} ret=0", u8::from(pkt.is_some()), u8::from(frm.is_some()), u8::from(wait)));
+            if !job {
                 lock(&PORTS).get_mut(&c).expect("checked").input.push_back(t as usize);
+            } else if !wait {
+                run_job(c, t as usize);
             }
             MPP_OK
         }
         _ => MPP_ERR_VALUE,
     }
 }
+
+/// Input task `t` (with a packet and a frame) on the decoder, which has a free output task:
+/// decoded, its frame on the output port, the task back on the input port with its packet;
+/// or, for the `ZCPIPE_FAKE_MPP_JPEG_HANG` JPEG, left on the hardware.
+fn run_job(c: u64, t: usize) {
+    let meta = lock(&TASKS).get(&t).map(|t| t.meta.clone()).unwrap_or_default();
+    let (Some(&pkt), Some(&frm)) = (meta.get(&KEY_INPUT_PACKET), meta.get(&KEY_OUTPUT_FRAME)) else { return };
+    {
+        let mut ports = lock(&PORTS);
+        let p = ports.get_mut(&c).expect("checked");
+        p.out_free -= 1;
+        if p.hang_at != 0 && p.jpegs + 1 == p.hang_at {
+            p.jpegs += 1;
+            p.on_hardware = Some((pkt, frm));
+            let n = p.jpegs;
+            drop(ports);
+            log(format!("task_decode ctx={c} jpeg={n} hung=1"));
+            return;
+        }
+    }
+    decode(c, pkt, frm);
+    if let Some(task) = lock(&TASKS).get_mut(&t) {
+        task.meta.remove(&KEY_OUTPUT_FRAME);
+    }
+    let out = new_task(c);
+    if let Some(o) = lock(&TASKS).get_mut(&out) {
+        o.meta.insert(KEY_OUTPUT_FRAME, frm);
+    }
+    let mut ports = lock(&PORTS);
+    let p = ports.get_mut(&c).expect("checked");
+    p.output.push_back(out);
+    p.input.push_back(t);
+}
+
 
 /// One JPEG: from packet `pkt`'s buffer into frame `frm`'s buffer, as the module doc says.
 fn decode(c: u64, pkt: usize, frm: usize) {
@@ -501,7 +623,8 @@ fn decode(c: u64, pkt: usize, frm: usize) {
         p.jpegs += 1;
         p.jpegs
     };
-    let (in_buf, length) = lock(&PACKETS).get(&pkt).map_or((None, 0), |p| (p.buffer.clone(), p.length));
+    // The hardware reads `size` bytes (see the module doc), whatever the length says.
+    let (in_buf, length) = lock(&PACKETS).get(&pkt).map_or((None, 0), |p| (p.buffer.clone(), p.size));
     let out_buf = lock(&FRAMES).get(&frm).and_then(|f| f.attached.clone());
     let result: Result<(u32, u32), String> = (|| {
         let in_buf = in_buf.ok_or("packet-without-buffer")?;
@@ -514,6 +637,7 @@ fn decode(c: u64, pkt: usize, frm: usize) {
         let (hor, ver) = (align16(w), align16(h));
         let need = (hor * ver * 3 / 2) as usize;
         if out.size < need {
+            violation("output-buffer-too-small", format!("ctx={c} jpeg={n} size={} need={need}", out.size));
             return Err(format!("buffer-too-small size={} need={need}", out.size));
         }
         if let Err(now) = still_committed(out) {
@@ -530,12 +654,12 @@ fn decode(c: u64, pkt: usize, frm: usize) {
         Ok((w, h)) => {
             (f.width, f.height, f.hor_stride, f.ver_stride, f.fmt, f.errinfo) = (w, h, align16(w), align16(h), MPP_FMT_YUV420SP, 0);
             f.buf_size = (align16(w) * align16(h) * 3 / 2) as usize;
-            log(format!("task_decode ctx={c} jpeg={n} frame={} ino={ino} length={length} width={w} height={h} hor_stride={} ver_stride={} errinfo=0", f.seq, f.hor_stride, f.ver_stride));
+            log(format!("task_decode ctx={c} jpeg={n} frame={} ino={ino} size={length} width={w} height={h} hor_stride={} ver_stride={} errinfo=0", f.seq, f.hor_stride, f.ver_stride));
         }
         Err(why) => {
             f.errinfo = 1;
             lock(&PORTS).get_mut(&c).expect("checked").corrupt += 1;
-            log(format!("task_decode ctx={c} jpeg={n} frame={} ino={ino} length={length} errinfo=1 reason={}", f.seq, why.replace(' ', "_")));
+            log(format!("task_decode ctx={c} jpeg={n} frame={} ino={ino} size={length} errinfo=1 reason={}", f.seq, why.replace(' ', "_")));
         }
     }
 }
@@ -571,13 +695,18 @@ fn read_packet(b: &Buffer, length: usize) -> Result<Vec<u8>, String> {
 
 /// Decodes a JPEG (zune-jpeg, strict: a truncated or corrupt stream is an error) into an
 /// I420 picture of its full-range samples: (width, height, Y then Cb then Cr, chroma
-/// averaged over 2x2 blocks).
+/// averaged over 2x2 blocks). A grayscale JPEG is refused as MPP refuses YUV400 with a
+/// YUV420SP output (`yuv400-with-yuv420sp-output`).
 pub(crate) fn decode_jpeg(jpeg: &[u8]) -> Result<(u32, u32, Vec<u8>), String> {
     use zune_jpeg::zune_core::bytestream::ZCursor;
     use zune_jpeg::zune_core::colorspace::ColorSpace;
     use zune_jpeg::zune_core::options::DecoderOptions;
     let opts = DecoderOptions::default().set_strict_mode(true).jpeg_set_out_colorspace(ColorSpace::YCbCr);
     let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(jpeg), opts);
+    d.decode_headers().map_err(|e| format!("jpeg:{e:?}").replace(' ', "_"))?;
+    if d.info().is_some_and(|i| i.components == 1) {
+        return Err("yuv400-with-yuv420sp-output".into());
+    }
     let px = d.decode().map_err(|e| format!("jpeg:{e:?}").replace(' ', "_"))?;
     let info = d.info().ok_or("jpeg:no-info")?;
     let (w, h) = (info.width as usize, info.height as usize);

@@ -24,12 +24,11 @@ use super::buffers::Dequeued;
 use super::{is_enodev, CaptureIo, Unplugged, V4l2Capture, V4l2Config};
 use crate::capture::decoder::resolve;
 use crate::capture::image::STRIDE_ALIGN;
-use crate::capture::mjpeg::{mpp_buffer_bytes, MjpegDecoder};
+use crate::capture::mjpeg::{mpp_buffer_bytes, MjpegDecoder, MjpegInput};
 use crate::capture::{CaptureConfig, FrameSource, SourceInfo};
 use crate::core::dmabuf::DmaBuf;
 use crate::core::frame::{Fourcc, FrameLayout, MAX_PLANES};
 use crate::stage::Extras;
-use crate::sys::mpp::JpegInput;
 use crate::sys::v4l2 as sys;
 
 /// A V4L2 camera streaming MJPG into its own (private) buffers, decoded into the pool.
@@ -61,7 +60,7 @@ impl MjpgCamera {
         let decoder = MjpegDecoder::new(&decoder)?;
         let g = cam.granted().clone();
         let max_frame_bytes = match decoder {
-            MjpegDecoder::Mpp(_) => mpp_buffer_bytes(g.width, g.height),
+            MjpegDecoder::Mpp { .. } => mpp_buffer_bytes(g.width, g.height),
             MjpegDecoder::Cpu(_) => FrameLayout::nv12(g.width, g.height, STRIDE_ALIGN).bytes_needed(),
         };
         let info = SourceInfo {
@@ -175,16 +174,9 @@ impl FrameSource for MjpgCamera {
         let i = d.index as usize;
         let max = (self.info.max_width, self.info.max_height);
         let src = &self.bufs[i];
-        let res = if matches!(self.decoder, MjpegDecoder::Mpp(_)) {
-            // MPP reads the camera's dma-buf in place (imported once).
-            let input = JpegInput::DmaBuf { fd: src.fd(), size: src.size() as usize, len: (d.bytesused[0] as u64).min(src.size()) as usize };
-            self.decoder.decode(input, dst, max)
-        } else {
-            let bytes = src.read()?;
-            let len = (d.bytesused[0] as usize).min(bytes.len());
-            self.decoder.decode(JpegInput::Bytes(&bytes[..len]), dst, max)
-        };
-        let res = res?;
+        // MPP reads the camera's dma-buf in place (imported once); the CPU through a read guard.
+        let input = MjpegInput::Camera { buf: src, len: (d.bytesused[0] as u64).min(src.size()) as usize };
+        let res = self.decoder.decode(input, dst, max)?;
         self.requeue(d, res)
     }
 
@@ -207,7 +199,7 @@ impl FrameSource for MjpgCamera {
     fn facts(&self) -> Extras {
         let g = self.cam.granted();
         let s = self.cam.stats();
-        vec![
+        let mut f: Extras = vec![
             ("device", self.cam.node().path.display().to_string().into()),
             ("driver", self.cam.node().driver.clone().into()),
             ("format", "MJPG".into()),
@@ -219,6 +211,8 @@ impl FrameSource for MjpgCamera {
             ("dequeued", s.dequeued.into()),
             ("driver_drops", s.driver_drops.into()),
             ("error_frames", s.error_frames.into()),
-        ]
+        ];
+        f.extend(self.decoder.facts());
+        f
     }
 }
