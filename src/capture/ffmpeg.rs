@@ -215,7 +215,10 @@ pub fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
     let (Some(width), Some(height)) = (stream.width, stream.height) else {
         return Err("ffprobe reported no frame size".into());
     };
-    if width == 0 || height == 0 || width > 16384 || height > 16384 {
+    if width == 0 || height == 0 {
+        return Err(format!("its video stream has no picture ffprobe could decode (size {width}x{height}: headers without a frame, or a stream cut before its first picture)"));
+    }
+    if width > 16384 || height > 16384 {
         return Err(format!("frame size {width}x{height} out of range 1..=16384"));
     }
     let r = stream.r_frame_rate.as_deref().and_then(parse_rate);
@@ -360,7 +363,8 @@ mod tests {
         let p = parse_probe(br#"{"streams":[{"width":64,"height":48,"r_frame_rate":"0/0","avg_frame_rate":"0/0"}]}"#).unwrap();
         assert_eq!(p.fps, 0.0);
         assert!(parse_probe(br#"{"streams":[]}"#).unwrap_err().contains("no video stream"));
-        assert!(parse_probe(br#"{"streams":[{"width":0,"height":48}]}"#).unwrap_err().contains("out of range"));
+        assert!(parse_probe(br#"{"streams":[{"width":0,"height":48}]}"#).unwrap_err().contains("no picture ffprobe could decode"));
+        assert!(parse_probe(br#"{"streams":[{"width":20000,"height":48}]}"#).unwrap_err().contains("out of range"));
         assert!(parse_probe(b"nope").unwrap_err().contains("unexpected JSON"));
         assert_eq!(parse_codec(br#"{"streams":[{"codec_name":"hevc","pix_fmt":"yuv420p10le","width":64,"height":48}]}"#), Some(CodecProbe { codec: "hevc".into(), pix_fmt: Some("yuv420p10le".into()) }));
         assert_eq!(parse_codec(br#"{"streams":[]}"#), None);

@@ -590,7 +590,11 @@ impl FrameSource for MjpegSource {
 impl MjpegSource {
     fn skip(&mut self, why: &str) {
         self.corrupt += 1;
-        log::warn!("video {}: JPEG {} skipped: {why} ({} skipped so far)", self.path.display(), self.jpegs, self.corrupt);
+        // The first five, then at powers of two (as the camera path): a file of corrupt JPEGs
+        // does not flood the log; the total is said at the end.
+        if self.corrupt <= 5 || self.corrupt.is_power_of_two() {
+            log::warn!("video {}: JPEG {} skipped: {why} ({} skipped so far)", self.path.display(), self.jpegs, self.corrupt);
+        }
     }
 }
 

@@ -112,6 +112,10 @@ pub struct MppStats {
     pub frames_lost: u64,
     /// Seconds without pictures in the gaps.
     pub gap_s: f64,
+    /// Pictures of a live stream dropped to keep `--fps`.
+    pub rate_dropped: u64,
+    /// Times the demuxer of a file failed before its end (a file cut short).
+    pub demuxer_errors: u64,
 }
 
 /// What one turn of [`MppCapture::next_frame`] found.
@@ -168,6 +172,10 @@ pub struct MppCapture {
     last_picture: Option<Instant>,
     /// Why the file ended, once it has.
     ended: Option<&'static str>,
+    /// A live stream with `--fps`: the least time between published pictures, and when the
+    /// next is due.
+    rate: Option<Duration>,
+    next_due: Option<Instant>,
     stats: MppStats,
 }
 
@@ -195,7 +203,13 @@ impl MppCapture {
         };
         let codec = codec.codec;
         let mpp = Mpp::decoder(lib, coding, DecoderOptions::default()).map_err(|e| anyhow!("{shown}: {e:#}"))?;
+        // `--fps` on a live stream: MPP decodes every picture (the references need them), and
+        // zcpipe publishes about `fps` of them a second.
+        let rate = fps.filter(|_| matches!(input, MppInput::Network(_))).map(|f| Duration::from_secs_f64(1.0 / f));
         let fps = fps.unwrap_or(if probe.fps > 0.0 { probe.fps } else { 30.0 });
+        if let Some((w, h)) = opts.size.filter(|&(w, h)| w < probe.width || h < probe.height) {
+            log::info!("{shown}: --size {w}x{h} is smaller than the stream's {}x{}: the pool is sized for the stream (MPP decodes at the stream's size; the scaler scales)", probe.width, probe.height);
+        }
         let mut cap = MppCapture {
             shown,
             opts: opts.clone(),
@@ -220,6 +234,8 @@ impl MppCapture {
             pending_gap: None,
             last_picture: None,
             ended: None,
+            rate,
+            next_due: None,
             stats: MppStats::default(),
             input,
         };
@@ -390,6 +406,19 @@ impl MppCapture {
             }
             return Ok(None);
         }
+        if let Some(iv) = self.rate {
+            let now = Instant::now();
+            if self.next_due.is_some_and(|d| now < d) {
+                // Before its turn: back to MPP at once (its buffer was never lent out).
+                self.stats.rate_dropped += 1;
+                drop(f);
+                return Ok(None);
+            }
+            // On schedule: the next is one interval after this one's due time; late by more
+            // than an interval: the schedule starts again from now.
+            let base = self.next_due.filter(|d| now.saturating_duration_since(*d) < iv).unwrap_or(now);
+            self.next_due = Some(base + iv);
+        }
         let Some(k) = i.buffer_index.map(|k| k as usize) else { bail!("{}: MPP gave a picture without a buffer index", self.shown) };
         let Some(loan) = self.at_device.get_mut(k).and_then(Option::take) else {
             bail!("{}: MPP decoded into buffer {k}, which zcpipe had not lent it (a consumer holds it): a decoder bug", self.shown);
@@ -520,7 +549,9 @@ impl MppCapture {
         let st = st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
         if !live {
             if !ok {
-                bail!("{}: the demuxer (ffmpeg) failed ({st}): {tail}", self.shown);
+                // A file cut short: what was read is decoded, then the end.
+                self.stats.demuxer_errors += 1;
+                log::warn!("{}: the demuxer (ffmpeg) ended with {st} after {} bytes: {tail}; decoding what came (a file cut short?)", self.shown, self.stats.stream_bytes);
             }
             return Ok(Some(0));
         }
@@ -676,6 +707,8 @@ impl MppCapture {
             ("reconnects", s.reconnects.into()),
             ("stream_drops", s.drops.into()),
             ("frames_lost", s.frames_lost.into()),
+            ("rate_dropped", s.rate_dropped.into()),
+            ("demuxer_errors", s.demuxer_errors.into()),
             ("gap_s", ((s.gap_s * 1000.0).round() / 1000.0).into()),
         ]
     }

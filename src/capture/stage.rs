@@ -420,12 +420,12 @@ fn run_mpp(cfg: &CaptureConfig, ctx: StageCtx<'_>, spec: &SourceSpec, lib: std::
     let opts = MppOptions { transport: cfg.rtsp_transport.unwrap_or_default(), size: cfg.size };
     let mut cap = MppCapture::open(input, lib, &opts, cfg.fps, ctx.stop)?;
     let live = cap.live();
-    if live && cfg.fps.is_some() {
-        log::info!("--fps with --decoder mpp on a live stream: every picture the camera sends is published (set the rate on the camera)");
-    }
     let fps = cap.fps();
     let alloc = open_heap(ctx.data.heap)?;
     let n_bufs = cfg.buffers.clamp(MIN_BUFFERS, 64);
+    if n_bufs != cfg.buffers {
+        log::info!("pool: {n_bufs} buffers, not --buffers {}: MPP keeps up to 16 reference pictures in the pool's buffers, so it has at least {MIN_BUFFERS}", cfg.buffers);
+    }
     let pool = alloc.allocate_pool(n_bufs, cap.pool_bytes())?;
     {
         let fds: Vec<_> = pool.iter().map(|b| b.fd()).collect();

@@ -135,6 +135,11 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
             if !rtsp {
                 capture.rtsp_transport = None;
             }
+            // `--decoder` given once applies to the compressed sources (files, streams, MJPEG
+            // cameras); a test pattern or still images have none.
+            if matches!(spec, crate::capture::spec::SourceSpec::Image(_) | crate::capture::spec::SourceSpec::TestSrc { .. }) {
+                capture.decoder = None;
+            }
         }
         cams.push((name, capture));
     }

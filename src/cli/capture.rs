@@ -91,7 +91,10 @@ impl CaptureArgs {
         let size_for_mpp = matches!(source, SourceSpec::Video(_)) && self.decoder == Some(DecoderChoice::Mpp);
         check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some() && !size_for_mpp, self.capture_io.is_some())?;
         if self.decoder.is_some_and(|d| d != DecoderChoice::Auto) && matches!(source, SourceSpec::Image(_) | SourceSpec::TestSrc { .. }) {
-            anyhow::bail!("--decoder applies to compressed sources (video:PATH, a network stream, an MJPEG camera); source {} is not one", source.redacted());
+            anyhow::bail!("--decoder applies to compressed sources (video:PATH, a network stream, an MJPEG camera); source {} is not one: leave --decoder out", source.redacted());
+        }
+        if self.decoder == Some(DecoderChoice::Mpp) && self.fps == Some(FPS_MAX) {
+            anyhow::bail!("--fps max with --decoder mpp: a decoded stream is paced at its own rate (or --fps N); pass a number or leave --fps out");
         }
         if let Some(name) = &self.camera {
             crate::core::config::check_camera_name(name).map_err(|e| anyhow::anyhow!("--camera: {e:#}"))?;

@@ -192,7 +192,7 @@ pub(super) fn library_use(name: &str) -> &'static str {
     match name {
         "librga.so" => "the RGA scaler (--scaler rga)",
         "librknnrt.so" => "inference on the NPU (the RKNN backend)",
-        "librockchip_mpp.so" => "MPP hardware decoding of H.264 and H.265 (the binding; its --decoder capture backend is still to come)",
+        "librockchip_mpp.so" => "MPP hardware decoding of H.264, H.265 and MJPEG into the capture pool (--decoder mpp)",
         _ => "a vendor backend",
     }
 }
