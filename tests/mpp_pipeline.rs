@@ -237,6 +237,31 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
     let (code, e) = err_of(&["--run-dir", &rd, "--source", &format!("video:{}", junk.display()), "--decoder", "mpp"]);
     assert_eq!(code, Some(1), "{e}");
     assert!(e.contains("junk.h264") && e.lines().filter(|l| l.contains("error:")).count() == 1, "{e}");
+    // 10-bit H.265 (when this ffmpeg has libx265): MPP would decode it to YUV420SP_10BIT.
+    let enc = Command::new("ffmpeg").args(["-hide_banner", "-encoders"]).output().unwrap();
+    if String::from_utf8_lossy(&enc.stdout).contains("libx265") {
+        let ten = d.join("ten.mp4");
+        let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-frames:v", "3", "-c:v", "libx265", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=error"]).arg(&ten).status().unwrap();
+        assert!(st.success());
+        let (code, e) = err_of(&["--run-dir", &rd, "--source", &format!("video:{}", ten.display()), "--decoder", "mpp"]);
+        assert_eq!(code, Some(1), "{e}");
+        assert!(e.contains("its video is hevc yuv420p10le") && e.contains("--decoder cpu"), "{e}");
+    }
+    // An MP4 cut short (70 % of it): decoded to where it ends, with one warning.
+    let cut = d.join("cut.mp4");
+    let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-c:v", "copy", "-movflags", "+faststart"]).arg(&cut).status().unwrap();
+    assert!(st.success());
+    let whole = std::fs::read(&cut).unwrap();
+    std::fs::write(&cut, &whole[..whole.len() * 7 / 10]).unwrap();
+    let c = d.join("cut");
+    std::fs::create_dir_all(&c).unwrap();
+    let r = run(&c, &format!("video:{}", cut.display()), "mpp", &[]);
+    assert!(r.ok, "a file cut short ends cleanly: {}", r.err);
+    let cap = &r.summary["stages"]["capture"]["extra"];
+    let cut_pictures = cap["pictures"].as_u64().unwrap();
+    assert!(cut_pictures >= 5 && cut_pictures < FRAMES as u64, "{cap}");
+    assert_eq!(cap["demuxer_errors"], 1, "{cap}");
+    assert_eq!(r.err.lines().filter(|l| l.contains("decoding what came (a file cut short?)")).count(), 1, "{}", r.err);
     // A corrupt middle: 4 KiB of the elementary stream overwritten.
     let es = d.join("clip.h264");
     let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-c:v", "copy", "-f", "h264"]).arg(&es).status().unwrap();
@@ -255,7 +280,7 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
     let pictures = cap["pictures"].as_u64().unwrap();
     assert!(pictures >= 10 && pictures <= FRAMES as u64 + 2, "{cap}");
     assert!(calls(&r.mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{}", r.mpp);
-    eprintln!("EVIDENCE mpp bad input: mpeg4 refused in one line; junk refused in one line; a stream with 4 KiB overwritten gave {pictures} pictures and ended 0");
+    eprintln!("EVIDENCE mpp bad input: mpeg4 and 10-bit H.265 refused in one line; junk refused in one line; an MP4 cut at 70 % gave {cut_pictures} pictures, one warning, exit 0; a stream with 4 KiB overwritten gave {pictures} pictures and ended 0");
 }
 
 /// An elementary H.264 stream of `frames` frames of the bundled clip at `size` (`W:H`).

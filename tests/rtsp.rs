@@ -491,7 +491,8 @@ fn an_rtsp_camera_decoded_by_mpp_reaches_rga_and_rknn_and_survives_a_drop() {
         .env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
         .env("ZCPIPE_FAKE_RKNN_LOG", d.join("rknn.log"))
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"));
-    let args = ["--source", &url, "--decoder", "mpp", "--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--json", "--stats-interval", "0"];
+    // `--fps 5` of the clip's 10: MPP decodes every picture, about half are published.
+    let args = ["--source", &url, "--decoder", "mpp", "--fps", "5", "--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--json", "--stats-interval", "0"];
     let run = Run::spawn(c.args(args));
     assert!(run.wait_frames(10, Duration::from_secs(60)), "no frames from the RTSP server through MPP");
     let stages = ["capture", "scale", "infer", "publish"];
@@ -514,6 +515,8 @@ fn an_rtsp_camera_decoded_by_mpp_reaches_rga_and_rknn_and_survives_a_drop() {
     assert_eq!((cap["decoder"].as_str(), cap["codec"].as_str(), cap["width"].as_u64(), cap["height"].as_u64()), (Some("mpp"), Some("h264"), Some(768), Some(432)), "{cap}");
     assert!(cap["reconnects"].as_u64().unwrap() >= 1 && cap["stream_drops"].as_u64().unwrap() >= 1, "{cap}");
     assert_eq!((cap["cpu_accesses"].as_u64(), cap["frames_held"].as_u64(), cap["buffers_still_out"].as_u64()), (Some(0), Some(0), Some(0)), "{cap}");
+    let (published, skipped) = (cap["pictures"].as_u64().unwrap(), cap["rate_dropped"].as_u64().unwrap());
+    assert!(skipped * 2 >= published, "--fps 5 of a 10 fps stream drops about as many pictures as it publishes: {cap}");
     let mpp = std::fs::read_to_string(d.join("mpp.log")).unwrap();
     let rga = std::fs::read_to_string(d.join("rga.log")).unwrap();
     let call = |log: &str, name: &str| log.lines().filter(|l| l.split(' ').find(|w| !w.starts_with("pid=")) == Some(name)).map(str::to_string).collect::<Vec<_>>();

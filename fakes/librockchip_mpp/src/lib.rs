@@ -801,11 +801,11 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
     let spawned = Command::new(std::env::var("ZCPIPE_FAKE_MPP_FFMPEG").unwrap_or_else(|_| "ffmpeg".into()))
         // `-autoscale 0`: a picture keeps its own size when the stream's changes (ffmpeg would
         // scale it to the first size); `showinfo` says each picture's size on stderr.
-        // No probing ahead (`-probesize 32 -analyzeduration 0 -fflags nobuffer`): a picture
-        // comes out once its packets (and, with B-frames, those it waits for) are in, as from
-        // MPP, so a live stream's timing under the fake is the stream's, not ffmpeg's start-up
-        // buffering.
-        .args(["-hide_banner", "-nostats", "-loglevel", "info", "-probesize", "32", "-analyzeduration", "0", "-fflags", "nobuffer", "-f", demuxer, "-i", "pipe:0"])
+        // No probing ahead (`-probesize 32 -analyzeduration 0`; not `-fflags nobuffer`, which
+        // drops the packets read while probing): a picture comes out once its packets (and,
+        // with B-frames, those it waits for) are in, as from MPP, so a live stream's timing
+        // under the fake is the stream's, not ffmpeg's start-up buffering.
+        .args(["-hide_banner", "-nostats", "-loglevel", "info", "-probesize", "32", "-analyzeduration", "0", "-f", demuxer, "-i", "pipe:0"])
         .args(["-autoscale", "0", "-vf", "showinfo", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-flush_packets", "1", "pipe:1"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
