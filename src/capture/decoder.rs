@@ -94,7 +94,8 @@ pub fn resolve(choice: DecoderChoice, library: Option<&Path>) -> anyhow::Result<
 /// The decoder a source gets: [`resolve`], then, for `auto`, back to the CPU where MPP
 /// cannot take the source after all. Sources that are not compressed streams (images, test
 /// patterns, cameras: their own paths) get [`Decoder::Cpu`] and an empty reason. Under
-/// `auto` the CPU decodes a `video:` file whose codec (by ffprobe) is not H.264/H.265, and
+/// `auto` the CPU decodes a `video:` file MPP does not take ([`super::mpp::mpp_takes`], by
+/// ffprobe: a codec other than H.264, H.265 or MJPEG, or a 10-bit, 4:2:2 or 4:4:4 stream), and
 /// a network camera started with `--wait-for-camera` (MPP sizes the pool from the stream's
 /// first pictures, which a camera not there yet cannot give). Errors: [`resolve`]'s, and
 /// `--decoder mpp` with `--wait-for-camera` (one line naming the fix).
