@@ -1,26 +1,28 @@
 //! zcpipe: camera frames to an NPU without copying them, and a measurement of what that saves.
 //!
-//! The pipeline is four processes: [`capture`] -> [`scale`] -> [`infer`] -> [`publish`].
-//! Pixels stay in dma-bufs allocated once at start-up ([`core::dmabuf`]); each buffer's fd
-//! crosses a process boundary once, with SCM_RIGHTS ([`core::fdpass`]); after that a frame is
-//! a small descriptor ([`core::frame`]) in a drop-oldest ring in a sealed memfd
-//! ([`core::ring`]) with an eventfd doorbell. [`stage`] is the skeleton every stage process shares; [`supervise`] starts the four
-//! stages; [`cli`] is the command-line front; [`doctor`] reports what a machine offers zcpipe; [`plan`] is what
-//! `zcpipe run` will use on it.
+//! This is the application crate: the command line ([`cli`]), `zcpipe run` ([`supervise`]),
+//! what a run will use on this machine ([`plan`]), `zcpipe doctor` ([`doctor`]),
+//! `zcpipe compare` ([`compare`]) and `zcpipe bench` ([`bench`]). The pipeline itself lives in
+//! the workspace's lower crates (ARCHITECTURE.md draws the graph): `zcpipe-sys` (kernel and
+//! vendor bindings), `zcpipe-core` (buffers, pools, rings, links, the stage skeleton, stage
+//! reports), `zcpipe-track` (the trackers), and one crate per stage (`zcpipe-capture`,
+//! `zcpipe-scale`, `zcpipe-infer`, `zcpipe-publish`, `zcpipe-display`).
+//!
+//! The re-exports below keep the crates reachable under one name for the integration tests,
+//! the benches and the fakes (`zcpipe::core::frame`, `zcpipe::infer::heads`, ...).
 
 pub mod bench;
-pub mod capture;
 pub mod cli;
-pub mod core;
-pub mod display;
+pub mod compare;
 pub mod doctor;
-pub mod infer;
-pub mod metrics;
 pub mod plan;
-pub mod publish;
-pub mod scale;
-pub mod stage;
 pub mod supervise;
-pub mod sys;
-#[cfg(test)]
-mod testing;
+
+pub use zcpipe_capture as capture;
+pub use zcpipe_core as core;
+pub use zcpipe_core::{metrics, stage};
+pub use zcpipe_display as display;
+pub use zcpipe_infer as infer;
+pub use zcpipe_publish as publish;
+pub use zcpipe_scale as scale;
+pub use zcpipe_sys as sys;

@@ -5,11 +5,11 @@
 //! plan: v4l2:/dev/video11 (rkisp_v6) NV12 1920x1080@30 (mmap, EXPBUF) -> rga (rga3-core0) -> rknn models/yolox_nano_416_rk3588.rknn on NPU cores 0,1,2 -> /run/zcpipe/detections.sock; heap system
 //! ```
 //!
-//! Each stage folder owns its own `auto` ([`crate::capture::auto`], [`crate::scale::auto`],
-//! [`crate::infer::auto`]), so a stage started alone decides the same way; this module puts
+//! Each stage folder owns its own `auto` ([`zcpipe_capture::auto`], [`zcpipe_scale::auto`],
+//! [`zcpipe_infer::auto`]), so a stage started alone decides the same way; this module puts
 //! their answers together and adds the choices that need more than one stage: the heap (a
 //! heap RGA2 can reach, dma32 or CMA, when RGA2 does the work and RAM lies above 4 GiB:
-//! [`crate::scale::rga::rga_heap`]) and the capture I/O (`dmabuf`, so the camera writes into
+//! [`zcpipe_scale::rga::rga_heap`]) and the capture I/O (`dmabuf`, so the camera writes into
 //! that heap, when the camera imports dma-bufs). The resolved values ([`Resolved`]) are what
 //! the supervisor passes to every stage, so the plan printed is the plan run.
 //!
@@ -21,18 +21,18 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::capture::auto::SourceChoice;
-use crate::capture::decoder::{settle, Decoder, DecoderChoice};
-use crate::capture::spec::{SourceSpec, BUNDLED_CLIP};
-use crate::capture::v4l2::CaptureIo;
-use crate::core::config::Choice;
-use crate::core::dmabuf::{Allocator, HeapChoice};
-use crate::infer::auto::InferChoice;
-use crate::infer::DetectorKind;
-use crate::scale::auto::ScalerChoice;
-use crate::scale::rga::rga_heap;
-use crate::scale::ScalerKind;
-use crate::sys::board;
+use zcpipe_capture::auto::SourceChoice;
+use zcpipe_capture::decoder::{settle, Decoder, DecoderChoice};
+use zcpipe_capture::spec::{SourceSpec, BUNDLED_CLIP};
+use zcpipe_capture::v4l2::CaptureIo;
+use zcpipe_core::config::Choice;
+use zcpipe_core::dmabuf::{Allocator, HeapChoice};
+use zcpipe_infer::auto::InferChoice;
+use zcpipe_infer::DetectorKind;
+use zcpipe_scale::auto::ScalerChoice;
+use zcpipe_scale::rga::rga_heap;
+use zcpipe_scale::ScalerKind;
+use zcpipe_sys::board;
 
 /// One choice: what, and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -53,7 +53,7 @@ pub struct Resolved {
     /// `--scaler` (never `auto`).
     pub scaler: ScalerKind,
     /// `--rga-core`.
-    pub rga_core: crate::scale::rga::RgaCore,
+    pub rga_core: zcpipe_scale::rga::RgaCore,
     /// `--heap`.
     pub heap: HeapChoice,
     /// The infer stage's backend, model and NPU cores.
@@ -86,15 +86,15 @@ pub struct Plan {
 /// one stage.
 #[derive(Clone, Debug)]
 pub struct Inputs {
-    /// The capture stage's choice ([`crate::capture::auto::choose`]).
+    /// The capture stage's choice ([`zcpipe_capture::auto::choose`]).
     pub source: SourceChoice,
     /// `--fps` as written (`None`: the source's own rate).
     pub fps: Option<String>,
     /// `--capture-io` (`None`: not given).
     pub capture_io: Option<CaptureIo>,
-    /// The scale stage's choice ([`crate::scale::auto::choose`]).
+    /// The scale stage's choice ([`zcpipe_scale::auto::choose`]).
     pub scaler: ScalerChoice,
-    /// The infer stage's choice ([`crate::infer::auto::choose`]).
+    /// The infer stage's choice ([`zcpipe_infer::auto::choose`]).
     pub infer: InferChoice,
     /// `--heap`.
     pub heap: HeapChoice,

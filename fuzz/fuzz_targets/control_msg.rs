@@ -13,8 +13,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zcpipe::core::frame::Fourcc;
-use zcpipe::core::link::{ControlMsg, Offer, WantedInput};
+use zcpipe_core::frame::Fourcc;
+use zcpipe_core::link::{ControlMsg, Offer, WantedInput};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&n_fds, bytes)) = data.split_first() else { return };

@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zcpipe::core::frame::{Fourcc, FrameDesc};
+use zcpipe_core::frame::{Fourcc, FrameDesc};
 
 /// Bytes of a descriptor in a ring slot.
 const DESC: usize = std::mem::size_of::<FrameDesc>();

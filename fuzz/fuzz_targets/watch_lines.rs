@@ -13,9 +13,9 @@ use std::io::Write as _;
 use std::sync::atomic::AtomicBool;
 
 use libfuzzer_sys::fuzz_target;
-use zcpipe::publish::schema::SocketLine;
-use zcpipe::publish::stage::{human_event, human_line};
-use zcpipe::publish::watch::{notice_line, print_stream, StreamEnd};
+use zcpipe_core::schema::SocketLine;
+use zcpipe_publish::stage::{human_event, human_line};
+use zcpipe_publish::watch::{notice_line, print_stream, StreamEnd};
 
 static NEVER: AtomicBool = AtomicBool::new(false);
 

@@ -22,12 +22,12 @@ use nix::unistd::pipe2;
 
 use super::ipc::{MsgSize, Transport};
 use super::proc::{abort_check, ABORT};
-use crate::core::channel::Recv;
-use crate::core::dmabuf::{sealed_memfd, Allocator, DmaBuf};
-use crate::core::frame::{monotonic_ns, FrameDesc, FrameLayout};
-use crate::core::link::{Conn, ControlMsg, Listener, WaitMode};
-use crate::core::pool::{HopSpec, PoolConsumer, PoolProducer};
-use crate::core::ring::RingPolicy;
+use zcpipe_core::channel::Recv;
+use zcpipe_core::dmabuf::{sealed_memfd, Allocator, DmaBuf};
+use zcpipe_core::frame::{monotonic_ns, FrameDesc, FrameLayout};
+use zcpipe_core::link::{Conn, ControlMsg, Listener, WaitMode};
+use zcpipe_core::pool::{HopSpec, PoolConsumer, PoolProducer};
+use zcpipe_core::ring::RingPolicy;
 
 /// One side of a ping-pong.
 pub(crate) trait Endpoint {
@@ -608,7 +608,7 @@ pub(crate) fn layout_for(size: &MsgSize) -> FrameLayout {
     }
     let bpl = size.bytes.clamp(3, 12288) as u32;
     let rows = size.bytes.div_ceil(bpl as usize).max(1) as u32;
-    FrameLayout::packed24(crate::core::frame::Fourcc::BGR24, bpl / 3, rows, bpl)
+    FrameLayout::packed24(zcpipe_sys::fourcc::Fourcc::BGR24, bpl / 3, rows, bpl)
 }
 
 /// Two frame hops, one per direction, each owned by its producer: the timing process

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
 use super::common::choice;
 use crate::bench::BenchConfig;
-use crate::core::dmabuf::HeapChoice;
+use zcpipe_core::dmabuf::HeapChoice;
 
 /// `zcpipe bench`: which benchmark to run.
 #[derive(Args, Debug, Clone)]

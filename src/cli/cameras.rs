@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use anyhow::{bail, Result};
 use clap::Parser;
 
-use crate::core::config::check_camera_name;
+use zcpipe_core::config::check_camera_name;
 
 use super::capture::CaptureArgs;
 
@@ -110,7 +110,7 @@ struct OneCamera {
 /// one camera, `shared` as it is, named `cam0`. Unnamed cameras are `camN` by position.
 /// Errors name the camera: an option that does not parse, a repeated name, a source given
 /// twice (a device or stream opened twice; test patterns may repeat), more cameras than
-/// [`crate::core::frame::MAX_CAMERAS`].
+/// [`zcpipe_core::frame::MAX_CAMERAS`].
 pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(String, CaptureArgs)>> {
     if groups.is_empty() {
         return Ok(vec![("cam0".to_string(), shared.clone())]);
@@ -127,8 +127,8 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
         let mut capture = one.capture;
         // Options given once for every camera that apply to network cameras only
         // (`--rtsp-transport`, `--wait-for-camera`) are left out for the others.
-        if let Ok(spec) = capture.source.parse::<crate::capture::spec::SourceSpec>().map_err(drop).and_then(|s| if groups.len() > 1 { Ok(s) } else { Err(()) }) {
-            let rtsp = matches!(&spec, crate::capture::spec::SourceSpec::Network(u) if crate::capture::network::is_rtsp(u));
+        if let Ok(spec) = capture.source.parse::<zcpipe_capture::spec::SourceSpec>().map_err(drop).and_then(|s| if groups.len() > 1 { Ok(s) } else { Err(()) }) {
+            let rtsp = matches!(&spec, zcpipe_capture::spec::SourceSpec::Network(u) if zcpipe_capture::network::is_rtsp(u));
             if !spec.is_network() {
                 capture.wait_for_camera = false;
             }
@@ -137,7 +137,7 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
             }
             // `--decoder` given once applies to the compressed sources (files, streams, MJPEG
             // cameras); a test pattern or still images have none.
-            if matches!(spec, crate::capture::spec::SourceSpec::Image(_) | crate::capture::spec::SourceSpec::TestSrc { .. }) {
+            if matches!(spec, zcpipe_capture::spec::SourceSpec::Image(_) | zcpipe_capture::spec::SourceSpec::TestSrc { .. }) {
                 capture.decoder = None;
             }
         }
@@ -149,7 +149,7 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
             bail!("--source: camera {} (--source {}) is unnamed, so it is called {}, the name camera {} was given; name it (--source NAME={})", i + 1, g.source, names[i], j + 1, g.source);
         }
     }
-    crate::core::config::check_camera_list("--source", &names)?;
+    zcpipe_core::config::check_camera_list("--source", &names)?;
     let same = |a: &str| -> String {
         // The same file or device under another spelling (a relative path, a symlink).
         for kind in ["image:", "video:", "v4l2:"] {
@@ -166,7 +166,7 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
         if let Some((other, _)) = cams[..i].iter().find(|(_, b)| same(&b.source) == same(&a.source)) {
             bail!(
                 "--source {} is given twice (cameras {other} and {name}); a device or stream is opened by one capture stage: give it once",
-                crate::capture::spec::redact_url(&a.source)
+                zcpipe_capture::spec::redact_url(&a.source)
             );
         }
     }

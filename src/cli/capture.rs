@@ -1,15 +1,15 @@
 //! `--source`, `--fps`, `--frames`, `--buffers`, the V4L2 options and the network-camera
-//! options, and their checked form, [`crate::capture::CaptureConfig`].
+//! options, and their checked form, [`zcpipe_capture::CaptureConfig`].
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::capture::network::{is_rtsp, RtspTransport};
-use crate::capture::spec::{check_fps, check_v4l2_only_flags, fps_name, parse_fps, SourceSpec, FPS_MAX};
-use crate::capture::v4l2::{parse_format, parse_size, CaptureIo};
-use crate::capture::decoder::DecoderChoice;
-use crate::capture::CaptureConfig;
-use crate::core::config::Choice;
+use zcpipe_capture::network::{is_rtsp, RtspTransport};
+use zcpipe_capture::spec::{check_fps, check_v4l2_only_flags, fps_name, parse_fps, SourceSpec, FPS_MAX};
+use zcpipe_capture::v4l2::{parse_format, parse_size, CaptureIo};
+use zcpipe_capture::decoder::DecoderChoice;
+use zcpipe_capture::CaptureConfig;
+use zcpipe_core::config::Choice;
 
 use super::common::{check_buffers, choice};
 
@@ -97,7 +97,7 @@ impl CaptureArgs {
             anyhow::bail!("--fps max with --decoder mpp: a decoded stream is paced at its own rate (or --fps N); pass a number or leave --fps out");
         }
         if let Some(name) = &self.camera {
-            crate::core::config::check_camera_name(name).map_err(|e| anyhow::anyhow!("--camera: {e:#}"))?;
+            zcpipe_core::config::check_camera_name(name).map_err(|e| anyhow::anyhow!("--camera: {e:#}"))?;
         }
         Ok(CaptureConfig {
             source,
@@ -136,8 +136,8 @@ mod tests {
     use clap::Parser;
 
     use super::super::{Cli, Command};
-    use crate::capture::network::RtspTransport;
-    use crate::capture::spec::SourceSpec;
+    use zcpipe_capture::network::RtspTransport;
+    use zcpipe_capture::spec::SourceSpec;
 
     fn run_args(args: &[&str]) -> super::CaptureArgs {
         let Command::Run(r) = Cli::parse_from(["zcpipe", "run"].iter().chain(args)).cmd else { panic!("not run") };

@@ -9,10 +9,10 @@ use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Args;
 
-use crate::core::config::{check_instance, run_dir, Choice, DataPath};
-use crate::core::dmabuf::HeapChoice;
-use crate::core::link::WaitMode;
-use crate::core::ring::RingPolicy;
+use zcpipe_core::config::{check_instance, run_dir, Choice, DataPath};
+use zcpipe_core::dmabuf::HeapChoice;
+use zcpipe_core::link::WaitMode;
+use zcpipe_core::ring::RingPolicy;
 use crate::plan::{self, Plan};
 
 use super::capture::CaptureArgs;
@@ -154,10 +154,10 @@ impl PipelineArgs {
         let cap = self.capture.config()?;
         let scale = self.scale.config()?;
         plan::make(plan::Inputs {
-            source: crate::capture::auto::choose(&cap.source, cap.format, cap.size),
-            fps: self.capture.fps.map(crate::capture::spec::fps_name),
+            source: zcpipe_capture::auto::choose(&cap.source, cap.format, cap.size),
+            fps: self.capture.fps.map(zcpipe_capture::spec::fps_name),
             capture_io: cap.capture_io,
-            scaler: crate::scale::auto::choose(&scale.scaler, scale.rga_core)?,
+            scaler: zcpipe_scale::auto::choose(&scale.scaler, scale.rga_core)?,
             infer: self.infer.choice()?,
             heap: self.common.heap,
             publish,
@@ -183,7 +183,7 @@ impl PipelineArgs {
         p.common.heap = r.heap;
         p.infer.infer = r.infer.backend.name().to_string();
         p.infer.model = Some(r.infer.model.clone());
-        if r.infer.backend == crate::infer::DetectorKind::Rknn && !r.infer.npu_cores.is_empty() {
+        if r.infer.backend == zcpipe_infer::DetectorKind::Rknn && !r.infer.npu_cores.is_empty() {
             p.infer.npu_cores = r.infer.npu_cores.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             // One buffer per core in flight, and one being written.
             p.scale.scale_buffers = p.scale.scale_buffers.or(Some((r.infer.npu_cores.len() + 1).max(3)));

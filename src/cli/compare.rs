@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::core::config::DataPath;
-use crate::metrics::compare::CompareConfig;
+use zcpipe_core::config::DataPath;
+use crate::compare::CompareConfig;
 
 use super::common::PipelineArgs;
 
@@ -70,7 +70,7 @@ impl CompareArgs {
         }
         v.extend(p.scale.flags());
         v.extend(p.infer.flags());
-        if self.display.display != crate::display::DisplayTarget::None {
+        if self.display.display != zcpipe_display::DisplayTarget::None {
             v.push(format!("--display={}", self.display.display));
             v.extend(self.display.flags());
         }

@@ -28,7 +28,7 @@ use clap::{Arg, ArgAction, CommandFactory, Parser};
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use crate::capture::spec::redact_url;
+use zcpipe_capture::spec::redact_url;
 
 use super::cameras::PER_CAMERA;
 
@@ -381,7 +381,7 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
     let mut out = vec![];
     for (name, section) in table.iter() {
         let (n, line) = (name.get_ref().to_string(), line_of(text, name.span().start));
-        crate::core::config::check_camera_name(&n).map_err(|e| format!("{file}:{line}: [camera.{n}]: {e:#}"))?;
+        zcpipe_core::config::check_camera_name(&n).map_err(|e| format!("{file}:{line}: [camera.{n}]: {e:#}"))?;
         let Some(section) = section.get_ref().as_table() else {
             return Err(format!("{file}:{line}: camera.{n} = {}: expected a [camera.{n}] section, found {}", shown(section.get_ref()), type_name(section.get_ref())));
         };

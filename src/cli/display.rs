@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::display::{DisplayConfig, DisplayTarget};
+use zcpipe_display::{DisplayConfig, DisplayTarget};
 
 /// The options `zcpipe run` and `zcpipe stage display` share.
 #[derive(Args, Debug, Clone)]
@@ -74,16 +74,16 @@ impl DisplayArgs {
             anyhow::bail!("--display none: the display stage has nothing to do; pass --display auto or a card such as /dev/dri/card0");
         }
         if let Some(c) = &self.camera {
-            crate::core::config::check_camera_name(c)?;
+            zcpipe_core::config::check_camera_name(c)?;
         }
         let detections = match &self.detections {
             Some(p) if p.as_os_str() == "none" => None,
             Some(p) => Some(p.clone()),
-            None => Some(crate::core::config::default_detections_socket(instance)),
+            None => Some(zcpipe_core::config::default_detections_socket(instance)),
         };
         Ok(DisplayConfig {
             target: self.display.display.clone(),
-            upstream: self.camera.as_deref().map_or_else(|| "capture".to_string(), crate::core::config::camera_stage),
+            upstream: self.camera.as_deref().map_or_else(|| "capture".to_string(), zcpipe_core::config::camera_stage),
             camera: self.camera.clone().unwrap_or_default(),
             detections,
             writeback: self.display.display_writeback.clone(),

@@ -1,5 +1,5 @@
 //! `zcpipe eval track`: a recorded detections stream through a tracker, as MOTChallenge
-//! results ([`crate::publish::track::eval`]).
+//! results ([`zcpipe_track::eval`]).
 
 use std::io::{BufReader, BufWriter, Write as _};
 use std::path::PathBuf;
@@ -51,7 +51,7 @@ pub struct EvalTrackArgs {
 
 impl EvalArgs {
     /// Runs it; prints what was counted on stderr. Errors: a file that cannot be read or
-    /// written (named), a bad line ([`crate::publish::track::eval::replay`]).
+    /// written (named), a bad line ([`zcpipe_track::eval::replay`]).
     pub fn run(&self) -> Result<i32> {
         let EvalCmd::Track(a) = &self.what;
         if let Some(f) = a.fps.filter(|f| !(0.01..=1000.0).contains(f)) {
@@ -60,10 +60,10 @@ impl EvalArgs {
         if !a.track.zones.is_empty() {
             anyhow::bail!("--zone: eval track writes tracks, not zone events; leave --zone out");
         }
-        if a.track.tracker == crate::publish::track::TrackerKind::None {
+        if a.track.tracker == zcpipe_track::TrackerKind::None {
             anyhow::bail!("--tracker none tracks nothing: pick bytetrack, sort or iou");
         }
-        let r = crate::publish::track::eval::Replay { params: a.track.params(), labels: a.labels.clone(), camera: a.camera.clone(), fps: a.fps };
+        let r = zcpipe_track::eval::Replay { params: a.track.params(), labels: a.labels.clone(), camera: a.camera.clone(), fps: a.fps };
         let input: Box<dyn std::io::BufRead> = if a.detections.as_os_str() == "-" {
             Box::new(BufReader::new(std::io::stdin()))
         } else {
@@ -74,7 +74,7 @@ impl EvalArgs {
         } else {
             Box::new(BufWriter::new(std::fs::File::create(&a.mot).with_context(|| format!("--mot {}", a.mot.display()))?))
         };
-        let done = crate::publish::track::eval::replay(input, &mut out, &r).with_context(|| format!("--detections {}", a.detections.display())).and_then(|st| {
+        let done = zcpipe_track::eval::replay(input, &mut out, &r).with_context(|| format!("--detections {}", a.detections.display())).and_then(|st| {
             out.flush().with_context(|| format!("--mot {}", a.mot.display()))?;
             Ok(st)
         });

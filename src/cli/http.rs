@@ -1,12 +1,12 @@
 //! `--http`, `--http-allow-remote` and `--view-fps` (`zcpipe run`, `zcpipe stage publish`),
-//! and their checked form, [`crate::publish::http::HttpConfig`].
+//! and their checked form, [`zcpipe_publish::http::HttpConfig`].
 
 use std::net::SocketAddr;
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::publish::http::{check_remote, HttpConfig};
+use zcpipe_publish::http::{check_remote, HttpConfig};
 
 /// Web view options.
 #[derive(Args, Debug, Clone)]
@@ -53,7 +53,7 @@ fn view_fps(s: &str) -> Result<f64, String> {
 impl HttpArgs {
     /// The checked configuration (`None` without `--http`). Errors: a non-loopback address
     /// without `--http-allow-remote` ([`check_remote`], an
-    /// [`crate::publish::http::AddrError`]: exit code 2).
+    /// [`zcpipe_publish::http::AddrError`]: exit code 2).
     pub fn config(&self) -> Result<Option<HttpConfig>> {
         let Some(addr) = self.http else { return Ok(None) };
         let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps };

@@ -1,18 +1,18 @@
 //! `--infer`, `--model`, `--labels`, `--head`, `--anchors`, `--channel-order`,
 //! `--letterbox`, the thresholds, `--npu-cores` and `--input-size`, and their checked form,
-//! [`crate::infer::InferConfig`].
+//! [`zcpipe_infer::InferConfig`].
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::core::config::Choice;
-use crate::core::frame::Placement;
-use crate::infer::heads::{ChannelOrder, HeadKind};
-use crate::infer::rknn::parse_npu_cores;
-use crate::infer::auto::{self, InferChoice};
-use crate::infer::{DetectorKind, InferConfig};
+use zcpipe_core::config::Choice;
+use zcpipe_core::frame::Placement;
+use zcpipe_infer::heads::{ChannelOrder, HeadKind};
+use zcpipe_infer::rknn::parse_npu_cores;
+use zcpipe_infer::auto::{self, InferChoice};
+use zcpipe_infer::{DetectorKind, InferConfig};
 
 use super::common::choice;
 

@@ -27,9 +27,9 @@ use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand};
 
-use crate::core::link::PeerGone;
-use crate::metrics::Reporter;
-use crate::stage::{StageCtx, EXIT_PEER_GONE};
+use zcpipe_core::link::PeerGone;
+use zcpipe_core::metrics::Reporter;
+use zcpipe_core::stage::{StageCtx, EXIT_PEER_GONE};
 
 use capture::CaptureArgs;
 use common::CommonArgs;
@@ -163,7 +163,7 @@ impl StageCmd {
     /// of several.
     fn label(&self) -> String {
         match self {
-            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => crate::core::config::camera_stage(c),
+            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => zcpipe_core::config::camera_stage(c),
             _ => self.name().to_string(),
         }
     }
@@ -178,11 +178,11 @@ impl StageCmd {
         let name: &'static str = if self.label() == name { name } else { Box::leak(self.label().into_boxed_str()) };
         let ctx = StageCtx { name, stop: &STOP, reporter: Reporter::new(common.report_fd), data };
         match self {
-            StageCmd::Capture { args, .. } => crate::capture::stage::run(args.config()?, ctx),
-            StageCmd::Scale { args, .. } => crate::scale::stage::run(args.config()?, ctx),
-            StageCmd::Infer { args, .. } => crate::infer::stage::run(args.config()?, ctx),
-            StageCmd::Publish { args, .. } => crate::publish::stage::run(args.config(&instance)?, ctx),
-            StageCmd::Display { args, .. } => crate::display::stage::run(args.config(&instance)?, ctx),
+            StageCmd::Capture { args, .. } => zcpipe_capture::stage::run(args.config()?, ctx),
+            StageCmd::Scale { args, .. } => zcpipe_scale::stage::run(args.config()?, ctx),
+            StageCmd::Infer { args, .. } => zcpipe_infer::stage::run(args.config()?, ctx),
+            StageCmd::Publish { args, .. } => zcpipe_publish::stage::run(args.config(&instance)?, ctx),
+            StageCmd::Display { args, .. } => zcpipe_display::stage::run(args.config(&instance)?, ctx),
         }
     }
 }
@@ -227,9 +227,9 @@ pub fn main() -> i32 {
     signals::install_signal_handlers();
     let result = match cli.cmd {
         Command::Run(a) => run::run(&a, &STOP),
-        Command::Watch(a) => crate::publish::watch::watch(a.into(), &STOP).map(|_| 0),
+        Command::Watch(a) => zcpipe_publish::watch::watch(a.into(), &STOP).map(|_| 0),
         Command::Bench(a) => a.config().and_then(crate::bench::run),
-        Command::Compare(a) => a.config().and_then(|c| crate::metrics::compare::compare(c, &STOP)),
+        Command::Compare(a) => a.config().and_then(|c| crate::compare::compare(c, &STOP)),
         Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),
         Command::Eval(a) => a.run(),
         Command::Config(a) => a.run(&env),
@@ -252,7 +252,7 @@ pub fn main() -> i32 {
             let msg: Vec<String> = e.chain().map(|c| c.to_string().trim_end().to_string()).collect();
             error_line(&tag, &msg.join(": "));
             // An address the web view cannot use is a bad argument, as clap's are.
-            if e.chain().any(|c| c.is::<crate::publish::http::AddrError>()) {
+            if e.chain().any(|c| c.is::<zcpipe_publish::http::AddrError>()) {
                 2
             } else {
                 1

@@ -1,5 +1,5 @@
 //! `--mqtt` and the `--mqtt-*` flags (`zcpipe run`, `zcpipe stage publish`), and their
-//! checked form, [`crate::publish::mqtt::MqttConfig`].
+//! checked form, [`zcpipe_publish::mqtt::MqttConfig`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 
-use crate::core::secret::Secret;
-use crate::publish::mqtt::{check_prefix, level, BrokerUrl, MqttConfig};
+use zcpipe_core::secret::Secret;
+use zcpipe_publish::mqtt::{check_prefix, level, BrokerUrl, MqttConfig};
 
 /// The environment variable that gives the broker's password when `--mqtt` names a user
 /// without one (so the password need not be on a command line: systemd's

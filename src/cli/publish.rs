@@ -1,12 +1,12 @@
-//! `--publish` and `--print`, and their checked form, [`crate::publish::PublishConfig`].
+//! `--publish` and `--print`, and their checked form, [`zcpipe_publish::PublishConfig`].
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::core::config::default_detections_socket;
-use crate::publish::{PrintMode, PublishConfig};
+use zcpipe_core::config::default_detections_socket;
+use zcpipe_publish::{PrintMode, PublishConfig};
 
 use super::common::choice;
 use super::http::HttpArgs;
@@ -54,7 +54,7 @@ impl PublishArgs {
             cameras: self.cameras.clone(),
             track: self.track.config(&self.cameras)?,
             http: self.http.config()?,
-            snapshots: self.snapshot.config(self.track.tracker != crate::publish::track::TrackerKind::None)?,
+            snapshots: self.snapshot.config(self.track.tracker != zcpipe_track::TrackerKind::None)?,
             mqtt: self.mqtt.config(instance)?,
         })
     }

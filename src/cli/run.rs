@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::core::frame::Stage;
+use zcpipe_core::frame::Stage;
 use crate::supervise::run::{Role, RunConfig};
 
 use super::common::PipelineArgs;
@@ -26,7 +26,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
             print!("{}", cfg.plan.text());
             if cfg.cameras.len() > 1 {
                 for (name, source) in &cfg.cameras {
-                    println!("camera {name}: {source} (its own capture stage, {})", crate::core::config::camera_stage(name));
+                    println!("camera {name}: {source} (its own capture stage, {})", zcpipe_core::config::camera_stage(name));
                 }
             }
         }
@@ -37,7 +37,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
     }
     if cfg.cameras.len() > 1 {
         for (name, source) in &cfg.cameras {
-            log::info!("camera {name}: {source} (its own capture stage, {})", crate::core::config::camera_stage(name));
+            log::info!("camera {name}: {source} (its own capture stage, {})", zcpipe_core::config::camera_stage(name));
         }
     }
     crate::supervise::run::run(cfg, stop)
@@ -113,12 +113,12 @@ impl RunArgs {
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: crate::publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone(), snapshot: self.snapshot.clone(), mqtt: self.mqtt.clone() };
-        crate::publish::socket_group(self.socket_group.as_deref())?;
+        let publish = PublishArgs { publish: self.publish.clone(), print: zcpipe_publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone(), snapshot: self.snapshot.clone(), mqtt: self.mqtt.clone() };
+        zcpipe_publish::socket_group(self.socket_group.as_deref())?;
         // The tracking, web view, snapshot and MQTT options checked here as the publish stage will: one line
         // each; the web view's address must be free now (the stage binds it again).
         if let Some(h) = publish.config(&data.instance)?.http {
-            crate::publish::http::bind(&h)?;
+            zcpipe_publish::http::bind(&h)?;
         }
         let socket = publish.socket(&data.instance);
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
@@ -144,7 +144,7 @@ impl RunArgs {
             let why = if self.http.http_allow_remote { "--http with --http-allow-remote" } else { "--http (this machine only)" };
             plan.outputs.push(crate::plan::Step { what, why: why.into() });
         }
-        if let Some(what) = self.snapshot.describe(self.track.tracker != crate::publish::track::TrackerKind::None) {
+        if let Some(what) = self.snapshot.describe(self.track.tracker != zcpipe_track::TrackerKind::None) {
             plan.outputs.push(crate::plan::Step { what, why: "--snapshot-dir".into() });
         }
         if let Some(what) = self.mqtt.describe() {
@@ -155,7 +155,7 @@ impl RunArgs {
             plan.outputs.push(crate::plan::Step { what, why });
         }
         // The data path of the resolved options (the heap the plan chose).
-        let data = crate::core::config::DataPath { heap: resolved.common.heap, ..data };
+        let data = zcpipe_core::config::DataPath { heap: resolved.common.heap, ..data };
         let common = resolved.common.flags(&data);
         let p = &resolved;
         let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
@@ -163,8 +163,8 @@ impl RunArgs {
         // The display (a fifth, optional process) on the first camera: its card now, or one
         // line why there is none (the pipeline runs without it).
         let display_card = match &self.display.display {
-            crate::display::DisplayTarget::None => None,
-            t => match crate::display::resolve_card(t) {
+            zcpipe_display::DisplayTarget::None => None,
+            t => match zcpipe_display::resolve_card(t) {
                 Ok(card) => Some(card),
                 Err(e) => {
                     log::warn!("{e:#}; the pipeline runs without a display");
@@ -179,12 +179,12 @@ impl RunArgs {
             if k == 0 && display_card.is_some() {
                 // The display's tap holds up to 2 buffers (on screen, and queued for the
                 // next flip): the pool gets them on top, so the pipeline keeps its own.
-                cap.buffers = (cap.buffers + crate::display::stage::DISPLAY_HOLD).min(64);
+                cap.buffers = (cap.buffers + zcpipe_display::stage::DISPLAY_HOLD).min(64);
             }
             v.extend(cap.flags());
             if several {
                 v.push(format!("--camera={name}"));
-                stage_flags.push((Stage::Capture.into(), crate::core::config::camera_stage(name), v));
+                stage_flags.push((Stage::Capture.into(), zcpipe_core::config::camera_stage(name), v));
             } else {
                 stage_flags.push((Stage::Capture.into(), "capture".into(), v));
             }
@@ -225,7 +225,7 @@ impl RunArgs {
             let why = if self.pipeline.common.copy_mode { "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)" } else { "--display (the camera's buffers scanned out where a plane takes them, else composed by the CPU; the stage says which)" };
             plan.outputs.push(crate::plan::Step { what: format!("display on {} (camera {})", card.display(), names[0]), why: why.into() });
         }
-        let cameras: Vec<(String, String)> = names.iter().zip(&captures).map(|(n, c)| (n.clone(), crate::capture::spec::redact_url(&c.source))).collect();
+        let cameras: Vec<(String, String)> = names.iter().zip(&captures).map(|(n, c)| (n.clone(), zcpipe_capture::spec::redact_url(&c.source))).collect();
         let restart = crate::supervise::RestartPolicy {
             max: self.restart_max,
             window: std::time::Duration::from_secs(self.restart_window),

@@ -1,12 +1,12 @@
 //! `--scaler`, `--scale-buffers` and `--rga-core`, and their checked form,
-//! [`crate::scale::ScaleConfig`].
+//! [`zcpipe_scale::ScaleConfig`].
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::core::config::{check_camera_list, Choice};
-use crate::scale::rga::RgaCore;
-use crate::scale::{ScaleConfig, ScalerKind};
+use zcpipe_core::config::{check_camera_list, Choice};
+use zcpipe_scale::rga::RgaCore;
+use zcpipe_scale::{ScaleConfig, ScalerKind};
 
 use super::common::{check_buffers, choice};
 

@@ -1,6 +1,6 @@
 //! `--snapshot-dir`, `--snapshot-every`, `--snapshot-keep` and `--snapshot-new`
 //! (`zcpipe run`, `zcpipe stage publish`), and their checked form,
-//! [`crate::publish::snapshot::SnapshotConfig`].
+//! [`zcpipe_publish::snapshot::SnapshotConfig`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::publish::snapshot::SnapshotConfig;
+use zcpipe_publish::snapshot::SnapshotConfig;
 
 /// Snapshot options.
 #[derive(Args, Debug, Clone)]

@@ -1,11 +1,11 @@
 //! `--tracker`, `--zone` and the tracker's parameters (`zcpipe run`, `zcpipe stage publish`,
-//! `zcpipe eval track`), and their checked form, [`crate::publish::TrackConfig`].
+//! `zcpipe eval track`), and their checked form, [`zcpipe_publish::TrackConfig`].
 
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::publish::track::{zone, TrackParams, TrackerKind, ZoneSpec};
-use crate::publish::TrackConfig;
+use zcpipe_track::{zone, TrackParams, TrackerKind, ZoneSpec};
+use zcpipe_publish::TrackConfig;
 
 use super::common::choice;
 
@@ -96,7 +96,7 @@ impl TrackArgs {
         if self.tracker == TrackerKind::None {
             return "no tracking".into();
         }
-        let mut s = format!("{} tracks", crate::core::config::Choice::name(self.tracker));
+        let mut s = format!("{} tracks", zcpipe_core::config::Choice::name(self.tracker));
         if !self.zones.is_empty() {
             let z: Vec<String> = self.zones.iter().map(|z| format!("{}{}", z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(), z.zone.name)).collect();
             s += &format!(", zones {}", z.join(", "));
@@ -106,7 +106,7 @@ impl TrackArgs {
 
     /// The same options as flags, for a stage's command line.
     pub fn flags(&self) -> Vec<String> {
-        let name = crate::core::config::Choice::name(self.tracker);
+        let name = zcpipe_core::config::Choice::name(self.tracker);
         let mut v = vec![
             format!("--tracker={name}"),
             format!("--track-confirm={}", self.track_confirm),

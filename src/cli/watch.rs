@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::publish::watch::WatchConfig;
+use zcpipe_publish::watch::WatchConfig;
 
 /// `zcpipe watch`.
 #[derive(Args, Debug, Clone)]
@@ -35,9 +35,9 @@ pub struct WatchArgs {
     pub events: bool,
 }
 
-/// `--camera`: a valid camera name ([`crate::core::config::check_camera_name`]).
+/// `--camera`: a valid camera name ([`zcpipe_core::config::check_camera_name`]).
 fn camera_name(s: &str) -> Result<String, String> {
-    crate::core::config::check_camera_name(s).map(|()| s.to_string()).map_err(|e| format!("{e:#}"))
+    zcpipe_core::config::check_camera_name(s).map(|()| s.to_string()).map_err(|e| format!("{e:#}"))
 }
 
 impl From<WatchArgs> for WatchConfig {

@@ -19,8 +19,8 @@ use drm::Device as _;
 
 use super::access::{access_fix, holders};
 use super::{DrmCardReport, DrmConnectorReport, DrmCrtcReport, DrmModeReport, DrmPlaneReport, DrmReport, FileMode, Paths, Problem, Verdict};
-use crate::sys::drm::{card_nodes, Card};
-use crate::sys::v4l2::fourcc_chars;
+use zcpipe_sys::drm::{card_nodes, Card};
+use zcpipe_sys::v4l2::fourcc_chars;
 
 /// The fix when there is no DRM card at all.
 pub(super) const NO_CARD_FIX: &str =
@@ -66,7 +66,7 @@ fn probe_card(path: &Path) -> DrmCardReport {
         Ok(c) => c,
         Err(e) => {
             r.permission_denied = e.kind() == io::ErrorKind::PermissionDenied;
-            r.error = Some(crate::sys::errno_words(&e));
+            r.error = Some(zcpipe_sys::errno_words(&e));
             return r;
         }
     };
@@ -82,7 +82,7 @@ fn probe_card(path: &Path) -> DrmCardReport {
         let _ = card.set_client_capability(drm::ClientCapability::WritebackConnectors, true);
     }
     if let Err(e) = kms(&card, &mut r) {
-        r.kms_error = Some(crate::sys::errno_words(&e));
+        r.kms_error = Some(zcpipe_sys::errno_words(&e));
     }
     r
 }
@@ -204,7 +204,7 @@ pub(super) fn display_verdict(dir: &str, cards: &[DrmCardReport], fix_for_denied
     best.map(|(_, v)| v).unwrap_or_else(|| Verdict::cannot(format!("no usable DRM card in {dir}"), NO_CARD_FIX))
 }
 
-/// Whether `--heap drm` can work: the same rule as [`open_drm`](crate::core::dmabuf::open_drm)
+/// Whether `--heap drm` can work: the same rule as [`open_drm`](zcpipe_core::dmabuf::open_drm)
 /// (the first card that opens and makes dumb buffers), from the reports.
 pub(super) fn heap_verdict(dir: &str, cards: &[DrmCardReport], fix_for_denied: impl Fn(&str) -> String) -> Verdict {
     if cards.is_empty() {

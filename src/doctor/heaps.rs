@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::access::access_fix;
 use super::{quietly, AutoReport, FileMode, HeapChoiceReport, HeapReport, Paths, Problem, UdmabufReport};
-use crate::core::dmabuf::{heap_names, list_heaps, Allocator, HeapChoice};
+use zcpipe_core::dmabuf::{heap_names, list_heaps, Allocator, HeapChoice};
 
 const CHOICES: [(HeapChoice, &str); 3] = [(HeapChoice::System, "system"), (HeapChoice::Dma32, "dma32"), (HeapChoice::Cma, "cma")];
 

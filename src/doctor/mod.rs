@@ -2,8 +2,8 @@
 //!
 //! Five sections, each read from the running kernel, never from a configuration file:
 //!
-//! - **V4L2 video nodes**: every `/dev/video*` ([`video_nodes`](crate::sys::v4l2::node::video_nodes)), opened the way capture
-//!   opens it (`O_RDWR | O_NONBLOCK`) and asked `VIDIOC_QUERYCAP` ([`probe_node`](crate::sys::v4l2::node::probe_node)): driver,
+//! - **V4L2 video nodes**: every `/dev/video*` ([`video_nodes`](zcpipe_sys::v4l2::node::video_nodes)), opened the way capture
+//!   opens it (`O_RDWR | O_NONBLOCK`) and asked `VIDIOC_QUERYCAP` ([`probe_node`](zcpipe_sys::v4l2::node::probe_node)): driver,
 //!   card, bus, device capabilities, the role zcpipe can give it (camera for `--source`,
 //!   mem2mem for `--scaler`), and per queue every pixel format (`VIDIOC_ENUM_FMT`) with its
 //!   frame sizes (`VIDIOC_ENUM_FRAMESIZES`) and, for the formats zcpipe reads, frame rates
@@ -11,7 +11,7 @@
 //!   mode and the fix (`udev/99-zcpipe.rules`, group membership, the process holding it).
 //! - **dma-buf heaps** (`/dev/dma_heap/*`, Documentation/userspace-api/dma-buf-heaps.rst):
 //!   each heap's mode, whether this user can open it, which `--heap` choice uses it, and what
-//!   `--heap auto` picks (the real [`Allocator::open`](crate::core::dmabuf::Allocator::open)).
+//!   `--heap auto` picks (the real [`Allocator::open`](zcpipe_core::dmabuf::Allocator::open)).
 //! - **udmabuf** (`/dev/udmabuf`, include/uapi/linux/udmabuf.h): present, openable, and its
 //!   `size_limit_mb` module parameter (the largest buffer it makes, MiB).
 //! - **DRM** (`/dev/dri/card*`, include/uapi/drm/drm_mode.h): each card's driver, dumb
@@ -41,7 +41,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::sys::board;
+use zcpipe_sys::board;
 
 mod access;
 mod drm;
@@ -65,7 +65,7 @@ pub struct DoctorOptions {
     pub json: bool,
 }
 
-/// The files doctor reads besides `/dev/video*` (which [`video_nodes`](crate::sys::v4l2::node::video_nodes) lists): by
+/// The files doctor reads besides `/dev/video*` (which [`video_nodes`](zcpipe_sys::v4l2::node::video_nodes) lists): by
 /// default under the system root ([`board::path`]: `/`, or a test's fake root); the unit
 /// tests point them at a temporary directory.
 #[derive(Clone, Debug)]
@@ -105,9 +105,9 @@ impl Default for Paths {
             npu_version: vec![board::path("/sys/kernel/debug/rknpu/version"), board::path("/proc/debug/rknpu/version")],
             // $ZCPIPE_LIBRGA / $ZCPIPE_LIBRKNNRT first, then the names the backends try.
             libraries: vec![
-                env_first(crate::sys::rga::LIBRGA_ENV, &crate::sys::rga::LIBRGA_NAMES),
-                env_first(crate::sys::rknn::LIBRKNNRT_ENV, &[crate::sys::rknn::LIBRKNNRT_NAME]),
-                env_first(crate::sys::mpp::LIBMPP_ENV, &crate::sys::mpp::LIBMPP_NAMES),
+                env_first(zcpipe_sys::rga::LIBRGA_ENV, &zcpipe_sys::rga::LIBRGA_NAMES),
+                env_first(zcpipe_sys::rknn::LIBRKNNRT_ENV, &[zcpipe_sys::rknn::LIBRKNNRT_NAME]),
+                env_first(zcpipe_sys::mpp::LIBMPP_ENV, &zcpipe_sys::mpp::LIBMPP_NAMES),
             ],
             mpp_service: board::path("/dev/mpp_service"),
         }

@@ -11,10 +11,10 @@ use serde::Serialize;
 
 use super::access::{access_fix, holders};
 use super::{FileMode, FormatReport, NodeReport, Problem, QueueReport, SizeReport, Sizes, MAX_SIZES};
-use crate::capture::v4l2::PREFERRED;
-use crate::core::frame::Fourcc;
-use crate::sys::v4l2::node::{caps_names, open_node, probe_node, video_nodes, NodeInfo};
-use crate::sys::v4l2::{self as sys, fourcc_chars, format_name};
+use zcpipe_capture::v4l2::PREFERRED;
+use zcpipe_sys::fourcc::Fourcc;
+use zcpipe_sys::v4l2::node::{caps_names, open_node, probe_node, video_nodes, NodeInfo};
+use zcpipe_sys::v4l2::{self as sys, fourcc_chars, format_name};
 
 /// What a V4L2 node is to zcpipe, from its device capabilities (`V4L2_CAP_*`,
 /// Documentation/userspace-api/media/v4l/vidioc-querycap.rst).

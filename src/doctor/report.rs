@@ -208,10 +208,10 @@ pub struct HeapChoiceReport {
     pub heap: Option<String>,
 }
 
-/// What `--heap auto` does here: the result of [`Allocator::open`](crate::core::dmabuf::Allocator::open).
+/// What `--heap auto` does here: the result of [`Allocator::open`](zcpipe_core::dmabuf::Allocator::open).
 #[derive(Clone, Debug, Serialize)]
 pub struct AutoReport {
-    /// [`Allocator::describe`](crate::core::dmabuf::Allocator::describe): `dma-heap
+    /// [`Allocator::describe`](zcpipe_core::dmabuf::Allocator::describe): `dma-heap
     /// /dev/dma_heap/system`, `udmabuf`, `memfd`.
     pub allocator: Option<String>,
     /// The allocator is a real dma-buf allocator (devices can import its buffers).

@@ -10,7 +10,7 @@ use super::nodes::fps_of;
 use super::text::{drm_text, modes_text, wrapped};
 use super::vendor::{npu_section, soc_section};
 use super::*;
-use crate::sys::v4l2::{self as sys, fourcc_chars};
+use zcpipe_sys::v4l2::{self as sys, fourcc_chars};
 
 fn tmp_paths(dir: &Path) -> Paths {
     Paths {

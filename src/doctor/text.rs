@@ -4,8 +4,8 @@
 use super::vendor::library_use;
 use super::{DrmModeReport, DrmReport, FileMode, Problem, QueueReport, Report, Role, Sizes, Verdict};
 use super::nodes::fmt_fps;
-use crate::capture::v4l2::PREFERRED;
-use crate::sys::v4l2::format_name;
+use zcpipe_capture::v4l2::PREFERRED;
+use zcpipe_sys::v4l2::format_name;
 
 /// Sizes in one line: `320x180 (1-60 fps), 640x480 (30 fps), ... (12 sizes)`, or a range.
 pub fn sizes_text(s: &Sizes) -> String {

@@ -118,8 +118,8 @@ pub(super) fn npu_section(paths: &Paths) -> NpuReport {
 /// `querystring(RGA_VERSION)`.
 fn rga_version(lib: &str) -> std::result::Result<String, String> {
     // RgaScaler::open logs the version at info level; the report says it, once.
-    let s = quietly(|| crate::scale::rga::RgaScaler::open(Some(Path::new(lib)), crate::scale::rga::RgaCore::Auto)).map_err(|e| format!("{e:#}"))?;
-    let n = crate::scale::Scaler::name(&s);
+    let s = quietly(|| zcpipe_scale::rga::RgaScaler::open(Some(Path::new(lib)), zcpipe_scale::rga::RgaCore::Auto)).map_err(|e| format!("{e:#}"))?;
+    let n = zcpipe_scale::Scaler::name(&s);
     Ok(n.strip_prefix("rga (").and_then(|n| n.strip_suffix(')')).unwrap_or(&n).to_string())
 }
 
@@ -136,10 +136,10 @@ fn bundled_rknn_model(soc: Option<&str>) -> &'static str {
 /// librknnrt's API and driver versions (rknn_api.h `RKNN_QUERY_SDK_VERSION`), which need a
 /// context: the bundled model for this SoC is loaded (`rknn_init`), queried and released.
 fn rknn_version(lib: &str, soc: Option<&str>) -> std::result::Result<String, String> {
-    use crate::sys::rknn as sys;
+    use zcpipe_sys::rknn as sys;
     let rknn = sys::Rknn::open_path(lib.into(), false).map_err(|e| format!("{e:#}"))?;
     let rel = bundled_rknn_model(soc);
-    let model = crate::core::data::resolve_data_path(Path::new(rel));
+    let model = zcpipe_core::data::resolve_data_path(Path::new(rel));
     let bytes = std::fs::read(&model).map_err(|e| format!("the SDK version needs a model to query and {} is unreadable ({e}); copy models/ next to zcpipe or set ZCPIPE_DATA_DIR", model.display()))?;
     let ctx = rknn.init(&bytes, 0).map_err(|e| format!("rknn_init of {}: {e}", model.display()))?;
     let mut ver = sys::RknnSdkVersion::default();
@@ -152,7 +152,7 @@ fn rknn_version(lib: &str, soc: Option<&str>) -> std::result::Result<String, Str
 /// librockchip_mpp's own version string (`get_mpp_version`, exported but declared only in
 /// MPP's internal `mpp_info.h`; a library without it still loads).
 fn mpp_version(lib: &str) -> std::result::Result<String, String> {
-    let mpp = crate::sys::mpp::Libmpp::open(Some(Path::new(lib))).map_err(|e| format!("{e:#}"))?;
+    let mpp = zcpipe_sys::mpp::Libmpp::open(Some(Path::new(lib))).map_err(|e| format!("{e:#}"))?;
     Ok(mpp.version().unwrap_or_else(|| "none given (this build exports no get_mpp_version)".into()))
 }
 

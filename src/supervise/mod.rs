@@ -4,7 +4,7 @@
 //! the same binary (`zcpipe stage <name>`), each in its own process group (so a terminal's
 //! Ctrl-C reaches only the supervisor) and with `PR_SET_PDEATHSIG` (so no child outlives
 //! it). SIGINT/SIGTERM are forwarded to capture, which ends the stream; the others drain
-//! and exit in order. Children report to the supervisor over a pipe ([`crate::metrics`]). The command line
+//! and exit in order. Children report to the supervisor over a pipe ([`zcpipe_core::metrics`]). The command line
 //! hands the supervisor its checked [`run::RunConfig`] (each stage's command line included)
 //! and the stop flag its signal handlers set.
 //! Each stage listens on `<run dir>/<stage>.sock` and removes it on exit; the supervisor
@@ -12,8 +12,8 @@
 //!
 //! A stage that dies after set-up (its first report says it is ready) is restarted alone,
 //! with back-off, while the others keep running and keep their process ids: its neighbours
-//! let go of what it held and wait for it ([`crate::core::pool::Upstream`],
-//! [`crate::stage::Downstream`]). [`RestartPolicy`] bounds how often.
+//! let go of what it held and wait for it ([`zcpipe_core::pool::Upstream`],
+//! [`zcpipe_core::stage::Downstream`]). [`RestartPolicy`] bounds how often.
 
 pub mod run;
 
@@ -32,7 +32,7 @@ pub struct RestartPolicy {
     pub reset_after: Duration,
     /// A set-up stage that sends no report for this long is killed (and so restarted):
     /// `--watchdog`, `None` for off. Stages report at least every
-    /// [`crate::stage::HEARTBEAT`].
+    /// [`zcpipe_core::stage::HEARTBEAT`].
     pub watchdog: Option<Duration>,
 }
 

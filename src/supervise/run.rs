@@ -14,10 +14,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
 
-use crate::core::config::{camera_stage, stage_camera, DataPath};
-use crate::core::frame::Stage;
-use crate::metrics::StageReport;
-use crate::stage::EXIT_PEER_GONE;
+use zcpipe_core::config::{camera_stage, stage_camera, DataPath};
+use zcpipe_core::frame::Stage;
+use zcpipe_core::metrics::StageReport;
+use zcpipe_core::stage::EXIT_PEER_GONE;
 
 /// The fd number children find their report pipe at.
 const REPORT_FD: i32 = 3;
@@ -223,7 +223,7 @@ pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>
             let cap = latest.get(&stage);
             let pc = publish_cams.and_then(|c| c.get(n));
             let num = |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
-            let span: Option<crate::metrics::FrameSpan> = pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
+            let span: Option<zcpipe_core::metrics::FrameSpan> = pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
             let total = pc.and_then(|c| c.get("latency")).and_then(|l| l.get("total"));
             let lat = |k: &str| total.and_then(|t| t.get(k)).and_then(|x| x.as_f64());
             let summary = CameraSummary {
@@ -310,7 +310,7 @@ fn spawn(exe: &std::path::Path, stage: Role, name: &str, args: Vec<String>, env:
         });
     }
     // A camera's URL may hold its password: never in a log line.
-    let shown: Vec<String> = args.iter().map(|a| a.strip_prefix("--source=").map_or_else(|| a.clone(), |u| format!("--source={}", crate::capture::spec::redact_url(u)))).collect();
+    let shown: Vec<String> = args.iter().map(|a| a.strip_prefix("--source=").map_or_else(|| a.clone(), |u| format!("--source={}", zcpipe_capture::spec::redact_url(u)))).collect();
     log::debug!("starting: {} stage {} {} ({name})", exe.display(), stage.name(), shown.join(" "));
     cmd.spawn().with_context(|| format!("starting the {name} stage ({})", exe.display()))
 }
@@ -323,7 +323,7 @@ fn code(s: &ExitStatus) -> i32 {
 /// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
 pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let run_dir = a.data.run_dir.clone();
-    crate::core::config::private_dir(&run_dir)?;
+    zcpipe_core::config::private_dir(&run_dir)?;
     let exe = std::env::current_exe().context("finding the zcpipe binary")?;
     if let Some(live) = live_socket_in(&run_dir) {
         anyhow::bail!("{} is in use by a running zcpipe ({}); stop it, or choose another --instance or --run-dir", run_dir.display(), live.display());
@@ -533,13 +533,13 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     }
     // Stages remove their own sockets; a killed one cannot. Only stale sockets go, and the
     // track ids a killed publish stage kept for its successor.
-    let _ = std::fs::remove_file(run_dir.join(crate::publish::stage::TRACK_IDS_FILE));
+    let _ = std::fs::remove_file(run_dir.join(zcpipe_publish::stage::TRACK_IDS_FILE));
     let mut leftovers: Vec<std::path::PathBuf> = std::fs::read_dir(&run_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
         .unwrap_or_default();
     leftovers.push(a.publish_socket.clone());
     for p in leftovers {
-        let _ = crate::core::link::remove_stale_socket(&p, probe);
+        let _ = zcpipe_core::link::remove_stale_socket(&p, probe);
     }
     let _ = std::fs::remove_dir(&run_dir);
 
@@ -557,7 +557,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             anyhow::anyhow!(
                 "--summary-json {}: cannot write the run summary ({}); free space or pass a path you can write (the summary above is complete)",
                 path.display(),
-                crate::sys::errno_words(&e)
+                zcpipe_sys::errno_words(&e)
             )
         })
     };
@@ -637,7 +637,7 @@ fn rate(fps: Option<f64>) -> String {
 }
 
 /// A stage's frame rate over its whole run: between its first and last frame out
-/// ([`crate::metrics::FrameSpan`]); from `elapsed_s` for a report without a span.
+/// ([`zcpipe_core::metrics::FrameSpan`]); from `elapsed_s` for a report without a span.
 fn fps(r: &StageReport) -> Option<f64> {
     match r.out_span {
         Some(s) => s.fps(),
@@ -672,7 +672,7 @@ struct StatsLines {
     fresh: std::collections::BTreeSet<String>,
     last: Option<Instant>,
     /// Capture's and publish's frame spans at the last line.
-    before: BTreeMap<String, crate::metrics::FrameSpan>,
+    before: BTreeMap<String, zcpipe_core::metrics::FrameSpan>,
 }
 
 impl StatsLines {
@@ -843,7 +843,7 @@ pub fn summary_text(s: &RunSummary) -> String {
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
         // Several cameras: their capture stages' copies together.
         let u = if up == "capture" {
-            captures(&s.stages).filter_map(|r| r.copy_out).reduce(crate::core::copy::CopyCounters::plus)
+            captures(&s.stages).filter_map(|r| r.copy_out).reduce(zcpipe_core::copy::CopyCounters::plus)
         } else {
             get(up).and_then(|r| r.copy_out)
         };
@@ -910,7 +910,7 @@ pub fn summary_text(s: &RunSummary) -> String {
     }
     if let Some(p) = get("publish") {
         let _ = writeln!(o, "  latency (µs)        p50        p99        max");
-        for k in crate::metrics::SERIES {
+        for k in zcpipe_core::metrics::SERIES {
             if let Some(l) = p.latency.get(k) {
                 let _ = writeln!(o, "    {k:<10} {:>10.0} {:>10.0} {:>10.0}", l.p50_us, l.p99_us, l.max_us);
             }
@@ -922,7 +922,7 @@ pub fn summary_text(s: &RunSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::FrameSpan;
+    use zcpipe_core::metrics::FrameSpan;
 
     fn report(stage: &str, frames: u64, first_s: f64, last_s: f64) -> StageReport {
         StageReport { stage: stage.into(), frames_out: frames, out_span: Some(FrameSpan { frames, first_s, last_s }), ..Default::default() }

@@ -1,9 +1,9 @@
 //! What `zcpipe bench ipc` measures: the transports ([`Transport`]), the message sizes
 //! ([`MsgSize`], [`parse_size`]) and the whole request ([`IpcConfig`]).
 
-use crate::core::config::Choice;
-use crate::core::dmabuf::HeapChoice;
-use crate::core::frame::FrameLayout;
+use zcpipe_core::config::Choice;
+use zcpipe_core::dmabuf::HeapChoice;
+use zcpipe_core::frame::FrameLayout;
 
 /// A transport under test (`--transports`). What each one measures: its [`Choice`] entry
 /// (one line, the `--transports` help) and [`Transport::legend`] (under the table).

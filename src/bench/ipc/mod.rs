@@ -27,8 +27,8 @@ use anyhow::{Context, Result};
 
 use super::proc::{self, AffinityRestore, Placement, SignalGuard};
 use super::transports::{self, Ctx, Prepared};
-use crate::core::config::Choice;
-use crate::core::dmabuf::Allocator;
+use zcpipe_core::config::Choice;
+use zcpipe_core::dmabuf::Allocator;
 
 mod config;
 mod report;
@@ -117,7 +117,7 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
     let mut rows: Vec<Row> = rows.into_iter().map(|(_, _, r)| r).collect();
     for row in rows.iter_mut().filter(|r| r.status == Status::Ok && !r.runs_us.is_empty()) {
         let mut sorted = row.runs_us.clone();
-        row.median_us = Some(crate::metrics::median(&mut sorted));
+        row.median_us = Some(zcpipe_core::metrics::median(&mut sorted));
         row.min_us = sorted.first().copied();
         row.max_us = sorted.last().copied();
     }
@@ -190,7 +190,7 @@ fn run_once(t: Transport, ctx: &Ctx, iters: u32, placement: &Placement) -> Resul
             last = now;
         }
         Ok(Run::Measured {
-            median_us: crate::metrics::median(&mut rtt_ns) / 2e3,
+            median_us: zcpipe_core::metrics::median(&mut rtt_ns) / 2e3,
             mean_us: (last - start).as_secs_f64() * 1e6 / (2.0 * iters as f64),
         })
     })

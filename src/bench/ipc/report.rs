@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::transports;
 use super::{IpcConfig, MsgSize, Transport, NAMED_FRAMES};
-use crate::core::config::Choice;
+use zcpipe_core::config::Choice;
 
 /// How a row ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -1,0 +1,25 @@
+//! The zero-copy core: buffers, descriptors, rings, fd passing and stage links.
+//!
+//! Owns every piece of shared state between stage processes. It never touches pixels
+//! except through [`dmabuf::CpuAccess`] guards, never puts an address in shared memory, and
+//! never trusts anything a peer wrote there.
+
+pub mod channel;
+pub mod config;
+pub mod copy;
+pub mod data;
+pub mod detections;
+pub mod draw;
+pub mod dmabuf;
+pub mod fdpass;
+pub mod frame;
+pub mod link;
+pub mod metrics;
+pub mod pool;
+pub mod tap;
+pub mod ring;
+pub mod schema;
+pub mod secret;
+pub mod stage;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

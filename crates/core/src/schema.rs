@@ -1,0 +1,353 @@
+//! The detections socket's schema: every line a client gets, defined once.
+//!
+//! Each line is one JSON object ending in `\n`, with a `"type"` field naming its kind:
+//! - `"frame"`: one per published frame ([`FrameJson`]):
+//!   `{"type": "frame", "camera": str, "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
+//!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
+//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2], "track_id": u64}],
+//!   "zones": {zone: {label: count}}}`
+//!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
+//!   `track_id` only on a detection that is part of a confirmed track (never with
+//!   `--tracker none`), `zones` only for a camera with zones (each zone's tracked objects
+//!   by label; `{}` for an empty zone);
+//! - `"event"`: something happened to a tracked object ([`EventJson`]), after the frame line
+//!   of the frame it happened in: `{"type": "event", "event": "new" | "entered_zone" |
+//!   "left_zone" | "stationary" | "end", "camera": str, "track_id": u64, "label": str,
+//!   "class_id": u32, "score": f32, "zone": str | null, "first_seen_ns": u64,
+//!   "last_seen_ns": u64, "timestamp_ns": u64, "box": [x1, y1, x2, y2]}` (see
+//!   [`zcpipe_track`] for when each happens);
+//! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
+//!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted",
+//!   "frames_lost": u64, "seq": u64}` (`seq`: the frame that follows; `frames_lost`: see
+//!   [`crate::frame::RestartMark`]);
+//! - `"end"`: the last line before EOF ([`EndJson`]):
+//!   `{"type": "end", "end": true, "frames": u64, "reason": str}`.
+//!
+//! The publish stage writes these to its clients and (`--print json`, `zcpipe run --json`)
+//! to stdout; `zcpipe watch` and the display read them back with the same types. Readers ignore fields they
+//! do not know, so fields may be added; a new kind of line is a new [`SocketLine`] variant.
+
+use std::collections::BTreeMap;
+
+use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
+
+/// One line of the detections socket, tagged by its `"type"` field.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SocketLine {
+    /// `"type": "frame"`: one frame's detections.
+    Frame(FrameJson),
+    /// `"type": "notice"`: a stage restarted; the stream goes on.
+    Notice(NoticeJson),
+    /// `"type": "event"`: a tracked object's event.
+    Event(EventJson),
+    /// `"type": "end"`: the stream ended; EOF follows.
+    End(EndJson),
+}
+
+impl SocketLine {
+    /// The line as sent: compact JSON and a final `\n`.
+    ///
+    /// Errors only if serde_json fails to serialise it (it holds no map with non-string
+    /// keys, so it does not).
+    pub fn to_line(&self) -> serde_json::Result<String> {
+        let mut line = serde_json::to_string(self)?;
+        line.push('\n');
+        Ok(line)
+    }
+
+    /// Reads one line as a reader should: by its `"type"`; a line without one comes from a
+    /// zcpipe from before the field existed (a publisher not yet upgraded), whose end line
+    /// is the one with `"end": true` and whose other lines are frames. Errors on anything
+    /// else (not JSON, an unknown type, missing fields).
+    pub fn parse(line: &str) -> serde_json::Result<SocketLine> {
+        let mut v: serde_json::Value = serde_json::from_str(line)?;
+        if let Some(o) = v.as_object_mut().filter(|o| !o.contains_key("type")) {
+            let kind = if o.get("end") == Some(&serde_json::Value::Bool(true)) { "end" } else { "frame" };
+            o.insert("type".into(), kind.into());
+        }
+        serde_json::from_value(v)
+    }
+}
+
+/// One detection as published.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DetectionJson {
+    /// Class index.
+    pub class_id: u32,
+    /// Class label (`class_N` if the label list has no entry).
+    pub label: String,
+    /// Score in 0..1.
+    #[serde(deserialize_with = "f32_in_range")]
+    pub score: f32,
+    /// `[x1, y1, x2, y2]` in source-frame pixels.
+    #[serde(rename = "box", deserialize_with = "f32x4_in_range")]
+    pub bbox: [f32; 4],
+    /// The confirmed track this detection belongs to (ids per camera, from 1); absent with
+    /// `--tracker none` and on detections of no confirmed track.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub track_id: Option<u64>,
+}
+
+/// Reads an `f32` from a JSON number, refusing one beyond `f32`'s range: serde would read it
+/// as infinity, which serde_json writes back as `null`, so the line would not read back.
+fn f32_in_range<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    let v = f64::deserialize(d)?;
+    let f = v as f32;
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(D::Error::custom(format!("{v:?} is out of range for f32")))
+    }
+}
+
+/// [`f32_in_range`] for each of four numbers.
+fn f32x4_in_range<'de, D: Deserializer<'de>>(d: D) -> Result<[f32; 4], D::Error> {
+    let v = <[f64; 4]>::deserialize(d)?;
+    match v.map(|x| x as f32) {
+        f if f.iter().all(|x| x.is_finite()) => Ok(f),
+        _ => Err(D::Error::custom(format!("{v:?} is out of range for f32"))),
+    }
+}
+
+/// Per-stage and end-to-end latency of a frame, µs, rounded to 0.1 µs (0 where a stamp is
+/// missing).
+///
+/// A line cannot carry the time it takes to send itself: its `publish` (and so `total`) ends
+/// when the publish stage builds the line, before serialising and sending it. The publish
+/// stage's latency histograms (its stage report, the run summary) end once the line was
+/// handed to every client and printed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct LatencyJson {
+    /// Capture: from the capture timestamp to the frame entering the ring.
+    pub capture: f64,
+    /// Scale, including its wait in the capture ring.
+    pub scale: f64,
+    /// Infer, including its wait in the scale ring.
+    pub infer: f64,
+    /// Publish, including its wait in the infer ring, up to building this line.
+    pub publish: f64,
+    /// Capture timestamp to building this line: the sum of the four above (before rounding).
+    pub total: f64,
+}
+
+/// The `"frame"` line: one frame's detections.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FrameJson {
+    /// The camera the frame came from: its name in `zcpipe run --source NAME=...` (`cam0`,
+    /// `cam1`, ... for unnamed ones). Empty from a publisher older than the field.
+    #[serde(default)]
+    pub camera: String,
+    /// Frame sequence number (per camera: each camera's capture counts its own frames).
+    pub seq: u64,
+    /// Capture time, CLOCK_MONOTONIC ns.
+    pub timestamp_ns: u64,
+    /// Source frame width, pixels.
+    pub width: u32,
+    /// Source frame height, pixels.
+    pub height: u32,
+    /// Latencies, µs.
+    pub latency_us: LatencyJson,
+    /// Detections, best first.
+    pub detections: Vec<DetectionJson>,
+    /// For a camera with zones: each zone's confirmed tracks now (seen, or lost for less
+    /// than the keep-alive), by label; absent for a camera without zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
+}
+
+/// The `"event"` line: something happened to a tracked object ([`zcpipe_track`]).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventJson {
+    /// `new` (the track was confirmed), `entered_zone`, `left_zone`, `stationary`, `end`
+    /// (unseen for longer than the keep-alive, or the stream ended).
+    pub event: String,
+    /// The camera (as in the frame lines).
+    pub camera: String,
+    /// The track (per camera, from 1; the `track_id` of its detections).
+    pub track_id: u64,
+    /// Its label.
+    pub label: String,
+    /// Its class index.
+    pub class_id: u32,
+    /// The best score of its detections so far, 0..1.
+    #[serde(deserialize_with = "f32_in_range")]
+    pub score: f32,
+    /// The zone, for `entered_zone` and `left_zone`; `null` otherwise.
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// When the track was first seen (capture time, CLOCK_MONOTONIC ns).
+    pub first_seen_ns: u64,
+    /// When it was last seen, ns.
+    pub last_seen_ns: u64,
+    /// When this happened: the capture time of the frame it happened in, or (an `end` when
+    /// no frame came) the clock's time, ns.
+    pub timestamp_ns: u64,
+    /// Its last box, `[x1, y1, x2, y2]` source pixels.
+    #[serde(rename = "box", deserialize_with = "f32x4_in_range")]
+    pub bbox: [f32; 4],
+}
+
+/// The `"notice"` line: a stage of the pipeline died and was restarted, and the stream
+/// goes on; sent before the first frame after it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NoticeJson {
+    /// The stage that restarted (`capture`, `scale`, `infer`, `publish`).
+    pub stage: String,
+    /// With several cameras, for a capture restart: the camera whose capture stage
+    /// restarted (its frame follows); empty (left out) for a stage that serves every camera.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub camera: String,
+    /// What happened: `restarted`.
+    pub event: String,
+    /// Frames lost while it was gone (counted by its upstream neighbour: dropped while no
+    /// consumer was there, and those it held when it died; for capture, the frames the
+    /// source did not make while it was down, at its nominal rate).
+    pub frames_lost: u64,
+    /// The sequence number of the frame that follows.
+    pub seq: u64,
+}
+
+/// The `"end"` line: the stream ended (the source ended, a signal, or a stage hung up).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EndJson {
+    /// Always `true` (the end line's mark before lines had a `type`).
+    pub end: bool,
+    /// Frames published.
+    pub frames: u64,
+    /// Why the stream ended, as the publish stage logs it (`end of stream`, `signal`, or
+    /// the error, e.g. `infer stage hung up`).
+    pub reason: String,
+}
+
+/// Connects to a detections socket at `path`, at once and then again after back-off
+/// (`first`, doubling up to `max`), until it connects, `within` has passed since the call
+/// (`None`: no limit) or `stop` is set; `None` then. What every reader does when the
+/// publish stage is not up yet or died and is being restarted (`zcpipe watch`, the display).
+pub fn connect_retrying(path: &std::path::Path, within: Option<std::time::Duration>, first: std::time::Duration, max: std::time::Duration, stop: &std::sync::atomic::AtomicBool) -> Option<std::os::unix::net::UnixStream> {
+    let t = std::time::Instant::now();
+    let mut delay = first;
+    loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        if let Ok(s) = std::os::unix::net::UnixStream::connect(path) {
+            return Some(s);
+        }
+        let left = within.map(|w| w.saturating_sub(t.elapsed()));
+        if left == Some(std::time::Duration::ZERO) {
+            return None;
+        }
+        std::thread::sleep(left.map_or(delay, |l| l.min(delay)));
+        delay = (delay * 2).min(max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_has_its_type_and_reads_back() {
+        let f = FrameJson {
+            camera: "front".into(),
+            seq: 3,
+            timestamp_ns: 7,
+            width: 640,
+            height: 480,
+            latency_us: LatencyJson { capture: 1.0, scale: 2.0, infer: 3.0, publish: 4.0, total: 10.0 },
+            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }],
+            zones: None,
+        };
+        let frame = SocketLine::Frame(f).to_line().unwrap();
+        assert_eq!(
+            frame,
+            "{\"type\":\"frame\",\"camera\":\"front\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":480,\
+             \"latency_us\":{\"capture\":1.0,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0},\
+             \"detections\":[{\"class_id\":0,\"label\":\"person\",\"score\":0.5,\"box\":[1.0,2.0,3.0,4.0]}]}\n"
+        );
+        let end = SocketLine::End(EndJson { end: true, frames: 5, reason: "end of stream".into() }).to_line().unwrap();
+        assert_eq!(end, "{\"type\":\"end\",\"end\":true,\"frames\":5,\"reason\":\"end of stream\"}\n");
+        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), camera: String::new(), event: "restarted".into(), frames_lost: 12, seq: 99 }).to_line().unwrap();
+        assert_eq!(notice, "{\"type\":\"notice\",\"stage\":\"infer\",\"event\":\"restarted\",\"frames_lost\":12,\"seq\":99}\n");
+        for line in [&frame, &end, &notice] {
+            let back: SocketLine = serde_json::from_str(line).unwrap();
+            assert_eq!(back.to_line().unwrap(), *line, "reads back to the same line");
+        }
+        // Readers ignore fields added later; a line without a known type is refused.
+        let extra = end.replace("\"end\":true", "\"end\":true,\"later\":1");
+        assert!(matches!(serde_json::from_str(&extra).unwrap(), SocketLine::End(EndJson { frames: 5, .. })));
+        assert!(serde_json::from_str::<SocketLine>("{\"end\":true,\"frames\":5,\"reason\":\"x\"}").is_err());
+        assert!(serde_json::from_str::<SocketLine>("{\"type\":\"other\"}").is_err());
+    }
+
+    #[test]
+    fn tracked_lines_carry_ids_zones_and_events() {
+        let det = DetectionJson { class_id: 0, label: "person".into(), score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0], track_id: Some(7) };
+        let zones = BTreeMap::from([("door".to_string(), BTreeMap::from([("person".to_string(), 1)])), ("gate".to_string(), BTreeMap::new())]);
+        let f = FrameJson { camera: "cam0".into(), seq: 1, timestamp_ns: 2, width: 8, height: 6, latency_us: LatencyJson::default(), detections: vec![det], zones: Some(zones) };
+        let line = SocketLine::Frame(f).to_line().unwrap();
+        assert!(line.contains("\"box\":[1.0,2.0,3.0,4.0],\"track_id\":7}],\"zones\":{\"door\":{\"person\":1},\"gate\":{}}}"), "{line}");
+        assert_eq!(SocketLine::parse(&line).unwrap().to_line().unwrap(), line);
+        let e = EventJson {
+            event: "entered_zone".into(),
+            camera: "front".into(),
+            track_id: 7,
+            label: "person".into(),
+            class_id: 0,
+            score: 0.91,
+            zone: Some("door".into()),
+            first_seen_ns: 10,
+            last_seen_ns: 20,
+            timestamp_ns: 20,
+            bbox: [1.0, 2.0, 3.0, 4.0],
+        };
+        let line = SocketLine::Event(e.clone()).to_line().unwrap();
+        assert_eq!(
+            line,
+            "{\"type\":\"event\",\"event\":\"entered_zone\",\"camera\":\"front\",\"track_id\":7,\"label\":\"person\",\"class_id\":0,\"score\":0.91,\
+             \"zone\":\"door\",\"first_seen_ns\":10,\"last_seen_ns\":20,\"timestamp_ns\":20,\"box\":[1.0,2.0,3.0,4.0]}\n"
+        );
+        assert_eq!(SocketLine::parse(&line).unwrap(), SocketLine::Event(e.clone()));
+        let end = SocketLine::Event(EventJson { event: "end".into(), zone: None, ..e }).to_line().unwrap();
+        assert!(end.contains("\"zone\":null"), "a zone-less event says so: {end}");
+    }
+
+    #[test]
+    fn lines_from_before_the_type_field_are_still_read() {
+        let old_end = "{\"end\":true,\"frames\":5,\"reason\":\"signal\"}";
+        assert_eq!(SocketLine::parse(old_end).unwrap(), SocketLine::End(EndJson { end: true, frames: 5, reason: "signal".into() }));
+        let old_frame = "{\"seq\":1,\"timestamp_ns\":2,\"width\":3,\"height\":4,\"latency_us\":{\"capture\":0.0,\"scale\":0.0,\"infer\":0.0,\"publish\":0.0,\"total\":0.0},\"detections\":[]}";
+        assert!(matches!(SocketLine::parse(old_frame).unwrap(), SocketLine::Frame(FrameJson { seq: 1, width: 3, .. })));
+        let new = SocketLine::End(EndJson { end: true, frames: 1, reason: "x".into() });
+        assert_eq!(SocketLine::parse(&new.to_line().unwrap()).unwrap(), new);
+        assert!(SocketLine::parse("{\"type\":\"other\"}").is_err());
+        assert!(SocketLine::parse("not json").is_err());
+        assert!(SocketLine::parse("{\"seq\":1}").is_err(), "a frame without its fields");
+    }
+
+    /// Regression (fuzz/ watch_lines): serde_json's default float parser is sometimes one ulp
+    /// off, so a latency did not read back as written (4.5555555555555546e103 came back
+    /// 4.555555555555555e103).
+    #[test]
+    fn floats_read_back_exactly() {
+        let latency_us = LatencyJson { capture: 1.0, scale: 240.0, infer: 3.0, publish: 4.5555555555555546e103, total: 1.0715660391465826e-75 };
+        let line = SocketLine::Frame(FrameJson { camera: "cam0".into(), seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![], zones: None });
+        assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
+    }
+
+    /// Regression (fuzz/ watch_lines): a box coordinate or score beyond f32's range was read
+    /// as infinity, which writes back as `null`: the line read, but not what it wrote back.
+    #[test]
+    fn a_number_beyond_f32_is_refused() {
+        let det = |score: &str, x1: &str| {
+            format!("{{\"type\":\"frame\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":485,\"latency_us\":{{\"capture\":0.8,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0}},\"detections\":[{{\"class_id\":0,\"label\":\"person\",\"score\":{score},\"box\":[{x1},2.0,3.0,4.0]}}]}}")
+        };
+        let SocketLine::Frame(f) = SocketLine::parse(&det("0.5", "3.4028235e38")).unwrap() else { panic!("a frame line") };
+        assert_eq!((f.detections[0].score, f.detections[0].bbox[0]), (0.5, f32::MAX), "f32::MAX itself is in range");
+        let e = SocketLine::parse(&det("0.5", &format!("{}1.0", "7".repeat(120)))).unwrap_err().to_string();
+        assert!(e.starts_with("[7.777777777777777e120, 2.0, 3.0, 4.0] is out of range for f32"), "{e}");
+        let e = SocketLine::parse(&det("1e39", "1.0")).unwrap_err().to_string();
+        assert!(e.starts_with("1e39 is out of range for f32"), "{e}");
+    }
+}

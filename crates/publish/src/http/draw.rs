@@ -1,0 +1,104 @@
+//! The web view's and snapshots' drawing: a frame's detections on an RGB24 picture, with
+//! the look every view shares ([`zcpipe_core::draw`]: boxes in their class's colour, tags
+//! above them), and the dark canvas shown when a camera has no pixels.
+//!
+//! Pictures are tight RGB24 rows (`width * 3` bytes a row); everything outside the picture is
+//! clipped, so boxes partly or wholly outside it (they are clamped by infer, but a view frame
+//! may be smaller) draw what fits and never panic.
+
+pub use zcpipe_core::draw::{class_colour, label_text, text_size, Canvas, Drawn, BOX_THICKNESS, PALETTE, TEXT_SCALE};
+use zcpipe_core::schema::FrameJson;
+
+/// The grey of the canvas drawn when there are no pixels (RGB).
+pub const CANVAS: [u8; 3] = [24, 24, 24];
+
+/// Draws every detection of `f` on `canvas`: boxes first, then their tags (so a tag is never
+/// hidden under another box's outline). Boxes are in `f`'s frame pixels; a canvas of another
+/// size (a view frame scaled by its provider) gets them scaled to it.
+pub fn detections(canvas: &mut Canvas<'_>, f: &FrameJson) {
+    let sx = if f.width > 0 { canvas.width as f32 / f.width as f32 } else { 1.0 };
+    let sy = if f.height > 0 { canvas.height as f32 / f.height as f32 } else { 1.0 };
+    let dets: Vec<Drawn> = f.detections.iter().map(|d| Drawn { bbox: [d.bbox[0] * sx, d.bbox[1] * sy, d.bbox[2] * sx, d.bbox[3] * sy], class_id: d.class_id, label: d.label.clone(), score: d.score, track_id: d.track_id }).collect();
+    canvas.detections(&dets);
+}
+
+/// A dark canvas of `width` x `height` with `note` written at its bottom-left corner: what the
+/// view shows when it has no pixels for a camera (the boxes are drawn on it all the same).
+pub fn blank(width: u32, height: u32, note: &str) -> Vec<u8> {
+    let mut rgb = [CANVAS].repeat(width as usize * height as usize).concat();
+    let mut c = Canvas::rgb24(&mut rgb, width, height);
+    c.text(6, height as i64 - 8 * TEXT_SCALE as i64 - 6, note, [200, 200, 200]);
+    rgb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcpipe_core::schema::{DetectionJson, LatencyJson};
+
+    fn px(rgb: &[u8], w: u32, x: u32, y: u32) -> [u8; 3] {
+        let i = ((y * w + x) * 3) as usize;
+        [rgb[i], rgb[i + 1], rgb[i + 2]]
+    }
+
+    fn frame(dets: Vec<DetectionJson>) -> FrameJson {
+        FrameJson { camera: "cam0".into(), seq: 1, timestamp_ns: 1, width: 200, height: 100, latency_us: LatencyJson::default(), detections: dets, zones: None }
+    }
+
+    #[test]
+    fn a_box_edge_has_its_class_colour_and_its_inside_is_untouched() {
+        let mut rgb = blank(200, 100, "");
+        let det = |class_id, bbox| DetectionJson { class_id, label: "person".into(), score: 0.891, bbox, track_id: Some(3) };
+        let mut c = Canvas::rgb24(&mut rgb, 200, 100);
+        detections(&mut c, &frame(vec![det(0, [20.0, 40.0, 80.0, 90.0]), det(2, [120.0, 30.0, 190.0, 99.0])]));
+        // Every pixel of each edge's three rows/columns, on the left and right edges and the bottom.
+        for t in 0..3 {
+            for y in 42..90 {
+                assert_eq!(px(&rgb, 200, 20 + t, y), [0, 255, 0], "left edge at ({}, {y})", 20 + t);
+                assert_eq!(px(&rgb, 200, 79 - t, y), [0, 255, 0], "right edge at ({}, {y})", 79 - t);
+            }
+            for x in 20..80 {
+                assert_eq!(px(&rgb, 200, x, 89 - t), [0, 255, 0], "bottom edge at ({x}, {})", 89 - t);
+            }
+            assert_eq!(px(&rgb, 200, 120 + t, 60), [0, 255, 255], "class 2 is cyan");
+        }
+        assert_eq!(px(&rgb, 200, 23, 60), CANVAS, "the outline is 3 px thick");
+        assert_eq!(px(&rgb, 200, 50, 70), CANVAS, "inside the box");
+        assert_eq!(px(&rgb, 200, 19, 60), CANVAS, "outside the box");
+        // The tag sits above the box (40 - 16 - 2 = 22 .. 40) and has black text on green.
+        let tag: Vec<[u8; 3]> = (22..40).flat_map(|y| (20..60).map(move |x| (x, y))).map(|(x, y)| px(&rgb, 200, x, y)).collect();
+        assert!(tag.contains(&[0, 255, 0]) && tag.contains(&[0, 0, 0]), "a green tag with black text");
+        assert_eq!(label_text("person", 0.891, Some(3)), "person 0.89 #3");
+        assert_eq!(label_text("car", 0.5, None), "car 0.50");
+    }
+
+    #[test]
+    fn boxes_outside_the_picture_and_odd_values_are_clipped() {
+        let mut rgb = blank(50, 40, "no pixels");
+        let mut c = Canvas::rgb24(&mut rgb, 50, 40);
+        c.outline([-30.0, -30.0, 500.0, 500.0], 3, [255, 0, 0]);
+        c.outline([f32::NAN, 1.0, f32::INFINITY, 2.0], 3, [255, 0, 0]);
+        c.tag(45, 35, "a label running off the picture", [0, 255, 0]);
+        c.text(-100, -100, "é", [1, 2, 3]);
+        assert_eq!(rgb.len(), 50 * 40 * 3);
+        // A tag at the right edge moves left to fit.
+        let mut wide = blank(200, 100, "");
+        let mut c = Canvas::rgb24(&mut wide, 200, 100);
+        detections(&mut c, &frame(vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [180.0, 50.0, 199.0, 90.0], track_id: None }]));
+        let (w, _) = text_size("person 0.50");
+        assert_eq!(px(&wide, 200, (200 - w - 4) as u32, 40), [0, 255, 0], "the tag ends at the right edge");
+        // A canvas of another size gets the boxes scaled: 200x100 boxes on 100x50.
+        let mut small = blank(100, 50, "");
+        let mut c = Canvas::rgb24(&mut small, 100, 50);
+        detections(&mut c, &frame(vec![DetectionJson { class_id: 8, label: "x".into(), score: 0.5, bbox: [20.0, 40.0, 80.0, 90.0], track_id: None }]));
+        assert_eq!(px(&small, 100, 10, 30), [0, 255, 0], "left edge at x 10, class 8 wraps to green");
+        assert_eq!(px(&small, 100, 9, 30), CANVAS);
+    }
+
+    #[test]
+    fn the_no_pixels_note_is_written() {
+        let rgb = blank(300, 40, "no pixels");
+        assert!(rgb.chunks_exact(3).any(|p| p == [200, 200, 200]));
+        assert!(rgb.chunks_exact(3).filter(|p| *p == CANVAS).count() > 300 * 30);
+    }
+}

@@ -1,0 +1,132 @@
+//! `/metrics`: the view's counters in the Prometheus text exposition format, version 0.0.4
+//! (Prometheus' "Exposition formats" document: a `# HELP` and a `# TYPE` line per metric
+//! family, then one `name{label="value",...} value` line per series; a histogram is its
+//! cumulative `_bucket{le="..."}` series ending in `le="+Inf"`, then `_sum` and `_count`).
+//!
+//! Counters start at 0 when the publish stage starts (a restarted publish stage is a counter
+//! reset, which Prometheus' `rate()` handles).
+
+use std::fmt::Write as _;
+
+use super::stats::{Stats, LATENCY_BUCKETS_S};
+use zcpipe_core::metrics::SERIES;
+
+/// The `Content-Type` of `/metrics`.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The server's own counters shown beside the stream's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServerCounts {
+    /// Clients of `/api/detections` now.
+    pub sse_clients: u64,
+    /// Clients of `/stream/<camera>.mjpg` now.
+    pub mjpeg_clients: u64,
+    /// Lines dropped for SSE clients that did not keep up (oldest first).
+    pub sse_dropped: u64,
+    /// Requests answered.
+    pub requests: u64,
+}
+
+/// A label value escaped as the format wants: `\` as `\\`, `"` as `\"`, a newline as `\n`.
+pub fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn family(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+}
+
+/// The whole `/metrics` text.
+pub fn render(s: &Stats, server: &ServerCounts) -> String {
+    let mut o = String::new();
+    family(&mut o, "zcpipe_frames_total", "counter", "Frames published, per camera.");
+    for c in &s.cameras {
+        let _ = writeln!(o, "zcpipe_frames_total{{camera=\"{}\"}} {}", escape(&c.name), c.frames);
+    }
+    family(&mut o, "zcpipe_dropped_frames_total", "counter", "Frames captured that never reached publish (gaps in the capture sequence numbers), per camera.");
+    for c in &s.cameras {
+        let _ = writeln!(o, "zcpipe_dropped_frames_total{{camera=\"{}\"}} {}", escape(&c.name), c.drops);
+    }
+    family(&mut o, "zcpipe_events_total", "counter", "Tracking events published, per camera.");
+    for c in &s.cameras {
+        let _ = writeln!(o, "zcpipe_events_total{{camera=\"{}\"}} {}", escape(&c.name), c.events);
+    }
+    family(&mut o, "zcpipe_fps", "gauge", "Frames per second published over the last 30 frames, per camera (0 when none came for 2 s).");
+    for c in &s.cameras {
+        let _ = writeln!(o, "zcpipe_fps{{camera=\"{}\"}} {:.3}", escape(&c.name), c.fps());
+    }
+    family(&mut o, "zcpipe_stage_restarts_total", "counter", "Times a stage of the pipeline died and was restarted, from the restart notices.");
+    for (stage, n) in &s.restarts {
+        let _ = writeln!(o, "zcpipe_stage_restarts_total{{stage=\"{}\"}} {n}", escape(stage));
+    }
+    family(&mut o, "zcpipe_latency_seconds", "histogram", "Latency of each stage (from the previous stage's exit, its input wait included) and in total (from capture), per camera.");
+    for c in &s.cameras {
+        for (series, b) in SERIES.iter().zip(&c.buckets) {
+            let labels = format!("stage=\"{series}\",camera=\"{}\"", escape(&c.name));
+            let mut cumulative = 0;
+            for (le, n) in LATENCY_BUCKETS_S.iter().zip(&b.counts) {
+                cumulative += n;
+                let _ = writeln!(o, "zcpipe_latency_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+            }
+            let _ = writeln!(o, "zcpipe_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}", b.count);
+            let _ = writeln!(o, "zcpipe_latency_seconds_sum{{{labels}}} {}", b.sum);
+            let _ = writeln!(o, "zcpipe_latency_seconds_count{{{labels}}} {}", b.count);
+        }
+    }
+    family(&mut o, "zcpipe_http_clients", "gauge", "Web view clients connected now, by endpoint kind.");
+    let _ = writeln!(o, "zcpipe_http_clients{{kind=\"sse\"}} {}", server.sse_clients);
+    let _ = writeln!(o, "zcpipe_http_clients{{kind=\"mjpeg\"}} {}", server.mjpeg_clients);
+    family(&mut o, "zcpipe_http_sse_dropped_lines_total", "counter", "Lines dropped for /api/detections clients that did not keep up.");
+    let _ = writeln!(o, "zcpipe_http_sse_dropped_lines_total {}", server.sse_dropped);
+    family(&mut o, "zcpipe_http_requests_total", "counter", "HTTP requests answered by the web view.");
+    let _ = writeln!(o, "zcpipe_http_requests_total {}", server.requests);
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcpipe_core::schema::{NoticeJson, SocketLine};
+
+    #[test]
+    fn the_text_has_every_family_and_cumulative_buckets() {
+        let mut s = Stats::new(&["cam0".into(), "door \"b\"".into()]);
+        for (seq, total) in [(0, 3000.0), (1, 3000.0), (3, 70_000.0)] {
+            s.line(&super::super::stats::tests_support::frame("cam0", seq, total));
+        }
+        s.line(&SocketLine::Notice(NoticeJson { stage: "scale".into(), camera: String::new(), event: "restarted".into(), frames_lost: 2, seq: 3 }));
+        let t = render(&s, &ServerCounts { sse_clients: 1, mjpeg_clients: 2, sse_dropped: 0, requests: 9 });
+        for l in [
+            "# TYPE zcpipe_frames_total counter",
+            "zcpipe_frames_total{camera=\"cam0\"} 3",
+            "zcpipe_frames_total{camera=\"door \\\"b\\\"\"} 0",
+            "zcpipe_dropped_frames_total{camera=\"cam0\"} 1",
+            "zcpipe_stage_restarts_total{stage=\"scale\"} 1",
+            "zcpipe_stage_restarts_total{stage=\"capture\"} 0",
+            "# TYPE zcpipe_latency_seconds histogram",
+            "zcpipe_latency_seconds_bucket{stage=\"total\",camera=\"cam0\",le=\"0.0025\"} 0",
+            "zcpipe_latency_seconds_bucket{stage=\"total\",camera=\"cam0\",le=\"0.005\"} 2",
+            "zcpipe_latency_seconds_bucket{stage=\"total\",camera=\"cam0\",le=\"0.1\"} 3",
+            "zcpipe_latency_seconds_bucket{stage=\"total\",camera=\"cam0\",le=\"+Inf\"} 3",
+            "zcpipe_latency_seconds_count{stage=\"total\",camera=\"cam0\"} 3",
+            "zcpipe_http_clients{kind=\"mjpeg\"} 2",
+            "zcpipe_http_requests_total 9",
+        ] {
+            assert!(t.lines().any(|x| x == l), "{l} in:\n{t}");
+        }
+        assert!(t.ends_with('\n'));
+        let sum: f64 = t.lines().find_map(|l| l.strip_prefix("zcpipe_latency_seconds_sum{stage=\"total\",camera=\"cam0\"} ")).unwrap().parse().unwrap();
+        assert!((sum - 0.076).abs() < 1e-12, "{sum}");
+        // Every sample line's metric has had its TYPE line before it.
+        let mut typed = vec![];
+        for l in t.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                typed.push(rest.split(' ').next().unwrap().to_string());
+            } else if !l.starts_with('#') {
+                let name = l.split(['{', ' ']).next().unwrap();
+                assert!(typed.iter().any(|f| name == f || name.strip_prefix(f.as_str()).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s))), "{l}");
+            }
+        }
+    }
+}

@@ -1,0 +1,627 @@
+//! The live web view (`--http ADDR`), an [`Output`] of the publish stage: a synchronous
+//! HTTP/1.1 server (`tiny_http`) on the stage's own threads, never on its frame loop.
+//!
+//! Endpoints (GET and HEAD):
+//! - `/`: a page with each camera's picture (its MJPEG stream), fps and drops (polled from
+//!   `/api/stats`) and the latest detections and events (from `/api/detections`);
+//! - `/stream/<camera>.mjpg`: `multipart/x-mixed-replace` JPEGs of the camera's latest frame
+//!   line drawn on its pixels ([`render`]), a part per new frame line, at most `--view-fps`;
+//! - `/snapshot/<camera>.jpg`: one such JPEG;
+//! - `/api/detections`: server-sent events, `data: <the JSON line>` for every line the
+//!   detections socket carries (frames, events, notices, the end line);
+//! - `/api/stats`: JSON, per camera frames, fps, drops, latency percentiles; restarts;
+//!   the server's clients ([`stats::Stats::json`]);
+//! - `/metrics`: Prometheus text format 0.0.4 ([`metrics`]).
+//!
+//! The frame loop's [`Output::line`] only updates [`stats::Stats`] under a lock held for
+//! microseconds and pushes the line into each SSE client's bounded queue (dropping the
+//! oldest, counted). Requests are served by [`WORKERS`] threads; each SSE or MJPEG client
+//! gets a thread of its own (at most [`MAX_STREAMS`]). JPEGs are encoded on those threads,
+//! only while someone wants a picture.
+//!
+//! It binds to a loopback address unless `--http-allow-remote` is given (then the address
+//! is logged as reachable from other machines): the view shows the cameras, and has no
+//! authentication of its own.
+
+pub mod draw;
+pub mod metrics;
+pub mod render;
+pub mod stats;
+
+use std::collections::VecDeque;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::output::Output;
+use super::schema::{EndJson, SocketLine};
+use super::view::ViewSource;
+use super::PublishConfig;
+
+/// What `--http`, `--http-allow-remote` and `--view-fps` ask for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpConfig {
+    /// The address to listen on (port 0: any free port, logged and reported).
+    pub addr: SocketAddr,
+    /// Whether a non-loopback address is allowed (`--http-allow-remote`).
+    pub allow_remote: bool,
+    /// The most JPEGs encoded per camera per second (`--view-fps`, 0.1 to 30).
+    pub view_fps: f64,
+}
+
+/// An address the web view cannot use, said in one line with its fix (`zcpipe` exits 2,
+/// as for any bad argument).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AddrError(pub String);
+
+/// Refuses a non-loopback address without `--http-allow-remote`.
+pub fn check_remote(cfg: &HttpConfig) -> std::result::Result<(), AddrError> {
+    if cfg.addr.ip().is_loopback() || cfg.allow_remote {
+        return Ok(());
+    }
+    Err(AddrError(format!(
+        "--http {}: not a loopback address, so other machines could watch the cameras (the view has no login): add --http-allow-remote if that is meant, or use 127.0.0.1:{}",
+        cfg.addr,
+        cfg.addr.port()
+    )))
+}
+
+/// Listens on `cfg.addr` (after [`check_remote`]). Errors, one line each with the fix: the
+/// address in use, not this machine's, a privileged port, anything else bind(2) says.
+pub fn bind(cfg: &HttpConfig) -> std::result::Result<TcpListener, AddrError> {
+    check_remote(cfg)?;
+    let a = cfg.addr;
+    TcpListener::bind(a).map_err(|e| {
+        AddrError(match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!("--http {a}: address in use (another zcpipe or web server?): pick another port"),
+            std::io::ErrorKind::AddrNotAvailable => format!("--http {a}: no interface of this machine has address {}: use 127.0.0.1 (this machine only) or one of its addresses (ip -brief address)", a.ip()),
+            std::io::ErrorKind::PermissionDenied => format!("--http {a}: ports below 1024 need root or CAP_NET_BIND_SERVICE: pick a port from 1024 up, such as 8080"),
+            _ => format!("--http {a}: cannot listen there: {e}"),
+        })
+    })
+}
+
+/// Threads that take requests; SSE and MJPEG clients get their own.
+pub const WORKERS: usize = 2;
+
+/// The most SSE and MJPEG clients at once (one thread each); one more is answered 503.
+pub const MAX_STREAMS: u64 = 32;
+
+/// Lines an SSE client's queue holds; one more drops its oldest (counted).
+pub const SSE_QUEUE: usize = 512;
+
+/// An idle SSE stream sends a comment this often (finding a client that went away).
+pub const SSE_KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// The most [`HttpOutput`]'s close waits for its streams to send their last bytes.
+pub const CLOSE_BUDGET: Duration = Duration::from_millis(500);
+
+/// The MJPEG part boundary.
+const BOUNDARY: &str = "zcpipeframe";
+
+/// The page, with `<!--CAMERAS-->` and `__VIEW_FPS__` filled in per request.
+const PAGE: &str = include_str!("page.html");
+
+/// One SSE client's queue of lines.
+struct SseClient {
+    queue: Mutex<VecDeque<Arc<str>>>,
+    ready: Condvar,
+}
+
+/// What the frame loop and the server's threads share.
+struct Shared {
+    stats: Mutex<Stats>,
+    /// Notified with every frame line, and at the end.
+    frame_ready: Condvar,
+    sse: Mutex<Vec<Arc<SseClient>>>,
+    renderer: render::Renderer,
+    cameras: Vec<String>,
+    server: tiny_http::Server,
+    addr: SocketAddr,
+    view_fps: f64,
+    stop: AtomicBool,
+    requests: AtomicU64,
+    /// Requests refused for a declared body over [`MAX_BODY`].
+    huge_bodies: AtomicU64,
+    sse_clients: AtomicU64,
+    mjpeg_clients: AtomicU64,
+    sse_dropped: AtomicU64,
+}
+
+use stats::Stats;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The web view as an output of the publish stage.
+pub struct HttpOutput {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl HttpOutput {
+    /// Listens as `http` says ([`bind`]) and starts the worker threads; pictures take their
+    /// pixels from `pixels`. The address is logged (the port chosen, for port 0), as a
+    /// warning when it is reachable from other machines. Errors: [`bind`]'s.
+    pub fn start(cfg: &PublishConfig, http: &HttpConfig, pixels: Box<dyn ViewSource>) -> Result<HttpOutput> {
+        let listener = bind(http)?;
+        let addr = listener.local_addr()?;
+        let server = tiny_http::Server::from_listener(listener, None).map_err(|e| anyhow::anyhow!("--http {addr}: starting the server: {e}"))?;
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(Stats::new(&cfg.cameras)),
+            frame_ready: Condvar::new(),
+            sse: Mutex::new(vec![]),
+            renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps),
+            cameras: cfg.cameras.clone(),
+            server,
+            addr,
+            view_fps: http.view_fps,
+            stop: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
+            huge_bodies: AtomicU64::new(0),
+            sse_clients: AtomicU64::new(0),
+            mjpeg_clients: AtomicU64::new(0),
+            sse_dropped: AtomicU64::new(0),
+        });
+        let mut workers = vec![];
+        for i in 0..WORKERS {
+            let s = shared.clone();
+            workers.push(std::thread::Builder::new().name(format!("http-{i}")).spawn(move || serve(&s))?);
+        }
+        if addr.ip().is_loopback() {
+            log::info!("web view on http://{addr}/ (this machine only; /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg; at most {} JPEGs a second per camera)", http.view_fps);
+        } else {
+            log::warn!("web view on http://{addr}/, reachable from other machines (--http-allow-remote): whoever reaches this port sees the cameras and detections; at most {} JPEGs a second per camera", http.view_fps);
+        }
+        Ok(HttpOutput { shared, workers })
+    }
+
+    /// The address it listens on (the port chosen, for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+}
+
+impl Output for HttpOutput {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn line(&mut self, line: &SocketLine) {
+        lock(&self.shared.stats).line(line);
+        if matches!(line, SocketLine::Frame(_)) {
+            self.shared.frame_ready.notify_all();
+        }
+        let clients = lock(&self.shared.sse);
+        if clients.is_empty() {
+            return;
+        }
+        let Ok(text) = line.to_line() else { return };
+        let text: Arc<str> = Arc::from(text.trim_end());
+        for c in clients.iter() {
+            let mut q = lock(&c.queue);
+            if q.len() >= SSE_QUEUE {
+                q.pop_front();
+                self.shared.sse_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            q.push_back(text.clone());
+            c.ready.notify_one();
+        }
+    }
+
+    fn report(&self) -> serde_json::Value {
+        let s = &self.shared;
+        let jpegs: serde_json::Map<String, serde_json::Value> = s.cameras.iter().enumerate().map(|(i, c)| (c.clone(), s.renderer.encoded(i).into())).collect();
+        serde_json::json!({
+            "url": format!("http://{}/", s.addr),
+            "requests": s.requests.load(Ordering::Relaxed),
+            "sse_clients": s.sse_clients.load(Ordering::Relaxed),
+            "mjpeg_clients": s.mjpeg_clients.load(Ordering::Relaxed),
+            "sse_dropped": s.sse_dropped.load(Ordering::Relaxed),
+            "jpegs": jpegs,
+        })
+    }
+
+    fn close(&mut self, end: &EndJson) {
+        self.line(&SocketLine::End(end.clone()));
+        let s = &self.shared;
+        s.stop.store(true, Ordering::SeqCst);
+        s.frame_ready.notify_all();
+        for c in lock(&s.sse).iter() {
+            c.ready.notify_all();
+        }
+        for _ in 0..WORKERS {
+            s.server.unblock();
+        }
+        // Streams send what they hold (the end line) and end; ones stuck writing to a client
+        // that reads nothing are left behind after the budget (the process exits).
+        let deadline = Instant::now() + CLOSE_BUDGET;
+        while Instant::now() < deadline && (s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) > 0 || self.workers.iter().any(|w| !w.is_finished())) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for w in std::mem::take(&mut self.workers) {
+            if w.is_finished() {
+                let _ = w.join();
+            }
+        }
+    }
+}
+
+impl Drop for HttpOutput {
+    /// A stage that ends without [`Output::close`] (an error in its set-up) stops the
+    /// threads too.
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.frame_ready.notify_all();
+        for c in lock(&self.shared.sse).iter() {
+            c.ready.notify_all();
+        }
+    }
+}
+
+/// A worker: takes requests until the output closes.
+fn serve(s: &Arc<Shared>) {
+    while !s.stop.load(Ordering::SeqCst) {
+        match s.server.recv_timeout(Duration::from_millis(200)) {
+            Ok(Some(rq)) => {
+                s.requests.fetch_add(1, Ordering::Relaxed);
+                route(s, rq);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                log::warn!("web view: taking a request: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("header names and values here are ASCII")
+}
+
+/// A whole response: `status`, `content_type`, `body`.
+fn respond(rq: tiny_http::Request, status: u16, content_type: &str, body: Vec<u8>) {
+    let r = tiny_http::Response::from_data(body).with_status_code(status).with_header(header("Content-Type", content_type)).with_header(header("Cache-Control", "no-cache"));
+    if let Err(e) = rq.respond(r) {
+        log::debug!("web view: answering: {e}");
+    }
+}
+
+fn text(rq: tiny_http::Request, status: u16, body: String) {
+    respond(rq, status, "text/plain; charset=utf-8", body.into_bytes());
+}
+
+/// `&`, `<`, `>`, `"` and `'` as HTML entities.
+pub fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+}
+
+/// The page for `cameras`: a figure per camera with its stream.
+pub fn page(cameras: &[String], view_fps: f64) -> String {
+    let figs: String = cameras
+        .iter()
+        .map(|c| {
+            let c = html_escape(c);
+            format!("<figure class=\"cam\" data-camera=\"{c}\"><img id=\"img-{c}\" src=\"/stream/{c}.mjpg\" alt=\"camera {c}\"><figcaption><b>{c}</b> <span class=\"fps\">-</span> fps, <span class=\"drops\">-</span> dropped, <span class=\"frames\">-</span> frames <a href=\"/snapshot/{c}.jpg\">snapshot</a></figcaption></figure>\n")
+        })
+        .collect();
+    PAGE.replace("<!--CAMERAS-->", &figs).replace("__VIEW_FPS__", &format!("{view_fps}"))
+}
+
+/// One server-sent event carrying `data` (each of its lines a `data:` line; a blank line
+/// ends the event), as the HTML standard's "Server-sent events" section frames them.
+pub fn sse_event(data: &str) -> String {
+    let mut o = String::with_capacity(data.len() + 8);
+    for l in data.split('\n') {
+        o.push_str("data: ");
+        o.push_str(l.strip_suffix('\r').unwrap_or(l));
+        o.push('\n');
+    }
+    o.push('\n');
+    o
+}
+
+/// The camera named by `rest` with its `suffix` (`cam0.jpg`), as an index.
+fn camera_of(s: &Shared, rest: &str, suffix: &str) -> Option<usize> {
+    let name = rest.strip_suffix(suffix)?;
+    s.cameras.iter().position(|c| c == name)
+}
+
+/// The largest request body (bytes) the view lets tiny_http drop. The view takes no body,
+/// but tiny_http 0.12 reads what is left of a declared body when a request is dropped into
+/// one buffer of the declared size (`util/equal_reader.rs`), so a request claiming a body of
+/// 100 GB would abort the process; such a request is never dropped: it is leaked (one
+/// connection and about a kilobyte), refused and counted ([`refuse_body`]).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// A request whose declared body is over [`MAX_BODY`]: left unanswered and unfreed (see
+/// there), counted, logged (the first, then every 100th).
+fn refuse_body(s: &Shared, rq: tiny_http::Request) {
+    let n = s.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
+    if n == 1 || n.is_multiple_of(100) {
+        log::warn!("web view: a request from {} declared a body of {} bytes (the view takes none): not answered ({n} so far)", rq.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string()), rq.body_length().unwrap_or(0));
+    }
+    std::mem::forget(rq);
+}
+
+fn route(s: &Arc<Shared>, rq: tiny_http::Request) {
+    use tiny_http::Method;
+    if rq.body_length().is_some_and(|n| n > MAX_BODY) {
+        return refuse_body(s, rq);
+    }
+    if !matches!(rq.method(), Method::Get | Method::Head) {
+        let r = tiny_http::Response::from_string("the web view takes GET and HEAD only\n").with_status_code(405).with_header(header("Allow", "GET, HEAD"));
+        let _ = rq.respond(r);
+        return;
+    }
+    let url = rq.url().to_string();
+    let path = url.split(['?', '#']).next().unwrap_or("/");
+    let not_a_camera = |what: &str| format!("no camera {what}; cameras: {}\n", s.cameras.join(", "));
+    match path {
+        "/" | "/index.html" => respond(rq, 200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps).into_bytes()),
+        "/api/stats" => respond(rq, 200, "application/json", stats_json(s).to_string().into_bytes()),
+        "/metrics" => {
+            let body = metrics::render(&lock(&s.stats), &server_counts(s));
+            respond(rq, 200, metrics::CONTENT_TYPE, body.into_bytes())
+        }
+        "/api/detections" => stream(s, rq, Stream::Sse),
+        p if p.starts_with("/snapshot/") => match camera_of(s, &p["/snapshot/".len()..], ".jpg") {
+            Some(cam) => {
+                let frame = lock(&s.stats).cameras[cam].latest.clone();
+                match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
+                    Ok(p) if frame.is_some() => {
+                        // Which frame line's boxes are drawn, and on which pixels.
+                        let mut r = tiny_http::Response::from_data(p.jpeg.clone()).with_header(header("Content-Type", "image/jpeg")).with_header(header("Cache-Control", "no-cache"));
+                        r = r.with_header(header("X-Zcpipe-Seq", &p.det_seq.unwrap_or(0).to_string()));
+                        if let Some(px) = p.pixel_seq {
+                            r = r.with_header(header("X-Zcpipe-Pixel-Seq", &px.to_string()));
+                        }
+                        if let Err(e) = rq.respond(r) {
+                            log::debug!("web view: answering: {e}");
+                        }
+                    }
+                    Ok(_) => text(rq, 503, format!("camera {}: no frame yet; try again when the pipeline runs\n", s.cameras[cam])),
+                    Err(e) => text(rq, 500, format!("{e:#}\n")),
+                }
+            }
+            None => text(rq, 404, not_a_camera(&p["/snapshot/".len()..])),
+        },
+        p if p.starts_with("/stream/") => match camera_of(s, &p["/stream/".len()..], ".mjpg") {
+            Some(cam) => stream(s, rq, Stream::Mjpeg(cam)),
+            None => text(rq, 404, not_a_camera(&p["/stream/".len()..])),
+        },
+        _ => text(rq, 404, format!("not found: {path}; the web view serves /, /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg, /stream/<camera>.mjpg\n")),
+    }
+}
+
+fn server_counts(s: &Shared) -> metrics::ServerCounts {
+    metrics::ServerCounts {
+        sse_clients: s.sse_clients.load(Ordering::Relaxed),
+        mjpeg_clients: s.mjpeg_clients.load(Ordering::Relaxed),
+        sse_dropped: s.sse_dropped.load(Ordering::Relaxed),
+        requests: s.requests.load(Ordering::Relaxed),
+    }
+}
+
+/// `/api/stats`: the stream's ([`Stats::json`]) and the server's.
+fn stats_json(s: &Shared) -> serde_json::Value {
+    let mut v = lock(&s.stats).json();
+    let c = server_counts(s);
+    let pixels: serde_json::Map<String, serde_json::Value> = s.cameras.iter().enumerate().map(|(i, n)| (n.clone(), s.renderer.unavailable(i).map_or(serde_json::Value::Null, Into::into))).collect();
+    v["server"] = serde_json::json!({
+        "url": format!("http://{}/", s.addr),
+        "clients": {"sse": c.sse_clients, "mjpeg": c.mjpeg_clients},
+        "requests": c.requests,
+        "sse_dropped": c.sse_dropped,
+        "refused_bodies": s.huge_bodies.load(Ordering::Relaxed),
+        "view_fps": s.view_fps,
+        "no_pixels": pixels,
+    });
+    v
+}
+
+enum Stream {
+    Sse,
+    Mjpeg(usize),
+}
+
+/// Hands a streaming client to a thread of its own (503 beyond [`MAX_STREAMS`]).
+fn stream(s: &Arc<Shared>, rq: tiny_http::Request, kind: Stream) {
+    let counter = match kind {
+        Stream::Sse => &s.sse_clients,
+        Stream::Mjpeg(_) => &s.mjpeg_clients,
+    };
+    if s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) >= MAX_STREAMS {
+        return text(rq, 503, format!("the web view serves at most {MAX_STREAMS} streams at once; close one\n"));
+    }
+    let head = *rq.method() == tiny_http::Method::Head;
+    counter.fetch_add(1, Ordering::SeqCst);
+    let s2 = s.clone();
+    let spawned = std::thread::Builder::new().name("http-stream".into()).spawn(move || {
+        let s = s2;
+        let r = match kind {
+            Stream::Sse => sse(&s, rq, head),
+            Stream::Mjpeg(cam) => mjpeg(&s, rq, cam, head),
+        };
+        if let Err(e) = r {
+            log::debug!("web view: a stream ended: {e}");
+        }
+        match kind {
+            Stream::Sse => s.sse_clients.fetch_sub(1, Ordering::SeqCst),
+            Stream::Mjpeg(_) => s.mjpeg_clients.fetch_sub(1, Ordering::SeqCst),
+        };
+    });
+    if let Err(e) = spawned {
+        counter.fetch_sub(1, Ordering::SeqCst);
+        log::warn!("web view: no thread for a stream: {e}");
+    }
+}
+
+/// Writes a streaming response's head on the request's raw writer (tiny_http's own response
+/// writer buffers a body of unknown length into 8 KiB chunks; a stream must go out part by
+/// part). The body ends when the connection closes.
+fn stream_head(rq: tiny_http::Request, content_type: &str) -> std::io::Result<Box<dyn std::io::Write + Send>> {
+    let mut w = rq.into_writer();
+    write!(w, "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nCache-Control: no-cache, no-store\r\nConnection: close\r\nX-Accel-Buffering: no\r\n\r\n")?;
+    w.flush()?;
+    Ok(w)
+}
+
+/// `/api/detections`: every line from now on as an event, until the end line, the output
+/// closes or the client goes.
+fn sse(s: &Arc<Shared>, rq: tiny_http::Request, head: bool) -> std::io::Result<()> {
+    let mut w = stream_head(rq, "text/event-stream")?;
+    if head {
+        return Ok(());
+    }
+    let me = Arc::new(SseClient { queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
+    lock(&s.sse).push(me.clone());
+    let r = (|| {
+        w.write_all(b"retry: 2000\n\n")?;
+        w.flush()?;
+        loop {
+            let batch: Vec<Arc<str>> = {
+                let mut q = lock(&me.queue);
+                if q.is_empty() && !s.stop.load(Ordering::SeqCst) {
+                    q = me.ready.wait_timeout(q, SSE_KEEPALIVE).unwrap_or_else(|p| p.into_inner()).0;
+                }
+                q.drain(..).collect()
+            };
+            if batch.is_empty() {
+                if s.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                w.write_all(b": keep-alive\n\n")?;
+            }
+            let mut end = false;
+            for l in &batch {
+                w.write_all(sse_event(l).as_bytes())?;
+                end |= l.starts_with("{\"type\":\"end\"");
+            }
+            w.flush()?;
+            if end {
+                return Ok(());
+            }
+        }
+    })();
+    lock(&s.sse).retain(|c| !Arc::ptr_eq(c, &me));
+    r
+}
+
+/// `/stream/<camera>.mjpg`: a JPEG part per new frame line of camera `cam` (the first
+/// at once, a placeholder before any frame), at most `--view-fps` a second.
+fn mjpeg(s: &Arc<Shared>, rq: tiny_http::Request, cam: usize, head: bool) -> std::io::Result<()> {
+    let mut w = stream_head(rq, &format!("multipart/x-mixed-replace; boundary={BOUNDARY}"))?;
+    if head {
+        return Ok(());
+    }
+    let period = s.renderer.period();
+    let mut sent: Option<(Option<u64>, Instant)> = None;
+    loop {
+        if let Some((_, at)) = sent {
+            let next = at + period;
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+        }
+        // Wait for a frame line this client has not seen (1 s at a time, for the stop flag).
+        let frame = {
+            let mut st = lock(&s.stats);
+            loop {
+                if s.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                let latest = st.cameras[cam].latest.clone();
+                if sent.is_none() || latest.as_ref().map(|f| f.seq) != sent.and_then(|x| x.0) {
+                    break latest;
+                }
+                st = s.frame_ready.wait_timeout(st, Duration::from_secs(1)).unwrap_or_else(|p| p.into_inner()).0;
+            }
+        };
+        let pic = match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
+            Ok(p) => p,
+            Err(e) => {
+                log::warn!("web view: {e:#}");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        write!(w, "--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\n\r\n", pic.jpeg.len())?;
+        w.write_all(&pic.jpeg)?;
+        w.write_all(b"\r\n")?;
+        w.flush()?;
+        sent = Some((frame.map(|f| f.seq), Instant::now()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_event_client_loses_its_oldest_lines_counted() {
+        let http = HttpConfig { addr: "127.0.0.1:0".parse().unwrap(), allow_remote: false, view_fps: 5.0 };
+        let cfg = PublishConfig {
+            socket: "/nonexistent/d.sock".into(),
+            print: crate::PrintMode::None,
+            socket_group: None,
+            cameras: vec!["cam0".into()],
+            track: crate::TrackConfig { params: Default::default(), zones: vec![vec![]] },
+            http: Some(http.clone()),
+            snapshots: None,
+            mqtt: None,
+        };
+        let mut out = HttpOutput::start(&cfg, &http, Box::new(crate::view::NoPixels)).unwrap();
+        assert!(out.addr().port() != 0, "the port chosen is known");
+        // A client that takes nothing: its queue only.
+        let slow = Arc::new(SseClient { queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
+        lock(&out.shared.sse).push(slow.clone());
+        for seq in 0..SSE_QUEUE as u64 + 8 {
+            out.line(&stats::tests_support::frame("cam0", seq, 1000.0));
+        }
+        let q = lock(&slow.queue);
+        assert_eq!((q.len(), out.shared.sse_dropped.load(Ordering::Relaxed)), (SSE_QUEUE, 8));
+        assert!(q[0].starts_with("{\"type\":\"frame\",\"camera\":\"cam0\",\"seq\":8,"), "the oldest went: {}", q[0]);
+        assert!(!q[0].ends_with('\n'), "a line without its newline (the event frames it)");
+        drop(q);
+        assert_eq!(out.report()["sse_dropped"], 8);
+        assert_eq!(lock(&out.shared.stats).cameras[0].frames, SSE_QUEUE as u64 + 8, "every line counted");
+        out.close(&EndJson { end: true, frames: 520, reason: "test".into() });
+        assert!(lock(&slow.queue).back().unwrap().starts_with("{\"type\":\"end\""), "the end line is the last");
+    }
+
+    #[test]
+    fn sse_framing() {
+        assert_eq!(sse_event("{\"type\":\"frame\"}"), "data: {\"type\":\"frame\"}\n\n");
+        assert_eq!(sse_event("a\nb\r\nc"), "data: a\ndata: b\ndata: c\n\n", "each line its own data line");
+    }
+
+    #[test]
+    fn a_remote_address_needs_the_flag_and_a_taken_port_is_named() {
+        let cfg = |a: &str, allow| HttpConfig { addr: a.parse().unwrap(), allow_remote: allow, view_fps: 5.0 };
+        let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
+        assert!(e.starts_with("--http 0.0.0.0:8080: not a loopback address") && e.contains("--http-allow-remote"), "{e}");
+        assert!(check_remote(&cfg("0.0.0.0:8080", true)).is_ok());
+        assert!(check_remote(&cfg("[::1]:8080", false)).is_ok());
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = bind(&cfg(&taken.local_addr().unwrap().to_string(), false)).unwrap_err().to_string();
+        assert_eq!(e, format!("--http {}: address in use (another zcpipe or web server?): pick another port", taken.local_addr().unwrap()));
+    }
+
+    #[test]
+    fn the_page_has_an_escaped_figure_per_camera() {
+        let p = page(&["cam0".into(), "a<b".into()], 5.0);
+        assert!(p.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\""), "{p}");
+        assert!(p.contains("data-camera=\"a&lt;b\"") && !p.contains("a<b"));
+        assert!(!p.contains("<!--CAMERAS-->") && !p.contains("__VIEW_FPS__"));
+    }
+}

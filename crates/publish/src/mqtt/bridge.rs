@@ -1,0 +1,422 @@
+//! The MQTT bridge's threads: the publish stage's [`Output`] on one side, rumqttc's
+//! synchronous client on the other.
+//!
+//! ```text
+//! frame loop ── line() ──> DropOldest queue ──> feeder thread ── try_publish ──> rumqttc
+//!   (never blocks)          (bounded, counted)   (only while connected)          request channel
+//!                                                                                 (bounded)
+//!                                                net thread: Connection::recv ──> broker
+//!                                                (connects, reconnects with back-off)
+//! ```
+//!
+//! `line()` takes a mutex held only for a push or a pop, never across I/O. The feeder hands
+//! messages to rumqttc only while connected, so while the broker is away they wait in our
+//! queue, whose oldest go (counted as `dropped`) when it is full.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use rumqttc::{Client, ConnectReturnCode, Connection, ConnectionError, Event, LastWill, MqttOptions, Outgoing, Packet, QoS};
+
+use super::{DropOldest, MqttConfig, Msg, Out, Translator};
+use crate::output::Output;
+use zcpipe_core::schema::{EndJson, SocketLine};
+
+/// The most time [`MqttOutput::close`] takes: the last messages, `offline`, DISCONNECT.
+pub const CLOSE_BUDGET: Duration = Duration::from_millis(1000);
+
+/// The first wait before reconnecting; it doubles after each failure up to [`BACKOFF_MAX`],
+/// and starts again from here after a connection.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+
+/// The longest wait between two connection attempts.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Capacity of rumqttc's request channel (messages handed over but not yet written).
+const REQUEST_CHANNEL: usize = 64;
+
+/// What the frame loop and the two threads share.
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    connected: AtomicBool,
+    stop: AtomicBool,
+    /// PUBLISH packets written to the broker.
+    sent: AtomicU64,
+    /// Connections made (the first one, then every reconnection).
+    connections: AtomicU64,
+    /// Connection attempts or connections that failed.
+    errors: AtomicU64,
+}
+
+struct State {
+    queue: DropOldest<Msg>,
+    /// Discovery configs and `online`, in order: sent after every connection.
+    announce: Vec<Msg>,
+    /// The latest message of each state topic (counts): sent again after a reconnection.
+    latest: std::collections::BTreeMap<String, Msg>,
+    /// Sent before the queue: what every connection starts with, and new announcements.
+    first: std::collections::VecDeque<Msg>,
+    /// `close` was called: flush until this instant, then `offline` and DISCONNECT.
+    closing: Option<Instant>,
+}
+
+/// The MQTT bridge as an output of the publish stage.
+pub struct MqttOutput {
+    tr: Translator,
+    shared: Arc<Shared>,
+    client: Client,
+    /// The net thread says it ended.
+    done: mpsc::Receiver<()>,
+    feeder_done: mpsc::Receiver<()>,
+    scratch: Vec<Out>,
+    closed: bool,
+    /// Whether the bridge was connected when the stream ended (the report after `close`).
+    connected_at_end: Option<bool>,
+}
+
+fn qos(n: u8) -> QoS {
+    match n {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    }
+}
+
+#[cfg(feature = "mqtt-tls")]
+fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
+    use anyhow::Context as _;
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(ca) = &cfg.ca_file {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+            .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(|e| anyhow::anyhow!("--mqtt-ca {}: {e}; give a PEM file of CA certificates", ca.display()))?;
+        if certs.is_empty() {
+            anyhow::bail!("--mqtt-ca {}: no certificate in it; give a PEM file of CA certificates", ca.display());
+        }
+        for c in certs {
+            roots.add(c).with_context(|| format!("--mqtt-ca {}: a certificate rustls refuses", ca.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().context("rustls with ring: no protocol version")?.with_root_certificates(roots).with_no_client_auth();
+    Ok(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(Arc::new(tls))))
+}
+
+#[cfg(not(feature = "mqtt-tls"))]
+fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
+    anyhow::bail!("--mqtt {}: this zcpipe was built without TLS (cargo feature mqtt-tls); use mqtt:// or rebuild with --features mqtt-tls", cfg.broker.address())
+}
+
+/// The rumqttc options of `cfg`: client id, credentials, the last will (`offline`,
+/// retained, on `P/available`), keep-alive 30 s, packets up to 1 MiB, TLS for `mqtts://`.
+pub fn options(cfg: &MqttConfig) -> Result<MqttOptions> {
+    let mut o = MqttOptions::new(cfg.client_id.clone(), cfg.broker.host.clone(), cfg.broker.port);
+    o.set_keep_alive(Duration::from_secs(30));
+    o.set_clean_session(true);
+    o.set_max_packet_size(1 << 20, 1 << 20);
+    o.set_request_channel_capacity(REQUEST_CHANNEL);
+    o.set_last_will(LastWill::new(cfg.availability_topic(), "offline", qos(cfg.qos), true));
+    if let Some(u) = &cfg.broker.user {
+        o.set_credentials(u.clone(), cfg.broker.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
+    }
+    if cfg.broker.tls {
+        o.set_transport(tls_transport(cfg)?);
+    }
+    Ok(o)
+}
+
+impl MqttOutput {
+    /// Starts the bridge to `cfg.broker`: its threads run and connect in the background (a
+    /// broker that is away is said in the log and retried, never an error here). Errors: a
+    /// TLS set-up that cannot work (`--mqtt-ca`), a thread that cannot start.
+    pub fn start(cfg: MqttConfig) -> Result<MqttOutput> {
+        let opts = options(&cfg)?;
+        let (client, connection) = Client::new(opts, REQUEST_CHANNEL);
+        let online = Msg { topic: cfg.availability_topic(), payload: "online".into(), retain: true };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { queue: DropOldest::new(cfg.queue), announce: vec![online], latest: Default::default(), first: Default::default(), closing: None }),
+            wake: Condvar::new(),
+            connected: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        });
+        log::info!("mqtt: publishing to {} as client {} under {}/ (queue {} messages)", cfg.broker.describe(), cfg.client_id, cfg.topic_prefix, cfg.queue);
+        let (done_tx, done) = mpsc::channel();
+        let (feeder_tx, feeder_done) = mpsc::channel();
+        let net = NetLoop { shared: shared.clone(), broker: cfg.broker.describe(), user: cfg.broker.user.clone(), queue: cfg.queue };
+        std::thread::Builder::new().name("mqtt-net".into()).spawn(move || {
+            net.run(connection);
+            let _ = done_tx.send(());
+        })?;
+        let feeder = Feeder { shared: shared.clone(), client: client.clone(), qos: qos(cfg.qos), availability: cfg.availability_topic() };
+        std::thread::Builder::new().name("mqtt-feed".into()).spawn(move || {
+            feeder.run();
+            let _ = feeder_tx.send(());
+        })?;
+        Ok(MqttOutput { tr: Translator::new(cfg), shared, client, done, feeder_done, scratch: vec![], closed: false, connected_at_end: None })
+    }
+
+    /// Queues what `out` holds (the lock is held for pushes only).
+    fn enqueue(&mut self) {
+        if self.scratch.is_empty() {
+            return;
+        }
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        for o in self.scratch.drain(..) {
+            match o {
+                Out::Once(m) => st.queue.push(m),
+                Out::State(m) => {
+                    st.latest.insert(m.topic.clone(), m.clone());
+                    st.queue.push(m);
+                }
+                Out::Announce(m) => {
+                    st.announce.push(m.clone());
+                    st.first.push_back(m);
+                }
+            }
+        }
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+
+    /// The counters: `broker` (no credentials), `connected` (after `close`: when the stream
+    /// ended), `sent`, `dropped`, `queued`,
+    /// `connections`, `reconnects`, `errors`.
+    fn counters(&self) -> serde_json::Value {
+        let (dropped, queued) = {
+            let st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            (st.queue.dropped(), st.queue.len())
+        };
+        let connections = self.shared.connections.load(Ordering::Relaxed);
+        serde_json::json!({
+            "broker": self.tr.config().broker.address(),
+            "connected": self.connected_at_end.unwrap_or_else(|| self.shared.connected.load(Ordering::Relaxed)),
+            "sent": self.shared.sent.load(Ordering::Relaxed),
+            "dropped": dropped,
+            "queued": queued,
+            "connections": connections,
+            "reconnects": connections.saturating_sub(1),
+            "errors": self.shared.errors.load(Ordering::Relaxed),
+        })
+    }
+}
+
+impl Output for MqttOutput {
+    fn name(&self) -> &'static str {
+        "mqtt"
+    }
+
+    fn line(&mut self, line: &SocketLine) {
+        let mut out = std::mem::take(&mut self.scratch);
+        self.tr.line(line, super::wall_ms, &mut out);
+        self.scratch = out;
+        self.enqueue();
+    }
+
+    fn tick(&mut self) {
+        if self.tr.stats_due() {
+            let m = self.tr.stats(self.counters());
+            self.scratch.push(Out::Once(m));
+            self.enqueue();
+        }
+    }
+
+    fn report(&self) -> serde_json::Value {
+        self.counters()
+    }
+
+    fn close(&mut self, _end: &EndJson) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.connected_at_end = Some(self.shared.connected.load(Ordering::Relaxed));
+        // Nothing is in view any more: every count to 0 (before the last stats).
+        let mut ends = std::mem::take(&mut self.scratch);
+        self.tr.end(&mut ends);
+        self.scratch = ends;
+        self.enqueue();
+        let m = self.tr.stats(self.counters());
+        self.scratch.push(Out::Once(m));
+        self.enqueue();
+        let start = Instant::now();
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).closing = Some(start + CLOSE_BUDGET * 7 / 10);
+        self.shared.wake.notify_all();
+        let _ = self.feeder_done.recv_timeout(CLOSE_BUDGET * 8 / 10);
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if self.connected_at_end == Some(true) {
+            // The feeder sent `offline` and DISCONNECT: the net thread ends once it is written.
+            let _ = self.done.recv_timeout(CLOSE_BUDGET.saturating_sub(start.elapsed()));
+        } else {
+            let _ = self.client.try_disconnect();
+        }
+        let c = self.counters();
+        log::info!(
+            "mqtt: closed ({} messages sent, {} dropped, {} left queued, {} reconnects)",
+            c["sent"],
+            c["dropped"],
+            c["queued"],
+            c["reconnects"]
+        );
+    }
+}
+
+/// The thread that hands queued messages to rumqttc while connected.
+struct Feeder {
+    shared: Arc<Shared>,
+    client: Client,
+    qos: QoS,
+    availability: String,
+}
+
+impl Feeder {
+    fn run(self) {
+        loop {
+            let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            // Wait for something to send while connected, or the end.
+            loop {
+                let connected = self.shared.connected.load(Ordering::Relaxed);
+                if st.closing.is_some() || (connected && (!st.first.is_empty() || !st.queue.is_empty())) {
+                    break;
+                }
+                st = self.shared.wake.wait_timeout(st, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            let connected = self.shared.connected.load(Ordering::Relaxed);
+            if let Some(deadline) = st.closing {
+                let nothing_left = st.first.is_empty() && st.queue.is_empty();
+                if !connected || nothing_left || Instant::now() >= deadline {
+                    drop(st);
+                    if connected {
+                        let _ = self.client.try_publish(self.availability.clone(), self.qos, true, "offline");
+                        let _ = self.client.try_disconnect();
+                    }
+                    return;
+                }
+            }
+            let (from_first, m) = match st.first.pop_front() {
+                Some(m) => (true, m),
+                None => match st.queue.pop() {
+                    Some(m) => (false, m),
+                    None => continue,
+                },
+            };
+            drop(st);
+            if self.client.try_publish(m.topic.clone(), self.qos, m.retain, m.payload.clone()).is_err() {
+                // rumqttc's channel is full (the broker is slow): put it back and wait a little.
+                let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                if from_first {
+                    st.first.push_front(m);
+                } else {
+                    st.queue.unpop(m);
+                }
+                drop(st);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// The thread that runs rumqttc's event loop: connects, reconnects with back-off, says
+/// what happened (once per kind of trouble), counts.
+struct NetLoop {
+    shared: Arc<Shared>,
+    /// The broker as shown ([`super::BrokerUrl::describe`]: no password).
+    broker: String,
+    user: Option<String>,
+    queue: usize,
+}
+
+impl NetLoop {
+    /// One line for a connection error: what it means and what to do. Never holds the
+    /// password (rumqttc's errors do not carry the options).
+    fn explain(&self, e: &ConnectionError) -> String {
+        match e {
+            ConnectionError::ConnectionRefused(ConnectReturnCode::BadUserNamePassword | ConnectReturnCode::NotAuthorized) => format!(
+                "mqtt: the broker {} refused the credentials{} ({}): fix the user and password in --mqtt (or ZCPIPE_MQTT_PASSWORD); the pipeline goes on and the bridge keeps retrying (back-off up to {} s)",
+                self.broker,
+                self.user.as_ref().map(|u| format!(" of user {u}")).unwrap_or_else(|| " (none given: the broker wants a user)".into()),
+                if matches!(e, ConnectionError::ConnectionRefused(ConnectReturnCode::NotAuthorized)) { "not authorised" } else { "bad user name or password" },
+                BACKOFF_MAX.as_secs()
+            ),
+            ConnectionError::ConnectionRefused(code) => {
+                format!("mqtt: the broker {} refused the connection ({code:?}); the pipeline goes on and the bridge keeps retrying (back-off up to {} s)", self.broker, BACKOFF_MAX.as_secs())
+            }
+            e => format!(
+                "mqtt: cannot reach the broker {} ({e}); the pipeline goes on, the bridge retries (back-off up to {} s) and keeps the newest {} messages meanwhile",
+                self.broker,
+                BACKOFF_MAX.as_secs(),
+                self.queue
+            ),
+        }
+    }
+
+    fn run(self, mut conn: Connection) {
+        let mut backoff = BACKOFF_MIN;
+        let mut said: Option<String> = None;
+        let mut lost_at: Option<Instant> = None;
+        loop {
+            if self.shared.stop.load(Ordering::Relaxed) && !self.shared.connected.load(Ordering::Relaxed) {
+                return;
+            }
+            match conn.recv() {
+                Ok(Ok(Event::Incoming(Packet::ConnAck(_)))) => {
+                    let n = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+                    {
+                        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                        // Every connection starts with `online`, the discovery configs and the latest counts.
+                        let again: Vec<Msg> = st.announce.iter().cloned().chain(st.latest.values().cloned()).collect();
+                        st.first = again.into();
+                        self.shared.connected.store(true, Ordering::Relaxed);
+                    }
+                    self.shared.wake.notify_all();
+                    match lost_at.take() {
+                        Some(t) if n > 1 => log::info!("mqtt: connected to {} again after {:.1} s", self.broker, t.elapsed().as_secs_f64()),
+                        _ => log::info!("mqtt: connected to {}", self.broker),
+                    }
+                    said = None;
+                    backoff = BACKOFF_MIN;
+                }
+                Ok(Ok(Event::Outgoing(Outgoing::Publish(_)))) => {
+                    self.shared.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Ok(Event::Outgoing(Outgoing::Disconnect))) => {
+                    self.shared.connected.store(false, Ordering::Relaxed);
+                    return;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(ConnectionError::RequestsDone)) | Err(_) => return,
+                Ok(Err(e)) => {
+                    let was = self.shared.connected.swap(false, Ordering::Relaxed);
+                    self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                    if was {
+                        lost_at = Some(Instant::now());
+                        log::warn!("mqtt: lost the connection to {} ({e}); reconnecting (back-off up to {} s), keeping the newest {} messages meanwhile", self.broker, BACKOFF_MAX.as_secs(), self.queue);
+                        said = None;
+                    } else {
+                        let line = self.explain(&e);
+                        if said.as_deref() != Some(line.as_str()) {
+                            log::warn!("{line}");
+                            said = Some(line);
+                        }
+                    }
+                    // Back off, looking at the stop flag every 50 ms.
+                    let until = Instant::now() + backoff;
+                    while Instant::now() < until {
+                        if self.shared.stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! The MQTT bridge: what the detections socket carries, to an MQTT broker, in the shape of
+//! Frigate's topics, with Home Assistant's MQTT discovery.
+//!
+//! Topics (`P` = `--mqtt-topic-prefix`, default `zcpipe`; `H` = `--mqtt-discovery-prefix`,
+//! default `homeassistant`):
+//! - `P/available`: `online` when connected, `offline` at a clean end and as the last will
+//!   (the broker sends it when the connection dies without a DISCONNECT); retained.
+//! - `P/<camera>/detections`: one JSON message per frame with detections: the frame line's
+//!   fields (without `type`) plus `time_ms`, the capture time as Unix time in ms.
+//! - `P/<camera>/<label>`: the number of `label` in the camera's latest frame, as text, sent
+//!   when it changes (so a label that leaves the picture is sent as `0`); retained with
+//!   `--mqtt-retain`.
+//! - `P/<camera>/events`: the tracker's events (the event line's fields plus `time_ms`).
+//! - `P/stats`: every `--mqtt-stats-interval` s and at the end: each camera's fps, frames and
+//!   detection messages, and the bridge's counters; retained with `--mqtt-retain`.
+//! - `H/binary_sensor/<node>/<camera>_<label>/config`: an occupancy binary sensor per camera
+//!   and label (announced when the label is first seen on the camera), and
+//!   `H/sensor/<node>/<camera>_fps/config`: an fps sensor per camera (at its first frame);
+//!   retained (<https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery>).
+//!
+//! The bridge never slows the pipeline: [`bridge::MqttOutput::line`] builds the messages and
+//! pushes them onto a bounded queue ([`DropOldest`]: the oldest message goes when it is
+//! full, counted), and its own threads do the network (rumqttc's event loop), reconnecting
+//! with back-off. Discovery configs, `online` and the latest counts are sent again after
+//! every reconnection, so a broker that restarted without persistence gets them back.
+
+pub mod bridge;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Result};
+
+use zcpipe_core::secret::{redact_password, Secret};
+
+use super::schema::{EventJson, FrameJson, SocketLine};
+
+/// A broker address: `mqtt://[user[:password]@]host[:port]` or `mqtts://...` (`--mqtt`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerUrl {
+    /// `mqtts://`: TLS (rustls), else plain TCP.
+    pub tls: bool,
+    /// Host name or IP address (an IPv6 address without its brackets).
+    pub host: String,
+    /// TCP port (default 1883, 8883 for `mqtts://`).
+    pub port: u16,
+    /// User name (percent-decoded), if any.
+    pub user: Option<String>,
+    /// Password (percent-decoded), if any; never displayed.
+    pub password: Option<Secret>,
+}
+
+/// The forms `--mqtt` accepts, quoted in its errors.
+pub const BROKER_FORMS: &str = "mqtt://[user[:password]@]host[:port] or mqtts://... (default port 1883, 8883 for mqtts)";
+
+impl BrokerUrl {
+    /// Parses `--mqtt`'s value. Errors (one line, the password masked): another scheme, no
+    /// host, a bad port, a path or query, a bad percent escape.
+    pub fn parse(text: &str) -> Result<BrokerUrl> {
+        let shown = redact_password(text);
+        let bad = |why: &str| anyhow::anyhow!("--mqtt {shown}: {why}; expected {BROKER_FORMS}");
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "mqtt" | "tcp" => false,
+            "mqtts" | "ssl" => true,
+            _ => return Err(bad(&format!("scheme {scheme}:// is not MQTT"))),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let (userinfo, hostport) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        if hostport.contains(['/', '?', '#']) {
+            return Err(bad("a path, query or fragment means nothing here: give the host and port only"));
+        }
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (h, after) = v6.split_once(']').ok_or_else(|| bad("an IPv6 address without its closing ]"))?;
+            (h, after.strip_prefix(':'))
+        } else {
+            match hostport.split_once(':') {
+                Some((_, p)) if p.contains(':') => return Err(bad("put an IPv6 address in [ ] (mqtt://[::1]:1883)")),
+                Some((h, p)) => (h, Some(p)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:%".contains(&b)) {
+            return Err(bad(&format!("host {host:?} is not a host name or an IP address (put an IPv6 address in [ ])")));
+        }
+        let port = match port {
+            None => {
+                if tls {
+                    8883
+                } else {
+                    1883
+                }
+            }
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad(&format!("port {p:?} is not 1 to 65535"))),
+            },
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(u) => {
+                let (user, pass) = match u.split_once(':') {
+                    Some((a, b)) => (a, Some(b)),
+                    None => (u, None),
+                };
+                let user = percent_decode(user).map_err(|e| bad(&format!("user name: {e}")))?;
+                let pass = pass.map(percent_decode).transpose().map_err(|e| bad(&format!("password: {e}")))?;
+                (Some(user).filter(|u| !u.is_empty()), pass.map(Secret::new))
+            }
+        };
+        if password.is_some() && user.is_none() {
+            return Err(bad("a password without a user name"));
+        }
+        Ok(BrokerUrl { tls, host: host.to_string(), port, user, password })
+    }
+
+    /// The URL as an argument (`--mqtt=` of the publish stage): with the password only when
+    /// `with_password` (user and password percent-encoded back).
+    pub fn to_arg(&self, with_password: bool) -> String {
+        let user = match (&self.user, &self.password) {
+            (Some(u), Some(p)) if with_password => format!("{}:{}@", percent_encode(u), percent_encode(p.expose())),
+            (Some(u), _) => format!("{}@", percent_encode(u)),
+            _ => String::new(),
+        };
+        format!("{}://{user}{}:{}", if self.tls { "mqtts" } else { "mqtt" }, self.host_for_url(), self.port)
+    }
+
+    /// `host:port` as in a URL (an IPv6 address in brackets).
+    fn host_for_url(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        }
+    }
+
+    /// The broker without credentials: `mqtt://host:1883`.
+    pub fn address(&self) -> String {
+        format!("{}://{}:{}", if self.tls { "mqtts" } else { "mqtt" }, self.host_for_url(), self.port)
+    }
+
+    /// For the plan and logs: `mqtt://host:1883 (user alice, password ***)`, `mqtt://host:1883`.
+    pub fn describe(&self) -> String {
+        match (&self.user, &self.password) {
+            (Some(u), Some(_)) => format!("{} (user {u}, password ***)", self.address()),
+            (Some(u), None) => format!("{} (user {u})", self.address()),
+            _ => self.address(),
+        }
+    }
+}
+
+/// RFC 3986 percent-decoding of a URL's user name or password. Error: a `%` not followed by
+/// two hex digits, or bytes that are not UTF-8 (the messages never quote the text).
+fn percent_decode(s: &str) -> Result<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+            match hex {
+                Some(v) => out.push(v),
+                None => bail!("a % not followed by two hex digits (write % as %25)"),
+            }
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| anyhow::anyhow!("percent escapes that are not UTF-8"))
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+/// What the MQTT bridge is asked to do (`--mqtt` and the `--mqtt-*` flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MqttConfig {
+    /// The broker.
+    pub broker: BrokerUrl,
+    /// The MQTT client id (`--mqtt-client-id`, default `zcpipe-<hostname>`, plus
+    /// `-<instance>` for an instance other than default). Also the Home Assistant node id.
+    pub client_id: String,
+    /// The first level(s) of every topic but discovery's (`--mqtt-topic-prefix`, `zcpipe`).
+    pub topic_prefix: String,
+    /// Home Assistant's discovery prefix (`--mqtt-discovery-prefix`, `homeassistant`);
+    /// `None`: no discovery (`--mqtt-no-discovery`).
+    pub discovery_prefix: Option<String>,
+    /// QoS of every message, 0, 1 or 2 (`--mqtt-qos`).
+    pub qos: u8,
+    /// Retain the count topics and `stats` (`--mqtt-retain`); `available` and discovery
+    /// configs are always retained, detections and events never.
+    pub retain: bool,
+    /// The most messages queued while the broker is slow or away (`--mqtt-queue`); more
+    /// drop the oldest.
+    pub queue: usize,
+    /// How often `P/stats` is sent (`--mqtt-stats-interval`).
+    pub stats_every: Duration,
+    /// A PEM file of CA certificates trusted for `mqtts://` besides the built-in roots
+    /// (`--mqtt-ca`).
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Checks a topic prefix (`--mqtt-topic-prefix`, `--mqtt-discovery-prefix`): one or more
+/// levels, no wildcards, no empty level. Error: one line naming the flag.
+pub fn check_prefix(flag: &str, p: &str) -> Result<()> {
+    if p.is_empty() || p.split('/').any(|l| l.is_empty()) || p.contains(['+', '#', '\0']) || p.starts_with('$') {
+        bail!("{flag} {p:?}: give topic levels separated by / without + or # or an empty level (e.g. zcpipe or home/zcpipe)");
+    }
+    Ok(())
+}
+
+/// One topic level made of `s`: `/`, `+`, `#`, NUL and white space become `_` (a label like
+/// `traffic light` becomes `traffic_light`).
+pub fn level(s: &str) -> String {
+    s.chars().map(|c| if c == '/' || c == '+' || c == '#' || c == '\0' || c.is_whitespace() { '_' } else { c }).collect()
+}
+
+/// One message to the broker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Msg {
+    /// Its topic.
+    pub topic: String,
+    /// Its payload (UTF-8 text or JSON).
+    pub payload: String,
+    /// Whether the broker keeps it for later subscribers.
+    pub retain: bool,
+}
+
+impl MqttConfig {
+    /// `P/available`.
+    pub fn availability_topic(&self) -> String {
+        format!("{}/available", self.topic_prefix)
+    }
+    /// `P/<camera>/<leaf>` (`detections`, `events`, or a label).
+    pub fn camera_topic(&self, camera: &str, leaf: &str) -> String {
+        format!("{}/{}/{}", self.topic_prefix, level(camera), level(leaf))
+    }
+    /// `P/stats`.
+    pub fn stats_topic(&self) -> String {
+        format!("{}/stats", self.topic_prefix)
+    }
+
+    /// The `device` of camera `camera` in its discovery configs: one Home Assistant device per
+    /// camera and client id.
+    fn device(&self, camera: &str) -> serde_json::Value {
+        serde_json::json!({
+            "identifiers": [format!("{}_{}", level(&self.client_id), level(camera))],
+            "name": format!("zcpipe {camera}"),
+            "manufacturer": "zcpipe",
+            "model": "camera -> NPU pipeline",
+            "sw_version": env!("CARGO_PKG_VERSION"),
+        })
+    }
+
+    /// The discovery config of camera `camera`'s occupancy binary sensor for `label`: ON
+    /// while the label's count topic is above 0. `None` without discovery.
+    pub fn occupancy_discovery(&self, camera: &str, label: &str) -> Option<Msg> {
+        let h = self.discovery_prefix.as_ref()?;
+        let object = format!("{}_{}", level(camera), level(label));
+        let unique = format!("{}_{object}_occupancy", level(&self.client_id));
+        let payload = serde_json::json!({
+            "name": format!("{label} occupancy"),
+            "unique_id": unique,
+            "object_id": format!("zcpipe_{object}_occupancy"),
+            "device_class": "occupancy",
+            "state_topic": self.camera_topic(camera, label),
+            "value_template": "{{ 'ON' if (value | int(0)) > 0 else 'OFF' }}",
+            "payload_on": "ON",
+            "payload_off": "OFF",
+            "availability_topic": self.availability_topic(),
+            "payload_available": "online",
+            "payload_not_available": "offline",
+            "device": self.device(camera),
+        });
+        Some(Msg { topic: format!("{h}/binary_sensor/{}/{object}/config", level(&self.client_id)), payload: payload.to_string(), retain: true })
+    }
+
+    /// The discovery config of camera `camera`'s fps sensor (from `P/stats`). `None` without
+    /// discovery.
+    pub fn fps_discovery(&self, camera: &str) -> Option<Msg> {
+        let h = self.discovery_prefix.as_ref()?;
+        let object = format!("{}_fps", level(camera));
+        let payload = serde_json::json!({
+            "name": "fps",
+            "unique_id": format!("{}_{object}", level(&self.client_id)),
+            "object_id": format!("zcpipe_{object}"),
+            "state_topic": self.stats_topic(),
+            "value_template": format!("{{{{ value_json.cameras['{camera}'].fps }}}}"),
+            "unit_of_measurement": "fps",
+            "state_class": "measurement",
+            "availability_topic": self.availability_topic(),
+            "payload_available": "online",
+            "payload_not_available": "offline",
+            "device": self.device(camera),
+        });
+        Some(Msg { topic: format!("{h}/sensor/{}/{object}/config", level(&self.client_id)), payload: payload.to_string(), retain: true })
+    }
+}
+
+/// A bounded FIFO that drops its oldest element to make room, and counts what it dropped.
+#[derive(Debug)]
+pub struct DropOldest<T> {
+    items: VecDeque<T>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl<T> DropOldest<T> {
+    /// An empty queue holding at most `cap` (at least 1) elements.
+    pub fn new(cap: usize) -> DropOldest<T> {
+        DropOldest { items: VecDeque::new(), cap: cap.max(1), dropped: 0 }
+    }
+    /// Adds `item` at the back; when full, the front (oldest) element is dropped first.
+    pub fn push(&mut self, item: T) {
+        if self.items.len() >= self.cap {
+            self.items.pop_front();
+            self.dropped += 1;
+        }
+        self.items.push_back(item);
+    }
+    /// Takes the oldest element.
+    pub fn pop(&mut self) -> Option<T> {
+        self.items.pop_front()
+    }
+    /// Puts back an element just taken (it goes first again; when full it is the one dropped).
+    pub fn unpop(&mut self, item: T) {
+        if self.items.len() >= self.cap {
+            self.dropped += 1;
+            return;
+        }
+        self.items.push_front(item);
+    }
+    /// Elements waiting.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// Elements dropped so far to make room.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+/// Where a message built from a line goes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Out {
+    /// Sent once, in order with the others (detections, events, stats): queued.
+    Once(Msg),
+    /// A state (a count): queued, and also kept as its topic's latest value, sent again
+    /// after every reconnection.
+    State(Msg),
+    /// A discovery config: kept and sent after every connection (not queued: it is never
+    /// dropped).
+    Announce(Msg),
+}
+
+/// Per camera: what the bridge last sent and counted.
+#[derive(Debug, Default)]
+struct CameraState {
+    /// The last count sent per label (labels seen at least once).
+    counts: BTreeMap<String, u32>,
+    /// Frames seen, and frames with detections (detection messages made).
+    frames: u64,
+    detection_msgs: u64,
+    /// Frames at the last stats message, for its fps.
+    frames_at_stats: u64,
+}
+
+/// Turns socket lines into MQTT messages (on the publish stage's frame loop: no I/O).
+#[derive(Debug)]
+pub struct Translator {
+    cfg: MqttConfig,
+    cameras: BTreeMap<String, CameraState>,
+    last_stats: Instant,
+}
+
+/// Now as Unix time, ms.
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The wall-clock time (Unix ms) of CLOCK_MONOTONIC time `mono_ns`: now's Unix time less
+/// how long ago `mono_ns` was (the socket's lines carry only CLOCK_MONOTONIC).
+pub fn wall_ms(mono_ns: u64) -> u64 {
+    let ago_ms = zcpipe_core::frame::monotonic_ns().saturating_sub(mono_ns) / 1_000_000;
+    unix_ms().saturating_sub(ago_ms)
+}
+
+/// A line's fields plus `time_ms`, as compact JSON. Serialised straight from the line (not
+/// through a `serde_json::Value`, which would widen its f32 scores and boxes to f64 digits),
+/// so the numbers read exactly as on the socket.
+fn with_time<T: serde::Serialize>(line: &T, time_ms: u64) -> String {
+    #[derive(serde::Serialize)]
+    struct WithTime<'a, T: serde::Serialize> {
+        #[serde(flatten)]
+        line: &'a T,
+        time_ms: u64,
+    }
+    serde_json::to_string(&WithTime { line, time_ms }).unwrap_or_default()
+}
+
+impl Translator {
+    /// A translator for `cfg`.
+    pub fn new(cfg: MqttConfig) -> Translator {
+        Translator { cfg, cameras: BTreeMap::new(), last_stats: Instant::now() }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MqttConfig {
+        &self.cfg
+    }
+
+    /// The messages of one socket line, appended to `out`. `wall` is the Unix time (ms) of
+    /// the line's `timestamp_ns` ([`wall_ms`]; a parameter so tests give fixed times).
+    pub fn line(&mut self, line: &SocketLine, wall: impl Fn(u64) -> u64, out: &mut Vec<Out>) {
+        match line {
+            SocketLine::Frame(f) => self.frame(f, wall(f.timestamp_ns), out),
+            SocketLine::Event(e) => self.event(e, wall(e.timestamp_ns), out),
+            SocketLine::Notice(_) | SocketLine::End(_) => {}
+        }
+    }
+
+    fn frame(&mut self, f: &FrameJson, time_ms: u64, out: &mut Vec<Out>) {
+        let cfg = &self.cfg;
+        let first = !self.cameras.contains_key(&f.camera);
+        let cam = self.cameras.entry(f.camera.clone()).or_default();
+        if first {
+            out.extend(cfg.fps_discovery(&f.camera).map(Out::Announce));
+        }
+        cam.frames += 1;
+        if !f.detections.is_empty() {
+            cam.detection_msgs += 1;
+            out.push(Out::Once(Msg { topic: cfg.camera_topic(&f.camera, "detections"), payload: with_time(f, time_ms), retain: false }));
+        }
+        let mut now: BTreeMap<&str, u32> = BTreeMap::new();
+        for d in &f.detections {
+            *now.entry(d.label.as_str()).or_default() += 1;
+        }
+        let labels: BTreeSet<String> = cam.counts.keys().cloned().chain(now.keys().map(|l| l.to_string())).collect();
+        for label in labels {
+            let n = now.get(label.as_str()).copied().unwrap_or(0);
+            match cam.counts.get(&label) {
+                Some(&last) if last == n => continue,
+                Some(_) => {}
+                None => out.extend(cfg.occupancy_discovery(&f.camera, &label).map(Out::Announce)),
+            }
+            out.push(Out::State(Msg { topic: cfg.camera_topic(&f.camera, &label), payload: n.to_string(), retain: cfg.retain }));
+            cam.counts.insert(label, n);
+        }
+    }
+
+    /// The stream ended: every count above 0 goes to 0 (so a retained count does not keep
+    /// a Home Assistant occupancy sensor on after the run; the next run starts from 0).
+    pub fn end(&mut self, out: &mut Vec<Out>) {
+        for (camera, cam) in &mut self.cameras {
+            for (label, n) in &mut cam.counts {
+                if *n > 0 {
+                    *n = 0;
+                    out.push(Out::State(Msg { topic: self.cfg.camera_topic(camera, label), payload: "0".into(), retain: self.cfg.retain }));
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, e: &EventJson, time_ms: u64, out: &mut Vec<Out>) {
+        out.push(Out::Once(Msg { topic: self.cfg.camera_topic(&e.camera, "events"), payload: with_time(e, time_ms), retain: false }));
+    }
+
+    /// Whether the next stats message is due (`--mqtt-stats-interval` since the last).
+    pub fn stats_due(&self) -> bool {
+        self.last_stats.elapsed() >= self.cfg.stats_every
+    }
+
+    /// The `P/stats` message: each camera's fps since the last one, frames and detection
+    /// messages, and `bridge` (the bridge's counters, as its report).
+    pub fn stats(&mut self, bridge: serde_json::Value) -> Msg {
+        let secs = self.last_stats.elapsed().as_secs_f64().max(1e-3);
+        self.last_stats = Instant::now();
+        let cams: serde_json::Map<String, serde_json::Value> = self
+            .cameras
+            .iter_mut()
+            .map(|(name, c)| {
+                let fps = ((c.frames - c.frames_at_stats) as f64 / secs * 10.0).round() / 10.0;
+                c.frames_at_stats = c.frames;
+                (name.clone(), serde_json::json!({"fps": fps, "frames": c.frames, "detection_messages": c.detection_msgs}))
+            })
+            .collect();
+        let payload = serde_json::json!({"time_ms": unix_ms(), "cameras": cams, "mqtt": bridge});
+        Msg { topic: self.cfg.stats_topic(), payload: payload.to_string(), retain: self.cfg.retain }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+use super::*;
+use zcpipe_core::schema::{DetectionJson, LatencyJson};
+
+fn cfg() -> MqttConfig {
+    MqttConfig {
+        broker: BrokerUrl::parse("mqtt://alice:s3cret@broker.lan").unwrap(),
+        client_id: "zcpipe-box".into(),
+        topic_prefix: "zcpipe".into(),
+        discovery_prefix: Some("homeassistant".into()),
+        qos: 0,
+        retain: true,
+        queue: 10,
+        stats_every: Duration::from_secs(10),
+        ca_file: None,
+    }
+}
+
+fn det(label: &str) -> DetectionJson {
+    DetectionJson { class_id: if label == "person" { 0 } else { 9 }, label: label.into(), score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }
+}
+
+fn frame(camera: &str, seq: u64, labels: &[&str]) -> SocketLine {
+    SocketLine::Frame(FrameJson {
+        camera: camera.into(),
+        seq,
+        timestamp_ns: 5_000_000 + seq,
+        width: 768,
+        height: 432,
+        latency_us: LatencyJson::default(),
+        detections: labels.iter().map(|l| det(l)).collect(),
+        zones: None,
+    })
+}
+
+#[test]
+fn broker_urls_parse_with_defaults_escapes_and_ipv6() {
+    let b = BrokerUrl::parse("mqtt://broker.lan").unwrap();
+    assert_eq!((b.tls, b.host.as_str(), b.port, b.user.clone(), b.password.clone()), (false, "broker.lan", 1883, None, None));
+    let b = BrokerUrl::parse("mqtts://u%20x:p%3Aw%40rd@10.0.0.2:8884/").unwrap();
+    assert_eq!((b.tls, b.host.as_str(), b.port, b.user.as_deref()), (true, "10.0.0.2", 8884, Some("u x")));
+    assert_eq!(b.password.as_ref().unwrap().expose(), "p:w@rd");
+    assert_eq!(b.to_arg(true), "mqtts://u%20x:p%3Aw%40rd@10.0.0.2:8884");
+    assert_eq!(b.to_arg(false), "mqtts://u%20x@10.0.0.2:8884");
+    assert_eq!(BrokerUrl::parse(&b.to_arg(true)).unwrap(), b, "reads back");
+    assert_eq!(b.describe(), "mqtts://10.0.0.2:8884 (user u x, password ***)");
+    assert_eq!(BrokerUrl::parse("mqtts://h").unwrap().port, 8883);
+    let v6 = BrokerUrl::parse("mqtt://[::1]:1884").unwrap();
+    assert_eq!((v6.host.as_str(), v6.port, v6.address()), ("::1", 1884, "mqtt://[::1]:1884".to_string()));
+    // A password with an unescaped @: the last @ ends the user information.
+    assert_eq!(BrokerUrl::parse("mqtt://bob:a@b@h").unwrap().password.unwrap().expose(), "a@b");
+    for (bad, says) in [
+        ("broker:1883", "no scheme"),
+        ("http://h", "scheme http:// is not MQTT"),
+        ("mqtt://", "no host"),
+        ("mqtt://u:pw@", "no host"),
+        ("mqtt://h:0", "port \"0\" is not 1 to 65535"),
+        ("mqtt://h:x", "port \"x\" is not 1 to 65535"),
+        ("mqtt://h/topic", "a path, query or fragment"),
+        ("mqtt://h?x=1", "a path, query or fragment"),
+        ("mqtt://::1", "put an IPv6 address in [ ]"),
+        ("mqtt://h st", "is not a host name"),
+        ("mqtt://[::1", "without its closing ]"),
+        ("mqtt://u:p%zz@h", "password: a % not followed by two hex digits"),
+        ("mqtt://:secretpw@h", "a password without a user name"),
+    ] {
+        let e = format!("{:#}", BrokerUrl::parse(bad).unwrap_err());
+        assert!(e.contains(says), "{bad}: {e}");
+        assert!(!e.contains("secretpw") && !e.contains('\n'), "{e}");
+        assert!(e.ends_with(BROKER_FORMS), "{e}");
+    }
+    let e = format!("{:#}", BrokerUrl::parse("mqtt://u:secretpw@h:70000").unwrap_err());
+    assert!(e.starts_with("--mqtt mqtt://u:***@h:70000: port"), "{e}");
+}
+
+#[test]
+fn topics_and_levels() {
+    let c = cfg();
+    assert_eq!(c.availability_topic(), "zcpipe/available");
+    assert_eq!(c.camera_topic("front", "detections"), "zcpipe/front/detections");
+    assert_eq!(c.camera_topic("front", "traffic light"), "zcpipe/front/traffic_light");
+    assert_eq!(c.camera_topic("front", "a/b+c#d"), "zcpipe/front/a_b_c_d");
+    assert_eq!(c.stats_topic(), "zcpipe/stats");
+    assert!(check_prefix("--p", "home/zcpipe").is_ok());
+    for bad in ["", "/x", "x/", "a//b", "a/+", "#", "$SYS"] {
+        assert!(check_prefix("--p", bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn drop_oldest_keeps_the_newest_and_counts() {
+    let mut q = DropOldest::new(3);
+    for i in 0..5 {
+        q.push(i);
+    }
+    assert_eq!((q.len(), q.dropped()), (3, 2));
+    assert_eq!(q.pop(), Some(2), "0 and 1 went");
+    q.unpop(2);
+    assert_eq!(q.len(), 3);
+    q.unpop(1); // full: the one put back is the one dropped
+    assert_eq!((q.len(), q.dropped()), (3, 3));
+    assert_eq!([q.pop(), q.pop(), q.pop(), q.pop()], [Some(2), Some(3), Some(4), None]);
+    assert!(q.is_empty());
+    assert_eq!(DropOldest::<u8>::new(0).cap, 1, "at least one");
+}
+
+#[test]
+fn discovery_payloads_name_topics_availability_and_device() {
+    let c = cfg();
+    let m = c.occupancy_discovery("front", "traffic light").unwrap();
+    assert_eq!(m.topic, "homeassistant/binary_sensor/zcpipe-box/front_traffic_light/config");
+    assert!(m.retain);
+    let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+    assert_eq!(v["unique_id"], "zcpipe-box_front_traffic_light_occupancy");
+    assert_eq!(v["state_topic"], "zcpipe/front/traffic_light");
+    assert_eq!(v["device_class"], "occupancy");
+    assert_eq!(v["availability_topic"], "zcpipe/available");
+    assert_eq!((v["payload_available"].as_str(), v["payload_not_available"].as_str()), (Some("online"), Some("offline")));
+    assert_eq!(v["device"]["identifiers"][0], "zcpipe-box_front");
+    assert_eq!(v["device"]["name"], "zcpipe front");
+    assert_eq!(v["value_template"], "{{ 'ON' if (value | int(0)) > 0 else 'OFF' }}");
+    let f = c.fps_discovery("front").unwrap();
+    assert_eq!(f.topic, "homeassistant/sensor/zcpipe-box/front_fps/config");
+    let v: serde_json::Value = serde_json::from_str(&f.payload).unwrap();
+    assert_eq!((v["state_topic"].as_str(), v["value_template"].as_str()), (Some("zcpipe/stats"), Some("{{ value_json.cameras['front'].fps }}")));
+    assert_eq!(v["unique_id"], "zcpipe-box_front_fps");
+    let none = MqttConfig { discovery_prefix: None, ..c };
+    assert_eq!((none.occupancy_discovery("front", "person"), none.fps_discovery("front")), (None, None));
+}
+
+#[test]
+fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
+    let mut t = Translator::new(cfg());
+    let mut out = vec![];
+    let wall = |ns: u64| ns / 1_000_000 + 1_700_000_000_000;
+    t.line(&frame("front", 1, &["person", "person", "dog"]), wall, &mut out);
+    let topics: Vec<(&str, &str)> = out
+        .iter()
+        .map(|o| match o {
+            Out::Once(m) => ("once", m.topic.as_str()),
+            Out::State(m) => ("state", m.topic.as_str()),
+            Out::Announce(m) => ("announce", m.topic.as_str()),
+        })
+        .collect();
+    assert_eq!(
+        topics,
+        [
+            ("announce", "homeassistant/sensor/zcpipe-box/front_fps/config"),
+            ("once", "zcpipe/front/detections"),
+            ("announce", "homeassistant/binary_sensor/zcpipe-box/front_dog/config"),
+            ("state", "zcpipe/front/dog"),
+            ("announce", "homeassistant/binary_sensor/zcpipe-box/front_person/config"),
+            ("state", "zcpipe/front/person"),
+        ]
+    );
+    let Out::Once(d) = &out[1] else { panic!() };
+    let v: serde_json::Value = serde_json::from_str(&d.payload).unwrap();
+    assert_eq!((v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()), (Some("front"), Some(1), Some(1_700_000_000_005)));
+    assert_eq!(v["detections"].as_array().unwrap().len(), 3);
+    assert!(v.get("type").is_none() && !d.retain);
+    assert!(d.payload.contains("\"score\":0.9,\"box\":[1.0,2.0,3.0,4.0]"), "f32 as on the socket: {}", d.payload);
+    let Out::State(p) = &out[5] else { panic!() };
+    assert_eq!((p.payload.as_str(), p.retain), ("2", true));
+    // The same counts: nothing but the detections. Then the dog leaves: 0 for dog.
+    out.clear();
+    t.line(&frame("front", 2, &["dog", "person", "person"]), wall, &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
+    out.clear();
+    t.line(&frame("front", 3, &["person"]), wall, &mut out);
+    let states: Vec<(String, String)> = out.iter().filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.payload.clone())) } else { None }).collect();
+    assert_eq!(states, [("zcpipe/front/dog".to_string(), "0".to_string()), ("zcpipe/front/person".to_string(), "1".to_string())]);
+    // An empty frame: no detections message, every label to 0.
+    out.clear();
+    t.line(&frame("front", 4, &[]), wall, &mut out);
+    let all: Vec<(String, String)> = out.iter().map(|o| if let Out::State(m) = o { (m.topic.clone(), m.payload.clone()) } else { panic!("{o:?}") }).collect();
+    assert_eq!(all, [("zcpipe/front/person".to_string(), "0".to_string())]);
+    // Stats: per camera frames and detection messages.
+    let s = t.stats(serde_json::json!({"sent": 1}));
+    let v: serde_json::Value = serde_json::from_str(&s.payload).unwrap();
+    assert_eq!((v["cameras"]["front"]["frames"].as_u64(), v["cameras"]["front"]["detection_messages"].as_u64()), (Some(4), Some(3)));
+    assert!(v["cameras"]["front"]["fps"].as_f64().unwrap() > 0.0);
+    assert_eq!((s.topic.as_str(), v["mqtt"]["sent"].as_u64()), ("zcpipe/stats", Some(1)));
+}
+
+#[test]
+fn events_go_to_the_events_topic_with_wall_time() {
+    let mut t = Translator::new(cfg());
+    let e = EventJson {
+        event: "new".into(),
+        camera: "door".into(),
+        track_id: 3,
+        label: "person".into(),
+        class_id: 0,
+        score: 0.8,
+        zone: None,
+        first_seen_ns: 1,
+        last_seen_ns: 2,
+        timestamp_ns: 2_000_000,
+        bbox: [1.0, 2.0, 3.0, 4.0],
+    };
+    let mut out = vec![];
+    t.line(&SocketLine::Event(e), |ns| ns / 1_000_000, &mut out);
+    let [Out::Once(m)] = &out[..] else { panic!("{out:?}") };
+    assert_eq!(m.topic, "zcpipe/door/events");
+    let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+    assert_eq!((v["event"].as_str(), v["track_id"].as_u64(), v["time_ms"].as_u64()), (Some("new"), Some(3), Some(2)));
+}
+
+#[test]
+fn wall_time_of_a_monotonic_stamp_is_now_less_its_age() {
+    let now = zcpipe_core::frame::monotonic_ns();
+    let w = wall_ms(now.saturating_sub(2_000_000_000));
+    let u = unix_ms();
+    assert!(u - w >= 2000 && u - w < 3000, "{u} - {w}");
+}

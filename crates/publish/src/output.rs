@@ -1,0 +1,57 @@
+//! Other ways out for what the detections socket carries: the MQTT bridge, the web view,
+//! snapshots. Each is an [`Output`] of the publish stage; the stage hands every line it
+//! sends to its clients to every output too, in the same order.
+
+use super::schema::{EndJson, SocketLine};
+
+/// One way out of the publish stage besides the detections socket.
+///
+/// The stage calls [`Output::line`] on its frame loop, once per line (a frame, then its
+/// events; a restart notice), so an output must never block there: it queues (bounded,
+/// dropping the oldest and counting) and does its slow work (network, disk, encoding) on its
+/// own thread. Errors inside an output are its own to log and count: the pipeline goes on.
+pub trait Output {
+    /// A short name for logs and the stage's report (`mqtt`, `http`, `snapshots`).
+    fn name(&self) -> &'static str;
+    /// One line, as the socket's clients get it. Must return in microseconds.
+    fn line(&mut self, line: &SocketLine);
+    /// Called on every turn of the stage's loop (also when no frame came, at least once per
+    /// [`zcpipe_core::stage::IDLE_WAIT`]): for outputs that act by the clock.
+    fn tick(&mut self) {}
+    /// Counters for the stage's report (its `extra` under [`Output::name`]).
+    fn report(&self) -> serde_json::Value;
+    /// The stream ended (`end` is the end line clients get): flush within a bounded time
+    /// and stop the output's threads.
+    fn close(&mut self, end: &EndJson);
+}
+
+/// Every output of a run, called in order.
+#[derive(Default)]
+pub struct Outputs(pub Vec<Box<dyn Output>>);
+
+impl Outputs {
+    /// Hands `line` to every output.
+    pub fn line(&mut self, line: &SocketLine) {
+        for o in &mut self.0 {
+            o.line(line);
+        }
+    }
+    /// One clock turn for every output.
+    pub fn tick(&mut self) {
+        for o in &mut self.0 {
+            o.tick();
+        }
+    }
+    /// Each output's counters, for the stage's report.
+    pub fn report(&self, extra: &mut zcpipe_core::stage::Extras) {
+        for o in &self.0 {
+            extra.push((o.name(), o.report()));
+        }
+    }
+    /// Ends every output.
+    pub fn close(&mut self, end: &EndJson) {
+        for o in &mut self.0 {
+            o.close(end);
+        }
+    }
+}

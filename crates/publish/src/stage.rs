@@ -1,0 +1,537 @@
+//! The publish stage's process: join the infer stage's detections ring, then turn each
+//! frame's detections into one JSON line for every client (and optionally stdout), keeping
+//! latency histograms of every stage.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+
+use zcpipe_core::detections::DetectionsDesc;
+use zcpipe_core::channel::{Receiver, Recv};
+use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage};
+use zcpipe_core::link::{Offer, PeerGone};
+use zcpipe_core::link::{Conn, ControlMsg, Listener};
+use zcpipe_core::pool::join;
+use zcpipe_core::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
+use zcpipe_core::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+
+use super::schema::{DetectionJson, EventJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
+use super::track::{EventKind, Observation, TrackEvent, Tracker, TrackerKind, Zone};
+use super::output::Outputs;
+use super::{DetectionServer, PrintMode, PublishConfig, TrackConfig};
+
+/// The tracking of every camera: one [`Tracker`] each, made at the camera's first frame
+/// (when its frame size is known, so its zones can be checked against it), and the events
+/// counted by kind for the stage's report.
+pub struct Tracking {
+    cfg: TrackConfig,
+    cameras: Vec<String>,
+    trackers: Vec<Option<Tracker>>,
+    /// Per camera: when its last frame arrived here, and whether its frame interval was
+    /// found longer than the keep-alive (said once).
+    arrived: Vec<Option<Instant>>,
+    slow_said: Vec<bool>,
+    /// Where the next id of each camera is kept for a restarted publish stage
+    /// (`publish.track-ids` in the run directory; `None`: not kept).
+    ids_file: Option<std::path::PathBuf>,
+    /// Events sent, by kind ([`EventKind::name`] order: new, entered_zone, left_zone, stationary, end).
+    counts: [u64; 5],
+}
+
+/// How long past the keep-alive a camera's tracks wait for its next frame before they end
+/// without one ([`Tracking::expire`]): frames in flight, and a stage after capture being
+/// restarted (whose lost frames do not count: [`Tracker::pause`]), must not end tracks.
+pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The file in the run directory where the publish stage keeps each camera's next track id
+/// (JSON `{"camera": next_id}`), so that a restarted publish stage does not hand out ids
+/// again; removed when the stage ends normally.
+pub const TRACK_IDS_FILE: &str = "publish.track-ids";
+
+const EVENT_KINDS: [EventKind; 5] = [EventKind::New, EventKind::EnteredZone, EventKind::LeftZone, EventKind::Stationary, EventKind::End];
+
+impl Tracking {
+    /// Tracking for `cameras` (in the run's order) as `cfg` says.
+    pub fn new(cfg: TrackConfig, cameras: &[String]) -> Tracking {
+        Tracking { trackers: cameras.iter().map(|_| None).collect(), arrived: vec![None; cameras.len()], slow_said: vec![false; cameras.len()], cameras: cameras.to_vec(), ids_file: None, cfg, counts: [0; 5] }
+    }
+
+    /// Keeps each camera's next id in `file` (read back when a restarted stage starts, so
+    /// ids go on from there).
+    pub fn keep_ids_in(mut self, file: std::path::PathBuf) -> Tracking {
+        self.ids_file = Some(file);
+        self
+    }
+
+    /// The next id of camera `cam` kept by an earlier publish stage of this run, if any.
+    fn kept_id(&self, cam: usize) -> Option<u64> {
+        let text = std::fs::read_to_string(self.ids_file.as_ref()?).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v.get(&self.cameras[cam])?.as_u64()
+    }
+
+    /// Writes every camera's next id to the ids file (through a temporary file and a rename).
+    fn keep_ids(&self) {
+        let Some(f) = &self.ids_file else { return };
+        let ids: serde_json::Map<String, serde_json::Value> = self.cameras.iter().zip(&self.trackers).filter_map(|(c, t)| Some((c.clone(), t.as_ref()?.next_id().into()))).collect();
+        let tmp = f.with_extension("track-ids.tmp");
+        if let Err(e) = std::fs::write(&tmp, serde_json::Value::Object(ids).to_string()).and_then(|()| std::fs::rename(&tmp, f)) {
+            log::warn!("keeping the next track ids in {}: {e}", f.display());
+        }
+    }
+
+    /// Removes the ids file (the stage ends normally: the next run starts from 1).
+    pub fn forget_ids(&self) {
+        if let Some(f) = &self.ids_file {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+
+    /// The frames of camera `cam` up to the one captured at `t_ns` were lost by a stage after
+    /// capture that restarted: the gap does not count against its tracks' keep-alive.
+    pub fn pause(&mut self, cam: usize, t_ns: u64) {
+        if let Some(Some(t)) = self.trackers.get_mut(cam) {
+            t.pause(t_ns);
+        }
+    }
+
+    /// Whether a tracker runs at all (`--tracker` is not `none`).
+    pub fn on(&self) -> bool {
+        self.cfg.params.kind != TrackerKind::None
+    }
+
+    /// Tracks the detections of frame `f` of camera index `cam` (captured at `t_ns`): sets
+    /// each detection's `track_id` and the frame's `zones`, and returns the frame's events
+    /// as lines. The camera's first frame makes its tracker; a zone with a point outside the
+    /// frame is left out of it with one error line.
+    pub fn frame(&mut self, cam: usize, t_ns: u64, f: &mut FrameJson, labels: &[String]) -> Vec<EventJson> {
+        if !self.on() || cam >= self.trackers.len() {
+            return vec![];
+        }
+        let kept = if self.trackers[cam].is_none() { self.kept_id(cam) } else { None };
+        if let Some(id) = kept {
+            log::info!("camera {}: track ids go on from {id} (kept by the publish stage before this one)", self.cameras[cam]);
+        }
+        self.arrived[cam] = Some(Instant::now());
+        let tracker = self.trackers[cam].get_or_insert_with(|| {
+            let zones: Vec<Zone> = self.cfg.zones.get(cam).cloned().unwrap_or_default().into_iter().filter(|z| match z.check_inside(&self.cameras[cam], f.width, f.height) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::error!("{e:#}: zone {} is left out", z.name);
+                    false
+                }
+            }).collect();
+            Tracker::new(self.cfg.params.clone(), zones).first_id(kept.unwrap_or(1))
+        });
+        let interval = tracker.last_frame_ns().map(|l| t_ns.saturating_sub(l));
+        if let Some(i) = interval.filter(|&i| i > self.cfg.params.keepalive_ns && !self.slow_said[cam]) {
+            self.slow_said[cam] = true;
+            log::warn!(
+                "camera {}: {:.2} s between frames, more than --track-keepalive {:.2} s: a track missed in one frame ends; raise --track-keepalive to a few frame intervals",
+                self.cameras[cam],
+                i as f64 / 1e9,
+                self.cfg.params.keepalive_ns as f64 / 1e9
+            );
+        }
+        let next_id = tracker.next_id();
+        let obs: Vec<Observation> = f.detections.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
+        let mut events = vec![];
+        let ids = tracker.update(t_ns, &obs, &mut events);
+        for (d, id) in f.detections.iter_mut().zip(ids) {
+            d.track_id = id;
+        }
+        if !tracker.zones().is_empty() {
+            let mut zones: BTreeMap<String, BTreeMap<String, u32>> = tracker.zones().iter().map(|z| (z.name.clone(), BTreeMap::new())).collect();
+            for (z, class, n) in tracker.zone_counts() {
+                zones.entry(tracker.zones()[z].name.clone()).or_default().insert(label_of(labels, class), n);
+            }
+            f.zones = Some(zones);
+        }
+        if tracker.next_id() != next_id {
+            self.keep_ids();
+        }
+        self.lines(cam, events, labels)
+    }
+
+    /// For each camera whose frames stopped coming (none for the keep-alive plus
+    /// [`IDLE_GRACE`]): ends its tracks unseen for longer than the keep-alive, by its last
+    /// frame's capture time plus the time since that frame arrived. Their events as lines.
+    pub fn expire(&mut self, labels: &[String]) -> Vec<EventJson> {
+        let keepalive = std::time::Duration::from_nanos(self.cfg.params.keepalive_ns);
+        let mut out = vec![];
+        for cam in 0..self.trackers.len() {
+            let Some(since) = self.arrived[cam].map(|a| a.elapsed()).filter(|e| *e > keepalive + IDLE_GRACE) else { continue };
+            let mut events = vec![];
+            if let Some(t) = &mut self.trackers[cam] {
+                let now = t.last_frame_ns().unwrap_or(0).saturating_add(since.as_nanos() as u64);
+                t.expire(now, &mut events);
+            }
+            out.extend(self.lines(cam, events, labels));
+        }
+        out
+    }
+
+    /// The stream ended: every track ends; their events as lines.
+    pub fn finish(&mut self, now_ns: u64, labels: &[String]) -> Vec<EventJson> {
+        let mut out = vec![];
+        for cam in 0..self.trackers.len() {
+            let mut events = vec![];
+            if let Some(t) = &mut self.trackers[cam] {
+                t.finish(now_ns, &mut events);
+            }
+            out.extend(self.lines(cam, events, labels));
+        }
+        out
+    }
+
+    fn lines(&mut self, cam: usize, events: Vec<TrackEvent>, labels: &[String]) -> Vec<EventJson> {
+        let zones = self.trackers[cam].as_ref().map(|t| t.zones()).unwrap_or_default();
+        events
+            .into_iter()
+            .map(|e| {
+                self.counts[EVENT_KINDS.iter().position(|k| *k == e.kind).unwrap_or(0)] += 1;
+                EventJson {
+                    event: e.kind.name().into(),
+                    camera: self.cameras[cam].clone(),
+                    track_id: e.track_id,
+                    label: label_of(labels, e.class_id),
+                    class_id: e.class_id,
+                    score: (e.best_score * 1000.0).round() / 1000.0,
+                    zone: e.zone.and_then(|z| zones.get(z)).map(|z| z.name.clone()),
+                    first_seen_ns: e.first_seen_ns,
+                    last_seen_ns: e.last_seen_ns,
+                    timestamp_ns: e.at_ns,
+                    bbox: e.bbox.map(|v| (v * 10.0).round() / 10.0),
+                }
+            })
+            .collect()
+    }
+
+    /// The report's `tracking`: the tracker, events sent by kind, tracks live now.
+    pub fn report(&self) -> serde_json::Value {
+        let live: usize = self.trackers.iter().flatten().map(|t| t.live()).sum();
+        let events: serde_json::Map<String, serde_json::Value> = EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n.into())).collect();
+        serde_json::json!({"tracker": zcpipe_core::config::Choice::name(self.cfg.params.kind), "events": events, "live_tracks": live})
+    }
+}
+
+/// The label of class `class` (`class_N` if the list has no entry).
+fn label_of(labels: &[String], class: u32) -> String {
+    labels.get(class as usize).cloned().unwrap_or_else(|| format!("class_{class}"))
+}
+
+/// One readable line for an event: `event new: person #3 (0.91)`, `event entered_zone door: person #3 (0.91)`.
+pub fn human_event(e: &EventJson) -> String {
+    let zone = e.zone.as_ref().map(|z| format!(" {z}")).unwrap_or_default();
+    format!("event {}{zone}: {} #{} ({:.2})", e.event, e.label, e.track_id, e.score)
+}
+
+/// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
+/// [`LatencyJson`] for where the line's publish latency ends).
+pub fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
+    let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
+    FrameJson {
+        camera: camera.to_string(),
+        seq: d.seq,
+        timestamp_ns: d.timestamp_ns,
+        width: d.width,
+        height: d.height,
+        latency_us: LatencyJson { capture: r(lat[0]), scale: r(lat[1]), infer: r(lat[2]), publish: r(lat[3]), total: r(lat[4]) },
+        detections: d.dets[..d.count as usize]
+            .iter()
+            .map(|x| DetectionJson {
+                class_id: x.class_id,
+                label: label_of(labels, x.class_id),
+                score: (x.score * 1000.0).round() / 1000.0,
+                bbox: x.bbox.map(|v| (v * 10.0).round() / 10.0),
+                track_id: None,
+            })
+            .collect(),
+        zones: None,
+    }
+}
+
+/// One readable line for a frame: `frame 12 (768x432, 72.1 ms): person 0.91 [188,97,276,371]`.
+pub fn human_line(f: &FrameJson) -> String {
+    let dets: Vec<String> = f
+        .detections
+        .iter()
+        .map(|d| {
+            let id = d.track_id.map(|i| format!(" #{i}")).unwrap_or_default();
+            format!("{}{id} {:.2} [{:.0},{:.0},{:.0},{:.0}]", d.label, d.score, d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3])
+        })
+        .collect();
+    format!(
+        "frame {} ({}x{}, {:.1} ms): {}",
+        f.seq,
+        f.width,
+        f.height,
+        f.latency_us.total / 1000.0,
+        if dets.is_empty() { "nothing".to_string() } else { dets.join(", ") }
+    )
+}
+
+/// Runs the publish stage with `cfg` until the infer stage ends the stream, the stop flag
+/// is set or infer hangs up; returns the exit code. Every client is told how it ended.
+pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
+    let _listener = Listener::bind(&ctx.data.socket("publish"))?;
+    let path = cfg.socket.clone();
+    let mut server = DetectionServer::bind(&path)?;
+    server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
+    // Outputs start with the set-up: one that cannot (an address in use) stops the stage
+    // before it is ready, so it is not restarted over and over.
+    let mut outputs = super::open_outputs(&cfg, &ctx.data)?;
+    let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
+    let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
+    let (offer, rx) = join_infer(up, &hello, &ctx)?;
+    let labels = offer.labels;
+    let mut input = Infer { rx: Some(rx), hello, away: None, next_try: Instant::now(), refused: 0, rejected_before: 0 };
+    let fds_setup = open_fd_count();
+    ctx.ready(Instant::now());
+    log::info!("publishing {} on {}; open fds after set-up: {fds_setup}", offer.description, path.display());
+
+    let start = Instant::now();
+    let mut lat = LatencySet::default();
+    // Per camera (several only): its frames and latencies, for the report's `cameras`.
+    let mut per_cam: Vec<(LatencySet, FrameSpan)> = cfg.cameras.iter().map(|_| Default::default()).collect();
+    let several = cfg.cameras.len() > 1;
+    let camera_name = |d: &DetectionsDesc| cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)));
+    let mut n_in = 0u64;
+    let stdout = std::io::stdout();
+    let mut span = FrameSpan::default();
+    // Frames out are the span's frames: `span.tick` counts each one handed out.
+    let report = |server: &DetectionServer, lat: &LatencySet, per_cam: &[(LatencySet, FrameSpan)], n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+        extra.push(("server", serde_json::to_value(server.stats()).unwrap_or_default()));
+        if several {
+            let cams: serde_json::Map<String, serde_json::Value> = cfg
+                .cameras
+                .iter()
+                .zip(per_cam)
+                .map(|(name, (l, s))| (name.clone(), serde_json::json!({"frames": s.frames, "out_span": s, "latency": l.summary()})))
+                .collect();
+            extra.push(("cameras", cams.into()));
+        }
+        ctx.reporter.send(&StageReport { frames_in: n_in, frames_out: span.frames, latency: lat.summary(), out_span: Some(span), ..ctx.report(start, final_report, extra) })
+    };
+    let validate = |d: &DetectionsDesc| d.validate();
+    let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
+    // Hands a line to every client and every output, and prints it as --print says: the
+    // JSON line, or `human`.
+    let send = |server: &mut DetectionServer, outputs: &mut Outputs, typed: &SocketLine, line: &str, human: &dyn Fn() -> String| {
+        server.broadcast(line.as_bytes());
+        outputs.line(typed);
+        match cfg.print {
+            PrintMode::Json => {
+                let _ = stdout.lock().write_all(line.as_bytes());
+            }
+            PrintMode::Human => {
+                let _ = writeln!(stdout.lock(), "{}", human());
+            }
+            PrintMode::None => {}
+        }
+    };
+    let send_events = |server: &mut DetectionServer, outputs: &mut Outputs, events: Vec<EventJson>| -> Result<()> {
+        for e in events {
+            let typed = SocketLine::Event(e);
+            let line = typed.to_line()?;
+            let SocketLine::Event(e) = &typed else { unreachable!("built as an event just above") };
+            send(server, outputs, &typed, &line, &|| if several { format!("{}: {}", e.camera, human_event(e)) } else { human_event(e) });
+        }
+        Ok(())
+    };
+    let ended = {
+        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking, &mut outputs);
+        ctx.run_loop(
+            &mut state,
+            |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
+                let mut extra = input.facts();
+                if tracking.on() {
+                    extra.push(("tracking", tracking.report()));
+                }
+                outputs.report(&mut extra);
+                report(server, lat, per_cam, **n_in, **span, false, extra)
+            },
+            |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
+                server.service_due();
+                outputs.tick();
+                let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
+                    Incoming::Item(d) => d,
+                    Incoming::Eos => return Ok(Turn::End("end of stream")),
+                    Incoming::Idle => {
+                        // No frame: tracks of cameras that stopped sending still end on time.
+                        let ended = tracking.expire(&labels);
+                        send_events(server, outputs, ended)?;
+                        return Ok(Turn::Next);
+                    }
+                };
+                **n_in += 1;
+                d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
+                // The line carries the latencies up to now, when it is built: it cannot carry
+                // the time it takes to serialise and send itself (LatencyJson).
+                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                let camera = camera_name(&d);
+                if let Some(m) = RestartMark::from_flags(d.flags) {
+                    log::info!("the {} stage restarted; {} frames lost; frame {} of camera {camera} follows", m.stage.name(), m.lost, d.seq);
+                    // A capture stage is one camera's; any other stage serves every camera, so
+                    // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
+                    let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
+                    let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
+                    let typed = SocketLine::Notice(n.clone());
+                    let line = typed.to_line()?;
+                    send(server, outputs, &typed, &line, &|| super::watch::notice_line(&n));
+                    // Frames lost by a stage after capture were never looked at: the gap does
+                    // not count against the camera's tracks (a camera that was away does).
+                    if m.stage != Stage::Capture {
+                        tracking.pause(camera_of(d.flags), d.timestamp_ns);
+                    }
+                }
+                let mut f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
+                let events = tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &labels);
+                let frame = SocketLine::Frame(f);
+                let line = frame.to_line()?;
+                send(server, outputs, &frame, &line, &|| match &frame {
+                    SocketLine::Frame(f) if several => format!("{camera}: {}", human_line(f)),
+                    SocketLine::Frame(f) => human_line(f),
+                    _ => String::new(),
+                });
+                send_events(server, outputs, events)?;
+                // The histograms get the stage's whole span: taken off the ring to the line
+                // handed to every client and printed.
+                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+                let l = latencies_us(d.timestamp_ns, &d.stamps);
+                lat.record(&l);
+                if let Some((cl, cs)) = per_cam.get_mut(camera_of(d.flags)).filter(|_| several) {
+                    cl.record(&l);
+                    cs.tick(start);
+                }
+                span.tick(start);
+                Ok(Turn::Next)
+            },
+        )
+    };
+    let mut state = (server, tracking, outputs);
+    ctx.close(
+        &mut state,
+        ended,
+        format!("{n_in} frames"),
+        fds_setup,
+        |(server, tracking, outputs), end| {
+            // Every track ends with the stream, before the end line.
+            let ended = tracking.finish(monotonic_ns(), &labels);
+            if let Err(e) = send_events(server, outputs, ended) {
+                log::warn!("the last events: {e:#}");
+            }
+            server.close_all(&end.reason, span.frames);
+            outputs.close(&super::schema::EndJson { end: true, frames: span.frames, reason: end.reason.clone() });
+            tracking.forget_ids();
+            Drained::nothing()
+        },
+        |(server, tracking, outputs), mut extras| {
+            extras.extend(input.facts());
+            if tracking.on() {
+                extras.push(("tracking", tracking.report()));
+            }
+            outputs.report(&mut extras);
+            report(server, &lat, &per_cam, n_in, span, true, extras)
+        },
+    )
+}
+
+/// Joins the infer stage's detections hop on `up` with `hello`: its offer and receiver.
+fn join_infer(up: Conn, hello: &ControlMsg, ctx: &StageCtx<'_>) -> Result<(Offer, Receiver<DetectionsDesc>)> {
+    let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, hello, ctx.data.wait, "infer")?;
+    rx.set_spin(ctx.data.spin);
+    if !bufs.is_empty() {
+        bail!("infer offered {} buffers; the detections hop carries none", bufs.len());
+    }
+    Ok((offer, rx))
+}
+
+/// The detections hop from the infer stage, joined again when infer restarts.
+struct Infer {
+    rx: Option<Receiver<DetectionsDesc>>,
+    hello: ControlMsg,
+    /// When infer hung up, while it is away.
+    away: Option<Instant>,
+    next_try: Instant,
+    /// Re-joins refused: what answered on infer's socket was no hop publish can use (as
+    /// [`zcpipe_core::pool::Upstream::refused`]).
+    refused: u64,
+    /// Records rejected on the rings before the current one.
+    rejected_before: u64,
+}
+
+impl Infer {
+    /// Its facts for the stage's report: `upstream_refused` (re-joins refused) and
+    /// `input_rejected` (records rejected, over every hop joined, in its own count).
+    fn facts(&self) -> Extras {
+        let now = self.rx.as_ref().map_or(0, |rx| rx.own_counts().rejected);
+        vec![("upstream_refused", self.refused.into()), ("input_rejected", (self.rejected_before + now).into())]
+    }
+
+    /// Counts and logs (the first 20, then at powers of two) a re-join refused for `why`.
+    fn refuse(&mut self, path: &std::path::Path, why: &str) {
+        self.refused += 1;
+        if self.refused <= 20 || self.refused.is_power_of_two() {
+            log::warn!("refused what answered as the infer stage on {} ({} so far): {why}", path.display(), self.refused);
+        }
+    }
+
+    /// The next record ([`Receiver::recv`]). Infer's hang-up is not an end: the old ring is
+    /// let go and, every 50 ms, this tries to join the restarted infer stage (whose labels
+    /// must be `labels`), returning [`Recv::Idle`] meanwhile.
+    fn recv(&mut self, validate: &dyn Fn(&DetectionsDesc) -> std::result::Result<(), String>, ctx: &StageCtx<'_>, labels: &[String]) -> Result<Recv<DetectionsDesc>> {
+        if let Some(rx) = &mut self.rx {
+            return match rx.recv(validate, &mut |_, _| {}, IDLE_WAIT) {
+                Ok(Recv::Hangup) => {
+                    log::warn!("the infer stage (pid {}) hung up; waiting for it to come back", rx.conn().peer_pid);
+                    self.rejected_before += rx.own_counts().rejected;
+                    self.rx = None;
+                    self.away = Some(Instant::now());
+                    Ok(Recv::Idle)
+                }
+                Err(e) if PeerGone::is_in(&e) => {
+                    log::warn!("the infer stage (pid {}) hung up ({e:#}); waiting for it to come back", rx.conn().peer_pid);
+                    self.rejected_before += rx.own_counts().rejected;
+                    self.rx = None;
+                    self.away = Some(Instant::now());
+                    Ok(Recv::Idle)
+                }
+                r => r,
+            };
+        }
+        if Instant::now() < self.next_try {
+            std::thread::sleep(self.next_try - Instant::now());
+        }
+        self.next_try = Instant::now() + std::time::Duration::from_millis(50);
+        let c = match Conn::try_connect(&ctx.data.socket("infer")) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(Recv::Idle),
+            Err(e) => {
+                self.refuse(&ctx.data.socket("infer"), &format!("{e:#}"));
+                return Ok(Recv::Idle);
+            }
+        };
+        let peer = c.peer();
+        let joined = c.set_recv_timeout(Some(zcpipe_core::pool::OFFER_TIMEOUT)).and_then(|()| {
+            let (offer, rx) = join_infer(c, &self.hello, ctx)?;
+            rx.conn().set_recv_timeout(None)?;
+            Ok((offer, rx))
+        });
+        match joined {
+            Ok((offer, _)) if offer.labels != labels => {
+                bail!("the restarted infer stage ({peer}) has {} labels, this publish stage was started with {}: publish restarts too", offer.labels.len(), labels.len());
+            }
+            Ok((_, rx)) => {
+                let down = self.away.take().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                log::info!("joined the infer stage again ({peer}) after {down:.1} s");
+                self.rx = Some(rx);
+            }
+            Err(e) if PeerGone::is_in(&e) => log::debug!("the infer stage is not back yet ({peer}): {e:#}"),
+            Err(e) => self.refuse(&ctx.data.socket("infer"), &format!("{peer}: {e:#}")),
+        }
+        Ok(Recv::Idle)
+    }
+}

@@ -1,0 +1,136 @@
+//! Pixels for the web view: the seam between the publish stage's outputs that show frames
+//! (the web view's MJPEG streams and snapshots) and whatever brings them the camera's
+//! pixels (a second consumer of each capture pool).
+//!
+//! The web view asks for a frame only when a client wants a picture (an MJPEG client
+//! connected, or a snapshot request), at most `--view-fps` times a second per camera, so a
+//! provider reads a capture buffer (through its `CpuAccess` read guard) only then, never per
+//! frame. [`TapPixels`] is that provider: [`super::pixels::Pixels`], a tap on each camera's
+//! capture pool. [`NoPixels`] is the honest fallback: the view draws the boxes on a dark
+//! canvas of the frame's size and says why there are no pixels.
+
+use std::sync::Arc;
+
+use super::pixels::Pixels;
+
+/// One camera frame for the view: tight RGB24 rows, already converted by the provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewFrame {
+    /// The capture sequence number of the frame (the frame lines' `seq`, per camera).
+    pub seq: u64,
+    /// Its capture time, CLOCK_MONOTONIC ns (the frame lines' `timestamp_ns`).
+    pub timestamp_ns: u64,
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+    /// `width * height * 3` bytes: R, G, B per pixel, rows top to bottom, no padding
+    /// (shared with the provider, which keeps its newest frame for other readers).
+    pub rgb: Arc<Vec<u8>>,
+}
+
+impl ViewFrame {
+    /// Whether `rgb` holds exactly `width * height` RGB24 pixels (the view refuses and logs
+    /// a frame that does not, and goes on with its last good one).
+    pub fn is_whole(&self) -> bool {
+        self.rgb.len() as u64 == self.width as u64 * self.height as u64 * 3 && self.width > 0 && self.height > 0
+    }
+}
+
+/// Where the view's pixels come from. Implemented by the capture-pool fan-out; called from
+/// the view's own threads (one call at a time: the view holds it behind a mutex), never from
+/// the frame loop, so a call may take milliseconds (a guard, a colour conversion) but should
+/// not wait for a frame to come.
+pub trait ViewSource: Send {
+    /// The newest frame of camera `camera` (its index in
+    /// [`super::PublishConfig::cameras`]) whose sequence number is above `newer_than`
+    /// (`None`: any frame), as RGB24. `None`: nothing newer than that (the view keeps drawing
+    /// on the frame it got last), or no pixels at all ([`ViewSource::unavailable`] says why).
+    /// The detections drawn on it are the camera's latest frame line's, so the picture may
+    /// be a frame or two ahead of its boxes (the view says which seq each has).
+    fn latest(&mut self, camera: usize, newer_than: Option<u64>) -> Option<ViewFrame>;
+
+    /// Why camera `camera` has no pixels now, in a few words written on its picture (`no
+    /// pixels (fan-out not connected)`, `capture@door not reachable`); `None` when it has.
+    fn unavailable(&self, camera: usize) -> Option<String>;
+}
+
+/// The words on a picture drawn without pixels while no provider is connected.
+pub const NO_PIXELS: &str = "no pixels (fan-out not connected)";
+
+/// The capture pools' taps as the view's source: asking for a camera's frame keeps its tap
+/// joined ([`Pixels::want`]: it leaves 10 s after the last ask), so pixels are read only
+/// while someone watches.
+pub struct TapPixels {
+    pixels: std::sync::Arc<Pixels>,
+    /// Each camera's capture stage (`capture`, `capture@door`), for what the picture says.
+    stages: Vec<String>,
+}
+
+impl TapPixels {
+    /// The view's source over `pixels` (shared with the snapshots), the taps of `cfg`'s
+    /// cameras ([`pixels`]).
+    pub fn new(pixels: std::sync::Arc<Pixels>, cfg: &super::PublishConfig) -> TapPixels {
+        TapPixels { pixels, stages: capture_stages(cfg) }
+    }
+}
+
+/// Conversions a second per camera for snapshots when no web view sets `--view-fps`.
+pub const SNAPSHOT_FPS: f64 = 5.0;
+
+/// Each camera's capture stage in `cfg`'s order (one camera: `capture`; several:
+/// `capture@NAME`).
+fn capture_stages(cfg: &super::PublishConfig) -> Vec<String> {
+    if cfg.cameras.len() > 1 {
+        cfg.cameras.iter().map(|c| zcpipe_core::config::camera_stage(c)).collect()
+    } else {
+        vec!["capture".into()]
+    }
+}
+
+/// The taps on `cfg`'s cameras' capture stages in data path `data` (each at its listening
+/// socket), converting at most `max_fps` frames a second per camera: one [`Pixels`] for the
+/// web view and the snapshots.
+pub fn pixels(cfg: &super::PublishConfig, data: &zcpipe_core::config::DataPath, max_fps: f64) -> std::sync::Arc<Pixels> {
+    std::sync::Arc::new(Pixels::start(capture_stages(cfg).into_iter().map(|s| (s.clone(), data.socket(&s))).collect(), max_fps))
+}
+
+impl ViewSource for TapPixels {
+    fn latest(&mut self, camera: usize, newer_than: Option<u64>) -> Option<ViewFrame> {
+        self.pixels.want(camera);
+        let f = self.pixels.latest(camera, newer_than)?;
+        Some(ViewFrame { seq: f.seq, timestamp_ns: f.timestamp_ns, width: f.width, height: f.height, rgb: f.rgb })
+    }
+
+    fn unavailable(&self, camera: usize) -> Option<String> {
+        if self.pixels.latest(camera, None).is_some() {
+            return None;
+        }
+        let stage = self.stages.get(camera).map_or("capture", |s| s.as_str());
+        let c = self.pixels.counters(camera);
+        Some(if c.errors > 0 {
+            format!("no pixels: {stage}'s frames cannot be shown (see the log)")
+        } else if c.joined {
+            format!("waiting for pixels from {stage}")
+        } else if c.joins > 0 {
+            format!("no pixels: {stage} went away (rejoining)")
+        } else {
+            format!("no pixels: {stage} not reached yet")
+        })
+    }
+}
+
+/// The view's source while no capture-pool fan-out is connected: never a frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPixels;
+
+impl ViewSource for NoPixels {
+    fn latest(&mut self, _camera: usize, _newer_than: Option<u64>) -> Option<ViewFrame> {
+        None
+    }
+
+    fn unavailable(&self, _camera: usize) -> Option<String> {
+        Some(NO_PIXELS.to_string())
+    }
+}
+

@@ -1,0 +1,391 @@
+//! The scale stage's process: join capture's pool, learn the model input from the infer
+//! stage (size, channel order as the fourcc, letterbox placement and pad), preallocate the
+//! output pool, then letterbox every frame into it.
+
+use zcpipe_sys::board;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use zcpipe_core::config::Choice;
+use zcpipe_core::dmabuf::Allocator;
+use zcpipe_core::channel::{wait_any, Recv, Waitable};
+use zcpipe_core::copy::CopyCounters;
+use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, Letterbox, Stage};
+use zcpipe_core::ring::{OwnCounts, RingPolicy};
+use zcpipe_core::link::{accept_hello, ControlMsg, Listener};
+use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
+use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
+use zcpipe_core::stage::{drain_pool, incoming, serve_pool, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+
+use super::auto;
+use super::cpu::CpuScaler;
+use super::rga::{RgaCore, RgaScaler};
+use super::v4l2m2m::V4l2M2mScaler;
+use super::{NoScaler, ScaleConfig, Scaler, ScalerKind};
+
+/// Source formats the scale stage accepts from capture (a backend that cannot read one
+/// refuses it at bind, naming it: XR24 is read by the CPU scaler only).
+pub const ACCEPTED: [Fourcc; 7] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
+
+/// Opens the backend `cfg.scaler` names. A device backend opens its node now, so a wrong
+/// node fails before any set-up. In copy mode RGA is fed CPU memory (virtual addresses),
+/// as a plain pipeline does.
+fn open_scaler(cfg: &ScaleConfig, copy_mode: bool) -> Result<Box<dyn Scaler>> {
+    let choice = auto::choose(&cfg.scaler, cfg.rga_core)?;
+    if cfg.scaler == ScalerKind::Auto || cfg.rga_core == RgaCore::Auto && choice.kind == ScalerKind::Rga {
+        log::info!("scaler {}: {}", choice.kind, choice.reason);
+    }
+    Ok(match &choice.kind {
+        ScalerKind::V4l2M2m(path) => Box::new(V4l2M2mScaler::open(path)?),
+        ScalerKind::Rga => {
+            let mut rga = RgaScaler::open(None, choice.rga_core)?;
+            if copy_mode {
+                rga.use_virtual_addresses();
+            }
+            Box::new(rga)
+        }
+        ScalerKind::None => Box::new(NoScaler::default()),
+        ScalerKind::Auto | ScalerKind::Cpu => Box::new(CpuScaler::new()),
+    })
+}
+
+/// One camera's input: its hop from its capture stage, and the scaler bound to its pool
+/// (each camera has its own, so a device imports each pool once and never re-binds when
+/// the frames of two cameras alternate).
+struct Camera {
+    /// The camera's name (`cam0`, `front`), for logs and the report.
+    name: String,
+    input: Upstream,
+    /// Bound to the current pool of `input` once it joined.
+    scaler: Option<Box<dyn Scaler>>,
+    /// `input.joins()` when `scaler` was bound.
+    bound_joins: u64,
+    /// A device scaler's source layout: every frame must have it.
+    fixed_layout: Option<zcpipe_core::frame::FrameLayout>,
+    /// Frames taken from this camera (scaled, or passed over for a newer one).
+    frames_in: u64,
+    /// Frames passed over because a newer one of the same camera was already waiting
+    /// (the scale stage takes the newest of each camera in turn).
+    skipped: u64,
+    /// Frames of this camera handed on.
+    frames_out: u64,
+    /// The camera's stream ended (its capture stage sent the end of stream).
+    ended: bool,
+}
+
+impl Camera {
+    /// Binds a newly joined (or re-joined) pool: the first time with `bind` (the output pool
+    /// as well); returns whether this was the camera's first join. After a restart of its capture stage, a scaler that imported the old pool
+    /// (a device) is replaced by a fresh one from `reopen`, bound like the first (`dst` holds
+    /// second handles on the output pool); without `reopen`, [`Scaler::rebind_input`].
+    fn bind_if_joined(
+        &mut self,
+        dst: &mut [zcpipe_core::dmabuf::DmaBuf],
+        dst_layout: &zcpipe_core::frame::FrameLayout,
+        letterbox: Letterbox,
+        reopen: Option<&dyn Fn() -> Result<Box<dyn Scaler>>>,
+    ) -> Result<bool> {
+        let Some(c) = self.input.current() else { return Ok(false) };
+        if self.input.joins() == self.bound_joins {
+            return Ok(false);
+        }
+        let first = self.bound_joins == 0;
+        let scaler = self.scaler.as_mut().context("no scaler for a camera")?;
+        let fresh = match reopen {
+            Some(open) if self.bound_joins > 0 && scaler.binds_pools() => {
+                *scaler = open()?;
+                log::info!("camera {}: its capture stage came back; a fresh {} imports its new pool", self.name, scaler.name());
+                true
+            }
+            _ => self.bound_joins == 0,
+        };
+        if fresh {
+            scaler.bind(c.buffers(), c.offer.layout.as_ref(), dst, dst_layout, letterbox).with_context(|| format!("camera {}", self.name))?;
+        } else {
+            scaler.rebind_input(c.buffers(), c.offer.layout.as_ref())?;
+        }
+        self.fixed_layout = c.offer.layout.filter(|_| scaler.binds_pools());
+        self.bound_joins = self.input.joins();
+        Ok(first)
+    }
+
+    /// This camera's line in the report's `cameras` object; `downstream`: its frames the
+    /// output hop dropped (the infer stage too slow for them, drop-oldest).
+    fn facts(&self, downstream: u64) -> serde_json::Value {
+        let c = self.input.counters();
+        serde_json::json!({
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "skipped_for_newer": self.skipped,
+            "ring_dropped": c.dropped,
+            "dropped_downstream": downstream,
+            "joined": !self.input.is_away(),
+            "ended": self.ended,
+        })
+    }
+}
+
+/// The sockets of the cameras' capture stages: `capture.sock` for a single unnamed one
+/// (`cameras` empty), else `capture@NAME.sock` each.
+pub fn capture_sockets(data: &zcpipe_core::config::DataPath, cameras: &[String]) -> Vec<(String, std::path::PathBuf)> {
+    if cameras.is_empty() {
+        return vec![("cam0".to_string(), data.socket("capture"))];
+    }
+    cameras.iter().map(|n| (n.clone(), data.socket(&zcpipe_core::config::camera_stage(n)))).collect()
+}
+
+/// Runs the scale stage with `cfg` (checked by the command line) until capture ends the
+/// stream (every camera's, with several), the stop flag is set or a neighbour hangs up;
+/// returns the exit code.
+///
+/// With several cameras (`cfg.cameras`), each has its own capture stage, pool and
+/// drop-oldest ring; the stage takes the newest frame of each camera in turn
+/// (round-robin), sleeps on all their doorbells at once ([`zcpipe_core::channel::wait_any`])
+/// and writes the camera's index into each frame's flags
+/// ([`zcpipe_core::frame::with_camera`]). A camera whose stage is away (restarting, or not
+/// up yet) is skipped: the others go on.
+pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
+    if cfg.rga_core != RgaCore::Auto && cfg.scaler != ScalerKind::Rga {
+        log::warn!("--rga-core {} is for --scaler rga; the {} scaler ignores it", cfg.rga_core.name(), cfg.scaler);
+    }
+    let sockets = capture_sockets(&ctx.data, &cfg.cameras);
+    // One scaler per camera, each opened now so that a wrong node fails before any set-up.
+    let mut scalers = sockets.iter().map(|_| open_scaler(&cfg, ctx.data.copy_mode)).collect::<Result<Vec<_>>>()?;
+    let mut listener = Listener::bind(&ctx.data.socket("scale"))?;
+    // Downstream first: frames start flowing only once the whole chain is connected.
+    let (down, msg) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
+    let want = match msg {
+        ControlMsg::Hello { want: Some(w), .. } => w,
+        other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
+    };
+    let hello = ControlMsg::Hello { stage: "scale".into(), accept: ACCEPTED.iter().map(|f| f.0).collect(), want: None, wait: ctx.data.wait };
+    let mut cams: Vec<Camera> = Vec::with_capacity(sockets.len());
+    for (i, (name, path)) in sockets.into_iter().enumerate() {
+        let input = if i == 0 {
+            // The first camera is joined as a single one always was: its set-up is this one's.
+            Upstream::join(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?
+        } else {
+            // The others join when their capture stage is up (a camera may be slow to
+            // open, or waiting for the network): none waits for another.
+            Upstream::pending(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.data.copy_mode)
+        };
+        cams.push(Camera { name, input, scaler: None, bound_joins: 0, fixed_layout: None, frames_in: 0, skipped: 0, frames_out: 0, ended: false });
+    }
+    for (cam, scaler) in cams.iter_mut().zip(scalers.drain(..)) {
+        cam.scaler = Some(scaler);
+    }
+    let Some(first) = cams[0].input.current() else { bail!("the capture stage hung up while we joined it") };
+    log::info!("joined capture: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
+    let fps = first.offer.fps;
+
+    let letterbox = Letterbox::new(want.placement, want.pad);
+    let dst = match want.layout() {
+        Ok(l) => l,
+        Err(e) => {
+            let error = format!("the infer stage asked for an input the scale stage cannot make: {e:#}");
+            down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+            bail!("{error}");
+        }
+    };
+    let bpl = dst.planes[0].bytesperline;
+    let heap = cams[0].scaler.as_ref().map(|s| s.output_heap(ctx.data.heap)).unwrap_or(ctx.data.heap);
+    let alloc = Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))?;
+    let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
+    // A device imports both pools once here; the frames never meet the CPU after this.
+    // Host sources change size per frame (no fixed layout): buffers are imported at first use.
+    if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None).map(|_| ()) {
+        let error = format!("{e:#}");
+        down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+        bail!("{error}");
+    }
+    // With several cameras, each later camera's scaler binds the output pool when its camera
+    // joins, and a device scaler whose camera's capture stage restarted is replaced by a
+    // fresh one bound the same way: through these second handles on the same buffers.
+    let binds = cams.iter().any(|c| c.scaler.as_ref().is_some_and(|s| s.binds_pools()));
+    let mut dst_handles = if cams.len() > 1 || binds { pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()? } else { vec![] };
+    let reopen = || open_scaler(&cfg, ctx.data.copy_mode);
+    let can_reopen = !dst_handles.is_empty();
+    let mut out = PoolProducer::offer(
+        down,
+        pool.into_iter().map(|b| vec![b]).collect(),
+        HopSpec {
+            policy: ctx.data.ring_policy,
+            capacity: ring_capacity(ctx.data.ring_policy, cfg.buffers),
+            memory: alloc.describe(),
+            layout: Some(dst),
+            fps,
+            description: format!("{}x{} {} {} letterbox, pad {}, bytesperline {}", dst.width, dst.height, dst.fourcc, want.placement.describe(), want.pad, bpl),
+            copy_mode: ctx.data.copy_mode,
+        },
+    )?;
+    out.keep_serving();
+    let mut down = Downstream::new(listener);
+    // A restarted infer stage must want what the pool was made for.
+    let want_check = |h: &ControlMsg| match h {
+        ControlMsg::Hello { want: Some(w), .. } if *w == want => Ok(()),
+        ControlMsg::Hello { want: other, .. } => Err(format!(
+            "this scale stage's pool holds {}x{} {} for the model it was started with; the infer stage now wants {other:?}: restart the scale stage too",
+            want.width,
+            want.height,
+            Fourcc(want.fourcc)
+        )),
+        _ => Err("expected a hello from the infer stage".into()),
+    };
+    let mut fds_setup = open_fd_count();
+    ctx.ready(Instant::now());
+    log::info!(
+        "{} -> {}x{} {}, {} letterbox, pad {}; {} camera{}; open fds after set-up: {fds_setup}",
+        cams[0].scaler.as_ref().map(|s| s.name()).unwrap_or_default(),
+        dst.width,
+        dst.height,
+        dst.fourcc,
+        want.placement.describe(),
+        want.pad,
+        cams.len(),
+        if cams.len() == 1 { "" } else { "s" }
+    );
+
+    let start = Instant::now();
+    let mut span = FrameSpan::default();
+    // Frames out are the span's frames: `span.tick` counts each one published.
+    let report = |out: &PoolProducer, cams: &[Camera], span: FrameSpan, final_report: bool, mut extra: Extras| {
+        let (refused, own) = cams.iter().fold((0, OwnCounts::default()), |(r, o), c| {
+            let own = c.input.own_counts();
+            (r + c.input.refused(), OwnCounts { consumed: o.consumed + own.consumed, rejected: o.rejected + own.rejected })
+        });
+        extra.extend([("upstream_refused", refused.into()), ("input_taken", own.consumed.into()), ("input_rejected", own.rejected.into())]);
+        if cams.len() > 1 {
+            let down = out.dropped_per_camera();
+            let per: serde_json::Map<String, serde_json::Value> = cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect();
+            extra.push(("cameras", per.into()));
+        }
+        let copy_in = cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
+        let n_in = cams.iter().map(|c| c.frames_in).sum();
+        ctx.reporter.send(&StageReport { copy_in, ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
+    };
+    // A frame taken while no output buffer was free (the infer stage holds them all): kept
+    // for the next turn, so the loop still turns (and reports) while it waits.
+    let mut pending: Option<(usize, zcpipe_core::pool::Frame, FrameDesc)> = None;
+    // Scales `frame` of camera `i` into a buffer of `out` and hands it on; with no buffer
+    // free within IDLE_WAIT the frame waits in `pending` for the next turn.
+    let scale_into = |cams: &mut [Camera], i: usize, out: &mut PoolProducer, frame: zcpipe_core::pool::Frame, desc: FrameDesc, span: &mut FrameSpan, pending: &mut Option<(usize, zcpipe_core::pool::Frame, FrameDesc)>| -> Result<Turn> {
+        let Some(mut loan) = out.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
+            if ctx.stopped() {
+                return Ok(Turn::End("signal"));
+            }
+            *pending = Some((i, frame, desc));
+            return Ok(Turn::Next);
+        };
+        let cam = &mut cams[i];
+        let scaler = cam.scaler.as_mut().context("no scaler for a camera")?;
+        let mut desc = desc;
+        desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {} of camera {}", frame.desc().seq, cam.name))?;
+        drop(frame); // the capture buffer goes back now, before we queue ours
+        cam.frames_out += 1;
+        ctx.hand_off(loan, desc, Stage::Scale, span, start)
+    };
+    // The camera to look at first in the next turn (round-robin).
+    let mut next = 0usize;
+    let ended = {
+        let mut state = (&mut out, &mut cams, &mut span, &mut down);
+        ctx.run_loop(
+            &mut state,
+            |(out, cams, span, down)| report(out, cams, **span, false, down.facts()),
+            |(out, cams, span, down)| {
+                serve_pool(down, out, Stage::Infer, want_check);
+                if let Some((i, frame, desc)) = pending.take() {
+                    return scale_into(cams, i, out, frame, desc, span, &mut pending);
+                }
+                let n = cams.len();
+                if cams.iter().all(|c| c.ended) {
+                    return Ok(Turn::End("end of stream"));
+                }
+                for k in 0..n {
+                    let i = (next + k) % n;
+                    if cams[i].ended {
+                        continue;
+                    }
+                    // A single camera sleeps on its own hop; several are looked at without a
+                    // wait, then slept on together below.
+                    let r = cams[i].input.recv(if n == 1 { IDLE_WAIT } else { Duration::ZERO })?;
+                    // The capture stage (re)joined: its pool, bound as at set-up.
+                    if cams[i].bind_if_joined(&mut dst_handles, &dst, letterbox, can_reopen.then_some(&reopen as &dyn Fn() -> Result<Box<dyn Scaler>>))? {
+                        // A camera that joined after set-up: its pool's fds are part of it.
+                        fds_setup = open_fd_count();
+                        log::info!("camera {} joined; open fds now {fds_setup}", cams[i].name);
+                    }
+                    let mut frame = match incoming(r, "capture", "infer", || out.consumer_gone())? {
+                        Incoming::Item(f) => f,
+                        Incoming::Eos => {
+                            cams[i].ended = true;
+                            if n > 1 {
+                                log::info!("camera {}: end of stream ({} frames)", cams[i].name, cams[i].frames_in);
+                            }
+                            if cams.iter().all(|c| c.ended) {
+                                return Ok(Turn::End("end of stream"));
+                            }
+                            continue;
+                        }
+                        Incoming::Idle => continue,
+                    };
+                    let cam = &mut cams[i];
+                    cam.frames_in += 1;
+                    // The newest frame of this camera: older ones waiting behind it go back
+                    // (video; `--ring-policy block` asks for every frame, in order).
+                    if n > 1 && ctx.data.ring_policy == RingPolicy::DropOldest {
+                        loop {
+                            match cam.input.recv(Duration::ZERO)? {
+                                Recv::Item(newer) => {
+                                    cam.frames_in += 1;
+                                    cam.skipped += 1;
+                                    frame = newer;
+                                }
+                                // The end of this camera's stream, right behind its last frame
+                                // (in copy mode a message, read once): the frame is scaled now.
+                                Recv::Eos => {
+                                    cam.ended = true;
+                                    log::info!("camera {}: end of stream ({} frames)", cam.name, cam.frames_in);
+                                    break;
+                                }
+                                _ => break,
+                            }
+                        }
+                    }
+                    next = i + 1;
+                    let mut desc = FrameDesc { layout: dst, ..*frame.desc() };
+                    desc.flags = with_camera(desc.flags, i);
+                    desc.stamp_in(Stage::Scale);
+                    if let Some(l) = cam.fixed_layout.filter(|l| *l != frame.desc().layout) {
+                        bail!("camera {}: capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", cam.name, frame.desc().layout);
+                    }
+                    return scale_into(cams, i, out, frame, desc, span, &mut pending);
+                }
+                if n > 1 {
+                    // Nothing from any camera: sleep on every joined one's doorbell; one that
+                    // is away is tried again soon (its re-join back-off is 10 to 50 ms).
+                    let waiters: Vec<&dyn Waitable> = cams.iter().filter(|c| !c.ended).filter_map(|c| c.input.waitable()).collect();
+                    let away = cams.iter().any(|c| !c.ended && c.input.is_away());
+                    wait_any(&waiters, if away { REJOIN_POLL } else { IDLE_WAIT })?;
+                }
+                Ok(Turn::Next)
+            },
+        )
+    };
+    let n_in: u64 = cams.iter().map(|c| c.frames_in).sum();
+    ctx.close(
+        &mut out,
+        ended,
+        format!("{n_in} frames"),
+        fds_setup,
+        // A dead infer stage frees what it held: the drain returns at once then.
+        |out, end| drain_pool(out, end.clean, "").0,
+        |out, mut extras| {
+            extras.extend(down.facts());
+            report(out, &cams, span, true, extras)
+        },
+    )
+}
+
+/// How long a scale stage with a camera away sleeps at most before trying it again.
+const REJOIN_POLL: Duration = Duration::from_millis(20);

@@ -1,0 +1,131 @@
+//! `zcpipe eval track`: a recorded detections stream through a tracker, written as
+//! MOTChallenge results (Milan et al. 2016, "MOT16: A Benchmark for Multi-Object Tracking",
+//! section 3.3: one line per box, `frame,id,bb_left,bb_top,bb_width,bb_height,conf,x,y,z`,
+//! frames from 1), for scoring against a hand-made ground truth (`benches/track_eval.py`).
+
+use std::io::{BufRead, Write};
+
+use anyhow::{bail, Context, Result};
+
+use super::{Observation, TrackParams, Tracker};
+use zcpipe_core::schema::SocketLine;
+
+/// What to replay, and how.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    /// The tracker.
+    pub params: TrackParams,
+    /// Only detections with these labels go to the tracker (empty: all).
+    pub labels: Vec<String>,
+    /// Only this camera's frames (`None`: the first camera seen).
+    pub camera: Option<String>,
+    /// Frame times from the sequence number at this rate (`seq / fps`) instead of the
+    /// lines' capture timestamps: a clip decoded faster than its rate (`--fps max`) has
+    /// timestamps closer together than the scene's, which would stretch the keep-alive.
+    pub fps: Option<f64>,
+}
+
+/// What a replay counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Frame lines of the camera read.
+    pub frames: u64,
+    /// Detections given to the tracker.
+    pub detections: u64,
+    /// Result lines written (detections of confirmed tracks).
+    pub boxes: u64,
+    /// Confirmed tracks (ids given).
+    pub tracks: u64,
+}
+
+/// Reads the frame lines of `input` (a detections stream as `zcpipe run --json` prints it;
+/// other lines are skipped), tracks them as `r` says, and writes one MOTChallenge line per
+/// detection of a confirmed track to `out`: `seq + 1,track_id,x,y,w,h,score,-1,-1,-1`
+/// (pixels, one decimal). Errors: an unreadable line (with its line number), frames of the
+/// camera out of order, no frame of the camera.
+pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<ReplayStats> {
+    let mut tracker = Tracker::new(r.params.clone(), vec![]);
+    let mut st = ReplayStats::default();
+    let mut camera = r.camera.clone();
+    let mut last_seq: Option<u64> = None;
+    let mut events = vec![];
+    let mut seen: std::collections::BTreeSet<String> = Default::default();
+    for (n, line) in input.lines().enumerate() {
+        let line = line.context("reading the detections")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f = match SocketLine::parse(&line).with_context(|| format!("line {}: not a detections-socket line", n + 1))? {
+            SocketLine::Frame(f) => f,
+            _ => continue,
+        };
+        if camera.get_or_insert_with(|| f.camera.clone()) != &f.camera {
+            continue;
+        }
+        if last_seq.is_some_and(|s| f.seq <= s) {
+            bail!("line {}: frame {} of camera {} after frame {}: frames must be in order", n + 1, f.seq, f.camera, last_seq.unwrap_or(0));
+        }
+        last_seq = Some(f.seq);
+        st.frames += 1;
+        let t_ns = match r.fps {
+            Some(fps) => (f.seq as f64 / fps * 1e9) as u64,
+            None => f.timestamp_ns,
+        };
+        seen.extend(f.detections.iter().map(|d| d.label.clone()));
+        let dets: Vec<&zcpipe_core::schema::DetectionJson> = f.detections.iter().filter(|d| r.labels.is_empty() || r.labels.contains(&d.label)).collect();
+        let obs: Vec<Observation> = dets.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
+        st.detections += obs.len() as u64;
+        events.clear();
+        let ids = tracker.update(t_ns, &obs, &mut events);
+        st.tracks += events.iter().filter(|e| e.kind == super::EventKind::New).count() as u64;
+        for (d, id) in dets.iter().zip(ids) {
+            let Some(id) = id else { continue };
+            let [x1, y1, x2, y2] = d.bbox;
+            writeln!(out, "{},{id},{:.1},{:.1},{:.1},{:.1},{:.3},-1,-1,-1", f.seq + 1, x1, y1, x2 - x1, y2 - y1, d.score)?;
+            st.boxes += 1;
+        }
+    }
+    if st.frames == 0 {
+        bail!("no frame line{} in the input: record one with `zcpipe run --json --tracker none ... > FILE`", camera.map(|c| format!(" of camera {c}")).unwrap_or_default());
+    }
+    let missing: Vec<&String> = r.labels.iter().filter(|l| !seen.contains(*l)).collect();
+    if !missing.is_empty() {
+        let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
+        let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        let msg = format!("--labels: no detection labelled {} in the input (labels seen: {})", names.join(", "), if seen.is_empty() { "none".to_string() } else { seen.join(", ") });
+        if st.detections == 0 {
+            bail!("{msg}");
+        }
+        log::warn!("{msg}");
+    }
+    Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcpipe_core::schema::{DetectionJson, FrameJson};
+
+    fn line(seq: u64, x: f32) -> String {
+        let d = DetectionJson { class_id: 0, label: "person".into(), score: 0.9, bbox: [x, 10.0, x + 20.0, 60.0], track_id: None };
+        let cat = DetectionJson { class_id: 15, label: "cat".into(), score: 0.9, bbox: [300.0, 10.0, 340.0, 60.0], track_id: None };
+        SocketLine::Frame(FrameJson { camera: "cam0".into(), seq, timestamp_ns: seq, width: 640, height: 480, latency_us: Default::default(), detections: vec![d, cat], zones: None }).to_line().unwrap()
+    }
+
+    #[test]
+    fn writes_motchallenge_lines_of_confirmed_tracks() {
+        let input: String = (0..4).map(|s| line(s, 100.0 + 2.0 * s as f32)).collect();
+        let r = Replay { params: TrackParams::default(), labels: vec!["person".into()], camera: None, fps: Some(10.0) };
+        let mut out = Vec::new();
+        let st = replay(input.as_bytes(), &mut out, &r).unwrap();
+        assert_eq!(st, ReplayStats { frames: 4, detections: 4, boxes: 2, tracks: 1 });
+        assert_eq!(String::from_utf8(out).unwrap(), "3,1,104.0,10.0,20.0,50.0,0.900,-1,-1,-1\n4,1,106.0,10.0,20.0,50.0,0.900,-1,-1,-1\n");
+        let e = replay(format!("{}{}", line(1, 0.0), line(0, 0.0)).as_bytes(), Vec::new(), &r).unwrap_err();
+        assert_eq!(format!("{e:#}"), "line 2: frame 0 of camera cam0 after frame 1: frames must be in order");
+        let e = replay("{\"type\":\"frame\"}\n".as_bytes(), Vec::new(), &r).unwrap_err();
+        assert!(format!("{e:#}").starts_with("line 1: not a detections-socket line"), "{e:#}");
+        assert!(format!("{:#}", replay("".as_bytes(), Vec::new(), &r).unwrap_err()).starts_with("no frame line in the input"));
+        let typo = Replay { labels: vec!["persn".into()], ..r.clone() };
+        assert_eq!(format!("{:#}", replay(input.as_bytes(), Vec::new(), &typo).unwrap_err()), "--labels: no detection labelled persn in the input (labels seen: cat, person)");
+    }
+}

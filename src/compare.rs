@@ -1,0 +1,334 @@
+//! `zcpipe compare`: the same source through the same stages in zero-copy mode and in
+//! `--copy-mode`, alternating A B A B for R rounds so drift (thermal, other load) hits both
+//! alike, then one side-by-side table of medians, their ratio and their spread.
+//!
+//! Each round runs `zcpipe run ... --summary-json` as a child and reads its summary, so what
+//! is compared is exactly what a user's `zcpipe run` does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+
+use zcpipe_core::metrics::median;
+
+/// A checked `zcpipe compare` (built by the command line).
+#[derive(Clone, Debug)]
+pub struct CompareConfig {
+    /// The flags of each round's `zcpipe run` (each round adds `--copy-mode` or not).
+    pub run_flags: Vec<String>,
+    /// Rounds of A (zero-copy) then B (copy mode), 1..=50.
+    pub rounds: u32,
+    /// Print the comparison as JSON on stdout instead of a table.
+    pub json: bool,
+    /// Also draw the report (SVG) here; its folder exists.
+    pub report: Option<PathBuf>,
+    /// Whether the user gave `--copy-mode` (which compare ignores, and says so).
+    pub copy_mode_given: bool,
+}
+
+/// One metric in both modes: medians over rounds, spread (min..max), ratio copy / zero-copy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Metric name (`latency p50 total (µs)`, `copied bytes/frame capture->scale`, ...).
+    pub metric: String,
+    /// Median over the zero-copy rounds.
+    pub zero_copy: f64,
+    /// Median over the copy-mode rounds.
+    pub copy_mode: f64,
+    /// `copy_mode / zero_copy` (None when zero-copy is 0).
+    pub ratio: Option<f64>,
+    /// Min and max over the zero-copy rounds.
+    pub zero_copy_spread: [f64; 2],
+    /// Min and max over the copy-mode rounds.
+    pub copy_mode_spread: [f64; 2],
+}
+
+/// What `compare --json` prints.
+#[derive(Debug, Serialize)]
+pub struct Comparison {
+    /// The `zcpipe run` flags both modes used.
+    pub run_flags: Vec<String>,
+    /// Rounds of each mode.
+    pub rounds: u32,
+    /// Frames each run captured (must match across all runs).
+    pub frames: Vec<u64>,
+    /// The metrics.
+    pub rows: Vec<Row>,
+    /// Every run's summary, in the order run (A, B, A, B, ...).
+    pub runs: Vec<Value>,
+}
+
+fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> {
+    let summary = dir.join(format!("summary-{i}.json"));
+    let exe = std::env::current_exe()?;
+    let out = Command::new(exe)
+        .arg("run")
+        .args(flags)
+        .args(copy.then_some("--copy-mode"))
+        .args(["--no-print", "--stats-interval=0", "--quiet"])
+        .arg(format!("--run-dir={}", dir.join(format!("run-{i}")).display()))
+        .arg(format!("--publish={}", dir.join(format!("d-{i}.sock")).display()))
+        .arg(format!("--summary-json={}", summary.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("starting zcpipe run")?;
+    if !out.status.success() {
+        bail!("zcpipe run{} failed: {}", if copy { " --copy-mode" } else { "" }, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let text = std::fs::read_to_string(&summary).with_context(|| format!("reading {}", summary.display()))?;
+    let mut v: Value = serde_json::from_str(&text)?;
+    merge_cameras(&mut v);
+    Ok(v)
+}
+
+/// With several cameras a run's summary has one capture stage per camera
+/// (`stages["capture@NAME"]`): this adds their sum as `stages["capture"]` (frames, bytes
+/// copied, drops, CPU time, context switches, memory; the frame span from the first camera's
+/// first frame to the last one's last, its frames all cameras'), so the comparison reads
+/// one capture stage, as with one camera. A summary with a `capture` stage is left as it is.
+pub fn merge_cameras(summary: &mut Value) {
+    let Some(stages) = summary.get_mut("stages").and_then(|s| s.as_object_mut()) else { return };
+    if stages.contains_key("capture") {
+        return;
+    }
+    let cams: Vec<Value> = stages.iter().filter(|(k, _)| zcpipe_core::config::stage_camera(k).is_some()).map(|(_, v)| v.clone()).collect();
+    if cams.is_empty() {
+        return;
+    }
+    let sum = |path: &[&str]| -> f64 { cams.iter().map(|c| path.iter().fold(c, |v, k| &v[*k]).as_f64().unwrap_or(0.0)).sum() };
+    let mut merged = serde_json::json!({
+        "stage": "capture",
+        "frames_in": sum(&["frames_in"]),
+        "frames_out": sum(&["frames_out"]),
+        "copy_out": {"frames": sum(&["copy_out", "frames"]), "copied_bytes": sum(&["copy_out", "copied_bytes"]), "socket_bytes": sum(&["copy_out", "socket_bytes"])},
+        "output_ring": {"dropped": sum(&["output_ring", "dropped"]), "produced": sum(&["output_ring", "produced"]), "consumed": sum(&["output_ring", "consumed"])},
+        "process": {},
+    });
+    for k in ["user_us", "system_us", "voluntary_ctx", "involuntary_ctx", "rss_kib", "pss_kib"] {
+        merged["process"][k] = sum(&["process", k]).into();
+    }
+    let spans: Vec<zcpipe_core::metrics::FrameSpan> = cams.iter().filter_map(|c| serde_json::from_value(c["out_span"].clone()).ok()).collect();
+    if !spans.is_empty() {
+        let first = spans.iter().map(|s| s.first_s).fold(f64::INFINITY, f64::min);
+        let last = spans.iter().map(|s| s.last_s).fold(f64::NEG_INFINITY, f64::max);
+        merged["out_span"] = serde_json::json!({"frames": spans.iter().map(|s| s.frames).sum::<u64>(), "first_s": first, "last_s": last});
+    }
+    // Whole numbers stay whole (frames_out is read as an integer).
+    for k in ["frames_in", "frames_out"] {
+        merged[k] = (merged[k].as_f64().unwrap_or(0.0) as u64).into();
+    }
+    stages.insert("capture".into(), merged);
+}
+
+/// The metrics compared, from one run summary.
+pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let st = &s["stages"];
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    for series in zcpipe_core::metrics::SERIES {
+        let l = &st["publish"]["latency"][series];
+        m.insert(format!("latency p50 {series} (µs)"), f(&l["p50_us"]));
+        m.insert(format!("latency p99 {series} (µs)"), f(&l["p99_us"]));
+        m.insert(format!("latency max {series} (µs)"), f(&l["max_us"]));
+    }
+    // First to last frame out, as `zcpipe run`'s summary (N frames span N-1 intervals).
+    let fps = |stage: &str| {
+        serde_json::from_value::<zcpipe_core::metrics::FrameSpan>(st[stage]["out_span"].clone()).ok().and_then(|s| s.fps()).unwrap_or(0.0)
+    };
+    m.insert("fps published".into(), fps("publish"));
+    m.insert("fps captured".into(), fps("capture"));
+    for (up, down) in [("capture", "scale"), ("scale", "infer")] {
+        let frames = f(&st[up]["frames_out"]).max(1.0);
+        let copied = f(&st[up]["copy_out"]["copied_bytes"]) + f(&st[down]["copy_in"]["copied_bytes"]);
+        let socket = f(&st[up]["copy_out"]["socket_bytes"]) + f(&st[down]["copy_in"]["socket_bytes"]);
+        m.insert(format!("copied bytes/frame {up}->{down}"), copied / frames);
+        m.insert(format!("socket bytes/frame {up}->{down}"), socket / frames);
+        m.insert(format!("dropped {up}->{down}"), f(&st[up]["output_ring"]["dropped"]));
+    }
+    for stage in ["capture", "scale", "infer", "publish"] {
+        let r = &st[stage];
+        let n = f(&r["frames_in"]).max(1.0);
+        let p = &r["process"];
+        m.insert(format!("cpu µs/frame {stage}"), (f(&p["user_us"]) + f(&p["system_us"])) / n);
+        m.insert(format!("voluntary ctx switches/frame {stage}"), f(&p["voluntary_ctx"]) / n);
+        m.insert(format!("involuntary ctx switches/frame {stage}"), f(&p["involuntary_ctx"]) / n);
+        m.insert(format!("RSS MiB {stage}"), f(&p["rss_kib"]) / 1024.0);
+        m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
+    }
+    // With `--display`: what showing the camera costs in each mode (zero-copy scanout
+    // imports the camera's buffers; copy mode gets a copy of each frame over a socket and
+    // composes it with the CPU, as a plain viewer would).
+    let d = &st["display"];
+    if d.is_object() {
+        let n = f(&d["frames_in"]).max(1.0);
+        let p = &d["process"];
+        let c = &d["extra"]["display"]["counters"];
+        m.insert("fps shown display".into(), fps("display"));
+        m.insert("cpu µs/frame display".into(), (f(&p["user_us"]) + f(&p["system_us"])) / n);
+        m.insert("copied bytes/frame capture->display".into(), (f(&d["copy_in"]["copied_bytes"]) + f(&c["composed_bytes"])) / n);
+        m.insert("socket bytes/frame capture->display".into(), f(&d["copy_in"]["socket_bytes"]) / n);
+        m.insert("frames composed by the CPU display".into(), f(&c["composed"]));
+        m.insert("buffers imported display".into(), f(&c["imports"]));
+        m.insert("RSS MiB display".into(), f(&p["rss_kib"]) / 1024.0);
+    }
+    m
+}
+
+/// Runs the comparison; returns the exit code.
+pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
+    if a.copy_mode_given {
+        log::warn!("--copy-mode has no effect on compare: it runs every round in both modes");
+    }
+    let flags = a.run_flags.clone();
+    let dir = tempfile::Builder::new().prefix("zcpipe-compare-").tempdir().context("creating a temporary directory for the rounds' summaries")?;
+    let mut runs = vec![];
+    let mut per_mode: [Vec<BTreeMap<String, f64>>; 2] = [vec![], vec![]];
+    for round in 0..a.rounds {
+        for (k, copy) in [false, true].into_iter().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                bail!("stopped");
+            }
+            log::info!("round {} of {}: {}", round + 1, a.rounds, if copy { "copy mode" } else { "zero-copy" });
+            let s = one_run(&flags, copy, dir.path(), runs.len())?;
+            per_mode[k].push(metrics(&s));
+            runs.push(s);
+        }
+    }
+    let frames: Vec<u64> = runs.iter().map(|s| s["stages"]["capture"]["frames_out"].as_u64().unwrap_or(0)).collect();
+    if frames.iter().any(|f| *f != frames[0]) {
+        bail!("runs captured different frame counts {frames:?}: use a finite source with --frames");
+    }
+    let keys: Vec<String> = per_mode[0][0].keys().cloned().collect();
+    let rows: Vec<Row> = keys
+        .iter()
+        .map(|k| {
+            let mut z: Vec<f64> = per_mode[0].iter().map(|m| m[k]).collect();
+            let mut c: Vec<f64> = per_mode[1].iter().map(|m| m[k]).collect();
+            let spread = |v: &[f64]| [v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(f64::NEG_INFINITY, f64::max)];
+            let (zs, cs) = (spread(&z), spread(&c));
+            let (zm, cm) = (median(&mut z), median(&mut c));
+            Row { metric: k.clone(), zero_copy: zm, copy_mode: cm, ratio: (zm != 0.0).then(|| cm / zm), zero_copy_spread: zs, copy_mode_spread: cs }
+        })
+        .collect();
+    let cmp = Comparison { run_flags: flags, rounds: a.rounds, frames, rows, runs };
+    if let Some(path) = &a.report {
+        draw(&cmp, path)?;
+        log::info!("report drawn to {}", path.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&cmp)?);
+    } else {
+        print!("{}", table(&cmp));
+    }
+    Ok(0)
+}
+
+/// The side-by-side table (markdown).
+pub fn table(c: &Comparison) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "zcpipe compare: {} rounds of zero-copy vs --copy-mode, {} frames each; `zcpipe run {}`", c.rounds, c.frames.first().unwrap_or(&0), c.run_flags.join(" "));
+    let _ = writeln!(o, "\n| metric | zero-copy | copy mode | copy / zero | zero-copy spread | copy spread |");
+    let _ = writeln!(o, "|---|---:|---:|---:|---|---|");
+    for r in &c.rows {
+        let ratio = r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            o,
+            "| {} | {:.1} | {:.1} | {ratio} | {:.1}..{:.1} | {:.1}..{:.1} |",
+            r.metric, r.zero_copy, r.copy_mode, r.zero_copy_spread[0], r.zero_copy_spread[1], r.copy_mode_spread[0], r.copy_mode_spread[1]
+        );
+    }
+    o
+}
+
+fn draw(c: &Comparison, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let get = |name: &str| c.rows.iter().find(|r| r.metric == name).map(|r| (r.zero_copy, r.copy_mode)).unwrap_or((0.0, 0.0));
+    let stages = ["capture", "scale", "infer", "publish", "total"];
+    let bars: Vec<(f64, f64)> = stages.iter().map(|s| get(&format!("latency p50 {s} (µs)"))).collect();
+    let dist: Vec<(f64, f64)> = ["p50", "p99"].iter().map(|q| get(&format!("latency {q} total (µs)"))).collect();
+    let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (left, right) = root.split_horizontally(620);
+    pair_chart(&left, "p50 latency per stage (µs)", &stages, &bars, true)?;
+    pair_chart(&right, "end-to-end latency (µs)", &["p50", "p99"], &dist, false)?;
+    root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// One chart of `(zero-copy, copy mode)` bar pairs, one pair per label, on `area`; with a
+/// legend if `legend`.
+fn pair_chart(
+    area: &plotters::drawing::DrawingArea<plotters::backend::SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    labels: &[&str],
+    pairs: &[(f64, f64)],
+    legend: bool,
+) -> Result<()> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    let ymax = pairs.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
+    let mut ch = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..labels.len() as f64, 0f64..ymax)
+        .map_err(|e| err(&e))?;
+    ch.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(labels.len() * 2)
+        .x_label_formatter(&|x| labels.get(x.floor() as usize).filter(|_| (x.fract() - 0.5).abs() < 0.01).map(|s| s.to_string()).unwrap_or_default())
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (z, cp)) in pairs.iter().enumerate() {
+        let x = i as f64;
+        ch.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| err(&e))?;
+        ch.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| err(&e))?;
+    }
+    if legend {
+        for (name, colour) in [("zero-copy", BLUE), ("copy mode", RED)] {
+            ch.draw_series([Rectangle::new([(0.0, 0.0), (0.0, 0.0)], colour.filled())])
+                .map_err(|e| err(&e))?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        }
+        ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| err(&e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run with a display: its rows come from the display stage's report (CPU per frame
+    /// received, the copy-mode bytes it took from the socket plus what its CPU composed).
+    #[test]
+    fn a_display_stage_has_its_rows() {
+        let s = serde_json::json!({"stages": {
+            "capture": {"frames_out": 100, "out_span": {"frames": 100, "first_s": 0.0, "last_s": 3.3}},
+            "display": {"frames_in": 100, "frames_out": 90, "out_span": {"frames": 91, "first_s": 1.0, "last_s": 4.0},
+                "copy_in": {"frames": 100, "copied_bytes": 46_080_000u64, "socket_bytes": 46_080_000u64},
+                "process": {"user_us": 150_000, "system_us": 50_000, "rss_kib": 2048},
+                "extra": {"display": {"counters": {"composed": 90, "composed_bytes": 90 * 1024 * 768 * 4, "imports": 0}}}}
+        }});
+        let m = metrics(&s);
+        assert_eq!(m["fps shown display"], 30.0);
+        assert_eq!(m["cpu µs/frame display"], 2000.0);
+        assert_eq!(m["copied bytes/frame capture->display"], (46_080_000.0 + 90.0 * 1024.0 * 768.0 * 4.0) / 100.0);
+        assert_eq!(m["socket bytes/frame capture->display"], 460_800.0);
+        assert_eq!((m["frames composed by the CPU display"], m["buffers imported display"], m["RSS MiB display"]), (90.0, 0.0, 2.0));
+        // Without a display: no display rows.
+        let none = metrics(&serde_json::json!({"stages": {"capture": {}}}));
+        assert!(!none.keys().any(|k| k.contains("display")), "{none:?}");
+    }
+}
