@@ -58,7 +58,8 @@ fn main() {
 /// the head the outputs were recognised as).
 fn measure(dir: &Path, case: &Value, set: &str, t: f32, nms: f32, rounds: usize) -> ((f64, f64), usize, HeadKind) {
     let outs = case["outputs"].as_array().unwrap();
-    let data: Vec<(Vec<usize>, NpyData)> = outs.iter().map(|o| read_npy(&dir.join(o[set].as_str().unwrap())).unwrap()).collect();
+    let data: Vec<(Vec<usize>, NpyData)> =
+        outs.iter().map(|o| read_npy(&dir.join(o[set].as_str().unwrap())).unwrap()).collect();
     let quant = |o: &Value| Quant { zp: o["zp"].as_i64().unwrap() as i32, scale: o["scale"].as_f64().unwrap() as f32 };
     let infos: Vec<OutputInfo> = outs
         .iter()

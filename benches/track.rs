@@ -25,7 +25,11 @@ impl Lcg {
 /// `frames` frames of `n` objects.
 fn scene(n: usize, frames: usize) -> Vec<Vec<Observation>> {
     let mut r = Lcg(42);
-    let starts: Vec<(f32, f32, f32, f32)> = (0..n).map(|k| (40.0 + 150.0 * (k % 10) as f32, 40.0 + 200.0 * (k / 10) as f32, r.next() * 4.0 - 2.0, r.next() * 4.0 - 2.0)).collect();
+    let starts: Vec<(f32, f32, f32, f32)> = (0..n)
+        .map(|k| {
+            (40.0 + 150.0 * (k % 10) as f32, 40.0 + 200.0 * (k / 10) as f32, r.next() * 4.0 - 2.0, r.next() * 4.0 - 2.0)
+        })
+        .collect();
     (0..frames)
         .map(|f| {
             let mut dets: Vec<Observation> = starts
@@ -36,7 +40,11 @@ fn scene(n: usize, frames: usize) -> Vec<Vec<Observation>> {
                         return None;
                     }
                     let (x, y) = (x + vx * f as f32 + r.next() - 0.5, y + vy * f as f32 + r.next() - 0.5);
-                    Some(Observation { class_id: 0, score: if roll < 0.2 { 0.35 } else { 0.9 }, bbox: [x, y, x + 50.0, y + 120.0] })
+                    Some(Observation {
+                        class_id: 0,
+                        score: if roll < 0.2 { 0.35 } else { 0.9 },
+                        bbox: [x, y, x + 50.0, y + 120.0],
+                    })
                 })
                 .collect();
             let (x, y) = (r.next() * 1800.0, r.next() * 1000.0);

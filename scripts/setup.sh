@@ -48,5 +48,8 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found: install Rust with rustup (https://rustup.rs), then rerun" >&2
     exit 1
 fi
+# The toolchain rust-toolchain.toml pins (linked to the installed stable of that version
+# when rustup cannot download it).
+bash scripts/toolchain.sh
 echo "setup: building zcpipe (release; the first build takes several minutes: tract-onnx)"
 cargo build --release --locked

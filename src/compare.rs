@@ -81,7 +81,11 @@ fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> 
         .output()
         .context("starting zcpipe run")?;
     if !out.status.success() {
-        bail!("zcpipe run{} failed: {}", if copy { " --copy-mode" } else { "" }, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "zcpipe run{} failed: {}",
+            if copy { " --copy-mode" } else { "" },
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     let text = std::fs::read_to_string(&summary).with_context(|| format!("reading {}", summary.display()))?;
     let mut v: Value = serde_json::from_str(&text)?;
@@ -99,11 +103,14 @@ pub fn merge_cameras(summary: &mut Value) {
     if stages.contains_key("capture") {
         return;
     }
-    let cams: Vec<Value> = stages.iter().filter(|(k, _)| zcpipe_core::config::stage_camera(k).is_some()).map(|(_, v)| v.clone()).collect();
+    let cams: Vec<Value> =
+        stages.iter().filter(|(k, _)| zcpipe_core::config::stage_camera(k).is_some()).map(|(_, v)| v.clone()).collect();
     if cams.is_empty() {
         return;
     }
-    let sum = |path: &[&str]| -> f64 { cams.iter().map(|c| path.iter().fold(c, |v, k| &v[*k]).as_f64().unwrap_or(0.0)).sum() };
+    let sum = |path: &[&str]| -> f64 {
+        cams.iter().map(|c| path.iter().fold(c, |v, k| &v[*k]).as_f64().unwrap_or(0.0)).sum()
+    };
     let mut merged = serde_json::json!({
         "stage": "capture",
         "frames_in": sum(&["frames_in"]),
@@ -115,7 +122,8 @@ pub fn merge_cameras(summary: &mut Value) {
     for k in ["user_us", "system_us", "voluntary_ctx", "involuntary_ctx", "rss_kib", "pss_kib"] {
         merged["process"][k] = sum(&["process", k]).into();
     }
-    let spans: Vec<zcpipe_core::metrics::FrameSpan> = cams.iter().filter_map(|c| serde_json::from_value(c["out_span"].clone()).ok()).collect();
+    let spans: Vec<zcpipe_core::metrics::FrameSpan> =
+        cams.iter().filter_map(|c| serde_json::from_value(c["out_span"].clone()).ok()).collect();
     if !spans.is_empty() {
         let first = spans.iter().map(|s| s.first_s).fold(f64::INFINITY, f64::min);
         let last = spans.iter().map(|s| s.last_s).fold(f64::NEG_INFINITY, f64::max);
@@ -141,7 +149,10 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
     }
     // First to last frame out, as `zcpipe run`'s summary (N frames span N-1 intervals).
     let fps = |stage: &str| {
-        serde_json::from_value::<zcpipe_core::metrics::FrameSpan>(st[stage]["out_span"].clone()).ok().and_then(|s| s.fps()).unwrap_or(0.0)
+        serde_json::from_value::<zcpipe_core::metrics::FrameSpan>(st[stage]["out_span"].clone())
+            .ok()
+            .and_then(|s| s.fps())
+            .unwrap_or(0.0)
     };
     m.insert("fps published".into(), fps("publish"));
     m.insert("fps captured".into(), fps("capture"));
@@ -173,7 +184,10 @@ pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
         let c = &d["extra"]["display"]["counters"];
         m.insert("fps shown display".into(), fps("display"));
         m.insert("cpu µs/frame display".into(), (f(&p["user_us"]) + f(&p["system_us"])) / n);
-        m.insert("copied bytes/frame capture->display".into(), (f(&d["copy_in"]["copied_bytes"]) + f(&c["composed_bytes"])) / n);
+        m.insert(
+            "copied bytes/frame capture->display".into(),
+            (f(&d["copy_in"]["copied_bytes"]) + f(&c["composed_bytes"])) / n,
+        );
         m.insert("socket bytes/frame capture->display".into(), f(&d["copy_in"]["socket_bytes"]) / n);
         m.insert("frames composed by the CPU display".into(), f(&c["composed"]));
         m.insert("buffers imported display".into(), f(&c["imports"]));
@@ -188,7 +202,10 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
         log::warn!("--copy-mode has no effect on compare: it runs every round in both modes");
     }
     let flags = a.run_flags.clone();
-    let dir = tempfile::Builder::new().prefix("zcpipe-compare-").tempdir().context("creating a temporary directory for the rounds' summaries")?;
+    let dir = tempfile::Builder::new()
+        .prefix("zcpipe-compare-")
+        .tempdir()
+        .context("creating a temporary directory for the rounds' summaries")?;
     let mut runs = vec![];
     let mut per_mode: [Vec<BTreeMap<String, f64>>; 2] = [vec![], vec![]];
     for round in 0..a.rounds {
@@ -212,10 +229,19 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
         .map(|k| {
             let mut z: Vec<f64> = per_mode[0].iter().map(|m| m[k]).collect();
             let mut c: Vec<f64> = per_mode[1].iter().map(|m| m[k]).collect();
-            let spread = |v: &[f64]| [v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(f64::NEG_INFINITY, f64::max)];
+            let spread = |v: &[f64]| {
+                [v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(f64::NEG_INFINITY, f64::max)]
+            };
             let (zs, cs) = (spread(&z), spread(&c));
             let (zm, cm) = (median(&mut z), median(&mut c));
-            Row { metric: k.clone(), zero_copy: zm, copy_mode: cm, ratio: (zm != 0.0).then(|| cm / zm), zero_copy_spread: zs, copy_mode_spread: cs }
+            Row {
+                metric: k.clone(),
+                zero_copy: zm,
+                copy_mode: cm,
+                ratio: (zm != 0.0).then(|| cm / zm),
+                zero_copy_spread: zs,
+                copy_mode_spread: cs,
+            }
         })
         .collect();
     let cmp = Comparison { run_flags: flags, rounds: a.rounds, frames, rows, runs };
@@ -235,7 +261,13 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
 pub fn table(c: &Comparison) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let _ = writeln!(o, "zcpipe compare: {} rounds of zero-copy vs --copy-mode, {} frames each; `zcpipe run {}`", c.rounds, c.frames.first().unwrap_or(&0), c.run_flags.join(" "));
+    let _ = writeln!(
+        o,
+        "zcpipe compare: {} rounds of zero-copy vs --copy-mode, {} frames each; `zcpipe run {}`",
+        c.rounds,
+        c.frames.first().unwrap_or(&0),
+        c.run_flags.join(" ")
+    );
     let _ = writeln!(o, "\n| metric | zero-copy | copy mode | copy / zero | zero-copy spread | copy spread |");
     let _ = writeln!(o, "|---|---:|---:|---:|---|---|");
     for r in &c.rows {
@@ -243,7 +275,13 @@ pub fn table(c: &Comparison) -> String {
         let _ = writeln!(
             o,
             "| {} | {:.1} | {:.1} | {ratio} | {:.1}..{:.1} | {:.1}..{:.1} |",
-            r.metric, r.zero_copy, r.copy_mode, r.zero_copy_spread[0], r.zero_copy_spread[1], r.copy_mode_spread[0], r.copy_mode_spread[1]
+            r.metric,
+            r.zero_copy,
+            r.copy_mode,
+            r.zero_copy_spread[0],
+            r.zero_copy_spread[1],
+            r.copy_mode_spread[0],
+            r.copy_mode_spread[1]
         );
     }
     o
@@ -251,7 +289,8 @@ pub fn table(c: &Comparison) -> String {
 
 fn draw(c: &Comparison, path: &Path) -> Result<()> {
     use plotters::prelude::*;
-    let get = |name: &str| c.rows.iter().find(|r| r.metric == name).map(|r| (r.zero_copy, r.copy_mode)).unwrap_or((0.0, 0.0));
+    let get =
+        |name: &str| c.rows.iter().find(|r| r.metric == name).map(|r| (r.zero_copy, r.copy_mode)).unwrap_or((0.0, 0.0));
     let stages = ["capture", "scale", "infer", "publish", "total"];
     let bars: Vec<(f64, f64)> = stages.iter().map(|s| get(&format!("latency p50 {s} (µs)"))).collect();
     let dist: Vec<(f64, f64)> = ["p50", "p99"].iter().map(|q| get(&format!("latency {q} total (µs)"))).collect();
@@ -286,7 +325,13 @@ fn pair_chart(
     ch.configure_mesh()
         .disable_x_mesh()
         .x_labels(labels.len() * 2)
-        .x_label_formatter(&|x| labels.get(x.floor() as usize).filter(|_| (x.fract() - 0.5).abs() < 0.01).map(|s| s.to_string()).unwrap_or_default())
+        .x_label_formatter(&|x| {
+            labels
+                .get(x.floor() as usize)
+                .filter(|_| (x.fract() - 0.5).abs() < 0.01)
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        })
         .draw()
         .map_err(|e| err(&e))?;
     for (i, (z, cp)) in pairs.iter().enumerate() {
@@ -326,7 +371,10 @@ mod tests {
         assert_eq!(m["cpu µs/frame display"], 2000.0);
         assert_eq!(m["copied bytes/frame capture->display"], (46_080_000.0 + 90.0 * 1024.0 * 768.0 * 4.0) / 100.0);
         assert_eq!(m["socket bytes/frame capture->display"], 460_800.0);
-        assert_eq!((m["frames composed by the CPU display"], m["buffers imported display"], m["RSS MiB display"]), (90.0, 0.0, 2.0));
+        assert_eq!(
+            (m["frames composed by the CPU display"], m["buffers imported display"], m["RSS MiB display"]),
+            (90.0, 0.0, 2.0)
+        );
         // Without a display: no display rows.
         let none = metrics(&serde_json::json!({"stages": {"capture": {}}}));
         assert!(!none.keys().any(|k| k.contains("display")), "{none:?}");

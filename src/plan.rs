@@ -137,7 +137,9 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         (io, Some(_)) => (io.or(Some(CaptureIo::Mmap)), "the driver's buffers, exported with VIDIOC_EXPBUF".into()),
         (io, None) => (io, String::new()),
     };
-    let alloc = crate::doctor::quietly(|| Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf"), &board::path("/dev/dri")))?;
+    let alloc = crate::doctor::quietly(|| {
+        Allocator::open(heap, &heap_dir, &board::path("/dev/udmabuf"), &board::path("/dev/dri"))
+    })?;
     let heap_what = alloc.describe();
     let heap_why = if rga && matches!(alloc, Allocator::Memfd) {
         format!("{heap_why}; no dma-buf heap or udmabuf here, so pools are memfds, which a real RGA cannot import (only the test fakes can): enable CONFIG_DMABUF_HEAPS_SYSTEM, or --scaler cpu")
@@ -168,7 +170,12 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         (Decoder::Cpu, true) => format!("{source_what} decoded by ffmpeg on the CPU"),
         (Decoder::Cpu, false) => source_what,
     };
-    let source_why = [i.source.reason.as_str(), io_why.as_str(), decoder_why.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("; ");
+    let source_why = [i.source.reason.as_str(), io_why.as_str(), decoder_why.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("; ");
     let scaler_what = match &i.scaler.kind {
         ScalerKind::Rga => format!("rga ({})", i.scaler.rga_core.name()),
         k => k.to_string(),
@@ -180,12 +187,19 @@ pub fn make(i: Inputs) -> anyhow::Result<Plan> {
         DetectorKind::Replay => format!("replay {} (detections read from the file)", i.infer.model.display()),
         DetectorKind::Auto => format!("auto {}", i.infer.model.display()),
     };
-    let infer_why = if i.infer.cores_reason.is_empty() { i.infer.reason.clone() } else { format!("{}; cores: {}", i.infer.reason, i.infer.cores_reason) };
+    let infer_why = if i.infer.cores_reason.is_empty() {
+        i.infer.reason.clone()
+    } else {
+        format!("{}; cores: {}", i.infer.reason, i.infer.cores_reason)
+    };
     Ok(Plan {
         sources: vec![Step { what: source_what, why: source_why }],
         scaler: Step { what: scaler_what, why: i.scaler.reason.clone() },
         infer: Step { what: infer_what, why: infer_why },
-        outputs: vec![Step { what: i.publish.display().to_string(), why: "the detections socket (JSON lines, any number of local clients)".into() }],
+        outputs: vec![Step {
+            what: i.publish.display().to_string(),
+            why: "the detections socket (JSON lines, any number of local clients)".into(),
+        }],
         heap: Step { what: heap_what, why: heap_why },
         copy_mode: i.copy_mode,
         resolved: Resolved {
@@ -206,13 +220,24 @@ impl Plan {
         let sources: Vec<&str> = self.sources.iter().map(|s| s.what.as_str()).collect();
         let outputs: Vec<&str> = self.outputs.iter().map(|s| s.what.as_str()).collect();
         let copy = if self.copy_mode { "; copy mode (CPU copies at every hop)" } else { "" };
-        format!("plan: {} -> {} -> {} -> {}; heap {}{copy}", sources.join(" + "), self.scaler.what, self.infer.what, outputs.join(" + "), self.heap.what)
+        format!(
+            "plan: {} -> {} -> {} -> {}; heap {}{copy}",
+            sources.join(" + "),
+            self.scaler.what,
+            self.infer.what,
+            outputs.join(" + "),
+            self.heap.what
+        )
     }
 
     /// The line, then one `  why: ...` line per choice.
     pub fn text(&self) -> String {
         let mut s = self.line() + "\n";
-        for (name, step) in self.sources.iter().map(|st| ("source", st)).chain([("scaler", &self.scaler), ("infer", &self.infer), ("heap", &self.heap)]) {
+        for (name, step) in self.sources.iter().map(|st| ("source", st)).chain([
+            ("scaler", &self.scaler),
+            ("infer", &self.infer),
+            ("heap", &self.heap),
+        ]) {
             if !step.why.is_empty() {
                 s += &format!("  {name}: {}\n", step.why);
             }

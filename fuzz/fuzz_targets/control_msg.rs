@@ -20,8 +20,13 @@ fuzz_target!(|data: &[u8]| {
     let Some((&n_fds, bytes)) = data.split_first() else { return };
     let Ok(msg) = ControlMsg::decode(bytes) else { return };
     let once = msg.encode().expect("a decoded message encodes");
-    let back = ControlMsg::decode(&once).unwrap_or_else(|e| panic!("{} does not decode: {e}", String::from_utf8_lossy(&once)));
-    assert_eq!(String::from_utf8_lossy(&back.encode().unwrap()), String::from_utf8_lossy(&once), "decode(encode(m)) re-encodes differently");
+    let back =
+        ControlMsg::decode(&once).unwrap_or_else(|e| panic!("{} does not decode: {e}", String::from_utf8_lossy(&once)));
+    assert_eq!(
+        String::from_utf8_lossy(&back.encode().unwrap()),
+        String::from_utf8_lossy(&once),
+        "decode(encode(m)) re-encodes differently"
+    );
     match &msg {
         ControlMsg::Offer(o) => offer(o, n_fds as usize),
         ControlMsg::Hello { want: Some(w), .. } => wanted(w),
@@ -60,9 +65,14 @@ fn wanted(w: &WantedInput) {
             assert!(in_range, "accepted {w:?}");
             assert_eq!((l.fourcc, l.width, l.height, l.num_planes), (fourcc, w.width, w.height, 1), "{w:?}");
             let p = l.planes[0];
-            assert_eq!((p.offset, p.bytesperline as u64, p.length as u64, p.fd_index), (0, bpl, bpl * w.height as u64, 0), "{w:?}");
+            assert_eq!(
+                (p.offset, p.bytesperline as u64, p.length as u64, p.fd_index),
+                (0, bpl, bpl * w.height as u64, 0),
+                "{w:?}"
+            );
             assert!(l.bytes_needed() <= 1 << 30);
-            l.validate(&[l.bytes_needed()]).unwrap_or_else(|e| panic!("{w:?} gives a layout that does not fit its own buffer: {e}"));
+            l.validate(&[l.bytes_needed()])
+                .unwrap_or_else(|e| panic!("{w:?} gives a layout that does not fit its own buffer: {e}"));
         }
         Err(e) => assert!(!in_range, "refused {w:?}: {e}"),
     }

@@ -63,6 +63,8 @@ fn expected(d: &FrameDesc, pool: &[Vec<u64>]) -> bool {
         let last_row_end = offset + (rows - 1) * bpl + row;
         bpl >= row
             && length >= last_row_end - offset
-            && sizes.get(p.fd_index as usize).is_some_and(|&size| offset + length <= size as u128 && last_row_end <= size as u128)
+            && sizes
+                .get(p.fd_index as usize)
+                .is_some_and(|&size| offset + length <= size as u128 && last_row_end <= size as u128)
     })
 }

@@ -41,7 +41,9 @@ fuzz_target!(|data: &[u8]| {
         let parsed = SocketLine::parse(line);
         if let Ok(v) = &parsed {
             let again = v.to_line().expect("a socket line serialises");
-            let back = SocketLine::parse(&again).unwrap_or_else(|e| panic!("{line:?} reads as {v:?}, written back as {again:?}, which does not read: {e}"));
+            let back = SocketLine::parse(&again).unwrap_or_else(|e| {
+                panic!("{line:?} reads as {v:?}, written back as {again:?}, which does not read: {e}")
+            });
             assert_eq!(&back, v, "{line:?} written back as {again:?}");
         }
         let is_frame = matches!(parsed, Ok(SocketLine::Frame(_)));
@@ -71,4 +73,3 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&want));
     assert_eq!(frames, n, "frames counted");
 });
-

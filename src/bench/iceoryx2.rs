@@ -145,11 +145,14 @@ impl Iox2End {
             .max_loaned_samples(1)
             .create()
             .map_err(iox("creating the publisher"))?;
-        let subscriber = rx_data.subscriber_builder().buffer_size(1).create().map_err(iox("creating the subscriber"))?;
+        let subscriber =
+            rx_data.subscriber_builder().buffer_size(1).create().map_err(iox("creating the subscriber"))?;
         let notifier = tx_event.notifier_builder().create().map_err(iox("creating the notifier"))?;
         let listener = rx_event.listener_builder().create().map_err(iox("creating the listener"))?;
         let start = Instant::now();
-        while tx_data.dynamic_config().number_of_subscribers() < 1 || tx_event.dynamic_config().number_of_listeners() < 1 {
+        while tx_data.dynamic_config().number_of_subscribers() < 1
+            || tx_event.dynamic_config().number_of_listeners() < 1
+        {
             abort_check()?;
             if start.elapsed() >= CONNECT_TIMEOUT {
                 bail!("iceoryx2: the peer's subscriber and listener did not appear within {CONNECT_TIMEOUT:?}");

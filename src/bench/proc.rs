@@ -63,8 +63,12 @@ impl SignalGuard {
     /// that they interrupt blocking calls.
     pub(crate) fn install() -> Result<SignalGuard> {
         let mut old = vec![];
-        let table: [(Signal, extern "C" fn(libc::c_int)); 4] =
-            [(Signal::SIGCHLD, on_child), (Signal::SIGALRM, on_alarm), (Signal::SIGINT, on_interrupt), (Signal::SIGTERM, on_interrupt)];
+        let table: [(Signal, extern "C" fn(libc::c_int)); 4] = [
+            (Signal::SIGCHLD, on_child),
+            (Signal::SIGALRM, on_alarm),
+            (Signal::SIGINT, on_interrupt),
+            (Signal::SIGTERM, on_interrupt),
+        ];
         for (sig, h) in table {
             let act = SigAction::new(SigHandler::Handler(h), SaFlags::SA_NOCLDSTOP, SigSet::empty());
             // SAFETY: every handler only does atomic loads and stores and kill(2), all
@@ -145,7 +149,9 @@ impl Placement {
     pub(crate) fn describe(&self) -> String {
         let list = self.allowed.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
         match (self.timing_cpu, self.echo_cpu) {
-            (Some(a), Some(b)) => format!("timing process pinned to CPU {a}, echo process to CPU {b} (sched_setaffinity; allowed CPUs: {list})"),
+            (Some(a), Some(b)) => format!(
+                "timing process pinned to CPU {a}, echo process to CPU {b} (sched_setaffinity; allowed CPUs: {list})"
+            ),
             _ => format!(
                 "ONLY ONE CPU available (allowed: {list}): both processes run unpinned on it, spin loops yield, \
                  and the numbers measure context switches, not a transfer between cores"
@@ -285,7 +291,14 @@ fn reap(child: Pid, kill_now: bool) -> Result<WaitStatus> {
     }
 }
 
-fn echo_main(pair: Box<dyn Pair>, cpu: Option<usize>, messages: u64, parent: Pid, release: OwnedFd, err: OwnedFd) -> i32 {
+fn echo_main(
+    pair: Box<dyn Pair>,
+    cpu: Option<usize>,
+    messages: u64,
+    parent: Pid,
+    release: OwnedFd,
+    err: OwnedFd,
+) -> i32 {
     let run = || -> Result<()> {
         nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("PR_SET_PDEATHSIG")?;
         if getppid() != parent {

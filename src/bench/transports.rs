@@ -89,10 +89,17 @@ pub(crate) fn prepare(t: Transport, ctx: &Ctx) -> Result<Prepared> {
                     }
                 }
             }
-            Prepared::Ready(Box::new(StreamPair { parent: (p2c_w, c2p_r), child: (c2p_w, p2c_r), len, n, what: "pipe" }))
+            Prepared::Ready(Box::new(StreamPair {
+                parent: (p2c_w, c2p_r),
+                child: (c2p_w, p2c_r),
+                len,
+                n,
+                what: "pipe",
+            }))
         }
         Transport::Unix => {
-            let (a, b) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC).context("socketpair(AF_UNIX, SOCK_STREAM)")?;
+            let (a, b) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+                .context("socketpair(AF_UNIX, SOCK_STREAM)")?;
             let (a2, b2) = (a.try_clone()?, b.try_clone()?);
             Prepared::Ready(Box::new(StreamPair { parent: (a, a2), child: (b, b2), len, n, what: "unix socket" }))
         }
@@ -117,7 +124,13 @@ pub(crate) fn prepare(t: Transport, ctx: &Ctx) -> Result<Prepared> {
                 Transport::ShmInplace => ShmMode::InPlace,
                 _ => ShmMode::Spin,
             };
-            Prepared::Ready(Box::new(ShmPair { shm: Shm::new(len, n)?, ab: bell()?, ba: bell()?, mode, spin_yield: ctx.single_cpu }))
+            Prepared::Ready(Box::new(ShmPair {
+                shm: Shm::new(len, n)?,
+                ab: bell()?,
+                ba: bell()?,
+                mode,
+                spin_yield: ctx.single_cpu,
+            }))
         }
         Transport::Ring | Transport::RingDesc | Transport::RingSpin => {
             let spin = if t == Transport::RingSpin { RING_SPIN } else { Duration::ZERO };
@@ -297,12 +310,24 @@ impl Pair for StreamPair {
     fn parent(self: Box<Self>) -> Result<Box<dyn Endpoint>> {
         let s = *self;
         drop(s.child);
-        Ok(Box::new(StreamEnd { tx: s.parent.0, rx: s.parent.1, send: Private::new(s.len, s.n), recv: Private::new(s.len, s.n), what: s.what }))
+        Ok(Box::new(StreamEnd {
+            tx: s.parent.0,
+            rx: s.parent.1,
+            send: Private::new(s.len, s.n),
+            recv: Private::new(s.len, s.n),
+            what: s.what,
+        }))
     }
     fn child(self: Box<Self>) -> Result<Box<dyn Endpoint>> {
         let s = *self;
         drop(s.parent);
-        Ok(Box::new(StreamEnd { tx: s.child.0, rx: s.child.1, send: Private::new(s.len, s.n), recv: Private::new(s.len, s.n), what: s.what }))
+        Ok(Box::new(StreamEnd {
+            tx: s.child.0,
+            rx: s.child.1,
+            send: Private::new(s.len, s.n),
+            recv: Private::new(s.len, s.n),
+            what: s.what,
+        }))
     }
 }
 
@@ -343,7 +368,12 @@ impl Mq {
         // SAFETY: `cname` is a valid C string; with O_CREAT mq_open reads a mode_t and a
         // pointer to `attr`, which lives across the call.
         let d = unsafe {
-            libc::mq_open(cname.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600 as libc::mode_t, &attr as *const libc::mq_attr)
+            libc::mq_open(
+                cname.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600 as libc::mode_t,
+                &attr as *const libc::mq_attr,
+            )
         };
         if d < 0 {
             return Err(Errno::last());
@@ -411,7 +441,9 @@ struct MqEnd {
 fn mq_pair(ctx: &Ctx) -> Result<std::result::Result<MqPair, String>> {
     let len = ctx.size.bytes;
     let Some(max) = mq_msgsize_max() else {
-        return Ok(Err("no POSIX message queues here (/proc/sys/fs/mqueue missing: kernel without CONFIG_POSIX_MQUEUE?)".into()));
+        return Ok(Err(
+            "no POSIX message queues here (/proc/sys/fs/mqueue missing: kernel without CONFIG_POSIX_MQUEUE?)".into(),
+        ));
     };
     if len > max {
         // Root could go past it (CAP_SYS_RESOURCE); the table keeps to what any user gets.
@@ -420,7 +452,9 @@ fn mq_pair(ctx: &Ctx) -> Result<std::result::Result<MqPair, String>> {
     let open = |dir: &str| -> Result<std::result::Result<Mq, String>> {
         match Mq::create(&format!("/zcpipe-bench-{}-{}-{dir}", std::process::id(), ctx.tag), len) {
             Ok(q) => Ok(Ok(q)),
-            Err(Errno::EMFILE) => Ok(Err(format!("mq_open: EMFILE: two queues of {len} B exceed RLIMIT_MSGQUEUE (ulimit -q)"))),
+            Err(Errno::EMFILE) => {
+                Ok(Err(format!("mq_open: EMFILE: two queues of {len} B exceed RLIMIT_MSGQUEUE (ulimit -q)")))
+            }
             Err(Errno::ENOSYS) => Ok(Err("mq_open: ENOSYS: kernel without POSIX message queues".into())),
             Err(e) => Err(anyhow!("mq_open of a {len}-byte queue: {e}")),
         }
@@ -438,10 +472,20 @@ fn mq_pair(ctx: &Ctx) -> Result<std::result::Result<MqPair, String>> {
 
 impl Pair for MqPair {
     fn parent(self: Box<Self>) -> Result<Box<dyn Endpoint>> {
-        Ok(Box::new(MqEnd { tx: self.p2c, rx: self.c2p, send: Private::new(self.len, self.n), recv: Private::new(self.len, self.n) }))
+        Ok(Box::new(MqEnd {
+            tx: self.p2c,
+            rx: self.c2p,
+            send: Private::new(self.len, self.n),
+            recv: Private::new(self.len, self.n),
+        }))
     }
     fn child(self: Box<Self>) -> Result<Box<dyn Endpoint>> {
-        Ok(Box::new(MqEnd { tx: self.c2p, rx: self.p2c, send: Private::new(self.len, self.n), recv: Private::new(self.len, self.n) }))
+        Ok(Box::new(MqEnd {
+            tx: self.c2p,
+            rx: self.p2c,
+            send: Private::new(self.len, self.n),
+            recv: Private::new(self.len, self.n),
+        }))
     }
 }
 
@@ -544,7 +588,10 @@ struct ShmEnd {
 impl ShmPair {
     fn end(self, tx_dir: usize) -> Box<dyn Endpoint> {
         let (tx, rx) = if tx_dir == 0 { (self.ab, self.ba) } else { (self.ba, self.ab) };
-        let src = Private::new(if self.mode == ShmMode::Copy { self.shm.len } else { 0 }, if self.mode == ShmMode::Copy { self.shm.n } else { 1 });
+        let src = Private::new(
+            if self.mode == ShmMode::Copy { self.shm.len } else { 0 },
+            if self.mode == ShmMode::Copy { self.shm.n } else { 1 },
+        );
         Box::new(ShmEnd { shm: self.shm, tx_dir, tx, rx, mode: self.mode, spin_yield: self.spin_yield, src })
     }
 }
@@ -653,7 +700,15 @@ fn hello() -> ControlMsg {
 }
 
 fn spec(layout: FrameLayout, memory: String) -> HopSpec {
-    HopSpec { policy: RingPolicy::DropOldest, capacity: 4, memory, layout: Some(layout), fps: 0.0, copy_mode: false, description: "zcpipe bench ipc".into() }
+    HopSpec {
+        policy: RingPolicy::DropOldest,
+        capacity: 4,
+        memory,
+        layout: Some(layout),
+        fps: 0.0,
+        copy_mode: false,
+        description: "zcpipe bench ipc".into(),
+    }
 }
 
 /// Producer side of a hop: takes the consumer's hello, offers the pool.

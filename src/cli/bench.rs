@@ -5,8 +5,8 @@
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
-use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
 use super::common::choice;
+use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
 use crate::bench::BenchConfig;
 use zcpipe_core::dmabuf::HeapChoice;
 
@@ -86,13 +86,22 @@ impl IpcArgs {
             bail!("{NO_ICEORYX2}");
         }
         let measurable = Transport::measurable();
-        let want: Vec<Transport> = if self.transports.is_empty() { measurable.clone() } else { self.transports.clone() };
+        let want: Vec<Transport> =
+            if self.transports.is_empty() { measurable.clone() } else { self.transports.clone() };
         let transports = measurable.into_iter().filter(|t| *t == Transport::None || want.contains(t)).collect();
         let cpus = match self.cpus.as_deref() {
             None => None,
             Some([x, y]) => Some([*x, *y]),
             Some(v) => bail!("--cpus takes two CPU numbers, e.g. --cpus 0,1 (got {})", v.len()),
         };
-        Ok(IpcConfig { sizes, transports, rounds: self.rounds.max(1), iters: self.iters, cold: self.cold, cpus, heap: self.heap })
+        Ok(IpcConfig {
+            sizes,
+            transports,
+            rounds: self.rounds.max(1),
+            iters: self.iters,
+            cold: self.cold,
+            cpus,
+            heap: self.heap,
+        })
     }
 }

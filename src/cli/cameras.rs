@@ -115,7 +115,8 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
     if groups.is_empty() {
         return Ok(vec![("cam0".to_string(), shared.clone())]);
     }
-    let base: Vec<String> = shared.flags().into_iter().filter(|f| !f.starts_with("--source=") && !f.starts_with("--camera=")).collect();
+    let base: Vec<String> =
+        shared.flags().into_iter().filter(|f| !f.starts_with("--source=") && !f.starts_with("--camera=")).collect();
     let mut cams: Vec<(String, CaptureArgs)> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
         let name = g.name.clone().unwrap_or_else(|| format!("cam{i}"));
@@ -127,8 +128,15 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
         let mut capture = one.capture;
         // Options given once for every camera that apply to network cameras only
         // (`--rtsp-transport`, `--wait-for-camera`) are left out for the others.
-        if let Ok(spec) = capture.source.parse::<zcpipe_capture::spec::SourceSpec>().map_err(drop).and_then(|s| if groups.len() > 1 { Ok(s) } else { Err(()) }) {
-            let rtsp = matches!(&spec, zcpipe_capture::spec::SourceSpec::Network(u) if zcpipe_capture::network::is_rtsp(u));
+        if let Ok(spec) = capture.source.parse::<zcpipe_capture::spec::SourceSpec>().map_err(drop).and_then(|s| {
+            if groups.len() > 1 {
+                Ok(s)
+            } else {
+                Err(())
+            }
+        }) {
+            let rtsp =
+                matches!(&spec, zcpipe_capture::spec::SourceSpec::Network(u) if zcpipe_capture::network::is_rtsp(u));
             if !spec.is_network() {
                 capture.wait_for_camera = false;
             }
@@ -137,7 +145,10 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
             }
             // `--decoder` given once applies to the compressed sources (files, streams, MJPEG
             // cameras); a test pattern or still images have none.
-            if matches!(spec, zcpipe_capture::spec::SourceSpec::Image(_) | zcpipe_capture::spec::SourceSpec::TestSrc { .. }) {
+            if matches!(
+                spec,
+                zcpipe_capture::spec::SourceSpec::Image(_) | zcpipe_capture::spec::SourceSpec::TestSrc { .. }
+            ) {
                 capture.decoder = None;
             }
         }
@@ -187,8 +198,19 @@ mod tests {
         assert_eq!(split_name("image:/p/a=b.png").unwrap(), (None, "image:/p/a=b.png".into()));
         assert_eq!(split_name("rtsp://u:p@h/x?a=b").unwrap(), (None, "rtsp://u:p@h/x?a=b".into()));
         assert_eq!(split_name("testsrc").unwrap(), (None, "testsrc".into()));
-        assert_eq!(split_name("door_2-b=v4l2:/dev/video0").unwrap(), (Some("door_2-b".into()), "v4l2:/dev/video0".into()));
-        for bad in ["Front=testsrc", "my cam=testsrc", "a+b=testsrc", "a#=testsrc", "a/b=testsrc", "x=", &format!("{}=testsrc", "a".repeat(33))] {
+        assert_eq!(
+            split_name("door_2-b=v4l2:/dev/video0").unwrap(),
+            (Some("door_2-b".into()), "v4l2:/dev/video0".into())
+        );
+        for bad in [
+            "Front=testsrc",
+            "my cam=testsrc",
+            "a+b=testsrc",
+            "a#=testsrc",
+            "a/b=testsrc",
+            "x=",
+            &format!("{}=testsrc", "a".repeat(33)),
+        ] {
             let e = split_name(bad).expect_err(bad).to_string();
             assert!(e.contains("camera name") || e.contains("no source"), "{bad}: {e}");
         }
@@ -197,7 +219,20 @@ mod tests {
     #[test]
     fn per_camera_options_follow_their_source_and_the_rest_stays() {
         let (rest, groups) = split(os(&[
-            "zcpipe", "-v", "run", "--fps", "10", "--frames=5", "--source", "front=testsrc:64x48", "--fps=5", "--size", "640x480", "--source=testsrc", "--scaler", "cpu",
+            "zcpipe",
+            "-v",
+            "run",
+            "--fps",
+            "10",
+            "--frames=5",
+            "--source",
+            "front=testsrc:64x48",
+            "--fps=5",
+            "--size",
+            "640x480",
+            "--source=testsrc",
+            "--scaler",
+            "cpu",
             "--capture-io=dmabuf",
         ]))
         .unwrap();
@@ -205,7 +240,11 @@ mod tests {
         assert_eq!(
             groups,
             vec![
-                CameraGroup { name: Some("front".into()), source: "testsrc:64x48".into(), flags: vec!["--fps=5".into(), "--size=640x480".into()] },
+                CameraGroup {
+                    name: Some("front".into()),
+                    source: "testsrc:64x48".into(),
+                    flags: vec!["--fps=5".into(), "--size=640x480".into()]
+                },
                 CameraGroup { name: None, source: "testsrc".into(), flags: vec!["--capture-io=dmabuf".into()] },
             ]
         );
@@ -220,22 +259,34 @@ mod tests {
     #[test]
     fn each_camera_gets_the_shared_options_and_its_own() {
         let shared = OneCamera::try_parse_from(["--fps=10", "--frames=7"]).unwrap().capture;
-        let (_, groups) = split(os(&["zcpipe", "run", "--source", "a=testsrc:64x48", "--fps", "5", "--source", "testsrc:32x32"])).unwrap();
+        let (_, groups) =
+            split(os(&["zcpipe", "run", "--source", "a=testsrc:64x48", "--fps", "5", "--source", "testsrc:32x32"]))
+                .unwrap();
         let cams = camera_args(&shared, &groups).unwrap();
-        assert_eq!(cams.iter().map(|(n, a)| (n.as_str(), a.source.as_str(), a.fps, a.frames)).collect::<Vec<_>>(), vec![
-            ("a", "testsrc:64x48", Some(5.0), Some(7)),
-            ("cam1", "testsrc:32x32", Some(10.0), Some(7)),
-        ]);
-        let (_, twice) = split(os(&["zcpipe", "run", "--source", "a=video:x.mp4", "--source", "b=video:x.mp4"])).unwrap();
+        assert_eq!(
+            cams.iter().map(|(n, a)| (n.as_str(), a.source.as_str(), a.fps, a.frames)).collect::<Vec<_>>(),
+            vec![("a", "testsrc:64x48", Some(5.0), Some(7)), ("cam1", "testsrc:32x32", Some(10.0), Some(7)),]
+        );
+        let (_, twice) =
+            split(os(&["zcpipe", "run", "--source", "a=video:x.mp4", "--source", "b=video:x.mp4"])).unwrap();
         let e = camera_args(&shared, &twice).unwrap_err().to_string();
         assert!(e.contains("given twice (cameras a and b)"), "{e}");
         // The same file under two spellings.
         let root = env!("CARGO_MANIFEST_DIR");
-        let (_, twice) = split(os(&["zcpipe", "run", "--source", &format!("a=image:{root}/tests/data/dog.jpg"), "--source", &format!("b=image:{root}/tests/../tests/data/dog.jpg")])).unwrap();
+        let (_, twice) = split(os(&[
+            "zcpipe",
+            "run",
+            "--source",
+            &format!("a=image:{root}/tests/data/dog.jpg"),
+            "--source",
+            &format!("b=image:{root}/tests/../tests/data/dog.jpg"),
+        ]))
+        .unwrap();
         let e = camera_args(&shared, &twice).unwrap_err().to_string();
         assert!(e.contains("(cameras a and b)"), "{e}");
         // An unnamed camera whose default name another camera was given.
-        let (_, clash) = split(os(&["zcpipe", "run", "--source", "cam1=testsrc", "--source", "testsrc:64x48"])).unwrap();
+        let (_, clash) =
+            split(os(&["zcpipe", "run", "--source", "cam1=testsrc", "--source", "testsrc:64x48"])).unwrap();
         let e = camera_args(&shared, &clash).unwrap_err().to_string();
         assert!(e.contains("camera 2 (--source testsrc:64x48) is unnamed, so it is called cam1"), "{e}");
         let (_, same) = split(os(&["zcpipe", "run", "--source", "a=testsrc", "--source", "a=testsrc:64x48"])).unwrap();

@@ -4,10 +4,10 @@
 use anyhow::Result;
 use clap::Args;
 
+use zcpipe_capture::decoder::DecoderChoice;
 use zcpipe_capture::network::{is_rtsp, RtspTransport};
 use zcpipe_capture::spec::{check_fps, check_v4l2_only_flags, fps_name, parse_fps, SourceSpec, FPS_MAX};
 use zcpipe_capture::v4l2::{parse_format, parse_size, CaptureIo};
-use zcpipe_capture::decoder::DecoderChoice;
 use zcpipe_capture::CaptureConfig;
 use zcpipe_core::config::Choice;
 
@@ -78,19 +78,32 @@ impl CaptureArgs {
         }
         match &source {
             SourceSpec::Network(url) if self.rtsp_transport.is_some() && !is_rtsp(url) => {
-                anyhow::bail!("--rtsp-transport applies to rtsp:// and rtsps:// sources; {} is not RTSP", source.redacted())
+                anyhow::bail!(
+                    "--rtsp-transport applies to rtsp:// and rtsps:// sources; {} is not RTSP",
+                    source.redacted()
+                )
             }
             SourceSpec::Network(_) => {}
             _ if self.rtsp_transport.is_some() || self.wait_for_camera => {
                 let flag = if self.rtsp_transport.is_some() { "--rtsp-transport" } else { "--wait-for-camera" };
-                anyhow::bail!("{flag} applies to network cameras only (--source rtsp://...); source {} is not one", source.redacted())
+                anyhow::bail!(
+                    "{flag} applies to network cameras only (--source rtsp://...); source {} is not one",
+                    source.redacted()
+                )
             }
             _ => {}
         }
         // `--size` sizes the pool of a file decoded by MPP too (pictures that grow mid-stream).
         let size_for_mpp = matches!(source, SourceSpec::Video(_)) && self.decoder == Some(DecoderChoice::Mpp);
-        check_v4l2_only_flags(&source, self.format.is_some(), self.size.is_some() && !size_for_mpp, self.capture_io.is_some())?;
-        if self.decoder.is_some_and(|d| d != DecoderChoice::Auto) && matches!(source, SourceSpec::Image(_) | SourceSpec::TestSrc { .. }) {
+        check_v4l2_only_flags(
+            &source,
+            self.format.is_some(),
+            self.size.is_some() && !size_for_mpp,
+            self.capture_io.is_some(),
+        )?;
+        if self.decoder.is_some_and(|d| d != DecoderChoice::Auto)
+            && matches!(source, SourceSpec::Image(_) | SourceSpec::TestSrc { .. })
+        {
             anyhow::bail!("--decoder applies to compressed sources (video:PATH, a network stream, an MJPEG camera); source {} is not one: leave --decoder out", source.redacted());
         }
         if self.decoder == Some(DecoderChoice::Mpp) && self.fps == Some(FPS_MAX) {
@@ -149,10 +162,23 @@ mod tests {
     #[test]
     fn network_options_reach_the_capture_stage() {
         let url = "rtsp://user:p%40ss@10.0.0.7:554/stream1";
-        let a = run_args(&["--source", url, "--rtsp-transport", "udp", "--wait-for-camera", "--size", "1280x720", "--fps", "5"]);
+        let a = run_args(&[
+            "--source",
+            url,
+            "--rtsp-transport",
+            "udp",
+            "--wait-for-camera",
+            "--size",
+            "1280x720",
+            "--fps",
+            "5",
+        ]);
         let cfg = a.config().unwrap();
         assert_eq!(cfg.source, SourceSpec::Network(url.into()));
-        assert_eq!((cfg.rtsp_transport, cfg.wait_for_camera, cfg.size), (Some(RtspTransport::Udp), true, Some((1280, 720))));
+        assert_eq!(
+            (cfg.rtsp_transport, cfg.wait_for_camera, cfg.size),
+            (Some(RtspTransport::Udp), true, Some((1280, 720)))
+        );
         let flags = a.flags();
         for f in [&format!("--source={url}"), "--rtsp-transport=udp", "--wait-for-camera", "--size=1280x720"] {
             assert!(flags.iter().any(|g| g == f), "{f} is not passed on: {flags:?}");
@@ -169,10 +195,15 @@ mod tests {
     #[test]
     fn network_flags_are_checked_against_the_source() {
         let err = |args: &[&str]| run_args(args).config().unwrap_err().to_string();
-        assert!(err(&["--source", "testsrc", "--wait-for-camera"]).contains("--wait-for-camera applies to network cameras only"));
-        assert!(err(&["--source", "video:a.mp4", "--rtsp-transport", "tcp"]).contains("--rtsp-transport applies to network cameras only"));
+        assert!(err(&["--source", "testsrc", "--wait-for-camera"])
+            .contains("--wait-for-camera applies to network cameras only"));
+        assert!(err(&["--source", "video:a.mp4", "--rtsp-transport", "tcp"])
+            .contains("--rtsp-transport applies to network cameras only"));
         let e = err(&["--source", "https://u:pw@h/x.m3u8", "--rtsp-transport", "tcp"]);
-        assert!(e.contains("rtsp:// and rtsps://") && e.contains("https://u:***@h/x.m3u8") && !e.contains("pw@"), "{e}");
+        assert!(
+            e.contains("rtsp:// and rtsps://") && e.contains("https://u:***@h/x.m3u8") && !e.contains("pw@"),
+            "{e}"
+        );
         let e = err(&["--source", "rtsp://u:pw@h/x", "--format", "NV12"]);
         assert!(e.contains("--format applies to V4L2 cameras only") && !e.contains("pw@"), "{e}");
         let e = err(&["--source", "rtsp://u:pw@h/x", "--fps", "max"]);

@@ -9,11 +9,11 @@ use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Args;
 
+use crate::plan::{self, Plan};
 use zcpipe_core::config::{check_instance, run_dir, Choice, DataPath};
 use zcpipe_core::dmabuf::HeapChoice;
 use zcpipe_core::link::WaitMode;
 use zcpipe_core::ring::RingPolicy;
-use crate::plan::{self, Plan};
 
 use super::capture::CaptureArgs;
 use super::infer::InferArgs;
@@ -70,7 +70,10 @@ impl CommonArgs {
         check_instance(&self.instance)?;
         const DAY: f64 = 86_400.0;
         if !(0.0..=DAY).contains(&self.stats_interval) {
-            anyhow::bail!("--stats-interval {}: use 0 (summary only) or a number of seconds up to 86400", self.stats_interval);
+            anyhow::bail!(
+                "--stats-interval {}: use 0 (summary only) or a number of seconds up to 86400",
+                self.stats_interval
+            );
         }
         if self.spin_us > 0 && self.wait == WaitMode::Spin {
             anyhow::bail!("--spin-us {} is for --wait eventfd (a consumer that sleeps); --wait spin never sleeps: drop one of them", self.spin_us);
@@ -97,7 +100,10 @@ impl CommonArgs {
     pub fn flags(&self, data: &DataPath) -> Vec<String> {
         let mut out = vec![format!("--run-dir={}", data.run_dir.display()), format!("--instance={}", self.instance)];
         out.extend(data.flags());
-        out.extend([format!("--stats-interval={}", self.stats_interval), format!("--connect-timeout={}", self.connect_timeout)]);
+        out.extend([
+            format!("--stats-interval={}", self.stats_interval),
+            format!("--connect-timeout={}", self.connect_timeout),
+        ]);
         out
     }
 }

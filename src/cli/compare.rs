@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use zcpipe_core::config::DataPath;
 use crate::compare::CompareConfig;
+use zcpipe_core::config::DataPath;
 
 use super::common::PipelineArgs;
 
@@ -42,10 +42,20 @@ impl CompareArgs {
         }
         if let Some(dir) = self.report.as_ref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
             if !dir.is_dir() {
-                bail!("--report {}: folder {} does not exist", self.report.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), dir.display());
+                bail!(
+                    "--report {}: folder {} does not exist",
+                    self.report.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                    dir.display()
+                );
             }
         }
-        Ok(CompareConfig { run_flags: self.run_flags(&data), rounds: self.rounds, json: self.json, report: self.report.clone(), copy_mode_given: self.pipeline.common.copy_mode })
+        Ok(CompareConfig {
+            run_flags: self.run_flags(&data),
+            rounds: self.rounds,
+            json: self.json,
+            report: self.report.clone(),
+            copy_mode_given: self.pipeline.common.copy_mode,
+        })
     }
 
     /// The flags of each round's `zcpipe run`: every pipeline option the user gave compare
@@ -61,7 +71,11 @@ impl CompareArgs {
             // Several cameras: the shared options, then each `--source` with its own.
             v.extend(p.capture.flags().into_iter().filter(|f| !f.starts_with("--source=")));
             for g in &p.cameras {
-                v.push(format!("--source={}{}", g.name.as_ref().map(|n| format!("{n}=")).unwrap_or_default(), g.source));
+                v.push(format!(
+                    "--source={}{}",
+                    g.name.as_ref().map(|n| format!("{n}=")).unwrap_or_default(),
+                    g.source
+                ));
                 v.extend(g.flags.iter().cloned());
             }
         }
@@ -89,18 +103,42 @@ mod tests {
     #[test]
     fn every_pipeline_option_reaches_each_round() {
         let given = [
-            "--source=v4l2:/dev/video4", "--fps=15", "--buffers=6", "--format=NV12M", "--size=640x480", "--capture-io=dmabuf",
-            "--scaler=rga", "--scale-buffers=4", "--rga-core=rga2-core0", "--infer=rknn", "--model=models/yolox_nano_416_rk3588.rknn", "--labels=l.txt", "--head=yolov5-split", "--anchors=a.txt",
-            "--channel-order=bgr", "--letterbox=top-left", "--score-threshold=0.4", "--nms-iou=0.5", "--npu-cores=0,1", "--input-size=640x384", "--ring-policy=block", "--wait=spin", "--heap=dma32",
+            "--source=v4l2:/dev/video4",
+            "--fps=15",
+            "--buffers=6",
+            "--format=NV12M",
+            "--size=640x480",
+            "--capture-io=dmabuf",
+            "--scaler=rga",
+            "--scale-buffers=4",
+            "--rga-core=rga2-core0",
+            "--infer=rknn",
+            "--model=models/yolox_nano_416_rk3588.rknn",
+            "--labels=l.txt",
+            "--head=yolov5-split",
+            "--anchors=a.txt",
+            "--channel-order=bgr",
+            "--letterbox=top-left",
+            "--score-threshold=0.4",
+            "--nms-iou=0.5",
+            "--npu-cores=0,1",
+            "--input-size=640x384",
+            "--ring-policy=block",
+            "--wait=spin",
+            "--heap=dma32",
         ];
-        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else { panic!("not compare") };
+        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare"].into_iter().chain(given)).cmd else {
+            panic!("not compare")
+        };
         let flags = a.run_flags(&a.pipeline.check().unwrap());
         for g in given {
             assert!(flags.iter().any(|f| f == g), "{g} is not passed on: {flags:?}");
         }
         assert!(flags.iter().any(|f| f == "--frames=150"), "{flags:?}");
         assert!(!flags.iter().any(|f| f.starts_with("--display")), "no display unless asked: {flags:?}");
-        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags)).cmd else { panic!("not run") };
+        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags)).cmd else {
+            panic!("not run")
+        };
         let mut capture = a.pipeline.capture.clone();
         capture.frames = Some(150);
         assert_eq!(format!("{:?}", r.pipeline.capture), format!("{capture:?}"));
@@ -112,9 +150,17 @@ mod tests {
     /// `--display` given to compare reaches each round's `zcpipe run` (with its options).
     #[test]
     fn a_display_reaches_each_round() {
-        let Command::Compare(a) = Cli::parse_from(["zcpipe", "compare", "--display", "/dev/dri/card0", "--display-compose"]).cmd else { panic!("not compare") };
+        let Command::Compare(a) =
+            Cli::parse_from(["zcpipe", "compare", "--display", "/dev/dri/card0", "--display-compose"]).cmd
+        else {
+            panic!("not compare")
+        };
         let flags = a.run_flags(&a.pipeline.check().unwrap());
-        let Command::Run(r) = Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags.clone())).cmd else { panic!("not run") };
+        let Command::Run(r) =
+            Cli::parse_from(["zcpipe".to_string(), "run".into()].into_iter().chain(flags.clone())).cmd
+        else {
+            panic!("not run")
+        };
         assert_eq!(r.display.display.to_string(), "/dev/dri/card0", "{flags:?}");
         assert!(r.display.display_compose, "{flags:?}");
     }

@@ -151,7 +151,14 @@ fn clap_line(e: &clap::Error) -> String {
 fn check_value(run: &clap::Command, long: &str, value: &str) -> Result<(), String> {
     match run.clone().try_get_matches_from(["run".to_string(), format!("--{long}={value}")]) {
         Ok(_) => Ok(()),
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument | clap::error::ErrorKind::ArgumentConflict) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument | clap::error::ErrorKind::ArgumentConflict
+            ) =>
+        {
+            Ok(())
+        }
         Err(e) => {
             let msg = clap_line(&e);
             let masked = redact_url(value);
@@ -234,7 +241,9 @@ pub struct ConfigFile {
 impl ConfigFile {
     /// How many keys it sets (the top-level ones and those in camera sections).
     pub fn key_count(&self) -> usize {
-        self.entries.len() + self.source.is_some() as usize + self.cameras.iter().map(|c| 1 + c.keys.len() + c.zones.len().min(1)).sum::<usize>()
+        self.entries.len()
+            + self.source.is_some() as usize
+            + self.cameras.iter().map(|c| 1 + c.keys.len() + c.zones.len().min(1)).sum::<usize>()
     }
 
     /// How many cameras it defines: its sections, or one for a top-level `source`.
@@ -265,8 +274,18 @@ fn line_of(text: &str, at: usize) -> usize {
 fn scalar(v: &DeValue<'_>) -> Option<String> {
     match v {
         DeValue::String(s) => Some(s.to_string()),
-        DeValue::Integer(i) => Some(i64::from_str_radix(i.as_str(), i.radix()).map(|n| n.to_string()).unwrap_or_else(|_| i.as_str().to_string())),
-        DeValue::Float(f) => Some(f.as_str().replace('_', "").parse::<f64>().map(|x| x.to_string()).unwrap_or_else(|_| f.as_str().to_string())),
+        DeValue::Integer(i) => Some(
+            i64::from_str_radix(i.as_str(), i.radix())
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| i.as_str().to_string()),
+        ),
+        DeValue::Float(f) => Some(
+            f.as_str()
+                .replace('_', "")
+                .parse::<f64>()
+                .map(|x| x.to_string())
+                .unwrap_or_else(|_| f.as_str().to_string()),
+        ),
         _ => None,
     }
 }
@@ -326,7 +345,9 @@ fn parse(path: &Path, text: &str, run: &clap::Command) -> Result<ConfigFile, Str
     let unknown = |key: &str, line: usize| -> String {
         let hint = suggest(key, keys.iter().map(|k| k.long.as_str()).chain(["camera", "source"]));
         match hint {
-            Some(k) => format!("{file}:{line}: unknown key `{key}`: did you mean `{k}`? (`zcpipe config print` lists every key)"),
+            Some(k) => format!(
+                "{file}:{line}: unknown key `{key}`: did you mean `{k}`? (`zcpipe config print` lists every key)"
+            ),
             None => format!("{file}:{line}: unknown key `{key}` (`zcpipe config print` lists every key)"),
         }
     };
@@ -338,7 +359,11 @@ fn parse(path: &Path, text: &str, run: &clap::Command) -> Result<ConfigFile, Str
         }
         if key == "source" {
             let Some(s) = v.get_ref().as_str() else {
-                return Err(format!("{file}:{line}: source = {}: expected a string (a source, as --source takes it), found {}", shown(v.get_ref()), type_name(v.get_ref())));
+                return Err(format!(
+                    "{file}:{line}: source = {}: expected a string (a source, as --source takes it), found {}",
+                    shown(v.get_ref()),
+                    type_name(v.get_ref())
+                ));
             };
             out.source = Some((s.to_string(), line));
             continue;
@@ -354,20 +379,32 @@ fn parse(path: &Path, text: &str, run: &clap::Command) -> Result<ConfigFile, Str
 }
 
 /// The flag tokens of one top-level key, its value checked by the flag's parser.
-fn tokens(file: &str, text: &str, spec: &Key, v: &Spanned<DeValue<'_>>, run: &clap::Command) -> Result<Vec<String>, String> {
+fn tokens(
+    file: &str,
+    text: &str,
+    spec: &Key,
+    v: &Spanned<DeValue<'_>>,
+    run: &clap::Command,
+) -> Result<Vec<String>, String> {
     let line = line_of(text, v.span().start);
     let key = &spec.long;
     let val = v.get_ref();
     let one = |item: &DeValue<'_>| -> Result<String, String> {
-        let s = scalar(item).ok_or_else(|| format!("{file}:{line}: {key} = {}: expected a string or a number, found {}", shown(item), type_name(item)))?;
+        let s = scalar(item).ok_or_else(|| {
+            format!("{file}:{line}: {key} = {}: expected a string or a number, found {}", shown(item), type_name(item))
+        })?;
         check_value(run, key, &s).map_err(|e| format!("{file}:{line}: {key} = {}: {e}", shown(item)))?;
         Ok(format!("--{key}={s}"))
     };
     match (spec.kind, val) {
         (Kind::Switch, DeValue::Boolean(b)) => Ok(if *b { vec![format!("--{key}")] } else { vec![] }),
-        (Kind::Switch, _) => Err(format!("{file}:{line}: {key} = {}: expected true or false, found {}", shown(val), type_name(val))),
+        (Kind::Switch, _) => {
+            Err(format!("{file}:{line}: {key} = {}: expected true or false, found {}", shown(val), type_name(val)))
+        }
         (Kind::Many, DeValue::Array(items)) => items.iter().map(|i| one(i.get_ref())).collect(),
-        (Kind::One, DeValue::Array(_)) => Err(format!("{file}:{line}: {key} = [...]: --{key} takes one value, not an array")),
+        (Kind::One, DeValue::Array(_)) => {
+            Err(format!("{file}:{line}: {key} = [...]: --{key} takes one value, not an array"))
+        }
         _ => Ok(vec![one(val)?]),
     }
 }
@@ -376,14 +413,23 @@ fn tokens(file: &str, text: &str, spec: &Key, v: &Spanned<DeValue<'_>>, run: &cl
 fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command) -> Result<Vec<FileCamera>, String> {
     let per_camera: Vec<&str> = PER_CAMERA.iter().map(|f| f.trim_start_matches("--")).collect();
     let Some(table) = v.get_ref().as_table() else {
-        return Err(format!("{file}:{}: camera = {}: expected [camera.NAME] sections, found {}", line_of(text, v.span().start), shown(v.get_ref()), type_name(v.get_ref())));
+        return Err(format!(
+            "{file}:{}: camera = {}: expected [camera.NAME] sections, found {}",
+            line_of(text, v.span().start),
+            shown(v.get_ref()),
+            type_name(v.get_ref())
+        ));
     };
     let mut out = vec![];
     for (name, section) in table.iter() {
         let (n, line) = (name.get_ref().to_string(), line_of(text, name.span().start));
         zcpipe_core::config::check_camera_name(&n).map_err(|e| format!("{file}:{line}: [camera.{n}]: {e:#}"))?;
         let Some(section) = section.get_ref().as_table() else {
-            return Err(format!("{file}:{line}: camera.{n} = {}: expected a [camera.{n}] section, found {}", shown(section.get_ref()), type_name(section.get_ref())));
+            return Err(format!(
+                "{file}:{line}: camera.{n} = {}: expected a [camera.{n}] section, found {}",
+                shown(section.get_ref()),
+                type_name(section.get_ref())
+            ));
         };
         let mut cam = FileCamera { name: n.clone(), line, source: String::new(), keys: vec![], zones: vec![] };
         for (k, v) in section.iter() {
@@ -395,7 +441,11 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
                 };
                 for item in items {
                     let Some(z) = item.as_str() else {
-                        return Err(format!("{file}:{kline}: zone = {}: expected zones as strings (\"NAME=x1,y1,x2,y2,...\"), found {}", shown(item), type_name(item)));
+                        return Err(format!(
+                            "{file}:{kline}: zone = {}: expected zones as strings (\"NAME=x1,y1,x2,y2,...\"), found {}",
+                            shown(item),
+                            type_name(item)
+                        ));
                     };
                     let z = format!("{n}:{z}");
                     check_value(run, "zone", &z).map_err(|e| format!("{file}:{kline}: zone = {}: {e}", shown(item)))?;
@@ -405,10 +455,23 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
             }
             if key != "source" && !per_camera.contains(&key) {
                 let known = keys(run).iter().any(|s| s.long == key);
-                let why = if known { format!("`{key}` cannot differ per camera: put it at the top of the file") } else { format!("unknown key `{key}`") };
-                return Err(format!("{file}:{kline}: [camera.{n}] {why} (a camera's keys: source, {}, zone)", per_camera.join(", ")));
+                let why = if known {
+                    format!("`{key}` cannot differ per camera: put it at the top of the file")
+                } else {
+                    format!("unknown key `{key}`")
+                };
+                return Err(format!(
+                    "{file}:{kline}: [camera.{n}] {why} (a camera's keys: source, {}, zone)",
+                    per_camera.join(", ")
+                ));
             }
-            let s = scalar(val).ok_or_else(|| format!("{file}:{kline}: {key} = {}: expected a string or a number, found {}", shown(val), type_name(val)))?;
+            let s = scalar(val).ok_or_else(|| {
+                format!(
+                    "{file}:{kline}: {key} = {}: expected a string or a number, found {}",
+                    shown(val),
+                    type_name(val)
+                )
+            })?;
             if key == "source" {
                 cam.source = s;
             } else {
@@ -417,7 +480,9 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
             }
         }
         if cam.source.is_empty() {
-            return Err(format!("{file}:{line}: [camera.{n}] has no source: add source = \"...\" (as --source takes it)"));
+            return Err(format!(
+                "{file}:{line}: [camera.{n}] has no source: add source = \"...\" (as --source takes it)"
+            ));
         }
         out.push(cam);
     }
@@ -451,7 +516,9 @@ fn given(run: &clap::Command, user: &[OsString]) -> (BTreeSet<String>, Option<St
                 Some((k, v)) => (k, Some(v)),
                 None => (long, None),
             };
-            let arg = run.get_arguments().find(|x| x.get_long() == Some(k) || x.get_all_aliases().is_some_and(|al| al.contains(&k)));
+            let arg = run
+                .get_arguments()
+                .find(|x| x.get_long() == Some(k) || x.get_all_aliases().is_some_and(|al| al.contains(&k)));
             if let Some(x) = arg {
                 let takes_value = matches!(x.get_action(), ArgAction::Set | ArgAction::Append);
                 let value = match inline {
@@ -489,7 +556,13 @@ fn given(run: &clap::Command, user: &[OsString]) -> (BTreeSet<String>, Option<St
 /// value its flag refuses (`ZCPIPE_FPS=fast: ...`), a `--config` file that does not exist.
 pub fn layer(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path) -> Result<Layered, String> {
     // `run` is the first word that is not a global switch (-q, -v).
-    let Some(at) = args.iter().skip(1).position(|a| !a.to_str().is_some_and(|s| s.starts_with('-'))).map(|i| i + 1).filter(|&i| args[i] == "run") else {
+    let Some(at) = args
+        .iter()
+        .skip(1)
+        .position(|a| !a.to_str().is_some_and(|s| s.starts_with('-')))
+        .map(|i| i + 1)
+        .filter(|&i| args[i] == "run")
+    else {
         return Ok(Layered { args, ..Default::default() });
     };
     let run = run_command();
@@ -499,16 +572,22 @@ pub fn layer(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
     let (flag_ids, config_flag) = given(&run, user);
     let path: Option<PathBuf> = match (config_flag, env.get(ENV_CONFIG)) {
         (Some(p), _) if p.is_empty() || p == "none" => None,
-        (Some(p), _) if !Path::new(&p).is_file() => return Err(format!("--config {p}: no such file (give a TOML file, or `none` for no file)")),
+        (Some(p), _) if !Path::new(&p).is_file() => {
+            return Err(format!("--config {p}: no such file (give a TOML file, or `none` for no file)"))
+        }
         (Some(p), _) => Some(p.into()),
         (None, Some(p)) if p.is_empty() || p == "none" => None,
-        (None, Some(p)) if !Path::new(p).is_file() => return Err(format!("{ENV_CONFIG}={p}: no such file (give a TOML file, or set it empty for no file)")),
+        (None, Some(p)) if !Path::new(p).is_file() => {
+            return Err(format!("{ENV_CONFIG}={p}: no such file (give a TOML file, or set it empty for no file)"))
+        }
         (None, Some(p)) => Some(p.into()),
         (None, None) => default.is_file().then(|| default.to_path_buf()),
     };
     let file = path.as_deref().map(load).transpose()?;
     let mut out = Layered { file: None, ..Default::default() };
-    let blocked = |id: &str, by: &BTreeSet<String>| by.contains(id) || by.iter().any(|g| pairs.contains(&(g.clone(), id.to_string())));
+    let blocked = |id: &str, by: &BTreeSet<String>| {
+        by.contains(id) || by.iter().any(|g| pairs.contains(&(g.clone(), id.to_string())))
+    };
     // The environment, under the flags.
     let mut env_ids = BTreeSet::new();
     let mut env_tokens: Vec<String> = vec![];
@@ -520,15 +599,28 @@ pub fn layer(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
             Kind::Switch => match parse_switch(v) {
                 Some(true) => env_tokens.push(format!("--{}", k.long)),
                 Some(false) => {}
-                None => return Err(format!("{var}={v}: --{} is a switch: expected true or false (1/0, yes/no, on/off)", k.long)),
+                None => {
+                    return Err(format!(
+                        "{var}={v}: --{} is a switch: expected true or false (1/0, yes/no, on/off)",
+                        k.long
+                    ))
+                }
             },
             Kind::One | Kind::Many => {
-                let values: Vec<&str> = if k.kind == Kind::Many { v.split(';').map(str::trim).filter(|s| !s.is_empty()).collect() } else { vec![v.as_str()] };
+                let values: Vec<&str> = if k.kind == Kind::Many {
+                    v.split(';').map(str::trim).filter(|s| !s.is_empty()).collect()
+                } else {
+                    vec![v.as_str()]
+                };
                 for value in values {
                     check_value(&run, &k.long, value).map_err(|e| format!("{var}={}: {e}", redact_url(value)))?;
                     let t = format!("--{}={value}", k.long);
                     // A source is a camera: after every option given once.
-                    if k.id == "source" { camera_tokens.push(t) } else { env_tokens.push(t) }
+                    if k.id == "source" {
+                        camera_tokens.push(t)
+                    } else {
+                        env_tokens.push(t)
+                    }
                 }
             }
         }
@@ -582,7 +674,11 @@ pub fn process_env() -> BTreeMap<String, String> {
 /// `zcpipe run`'s options from a whole command line (program name first), with the file and
 /// the environment laid under it, and the cameras split off ([`super::cameras::split`]).
 /// Errors: one line (the file's, a variable's, clap's first line).
-pub fn parse_run(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path) -> Result<(super::run::RunArgs, Layered), String> {
+pub fn parse_run(
+    args: Vec<OsString>,
+    env: &BTreeMap<String, String>,
+    default: &Path,
+) -> Result<(super::run::RunArgs, Layered), String> {
     let layered = layer(args, env, default)?;
     let (args, cameras) = super::cameras::split(layered.args.clone()).map_err(|e| format!("{e:#}"))?;
     let cli = super::Cli::try_parse_from(args).map_err(|e| clap_line(&e))?;
@@ -652,7 +748,8 @@ impl ConfigArgs {
 /// given twice), its zones' cameras.
 pub fn check(path: &Path) -> Result<String, String> {
     let f = load(path)?;
-    let argv: Vec<OsString> = ["zcpipe", "run", "--config"].into_iter().map(OsString::from).chain([path.as_os_str().to_owned()]).collect();
+    let argv: Vec<OsString> =
+        ["zcpipe", "run", "--config"].into_iter().map(OsString::from).chain([path.as_os_str().to_owned()]).collect();
     let (a, _) = parse_run(argv, &BTreeMap::new(), Path::new(""))?;
     let file = path.display();
     let cams = a.pipeline.cams().map_err(|e| format!("{file}: {e:#}"))?;
@@ -674,14 +771,18 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
     let matches = super::Cli::command().try_get_matches_from(args).map_err(|e| clap_line(&e))?;
     let m = matches.subcommand_matches("run").ok_or("not a `zcpipe run` command line")?;
     let run = run_command();
-    let mut out = String::from("# zcpipe run's effective configuration (zcpipe config print); precedence: flag > env > file > default\n");
+    let mut out = String::from(
+        "# zcpipe run's effective configuration (zcpipe config print); precedence: flag > env > file > default\n",
+    );
     out += &match &layered.file {
         Some(f) => format!("# file: {}\n", f.path.display()),
         None => "# file: none\n".to_string(),
     };
     let origin = |id: &str| -> Option<Origin> {
         match m.value_source(id) {
-            Some(clap::parser::ValueSource::CommandLine) => Some(layered.origins.get(id).cloned().unwrap_or(Origin::Flag)),
+            Some(clap::parser::ValueSource::CommandLine) => {
+                Some(layered.origins.get(id).cloned().unwrap_or(Origin::Flag))
+            }
             // A switch set to false in the file or the environment gives no flag.
             Some(_) => Some(layered.origins.get(id).cloned().unwrap_or(Origin::Default)),
             None => None,
@@ -691,13 +792,20 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
         if k.id == "source" && !a.pipeline.cameras.is_empty() {
             continue;
         }
-        let raw: Vec<String> = m.get_raw(&k.id).map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect()).unwrap_or_default();
+        let raw: Vec<String> =
+            m.get_raw(&k.id).map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect()).unwrap_or_default();
         let line = match (origin(&k.id), k.kind) {
             (None, Kind::Many) => format!("# {} = []  # unset", k.long),
             (None, _) => format!("# {}  # unset", k.long),
-            (Some(o), Kind::Switch) => format!("{} = {}  # {o}", k.long, raw.first().map(|s| s == "true").unwrap_or(false)),
-            (Some(o), Kind::Many) => format!("{} = [{}]  # {o}", k.long, raw.iter().map(|s| toml_value(s)).collect::<Vec<_>>().join(", ")),
-            (Some(o), Kind::One) => format!("{} = {}  # {o}", k.long, raw.first().map(|s| toml_value(s)).unwrap_or_default()),
+            (Some(o), Kind::Switch) => {
+                format!("{} = {}  # {o}", k.long, raw.first().map(|s| s == "true").unwrap_or(false))
+            }
+            (Some(o), Kind::Many) => {
+                format!("{} = [{}]  # {o}", k.long, raw.iter().map(|s| toml_value(s)).collect::<Vec<_>>().join(", "))
+            }
+            (Some(o), Kind::One) => {
+                format!("{} = {}  # {o}", k.long, raw.first().map(|s| toml_value(s)).unwrap_or_default())
+            }
         };
         out += &line;
         out.push('\n');
@@ -709,7 +817,12 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
         let o = |key: &str| -> Origin {
             match (fc, &layered.cameras) {
                 (Some(c), _) if key == "source" => Origin::File(c.line),
-                (Some(c), _) => c.keys.iter().find(|(k, _, _)| k == key).map(|(_, _, l)| Origin::File(*l)).unwrap_or(Origin::File(c.line)),
+                (Some(c), _) => c
+                    .keys
+                    .iter()
+                    .find(|(k, _, _)| k == key)
+                    .map(|(_, _, l)| Origin::File(*l))
+                    .unwrap_or(Origin::File(c.line)),
                 (None, Some(o)) => o.clone(),
                 (None, None) => Origin::Flag,
             }
@@ -769,9 +882,12 @@ mod tests {
         assert_eq!(a.restart_max, 5);
         let (a, _) = parse_run(os(&["zcpipe", "run", "--config", "none"]), &env(&[]), &p).unwrap();
         assert_eq!(a.restart_max, 5);
-        let (a, _) = parse_run(os(&["zcpipe", "run"]), &env(&[("ZCPIPE_CONFIG", p.to_str().unwrap())]), Path::new(NO_DEFAULT)).unwrap();
+        let (a, _) =
+            parse_run(os(&["zcpipe", "run"]), &env(&[("ZCPIPE_CONFIG", p.to_str().unwrap())]), Path::new(NO_DEFAULT))
+                .unwrap();
         assert_eq!(a.restart_max, 7);
-        let e = parse_run(os(&["zcpipe", "run", "--config", "/nonexistent/x.toml"]), &env(&[]), Path::new(NO_DEFAULT)).unwrap_err();
+        let e = parse_run(os(&["zcpipe", "run", "--config", "/nonexistent/x.toml"]), &env(&[]), Path::new(NO_DEFAULT))
+            .unwrap_err();
         assert_eq!(e, "--config /nonexistent/x.toml: no such file (give a TOML file, or `none` for no file)");
         // Switches: the environment turns a file's `true` off.
         let (_d, p) = file("json = true\n");
@@ -784,7 +900,10 @@ mod tests {
     /// The stage command lines of a `zcpipe run` (everything `run` starts), host-only options.
     fn stages(a: &super::super::run::RunArgs) -> Vec<(String, Vec<String>)> {
         let c = a.config().unwrap();
-        c.stage_flags.into_iter().map(|(_, n, f)| (n, f.into_iter().filter(|f| !f.starts_with("--run-dir=")).collect())).collect()
+        c.stage_flags
+            .into_iter()
+            .map(|(_, n, f)| (n, f.into_iter().filter(|f| !f.starts_with("--run-dir=")).collect()))
+            .collect()
     }
 
     #[test]
@@ -796,8 +915,26 @@ mod tests {
         assert_eq!(l.cameras, Some(Origin::File(6)));
         let (typed, _) = parse_run(
             os(&[
-                "zcpipe", "run", "--scaler", "cpu", "--infer", "none", "--fps", "10", "--zone", "all=0,0,10,0,10,10", "--zone", "front:door=0,0,9,0,9,9", "--source", "front=testsrc:64x48", "--fps", "5", "--source",
-                "back=testsrc:32x32", "--fps", "2.5",
+                "zcpipe",
+                "run",
+                "--scaler",
+                "cpu",
+                "--infer",
+                "none",
+                "--fps",
+                "10",
+                "--zone",
+                "all=0,0,10,0,10,10",
+                "--zone",
+                "front:door=0,0,9,0,9,9",
+                "--source",
+                "front=testsrc:64x48",
+                "--fps",
+                "5",
+                "--source",
+                "back=testsrc:32x32",
+                "--fps",
+                "2.5",
             ]),
             &env(&[]),
             Path::new(NO_DEFAULT),
@@ -805,11 +942,15 @@ mod tests {
         .unwrap();
         assert_eq!(from_file.pipeline.cameras, typed.pipeline.cameras);
         assert_eq!(stages(&from_file), stages(&typed));
-        let cams: Vec<(String, Option<f64>)> = from_file.pipeline.cams().unwrap().into_iter().map(|(n, c)| (n, c.fps)).collect();
+        let cams: Vec<(String, Option<f64>)> =
+            from_file.pipeline.cams().unwrap().into_iter().map(|(n, c)| (n, c.fps)).collect();
         assert_eq!(cams, vec![("front".to_string(), Some(5.0)), ("back".to_string(), Some(2.5))]);
         // A --source on the command line replaces the file's cameras; its options stay.
         let (a, l) = run_with(&p, &["--source", "testsrc:16x16"], &[]).unwrap();
-        assert_eq!(a.pipeline.cams().unwrap().iter().map(|(n, c)| (n.as_str(), c.source.as_str(), c.fps)).collect::<Vec<_>>(), vec![("cam0", "testsrc:16x16", Some(10.0))]);
+        assert_eq!(
+            a.pipeline.cams().unwrap().iter().map(|(n, c)| (n.as_str(), c.source.as_str(), c.fps)).collect::<Vec<_>>(),
+            vec![("cam0", "testsrc:16x16", Some(10.0))]
+        );
         assert_eq!(l.cameras, None);
         // And ZCPIPE_SOURCE too.
         let (a, l) = run_with(&p, &[], &[("ZCPIPE_SOURCE", "testsrc:8x8")]).unwrap();
@@ -821,7 +962,10 @@ mod tests {
     fn repeated_flags_are_arrays() {
         let (_d, p) = file("zone = [\"a=0,0,9,0,9,9\", \"front:b=1,1,8,1,8,8\"]\n");
         let (a, _) = run_with(&p, &[], &[]).unwrap();
-        assert_eq!(a.track.zones.iter().map(|z| (z.camera.clone(), z.zone.name.clone())).collect::<Vec<_>>(), vec![(None, "a".to_string()), (Some("front".to_string()), "b".to_string())]);
+        assert_eq!(
+            a.track.zones.iter().map(|z| (z.camera.clone(), z.zone.name.clone())).collect::<Vec<_>>(),
+            vec![(None, "a".to_string()), (Some("front".to_string()), "b".to_string())]
+        );
         // One string is one zone; the flag replaces the file's whole list; the environment's are `;`-separated.
         let (_d1, p1) = file("zone = \"a=0,0,9,0,9,9\"\n");
         assert_eq!(run_with(&p1, &[], &[]).unwrap().0.track.zones.len(), 1);
@@ -838,8 +982,14 @@ mod tests {
             let e = load(&p).unwrap_err();
             e.strip_prefix(&format!("{}:", p.display())).unwrap_or_else(|| panic!("{e}")).to_string()
         };
-        assert_eq!(err("# zcpipe\nfps = 10\nfsp = 5\n"), "3: unknown key `fsp`: did you mean `fps`? (`zcpipe config print` lists every key)");
-        assert_eq!(err("restart_max = 5\n"), "1: unknown key `restart_max`: did you mean `restart-max`? (`zcpipe config print` lists every key)");
+        assert_eq!(
+            err("# zcpipe\nfps = 10\nfsp = 5\n"),
+            "3: unknown key `fsp`: did you mean `fps`? (`zcpipe config print` lists every key)"
+        );
+        assert_eq!(
+            err("restart_max = 5\n"),
+            "1: unknown key `restart_max`: did you mean `restart-max`? (`zcpipe config print` lists every key)"
+        );
         assert_eq!(err("\n\nqqqqqqqq = 1\n"), "3: unknown key `qqqqqqqq` (`zcpipe config print` lists every key)");
         assert_eq!(err("json = \"yes\"\n"), "1: json = \"yes\": expected true or false, found a string");
         assert_eq!(err("\nfps = true\n"), "2: fps = true: expected a string or a number, found a boolean");
@@ -849,19 +999,34 @@ mod tests {
         let e = err("fps = \"fast\"\n");
         assert!(e.starts_with("1: fps = \"fast\": invalid value 'fast' for '--fps <FPS>'"), "{e}");
         let e = err("tracker = \"deepsort\"\n");
-        assert!(e.starts_with("1: tracker = \"deepsort\": invalid value 'deepsort' for '--tracker <TRACKER>'") && e.contains("possible values: bytetrack, sort, iou, none"), "{e}");
+        assert!(
+            e.starts_with("1: tracker = \"deepsort\": invalid value 'deepsort' for '--tracker <TRACKER>'")
+                && e.contains("possible values: bytetrack, sort, iou, none"),
+            "{e}"
+        );
         let e = err("[camera.front]\nsource = \"testsrc\"\nfps = \"x\"\n");
         assert!(e.starts_with("3: fps = \"x\": invalid value 'x' for '--fps <FPS>'"), "{e}");
         assert_eq!(err("[camera.front]\nsource = \"testsrc\"\nbuffers = 3\n"), "3: [camera.front] `buffers` cannot differ per camera: put it at the top of the file (a camera's keys: source, fps, size, format, capture-io, zone)");
-        assert_eq!(err("x = 1\n[camera.front]\nfps = 3\n"), "1: unknown key `x` (`zcpipe config print` lists every key)");
-        assert_eq!(err("[camera.front]\nfps = 3\n"), "1: [camera.front] has no source: add source = \"...\" (as --source takes it)");
+        assert_eq!(
+            err("x = 1\n[camera.front]\nfps = 3\n"),
+            "1: unknown key `x` (`zcpipe config print` lists every key)"
+        );
+        assert_eq!(
+            err("[camera.front]\nfps = 3\n"),
+            "1: [camera.front] has no source: add source = \"...\" (as --source takes it)"
+        );
         assert!(err("\n[camera.Front]\nsource = \"testsrc\"\n").starts_with("2: [camera.Front]: "));
         assert!(err("fps = \n").starts_with("1: "), "a TOML syntax error names its line");
         let e = err("\n\nsource = 5\n");
         assert_eq!(e, "3: source = 5: expected a string (a source, as --source takes it), found an integer");
         // A password in a refused value is masked, in the value shown and in clap's message.
         let e = err("rtsp-transport = \"rtsp://u:secret@h/x\"\n");
-        assert!(e.starts_with("1: rtsp-transport = \"rtsp://u:***@h/x\": invalid value 'rtsp://u:***@h/x' for '--rtsp-transport"), "{e}");
+        assert!(
+            e.starts_with(
+                "1: rtsp-transport = \"rtsp://u:***@h/x\": invalid value 'rtsp://u:***@h/x' for '--rtsp-transport"
+            ),
+            "{e}"
+        );
         assert!(!e.contains("secret"), "{e}");
     }
 
@@ -880,16 +1045,30 @@ mod tests {
 
     #[test]
     fn print_shows_each_origin() {
-        let (_d, p) = file("# c\nbuffers = 6\nrestart-max = 7\n\n[camera.front]\nsource = \"rtsp://u:secret@h/x\"\nfps = 5\n");
+        let (_d, p) =
+            file("# c\nbuffers = 6\nrestart-max = 7\n\n[camera.front]\nsource = \"rtsp://u:secret@h/x\"\nfps = 5\n");
         let argv = os(&["zcpipe", "run", "--config", p.to_str().unwrap(), "--watchdog", "9"]);
         let t = print(argv, &env(&[("ZCPIPE_RESTART_MAX", "8")]), Path::new(NO_DEFAULT)).unwrap();
-        for want in ["\nbuffers = 6  # file:2\n", "\nrestart-max = 8  # env ZCPIPE_RESTART_MAX\n", "\nwatchdog = 9  # flag\n", "\nrestart-window = 60  # default\n", "\njson = false  # default\n", "\n# format  # unset\n", "\n[camera.front]\nsource = \"rtsp://u:***@h/x\"  # file:5\nfps = 5  # file:7\n"] {
+        for want in [
+            "\nbuffers = 6  # file:2\n",
+            "\nrestart-max = 8  # env ZCPIPE_RESTART_MAX\n",
+            "\nwatchdog = 9  # flag\n",
+            "\nrestart-window = 60  # default\n",
+            "\njson = false  # default\n",
+            "\n# format  # unset\n",
+            "\n[camera.front]\nsource = \"rtsp://u:***@h/x\"  # file:5\nfps = 5  # file:7\n",
+        ] {
             assert!(t.contains(want), "{want:?} in:\n{t}");
         }
         assert!(!t.contains("secret"));
         // A switch turned off by the environment says so.
         let (_d, p) = file("json = true\n");
-        let t = print(os(&["zcpipe", "run", "--config", p.to_str().unwrap()]), &env(&[("ZCPIPE_JSON", "no")]), Path::new(NO_DEFAULT)).unwrap();
+        let t = print(
+            os(&["zcpipe", "run", "--config", p.to_str().unwrap()]),
+            &env(&[("ZCPIPE_JSON", "no")]),
+            Path::new(NO_DEFAULT),
+        )
+        .unwrap();
         assert!(t.contains("\njson = false  # env ZCPIPE_JSON\n"), "{t}");
     }
 

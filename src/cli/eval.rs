@@ -63,21 +63,33 @@ impl EvalArgs {
         if a.track.tracker == zcpipe_track::TrackerKind::None {
             anyhow::bail!("--tracker none tracks nothing: pick bytetrack, sort or iou");
         }
-        let r = zcpipe_track::eval::Replay { params: a.track.params(), labels: a.labels.clone(), camera: a.camera.clone(), fps: a.fps };
+        let r = zcpipe_track::eval::Replay {
+            params: a.track.params(),
+            labels: a.labels.clone(),
+            camera: a.camera.clone(),
+            fps: a.fps,
+        };
         let input: Box<dyn std::io::BufRead> = if a.detections.as_os_str() == "-" {
             Box::new(BufReader::new(std::io::stdin()))
         } else {
-            Box::new(BufReader::new(std::fs::File::open(&a.detections).with_context(|| format!("--detections {}", a.detections.display()))?))
+            Box::new(BufReader::new(
+                std::fs::File::open(&a.detections)
+                    .with_context(|| format!("--detections {}", a.detections.display()))?,
+            ))
         };
         let mut out: Box<dyn std::io::Write> = if a.mot.as_os_str() == "-" {
             Box::new(BufWriter::new(std::io::stdout()))
         } else {
-            Box::new(BufWriter::new(std::fs::File::create(&a.mot).with_context(|| format!("--mot {}", a.mot.display()))?))
+            Box::new(BufWriter::new(
+                std::fs::File::create(&a.mot).with_context(|| format!("--mot {}", a.mot.display()))?,
+            ))
         };
-        let done = zcpipe_track::eval::replay(input, &mut out, &r).with_context(|| format!("--detections {}", a.detections.display())).and_then(|st| {
-            out.flush().with_context(|| format!("--mot {}", a.mot.display()))?;
-            Ok(st)
-        });
+        let done = zcpipe_track::eval::replay(input, &mut out, &r)
+            .with_context(|| format!("--detections {}", a.detections.display()))
+            .and_then(|st| {
+                out.flush().with_context(|| format!("--mot {}", a.mot.display()))?;
+                Ok(st)
+            });
         let st = match done {
             Ok(st) => st,
             Err(e) => {
@@ -88,7 +100,10 @@ impl EvalArgs {
                 return Err(e);
             }
         };
-        eprintln!("{} frames, {} detections tracked, {} tracks confirmed, {} result lines", st.frames, st.detections, st.tracks, st.boxes);
+        eprintln!(
+            "{} frames, {} detections tracked, {} tracks confirmed, {} result lines",
+            st.frames, st.detections, st.tracks, st.boxes
+        );
         Ok(0)
     }
 }

@@ -101,10 +101,19 @@ mod tests {
         let a = T::parse_from(["t", "--http", "0.0.0.0:8081", "--http-allow-remote", "--view-fps", "2.5"]).h;
         let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).h;
         assert_eq!(back.config().unwrap(), a.config().unwrap(), "flags read back the same: {:?}", a.flags());
-        assert_eq!(a.describe().unwrap(), "web view http://0.0.0.0:8081/ (pictures at most 2.5 a second per camera, reachable from other machines)");
+        assert_eq!(
+            a.describe().unwrap(),
+            "web view http://0.0.0.0:8081/ (pictures at most 2.5 a second per camera, reachable from other machines)"
+        );
         let e = format!("{:#}", T::parse_from(["t", "--http", "0.0.0.0:8081"]).h.config().unwrap_err());
         assert!(e.contains("not a loopback address") && e.contains("--http-allow-remote"), "{e}");
-        for bad in [&["--http", "example.com:80"][..], &["--http", "127.0.0.1:99999"], &["--view-fps", "0"], &["--view-fps", "-1"], &["--http-allow-remote"]] {
+        for bad in [
+            &["--http", "example.com:80"][..],
+            &["--http", "127.0.0.1:99999"],
+            &["--view-fps", "0"],
+            &["--view-fps", "-1"],
+            &["--http-allow-remote"],
+        ] {
             assert!(T::try_parse_from(std::iter::once(&"t").chain(bad)).is_err(), "{bad:?}");
         }
         let e = T::try_parse_from(["t", "--http", "example.com:80"]).err().unwrap().to_string();

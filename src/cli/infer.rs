@@ -9,9 +9,9 @@ use clap::Args;
 
 use zcpipe_core::config::Choice;
 use zcpipe_core::frame::Placement;
+use zcpipe_infer::auto::{self, InferChoice};
 use zcpipe_infer::heads::{ChannelOrder, HeadKind};
 use zcpipe_infer::rknn::parse_npu_cores;
-use zcpipe_infer::auto::{self, InferChoice};
 use zcpipe_infer::{DetectorKind, InferConfig};
 
 use super::common::choice;
@@ -121,7 +121,9 @@ impl InferArgs {
         // `--infer replay --model FILE` is the same as `--infer replay:FILE` (the form stage
         // processes are started with).
         if backend == DetectorKind::Replay && self.model.is_none() {
-            anyhow::bail!("--infer replay needs a file: --infer replay:FILE.jsonl (lines as `zcpipe run --json` prints them)");
+            anyhow::bail!(
+                "--infer replay needs a file: --infer replay:FILE.jsonl (lines as `zcpipe run --json` prints them)"
+            );
         }
         let cores = match self.npu_cores.as_str() {
             "auto" => None,
@@ -168,7 +170,9 @@ fn parse_input_size(s: &str) -> Result<(u32, u32)> {
     };
     for v in [w, h] {
         if !(INPUT_STRIDE..=MAX_INPUT_SIDE).contains(&v) {
-            anyhow::bail!("--input-size {s}: a side of {v} is outside {INPUT_STRIDE}..={MAX_INPUT_SIDE}: use e.g. 640 or 640x384");
+            anyhow::bail!(
+                "--input-size {s}: a side of {v} is outside {INPUT_STRIDE}..={MAX_INPUT_SIDE}: use e.g. 640 or 640x384"
+            );
         }
         if v % INPUT_STRIDE != 0 {
             let down = v / INPUT_STRIDE * INPUT_STRIDE;
@@ -195,16 +199,27 @@ mod tests {
         for bad in ["", "x", "640x", "x640", "-640", "640x384x2", "6 4 0", "big"] {
             assert_eq!(err(bad), format!("--input-size {bad:?} is not WxH or N: use e.g. 640x384, or 640 for 640x640"));
         }
-        assert_eq!(err("650x640"), "--input-size 650x640: 650 is not a multiple of 32 (the largest YOLO stride): use 640 or 672");
-        assert_eq!(err("320x100"), "--input-size 320x100: 100 is not a multiple of 32 (the largest YOLO stride): use 96 or 128");
+        assert_eq!(
+            err("650x640"),
+            "--input-size 650x640: 650 is not a multiple of 32 (the largest YOLO stride): use 640 or 672"
+        );
+        assert_eq!(
+            err("320x100"),
+            "--input-size 320x100: 100 is not a multiple of 32 (the largest YOLO stride): use 96 or 128"
+        );
         assert_eq!(err("0"), "--input-size 0: a side of 0 is outside 32..=4096: use e.g. 640 or 640x384");
-        assert_eq!(err("640x4128"), "--input-size 640x4128: a side of 4128 is outside 32..=4096: use e.g. 640 or 640x384");
+        assert_eq!(
+            err("640x4128"),
+            "--input-size 640x4128: a side of 4128 is outside 32..=4096: use e.g. 640 or 640x384"
+        );
     }
 
     #[test]
     fn input_size_is_checked_carried_and_passed_on() {
         use clap::Parser;
-        let Command::Run(r) = Cli::parse_from(["zcpipe", "run", "--input-size", "320x256"]).cmd else { panic!("not run") };
+        let Command::Run(r) = Cli::parse_from(["zcpipe", "run", "--input-size", "320x256"]).cmd else {
+            panic!("not run")
+        };
         assert_eq!(r.pipeline.infer.config().unwrap().input_size, Some((320, 256)));
         assert!(r.pipeline.infer.flags().contains(&"--input-size=320x256".to_string()));
         let Command::Run(r) = Cli::parse_from(["zcpipe", "run"]).cmd else { panic!("not run") };

@@ -14,14 +14,14 @@ pub mod compare;
 pub mod config;
 pub mod display;
 pub mod http;
-pub mod snapshot;
 pub mod infer;
 pub mod mqtt;
 pub mod publish;
-pub mod track;
 pub mod run;
 pub mod scale;
 pub mod signals;
+pub mod snapshot;
+pub mod track;
 
 use std::sync::atomic::Ordering;
 
@@ -171,7 +171,11 @@ impl StageCmd {
     /// Checks the stage's options and runs it with the stop flag and its report pipe.
     fn run(self) -> anyhow::Result<i32> {
         let name = self.name();
-        let (StageCmd::Capture { common, .. } | StageCmd::Scale { common, .. } | StageCmd::Infer { common, .. } | StageCmd::Publish { common, .. } | StageCmd::Display { common, .. }) = &self;
+        let (StageCmd::Capture { common, .. }
+        | StageCmd::Scale { common, .. }
+        | StageCmd::Infer { common, .. }
+        | StageCmd::Publish { common, .. }
+        | StageCmd::Display { common, .. }) = &self;
         let data = common.data_path()?;
         let instance = data.instance.clone();
         // One camera of several reports (and listens) as `capture@NAME`: once per process.

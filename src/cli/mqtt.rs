@@ -57,7 +57,11 @@ pub struct MqttArgs {
 
 /// This machine's host name (`/proc/sys/kernel/hostname`), as a client id part.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "host".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
 }
 
 impl MqttArgs {
@@ -161,11 +165,31 @@ mod tests {
 
     #[test]
     fn flags_read_back_and_the_plan_hides_the_password() {
-        let a = T::parse_from(["t", "--mqtt", "mqtt://alice:p%40ss@broker.lan", "--mqtt-qos", "1", "--mqtt-retain", "--mqtt-queue", "7", "--mqtt-topic-prefix", "home/zc", "--mqtt-client-id", "zc1"]).m;
+        let a = T::parse_from([
+            "t",
+            "--mqtt",
+            "mqtt://alice:p%40ss@broker.lan",
+            "--mqtt-qos",
+            "1",
+            "--mqtt-retain",
+            "--mqtt-queue",
+            "7",
+            "--mqtt-topic-prefix",
+            "home/zc",
+            "--mqtt-client-id",
+            "zc1",
+        ])
+        .m;
         let c = a.config("default").unwrap().unwrap();
-        assert_eq!((c.broker.host.as_str(), c.broker.port, c.broker.user.as_deref()), ("broker.lan", 1883, Some("alice")));
+        assert_eq!(
+            (c.broker.host.as_str(), c.broker.port, c.broker.user.as_deref()),
+            ("broker.lan", 1883, Some("alice"))
+        );
         assert_eq!(c.broker.password.as_ref().unwrap().expose(), "p@ss");
-        assert_eq!((c.qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()), (1, true, 7, "home/zc", "zc1"));
+        assert_eq!(
+            (c.qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()),
+            (1, true, 7, "home/zc", "zc1")
+        );
         // The stage's command line has no password: its environment has it.
         assert!(!a.flags().concat().contains("p%40ss") && !a.flags().concat().contains("p@ss"), "{:?}", a.flags());
         assert_eq!(a.secret_env(), [(PASSWORD_ENV.to_string(), "p@ss".to_string())]);
@@ -173,7 +197,12 @@ mod tests {
         let mut without = c.clone();
         without.broker.password = None;
         if std::env::var_os(PASSWORD_ENV).is_none() {
-            assert_eq!(back.config("default").unwrap(), Some(without), "flags read back the same but the password: {:?}", a.flags());
+            assert_eq!(
+                back.config("default").unwrap(),
+                Some(without),
+                "flags read back the same but the password: {:?}",
+                a.flags()
+            );
         }
         assert_eq!(a.describe().unwrap(), "mqtt mqtt://broker.lan:1883 (user alice, password ***)");
         assert!(!format!("{c:?}").contains("p@ss"), "the config's Debug hides the password: {c:?}");

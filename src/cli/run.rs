@@ -5,15 +5,15 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use zcpipe_core::frame::Stage;
 use crate::supervise::run::{Role, RunConfig};
+use zcpipe_core::frame::Stage;
 
 use super::common::PipelineArgs;
 use super::display::RunDisplayArgs;
 use super::http::HttpArgs;
-use super::snapshot::SnapshotArgs;
-use super::publish::PublishArgs;
 use super::mqtt::MqttArgs;
+use super::publish::PublishArgs;
+use super::snapshot::SnapshotArgs;
 use super::track::TrackArgs;
 
 /// `zcpipe run`: the plan (printed; with `--dry-run`, only printed), then the run.
@@ -26,7 +26,10 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
             print!("{}", cfg.plan.text());
             if cfg.cameras.len() > 1 {
                 for (name, source) in &cfg.cameras {
-                    println!("camera {name}: {source} (its own capture stage, {})", zcpipe_core::config::camera_stage(name));
+                    println!(
+                        "camera {name}: {source} (its own capture stage, {})",
+                        zcpipe_core::config::camera_stage(name)
+                    );
                 }
             }
         }
@@ -107,13 +110,24 @@ impl RunArgs {
     /// line (`zcpipe stage <name> ...`) is written from the same options.
     pub fn config(&self) -> Result<RunConfig> {
         let data = self.pipeline.check()?;
-        if let Some(dir) = self.summary_json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+        if let Some(dir) =
+            self.summary_json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+        {
             anyhow::bail!("--summary-json: folder {} does not exist; create it or pass another path", dir.display());
         }
         let cams = self.pipeline.cams()?;
         let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
         let several = cams.len() > 1;
-        let publish = PublishArgs { publish: self.publish.clone(), print: zcpipe_publish::PrintMode::None, socket_group: self.socket_group.clone(), cameras: names.clone(), track: self.track.clone(), http: self.http.clone(), snapshot: self.snapshot.clone(), mqtt: self.mqtt.clone() };
+        let publish = PublishArgs {
+            publish: self.publish.clone(),
+            print: zcpipe_publish::PrintMode::None,
+            socket_group: self.socket_group.clone(),
+            cameras: names.clone(),
+            track: self.track.clone(),
+            http: self.http.clone(),
+            snapshot: self.snapshot.clone(),
+            mqtt: self.mqtt.clone(),
+        };
         zcpipe_publish::socket_group(self.socket_group.as_deref())?;
         // The tracking, web view, snapshot and MQTT options checked here as the publish stage will: one line
         // each; the web view's address must be free now (the stage binds it again).
@@ -131,7 +145,9 @@ impl RunArgs {
             let theirs = p.plan(socket.clone())?;
             captures.push(p.resolved(&theirs).capture);
             // The plan names every camera's source (`plan: front: ... + door: ... -> ...`).
-            plan.sources.extend(theirs.sources.into_iter().map(|st| crate::plan::Step { what: format!("{name}: {}", st.what), ..st }));
+            plan.sources.extend(
+                theirs.sources.into_iter().map(|st| crate::plan::Step { what: format!("{name}: {}", st.what), ..st }),
+            );
         }
         if several {
             plan.sources[0].what = format!("{}: {}", names[0], plan.sources[0].what);
@@ -141,7 +157,11 @@ impl RunArgs {
             out.what = format!("{} ({})", out.what, self.track.describe());
         }
         if let Some(what) = self.http.describe() {
-            let why = if self.http.http_allow_remote { "--http with --http-allow-remote" } else { "--http (this machine only)" };
+            let why = if self.http.http_allow_remote {
+                "--http with --http-allow-remote"
+            } else {
+                "--http (this machine only)"
+            };
             plan.outputs.push(crate::plan::Step { what, why: why.into() });
         }
         if let Some(what) = self.snapshot.describe(self.track.tracker != zcpipe_track::TrackerKind::None) {
@@ -149,8 +169,15 @@ impl RunArgs {
         }
         if let Some(what) = self.mqtt.describe() {
             let why = match self.mqtt.mqtt_no_discovery {
-                false => format!("--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/", self.mqtt.topic_prefix(&data.instance), self.mqtt.mqtt_discovery_prefix),
-                true => format!("--mqtt: detections, counts, events and stats under {}/", self.mqtt.topic_prefix(&data.instance)),
+                false => format!(
+                    "--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/",
+                    self.mqtt.topic_prefix(&data.instance),
+                    self.mqtt.mqtt_discovery_prefix
+                ),
+                true => format!(
+                    "--mqtt: detections, counts, events and stats under {}/",
+                    self.mqtt.topic_prefix(&data.instance)
+                ),
             };
             plan.outputs.push(crate::plan::Step { what, why });
         }
@@ -158,7 +185,13 @@ impl RunArgs {
         let data = zcpipe_core::config::DataPath { heap: resolved.common.heap, ..data };
         let common = resolved.common.flags(&data);
         let p = &resolved;
-        let print = if self.json { "json" } else if self.no_print { "none" } else { "human" };
+        let print = if self.json {
+            "json"
+        } else if self.no_print {
+            "none"
+        } else {
+            "human"
+        };
         let mut stage_flags: Vec<(Role, String, Vec<String>)> = vec![];
         // The display (a fifth, optional process) on the first camera: its card now, or one
         // line why there is none (the pipeline runs without it).
@@ -168,7 +201,8 @@ impl RunArgs {
                 Ok(card) => Some(card),
                 Err(e) => {
                     log::warn!("{e:#}; the pipeline runs without a display");
-                    plan.outputs.push(crate::plan::Step { what: "no display".into(), why: format!("--display {t}: {e:#}") });
+                    plan.outputs
+                        .push(crate::plan::Step { what: "no display".into(), why: format!("--display {t}: {e:#}") });
                     None
                 }
             },
@@ -200,7 +234,8 @@ impl RunArgs {
                 Stage::Scale => p.scale.flags(),
                 Stage::Infer => p.infer.flags(),
                 _ => {
-                    let mut v: Vec<String> = self.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
+                    let mut v: Vec<String> =
+                        self.publish.iter().map(|p| format!("--publish={}", p.display())).collect();
                     v.push(format!("--print={print}"));
                     v.extend(self.socket_group.iter().map(|g| format!("--socket-group={g}")));
                     v.push(format!("--cameras={}", names.join(",")));
@@ -222,16 +257,36 @@ impl RunArgs {
             }
             v.push(format!("--detections={}", socket.display()));
             stage_flags.push((Role::Display, "display".into(), v));
-            let why = if self.pipeline.common.copy_mode { "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)" } else { "--display (the camera's buffers scanned out where a plane takes them, else composed by the CPU; the stage says which)" };
-            plan.outputs.push(crate::plan::Step { what: format!("display on {} (camera {})", card.display(), names[0]), why: why.into() });
+            let why = if self.pipeline.common.copy_mode {
+                "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)"
+            } else {
+                "--display (the camera's buffers scanned out where a plane takes them, else composed by the CPU; the stage says which)"
+            };
+            plan.outputs.push(crate::plan::Step {
+                what: format!("display on {} (camera {})", card.display(), names[0]),
+                why: why.into(),
+            });
         }
-        let cameras: Vec<(String, String)> = names.iter().zip(&captures).map(|(n, c)| (n.clone(), zcpipe_capture::spec::redact_url(&c.source))).collect();
+        let cameras: Vec<(String, String)> = names
+            .iter()
+            .zip(&captures)
+            .map(|(n, c)| (n.clone(), zcpipe_capture::spec::redact_url(&c.source)))
+            .collect();
         let restart = crate::supervise::RestartPolicy {
             max: self.restart_max,
             window: std::time::Duration::from_secs(self.restart_window),
             reset_after: std::time::Duration::from_secs(self.restart_reset),
             watchdog: (self.watchdog > 0).then(|| std::time::Duration::from_secs(self.watchdog)),
         };
-        Ok(RunConfig { publish_socket: socket, data, stage_flags, summary_json: self.summary_json.clone(), plan, restart, cameras, secret_env: self.mqtt.secret_env() })
+        Ok(RunConfig {
+            publish_socket: socket,
+            data,
+            stage_flags,
+            summary_json: self.summary_json.clone(),
+            plan,
+            restart,
+            cameras,
+            secret_env: self.mqtt.secret_env(),
+        })
     }
 }

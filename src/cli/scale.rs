@@ -44,7 +44,11 @@ impl ScaleArgs {
 
     /// These options as `--key=value` flags (see [`super::capture::CaptureArgs::flags`]).
     pub fn flags(&self) -> Vec<String> {
-        let mut v = vec![format!("--scaler={}", self.scaler), format!("--scale-buffers={}", self.scale_buffers.unwrap_or(3)), format!("--rga-core={}", self.rga_core.name())];
+        let mut v = vec![
+            format!("--scaler={}", self.scaler),
+            format!("--scale-buffers={}", self.scale_buffers.unwrap_or(3)),
+            format!("--rga-core={}", self.rga_core.name()),
+        ];
         if !self.cameras.is_empty() {
             v.push(format!("--cameras={}", self.cameras.join(",")));
         }

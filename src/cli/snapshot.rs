@@ -44,13 +44,21 @@ impl SnapshotArgs {
     pub fn config(&self, tracking: bool) -> Result<Option<SnapshotConfig>> {
         let Some(dir) = &self.snapshot_dir else { return Ok(None) };
         if dir.exists() && !dir.is_dir() {
-            bail!("--snapshot-dir {}: exists and is not a folder; pick a folder (it is created if missing)", dir.display());
+            bail!(
+                "--snapshot-dir {}: exists and is not a folder; pick a folder (it is created if missing)",
+                dir.display()
+            );
         }
         let on_new = self.snapshot_new && tracking;
         if !on_new && self.snapshot_every.is_none() {
             bail!("--snapshot-dir {}: nothing would be written (no tracker for new objects, or --snapshot-new false): add --snapshot-every SECONDS", dir.display());
         }
-        Ok(Some(SnapshotConfig { dir: dir.clone(), every: self.snapshot_every.map(Duration::from_secs_f64), on_new, keep: self.snapshot_keep as usize }))
+        Ok(Some(SnapshotConfig {
+            dir: dir.clone(),
+            every: self.snapshot_every.map(Duration::from_secs_f64),
+            on_new,
+            keep: self.snapshot_keep as usize,
+        }))
     }
 
     /// For the plan: `snapshots in DIR (on new objects, every 10 s; keep 100)`, or `None`.
@@ -69,7 +77,11 @@ impl SnapshotArgs {
     /// The same options as flags, for the publish stage's command line.
     pub fn flags(&self) -> Vec<String> {
         let Some(dir) = &self.snapshot_dir else { return vec![] };
-        let mut v = vec![format!("--snapshot-dir={}", dir.display()), format!("--snapshot-keep={}", self.snapshot_keep), format!("--snapshot-new={}", self.snapshot_new)];
+        let mut v = vec![
+            format!("--snapshot-dir={}", dir.display()),
+            format!("--snapshot-keep={}", self.snapshot_keep),
+            format!("--snapshot-new={}", self.snapshot_new),
+        ];
         if let Some(e) = self.snapshot_every {
             v.push(format!("--snapshot-every={e}"));
         }
@@ -91,7 +103,16 @@ mod tests {
     #[test]
     fn flags_read_back_and_bad_values_are_one_line() {
         let d = tempfile::tempdir().unwrap();
-        let a = T::parse_from(["t", "--snapshot-dir", d.path().to_str().unwrap(), "--snapshot-every", "30", "--snapshot-keep", "5"]).s;
+        let a = T::parse_from([
+            "t",
+            "--snapshot-dir",
+            d.path().to_str().unwrap(),
+            "--snapshot-every",
+            "30",
+            "--snapshot-keep",
+            "5",
+        ])
+        .s;
         let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).s;
         assert_eq!(back.config(true).unwrap(), a.config(true).unwrap());
         let c = a.config(true).unwrap().unwrap();

@@ -4,8 +4,8 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use zcpipe_track::{zone, TrackParams, TrackerKind, ZoneSpec};
 use zcpipe_publish::TrackConfig;
+use zcpipe_track::{zone, TrackParams, TrackerKind, ZoneSpec};
 
 use super::common::choice;
 
@@ -98,7 +98,11 @@ impl TrackArgs {
         }
         let mut s = format!("{} tracks", zcpipe_core::config::Choice::name(self.tracker));
         if !self.zones.is_empty() {
-            let z: Vec<String> = self.zones.iter().map(|z| format!("{}{}", z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(), z.zone.name)).collect();
+            let z: Vec<String> = self
+                .zones
+                .iter()
+                .map(|z| format!("{}{}", z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(), z.zone.name))
+                .collect();
             s += &format!(", zones {}", z.join(", "));
         }
         s
@@ -117,7 +121,12 @@ impl TrackArgs {
         ];
         v.extend(self.zones.iter().map(|z| {
             let pts: Vec<String> = z.zone.points.iter().map(|(x, y)| format!("{x},{y}")).collect();
-            format!("--zone={}{}={}", z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(), z.zone.name, pts.join(","))
+            format!(
+                "--zone={}{}={}",
+                z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(),
+                z.zone.name,
+                pts.join(",")
+            )
         }));
         v
     }
@@ -138,18 +147,44 @@ mod tests {
     fn defaults_flags_and_bad_values() {
         let a = T::parse_from(["t"]).t;
         assert_eq!(a.params(), TrackParams::default());
-        let a = T::parse_from(["t", "--tracker", "sort", "--zone", "front:door=1,2,30,4,5,60.5", "--track-keepalive", "2.5", "--track-confirm", "1"]).t;
+        let a = T::parse_from([
+            "t",
+            "--tracker",
+            "sort",
+            "--zone",
+            "front:door=1,2,30,4,5,60.5",
+            "--track-keepalive",
+            "2.5",
+            "--track-confirm",
+            "1",
+        ])
+        .t;
         let back = T::parse_from(std::iter::once("t".to_string()).chain(a.flags())).t;
-        assert_eq!((back.params(), back.zones.clone()), (a.params(), a.zones.clone()), "flags read back the same: {:?}", a.flags());
+        assert_eq!(
+            (back.params(), back.zones.clone()),
+            (a.params(), a.zones.clone()),
+            "flags read back the same: {:?}",
+            a.flags()
+        );
         let c = a.config(&["front".into(), "back".into()]).unwrap();
         assert_eq!((c.zones[0].len(), c.zones[1].len()), (1, 0));
-        for bad in [&["--tracker", "deepsort"][..], &["--zone", "door=1,2,3,4"], &["--track-keepalive", "0"], &["--stationary-move", "2"], &["--track-confirm", "0"], &["--track-high", "0.99"]] {
+        for bad in [
+            &["--tracker", "deepsort"][..],
+            &["--zone", "door=1,2,3,4"],
+            &["--track-keepalive", "0"],
+            &["--stationary-move", "2"],
+            &["--track-confirm", "0"],
+            &["--track-high", "0.99"],
+        ] {
             assert!(T::try_parse_from(std::iter::once(&"t").chain(bad)).is_err(), "{bad:?}");
         }
         let e = T::try_parse_from(["t", "--zone", "door=1,2"]).err().unwrap().to_string();
         assert!(e.contains("1 point(s); a zone needs at least three"), "{e}");
         let e = T::try_parse_from(["t", "--track-keepalive", "-1"]).err().unwrap().to_string();
-        assert!(e.contains("-1: expected seconds from 0.05 to 3600"), "a negative number is a bad value, not a flag: {e}");
+        assert!(
+            e.contains("-1: expected seconds from 0.05 to 3600"),
+            "a negative number is a bad value, not a flag: {e}"
+        );
         let none = T::parse_from(["t", "--tracker", "none", "--zone", "door=0,0,9,0,9,9"]).t;
         assert!(format!("{:#}", none.config(&["cam0".into()]).unwrap_err()).starts_with("--zone needs a tracker"));
     }

@@ -42,6 +42,14 @@ fn camera_name(s: &str) -> Result<String, String> {
 
 impl From<WatchArgs> for WatchConfig {
     fn from(a: WatchArgs) -> WatchConfig {
-        WatchConfig { path: a.path, instance: a.instance, json: a.json, count: a.count, camera: a.camera, events: a.events, reconnect_for: std::time::Duration::from_secs(a.reconnect_for) }
+        WatchConfig {
+            path: a.path,
+            instance: a.instance,
+            json: a.json,
+            count: a.count,
+            camera: a.camera,
+            events: a.events,
+            reconnect_for: std::time::Duration::from_secs(a.reconnect_for),
+        }
     }
 }

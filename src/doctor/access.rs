@@ -79,14 +79,16 @@ pub(super) fn group_members_in(text: &str, group: &str) -> Vec<String> {
     text.lines()
         .find_map(|l| {
             let f: Vec<&str> = l.split(':').collect();
-            (f.len() >= 4 && f[0] == group).then(|| f[3].split(',').filter(|m| !m.is_empty()).map(str::to_string).collect())
+            (f.len() >= 4 && f[0] == group)
+                .then(|| f[3].split(',').filter(|m| !m.is_empty()).map(str::to_string).collect())
         })
         .unwrap_or_default()
 }
 
 /// This process's group ids (effective and supplementary).
 fn my_gids() -> Vec<u32> {
-    let mut v: Vec<u32> = nix::unistd::getgroups().map(|g| g.into_iter().map(|g| g.as_raw()).collect()).unwrap_or_default();
+    let mut v: Vec<u32> =
+        nix::unistd::getgroups().map(|g| g.into_iter().map(|g| g.as_raw()).collect()).unwrap_or_default();
     v.push(nix::unistd::getegid().as_raw());
     v.sort_unstable();
     v.dedup();
@@ -126,7 +128,8 @@ pub(super) fn access_fix(path: &Path, file: Option<&FileMode>) -> String {
         );
     }
     let me = user_name(nix::unistd::getuid().as_raw());
-    let listed = std::fs::read_to_string("/etc/group").map(|t| group_members_in(&t, &f.group).contains(&me)).unwrap_or(false);
+    let listed =
+        std::fs::read_to_string("/etc/group").map(|t| group_members_in(&t, &f.group).contains(&me)).unwrap_or(false);
     if listed {
         return format!("you are in the {} group in /etc/group but not in this login session: log out and in again (or run `newgrp {}`)", f.group, f.group);
     }

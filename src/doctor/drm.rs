@@ -18,7 +18,10 @@ use drm::control::Device as _;
 use drm::Device as _;
 
 use super::access::{access_fix, holders};
-use super::{DrmCardReport, DrmConnectorReport, DrmCrtcReport, DrmModeReport, DrmPlaneReport, DrmReport, FileMode, Paths, Problem, Verdict};
+use super::{
+    DrmCardReport, DrmConnectorReport, DrmCrtcReport, DrmModeReport, DrmPlaneReport, DrmReport, FileMode, Paths,
+    Problem, Verdict,
+};
 use zcpipe_sys::drm::{card_nodes, Card};
 use zcpipe_sys::v4l2::fourcc_chars;
 
@@ -33,7 +36,11 @@ pub(super) fn drm_section(paths: &Paths, problems: &mut Vec<Problem>) -> DrmRepo
         if let Some(e) = &c.error {
             let path = Path::new(&c.path);
             problems.push(Problem {
-                what: format!("{}: cannot open it: {e} ({})", c.path, c.file.as_ref().map(FileMode::describe).unwrap_or_default()),
+                what: format!(
+                    "{}: cannot open it: {e} ({})",
+                    c.path,
+                    c.file.as_ref().map(FileMode::describe).unwrap_or_default()
+                ),
                 fix: if c.permission_denied { access_fix(path, c.file.as_ref()) } else { "check `dmesg`".into() },
                 about: c.path.clone(),
             });
@@ -114,7 +121,12 @@ fn kms(card: &Card, r: &mut DrmCardReport) -> io::Result<()> {
     for h in card.plane_handles()? {
         let info = card.get_plane(h)?;
         let crtcs = res.filter_crtcs(info.possible_crtcs()).into_iter().map(u32::from).collect();
-        r.planes.push(DrmPlaneReport { id: u32::from(h), kind: plane_type(card, h), crtcs, formats: info.formats().iter().map(|f| fourcc_chars(*f)).collect() });
+        r.planes.push(DrmPlaneReport {
+            id: u32::from(h),
+            kind: plane_type(card, h),
+            crtcs,
+            formats: info.formats().iter().map(|f| fourcc_chars(*f)).collect(),
+        });
     }
     Ok(())
 }
@@ -169,14 +181,28 @@ pub(super) fn display_verdict(dir: &str, cards: &[DrmCardReport], fix_for_denied
             keep(0, Verdict::cannot(format!("{}: cannot open it: {e}", c.path), fix));
             continue;
         }
-        let connected: Vec<&DrmConnectorReport> = c.connectors.iter().filter(|k| !k.writeback && k.state == "connected" && !k.modes.is_empty()).collect();
+        let connected: Vec<&DrmConnectorReport> =
+            c.connectors.iter().filter(|k| !k.writeback && k.state == "connected" && !k.modes.is_empty()).collect();
         let primary = c.planes.iter().any(|p| p.kind == "primary");
         if c.crtcs.is_empty() || !primary {
-            keep(1, Verdict::cannot(format!("{name}: no CRTC or primary plane to show a picture with{}", c.kms_error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()), "check `dmesg` for the display driver's errors"));
+            keep(
+                1,
+                Verdict::cannot(
+                    format!(
+                        "{name}: no CRTC or primary plane to show a picture with{}",
+                        c.kms_error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+                    ),
+                    "check `dmesg` for the display driver's errors",
+                ),
+            );
             continue;
         }
         let Some(k) = connected.first() else {
-            let list: Vec<String> = c.connectors.iter().map(|k| format!("{} {}{}", k.name, k.state, if k.writeback { " (writeback)" } else { "" })).collect();
+            let list: Vec<String> = c
+                .connectors
+                .iter()
+                .map(|k| format!("{} {}{}", k.name, k.state, if k.writeback { " (writeback)" } else { "" }))
+                .collect();
             let list = if list.is_empty() { "none".to_string() } else { list.join(", ") };
             keep(
                 2,
@@ -199,7 +225,13 @@ pub(super) fn display_verdict(dir: &str, cards: &[DrmCardReport], fix_for_denied
             continue;
         }
         let mode = k.modes.iter().find(|m| m.preferred).unwrap_or(&k.modes[0]);
-        return Verdict::can(format!("{name}: {} connected, preferred mode {}; {} CRTC(s){}", k.name, mode.label(), c.crtcs.len(), if c.atomic { ", atomic" } else { ", legacy modesetting" }));
+        return Verdict::can(format!(
+            "{name}: {} connected, preferred mode {}; {} CRTC(s){}",
+            k.name,
+            mode.label(),
+            c.crtcs.len(),
+            if c.atomic { ", atomic" } else { ", legacy modesetting" }
+        ));
     }
     best.map(|(_, v)| v).unwrap_or_else(|| Verdict::cannot(format!("no usable DRM card in {dir}"), NO_CARD_FIX))
 }

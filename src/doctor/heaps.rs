@@ -12,7 +12,8 @@ use super::access::access_fix;
 use super::{quietly, AutoReport, FileMode, HeapChoiceReport, HeapReport, Paths, Problem, UdmabufReport};
 use zcpipe_core::dmabuf::{heap_names, list_heaps, Allocator, HeapChoice};
 
-const CHOICES: [(HeapChoice, &str); 3] = [(HeapChoice::System, "system"), (HeapChoice::Dma32, "dma32"), (HeapChoice::Cma, "cma")];
+const CHOICES: [(HeapChoice, &str); 3] =
+    [(HeapChoice::System, "system"), (HeapChoice::Dma32, "dma32"), (HeapChoice::Cma, "cma")];
 
 /// Every heap name zcpipe knows, with its `--heap` choice: `system (--heap system),
 /// system-dma32 or dma32 (--heap dma32), ...`.
@@ -30,7 +31,10 @@ pub(super) fn open_rw(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(path)
 }
 
-pub(super) fn heaps_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<HeapReport>, Vec<HeapChoiceReport>, AutoReport) {
+pub(super) fn heaps_section(
+    paths: &Paths,
+    problems: &mut Vec<Problem>,
+) -> (Vec<HeapReport>, Vec<HeapChoiceReport>, AutoReport) {
     let dir = &paths.heap_dir;
     let names = list_heaps(dir);
     let choice_reports: Vec<HeapChoiceReport> = CHOICES
@@ -53,8 +57,16 @@ pub(super) fn heaps_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<
         if let Err(e) = &ro {
             open_problem = true;
             problems.push(Problem {
-                what: format!("{}: cannot open it: {e} ({})", path.display(), file.as_ref().map(FileMode::describe).unwrap_or_default()),
-                fix: if e.kind() == io::ErrorKind::PermissionDenied { access_fix(&path, file.as_ref()) } else { "check `dmesg`".into() },
+                what: format!(
+                    "{}: cannot open it: {e} ({})",
+                    path.display(),
+                    file.as_ref().map(FileMode::describe).unwrap_or_default()
+                ),
+                fix: if e.kind() == io::ErrorKind::PermissionDenied {
+                    access_fix(&path, file.as_ref())
+                } else {
+                    "check `dmesg`".into()
+                },
                 about: path.display().to_string(),
             });
         }
@@ -78,7 +90,12 @@ pub(super) fn heaps_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<
         });
     } else if choice_reports.iter().all(|c| c.heap.is_none()) {
         problems.push(Problem {
-            what: format!("no dma-buf heap zcpipe knows in {}: it has {}; zcpipe looks for {}", dir.display(), names.join(", "), known_heaps()),
+            what: format!(
+                "no dma-buf heap zcpipe knows in {}: it has {}; zcpipe looks for {}",
+                dir.display(),
+                names.join(", "),
+                known_heaps()
+            ),
             fix: HEAP_KERNEL_FIX.into(),
             about: dir.display().to_string(),
         });
@@ -104,8 +121,16 @@ pub(super) fn heaps_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec<
 pub(super) fn udmabuf_section(paths: &Paths, heap_usable: bool, problems: &mut Vec<Problem>) -> UdmabufReport {
     let path = &paths.udmabuf;
     let about = path.display().to_string();
-    let size_limit_mb = std::fs::read_to_string(paths.udmabuf_params.join("size_limit_mb")).ok().and_then(|s| s.trim().parse().ok());
-    let mut r = UdmabufReport { path: about.clone(), present: path.exists(), file: FileMode::of(path), openable: false, error: None, size_limit_mb };
+    let size_limit_mb =
+        std::fs::read_to_string(paths.udmabuf_params.join("size_limit_mb")).ok().and_then(|s| s.trim().parse().ok());
+    let mut r = UdmabufReport {
+        path: about.clone(),
+        present: path.exists(),
+        file: FileMode::of(path),
+        openable: false,
+        error: None,
+        size_limit_mb,
+    };
     if !r.present {
         if !heap_usable {
             problems.push(Problem {
@@ -121,8 +146,15 @@ pub(super) fn udmabuf_section(paths: &Paths, heap_usable: bool, problems: &mut V
         Err(e) => {
             r.error = Some(e.to_string());
             problems.push(Problem {
-                what: format!("{about}: cannot open it read-write: {e} ({})", r.file.as_ref().map(FileMode::describe).unwrap_or_default()),
-                fix: if e.kind() == io::ErrorKind::PermissionDenied { access_fix(path, r.file.as_ref()) } else { "check `dmesg`".into() },
+                what: format!(
+                    "{about}: cannot open it read-write: {e} ({})",
+                    r.file.as_ref().map(FileMode::describe).unwrap_or_default()
+                ),
+                fix: if e.kind() == io::ErrorKind::PermissionDenied {
+                    access_fix(path, r.file.as_ref())
+                } else {
+                    "check `dmesg`".into()
+                },
                 about,
             });
         }

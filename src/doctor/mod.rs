@@ -57,7 +57,6 @@ pub use report::*;
 pub use text::{sizes_text, text};
 pub use vendor::{check_library, parse_compatible};
 
-
 /// What `zcpipe doctor` is asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DoctorOptions {
@@ -145,7 +144,9 @@ pub fn gather(paths: &Paths) -> Report {
     let mpp_service = vendor::mpp_service_section(paths, soc.is_rockchip(), &mut problems);
     Report {
         zcpipe: env!("CARGO_PKG_VERSION").into(),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|e| format!("unknown ({e})")),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|e| format!("unknown ({e})")),
         user: access::user_report(),
         nodes,
         heap_dir: paths.heap_dir.display().to_string(),

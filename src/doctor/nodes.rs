@@ -14,7 +14,7 @@ use super::{FileMode, FormatReport, NodeReport, Problem, QueueReport, SizeReport
 use zcpipe_capture::v4l2::PREFERRED;
 use zcpipe_sys::fourcc::Fourcc;
 use zcpipe_sys::v4l2::node::{caps_names, open_node, probe_node, video_nodes, NodeInfo};
-use zcpipe_sys::v4l2::{self as sys, fourcc_chars, format_name};
+use zcpipe_sys::v4l2::{self as sys, format_name, fourcc_chars};
 
 /// What a V4L2 node is to zcpipe, from its device capabilities (`V4L2_CAP_*`,
 /// Documentation/userspace-api/media/v4l/vidioc-querycap.rst).
@@ -72,10 +72,13 @@ impl Role {
         match self {
             Role::Capture => &[("capture", sys::V4L2_BUF_TYPE_VIDEO_CAPTURE)],
             Role::CaptureMplane => &[("capture", sys::V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE)],
-            Role::Mem2mem => &[("output", sys::V4L2_BUF_TYPE_VIDEO_OUTPUT), ("capture", sys::V4L2_BUF_TYPE_VIDEO_CAPTURE)],
-            Role::Mem2memMplane => {
-                &[("output", sys::V4L2_BUF_TYPE_VIDEO_OUTPUT_MPLANE), ("capture", sys::V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE)]
+            Role::Mem2mem => {
+                &[("output", sys::V4L2_BUF_TYPE_VIDEO_OUTPUT), ("capture", sys::V4L2_BUF_TYPE_VIDEO_CAPTURE)]
             }
+            Role::Mem2memMplane => &[
+                ("output", sys::V4L2_BUF_TYPE_VIDEO_OUTPUT_MPLANE),
+                ("capture", sys::V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE),
+            ],
             _ => &[],
         }
     }
@@ -171,7 +174,8 @@ fn frame_sizes(fd: BorrowedFd<'_>, fourcc: Fourcc, rates: bool) -> Sizes {
             break;
         }
         let d = q.discrete();
-        let fps = if rates && sizes.len() < RATES_FOR_SIZES { frame_rates(fd, fourcc, d.width, d.height) } else { vec![] };
+        let fps =
+            if rates && sizes.len() < RATES_FOR_SIZES { frame_rates(fd, fourcc, d.width, d.height) } else { vec![] };
         sizes.push(SizeReport { width: d.width, height: d.height, fps });
     }
     Sizes::Discrete { sizes, truncated }
@@ -209,7 +213,10 @@ fn node_problem_for_error(path: &Path, e: &io::Error, file: Option<&FileMode>) -
     let about = path.display().to_string();
     match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => Problem {
-            what: format!("{about}: permission denied ({})", file.map(FileMode::describe).unwrap_or_else(|| "mode unknown".into())),
+            what: format!(
+                "{about}: permission denied ({})",
+                file.map(FileMode::describe).unwrap_or_else(|| "mode unknown".into())
+            ),
             fix: access_fix(path, file),
             about,
         },
@@ -228,7 +235,8 @@ fn node_problem_for_error(path: &Path, e: &io::Error, file: Option<&FileMode>) -
         }
         Some(libc::ENOTTY) => Problem {
             what: format!("{about}: not a V4L2 device (VIDIOC_QUERYCAP: ENOTTY)"),
-            fix: "check which driver created it (`udevadm info {about}`); zcpipe reads V4L2 video nodes only".replace("{about}", &about),
+            fix: "check which driver created it (`udevadm info {about}`); zcpipe reads V4L2 video nodes only"
+                .replace("{about}", &about),
             about,
         },
         _ => Problem {
@@ -317,7 +325,8 @@ pub(super) fn nodes_section(problems: &mut Vec<Problem>) -> Vec<NodeReport> {
     let nodes: Vec<NodeReport> = video_nodes().iter().map(|p| examine_node(p, problems)).collect();
     if nodes.is_empty() {
         problems.push(Problem {
-            what: "no V4L2 video node: /dev/video* does not exist, so there is no camera and no V4L2 mem2mem scaler".into(),
+            what: "no V4L2 video node: /dev/video* does not exist, so there is no camera and no V4L2 mem2mem scaler"
+                .into(),
             fix: no_camera_fix(),
             about: "/dev/video*".into(),
         });
@@ -325,7 +334,10 @@ pub(super) fn nodes_section(problems: &mut Vec<Problem>) -> Vec<NodeReport> {
         // Nodes that failed to open have a problem of their own.
         if nodes.iter().all(|n| n.error.is_none()) {
             problems.push(Problem {
-                what: format!("no capture node among {} video node(s): --source auto falls back to the bundled clip", nodes.len()),
+                what: format!(
+                    "no capture node among {} video node(s): --source auto falls back to the bundled clip",
+                    nodes.len()
+                ),
                 fix: no_camera_fix(),
                 about: "/dev/video*".into(),
             });

@@ -37,7 +37,11 @@ fn the_mpp_service_node_is_a_problem_only_on_a_rockchip_board() {
     let r = super::vendor::mpp_service_section(&paths, true, &mut problems);
     assert!(!r.present && !r.openable);
     assert_eq!(problems.len(), 1);
-    assert!(problems[0].what.contains("hardware decoding is unavailable") && problems[0].fix.contains("BSP kernel"), "{:?}", problems[0]);
+    assert!(
+        problems[0].what.contains("hardware decoding is unavailable") && problems[0].fix.contains("BSP kernel"),
+        "{:?}",
+        problems[0]
+    );
     // Present and openable (a plain file stands in for the node): no problem, its mode said.
     std::fs::write(&paths.mpp_service, b"").unwrap();
     problems.clear();
@@ -87,7 +91,10 @@ fn fourccs_rates_and_sizes_read_as_v4l2_tools_print_them() {
         truncated: false,
     };
     assert_eq!(sizes_text(&d), "320x180 (1-60 fps), 640x480 (30 fps), 1920x1080");
-    let many = Sizes::Discrete { sizes: (1..=10).map(|i| SizeReport { width: i, height: i, fps: vec![] }).collect(), truncated: false };
+    let many = Sizes::Discrete {
+        sizes: (1..=10).map(|i| SizeReport { width: i, height: i, fps: vec![] }).collect(),
+        truncated: false,
+    };
     assert_eq!(sizes_text(&many), "1x1, 2x2, 3x3, 4x4, 5x5, 6x6, 7x7, 8x8, ... (10 sizes)");
     let step = Sizes::Stepwise { min: [32, 32], max: [640, 480], step: [8, 8], continuous: false };
     assert_eq!(sizes_text(&step), "32x32 to 640x480 in steps of 8x8");
@@ -128,7 +135,12 @@ fn no_heap_dir_is_a_problem_naming_the_heaps_and_the_kernel_options() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     let p = &problems[0];
     assert_eq!(p.about, paths.heap_dir.display().to_string());
-    for name in ["does not exist", "system (--heap system)", "system-dma32 or dma32 (--heap dma32)", "linux,cma or cma or reserved (--heap cma)"] {
+    for name in [
+        "does not exist",
+        "system (--heap system)",
+        "system-dma32 or dma32 (--heap dma32)",
+        "linux,cma or cma or reserved (--heap cma)",
+    ] {
         assert!(p.what.contains(name), "{}", p.what);
     }
     assert!(p.fix.contains("CONFIG_DMABUF_HEAPS=y") && p.fix.contains("CONFIG_DMABUF_HEAPS_SYSTEM=y"), "{}", p.fix);
@@ -137,7 +149,11 @@ fn no_heap_dir_is_a_problem_naming_the_heaps_and_the_kernel_options() {
     let u = udmabuf_section(&paths, false, &mut problems);
     assert!(!u.present);
     assert_eq!(problems.len(), 2);
-    assert!(problems[1].fix.contains("modprobe udmabuf") && problems[1].fix.contains("CONFIG_UDMABUF"), "{:?}", problems[1]);
+    assert!(
+        problems[1].fix.contains("modprobe udmabuf") && problems[1].fix.contains("CONFIG_UDMABUF"),
+        "{:?}",
+        problems[1]
+    );
     // With a usable heap, a missing udmabuf is not a problem.
     let mut none = vec![];
     udmabuf_section(&paths, true, &mut none);
@@ -190,13 +206,22 @@ fn permission_fixes_name_the_group_to_join_or_the_udev_rules() {
     let p = Path::new("/dev/video9");
     // Group root: never "join root", but the rules or root.
     let fix = access_fix(p, Some(&mode("root", 0, 0o660)));
-    assert!(fix.contains("belongs to group root") && fix.contains("udev/99-zcpipe.rules") && !fix.contains("-aG root"), "{fix}");
+    assert!(
+        fix.contains("belongs to group root") && fix.contains("udev/99-zcpipe.rules") && !fix.contains("-aG root"),
+        "{fix}"
+    );
     // The group may not open it: only the rules help.
     let fix = access_fix(p, Some(&mode("video", 54321, 0o600)));
-    assert!(fix.contains("its group video may not read and write it (mode 0600)") && fix.contains("usermod -aG zcpipe"), "{fix}");
+    assert!(
+        fix.contains("its group video may not read and write it (mode 0600)") && fix.contains("usermod -aG zcpipe"),
+        "{fix}"
+    );
     // A group that may open it (and that this process is not in): join it, or use the rules.
     let fix = access_fix(p, Some(&mode("camgrp54321", 54321, 0o660)));
-    assert!(fix.starts_with("join its group: sudo usermod -aG camgrp54321 $USER") && fix.contains("udev/99-zcpipe.rules"), "{fix}");
+    assert!(
+        fix.starts_with("join its group: sudo usermod -aG camgrp54321 $USER") && fix.contains("udev/99-zcpipe.rules"),
+        "{fix}"
+    );
     // Already the rules' group: joining it is the whole fix.
     let fix = access_fix(p, Some(&mode("zcpipe", 54322, 0o660)));
     assert_eq!(fix, "join its group: sudo usermod -aG zcpipe $USER, then log in again; or run as root");
@@ -213,7 +238,10 @@ fn soc_and_npu_version_come_from_their_files() {
     std::fs::write(&paths.model, b"Radxa ROCK 5B\0").unwrap();
     let s = soc_section(&paths);
     assert_eq!(s.compatible, ["radxa,rock-5b", "rockchip,rk3588"]);
-    assert_eq!((s.soc.as_deref(), s.model.as_deref(), s.is_rockchip()), (Some("rockchip,rk3588"), Some("Radxa ROCK 5B"), true));
+    assert_eq!(
+        (s.soc.as_deref(), s.model.as_deref(), s.is_rockchip()),
+        (Some("rockchip,rk3588"), Some("Radxa ROCK 5B"), true)
+    );
     let n = npu_section(&paths);
     assert!(n.version.is_none() && n.error.as_deref().unwrap().contains("debug-version"), "{n:?}");
     std::fs::write(&paths.npu_version[1], "RKNPU driver: v0.9.6\n").unwrap();
@@ -242,7 +270,8 @@ fn holders_of_a_file_are_found_in_proc() {
     let f = d.path().join("held");
     let _open = File::create(&f).unwrap();
     let me = std::process::id();
-    assert!(holders(&f, None).contains(&format!("pid {me} ({})", std::fs::read_to_string("/proc/self/comm").unwrap().trim())));
+    assert!(holders(&f, None)
+        .contains(&format!("pid {me} ({})", std::fs::read_to_string("/proc/self/comm").unwrap().trim())));
     assert!(holders(&f, Some(me)).is_empty());
 }
 
@@ -262,7 +291,10 @@ fn the_text_puts_each_fix_under_its_problem() {
         }
     }
     assert!(t.contains("== dma-buf heaps") && t.contains("== udmabuf") && t.contains("== vendor libraries =="), "{t}");
-    assert!(t.contains("libzcpipe-absent.so: does not load (libzcpipe-absent.so: cannot open shared object file"), "{t}");
+    assert!(
+        t.contains("libzcpipe-absent.so: does not load (libzcpipe-absent.so: cannot open shared object file"),
+        "{t}"
+    );
     assert!(t.contains("--heap auto uses: memfd"), "{t}");
 }
 
@@ -286,12 +318,28 @@ fn vkms_like() -> DrmCardReport {
         holders: vec![],
         connectors: vec![
             DrmConnectorReport { id: 35, name: "Virtual-1".into(), state: "connected".into(), writeback: false, modes },
-            DrmConnectorReport { id: 37, name: "Writeback-1".into(), state: "unknown".into(), writeback: true, modes: vec![] },
+            DrmConnectorReport {
+                id: 37,
+                name: "Writeback-1".into(),
+                state: "unknown".into(),
+                writeback: true,
+                modes: vec![],
+            },
         ],
         crtcs: vec![DrmCrtcReport { id: 33, index: 0, mode: None }],
         planes: vec![
-            DrmPlaneReport { id: 31, kind: "primary".into(), crtcs: vec![33], formats: vec!["XR24".into(), "AR24".into()] },
-            DrmPlaneReport { id: 40, kind: "overlay".into(), crtcs: vec![33], formats: vec!["XR24".into(), "AR24".into()] },
+            DrmPlaneReport {
+                id: 31,
+                kind: "primary".into(),
+                crtcs: vec![33],
+                formats: vec!["XR24".into(), "AR24".into()],
+            },
+            DrmPlaneReport {
+                id: 40,
+                kind: "overlay".into(),
+                crtcs: vec![33],
+                formats: vec!["XR24".into(), "AR24".into()],
+            },
             DrmPlaneReport { id: 41, kind: "cursor".into(), crtcs: vec![33], formats: vec!["AR24".into()] },
         ],
         kms_error: None,
@@ -326,9 +374,18 @@ fn display_verdict_names_the_card_or_why_not_with_the_fix() {
     assert_eq!(v.why, "/dev/dri/card0 (vkms): another process is the DRM master (pid 812 (Xorg) has it open), so zcpipe cannot set modes");
     assert!(v.fix.as_deref().unwrap().contains("display-manager"), "{v:?}");
     // Root-only nodes: the fix is the access fix; a later usable card still wins.
-    let denied = DrmCardReport { path: "/dev/dri/card1".into(), error: Some("Permission denied".into()), permission_denied: true, driver: None, ..vkms_like() };
+    let denied = DrmCardReport {
+        path: "/dev/dri/card1".into(),
+        error: Some("Permission denied".into()),
+        permission_denied: true,
+        driver: None,
+        ..vkms_like()
+    };
     let v = display_verdict("/dev/dri", std::slice::from_ref(&denied), no_fix);
-    assert_eq!(v, Verdict::cannot("/dev/dri/card1: cannot open it: Permission denied", "(access fix for /dev/dri/card1)"));
+    assert_eq!(
+        v,
+        Verdict::cannot("/dev/dri/card1: cannot open it: Permission denied", "(access fix for /dev/dri/card1)")
+    );
     assert!(display_verdict("/dev/dri", &[denied.clone(), card.clone()], no_fix).can_work);
     // The reason given is the card that got furthest.
     let v = display_verdict("/dev/dri", &[denied, unplugged], no_fix);
@@ -338,10 +395,24 @@ fn display_verdict_names_the_card_or_why_not_with_the_fix() {
 #[test]
 fn heap_verdict_follows_open_drm() {
     let v = heap_verdict("/dev/dri", &[], no_fix);
-    assert!(!v.can_work && v.why == "no DRM card in /dev/dri" && v.fix.as_deref().unwrap().ends_with("or use another --heap"), "{v:?}");
-    assert_eq!(heap_verdict("/dev/dri", &[vkms_like()], no_fix), Verdict::can("drm dumb buffers of /dev/dri/card0 (vkms)"));
+    assert!(
+        !v.can_work
+            && v.why == "no DRM card in /dev/dri"
+            && v.fix.as_deref().unwrap().ends_with("or use another --heap"),
+        "{v:?}"
+    );
+    assert_eq!(
+        heap_verdict("/dev/dri", &[vkms_like()], no_fix),
+        Verdict::can("drm dumb buffers of /dev/dri/card0 (vkms)")
+    );
     let render_only = DrmCardReport { dumb_buffers: false, driver: Some("panfrost".into()), ..vkms_like() };
-    let denied = DrmCardReport { path: "/dev/dri/card1".into(), error: Some("Permission denied".into()), permission_denied: true, driver: None, ..vkms_like() };
+    let denied = DrmCardReport {
+        path: "/dev/dri/card1".into(),
+        error: Some("Permission denied".into()),
+        permission_denied: true,
+        driver: None,
+        ..vkms_like()
+    };
     let v = heap_verdict("/dev/dri", &[render_only, denied], no_fix);
     assert_eq!(
         v,
@@ -356,7 +427,10 @@ fn heap_verdict_follows_open_drm() {
 fn drm_text_lists_connectors_modes_planes_and_verdicts() {
     assert_eq!(modes_text(&[]), "no modes");
     let many: Vec<DrmModeReport> = (0..8).map(|i| mode(640 + i * 10, 480, 60, i == 7)).collect();
-    assert_eq!(modes_text(&many), "640x480@60, 650x480@60, 660x480@60, 670x480@60, 680x480@60, 690x480@60, 710x480@60 (preferred), ... (8 modes)");
+    assert_eq!(
+        modes_text(&many),
+        "640x480@60, 650x480@60, 660x480@60, 670x480@60, 680x480@60, 690x480@60, 710x480@60 (preferred), ... (8 modes)"
+    );
     let card = vkms_like();
     let d = DrmReport {
         dir: "/dev/dri".into(),

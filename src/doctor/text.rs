@@ -1,9 +1,9 @@
 //! The report as text: one section per item, each problem as a `problem:` line and its
 //! `fix:` line under the item it concerns, and a count at the end.
 
+use super::nodes::fmt_fps;
 use super::vendor::library_use;
 use super::{DrmModeReport, DrmReport, FileMode, Problem, QueueReport, Report, Role, Sizes, Verdict};
-use super::nodes::fmt_fps;
 use zcpipe_capture::v4l2::PREFERRED;
 use zcpipe_sys::v4l2::format_name;
 
@@ -100,7 +100,11 @@ fn queue_text(out: &mut String, role: Role, q: &QueueReport) {
         out.push_str(&format!("      {name}: \"{}\"{flags}: {}\n", f.description, sizes_text(&f.sizes)));
     }
     if !others.is_empty() {
-        out.push_str(&format!("      {} more, zcpipe does not read them: {}\n", others.len(), wrapped(&others, "        ")));
+        out.push_str(&format!(
+            "      {} more, zcpipe does not read them: {}\n",
+            others.len(),
+            wrapped(&others, "        ")
+        ));
     }
 }
 
@@ -111,7 +115,11 @@ pub(super) fn modes_text(modes: &[DrmModeReport]) -> String {
     if modes.is_empty() {
         return "no modes".into();
     }
-    let mut v: Vec<String> = modes.iter().take(SHOW).map(|m| if m.preferred { format!("{} (preferred)", m.label()) } else { m.label() }).collect();
+    let mut v: Vec<String> = modes
+        .iter()
+        .take(SHOW)
+        .map(|m| if m.preferred { format!("{} (preferred)", m.label()) } else { m.label() })
+        .collect();
     if let Some(p) = modes.iter().skip(SHOW).find(|m| m.preferred) {
         v.push(format!("{} (preferred)", p.label()));
     }
@@ -207,7 +215,10 @@ pub fn text(r: &Report) -> String {
         match &n.error {
             Some(e) => out.push_str(&format!("  {}: {mode}: cannot open: {e}\n", n.path)),
             None => {
-                out.push_str(&format!("  {}: driver {}, card \"{}\", bus {}, {mode}\n", n.path, n.driver, n.card, n.bus_info));
+                out.push_str(&format!(
+                    "  {}: driver {}, card \"{}\", bus {}, {mode}\n",
+                    n.path, n.driver, n.card, n.bus_info
+                ));
                 out.push_str(&format!("    caps: {}\n", n.caps_names));
                 let usage = match (&n.usage, n.role) {
                     (Some(u), Role::Mem2mem | Role::Mem2memMplane) => format!("; zcpipe can scale on it: {u}"),
@@ -242,7 +253,8 @@ pub fn text(r: &Report) -> String {
         let used = match (&h.choice, h.used_by_choice) {
             (Some(c), true) => format!("--heap {c}"),
             (Some(c), false) => {
-                let first = r.heap_choices.iter().find(|x| &x.choice == c).and_then(|x| x.heap.clone()).unwrap_or_default();
+                let first =
+                    r.heap_choices.iter().find(|x| &x.choice == c).and_then(|x| x.heap.clone()).unwrap_or_default();
                 format!("a {c} heap, but --heap {c} takes {first} first")
             }
             (None, _) => "no --heap choice uses this name".into(),
@@ -268,11 +280,17 @@ pub fn text(r: &Report) -> String {
     out.push_str(&format!("\n== udmabuf ({}) ==\n", u.path));
     if u.present {
         let mode = u.file.as_ref().map(FileMode::describe).unwrap_or_else(|| "mode unknown".into());
-        let access = if u.openable { "opens read-write".to_string() } else { format!("cannot open: {}", u.error.as_deref().unwrap_or("?")) };
+        let access = if u.openable {
+            "opens read-write".to_string()
+        } else {
+            format!("cannot open: {}", u.error.as_deref().unwrap_or("?"))
+        };
         let limit = u.size_limit_mb.map(|m| format!("; buffers up to {m} MiB (size_limit_mb)")).unwrap_or_default();
         out.push_str(&format!("  present, {mode}, {access}{limit}; --heap udmabuf\n"));
     } else {
-        out.push_str("  absent (only --heap udmabuf, or --heap auto without a heap, uses it; sudo modprobe udmabuf loads it)\n");
+        out.push_str(
+            "  absent (only --heap udmabuf, or --heap auto without a heap, uses it; sudo modprobe udmabuf loads it)\n",
+        );
     }
     push_problems(&mut out, &r.problems, &u.path, &mut done);
 
@@ -285,7 +303,11 @@ pub fn text(r: &Report) -> String {
             (true, Some(n), Some(p)) => out.push_str(&format!("  {}: loads as {n} ({p}): {used} can run\n", l.name)),
             (true, _, _) => out.push_str(&format!("  {}: loads: {used} can run\n", l.name)),
             (false, _, _) => {
-                let note = if r.soc.is_rockchip() { String::new() } else { format!("; only Rockchip boards have it, for {used}") };
+                let note = if r.soc.is_rockchip() {
+                    String::new()
+                } else {
+                    format!("; only Rockchip boards have it, for {used}")
+                };
                 out.push_str(&format!("  {}: does not load ({}){note}\n", l.name, l.error.as_deref().unwrap_or("?")))
             }
         }
@@ -299,9 +321,20 @@ pub fn text(r: &Report) -> String {
     }
     let m = &r.mpp_service;
     match (&m.file, m.openable, &m.error) {
-        (_, _, _) if !m.present => out.push_str(&format!("  {}: absent (MPP's service node: only Rockchip BSP kernels have it)\n", m.path)),
-        (f, true, _) => out.push_str(&format!("  {}: {}, opens read-write: librockchip_mpp can reach the decoders\n", m.path, f.as_ref().map(FileMode::describe).unwrap_or_default())),
-        (f, false, e) => out.push_str(&format!("  {}: {}, does not open ({})\n", m.path, f.as_ref().map(FileMode::describe).unwrap_or_default(), e.as_deref().unwrap_or("?"))),
+        (_, _, _) if !m.present => {
+            out.push_str(&format!("  {}: absent (MPP's service node: only Rockchip BSP kernels have it)\n", m.path))
+        }
+        (f, true, _) => out.push_str(&format!(
+            "  {}: {}, opens read-write: librockchip_mpp can reach the decoders\n",
+            m.path,
+            f.as_ref().map(FileMode::describe).unwrap_or_default()
+        )),
+        (f, false, e) => out.push_str(&format!(
+            "  {}: {}, does not open ({})\n",
+            m.path,
+            f.as_ref().map(FileMode::describe).unwrap_or_default(),
+            e.as_deref().unwrap_or("?")
+        )),
     }
     push_problems(&mut out, &r.problems, &m.path, &mut done);
     match (&r.soc.soc, &r.soc.error) {
@@ -315,7 +348,10 @@ pub fn text(r: &Report) -> String {
         (Some(v), Some(p)) => out.push_str(&format!("  NPU driver: {v} ({p})\n")),
         _ => {
             let hint = if r.soc.is_rockchip() { " (debugfs is readable by root only: run doctor as root)" } else { "" };
-            out.push_str(&format!("  NPU driver: no version file readable: {}{hint}\n", r.npu_driver.error.as_deref().unwrap_or("?")));
+            out.push_str(&format!(
+                "  NPU driver: no version file readable: {}{hint}\n",
+                r.npu_driver.error.as_deref().unwrap_or("?")
+            ));
         }
     }
 

@@ -30,7 +30,15 @@ pub fn check_library(names: &[String]) -> LibraryReport {
         Some(i) => first[..i + 3].to_string(),
         None => first,
     };
-    let mut r = LibraryReport { name, loaded: false, loaded_as: None, path: None, error: None, version: None, version_error: None };
+    let mut r = LibraryReport {
+        name,
+        loaded: false,
+        loaded_as: None,
+        path: None,
+        error: None,
+        version: None,
+        version_error: None,
+    };
     let mut errors = vec![];
     for n in names {
         match dlopen_check(n) {
@@ -62,7 +70,8 @@ fn dlopen_check(name: &str) -> std::result::Result<Option<String>, String> {
         // `DlOpen`'s text is dlerror(3)'s message.
         Err(e) => return Err(e.to_string()),
     };
-    let file = Path::new(name).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| name.to_string());
+    let file =
+        Path::new(name).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| name.to_string());
     let stem = file.split(".so").next().unwrap_or(&file);
     let path = mapped_path(&format!("{stem}.so"));
     let _ = lib.close();
@@ -88,7 +97,10 @@ pub(super) fn soc_section(paths: &Paths) -> SocReport {
             soc: None,
             model,
             error: Some(if e.kind() == io::ErrorKind::NotFound {
-                format!("{} does not exist: no device tree (an x86 PC or VM, or a board booted with ACPI)", paths.compatible.display())
+                format!(
+                    "{} does not exist: no device tree (an x86 PC or VM, or a board booted with ACPI)",
+                    paths.compatible.display()
+                )
             } else {
                 format!("{}: {e}", paths.compatible.display())
             }),
@@ -118,7 +130,8 @@ pub(super) fn npu_section(paths: &Paths) -> NpuReport {
 /// `querystring(RGA_VERSION)`.
 fn rga_version(lib: &str) -> std::result::Result<String, String> {
     // RgaScaler::open logs the version at info level; the report says it, once.
-    let s = quietly(|| zcpipe_scale::rga::RgaScaler::open(Some(Path::new(lib)), zcpipe_scale::rga::RgaCore::Auto)).map_err(|e| format!("{e:#}"))?;
+    let s = quietly(|| zcpipe_scale::rga::RgaScaler::open(Some(Path::new(lib)), zcpipe_scale::rga::RgaCore::Auto))
+        .map_err(|e| format!("{e:#}"))?;
     let n = zcpipe_scale::Scaler::name(&s);
     Ok(n.strip_prefix("rga (").and_then(|n| n.strip_suffix(')')).unwrap_or(&n).to_string())
 }
@@ -146,7 +159,12 @@ fn rknn_version(lib: &str, soc: Option<&str>) -> std::result::Result<String, Str
     let q = rknn.query(ctx, sys::RKNN_QUERY_SDK_VERSION, &mut ver);
     let _ = rknn.destroy(ctx);
     q.map_err(|e| format!("RKNN_QUERY_SDK_VERSION: {e}"))?;
-    Ok(format!("api {}, driver {} (queried with {})", sys::c_text(&ver.api_version), sys::c_text(&ver.drv_version), rel))
+    Ok(format!(
+        "api {}, driver {} (queried with {})",
+        sys::c_text(&ver.api_version),
+        sys::c_text(&ver.drv_version),
+        rel
+    ))
 }
 
 /// librockchip_mpp's own version string (`get_mpp_version`, exported but declared only in
@@ -162,7 +180,13 @@ fn mpp_version(lib: &str) -> std::result::Result<String, String> {
 pub(super) fn mpp_service_section(paths: &Paths, rockchip: bool, problems: &mut Vec<Problem>) -> ServiceNodeReport {
     let path = &paths.mpp_service;
     let about = path.display().to_string();
-    let mut r = ServiceNodeReport { path: about.clone(), present: path.exists(), file: FileMode::of(path), openable: false, error: None };
+    let mut r = ServiceNodeReport {
+        path: about.clone(),
+        present: path.exists(),
+        file: FileMode::of(path),
+        openable: false,
+        error: None,
+    };
     if !r.present {
         if rockchip {
             problems.push(Problem {
@@ -178,8 +202,15 @@ pub(super) fn mpp_service_section(paths: &Paths, rockchip: bool, problems: &mut 
         Err(e) => {
             r.error = Some(e.to_string());
             problems.push(Problem {
-                what: format!("{about}: cannot open it read-write: {e} ({}), so librockchip_mpp cannot decode", r.file.as_ref().map(FileMode::describe).unwrap_or_default()),
-                fix: if e.kind() == io::ErrorKind::PermissionDenied { super::access::access_fix(path, r.file.as_ref()) } else { "check `dmesg | grep -i mpp`".into() },
+                what: format!(
+                    "{about}: cannot open it read-write: {e} ({}), so librockchip_mpp cannot decode",
+                    r.file.as_ref().map(FileMode::describe).unwrap_or_default()
+                ),
+                fix: if e.kind() == io::ErrorKind::PermissionDenied {
+                    super::access::access_fix(path, r.file.as_ref())
+                } else {
+                    "check `dmesg | grep -i mpp`".into()
+                },
                 about,
             });
         }
@@ -214,7 +245,9 @@ pub(super) fn vendor_section(paths: &Paths, problems: &mut Vec<Problem>) -> (Vec
         let v = match l.name.as_str() {
             "librga.so" => rga_version(l.loaded_as.as_deref().unwrap_or("librga.so")),
             "librknnrt.so" => rknn_version(l.loaded_as.as_deref().unwrap_or("librknnrt.so"), soc.soc.as_deref()),
-            "librockchip_mpp.so" => mpp_version(l.path.as_deref().or(l.loaded_as.as_deref()).unwrap_or("librockchip_mpp.so")),
+            "librockchip_mpp.so" => {
+                mpp_version(l.path.as_deref().or(l.loaded_as.as_deref()).unwrap_or("librockchip_mpp.so"))
+            }
             _ => continue,
         };
         match v {

@@ -38,7 +38,12 @@ pub struct RestartPolicy {
 
 impl Default for RestartPolicy {
     fn default() -> Self {
-        RestartPolicy { max: 5, window: Duration::from_secs(60), reset_after: Duration::from_secs(60), watchdog: Some(Duration::from_secs(5)) }
+        RestartPolicy {
+            max: 5,
+            window: Duration::from_secs(60),
+            reset_after: Duration::from_secs(60),
+            watchdog: Some(Duration::from_secs(5)),
+        }
     }
 }
 

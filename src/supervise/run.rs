@@ -186,7 +186,8 @@ impl Carried {
         *self.frames.entry(r.stage.clone()).or_default() += prev.frames_out;
         if let Some(cams) = prev.extra.get("cameras").and_then(|c| c.as_object()).filter(|_| r.stage == "publish") {
             for (name, c) in cams {
-                *self.published.entry(name.clone()).or_default() += c.get("frames").and_then(|v| v.as_u64()).unwrap_or(0);
+                *self.published.entry(name.clone()).or_default() +=
+                    c.get("frames").and_then(|v| v.as_u64()).unwrap_or(0);
             }
         }
     }
@@ -214,7 +215,12 @@ fn camera_dropped(latest: &BTreeMap<String, StageReport>, n: &str) -> u64 {
 
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
 /// with cameras `names` (more than one; their capture stages report as `capture@NAME`).
-pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>, restarts: &BTreeMap<String, u32>, carried: &Carried) -> BTreeMap<String, CameraSummary> {
+pub fn camera_summaries(
+    names: &[String],
+    latest: &BTreeMap<String, StageReport>,
+    restarts: &BTreeMap<String, u32>,
+    carried: &Carried,
+) -> BTreeMap<String, CameraSummary> {
     let publish_cams = latest.get("publish").and_then(|r| r.extra.get("cameras"));
     names
         .iter()
@@ -222,8 +228,10 @@ pub fn camera_summaries(names: &[String], latest: &BTreeMap<String, StageReport>
             let stage = camera_stage(n);
             let cap = latest.get(&stage);
             let pc = publish_cams.and_then(|c| c.get(n));
-            let num = |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
-            let span: Option<zcpipe_core::metrics::FrameSpan> = pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
+            let num =
+                |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
+            let span: Option<zcpipe_core::metrics::FrameSpan> =
+                pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
             let total = pc.and_then(|c| c.get("latency")).and_then(|l| l.get("total"));
             let lat = |k: &str| total.and_then(|t| t.get(k)).and_then(|x| x.as_f64());
             let summary = CameraSummary {
@@ -277,10 +285,21 @@ fn probe(p: &std::path::Path) -> Option<()> {
 
 /// A socket in `dir` that something is listening on, if any.
 fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
 }
 
-fn spawn(exe: &std::path::Path, stage: Role, name: &str, args: Vec<String>, env: &[(String, String)], report_w: &OwnedFd) -> Result<Child> {
+fn spawn(
+    exe: &std::path::Path,
+    stage: Role,
+    name: &str,
+    args: Vec<String>,
+    env: &[(String, String)],
+    report_w: &OwnedFd,
+) -> Result<Child> {
     let mut cmd = Command::new(exe);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("stage").arg(stage.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
@@ -310,7 +329,13 @@ fn spawn(exe: &std::path::Path, stage: Role, name: &str, args: Vec<String>, env:
         });
     }
     // A camera's URL may hold its password: never in a log line.
-    let shown: Vec<String> = args.iter().map(|a| a.strip_prefix("--source=").map_or_else(|| a.clone(), |u| format!("--source={}", zcpipe_capture::spec::redact_url(u)))).collect();
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.strip_prefix("--source=")
+                .map_or_else(|| a.clone(), |u| format!("--source={}", zcpipe_capture::spec::redact_url(u)))
+        })
+        .collect();
     log::debug!("starting: {} stage {} {} ({name})", exe.display(), stage.name(), shown.join(" "));
     cmd.spawn().with_context(|| format!("starting the {name} stage ({})", exe.display()))
 }
@@ -326,7 +351,11 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     zcpipe_core::config::private_dir(&run_dir)?;
     let exe = std::env::current_exe().context("finding the zcpipe binary")?;
     if let Some(live) = live_socket_in(&run_dir) {
-        anyhow::bail!("{} is in use by a running zcpipe ({}); stop it, or choose another --instance or --run-dir", run_dir.display(), live.display());
+        anyhow::bail!(
+            "{} is in use by a running zcpipe ({}); stop it, or choose another --instance or --run-dir",
+            run_dir.display(),
+            live.display()
+        );
     }
     let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
     let start = Instant::now();
@@ -376,7 +405,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     let mut fatal: Option<String> = None;
     loop {
         while let Ok(r) = rx.try_recv() {
-            if let Some(p) = procs.iter_mut().find(|p| p.name == r.stage && p.child.id() == r.pid && p.status.is_none()) {
+            if let Some(p) = procs.iter_mut().find(|p| p.name == r.stage && p.child.id() == r.pid && p.status.is_none())
+            {
                 p.up_since.get_or_insert_with(Instant::now);
                 p.last_report = Instant::now();
             }
@@ -410,9 +440,14 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         let stopping = signalled_at.is_some() || capture_done_at.is_some() || failed_at.is_some() || termed;
         // The watchdog: a set-up stage that stopped reporting is hung; killed, it restarts.
         if let Some(limit) = a.restart.watchdog.filter(|_| !stopping) {
-            for p in procs.iter_mut().filter(|p| p.status.is_none() && p.watchdog.is_none() && p.up_since.is_some() && p.last_report.elapsed() > limit) {
+            for p in procs.iter_mut().filter(|p| {
+                p.status.is_none() && p.watchdog.is_none() && p.up_since.is_some() && p.last_report.elapsed() > limit
+            }) {
                 let state = process_state(p.child.id());
-                let why = format!("sent no report for {:.1} s (process state {state}): hung", p.last_report.elapsed().as_secs_f64());
+                let why = format!(
+                    "sent no report for {:.1} s (process state {state}): hung",
+                    p.last_report.elapsed().as_secs_f64()
+                );
                 log::warn!("the {} stage (pid {}) {why}; killing it", p.name, p.child.id());
                 let _ = p.child.kill();
                 p.watchdog = Some(why);
@@ -446,8 +481,23 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                 }
                 match plan_restart(p, &a.restart, &s) {
                     Ok(delay) => {
-                        let limit = if p.forever { "a camera of several is retried for as long as the run lasts".to_string() } else { format!("restart {} of at most {} in {} s", p.restarts.len(), a.restart.max, a.restart.window.as_secs()) };
-                        log::warn!("the {} stage (pid {}) {}; restarting it alone in {} ms ({limit}); the others keep running", p.name, p.child.id(), p.last_death, delay.as_millis());
+                        let limit = if p.forever {
+                            "a camera of several is retried for as long as the run lasts".to_string()
+                        } else {
+                            format!(
+                                "restart {} of at most {} in {} s",
+                                p.restarts.len(),
+                                a.restart.max,
+                                a.restart.window.as_secs()
+                            )
+                        };
+                        log::warn!(
+                            "the {} stage (pid {}) {}; restarting it alone in {} ms ({limit}); the others keep running",
+                            p.name,
+                            p.child.id(),
+                            p.last_death,
+                            delay.as_millis()
+                        );
                     }
                     Err(why) => {
                         fatal.get_or_insert(why);
@@ -461,7 +511,13 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
         // Every camera's stream has ended (one camera: its capture stage ended): the others drain.
         // A camera waiting for its restart when the run stops is not waited for.
         let stopping_now = signalled_at.is_some() || failed_at.is_some() || termed;
-        if capture_ended && capture_done_at.is_none() && procs.iter().filter(|p| p.stage == CAPTURE).all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping_now)) {
+        if capture_ended
+            && capture_done_at.is_none()
+            && procs
+                .iter()
+                .filter(|p| p.stage == CAPTURE)
+                .all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping_now))
+        {
             capture_done_at = Some(Instant::now());
         }
         // Restarts that are due (none once the run is stopping).
@@ -486,7 +542,10 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             }
         }
         // A stage that has run long enough starts its back-off afresh.
-        for p in procs.iter_mut().filter(|p| p.status.is_none() && p.up_since.is_some_and(|t| t.elapsed() >= a.restart.reset_after)) {
+        for p in procs
+            .iter_mut()
+            .filter(|p| p.status.is_none() && p.up_since.is_some_and(|t| t.elapsed() >= a.restart.reset_after))
+        {
             p.backoff = super::BACKOFF_FIRST;
         }
         if procs.iter().all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping)) {
@@ -508,7 +567,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
                 let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGCONT);
             }
         }
-        let term_over = failed_at.or(capture_done_at).or(signalled_at).is_some_and(|t| t.elapsed() > Duration::from_secs(16));
+        let term_over =
+            failed_at.or(capture_done_at).or(signalled_at).is_some_and(|t| t.elapsed() > Duration::from_secs(16));
         if termed && term_over && !killed {
             killed = true;
             for p in procs.iter_mut().filter(|p| p.status.is_none()) {
@@ -543,13 +603,26 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
     }
     let _ = std::fs::remove_dir(&run_dir);
 
-    let exit_codes: BTreeMap<String, i32> = procs.iter().map(|p| (p.name.clone(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
-    let restarts: BTreeMap<String, u32> = procs.iter().filter(|p| p.restarted > 0).map(|p| (p.name.clone(), p.restarted)).collect();
+    let exit_codes: BTreeMap<String, i32> =
+        procs.iter().map(|p| (p.name.clone(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
+    let restarts: BTreeMap<String, u32> =
+        procs.iter().filter(|p| p.restarted > 0).map(|p| (p.name.clone(), p.restarted)).collect();
     let names: Vec<String> = a.cameras.iter().map(|(n, _)| n.clone()).collect();
     let cameras = if several { camera_summaries(&names, &latest, &restarts, &carried) } else { BTreeMap::new() };
-    let summary = RunSummary { elapsed_s: start.elapsed().as_secs_f64(), exit_codes: exit_codes.clone(), stages: latest, restarts, cameras, camera_order: names.clone() };
+    let summary = RunSummary {
+        elapsed_s: start.elapsed().as_secs_f64(),
+        exit_codes: exit_codes.clone(),
+        stages: latest,
+        restarts,
+        cameras,
+        camera_order: names.clone(),
+    };
     // The display's failure is said, never the run's (it is a pure consumer).
-    let failed: Vec<&String> = exit_codes.iter().filter(|(s, c)| **c != 0 && **c != EXIT_PEER_GONE && s.as_str() != "display").map(|(s, _)| s).collect();
+    let failed: Vec<&String> = exit_codes
+        .iter()
+        .filter(|(s, c)| **c != 0 && **c != EXIT_PEER_GONE && s.as_str() != "display")
+        .map(|(s, _)| s)
+        .collect();
     // Written after the text summary is printed, so a full disk loses only the file.
     let write_json = |path: &std::path::Path| -> Result<()> {
         let json = serde_json::to_string_pretty(&summary)?;
@@ -595,10 +668,15 @@ fn plan_restart(p: &mut Proc, policy: &super::RestartPolicy, s: &ExitStatus) -> 
         // A stage that cannot start is not restarted. An exit code comes with the stage's
         // own error line, which says it all; a signal is news.
         use std::os::unix::process::ExitStatusExt;
-        return Err(if s.signal().is_some() { format!("the {name} stage was {} during set-up; stopped the others", p.last_death) } else { String::new() });
+        return Err(if s.signal().is_some() {
+            format!("the {name} stage was {} during set-up; stopped the others", p.last_death)
+        } else {
+            String::new()
+        });
     }
     if policy.max == 0 {
-        return Err(format!("the {name} stage was {}; stopped the others (--restart-max 0)", p.last_death).replace("was exit code", "ended with exit code"));
+        return Err(format!("the {name} stage was {}; stopped the others (--restart-max 0)", p.last_death)
+            .replace("was exit code", "ended with exit code"));
     }
     let now = Instant::now();
     p.restarts.retain(|t| now.duration_since(*t) < policy.window);
@@ -677,7 +755,14 @@ struct StatsLines {
 
 impl StatsLines {
     /// The next line, if one is due now.
-    fn due(&mut self, every: Duration, live: &[&str], latest: &BTreeMap<String, StageReport>, cameras: &[String], carried: &Carried) -> Option<String> {
+    fn due(
+        &mut self,
+        every: Duration,
+        live: &[&str],
+        latest: &BTreeMap<String, StageReport>,
+        cameras: &[String],
+        carried: &Carried,
+    ) -> Option<String> {
         let since = self.last.map(|t| t.elapsed()).unwrap_or(every);
         let all_fresh = !live.is_empty() && live.iter().all(|s| self.fresh.contains(*s));
         let ready = since >= every && (all_fresh || (since >= 2 * every && !self.fresh.is_empty()));
@@ -742,7 +827,9 @@ fn stage_names(s: &RunSummary) -> Vec<String> {
     if s.exit_codes.is_empty() {
         return Stage::ALL.iter().map(|st| st.name().to_string()).collect();
     }
-    let order = |n: &str| Stage::ALL.iter().position(|st| n == st.name() || n.starts_with(&format!("{}@", st.name()))).unwrap_or(4);
+    let order = |n: &str| {
+        Stage::ALL.iter().position(|st| n == st.name() || n.starts_with(&format!("{}@", st.name()))).unwrap_or(4)
+    };
     let mut v: Vec<String> = s.exit_codes.keys().cloned().collect();
     v.sort_by_key(|n| order(n));
     v
@@ -762,8 +849,13 @@ pub fn summary_text(s: &RunSummary) -> String {
         get("infer").map(|r| r.frames_out).unwrap_or(0),
         get("publish").map(|r| r.frames_out).unwrap_or(0),
     );
-    let cams: Vec<(String, String)> = s.stages.keys().filter_map(|k| stage_camera(k).map(|n| (k.clone(), format!("{n}->scale")))).collect();
-    let rings = cams.iter().map(|(k, n)| (k.as_str(), n.as_str())).chain([("capture", "capture->scale"), ("scale", "scale->infer"), ("infer", "infer->publish")]);
+    let cams: Vec<(String, String)> =
+        s.stages.keys().filter_map(|k| stage_camera(k).map(|n| (k.clone(), format!("{n}->scale")))).collect();
+    let rings = cams.iter().map(|(k, n)| (k.as_str(), n.as_str())).chain([
+        ("capture", "capture->scale"),
+        ("scale", "scale->infer"),
+        ("infer", "infer->publish"),
+    ]);
     for (stage, name) in rings {
         if let Some(c) = get(stage).and_then(|r| r.output_ring) {
             let _ = writeln!(
@@ -805,7 +897,11 @@ pub fn summary_text(s: &RunSummary) -> String {
     }
     if let Some(h) = get("publish").and_then(|p| p.extra.get("http")) {
         let n = |k: &str| h.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-        let jpegs: u64 = h.get("jpegs").and_then(|j| j.as_object()).map(|j| j.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0);
+        let jpegs: u64 = h
+            .get("jpegs")
+            .and_then(|j| j.as_object())
+            .map(|j| j.values().filter_map(|v| v.as_u64()).sum())
+            .unwrap_or(0);
         let _ = writeln!(
             o,
             "  web view: {}: {} requests, {jpegs} pictures encoded, {} detection lines dropped for slow event clients",
@@ -875,20 +971,33 @@ pub fn summary_text(s: &RunSummary) -> String {
         let n = |k: &str| r.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
         if n("reconnects") > 0.0 {
             let who = stage_camera(stage).map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
-            let _ = writeln!(o, "  reconnects: {who} {} time(s), {:.1} s without frames, ~{} frames lost", n("reconnects"), n("gap_s"), n("frames_lost"));
+            let _ = writeln!(
+                o,
+                "  reconnects: {who} {} time(s), {:.1} s without frames, ~{} frames lost",
+                n("reconnects"),
+                n("gap_s"),
+                n("frames_lost")
+            );
         }
     }
     if !s.restarts.is_empty() {
         let r: Vec<String> = s.restarts.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = writeln!(o, "  restarts: {} (each restarted alone; the counts above are the last process's)", r.join(", "));
+        let _ =
+            writeln!(o, "  restarts: {} (each restarted alone; the counts above are the last process's)", r.join(", "));
     }
     let names = stage_names(s);
-    let unreported: Vec<&str> = names.iter().map(String::as_str).filter(|n| !get(n).is_some_and(|r| r.final_report)).collect();
+    let unreported: Vec<&str> =
+        names.iter().map(String::as_str).filter(|n| !get(n).is_some_and(|r| r.final_report)).collect();
     if !unreported.is_empty() {
-        let _ = writeln!(o, "  no final report from: {} (the counts above are their last periodic ones, if any)", unreported.join(", "));
+        let _ = writeln!(
+            o,
+            "  no final report from: {} (the counts above are their last periodic ones, if any)",
+            unreported.join(", ")
+        );
     }
     if !s.cameras.is_empty() {
-        let _ = writeln!(o, "  camera          captured  dropped  published  fps in  fps out  p50 ms  p99 ms  restarts");
+        let _ =
+            writeln!(o, "  camera          captured  dropped  published  fps in  fps out  p50 ms  p99 ms  restarts");
         let f = |v: Option<f64>, div: f64| v.map(|x| format!("{:.1}", x / div)).unwrap_or_else(|| "-".into());
         let (mut c, mut d, mut p) = (0, 0, 0);
         for (name, cs) in s.camera_order.iter().filter_map(|n| s.cameras.get(n).map(|c| (n, c))) {
@@ -925,7 +1034,12 @@ mod tests {
     use zcpipe_core::metrics::FrameSpan;
 
     fn report(stage: &str, frames: u64, first_s: f64, last_s: f64) -> StageReport {
-        StageReport { stage: stage.into(), frames_out: frames, out_span: Some(FrameSpan { frames, first_s, last_s }), ..Default::default() }
+        StageReport {
+            stage: stage.into(),
+            frames_out: frames,
+            out_span: Some(FrameSpan { frames, first_s, last_s }),
+            ..Default::default()
+        }
     }
 
     fn ago(s: u64) -> Option<Instant> {
@@ -945,7 +1059,11 @@ mod tests {
         }
         let mut st = StatsLines::default();
         st.fresh.extend(["capture".to_string(), "scale".to_string()]);
-        assert_eq!(st.due(every, &live, &latest, &[], &Carried::default()), None, "infer and publish have not reported yet");
+        assert_eq!(
+            st.due(every, &live, &latest, &[], &Carried::default()),
+            None,
+            "infer and publish have not reported yet"
+        );
         st.fresh.extend(live.map(String::from));
         let line = st.due(every, &live, &latest, &[], &Carried::default()).expect("all fresh");
         assert!(line.contains("capture 31 frames 30.0 fps | published 31 frames 30.0 fps"), "{line}");

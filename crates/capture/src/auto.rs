@@ -6,8 +6,8 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use zcpipe_sys::fourcc::Fourcc;
-use zcpipe_sys::v4l2::node::{first_capture_node, open_node, query_node, NodeInfo};
 use zcpipe_sys::v4l2 as sys;
+use zcpipe_sys::v4l2::node::{first_capture_node, open_node, query_node, NodeInfo};
 
 use super::spec::{SourceSpec, BUNDLED_CLIP};
 use super::v4l2::PREFERRED;
@@ -66,8 +66,10 @@ impl CameraLook {
                 (w, h)
             })
         });
-        let mut rb = sys::RequestBuffers { count: 0, type_: buf_type, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
-        let can_import = sys::reqbufs(file.as_fd(), &mut rb).is_ok() && rb.capabilities & sys::V4L2_BUF_CAP_SUPPORTS_DMABUF != 0;
+        let mut rb =
+            sys::RequestBuffers { count: 0, type_: buf_type, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
+        let can_import =
+            sys::reqbufs(file.as_fd(), &mut rb).is_ok() && rb.capabilities & sys::V4L2_BUF_CAP_SUPPORTS_DMABUF != 0;
         Ok(CameraLook { node, fourcc, size, can_import })
     }
 
@@ -85,7 +87,9 @@ impl CameraLook {
 pub fn choose(spec: &SourceSpec, format: Option<Fourcc>, size: Option<(u32, u32)>) -> SourceChoice {
     let (spec, reason) = resolve(spec);
     let camera = match &spec {
-        SourceSpec::V4l2(Some(p)) => CameraLook::look(p, format, size).map_err(|e| log::debug!("source: looking at {}: {e}", p.display())).ok(),
+        SourceSpec::V4l2(Some(p)) => {
+            CameraLook::look(p, format, size).map_err(|e| log::debug!("source: looking at {}: {e}", p.display())).ok()
+        }
         _ => None,
     };
     SourceChoice { spec, reason, camera }
@@ -97,11 +101,19 @@ pub fn choose(spec: &SourceSpec, format: Option<Fourcc>, size: Option<(u32, u32)
 pub fn resolve(spec: &SourceSpec) -> (SourceSpec, String) {
     match spec {
         SourceSpec::Auto => match first_capture_node() {
-            Some(n) => (SourceSpec::V4l2(Some(n.path.clone())), format!("auto: {} is the first V4L2 capture node", n.label())),
-            None => (SourceSpec::Auto, format!("auto: no V4L2 capture node in /dev/video*: the bundled clip {BUNDLED_CLIP}")),
+            Some(n) => {
+                (SourceSpec::V4l2(Some(n.path.clone())), format!("auto: {} is the first V4L2 capture node", n.label()))
+            }
+            None => (
+                SourceSpec::Auto,
+                format!("auto: no V4L2 capture node in /dev/video*: the bundled clip {BUNDLED_CLIP}"),
+            ),
         },
         SourceSpec::V4l2(None) => match first_capture_node() {
-            Some(n) => (SourceSpec::V4l2(Some(n.path.clone())), format!("--source v4l2: {} is the first V4L2 capture node", n.label())),
+            Some(n) => (
+                SourceSpec::V4l2(Some(n.path.clone())),
+                format!("--source v4l2: {} is the first V4L2 capture node", n.label()),
+            ),
             None => (spec.clone(), "--source v4l2: no V4L2 capture node found (capture will say so)".into()),
         },
         other => (other.clone(), format!("--source {}", other.redacted())),

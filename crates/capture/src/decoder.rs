@@ -37,7 +37,11 @@ pub enum DecoderChoice {
 impl Choice for DecoderChoice {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
         (DecoderChoice::Auto, "auto", "MPP when librockchip_mpp loads and /dev/mpp_service exists, else the CPU"),
-        (DecoderChoice::Mpp, "mpp", "Rockchip MPP: the hardware decoder writes into the capture pool's dma-bufs, no CPU copy"),
+        (
+            DecoderChoice::Mpp,
+            "mpp",
+            "Rockchip MPP: the hardware decoder writes into the capture pool's dma-bufs, no CPU copy",
+        ),
         (DecoderChoice::Cpu, "cpu", "ffmpeg (or a JPEG crate for MJPEG cameras) on the CPU, copied into the pool"),
     ];
 }
@@ -78,14 +82,20 @@ pub fn resolve(choice: DecoderChoice, library: Option<&Path>) -> anyhow::Result<
         DecoderChoice::Auto => {
             let node = board::path(MPP_SERVICE);
             if !node.exists() {
-                return Ok((Decoder::Cpu, format!("auto: no {MPP_SERVICE} (not a Rockchip BSP kernel): ffmpeg on the CPU")));
+                return Ok((
+                    Decoder::Cpu,
+                    format!("auto: no {MPP_SERVICE} (not a Rockchip BSP kernel): ffmpeg on the CPU"),
+                ));
             }
             match Libmpp::open(library) {
                 Ok(lib) => {
                     let why = format!("auto: {} loads and {MPP_SERVICE} exists", lib.path());
                     Ok((Decoder::Mpp(Arc::new(lib)), why))
                 }
-                Err(e) => Ok((Decoder::Cpu, format!("auto: {MPP_SERVICE} exists but librockchip_mpp does not load ({e:#}): ffmpeg on the CPU"))),
+                Err(e) => Ok((
+                    Decoder::Cpu,
+                    format!("auto: {MPP_SERVICE} exists but librockchip_mpp does not load ({e:#}): ffmpeg on the CPU"),
+                )),
             }
         }
     }
@@ -99,7 +109,12 @@ pub fn resolve(choice: DecoderChoice, library: Option<&Path>) -> anyhow::Result<
 /// a network camera started with `--wait-for-camera` (MPP sizes the pool from the stream's
 /// first pictures, which a camera not there yet cannot give). Errors: [`resolve`]'s, and
 /// `--decoder mpp` with `--wait-for-camera` (one line naming the fix).
-pub fn settle(choice: DecoderChoice, spec: &SourceSpec, wait_for_camera: bool, library: Option<&Path>) -> anyhow::Result<(Decoder, String)> {
+pub fn settle(
+    choice: DecoderChoice,
+    spec: &SourceSpec,
+    wait_for_camera: bool,
+    library: Option<&Path>,
+) -> anyhow::Result<(Decoder, String)> {
     if !matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_)) {
         return Ok((Decoder::Cpu, String::new()));
     }
@@ -134,8 +149,13 @@ mod tests {
 
     #[test]
     fn mpp_without_the_library_is_one_line_naming_the_fix() {
-        let e = resolve(DecoderChoice::Mpp, Some(Path::new("/nonexistent/librockchip_mpp.so"))).unwrap_err().to_string();
-        assert!(e.starts_with("--decoder mpp: cannot load librockchip_mpp") && e.contains("/nonexistent/librockchip_mpp.so"), "{e}");
+        let e =
+            resolve(DecoderChoice::Mpp, Some(Path::new("/nonexistent/librockchip_mpp.so"))).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--decoder mpp: cannot load librockchip_mpp")
+                && e.contains("/nonexistent/librockchip_mpp.so"),
+            "{e}"
+        );
         assert!(!e.contains('\n'), "{e}");
     }
 }

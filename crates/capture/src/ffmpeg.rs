@@ -185,8 +185,16 @@ pub struct VideoProbe {
 
 /// The ffprobe arguments that print the first video stream's size and rates as JSON; the
 /// input (`-i` or a path) follows.
-pub const PROBE_ARGS: [&str; 8] =
-    ["-v", "error", "-select_streams", "v:0", "-show_entries", "stream=codec_name,pix_fmt,width,height,r_frame_rate,avg_frame_rate", "-of", "json"];
+pub const PROBE_ARGS: [&str; 8] = [
+    "-v",
+    "error",
+    "-select_streams",
+    "v:0",
+    "-show_entries",
+    "stream=codec_name,pix_fmt,width,height,r_frame_rate,avg_frame_rate",
+    "-of",
+    "json",
+];
 
 #[derive(Deserialize)]
 struct ProbeJson {
@@ -207,7 +215,8 @@ struct ProbeStream {
 /// Reads ffprobe's JSON ([`PROBE_ARGS`]). `Err` is the reason without the input's name
 /// (`it has no video stream; ...`), for the caller to put after it.
 pub fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
-    let parsed: ProbeJson = serde_json::from_slice(json).map_err(|e| format!("ffprobe printed unexpected JSON ({e})"))?;
+    let parsed: ProbeJson =
+        serde_json::from_slice(json).map_err(|e| format!("ffprobe printed unexpected JSON ({e})"))?;
     let stream = parsed
         .streams
         .first()
@@ -355,18 +364,28 @@ mod tests {
 
     #[test]
     fn parse_probe_reads_size_and_a_sane_rate() {
-        let p = parse_probe(br#"{"streams":[{"width":768,"height":432,"r_frame_rate":"10/1","avg_frame_rate":"10/1"}]}"#).unwrap();
+        let p =
+            parse_probe(br#"{"streams":[{"width":768,"height":432,"r_frame_rate":"10/1","avg_frame_rate":"10/1"}]}"#)
+                .unwrap();
         assert_eq!(p, VideoProbe { width: 768, height: 432, fps: 10.0 });
         // A live stream's time-base guess gives way to the average rate.
-        let p = parse_probe(br#"{"streams":[{"width":64,"height":48,"r_frame_rate":"90000/1","avg_frame_rate":"25/1"}]}"#).unwrap();
+        let p =
+            parse_probe(br#"{"streams":[{"width":64,"height":48,"r_frame_rate":"90000/1","avg_frame_rate":"25/1"}]}"#)
+                .unwrap();
         assert_eq!(p.fps, 25.0);
-        let p = parse_probe(br#"{"streams":[{"width":64,"height":48,"r_frame_rate":"0/0","avg_frame_rate":"0/0"}]}"#).unwrap();
+        let p = parse_probe(br#"{"streams":[{"width":64,"height":48,"r_frame_rate":"0/0","avg_frame_rate":"0/0"}]}"#)
+            .unwrap();
         assert_eq!(p.fps, 0.0);
         assert!(parse_probe(br#"{"streams":[]}"#).unwrap_err().contains("no video stream"));
-        assert!(parse_probe(br#"{"streams":[{"width":0,"height":48}]}"#).unwrap_err().contains("no picture ffprobe could decode"));
+        assert!(parse_probe(br#"{"streams":[{"width":0,"height":48}]}"#)
+            .unwrap_err()
+            .contains("no picture ffprobe could decode"));
         assert!(parse_probe(br#"{"streams":[{"width":20000,"height":48}]}"#).unwrap_err().contains("out of range"));
         assert!(parse_probe(b"nope").unwrap_err().contains("unexpected JSON"));
-        assert_eq!(parse_codec(br#"{"streams":[{"codec_name":"hevc","pix_fmt":"yuv420p10le","width":64,"height":48}]}"#), Some(CodecProbe { codec: "hevc".into(), pix_fmt: Some("yuv420p10le".into()) }));
+        assert_eq!(
+            parse_codec(br#"{"streams":[{"codec_name":"hevc","pix_fmt":"yuv420p10le","width":64,"height":48}]}"#),
+            Some(CodecProbe { codec: "hevc".into(), pix_fmt: Some("yuv420p10le".into()) })
+        );
         assert_eq!(parse_codec(br#"{"streams":[]}"#), None);
     }
 
@@ -381,7 +400,10 @@ mod tests {
     // qemu-user (make test-aarch64) runs glibc's posix_spawn as a plain fork, so an exec that
     // fails is not reported to spawn: the x86_64 run covers it.
     #[test]
-    #[cfg_attr(target_arch = "aarch64", ignore = "qemu-user does not report a failed exec to posix_spawn; run natively")]
+    #[cfg_attr(
+        target_arch = "aarch64",
+        ignore = "qemu-user does not report a failed exec to posix_spawn; run natively"
+    )]
     fn a_missing_tool_is_named_with_the_fix() {
         let e = Child::spawn("/nonexistent/ffmpeg-tool", ["-h"]).err().unwrap().to_string();
         assert!(e.contains("not found in PATH") && e.contains(INSTALL_FFMPEG_HINT), "{e}");

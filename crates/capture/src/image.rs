@@ -50,7 +50,8 @@ impl ImageSource {
         let meta = std::fs::metadata(path).with_context(|| format!("cannot read image {}", path.display()))?;
         let files = if meta.is_dir() {
             let mut files = Vec::new();
-            let entries = std::fs::read_dir(path).with_context(|| format!("cannot list directory {}", path.display()))?;
+            let entries =
+                std::fs::read_dir(path).with_context(|| format!("cannot list directory {}", path.display()))?;
             for entry in entries {
                 let entry = entry.with_context(|| format!("cannot list directory {}", path.display()))?;
                 let p = entry.path();
@@ -86,9 +87,21 @@ impl ImageSource {
         let description = if files.len() == 1 {
             format!("image:{} {}x{} NV12 @{}fps", path.display(), max_width, max_height, super::spec::fps_name(fps))
         } else {
-            format!("image:{} ({} images, up to {}x{}) NV12 @{}fps", path.display(), files.len(), max_width, max_height, super::spec::fps_name(fps))
+            format!(
+                "image:{} ({} images, up to {}x{}) NV12 @{}fps",
+                path.display(),
+                files.len(),
+                max_width,
+                max_height,
+                super::spec::fps_name(fps)
+            )
         };
-        Ok(ImageSource { info: SourceInfo { description, max_width, max_height, fps, max_frame_bytes }, frames, files, next: 0 })
+        Ok(ImageSource {
+            info: SourceInfo { description, max_width, max_height, fps, max_frame_bytes },
+            frames,
+            files,
+            next: 0,
+        })
     }
 
     /// The image files in play order.
@@ -225,7 +238,9 @@ mod tests {
         }
         // Luma stays in BT.601 limited range and is not flat.
         let luma = &buf[..464 * 300];
-        let (lo, hi) = (0..300).flat_map(|y| &luma[y * 464..y * 464 + 451]).fold((255u8, 0u8), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let (lo, hi) = (0..300)
+            .flat_map(|y| &luma[y * 464..y * 464 + 451])
+            .fold((255u8, 0u8), |(lo, hi), &v| (lo.min(v), hi.max(v)));
         println!("chelsea luma range {lo}..={hi}");
         assert!(lo >= 16 && hi <= 235 && hi - lo > 100, "{lo}..{hi}");
         // Looping: the same frame again.

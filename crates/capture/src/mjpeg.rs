@@ -51,7 +51,9 @@ use super::{FrameSource, SourceInfo};
 use zcpipe_core::dmabuf::DmaBuf;
 use zcpipe_core::frame::{align_up, Fourcc, FrameLayout, PlaneDesc, MAX_PLANES};
 use zcpipe_core::stage::Extras;
-use zcpipe_sys::mpp::{FrameInfo, JpegInput, JpegOutcome, JpegUnfit, MppJpeg, MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK};
+use zcpipe_sys::mpp::{
+    FrameInfo, JpegInput, JpegOutcome, JpegUnfit, MppJpeg, MPP_FMT_YUV420SP, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK,
+};
 
 /// How long one MPP poll may wait for the JPEG decoder, milliseconds (a 4K JPEG takes a few
 /// ms on RK3588's JPEG decoder; this only bounds a decoder that never answers).
@@ -111,7 +113,9 @@ pub fn scan_jpeg_from(b: &[u8], st: &mut ScanState) -> Scan {
         if entropy {
             // Entropy-coded data: look for the next FF that starts a marker.
             loop {
-                let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else { return need_more(b.len().max(i), true, None) };
+                let Some(off) = b.get(i..).and_then(|r| r.iter().position(|&x| x == 0xFF)) else {
+                    return need_more(b.len().max(i), true, None);
+                };
                 i += off;
                 let Some(&m) = b.get(i + 1) else { return need_more(i, true, None) };
                 match m {
@@ -249,7 +253,10 @@ impl<R: Read> JpegSplitter<R> {
                 }
                 Scan::NeedMore => {
                     if self.buf.len() > MAX_JPEG_BYTES {
-                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a JPEG longer than {MAX_JPEG_BYTES} bytes (no EOI): not an MJPEG stream")));
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("a JPEG longer than {MAX_JPEG_BYTES} bytes (no EOI): not an MJPEG stream"),
+                        ));
                     }
                     if !self.fill()? {
                         self.scan = ScanState::default();
@@ -272,12 +279,19 @@ pub fn mpp_layout(f: &FrameInfo) -> Result<FrameLayout> {
         other => bail!("MPP decoded a JPEG into format {other:#x} (flags {:#x}); zcpipe takes YUV420SP (NV12) or YUV422SP (NV16) from MPP", f.fmt & !MPP_FRAME_FMT_MASK),
     };
     if f.width == 0 || f.height == 0 || f.hor_stride < align_up(f.width, 2) || f.ver_stride < align_up(f.height, 2) {
-        bail!("MPP decoded a {}x{} JPEG with strides {}x{}: strides smaller than the picture", f.width, f.height, f.hor_stride, f.ver_stride);
+        bail!(
+            "MPP decoded a {}x{} JPEG with strides {}x{}: strides smaller than the picture",
+            f.width,
+            f.height,
+            f.hor_stride,
+            f.ver_stride
+        );
     }
     let y_len = f.hor_stride * f.ver_stride;
     let mut planes = [PlaneDesc::default(); MAX_PLANES];
     planes[0] = PlaneDesc { offset: 0, bytesperline: f.hor_stride, length: y_len, fd_index: 0 };
-    planes[1] = PlaneDesc { offset: y_len, bytesperline: f.hor_stride, length: f.hor_stride * chroma_rows, fd_index: 0 };
+    planes[1] =
+        PlaneDesc { offset: y_len, bytesperline: f.hor_stride, length: f.hor_stride * chroma_rows, fd_index: 0 };
     Ok(FrameLayout { fourcc, width: f.width, height: f.height, num_planes: 2, planes })
 }
 
@@ -295,7 +309,11 @@ pub fn decode_cpu(jpeg: &[u8], dst: &mut [u8], scratch: &mut Vec<u8>, max: (u32,
     use zune_jpeg::zune_core::bytestream::ZCursor;
     use zune_jpeg::zune_core::colorspace::ColorSpace;
     use zune_jpeg::zune_core::options::DecoderOptions;
-    let opts = DecoderOptions::default().set_strict_mode(true).jpeg_set_out_colorspace(ColorSpace::YCbCr).set_max_width(max.0 as usize).set_max_height(max.1 as usize);
+    let opts = DecoderOptions::default()
+        .set_strict_mode(true)
+        .jpeg_set_out_colorspace(ColorSpace::YCbCr)
+        .set_max_width(max.0 as usize)
+        .set_max_height(max.1 as usize);
     let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(jpeg), opts);
     d.decode_headers().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let info = d.info().context("no picture size in the JPEG")?;
@@ -379,7 +397,11 @@ impl MjpegDecoder {
     /// The decoder `decoder` settled on: an [`MppJpeg`] on its library, or the CPU.
     pub fn new(decoder: &Decoder) -> Result<MjpegDecoder> {
         Ok(match decoder {
-            Decoder::Mpp(lib) => MjpegDecoder::Mpp { mpp: Box::new(MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?), scratch: Vec::new(), cpu: 0 },
+            Decoder::Mpp(lib) => MjpegDecoder::Mpp {
+                mpp: Box::new(MppJpeg::new(Arc::clone(lib), MPP_POLL_MS)?),
+                scratch: Vec::new(),
+                cpu: 0,
+            },
             Decoder::Cpu => MjpegDecoder::Cpu(Vec::new()),
         })
     }
@@ -395,7 +417,9 @@ impl MjpegDecoder {
     /// The facts of an MPP decoder: buffers imported, JPEGs sent to the CPU instead.
     pub fn facts(&self) -> Extras {
         match self {
-            MjpegDecoder::Mpp { mpp, cpu, .. } => vec![("mpp_imported_buffers", mpp.imported().into()), ("mpp_cpu_fallbacks", (*cpu).into())],
+            MjpegDecoder::Mpp { mpp, cpu, .. } => {
+                vec![("mpp_imported_buffers", mpp.imported().into()), ("mpp_cpu_fallbacks", (*cpu).into())]
+            }
             MjpegDecoder::Cpu(_) => Vec::new(),
         }
     }
@@ -405,7 +429,12 @@ impl MjpegDecoder {
     /// or too big (skip it); `Err`: the decoder failed. When MPP fails after it took the
     /// JPEG, the MPP decoder is destroyed (which waits for its thread), this JPEG is skipped
     /// and the CPU decodes from then on.
-    pub fn decode(&mut self, input: MjpegInput<'_>, dst: &mut DmaBuf, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+    pub fn decode(
+        &mut self,
+        input: MjpegInput<'_>,
+        dst: &mut DmaBuf,
+        max: (u32, u32),
+    ) -> Result<std::result::Result<FrameLayout, String>> {
         let (mpp, scratch, cpu) = match self {
             MjpegDecoder::Cpu(scratch) => return cpu_decode(input, dst, scratch, max),
             MjpegDecoder::Mpp { mpp, scratch, cpu } => (mpp, scratch, cpu),
@@ -435,7 +464,12 @@ impl MjpegDecoder {
 
 /// zune-jpeg's decode of `input` into `dst` ([`decode_cpu`]; a camera buffer through one
 /// read guard, `dst` through one write guard); `Ok(Err(why))`: corrupt or too big.
-fn cpu_decode(input: MjpegInput<'_>, dst: &mut DmaBuf, scratch: &mut Vec<u8>, max: (u32, u32)) -> Result<std::result::Result<FrameLayout, String>> {
+fn cpu_decode(
+    input: MjpegInput<'_>,
+    dst: &mut DmaBuf,
+    scratch: &mut Vec<u8>,
+    max: (u32, u32),
+) -> Result<std::result::Result<FrameLayout, String>> {
     let guard;
     let jpeg = match input {
         MjpegInput::Bytes(b) => b,
@@ -452,7 +486,11 @@ fn cpu_decode(input: MjpegInput<'_>, dst: &mut DmaBuf, scratch: &mut Vec<u8>, ma
 /// ffprobe names `mjpeg`, decoded by the decoder `choice` resolves to
 /// ([`super::decoder::resolve`]; `auto`: MPP on a Rockchip BSP kernel, else the CPU);
 /// `None` for anything else (the ffmpeg source takes it).
-pub fn open_if_mjpeg(spec: &SourceSpec, fps: Option<f64>, choice: Option<DecoderChoice>) -> Result<Option<Box<dyn FrameSource>>> {
+pub fn open_if_mjpeg(
+    spec: &SourceSpec,
+    fps: Option<f64>,
+    choice: Option<DecoderChoice>,
+) -> Result<Option<Box<dyn FrameSource>>> {
     let SourceSpec::Video(path) = spec else { return Ok(None) };
     if !path.is_file() || super::mpp::file_codec(path).is_none_or(|c| c.codec != "mjpeg") {
         return Ok(None);
@@ -482,7 +520,8 @@ impl MjpegSource {
     /// pipe:1`. `fps` overrides the probed rate (30 without one).
     pub fn open(path: &Path, fps: Option<f64>, decoder: MjpegDecoder) -> Result<MjpegSource> {
         let p = super::video::probe(path)?;
-        let mut args: Vec<std::ffi::OsString> = ["-nostdin", "-loglevel", "error", "-i"].iter().map(Into::into).collect();
+        let mut args: Vec<std::ffi::OsString> =
+            ["-nostdin", "-loglevel", "error", "-i"].iter().map(Into::into).collect();
         args.push(path.into());
         args.extend(["-map", "0:v:0", "-an", "-c:v", "copy", "-f", "mjpeg", "pipe:1"].iter().map(Into::into));
         let mut child = Child::spawn("ffmpeg", args)?;
@@ -493,13 +532,31 @@ impl MjpegSource {
             MjpegDecoder::Cpu(_) => FrameLayout::nv12(p.width, p.height, STRIDE_ALIGN).bytes_needed(),
         };
         let info = SourceInfo {
-            description: format!("video:{} {}x{} MJPEG decoded by {} into NV12 @{}fps", path.display(), p.width, p.height, decoder.name(), fps),
+            description: format!(
+                "video:{} {}x{} MJPEG decoded by {} into NV12 @{}fps",
+                path.display(),
+                p.width,
+                p.height,
+                decoder.name(),
+                fps
+            ),
             max_width: p.width,
             max_height: p.height,
             fps,
             max_frame_bytes,
         };
-        Ok(MjpegSource { info, path: path.to_path_buf(), child, splitter: JpegSplitter::new(stdout), decoder, max: (p.width, p.height), jpegs: 0, frames: 0, corrupt: 0, finished: false })
+        Ok(MjpegSource {
+            info,
+            path: path.to_path_buf(),
+            child,
+            splitter: JpegSplitter::new(stdout),
+            decoder,
+            max: (p.width, p.height),
+            jpegs: 0,
+            frames: 0,
+            corrupt: 0,
+            finished: false,
+        })
     }
 
     /// (JPEGs read, pictures delivered, corrupt JPEGs skipped).
@@ -509,12 +566,23 @@ impl MjpegSource {
 
     fn end(&mut self) -> Result<Option<FrameLayout>> {
         self.finished = true;
-        let status = self.child.wait().with_context(|| format!("video {}: cannot wait for ffmpeg", self.path.display()))?;
+        let status =
+            self.child.wait().with_context(|| format!("video {}: cannot wait for ffmpeg", self.path.display()))?;
         if !status.success() {
-            bail!("video {}: ffmpeg failed ({status}) after {} JPEGs: {}", self.path.display(), self.jpegs, self.child.stderr_tail());
+            bail!(
+                "video {}: ffmpeg failed ({status}) after {} JPEGs: {}",
+                self.path.display(),
+                self.jpegs,
+                self.child.stderr_tail()
+            );
         }
         if self.corrupt > 0 {
-            log::warn!("video {}: {} of {} JPEGs were corrupt and skipped", self.path.display(), self.corrupt, self.jpegs);
+            log::warn!(
+                "video {}: {} of {} JPEGs were corrupt and skipped",
+                self.path.display(),
+                self.corrupt,
+                self.jpegs
+            );
         }
         Ok(None)
     }
@@ -522,7 +590,12 @@ impl MjpegSource {
 
 /// The child's stdout, owned (the splitter reads it; the child keeps its process and stderr).
 fn take_stdout(child: &mut Child) -> Result<std::process::ChildStdout> {
-    let fd = child.stdout().context("ffmpeg has no stdout")?.as_fd().try_clone_to_owned().context("duplicating ffmpeg's stdout")?;
+    let fd = child
+        .stdout()
+        .context("ffmpeg has no stdout")?
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating ffmpeg's stdout")?;
     child.close_stdout();
     Ok(std::process::ChildStdout::from(fd))
 }
@@ -540,7 +613,13 @@ impl FrameSource for MjpegSource {
             if self.finished {
                 return Ok(None);
             }
-            let Some(piece) = self.splitter.next_jpeg().with_context(|| format!("video {}: reading ffmpeg's MJPEG", self.path.display()))? else { return self.end() };
+            let Some(piece) = self
+                .splitter
+                .next_jpeg()
+                .with_context(|| format!("video {}: reading ffmpeg's MJPEG", self.path.display()))?
+            else {
+                return self.end();
+            };
             self.jpegs += 1;
             let res = match piece {
                 Piece::Whole(j) => decode_cpu(&j, dst, &mut scratch, self.max).map_err(|e| format!("{e:#}")),
@@ -563,11 +642,20 @@ impl FrameSource for MjpegSource {
             if self.finished {
                 return Ok(None);
             }
-            let Some(piece) = self.splitter.next_jpeg().with_context(|| format!("video {}: reading ffmpeg's MJPEG", self.path.display()))? else { return self.end() };
+            let Some(piece) = self
+                .splitter
+                .next_jpeg()
+                .with_context(|| format!("video {}: reading ffmpeg's MJPEG", self.path.display()))?
+            else {
+                return self.end();
+            };
             self.jpegs += 1;
             let res = match &piece {
                 // A truncated JPEG goes to the decoder too: MPP reports it (an error frame).
-                Piece::Whole(j) | Piece::Truncated(j) => self.decoder.decode(MjpegInput::Bytes(j), dst, self.max).with_context(|| format!("video {}: JPEG {}", self.path.display(), self.jpegs))?,
+                Piece::Whole(j) | Piece::Truncated(j) => self
+                    .decoder
+                    .decode(MjpegInput::Bytes(j), dst, self.max)
+                    .with_context(|| format!("video {}: JPEG {}", self.path.display(), self.jpegs))?,
             };
             match (res, &piece) {
                 (Ok(l), Piece::Whole(_)) => {
@@ -581,7 +669,11 @@ impl FrameSource for MjpegSource {
     }
 
     fn facts(&self) -> Extras {
-        let mut f: Extras = vec![("decoder", self.decoder.name().into()), ("jpegs", self.jpegs.into()), ("corrupt_jpegs", self.corrupt.into())];
+        let mut f: Extras = vec![
+            ("decoder", self.decoder.name().into()),
+            ("jpegs", self.jpegs.into()),
+            ("corrupt_jpegs", self.corrupt.into()),
+        ];
         f.extend(self.decoder.facts());
         f
     }
@@ -593,7 +685,12 @@ impl MjpegSource {
         // The first five, then at powers of two (as the camera path): a file of corrupt JPEGs
         // does not flood the log; the total is said at the end.
         if self.corrupt <= 5 || self.corrupt.is_power_of_two() {
-            log::warn!("video {}: JPEG {} skipped: {why} ({} skipped so far)", self.path.display(), self.jpegs, self.corrupt);
+            log::warn!(
+                "video {}: JPEG {} skipped: {why} ({} skipped so far)",
+                self.path.display(),
+                self.jpegs,
+                self.corrupt
+            );
         }
     }
 }
@@ -687,7 +784,21 @@ mod tests {
 
     #[test]
     fn mpp_layout_takes_the_decoders_strides() {
-        let mut f = FrameInfo { width: 1920, height: 1080, hor_stride: 1920, ver_stride: 1088, fmt: MPP_FMT_YUV420SP, info_change: false, eos: false, errinfo: 0, discard: 0, pts: 0, buf_size: 0, fd: Some(3), buffer_index: None };
+        let mut f = FrameInfo {
+            width: 1920,
+            height: 1080,
+            hor_stride: 1920,
+            ver_stride: 1088,
+            fmt: MPP_FMT_YUV420SP,
+            info_change: false,
+            eos: false,
+            errinfo: 0,
+            discard: 0,
+            pts: 0,
+            buf_size: 0,
+            fd: Some(3),
+            buffer_index: None,
+        };
         let l = mpp_layout(&f).unwrap();
         assert_eq!((l.fourcc, l.width, l.height), (Fourcc::NV12, 1920, 1080));
         assert_eq!((l.planes[1].offset, l.planes[1].bytesperline, l.planes[1].length), (1920 * 1088, 1920, 1920 * 544));

@@ -44,10 +44,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::ffmpeg::{parse_codec, parse_probe, Child, CodecProbe, VideoProbe, PROBE_ARGS};
-use super::network::{input_args, readable, is_rtsp, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE};
+use super::network::{
+    input_args, is_rtsp, readable, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE,
+};
 use super::spec::{redact_url, scrub_secrets};
 use zcpipe_core::config::Choice;
-use zcpipe_core::frame::{align_up, monotonic_ns, Fourcc, FrameDesc, FrameLayout, PlaneDesc, RestartMark, Stage, MAX_PLANES};
+use zcpipe_core::frame::{
+    align_up, monotonic_ns, Fourcc, FrameDesc, FrameLayout, PlaneDesc, RestartMark, Stage, MAX_PLANES,
+};
 use zcpipe_core::pool::{DeviceLoan, PoolProducer};
 use zcpipe_core::stage::Extras;
 use zcpipe_sys::mpp::{self, DecodedFrame, DecoderOptions, FrameInfo, Libmpp, Mpp};
@@ -186,7 +190,13 @@ impl MppCapture {
     /// each one line naming the input (URL redacted): the input cannot be probed, its codec
     /// is not H.264/H.265 (use `--decoder cpu`), MPP refuses it, or no picture size within
     /// [`START_LIMIT`] (junk, or a stream MPP cannot parse). `stop` ends the wait early.
-    pub fn open(input: MppInput, lib: Arc<Libmpp>, opts: &MppOptions, fps: Option<f64>, stop: &AtomicBool) -> Result<MppCapture> {
+    pub fn open(
+        input: MppInput,
+        lib: Arc<Libmpp>,
+        opts: &MppOptions,
+        fps: Option<f64>,
+        stop: &AtomicBool,
+    ) -> Result<MppCapture> {
         let shown = match &input {
             MppInput::File(p) => format!("video:{}", p.display()),
             MppInput::Network(u) => redact_url(u),
@@ -266,7 +276,11 @@ impl MppCapture {
                     break;
                 }
                 if i.eos {
-                    bail!("{}: the stream ended before MPP saw a picture size; is it a valid {} stream?", cap.shown, cap.codec);
+                    bail!(
+                        "{}: the stream ended before MPP saw a picture size; is it a valid {} stream?",
+                        cap.shown,
+                        cap.codec
+                    );
                 }
                 continue;
             }
@@ -320,14 +334,19 @@ impl MppCapture {
             MppInput::Network(_) => ", live".into(),
             MppInput::File(_) => String::new(),
         };
-        format!("{} {} {}x{} NV12 (decoded by MPP{transport}; hor_stride {}, ver_stride {})", self.shown, self.codec, l.width, l.height, i.hor_stride, i.ver_stride)
+        format!(
+            "{} {} {}x{} NV12 (decoded by MPP{transport}; hor_stride {}, ver_stride {})",
+            self.shown, self.codec, l.width, l.height, i.hor_stride, i.ver_stride
+        )
     }
 
     /// Makes the pool's buffers (`buffers`, each [`MppCapture::pool_bytes`] bytes, in pool
     /// order) MPP's external group, committed once, and acknowledges the info change. The
     /// pool's buffers are lent to MPP at the first [`MppCapture::next_frame`].
     pub fn attach(&mut self, buffers: &[BorrowedFd<'_>]) -> Result<()> {
-        self.mpp.attach_external_buffers(buffers, self.buf_bytes as usize).map_err(|e| anyhow!("{}: {e:#}", self.shown))?;
+        self.mpp
+            .attach_external_buffers(buffers, self.buf_bytes as usize)
+            .map_err(|e| anyhow!("{}: {e:#}", self.shown))?;
         self.mpp.info_change_ready().map_err(|e| anyhow!("{}: {e:#}", self.shown))?;
         self.attached = true;
         self.at_device = (0..buffers.len()).map(|_| None).collect();
@@ -396,7 +415,12 @@ impl MppCapture {
             if i.fd.is_some() {
                 self.stats.error_frames += 1;
                 if self.stats.error_frames <= 5 {
-                    log::warn!("{}: MPP flagged a picture (errinfo {}, discard {}); dropped", self.shown, i.errinfo, i.discard);
+                    log::warn!(
+                        "{}: MPP flagged a picture (errinfo {}, discard {}); dropped",
+                        self.shown,
+                        i.errinfo,
+                        i.discard
+                    );
                 }
             }
             drop(f);
@@ -419,9 +443,14 @@ impl MppCapture {
             let base = self.next_due.filter(|d| now.saturating_duration_since(*d) < iv).unwrap_or(now);
             self.next_due = Some(base + iv);
         }
-        let Some(k) = i.buffer_index.map(|k| k as usize) else { bail!("{}: MPP gave a picture without a buffer index", self.shown) };
+        let Some(k) = i.buffer_index.map(|k| k as usize) else {
+            bail!("{}: MPP gave a picture without a buffer index", self.shown)
+        };
         let Some(loan) = self.at_device.get_mut(k).and_then(Option::take) else {
-            bail!("{}: MPP decoded into buffer {k}, which zcpipe had not lent it (a consumer holds it): a decoder bug", self.shown);
+            bail!(
+                "{}: MPP decoded into buffer {k}, which zcpipe had not lent it (a consumer holds it): a decoder bug",
+                self.shown
+            );
         };
         let mut layout = self.layout();
         if (layout.width, layout.height) != (i.width, i.height) {
@@ -463,7 +492,11 @@ impl MppCapture {
             if self.live() {
                 bail!("{what}; capture ends so that its restart sizes the pool for the new stream (pass --size {}x{} to size it up front)", i.width, i.height);
             }
-            log::warn!("{what}; the file ends here: pass --size {}x{} (or larger) to decode it whole", i.width, i.height);
+            log::warn!(
+                "{what}; the file ends here: pass --size {}x{} (or larger) to decode it whole",
+                i.width,
+                i.height
+            );
             return Ok(false);
         }
         self.mpp.info_change_ready().map_err(|e| anyhow!("{}: {e:#}", self.shown))?;
@@ -578,7 +611,12 @@ impl MppCapture {
             if self.gap.is_none() {
                 self.gap = Some((now, self.last_picture));
             }
-            log::warn!("camera {}: stream dropped ({why}); reconnecting (back-off {}..{} s, the pipeline stays up)", self.shown, self.backoff.as_secs(), BACKOFF_MAX.as_secs());
+            log::warn!(
+                "camera {}: stream dropped ({why}); reconnecting (back-off {}..{} s, the pipeline stays up)",
+                self.shown,
+                self.backoff.as_secs(),
+                BACKOFF_MAX.as_secs()
+            );
         } else {
             self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
             log::info!("camera {}: not back yet ({why}); next attempt in {} s", self.shown, self.backoff.as_secs());
@@ -614,7 +652,12 @@ impl MppCapture {
             self.stats.frames_lost += lost;
             self.stats.gap_s += gap.as_secs_f64();
             self.pending_gap = Some(lost);
-            log::info!("camera {}: back after {:.1} s without frames; ~{lost} frames lost (reconnect {})", self.shown, gap.as_secs_f64(), self.stats.reconnects);
+            log::info!(
+                "camera {}: back after {:.1} s without frames; ~{lost} frames lost (reconnect {})",
+                self.shown,
+                gap.as_secs_f64(),
+                self.stats.reconnects
+            );
         }
         self.last_picture = Some(now);
     }
@@ -720,8 +763,20 @@ fn check_format(i: &FrameInfo, shown: &str) -> Result<()> {
     if fmt != mpp::MPP_FMT_YUV420SP || i.fmt & mpp::MPP_FRAME_FBC_MASK != 0 {
         bail!("{shown}: MPP decodes this stream to format {:#x}, not 8-bit NV12 (a 10-bit or 4:2:2 stream, or compressed frame buffers); pass --decoder cpu", i.fmt);
     }
-    if i.width == 0 || i.height == 0 || i.hor_stride < i.width || i.ver_stride < i.height || i.width > 16384 || i.height > 16384 {
-        bail!("{shown}: MPP reported an impossible picture {}x{} (hor_stride {}, ver_stride {})", i.width, i.height, i.hor_stride, i.ver_stride);
+    if i.width == 0
+        || i.height == 0
+        || i.hor_stride < i.width
+        || i.ver_stride < i.height
+        || i.width > 16384
+        || i.height > 16384
+    {
+        bail!(
+            "{shown}: MPP reported an impossible picture {}x{} (hor_stride {}, ver_stride {})",
+            i.width,
+            i.height,
+            i.hor_stride,
+            i.ver_stride
+        );
     }
     Ok(())
 }
@@ -738,7 +793,12 @@ pub fn layout_of(i: &FrameInfo) -> FrameLayout {
 
 /// Runs ffprobe on the input ([`PROBE_ARGS`] with the input options of a network stream),
 /// waiting at most [`IO_TIMEOUT`] + [`STALL_GRACE`] (or until `stop`): size, rate and codec.
-fn probe(input: &MppInput, transport: RtspTransport, shown: &str, stop: &AtomicBool) -> Result<(VideoProbe, CodecProbe)> {
+fn probe(
+    input: &MppInput,
+    transport: RtspTransport,
+    shown: &str,
+    stop: &AtomicBool,
+) -> Result<(VideoProbe, CodecProbe)> {
     let mut args: Vec<String> = PROBE_ARGS.iter().map(|s| s.to_string()).collect();
     let url = match input {
         MppInput::File(p) => {
@@ -767,7 +827,10 @@ fn probe(input: &MppInput, transport: RtspTransport, shown: &str, stop: &AtomicB
     };
     let out = child.read_stdout();
     if !status.success() {
-        bail!("cannot open {shown}: ffprobe failed ({status}): {}; check the path or URL", scrub_secrets(&child.stderr_tail(), url));
+        bail!(
+            "cannot open {shown}: ffprobe failed ({status}): {}; check the path or URL",
+            scrub_secrets(&child.stderr_tail(), url)
+        );
     }
     let p = parse_probe(&out).map_err(|why| anyhow!("cannot open {shown}: {}", scrub_secrets(&why, url)))?;
     let codec = parse_codec(&out).unwrap_or_else(|| CodecProbe { codec: "an unnamed codec".into(), pix_fmt: None });
@@ -786,14 +849,22 @@ pub fn mpp_takes(c: &CodecProbe) -> std::result::Result<(), String> {
         None | Some("yuv420p" | "yuvj420p" | "nv12") => Ok(()),
         // MJPEG of other samplings is the JPEG path's business (it checks each JPEG).
         Some(_) if c.codec == "mjpeg" => Ok(()),
-        Some(f) => Err(format!("its video is {} {f}, which MPP decodes to other than 8-bit NV12 (a 10-bit, 4:2:2 or 4:4:4 stream)", c.codec)),
+        Some(f) => Err(format!(
+            "its video is {} {f}, which MPP decodes to other than 8-bit NV12 (a 10-bit, 4:2:2 or 4:4:4 stream)",
+            c.codec
+        )),
     }
 }
 
 /// The codec and pixel format of `path`'s first video stream, by ffprobe; `None` when it
 /// cannot tell (the caller's path reports why).
 pub fn file_codec(path: &Path) -> Option<CodecProbe> {
-    let out = std::process::Command::new("ffprobe").args(PROBE_ARGS).arg(path).stdin(std::process::Stdio::null()).output().ok()?;
+    let out = std::process::Command::new("ffprobe")
+        .args(PROBE_ARGS)
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
     out.status.success().then(|| parse_codec(&out.stdout)).flatten()
 }
 
@@ -803,7 +874,21 @@ mod tests {
 
     #[test]
     fn layout_of_takes_mpps_strides() {
-        let i = FrameInfo { width: 1920, height: 1080, hor_stride: 1920, ver_stride: 1088, fmt: 0, info_change: false, eos: false, errinfo: 0, discard: 0, pts: 0, buf_size: 3133440, fd: Some(3), buffer_index: Some(0) };
+        let i = FrameInfo {
+            width: 1920,
+            height: 1080,
+            hor_stride: 1920,
+            ver_stride: 1088,
+            fmt: 0,
+            info_change: false,
+            eos: false,
+            errinfo: 0,
+            discard: 0,
+            pts: 0,
+            buf_size: 3133440,
+            fd: Some(3),
+            buffer_index: Some(0),
+        };
         let l = layout_of(&i);
         assert_eq!((l.width, l.height, l.planes[0].bytesperline), (1920, 1080, 1920));
         assert_eq!((l.planes[1].offset, l.planes[1].length), (1920 * 1088, 1920 * 544));

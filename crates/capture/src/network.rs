@@ -98,8 +98,7 @@ pub fn is_rtsp(url: &str) -> bool {
 /// socket timeout (µs), or the protocol read/write timeout for other schemes.
 pub fn input_args(url: &str, transport: RtspTransport) -> Vec<String> {
     let us = IO_TIMEOUT.as_micros().to_string();
-    let mut v: Vec<String> =
-        LOW_LATENCY.iter().map(|s| s.to_string()).collect();
+    let mut v: Vec<String> = LOW_LATENCY.iter().map(|s| s.to_string()).collect();
     if is_rtsp(url) {
         v.extend(["-rtsp_transport".into(), transport.name().into(), "-timeout".into(), us]);
     } else {
@@ -109,7 +108,8 @@ pub fn input_args(url: &str, transport: RtspTransport) -> Vec<String> {
 }
 
 /// ffmpeg's low-latency input options.
-const LOW_LATENCY: [&str; 8] = ["-fflags", "nobuffer", "-flags", "low_delay", "-probesize", "500000", "-analyzeduration", "1000000"];
+const LOW_LATENCY: [&str; 8] =
+    ["-fflags", "nobuffer", "-flags", "low_delay", "-probesize", "500000", "-analyzeduration", "1000000"];
 
 /// The ffmpeg filter that makes every output frame exactly `out` pixels (padded to even
 /// sizes), whatever the input is: scaled to fit keeping its aspect ratio, then padded
@@ -339,7 +339,12 @@ impl NetworkSource {
     fn attempt_failed(&mut self, why: &str) {
         self.stats.failed_attempts += 1;
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-        log::info!("camera {}: not back yet ({}); next attempt in {} s", self.shown, scrub_secrets(why, &self.url), self.backoff.as_secs());
+        log::info!(
+            "camera {}: not back yet ({}); next attempt in {} s",
+            self.shown,
+            scrub_secrets(why, &self.url),
+            self.backoff.as_secs()
+        );
         self.state = State::Down { at: Instant::now() + self.backoff };
     }
 
@@ -351,7 +356,8 @@ impl NetworkSource {
         self.backoff = BACKOFF_FIRST;
         if let Some((dropped_at, last)) = self.gap.take() {
             let gap = now - last.unwrap_or(dropped_at);
-            let lost = if self.fps > 0.0 { ((gap.as_secs_f64() * self.fps).round() as u64).saturating_sub(1) } else { 0 };
+            let lost =
+                if self.fps > 0.0 { ((gap.as_secs_f64() * self.fps).round() as u64).saturating_sub(1) } else { 0 };
             self.stats.reconnects += 1;
             self.stats.gap_s += gap.as_secs_f64();
             self.stats.frames_lost += lost;
@@ -402,7 +408,10 @@ fn finish_probe(probe: &mut Child, url: &str, since: Instant) -> anyhow::Result<
     };
     let out = probe.read_stdout();
     if !status.success() {
-        return Ok(Some(Err(format!("ffprobe failed ({status}): {}", scrub_secrets(&last_lines(&probe.stderr_tail(), 3), url)))));
+        return Ok(Some(Err(format!(
+            "ffprobe failed ({status}): {}",
+            scrub_secrets(&last_lines(&probe.stderr_tail(), 3), url)
+        ))));
     }
     Ok(Some(parse_probe(&out).map_err(|why| scrub_secrets(&why, url))))
 }
@@ -495,7 +504,13 @@ impl FrameSource for NetworkSource {
         let l = *out;
         let need = l.bytes_needed() as usize;
         if dst.len() < need {
-            bail!("camera {}: buffer of {} bytes is too small for a {}x{} NV12 frame ({need} bytes)", self.shown, dst.len(), l.width, l.height);
+            bail!(
+                "camera {}: buffer of {} bytes is too small for a {}x{} NV12 frame ({need} bytes)",
+                self.shown,
+                dst.len(),
+                l.width,
+                l.height
+            );
         }
         let Some(stdout) = ffmpeg.stdout() else { return Ok(None) };
         let mut r = DeadlineReader { inner: stdout, deadline: Instant::now() + FRAME_READ_LIMIT };
@@ -525,7 +540,10 @@ impl FrameSource for NetworkSource {
             }
         };
         let tail = last_lines(&ffmpeg.stderr_tail(), 3);
-        self.stream_lost(&format!("{why} after {:.1} s; ffmpeg {status}: {tail}", since.elapsed().as_secs_f64()), since);
+        self.stream_lost(
+            &format!("{why} after {:.1} s; ffmpeg {status}: {tail}", since.elapsed().as_secs_f64()),
+            since,
+        );
         Ok(None)
     }
 
@@ -539,7 +557,10 @@ impl FrameSource for NetworkSource {
         vec![
             ("url", self.shown.clone().into()),
             ("live", true.into()),
-            ("rtsp_transport", if is_rtsp(&self.url) { self.opts.transport.name().into() } else { serde_json::Value::Null }),
+            (
+                "rtsp_transport",
+                if is_rtsp(&self.url) { self.opts.transport.name().into() } else { serde_json::Value::Null },
+            ),
             ("connected", self.connected().into()),
             ("stream_width", sw.into()),
             ("stream_height", sh.into()),
@@ -572,8 +593,14 @@ mod tests {
 
     #[test]
     fn input_args_per_scheme() {
-        assert_eq!(input_args("rtsp://h/x", RtspTransport::Tcp)[8..], ["-rtsp_transport", "tcp", "-timeout", "5000000"]);
-        assert_eq!(input_args("RTSPS://h/x", RtspTransport::Udp)[8..], ["-rtsp_transport", "udp", "-timeout", "5000000"]);
+        assert_eq!(
+            input_args("rtsp://h/x", RtspTransport::Tcp)[8..],
+            ["-rtsp_transport", "tcp", "-timeout", "5000000"]
+        );
+        assert_eq!(
+            input_args("RTSPS://h/x", RtspTransport::Udp)[8..],
+            ["-rtsp_transport", "udp", "-timeout", "5000000"]
+        );
         assert_eq!(input_args("http://h/x", RtspTransport::Tcp)[8..], ["-rw_timeout", "5000000"]);
         assert_eq!(input_args("http://h/x", RtspTransport::Tcp)[..4], ["-fflags", "nobuffer", "-flags", "low_delay"]);
     }
@@ -581,14 +608,23 @@ mod tests {
     #[test]
     fn last_lines_drops_ffmpeg_context_prefixes() {
         let t = "a | [tcp @ 0x55] Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused";
-        assert_eq!(last_lines(t, 3), "Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused");
+        assert_eq!(
+            last_lines(t, 3),
+            "Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused"
+        );
         assert_eq!(last_lines("(no stderr)", 3), "(no stderr)");
     }
 
     #[test]
     fn filter_pins_the_output_size() {
-        assert_eq!(filter((768, 432), None), "scale=768:432:force_original_aspect_ratio=decrease,pad=768:432:(ow-iw)/2:(oh-ih)/2");
-        assert_eq!(filter((75, 45), Some(5.0)), "fps=5,scale=75:45:force_original_aspect_ratio=decrease,pad=76:46:(ow-iw)/2:(oh-ih)/2");
+        assert_eq!(
+            filter((768, 432), None),
+            "scale=768:432:force_original_aspect_ratio=decrease,pad=768:432:(ow-iw)/2:(oh-ih)/2"
+        );
+        assert_eq!(
+            filter((75, 45), Some(5.0)),
+            "fps=5,scale=75:45:force_original_aspect_ratio=decrease,pad=76:46:(ow-iw)/2:(oh-ih)/2"
+        );
     }
 
     /// An unreachable camera: one line naming the URL without its password, and ffprobe's
@@ -623,7 +659,8 @@ mod tests {
         }
         assert_eq!(s.stats().failed_attempts, 2);
         assert_eq!(s.backoff, Duration::from_secs(4));
-        let facts = serde_json::to_string(&s.facts().into_iter().collect::<std::collections::BTreeMap<_, _>>()).unwrap();
+        let facts =
+            serde_json::to_string(&s.facts().into_iter().collect::<std::collections::BTreeMap<_, _>>()).unwrap();
         assert!(facts.contains("rtsp://u:***@127.0.0.1:1/x") && !facts.contains("pw@"), "{facts}");
     }
 }

@@ -233,7 +233,8 @@ fn url_host(url: &str) -> Option<&str> {
 }
 
 /// Query parameters whose values are secrets (some cameras take `?user=..&password=..`).
-const SECRET_QUERY_KEYS: [&str; 9] = ["password", "passwd", "pwd", "pass", "token", "access_token", "key", "secret", "auth"];
+const SECRET_QUERY_KEYS: [&str; 9] =
+    ["password", "passwd", "pwd", "pass", "token", "access_token", "key", "secret", "auth"];
 
 /// `url` as it may be shown: a password replaced by `***` (`rtsp://user:***@host/...`; the
 /// user name stays), and the values of secret query parameters (`password=`, `token=`,
@@ -257,7 +258,9 @@ pub fn redact_url(url: &str) -> String {
         let masked: Vec<String> = query
             .split('&')
             .map(|kv| match kv.split_once('=') {
-                Some((k, v)) if !v.is_empty() && SECRET_QUERY_KEYS.contains(&k.to_ascii_lowercase().as_str()) => format!("{k}=***"),
+                Some((k, v)) if !v.is_empty() && SECRET_QUERY_KEYS.contains(&k.to_ascii_lowercase().as_str()) => {
+                    format!("{k}=***")
+                }
                 _ => kv.to_string(),
             })
             .collect();
@@ -416,7 +419,10 @@ pub fn check_v4l2_only_flags(spec: &SourceSpec, format: bool, size: bool, captur
     if spec.is_network() {
         for (flag, given) in [("--format", format), ("--capture-io", capture_io)] {
             if given {
-                bail!("{flag} applies to V4L2 cameras only; the network stream {} is decoded by ffmpeg to NV12", spec.redacted());
+                bail!(
+                    "{flag} applies to V4L2 cameras only; the network stream {} is decoded by ffmpeg to NV12",
+                    spec.redacted()
+                );
             }
         }
         return Ok(());
@@ -427,7 +433,10 @@ pub fn check_v4l2_only_flags(spec: &SourceSpec, format: bool, size: bool, captur
     };
     for (flag, given) in [("--format", format), ("--size", size), ("--capture-io", capture_io)] {
         if given {
-            bail!("{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {} sets {own}", spec.redacted());
+            bail!(
+                "{flag} applies to V4L2 cameras only (--source v4l2[:DEVICE]); source {} sets {own}",
+                spec.redacted()
+            );
         }
     }
     Ok(())
@@ -457,7 +466,15 @@ mod tests {
 
     #[test]
     fn spec_display_round_trips() {
-        for s in ["auto", "image:x.png", "video:a/b.mp4", "testsrc:640x480@15", "testsrc:64x48@max", "v4l2", "v4l2:/dev/video3"] {
+        for s in [
+            "auto",
+            "image:x.png",
+            "video:a/b.mp4",
+            "testsrc:640x480@15",
+            "testsrc:64x48@max",
+            "v4l2",
+            "v4l2:/dev/video3",
+        ] {
             assert_eq!(parse(s).to_string(), s);
             assert_eq!(parse(&parse(s).to_string()), parse(s));
         }
@@ -466,10 +483,24 @@ mod tests {
     #[test]
     fn spec_rejects_bad_text_naming_it() {
         for bad in [
-            "", "camera", "auto:x", "image", "image:", "video:", "testsrc:1920", "testsrc:0x10",
-            "testsrc:20000x10", "testsrc:axb", "testsrc:64x48@0", "testsrc:64x48@fast", "testsrc:64x48@-5",
-            "testsrc:64x48@inf", "testsrc:64x48@NaN", "testsrc:64x48@MAX",
-            "v4l2:", "TESTSRC",
+            "",
+            "camera",
+            "auto:x",
+            "image",
+            "image:",
+            "video:",
+            "testsrc:1920",
+            "testsrc:0x10",
+            "testsrc:20000x10",
+            "testsrc:axb",
+            "testsrc:64x48@0",
+            "testsrc:64x48@fast",
+            "testsrc:64x48@-5",
+            "testsrc:64x48@inf",
+            "testsrc:64x48@NaN",
+            "testsrc:64x48@MAX",
+            "v4l2:",
+            "TESTSRC",
         ] {
             let e = bad.parse::<SourceSpec>().expect_err(bad);
             let msg = e.to_string();
@@ -527,7 +558,10 @@ mod tests {
             // a password with an unencoded '/': still masked whole
             ("rtsp://admin:pa/ss@cam/s", "rtsp://admin:***@cam/s"),
             // secret query parameters
-            ("rtsp://cam/cam/realmonitor?channel=1&user=admin&password=hunter2", "rtsp://cam/cam/realmonitor?channel=1&user=admin&password=***"),
+            (
+                "rtsp://cam/cam/realmonitor?channel=1&user=admin&password=hunter2",
+                "rtsp://cam/cam/realmonitor?channel=1&user=admin&password=***",
+            ),
             ("https://h/live.m3u8?Token=abc#t", "https://h/live.m3u8?Token=***#t"),
             // not a URL
             ("video:clip.mp4", "video:clip.mp4"),
@@ -546,7 +580,10 @@ mod tests {
         assert_eq!(s, "[rtsp @ 0x5] rtsp://admin:***@cam:554/s: 401 Unauthorized | user admin pass *** | raw ***");
         assert_eq!(scrub_secrets("no secret here", "rtsp://cam/s"), "no secret here");
         let q = "rtsp://cam/s?password=abc123&channel=1";
-        assert_eq!(scrub_secrets("opening rtsp://cam/s?password=abc123&channel=1 with abc123", q), "opening rtsp://cam/s?password=***&channel=1 with ***");
+        assert_eq!(
+            scrub_secrets("opening rtsp://cam/s?password=abc123&channel=1 with abc123", q),
+            "opening rtsp://cam/s?password=***&channel=1 with ***"
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! Both paths run on the stage skeleton ([`zcpipe_core::stage`]): one loop, one ending, one
 //! final report.
 
-use zcpipe_sys::board;
 use std::time::{Duration, Instant};
+use zcpipe_sys::board;
 
 use anyhow::Result;
 
@@ -19,9 +19,9 @@ use zcpipe_core::config::Choice;
 use zcpipe_core::dmabuf::{Allocator, HeapChoice};
 use zcpipe_core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, RestartMark, Stage};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener};
+use zcpipe_core::metrics::{open_fd_count, FrameSpan};
 use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer};
 use zcpipe_core::ring::RingPolicy;
-use zcpipe_core::metrics::{open_fd_count, FrameSpan};
 use zcpipe_core::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
 
 use super::decoder::{self, Decoder};
@@ -201,7 +201,8 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 desc.stamps[2 * Stage::Capture as usize] = ts;
                 if let Some(lost) = source.take_gap() {
                     // The stream came back: the first frame tells the clients what the gap cost.
-                    desc.flags = RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
+                    desc.flags =
+                        RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
                 }
                 **seq += 1;
                 ctx.hand_off(loan, desc, Stage::Capture, span, start)
@@ -231,14 +232,23 @@ fn open_heap(heap: HeapChoice) -> Result<Allocator> {
 
 /// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`
 /// ([`scale_accepts`]); if not, tells it why and fails with that.
-fn accept_scale(listener: &mut Listener, ctx: &StageCtx<'_>, fourcc: Fourcc, refusal: impl FnOnce(&str, &[Fourcc]) -> String) -> Result<Conn> {
+fn accept_scale(
+    listener: &mut Listener,
+    ctx: &StageCtx<'_>,
+    fourcc: Fourcc,
+    refusal: impl FnOnce(&str, &[Fourcc]) -> String,
+) -> Result<Conn> {
     let (conn, hello) = accept_hello(listener, ctx.stop, ctx.data.connect_timeout, "scale")?;
     zcpipe_core::stage::check_hello(conn, &hello, |h| scale_accepts(h, fourcc, refusal))
 }
 
 /// Whether a hello accepts `fourcc` (an empty list accepts any); if not, the refusal line
 /// `refusal(its stage name, the formats it accepts)`.
-fn scale_accepts(hello: &ControlMsg, fourcc: Fourcc, refusal: impl FnOnce(&str, &[Fourcc]) -> String) -> std::result::Result<(), String> {
+fn scale_accepts(
+    hello: &ControlMsg,
+    fourcc: Fourcc,
+    refusal: impl FnOnce(&str, &[Fourcc]) -> String,
+) -> std::result::Result<(), String> {
     let ControlMsg::Hello { stage, accept, .. } = hello else {
         return Err("expected a hello from the scale stage".into());
     };
@@ -254,14 +264,7 @@ fn scale_accepts(hello: &ControlMsg, fourcc: Fourcc, refusal: impl FnOnce(&str, 
 /// is unplugged; then drain, STREAMOFF, and report.
 fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::PathBuf>) -> Result<i32> {
     let io = cfg.capture_io.unwrap_or_default();
-    let v4l2_cfg = V4l2Config {
-        device,
-        format: cfg.format,
-        size: cfg.size,
-        fps: cfg.fps,
-        buffers: cfg.buffers,
-        io,
-    };
+    let v4l2_cfg = V4l2Config { device, format: cfg.format, size: cfg.size, fps: cfg.fps, buffers: cfg.buffers, io };
     let mut cam = V4l2Capture::open(&v4l2_cfg)?;
     let alloc = match io {
         CaptureIo::Dmabuf => Some(open_heap(ctx.data.heap)?),
@@ -282,7 +285,11 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let n_bufs = pool.len();
     let n_fds: usize = pool.iter().map(|b| b.len()).sum();
     let sizes: Vec<String> = pool[0].iter().map(|b| b.size().to_string()).collect();
-    log::info!("{}; pool: {n_bufs} buffers ({n_fds} dma-buf fds of {} bytes): {memory}", cam.describe(), sizes.join("+"));
+    log::info!(
+        "{}; pool: {n_bufs} buffers ({n_fds} dma-buf fds of {} bytes): {memory}",
+        cam.describe(),
+        sizes.join("+")
+    );
     let layout = cam.layout();
     let fps = cam.granted().fps();
 
@@ -290,7 +297,11 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let label = cam.node().label();
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(*f)).collect();
-        format!("{label} captures {} but {stage} accepts only {}; pass --format with one of those", v4l2::format_name(layout.fourcc), names.join(", "))
+        format!(
+            "{label} captures {} but {stage} accepts only {}; pass --format with one of those",
+            v4l2::format_name(layout.fourcc),
+            names.join(", ")
+        )
     };
     let conn = accept_scale(&mut listener, &ctx, layout.fourcc, refusal)?;
     let mut prod = PoolProducer::offer(
@@ -367,7 +378,10 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
                     Ok(Next::Frame(..)) => span.tick(start),
                     Ok(Next::Idle) => {}
                     Ok(Next::Unplugged) => {
-                        log::warn!("camera unplugged: {} went away (ENODEV); ending the stream", cam.node().path.display());
+                        log::warn!(
+                            "camera unplugged: {} went away (ENODEV); ending the stream",
+                            cam.node().path.display()
+                        );
                         return Ok(Turn::End("camera unplugged"));
                     }
                     Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
@@ -378,7 +392,10 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         )
     };
     let s = cam.stats();
-    let frames = format!("{} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt)", s.published, s.dequeued, s.driver_drops, s.error_frames);
+    let frames = format!(
+        "{} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt)",
+        s.published, s.dequeued, s.driver_drops, s.error_frames
+    );
     ctx.close(
         &mut (&mut prod, &mut cam),
         ended,
@@ -408,14 +425,21 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
 /// MPP's external buffer group, offer it to scale, then publish each decoded picture in the
 /// buffer MPP wrote, paced for a file, as it comes for a live stream; at the end drain,
 /// release every frame to MPP and destroy the decoder.
-fn run_mpp(cfg: &CaptureConfig, ctx: StageCtx<'_>, spec: &SourceSpec, lib: std::sync::Arc<zcpipe_sys::mpp::Libmpp>) -> Result<i32> {
+fn run_mpp(
+    cfg: &CaptureConfig,
+    ctx: StageCtx<'_>,
+    spec: &SourceSpec,
+    lib: std::sync::Arc<zcpipe_sys::mpp::Libmpp>,
+) -> Result<i32> {
     let input = match spec {
         SourceSpec::Video(p) => MppInput::File(p.clone()),
         SourceSpec::Network(u) => MppInput::Network(u.clone()),
         other => anyhow::bail!("--decoder mpp decodes video: files and network streams, not {}", other.redacted()),
     };
     if cfg.fps == Some(FPS_MAX) {
-        anyhow::bail!("--fps max with --decoder mpp: a decoded stream is paced at its own rate; pass a number or leave --fps out");
+        anyhow::bail!(
+            "--fps max with --decoder mpp: a decoded stream is paced at its own rate; pass a number or leave --fps out"
+        );
     }
     let opts = MppOptions { transport: cfg.rtsp_transport.unwrap_or_default(), size: cfg.size };
     let mut cap = MppCapture::open(input, lib, &opts, cfg.fps, ctx.stop)?;
@@ -498,7 +522,10 @@ fn run_mpp(cfg: &CaptureConfig, ctx: StageCtx<'_>, spec: &SourceSpec, lib: std::
         )
     };
     let s = cap.stats();
-    let frames = format!("{} pictures decoded by MPP ({} flagged and dropped, {} re-negotiated sizes)", s.pictures, s.error_frames, s.info_changes);
+    let frames = format!(
+        "{} pictures decoded by MPP ({} flagged and dropped, {} re-negotiated sizes)",
+        s.pictures, s.error_frames, s.info_changes
+    );
     ctx.close(
         &mut (&mut prod, &mut cap),
         ended,

@@ -15,16 +15,8 @@ use super::{FrameSource, SourceInfo};
 use zcpipe_core::frame::FrameLayout;
 
 /// The bar colours, left to right, as RGB at 75% amplitude (191 = 0.75 * 255).
-pub const BAR_COLOURS_RGB: [[u8; 3]; 8] = [
-    [191, 191, 191],
-    [191, 191, 0],
-    [0, 191, 191],
-    [0, 191, 0],
-    [191, 0, 191],
-    [191, 0, 0],
-    [0, 0, 191],
-    [0, 0, 0],
-];
+pub const BAR_COLOURS_RGB: [[u8; 3]; 8] =
+    [[191, 191, 191], [191, 191, 0], [0, 191, 191], [0, 191, 0], [191, 0, 191], [191, 0, 0], [0, 0, 191], [0, 0, 0]];
 
 /// The moving box's luma and chroma (mid grey, BT.601 limited: Y 126, Cb = Cr = 128).
 pub const BOX_YCBCR: [u8; 3] = [126, 128, 128];
@@ -68,8 +60,15 @@ impl TestSource {
             width: w2 as u32,
             height: 2,
         };
-        yuv::rgb_to_yuv_nv12(&mut img, &rgb, (w2 * 3) as u32, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced)
-            .map_err(|e| anyhow::anyhow!("testsrc: RGB to NV12 conversion failed: {e:?}"))?;
+        yuv::rgb_to_yuv_nv12(
+            &mut img,
+            &rgb,
+            (w2 * 3) as u32,
+            YuvRange::Limited,
+            YuvStandardMatrix::Bt601,
+            YuvConversionMode::Balanced,
+        )
+        .map_err(|e| anyhow::anyhow!("testsrc: RGB to NV12 conversion failed: {e:?}"))?;
         y2.truncate(w2);
         let info = SourceInfo {
             description: format!("testsrc:{width}x{height} NV12 @{}fps", super::spec::fps_name(fps)),
@@ -109,7 +108,13 @@ impl FrameSource for TestSource {
     fn fill(&mut self, dst: &mut [u8]) -> anyhow::Result<Option<FrameLayout>> {
         let l = self.layout;
         if (dst.len() as u64) < l.bytes_needed() {
-            bail!("testsrc: buffer of {} bytes is too small for a {}x{} NV12 frame ({} bytes)", dst.len(), l.width, l.height, l.bytes_needed());
+            bail!(
+                "testsrc: buffer of {} bytes is too small for a {}x{} NV12 frame ({} bytes)",
+                dst.len(),
+                l.width,
+                l.height,
+                l.bytes_needed()
+            );
         }
         let bpl = l.planes[0].bytesperline as usize;
         let w2 = self.y_row.len();
@@ -152,7 +157,9 @@ mod tests {
         // Bottom row, centre of each bar: 75% white Y 180, 75% red Y 65 / Cb 100 / Cr 212,
         // black Y 16 (BT.601 limited, +-1 for rounding).
         let y_at = |buf: &[u8], x: usize| buf[359 * 640 + x] as i32;
-        let uv_at = |buf: &[u8], x: usize| (buf[640 * 360 + 179 * 640 + x * 2] as i32, buf[640 * 360 + 179 * 640 + x * 2 + 1] as i32);
+        let uv_at = |buf: &[u8], x: usize| {
+            (buf[640 * 360 + 179 * 640 + x * 2] as i32, buf[640 * 360 + 179 * 640 + x * 2 + 1] as i32)
+        };
         assert!((y_at(&a, 40) - 180).abs() <= 1, "white Y {}", y_at(&a, 40));
         assert!((y_at(&a, 5 * 80 + 40) - 65).abs() <= 1, "red Y {}", y_at(&a, 440));
         let (cb, cr) = uv_at(&a, (5 * 80 + 40) / 2);

@@ -70,7 +70,11 @@ impl VideoSource {
             // with a rotation tag (autorotation would swap width and height under us).
             ["-nostdin", "-loglevel", "error", "-noautorotate", "-i"].iter().map(Into::into).collect();
         args.push(path.into());
-        args.extend(["-an", "-f", "rawvideo", "-pix_fmt", "nv12", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "pipe:1"].iter().map(Into::into));
+        args.extend(
+            ["-an", "-f", "rawvideo", "-pix_fmt", "nv12", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "pipe:1"]
+                .iter()
+                .map(Into::into),
+        );
         let child = Child::spawn("ffmpeg", args)?;
         let fps = fps.unwrap_or(if p.fps > 0.0 { p.fps } else { 30.0 });
         let info = SourceInfo {
@@ -92,9 +96,15 @@ impl VideoSource {
     /// `Err` with the stderr tail if it exited non-zero.
     fn reap(&mut self) -> anyhow::Result<()> {
         self.finished = true;
-        let status = self.child.wait().with_context(|| format!("video {}: cannot wait for ffmpeg", self.path.display()))?;
+        let status =
+            self.child.wait().with_context(|| format!("video {}: cannot wait for ffmpeg", self.path.display()))?;
         if !status.success() {
-            bail!("video {}: ffmpeg failed ({status}) after {} frames: {}", self.path.display(), self.frames, self.child.stderr_tail());
+            bail!(
+                "video {}: ffmpeg failed ({status}) after {} frames: {}",
+                self.path.display(),
+                self.frames,
+                self.child.stderr_tail()
+            );
         }
         Ok(())
     }
@@ -115,7 +125,13 @@ impl FrameSource for VideoSource {
         let l = self.layout;
         let need = l.bytes_needed() as usize;
         if dst.len() < need {
-            bail!("video {}: buffer of {} bytes is too small for a {}x{} NV12 frame ({need} bytes)", self.path.display(), dst.len(), l.width, l.height);
+            bail!(
+                "video {}: buffer of {} bytes is too small for a {}x{} NV12 frame ({need} bytes)",
+                self.path.display(),
+                dst.len(),
+                l.width,
+                l.height
+            );
         }
         let Some(stdout) = self.child.stdout() else {
             return Ok(None);
@@ -182,7 +198,8 @@ mod tests {
     /// yuv420p; `.mkv`: FFV1 yuv444p, which allows odd sizes).
     fn make_clip(dir: &Path, name: &str, size: &str, frames: u32) -> PathBuf {
         let out = dir.join(name);
-        let codec: &[&str] = if name.ends_with(".mkv") { &["-c:v", "ffv1", "-pix_fmt", "yuv444p"] } else { &["-pix_fmt", "yuv420p"] };
+        let codec: &[&str] =
+            if name.ends_with(".mkv") { &["-c:v", "ffv1", "-pix_fmt", "yuv444p"] } else { &["-pix_fmt", "yuv420p"] };
         let st = Command::new("ffmpeg")
             .args(["-nostdin", "-loglevel", "error", "-f", "lavfi", "-i"])
             .arg(format!("testsrc=size={size}:rate=5"))
@@ -256,7 +273,8 @@ mod tests {
         s.fill(&mut buf).unwrap().unwrap();
         // Kill the ffmpeg this source started (by its pid): what is left in the pipe (less
         // than a frame) is a short frame or EOF, and the exit status is a failure.
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+            .unwrap();
         let mut res = Ok(None);
         for _ in 0..10 {
             res = s.fill(&mut buf);

@@ -58,12 +58,17 @@ impl Doorbell {
     /// `/proc/self/fd` link reads `anon_inode:[eventfd]`, proc(5)), so that ringing it never
     /// blocks and waiting on it works; it is made nonblocking here whatever the peer set.
     pub fn from_peer(fd: OwnedFd) -> Result<Doorbell> {
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|p| p.display().to_string()).unwrap_or_default();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         if link != "anon_inode:[eventfd]" {
             bail!("the doorbell fd is not an eventfd ({})", if link.is_empty() { "unreadable" } else { &link });
         }
-        let flags = nix::fcntl::OFlag::from_bits_truncate(nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).context("F_GETFL on the doorbell")?);
-        nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(flags | nix::fcntl::OFlag::O_NONBLOCK)).context("F_SETFL on the doorbell")?;
+        let flags = nix::fcntl::OFlag::from_bits_truncate(
+            nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).context("F_GETFL on the doorbell")?,
+        );
+        nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(flags | nix::fcntl::OFlag::O_NONBLOCK))
+            .context("F_SETFL on the doorbell")?;
         Ok(Doorbell(fd))
     }
     /// Rings: adds 1 to the counter. The counter is never read, so it would refuse a write
@@ -93,8 +98,10 @@ const EV_CONN: u64 = 1;
 impl Sleeper {
     fn new(bell: &Doorbell, conn: &Conn) -> Result<Sleeper> {
         let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("epoll_create1")?;
-        ep.add(bell, EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, EV_BELL)).context("adding the doorbell to the epoll set")?;
-        ep.add(conn, EpollEvent::new(EpollFlags::EPOLLRDHUP, EV_CONN)).context("adding the control socket to the epoll set")?;
+        ep.add(bell, EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, EV_BELL))
+            .context("adding the doorbell to the epoll set")?;
+        ep.add(conn, EpollEvent::new(EpollFlags::EPOLLRDHUP, EV_CONN))
+            .context("adding the control socket to the epoll set")?;
         Ok(Sleeper { ep })
     }
 
@@ -211,7 +218,13 @@ pub struct Sender<T: Pod> {
 impl<T: Pod> Sender<T> {
     /// Wraps a ring and its doorbells after the offer went out. Errors if the epoll set
     /// the producer sleeps in cannot be made.
-    pub fn new(ring: RingProducer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, policy: RingPolicy) -> Result<Sender<T>> {
+    pub fn new(
+        ring: RingProducer<T>,
+        doorbell: Doorbell,
+        backbell: Doorbell,
+        conn: Conn,
+        policy: RingPolicy,
+    ) -> Result<Sender<T>> {
         let sleeper = Sleeper::new(&backbell, &conn)?;
         Ok(Sender { ring, doorbell, sleeper, conn, policy, waits: 0, checked: Instant::now() })
     }
@@ -272,7 +285,11 @@ impl<T: Pod> Sender<T> {
                         bail!("stopped while waiting for ring space");
                     }
                     self.waits += 1;
-                    self.wait_back(BackWait::Space, |r| r.len().map(|n| n < cap).unwrap_or(true), Duration::from_millis(200))?;
+                    self.wait_back(
+                        BackWait::Space,
+                        |r| r.len().map(|n| n < cap).unwrap_or(true),
+                        Duration::from_millis(200),
+                    )?;
                 }
             }
         }
@@ -390,9 +407,24 @@ impl<T: Pod> Receiver<T> {
     /// Wraps an attached ring and its doorbells. Errors if the epoll set the consumer
     /// sleeps in cannot be made (or the doorbell is not an fd epoll can watch: a peer that
     /// sent a directory, say).
-    pub fn new(ring: RingConsumer<T>, doorbell: Doorbell, backbell: Doorbell, conn: Conn, wait: WaitMode) -> Result<Receiver<T>> {
+    pub fn new(
+        ring: RingConsumer<T>,
+        doorbell: Doorbell,
+        backbell: Doorbell,
+        conn: Conn,
+        wait: WaitMode,
+    ) -> Result<Receiver<T>> {
         let sleeper = Sleeper::new(&doorbell, &conn)?;
-        Ok(Receiver { ring, sleeper, backbell, conn, wait, rejected_logged: 0, spin: Duration::ZERO, last_gap: Duration::MAX })
+        Ok(Receiver {
+            ring,
+            sleeper,
+            backbell,
+            conn,
+            wait,
+            rejected_logged: 0,
+            spin: Duration::ZERO,
+            last_gap: Duration::MAX,
+        })
     }
 
     /// With `--wait eventfd`, spin up to `budget` looking at the ring before sleeping, but
@@ -446,7 +478,11 @@ impl<T: Pod> Receiver<T> {
                 Pop::Rejected { item, reason } => {
                     self.rejected_logged += 1;
                     if self.rejected_logged <= REJECTS_LOGGED || self.rejected_logged.is_power_of_two() {
-                        log::warn!("rejected a slot from upstream {} ({} so far): {reason}", self.conn.peer(), self.rejected_logged);
+                        log::warn!(
+                            "rejected a slot from upstream {} ({} so far): {reason}",
+                            self.conn.peer(),
+                            self.rejected_logged
+                        );
                     }
                     salvage(self, item);
                     continue;

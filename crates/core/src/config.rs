@@ -57,7 +57,11 @@ impl Choice for WaitMode {
 
 impl Choice for RingPolicy {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
-        (RingPolicy::DropOldest, "drop-oldest", "Video: the producer never waits; the oldest queued frame is dropped and counted"),
+        (
+            RingPolicy::DropOldest,
+            "drop-oldest",
+            "Video: the producer never waits; the oldest queued frame is dropped and counted",
+        ),
         (RingPolicy::Block, "block", "Commands: the producer waits for the consumer"),
     ];
 }
@@ -142,7 +146,8 @@ impl DataPath {
 /// (`zcpipe-capture@NAME.service`) and, later, MQTT topic levels, so `/`, `+`, `#`, spaces
 /// and capitals are refused. The error names the text and the rule.
 pub fn check_camera_name(name: &str) -> anyhow::Result<()> {
-    let ok = (1..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    let ok = (1..=32).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     if !ok {
         anyhow::bail!("camera name \"{name}\": use 1 to 32 of a-z, 0-9, _ and - (it becomes a socket name and an MQTT topic level: no /, +, #, spaces or capitals)");
     }
@@ -167,7 +172,11 @@ pub fn stage_camera(stage: &str) -> Option<&str> {
 /// [`crate::frame::MAX_CAMERAS`]. Returns the names.
 pub fn check_camera_list(flag: &str, names: &[String]) -> anyhow::Result<Vec<String>> {
     if names.len() > crate::frame::MAX_CAMERAS {
-        anyhow::bail!("{flag}: {} cameras; one pipeline serves at most {}: run a second instance (--instance) for more", names.len(), crate::frame::MAX_CAMERAS);
+        anyhow::bail!(
+            "{flag}: {} cameras; one pipeline serves at most {}: run a second instance (--instance) for more",
+            names.len(),
+            crate::frame::MAX_CAMERAS
+        );
     }
     for (i, n) in names.iter().enumerate() {
         check_camera_name(n).map_err(|e| anyhow::anyhow!("{flag}: {e:#}"))?;
@@ -233,7 +242,10 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
         Ok(m) => {
             let fix = "remove it, or pass --run-dir (and --publish) to a directory of your own with mode 0700";
             if m.file_type().is_symlink() {
-                anyhow::bail!("run directory {} is a symbolic link: zcpipe does not follow links for its sockets; {fix}", dir.display());
+                anyhow::bail!(
+                    "run directory {} is a symbolic link: zcpipe does not follow links for its sockets; {fix}",
+                    dir.display()
+                );
             }
             if !m.is_dir() {
                 anyhow::bail!("run directory {} is not a directory; {fix}", dir.display());
@@ -266,7 +278,8 @@ pub fn run_dir(instance: &str, explicit: Option<&Path>) -> PathBuf {
 /// The default detections socket of an instance: `<runtime base>/detections.sock` for
 /// `default`, `detections-<instance>.sock` for any other (so two instances never collide).
 pub fn default_detections_socket(instance: &str) -> PathBuf {
-    let name = if instance == "default" { "detections.sock".to_string() } else { format!("detections-{instance}.sock") };
+    let name =
+        if instance == "default" { "detections.sock".to_string() } else { format!("detections-{instance}.sock") };
     runtime_base().join(name)
 }
 
@@ -290,7 +303,13 @@ mod tests {
 
     #[test]
     fn data_path_flags_are_the_command_line_spellings() {
-        let d = DataPath { ring_policy: RingPolicy::Block, wait: WaitMode::Spin, heap: HeapChoice::Dma32, copy_mode: true, ..Default::default() };
+        let d = DataPath {
+            ring_policy: RingPolicy::Block,
+            wait: WaitMode::Spin,
+            heap: HeapChoice::Dma32,
+            copy_mode: true,
+            ..Default::default()
+        };
         assert_eq!(d.flags(), ["--ring-policy=block", "--wait=spin", "--heap=dma32", "--copy-mode"]);
         assert_eq!(DataPath::default().flags(), ["--ring-policy=drop-oldest", "--wait=eventfd", "--heap=auto"]);
     }

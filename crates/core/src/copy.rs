@@ -53,7 +53,11 @@ pub struct CopyCounters {
 impl CopyCounters {
     /// These counts and `other`'s together (several cameras' hops, summed).
     pub fn plus(self, other: CopyCounters) -> CopyCounters {
-        CopyCounters { frames: self.frames + other.frames, copied_bytes: self.copied_bytes + other.copied_bytes, socket_bytes: self.socket_bytes + other.socket_bytes }
+        CopyCounters {
+            frames: self.frames + other.frames,
+            copied_bytes: self.copied_bytes + other.copied_bytes,
+            socket_bytes: self.socket_bytes + other.socket_bytes,
+        }
     }
 }
 
@@ -125,7 +129,8 @@ impl CopySender {
     pub fn writable(&self) -> bool {
         use std::os::fd::AsFd;
         let mut p = [nix::poll::PollFd::new(self.sock.as_fd(), nix::poll::PollFlags::POLLOUT)];
-        matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0) && p[0].revents().is_some_and(|r| r.contains(nix::poll::PollFlags::POLLOUT))
+        matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+            && p[0].revents().is_some_and(|r| r.contains(nix::poll::PollFlags::POLLOUT))
     }
 
     /// Ends the stream: an end-of-stream header, then EOF. (EOF alone means the producer
@@ -188,7 +193,9 @@ impl CopyReceiver {
         while got < hb.len() {
             match self.sock.read(&mut hb[got..]) {
                 Ok(0) if got == 0 => return Ok(CopyRecv::Hangup),
-                Ok(0) => return Err(PeerGone::new("upstream hung up inside a frame header (data socket closed)").into()),
+                Ok(0) => {
+                    return Err(PeerGone::new("upstream hung up inside a frame header (data socket closed)").into())
+                }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => bail!("data socket: {e}"),

@@ -16,7 +16,13 @@ pub const INSTALLED_DATA_DIR: &str = "/usr/share/zcpipe";
 ///
 /// The installed directory comes before the crate root so that an installed `/usr/bin/zcpipe`
 /// uses the files installed with it, even on the machine whose checkout built it.
-fn search_bases(cwd: Option<PathBuf>, data_dir: Option<OsString>, exe: Option<PathBuf>, installed: &Path, manifest: &Path) -> Vec<PathBuf> {
+fn search_bases(
+    cwd: Option<PathBuf>,
+    data_dir: Option<OsString>,
+    exe: Option<PathBuf>,
+    installed: &Path,
+    manifest: &Path,
+) -> Vec<PathBuf> {
     let mut bases: Vec<PathBuf> = cwd.into_iter().collect();
     bases.extend(data_dir.filter(|d| !d.is_empty()).map(PathBuf::from));
     if let Some(exe) = exe {
@@ -91,7 +97,8 @@ mod tests {
     #[test]
     fn installed_data_dir_comes_after_the_repo_and_before_the_build_tree() {
         let d = tempfile::tempdir().unwrap();
-        let (repo, installed, env_dir, elsewhere) = (d.path().join("repo"), d.path().join("usr/share/zcpipe"), d.path().join("env"), d.path().join("cwd"));
+        let (repo, installed, env_dir, elsewhere) =
+            (d.path().join("repo"), d.path().join("usr/share/zcpipe"), d.path().join("env"), d.path().join("cwd"));
         for f in [
             repo.join("models/m.onnx"),
             repo.join("tests/data/clip.mp4"),
@@ -111,7 +118,13 @@ mod tests {
         assert_eq!(find_under(&bases, "models/m.onnx"), Some(installed.join("models/m.onnx")));
         assert_eq!(find_under(&bases, "clip.mp4"), Some(installed.join("clip.mp4")));
         // ... and $ZCPIPE_DATA_DIR wins over the package's (an empty one counts as unset).
-        let bases = search_bases(Some(elsewhere.clone()), Some(env_dir.clone().into()), installed_exe.clone(), &installed, &repo);
+        let bases = search_bases(
+            Some(elsewhere.clone()),
+            Some(env_dir.clone().into()),
+            installed_exe.clone(),
+            &installed,
+            &repo,
+        );
         assert_eq!(find_under(&bases, "models/m.onnx"), Some(env_dir.join("models/m.onnx")));
         let bases = search_bases(Some(elsewhere.clone()), Some(OsString::new()), installed_exe, &installed, &repo);
         assert_eq!(find_under(&bases, "models/m.onnx"), Some(installed.join("models/m.onnx")));

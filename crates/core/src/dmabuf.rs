@@ -73,7 +73,11 @@ pub struct DmaBuf {
 
 impl fmt::Debug for DmaBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DmaBuf").field("fd", &self.fd.as_raw_fd()).field("size", &self.size).field("kind", &self.kind).finish()
+        f.debug_struct("DmaBuf")
+            .field("fd", &self.fd.as_raw_fd())
+            .field("size", &self.size)
+            .field("kind", &self.kind)
+            .finish()
     }
 }
 
@@ -176,7 +180,9 @@ fn peer_kind(fd: &OwnedFd) -> Result<MemoryKind> {
     let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| anyhow!("peer's buffer fd: fstat failed: {e}"))?;
     let fs = nix::sys::statfs::fstatfs(fd).map_err(|e| anyhow!("peer's buffer fd: fstatfs failed: {e}"))?;
     let f_type = fs.filesystem_type().0 as u64;
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|p| p.display().to_string()).unwrap_or_default();
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     if f_type == DMA_BUF_MAGIC || link.starts_with("anon_inode:dmabuf") {
         return Ok(MemoryKind::DmaBuf);
     }
@@ -195,7 +201,9 @@ fn peer_kind(fd: &OwnedFd) -> Result<MemoryKind> {
         SFlag::S_IFIFO => format!("a pipe ({name})"),
         SFlag::S_IFSOCK => format!("a socket ({name})"),
         SFlag::S_IFCHR | SFlag::S_IFBLK => format!("a device node ({name})"),
-        SFlag::S_IFREG => format!("a regular file ({name}, filesystem type {f_type:#x}) that its writer could truncate"),
+        SFlag::S_IFREG => {
+            format!("a regular file ({name}, filesystem type {f_type:#x}) that its writer could truncate")
+        }
         _ => format!("an fd of mode {:#o} ({name})", st.st_mode),
     };
     bail!("peer's buffer fd is {what}: neither a dma-buf nor a sealed memfd; refusing to map it")
@@ -469,7 +477,11 @@ impl Allocator {
             Allocator::Heap { path, .. } => format!("dma-heap {}", path.display()),
             Allocator::Udmabuf { .. } => "udmabuf".into(),
             Allocator::Drm { card } => {
-                format!("drm dumb buffers of {} ({})", card.path().display(), card.driver_name().unwrap_or_else(|e| format!("driver unknown: {e}")))
+                format!(
+                    "drm dumb buffers of {} ({})",
+                    card.path().display(),
+                    card.driver_name().unwrap_or_else(|e| format!("driver unknown: {e}"))
+                )
             }
             Allocator::Memfd => "memfd".into(),
         }
@@ -487,14 +499,15 @@ impl Allocator {
             }
             Allocator::Udmabuf { dev } => {
                 let memfd = sealed_memfd("zcpipe-udmabuf", size, false)?;
-                let fd = sys::udmabuf::create(dev.as_fd(), memfd.as_fd(), 0, size)
-                    .map_err(|e| anyhow!("UDMABUF_CREATE of {size} bytes: {e} (is the udmabuf size_limit_mb large enough?)"))?;
+                let fd = sys::udmabuf::create(dev.as_fd(), memfd.as_fd(), 0, size).map_err(|e| {
+                    anyhow!("UDMABUF_CREATE of {size} bytes: {e} (is the udmabuf size_limit_mb large enough?)")
+                })?;
                 Ok(DmaBuf::new(fd, size, MemoryKind::Udmabuf))
             }
             Allocator::Drm { card } => {
-                let (fd, _) = card
-                    .dumb_dmabuf(size)
-                    .map_err(|e| anyhow!("a {size}-byte DRM dumb buffer from {} exported as a dma-buf: {e}", card.path().display()))?;
+                let (fd, _) = card.dumb_dmabuf(size).map_err(|e| {
+                    anyhow!("a {size}-byte DRM dumb buffer from {} exported as a dma-buf: {e}", card.path().display())
+                })?;
                 Ok(DmaBuf::new(fd, size, MemoryKind::DrmDumb(card.path().to_path_buf())))
             }
             Allocator::Memfd => Ok(DmaBuf::new(sealed_memfd("zcpipe-buffer", size, true)?, size, MemoryKind::Memfd)),
@@ -503,9 +516,7 @@ impl Allocator {
 
     /// Preallocates `count` buffers of `size` bytes each, at start-up.
     pub fn allocate_pool(&self, count: usize, size: u64) -> Result<Vec<DmaBuf>> {
-        (0..count)
-            .map(|i| self.allocate(size).with_context(|| format!("pool buffer {i} of {count}")))
-            .collect()
+        (0..count).map(|i| self.allocate(size).with_context(|| format!("pool buffer {i} of {count}"))).collect()
     }
 }
 
@@ -526,13 +537,20 @@ pub fn open_drm(dri_dir: &Path) -> Result<Allocator> {
             }
             Ok(card) => match card.has_dumb_buffers() {
                 Ok(true) => return Ok(Allocator::Drm { card }),
-                Ok(false) => why.push(format!("{name} ({}): no dumb buffers (DRM_CAP_DUMB_BUFFER is 0)", card.driver_name().unwrap_or_default())),
+                Ok(false) => why.push(format!(
+                    "{name} ({}): no dumb buffers (DRM_CAP_DUMB_BUFFER is 0)",
+                    card.driver_name().unwrap_or_default()
+                )),
                 Err(e) => why.push(format!("{name}: DRM_IOCTL_GET_CAP failed: {}", sys::errno_words(&e))),
             },
         }
     }
     let found = if cards.is_empty() {
-        if dri_dir.is_dir() { "no card* node".to_string() } else { format!("{} does not exist", dri_dir.display()) }
+        if dri_dir.is_dir() {
+            "no card* node".to_string()
+        } else {
+            format!("{} does not exist", dri_dir.display())
+        }
     } else {
         why.join("; ")
     };
@@ -574,7 +592,13 @@ mod tests {
 
     #[test]
     fn memfd_pool_write_then_read() {
-        let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+        let a = Allocator::open(
+            HeapChoice::Memfd,
+            Path::new("/nonexistent"),
+            Path::new("/nonexistent"),
+            Path::new("/nonexistent"),
+        )
+        .unwrap();
         let mut pool = a.allocate_pool(3, 5000).unwrap();
         assert_eq!(pool.len(), 3);
         assert_eq!(pool[0].size(), 8192);
@@ -593,7 +617,9 @@ mod tests {
         let none = Path::new("/nonexistent");
         let e = Allocator::open(HeapChoice::Cma, dir.path(), none, none).unwrap_err().to_string();
         assert!(e.contains("--heap cma") && e.contains("linux,cma") && e.contains("heaps found: none"), "{e}");
-        let e = Allocator::open(HeapChoice::Udmabuf, dir.path(), Path::new("/nonexistent/udmabuf"), none).unwrap_err().to_string();
+        let e = Allocator::open(HeapChoice::Udmabuf, dir.path(), Path::new("/nonexistent/udmabuf"), none)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("modprobe udmabuf"), "{e}");
     }
 
@@ -601,7 +627,8 @@ mod tests {
     fn explicit_drm_without_a_card_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let dri = dir.path().join("dri");
-        let e = format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
+        let e =
+            format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
         assert_eq!(
             e,
             format!(
@@ -614,17 +641,20 @@ mod tests {
         // capability query fails, and the error says so per card.
         std::fs::create_dir(&dri).unwrap();
         std::fs::write(dri.join("renderD128"), b"").unwrap();
-        let e = format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
+        let e =
+            format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
         assert!(e.ends_with(&format!("in {}: no card* node; fix: load the board's display driver (rockchipdrm; vkms on a PC: modprobe vkms), or use --heap auto", dri.display())), "{e}");
         std::fs::write(dri.join("card0"), b"").unwrap();
-        let e = format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
+        let e =
+            format!("{:#}", Allocator::open(HeapChoice::Drm, dir.path(), Path::new("/nonexistent"), &dri).unwrap_err());
         assert!(e.contains(": card0: DRM_IOCTL_GET_CAP failed: "), "{e}");
     }
 
     #[test]
     fn auto_falls_back_to_memfd() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf"), &dir.path().join("dri")).unwrap();
+        let a = Allocator::open(HeapChoice::Auto, dir.path(), &dir.path().join("udmabuf"), &dir.path().join("dri"))
+            .unwrap();
         assert_eq!(a.describe(), "memfd");
     }
 
@@ -664,7 +694,13 @@ mod tests {
         let d = OwnedFd::from(std::fs::File::open(dir.path()).unwrap());
         let e = DmaBuf::from_peer(d, 4096).unwrap_err().to_string();
         assert!(e.contains("is a directory") && e.contains("neither a dma-buf nor a sealed memfd"), "{e}");
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.path().join("f")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("f"))
+            .unwrap();
         f.set_len(4096).unwrap();
         let e = DmaBuf::from_peer(OwnedFd::from(f), 4096).unwrap_err().to_string();
         assert!(e.contains("is a regular file"), "{e}");

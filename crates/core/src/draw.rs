@@ -18,7 +18,16 @@
 /// (class 0, COCO's `person`: pure green; 1 `bicycle`: magenta; 2 `car`: cyan; 3
 /// `motorcycle`: yellow; 4 `airplane`: orange; 5 `bus`: azure; 6 `train`: red; 7 `truck`:
 /// violet; 8 again green, and so on).
-pub const PALETTE: [[u8; 3]; 8] = [[0, 255, 0], [255, 0, 255], [0, 255, 255], [255, 255, 0], [255, 128, 0], [0, 128, 255], [255, 0, 0], [128, 0, 255]];
+pub const PALETTE: [[u8; 3]; 8] = [
+    [0, 255, 0],
+    [255, 0, 255],
+    [0, 255, 255],
+    [255, 255, 0],
+    [255, 128, 0],
+    [0, 128, 255],
+    [255, 0, 0],
+    [128, 0, 255],
+];
 
 /// Thickness of a box outline, pixels (drawn inside the box).
 pub const BOX_THICKNESS: u32 = 3;
@@ -231,10 +240,15 @@ mod tests {
         let (w, h, pitch) = (200u32, 100u32, 800);
         let mut bytes = vec![0u8; pitch * h as usize];
         let mut c = Canvas::argb8888(&mut bytes, pitch, w, h);
-        let d = |b: [f32; 4], id: u32| Drawn { bbox: b, class_id: id, label: "car".into(), score: 0.5, track_id: Some(7) };
+        let d =
+            |b: [f32; 4], id: u32| Drawn { bbox: b, class_id: id, label: "car".into(), score: 0.5, track_id: Some(7) };
         assert_eq!(label_text("car", 0.5, Some(7)), "car 0.50 #7");
         assert_eq!(label_text("car", 0.5, None), "car 0.50");
-        c.detections(&[d([20.0, 40.0, 100.0, 90.0], 2), d([150.0, 0.0, 260.0, 120.0], 1), d([f32::NAN, -5.0, 1e9, 3.0], 3)]);
+        c.detections(&[
+            d([20.0, 40.0, 100.0, 90.0], 2),
+            d([150.0, 0.0, 260.0, 120.0], 1),
+            d([f32::NAN, -5.0, 1e9, 3.0], 3),
+        ]);
         let opaque = |c: [u8; 3]| u32::from_le_bytes(Layout::Argb8888.pixel(c));
         // The first tag (cyan) is above its box: rows 22..40; the second (magenta) inside its top edge, moved left to fit.
         assert_eq!(word(&bytes, pitch, 20, 22), opaque([0, 255, 255]));

@@ -49,7 +49,12 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
         let mut iov = [IoSliceMut::new(&mut buf)];
         // A real msg_name buffer (not `()`): qemu-user writes the peer address even into a
         // zero-length one and corrupts the stack; the kernel never does, so this costs nothing.
-        let msg = match recvmsg::<nix::sys::socket::UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), MsgFlags::MSG_CMSG_CLOEXEC) {
+        let msg = match recvmsg::<nix::sys::socket::UnixAddr>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
             Ok(m) => m,
             Err(nix::errno::Errno::EINTR) => continue,
             // The peer closed with our message unread, or before accepting us: a hang-up.

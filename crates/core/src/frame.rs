@@ -101,14 +101,20 @@ impl FrameLayout {
         for (i, p) in self.planes().iter().enumerate() {
             let (min_bpl, rows) = self.plane_row_bytes_and_rows(i);
             if (p.bytesperline as u64) < min_bpl {
-                return Err(format!("plane {i}: bytesperline {} < {} bytes of pixels per row", p.bytesperline, min_bpl));
+                return Err(format!(
+                    "plane {i}: bytesperline {} < {} bytes of pixels per row",
+                    p.bytesperline, min_bpl
+                ));
             }
             if (p.length as u64) < p.bytesperline as u64 * (rows - 1) + min_bpl {
-                return Err(format!("plane {i}: length {} too small for {} rows of {} bytes", p.length, rows, p.bytesperline));
+                return Err(format!(
+                    "plane {i}: length {} too small for {} rows of {} bytes",
+                    p.length, rows, p.bytesperline
+                ));
             }
-            let size = *buffer_sizes
-                .get(p.fd_index as usize)
-                .ok_or_else(|| format!("plane {i}: fd_index {} but buffer has {} fds", p.fd_index, buffer_sizes.len()))?;
+            let size = *buffer_sizes.get(p.fd_index as usize).ok_or_else(|| {
+                format!("plane {i}: fd_index {} but buffer has {} fds", p.fd_index, buffer_sizes.len())
+            })?;
             if p.offset as u64 + p.length as u64 > size {
                 return Err(format!("plane {i}: offset {} + length {} past buffer size {}", p.offset, p.length, size));
             }
@@ -230,7 +236,16 @@ impl LetterboxParams {
         let rw = ((src_w as f64 * r).round_ties_even() as u32).clamp(1, dst_w);
         let rh = ((src_h as f64 * r).round_ties_even() as u32).clamp(1, dst_h);
         let (px, py) = ((dst_w - rw) / 2, (dst_h - rh) / 2);
-        LetterboxParams { scale: r as f32, pad_x: px as f32, pad_y: py as f32, resized_w: rw, resized_h: rh, src_w, src_h, _pad: 0 }
+        LetterboxParams {
+            scale: r as f32,
+            pad_x: px as f32,
+            pad_y: py as f32,
+            resized_w: rw,
+            resized_h: rh,
+            src_w,
+            src_h,
+            _pad: 0,
+        }
     }
 
     /// The picture's rectangle in the model input, in whole pixels: `(x, y, width, height)`.
@@ -371,7 +386,8 @@ pub struct FrameDesc {
 
 /// Current CLOCK_MONOTONIC time in ns (clock_gettime(2)), the clock V4L2 stamps buffers with.
 pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    let ts =
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
@@ -383,7 +399,9 @@ impl FrameDesc {
     /// row of every plane lies inside its dma-buf. Errors name the first field that is wrong
     /// (`buffer index 7 out of 4`, `plane 1: offset ... past buffer size ...`).
     pub fn validate(&self, pool: &[Vec<u64>]) -> Result<(), String> {
-        let sizes = pool.get(self.buffer_index as usize).ok_or_else(|| format!("buffer index {} out of {}", self.buffer_index, pool.len()))?;
+        let sizes = pool
+            .get(self.buffer_index as usize)
+            .ok_or_else(|| format!("buffer index {} out of {}", self.buffer_index, pool.len()))?;
         self.layout.validate(sizes)
     }
 
@@ -407,7 +425,10 @@ mod tests {
         let f = with_camera(m.to_flags(), 11);
         assert_eq!((camera_of(f), RestartMark::from_flags(f)), (11, Some(m)));
         let marked = RestartMark { stage: Stage::Infer, lost: 3 }.mark(with_camera(0, 7));
-        assert_eq!((camera_of(marked), RestartMark::from_flags(marked)), (7, Some(RestartMark { stage: Stage::Infer, lost: 3 })));
+        assert_eq!(
+            (camera_of(marked), RestartMark::from_flags(marked)),
+            (7, Some(RestartMark { stage: Stage::Infer, lost: 3 }))
+        );
         assert_eq!(camera_of(with_camera(f, 2)), 2);
         assert_eq!(camera_of(0), 0);
     }
@@ -419,9 +440,16 @@ mod tests {
         assert_eq!(m.to_flags(), 3 | 57 << 8);
         assert_eq!(RestartMark::from_flags(m.to_flags()), Some(m));
         let big = RestartMark { stage: Stage::Capture, lost: u32::MAX };
-        assert_eq!(RestartMark::from_flags(big.to_flags()), Some(RestartMark { stage: Stage::Capture, lost: RestartMark::MAX_LOST }));
+        assert_eq!(
+            RestartMark::from_flags(big.to_flags()),
+            Some(RestartMark { stage: Stage::Capture, lost: RestartMark::MAX_LOST })
+        );
         assert_eq!(RestartMark::from_flags(0xf), None, "stage index out of range");
-        assert_eq!(RestartMark { stage: Stage::Scale, lost: 1 }.mark(m.to_flags()), m.to_flags(), "the first notice wins");
+        assert_eq!(
+            RestartMark { stage: Stage::Scale, lost: 1 }.mark(m.to_flags()),
+            m.to_flags(),
+            "the first notice wins"
+        );
     }
 
     #[test]
@@ -457,7 +485,10 @@ mod tests {
         let pool = [vec![460800], vec![460800]];
         d.validate(&pool).unwrap();
         assert_eq!(FrameDesc { buffer_index: 2, ..d }.validate(&pool).unwrap_err(), "buffer index 2 out of 2");
-        assert_eq!(d.validate(&[vec![460800], vec![460799]]).unwrap_err(), "plane 1: offset 307200 + length 153600 past buffer size 460799");
+        assert_eq!(
+            d.validate(&[vec![460800], vec![460799]]).unwrap_err(),
+            "plane 1: offset 307200 + length 153600 past buffer size 460799"
+        );
     }
 
     #[test]

@@ -181,7 +181,11 @@ impl WantedInput {
             bail!("the requested stride alignment {} is over 4096 bytes", self.stride_align);
         }
         // 3 x 16384 rounded up to 4096 fits a u32 many times over.
-        let bpl = if self.bytesperline != 0 { self.bytesperline } else { align_up(self.width * 3, self.stride_align.max(1).next_power_of_two()) };
+        let bpl = if self.bytesperline != 0 {
+            self.bytesperline
+        } else {
+            align_up(self.width * 3, self.stride_align.max(1).next_power_of_two())
+        };
         if bpl < self.width * 3 {
             bail!("the requested bytesperline {bpl} is less than 3 x width {}", self.width * 3);
         }
@@ -239,7 +243,11 @@ impl Conn {
         let cred = getsockopt(&fd, sockopt::PeerCredentials).context("SO_PEERCRED")?;
         let me = nix::unistd::geteuid().as_raw();
         if cred.uid() != me && me != 0 && cred.uid() != 0 {
-            bail!("peer pid {} runs as uid {}, we run as uid {me}: refusing to share buffers across users", cred.pid(), cred.uid());
+            bail!(
+                "peer pid {} runs as uid {}, we run as uid {me}: refusing to share buffers across users",
+                cred.pid(),
+                cred.uid()
+            );
         }
         Ok(Conn { fd, peer_pid: cred.pid(), peer_uid: cred.uid() })
     }
@@ -257,7 +265,8 @@ impl Conn {
         let mut delay = Duration::from_millis(10);
         let mut said = false;
         loop {
-            let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
+            let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+                .context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
             match connect(fd.as_raw_fd(), &addr) {
                 Ok(()) => return Conn::from_fd(fd),
                 Err(e @ (nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED | nix::errno::Errno::EAGAIN)) => {
@@ -265,7 +274,11 @@ impl Conn {
                         bail!("stopped while waiting for {what} at {}", path.display());
                     }
                     if start.elapsed() > timeout {
-                        bail!("{what} did not appear at {} within {:?} ({e}); start it, or check --run-dir/--instance", path.display(), timeout);
+                        bail!(
+                            "{what} did not appear at {} within {:?} ({e}); start it, or check --run-dir/--instance",
+                            path.display(),
+                            timeout
+                        );
                     }
                     if !said && start.elapsed() > Duration::from_secs(1) {
                         log::info!("waiting for {what} at {}", path.display());
@@ -284,7 +297,8 @@ impl Conn {
     /// that tries again later (a neighbour restarting).
     pub fn try_connect(path: &Path) -> Result<Option<Conn>> {
         let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
-        let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
+        let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+            .context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
         match connect(fd.as_raw_fd(), &addr) {
             Ok(()) => Conn::from_fd(fd).map(Some),
             Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED | nix::errno::Errno::EAGAIN) => Ok(None),
@@ -309,8 +323,10 @@ impl Conn {
 
     /// Receives a message and its fds; an error if the peer hung up.
     pub fn recv(&self) -> Result<(ControlMsg, Vec<OwnedFd>)> {
-        let (bytes, fds) = fdpass::recv(self.fd.as_fd())?.ok_or_else(|| PeerGone::new(format!("peer pid {} hung up", self.peer_pid)))?;
-        let msg = ControlMsg::decode(&bytes).with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
+        let (bytes, fds) = fdpass::recv(self.fd.as_fd())?
+            .ok_or_else(|| PeerGone::new(format!("peer pid {} hung up", self.peer_pid)))?;
+        let msg = ControlMsg::decode(&bytes)
+            .with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
         Ok((msg, fds))
     }
 
@@ -321,7 +337,8 @@ impl Conn {
             Ok(0) => false,
             Ok(_) => {
                 let r = p[0].revents().unwrap_or(PollFlags::empty());
-                r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) || r.contains(PollFlags::POLLIN)
+                r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+                    || r.contains(PollFlags::POLLIN)
             }
             Err(_) => false,
         }
@@ -335,7 +352,9 @@ pub fn remove_stale_socket(path: &Path, live: impl Fn(&Path) -> Option<()>) -> R
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Err(_) => Ok(()),
-        Ok(m) if !m.file_type().is_socket() => bail!("{} exists and is not a socket: refusing to replace it; move it away", path.display()),
+        Ok(m) if !m.file_type().is_socket() => {
+            bail!("{} exists and is not a socket: refusing to replace it; move it away", path.display())
+        }
         Ok(_) if live(path).is_some() => bail!("{} is in use by a running zcpipe; stop it", path.display()),
         Ok(_) => std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display())),
     }
@@ -346,7 +365,12 @@ pub fn remove_stale_socket(path: &Path, live: impl Fn(&Path) -> Option<()>) -> R
 /// peer of another user (SO_PEERCRED), one that says no hello within [`HELLO_TIMEOUT`],
 /// a malformed or other first message. `who` names the stage expected (`"infer"`);
 /// waiting longer than `timeout` (`--connect-timeout`) is an error naming it.
-pub fn accept_hello(listener: &mut Listener, stop: &AtomicBool, timeout: Duration, who: &str) -> Result<(Conn, ControlMsg)> {
+pub fn accept_hello(
+    listener: &mut Listener,
+    stop: &AtomicBool,
+    timeout: Duration,
+    who: &str,
+) -> Result<(Conn, ControlMsg)> {
     log::info!("waiting for the {who} stage to connect on {}", listener.path().display());
     let deadline = Instant::now() + timeout;
     loop {
@@ -373,14 +397,20 @@ pub fn accept_hello(listener: &mut Listener, stop: &AtomicBool, timeout: Duratio
         match conn.recv() {
             Ok((msg, _)) if tap_name(&msg).is_some() => {
                 // A secondary consumer (a tap) is served only once the stage's own consumer is.
-                let _ = conn.send(&ControlMsg::Refuse { error: format!("still waiting for the {who} stage; try again") }, &[]);
+                let _ = conn
+                    .send(&ControlMsg::Refuse { error: format!("still waiting for the {who} stage; try again") }, &[]);
                 log::debug!("{}: a tap before the {who} stage; told to try again", conn.peer());
             }
             Ok((msg @ ControlMsg::Hello { .. }, _)) => {
                 conn.set_recv_timeout(None)?;
                 return Ok((conn, msg));
             }
-            Ok((other, fds)) => listener.refuse(&format!("{}: sent {} instead of a hello (with {} fds, closed)", conn.peer(), kind(&other), fds.len())),
+            Ok((other, fds)) => listener.refuse(&format!(
+                "{}: sent {} instead of a hello (with {} fds, closed)",
+                conn.peer(),
+                kind(&other),
+                fds.len()
+            )),
             Err(e) if e.chain().any(|c| c.downcast_ref::<nix::errno::Errno>() == Some(&nix::errno::Errno::EAGAIN)) => {
                 listener.refuse(&format!("{}: no hello within {HELLO_TIMEOUT:?}", conn.peer()))
             }
@@ -406,7 +436,12 @@ pub fn tap_hello(name: &str) -> ControlMsg {
 /// [`crate::pool::TAP_MAX_HELD`]; one from before this suffix reads the whole as the
 /// name and gives it one.
 pub fn tap_hello_holding(name: &str, hold: usize) -> ControlMsg {
-    ControlMsg::Hello { stage: format!("{TAP_PREFIX}{name}{TAP_HOLD}{hold}"), accept: vec![], want: None, wait: WaitMode::Eventfd }
+    ControlMsg::Hello {
+        stage: format!("{TAP_PREFIX}{name}{TAP_HOLD}{hold}"),
+        accept: vec![],
+        want: None,
+        wait: WaitMode::Eventfd,
+    }
 }
 
 /// The suffix of a tap's hello that says how many frames it may hold ([`tap_hello_holding`]).
@@ -465,7 +500,8 @@ impl Listener {
         bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
         // Owner only (connect(2) needs write permission on the socket file; unix(7)); the
         // run directory is private too, and accept checks the peer's uid.
-        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).with_context(|| format!("chmod 600 {}", path.display()))?;
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .with_context(|| format!("chmod 600 {}", path.display()))?;
         listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;
         Ok(Listener { fd, path: path.to_path_buf(), pending: vec![], refused: 0 })
     }
@@ -534,11 +570,19 @@ impl Listener {
                     }
                     None => {
                         // From here on the connection is a blocking control link, as at set-up.
-                        let _ = nix::fcntl::fcntl(c.fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()));
+                        let _ = nix::fcntl::fcntl(
+                            c.fd.as_raw_fd(),
+                            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+                        );
                         found = Some((c, msg));
                     }
                 },
-                Ok((other, fds)) => self.refuse(&format!("{}: sent {} instead of a hello (with {} fds, closed)", c.peer(), kind(&other), fds.len())),
+                Ok((other, fds)) => self.refuse(&format!(
+                    "{}: sent {} instead of a hello (with {} fds, closed)",
+                    c.peer(),
+                    kind(&other),
+                    fds.len()
+                )),
                 Err(e) => self.refuse(&format!("{}: {e:#}", c.peer())),
             }
         }
@@ -616,7 +660,15 @@ mod tests {
 
     #[test]
     fn wanted_input_carries_the_placement_and_an_old_hello_means_top_left() {
-        let w = WantedInput { width: 640, height: 384, fourcc: super::super::frame::Fourcc::RGB24.0, stride_align: 1, bytesperline: 0, pad: 114, placement: Placement::Center };
+        let w = WantedInput {
+            width: 640,
+            height: 384,
+            fourcc: super::super::frame::Fourcc::RGB24.0,
+            stride_align: 1,
+            bytesperline: 0,
+            pad: 114,
+            placement: Placement::Center,
+        };
         let json = serde_json::to_string(&w).unwrap();
         assert!(json.contains(r#""placement":"center""#), "{json}");
         assert_eq!(serde_json::from_str::<WantedInput>(&json).unwrap(), w);
@@ -626,22 +678,57 @@ mod tests {
 
     #[test]
     fn a_wanted_input_is_checked_before_the_scale_stage_allocates_it() {
-        let w = WantedInput { width: 416, height: 416, fourcc: Fourcc::BGR24.0, stride_align: 1, bytesperline: 0, pad: 114, placement: Placement::TopLeft };
+        let w = WantedInput {
+            width: 416,
+            height: 416,
+            fourcc: Fourcc::BGR24.0,
+            stride_align: 1,
+            bytesperline: 0,
+            pad: 114,
+            placement: Placement::TopLeft,
+        };
         let l = w.layout().unwrap();
-        assert_eq!((l.fourcc, l.width, l.height, l.num_planes, l.planes[0].bytesperline, l.bytes_needed()), (Fourcc::BGR24, 416, 416, 1, 1248, 1248 * 416));
+        assert_eq!(
+            (l.fourcc, l.width, l.height, l.num_planes, l.planes[0].bytesperline, l.bytes_needed()),
+            (Fourcc::BGR24, 416, 416, 1, 1248, 1248 * 416)
+        );
         // 3 x width rounded up to the alignment (itself rounded up to a power of two: 48 -> 64),
         // or exactly the bytesperline asked for.
-        assert_eq!(WantedInput { width: 450, stride_align: 48, ..w.clone() }.layout().unwrap().planes[0].bytesperline, 1408);
+        assert_eq!(
+            WantedInput { width: 450, stride_align: 48, ..w.clone() }.layout().unwrap().planes[0].bytesperline,
+            1408
+        );
         assert_eq!(WantedInput { bytesperline: 1280, ..w.clone() }.layout().unwrap().planes[0].bytesperline, 1280);
-        assert_eq!(WantedInput { width: 16384, height: 16384, bytesperline: 65536, ..w.clone() }.layout().unwrap().bytes_needed(), 1 << 30);
+        assert_eq!(
+            WantedInput { width: 16384, height: 16384, bytesperline: 65536, ..w.clone() }
+                .layout()
+                .unwrap()
+                .bytes_needed(),
+            1 << 30
+        );
         let refused = |w: WantedInput| w.layout().unwrap_err().to_string();
-        assert_eq!(refused(WantedInput { fourcc: Fourcc::NV12.0, ..w.clone() }), "the requested input format NV12 is not one the scalers write (RGB24, BGR24)");
-        assert_eq!(refused(WantedInput { width: 0, ..w.clone() }), "the requested input size 0x416 is out of range 1..=16384");
+        assert_eq!(
+            refused(WantedInput { fourcc: Fourcc::NV12.0, ..w.clone() }),
+            "the requested input format NV12 is not one the scalers write (RGB24, BGR24)"
+        );
+        assert_eq!(
+            refused(WantedInput { width: 0, ..w.clone() }),
+            "the requested input size 0x416 is out of range 1..=16384"
+        );
         // 3 x width overflowed a u32 here before the request was checked.
-        assert_eq!(refused(WantedInput { width: 1 << 31, ..w.clone() }), "the requested input size 2147483648x416 is out of range 1..=16384");
+        assert_eq!(
+            refused(WantedInput { width: 1 << 31, ..w.clone() }),
+            "the requested input size 2147483648x416 is out of range 1..=16384"
+        );
         // next_power_of_two() of this overflowed.
-        assert_eq!(refused(WantedInput { stride_align: u32::MAX, ..w.clone() }), "the requested stride alignment 4294967295 is over 4096 bytes");
-        assert_eq!(refused(WantedInput { bytesperline: 100, ..w.clone() }), "the requested bytesperline 100 is less than 3 x width 1248");
+        assert_eq!(
+            refused(WantedInput { stride_align: u32::MAX, ..w.clone() }),
+            "the requested stride alignment 4294967295 is over 4096 bytes"
+        );
+        assert_eq!(
+            refused(WantedInput { bytesperline: 100, ..w.clone() }),
+            "the requested bytesperline 100 is less than 3 x width 1248"
+        );
         assert_eq!(
             refused(WantedInput { width: 16384, height: 16384, bytesperline: 65537, ..w }),
             "the requested input 16384x16384 with bytesperline 65537 is over 1 GiB"
@@ -671,7 +758,10 @@ mod tests {
         o.check(6).unwrap();
         assert_eq!(o.check(5).unwrap_err().to_string(), "sent 5 fds, its offer needs 6");
         let bad = Offer { ring: RingGeometry { capacity: 0, ..o.ring }, ..o.clone() };
-        assert_eq!(bad.check(6).unwrap_err().to_string(), "ring geometry out of range: RingGeometry { capacity: 0, slot_bytes: 184, ret_capacity: 4 }");
+        assert_eq!(
+            bad.check(6).unwrap_err().to_string(),
+            "ring geometry out of range: RingGeometry { capacity: 0, slot_bytes: 184, ret_capacity: 4 }"
+        );
         let bad = Offer { ring: RingGeometry { slot_bytes: 183, ..o.ring }, ..o };
         assert_eq!(bad.check(6).unwrap_err().to_string(), "ring slot size 183 is not a multiple of 8 in 8..=1MiB");
     }
@@ -682,7 +772,9 @@ mod tests {
     fn control_messages_carry_floats_exactly() {
         for fps in [3.0999999999999996e39, 1.0715660391465826e-75, 29.97, 30.0] {
             let bytes = ControlMsg::Offer(Offer { fps, ..offer() }).encode().unwrap();
-            let ControlMsg::Offer(back) = ControlMsg::decode(&bytes).unwrap() else { panic!("an offer decodes as an offer") };
+            let ControlMsg::Offer(back) = ControlMsg::decode(&bytes).unwrap() else {
+                panic!("an offer decodes as an offer")
+            };
             assert_eq!(back.fps.to_bits(), fps.to_bits(), "{}", String::from_utf8_lossy(&bytes));
         }
         assert!(ControlMsg::decode(b"{\"type\":\"offer\"}").unwrap_err().to_string().contains("missing field"));

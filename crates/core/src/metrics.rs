@@ -9,7 +9,6 @@
 //! Stages send [`StageReport`] JSON lines to the supervisor on `--report-fd` every
 //! `--stats-interval` seconds and once at exit.
 
-
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::fd::{FromRawFd, RawFd};
@@ -62,7 +61,10 @@ pub struct LatencySet {
 impl Default for LatencySet {
     fn default() -> Self {
         LatencySet {
-            hists: SERIES.iter().map(|_| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")).collect(),
+            hists: SERIES
+                .iter()
+                .map(|_| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"))
+                .collect(),
         }
     }
 }
@@ -230,7 +232,8 @@ impl Reporter {
     pub fn new(fd: Option<RawFd>) -> Reporter {
         let out = fd.and_then(|fd| {
             // Keep it out of our own children (e.g. ffmpeg), or the supervisor never sees EOF.
-            if fd <= 2 || nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).is_err() {
+            if fd <= 2 || nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).is_err()
+            {
                 log::warn!("--report-fd {fd} is not an open descriptor we may own; reports go to the debug log only");
                 return None;
             }

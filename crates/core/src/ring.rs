@@ -213,7 +213,15 @@ impl<T: Pod> RingProducer<T> {
         shm.w(W_RET_CAPACITY).store(ret_capacity as u64, Ordering::Relaxed);
         shm.w(W_VERSION).store(VERSION, Ordering::Relaxed);
         shm.w(W_MAGIC).store(MAGIC, Ordering::Release);
-        Ok(RingProducer { shm, fd, geo, tail: 0, ret_head: 0, shadow: vec![T::zeroed(); capacity as usize], dropped: 0 })
+        Ok(RingProducer {
+            shm,
+            fd,
+            geo,
+            tail: 0,
+            ret_head: 0,
+            shadow: vec![T::zeroed(); capacity as usize],
+            dropped: 0,
+        })
     }
 
     /// The memfd to send to the consumer (once, with SCM_RIGHTS).
@@ -230,7 +238,11 @@ impl<T: Pod> RingProducer<T> {
         let head = self.shm.w(W_HEAD).load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.geo.capacity as u64 {
-            return Err(RingCorrupt(format!("consumer corrupted the ring: head {head}, tail {}, capacity {}", self.tail, self.geo.capacity)).into());
+            return Err(RingCorrupt(format!(
+                "consumer corrupted the ring: head {head}, tail {}, capacity {}",
+                self.tail, self.geo.capacity
+            ))
+            .into());
         }
         Ok(head)
     }
@@ -334,7 +346,11 @@ impl<T: Pod> RingProducer<T> {
             return Ok(None);
         }
         if n > self.geo.ret_capacity as u64 {
-            return Err(RingCorrupt(format!("consumer corrupted the return queue: head {}, tail {rt}, capacity {}", self.ret_head, self.geo.ret_capacity)).into());
+            return Err(RingCorrupt(format!(
+                "consumer corrupted the return queue: head {}, tail {rt}, capacity {}",
+                self.ret_head, self.geo.ret_capacity
+            ))
+            .into());
         }
         let ret_base = W_SLOTS + self.geo.capacity as usize * (self.geo.slot_bytes as usize / 8);
         let v = self.shm.w(ret_base + (self.ret_head % self.geo.ret_capacity as u64) as usize).load(Ordering::Relaxed);
@@ -408,7 +424,9 @@ impl<T: Pod> RingConsumer<T> {
         if geo.slot_bytes as usize != slot_words::<T>() * 8 {
             bail!("ring slots are {} bytes, expected {}", geo.slot_bytes, slot_words::<T>() * 8);
         }
-        let seals = SealFlag::from_bits_truncate(fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).context("ring fd is not a sealed memfd")?);
+        let seals = SealFlag::from_bits_truncate(
+            fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).context("ring fd is not a sealed memfd")?,
+        );
         if !seals.contains(SealFlag::F_SEAL_SHRINK) {
             bail!("ring memfd is not sealed against shrinking; refusing to map it");
         }
@@ -417,7 +435,8 @@ impl<T: Pod> RingConsumer<T> {
             bail!("ring memfd is {size} bytes, geometry needs {}", geo.shm_bytes());
         }
         let shm = Shm::map(&fd, geo.shm_bytes())?;
-        let hdr = [W_MAGIC, W_VERSION, W_CAPACITY, W_SLOT_WORDS, W_RET_CAPACITY].map(|w| shm.w(w).load(Ordering::Acquire));
+        let hdr =
+            [W_MAGIC, W_VERSION, W_CAPACITY, W_SLOT_WORDS, W_RET_CAPACITY].map(|w| shm.w(w).load(Ordering::Acquire));
         let want = [MAGIC, VERSION, geo.capacity as u64, geo.slot_bytes as u64 / 8, geo.ret_capacity as u64];
         if hdr != want {
             bail!("ring header {hdr:x?} does not match the announced geometry {want:x?}");
@@ -443,7 +462,10 @@ impl<T: Pod> RingConsumer<T> {
                 if head_w.compare_exchange(head, tail, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     self.shm.w(W_REJECTED).fetch_add(1, Ordering::Relaxed);
                     self.own.rejected += 1;
-                    return Pop::Rejected { item: None, reason: format!("ring indices corrupt: head {head}, tail {tail}, capacity {cap}") };
+                    return Pop::Rejected {
+                        item: None,
+                        reason: format!("ring indices corrupt: head {head}, tail {tail}, capacity {cap}"),
+                    };
                 }
                 continue;
             }
@@ -501,7 +523,11 @@ impl<T: Pod> RingConsumer<T> {
         let rh = self.shm.w(W_RET_HEAD).load(Ordering::Acquire);
         let used = self.ret_tail.wrapping_sub(rh);
         if used >= self.geo.ret_capacity as u64 {
-            bail!("return queue full or corrupt: head {rh}, tail {}, capacity {}", self.ret_tail, self.geo.ret_capacity);
+            bail!(
+                "return queue full or corrupt: head {rh}, tail {}, capacity {}",
+                self.ret_tail,
+                self.geo.ret_capacity
+            );
         }
         let ret_base = W_SLOTS + self.geo.capacity as usize * (self.geo.slot_bytes as usize / 8);
         self.shm.w(ret_base + (self.ret_tail % self.geo.ret_capacity as u64) as usize).store(v, Ordering::Relaxed);
@@ -718,7 +744,8 @@ mod tests {
         let (mut p, mut c) = pair(4);
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         let v = |x: &[u64; 3]| if x[1] == 7 { Ok(()) } else { Err(format!("bad marker {:#x}", x[1])) };
-        let (words, slot_words) = (c.geo.capacity as usize * (c.geo.slot_bytes as usize / 8), c.geo.slot_bytes as usize / 8);
+        let (words, slot_words) =
+            (c.geo.capacity as usize * (c.geo.slot_bytes as usize / 8), c.geo.slot_bytes as usize / 8);
         let (mut rejected, mut good) = (0u64, 0u64);
         for round in 0..100u64 {
             p.push([round, 7, 0], false).unwrap();

@@ -224,7 +224,13 @@ pub struct EndJson {
 /// (`first`, doubling up to `max`), until it connects, `within` has passed since the call
 /// (`None`: no limit) or `stop` is set; `None` then. What every reader does when the
 /// publish stage is not up yet or died and is being restarted (`zcpipe watch`, the display).
-pub fn connect_retrying(path: &std::path::Path, within: Option<std::time::Duration>, first: std::time::Duration, max: std::time::Duration, stop: &std::sync::atomic::AtomicBool) -> Option<std::os::unix::net::UnixStream> {
+pub fn connect_retrying(
+    path: &std::path::Path,
+    within: Option<std::time::Duration>,
+    first: std::time::Duration,
+    max: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<std::os::unix::net::UnixStream> {
     let t = std::time::Instant::now();
     let mut delay = first;
     loop {
@@ -256,7 +262,13 @@ mod tests {
             width: 640,
             height: 480,
             latency_us: LatencyJson { capture: 1.0, scale: 2.0, infer: 3.0, publish: 4.0, total: 10.0 },
-            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }],
+            detections: vec![DetectionJson {
+                class_id: 0,
+                label: "person".into(),
+                score: 0.5,
+                bbox: [1.0, 2.0, 3.0, 4.0],
+                track_id: None,
+            }],
             zones: None,
         };
         let frame = SocketLine::Frame(f).to_line().unwrap();
@@ -268,8 +280,19 @@ mod tests {
         );
         let end = SocketLine::End(EndJson { end: true, frames: 5, reason: "end of stream".into() }).to_line().unwrap();
         assert_eq!(end, "{\"type\":\"end\",\"end\":true,\"frames\":5,\"reason\":\"end of stream\"}\n");
-        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), camera: String::new(), event: "restarted".into(), frames_lost: 12, seq: 99 }).to_line().unwrap();
-        assert_eq!(notice, "{\"type\":\"notice\",\"stage\":\"infer\",\"event\":\"restarted\",\"frames_lost\":12,\"seq\":99}\n");
+        let notice = SocketLine::Notice(NoticeJson {
+            stage: "infer".into(),
+            camera: String::new(),
+            event: "restarted".into(),
+            frames_lost: 12,
+            seq: 99,
+        })
+        .to_line()
+        .unwrap();
+        assert_eq!(
+            notice,
+            "{\"type\":\"notice\",\"stage\":\"infer\",\"event\":\"restarted\",\"frames_lost\":12,\"seq\":99}\n"
+        );
         for line in [&frame, &end, &notice] {
             let back: SocketLine = serde_json::from_str(line).unwrap();
             assert_eq!(back.to_line().unwrap(), *line, "reads back to the same line");
@@ -283,11 +306,34 @@ mod tests {
 
     #[test]
     fn tracked_lines_carry_ids_zones_and_events() {
-        let det = DetectionJson { class_id: 0, label: "person".into(), score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0], track_id: Some(7) };
-        let zones = BTreeMap::from([("door".to_string(), BTreeMap::from([("person".to_string(), 1)])), ("gate".to_string(), BTreeMap::new())]);
-        let f = FrameJson { camera: "cam0".into(), seq: 1, timestamp_ns: 2, width: 8, height: 6, latency_us: LatencyJson::default(), detections: vec![det], zones: Some(zones) };
+        let det = DetectionJson {
+            class_id: 0,
+            label: "person".into(),
+            score: 0.9,
+            bbox: [1.0, 2.0, 3.0, 4.0],
+            track_id: Some(7),
+        };
+        let zones = BTreeMap::from([
+            ("door".to_string(), BTreeMap::from([("person".to_string(), 1)])),
+            ("gate".to_string(), BTreeMap::new()),
+        ]);
+        let f = FrameJson {
+            camera: "cam0".into(),
+            seq: 1,
+            timestamp_ns: 2,
+            width: 8,
+            height: 6,
+            latency_us: LatencyJson::default(),
+            detections: vec![det],
+            zones: Some(zones),
+        };
         let line = SocketLine::Frame(f).to_line().unwrap();
-        assert!(line.contains("\"box\":[1.0,2.0,3.0,4.0],\"track_id\":7}],\"zones\":{\"door\":{\"person\":1},\"gate\":{}}}"), "{line}");
+        assert!(
+            line.contains(
+                "\"box\":[1.0,2.0,3.0,4.0],\"track_id\":7}],\"zones\":{\"door\":{\"person\":1},\"gate\":{}}}"
+            ),
+            "{line}"
+        );
         assert_eq!(SocketLine::parse(&line).unwrap().to_line().unwrap(), line);
         let e = EventJson {
             event: "entered_zone".into(),
@@ -316,7 +362,10 @@ mod tests {
     #[test]
     fn lines_from_before_the_type_field_are_still_read() {
         let old_end = "{\"end\":true,\"frames\":5,\"reason\":\"signal\"}";
-        assert_eq!(SocketLine::parse(old_end).unwrap(), SocketLine::End(EndJson { end: true, frames: 5, reason: "signal".into() }));
+        assert_eq!(
+            SocketLine::parse(old_end).unwrap(),
+            SocketLine::End(EndJson { end: true, frames: 5, reason: "signal".into() })
+        );
         let old_frame = "{\"seq\":1,\"timestamp_ns\":2,\"width\":3,\"height\":4,\"latency_us\":{\"capture\":0.0,\"scale\":0.0,\"infer\":0.0,\"publish\":0.0,\"total\":0.0},\"detections\":[]}";
         assert!(matches!(SocketLine::parse(old_frame).unwrap(), SocketLine::Frame(FrameJson { seq: 1, width: 3, .. })));
         let new = SocketLine::End(EndJson { end: true, frames: 1, reason: "x".into() });
@@ -331,8 +380,23 @@ mod tests {
     /// 4.555555555555555e103).
     #[test]
     fn floats_read_back_exactly() {
-        let latency_us = LatencyJson { capture: 1.0, scale: 240.0, infer: 3.0, publish: 4.5555555555555546e103, total: 1.0715660391465826e-75 };
-        let line = SocketLine::Frame(FrameJson { camera: "cam0".into(), seq: 4, timestamp_ns: 7, width: 640, height: 480, latency_us, detections: vec![], zones: None });
+        let latency_us = LatencyJson {
+            capture: 1.0,
+            scale: 240.0,
+            infer: 3.0,
+            publish: 4.5555555555555546e103,
+            total: 1.0715660391465826e-75,
+        };
+        let line = SocketLine::Frame(FrameJson {
+            camera: "cam0".into(),
+            seq: 4,
+            timestamp_ns: 7,
+            width: 640,
+            height: 480,
+            latency_us,
+            detections: vec![],
+            zones: None,
+        });
         assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
     }
 
@@ -343,7 +407,9 @@ mod tests {
         let det = |score: &str, x1: &str| {
             format!("{{\"type\":\"frame\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":485,\"latency_us\":{{\"capture\":0.8,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0}},\"detections\":[{{\"class_id\":0,\"label\":\"person\",\"score\":{score},\"box\":[{x1},2.0,3.0,4.0]}}]}}")
         };
-        let SocketLine::Frame(f) = SocketLine::parse(&det("0.5", "3.4028235e38")).unwrap() else { panic!("a frame line") };
+        let SocketLine::Frame(f) = SocketLine::parse(&det("0.5", "3.4028235e38")).unwrap() else {
+            panic!("a frame line")
+        };
         assert_eq!((f.detections[0].score, f.detections[0].bbox[0]), (0.5, f32::MAX), "f32::MAX itself is in range");
         let e = SocketLine::parse(&det("0.5", &format!("{}1.0", "7".repeat(120)))).unwrap_err().to_string();
         assert!(e.starts_with("[7.777777777777777e120, 2.0, 3.0, 4.0] is out of range for f32"), "{e}");

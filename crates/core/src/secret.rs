@@ -56,9 +56,17 @@ mod tests {
     #[test]
     fn passwords_are_masked_and_nothing_else() {
         assert_eq!(redact_password("mqtt://alice:s3cr3t@broker:1883"), "mqtt://alice:***@broker:1883");
-        assert_eq!(redact_password("mqtts://a:p@ss:w@rd@h/x"), "mqtts://a:***@h/x", "the last @ of the authority ends the user information");
+        assert_eq!(
+            redact_password("mqtts://a:p@ss:w@rd@h/x"),
+            "mqtts://a:***@h/x",
+            "the last @ of the authority ends the user information"
+        );
         assert_eq!(redact_password("mqtt://alice@broker"), "mqtt://alice@broker");
-        assert_eq!(redact_password("mqtt://broker:1883/a@b"), "mqtt://broker:1883/a@b", "an @ in the path is not user information");
+        assert_eq!(
+            redact_password("mqtt://broker:1883/a@b"),
+            "mqtt://broker:1883/a@b",
+            "an @ in the path is not user information"
+        );
         assert_eq!(redact_password("not a url"), "not a url");
         let s = Secret::new("hunter2");
         assert_eq!((format!("{s}"), format!("{s:?}"), s.expose()), ("***".into(), "***".into(), "hunter2"));

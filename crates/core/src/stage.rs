@@ -18,10 +18,10 @@ use anyhow::Result;
 
 use crate::channel::Recv;
 use crate::config::DataPath;
-use crate::link::{Conn, ControlMsg, Listener, PeerGone};
 use crate::frame::{FrameDesc, Stage};
-use crate::pool::{PoolProducer, Upstream, WriteLoan};
+use crate::link::{Conn, ControlMsg, Listener, PeerGone};
 use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
+use crate::pool::{PoolProducer, Upstream, WriteLoan};
 
 /// A stage's final-report facts: `(key, value)` pairs for [`StageReport::extra`].
 pub type Extras = Vec<(&'static str, serde_json::Value)>;
@@ -65,7 +65,12 @@ pub enum Incoming<T> {
 /// hang-up is a [`PeerGone`] naming it; while idle, and at end of stream, a downstream
 /// already gone (`downstream_gone()`, named `downstream`) is one too, since a consumer
 /// already gone cannot drain and its death is what ended the stream.
-pub fn incoming<T>(r: Recv<T>, upstream: &str, downstream: &str, downstream_gone: impl FnOnce() -> bool) -> Result<Incoming<T>> {
+pub fn incoming<T>(
+    r: Recv<T>,
+    upstream: &str,
+    downstream: &str,
+    downstream_gone: impl FnOnce() -> bool,
+) -> Result<Incoming<T>> {
     let gone = |who: &str| -> anyhow::Error { PeerGone::new(format!("{who} stage hung up")).into() };
     match r {
         Recv::Item(f) => Ok(Incoming::Item(f)),
@@ -127,7 +132,12 @@ impl StageCtx<'_> {
     /// ([`DataPath::stats_interval`]) and at least every [`HEARTBEAT`] (the supervisor's
     /// watchdog takes a stage that stops reporting for hung). Returns why the loop ended,
     /// or the error.
-    pub fn run_loop<S>(&self, state: &mut S, mut report: impl FnMut(&S), mut turn: impl FnMut(&mut S) -> Result<Turn>) -> Result<&'static str> {
+    pub fn run_loop<S>(
+        &self,
+        state: &mut S,
+        mut report: impl FnMut(&S),
+        mut turn: impl FnMut(&mut S) -> Result<Turn>,
+    ) -> Result<&'static str> {
         let every = Some(self.data.stats_interval.map_or(HEARTBEAT, |e| e.min(HEARTBEAT)));
         let mut last = Instant::now();
         loop {
@@ -180,7 +190,14 @@ impl StageCtx<'_> {
     /// Hands a written frame on: stamps its exit from `stage` (CLOCK_MONOTONIC), publishes
     /// it on `loan` (see [`WriteLoan::publish`]) and counts it in `span` (started at
     /// `start`). Errors if the consumer died ([`PeerGone`]) or corrupted the ring.
-    pub fn hand_off(&self, loan: WriteLoan<'_>, mut desc: FrameDesc, stage: Stage, span: &mut FrameSpan, start: Instant) -> Result<Turn> {
+    pub fn hand_off(
+        &self,
+        loan: WriteLoan<'_>,
+        mut desc: FrameDesc,
+        stage: Stage,
+        span: &mut FrameSpan,
+        start: Instant,
+    ) -> Result<Turn> {
         desc.stamp_out(stage);
         loan.publish(desc, self.stop)?;
         span.tick(start);
@@ -190,7 +207,15 @@ impl StageCtx<'_> {
     /// The report of a stage that produces into a pool (capture, scale): [`StageCtx::report`]
     /// with `frames` (in, out), when the frames out went (`span`), and the output hop's
     /// ring, pool and copy counters.
-    pub fn producer_report(&self, start: Instant, final_report: bool, extras: Extras, prod: &PoolProducer, frames: (u64, u64), span: FrameSpan) -> StageReport {
+    pub fn producer_report(
+        &self,
+        start: Instant,
+        final_report: bool,
+        extras: Extras,
+        prod: &PoolProducer,
+        frames: (u64, u64),
+        span: FrameSpan,
+    ) -> StageReport {
         StageReport {
             frames_in: frames.0,
             frames_out: frames.1,
@@ -277,7 +302,12 @@ impl Downstream {
     /// otherwise its hello goes to `join`, which serves it (an offer on a fresh ring) or
     /// refuses it. A failed `join` is a refusal like the others (logged with the peer's pid
     /// and uid, counted in [`Downstream::refused`]) and the hop stays free for the next one.
-    pub fn serve<P>(&mut self, out: &mut P, serving: impl Fn(&mut P, &ControlMsg) -> Option<i32>, join: impl FnOnce(&mut P, Conn, ControlMsg) -> Result<()>) {
+    pub fn serve<P>(
+        &mut self,
+        out: &mut P,
+        serving: impl Fn(&mut P, &ControlMsg) -> Option<i32>,
+        join: impl FnOnce(&mut P, Conn, ControlMsg) -> Result<()>,
+    ) {
         if !self.due() {
             return;
         }
@@ -296,7 +326,11 @@ impl Downstream {
 /// and rejected over every hop joined, in its own count: [`Upstream::own_counts`]).
 pub fn upstream_facts(up: &Upstream) -> Extras {
     let own = up.own_counts();
-    vec![("upstream_refused", up.refused().into()), ("input_taken", own.consumed.into()), ("input_rejected", own.rejected.into())]
+    vec![
+        ("upstream_refused", up.refused().into()),
+        ("input_taken", own.consumed.into()),
+        ("input_rejected", own.rejected.into()),
+    ]
 }
 
 /// [`Downstream::serve`] for a pool's consumer (`consumer`, the stage a re-joining one
@@ -304,23 +338,36 @@ pub fn upstream_facts(up: &Upstream) -> Extras {
 /// a fresh ring ([`PoolProducer::reoffer`]). A tap's hello ([`crate::link::tap_hello`])
 /// is served at any time with a ring of its own ([`PoolProducer::add_tap`]), and taps that
 /// hung up are let go ([`PoolProducer::check_taps`]).
-pub fn serve_pool(down: &mut Downstream, prod: &mut PoolProducer, consumer: crate::frame::Stage, check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>) {
+pub fn serve_pool(
+    down: &mut Downstream,
+    prod: &mut PoolProducer,
+    consumer: crate::frame::Stage,
+    check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>,
+) {
     if down.due() {
         prod.check_taps();
     }
-    down.serve(prod, |p, hello| if crate::link::tap_name(hello).is_some() { None } else { p.live_consumer() }, |p, conn, hello| {
-        if let Some((name, hold)) = crate::link::tap_request(&hello) {
-            return p.add_tap(conn, name, hold);
-        }
-        let conn = check_hello(conn, &hello, check)?;
-        p.reoffer(conn, consumer)
-    })
+    down.serve(
+        prod,
+        |p, hello| if crate::link::tap_name(hello).is_some() { None } else { p.live_consumer() },
+        |p, conn, hello| {
+            if let Some((name, hold)) = crate::link::tap_request(&hello) {
+                return p.add_tap(conn, name, hold);
+            }
+            let conn = check_hello(conn, &hello, check)?;
+            p.reoffer(conn, consumer)
+        },
+    )
 }
 
 /// Checks a re-joining consumer's hello with `check` (the same rule as at set-up: `Err`
 /// is the refusal line); a refused one is told why on `conn`. Returns the connection to
 /// serve, or the refusal as the error.
-pub fn check_hello(conn: Conn, hello: &ControlMsg, check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>) -> Result<Conn> {
+pub fn check_hello(
+    conn: Conn,
+    hello: &ControlMsg,
+    check: impl FnOnce(&ControlMsg) -> std::result::Result<(), String>,
+) -> Result<Conn> {
     if let Err(error) = check(hello) {
         let _ = conn.send(&ControlMsg::Refuse { error: error.clone() }, &[]);
         anyhow::bail!("{error}");
@@ -346,7 +393,12 @@ mod tests {
     use super::*;
 
     fn ctx(stop: &AtomicBool) -> StageCtx<'_> {
-        StageCtx { name: "test", stop, reporter: Reporter::new(None), data: DataPath { stats_interval: None, ..Default::default() } }
+        StageCtx {
+            name: "test",
+            stop,
+            reporter: Reporter::new(None),
+            data: DataPath { stats_interval: None, ..Default::default() },
+        }
     }
 
     #[test]
@@ -354,15 +406,22 @@ mod tests {
         let stop = AtomicBool::new(false);
         let c = ctx(&stop);
         let mut n = 0;
-        let r = c.run_loop(&mut n, |_| {}, |n| {
-            *n += 1;
-            Ok(if *n == 3 { Turn::End("frame limit") } else { Turn::Next })
-        });
+        let r = c.run_loop(
+            &mut n,
+            |_| {},
+            |n| {
+                *n += 1;
+                Ok(if *n == 3 { Turn::End("frame limit") } else { Turn::Next })
+            },
+        );
         assert_eq!((r.unwrap(), n), ("frame limit", 3));
         let r = c.run_loop(&mut n, |_| {}, |_| Err(PeerGone::new("infer stage hung up").into()));
         let e = r.unwrap_err();
         assert!(PeerGone::is_in(&e));
-        assert_eq!(Ending::of(&Err(e)), Ending { reason: "infer stage hung up".into(), level: log::Level::Debug, clean: false });
+        assert_eq!(
+            Ending::of(&Err(e)),
+            Ending { reason: "infer stage hung up".into(), level: log::Level::Debug, clean: false }
+        );
         stop.store(true, Ordering::Relaxed);
         assert_eq!(c.run_loop(&mut n, |_| {}, |_| -> Result<Turn> { unreachable!() }).unwrap(), "signal");
     }
@@ -383,7 +442,14 @@ mod tests {
         let stop = AtomicBool::new(false);
         let c = ctx(&stop);
         let got = std::cell::RefCell::new(vec![]);
-        let code = c.close(&mut (), Ok("end of stream"), "5 frames", 7, |_, e| Drained { said: String::new(), extras: vec![("clean", e.clean.into())], result: Ok(()) }, |_, x| *got.borrow_mut() = x);
+        let code = c.close(
+            &mut (),
+            Ok("end of stream"),
+            "5 frames",
+            7,
+            |_, e| Drained { said: String::new(), extras: vec![("clean", e.clean.into())], result: Ok(()) },
+            |_, x| *got.borrow_mut() = x,
+        );
         let got = got.into_inner();
         assert_eq!(code.unwrap(), 0);
         let keys: Vec<&str> = got.iter().map(|(k, _)| *k).collect();
@@ -391,10 +457,17 @@ mod tests {
         assert_eq!(got[0].1, true);
         assert_eq!(got[3].1, "end of stream");
         let mut reported = false;
-        let r = c.close(&mut reported, Err(anyhow::anyhow!("boom")), "0 frames", 7, |reported, _| {
-            *reported = true;
-            Drained { result: Err(anyhow::anyhow!("drain")), ..Drained::nothing() }
-        }, |_, _| {});
+        let r = c.close(
+            &mut reported,
+            Err(anyhow::anyhow!("boom")),
+            "0 frames",
+            7,
+            |reported, _| {
+                *reported = true;
+                Drained { result: Err(anyhow::anyhow!("drain")), ..Drained::nothing() }
+            },
+            |_, _| {},
+        );
         assert!(reported, "the drain runs after an error too");
         assert_eq!(r.unwrap_err().to_string(), "boom");
     }

@@ -61,7 +61,18 @@ impl TapClient {
     /// A tap named `name` (`view`) on the pool of `upstream` (a stage name for messages,
     /// `capture@front`) listening at `socket`. Nothing is connected yet.
     pub fn new(socket: PathBuf, name: &str, upstream: &str) -> TapClient {
-        TapClient { socket, name: name.into(), upstream: upstream.into(), consumer: None, next_try: Instant::now(), backoff: Duration::from_millis(100), last_error: None, counters: TapCounters::default(), hold: 1, past_copies: CopyCounters::default() }
+        TapClient {
+            socket,
+            name: name.into(),
+            upstream: upstream.into(),
+            consumer: None,
+            next_try: Instant::now(),
+            backoff: Duration::from_millis(100),
+            last_error: None,
+            counters: TapCounters::default(),
+            hold: 1,
+            past_copies: CopyCounters::default(),
+        }
     }
 
     /// Asks the producer to let this tap hold up to `hold` frames at once (1 by default,
@@ -128,7 +139,12 @@ impl TapClient {
             Err(e) => {
                 let why = format!("{e:#}");
                 if self.last_error.as_deref() != Some(why.as_str()) {
-                    log::info!("tap `{}`: cannot join {} yet ({why}); trying again every {:.1} s at most", self.name, self.upstream, TAP_RETRY_MAX.as_secs_f64());
+                    log::info!(
+                        "tap `{}`: cannot join {} yet ({why}); trying again every {:.1} s at most",
+                        self.name,
+                        self.upstream,
+                        TAP_RETRY_MAX.as_secs_f64()
+                    );
                 } else {
                     log::debug!("tap `{}`: {why}", self.name);
                 }
@@ -164,7 +180,11 @@ impl TapClient {
                 Ok(None)
             }
             Ok(Recv::Hangup) => {
-                log::info!("tap `{}`: {} ended its stream or hung up; joining again when it is back", self.name, self.upstream);
+                log::info!(
+                    "tap `{}`: {} ended its stream or hung up; joining again when it is back",
+                    self.name,
+                    self.upstream
+                );
                 self.leave();
                 Ok(None)
             }
@@ -184,9 +204,13 @@ impl TapClient {
 /// from its offset to the end of its `length`, clipped to its dma-buf.
 fn plane<'a>(bufs: &[&'a [u8]], layout: &FrameLayout, i: usize) -> Result<(&'a [u8], usize)> {
     let p = layout.planes[i];
-    let b = bufs.get(p.fd_index as usize).with_context(|| format!("plane {i}: dma-buf {} of {}", p.fd_index, bufs.len()))?;
+    let b = bufs
+        .get(p.fd_index as usize)
+        .with_context(|| format!("plane {i}: dma-buf {} of {}", p.fd_index, bufs.len()))?;
     let end = (p.offset as usize + p.length as usize).min(b.len());
-    let bytes = b.get(p.offset as usize..end).with_context(|| format!("plane {i}: offset {} past its dma-buf ({} bytes)", p.offset, b.len()))?;
+    let bytes = b
+        .get(p.offset as usize..end)
+        .with_context(|| format!("plane {i}: offset {} past its dma-buf ({} bytes)", p.offset, b.len()))?;
     Ok((bytes, p.bytesperline as usize))
 }
 
@@ -218,9 +242,17 @@ pub fn layout_to_rgb(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) ->
     match layout.fourcc {
         Fourcc::NV12 | Fourcc::NV12M | Fourcc::NV16 => {
             let ((y, ybpl), (uv, uvbpl)) = (plane(bufs, layout, 0)?, plane(bufs, layout, 1)?);
-            let img = YuvBiPlanarImage { y_plane: y, y_stride: ybpl as u32, uv_plane: uv, uv_stride: uvbpl as u32, width: w, height: h };
+            let img = YuvBiPlanarImage {
+                y_plane: y,
+                y_stride: ybpl as u32,
+                uv_plane: uv,
+                uv_stride: uvbpl as u32,
+                width: w,
+                height: h,
+            };
             let convert = if layout.fourcc == Fourcc::NV16 { yuv::yuv_nv16_to_rgb } else { yuv::yuv_nv12_to_rgb };
-            convert(&img, out, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced).map_err(err)?;
+            convert(&img, out, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced)
+                .map_err(err)?;
         }
         Fourcc::YUYV => {
             let (p, bpl) = plane(bufs, layout, 0)?;

@@ -5,8 +5,8 @@
 //! atomic modesetting, and in copy mode (the frame is a copy already: it is copied once more,
 //! as a plain viewer would).
 
-use zcpipe_core::draw::Canvas;
 use super::Rect;
+use zcpipe_core::draw::Canvas;
 
 /// Writes `rgb` (tight RGB24 rows of a `size` frame) into `canvas` at `pic` (scaled to it,
 /// nearest pixel), every other pixel black; XRGB8888 words (in memory B, G, R, X with X

@@ -59,7 +59,10 @@ impl Detections {
         let latest = Arc::new(Mutex::new(Latest::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (latest.clone(), stop.clone());
-        let thread = std::thread::Builder::new().name("detections".into()).spawn(move || read_loop(&socket, &camera, &l, &s)).ok();
+        let thread = std::thread::Builder::new()
+            .name("detections".into())
+            .spawn(move || read_loop(&socket, &camera, &l, &s))
+            .ok();
         Detections { latest, stop, thread }
     }
 
@@ -125,7 +128,9 @@ mod tests {
         assert!(!l.take_line(r#"{"type":"notice","stage":"infer"}"#, ""));
         assert!(!l.take_line("not json", ""));
         // No boxes any more: a change.
-        assert!(l.take_line(&line.replace(r#"{"class_id":0,"label":"person","score":0.9,"box":[100,50,300,250]}"#, ""), ""));
+        assert!(
+            l.take_line(&line.replace(r#"{"class_id":0,"label":"person","score":0.9,"box":[100,50,300,250]}"#, ""), "")
+        );
         assert_eq!((l.generation, l.dets.len()), (2, 0));
     }
 }

@@ -23,7 +23,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use drm::buffer::{DrmFourcc, PlanarBuffer};
-use drm::control::{atomic::AtomicModeReq, connector, crtc, dumbbuffer::DumbBuffer, framebuffer, plane, property, AtomicCommitFlags, Device as ControlDevice, FbCmd2Flags, Mode, ModeTypeFlags};
+use drm::control::{
+    atomic::AtomicModeReq, connector, crtc, dumbbuffer::DumbBuffer, framebuffer, plane, property, AtomicCommitFlags,
+    Device as ControlDevice, FbCmd2Flags, Mode, ModeTypeFlags,
+};
 use drm::{ClientCapability, Device};
 
 use super::Rect;
@@ -211,14 +214,18 @@ impl Output {
         // again is harmless when we are, and says now, not at the first commit, when not.
         let master = card.acquire_master_lock().is_ok();
         let driver = card.get_driver().map(|d| d.name().to_string_lossy().into_owned()).unwrap_or_else(|_| "?".into());
-        let atomic = !legacy && card.set_client_capability(ClientCapability::UniversalPlanes, true).is_ok() && card.set_client_capability(ClientCapability::Atomic, true).is_ok();
-        let wb_cap = atomic && want_writeback && card.set_client_capability(ClientCapability::WritebackConnectors, true).is_ok();
+        let atomic = !legacy
+            && card.set_client_capability(ClientCapability::UniversalPlanes, true).is_ok()
+            && card.set_client_capability(ClientCapability::Atomic, true).is_ok();
+        let wb_cap =
+            atomic && want_writeback && card.set_client_capability(ClientCapability::WritebackConnectors, true).is_ok();
         let res = card.resource_handles().with_context(|| format!("display: {}{} is not a KMS device (DRM_IOCTL_MODE_GETRESOURCES failed); pass a card that `ls /dev/dri` shows, or --display auto", path.display(), if driver == "?" { String::new() } else { format!(" ({driver})") }))?;
         let mut chosen = None;
         let mut wb_conn = None;
         let mut seen = vec![];
         for &c in res.connectors() {
-            let info = card.get_connector(c, true).with_context(|| format!("display: {}: connector {c:?}", path.display()))?;
+            let info =
+                card.get_connector(c, true).with_context(|| format!("display: {}: connector {c:?}", path.display()))?;
             let name = format!("{}-{}", info.interface().as_str(), info.interface_id());
             if info.interface() == connector::Interface::Writeback {
                 wb_conn.get_or_insert(c);
@@ -232,7 +239,12 @@ impl Output {
         let Some((conn, connector_name)) = chosen else {
             bail!("display: {} ({driver}) has no connected connector with a mode ({}); plug a display in, or pass --display none", path.display(), if seen.is_empty() { "no connectors".into() } else { seen.join(", ") });
         };
-        let mode = conn.modes().iter().find(|m| m.mode_type().contains(ModeTypeFlags::PREFERRED)).copied().unwrap_or(conn.modes()[0]);
+        let mode = conn
+            .modes()
+            .iter()
+            .find(|m| m.mode_type().contains(ModeTypeFlags::PREFERRED))
+            .copied()
+            .unwrap_or(conn.modes()[0]);
         let crtc = conn
             .encoders()
             .iter()
@@ -289,7 +301,10 @@ impl Output {
             }
         }
         if atomic {
-            let blob = out.card.create_property_blob(&out.mode).context("display: DRM_IOCTL_MODE_CREATEPROPBLOB (the mode)")?;
+            let blob = out
+                .card
+                .create_property_blob(&out.mode)
+                .context("display: DRM_IOCTL_MODE_CREATEPROPBLOB (the mode)")?;
             out.mode_blob = u64::from(blob);
         }
         Ok(out)
@@ -299,8 +314,12 @@ impl Output {
     pub fn describe(&self) -> String {
         let (w, h) = self.mode_size();
         let planes = match (&self.primary, &self.overlay) {
-            (Some(p), Some(o)) => format!("primary plane {:?} ({} formats), overlay plane {:?}", p.handle, p.formats.len(), o.handle),
-            (Some(p), None) => format!("primary plane {:?} ({} formats), no ARGB8888 overlay plane", p.handle, p.formats.len()),
+            (Some(p), Some(o)) => {
+                format!("primary plane {:?} ({} formats), overlay plane {:?}", p.handle, p.formats.len(), o.handle)
+            }
+            (Some(p), None) => {
+                format!("primary plane {:?} ({} formats), no ARGB8888 overlay plane", p.handle, p.formats.len())
+            }
             _ => "legacy modesetting (no atomic): one framebuffer, page flips".into(),
         };
         format!(
@@ -317,19 +336,34 @@ impl Output {
     /// A dumb buffer of `size` in `format` (32 bits a pixel) with its framebuffer, exported
     /// as a dma-buf for the CPU's guarded access (PRIME, `DRM_CLOEXEC | DRM_RDWR`, drm.h).
     pub fn dumb(&self, size: (u32, u32), format: DrmFourcc) -> Result<Dumb> {
-        let db = self.card.create_dumb_buffer(size, format, 32).with_context(|| format!("display: a {}x{} dumb buffer (DRM_IOCTL_MODE_CREATE_DUMB)", size.0, size.1))?;
+        let db = self
+            .card
+            .create_dumb_buffer(size, format, 32)
+            .with_context(|| format!("display: a {}x{} dumb buffer (DRM_IOCTL_MODE_CREATE_DUMB)", size.0, size.1))?;
         use drm::buffer::Buffer;
         let (pitch, handle) = (db.pitch(), db.handle());
         let fd = match self.card.buffer_to_prime_fd(handle, (libc::O_CLOEXEC | libc::O_RDWR) as u32) {
             Ok(fd) => fd,
             Err(e) => {
                 let _ = self.card.destroy_dumb_buffer(db);
-                bail!("display: exporting a dumb buffer for the CPU (DRM_IOCTL_PRIME_HANDLE_TO_FD): {}", zcpipe_sys::errno_words(&e));
+                bail!(
+                    "display: exporting a dumb buffer for the CPU (DRM_IOCTL_PRIME_HANDLE_TO_FD): {}",
+                    zcpipe_sys::errno_words(&e)
+                );
             }
         };
         let buf = DmaBuf::new(fd, pitch as u64 * size.1 as u64, MemoryKind::DrmDumb(self.path.clone()));
-        let p = Planar { size, format, handles: [Some(handle), None, None, None], pitches: [pitch, 0, 0, 0], offsets: [0; 4] };
-        let fb = self.card.add_planar_framebuffer(&p, FbCmd2Flags::empty()).with_context(|| format!("display: a {format} framebuffer on a dumb buffer (DRM_IOCTL_MODE_ADDFB2)"))?;
+        let p = Planar {
+            size,
+            format,
+            handles: [Some(handle), None, None, None],
+            pitches: [pitch, 0, 0, 0],
+            offsets: [0; 4],
+        };
+        let fb = self
+            .card
+            .add_planar_framebuffer(&p, FbCmd2Flags::empty())
+            .with_context(|| format!("display: a {format} framebuffer on a dumb buffer (DRM_IOCTL_MODE_ADDFB2)"))?;
         Ok(Dumb { db, buf, fb, size, pitch })
     }
 
@@ -353,16 +387,28 @@ impl Output {
         let format = drm_format(layout.fourcc).ok_or_else(|| anyhow!("{} has no DRM format", layout.fourcc))?;
         let mut handles = vec![];
         for (i, b) in bufs.iter().enumerate() {
-            let h = self.card.prime_fd_to_buffer(b.fd()).with_context(|| format!("DRM_IOCTL_PRIME_FD_TO_HANDLE of dma-buf {i} ({} bytes)", b.size()))?;
+            let h = self
+                .card
+                .prime_fd_to_buffer(b.fd())
+                .with_context(|| format!("DRM_IOCTL_PRIME_FD_TO_HANDLE of dma-buf {i} ({} bytes)", b.size()))?;
             handles.push(h);
         }
-        let mut p = Planar { size: (layout.width, layout.height), format, handles: [None; 4], pitches: [0; 4], offsets: [0; 4] };
+        let mut p = Planar {
+            size: (layout.width, layout.height),
+            format,
+            handles: [None; 4],
+            pitches: [0; 4],
+            offsets: [0; 4],
+        };
         for (i, pl) in layout.planes().iter().enumerate() {
             p.handles[i] = handles.get(pl.fd_index as usize).copied();
             p.pitches[i] = pl.bytesperline;
             p.offsets[i] = pl.offset;
         }
-        let fb = self.card.add_planar_framebuffer(&p, FbCmd2Flags::empty()).with_context(|| format!("DRM_IOCTL_MODE_ADDFB2 {format} {}x{}", layout.width, layout.height));
+        let fb = self
+            .card
+            .add_planar_framebuffer(&p, FbCmd2Flags::empty())
+            .with_context(|| format!("DRM_IOCTL_MODE_ADDFB2 {format} {}x{}", layout.width, layout.height));
         // The framebuffer holds the GEM objects; the handles go (one per distinct object).
         handles.sort_by_key(|h| u32::from(*h));
         handles.dedup();
@@ -414,7 +460,14 @@ impl Output {
 
     /// [`Output::request`] with or without the overlay plane's and the writeback
     /// connector's parts (for [`Output::diagnose`]).
-    fn request_parts(&self, main: Scanout, over: Option<Scanout>, fence: Option<&mut i32>, with_overlay: bool, with_wb: bool) -> Result<AtomicModeReq> {
+    fn request_parts(
+        &self,
+        main: Scanout,
+        over: Option<Scanout>,
+        fence: Option<&mut i32>,
+        with_overlay: bool,
+        with_wb: bool,
+    ) -> Result<AtomicModeReq> {
         let mut req = AtomicModeReq::new();
         let crtc = raw(self.crtc);
         if !self.modeset_done {
@@ -442,8 +495,12 @@ impl Output {
     /// state without the overlay plane, without the writeback connector, and without
     /// either; one line for the log.
     pub fn diagnose(&self, main: Scanout, over: Option<Scanout>) -> String {
-        let flags = AtomicCommitFlags::TEST_ONLY | if self.modeset_done { AtomicCommitFlags::empty() } else { AtomicCommitFlags::ALLOW_MODESET };
-        let try_ = |o: bool, w: bool| match self.request_parts(main, over, None, o, w).and_then(|r| self.card.atomic_commit(flags, r).map_err(|e| anyhow!(zcpipe_sys::errno_words(&e)))) {
+        let flags = AtomicCommitFlags::TEST_ONLY
+            | if self.modeset_done { AtomicCommitFlags::empty() } else { AtomicCommitFlags::ALLOW_MODESET };
+        let try_ = |o: bool, w: bool| match self
+            .request_parts(main, over, None, o, w)
+            .and_then(|r| self.card.atomic_commit(flags, r).map_err(|e| anyhow!(zcpipe_sys::errno_words(&e))))
+        {
             Ok(()) => "accepted".to_string(),
             Err(e) => format!("{e:#}"),
         };
@@ -466,7 +523,8 @@ impl Output {
         if !self.atomic {
             return false;
         }
-        let flags = AtomicCommitFlags::TEST_ONLY | if self.modeset_done { AtomicCommitFlags::empty() } else { AtomicCommitFlags::ALLOW_MODESET };
+        let flags = AtomicCommitFlags::TEST_ONLY
+            | if self.modeset_done { AtomicCommitFlags::empty() } else { AtomicCommitFlags::ALLOW_MODESET };
         self.request(main, over, None).and_then(|r| self.card.atomic_commit(flags, r).map_err(Into::into)).is_ok()
     }
 
@@ -479,11 +537,15 @@ impl Output {
     pub fn show(&mut self, main: Scanout, over: Option<Scanout>, writeback: bool) -> Result<Option<OwnedFd>> {
         if !self.atomic {
             if !self.modeset_done {
-                self.card.set_crtc(self.crtc, Some(main.fb), (0, 0), &[self.conn], Some(self.mode)).context("DRM_IOCTL_MODE_SETCRTC")?;
+                self.card
+                    .set_crtc(self.crtc, Some(main.fb), (0, 0), &[self.conn], Some(self.mode))
+                    .context("DRM_IOCTL_MODE_SETCRTC")?;
                 self.modeset_done = true;
                 // No event for a SET_CRTC: flip to the same framebuffer for one.
             }
-            self.card.page_flip(self.crtc, main.fb, drm::control::PageFlipFlags::EVENT, None).context("DRM_IOCTL_MODE_PAGE_FLIP")?;
+            self.card
+                .page_flip(self.crtc, main.fb, drm::control::PageFlipFlags::EVENT, None)
+                .context("DRM_IOCTL_MODE_PAGE_FLIP")?;
             return Ok(None);
         }
         let mut fence: i32 = -1;
@@ -493,11 +555,17 @@ impl Output {
         let wb = writeback && self.writeback.is_some() && self.modeset_done && !self.writeback_refused;
         let req = self.request(main, over, if wb { Some(&mut fence) } else { None })?;
         // A writeback links its connector to the CRTC: a modeset, blocking.
-        let flags = if self.modeset_done && !wb { AtomicCommitFlags::NONBLOCK } else { AtomicCommitFlags::ALLOW_MODESET } | AtomicCommitFlags::PAGE_FLIP_EVENT;
+        let flags =
+            if self.modeset_done && !wb { AtomicCommitFlags::NONBLOCK } else { AtomicCommitFlags::ALLOW_MODESET }
+                | AtomicCommitFlags::PAGE_FLIP_EVENT;
         if let Err(e) = self.card.atomic_commit(flags, req) {
             if wb {
                 let mut dummy: i32 = -1;
-                let with_job = self.request_parts(main, over, Some(&mut dummy), true, true).and_then(|r| self.card.atomic_commit(AtomicCommitFlags::TEST_ONLY | AtomicCommitFlags::ALLOW_MODESET, r).map_err(|e| anyhow!(zcpipe_sys::errno_words(&e))));
+                let with_job = self.request_parts(main, over, Some(&mut dummy), true, true).and_then(|r| {
+                    self.card
+                        .atomic_commit(AtomicCommitFlags::TEST_ONLY | AtomicCommitFlags::ALLOW_MODESET, r)
+                        .map_err(|e| anyhow!(zcpipe_sys::errno_words(&e)))
+                });
                 log::warn!(
                     "display: the writeback commit was refused ({}; TEST_ONLY of it: {}; {}); no more writebacks",
                     zcpipe_sys::errno_words(&e),

@@ -95,7 +95,12 @@ pub struct DisplayConfig {
 /// checked when it is opened.
 pub fn first_card() -> Option<PathBuf> {
     let dir = zcpipe_sys::board::path("/dev/dri");
-    let mut cards: Vec<PathBuf> = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("card"))).collect();
+    let mut cards: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("card")))
+        .collect();
     cards.sort();
     cards.into_iter().next()
 }
@@ -151,7 +156,12 @@ pub fn letterbox(src: (u32, u32), mode: (u32, u32), scale: bool) -> Option<Rect>
 pub fn box_on_screen(b: [f32; 4], frame: (u32, u32), picture: Rect) -> [f32; 4] {
     let sx = picture.w as f32 / frame.0.max(1) as f32;
     let sy = picture.h as f32 / frame.1.max(1) as f32;
-    [picture.x as f32 + b[0] * sx, picture.y as f32 + b[1] * sy, picture.x as f32 + b[2] * sx, picture.y as f32 + b[3] * sy]
+    [
+        picture.x as f32 + b[0] * sx,
+        picture.y as f32 + b[1] * sy,
+        picture.x as f32 + b[2] * sx,
+        picture.y as f32 + b[3] * sy,
+    ]
 }
 
 #[cfg(test)]

@@ -11,13 +11,13 @@ use drm::control::framebuffer;
 
 use super::detections::Detections;
 use super::kms::{drm_format, Dumb, Output, Scanout};
-use zcpipe_core::draw::{Canvas, Drawn};
 use super::{box_on_screen, letterbox, DisplayConfig, Rect};
+use zcpipe_core::draw::{Canvas, Drawn};
 use zcpipe_core::frame::FrameLayout;
-use zcpipe_core::pool::Frame;
-use zcpipe_core::tap::{frame_to_rgb, TapClient};
 use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
+use zcpipe_core::pool::Frame;
 use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
+use zcpipe_core::tap::{frame_to_rgb, TapClient};
 
 /// The frames the display's tap holds at most: the one on screen and the one queued to
 /// replace it (until its page flip completes).
@@ -107,7 +107,13 @@ pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> Result<i32> {
     let out = Output::open(&card, cfg.writeback.is_some(), cfg.legacy)?;
     log::info!("{}", out.describe());
     if let Some(dir) = &cfg.writeback {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--display-writeback {}: {}; pass a folder you can write", dir.display(), zcpipe_sys::errno_words(&e)))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!(
+                "--display-writeback {}: {}; pass a folder you can write",
+                dir.display(),
+                zcpipe_sys::errno_words(&e)
+            )
+        })?;
         if !out.has_writeback() {
             log::warn!("display: --display-writeback: {} has no writeback connector (or no atomic modesetting); nothing is written", card.display());
         }
@@ -148,8 +154,18 @@ pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> Result<i32> {
     st.dets = st.cfg.detections.clone().map(|p| Detections::start(p, st.cfg.camera.clone()));
     let ended = ctx.run_loop(&mut st, |st| ctx.reporter.send(&st.report(&ctx, false, vec![])), |st| st.turn());
     let c = st.counters;
-    let what = format!("{} frames shown ({} buffers imported, {} composed, {} skipped, {} writebacks)", c.shown, c.imports, c.composed, c.skipped, c.writebacks);
-    ctx.close(&mut st, ended, what, fds_setup, |st, _| st.drain(), |st, extras| ctx.reporter.send(&st.report(&ctx, true, extras)))
+    let what = format!(
+        "{} frames shown ({} buffers imported, {} composed, {} skipped, {} writebacks)",
+        c.shown, c.imports, c.composed, c.skipped, c.writebacks
+    );
+    ctx.close(
+        &mut st,
+        ended,
+        what,
+        fds_setup,
+        |st, _| st.drain(),
+        |st, extras| ctx.reporter.send(&st.report(&ctx, true, extras)),
+    )
 }
 
 impl State {
@@ -216,11 +232,18 @@ impl State {
         let compose = |why: String| Way::Compose { pic: fit, why };
         let driver = self.out.driver.clone();
         let way = if copy {
-            compose("--copy-mode: the frames are copies in this process's memory, copied once more as a plain viewer would".into())
+            compose(
+                "--copy-mode: the frames are copies in this process's memory, copied once more as a plain viewer would"
+                    .into(),
+            )
         } else if self.cfg.force_compose {
             compose("--display-compose".into())
         } else if !self.out.atomic {
-            compose(if self.cfg.legacy { "--display-legacy: legacy modesetting, one plane".to_string() } else { format!("{driver} has no atomic modesetting (legacy modesetting, one plane)") })
+            compose(if self.cfg.legacy {
+                "--display-legacy: legacy modesetting, one plane".to_string()
+            } else {
+                format!("{driver} has no atomic modesetting (legacy modesetting, one plane)")
+            })
         } else if !drm_format(layout.fourcc).is_some_and(|f| self.out.primary.as_ref().is_some_and(|p| p.takes(f))) {
             compose(format!("{driver} has no plane for {}", layout.fourcc))
         } else if self.dets.is_some() && self.out.overlay.is_none() {
@@ -229,14 +252,24 @@ impl State {
             match self.import(frame) {
                 Err(e) => compose(format!("the camera's buffers cannot be imported: {e:#}")),
                 Ok(fb) => {
-                    let over = self.overlay_fb().map(|fb| Scanout { fb, src: Rect { x: 0, y: 0, w: mode.0, h: mode.1 }, dst: Rect { x: 0, y: 0, w: mode.0, h: mode.1 } });
+                    let over = self.overlay_fb().map(|fb| Scanout {
+                        fb,
+                        src: Rect { x: 0, y: 0, w: mode.0, h: mode.1 },
+                        dst: Rect { x: 0, y: 0, w: mode.0, h: mode.1 },
+                    });
                     let src = Rect { x: 0, y: 0, w: size.0, h: size.1 };
                     let at = |pic: Rect| Scanout { fb, src, dst: pic };
                     match (letterbox(size, mode, true), letterbox(size, mode, false)) {
                         (Some(pic), _) if self.out.test(at(pic), over) => Way::ZeroCopy { pic },
                         (_, Some(pic)) if self.out.test(at(pic), over) => Way::ZeroCopy { pic },
-                        (_, Some(_)) => compose(format!("{driver}'s primary plane refuses {} {}x{} on {}x{}", layout.fourcc, size.0, size.1, mode.0, mode.1)),
-                        _ => compose(format!("{driver}'s planes cannot scale {}x{} down to {}x{}", size.0, size.1, mode.0, mode.1)),
+                        (_, Some(_)) => compose(format!(
+                            "{driver}'s primary plane refuses {} {}x{} on {}x{}",
+                            layout.fourcc, size.0, size.1, mode.0, mode.1
+                        )),
+                        _ => compose(format!(
+                            "{driver}'s planes cannot scale {}x{} down to {}x{}",
+                            size.0, size.1, mode.0, mode.1
+                        )),
                     }
                 }
             }
@@ -306,11 +339,15 @@ impl State {
                 let back = self.overlay_front.map_or(0, |f| 1 - f);
                 let d = &mut self.overlay[back];
                 let (w, h, pitch) = (d.size.0, d.size.1, d.pitch as usize);
-                if self.out.with_mapped(d, |bytes| {
-                    let mut c = Canvas::argb8888(bytes, pitch, w, h);
-                    c.clear();
-                    c.detections(&drawn);
-                }).is_ok() {
+                if self
+                    .out
+                    .with_mapped(d, |bytes| {
+                        let mut c = Canvas::argb8888(bytes, pitch, w, h);
+                        c.clear();
+                        c.detections(&drawn);
+                    })
+                    .is_ok()
+                {
                     self.overlay_gen = latest.generation;
                     self.overlay_next = Some(back);
                     self.counters.overlay_draws += 1;
@@ -329,13 +366,20 @@ impl State {
         let with_boxes = self.dets.as_ref().map(|d| d.latest());
         // A writeback is due for the first frames shown (with a detections socket: once
         // there are boxes to see).
-        let wb = self.writeback_left > 0 && self.out.has_writeback() && with_boxes.as_ref().is_none_or(|l| !l.dets.is_empty());
+        let wb = self.writeback_left > 0
+            && self.out.has_writeback()
+            && with_boxes.as_ref().is_none_or(|l| !l.dets.is_empty());
         match way {
             Way::ZeroCopy { pic } => {
                 let fb = self.import(&frame)?;
                 let over = self.overlay_fb().map(|fb| Scanout { fb, src: full, dst: full });
-                let wb = wb && (self.dets.is_none() || self.overlay_gen == with_boxes.as_ref().map_or(0, |l| l.generation));
-                let fence = self.out.show(Scanout { fb, src: Rect { x: 0, y: 0, w: layout.width, h: layout.height }, dst: pic }, over, wb)?;
+                let wb =
+                    wb && (self.dets.is_none() || self.overlay_gen == with_boxes.as_ref().map_or(0, |l| l.generation));
+                let fence = self.out.show(
+                    Scanout { fb, src: Rect { x: 0, y: 0, w: layout.width, h: layout.height }, dst: pic },
+                    over,
+                    wb,
+                )?;
                 let meta = wb.then(|| meta("zero-copy", &layout, seq, mode, pic, with_boxes.as_ref()));
                 self.pending = Some(Pending { frame: Some(frame), seq, fence, meta, since: Instant::now() });
             }
@@ -407,9 +451,11 @@ impl State {
         let path = dir.join(format!("wb-{n:03}.ppm"));
         let mut ppm = format!("P6\n{w} {h}\n255\n").into_bytes();
         ppm.extend_from_slice(&rgb);
-        std::fs::write(&path, ppm).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), zcpipe_sys::errno_words(&e)))?;
+        std::fs::write(&path, ppm)
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), zcpipe_sys::errno_words(&e)))?;
         let side = dir.join(format!("wb-{n:03}.json"));
-        std::fs::write(&side, serde_json::to_vec_pretty(&meta)?).map_err(|e| anyhow::anyhow!("{}: {}", side.display(), zcpipe_sys::errno_words(&e)))?;
+        std::fs::write(&side, serde_json::to_vec_pretty(&meta)?)
+            .map_err(|e| anyhow::anyhow!("{}: {}", side.display(), zcpipe_sys::errno_words(&e)))?;
         Ok(path)
     }
 
@@ -434,7 +480,11 @@ impl State {
         for d in self.compose.drain(..).chain(self.overlay.drain(..)) {
             self.out.free_dumb(d);
         }
-        Drained { said: format!("the output is off, {held} frames held went back; "), extras: vec![("buffers_returned_at_end", held.into())], result: Ok(()) }
+        Drained {
+            said: format!("the output is off, {held} frames held went back; "),
+            extras: vec![("buffers_returned_at_end", held.into())],
+            result: Ok(()),
+        }
     }
 
     /// Capture's frame rate as the display saw it: the capture sequence over capture time.
@@ -467,7 +517,13 @@ impl State {
         ));
         // In copy mode the frames came as bytes over the tap's data socket (`copy_in`), as
         // the scale and infer stages report theirs.
-        StageReport { frames_in: self.counters.received, frames_out: self.counters.shown, out_span: Some(self.span), copy_in: self.tap.copy_counters(), ..ctx.report(self.start, final_report, extras) }
+        StageReport {
+            frames_in: self.counters.received,
+            frames_out: self.counters.shown,
+            out_span: Some(self.span),
+            copy_in: self.tap.copy_counters(),
+            ..ctx.report(self.start, final_report, extras)
+        }
     }
 }
 
@@ -475,13 +531,32 @@ impl State {
 /// with the picture at `pic`.
 fn drawn(latest: &super::detections::Latest, frame: (u32, u32), pic: Rect) -> Vec<Drawn> {
     let f = if latest.frame.0 > 0 && latest.frame.1 > 0 { latest.frame } else { frame };
-    latest.dets.iter().map(|d| Drawn { bbox: box_on_screen(d.bbox, f, pic), class_id: d.class_id, label: d.label.clone(), score: d.score, track_id: d.track_id }).collect()
+    latest
+        .dets
+        .iter()
+        .map(|d| Drawn {
+            bbox: box_on_screen(d.bbox, f, pic),
+            class_id: d.class_id,
+            label: d.label.clone(),
+            score: d.score,
+            track_id: d.track_id,
+        })
+        .collect()
 }
 
 /// The sidecar of a writeback picture: how it was made and where the picture and the boxes
 /// are on it.
-fn meta(way: &str, layout: &FrameLayout, seq: u64, mode: (u32, u32), pic: Rect, latest: Option<&super::detections::Latest>) -> serde_json::Value {
-    let boxes: Vec<[f32; 4]> = latest.map(|l| drawn(l, (layout.width, layout.height), pic).into_iter().map(|d| d.bbox).collect()).unwrap_or_default();
+fn meta(
+    way: &str,
+    layout: &FrameLayout,
+    seq: u64,
+    mode: (u32, u32),
+    pic: Rect,
+    latest: Option<&super::detections::Latest>,
+) -> serde_json::Value {
+    let boxes: Vec<[f32; 4]> = latest
+        .map(|l| drawn(l, (layout.width, layout.height), pic).into_iter().map(|d| d.bbox).collect())
+        .unwrap_or_default();
     serde_json::json!({
         "way": way,
         "seq": seq,

@@ -111,8 +111,12 @@ fn check_model(backend: DetectorKind, model: &Path) -> Result<()> {
         DetectorKind::Rknn => check_model_file(&path),
         DetectorKind::Onnx => {
             let mut head = [0u8; 4];
-            let mut f = std::fs::File::open(&path)
-                .with_context(|| format!("cannot open model {}: pass --model with an .onnx file such as models/yolox_nano.onnx", path.display()))?;
+            let mut f = std::fs::File::open(&path).with_context(|| {
+                format!(
+                    "cannot open model {}: pass --model with an .onnx file such as models/yolox_nano.onnx",
+                    path.display()
+                )
+            })?;
             if f.read(&mut head).is_ok_and(|n| n == 4) && &head == b"RKNN" {
                 bail!("{} is an RKNN model, which the onnx backend cannot run: use --infer rknn (on a Rockchip board), or an .onnx model", path.display());
             }
@@ -125,7 +129,13 @@ fn check_model(backend: DetectorKind, model: &Path) -> Result<()> {
 
 /// Adds the NPU cores: as listed (each must exist on `soc` when it is known), or (`None`,
 /// auto) every core of `soc` for rknn.
-fn with_cores(backend: DetectorKind, model: PathBuf, reason: String, npu_cores: Option<&[u32]>, soc: Option<&str>) -> Result<InferChoice> {
+fn with_cores(
+    backend: DetectorKind,
+    model: PathBuf,
+    reason: String,
+    npu_cores: Option<&[u32]>,
+    soc: Option<&str>,
+) -> Result<InferChoice> {
     let (npu_cores, cores_text, cores_reason) = match (backend, npu_cores) {
         (DetectorKind::Rknn, Some(list)) => {
             if let Some((s, info)) = soc.and_then(|s| Some((s, board::soc_info(s)?))) {

@@ -13,11 +13,7 @@ pub const COCO80_TEXT: &str = include_str!("../../../models/coco80.txt");
 
 /// The 80 COCO names ([`COCO80_TEXT`]), class 0 first.
 pub fn coco80() -> Vec<String> {
-    COCO80_TEXT
-        .lines()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect()
+    COCO80_TEXT.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
 }
 
 /// Reads a label list: one label per line, line 1 is class 0 (`models/coco80.txt`, the 80
@@ -50,12 +46,7 @@ pub fn load_labels(path: &Path) -> Result<Vec<String>> {
 /// order, each once; the result is in index order.
 pub fn parse_names_dict(text: &str) -> Result<Vec<String>> {
     let mut p = text.trim().chars().peekable();
-    let fail = |what: &str| {
-        anyhow::anyhow!(
-            "model names `{}` are not a {{index: 'name'}} dict: {what}",
-            short(text)
-        )
-    };
+    let fail = |what: &str| anyhow::anyhow!("model names `{}` are not a {{index: 'name'}} dict: {what}", short(text));
     if p.next() != Some('{') {
         return Err(fail("no opening brace"));
     }
@@ -74,9 +65,7 @@ pub fn parse_names_dict(text: &str) -> Result<Vec<String>> {
             digits.push(c);
             p.next();
         }
-        let index: usize = digits
-            .parse()
-            .map_err(|_| fail("a key is not a class index"))?;
+        let index: usize = digits.parse().map_err(|_| fail("a key is not a class index"))?;
         while p.peek().is_some_and(|c| c.is_whitespace()) {
             p.next();
         }
@@ -209,59 +198,33 @@ mod tests {
 
     #[test]
     fn coco80_labels_load() {
-        let labels = load_labels(&zcpipe_core::data::source_root().join("models/coco80.txt"))
-        .unwrap();
+        let labels = load_labels(&zcpipe_core::data::source_root().join("models/coco80.txt")).unwrap();
         assert_eq!(labels.len(), 80);
-        assert_eq!(
-            (labels[0].as_str(), labels[1].as_str(), labels[2].as_str()),
-            ("person", "bicycle", "car")
-        );
-        assert_eq!(
-            (labels[16].as_str(), labels[79].as_str()),
-            ("dog", "toothbrush")
-        );
+        assert_eq!((labels[0].as_str(), labels[1].as_str(), labels[2].as_str()), ("person", "bicycle", "car"));
+        assert_eq!((labels[16].as_str(), labels[79].as_str()), ("dog", "toothbrush"));
         assert_eq!(coco80(), labels);
     }
 
     #[test]
     fn missing_or_empty_labels_name_the_path() {
-        let err = load_labels(Path::new("/nonexistent/labels.txt"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("/nonexistent/labels.txt") && err.contains("models/coco80.txt"),
-            "{err}"
-        );
+        let err = load_labels(Path::new("/nonexistent/labels.txt")).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/labels.txt") && err.contains("models/coco80.txt"), "{err}");
         let (_dir, empty) = zcpipe_core::testing::file_with("empty.txt", "\n\n");
         let err = load_labels(&empty).unwrap_err().to_string();
-        assert!(
-            err.contains("empty.txt") && err.contains("is empty"),
-            "{err}"
-        );
+        assert!(err.contains("empty.txt") && err.contains("is empty"), "{err}");
     }
 
     #[test]
     fn ultralytics_names_parse() {
-        assert_eq!(
-            parse_names_dict("{0: 'person', 1: 'bicycle', 2: 'car'}").unwrap(),
-            ["person", "bicycle", "car"]
-        );
+        assert_eq!(parse_names_dict("{0: 'person', 1: 'bicycle', 2: 'car'}").unwrap(), ["person", "bicycle", "car"]);
         // Double quotes for a name with an apostrophe, escapes, any key order, trailing comma.
         assert_eq!(
             parse_names_dict(r#"{1: "driver's seat", 0: 'a\'b', 2: 'back\\slash',}"#).unwrap(),
             ["a'b", "driver's seat", "back\\slash"]
         );
         assert_eq!(parse_names_dict("{0: 'only'}").unwrap(), ["only"]);
-        for bad in [
-            "[0, 1]",
-            "{0: 'a', 2: 'c'}",
-            "{0: 'a', 0: 'b'}",
-            "{0: a}",
-            "{x: 'a'}",
-            "{0: 'a'",
-            "{}",
-            "{0 'a'}",
-        ] {
+        for bad in ["[0, 1]", "{0: 'a', 2: 'c'}", "{0: 'a', 0: 'b'}", "{0: a}", "{x: 'a'}", "{0: 'a'", "{}", "{0 'a'}"]
+        {
             let err = parse_names_dict(bad).unwrap_err().to_string();
             assert!(err.starts_with("model names `"), "{bad}: {err}");
         }
@@ -274,60 +237,21 @@ mod tests {
         let (_dir, two) = zcpipe_core::testing::file_with("two.txt", "cat\ndog\n");
         let (_dir2, other) = zcpipe_core::testing::file_with("other.txt", "cat\nwolf\n");
         let (_dir3, three) = zcpipe_core::testing::file_with("three.txt", "a\nb\nc\n");
-        assert_eq!(
-            resolve_labels(m, Some(2), Some(names.clone()), None).unwrap(),
-            (names.clone(), LabelSource::Model)
-        );
-        assert_eq!(
-            resolve_labels(m, Some(2), Some(names.clone()), Some(&two))
-                .unwrap()
-                .1,
-            LabelSource::Model
-        );
-        let err = resolve_labels(m, Some(2), Some(names.clone()), Some(&other))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("other.txt names class 1 `wolf` but model m.onnx names it `dog`"),
-            "{err}"
-        );
-        let err = resolve_labels(m, Some(2), Some(names.clone()), Some(&three))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("three.txt has 3 names but model m.onnx carries 2 names of its own"),
-            "{err}"
-        );
-        let err = resolve_labels(m, Some(3), Some(names.clone()), None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("carries 2 class names in its metadata but scores 3 classes"),
-            "{err}"
-        );
-        assert_eq!(
-            resolve_labels(m, Some(3), None, Some(&three)).unwrap().1,
-            LabelSource::File
-        );
-        let err = resolve_labels(m, Some(80), None, Some(&three))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("three.txt has 3 names but model m.onnx scores 80 classes"),
-            "{err}"
-        );
+        assert_eq!(resolve_labels(m, Some(2), Some(names.clone()), None).unwrap(), (names.clone(), LabelSource::Model));
+        assert_eq!(resolve_labels(m, Some(2), Some(names.clone()), Some(&two)).unwrap().1, LabelSource::Model);
+        let err = resolve_labels(m, Some(2), Some(names.clone()), Some(&other)).unwrap_err().to_string();
+        assert!(err.contains("other.txt names class 1 `wolf` but model m.onnx names it `dog`"), "{err}");
+        let err = resolve_labels(m, Some(2), Some(names.clone()), Some(&three)).unwrap_err().to_string();
+        assert!(err.contains("three.txt has 3 names but model m.onnx carries 2 names of its own"), "{err}");
+        let err = resolve_labels(m, Some(3), Some(names.clone()), None).unwrap_err().to_string();
+        assert!(err.contains("carries 2 class names in its metadata but scores 3 classes"), "{err}");
+        assert_eq!(resolve_labels(m, Some(3), None, Some(&three)).unwrap().1, LabelSource::File);
+        let err = resolve_labels(m, Some(80), None, Some(&three)).unwrap_err().to_string();
+        assert!(err.contains("three.txt has 3 names but model m.onnx scores 80 classes"), "{err}");
         let (labels, src) = resolve_labels(m, Some(80), None, None).unwrap();
         assert_eq!((labels.len(), src), (80, LabelSource::Coco80));
-        assert_eq!(
-            resolve_labels(m, None, None, None).unwrap().1,
-            LabelSource::Coco80
-        );
-        let err = resolve_labels(m, Some(3), None, None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("model m.onnx scores 3 classes and carries no class names: pass --labels"),
-            "{err}"
-        );
+        assert_eq!(resolve_labels(m, None, None, None).unwrap().1, LabelSource::Coco80);
+        let err = resolve_labels(m, Some(3), None, None).unwrap_err().to_string();
+        assert!(err.contains("model m.onnx scores 3 classes and carries no class names: pass --labels"), "{err}");
     }
 }

@@ -35,11 +35,11 @@ pub mod auto;
 pub mod heads;
 pub mod labels;
 pub mod nms;
-pub mod stage;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod replay;
 pub mod rknn;
+pub mod stage;
 
 pub use labels::load_labels;
 
@@ -207,7 +207,11 @@ pub trait Detector: Send {
     /// match [`Detector::input_spec`], including its `bytesperline`). Same result contract as
     /// [`Detector::detect`].
     fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>> {
-        bail!("the {} backend reads frames through the CPU; buffer {} was not imported (bind_pool returned false)", self.kind(), frame.index())
+        bail!(
+            "the {} backend reads frames through the CPU; buffer {} was not imported (bind_pool returned false)",
+            self.kind(),
+            frame.index()
+        )
     }
 
     /// The backend's independent engines, one lane each, for running frames concurrently
@@ -366,7 +370,10 @@ impl std::str::FromStr for DetectorKind {
     /// Parses a backend name; the error lists the valid ones.
     fn from_str(s: &str) -> anyhow::Result<DetectorKind> {
         DetectorKind::from_name(s).ok_or_else(|| {
-            let names: Vec<&str> = DetectorKind::ALL.iter().map(|(k, n, _)| if *k == DetectorKind::Replay { "replay:FILE.jsonl" } else { *n }).collect();
+            let names: Vec<&str> = DetectorKind::ALL
+                .iter()
+                .map(|(k, n, _)| if *k == DetectorKind::Replay { "replay:FILE.jsonl" } else { *n })
+                .collect();
             anyhow::anyhow!("unknown inference backend `{s}`: valid backends are {}", names.join(", "))
         })
     }
@@ -385,16 +392,23 @@ impl std::fmt::Display for DetectorKind {
 /// checked here, once; errors name the model path and the fix.
 pub fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     match kind {
-        DetectorKind::None => Ok(Box::new(NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)).sized(opts.input_size))),
+        DetectorKind::None => Ok(Box::new(
+            NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)).sized(opts.input_size),
+        )),
         DetectorKind::Onnx => open_onnx(opts),
         DetectorKind::Rknn => Ok(Box::new(rknn::RknnDetector::open(opts)?)),
-        DetectorKind::Replay => Ok(Box::new(replay::ReplayDetector::open(&opts.model, heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement), opts.input_size, opts.score_threshold)?)),
+        DetectorKind::Replay => Ok(Box::new(replay::ReplayDetector::open(
+            &opts.model,
+            heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement),
+            opts.input_size,
+            opts.score_threshold,
+        )?)),
         DetectorKind::Auto => {
             let has_ext = |x: &str| opts.model.extension().is_some_and(|e| e.eq_ignore_ascii_case(x));
             if has_ext("rknn") {
-                return rknn::RknnDetector::open(opts)
-                    .map(|d| Box::new(d) as Box<dyn Detector>)
-                    .map_err(|e| anyhow::anyhow!("--infer auto: model {} needs the rknn backend: {e:#}", opts.model.display()));
+                return rknn::RknnDetector::open(opts).map(|d| Box::new(d) as Box<dyn Detector>).map_err(|e| {
+                    anyhow::anyhow!("--infer auto: model {} needs the rknn backend: {e:#}", opts.model.display())
+                });
             }
             if !has_ext("onnx") {
                 bail!(
@@ -512,7 +526,10 @@ mod tests {
     #[test]
     fn unknown_kind_lists_valid_ones() {
         let err = "rknnn".parse::<DetectorKind>().err().unwrap().to_string();
-        assert_eq!(err, "unknown inference backend `rknnn`: valid backends are auto, onnx, rknn, none, replay:FILE.jsonl");
+        assert_eq!(
+            err,
+            "unknown inference backend `rknnn`: valid backends are auto, onnx, rknn, none, replay:FILE.jsonl"
+        );
     }
 
     #[test]

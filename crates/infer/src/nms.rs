@@ -61,10 +61,10 @@ mod tests {
     #[test]
     fn nms_suppresses_within_class_only() {
         let dets = vec![
-            det(1, 0.6, [1.0, 0.0, 11.0, 10.0]),    // IoU 0.818 with the 0.9 box: dropped
+            det(1, 0.6, [1.0, 0.0, 11.0, 10.0]), // IoU 0.818 with the 0.9 box: dropped
             det(1, 0.9, [0.0, 0.0, 10.0, 10.0]),
-            det(2, 0.8, [0.0, 0.0, 10.0, 10.0]),    // same box, other class: kept
-            det(1, 0.7, [5.0, 0.0, 15.0, 10.0]),    // IoU 1/3 with the 0.9 box: kept
+            det(2, 0.8, [0.0, 0.0, 10.0, 10.0]),       // same box, other class: kept
+            det(1, 0.7, [5.0, 0.0, 15.0, 10.0]),       // IoU 1/3 with the 0.9 box: kept
             det(1, 0.5, [100.0, 100.0, 110.0, 110.0]), // far away: kept
         ];
         let kept = nms_per_class(dets, 0.45);

@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use tract_onnx::prelude::{
-    tvec, DatumType, Framework, InferenceFact, InferenceModel, InferenceModelExt, IntoRunnable, IntoTValue,
-    IntoTensor, PlainView, TValue, TypedModel, TypedRunnableModel,
-};
 use tract_onnx::prelude::tract_ndarray::Array4;
+use tract_onnx::prelude::{
+    tvec, DatumType, Framework, InferenceFact, InferenceModel, InferenceModelExt, IntoRunnable, IntoTValue, IntoTensor,
+    PlainView, TValue, TypedModel, TypedRunnableModel,
+};
 use tract_onnx::tract_hir::infer::Factoid;
 
 use super::heads::{self, Decoder, Dtype, OutputInfo, TensorRef};
@@ -63,21 +63,33 @@ impl OnnxDetector {
     pub fn open(opts: &DetectorOptions) -> anyhow::Result<OnnxDetector> {
         let path = opts.model.as_path();
         std::fs::metadata(path).with_context(|| {
-            format!("cannot open ONNX model {}: pass --model with a detection .onnx file such as {EXAMPLE_MODEL}", path.display())
+            format!(
+                "cannot open ONNX model {}: pass --model with a detection .onnx file such as {EXAMPLE_MODEL}",
+                path.display()
+            )
         })?;
         let model = tract_step(
             || tract_onnx::onnx().model_for_path(path),
             || format!("cannot load ONNX model {}", path.display()),
             &format!("the file may be truncated or not an ONNX model (expected e.g. {EXAMPLE_MODEL})"),
         )?;
-        let names = match model.properties.get(NAMES_KEY).map(|t| t.try_as_plain_ram().and_then(|v| v.to_scalar::<String>().cloned())) {
+        let names = match model
+            .properties
+            .get(NAMES_KEY)
+            .map(|t| t.try_as_plain_ram().and_then(|v| v.to_scalar::<String>().cloned()))
+        {
             Some(Ok(text)) => Some(parse_names_dict(&text).with_context(|| format!("model {}", path.display()))?),
             _ => None,
         };
         let (name, width, height) = check_input(path, &model, opts)?;
         let typed = tract_step(
             || prepare(model, width, height),
-            || format!("cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32", path.display()),
+            || {
+                format!(
+                    "cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32",
+                    path.display()
+                )
+            },
             &format!("use a detection model exported to ONNX such as {EXAMPLE_MODEL}"),
         )?;
         let outputs = output_infos(path, &typed)?;
@@ -258,8 +270,7 @@ fn check_input(path: &Path, model: &InferenceModel, opts: &DetectorOptions) -> a
     let outlet = outlets[0];
     let name = model.node(outlet.node).name.clone();
     let fact = model.outlet_fact(outlet)?;
-    let dims: Vec<Option<i64>> =
-        fact.shape.dims().map(|d| d.concretize().and_then(|t| t.to_i64().ok())).collect();
+    let dims: Vec<Option<i64>> = fact.shape.dims().map(|d| d.concretize().and_then(|t| t.to_i64().ok())).collect();
     let dt = fact.datum_type.concretize();
     let shape_ok = dims.len() == 4
         && matches!(dims[0], None | Some(1))
@@ -281,7 +292,12 @@ fn check_input(path: &Path, model: &InferenceModel, opts: &DetectorOptions) -> a
 /// own for a fixed input (`--input-size` must then be that or absent); for a dynamic one
 /// `--input-size`, else [`DEFAULT_DYNAMIC_SIZE`], logged in one line with the reason; a side
 /// the model fixes stays fixed (an `--input-size` with another value there is an error).
-fn input_size(path: &Path, described: &str, sides: [Option<u32>; 2], opts: &DetectorOptions) -> anyhow::Result<(u32, u32)> {
+fn input_size(
+    path: &Path,
+    described: &str,
+    sides: [Option<u32>; 2],
+    opts: &DetectorOptions,
+) -> anyhow::Result<(u32, u32)> {
     if let [Some(w), Some(h)] = sides {
         opts.check_fixed_input(path, w, h)?;
         return Ok((w, h));
@@ -298,9 +314,17 @@ fn input_size(path: &Path, described: &str, sides: [Option<u32>; 2], opts: &Dete
     }
     let why = match opts.input_size {
         Some(_) => "as --input-size asks".to_string(),
-        None => format!("--input-size not given: {}x{}, Ultralytics' default imgsz; --input-size WxH sets another", DEFAULT_DYNAMIC_SIZE.0, DEFAULT_DYNAMIC_SIZE.1),
+        None => format!(
+            "--input-size not given: {}x{}, Ultralytics' default imgsz; --input-size WxH sets another",
+            DEFAULT_DYNAMIC_SIZE.0, DEFAULT_DYNAMIC_SIZE.1
+        ),
     };
-    log::info!("model {}: input {described} is dynamic; running it at {}x{}, batch 1 ({why})", path.display(), size.0, size.1);
+    log::info!(
+        "model {}: input {described} is dynamic; running it at {}x{}, batch 1 ({why})",
+        path.display(),
+        size.0,
+        size.1
+    );
     Ok(size)
 }
 
@@ -390,9 +414,9 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcpipe_core::frame::{Fourcc, LetterboxParams};
     use crate::nms::iou;
     use crate::open_detector;
+    use zcpipe_core::frame::{Fourcc, LetterboxParams};
 
     fn root(p: &str) -> PathBuf {
         zcpipe_core::data::source_root().join(p)
@@ -411,8 +435,8 @@ mod tests {
             eprintln!("yolox_nano.onnx: load + optimize took {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
             std::sync::Mutex::new(det)
         })
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs the golden letterboxed input through the detector with the given bytesperline
@@ -560,7 +584,8 @@ mod tests {
         eprintln!("{err}");
         assert!(err.contains(&junk.display().to_string()), "{err}");
         // Missing.
-        let err = open_detector(crate::DetectorKind::Onnx, &opts(dir.path().join("missing.onnx"))).err().unwrap().to_string();
+        let err =
+            open_detector(crate::DetectorKind::Onnx, &opts(dir.path().join("missing.onnx"))).err().unwrap().to_string();
         assert!(err.contains("missing.onnx") && err.contains(EXAMPLE_MODEL), "{err}");
     }
 
@@ -568,7 +593,8 @@ mod tests {
     fn input_size_of_fixed_dynamic_and_partly_dynamic_inputs() {
         let path = Path::new("m.onnx");
         let at = |size: Option<(u32, u32)>| DetectorOptions { input_size: size, ..Default::default() };
-        let size = |sides, given| input_size(path, "images [?,3,h,w] float32", sides, &at(given)).map_err(|e| e.to_string());
+        let size =
+            |sides, given| input_size(path, "images [?,3,h,w] float32", sides, &at(given)).map_err(|e| e.to_string());
         // Fixed: its own size, given or not; another is refused naming both.
         assert_eq!(size([Some(416), Some(416)], None), Ok((416, 416)));
         assert_eq!(size([Some(640), Some(384)], Some((640, 384))), Ok((640, 384)));

@@ -114,7 +114,12 @@ impl ReplayFile {
             for d in &dets {
                 let b = d.bbox;
                 if !b.iter().all(|v| v.is_finite()) || b[2] < b[0] || b[3] < b[1] || !d.score.is_finite() {
-                    bail!("{}: box {:?} (score {}) is not [x1, y1, x2, y2] with x1 <= x2, y1 <= y2 and finite values", at(), b, d.score);
+                    bail!(
+                        "{}: box {:?} (score {}) is not [x1, y1, x2, y2] with x1 <= x2, y1 <= y2 and finite values",
+                        at(),
+                        b,
+                        d.score
+                    );
                 }
                 if let Some(label) = &d.label {
                     let c = d.class_id as usize;
@@ -136,7 +141,11 @@ impl ReplayFile {
         let Some(&last) = frames.keys().max() else {
             bail!("replay file {} has no frame lines: record one with `zcpipe run --json > FILE.jsonl`, or write lines like {{\"detections\": [{{\"class_id\": 0, \"label\": \"person\", \"score\": 0.9, \"box\": [10, 20, 110, 220]}}]}}", path.display());
         };
-        let labels = if names.iter().any(Option::is_some) { names.into_iter().enumerate().map(|(i, n)| n.unwrap_or_else(|| format!("class_{i}"))).collect() } else { Vec::new() };
+        let labels = if names.iter().any(Option::is_some) {
+            names.into_iter().enumerate().map(|(i, n)| n.unwrap_or_else(|| format!("class_{i}"))).collect()
+        } else {
+            Vec::new()
+        };
         Ok(ReplayFile { path: path.to_path_buf(), frames, period: last + 1, labels })
     }
 
@@ -163,7 +172,11 @@ impl ReplayFile {
             Some((w, h)) if src_w > 0 && src_h > 0 => (src_w as f32 / w as f32, src_h as f32 / h as f32),
             _ => (1.0, 1.0),
         };
-        f.dets.iter().filter(|d| d.score > threshold).map(|d| (d.class_id, d.score, [d.bbox[0] * sx, d.bbox[1] * sy, d.bbox[2] * sx, d.bbox[3] * sy])).collect()
+        f.dets
+            .iter()
+            .filter(|d| d.score > threshold)
+            .map(|d| (d.class_id, d.score, [d.bbox[0] * sx, d.bbox[1] * sy, d.bbox[2] * sx, d.bbox[3] * sy]))
+            .collect()
     }
 }
 
@@ -181,9 +194,19 @@ pub struct ReplayDetector {
 impl ReplayDetector {
     /// Loads `path` ([`ReplayFile::load`]'s errors); frames are asked for as `--infer none`
     /// asks (`pre`, `size`); detections scoring `<= threshold` are left out.
-    pub fn open(path: &Path, pre: heads::Preprocess, size: Option<(u32, u32)>, threshold: f32) -> Result<ReplayDetector> {
+    pub fn open(
+        path: &Path,
+        pre: heads::Preprocess,
+        size: Option<(u32, u32)>,
+        threshold: f32,
+    ) -> Result<ReplayDetector> {
         let file = ReplayFile::load(path)?;
-        log::info!("replay: {} frame lines from {}, looping every {} frames", file.len(), file.path.display(), file.period);
+        log::info!(
+            "replay: {} frame lines from {}, looping every {} frames",
+            file.len(),
+            file.path.display(),
+            file.period
+        );
         Ok(ReplayDetector { file, input: NoDetector::with(pre).sized(size), threshold, current: None })
     }
 }
@@ -211,7 +234,16 @@ impl Detector for ReplayDetector {
             .file
             .source_boxes(d.seq, lb.src_w, lb.src_h, self.threshold)
             .into_iter()
-            .map(|(class_id, score, b)| Detection { class_id, score, bbox: [b[0] * lb.scale + lb.pad_x, b[1] * lb.scale + lb.pad_y, b[2] * lb.scale + lb.pad_x, b[3] * lb.scale + lb.pad_y] })
+            .map(|(class_id, score, b)| Detection {
+                class_id,
+                score,
+                bbox: [
+                    b[0] * lb.scale + lb.pad_x,
+                    b[1] * lb.scale + lb.pad_y,
+                    b[2] * lb.scale + lb.pad_x,
+                    b[3] * lb.scale + lb.pad_y,
+                ],
+            })
             .collect();
         dets.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(dets)
@@ -273,10 +305,14 @@ mod tests {
         assert!(e("{\"detections\":[]}\nnot json\n").contains("rec.jsonl line 2: not a detections line"));
         assert!(e("{\"detections\":[{\"class_id\":0,\"box\":[5,0,1,1]}]}").contains("line 1: box [5.0, 0.0, 1.0, 1.0]"));
         assert!(e("{\"detections\":[{\"class_id\":0,\"box\":[0,0,1]}]}").contains("line 1"));
-        assert!(e("{\"seq\":1,\"detections\":[]}\n{\"seq\":1,\"detections\":[]}").contains("line 2: a second line for frame 1"));
+        assert!(e("{\"seq\":1,\"detections\":[]}\n{\"seq\":1,\"detections\":[]}")
+            .contains("line 2: a second line for frame 1"));
         assert!(e("{\"type\":\"frame\",\"seq\":1}").contains("a frame line without `detections`"));
         assert!(e("{\"width\":0,\"height\":5,\"detections\":[]}").contains("width and height must be above 0"));
         let missing = format!("{:#}", ReplayFile::load(Path::new("/nonexistent/rec.jsonl")).unwrap_err());
-        assert!(missing.contains("cannot read replay file /nonexistent/rec.jsonl") && missing.contains("zcpipe run --json"), "{missing}");
+        assert!(
+            missing.contains("cannot read replay file /nonexistent/rec.jsonl") && missing.contains("zcpipe run --json"),
+            "{missing}"
+        );
     }
 }

@@ -21,10 +21,12 @@ use zcpipe_core::data::resolve_data_path;
 use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use zcpipe_core::frame::{FrameDesc, RestartMark, Stage};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone, WantedInput};
+use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
 use zcpipe_core::pool::{offer_items, Frame, Upstream};
 use zcpipe_core::ring::{RingCounters, RingPolicy};
-use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
-use zcpipe_core::stage::{incoming, upstream_facts, Downstream, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT};
+use zcpipe_core::stage::{
+    incoming, upstream_facts, Downstream, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT,
+};
 
 use super::heads::{load_anchors, HeadKind};
 use super::labels::{resolve_labels, LabelSource};
@@ -51,15 +53,22 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.kind());
     }
     if cfg.anchors.is_some() && det.head().is_some_and(|h| h.kind() != HeadKind::Yolov5Split) {
-        log::warn!("--anchors is for the yolov5-split head; the {} head ignores it", det.head().map_or(HeadKind::Auto, |h| h.kind()));
+        log::warn!(
+            "--anchors is for the yolov5-split head; the {} head ignores it",
+            det.head().map_or(HeadKind::Auto, |h| h.kind())
+        );
     }
     let label_file = cfg.labels.as_deref().map(resolve_data_path);
     let (labels, source) = resolve_labels(&model, det.classes(), det.labels(), label_file.as_deref())?;
-    log::info!("labels: {} classes from {}", labels.len(), match source {
-        LabelSource::Model => "the model's metadata".to_string(),
-        LabelSource::File => label_file.as_deref().map_or_else(String::new, |p| p.display().to_string()),
-        LabelSource::Coco80 => "the built-in COCO list".to_string(),
-    });
+    log::info!(
+        "labels: {} classes from {}",
+        labels.len(),
+        match source {
+            LabelSource::Model => "the model's metadata".to_string(),
+            LabelSource::File => label_file.as_deref().map_or_else(String::new, |p| p.display().to_string()),
+            LabelSource::Coco80 => "the built-in COCO list".to_string(),
+        }
+    );
     let spec = det.input_spec().clone();
     let no_detector = det.kind() == DetectorKind::None;
     let lb = spec.letterbox;
@@ -73,7 +82,16 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
             lb.placement.describe()
         );
     } else {
-        log::info!("{} detector, model {} wants {}x{} {}, {} letterbox, pad {}", det.kind(), model.display(), spec.width, spec.height, spec.fourcc, lb.placement.describe(), lb.pad);
+        log::info!(
+            "{} detector, model {} wants {}x{} {}, {} letterbox, pad {}",
+            det.kind(),
+            model.display(),
+            spec.width,
+            spec.height,
+            spec.fourcc,
+            lb.placement.describe(),
+            lb.pad
+        );
     }
     if let Some(head) = det.head() {
         let family = head.preprocess();
@@ -104,18 +122,34 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         pad: lb.pad,
         placement: lb.placement,
     };
-    let hello = ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
-    let input = Upstream::join(ctx.data.socket("scale"), Stage::Scale, hello, ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?;
+    let hello =
+        ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
+    let input = Upstream::join(
+        ctx.data.socket("scale"),
+        Stage::Scale,
+        hello,
+        ctx.data.wait,
+        ctx.data.spin,
+        ctx.stop,
+        ctx.data.connect_timeout,
+    )?;
     let Some(first) = input.current() else { bail!("the scale stage hung up while we joined it") };
     log::info!("joined scale: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
     // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
     let bound = !ctx.data.copy_mode && bind(&mut *det, first)?;
 
-    let what = if no_detector { "frames without detections (--infer none)".to_string() } else { format!("{} detections", det.kind()) };
+    let what = if no_detector {
+        "frames without detections (--infer none)".to_string()
+    } else {
+        format!("{} detections", det.kind())
+    };
     let out = Out::offer(down, 8, ctx.data.ring_policy, what, labels)?;
     let fds_setup = open_fd_count();
     ctx.ready(Instant::now());
-    log::info!("serving publish (pid {}); open fds after set-up: {fds_setup}", out.tx.as_ref().map_or(0, |t| t.conn().peer_pid));
+    log::info!(
+        "serving publish (pid {}); open fds after set-up: {fds_setup}",
+        out.tx.as_ref().map_or(0, |t| t.conn().peer_pid)
+    );
     let input = RefCell::new(input);
     let down = RefCell::new(Downstream::new(listener));
 
@@ -172,7 +206,10 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
                     }
                 }
             }
-            Drained { extras: vec![("device_reads_in_place", bound.into()), ("nonfinite_skipped", nonfinite.into())], ..Drained::nothing() }
+            Drained {
+                extras: vec![("device_reads_in_place", bound.into()), ("nonfinite_skipped", nonfinite.into())],
+                ..Drained::nothing()
+            }
         },
         |_, extras| report(out.counters(), n_in, span, true, extras),
     )
@@ -209,7 +246,12 @@ struct LoopEnd {
 /// ([`Upstream`]); its new pool is given to `rebind` (the detector imports it) before the
 /// first frame from it. At end of stream, a publish stage gone for good (`out_gone`) is a
 /// hang-up naming it.
-fn next_frame(io: &Io<'_>, timeout: Duration, out_gone: impl FnOnce() -> bool, rebind: impl FnOnce(&zcpipe_core::pool::PoolConsumer) -> Result<()>) -> Result<Incoming<Frame>> {
+fn next_frame(
+    io: &Io<'_>,
+    timeout: Duration,
+    out_gone: impl FnOnce() -> bool,
+    rebind: impl FnOnce(&zcpipe_core::pool::PoolConsumer) -> Result<()>,
+) -> Result<Incoming<Frame>> {
     let mut input = io.input.borrow_mut();
     let joins = input.joins();
     let r = input.recv(timeout)?;
@@ -252,7 +294,16 @@ impl Out {
     /// Offers the hop on `conn` ([`offer_items`]).
     fn offer(conn: Conn, capacity: u32, policy: RingPolicy, what: String, labels: Vec<String>) -> Result<Out> {
         let tx = offer_items(conn, capacity, policy, what.clone(), labels.clone())?;
-        Ok(Out { tx: Some(tx), capacity, policy, what, labels, carried: RingCounters::default(), away: None, mark: None })
+        Ok(Out {
+            tx: Some(tx),
+            capacity,
+            policy,
+            what,
+            labels,
+            carried: RingCounters::default(),
+            away: None,
+            mark: None,
+        })
     }
 
     /// A publish stage joined again on `conn`.
@@ -328,7 +379,15 @@ fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
     d.stamp_in(Stage::Infer);
     let l = d.layout;
     if l.fourcc != spec.fourcc || l.width != spec.width || l.height != spec.height {
-        bail!("scale sent a {}x{} {} frame; the model needs {}x{} {}", l.width, l.height, l.fourcc, spec.width, spec.height, spec.fourcc);
+        bail!(
+            "scale sent a {}x{} {} frame; the model needs {}x{} {}",
+            l.width,
+            l.height,
+            l.fourcc,
+            spec.width,
+            spec.height,
+            spec.fourcc
+        );
     }
     Ok(d)
 }
@@ -337,7 +396,15 @@ fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
 /// [`MAX_DETECTIONS`]), stamps carried over; the infer hand-off stamp is set by [`send`].
 fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
     let lb = d.letterbox;
-    let mut dd = DetectionsDesc { seq: d.seq, timestamp_ns: d.timestamp_ns, stamps: d.stamps, width: lb.src_w, height: lb.src_h, flags: d.flags, ..Default::default() };
+    let mut dd = DetectionsDesc {
+        seq: d.seq,
+        timestamp_ns: d.timestamp_ns,
+        stamps: d.stamps,
+        width: lb.src_w,
+        height: lb.src_h,
+        flags: d.flags,
+        ..Default::default()
+    };
     for (slot, x) in dd.dets.iter_mut().zip(dets.iter().take(MAX_DETECTIONS)) {
         *slot = DetectionRecord { class_id: x.class_id, score: x.score, bbox: lb.unmap_box(x.bbox) };
     }
@@ -428,7 +495,9 @@ impl Shared {
     /// of the order.
     fn done(&mut self, n: u64, dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
         let slot = n.checked_sub(self.next_pub).and_then(|k| self.pending.get_mut(k as usize));
-        *slot.with_context(|| format!("result for dispatch number {n}, which is not pending (next to publish: {})", self.next_pub))? = Some(dd);
+        *slot.with_context(|| {
+            format!("result for dispatch number {n}, which is not pending (next to publish: {})", self.next_pub)
+        })? = Some(dd);
         while self.pending.front().is_some_and(Option::is_some) {
             let Some(Some(dd)) = self.pending.pop_front() else { break };
             self.next_pub += 1;
@@ -472,7 +541,15 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Out) -> L
         names.join(", "),
         if cap < n { format!(": --scale-buffers {} lets every lane run at once", n + 1) } else { String::new() }
     );
-    let shared = Mutex::new(Shared { out, pending: VecDeque::new(), next_pub: 0, held: vec![0; n], span: FrameSpan::default(), start: io.start, error: None });
+    let shared = Mutex::new(Shared {
+        out,
+        pending: VecDeque::new(),
+        next_pub: 0,
+        held: vec![0; n],
+        span: FrameSpan::default(),
+        start: io.start,
+        error: None,
+    });
     let cv = Condvar::new();
     let (bound, stop) = (io.bound, io.stop);
     let mut n_in = 0u64;
@@ -501,7 +578,14 @@ fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Out) -> L
 
 /// The dispatcher of [`run_lanes`]: returns why it stopped; counts the frames that came in
 /// in `n_in`.
-fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in: &mut u64) -> Result<&'static str> {
+fn dispatch(
+    io: &Io<'_>,
+    txs: &[mpsc::Sender<Job>],
+    shared: &Mutex<Shared>,
+    cv: &Condvar,
+    cap: usize,
+    n_in: &mut u64,
+) -> Result<&'static str> {
     let mut st = (n_in, 0u64);
     io.ctx.run_loop(
         &mut st,
@@ -556,7 +640,15 @@ fn dispatch(io: &Io<'_>, txs: &[mpsc::Sender<Job>], shared: &Mutex<Shared>, cv: 
 /// A lane's worker: runs each frame it is given on its engine, gives the loan back, then
 /// files the record (see [`run_lanes`]). Returns when the dispatcher drops its sender.
 #[allow(clippy::too_many_arguments)]
-fn lane_loop(lane: &mut (dyn DetectorLane + '_), i: usize, jobs: mpsc::Receiver<Job>, shared: &Mutex<Shared>, cv: &Condvar, bound: bool, stop: &AtomicBool) {
+fn lane_loop(
+    lane: &mut (dyn DetectorLane + '_),
+    i: usize,
+    jobs: mpsc::Receiver<Job>,
+    shared: &Mutex<Shared>,
+    cv: &Condvar,
+    bound: bool,
+    stop: &AtomicBool,
+) {
     for Job { n, frame, desc } in jobs {
         let failed = lock(shared).error.is_some();
         let result = (!failed).then(|| {

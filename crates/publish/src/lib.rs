@@ -54,7 +54,8 @@ pub fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::DataPath) -
         outputs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone())?));
     }
     // One tap per camera serves the web view and the snapshots alike.
-    let pixels = (cfg.http.is_some() || cfg.snapshots.is_some()).then(|| view::pixels(cfg, data, cfg.http.as_ref().map_or(view::SNAPSHOT_FPS, |h| h.view_fps)));
+    let pixels = (cfg.http.is_some() || cfg.snapshots.is_some())
+        .then(|| view::pixels(cfg, data, cfg.http.as_ref().map_or(view::SNAPSHOT_FPS, |h| h.view_fps)));
     if let (Some(h), Some(p)) = (&cfg.http, &pixels) {
         outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
     }
@@ -91,7 +92,9 @@ pub fn socket_group(name: Option<&str>) -> Result<Option<nix::unistd::Group>> {
 /// Whether this process may chown a file to group `gid` (chown(2)): root, or `gid` is its
 /// effective or a supplementary group.
 fn may_use_group(gid: nix::unistd::Gid) -> bool {
-    nix::unistd::geteuid().is_root() || nix::unistd::getegid() == gid || nix::unistd::getgroups().is_ok_and(|gs| gs.contains(&gid))
+    nix::unistd::geteuid().is_root()
+        || nix::unistd::getegid() == gid
+        || nix::unistd::getgroups().is_ok_and(|gs| gs.contains(&gid))
 }
 
 /// How publish prints frames on its stdout (`--print`).
@@ -106,8 +109,11 @@ pub enum PrintMode {
 }
 
 impl zcpipe_core::config::Choice for PrintMode {
-    const ALL: &'static [(Self, &'static str, &'static str)] =
-        &[(PrintMode::None, "none", "Nothing on stdout"), (PrintMode::Human, "human", "One readable line per frame"), (PrintMode::Json, "json", "The JSON lines clients get")];
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (PrintMode::None, "none", "Nothing on stdout"),
+        (PrintMode::Human, "human", "One readable line per frame"),
+        (PrintMode::Json, "json", "The JSON lines clients get"),
+    ];
 }
 
 use std::io::{ErrorKind, Read as _, Write as _};
@@ -187,9 +193,17 @@ impl DetectionServer {
         }
         zcpipe_core::link::remove_stale_socket(path, |p| UnixStream::connect(p).ok().map(|_| ()))
             .map_err(|e| anyhow::anyhow!("{e}, or pass another --publish path"))?;
-        let listener = UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
-        Ok(DetectionServer { listener, path: path.to_path_buf(), clients: vec![], stats: ServerStats::default(), slow_timeout: Duration::from_secs(5), serviced: None })
+        Ok(DetectionServer {
+            listener,
+            path: path.to_path_buf(),
+            clients: vec![],
+            stats: ServerStats::default(),
+            slow_timeout: Duration::from_secs(5),
+            serviced: None,
+        })
     }
 
     /// Who may connect: the owner, and the members of `group` when given (socket mode 0660,
@@ -199,9 +213,15 @@ impl DetectionServer {
     /// members can reach the socket and still cannot add or replace files in it.
     pub fn share_with(&self, group: Option<&nix::unistd::Group>) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        let set = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).with_context(|| format!("chmod {mode:o} {}", p.display()));
+        let set = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("chmod {mode:o} {}", p.display()))
+        };
         let Some(g) = group else { return set(&self.path, 0o600) };
-        let chgrp = |p: &Path| std::os::unix::fs::chown(p, None, Some(g.gid.as_raw())).with_context(|| format!("giving {} to group {} (--socket-group)", p.display(), g.name));
+        let chgrp = |p: &Path| {
+            std::os::unix::fs::chown(p, None, Some(g.gid.as_raw()))
+                .with_context(|| format!("giving {} to group {} (--socket-group)", p.display(), g.name))
+        };
         chgrp(&self.path)?;
         set(&self.path, 0o660)?;
         if let Some(dir) = self.path.parent().filter(|d| *d == zcpipe_core::config::runtime_base()) {
@@ -238,7 +258,15 @@ impl DetectionServer {
                     if s.set_nonblocking(true).is_ok() {
                         log::info!("client {} connected", self.stats.accepted);
                         self.stats.accepted += 1;
-                        self.clients.push(Client { stream: s, pending: vec![], last_progress: Instant::now(), starved_since: None, sent: 0, skipped: 0, discarded: 0 });
+                        self.clients.push(Client {
+                            stream: s,
+                            pending: vec![],
+                            last_progress: Instant::now(),
+                            starved_since: None,
+                            sent: 0,
+                            skipped: 0,
+                            discarded: 0,
+                        });
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,

@@ -74,11 +74,17 @@ impl Pixels {
         let mut slots = vec![];
         let mut threads = vec![];
         for (upstream, socket) in cameras {
-            let slot = Arc::new(Slot { latest: Mutex::new(None), wanted_until_ms: AtomicU64::new(0), counters: Mutex::new(PixelCounters::default()) });
+            let slot = Arc::new(Slot {
+                latest: Mutex::new(None),
+                wanted_until_ms: AtomicU64::new(0),
+                counters: Mutex::new(PixelCounters::default()),
+            });
             slots.push(slot.clone());
             let stop = stop.clone();
             let name = upstream.clone();
-            let t = std::thread::Builder::new().name(format!("view-{upstream}")).spawn(move || camera_loop(&upstream, socket, &slot, &stop, epoch, period));
+            let t = std::thread::Builder::new()
+                .name(format!("view-{upstream}"))
+                .spawn(move || camera_loop(&upstream, socket, &slot, &stop, epoch, period));
             match t {
                 Ok(t) => threads.push(t),
                 Err(e) => log::warn!("web view: no thread for the pixels of {name}: {e}"),
@@ -133,7 +139,10 @@ fn camera_loop(upstream: &str, socket: PathBuf, slot: &Slot, stop: &AtomicBool, 
         let wanted = slot.wanted_until_ms.load(Ordering::Relaxed) > epoch.elapsed().as_millis() as u64;
         if !wanted {
             if let Some(t) = tap.take() {
-                log::debug!("web view: nobody watches {upstream}; its tap leaves ({} frames seen)", t.counters().frames);
+                log::debug!(
+                    "web view: nobody watches {upstream}; its tap leaves ({} frames seen)",
+                    t.counters().frames
+                );
                 slot.counters.lock().unwrap_or_else(|p| p.into_inner()).joined = false;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -167,7 +176,13 @@ fn camera_loop(upstream: &str, socket: PathBuf, slot: &Slot, stop: &AtomicBool, 
         drop(frame);
         match converted {
             Ok((w, h)) => {
-                let f = RgbFrame { seq: d.seq, timestamp_ns: d.timestamp_ns, width: w, height: h, rgb: Arc::new(std::mem::take(&mut rgb)) };
+                let f = RgbFrame {
+                    seq: d.seq,
+                    timestamp_ns: d.timestamp_ns,
+                    width: w,
+                    height: h,
+                    rgb: Arc::new(std::mem::take(&mut rgb)),
+                };
                 *slot.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
                 slot.counters.lock().unwrap_or_else(|p| p.into_inner()).frames_read += 1;
             }

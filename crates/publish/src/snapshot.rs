@@ -83,28 +83,52 @@ impl Snapshots {
     pub fn start(cfg: &SnapshotConfig, cameras: &[String], pixels: Arc<Pixels>) -> Result<Snapshots> {
         for c in cameras {
             let d = cfg.dir.join(c);
-            std::fs::create_dir_all(&d).with_context(|| format!("--snapshot-dir: cannot create {}: pick a folder this user can write", d.display()))?;
+            std::fs::create_dir_all(&d).with_context(|| {
+                format!("--snapshot-dir: cannot create {}: pick a folder this user can write", d.display())
+            })?;
         }
         let (tx, rx) = sync_channel(QUEUE);
         let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
         let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
         let (l, c, names, dir, keep) = (latest.clone(), counters.clone(), cameras.to_vec(), cfg.dir.clone(), cfg.keep);
-        let thread = std::thread::Builder::new().name("snapshots".into()).spawn(move || worker(rx, &dir, keep, &names, &pixels, &l, &c)).context("starting the snapshot thread")?;
+        let thread = std::thread::Builder::new()
+            .name("snapshots".into())
+            .spawn(move || worker(rx, &dir, keep, &names, &pixels, &l, &c))
+            .context("starting the snapshot thread")?;
         log::info!(
             "snapshots in {}: {}{}, newest {} per camera",
             cfg.dir.display(),
             cfg.every.map_or_else(String::new, |e| format!("every {:.1} s", e.as_secs_f64())),
-            if cfg.on_new { if cfg.every.is_some() { " and on each new object" } else { "on each new object" } } else { "" },
+            if cfg.on_new {
+                if cfg.every.is_some() {
+                    " and on each new object"
+                } else {
+                    "on each new object"
+                }
+            } else {
+                ""
+            },
             cfg.keep
         );
-        Ok(Snapshots { cameras: cameras.to_vec(), every: cfg.every, on_new: cfg.on_new, last: vec![None; cameras.len()], latest, tx: Some(tx), counters, thread: Some(thread) })
+        Ok(Snapshots {
+            cameras: cameras.to_vec(),
+            every: cfg.every,
+            on_new: cfg.on_new,
+            last: vec![None; cameras.len()],
+            latest,
+            tx: Some(tx),
+            counters,
+            thread: Some(thread),
+        })
     }
 
     fn request(&mut self, camera: usize, why: String) {
         let Some(tx) = &self.tx else { return };
         match tx.try_send(Request { camera, why }) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.counters.lock().unwrap_or_else(|p| p.into_inner()).dropped += 1,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.counters.lock().unwrap_or_else(|p| p.into_inner()).dropped += 1
+            }
         }
     }
 }
@@ -117,11 +141,17 @@ impl Output for Snapshots {
     fn line(&mut self, line: &SocketLine) {
         match line {
             SocketLine::Frame(f) => {
-                let Some(cam) = self.cameras.iter().position(|c| *c == f.camera).or((self.cameras.len() == 1).then_some(0)) else { return };
+                let Some(cam) =
+                    self.cameras.iter().position(|c| *c == f.camera).or((self.cameras.len() == 1).then_some(0))
+                else {
+                    return;
+                };
                 self.latest.lock().unwrap_or_else(|p| p.into_inner())[cam] = Some(f.clone());
             }
             SocketLine::Event(e) if self.on_new && e.event == "new" => {
-                if let Some(cam) = self.cameras.iter().position(|c| *c == e.camera).or((self.cameras.len() == 1).then_some(0)) {
+                if let Some(cam) =
+                    self.cameras.iter().position(|c| *c == e.camera).or((self.cameras.len() == 1).then_some(0))
+                {
                     self.request(cam, format!("new-{}-{}", e.label, e.track_id));
                 }
             }
@@ -131,7 +161,8 @@ impl Output for Snapshots {
 
     fn tick(&mut self) {
         let Some(every) = self.every else { return };
-        let have: Vec<bool> = self.latest.lock().unwrap_or_else(|p| p.into_inner()).iter().map(Option::is_some).collect();
+        let have: Vec<bool> =
+            self.latest.lock().unwrap_or_else(|p| p.into_inner()).iter().map(Option::is_some).collect();
         for (cam, &sent) in have.iter().enumerate() {
             // Only cameras that sent a frame: a camera that is away gets no pictures.
             if sent && self.last[cam].is_none_or(|t| t.elapsed() >= every) {
@@ -158,7 +189,15 @@ fn unix_ms() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
-fn worker(rx: Receiver<Request>, dir: &Path, keep: usize, cameras: &[String], pixels: &Pixels, latest: &Mutex<Vec<Option<FrameJson>>>, counters: &Mutex<SnapshotCounters>) {
+fn worker(
+    rx: Receiver<Request>,
+    dir: &Path,
+    keep: usize,
+    cameras: &[String],
+    pixels: &Pixels,
+    latest: &Mutex<Vec<Option<FrameJson>>>,
+    counters: &Mutex<SnapshotCounters>,
+) {
     let count = |f: &dyn Fn(&mut SnapshotCounters)| f(&mut counters.lock().unwrap_or_else(|p| p.into_inner()));
     while let Ok(req) = rx.recv() {
         let cam = req.camera;
@@ -219,14 +258,22 @@ fn worker(rx: Receiver<Request>, dir: &Path, keep: usize, cameras: &[String], pi
 /// `new-...jpg`. Nothing else in the folder is counted or removed.
 fn is_snapshot_name(name: &str) -> bool {
     let b = name.as_bytes();
-    b.len() > 14 && b[..13].iter().all(u8::is_ascii_digit) && b[13] == b'-' && name.ends_with(".jpg") && (name[14..] == *"every.jpg" || name[14..].starts_with("new-"))
+    b.len() > 14
+        && b[..13].iter().all(u8::is_ascii_digit)
+        && b[13] == b'-'
+        && name.ends_with(".jpg")
+        && (name[14..] == *"every.jpg" || name[14..].starts_with("new-"))
 }
 
 /// Removes the oldest snapshots ([`is_snapshot_name`]) of `folder` beyond the newest `keep`
 /// (names sort by time); any other file is left alone. Returns how many were removed.
 fn prune(folder: &Path, keep: usize) -> u64 {
     let Ok(rd) = std::fs::read_dir(folder) else { return 0 };
-    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| is_snapshot_name(&n.to_string_lossy()))).collect();
+    let mut names: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| is_snapshot_name(&n.to_string_lossy())))
+        .collect();
     if names.len() <= keep {
         return 0;
     }
@@ -251,9 +298,16 @@ mod tests {
         std::fs::write(d.path().join("zzz-mine.jpg"), b"x").unwrap();
         std::fs::write(d.path().join("0000000000000-new-person-1.jpg"), b"x").unwrap();
         assert_eq!(prune(d.path(), 2), 4);
-        let mut left: Vec<String> = std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         left.sort();
-        assert_eq!(left, ["0000000000004-every.jpg", "0000000000005-every.jpg", "0001-holiday.jpg", "notes.txt", "zzz-mine.jpg"]);
+        assert_eq!(
+            left,
+            ["0000000000004-every.jpg", "0000000000005-every.jpg", "0001-holiday.jpg", "notes.txt", "zzz-mine.jpg"]
+        );
         assert_eq!(prune(d.path(), 2), 0);
     }
 }

@@ -8,18 +8,18 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use zcpipe_core::detections::DetectionsDesc;
 use zcpipe_core::channel::{Receiver, Recv};
+use zcpipe_core::detections::DetectionsDesc;
 use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage};
-use zcpipe_core::link::{Offer, PeerGone};
 use zcpipe_core::link::{Conn, ControlMsg, Listener};
-use zcpipe_core::pool::join;
+use zcpipe_core::link::{Offer, PeerGone};
 use zcpipe_core::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
+use zcpipe_core::pool::join;
 use zcpipe_core::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
+use super::output::Outputs;
 use super::schema::{DetectionJson, EventJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
 use super::track::{EventKind, Observation, TrackEvent, Tracker, TrackerKind, Zone};
-use super::output::Outputs;
 use super::{DetectionServer, PrintMode, PublishConfig, TrackConfig};
 
 /// The tracking of every camera: one [`Tracker`] each, made at the camera's first frame
@@ -50,12 +50,21 @@ pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// again; removed when the stage ends normally.
 pub const TRACK_IDS_FILE: &str = "publish.track-ids";
 
-const EVENT_KINDS: [EventKind; 5] = [EventKind::New, EventKind::EnteredZone, EventKind::LeftZone, EventKind::Stationary, EventKind::End];
+const EVENT_KINDS: [EventKind; 5] =
+    [EventKind::New, EventKind::EnteredZone, EventKind::LeftZone, EventKind::Stationary, EventKind::End];
 
 impl Tracking {
     /// Tracking for `cameras` (in the run's order) as `cfg` says.
     pub fn new(cfg: TrackConfig, cameras: &[String]) -> Tracking {
-        Tracking { trackers: cameras.iter().map(|_| None).collect(), arrived: vec![None; cameras.len()], slow_said: vec![false; cameras.len()], cameras: cameras.to_vec(), ids_file: None, cfg, counts: [0; 5] }
+        Tracking {
+            trackers: cameras.iter().map(|_| None).collect(),
+            arrived: vec![None; cameras.len()],
+            slow_said: vec![false; cameras.len()],
+            cameras: cameras.to_vec(),
+            ids_file: None,
+            cfg,
+            counts: [0; 5],
+        }
     }
 
     /// Keeps each camera's next id in `file` (read back when a restarted stage starts, so
@@ -75,9 +84,16 @@ impl Tracking {
     /// Writes every camera's next id to the ids file (through a temporary file and a rename).
     fn keep_ids(&self) {
         let Some(f) = &self.ids_file else { return };
-        let ids: serde_json::Map<String, serde_json::Value> = self.cameras.iter().zip(&self.trackers).filter_map(|(c, t)| Some((c.clone(), t.as_ref()?.next_id().into()))).collect();
+        let ids: serde_json::Map<String, serde_json::Value> = self
+            .cameras
+            .iter()
+            .zip(&self.trackers)
+            .filter_map(|(c, t)| Some((c.clone(), t.as_ref()?.next_id().into())))
+            .collect();
         let tmp = f.with_extension("track-ids.tmp");
-        if let Err(e) = std::fs::write(&tmp, serde_json::Value::Object(ids).to_string()).and_then(|()| std::fs::rename(&tmp, f)) {
+        if let Err(e) =
+            std::fs::write(&tmp, serde_json::Value::Object(ids).to_string()).and_then(|()| std::fs::rename(&tmp, f))
+        {
             log::warn!("keeping the next track ids in {}: {e}", f.display());
         }
     }
@@ -112,17 +128,28 @@ impl Tracking {
         }
         let kept = if self.trackers[cam].is_none() { self.kept_id(cam) } else { None };
         if let Some(id) = kept {
-            log::info!("camera {}: track ids go on from {id} (kept by the publish stage before this one)", self.cameras[cam]);
+            log::info!(
+                "camera {}: track ids go on from {id} (kept by the publish stage before this one)",
+                self.cameras[cam]
+            );
         }
         self.arrived[cam] = Some(Instant::now());
         let tracker = self.trackers[cam].get_or_insert_with(|| {
-            let zones: Vec<Zone> = self.cfg.zones.get(cam).cloned().unwrap_or_default().into_iter().filter(|z| match z.check_inside(&self.cameras[cam], f.width, f.height) {
-                Ok(()) => true,
-                Err(e) => {
-                    log::error!("{e:#}: zone {} is left out", z.name);
-                    false
-                }
-            }).collect();
+            let zones: Vec<Zone> = self
+                .cfg
+                .zones
+                .get(cam)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|z| match z.check_inside(&self.cameras[cam], f.width, f.height) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::error!("{e:#}: zone {} is left out", z.name);
+                        false
+                    }
+                })
+                .collect();
             Tracker::new(self.cfg.params.clone(), zones).first_id(kept.unwrap_or(1))
         });
         let interval = tracker.last_frame_ns().map(|l| t_ns.saturating_sub(l));
@@ -136,14 +163,16 @@ impl Tracking {
             );
         }
         let next_id = tracker.next_id();
-        let obs: Vec<Observation> = f.detections.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
+        let obs: Vec<Observation> =
+            f.detections.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
         let mut events = vec![];
         let ids = tracker.update(t_ns, &obs, &mut events);
         for (d, id) in f.detections.iter_mut().zip(ids) {
             d.track_id = id;
         }
         if !tracker.zones().is_empty() {
-            let mut zones: BTreeMap<String, BTreeMap<String, u32>> = tracker.zones().iter().map(|z| (z.name.clone(), BTreeMap::new())).collect();
+            let mut zones: BTreeMap<String, BTreeMap<String, u32>> =
+                tracker.zones().iter().map(|z| (z.name.clone(), BTreeMap::new())).collect();
             for (z, class, n) in tracker.zone_counts() {
                 zones.entry(tracker.zones()[z].name.clone()).or_default().insert(label_of(labels, class), n);
             }
@@ -162,7 +191,9 @@ impl Tracking {
         let keepalive = std::time::Duration::from_nanos(self.cfg.params.keepalive_ns);
         let mut out = vec![];
         for cam in 0..self.trackers.len() {
-            let Some(since) = self.arrived[cam].map(|a| a.elapsed()).filter(|e| *e > keepalive + IDLE_GRACE) else { continue };
+            let Some(since) = self.arrived[cam].map(|a| a.elapsed()).filter(|e| *e > keepalive + IDLE_GRACE) else {
+                continue;
+            };
             let mut events = vec![];
             if let Some(t) = &mut self.trackers[cam] {
                 let now = t.last_frame_ns().unwrap_or(0).saturating_add(since.as_nanos() as u64);
@@ -212,7 +243,8 @@ impl Tracking {
     /// The report's `tracking`: the tracker, events sent by kind, tracks live now.
     pub fn report(&self) -> serde_json::Value {
         let live: usize = self.trackers.iter().flatten().map(|t| t.live()).sum();
-        let events: serde_json::Map<String, serde_json::Value> = EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n.into())).collect();
+        let events: serde_json::Map<String, serde_json::Value> =
+            EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n.into())).collect();
         serde_json::json!({"tracker": zcpipe_core::config::Choice::name(self.cfg.params.kind), "events": events, "live_tracks": live})
     }
 }
@@ -238,7 +270,13 @@ pub fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Op
         timestamp_ns: d.timestamp_ns,
         width: d.width,
         height: d.height,
-        latency_us: LatencyJson { capture: r(lat[0]), scale: r(lat[1]), infer: r(lat[2]), publish: r(lat[3]), total: r(lat[4]) },
+        latency_us: LatencyJson {
+            capture: r(lat[0]),
+            scale: r(lat[1]),
+            infer: r(lat[2]),
+            publish: r(lat[3]),
+            total: r(lat[4]),
+        },
         detections: d.dets[..d.count as usize]
             .iter()
             .map(|x| DetectionJson {
@@ -260,7 +298,10 @@ pub fn human_line(f: &FrameJson) -> String {
         .iter()
         .map(|d| {
             let id = d.track_id.map(|i| format!(" #{i}")).unwrap_or_default();
-            format!("{}{id} {:.2} [{:.0},{:.0},{:.0},{:.0}]", d.label, d.score, d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3])
+            format!(
+                "{}{id} {:.2} [{:.0},{:.0},{:.0},{:.0}]",
+                d.label, d.score, d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3]
+            )
         })
         .collect();
     format!(
@@ -297,29 +338,50 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     // Per camera (several only): its frames and latencies, for the report's `cameras`.
     let mut per_cam: Vec<(LatencySet, FrameSpan)> = cfg.cameras.iter().map(|_| Default::default()).collect();
     let several = cfg.cameras.len() > 1;
-    let camera_name = |d: &DetectionsDesc| cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)));
+    let camera_name = |d: &DetectionsDesc| {
+        cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)))
+    };
     let mut n_in = 0u64;
     let stdout = std::io::stdout();
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one handed out.
-    let report = |server: &DetectionServer, lat: &LatencySet, per_cam: &[(LatencySet, FrameSpan)], n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+    let report = |server: &DetectionServer,
+                  lat: &LatencySet,
+                  per_cam: &[(LatencySet, FrameSpan)],
+                  n_in: u64,
+                  span: FrameSpan,
+                  final_report: bool,
+                  mut extra: Extras| {
         extra.push(("server", serde_json::to_value(server.stats()).unwrap_or_default()));
         if several {
             let cams: serde_json::Map<String, serde_json::Value> = cfg
                 .cameras
                 .iter()
                 .zip(per_cam)
-                .map(|(name, (l, s))| (name.clone(), serde_json::json!({"frames": s.frames, "out_span": s, "latency": l.summary()})))
+                .map(|(name, (l, s))| {
+                    (name.clone(), serde_json::json!({"frames": s.frames, "out_span": s, "latency": l.summary()}))
+                })
                 .collect();
             extra.push(("cameras", cams.into()));
         }
-        ctx.reporter.send(&StageReport { frames_in: n_in, frames_out: span.frames, latency: lat.summary(), out_span: Some(span), ..ctx.report(start, final_report, extra) })
+        ctx.reporter.send(&StageReport {
+            frames_in: n_in,
+            frames_out: span.frames,
+            latency: lat.summary(),
+            out_span: Some(span),
+            ..ctx.report(start, final_report, extra)
+        })
     };
     let validate = |d: &DetectionsDesc| d.validate();
-    let mut tracking = Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
+    let mut tracking =
+        Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
     // Hands a line to every client and every output, and prints it as --print says: the
     // JSON line, or `human`.
-    let send = |server: &mut DetectionServer, outputs: &mut Outputs, typed: &SocketLine, line: &str, human: &dyn Fn() -> String| {
+    let send = |server: &mut DetectionServer,
+                outputs: &mut Outputs,
+                typed: &SocketLine,
+                line: &str,
+                human: &dyn Fn() -> String| {
         server.broadcast(line.as_bytes());
         outputs.line(typed);
         match cfg.print {
@@ -337,12 +399,19 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             let typed = SocketLine::Event(e);
             let line = typed.to_line()?;
             let SocketLine::Event(e) = &typed else { unreachable!("built as an event just above") };
-            send(server, outputs, &typed, &line, &|| if several { format!("{}: {}", e.camera, human_event(e)) } else { human_event(e) });
+            send(server, outputs, &typed, &line, &|| {
+                if several {
+                    format!("{}: {}", e.camera, human_event(e))
+                } else {
+                    human_event(e)
+                }
+            });
         }
         Ok(())
     };
     let ended = {
-        let mut state = (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking, &mut outputs);
+        let mut state =
+            (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking, &mut outputs);
         ctx.run_loop(
             &mut state,
             |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
@@ -373,11 +442,22 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
                 let camera = camera_name(&d);
                 if let Some(m) = RestartMark::from_flags(d.flags) {
-                    log::info!("the {} stage restarted; {} frames lost; frame {} of camera {camera} follows", m.stage.name(), m.lost, d.seq);
+                    log::info!(
+                        "the {} stage restarted; {} frames lost; frame {} of camera {camera} follows",
+                        m.stage.name(),
+                        m.lost,
+                        d.seq
+                    );
                     // A capture stage is one camera's; any other stage serves every camera, so
                     // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
                     let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
-                    let n = NoticeJson { stage: m.stage.name().into(), camera: about, event: "restarted".into(), frames_lost: m.lost.into(), seq: d.seq };
+                    let n = NoticeJson {
+                        stage: m.stage.name().into(),
+                        camera: about,
+                        event: "restarted".into(),
+                        frames_lost: m.lost.into(),
+                        seq: d.seq,
+                    };
                     let typed = SocketLine::Notice(n.clone());
                     let line = typed.to_line()?;
                     send(server, outputs, &typed, &line, &|| super::watch::notice_line(&n));
@@ -475,14 +555,23 @@ impl Infer {
     fn refuse(&mut self, path: &std::path::Path, why: &str) {
         self.refused += 1;
         if self.refused <= 20 || self.refused.is_power_of_two() {
-            log::warn!("refused what answered as the infer stage on {} ({} so far): {why}", path.display(), self.refused);
+            log::warn!(
+                "refused what answered as the infer stage on {} ({} so far): {why}",
+                path.display(),
+                self.refused
+            );
         }
     }
 
     /// The next record ([`Receiver::recv`]). Infer's hang-up is not an end: the old ring is
     /// let go and, every 50 ms, this tries to join the restarted infer stage (whose labels
     /// must be `labels`), returning [`Recv::Idle`] meanwhile.
-    fn recv(&mut self, validate: &dyn Fn(&DetectionsDesc) -> std::result::Result<(), String>, ctx: &StageCtx<'_>, labels: &[String]) -> Result<Recv<DetectionsDesc>> {
+    fn recv(
+        &mut self,
+        validate: &dyn Fn(&DetectionsDesc) -> std::result::Result<(), String>,
+        ctx: &StageCtx<'_>,
+        labels: &[String],
+    ) -> Result<Recv<DetectionsDesc>> {
         if let Some(rx) = &mut self.rx {
             return match rx.recv(validate, &mut |_, _| {}, IDLE_WAIT) {
                 Ok(Recv::Hangup) => {
@@ -493,7 +582,10 @@ impl Infer {
                     Ok(Recv::Idle)
                 }
                 Err(e) if PeerGone::is_in(&e) => {
-                    log::warn!("the infer stage (pid {}) hung up ({e:#}); waiting for it to come back", rx.conn().peer_pid);
+                    log::warn!(
+                        "the infer stage (pid {}) hung up ({e:#}); waiting for it to come back",
+                        rx.conn().peer_pid
+                    );
                     self.rejected_before += rx.own_counts().rejected;
                     self.rx = None;
                     self.away = Some(Instant::now());

@@ -91,8 +91,15 @@ fn capture_stages(cfg: &super::PublishConfig) -> Vec<String> {
 /// The taps on `cfg`'s cameras' capture stages in data path `data` (each at its listening
 /// socket), converting at most `max_fps` frames a second per camera: one [`Pixels`] for the
 /// web view and the snapshots.
-pub fn pixels(cfg: &super::PublishConfig, data: &zcpipe_core::config::DataPath, max_fps: f64) -> std::sync::Arc<Pixels> {
-    std::sync::Arc::new(Pixels::start(capture_stages(cfg).into_iter().map(|s| (s.clone(), data.socket(&s))).collect(), max_fps))
+pub fn pixels(
+    cfg: &super::PublishConfig,
+    data: &zcpipe_core::config::DataPath,
+    max_fps: f64,
+) -> std::sync::Arc<Pixels> {
+    std::sync::Arc::new(Pixels::start(
+        capture_stages(cfg).into_iter().map(|s| (s.clone(), data.socket(&s))).collect(),
+        max_fps,
+    ))
 }
 
 impl ViewSource for TapPixels {
@@ -133,4 +140,3 @@ impl ViewSource for NoPixels {
         Some(NO_PIXELS.to_string())
     }
 }
-

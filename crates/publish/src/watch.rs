@@ -74,7 +74,14 @@ pub fn notice_line(n: &NoticeJson) -> String {
 ///
 /// Errors if a line is not UTF-8, another read error than a reset or EOF, or `out` cannot
 /// be written (other than a broken pipe).
-pub fn print_stream(input: impl BufRead, out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool) -> Result<StreamEnd> {
+pub fn print_stream(
+    input: impl BufRead,
+    out: impl Write,
+    json: bool,
+    count: Option<u64>,
+    frames: &mut u64,
+    stop: &AtomicBool,
+) -> Result<StreamEnd> {
     print_camera(input, out, json, count, frames, stop, Filter::default())
 }
 
@@ -92,7 +99,15 @@ pub struct Filter<'a> {
 /// of other cameras are skipped and not counted (a notice about a stage that serves every
 /// camera is kept); with `events_only`, only event lines and notices are written, and
 /// `count` (and `frames`) count events instead of frames.
-pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count: Option<u64>, frames: &mut u64, stop: &AtomicBool, filter: Filter<'_>) -> Result<StreamEnd> {
+pub fn print_camera(
+    input: impl BufRead,
+    mut out: impl Write,
+    json: bool,
+    count: Option<u64>,
+    frames: &mut u64,
+    stop: &AtomicBool,
+    filter: Filter<'_>,
+) -> Result<StreamEnd> {
     let camera = filter.camera;
     // Cameras whose frames were skipped, while none of `camera` came: said once after
     // SKIPPED_HINT lines, so a misspelt name is not a silent wait.
@@ -104,7 +119,9 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
         }
         let line = match line {
             Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(anyhow::Error::new(e).context("reading the detections socket")),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(anyhow::Error::new(e).context("reading the detections socket"))
+            }
             Err(_) => return Ok(StreamEnd::Eof),
         };
         let parsed = SocketLine::parse(&line);
@@ -115,7 +132,11 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
                 if skipped == SKIPPED_HINT && *frames == 0 {
                     others.insert(f.camera.clone());
                     let seen: Vec<&str> = others.iter().map(String::as_str).collect();
-                    log::warn!("{SKIPPED_HINT} frames and none of camera {}; cameras seen: {}", camera.unwrap_or(""), seen.join(", "));
+                    log::warn!(
+                        "{SKIPPED_HINT} frames and none of camera {}; cameras seen: {}",
+                        camera.unwrap_or(""),
+                        seen.join(", ")
+                    );
                 } else if skipped < SKIPPED_HINT {
                     others.insert(f.camera.clone());
                 }
@@ -125,10 +146,16 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
         if matches!(&parsed, Ok(SocketLine::Notice(n)) if !n.camera.is_empty() && other_camera(&n.camera)) {
             continue;
         }
-        if matches!(&parsed, Ok(SocketLine::Event(e)) if other_camera(&e.camera)) || (filter.events_only && matches!(&parsed, Ok(SocketLine::Frame(_)))) {
+        if matches!(&parsed, Ok(SocketLine::Event(e)) if other_camera(&e.camera))
+            || (filter.events_only && matches!(&parsed, Ok(SocketLine::Frame(_))))
+        {
             continue;
         }
-        let is_counted = if filter.events_only { matches!(parsed, Ok(SocketLine::Event(_))) } else { matches!(parsed, Ok(SocketLine::Frame(_))) };
+        let is_counted = if filter.events_only {
+            matches!(parsed, Ok(SocketLine::Event(_)))
+        } else {
+            matches!(parsed, Ok(SocketLine::Frame(_)))
+        };
         let written = match parsed {
             Ok(SocketLine::End(_)) => {
                 log::info!("stream ended: {line}");
@@ -173,12 +200,28 @@ pub fn print_camera(input: impl BufRead, mut out: impl Write, json: bool, count:
 pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     let path = args.path.clone().unwrap_or_else(|| default_socket_path(&args.instance));
     let mut s = UnixStream::connect(&path).with_context(|| {
-        let run = if args.instance == "default" { "zcpipe run".to_string() } else { format!("zcpipe run --instance {}", args.instance) };
-        format!("no zcpipe is publishing at {}: start `{run}`, or pass the socket path given to --publish", path.display())
+        let run = if args.instance == "default" {
+            "zcpipe run".to_string()
+        } else {
+            format!("zcpipe run --instance {}", args.instance)
+        };
+        format!(
+            "no zcpipe is publishing at {}: start `{run}`, or pass the socket path given to --publish",
+            path.display()
+        )
     })?;
     let mut frames = 0u64;
     loop {
-        if print_camera(BufReader::new(s), std::io::stdout().lock(), args.json, args.count, &mut frames, stop, Filter { camera: args.camera.as_deref(), events_only: args.events })? != StreamEnd::Eof {
+        if print_camera(
+            BufReader::new(s),
+            std::io::stdout().lock(),
+            args.json,
+            args.count,
+            &mut frames,
+            stop,
+            Filter { camera: args.camera.as_deref(), events_only: args.events },
+        )? != StreamEnd::Eof
+        {
             return Ok(());
         }
         log::warn!("{} closed without an end of stream (the publish stage died, or dropped this client for taking nothing for 5 s); reconnecting", path.display());
@@ -222,7 +265,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.sock");
         let mut srv = DetectionServer::bind(&path).unwrap();
-        let cfg = WatchConfig { path: Some(path.clone()), instance: "default".into(), json: false, count: None, camera: None, events: false, reconnect_for };
+        let cfg = WatchConfig {
+            path: Some(path.clone()),
+            instance: "default".into(),
+            json: false,
+            count: None,
+            camera: None,
+            events: false,
+            reconnect_for,
+        };
         static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let watcher = std::thread::spawn(move || watch(cfg, &NEVER));
         wait_client(&mut srv);
@@ -235,13 +286,55 @@ mod tests {
     fn print_camera_events_only() {
         use super::super::schema::{EventJson, FrameJson};
         static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        let frame = |camera: &str| SocketLine::Frame(FrameJson { camera: camera.into(), seq: 1, timestamp_ns: 1, width: 64, height: 48, latency_us: Default::default(), detections: vec![], zones: None }).to_line().unwrap();
+        let frame = |camera: &str| {
+            SocketLine::Frame(FrameJson {
+                camera: camera.into(),
+                seq: 1,
+                timestamp_ns: 1,
+                width: 64,
+                height: 48,
+                latency_us: Default::default(),
+                detections: vec![],
+                zones: None,
+            })
+            .to_line()
+            .unwrap()
+        };
         let event = |camera: &str, event: &str, zone: Option<&str>| {
-            let e = EventJson { event: event.into(), camera: camera.into(), track_id: 3, label: "person".into(), class_id: 0, score: 0.912, zone: zone.map(Into::into), first_seen_ns: 1, last_seen_ns: 2, timestamp_ns: 2, bbox: [1.0, 2.0, 3.0, 4.0] };
+            let e = EventJson {
+                event: event.into(),
+                camera: camera.into(),
+                track_id: 3,
+                label: "person".into(),
+                class_id: 0,
+                score: 0.912,
+                zone: zone.map(Into::into),
+                first_seen_ns: 1,
+                last_seen_ns: 2,
+                timestamp_ns: 2,
+                bbox: [1.0, 2.0, 3.0, 4.0],
+            };
             SocketLine::Event(e).to_line().unwrap()
         };
-        let notice = SocketLine::Notice(NoticeJson { stage: "infer".into(), camera: String::new(), event: "restarted".into(), frames_lost: 2, seq: 5 }).to_line().unwrap();
-        let input = [frame("front"), event("front", "new", None), notice, event("door", "new", None), event("front", "entered_zone", Some("gate")), frame("front"), event("front", "end", None)].concat();
+        let notice = SocketLine::Notice(NoticeJson {
+            stage: "infer".into(),
+            camera: String::new(),
+            event: "restarted".into(),
+            frames_lost: 2,
+            seq: 5,
+        })
+        .to_line()
+        .unwrap();
+        let input = [
+            frame("front"),
+            event("front", "new", None),
+            notice,
+            event("door", "new", None),
+            event("front", "entered_zone", Some("gate")),
+            frame("front"),
+            event("front", "end", None),
+        ]
+        .concat();
         let mut out = Vec::new();
         let mut n = 0;
         let only = Filter { camera: Some("front"), events_only: true };
@@ -253,10 +346,22 @@ mod tests {
         );
         let mut out = Vec::new();
         let mut n = 0;
-        print_camera(input.as_bytes(), &mut out, true, None, &mut n, &NEVER, Filter { camera: None, events_only: true }).unwrap();
+        print_camera(
+            input.as_bytes(),
+            &mut out,
+            true,
+            None,
+            &mut n,
+            &NEVER,
+            Filter { camera: None, events_only: true },
+        )
+        .unwrap();
         let out = String::from_utf8(out).unwrap();
         assert_eq!((n, out.lines().count()), (4, 5), "{out}");
-        assert!(out.lines().all(|l| l.starts_with("{\"type\":\"event\"") || l.starts_with("{\"type\":\"notice\"")), "{out}");
+        assert!(
+            out.lines().all(|l| l.starts_with("{\"type\":\"event\"") || l.starts_with("{\"type\":\"notice\"")),
+            "{out}"
+        );
     }
 
     /// `--camera` keeps one camera's frames (counted) and notices, and skips the rest.
@@ -265,13 +370,45 @@ mod tests {
         use super::super::schema::FrameJson;
         static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let frame = |camera: &str, seq: u64| {
-            SocketLine::Frame(FrameJson { camera: camera.into(), seq, timestamp_ns: 1, width: 64, height: 48, latency_us: Default::default(), detections: vec![], zones: None }).to_line().unwrap()
+            SocketLine::Frame(FrameJson {
+                camera: camera.into(),
+                seq,
+                timestamp_ns: 1,
+                width: 64,
+                height: 48,
+                latency_us: Default::default(),
+                detections: vec![],
+                zones: None,
+            })
+            .to_line()
+            .unwrap()
         };
-        let notice = |camera: &str| SocketLine::Notice(NoticeJson { stage: "capture".into(), camera: camera.into(), event: "restarted".into(), frames_lost: 2, seq: 5 }).to_line().unwrap();
-        let input = [frame("front", 1), frame("door", 1), notice("door"), notice("front"), frame("front", 2), frame("door", 2)].concat();
+        let notice = |camera: &str| {
+            SocketLine::Notice(NoticeJson {
+                stage: "capture".into(),
+                camera: camera.into(),
+                event: "restarted".into(),
+                frames_lost: 2,
+                seq: 5,
+            })
+            .to_line()
+            .unwrap()
+        };
+        let input =
+            [frame("front", 1), frame("door", 1), notice("door"), notice("front"), frame("front", 2), frame("door", 2)]
+                .concat();
         let mut out = Vec::new();
         let mut frames = 0;
-        let r = print_camera(input.as_bytes(), &mut out, false, None, &mut frames, &NEVER, Filter { camera: Some("front"), events_only: false }).unwrap();
+        let r = print_camera(
+            input.as_bytes(),
+            &mut out,
+            false,
+            None,
+            &mut frames,
+            &NEVER,
+            Filter { camera: Some("front"), events_only: false },
+        )
+        .unwrap();
         let out = String::from_utf8(out).unwrap();
         assert_eq!((r, frames), (StreamEnd::Eof, 2));
         assert_eq!(out, "front: frame 1 (64x48, 0.0 ms): nothing\nnotice: the capture stage restarted (2 frames lost); frame 5 of camera front follows\nfront: frame 2 (64x48, 0.0 ms): nothing\n");
@@ -292,12 +429,26 @@ mod tests {
             width: 640,
             height: 480,
             latency_us: LatencyJson { total: 12345.0, ..Default::default() },
-            detections: vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }],
+            detections: vec![DetectionJson {
+                class_id: 0,
+                label: "person".into(),
+                score: 0.5,
+                bbox: [1.0, 2.0, 3.0, 4.0],
+                track_id: None,
+            }],
             zones: None,
         })
         .to_line()
         .unwrap();
-        let notice = SocketLine::Notice(NoticeJson { stage: "scale".into(), camera: String::new(), event: "restarted".into(), frames_lost: 4, seq: 9 }).to_line().unwrap();
+        let notice = SocketLine::Notice(NoticeJson {
+            stage: "scale".into(),
+            camera: String::new(),
+            event: "restarted".into(),
+            frames_lost: 4,
+            seq: 9,
+        })
+        .to_line()
+        .unwrap();
         let end = SocketLine::End(EndJson { end: true, frames: 1, reason: "end of stream".into() }).to_line().unwrap();
         let input = format!("{notice}{frame}not json\n{end}{frame}");
         let run = |input: &[u8], json, count| {
@@ -310,17 +461,29 @@ mod tests {
         let said = "notice: the scale stage restarted (4 frames lost); frame 9 follows\n";
         assert_eq!(run(input.as_bytes(), false, None), (Ok(StreamEnd::EndLine), format!("{said}{readable}")));
         assert_eq!(run(input.as_bytes(), true, None), (Ok(StreamEnd::EndLine), format!("{notice}{frame}not json\n")));
-        assert_eq!(run(input.as_bytes(), true, Some(1)), (Ok(StreamEnd::Count), format!("{notice}{frame}")), "--count counts frames");
+        assert_eq!(
+            run(input.as_bytes(), true, Some(1)),
+            (Ok(StreamEnd::Count), format!("{notice}{frame}")),
+            "--count counts frames"
+        );
         assert_eq!(run(frame.as_bytes(), false, None), (Ok(StreamEnd::Eof), readable.clone()));
         let not_utf8 = [frame.as_bytes(), b"\xff\n"].concat();
-        assert_eq!(run(&not_utf8, false, None), (Err("reading the detections socket: stream did not contain valid UTF-8".into()), readable));
+        assert_eq!(
+            run(&not_utf8, false, None),
+            (Err("reading the detections socket: stream did not contain valid UTF-8".into()), readable)
+        );
     }
 
     #[test]
     fn the_end_line_ends_watch_and_eof_without_it_is_an_error_once_nothing_comes_back() {
-        watch_until(Duration::from_millis(300), |mut srv, _| srv.close_all("end of stream", 0)).expect("the end line is a clean end");
-        let e = watch_until(Duration::from_millis(300), |srv, _| drop(srv)).expect_err("EOF without the end line, nobody back");
-        assert!(e.to_string().contains("closed without an end of stream and nothing published there again within 0.3 s"), "{e}");
+        watch_until(Duration::from_millis(300), |mut srv, _| srv.close_all("end of stream", 0))
+            .expect("the end line is a clean end");
+        let e = watch_until(Duration::from_millis(300), |srv, _| drop(srv))
+            .expect_err("EOF without the end line, nobody back");
+        assert!(
+            e.to_string().contains("closed without an end of stream and nothing published there again within 0.3 s"),
+            "{e}"
+        );
     }
 
     /// A publisher that dies (no end line) and comes back on the same path: watch

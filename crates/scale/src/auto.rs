@@ -41,16 +41,28 @@ pub fn choose(requested: &ScalerKind, rga_core: RgaCore) -> anyhow::Result<Scale
     let soc = board::socs().into_iter().next();
     let rga = |why: String| -> anyhow::Result<ScalerChoice> {
         let (core, core_why) = rga_core.resolve(soc.as_deref())?;
-        Ok(ScalerChoice { kind: ScalerKind::Rga, rga_core: core, reason: format!("{why}; core {}: {core_why}", zcpipe_core::config::Choice::name(core)), rga2: !core.is_rga3() })
+        Ok(ScalerChoice {
+            kind: ScalerKind::Rga,
+            rga_core: core,
+            reason: format!("{why}; core {}: {core_why}", zcpipe_core::config::Choice::name(core)),
+            rga2: !core.is_rga3(),
+        })
     };
     match requested {
         ScalerKind::Auto => {}
         ScalerKind::Rga => return rga("--scaler rga".into()),
         ScalerKind::V4l2M2m(p) => {
             let mainline = m2m_nodes().iter().any(|n| &n.path == p && n.driver == MAINLINE_RGA_DRIVER);
-            return Ok(ScalerChoice { kind: requested.clone(), rga_core, reason: format!("--scaler {requested}"), rga2: mainline });
+            return Ok(ScalerChoice {
+                kind: requested.clone(),
+                rga_core,
+                reason: format!("--scaler {requested}"),
+                rga2: mainline,
+            });
         }
-        other => return Ok(ScalerChoice { kind: other.clone(), rga_core, reason: format!("--scaler {other}"), rga2: false }),
+        other => {
+            return Ok(ScalerChoice { kind: other.clone(), rga_core, reason: format!("--scaler {other}"), rga2: false })
+        }
     }
     let dev = board::path("/dev/rga");
     let no_rga = match Librga::open(None) {
@@ -85,7 +97,9 @@ pub fn choose(requested: &ScalerKind, rga_core: RgaCore) -> anyhow::Result<Scale
     Ok(ScalerChoice {
         kind: ScalerKind::Cpu,
         rga_core,
-        reason: format!("auto: {no_rga}; no V4L2 mem2mem node of driver {MAINLINE_RGA_DRIVER} (mem2mem nodes: {others})"),
+        reason: format!(
+            "auto: {no_rga}; no V4L2 mem2mem node of driver {MAINLINE_RGA_DRIVER} (mem2mem nodes: {others})"
+        ),
         rga2: false,
     })
 }

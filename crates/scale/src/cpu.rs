@@ -19,12 +19,12 @@
 
 use anyhow::{bail, Context};
 
-use zcpipe_core::dmabuf::DmaBuf;
-use zcpipe_core::pool::{Frame, WriteLoan};
 use fast_image_resize::images::{TypedCroppedImage, TypedImage, TypedImageRef};
 use fast_image_resize::pixels::{U8x2, U8x3, U8};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 use yuv::{YuvBiPlanarImage, YuvConversionMode, YuvPackedImage, YuvRange, YuvStandardMatrix};
+use zcpipe_core::dmabuf::DmaBuf;
+use zcpipe_core::pool::{Frame, WriteLoan};
 
 use super::{fill_pad, map_frame, Scaler};
 use zcpipe_core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
@@ -81,7 +81,14 @@ fn resize_options() -> ResizeOptions {
 /// The `rows` rows of `row` bytes each of a plane whose rows start every `bpl` bytes, as
 /// `(bytes, stride)` holding `stride * rows` bytes: the plane itself when it has full rows and
 /// `bpl % unit == 0`, else a tight copy in `scratch`.
-fn full_rows<'a>(plane: &'a [u8], bpl: usize, row: usize, rows: usize, unit: usize, scratch: &'a mut Vec<u8>) -> anyhow::Result<(&'a [u8], usize)> {
+fn full_rows<'a>(
+    plane: &'a [u8],
+    bpl: usize,
+    row: usize,
+    rows: usize,
+    unit: usize,
+    scratch: &'a mut Vec<u8>,
+) -> anyhow::Result<(&'a [u8], usize)> {
     if bpl < row || rows == 0 || plane.len() < bpl * (rows - 1) + row {
         bail!("plane of {} bytes too small for {rows} rows of {row} bytes at bytesperline {bpl}", plane.len());
     }
@@ -134,7 +141,14 @@ impl Scaler for CpuScaler {
 
     /// Checks the conversion ([`CpuScaler::check`]); the source's fourcc is NV12 when the
     /// source's layout varies (the host sources write NV12).
-    fn bind(&mut self, _src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> anyhow::Result<()> {
+    fn bind(
+        &mut self,
+        _src: &[Vec<DmaBuf>],
+        src_layout: Option<&FrameLayout>,
+        _dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> anyhow::Result<()> {
         let src = src_layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
         self.check(src, dst_layout).map_err(|e| anyhow::anyhow!("cpu scaler cannot feed the model: {e:#}"))?;
         self.dst = Some((*dst_layout, letterbox));
@@ -158,10 +172,22 @@ impl CpuScaler {
             bail!("cpu scaler cannot read {src} (capture output); it reads NV12, NV12M, NV16, YUYV, RGB24, BGR24 and XR24");
         }
         if dst.num_planes != 1 || dst.width == 0 || dst.height == 0 {
-            bail!("cpu scaler: model input {} {}x{} with {} planes; it needs one plane and a non-empty size", dst.fourcc, dst.width, dst.height, dst.num_planes);
+            bail!(
+                "cpu scaler: model input {} {}x{} with {} planes; it needs one plane and a non-empty size",
+                dst.fourcc,
+                dst.width,
+                dst.height,
+                dst.num_planes
+            );
         }
         if (dst.planes[0].bytesperline as u64) < dst.width as u64 * 3 {
-            bail!("cpu scaler: model input bytesperline {} < {} ({} width {} x 3)", dst.planes[0].bytesperline, dst.width * 3, dst.fourcc, dst.width);
+            bail!(
+                "cpu scaler: model input bytesperline {} < {} ({} width {} x 3)",
+                dst.planes[0].bytesperline,
+                dst.width * 3,
+                dst.fourcc,
+                dst.width
+            );
         }
         Ok(())
     }
@@ -222,27 +248,59 @@ impl CpuScaler {
                 resize_plane::<U8x2>(&mut self.resizer, up, ubpl, (cw, ch), &mut self.rows, &mut self.uv, (crw, crh))
                     .with_context(|| format!("cpu scaler: {} CbCr", sl.fourcc))?;
                 // NV16's chroma, resized to half height, is NV12's.
-                let img = YuvBiPlanarImage { y_plane: &self.y, y_stride: rw, uv_plane: &self.uv, uv_stride: crw * 2, width: rw, height: rh };
+                let img = YuvBiPlanarImage {
+                    y_plane: &self.y,
+                    y_stride: rw,
+                    uv_plane: &self.uv,
+                    uv_stride: crw * 2,
+                    width: rw,
+                    height: rh,
+                };
                 let convert = if rgb { yuv::yuv_nv12_to_rgb } else { yuv::yuv_nv12_to_bgr };
-                convert(&img, pic, pic_bpl as u32, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced).map_err(err)?;
+                convert(
+                    &img,
+                    pic,
+                    pic_bpl as u32,
+                    YuvRange::Limited,
+                    YuvStandardMatrix::Bt601,
+                    YuvConversionMode::Balanced,
+                )
+                .map_err(err)?;
             }
             Fourcc::YUYV => {
                 let yp = plane(src, sl, 0)?;
                 let row = w.div_ceil(2) as usize * 4;
-                let (bytes, stride) = full_rows(yp, sl.planes[0].bytesperline as usize, row, h as usize, 1, &mut self.rows)
-                    .context("cpu scaler: YUYV")?;
+                let (bytes, stride) =
+                    full_rows(yp, sl.planes[0].bytesperline as usize, row, h as usize, 1, &mut self.rows)
+                        .context("cpu scaler: YUYV")?;
                 let packed = YuvPackedImage { yuy: bytes, yuy_stride: stride as u32, width: w, height: h };
                 self.full.resize(w as usize * h as usize * 3, 0);
                 let convert = if rgb { yuv::yuyv422_to_rgb } else { yuv::yuyv422_to_bgr };
                 convert(&packed, &mut self.full, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601).map_err(err)?;
-                resize_plane::<U8x3>(&mut self.resizer, &self.full, w as usize * 3, (w, h), &mut self.rows, &mut self.packed, (rw, rh))
-                    .context("cpu scaler: YUYV")?;
+                resize_plane::<U8x3>(
+                    &mut self.resizer,
+                    &self.full,
+                    w as usize * 3,
+                    (w, h),
+                    &mut self.rows,
+                    &mut self.packed,
+                    (rw, rh),
+                )
+                .context("cpu scaler: YUYV")?;
                 copy_rows(&self.packed, rw as usize * 3, pic, pic_bpl);
             }
             Fourcc::RGB24 | Fourcc::BGR24 => {
                 let p = plane(src, sl, 0)?;
-                resize_plane::<U8x3>(&mut self.resizer, p, sl.planes[0].bytesperline as usize, (w, h), &mut self.rows, &mut self.packed, (rw, rh))
-                    .with_context(|| format!("cpu scaler: {}", sl.fourcc))?;
+                resize_plane::<U8x3>(
+                    &mut self.resizer,
+                    p,
+                    sl.planes[0].bytesperline as usize,
+                    (w, h),
+                    &mut self.rows,
+                    &mut self.packed,
+                    (rw, rh),
+                )
+                .with_context(|| format!("cpu scaler: {}", sl.fourcc))?;
                 if sl.fourcc != dst_layout.fourcc {
                     // The same swap of the first and third byte either way.
                     yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
@@ -256,12 +314,23 @@ impl CpuScaler {
                 let bpl = sl.planes[0].bytesperline as usize;
                 self.full.resize(w as usize * h as usize * 3, 0);
                 for (r, dst) in self.full.chunks_exact_mut(w as usize * 3).enumerate() {
-                    let row = p.get(r * bpl..r * bpl + w as usize * 4).ok_or_else(|| anyhow::anyhow!("cpu scaler: XR24 row {r} past its plane ({} bytes)", p.len()))?;
+                    let row = p.get(r * bpl..r * bpl + w as usize * 4).ok_or_else(|| {
+                        anyhow::anyhow!("cpu scaler: XR24 row {r} past its plane ({} bytes)", p.len())
+                    })?;
                     for (d, s) in dst.chunks_exact_mut(3).zip(row.chunks_exact(4)) {
                         d.copy_from_slice(&s[..3]);
                     }
                 }
-                resize_plane::<U8x3>(&mut self.resizer, &self.full, w as usize * 3, (w, h), &mut self.rows, &mut self.packed, (rw, rh)).context("cpu scaler: XR24")?;
+                resize_plane::<U8x3>(
+                    &mut self.resizer,
+                    &self.full,
+                    w as usize * 3,
+                    (w, h),
+                    &mut self.rows,
+                    &mut self.packed,
+                    (rw, rh),
+                )
+                .context("cpu scaler: XR24")?;
                 if rgb {
                     yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
                 } else {
@@ -447,7 +516,15 @@ mod tests {
     /// Checks a letterboxed solid-colour output of `dw x dh` pixels in rows of `bpl`
     /// bytes: `px` inside the picture `(x, y, w, h)` (+-tol), exactly `pad` outside it, and
     /// the stride bytes past `dw * 3` untouched (0xEE).
-    fn assert_picture(out: &[u8], bpl: usize, (dw, dh): (usize, usize), (x0, y0, w, h): (u32, u32, u32, u32), px: [u8; 3], tol: i32, pad: u8) {
+    fn assert_picture(
+        out: &[u8],
+        bpl: usize,
+        (dw, dh): (usize, usize),
+        (x0, y0, w, h): (u32, u32, u32, u32),
+        px: [u8; 3],
+        tol: i32,
+        pad: u8,
+    ) {
         let (x0, y0, w, h) = (x0 as usize, y0 as usize, w as usize, h as usize);
         for (y, row) in out.chunks(bpl).take(dh).enumerate() {
             for x in 0..dw {
@@ -489,9 +566,13 @@ mod tests {
                         assert_eq!(lb.picture(), want, "{src} {w}x{h} -> {order} {:?}", letterbox.placement);
                         assert_picture(&dst, 424 * 3, (416, 416), want, red, tol, YOLOX_PAD);
                         // Boxes map back through the picture's corners to the frame's.
-                        let corners = [want.0 as f32, want.1 as f32, (want.0 + want.2) as f32, (want.1 + want.3) as f32];
+                        let corners =
+                            [want.0 as f32, want.1 as f32, (want.0 + want.2) as f32, (want.1 + want.3) as f32];
                         let back = lb.unmap_box(corners);
-                        assert!(back.iter().zip([0.0, 0.0, w as f32, h as f32]).all(|(a, b)| (a - b).abs() <= 2.0), "{back:?} for {w}x{h}");
+                        assert!(
+                            back.iter().zip([0.0, 0.0, w as f32, h as f32]).all(|(a, b)| (a - b).abs() <= 2.0),
+                            "{back:?} for {w}x{h}"
+                        );
                     }
                 }
             }

@@ -70,7 +70,9 @@ impl std::str::FromStr for ScalerKind {
             "cpu" => Ok(ScalerKind::Cpu),
             "none" => Ok(ScalerKind::None),
             "rga" => Ok(ScalerKind::Rga),
-            "v4l2m2m" | "v4l2m2m:" => Err("v4l2m2m needs its node: --scaler v4l2m2m:/dev/videoN (`zcpipe doctor` lists mem2mem nodes)".into()),
+            "v4l2m2m" | "v4l2m2m:" => {
+                Err("v4l2m2m needs its node: --scaler v4l2m2m:/dev/videoN (`zcpipe doctor` lists mem2mem nodes)".into())
+            }
             _ => match s.strip_prefix("v4l2m2m:") {
                 Some(p) if !p.is_empty() => Ok(ScalerKind::V4l2M2m(PathBuf::from(p))),
                 _ => Err(format!("\"{s}\" is not a scaler; use auto, cpu, none, rga or v4l2m2m:/dev/videoN")),
@@ -123,7 +125,14 @@ pub trait Scaler: Send {
     /// sources; a camera never does). The letterbox area a device never writes is filled
     /// with `letterbox.pad` here, once. Errors name both sides of a conversion the backend
     /// cannot do (a format, a placement), and the rule broken.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()>;
+    fn bind(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        src_layout: Option<&FrameLayout>,
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()>;
 
     /// The capture stage restarted and offered a new pool (`src`, `src_layout` as in
     /// [`Scaler::bind`]): a backend that maps frames needs nothing; one whose device
@@ -145,7 +154,11 @@ pub trait Scaler: Send {
 /// For backends that map frames: runs `f(source planes' bytes, source layout, output
 /// bytes)` with `src` mapped through read guards and the output through a write guard
 /// (DMA_BUF_IOCTL_SYNC START on the way in, END on the way out).
-pub fn map_frame<T>(src: &Frame, dst: &mut WriteLoan<'_>, f: impl FnOnce(&[&[u8]], &FrameLayout, &mut [u8]) -> Result<T>) -> Result<T> {
+pub fn map_frame<T>(
+    src: &Frame,
+    dst: &mut WriteLoan<'_>,
+    f: impl FnOnce(&[&[u8]], &FrameLayout, &mut [u8]) -> Result<T>,
+) -> Result<T> {
     let guards = src.read()?;
     let srcs: Vec<&[u8]> = guards.iter().map(|g| g.bytes()).collect();
     let mut out = dst.buffers_mut()[0].write()?;
@@ -184,7 +197,14 @@ impl Scaler for NoScaler {
     fn name(&self) -> String {
         "none scaler".into()
     }
-    fn bind(&mut self, _src: &[Vec<DmaBuf>], _src_layout: Option<&FrameLayout>, _dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    fn bind(
+        &mut self,
+        _src: &[Vec<DmaBuf>],
+        _src_layout: Option<&FrameLayout>,
+        _dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         self.dst = *dst_layout;
         self.letterbox = Some(letterbox);
         Ok(())

@@ -2,20 +2,20 @@
 //! stage (size, channel order as the fourcc, letterbox placement and pad), preallocate the
 //! output pool, then letterbox every frame into it.
 
-use zcpipe_sys::board;
 use std::time::{Duration, Instant};
+use zcpipe_sys::board;
 
 use anyhow::{bail, Context, Result};
 
-use zcpipe_core::config::Choice;
-use zcpipe_core::dmabuf::Allocator;
 use zcpipe_core::channel::{wait_any, Recv, Waitable};
+use zcpipe_core::config::Choice;
 use zcpipe_core::copy::CopyCounters;
+use zcpipe_core::dmabuf::Allocator;
 use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, Letterbox, Stage};
-use zcpipe_core::ring::{OwnCounts, RingPolicy};
 use zcpipe_core::link::{accept_hello, ControlMsg, Listener};
-use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
 use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
+use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
+use zcpipe_core::ring::{OwnCounts, RingPolicy};
 use zcpipe_core::stage::{drain_pool, incoming, serve_pool, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::auto;
@@ -26,7 +26,8 @@ use super::{NoScaler, ScaleConfig, Scaler, ScalerKind};
 
 /// Source formats the scale stage accepts from capture (a backend that cannot read one
 /// refuses it at bind, naming it: XR24 is read by the CPU scaler only).
-pub const ACCEPTED: [Fourcc; 7] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
+pub const ACCEPTED: [Fourcc; 7] =
+    [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// Opens the backend `cfg.scaler` names. A device backend opens its node now, so a wrong
 /// node fails before any set-up. In copy mode RGA is fed CPU memory (virtual addresses),
@@ -95,13 +96,19 @@ impl Camera {
         let fresh = match reopen {
             Some(open) if self.bound_joins > 0 && scaler.binds_pools() => {
                 *scaler = open()?;
-                log::info!("camera {}: its capture stage came back; a fresh {} imports its new pool", self.name, scaler.name());
+                log::info!(
+                    "camera {}: its capture stage came back; a fresh {} imports its new pool",
+                    self.name,
+                    scaler.name()
+                );
                 true
             }
             _ => self.bound_joins == 0,
         };
         if fresh {
-            scaler.bind(c.buffers(), c.offer.layout.as_ref(), dst, dst_layout, letterbox).with_context(|| format!("camera {}", self.name))?;
+            scaler
+                .bind(c.buffers(), c.offer.layout.as_ref(), dst, dst_layout, letterbox)
+                .with_context(|| format!("camera {}", self.name))?;
         } else {
             scaler.rebind_input(c.buffers(), c.offer.layout.as_ref())?;
         }
@@ -159,24 +166,52 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ControlMsg::Hello { want: Some(w), .. } => w,
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
     };
-    let hello = ControlMsg::Hello { stage: "scale".into(), accept: ACCEPTED.iter().map(|f| f.0).collect(), want: None, wait: ctx.data.wait };
+    let hello = ControlMsg::Hello {
+        stage: "scale".into(),
+        accept: ACCEPTED.iter().map(|f| f.0).collect(),
+        want: None,
+        wait: ctx.data.wait,
+    };
     let mut cams: Vec<Camera> = Vec::with_capacity(sockets.len());
     for (i, (name, path)) in sockets.into_iter().enumerate() {
         let input = if i == 0 {
             // The first camera is joined as a single one always was: its set-up is this one's.
-            Upstream::join(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.stop, ctx.data.connect_timeout)?
+            Upstream::join(
+                path,
+                Stage::Capture,
+                hello.clone(),
+                ctx.data.wait,
+                ctx.data.spin,
+                ctx.stop,
+                ctx.data.connect_timeout,
+            )?
         } else {
             // The others join when their capture stage is up (a camera may be slow to
             // open, or waiting for the network): none waits for another.
             Upstream::pending(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.data.copy_mode)
         };
-        cams.push(Camera { name, input, scaler: None, bound_joins: 0, fixed_layout: None, frames_in: 0, skipped: 0, frames_out: 0, ended: false });
+        cams.push(Camera {
+            name,
+            input,
+            scaler: None,
+            bound_joins: 0,
+            fixed_layout: None,
+            frames_in: 0,
+            skipped: 0,
+            frames_out: 0,
+            ended: false,
+        });
     }
     for (cam, scaler) in cams.iter_mut().zip(scalers.drain(..)) {
         cam.scaler = Some(scaler);
     }
     let Some(first) = cams[0].input.current() else { bail!("the capture stage hung up while we joined it") };
-    log::info!("joined capture: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
+    log::info!(
+        "joined capture: {} ({} buffers, {})",
+        first.offer.description,
+        first.buffers().len(),
+        first.offer.memory
+    );
     let fps = first.offer.fps;
 
     let letterbox = Letterbox::new(want.placement, want.pad);
@@ -190,7 +225,8 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     };
     let bpl = dst.planes[0].bytesperline;
     let heap = cams[0].scaler.as_ref().map(|s| s.output_heap(ctx.data.heap)).unwrap_or(ctx.data.heap);
-    let alloc = Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))?;
+    let alloc =
+        Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))?;
     let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
     // A device imports both pools once here; the frames never meet the CPU after this.
     // Host sources change size per frame (no fixed layout): buffers are imported at first use.
@@ -203,7 +239,8 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     // joins, and a device scaler whose camera's capture stage restarted is replaced by a
     // fresh one bound the same way: through these second handles on the same buffers.
     let binds = cams.iter().any(|c| c.scaler.as_ref().is_some_and(|s| s.binds_pools()));
-    let mut dst_handles = if cams.len() > 1 || binds { pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()? } else { vec![] };
+    let mut dst_handles =
+        if cams.len() > 1 || binds { pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()? } else { vec![] };
     let reopen = || open_scaler(&cfg, ctx.data.copy_mode);
     let can_reopen = !dst_handles.is_empty();
     let mut out = PoolProducer::offer(
@@ -215,14 +252,23 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
             memory: alloc.describe(),
             layout: Some(dst),
             fps,
-            description: format!("{}x{} {} {} letterbox, pad {}, bytesperline {}", dst.width, dst.height, dst.fourcc, want.placement.describe(), want.pad, bpl),
+            description: format!(
+                "{}x{} {} {} letterbox, pad {}, bytesperline {}",
+                dst.width,
+                dst.height,
+                dst.fourcc,
+                want.placement.describe(),
+                want.pad,
+                bpl
+            ),
             copy_mode: ctx.data.copy_mode,
         },
     )?;
     out.keep_serving();
     let mut down = Downstream::new(listener);
     // A restarted infer stage must want what the pool was made for.
-    let want_check = |h: &ControlMsg| match h {
+    let want_check = |h: &ControlMsg| {
+        match h {
         ControlMsg::Hello { want: Some(w), .. } if *w == want => Ok(()),
         ControlMsg::Hello { want: other, .. } => Err(format!(
             "this scale stage's pool holds {}x{} {} for the model it was started with; the infer stage now wants {other:?}: restart the scale stage too",
@@ -231,6 +277,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
             Fourcc(want.fourcc)
         )),
         _ => Err("expected a hello from the infer stage".into()),
+    }
     };
     let mut fds_setup = open_fd_count();
     ctx.ready(Instant::now());
@@ -252,24 +299,43 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let report = |out: &PoolProducer, cams: &[Camera], span: FrameSpan, final_report: bool, mut extra: Extras| {
         let (refused, own) = cams.iter().fold((0, OwnCounts::default()), |(r, o), c| {
             let own = c.input.own_counts();
-            (r + c.input.refused(), OwnCounts { consumed: o.consumed + own.consumed, rejected: o.rejected + own.rejected })
+            (
+                r + c.input.refused(),
+                OwnCounts { consumed: o.consumed + own.consumed, rejected: o.rejected + own.rejected },
+            )
         });
-        extra.extend([("upstream_refused", refused.into()), ("input_taken", own.consumed.into()), ("input_rejected", own.rejected.into())]);
+        extra.extend([
+            ("upstream_refused", refused.into()),
+            ("input_taken", own.consumed.into()),
+            ("input_rejected", own.rejected.into()),
+        ]);
         if cams.len() > 1 {
             let down = out.dropped_per_camera();
-            let per: serde_json::Map<String, serde_json::Value> = cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect();
+            let per: serde_json::Map<String, serde_json::Value> =
+                cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect();
             extra.push(("cameras", per.into()));
         }
-        let copy_in = cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
+        let copy_in =
+            cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
         let n_in = cams.iter().map(|c| c.frames_in).sum();
-        ctx.reporter.send(&StageReport { copy_in, ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span) })
+        ctx.reporter.send(&StageReport {
+            copy_in,
+            ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span)
+        })
     };
     // A frame taken while no output buffer was free (the infer stage holds them all): kept
     // for the next turn, so the loop still turns (and reports) while it waits.
     let mut pending: Option<(usize, zcpipe_core::pool::Frame, FrameDesc)> = None;
     // Scales `frame` of camera `i` into a buffer of `out` and hands it on; with no buffer
     // free within IDLE_WAIT the frame waits in `pending` for the next turn.
-    let scale_into = |cams: &mut [Camera], i: usize, out: &mut PoolProducer, frame: zcpipe_core::pool::Frame, desc: FrameDesc, span: &mut FrameSpan, pending: &mut Option<(usize, zcpipe_core::pool::Frame, FrameDesc)>| -> Result<Turn> {
+    let scale_into = |cams: &mut [Camera],
+                      i: usize,
+                      out: &mut PoolProducer,
+                      frame: zcpipe_core::pool::Frame,
+                      desc: FrameDesc,
+                      span: &mut FrameSpan,
+                      pending: &mut Option<(usize, zcpipe_core::pool::Frame, FrameDesc)>|
+     -> Result<Turn> {
         let Some(mut loan) = out.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
             if ctx.stopped() {
                 return Ok(Turn::End("signal"));
@@ -280,7 +346,9 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         let cam = &mut cams[i];
         let scaler = cam.scaler.as_mut().context("no scaler for a camera")?;
         let mut desc = desc;
-        desc.letterbox = scaler.scale(&frame, &mut loan).with_context(|| format!("scaling frame {} of camera {}", frame.desc().seq, cam.name))?;
+        desc.letterbox = scaler
+            .scale(&frame, &mut loan)
+            .with_context(|| format!("scaling frame {} of camera {}", frame.desc().seq, cam.name))?;
         drop(frame); // the capture buffer goes back now, before we queue ours
         cam.frames_out += 1;
         ctx.hand_off(loan, desc, Stage::Scale, span, start)

@@ -40,7 +40,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use zcpipe_core::dmabuf::DmaBuf;
-use zcpipe_core::frame::{FrameLayout, Fourcc, Letterbox, LetterboxParams};
+use zcpipe_core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
 use zcpipe_sys::v4l2 as sys;
 use zcpipe_sys::v4l2::format_name;
 use zcpipe_sys::v4l2::node::{caps_names, m2m_nodes, open_node, other_nodes_hint, query_node, NodeInfo};
@@ -117,7 +117,11 @@ impl V4l2M2mScaler {
             _ => anyhow!("--scaler v4l2m2m: cannot open {}: {e}", path.display()),
         })?;
         let node = query_node(file.as_fd(), path).map_err(|e| {
-            anyhow!("--scaler v4l2m2m: {} is not a V4L2 device (VIDIOC_QUERYCAP: {e}); {}", path.display(), m2m_hint(path))
+            anyhow!(
+                "--scaler v4l2m2m: {} is not a V4L2 device (VIDIOC_QUERYCAP: {e}); {}",
+                path.display(),
+                m2m_hint(path)
+            )
         })?;
         let caps = node.caps;
         let (out_type, cap_type) = if caps & sys::V4L2_CAP_VIDEO_M2M_MPLANE != 0 {
@@ -125,7 +129,11 @@ impl V4l2M2mScaler {
         } else if caps & sys::V4L2_CAP_VIDEO_M2M != 0 {
             (sys::V4L2_BUF_TYPE_VIDEO_OUTPUT, sys::V4L2_BUF_TYPE_VIDEO_CAPTURE)
         } else {
-            let what = if node.can_capture() { "a capture node (a camera), not a mem2mem device" } else { "not a mem2mem device" };
+            let what = if node.can_capture() {
+                "a capture node (a camera), not a mem2mem device"
+            } else {
+                "not a mem2mem device"
+            };
             bail!("--scaler v4l2m2m: {} is {what} (caps {}); {}", node.label(), caps_names(caps), m2m_hint(path));
         };
         if !node.cap.has_streaming() {
@@ -171,16 +179,25 @@ impl V4l2M2mScaler {
     }
 
     /// VIDIOC_S_FMT on `buf_type`; returns what the driver granted.
-    fn set_format(&self, buf_type: u32, fourcc: Fourcc, width: u32, height: u32, planes: &[(u32, u32)]) -> Result<QueueFormat> {
+    fn set_format(
+        &self,
+        buf_type: u32,
+        fourcc: Fourcc,
+        width: u32,
+        height: u32,
+        planes: &[(u32, u32)],
+    ) -> Result<QueueFormat> {
         let mut f = sys::Format::request(buf_type, fourcc, width, height, planes);
         let queue = if buf_type == self.cap_type { "CAPTURE" } else { "OUTPUT" };
-        sys::s_fmt(self.fd(), &mut f).map_err(|e| self.busy(&format!("VIDIOC_S_FMT {queue} {} {width}x{height}", format_name(fourcc)), e))?;
+        sys::s_fmt(self.fd(), &mut f)
+            .map_err(|e| self.busy(&format!("VIDIOC_S_FMT {queue} {} {width}x{height}", format_name(fourcc)), e))?;
         let (width, height, fourcc, planes, _) = f.granted();
         Ok(QueueFormat { fourcc, width, height, planes })
     }
 
     fn reqbufs(&self, buf_type: u32, count: u32) -> Result<u32> {
-        let mut r = sys::RequestBuffers { count, type_: buf_type, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
+        let mut r =
+            sys::RequestBuffers { count, type_: buf_type, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
         sys::reqbufs(self.fd(), &mut r).map_err(|e| self.busy(&format!("VIDIOC_REQBUFS DMABUF x{count}"), e))?;
         Ok(r.count)
     }
@@ -199,7 +216,8 @@ impl V4l2M2mScaler {
             b.length = fds[0].1;
             b.bytesused = used.first().copied().unwrap_or(0);
         }
-        sys::qbuf(self.fd(), &mut b, &mut planes).map_err(|e| anyhow!("v4l2m2m: VIDIOC_QBUF {index} on {}: {e}", self.node.label()))
+        sys::qbuf(self.fd(), &mut b, &mut planes)
+            .map_err(|e| anyhow!("v4l2m2m: VIDIOC_QBUF {index} on {}: {e}", self.node.label()))
     }
 
     /// DQBUF on `buf_type` (non-blocking): `Some((index, error flag))` or `None` if none is done.
@@ -225,7 +243,14 @@ impl Scaler for V4l2M2mScaler {
 
     /// [`V4l2M2mScaler::bind_pools`]; a source whose frames change size is refused, naming
     /// the fix: the queue formats of a mem2mem device are fixed per stream.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    fn bind(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        src_layout: Option<&FrameLayout>,
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         let Some(src_layout) = src_layout else {
             bail!(
                 "{} needs a source with one fixed format and size (a V4L2 camera: --source v4l2:/dev/videoN); this source changes \
@@ -250,7 +275,14 @@ impl V4l2M2mScaler {
     /// device never writes with `letterbox.pad` (through a CPU write guard). A centred
     /// picture needs the COMPOSE selection on the CAPTURE queue: without it, one line
     /// naming the device and the fix.
-    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    pub fn bind_pools(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        src_layout: &FrameLayout,
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         let pad = letterbox.pad;
         let label = self.node.label();
         let (sf, df) = (src_layout.fourcc, dst_layout.fourcc);
@@ -264,7 +296,11 @@ impl V4l2M2mScaler {
                 format_name(sf),
                 format_name(df),
                 sys::format_list(&takes, "nothing"),
-                takes.iter().find(|f| crate::stage::ACCEPTED.contains(f)).map(|f| format_name(*f)).unwrap_or_else(|| "RGB24".into())
+                takes
+                    .iter()
+                    .find(|f| crate::stage::ACCEPTED.contains(f))
+                    .map(|f| format_name(*f))
+                    .unwrap_or_else(|| "RGB24".into())
             );
         }
         if !gives.contains(&df) {
@@ -289,10 +325,16 @@ impl V4l2M2mScaler {
                 sys::format_list(&takes, "nothing")
             );
         }
-        let asked = QueueFormat { fourcc: sf, width: src_layout.width, height: src_layout.height, planes: v4l2_planes.clone() };
+        let asked =
+            QueueFormat { fourcc: sf, width: src_layout.width, height: src_layout.height, planes: v4l2_planes.clone() };
         let got = self.set_format(self.out_type, sf, src_layout.width, src_layout.height, &v4l2_planes)?;
         let strides_match = got.planes.iter().zip(&asked.planes).all(|(g, a)| g.0 == a.0);
-        if got.fourcc != sf || got.width != asked.width || got.height != asked.height || !strides_match || got.planes.len() != asked.planes.len() {
+        if got.fourcc != sf
+            || got.width != asked.width
+            || got.height != asked.height
+            || !strides_match
+            || got.planes.len() != asked.planes.len()
+        {
             bail!("v4l2m2m: {label} cannot read capture's frames: its OUTPUT queue granted {got} for capture's {asked}; capture at a size it takes or use --scaler cpu");
         }
         // 3. CAPTURE queue: the resized image, rows of the model input's bytesperline, or
@@ -314,12 +356,17 @@ impl V4l2M2mScaler {
         let n_src = self.reqbufs(self.out_type, src.len() as u32)?;
         let n_dst = self.reqbufs(self.cap_type, dst.len() as u32)?;
         if (n_src as usize) < src.len() || (n_dst as usize) < dst.len() {
-            bail!("v4l2m2m: {label} granted {n_src} OUTPUT and {n_dst} CAPTURE buffers for pools of {} and {}", src.len(), dst.len());
+            bail!(
+                "v4l2m2m: {label} granted {n_src} OUTPUT and {n_dst} CAPTURE buffers for pools of {} and {}",
+                src.len(),
+                dst.len()
+            );
         }
         for (i, bufs) in src.iter().enumerate() {
             let mut v = vec![];
             for b in bufs.iter().take(fd_planes) {
-                let fd = b.fd().try_clone_to_owned().with_context(|| format!("v4l2m2m: dup of source buffer {i}'s fd"))?;
+                let fd =
+                    b.fd().try_clone_to_owned().with_context(|| format!("v4l2m2m: dup of source buffer {i}'s fd"))?;
                 v.push((fd, b.size() as u32));
             }
             if v.len() != fd_planes {
@@ -349,14 +396,27 @@ impl V4l2M2mScaler {
     /// The CAPTURE queue of a picture at the buffer's start: the resized image with the
     /// model input's rows. Returns what the driver granted and `lb` with the size the device
     /// rounds to (vim2m: even widths).
-    fn capture_picture(&self, df: Fourcc, src_layout: &FrameLayout, dst_layout: &FrameLayout, dst_size: u64, mut lb: LetterboxParams) -> Result<(QueueFormat, LetterboxParams)> {
+    fn capture_picture(
+        &self,
+        df: Fourcc,
+        src_layout: &FrameLayout,
+        dst_layout: &FrameLayout,
+        dst_size: u64,
+        mut lb: LetterboxParams,
+    ) -> Result<(QueueFormat, LetterboxParams)> {
         let label = self.node.label();
         let dst_bpl = dst_layout.planes()[0].bytesperline;
         let want_size = dst_bpl * lb.resized_h;
         let got_c = self.set_format(self.cap_type, df, lb.resized_w, lb.resized_h, &[(dst_bpl, want_size)])?;
-        let asked_c = QueueFormat { fourcc: df, width: lb.resized_w, height: lb.resized_h, planes: vec![(dst_bpl, want_size)] };
+        let asked_c =
+            QueueFormat { fourcc: df, width: lb.resized_w, height: lb.resized_h, planes: vec![(dst_bpl, want_size)] };
         let (gbpl, gsize) = got_c.planes[0];
-        if got_c.fourcc != df || got_c.width == 0 || got_c.width > dst_layout.width || got_c.height == 0 || got_c.height > dst_layout.height {
+        if got_c.fourcc != df
+            || got_c.width == 0
+            || got_c.width > dst_layout.width
+            || got_c.height == 0
+            || got_c.height > dst_layout.height
+        {
             bail!(
                 "v4l2m2m: {label} cannot write the letterboxed image: its CAPTURE queue granted {got_c} for {asked_c} \
                  (the model input is {}x{}); use --scaler cpu",
@@ -380,7 +440,13 @@ impl V4l2M2mScaler {
         }
         // The device may round the size (vim2m: even widths); map boxes back with what it wrote.
         if (got_c.width, got_c.height) != (lb.resized_w, lb.resized_h) {
-            log::info!("v4l2m2m: {label} resizes to {}x{} (asked {}x{})", got_c.width, got_c.height, lb.resized_w, lb.resized_h);
+            log::info!(
+                "v4l2m2m: {label} resizes to {}x{} (asked {}x{})",
+                got_c.width,
+                got_c.height,
+                lb.resized_w,
+                lb.resized_h
+            );
             lb.resized_w = got_c.width;
             lb.resized_h = got_c.height;
         }
@@ -391,7 +457,14 @@ impl V4l2M2mScaler {
     /// whole model input as the format, the picture as the COMPOSE rectangle. Returns what
     /// the driver granted and `lb` with the rectangle it set; a driver without COMPOSE
     /// (vim2m) is one line naming the fix.
-    fn capture_composed(&self, df: Fourcc, src_layout: &FrameLayout, dst_layout: &FrameLayout, dst_size: u64, mut lb: LetterboxParams) -> Result<(QueueFormat, LetterboxParams)> {
+    fn capture_composed(
+        &self,
+        df: Fourcc,
+        src_layout: &FrameLayout,
+        dst_layout: &FrameLayout,
+        dst_size: u64,
+        mut lb: LetterboxParams,
+    ) -> Result<(QueueFormat, LetterboxParams)> {
         let label = self.node.label();
         let (dw, dh) = (dst_layout.width, dst_layout.height);
         let dst_bpl = dst_layout.planes()[0].bytesperline;
@@ -416,7 +489,12 @@ impl V4l2M2mScaler {
                 src_layout.height
             )
         })?;
-        let inside = got.left >= 0 && got.top >= 0 && got.width > 0 && got.height > 0 && got.left as u64 + got.width as u64 <= dw as u64 && got.top as u64 + got.height as u64 <= dh as u64;
+        let inside = got.left >= 0
+            && got.top >= 0
+            && got.width > 0
+            && got.height > 0
+            && got.left as u64 + got.width as u64 <= dw as u64
+            && got.top as u64 + got.height as u64 <= dh as u64;
         if !inside {
             bail!(
                 "v4l2m2m: {label} set the COMPOSE rectangle {}x{} at ({},{}) for {w}x{h} at ({x},{y}): it is not inside the {dw}x{dh} model input; use --scaler cpu",
@@ -428,7 +506,13 @@ impl V4l2M2mScaler {
         }
         if got != asked {
             // The device may align the rectangle; map boxes back with what it writes.
-            log::info!("v4l2m2m: {label} composes {}x{} at ({},{}) (asked {w}x{h} at ({x},{y}))", got.width, got.height, got.left, got.top);
+            log::info!(
+                "v4l2m2m: {label} composes {}x{} at ({},{}) (asked {w}x{h} at ({x},{y}))",
+                got.width,
+                got.height,
+                got.left,
+                got.top
+            );
             lb.place(got.left as u32, got.top as u32, got.width, got.height);
         }
         Ok((got_c, lb))
@@ -462,7 +546,11 @@ impl V4l2M2mScaler {
     pub fn scale_index(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
         let (si, di) = (src_index as usize, dst_index as usize);
         if si >= self.src.len() || di >= self.dst.len() {
-            bail!("v4l2m2m: buffer index out of range (source {si} of {}, pool {di} of {})", self.src.len(), self.dst.len());
+            bail!(
+                "v4l2m2m: buffer index out of range (source {si} of {}, pool {di} of {})",
+                self.src.len(),
+                self.dst.len()
+            );
         }
         self.qbuf(self.out_type, src_index, &self.src[si], &self.src_used)?;
         self.qbuf(self.cap_type, dst_index, std::slice::from_ref(&self.dst[di]), &[])?;
@@ -495,7 +583,10 @@ impl V4l2M2mScaler {
                         bail!("v4l2m2m: {} returned CAPTURE buffer {i}, expected {dst_index}", self.node.label());
                     }
                     if err {
-                        bail!("v4l2m2m: {} flagged the converted frame as corrupt (V4L2_BUF_FLAG_ERROR)", self.node.label());
+                        bail!(
+                            "v4l2m2m: {} flagged the converted frame as corrupt (V4L2_BUF_FLAG_ERROR)",
+                            self.node.label()
+                        );
                     }
                     cap_done = true;
                 }
@@ -515,7 +606,8 @@ impl Drop for V4l2M2mScaler {
             let _ = sys::streamoff(self.fd(), self.out_type);
         }
         for t in [self.cap_type, self.out_type] {
-            let mut r = sys::RequestBuffers { count: 0, type_: t, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
+            let mut r =
+                sys::RequestBuffers { count: 0, type_: t, memory: sys::V4L2_MEMORY_DMABUF, ..Default::default() };
             let _ = sys::reqbufs(self.fd(), &mut r);
         }
         log::debug!("v4l2m2m: {} released after {} frames", self.node.label(), self.frames);

@@ -149,7 +149,10 @@ mod tests {
         let rk3588 = "00200000-efffffff : System RAM\n  00210000-0197ffff : Kernel code\nf0000000-f0ffffff : f0000000.pcie\n100000000-3fbffffff : System RAM\n4f0000000-4ffffffff : System RAM\n";
         assert_eq!(iomem_ram_end(rk3588), Some(0x5_0000_0000));
         // A 4 GiB RK3566: everything below 4 GiB.
-        assert_eq!(iomem_ram_end("00200000-083fffff : System RAM\n09400000-efffffff : System RAM\n"), Some(0xf000_0000));
+        assert_eq!(
+            iomem_ram_end("00200000-083fffff : System RAM\n09400000-efffffff : System RAM\n"),
+            Some(0xf000_0000)
+        );
         // As an unprivileged user reads it: zeros.
         assert_eq!(iomem_ram_end("00000000-00000000 : System RAM\n00000000-00000000 : System RAM\n"), None);
         assert_eq!(iomem_ram_end(""), None);

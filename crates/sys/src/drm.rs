@@ -155,7 +155,8 @@ mod tests {
         for n in ["card10", "card2", "renderD128", "card0", "cardx", "by-path"] {
             std::fs::write(dir.path().join(n), b"").unwrap();
         }
-        let names: Vec<String> = card_nodes(dir.path()).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> =
+            card_nodes(dir.path()).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names, ["card0", "card2", "card10"]);
         assert!(card_nodes(&dir.path().join("missing")).is_empty());
     }

@@ -41,7 +41,11 @@ impl Fourcc {
     /// big-endian flag of `v4l2_fourcc_be`, videodev2.h) is set. The one speller of codes;
     /// zcpipe's own names (`NV12M`, `RGB24`) are `sys::v4l2::format_name`.
     pub fn to_string_lossy(self) -> String {
-        let s: String = (self.0 & 0x7fff_ffff).to_le_bytes().iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect();
+        let s: String = (self.0 & 0x7fff_ffff)
+            .to_le_bytes()
+            .iter()
+            .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' })
+            .collect();
         if self.0 & 0x8000_0000 != 0 {
             format!("{s}-BE")
         } else {

@@ -35,7 +35,11 @@ pub enum LibrarySource {
 /// # Safety
 /// Loading a library runs its initialisers: the caller names a vendor library whose
 /// initialisers only set up its own state (librga, librockchip_mpp).
-pub unsafe fn load_library(library: Option<&std::path::Path>, env: &str, names: &[&str]) -> Result<(libloading::Library, String), (LibrarySource, String)> {
+pub unsafe fn load_library(
+    library: Option<&std::path::Path>,
+    env: &str,
+    names: &[&str],
+) -> Result<(libloading::Library, String), (LibrarySource, String)> {
     let (source, candidates): (LibrarySource, Vec<std::ffi::OsString>) = match (library, std::env::var_os(env)) {
         (Some(p), _) => (LibrarySource::Given, vec![p.as_os_str().to_owned()]),
         (None, Some(p)) if !p.is_empty() => (LibrarySource::Env, vec![p]),
@@ -54,8 +58,8 @@ pub unsafe fn load_library(library: Option<&std::path::Path>, env: &str, names: 
 
 pub mod board;
 pub mod dmabuf;
-pub mod fourcc;
 pub mod drm;
+pub mod fourcc;
 pub mod mpp;
 pub mod rga;
 pub mod rknn;

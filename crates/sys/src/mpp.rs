@@ -293,11 +293,13 @@ pub type MppFrameDeinitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
 /// `MPP_RET mpp_buffer_group_get(MppBufferGroup *group, MppBufferType type, MppBufferMode
 /// mode, const char *tag, const char *caller)` (`mpp_buffer.h`; the
 /// `mpp_buffer_group_get_external` macro's target).
-pub type MppBufferGroupGetFn = unsafe extern "C" fn(*mut MppHandle, MppBufferType, c_int, *const c_char, *const c_char) -> MppRet;
+pub type MppBufferGroupGetFn =
+    unsafe extern "C" fn(*mut MppHandle, MppBufferType, c_int, *const c_char, *const c_char) -> MppRet;
 /// `MPP_RET mpp_buffer_import_with_tag(MppBufferGroup group, MppBufferInfo *info, MppBuffer
 /// *buffer, const char *tag, const char *caller)` (`mpp_buffer.h`; `mpp_buffer_commit` is
 /// this with `buffer` NULL).
-pub type MppBufferImportWithTagFn = unsafe extern "C" fn(MppHandle, *mut MppBufferInfo, *mut MppHandle, *const c_char, *const c_char) -> MppRet;
+pub type MppBufferImportWithTagFn =
+    unsafe extern "C" fn(MppHandle, *mut MppBufferInfo, *mut MppHandle, *const c_char, *const c_char) -> MppRet;
 /// `int mpp_buffer_get_fd_with_caller(MppBuffer buffer, const char *caller)` and
 /// `int mpp_buffer_get_index_with_caller(...)` (`mpp_buffer.h`).
 pub type MppBufferGetIntFn = unsafe extern "C" fn(MppHandle, *const c_char) -> c_int;
@@ -464,7 +466,9 @@ impl Libmpp {
     /// for the error.
     fn control(&self, api: *const MppApi, ctx: MppHandle, name: &str, cmd: MpiCmd, param: *mut c_void) -> Result<()> {
         // SAFETY: `api` is MPP's static table (size checked by `create`).
-        let Some(f) = (unsafe { (*api).control }) else { bail!("MPP's MppApi has no control entry: the library at {} is broken", self.path) };
+        let Some(f) = (unsafe { (*api).control }) else {
+            bail!("MPP's MppApi has no control entry: the library at {} is broken", self.path)
+        };
         // SAFETY: the live context; `param` points to what `cmd` takes (see each command's
         // doc) and lives for the call.
         check(&format!("control({name})"), unsafe { f(ctx, cmd, param) })
@@ -681,12 +685,17 @@ impl Mpp {
     /// says), `mpp_init(MPP_CTX_DEC, coding)`, `MPP_SET_OUTPUT_TIMEOUT`. Errors name the
     /// call and its `MPP_RET`.
     pub fn decoder(lib: Arc<Libmpp>, coding: MppCodingType, opts: DecoderOptions) -> Result<Mpp> {
-        let Some(name) = coding_name(coding) else { bail!("MPP coding {coding} is not one zcpipe decodes: use H.264 ({MPP_VIDEO_CODING_AVC}) or H.265 ({MPP_VIDEO_CODING_HEVC})") };
+        let Some(name) = coding_name(coding) else {
+            bail!("MPP coding {coding} is not one zcpipe decodes: use H.264 ({MPP_VIDEO_CODING_AVC}) or H.265 ({MPP_VIDEO_CODING_HEVC})")
+        };
         if coding == MPP_VIDEO_CODING_MJPEG {
             bail!("{MJPEG_REFUSED}");
         }
         if !(-1..=MPP_POLL_MAX).contains(&opts.output_timeout_ms) {
-            bail!("MPP output timeout {} ms is out of range: use -1 (block), 0 (non-block) or 1..={MPP_POLL_MAX} ms", opts.output_timeout_ms);
+            bail!(
+                "MPP output timeout {} ms is out of range: use -1 (block), 0 (non-block) or 1..={MPP_POLL_MAX} ms",
+                opts.output_timeout_ms
+            );
         }
         let (ctx, api) = lib.create()?;
         // From here on `Drop` destroys the context.
@@ -722,7 +731,9 @@ impl Mpp {
         // SAFETY: the packet only points at `data` (mpp_packet_init does not copy); MPP never
         // writes through a packet on the decode path, and the packet is deinited below, before
         // `data`'s borrow ends. The `*mut` is the header's type, not a write.
-        check("mpp_packet_init", unsafe { (self.lib.mpp_packet_init)(&mut pkt, data.as_ptr() as *mut c_void, data.len()) })?;
+        check("mpp_packet_init", unsafe {
+            (self.lib.mpp_packet_init)(&mut pkt, data.as_ptr() as *mut c_void, data.len())
+        })?;
         let put = (|| {
             // SAFETY: the packet just initialised.
             unsafe { (self.lib.mpp_packet_set_pts)(pkt, pts) };
@@ -731,7 +742,9 @@ impl Mpp {
                 check("mpp_packet_set_eos", unsafe { (self.lib.mpp_packet_set_eos)(pkt) })?;
             }
             // SAFETY: `api` is MPP's static table.
-            let Some(f) = (unsafe { (*self.api).decode_put_packet }) else { bail!("MPP's MppApi has no decode_put_packet entry: the library at {} is broken", self.lib.path) };
+            let Some(f) = (unsafe { (*self.api).decode_put_packet }) else {
+                bail!("MPP's MppApi has no decode_put_packet entry: the library at {} is broken", self.lib.path)
+            };
             // SAFETY: the live context and packet; MPP copies what it accepts.
             match unsafe { f(self.ctx, pkt) } {
                 MPP_OK => Ok(true),
@@ -750,7 +763,9 @@ impl Mpp {
     /// when none is ready within the output timeout (a NULL frame, or `MPP_ERR_TIMEOUT`).
     pub fn get_frame(&self) -> Result<Option<DecodedFrame>> {
         // SAFETY: `api` is MPP's static table.
-        let Some(f) = (unsafe { (*self.api).decode_get_frame }) else { bail!("MPP's MppApi has no decode_get_frame entry: the library at {} is broken", self.lib.path) };
+        let Some(f) = (unsafe { (*self.api).decode_get_frame }) else {
+            bail!("MPP's MppApi has no decode_get_frame entry: the library at {} is broken", self.lib.path)
+        };
         let mut frame: MppHandle = std::ptr::null_mut();
         // SAFETY: the live context and an out-pointer to a local.
         let r = unsafe { f(self.ctx, &mut frame) };
@@ -799,22 +814,50 @@ impl Mpp {
             bail!("MPP external buffers are already attached: zcpipe commits its buffers once per decoder");
         }
         if buffers.is_empty() || size == 0 {
-            bail!("MPP external buffer group needs at least one buffer of nonzero size (got {} of {size} bytes)", buffers.len());
+            bail!(
+                "MPP external buffer group needs at least one buffer of nonzero size (got {} of {size} bytes)",
+                buffers.len()
+            );
         }
         let mut group: MppHandle = std::ptr::null_mut();
         // SAFETY: an out-pointer to a local and two static C strings.
-        check("mpp_buffer_group_get(external, EXT_DMA)", unsafe { (self.lib.mpp_buffer_group_get)(&mut group, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, TAG.as_ptr(), TAG.as_ptr()) })?;
+        check("mpp_buffer_group_get(external, EXT_DMA)", unsafe {
+            (self.lib.mpp_buffer_group_get)(
+                &mut group,
+                MPP_BUFFER_TYPE_EXT_DMA,
+                MPP_BUFFER_EXTERNAL,
+                TAG.as_ptr(),
+                TAG.as_ptr(),
+            )
+        })?;
         // From here on the group is put on every path (`ExtGroup` in `self.group` on drop).
         self.group = Some(ExtGroup { group, fds: Arc::new(Vec::with_capacity(buffers.len())) });
         let g = self.group.as_mut().expect("just set");
         for (i, fd) in buffers.iter().enumerate() {
-            let own = fd.try_clone_to_owned().map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
-            let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size, ptr: std::ptr::null_mut(), hnd: std::ptr::null_mut(), fd: own.as_raw_fd(), index: i as c_int };
+            let own = fd.try_clone_to_owned().map_err(|e| {
+                anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e))
+            })?;
+            let mut info = MppBufferInfo {
+                type_: MPP_BUFFER_TYPE_EXT_DMA,
+                size,
+                ptr: std::ptr::null_mut(),
+                hnd: std::ptr::null_mut(),
+                fd: own.as_raw_fd(),
+                index: i as c_int,
+            };
             // No frame exists before the group is set: the Arc is not shared yet.
             Arc::get_mut(&mut g.fds).expect("not shared before the group is set").push(own);
             // SAFETY: the group just got; `info` lives for the call (MPP copies it); NULL
             // buffer out-pointer = commit; static C strings.
-            check(&format!("mpp_buffer_commit (buffer {i})"), unsafe { (self.lib.mpp_buffer_import_with_tag)(g.group, &mut info, std::ptr::null_mut(), TAG.as_ptr(), TAG.as_ptr()) })?;
+            check(&format!("mpp_buffer_commit (buffer {i})"), unsafe {
+                (self.lib.mpp_buffer_import_with_tag)(
+                    g.group,
+                    &mut info,
+                    std::ptr::null_mut(),
+                    TAG.as_ptr(),
+                    TAG.as_ptr(),
+                )
+            })?;
         }
         let gp = g.group;
         self.control("MPP_DEC_SET_EXT_BUF_GROUP", MPP_DEC_SET_EXT_BUF_GROUP, gp)
@@ -836,7 +879,9 @@ impl Mpp {
     /// `MppApi::reset`: drops every queued packet and frame (e.g. before seeking).
     pub fn reset(&self) -> Result<()> {
         // SAFETY: `api` is MPP's static table.
-        let Some(f) = (unsafe { (*self.api).reset }) else { bail!("MPP's MppApi has no reset entry: the library at {} is broken", self.lib.path) };
+        let Some(f) = (unsafe { (*self.api).reset }) else {
+            bail!("MPP's MppApi has no reset entry: the library at {} is broken", self.lib.path)
+        };
         // SAFETY: the live context.
         check("reset", unsafe { f(self.ctx) })
     }
@@ -929,7 +974,8 @@ pub type MppPacketInitWithBufferFn = unsafe extern "C" fn(*mut MppHandle, MppHan
 pub type MppPacketSetLengthFn = unsafe extern "C" fn(MppHandle, usize);
 /// `MPP_RET mpp_buffer_get_with_tag(MppBufferGroup group, MppBuffer *buffer, size_t size,
 /// const char *tag, const char *caller)` (`mpp_buffer.h`, the `mpp_buffer_get` macro's target).
-pub type MppBufferGetWithTagFn = unsafe extern "C" fn(MppHandle, *mut MppHandle, usize, *const c_char, *const c_char) -> MppRet;
+pub type MppBufferGetWithTagFn =
+    unsafe extern "C" fn(MppHandle, *mut MppHandle, usize, *const c_char, *const c_char) -> MppRet;
 /// `MPP_RET mpp_buffer_put_with_caller(MppBuffer buffer, const char *caller)` (`mpp_buffer_put`).
 pub type MppBufferPutFn = unsafe extern "C" fn(MppHandle, *const c_char) -> MppRet;
 /// `void *mpp_buffer_get_ptr_with_caller(MppBuffer buffer, const char *caller)`
@@ -1025,7 +1071,11 @@ impl JpegSof {
     /// and 4:1:1 (RV1126 and others write them as YUV444SP, 3 bytes a pixel), other factors
     /// (e.g. ffmpeg's 4:2:2 as Y 2x2, chroma 1x2: MPP_ERR_STREAM), nor SOF1..SOF15.
     pub fn mpp_fit(&self) -> bool {
-        self.marker == 0xC0 && self.components == 3 && self.sampling[1] == (1, 1) && self.sampling[2] == (1, 1) && matches!(self.sampling[0], (2, 2) | (2, 1))
+        self.marker == 0xC0
+            && self.components == 3
+            && self.sampling[1] == (1, 1)
+            && self.sampling[2] == (1, 1)
+            && matches!(self.sampling[0], (2, 2) | (2, 1))
     }
 
     /// Bytes MPP may write for it: `align16(width) * align16(height) * 2` (NV16 at 16-aligned
@@ -1065,7 +1115,11 @@ pub fn jpeg_sof(jpeg: &[u8]) -> Option<JpegSof> {
         if (0xC0..=0xCF).contains(&m) && !matches!(m, 0xC4 | 0xC8 | 0xCC) {
             // P, Y (2 bytes), X (2 bytes), Nf, then Nf x (C, H << 4 | V, Tq).
             let seg = jpeg.get(i + 4..i + 2 + len)?;
-            let (height, width, nf) = (u16::from_be_bytes([*seg.get(1)?, *seg.get(2)?]) as u32, u16::from_be_bytes([*seg.get(3)?, *seg.get(4)?]) as u32, *seg.get(5)?);
+            let (height, width, nf) = (
+                u16::from_be_bytes([*seg.get(1)?, *seg.get(2)?]) as u32,
+                u16::from_be_bytes([*seg.get(3)?, *seg.get(4)?]) as u32,
+                *seg.get(5)?,
+            );
             if nf == 0 || width == 0 || height == 0 || seg.len() < 6 + 3 * nf as usize {
                 return None;
             }
@@ -1135,9 +1189,13 @@ fn with_dmabuf_bytes<R>(fd: BorrowedFd<'_>, len: usize, f: impl FnOnce(&[u8]) ->
     use super::dmabuf::{sync, DMA_BUF_SYNC_END, DMA_BUF_SYNC_READ, DMA_BUF_SYNC_START};
     // SAFETY: a fresh read-only shared mapping of `len` bytes of a live fd (the caller says the
     // buffer holds at least `len`); nothing in this process writes it while mapped.
-    let map = unsafe { memmap2::MmapOptions::new().len(len).map(fd.as_raw_fd()) }.map_err(|e| anyhow!("mapping {len} bytes of JPEG dma-buf fd {}: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(fd.as_raw_fd()) }.map_err(|e| {
+        anyhow!("mapping {len} bytes of JPEG dma-buf fd {}: {}", fd.as_raw_fd(), super::errno_words(&e))
+    })?;
     let bracket = |flags: u64| match sync(fd, flags) {
-        Err(e) if e.raw_os_error() != Some(libc::ENOTTY) => Err(anyhow!("DMA_BUF_IOCTL_SYNC on JPEG dma-buf fd {}: {}", fd.as_raw_fd(), super::errno_words(&e))),
+        Err(e) if e.raw_os_error() != Some(libc::ENOTTY) => {
+            Err(anyhow!("DMA_BUF_IOCTL_SYNC on JPEG dma-buf fd {}: {}", fd.as_raw_fd(), super::errno_words(&e)))
+        }
         _ => Ok(()),
     };
     bracket(DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ)?;
@@ -1212,14 +1270,19 @@ unsafe impl Send for MppJpeg {}
 
 impl std::fmt::Debug for MppJpeg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MppJpeg").field("lib", &self.lib.path).field("imported", &self.imported.len()).field("decoded", &self.decoded).finish()
+        f.debug_struct("MppJpeg")
+            .field("lib", &self.lib.path)
+            .field("imported", &self.imported.len())
+            .field("decoded", &self.decoded)
+            .finish()
     }
 }
 
 /// (st_dev, st_ino) of an fd: the key a dma-buf is imported under (a dup or a re-received fd
 /// of the same buffer finds the same import).
 fn fd_inode(fd: BorrowedFd<'_>) -> Result<(u64, u64)> {
-    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| anyhow!("fstat of dma-buf fd {}: {e}", fd.as_raw_fd()))?;
+    let st =
+        nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| anyhow!("fstat of dma-buf fd {}: {e}", fd.as_raw_fd()))?;
     Ok((st.st_dev, st.st_ino))
 }
 
@@ -1237,8 +1300,24 @@ impl MppJpeg {
         let syms = TaskSyms::resolve(&lib)?;
         let (ctx, api) = lib.create()?;
         // From here on `Drop` destroys the context.
-        let mut d = MppJpeg { lib, syms, ctx, api, timeout_ms, group: std::ptr::null_mut(), input: None, imported: Default::default(), decoded: 0, poisoned: None, stranded: Vec::new() };
-        for (name, entry) in [("poll", d.api_ptr(|a| a.poll)), ("dequeue", d.api_ptr(|a| a.dequeue)), ("enqueue", d.api_ptr(|a| a.enqueue))] {
+        let mut d = MppJpeg {
+            lib,
+            syms,
+            ctx,
+            api,
+            timeout_ms,
+            group: std::ptr::null_mut(),
+            input: None,
+            imported: Default::default(),
+            decoded: 0,
+            poisoned: None,
+            stranded: Vec::new(),
+        };
+        for (name, entry) in [
+            ("poll", d.api_ptr(|a| a.poll)),
+            ("dequeue", d.api_ptr(|a| a.dequeue)),
+            ("enqueue", d.api_ptr(|a| a.enqueue)),
+        ] {
             if entry.is_null() {
                 bail!("MPP's MppApi has no {name} entry: the library at {} cannot decode MJPEG", d.lib.path);
             }
@@ -1249,7 +1328,15 @@ impl MppJpeg {
         d.control("MPP_DEC_SET_OUTPUT_FORMAT(YUV420SP)", MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast())?;
         let mut group: MppHandle = std::ptr::null_mut();
         // SAFETY: an out-pointer to a local and two static C strings.
-        check("mpp_buffer_group_get(internal, DRM)", unsafe { (d.lib.mpp_buffer_group_get)(&mut group, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_INTERNAL, TAG.as_ptr(), TAG.as_ptr()) })?;
+        check("mpp_buffer_group_get(internal, DRM)", unsafe {
+            (d.lib.mpp_buffer_group_get)(
+                &mut group,
+                MPP_BUFFER_TYPE_DRM,
+                MPP_BUFFER_INTERNAL,
+                TAG.as_ptr(),
+                TAG.as_ptr(),
+            )
+        })?;
         d.group = group;
         Ok(d)
     }
@@ -1291,14 +1378,26 @@ impl MppJpeg {
         let name = if port == MPP_PORT_INPUT { "input" } else { "output" };
         // SAFETY: the entries were checked non-null on create; rk_mpi.h's signatures are
         // `MppPollFn`/`MppDequeueFn` (a C enum is a c_int), and the table is MPP's static one.
-        let (poll, dequeue) = unsafe { (std::mem::transmute::<*const c_void, MppPollFn>((*self.api).poll), std::mem::transmute::<*const c_void, MppDequeueFn>((*self.api).dequeue)) };
+        let (poll, dequeue) = unsafe {
+            (
+                std::mem::transmute::<*const c_void, MppPollFn>((*self.api).poll),
+                std::mem::transmute::<*const c_void, MppDequeueFn>((*self.api).dequeue),
+            )
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(self.timeout_ms as u64);
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now()).as_millis().clamp(1, self.timeout_ms as u128) as c_int;
+            let left = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .clamp(1, self.timeout_ms as u128) as c_int;
             // SAFETY: the live context; the timeout is in 1..=MPP_POLL_MAX (checked on create).
             let r = unsafe { poll(self.ctx, port, left) };
             if r < 0 {
-                bail!("MPP poll({name} port, {} ms) failed: {} ({r}): the MJPEG decoder did not answer in time", self.timeout_ms, ret_name(r));
+                bail!(
+                    "MPP poll({name} port, {} ms) failed: {} ({r}): the MJPEG decoder did not answer in time",
+                    self.timeout_ms,
+                    ret_name(r)
+                );
             }
             let mut task: MppHandle = std::ptr::null_mut();
             // SAFETY: the live context and an out-pointer to a local.
@@ -1333,12 +1432,29 @@ impl MppJpeg {
                 return Ok(i.buffer);
             }
         }
-        let own = fd.try_clone_to_owned().map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
-        let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size, ptr: std::ptr::null_mut(), hnd: std::ptr::null_mut(), fd: own.as_raw_fd(), index: self.imported.len() as c_int };
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), super::errno_words(&e)))?;
+        let mut info = MppBufferInfo {
+            type_: MPP_BUFFER_TYPE_EXT_DMA,
+            size,
+            ptr: std::ptr::null_mut(),
+            hnd: std::ptr::null_mut(),
+            fd: own.as_raw_fd(),
+            index: self.imported.len() as c_int,
+        };
         let mut buffer: MppHandle = std::ptr::null_mut();
         // SAFETY: NULL group + a buffer out-pointer = `mpp_buffer_import` (mpp_buffer.h);
         // `info` lives for the call (MPP copies it); static C strings.
-        check("mpp_buffer_import(EXT_DMA)", unsafe { (self.lib.mpp_buffer_import_with_tag)(std::ptr::null_mut(), &mut info, &mut buffer, TAG.as_ptr(), TAG.as_ptr()) })?;
+        check("mpp_buffer_import(EXT_DMA)", unsafe {
+            (self.lib.mpp_buffer_import_with_tag)(
+                std::ptr::null_mut(),
+                &mut info,
+                &mut buffer,
+                TAG.as_ptr(),
+                TAG.as_ptr(),
+            )
+        })?;
         if buffer.is_null() {
             bail!("MPP mpp_buffer_import gave no buffer: the library at {} is broken", self.lib.path);
         }
@@ -1367,7 +1483,9 @@ impl MppJpeg {
             let size = need.div_ceil(64 << 10) * (64 << 10);
             let mut b: MppHandle = std::ptr::null_mut();
             // SAFETY: the live internal group, an out-pointer to a local, static C strings.
-            check(&format!("mpp_buffer_get({size} bytes)"), unsafe { (self.syms.buffer_get)(self.group, &mut b, size, TAG.as_ptr(), TAG.as_ptr()) })?;
+            check(&format!("mpp_buffer_get({size} bytes)"), unsafe {
+                (self.syms.buffer_get)(self.group, &mut b, size, TAG.as_ptr(), TAG.as_ptr())
+            })?;
             self.input = Some((b, size));
         }
         let (b, _) = self.input.expect("just set");
@@ -1387,7 +1505,13 @@ impl MppJpeg {
     /// (width, height) bounds the picture ([`JpegUnfit::TooBig`] beyond it). Errors are one
     /// line (the MPP call and its `MPP_RET`); one after the input task was enqueued puts the
     /// decoder out of service ([`MppJpeg::poisoned`]): later calls fail at once.
-    pub fn decode(&mut self, input: JpegInput<'_>, output: BorrowedFd<'_>, output_size: usize, max: (u32, u32)) -> Result<JpegOutcome> {
+    pub fn decode(
+        &mut self,
+        input: JpegInput<'_>,
+        output: BorrowedFd<'_>,
+        output_size: usize,
+        max: (u32, u32),
+    ) -> Result<JpegOutcome> {
         if let Some(why) = &self.poisoned {
             bail!("MPP's JPEG decoder is out of service since an earlier failure ({why}): decode on the CPU (--decoder cpu)");
         }
@@ -1404,7 +1528,12 @@ impl MppJpeg {
         };
         let Some(sof) = sof else { return Ok(JpegOutcome::Unfit(JpegUnfit::NoFrameHeader)) };
         if sof.width > max.0 || sof.height > max.1 || sof.mpp_output_bytes() > output_size as u64 {
-            return Ok(JpegOutcome::Unfit(JpegUnfit::TooBig { width: sof.width, height: sof.height, need: sof.mpp_output_bytes(), have: output_size as u64 }));
+            return Ok(JpegOutcome::Unfit(JpegUnfit::TooBig {
+                width: sof.width,
+                height: sof.height,
+                need: sof.mpp_output_bytes(),
+                have: output_size as u64,
+            }));
         }
         if !sof.mpp_fit() {
             return Ok(JpegOutcome::Unfit(JpegUnfit::CpuOnly(sof)));
@@ -1431,26 +1560,37 @@ impl MppJpeg {
             unsafe { (s.frame_set_buffer)(frame, out_buf) };
             let task = self.take_task(MPP_PORT_INPUT)?;
             // SAFETY: a task dequeued from the input port; the packet and frame are live.
-            check("mpp_task_meta_set_packet(KEY_INPUT_PACKET)", unsafe { (s.meta_set_packet)(task, KEY_INPUT_PACKET, pkt) })?;
+            check("mpp_task_meta_set_packet(KEY_INPUT_PACKET)", unsafe {
+                (s.meta_set_packet)(task, KEY_INPUT_PACKET, pkt)
+            })?;
             // SAFETY: as above.
-            check("mpp_task_meta_set_frame(KEY_OUTPUT_FRAME)", unsafe { (s.meta_set_frame)(task, KEY_OUTPUT_FRAME, frame) })?;
+            check("mpp_task_meta_set_frame(KEY_OUTPUT_FRAME)", unsafe {
+                (s.meta_set_frame)(task, KEY_OUTPUT_FRAME, frame)
+            })?;
             // From here MPP may hold the packet and write the frame, whatever enqueue returns.
             enqueued = true;
             self.give_task(MPP_PORT_INPUT, task)?;
             let task = self.take_task(MPP_PORT_OUTPUT)?;
             let mut out: MppHandle = std::ptr::null_mut();
             // SAFETY: a task dequeued from the output port and an out-pointer to a local.
-            let got = check("mpp_task_meta_get_frame(KEY_OUTPUT_FRAME)", unsafe { (s.meta_get_frame)(task, KEY_OUTPUT_FRAME, &mut out) });
+            let got = check("mpp_task_meta_get_frame(KEY_OUTPUT_FRAME)", unsafe {
+                (s.meta_get_frame)(task, KEY_OUTPUT_FRAME, &mut out)
+            });
             self.give_task(MPP_PORT_OUTPUT, task)?;
             got?;
             if out != frame {
-                bail!("MPP returned another frame than the one attached to the JPEG: the library at {} is broken", self.lib.path);
+                bail!(
+                    "MPP returned another frame than the one attached to the JPEG: the library at {} is broken",
+                    self.lib.path
+                );
             }
             // The input task comes back with the packet: take it, enqueue the empty task.
             let task = self.take_task(MPP_PORT_INPUT)?;
             let mut back: MppHandle = std::ptr::null_mut();
             // SAFETY: a task dequeued from the input port and an out-pointer to a local.
-            let got = check("mpp_task_meta_get_packet(KEY_INPUT_PACKET)", unsafe { (s.meta_get_packet)(task, KEY_INPUT_PACKET, &mut back) });
+            let got = check("mpp_task_meta_get_packet(KEY_INPUT_PACKET)", unsafe {
+                (s.meta_get_packet)(task, KEY_INPUT_PACKET, &mut back)
+            });
             self.give_task(MPP_PORT_INPUT, task)?;
             got?;
             // SAFETY: the live frame attached above.
@@ -1566,7 +1706,10 @@ mod tests {
         // type 0, (pad), size 8, ptr 16, hnd 24, fd 32, index 36; 40 bytes, 8-aligned.
         assert_eq!(size_of::<MppBufferInfo>(), 40);
         assert_eq!(align_of::<MppBufferInfo>(), 8);
-        assert_eq!((offset_of!(MppBufferInfo, size), offset_of!(MppBufferInfo, ptr), offset_of!(MppBufferInfo, hnd)), (8, 16, 24));
+        assert_eq!(
+            (offset_of!(MppBufferInfo, size), offset_of!(MppBufferInfo, ptr), offset_of!(MppBufferInfo, hnd)),
+            (8, 16, 24)
+        );
         assert_eq!((offset_of!(MppBufferInfo, fd), offset_of!(MppBufferInfo, index)), (32, 36));
     }
 
@@ -1581,9 +1724,15 @@ mod tests {
     fn enum_values_match_headers() {
         assert_eq!((MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_MJPEG, MPP_VIDEO_CODING_HEVC), (7, 8, 16777220));
         assert_eq!((MPP_SET_INPUT_TIMEOUT, MPP_SET_OUTPUT_TIMEOUT), (0x200006, 0x200007));
-        assert_eq!((MPP_DEC_SET_EXT_BUF_GROUP, MPP_DEC_SET_INFO_CHANGE_READY, MPP_DEC_SET_PARSER_SPLIT_MODE), (0x310002, 0x310003, 0x310005));
+        assert_eq!(
+            (MPP_DEC_SET_EXT_BUF_GROUP, MPP_DEC_SET_INFO_CHANGE_READY, MPP_DEC_SET_PARSER_SPLIT_MODE),
+            (0x310002, 0x310003, 0x310005)
+        );
         assert_eq!((MPP_DEC_SET_OUTPUT_FORMAT, MPP_DEC_SET_IMMEDIATE_OUT), (0x31000a, 0x31000c));
-        assert_eq!((MPP_BUFFER_TYPE_ION, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_EXTERNAL), (1, 2, 3, 1));
+        assert_eq!(
+            (MPP_BUFFER_TYPE_ION, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_EXTERNAL),
+            (1, 2, 3, 1)
+        );
         assert_eq!((MPP_ERR_BUFFER_FULL, MPP_ERR_TIMEOUT, MPP_ERR_INIT), (-1012, -8, -1002));
         assert_eq!(ret_name(MPP_ERR_BUFFER_FULL), "MPP_ERR_BUFFER_FULL");
         assert_eq!(coding_name(MPP_VIDEO_CODING_HEVC), Some("H.265"));
@@ -1607,7 +1756,27 @@ mod tests {
     fn jpeg_sof_reads_size_and_sampling_past_other_segments() {
         // SOI, APP0 (len 4), fill FF, SOF0 (len 17): 8-bit, 1080 lines, 1920 px, 3 components.
         let sof = |y: u8, nf: u8| {
-            let mut v = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 9, 9, 0xFF, 0xFF, 0xC0, 0x00, 8 + 3 * nf, 8, 0x04, 0x38, 0x07, 0x80, nf];
+            let mut v = vec![
+                0xFF,
+                0xD8,
+                0xFF,
+                0xE0,
+                0x00,
+                0x04,
+                9,
+                9,
+                0xFF,
+                0xFF,
+                0xC0,
+                0x00,
+                8 + 3 * nf,
+                8,
+                0x04,
+                0x38,
+                0x07,
+                0x80,
+                nf,
+            ];
             for k in 0..nf {
                 v.extend([k + 1, if k == 0 { y } else { 0x11 }, 0]);
             }
@@ -1615,7 +1784,10 @@ mod tests {
             v
         };
         let s = jpeg_sof(&sof(0x22, 3)).unwrap();
-        assert_eq!((s.marker, s.width, s.height, s.components, s.sampling), (0xC0, 1920, 1080, 3, [(2, 2), (1, 1), (1, 1)]));
+        assert_eq!(
+            (s.marker, s.width, s.height, s.components, s.sampling),
+            (0xC0, 1920, 1080, 3, [(2, 2), (1, 1), (1, 1)])
+        );
         assert!(s.mpp_fit());
         assert_eq!(s.mpp_output_bytes(), 1920 * 1088 * 2);
         assert!(jpeg_sof(&sof(0x21, 3)).unwrap().mpp_fit(), "4:2:2");

@@ -299,7 +299,8 @@ pub type ReleasebufferHandleFn = unsafe extern "C" fn(RgaBufferHandle) -> ImStat
 pub type WrapbufferHandleFn = unsafe extern "C" fn(RgaBufferHandle, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
 /// `rga_buffer_t wrapbuffer_virtualaddr_t(void *vir_addr, int width, int height, int wstride,
 /// int hstride, int format)` (`im2d_buffer.h`): an image in CPU memory (`--copy-mode` only).
-pub type WrapbufferVirtualaddrFn = unsafe extern "C" fn(*mut std::ffi::c_void, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
+pub type WrapbufferVirtualaddrFn =
+    unsafe extern "C" fn(*mut std::ffi::c_void, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
 /// `IM_STATUS imconfig(IM_CONFIG_NAME name, uint64_t value)` (`im2d_common.h`).
 pub type ImconfigFn = unsafe extern "C" fn(c_int, u64) -> ImStatus;
 /// `const char* querystring(int name)` (`im2d_common.h`).
@@ -379,7 +380,10 @@ impl Librga {
                 // is sound while `lib` lives, which `Librga` guarantees by owning it.
                 let s: Result<libloading::Symbol<'_, $ty>, _> = unsafe { lib.get(concat!($name, "\0").as_bytes()) };
                 *s.map_err(|e| {
-                    anyhow!("{path} has no C symbol `{}` ({e}); zcpipe needs librga >= 1.8 (the im2d handle API)", $name)
+                    anyhow!(
+                        "{path} has no C symbol `{}` ({e}); zcpipe needs librga >= 1.8 (the im2d handle API)",
+                        $name
+                    )
                 })?
             }};
         }
@@ -423,7 +427,15 @@ impl Librga {
 
     /// `wrapbuffer_handle_t(handle, width, height, wstride, hstride, format)`: the
     /// `rga_buffer_t` librga builds for an imported buffer (sizes in pixels and rows).
-    pub fn wrapbuffer_handle_t(&self, handle: RgaBufferHandle, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+    pub fn wrapbuffer_handle_t(
+        &self,
+        handle: RgaBufferHandle,
+        width: c_int,
+        height: c_int,
+        wstride: c_int,
+        hstride: c_int,
+        format: c_int,
+    ) -> RgaBuffer {
         // SAFETY: integer arguments; the 96-byte struct comes back through the platform's
         // struct-return convention, which `extern "C"` and `#[repr(C)]` match.
         unsafe { (self.wrapbuffer_handle_t)(handle, width, height, wstride, hstride, format) }
@@ -438,7 +450,15 @@ impl Librga {
     /// A job given the returned buffer reads (source) or writes (destination) `wstride x
     /// hstride` pixels of `format` at `vir_addr`: the caller keeps that memory valid, and
     /// unaliased for a destination, until the job returns.
-    pub unsafe fn wrapbuffer_virtualaddr_t(&self, vir_addr: *mut std::ffi::c_void, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+    pub unsafe fn wrapbuffer_virtualaddr_t(
+        &self,
+        vir_addr: *mut std::ffi::c_void,
+        width: c_int,
+        height: c_int,
+        wstride: c_int,
+        hstride: c_int,
+        format: c_int,
+    ) -> RgaBuffer {
         // SAFETY: librga only copies the pointer into the returned struct; integer
         // arguments; the struct comes back by the platform's struct-return convention.
         unsafe { (self.wrapbuffer_virtualaddr_t)(vir_addr, width, height, wstride, hstride, format) }
@@ -447,7 +467,16 @@ impl Librga {
     /// `imcheck_t(src, dst, pat, srect, drect, prect, mode_usage)`: librga's validation of
     /// one job against the hardware's rules; `IM_STATUS_NOERROR` when they hold.
     #[allow(clippy::too_many_arguments)] // librga's C signature, argument for argument.
-    pub fn imcheck_t(&self, src: RgaBuffer, dst: RgaBuffer, pat: RgaBuffer, srect: ImRect, drect: ImRect, prect: ImRect, usage: c_int) -> ImStatus {
+    pub fn imcheck_t(
+        &self,
+        src: RgaBuffer,
+        dst: RgaBuffer,
+        pat: RgaBuffer,
+        srect: ImRect,
+        drect: ImRect,
+        prect: ImRect,
+        usage: c_int,
+    ) -> ImStatus {
         // SAFETY: all arguments are plain data passed by value; the buffers carry handles
         // (address fields null), which librga does not dereference in its checks.
         unsafe { (self.imcheck_t)(src, dst, pat, srect, drect, prect, usage) }
@@ -456,7 +485,16 @@ impl Librga {
     /// `improcess(src, dst, pat, srect, drect, prect, usage)`: runs one job (with
     /// [`IM_SYNC`]: returns when the device is done); `IM_STATUS_SUCCESS` on success.
     #[allow(clippy::too_many_arguments)] // librga's C signature, argument for argument.
-    pub fn improcess(&self, src: RgaBuffer, dst: RgaBuffer, pat: RgaBuffer, srect: ImRect, drect: ImRect, prect: ImRect, usage: c_int) -> ImStatus {
+    pub fn improcess(
+        &self,
+        src: RgaBuffer,
+        dst: RgaBuffer,
+        pat: RgaBuffer,
+        srect: ImRect,
+        drect: ImRect,
+        prect: ImRect,
+        usage: c_int,
+    ) -> ImStatus {
         // SAFETY: plain data by value; the buffers name imported handles that outlive the
         // call (the caller owns them until release); no CPU addresses are passed.
         unsafe { (self.improcess)(src, dst, pat, srect, drect, prect, usage) }

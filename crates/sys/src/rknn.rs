@@ -505,7 +505,8 @@ impl Rknn {
     /// `rknn_init(&ctx, model, size, flag, NULL)`: loads a model from memory (`size > 0`).
     /// The runtime may keep reading `model` until `rknn_destroy`: the caller keeps it mapped.
     pub fn init(&self, model: &[u8], flag: u32) -> Result<RknnContext, RknnError> {
-        let size = u32::try_from(model.len()).map_err(|_| RknnError { call: "rknn_init", code: RKNN_ERR_MODEL_INVALID })?;
+        let size =
+            u32::try_from(model.len()).map_err(|_| RknnError { call: "rknn_init", code: RKNN_ERR_MODEL_INVALID })?;
         let mut ctx: RknnContext = 0;
         // SAFETY: `ctx` is a valid out-pointer; `model` is `size` readable bytes (the runtime
         // takes `void *` but does not write the model); a null extend is allowed.
@@ -538,7 +539,8 @@ impl Rknn {
 
     /// `rknn_inputs_set(ctx, 1, &input)` for input `index` from `data` (the copying path).
     pub fn inputs_set(&self, ctx: RknnContext, index: u32, data: &[u8], type_: u32, fmt: u32) -> Result<(), RknnError> {
-        let size = u32::try_from(data.len()).map_err(|_| RknnError { call: "rknn_inputs_set", code: RKNN_ERR_PARAM_INVALID })?;
+        let size = u32::try_from(data.len())
+            .map_err(|_| RknnError { call: "rknn_inputs_set", code: RKNN_ERR_PARAM_INVALID })?;
         let mut input = RknnInput { index, buf: data.as_ptr() as *mut c_void, size, pass_through: 0, type_, fmt };
         // SAFETY: one valid `rknn_input` whose `buf` points at `size` readable bytes; the
         // runtime copies the input before returning (rknn_api.h: inputs are set, then run).
@@ -561,7 +563,8 @@ impl Rknn {
     /// the output's own type (`want_float = 0`), then `rknn_outputs_release`. Returns the
     /// bytes the runtime says it wrote (at most `buf.len()`).
     pub fn output_into(&self, ctx: RknnContext, index: u32, buf: &mut [u8]) -> Result<usize, RknnError> {
-        let size = u32::try_from(buf.len()).map_err(|_| RknnError { call: "rknn_outputs_get", code: RKNN_ERR_PARAM_INVALID })?;
+        let size = u32::try_from(buf.len())
+            .map_err(|_| RknnError { call: "rknn_outputs_get", code: RKNN_ERR_PARAM_INVALID })?;
         let mut out = RknnOutput { want_float: 0, is_prealloc: 1, index, buf: buf.as_mut_ptr() as *mut c_void, size };
         // SAFETY: one valid `rknn_output` pointing at `size` writable bytes we own; a null
         // extend is allowed.
@@ -588,7 +591,13 @@ impl Rknn {
             .enumerate()
             .map(|(i, b)| {
                 let size = u32::try_from(b.len()).map_err(|_| invalid)?;
-                Ok(RknnOutput { want_float: 0, is_prealloc: 1, index: i as u32, buf: b.as_mut_ptr() as *mut c_void, size })
+                Ok(RknnOutput {
+                    want_float: 0,
+                    is_prealloc: 1,
+                    index: i as u32,
+                    buf: b.as_mut_ptr() as *mut c_void,
+                    size,
+                })
             })
             .collect::<Result<Vec<_>, RknnError>>()?;
         // SAFETY: `n` valid `rknn_output`s, each pointing at `size` writable bytes of a
@@ -604,7 +613,13 @@ impl Rknn {
     /// `rknn_create_mem_from_fd(ctx, fd, NULL, size, offset)`: imports `size` bytes at
     /// `offset` of a dma-buf. The runtime keeps its own reference to the buffer; the
     /// caller keeps `fd` open until [`Rknn::destroy_mem`] anyway.
-    pub fn create_mem_from_fd(&self, ctx: RknnContext, fd: i32, size: u32, offset: i32) -> Result<*mut RknnTensorMem, RknnError> {
+    pub fn create_mem_from_fd(
+        &self,
+        ctx: RknnContext,
+        fd: i32,
+        size: u32,
+        offset: i32,
+    ) -> Result<*mut RknnTensorMem, RknnError> {
         // SAFETY: value arguments; a null virt_addr means "no CPU mapping" (rknn_api.h).
         let mem = unsafe { (self.create_mem_from_fd)(ctx, fd, std::ptr::null_mut(), size, offset) };
         if mem.is_null() {
@@ -628,7 +643,12 @@ impl Rknn {
     ///
     /// # Safety
     /// `mem` came from [`Rknn::create_mem_from_fd`] on `ctx` and is not destroyed yet.
-    pub unsafe fn set_io_mem(&self, ctx: RknnContext, mem: *mut RknnTensorMem, attr: &mut RknnTensorAttr) -> Result<(), RknnError> {
+    pub unsafe fn set_io_mem(
+        &self,
+        ctx: RknnContext,
+        mem: *mut RknnTensorMem,
+        attr: &mut RknnTensorAttr,
+    ) -> Result<(), RknnError> {
         // SAFETY: the caller's contract for `mem`; `attr` is a valid rknn_tensor_attr.
         check("rknn_set_io_mem", unsafe { (self.set_io_mem)(ctx, mem, attr) })
     }
@@ -747,14 +767,33 @@ mod tests {
     #[test]
     fn enum_values_match_the_header() {
         assert_eq!(
-            [RKNN_QUERY_IN_OUT_NUM, RKNN_QUERY_INPUT_ATTR, RKNN_QUERY_OUTPUT_ATTR, RKNN_QUERY_SDK_VERSION, RKNN_QUERY_NATIVE_INPUT_ATTR, RKNN_QUERY_NATIVE_OUTPUT_ATTR, RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR],
+            [
+                RKNN_QUERY_IN_OUT_NUM,
+                RKNN_QUERY_INPUT_ATTR,
+                RKNN_QUERY_OUTPUT_ATTR,
+                RKNN_QUERY_SDK_VERSION,
+                RKNN_QUERY_NATIVE_INPUT_ATTR,
+                RKNN_QUERY_NATIVE_OUTPUT_ATTR,
+                RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR
+            ],
             [0, 1, 2, 5, 8, 9, 10]
         );
-        assert_eq!([RKNN_TENSOR_FLOAT32, RKNN_TENSOR_FLOAT16, RKNN_TENSOR_INT8, RKNN_TENSOR_UINT8, RKNN_TENSOR_BFLOAT16], [0, 1, 2, 3, 11]);
+        assert_eq!(
+            [RKNN_TENSOR_FLOAT32, RKNN_TENSOR_FLOAT16, RKNN_TENSOR_INT8, RKNN_TENSOR_UINT8, RKNN_TENSOR_BFLOAT16],
+            [0, 1, 2, 3, 11]
+        );
         assert_eq!([RKNN_TENSOR_NCHW, RKNN_TENSOR_NHWC, RKNN_TENSOR_NC1HWC2, RKNN_TENSOR_UNDEFINED], [0, 1, 2, 3]);
         assert_eq!([RKNN_TENSOR_QNT_NONE, RKNN_TENSOR_QNT_DFP, RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC], [0, 1, 2]);
         assert_eq!(
-            [RKNN_NPU_CORE_AUTO, RKNN_NPU_CORE_0, RKNN_NPU_CORE_1, RKNN_NPU_CORE_2, RKNN_NPU_CORE_0_1, RKNN_NPU_CORE_0_1_2, RKNN_NPU_CORE_ALL],
+            [
+                RKNN_NPU_CORE_AUTO,
+                RKNN_NPU_CORE_0,
+                RKNN_NPU_CORE_1,
+                RKNN_NPU_CORE_2,
+                RKNN_NPU_CORE_0_1,
+                RKNN_NPU_CORE_0_1_2,
+                RKNN_NPU_CORE_ALL
+            ],
             [0, 1, 2, 4, 3, 7, 0xffff]
         );
     }

@@ -27,7 +27,11 @@ pub fn match_iou(rows: usize, cols: usize, min_iou: f32, iou: impl Fn(usize, usi
     let (n, m) = if transpose { (cols, rows) } else { (rows, cols) };
     let gain = |r: usize, c: usize| {
         let v = if transpose { iou(c, r) } else { iou(r, c) };
-        if v.is_finite() && v >= min_iou { ((v - min_iou) * SCALE).round() as i64 + 1 } else { 0 }
+        if v.is_finite() && v >= min_iou {
+            ((v - min_iou) * SCALE).round() as i64 + 1
+        } else {
+            0
+        }
     };
     let mut w = Vec::with_capacity(n * m);
     for r in 0..n {

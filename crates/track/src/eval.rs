@@ -55,15 +55,22 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
         if line.trim().is_empty() {
             continue;
         }
-        let f = match SocketLine::parse(&line).with_context(|| format!("line {}: not a detections-socket line", n + 1))? {
-            SocketLine::Frame(f) => f,
-            _ => continue,
-        };
+        let f =
+            match SocketLine::parse(&line).with_context(|| format!("line {}: not a detections-socket line", n + 1))? {
+                SocketLine::Frame(f) => f,
+                _ => continue,
+            };
         if camera.get_or_insert_with(|| f.camera.clone()) != &f.camera {
             continue;
         }
         if last_seq.is_some_and(|s| f.seq <= s) {
-            bail!("line {}: frame {} of camera {} after frame {}: frames must be in order", n + 1, f.seq, f.camera, last_seq.unwrap_or(0));
+            bail!(
+                "line {}: frame {} of camera {} after frame {}: frames must be in order",
+                n + 1,
+                f.seq,
+                f.camera,
+                last_seq.unwrap_or(0)
+            );
         }
         last_seq = Some(f.seq);
         st.frames += 1;
@@ -72,8 +79,10 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
             None => f.timestamp_ns,
         };
         seen.extend(f.detections.iter().map(|d| d.label.clone()));
-        let dets: Vec<&zcpipe_core::schema::DetectionJson> = f.detections.iter().filter(|d| r.labels.is_empty() || r.labels.contains(&d.label)).collect();
-        let obs: Vec<Observation> = dets.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
+        let dets: Vec<&zcpipe_core::schema::DetectionJson> =
+            f.detections.iter().filter(|d| r.labels.is_empty() || r.labels.contains(&d.label)).collect();
+        let obs: Vec<Observation> =
+            dets.iter().map(|d| Observation { class_id: d.class_id, score: d.score, bbox: d.bbox }).collect();
         st.detections += obs.len() as u64;
         events.clear();
         let ids = tracker.update(t_ns, &obs, &mut events);
@@ -81,18 +90,34 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
         for (d, id) in dets.iter().zip(ids) {
             let Some(id) = id else { continue };
             let [x1, y1, x2, y2] = d.bbox;
-            writeln!(out, "{},{id},{:.1},{:.1},{:.1},{:.1},{:.3},-1,-1,-1", f.seq + 1, x1, y1, x2 - x1, y2 - y1, d.score)?;
+            writeln!(
+                out,
+                "{},{id},{:.1},{:.1},{:.1},{:.1},{:.3},-1,-1,-1",
+                f.seq + 1,
+                x1,
+                y1,
+                x2 - x1,
+                y2 - y1,
+                d.score
+            )?;
             st.boxes += 1;
         }
     }
     if st.frames == 0 {
-        bail!("no frame line{} in the input: record one with `zcpipe run --json --tracker none ... > FILE`", camera.map(|c| format!(" of camera {c}")).unwrap_or_default());
+        bail!(
+            "no frame line{} in the input: record one with `zcpipe run --json --tracker none ... > FILE`",
+            camera.map(|c| format!(" of camera {c}")).unwrap_or_default()
+        );
     }
     let missing: Vec<&String> = r.labels.iter().filter(|l| !seen.contains(*l)).collect();
     if !missing.is_empty() {
         let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
         let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
-        let msg = format!("--labels: no detection labelled {} in the input (labels seen: {})", names.join(", "), if seen.is_empty() { "none".to_string() } else { seen.join(", ") });
+        let msg = format!(
+            "--labels: no detection labelled {} in the input (labels seen: {})",
+            names.join(", "),
+            if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
+        );
         if st.detections == 0 {
             bail!("{msg}");
         }
@@ -107,9 +132,32 @@ mod tests {
     use zcpipe_core::schema::{DetectionJson, FrameJson};
 
     fn line(seq: u64, x: f32) -> String {
-        let d = DetectionJson { class_id: 0, label: "person".into(), score: 0.9, bbox: [x, 10.0, x + 20.0, 60.0], track_id: None };
-        let cat = DetectionJson { class_id: 15, label: "cat".into(), score: 0.9, bbox: [300.0, 10.0, 340.0, 60.0], track_id: None };
-        SocketLine::Frame(FrameJson { camera: "cam0".into(), seq, timestamp_ns: seq, width: 640, height: 480, latency_us: Default::default(), detections: vec![d, cat], zones: None }).to_line().unwrap()
+        let d = DetectionJson {
+            class_id: 0,
+            label: "person".into(),
+            score: 0.9,
+            bbox: [x, 10.0, x + 20.0, 60.0],
+            track_id: None,
+        };
+        let cat = DetectionJson {
+            class_id: 15,
+            label: "cat".into(),
+            score: 0.9,
+            bbox: [300.0, 10.0, 340.0, 60.0],
+            track_id: None,
+        };
+        SocketLine::Frame(FrameJson {
+            camera: "cam0".into(),
+            seq,
+            timestamp_ns: seq,
+            width: 640,
+            height: 480,
+            latency_us: Default::default(),
+            detections: vec![d, cat],
+            zones: None,
+        })
+        .to_line()
+        .unwrap()
     }
 
     #[test]
@@ -119,13 +167,20 @@ mod tests {
         let mut out = Vec::new();
         let st = replay(input.as_bytes(), &mut out, &r).unwrap();
         assert_eq!(st, ReplayStats { frames: 4, detections: 4, boxes: 2, tracks: 1 });
-        assert_eq!(String::from_utf8(out).unwrap(), "3,1,104.0,10.0,20.0,50.0,0.900,-1,-1,-1\n4,1,106.0,10.0,20.0,50.0,0.900,-1,-1,-1\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "3,1,104.0,10.0,20.0,50.0,0.900,-1,-1,-1\n4,1,106.0,10.0,20.0,50.0,0.900,-1,-1,-1\n"
+        );
         let e = replay(format!("{}{}", line(1, 0.0), line(0, 0.0)).as_bytes(), Vec::new(), &r).unwrap_err();
         assert_eq!(format!("{e:#}"), "line 2: frame 0 of camera cam0 after frame 1: frames must be in order");
         let e = replay("{\"type\":\"frame\"}\n".as_bytes(), Vec::new(), &r).unwrap_err();
         assert!(format!("{e:#}").starts_with("line 1: not a detections-socket line"), "{e:#}");
-        assert!(format!("{:#}", replay("".as_bytes(), Vec::new(), &r).unwrap_err()).starts_with("no frame line in the input"));
+        assert!(format!("{:#}", replay("".as_bytes(), Vec::new(), &r).unwrap_err())
+            .starts_with("no frame line in the input"));
         let typo = Replay { labels: vec!["persn".into()], ..r.clone() };
-        assert_eq!(format!("{:#}", replay(input.as_bytes(), Vec::new(), &typo).unwrap_err()), "--labels: no detection labelled persn in the input (labels seen: cat, person)");
+        assert_eq!(
+            format!("{:#}", replay(input.as_bytes(), Vec::new(), &typo).unwrap_err()),
+            "--labels: no detection labelled persn in the input (labels seen: cat, person)"
+        );
     }
 }

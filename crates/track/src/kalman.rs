@@ -77,7 +77,14 @@ impl Kalman {
         let m = to_xyah(b);
         let h = m[3];
         let (sp, sv) = (2.0 * STD_POSITION * h, 10.0 * STD_VELOCITY * h);
-        Kalman { axes: [Axis::new(m[0], sp, sv), Axis::new(m[1], sp, sv), Axis::new(m[2], 1e-2, 1e-5), Axis::new(m[3], sp, sv)] }
+        Kalman {
+            axes: [
+                Axis::new(m[0], sp, sv),
+                Axis::new(m[1], sp, sv),
+                Axis::new(m[2], 1e-2, 1e-5),
+                Axis::new(m[3], sp, sv),
+            ],
+        }
     }
 
     /// One frame ahead. `lost`: the track was not seen last frame, so its height stops
@@ -138,7 +145,10 @@ mod tests {
             k.predict(true);
         }
         let b = k.bbox();
-        assert!((b[0] - 265.0).abs() < 2.0 && (b[2] - b[0] - 50.0).abs() < 1.0 && (b[3] - b[1] - 100.0).abs() < 1.0, "{b:?}");
+        assert!(
+            (b[0] - 265.0).abs() < 2.0 && (b[2] - b[0] - 50.0).abs() < 1.0 && (b[3] - b[1] - 100.0).abs() < 1.0,
+            "{b:?}"
+        );
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub mod eval;
 pub mod kalman;
 pub mod zone;
 
-use zcpipe_core::detections::iou;
 use kalman::Kalman;
+use zcpipe_core::detections::iou;
 pub use zone::{Zone, ZoneSpec};
 
 /// Which tracker (`--tracker`).
@@ -80,7 +80,14 @@ pub struct TrackParams {
 
 impl Default for TrackParams {
     fn default() -> TrackParams {
-        TrackParams { kind: TrackerKind::ByteTrack, confirm_frames: 3, keepalive_ns: 1_000_000_000, stationary_ns: 10_000_000_000, stationary_move: 0.02, high_score: 0.5 }
+        TrackParams {
+            kind: TrackerKind::ByteTrack,
+            confirm_frames: 3,
+            keepalive_ns: 1_000_000_000,
+            stationary_ns: 10_000_000_000,
+            stationary_move: 0.02,
+            high_score: 0.5,
+        }
     }
 }
 
@@ -181,7 +188,17 @@ impl Track {
     }
 
     fn event(&self, kind: EventKind, zone: Option<usize>, at_ns: u64) -> TrackEvent {
-        TrackEvent { kind, track_id: self.id, class_id: self.class_id, best_score: self.best_score, zone, first_seen_ns: self.first_seen_ns, last_seen_ns: self.last_seen_ns, bbox: self.det_box, at_ns }
+        TrackEvent {
+            kind,
+            track_id: self.id,
+            class_id: self.class_id,
+            best_score: self.best_score,
+            zone,
+            first_seen_ns: self.first_seen_ns,
+            last_seen_ns: self.last_seen_ns,
+            bbox: self.det_box,
+            at_ns,
+        }
     }
 
     /// Unseen for longer than `keepalive_ns` at `now_ns` (time held by a pause not counted).
@@ -189,7 +206,6 @@ impl Track {
         now_ns.saturating_sub(self.last_seen_ns).saturating_sub(self.held_ns) > keepalive_ns
     }
 }
-
 
 /// The tracker of one camera: its tracks, its zones, its next id.
 pub struct Tracker {
@@ -252,7 +268,8 @@ impl Tracker {
     pub fn zone_counts(&self) -> Vec<(usize, u32, u32)> {
         let mut out: Vec<(usize, u32, u32)> = vec![];
         for z in 0..self.zones.len() {
-            let mut classes: Vec<u32> = self.tracks.iter().filter(|t| t.confirmed() && t.zones & (1 << z) != 0).map(|t| t.class_id).collect();
+            let mut classes: Vec<u32> =
+                self.tracks.iter().filter(|t| t.confirmed() && t.zones & (1 << z) != 0).map(|t| t.class_id).collect();
             classes.sort_unstable();
             for c in classes {
                 match out.last_mut() {
@@ -288,11 +305,20 @@ impl Tracker {
         let low: Vec<usize> = (0..dets.len()).filter(|&i| dets[i].score < p.high_score).collect();
         let mut matched = vec![false; self.tracks.len()];
         // One association: these tracks against these detections, pairs of one class with IoU >= min.
-        let associate = |tracks: &[Track], ts: Vec<usize>, ds: &[usize], min: f32, matched: &mut Vec<bool>, det_track: &mut Vec<Option<usize>>| {
+        let associate = |tracks: &[Track],
+                         ts: Vec<usize>,
+                         ds: &[usize],
+                         min: f32,
+                         matched: &mut Vec<bool>,
+                         det_track: &mut Vec<Option<usize>>| {
             let ds: Vec<usize> = ds.iter().copied().filter(|&d| det_track[d].is_none()).collect();
             for (r, c) in assign::match_iou(ts.len(), ds.len(), min, |r, c| {
                 let (t, d) = (&tracks[ts[r]], &dets[ds[c]]);
-                if t.class_id == d.class_id { iou(&t.bbox, &d.bbox) } else { 0.0 }
+                if t.class_id == d.class_id {
+                    iou(&t.bbox, &d.bbox)
+                } else {
+                    0.0
+                }
             }) {
                 matched[ts[r]] = true;
                 det_track[ds[c]] = Some(ts[r]);
@@ -302,7 +328,9 @@ impl Tracker {
             TrackerKind::ByteTrack => {
                 let confirmed: Vec<usize> = (0..self.tracks.len()).filter(|&i| self.tracks[i].confirmed()).collect();
                 associate(&self.tracks, confirmed, &high, 0.2, &mut matched, &mut det_track);
-                let seen_left: Vec<usize> = (0..self.tracks.len()).filter(|&i| self.tracks[i].confirmed() && !self.tracks[i].lost && !matched[i]).collect();
+                let seen_left: Vec<usize> = (0..self.tracks.len())
+                    .filter(|&i| self.tracks[i].confirmed() && !self.tracks[i].lost && !matched[i])
+                    .collect();
                 associate(&self.tracks, seen_left, &low, 0.5, &mut matched, &mut det_track);
                 let tentative: Vec<usize> = (0..self.tracks.len()).filter(|&i| !self.tracks[i].confirmed()).collect();
                 associate(&self.tracks, tentative, &high, 0.3, &mut matched, &mut det_track);
@@ -342,7 +370,11 @@ impl Tracker {
             }
         }
         // New tracks from the high-score detections left.
-        let start = if p.kind == TrackerKind::ByteTrack { (p.high_score + 0.1).min(0.95).max(p.high_score) } else { p.high_score };
+        let start = if p.kind == TrackerKind::ByteTrack {
+            (p.high_score + 0.1).min(0.95).max(p.high_score)
+        } else {
+            p.high_score
+        };
         let mut new_of_det: Vec<(usize, usize)> = vec![];
         for &d in &high {
             if det_track[d].is_none() && dets[d].score >= start {
@@ -350,7 +382,23 @@ impl Tracker {
                 let kf = (p.kind != TrackerKind::Iou).then(|| Kalman::new(det.bbox));
                 let c = centre(&det.bbox);
                 new_of_det.push((d, self.tracks.len()));
-                self.tracks.push(Track { id: 0, class_id: det.class_id, hits: 1, kf, bbox: det.bbox, det_box: det.bbox, held_ns: 0, first_seen_ns: t_ns, last_seen_ns: t_ns, best_score: det.score, lost: false, zones: 0, anchor: c, anchor_ns: t_ns, stationary: false });
+                self.tracks.push(Track {
+                    id: 0,
+                    class_id: det.class_id,
+                    hits: 1,
+                    kf,
+                    bbox: det.bbox,
+                    det_box: det.bbox,
+                    held_ns: 0,
+                    first_seen_ns: t_ns,
+                    last_seen_ns: t_ns,
+                    best_score: det.score,
+                    lost: false,
+                    zones: 0,
+                    anchor: c,
+                    anchor_ns: t_ns,
+                    stationary: false,
+                });
                 keep.push(true);
             }
         }
@@ -378,7 +426,11 @@ impl Tracker {
                 let inside = zone.contains(foot.0, foot.1);
                 if inside != (tr.zones & (1 << z) != 0) {
                     tr.zones ^= 1 << z;
-                    events.push(tr.event(if inside { EventKind::EnteredZone } else { EventKind::LeftZone }, Some(z), t_ns));
+                    events.push(tr.event(
+                        if inside { EventKind::EnteredZone } else { EventKind::LeftZone },
+                        Some(z),
+                        t_ns,
+                    ));
                 }
             }
             let c = centre(&tr.bbox);
@@ -392,7 +444,8 @@ impl Tracker {
                 events.push(tr.event(EventKind::Stationary, None, t_ns));
             }
         }
-        let ids: Vec<Option<u64>> = det_track.iter().map(|t| t.map(|t| self.tracks[t].id).filter(|&id| id != 0)).collect();
+        let ids: Vec<Option<u64>> =
+            det_track.iter().map(|t| t.map(|t| self.tracks[t].id).filter(|&id| id != 0)).collect();
         let mut i = 0;
         self.tracks.retain(|_| {
             i += 1;

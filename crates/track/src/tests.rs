@@ -38,7 +38,8 @@ fn kinds(k: TrackerKind) -> TrackParams {
 fn confirmed_after_three_frames_then_ended_after_the_keepalive() {
     for k in [TrackerKind::ByteTrack, TrackerKind::Sort, TrackerKind::Iou] {
         // Seen in frames 0..10, then nothing until frame 30.
-        let frames: Vec<Vec<Observation>> = (0..30).map(|i| if i < 10 { vec![person(100.0 + 2.0 * i as f32, 50.0, 0.9)] } else { vec![] }).collect();
+        let frames: Vec<Vec<Observation>> =
+            (0..30).map(|i| if i < 10 { vec![person(100.0 + 2.0 * i as f32, 50.0, 0.9)] } else { vec![] }).collect();
         let (ids, evs) = run(kinds(k), vec![], &frames);
         assert_eq!(ids[0..4], [vec![None], vec![None], vec![Some(1)], vec![Some(1)]], "{k:?}");
         // Last seen at frame 9 (0.9 s); 1 s later is 1.9 s: ended at the first frame after, 2.0 s.
@@ -57,23 +58,31 @@ fn none_tracks_nothing() {
 fn two_people_crossing_keep_their_ids_with_a_motion_model() {
     // A walks right, B walks left at the same height, 12 px a frame; their boxes overlap
     // for several frames around frame 10 (same class: only motion tells them apart).
-    let frames: Vec<Vec<Observation>> = (0..21).map(|i| {
-        let i = i as f32;
-        vec![person(40.0 + 12.0 * i, 50.0, 0.9), person(280.0 - 12.0 * i, 54.0, 0.85)]
-    }).collect();
+    let frames: Vec<Vec<Observation>> = (0..21)
+        .map(|i| {
+            let i = i as f32;
+            vec![person(40.0 + 12.0 * i, 50.0, 0.9), person(280.0 - 12.0 * i, 54.0, 0.85)]
+        })
+        .collect();
     for k in [TrackerKind::ByteTrack, TrackerKind::Sort] {
         let (ids, evs) = run(kinds(k), vec![], &frames);
         for (f, got) in ids.iter().enumerate().skip(2) {
             assert_eq!(got, &vec![Some(1), Some(2)], "{k:?} frame {f}");
         }
-        assert_eq!(evs, vec![(2, "new", 1, None), (2, "new", 2, None), (21, "end", 1, None), (21, "end", 2, None)], "{k:?}");
+        assert_eq!(
+            evs,
+            vec![(2, "new", 1, None), (2, "new", 2, None), (21, "end", 1, None), (21, "end", 2, None)],
+            "{k:?}"
+        );
     }
 }
 
 #[test]
 fn an_occlusion_of_a_few_frames_keeps_the_id() {
     // Walking right at 8 px a frame; frames 10..14 unseen (0.4 s), then seen again further on.
-    let frames: Vec<Vec<Observation>> = (0..25).map(|i| if (10..14).contains(&i) { vec![] } else { vec![person(20.0 + 8.0 * i as f32, 60.0, 0.9)] }).collect();
+    let frames: Vec<Vec<Observation>> = (0..25)
+        .map(|i| if (10..14).contains(&i) { vec![] } else { vec![person(20.0 + 8.0 * i as f32, 60.0, 0.9)] })
+        .collect();
     for k in [TrackerKind::ByteTrack, TrackerKind::Sort] {
         let (ids, evs) = run(kinds(k), vec![], &frames);
         assert_eq!(ids[14], vec![Some(1)], "{k:?}: found again after the gap");
@@ -88,7 +97,9 @@ fn an_occlusion_of_a_few_frames_keeps_the_id() {
 #[test]
 fn bytetrack_keeps_a_track_through_low_score_boxes() {
     // Half occluded in frames 8..14: the detector still sees it, at 0.35 (below 0.5).
-    let frames: Vec<Vec<Observation>> = (0..30).map(|i| vec![person(20.0 + 4.0 * i as f32, 60.0, if (8..14).contains(&i) { 0.35 } else { 0.9 })]).collect();
+    let frames: Vec<Vec<Observation>> = (0..30)
+        .map(|i| vec![person(20.0 + 4.0 * i as f32, 60.0, if (8..14).contains(&i) { 0.35 } else { 0.9 })])
+        .collect();
     let (ids, evs) = run(kinds(TrackerKind::ByteTrack), vec![], &frames);
     assert!(ids[8..14].iter().all(|f| f == &vec![Some(1)]), "{:?}", &ids[8..14]);
     assert_eq!(evs, vec![(2, "new", 1, None), (30, "end", 1, None)]);
@@ -99,7 +110,8 @@ fn bytetrack_keeps_a_track_through_low_score_boxes() {
 
 #[test]
 fn leaving_and_coming_back_after_the_keepalive_is_a_new_track() {
-    let frames: Vec<Vec<Observation>> = (0..40).map(|i| if (10..25).contains(&i) { vec![] } else { vec![person(100.0, 60.0, 0.9)] }).collect();
+    let frames: Vec<Vec<Observation>> =
+        (0..40).map(|i| if (10..25).contains(&i) { vec![] } else { vec![person(100.0, 60.0, 0.9)] }).collect();
     let (ids, evs) = run(kinds(TrackerKind::ByteTrack), vec![], &frames);
     assert_eq!(ids[25..28], [vec![None], vec![None], vec![Some(2)]]);
     assert_eq!(evs, vec![(2, "new", 1, None), (20, "end", 1, None), (27, "new", 2, None), (40, "end", 2, None)]);
@@ -108,10 +120,12 @@ fn leaving_and_coming_back_after_the_keepalive_is_a_new_track() {
 #[test]
 fn classes_are_tracked_apart() {
     // A person and a dog with the same box: two tracks, never swapped.
-    let frames: Vec<Vec<Observation>> = (0..10).map(|i| {
-        let b = person(10.0 + i as f32, 10.0, 0.9).bbox;
-        vec![Observation { class_id: 16, score: 0.8, bbox: b }, Observation { class_id: 0, score: 0.9, bbox: b }]
-    }).collect();
+    let frames: Vec<Vec<Observation>> = (0..10)
+        .map(|i| {
+            let b = person(10.0 + i as f32, 10.0, 0.9).bbox;
+            vec![Observation { class_id: 16, score: 0.8, bbox: b }, Observation { class_id: 0, score: 0.9, bbox: b }]
+        })
+        .collect();
     let (ids, _) = run(kinds(TrackerKind::ByteTrack), vec![], &frames);
     assert!(ids[2..].iter().all(|f| f == &vec![Some(1), Some(2)]), "{ids:?}");
 }
@@ -121,7 +135,8 @@ fn a_zone_is_entered_and_left_by_the_feet() {
     // The door zone spans x 200..300, y 100..200. Feet: (x + 20, 160) walking right 10 px a
     // frame from x = 100: inside while 200 <= x + 20 <= 300 (an edge counts as inside),
     // frames 8..=18.
-    let door = Zone { name: "door".into(), points: vec![(200.0, 100.0), (300.0, 100.0), (300.0, 200.0), (200.0, 200.0)] };
+    let door =
+        Zone { name: "door".into(), points: vec![(200.0, 100.0), (300.0, 100.0), (300.0, 200.0), (200.0, 200.0)] };
     let frames: Vec<Vec<Observation>> = (0..25).map(|i| vec![person(100.0 + 10.0 * i as f32, 60.0, 0.9)]).collect();
     let mut t = Tracker::new(kinds(TrackerKind::ByteTrack), vec![door]);
     let mut evs = vec![];
@@ -137,9 +152,13 @@ fn a_zone_is_entered_and_left_by_the_feet() {
     assert_eq!(evs, vec![(2, "new", None), (8, "entered_zone", Some(0)), (19, "left_zone", Some(0))]);
     // A track confirmed inside a zone has entered it; one ending inside leaves it first.
     let inside: Vec<Vec<Observation>> = (0..5).map(|_| vec![person(220.0, 60.0, 0.9)]).collect();
-    let door = Zone { name: "door".into(), points: vec![(200.0, 100.0), (300.0, 100.0), (300.0, 200.0), (200.0, 200.0)] };
+    let door =
+        Zone { name: "door".into(), points: vec![(200.0, 100.0), (300.0, 100.0), (300.0, 200.0), (200.0, 200.0)] };
     let (_, evs) = run(kinds(TrackerKind::ByteTrack), vec![door], &inside);
-    assert_eq!(evs, vec![(2, "new", 1, None), (2, "entered_zone", 1, Some(0)), (5, "left_zone", 1, Some(0)), (5, "end", 1, None)]);
+    assert_eq!(
+        evs,
+        vec![(2, "new", 1, None), (2, "entered_zone", 1, Some(0)), (5, "left_zone", 1, Some(0)), (5, "end", 1, None)]
+    );
 }
 
 #[test]
@@ -188,10 +207,12 @@ fn events_report_the_detections_box() {
 #[test]
 fn standing_still_for_ten_seconds_is_stationary() {
     // Still (1 px of jitter, under 2% of the 108 px diagonal) from frame 0 for 12 s, then walks.
-    let frames: Vec<Vec<Observation>> = (0..140).map(|i| {
-        let x = if i < 120 { 100.0 + (i % 2) as f32 } else { 100.0 + 10.0 * (i - 119) as f32 };
-        vec![person(x, 60.0, 0.9)]
-    }).collect();
+    let frames: Vec<Vec<Observation>> = (0..140)
+        .map(|i| {
+            let x = if i < 120 { 100.0 + (i % 2) as f32 } else { 100.0 + 10.0 * (i - 119) as f32 };
+            vec![person(x, 60.0, 0.9)]
+        })
+        .collect();
     let (_, evs) = run(kinds(TrackerKind::ByteTrack), vec![], &frames);
     // Confirmed at frame 2 (0.2 s): still since then, stationary 10 s later, once.
     assert_eq!(evs, vec![(2, "new", 1, None), (102, "stationary", 1, None), (140, "end", 1, None)]);
@@ -200,9 +221,13 @@ fn standing_still_for_ten_seconds_is_stationary() {
 #[test]
 fn fifty_objects_keep_fifty_ids() {
     // A 10 x 5 grid of people all walking right: every one keeps its id for 100 frames.
-    let frames: Vec<Vec<Observation>> = (0..100).map(|i| {
-        (0..50).map(|k| person(10.0 + 60.0 * (k % 10) as f32 + 0.5 * i as f32, 10.0 + 120.0 * (k / 10) as f32, 0.9)).collect()
-    }).collect();
+    let frames: Vec<Vec<Observation>> = (0..100)
+        .map(|i| {
+            (0..50)
+                .map(|k| person(10.0 + 60.0 * (k % 10) as f32 + 0.5 * i as f32, 10.0 + 120.0 * (k / 10) as f32, 0.9))
+                .collect()
+        })
+        .collect();
     let (ids, evs) = run(kinds(TrackerKind::ByteTrack), vec![], &frames);
     let want: Vec<Option<u64>> = (1..=50).map(Some).collect();
     assert!(ids[2..].iter().all(|f| f == &want));

@@ -33,7 +33,10 @@ pub struct ZoneSpec {
 
 /// Checks a zone's name: `[a-z0-9_-]{1,32}` (it becomes a JSON key and, later, an MQTT topic).
 fn check_name(name: &str, text: &str) -> Result<()> {
-    if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-') {
+    if name.is_empty()
+        || name.len() > 32
+        || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    {
         bail!("--zone {text}: the zone name {name:?} must be 1 to 32 of a-z, 0-9, '_' and '-' (e.g. --zone door=100,200,400,200,400,430,100,430)");
     }
     Ok(())
@@ -70,10 +73,12 @@ impl ZoneSpec {
         }
         let points: Vec<(f32, f32)> = nums.chunks(2).map(|p| (p[0], p[1])).collect();
         // Twice the signed area (the shoelace formula): a zone must enclose something.
-        let area2: f32 = (0..points.len()).map(|i| {
-            let ((ax, ay), (bx, by)) = (points[i], points[(i + 1) % points.len()]);
-            ax * by - bx * ay
-        }).sum();
+        let area2: f32 = (0..points.len())
+            .map(|i| {
+                let ((ax, ay), (bx, by)) = (points[i], points[(i + 1) % points.len()]);
+                ax * by - bx * ay
+            })
+            .sum();
         if area2.abs() < 1.0 {
             bail!("--zone {text}: the polygon encloses no area (its points are on one line or the same); give its corners in order");
         }
@@ -96,7 +101,12 @@ pub fn per_camera(specs: &[ZoneSpec], cameras: &[String]) -> Result<Vec<Vec<Zone
         };
         for i in targets {
             if out[i].iter().any(|z| z.name == s.zone.name) {
-                bail!("--zone {}: camera {} already has a zone named {}; give each zone its own name", s.zone.name, cameras[i], s.zone.name);
+                bail!(
+                    "--zone {}: camera {} already has a zone named {}; give each zone its own name",
+                    s.zone.name,
+                    cameras[i],
+                    s.zone.name
+                );
             }
             if out[i].len() == MAX_ZONES {
                 bail!("--zone {}: camera {} has {MAX_ZONES} zones, the most it may have", s.zone.name, cameras[i]);
@@ -151,7 +161,13 @@ mod tests {
     #[test]
     fn parses_and_refuses_with_one_line() {
         let z = ZoneSpec::parse("door=100,200,400,200,400,430").unwrap();
-        assert_eq!(z, ZoneSpec { camera: None, zone: Zone { name: "door".into(), points: vec![(100.0, 200.0), (400.0, 200.0), (400.0, 430.0)] } });
+        assert_eq!(
+            z,
+            ZoneSpec {
+                camera: None,
+                zone: Zone { name: "door".into(), points: vec![(100.0, 200.0), (400.0, 200.0), (400.0, 430.0)] }
+            }
+        );
         assert_eq!(ZoneSpec::parse("front:door=0,0,1,0,1,1").unwrap().camera.as_deref(), Some("front"));
         for (bad, says) in [
             ("door", "expected NAME=x1,y1"),
@@ -174,24 +190,37 @@ mod tests {
     #[test]
     fn zones_go_to_their_cameras_once() {
         let cams = vec!["front".to_string(), "back".to_string()];
-        let specs: Vec<ZoneSpec> = ["door=0,0,9,0,9,9", "front:gate=0,0,5,0,5,5"].iter().map(|s| ZoneSpec::parse(s).unwrap()).collect();
+        let specs: Vec<ZoneSpec> =
+            ["door=0,0,9,0,9,9", "front:gate=0,0,5,0,5,5"].iter().map(|s| ZoneSpec::parse(s).unwrap()).collect();
         let z = per_camera(&specs, &cams).unwrap();
         assert_eq!(z[0].iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ["door", "gate"]);
         assert_eq!(z[1].iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ["door"]);
-        let twice: Vec<ZoneSpec> = ["door=0,0,9,0,9,9", "front:door=0,0,5,0,5,5"].iter().map(|s| ZoneSpec::parse(s).unwrap()).collect();
-        assert!(format!("{:#}", per_camera(&twice, &cams).unwrap_err()).contains("camera front already has a zone named door"));
+        let twice: Vec<ZoneSpec> =
+            ["door=0,0,9,0,9,9", "front:door=0,0,5,0,5,5"].iter().map(|s| ZoneSpec::parse(s).unwrap()).collect();
+        assert!(format!("{:#}", per_camera(&twice, &cams).unwrap_err())
+            .contains("camera front already has a zone named door"));
         let unknown = [ZoneSpec::parse("side:door=0,0,9,0,9,9").unwrap()];
-        assert!(format!("{:#}", per_camera(&unknown, &cams).unwrap_err()).contains("no camera named side (cameras: front, back)"));
+        assert!(format!("{:#}", per_camera(&unknown, &cams).unwrap_err())
+            .contains("no camera named side (cameras: front, back)"));
     }
 
     #[test]
     fn inside_is_the_even_odd_rule_and_points_must_be_in_the_frame() {
         // An L shape: the notch is outside.
-        let l = Zone { name: "l".into(), points: vec![(0.0, 0.0), (10.0, 0.0), (10.0, 4.0), (4.0, 4.0), (4.0, 10.0), (0.0, 10.0)] };
+        let l = Zone {
+            name: "l".into(),
+            points: vec![(0.0, 0.0), (10.0, 0.0), (10.0, 4.0), (4.0, 4.0), (4.0, 10.0), (0.0, 10.0)],
+        };
         assert!(l.contains(2.0, 2.0) && l.contains(8.0, 2.0) && l.contains(2.0, 8.0));
         assert!(!l.contains(8.0, 8.0) && !l.contains(-1.0, 2.0) && !l.contains(2.0, 11.0));
         // Edges and corners are inside: feet clamped to the frame's last row are in a zone drawn to it.
-        assert!(l.contains(2.0, 10.0) && l.contains(10.0, 2.0) && l.contains(0.0, 0.0) && l.contains(4.0, 7.0) && l.contains(7.0, 4.0));
+        assert!(
+            l.contains(2.0, 10.0)
+                && l.contains(10.0, 2.0)
+                && l.contains(0.0, 0.0)
+                && l.contains(4.0, 7.0)
+                && l.contains(7.0, 4.0)
+        );
         assert!(l.check_inside("cam0", 10, 10).is_ok());
         let e = format!("{:#}", l.check_inside("cam0", 8, 10).unwrap_err());
         assert_eq!(e, "--zone l: point (10, 0) is outside camera cam0's 8x10 frame; zone points are source pixels");

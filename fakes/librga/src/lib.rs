@@ -182,13 +182,13 @@ enum Kind {
 impl Kind {
     fn from_rk(format: c_int) -> Option<Kind> {
         Some(match format {
-            0xa00 => Kind::Nv12, // RK_FORMAT_YCbCr_420_SP
-            0x800 => Kind::Nv16, // RK_FORMAT_YCbCr_422_SP
+            0xa00 => Kind::Nv12,  // RK_FORMAT_YCbCr_420_SP
+            0x800 => Kind::Nv16,  // RK_FORMAT_YCbCr_422_SP
             0x1c00 => Kind::Yuyv, // RK_FORMAT_YUYV_422
             0x1e00 => Kind::Uyvy, // RK_FORMAT_UYVY_422
-            0x200 => Kind::Rgb, // RK_FORMAT_RGB_888
-            0x700 => Kind::Bgr, // RK_FORMAT_BGR_888
-            0x000 => Kind::Rgba, // RK_FORMAT_RGBA_8888
+            0x200 => Kind::Rgb,   // RK_FORMAT_RGB_888
+            0x700 => Kind::Bgr,   // RK_FORMAT_BGR_888
+            0x000 => Kind::Rgba,  // RK_FORMAT_RGBA_8888
             _ => return None,
         })
     }
@@ -351,7 +351,10 @@ pub unsafe extern "C" fn importbuffer_fd(fd: c_int, param: *mut ImHandleParam) -
     let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
     if dup < 0 {
         let e = errno();
-        log(format!("importbuffer_fd fd={fd} width={} height={} format={:#x} errno={e} handle=0", p.width, p.height, p.format));
+        log(format!(
+            "importbuffer_fd fd={fd} width={} height={} format={:#x} errno={e} handle=0",
+            p.width, p.height, p.format
+        ));
         fail(IM_STATUS_FAILED, format!("RGA_IOC_IMPORT_BUFFER fail! fd {fd}: errno {e}"));
         return 0;
     }
@@ -360,7 +363,10 @@ pub unsafe extern "C" fn importbuffer_fd(fd: c_int, param: *mut ImHandleParam) -
     if need == 0 || need > size {
         // SAFETY: closing our own duplicate.
         unsafe { libc::close(dup) };
-        log(format!("importbuffer_fd fd={fd} width={} height={} format={:#x} size={size} need={need} handle=0", p.width, p.height, p.format));
+        log(format!(
+            "importbuffer_fd fd={fd} width={} height={} format={:#x} size={size} need={need} handle=0",
+            p.width, p.height, p.format
+        ));
         fail(IM_STATUS_FAILED, format!("Only get buffer {size} byte from fd[{fd}], but current required {need} byte"));
         return 0;
     }
@@ -371,7 +377,13 @@ pub unsafe extern "C" fn importbuffer_fd(fd: c_int, param: *mut ImHandleParam) -
     drop(st);
     // The inode names the buffer across processes (each process has its own fd numbers):
     // tests match it with the inode the fake librknnrt logs for the memory it reads.
-    log(format!("importbuffer_fd fd={fd} ino={} width={} height={} format={:#x} size={size} handle={h}", fd_inode(dup), p.width, p.height, p.format));
+    log(format!(
+        "importbuffer_fd fd={fd} ino={} width={} height={} format={:#x} size={size} handle={h}",
+        fd_inode(dup),
+        p.width,
+        p.height,
+        p.format
+    ));
     h
 }
 
@@ -430,7 +442,14 @@ fn wrap(width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_i
 /// `rga_buffer_t wrapbuffer_handle_t(rga_buffer_handle_t handle, int width, int height, int
 /// wstride, int hstride, int format)`.
 #[no_mangle]
-pub extern "C" fn wrapbuffer_handle_t(handle: u32, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+pub extern "C" fn wrapbuffer_handle_t(
+    handle: u32,
+    width: c_int,
+    height: c_int,
+    wstride: c_int,
+    hstride: c_int,
+    format: c_int,
+) -> RgaBuffer {
     let mut b = wrap(width, height, wstride, hstride, format);
     b.handle = handle;
     log(format!("wrapbuffer_handle_t {}", buf_str(&b)));
@@ -440,7 +459,14 @@ pub extern "C" fn wrapbuffer_handle_t(handle: u32, width: c_int, height: c_int, 
 /// `rga_buffer_t wrapbuffer_virtualaddr_t(void* vir_addr, ...)`: logged (zcpipe calls it only
 /// in --copy-mode, where RGA is fed CPU memory as a plain pipeline would).
 #[no_mangle]
-pub extern "C" fn wrapbuffer_virtualaddr_t(vir_addr: *mut c_void, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+pub extern "C" fn wrapbuffer_virtualaddr_t(
+    vir_addr: *mut c_void,
+    width: c_int,
+    height: c_int,
+    wstride: c_int,
+    hstride: c_int,
+    format: c_int,
+) -> RgaBuffer {
     let mut b = wrap(width, height, wstride, hstride, format);
     b.vir_addr = vir_addr;
     log(format!("wrapbuffer_virtualaddr_t {}", buf_str(&b)));
@@ -449,7 +475,14 @@ pub extern "C" fn wrapbuffer_virtualaddr_t(vir_addr: *mut c_void, width: c_int, 
 
 /// `rga_buffer_t wrapbuffer_physicaladdr_t(void* phy_addr, ...)`: logged.
 #[no_mangle]
-pub extern "C" fn wrapbuffer_physicaladdr_t(phy_addr: *mut c_void, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+pub extern "C" fn wrapbuffer_physicaladdr_t(
+    phy_addr: *mut c_void,
+    width: c_int,
+    height: c_int,
+    wstride: c_int,
+    hstride: c_int,
+    format: c_int,
+) -> RgaBuffer {
     let mut b = wrap(width, height, wstride, hstride, format);
     b.phy_addr = phy_addr;
     log(format!("wrapbuffer_physicaladdr_t {}", buf_str(&b)));
@@ -459,7 +492,14 @@ pub extern "C" fn wrapbuffer_physicaladdr_t(phy_addr: *mut c_void, width: c_int,
 /// `rga_buffer_t wrapbuffer_fd_t(int fd, ...)`: logged (per-call fd import is what zcpipe
 /// avoids).
 #[no_mangle]
-pub extern "C" fn wrapbuffer_fd_t(fd: c_int, width: c_int, height: c_int, wstride: c_int, hstride: c_int, format: c_int) -> RgaBuffer {
+pub extern "C" fn wrapbuffer_fd_t(
+    fd: c_int,
+    width: c_int,
+    height: c_int,
+    wstride: c_int,
+    hstride: c_int,
+    format: c_int,
+) -> RgaBuffer {
     let mut b = wrap(width, height, wstride, hstride, format);
     b.fd = fd;
     log(format!("wrapbuffer_fd_t {}", buf_str(&b)));
@@ -476,7 +516,13 @@ fn apply_rect(b: &mut RgaBuffer, r: &ImRect) {
 
 fn check_info(name: &str, b: &RgaBuffer, r: &ImRect) -> Result<(), (c_int, String)> {
     if b.width <= 0 || b.height <= 0 || b.format < 0 {
-        return Err((IM_STATUS_ILLEGAL_PARAM, format!("Illegal {name}, the parameter cannot be negative or 0, width = {}, height = {}", b.width, b.height)));
+        return Err((
+            IM_STATUS_ILLEGAL_PARAM,
+            format!(
+                "Illegal {name}, the parameter cannot be negative or 0, width = {}, height = {}",
+                b.width, b.height
+            ),
+        ));
     }
     if b.width < 2 || b.height < 2 {
         return Err((IM_STATUS_ILLEGAL_PARAM, format!("Hardware limitation {name}, unsupported operation of images smaller than 2 pixels, width = {}, height = {}", b.width, b.height)));
@@ -487,7 +533,13 @@ fn check_info(name: &str, b: &RgaBuffer, r: &ImRect) -> Result<(), (c_int, Strin
             format!("Invaild {name}, Virtual width or height is less than actual width and height, wstride = {}, width = {}, hstride = {}, height = {}", b.wstride, b.width, b.hstride, b.height),
         ));
     }
-    if (r.width == 0 && r.height > 0) || (r.width > 0 && r.height == 0) || r.width < 0 || r.height < 0 || r.x < 0 || r.y < 0 {
+    if (r.width == 0 && r.height > 0)
+        || (r.width > 0 && r.height == 0)
+        || r.width < 0
+        || r.height < 0
+        || r.x < 0
+        || r.y < 0
+    {
         return Err((IM_STATUS_ILLEGAL_PARAM, format!("Illegal {name} rect, rect[x,y,w,h] = [{}]", rect_str(r))));
     }
     if (r.width > 0 && r.width < 2) || (r.height > 0 && r.height < 2) || (r.x > 0 && r.x < 2) || (r.y > 0 && r.y < 2) {
@@ -500,13 +552,21 @@ fn check_info(name: &str, b: &RgaBuffer, r: &ImRect) -> Result<(), (c_int, Strin
         ));
     }
     if b.width > MAX_SIDE || b.height > MAX_SIDE {
-        return Err((IM_STATUS_NOT_SUPPORTED, format!("Unsupported {name} resolution more than {MAX_SIDE}x{MAX_SIDE}, width = {}, height = {}", b.width, b.height)));
+        return Err((
+            IM_STATUS_NOT_SUPPORTED,
+            format!(
+                "Unsupported {name} resolution more than {MAX_SIDE}x{MAX_SIDE}, width = {}, height = {}",
+                b.width, b.height
+            ),
+        ));
     }
     Ok(())
 }
 
 fn check_format(name: &str, b: &RgaBuffer, r: &ImRect) -> Result<Kind, (c_int, String)> {
-    let kind = Kind::from_rk(b.format).ok_or_else(|| (IM_STATUS_NOT_SUPPORTED, format!("{name} unsupported this format, format = {:#x}", b.format)))?;
+    let kind = Kind::from_rk(b.format).ok_or_else(|| {
+        (IM_STATUS_NOT_SUPPORTED, format!("{name} unsupported this format, format = {:#x}", b.format))
+    })?;
     if kind.yuv() && [b.wstride, b.hstride, b.width, b.height, r.x, r.y, r.width, r.height].iter().any(|v| v % 2 != 0) {
         return Err((
             IM_STATUS_INVALID_PARAM,
@@ -533,13 +593,26 @@ fn check_align(name: &str, b: &RgaBuffer, kind: Kind) -> Result<(), (c_int, Stri
         (x, y) = (y, x % y);
     }
     let align = bits / x * (BYTE_STRIDE * 8) / bits;
-    Err((IM_STATUS_NOT_SUPPORTED, format!("{name} unsupport width stride {}, {} width stride should be {align} aligned!", b.wstride, kind.name())))
+    Err((
+        IM_STATUS_NOT_SUPPORTED,
+        format!("{name} unsupport width stride {}, {} width stride should be {align} aligned!", b.wstride, kind.name()),
+    ))
 }
 
 /// librga 1.10's `rga_check_external` + `rga_check`, for the features this fake has.
-fn check(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: &ImRect, drect: &ImRect, usage: c_int) -> Result<(Kind, Kind), (c_int, String)> {
+fn check(
+    src: &RgaBuffer,
+    dst: &RgaBuffer,
+    pat: &RgaBuffer,
+    srect: &ImRect,
+    drect: &ImRect,
+    usage: c_int,
+) -> Result<(Kind, Kind), (c_int, String)> {
     if usage & (IM_COLOR_FILL | IM_ALPHA_BLEND_MASK | IM_HAL_TRANSFORM_MASK) != 0 || pat.is_valid() {
-        return Err((IM_STATUS_NOT_SUPPORTED, format!("zcpipe fake librga: usage {usage:#x} / pat not supported (resize and convert only)")));
+        return Err((
+            IM_STATUS_NOT_SUPPORTED,
+            format!("zcpipe fake librga: usage {usage:#x} / pat not supported (resize and convert only)"),
+        ));
     }
     let mut drect = *drect;
     if usage & IM_CROP != 0 {
@@ -559,14 +632,23 @@ fn check(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: &ImRect, drec
     if sw / dw > SCALE_LIMIT || sh / dh > SCALE_LIMIT || dw / sw > SCALE_LIMIT || dh / sh > SCALE_LIMIT {
         return Err((
             IM_STATUS_NOT_SUPPORTED,
-            format!("Unsupported to scaling more than 1/16 ~ 16 times, src[w,h] = [{}, {}], dst[w,h] = [{}, {}]", s.width, s.height, d.width, d.height),
+            format!(
+                "Unsupported to scaling more than 1/16 ~ 16 times, src[w,h] = [{}, {}], dst[w,h] = [{}, {}]",
+                s.width, s.height, d.width, d.height
+            ),
         ));
     }
     if dk.yuv() {
         return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: writes RGB formats only".into()));
     }
     if ![0, IM_YUV_TO_RGB_BT601_LIMIT].contains(&dst.color_space_mode) || src.color_space_mode != 0 {
-        return Err((IM_STATUS_NOT_SUPPORTED, format!("zcpipe fake librga: colour space mode {:#x} not supported (BT.601 limited only)", dst.color_space_mode)));
+        return Err((
+            IM_STATUS_NOT_SUPPORTED,
+            format!(
+                "zcpipe fake librga: colour space mode {:#x} not supported (BT.601 limited only)",
+                dst.color_space_mode
+            ),
+        ));
     }
     Ok((sk, dk))
 }
@@ -575,8 +657,20 @@ fn check(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: &ImRect, drec
 /// pat, const im_rect src_rect, const im_rect dst_rect, const im_rect pat_rect, const int
 /// mode_usage)`: `IM_STATUS_NOERROR` when every rule holds.
 #[no_mangle]
-pub extern "C" fn imcheck_t(src: RgaBuffer, dst: RgaBuffer, pat: RgaBuffer, srect: ImRect, drect: ImRect, _prect: ImRect, mode_usage: c_int) -> c_int {
-    let r = if no_device() { Err((IM_STATUS_NO_SESSION, NO_SESSION_MSG.to_string())) } else { check(&src, &dst, &pat, &srect, &drect, mode_usage) };
+pub extern "C" fn imcheck_t(
+    src: RgaBuffer,
+    dst: RgaBuffer,
+    pat: RgaBuffer,
+    srect: ImRect,
+    drect: ImRect,
+    _prect: ImRect,
+    mode_usage: c_int,
+) -> c_int {
+    let r = if no_device() {
+        Err((IM_STATUS_NO_SESSION, NO_SESSION_MSG.to_string()))
+    } else {
+        check(&src, &dst, &pat, &srect, &drect, mode_usage)
+    };
     let (status, msg) = match r {
         Ok(_) => (IM_STATUS_NOERROR, String::new()),
         Err((s, m)) => (fail(s, m.clone()), m),
@@ -685,7 +779,9 @@ fn convert(s: &[u8], sk: Kind, sws: usize, shs: usize, sr: ImRect, d: &mut [u8],
                         Kind::Uyvy => (2, 1),
                         _ => (1, 0),
                     };
-                    let [y] = bilinear(sw, sh, fx, fy, |x, yy| [byte(((sy0 + yy) as usize) * sws * ystep + (sx0 + x) as usize * ystep + yoff)]);
+                    let [y] = bilinear(sw, sh, fx, fy, |x, yy| {
+                        [byte(((sy0 + yy) as usize) * sws * ystep + (sx0 + x) as usize * ystep + yoff)]
+                    });
                     let (cw, ch) = (sw / 2, if sk == Kind::Nv12 { sh / 2 } else { sh });
                     let cfx = (fx + 0.5) / 2.0 - 0.5;
                     let cfy = if sk == Kind::Nv12 { (fy + 0.5) / 2.0 - 0.5 } else { fy };
@@ -726,7 +822,14 @@ fn convert(s: &[u8], sk: Kind, sws: usize, shs: usize, sr: ImRect, d: &mut [u8],
     }
 }
 
-fn process(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: ImRect, drect: ImRect, usage: c_int) -> Result<(), (c_int, String)> {
+fn process(
+    src: &RgaBuffer,
+    dst: &RgaBuffer,
+    pat: &RgaBuffer,
+    srect: ImRect,
+    drect: ImRect,
+    usage: c_int,
+) -> Result<(), (c_int, String)> {
     if no_device() {
         return Err((IM_STATUS_NO_SESSION, NO_SESSION_MSG.into()));
     }
@@ -737,7 +840,13 @@ fn process(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: ImRect, dre
         // Virtual addresses (wrapbuffer_virtualaddr_t): what a plain, copying pipeline
         // does; the real librga makes the driver pin those pages per job. zcpipe uses it in
         // --copy-mode only.
-        let full = |b: &RgaBuffer, r: ImRect| if r.width > 0 && r.height > 0 { r } else { ImRect { x: 0, y: 0, width: b.width, height: b.height } };
+        let full = |b: &RgaBuffer, r: ImRect| {
+            if r.width > 0 && r.height > 0 {
+                r
+            } else {
+                ImRect { x: 0, y: 0, width: b.width, height: b.height }
+            }
+        };
         let (srect, drect) = (full(src, srect), full(dst, drect));
         let (sk, dk) = check(src, dst, pat, &srect, &drect, usage)?;
         let sn = sk.image_bytes(src.wstride as u64, src.hstride as u64) as usize;
@@ -752,30 +861,48 @@ fn process(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: ImRect, dre
         return Ok(());
     }
     if src.handle == 0 || dst.handle == 0 {
-        return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: imported handles (importbuffer_fd) or two virtual addresses only".into()));
+        return Err((
+            IM_STATUS_NOT_SUPPORTED,
+            "zcpipe fake librga: imported handles (importbuffer_fd) or two virtual addresses only".into(),
+        ));
     }
     if src.handle == dst.handle {
         return Err((IM_STATUS_NOT_SUPPORTED, "zcpipe fake librga: in-place jobs not supported".into()));
     }
-    let full = |b: &RgaBuffer, r: ImRect| if r.width > 0 && r.height > 0 { r } else { ImRect { x: 0, y: 0, width: b.width, height: b.height } };
+    let full = |b: &RgaBuffer, r: ImRect| {
+        if r.width > 0 && r.height > 0 {
+            r
+        } else {
+            ImRect { x: 0, y: 0, width: b.width, height: b.height }
+        }
+    };
     let (srect, drect) = (full(src, srect), full(dst, drect));
     let (sk, dk) = check(src, dst, pat, &srect, &drect, usage)?;
     let (sfd, ssize, dfd, dsize) = {
         let st = state();
-        let s = st.imports.get(&src.handle).ok_or((IM_STATUS_FAILED, format!("handle[{}] is not imported", src.handle)))?;
-        let d = st.imports.get(&dst.handle).ok_or((IM_STATUS_FAILED, format!("handle[{}] is not imported", dst.handle)))?;
+        let s =
+            st.imports.get(&src.handle).ok_or((IM_STATUS_FAILED, format!("handle[{}] is not imported", src.handle)))?;
+        let d =
+            st.imports.get(&dst.handle).ok_or((IM_STATUS_FAILED, format!("handle[{}] is not imported", dst.handle)))?;
         (s.fd, s.size, d.fd, d.size)
     };
     for (b, k, size) in [(src, sk, ssize), (dst, dk, dsize)] {
         let need = k.image_bytes(b.wstride as u64, b.hstride as u64);
         if need > size {
-            return Err((IM_STATUS_FAILED, format!("Only get buffer {size} byte from handle[{}], but current required {need} byte", b.handle)));
+            return Err((
+                IM_STATUS_FAILED,
+                format!("Only get buffer {size} byte from handle[{}], but current required {need} byte", b.handle),
+            ));
         }
     }
-    let sm = Mapping::new(sfd, ssize as usize, false).map_err(|e| (IM_STATUS_FAILED, format!("mmap of handle[{}]: errno {e}", src.handle)))?;
-    let dm = Mapping::new(dfd, dsize as usize, true).map_err(|e| (IM_STATUS_FAILED, format!("mmap of handle[{}]: errno {e}", dst.handle)))?;
-    dma_sync(sfd, DMA_BUF_SYNC_READ).map_err(|e| (IM_STATUS_FAILED, format!("DMA_BUF_IOCTL_SYNC START on handle[{}]: errno {e}", src.handle)))?;
-    dma_sync(dfd, DMA_BUF_SYNC_WRITE).map_err(|e| (IM_STATUS_FAILED, format!("DMA_BUF_IOCTL_SYNC START on handle[{}]: errno {e}", dst.handle)))?;
+    let sm = Mapping::new(sfd, ssize as usize, false)
+        .map_err(|e| (IM_STATUS_FAILED, format!("mmap of handle[{}]: errno {e}", src.handle)))?;
+    let dm = Mapping::new(dfd, dsize as usize, true)
+        .map_err(|e| (IM_STATUS_FAILED, format!("mmap of handle[{}]: errno {e}", dst.handle)))?;
+    dma_sync(sfd, DMA_BUF_SYNC_READ)
+        .map_err(|e| (IM_STATUS_FAILED, format!("DMA_BUF_IOCTL_SYNC START on handle[{}]: errno {e}", src.handle)))?;
+    dma_sync(dfd, DMA_BUF_SYNC_WRITE)
+        .map_err(|e| (IM_STATUS_FAILED, format!("DMA_BUF_IOCTL_SYNC START on handle[{}]: errno {e}", dst.handle)))?;
     {
         // SAFETY: `sm` maps `ssize` readable bytes and lives through this block; the
         // source and destination are different imports (checked above), so if they are
@@ -795,7 +922,15 @@ fn process(src: &RgaBuffer, dst: &RgaBuffer, pat: &RgaBuffer, srect: ImRect, dre
 /// `IM_STATUS improcess(rga_buffer_t src, rga_buffer_t dst, rga_buffer_t pat, im_rect srect,
 /// im_rect drect, im_rect prect, int usage)`: the C (7-argument) one; synchronous.
 #[no_mangle]
-pub extern "C" fn improcess(src: RgaBuffer, dst: RgaBuffer, pat: RgaBuffer, srect: ImRect, drect: ImRect, _prect: ImRect, usage: c_int) -> c_int {
+pub extern "C" fn improcess(
+    src: RgaBuffer,
+    dst: RgaBuffer,
+    pat: RgaBuffer,
+    srect: ImRect,
+    drect: ImRect,
+    _prect: ImRect,
+    usage: c_int,
+) -> c_int {
     let (status, msg) = match process(&src, &dst, &pat, srect, drect, usage) {
         Ok(()) => (IM_STATUS_SUCCESS, String::new()),
         Err((s, m)) => (fail(s, m.clone()), m),
@@ -826,10 +961,15 @@ pub extern "C" fn imconfig(name: c_int, value: u64) -> c_int {
             CORE.with(|c| c.set(value));
             IM_STATUS_SUCCESS
         }
-        IM_CONFIG_SCHEDULER_CORE => fail(IM_STATUS_ILLEGAL_PARAM, format!("It's not legal rga_core[{value:#x}], it needs to be a 'IM_SCHEDULER_CORE'.")),
+        IM_CONFIG_SCHEDULER_CORE => fail(
+            IM_STATUS_ILLEGAL_PARAM,
+            format!("It's not legal rga_core[{value:#x}], it needs to be a 'IM_SCHEDULER_CORE'."),
+        ),
         IM_CONFIG_PRIORITY if value <= 6 => IM_STATUS_SUCCESS,
         IM_CONFIG_CHECK if value <= 1 => IM_STATUS_SUCCESS,
-        IM_CONFIG_PRIORITY | IM_CONFIG_CHECK => fail(IM_STATUS_ILLEGAL_PARAM, format!("It's not legal config value [{value:#x}]")),
+        IM_CONFIG_PRIORITY | IM_CONFIG_CHECK => {
+            fail(IM_STATUS_ILLEGAL_PARAM, format!("It's not legal config value [{value:#x}]"))
+        }
         _ => fail(IM_STATUS_NOT_SUPPORTED, "Unsupported config name!".into()),
     };
     log(format!("imconfig name={name} value={value:#x} status={status}"));
@@ -905,7 +1045,15 @@ mod tests {
     #[test]
     fn yuv_stride_rule() {
         let b = wrap(640, 480, 650, 480, 0xa00);
-        let e = check(&b, &wrap(416, 312, 416, 416, 0x700), &RgaBuffer::zeroed(), &ImRect::default(), &ImRect { x: 0, y: 0, width: 416, height: 312 }, 0).unwrap_err();
+        let e = check(
+            &b,
+            &wrap(416, 312, 416, 416, 0x700),
+            &RgaBuffer::zeroed(),
+            &ImRect::default(),
+            &ImRect { x: 0, y: 0, width: 416, height: 312 },
+            0,
+        )
+        .unwrap_err();
         assert_eq!(e.0, IM_STATUS_NOT_SUPPORTED);
         assert!(e.1.contains("should be 16 aligned"), "{}", e.1);
     }
@@ -916,7 +1064,17 @@ mod tests {
         let mut s = vec![126u8; 16 * 2 + 16];
         s[32..].fill(128);
         let mut d = vec![0u8; 4 * 2 * 3];
-        convert(&s, Kind::Nv12, 16, 2, ImRect { x: 0, y: 0, width: 4, height: 2 }, &mut d, Kind::Bgr, 4, ImRect { x: 0, y: 0, width: 4, height: 2 });
+        convert(
+            &s,
+            Kind::Nv12,
+            16,
+            2,
+            ImRect { x: 0, y: 0, width: 4, height: 2 },
+            &mut d,
+            Kind::Bgr,
+            4,
+            ImRect { x: 0, y: 0, width: 4, height: 2 },
+        );
         assert!(d.iter().all(|&v| v == 128), "{d:?}");
     }
 }

@@ -272,7 +272,9 @@ struct State {
 
 fn state() -> std::sync::MutexGuard<'static, State> {
     static S: OnceLock<Mutex<State>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(State { next_ctx: 1, next_mem: 1, ..Default::default() })).lock().unwrap_or_else(|p| p.into_inner())
+    S.get_or_init(|| Mutex::new(State { next_ctx: 1, next_mem: 1, ..Default::default() }))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
 }
 
 /// Appends one line to `$ZCPIPE_FAKE_RKNN_LOG` with a single write on an O_APPEND fd:
@@ -303,12 +305,15 @@ type Nets = HashMap<PathBuf, Result<Arc<Net>, String>>;
 /// The ONNX model `ZCPIPE_FAKE_RKNN_ONNX` names, loaded once per process and path.
 fn net() -> Result<Arc<Net>, String> {
     static NETS: OnceLock<Mutex<Nets>> = OnceLock::new();
-    let path = std::env::var_os("ZCPIPE_FAKE_RKNN_ONNX")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .ok_or("ZCPIPE_FAKE_RKNN_ONNX is not set: the fake librknnrt runs that ONNX model (e.g. models/yolox_nano.onnx)")?;
+    let path = std::env::var_os("ZCPIPE_FAKE_RKNN_ONNX").filter(|p| !p.is_empty()).map(PathBuf::from).ok_or(
+        "ZCPIPE_FAKE_RKNN_ONNX is not set: the fake librknnrt runs that ONNX model (e.g. models/yolox_nano.onnx)",
+    )?;
     let mut nets = NETS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    nets.entry(path.clone()).or_insert_with(|| load_net(&path).map(Arc::new).map_err(|e| format!("fake librknnrt cannot use {}: {e}", path.display()))).clone()
+    nets.entry(path.clone())
+        .or_insert_with(|| {
+            load_net(&path).map(Arc::new).map_err(|e| format!("fake librknnrt cannot use {}: {e}", path.display()))
+        })
+        .clone()
 }
 
 /// A string of the model's `metadata_props`.
@@ -323,7 +328,9 @@ fn load_net(path: &Path) -> Result<Net, String> {
     let tract = |e: TractError| format!("tract: {e}");
     let model = tract_onnx::onnx().model_for_path(path).map_err(tract)?;
     let inputs = model.input_outlets().map_err(tract)?.to_vec();
-    let [input] = inputs[..] else { return Err(format!("{} inputs; the fake runs models with one [1,3,H,W] input", inputs.len())) };
+    let [input] = inputs[..] else {
+        return Err(format!("{} inputs; the fake runs models with one [1,3,H,W] input", inputs.len()));
+    };
     let input_name = model.node(input.node).name.clone();
     let fact = model.outlet_fact(input).map_err(tract)?;
     let dims: Vec<Option<i64>> = fact.shape.dims().map(|d| d.concretize().and_then(|d| d.to_i64().ok())).collect();
@@ -331,18 +338,28 @@ fn load_net(path: &Path) -> Result<Net, String> {
         [Some(1), Some(3), Some(h), Some(w)] if h > 0 && w > 0 && !fact.shape.is_open() => (h as usize, w as usize),
         _ => {
             let text: Vec<String> = dims.iter().map(|d| d.map_or("?".to_string(), |v| v.to_string())).collect();
-            return Err(format!("input {input_name} is [{}]; the fake needs a fixed [1,3,H,W] input (a real .rknn has a fixed size)", text.join(",")));
+            return Err(format!(
+                "input {input_name} is [{}]; the fake needs a fixed [1,3,H,W] input (a real .rknn has a fixed size)",
+                text.join(",")
+            ));
         }
     };
     let std = match metadata(&model, STD_KEY) {
         None => 1.0,
         Some(v) => match v.trim().parse::<f32>() {
             Ok(s) if s.is_finite() && s > 0.0 => s,
-            _ => return Err(format!("metadata {STD_KEY}={v:?}: want a positive number (255 for a model that takes 0..1)")),
+            _ => {
+                return Err(format!(
+                    "metadata {STD_KEY}={v:?}: want a positive number (255 for a model that takes 0..1)"
+                ))
+            }
         },
     };
     let quant = metadata(&model, QUANT_KEY);
-    let typed = model.with_input_fact(0, InferenceFact::dt_shape(DatumType::F32, [1usize, 3, h, w])).and_then(|m| m.into_optimized()).map_err(tract)?;
+    let typed = model
+        .with_input_fact(0, InferenceFact::dt_shape(DatumType::F32, [1usize, 3, h, w]))
+        .and_then(|m| m.into_optimized())
+        .map_err(tract)?;
     let mut outputs = Vec::new();
     for &o in typed.output_outlets().map_err(tract)? {
         let name = typed.outlet_label(o).map(str::to_string).unwrap_or_else(|| typed.node(o.node).name.clone());
@@ -354,13 +371,21 @@ fn load_net(path: &Path) -> Result<Net, String> {
         outputs.push(NetOutput { name, dims, scale: INT8_SCALE, zp: INT8_ZP });
     }
     if let Some(text) = quant {
-        let pairs: Vec<(f32, i32)> = serde_json::from_str(&text).map_err(|e| format!("metadata {QUANT_KEY}: {e}; want [[scale, zp], ...], one pair per output"))?;
+        let pairs: Vec<(f32, i32)> = serde_json::from_str(&text)
+            .map_err(|e| format!("metadata {QUANT_KEY}: {e}; want [[scale, zp], ...], one pair per output"))?;
         if pairs.len() != outputs.len() {
-            return Err(format!("metadata {QUANT_KEY} has {} [scale, zp] pairs for {} outputs", pairs.len(), outputs.len()));
+            return Err(format!(
+                "metadata {QUANT_KEY} has {} [scale, zp] pairs for {} outputs",
+                pairs.len(),
+                outputs.len()
+            ));
         }
         for (o, (scale, zp)) in outputs.iter_mut().zip(pairs) {
             if !(scale.is_finite() && scale > 0.0 && (-128..=127).contains(&zp)) {
-                return Err(format!("metadata {QUANT_KEY}: output {} has scale {scale}, zp {zp}; want scale > 0 and zp in -128..=127", o.name));
+                return Err(format!(
+                    "metadata {QUANT_KEY}: output {} has scale {scale}, zp {zp}; want scale > 0 and zp in -128..=127",
+                    o.name
+                ));
             }
             (o.scale, o.zp) = (scale, zp);
         }
@@ -391,10 +416,21 @@ fn fail(msg: String, code: c_int) -> c_int {
 /// # Safety
 /// `context` is writable; `model` holds `size` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn rknn_init(context: *mut RknnContext, model: *mut c_void, size: u32, flag: u32, _extend: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rknn_init(
+    context: *mut RknnContext,
+    model: *mut c_void,
+    size: u32,
+    flag: u32,
+    _extend: *mut c_void,
+) -> c_int {
     guarded("rknn_init", || {
         if context.is_null() || model.is_null() || size == 0 {
-            return fail(format!("rknn_init: context {context:?}, model {model:?}, size {size}: the fake takes a model in memory"), RKNN_ERR_PARAM_INVALID);
+            return fail(
+                format!(
+                    "rknn_init: context {context:?}, model {model:?}, size {size}: the fake takes a model in memory"
+                ),
+                RKNN_ERR_PARAM_INVALID,
+            );
         }
         let out_type = match OutType::from_env() {
             Ok(o) => o,
@@ -412,7 +448,10 @@ pub unsafe extern "C" fn rknn_init(context: *mut RknnContext, model: *mut c_void
         let mut st = state();
         let id = st.next_ctx;
         st.next_ctx += 1;
-        st.ctxs.insert(id, Context { model_len: size as usize, net, out_type, w_stride, input: InputSrc::None, output: None });
+        st.ctxs.insert(
+            id,
+            Context { model_len: size as usize, net, out_type, w_stride, input: InputSrc::None, output: None },
+        );
         // SAFETY: checked non-null; the caller's out-pointer.
         unsafe { *context = id };
         log(format!("rknn_init ctx={id} model_len={size} flag={flag} output={out_type:?} w_stride={w_stride} input={input} outputs={outputs} platform=rk3588"));
@@ -434,7 +473,14 @@ pub unsafe extern "C" fn rknn_dup_context(context_in: *mut RknnContext, context_
         let src = unsafe { *context_in };
         let mut st = state();
         let Some(c) = st.ctxs.get(&src) else { return RKNN_ERR_CTX_INVALID };
-        let copy = Context { model_len: c.model_len, net: c.net.clone(), out_type: c.out_type, w_stride: c.w_stride, input: InputSrc::None, output: None };
+        let copy = Context {
+            model_len: c.model_len,
+            net: c.net.clone(),
+            out_type: c.out_type,
+            w_stride: c.w_stride,
+            input: InputSrc::None,
+            output: None,
+        };
         let id = st.next_ctx;
         st.next_ctx += 1;
         st.ctxs.insert(id, copy);
@@ -528,7 +574,10 @@ fn output_attr(c: &Context, index: u32) -> Option<TensorAttr> {
 
 fn write_info<T>(info: *mut c_void, size: u32, value: T) -> c_int {
     if size as usize != std::mem::size_of::<T>() {
-        return fail(format!("rknn_query: info size {size} but the struct is {} bytes", std::mem::size_of::<T>()), RKNN_ERR_PARAM_INVALID);
+        return fail(
+            format!("rknn_query: info size {size} but the struct is {} bytes", std::mem::size_of::<T>()),
+            RKNN_ERR_PARAM_INVALID,
+        );
     }
     // SAFETY: the caller passed `size` writable bytes at `info`, which we checked is a `T`;
     // `write_unaligned` makes no alignment assumption.
@@ -548,7 +597,15 @@ pub unsafe extern "C" fn rknn_query(context: RknnContext, cmd: u32, info: *mut c
         }
         let st = state();
         let Some(c) = st.ctxs.get(&context) else { return RKNN_ERR_CTX_INVALID };
-        let index = if matches!(cmd, QUERY_INPUT_ATTR | QUERY_OUTPUT_ATTR | QUERY_NATIVE_INPUT_ATTR | QUERY_NATIVE_OUTPUT_ATTR | QUERY_NATIVE_NHWC_INPUT_ATTR | QUERY_NATIVE_NHWC_OUTPUT_ATTR) {
+        let index = if matches!(
+            cmd,
+            QUERY_INPUT_ATTR
+                | QUERY_OUTPUT_ATTR
+                | QUERY_NATIVE_INPUT_ATTR
+                | QUERY_NATIVE_OUTPUT_ATTR
+                | QUERY_NATIVE_NHWC_INPUT_ATTR
+                | QUERY_NATIVE_NHWC_OUTPUT_ATTR
+        ) {
             if (size as usize) < 4 {
                 return RKNN_ERR_PARAM_INVALID;
             }
@@ -557,14 +614,22 @@ pub unsafe extern "C" fn rknn_query(context: RknnContext, cmd: u32, info: *mut c
         } else {
             None
         };
-        log(format!("rknn_query ctx={context} cmd={cmd} size={size}{}", index.map(|i| format!(" index={i}")).unwrap_or_default()));
+        log(format!(
+            "rknn_query ctx={context} cmd={cmd} size={size}{}",
+            index.map(|i| format!(" index={i}")).unwrap_or_default()
+        ));
         let index = index.unwrap_or(0);
         match cmd {
-            QUERY_IN_OUT_NUM => write_info(info, size, InputOutputNum { n_input: 1, n_output: c.net.outputs.len() as u32 }),
-            QUERY_INPUT_ATTR | QUERY_NATIVE_INPUT_ATTR | QUERY_NATIVE_NHWC_INPUT_ATTR if index != 0 => RKNN_ERR_PARAM_INVALID,
+            QUERY_IN_OUT_NUM => {
+                write_info(info, size, InputOutputNum { n_input: 1, n_output: c.net.outputs.len() as u32 })
+            }
+            QUERY_INPUT_ATTR | QUERY_NATIVE_INPUT_ATTR | QUERY_NATIVE_NHWC_INPUT_ATTR if index != 0 => {
+                RKNN_ERR_PARAM_INVALID
+            }
             QUERY_INPUT_ATTR => write_info(info, size, input_attr(c, false)),
             QUERY_NATIVE_INPUT_ATTR | QUERY_NATIVE_NHWC_INPUT_ATTR => write_info(info, size, input_attr(c, true)),
-            QUERY_OUTPUT_ATTR | QUERY_NATIVE_OUTPUT_ATTR | QUERY_NATIVE_NHWC_OUTPUT_ATTR => match output_attr(c, index) {
+            QUERY_OUTPUT_ATTR | QUERY_NATIVE_OUTPUT_ATTR | QUERY_NATIVE_NHWC_OUTPUT_ATTR => match output_attr(c, index)
+            {
                 Some(a) => write_info(info, size, a),
                 None => RKNN_ERR_PARAM_INVALID,
             },
@@ -592,12 +657,24 @@ pub unsafe extern "C" fn rknn_inputs_set(context: RknnContext, n_inputs: u32, in
         }
         // SAFETY: checked non-null; one entry.
         let inp = unsafe { &*inputs };
-        log(format!("rknn_inputs_set ctx={context} index={} size={} type={} fmt={} pass_through={}", inp.index, inp.size, inp.type_, inp.fmt, inp.pass_through));
+        log(format!(
+            "rknn_inputs_set ctx={context} index={} size={} type={} fmt={} pass_through={}",
+            inp.index, inp.size, inp.type_, inp.fmt, inp.pass_through
+        ));
         let mut st = state();
         let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
         let need = c.net.w * c.net.h * 3;
-        if inp.index != 0 || inp.type_ != TENSOR_UINT8 || inp.fmt != FMT_NHWC || inp.pass_through != 0 || inp.size as usize != need || inp.buf.is_null() {
-            return fail(format!("rknn_inputs_set: the fake takes input 0 as {need} bytes of UINT8 NHWC, pass_through 0"), RKNN_ERR_INPUT_INVALID);
+        if inp.index != 0
+            || inp.type_ != TENSOR_UINT8
+            || inp.fmt != FMT_NHWC
+            || inp.pass_through != 0
+            || inp.size as usize != need
+            || inp.buf.is_null()
+        {
+            return fail(
+                format!("rknn_inputs_set: the fake takes input 0 as {need} bytes of UINT8 NHWC, pass_through 0"),
+                RKNN_ERR_INPUT_INVALID,
+            );
         }
         // SAFETY: the caller's `size` bytes at `buf`.
         let bytes = unsafe { std::slice::from_raw_parts(inp.buf as *const u8, inp.size as usize) }.to_vec();
@@ -766,9 +843,18 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
             let st = state();
             let Some(c) = st.ctxs.get(&context) else { return RKNN_ERR_CTX_INVALID };
             match &c.input {
-                InputSrc::None => return fail("rknn_run: no input set (rknn_inputs_set or rknn_set_io_mem)".into(), RKNN_ERR_INPUT_INVALID),
-                InputSrc::Mem(b) => (Err(*b), c.net.clone(), c.w_stride, format!("input=mem mem={} fd={}", b.mem, b.fd)),
-                InputSrc::Packed(v) => (Ok(to_nchw(v, c.net.w * 3, &c.net)), c.net.clone(), c.w_stride, "input=copy".to_string()),
+                InputSrc::None => {
+                    return fail(
+                        "rknn_run: no input set (rknn_inputs_set or rknn_set_io_mem)".into(),
+                        RKNN_ERR_INPUT_INVALID,
+                    )
+                }
+                InputSrc::Mem(b) => {
+                    (Err(*b), c.net.clone(), c.w_stride, format!("input=mem mem={} fd={}", b.mem, b.fd))
+                }
+                InputSrc::Packed(v) => {
+                    (Ok(to_nchw(v, c.net.w * 3, &c.net)), c.net.clone(), c.w_stride, "input=copy".to_string())
+                }
             }
         };
         let nchw = match input {
@@ -783,7 +869,10 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
             if g.running.contains(&context) {
                 drop(g);
                 log(format!("rknn_run_concurrent_use ctx={context}"));
-                return fail(format!("rknn_run: context {context} is already running on another thread"), RKNN_ERR_CTX_INVALID);
+                return fail(
+                    format!("rknn_run: context {context} is already running on another thread"),
+                    RKNN_ERR_CTX_INVALID,
+                );
             }
             g.running.push(context);
             g.started += 1;
@@ -815,7 +904,10 @@ fn infer(context: RknnContext, net: &Net, nchw: Vec<f32>) -> c_int {
     };
     let sizes: Vec<usize> = values.iter().map(Vec::len).collect();
     if sizes != net.outputs.iter().map(NetOutput::elems).collect::<Vec<_>>() {
-        return fail(format!("rknn_run: the ONNX model gave outputs of {sizes:?} values, not the shapes it declares"), RKNN_ERR_OUTPUT_INVALID);
+        return fail(
+            format!("rknn_run: the ONNX model gave outputs of {sizes:?} values, not the shapes it declares"),
+            RKNN_ERR_OUTPUT_INVALID,
+        );
     }
     let mut st = state();
     let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
@@ -829,13 +921,19 @@ fn encode(values: &[f32], t: OutType, o: &NetOutput, want_float: bool) -> Vec<u8
     let native: Vec<u8> = match t {
         OutType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         OutType::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
-        OutType::I8 => values.iter().map(|&v| ((v / o.scale).round_ties_even() as i32 + o.zp).clamp(-128, 127) as i8 as u8).collect(),
+        OutType::I8 => values
+            .iter()
+            .map(|&v| ((v / o.scale).round_ties_even() as i32 + o.zp).clamp(-128, 127) as i8 as u8)
+            .collect(),
     };
     if !want_float || t == OutType::F32 {
         return native;
     }
     match t {
-        OutType::F16 => native.chunks_exact(2).flat_map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32().to_le_bytes()).collect(),
+        OutType::F16 => native
+            .chunks_exact(2)
+            .flat_map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32().to_le_bytes())
+            .collect(),
         _ => native.iter().flat_map(|&q| (((q as i8) as i32 - o.zp) as f32 * o.scale).to_le_bytes()).collect(),
     }
 }
@@ -848,7 +946,12 @@ fn encode(values: &[f32], t: OutType, o: &NetOutput, want_float: bool) -> Vec<u8
 /// # Safety
 /// `outputs` holds `n_outputs` entries; pre-allocated ones point at `size` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn rknn_outputs_get(context: RknnContext, n_outputs: u32, outputs: *mut Output, _extend: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rknn_outputs_get(
+    context: RknnContext,
+    n_outputs: u32,
+    outputs: *mut Output,
+    _extend: *mut c_void,
+) -> c_int {
     guarded("rknn_outputs_get", || {
         if outputs.is_null() || n_outputs == 0 {
             return RKNN_ERR_PARAM_INVALID;
@@ -865,17 +968,29 @@ pub unsafe extern "C" fn rknn_outputs_get(context: RknnContext, n_outputs: u32, 
             list(|o| o.is_prealloc.into()),
             list(|o| o.size)
         ));
-        let Some(values) = &c.output else { return fail("rknn_outputs_get before rknn_run".into(), RKNN_ERR_OUTPUT_INVALID) };
+        let Some(values) = &c.output else {
+            return fail("rknn_outputs_get before rknn_run".into(), RKNN_ERR_OUTPUT_INVALID);
+        };
         // Every entry is checked before anything is written or allocated.
         let mut encoded = Vec::with_capacity(outs.len());
         for o in outs.iter() {
             let i = o.index as usize;
             let Some(spec) = c.net.outputs.get(i) else {
-                return fail(format!("rknn_outputs_get: output index {i}, but the model has {} outputs", c.net.outputs.len()), RKNN_ERR_PARAM_INVALID);
+                return fail(
+                    format!("rknn_outputs_get: output index {i}, but the model has {} outputs", c.net.outputs.len()),
+                    RKNN_ERR_PARAM_INVALID,
+                );
             };
             let bytes = encode(&values[i], c.out_type, spec, o.want_float != 0);
             if o.is_prealloc != 0 && (o.buf.is_null() || (o.size as usize) < bytes.len()) {
-                return fail(format!("rknn_outputs_get: pre-allocated buffer of {} bytes, output {i} needs {}", o.size, bytes.len()), RKNN_ERR_PARAM_INVALID);
+                return fail(
+                    format!(
+                        "rknn_outputs_get: pre-allocated buffer of {} bytes, output {i} needs {}",
+                        o.size,
+                        bytes.len()
+                    ),
+                    RKNN_ERR_PARAM_INVALID,
+                );
             }
             encoded.push(bytes);
         }
@@ -940,7 +1055,13 @@ fn inode(fd: i32) -> Option<(u64, u64)> {
 /// # Safety
 /// Plain values; `virt_addr` is recorded, never dereferenced.
 #[no_mangle]
-pub unsafe extern "C" fn rknn_create_mem_from_fd(context: RknnContext, fd: i32, virt_addr: *mut c_void, size: u32, offset: i32) -> *mut TensorMem {
+pub unsafe extern "C" fn rknn_create_mem_from_fd(
+    context: RknnContext,
+    fd: i32,
+    virt_addr: *mut c_void,
+    size: u32,
+    offset: i32,
+) -> *mut TensorMem {
     let r = catch_unwind(AssertUnwindSafe(|| {
         let (ino, fsize) = inode(fd).unwrap_or((0, 0));
         let mut st = state();
@@ -973,8 +1094,19 @@ pub unsafe extern "C" fn rknn_create_mem_from_fd(context: RknnContext, fd: i32, 
         let id = st.next_mem;
         st.next_mem += 1;
         st.mems.insert(id, context);
-        log(format!("rknn_create_mem_from_fd ctx={context} fd={fd} ino={ino} size={size} offset={offset} virt={} mem={id}", !virt_addr.is_null() as u8));
-        Box::into_raw(Box::new(TensorMem { virt_addr, phys_addr: 0, fd, offset, size, flags: MEM_FLAGS_FROM_FD, priv_data: id as *mut c_void }))
+        log(format!(
+            "rknn_create_mem_from_fd ctx={context} fd={fd} ino={ino} size={size} offset={offset} virt={} mem={id}",
+            !virt_addr.is_null() as u8
+        ));
+        Box::into_raw(Box::new(TensorMem {
+            virt_addr,
+            phys_addr: 0,
+            fd,
+            offset,
+            size,
+            flags: MEM_FLAGS_FROM_FD,
+            priv_data: id as *mut c_void,
+        }))
     }));
     r.unwrap_or(std::ptr::null_mut())
 }
@@ -993,7 +1125,10 @@ pub unsafe extern "C" fn rknn_destroy_mem(context: RknnContext, mem: *mut Tensor
         let id = unsafe { (*mem).priv_data } as usize;
         let mut st = state();
         if st.mems.get(&id) != Some(&context) {
-            return fail(format!("rknn_destroy_mem: mem {id} is not a live mem of context {context}"), RKNN_ERR_PARAM_INVALID);
+            return fail(
+                format!("rknn_destroy_mem: mem {id} is not a live mem of context {context}"),
+                RKNN_ERR_PARAM_INVALID,
+            );
         }
         st.mems.remove(&id);
         if let Some(c) = st.ctxs.get_mut(&context) {
@@ -1028,18 +1163,36 @@ pub unsafe extern "C" fn rknn_set_io_mem(context: RknnContext, mem: *mut TensorM
             m.fd, a.index, a.type_, a.fmt, a.pass_through, a.w_stride, a.size_with_stride
         ));
         if st.mems.get(&id) != Some(&context) {
-            return fail(format!("rknn_set_io_mem: mem {id} is not a live mem of context {context}"), RKNN_ERR_PARAM_INVALID);
+            return fail(
+                format!("rknn_set_io_mem: mem {id} is not a live mem of context {context}"),
+                RKNN_ERR_PARAM_INVALID,
+            );
         }
         let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
         let need = c.w_stride * c.net.h * 3;
         if a.index != 0 || a.n_dims != 4 {
-            return fail(format!("rknn_set_io_mem: the fake binds input 0 only (got index {}, {} dims)", a.index, a.n_dims), RKNN_ERR_PARAM_INVALID);
+            return fail(
+                format!("rknn_set_io_mem: the fake binds input 0 only (got index {}, {} dims)", a.index, a.n_dims),
+                RKNN_ERR_PARAM_INVALID,
+            );
         }
         if a.type_ != TENSOR_UINT8 || a.fmt != FMT_NHWC || a.pass_through != 0 {
-            return fail(format!("rknn_set_io_mem: input must be UINT8 NHWC pass_through 0 (got type {} fmt {} pass_through {})", a.type_, a.fmt, a.pass_through), RKNN_ERR_INPUT_INVALID);
+            return fail(
+                format!(
+                    "rknn_set_io_mem: input must be UINT8 NHWC pass_through 0 (got type {} fmt {} pass_through {})",
+                    a.type_, a.fmt, a.pass_through
+                ),
+                RKNN_ERR_INPUT_INVALID,
+            );
         }
         if (m.size as usize) < need || a.w_stride as usize != c.w_stride {
-            return fail(format!("rknn_set_io_mem: buffer of {} bytes with w_stride {}; the NPU reads {need} bytes with w_stride {}", m.size, a.w_stride, c.w_stride), RKNN_ERR_INPUT_INVALID);
+            return fail(
+                format!(
+                    "rknn_set_io_mem: buffer of {} bytes with w_stride {}; the NPU reads {need} bytes with w_stride {}",
+                    m.size, a.w_stride, c.w_stride
+                ),
+                RKNN_ERR_INPUT_INVALID,
+            );
         }
         c.input = InputSrc::Mem(Bound { mem: id, fd: m.fd, offset: m.offset, size: m.size });
         RKNN_SUCC
@@ -1055,11 +1208,20 @@ mod tests {
     fn layouts_match_rknn_api_h() {
         assert_eq!(size_of::<InputOutputNum>(), 8);
         assert_eq!(size_of::<TensorAttr>(), 376);
-        assert_eq!((offset_of!(TensorAttr, name), offset_of!(TensorAttr, fl), offset_of!(TensorAttr, zp)), (72, 348, 352));
-        assert_eq!((offset_of!(TensorAttr, w_stride), offset_of!(TensorAttr, pass_through), offset_of!(TensorAttr, h_stride)), (360, 368, 372));
+        assert_eq!(
+            (offset_of!(TensorAttr, name), offset_of!(TensorAttr, fl), offset_of!(TensorAttr, zp)),
+            (72, 348, 352)
+        );
+        assert_eq!(
+            (offset_of!(TensorAttr, w_stride), offset_of!(TensorAttr, pass_through), offset_of!(TensorAttr, h_stride)),
+            (360, 368, 372)
+        );
         assert_eq!(size_of::<SdkVersion>(), 512);
         assert_eq!(size_of::<TensorMem>(), 40);
-        assert_eq!((offset_of!(TensorMem, fd), offset_of!(TensorMem, size), offset_of!(TensorMem, priv_data)), (16, 24, 32));
+        assert_eq!(
+            (offset_of!(TensorMem, fd), offset_of!(TensorMem, size), offset_of!(TensorMem, priv_data)),
+            (16, 24, 32)
+        );
         assert_eq!(size_of::<Input>(), 32);
         assert_eq!((offset_of!(Input, buf), offset_of!(Input, type_), offset_of!(Input, fmt)), (8, 24, 28));
         assert_eq!(size_of::<Output>(), 24);

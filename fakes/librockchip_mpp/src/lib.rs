@@ -290,7 +290,13 @@ fn held(g: &Group) -> usize {
 /// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
 /// handles are looked up in the fake's registries, never dereferenced.
 #[no_mangle]
-pub unsafe extern "C" fn mpp_buffer_group_get(out: *mut Opaque, type_: c_int, mode: c_int, tag: *const c_char, caller: *const c_char) -> MppRet {
+pub unsafe extern "C" fn mpp_buffer_group_get(
+    out: *mut Opaque,
+    type_: c_int,
+    mode: c_int,
+    tag: *const c_char,
+    caller: *const c_char,
+) -> MppRet {
     if out.is_null() {
         log(format!("mpp_buffer_group_get ret={MPP_ERR_NULL_PTR} reason=null-group-pointer"));
         return MPP_ERR_NULL_PTR;
@@ -301,7 +307,11 @@ pub unsafe extern "C" fn mpp_buffer_group_get(out: *mut Opaque, type_: c_int, mo
     lock(&GROUPS).insert(handle as usize, g);
     // SAFETY: non-null out-pointer from the caller.
     unsafe { *out = handle };
-    log(format!("mpp_buffer_group_get group={id} type={type_} mode={mode} tag={} caller={} ret=0", c_str(tag), c_str(caller)));
+    log(format!(
+        "mpp_buffer_group_get group={id} type={type_} mode={mode} tag={} caller={} ret=0",
+        c_str(tag),
+        c_str(caller)
+    ));
     MPP_OK
 }
 
@@ -313,7 +323,13 @@ pub unsafe extern "C" fn mpp_buffer_group_get(out: *mut Opaque, type_: c_int, mo
 /// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
 /// handles are looked up in the fake's registries, never dereferenced.
 #[no_mangle]
-pub unsafe extern "C" fn mpp_buffer_import_with_tag(grp: Opaque, info: *mut MppBufferInfo, out: *mut Opaque, tag: *const c_char, caller: *const c_char) -> MppRet {
+pub unsafe extern "C" fn mpp_buffer_import_with_tag(
+    grp: Opaque,
+    info: *mut MppBufferInfo,
+    out: *mut Opaque,
+    tag: *const c_char,
+    caller: *const c_char,
+) -> MppRet {
     let who = format!("tag={} caller={}", c_str(tag), c_str(caller));
     if info.is_null() {
         log(format!("mpp_buffer_commit ret={MPP_ERR_NULL_PTR} reason=null-info {who}"));
@@ -330,7 +346,10 @@ pub unsafe extern "C" fn mpp_buffer_import_with_tag(grp: Opaque, info: *mut MppB
         return MPP_NOK;
     };
     if !out.is_null() {
-        log(format!("mpp_buffer_import group={} ret={MPP_NOK} reason=import-into-a-group-not-implemented-by-the-fake {who}", g.id));
+        log(format!(
+            "mpp_buffer_import group={} ret={MPP_NOK} reason=import-into-a-group-not-implemented-by-the-fake {who}",
+            g.id
+        ));
         return MPP_NOK;
     }
     if g.type_ != info.type_ || g.mode != MPP_BUFFER_EXTERNAL {
@@ -352,10 +371,24 @@ pub unsafe extern "C" fn mpp_buffer_import_with_tag(grp: Opaque, info: *mut MppB
     if bufs.iter().any(|b| b.inode == ino) {
         violation("committed-twice", format!("group={} fd={} ino={}", g.id, info.fd, ino.1));
     }
-    let b = Arc::new(Buffer { group: g.id, index: info.index, fd: info.fd, size: info.size, inode: ino, holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0), refcount: AtomicU32::new(0), mem: 0 });
+    let b = Arc::new(Buffer {
+        group: g.id,
+        index: info.index,
+        fd: info.fd,
+        size: info.size,
+        inode: ino,
+        holders: AtomicU32::new(0),
+        refs: AtomicU32::new(0),
+        dead: AtomicU32::new(0),
+        refcount: AtomicU32::new(0),
+        mem: 0,
+    });
     lock(&BUFFERS).insert(Arc::as_ptr(&b) as usize, Arc::clone(&b));
     bufs.push(b);
-    log(format!("mpp_buffer_commit group={} index={} fd={} size={} ino={} ret=0 {who}", g.id, info.index, info.fd, info.size, ino.1));
+    log(format!(
+        "mpp_buffer_commit group={} index={} fd={} size={} ino={} ret=0 {who}",
+        g.id, info.index, info.fd, info.size, ino.1
+    ));
     MPP_OK
 }
 
@@ -456,7 +489,11 @@ pub unsafe extern "C" fn mpp_buffer_group_put(grp: Opaque) -> MppRet {
     let live = lock(&g.buffers).iter().filter(|b| b.mem != 0 && b.refcount.load(Ordering::SeqCst) > 0).count();
     // Every task-API buffer (imported or got) still referenced, in any group.
     let all_live = lock(&BUFFERS).values().filter(|b| b.refcount.load(Ordering::SeqCst) > 0).count();
-    log(format!("mpp_buffer_group_put group={} buffers={} held={h} live={live} all_live={all_live} ret=0", g.id, lock(&g.buffers).len()));
+    log(format!(
+        "mpp_buffer_group_put group={} buffers={} held={h} live={live} all_live={all_live} ret=0",
+        g.id,
+        lock(&g.buffers).len()
+    ));
     MPP_OK
 }
 
@@ -491,7 +528,11 @@ pub unsafe extern "C" fn mpp_packet_init(out: *mut Opaque, data: *mut c_void, si
         log(format!("mpp_packet_init size={size} ret={MPP_ERR_NULL_PTR}"));
         return MPP_ERR_NULL_PTR;
     }
-    hand_out(&PACKETS, Box::new(Packet { data: data as *const u8, size, length: size, pts: 0, eos: false, buffer: None }), out);
+    hand_out(
+        &PACKETS,
+        Box::new(Packet { data: data as *const u8, size, length: size, pts: 0, eos: false, buffer: None }),
+        out,
+    );
     log(format!("mpp_packet_init size={size} ret=0"));
     MPP_OK
 }
@@ -519,7 +560,11 @@ pub unsafe extern "C" fn mpp_packet_deinit(p: *mut Opaque) -> MppRet {
     log(format!("mpp_packet_deinit known={}", u8::from(found)));
     // SAFETY: as above.
     unsafe { *p = std::ptr::null_mut() };
-    if found { MPP_OK } else { MPP_ERR_NULL_PTR }
+    if found {
+        MPP_OK
+    } else {
+        MPP_ERR_NULL_PTR
+    }
 }
 
 /// Keeps `v` in registry `reg` under its address, which becomes the caller's handle
@@ -546,7 +591,11 @@ fn with_packet<R>(h: Opaque, f: impl FnOnce(&mut Packet) -> R) -> Option<R> {
 pub unsafe extern "C" fn mpp_packet_set_eos(p: Opaque) -> MppRet {
     let ok = with_packet(p, |p| p.eos = true).is_some();
     log(format!("mpp_packet_set_eos known={}", u8::from(ok)));
-    if ok { MPP_OK } else { MPP_ERR_NULL_PTR }
+    if ok {
+        MPP_OK
+    } else {
+        MPP_ERR_NULL_PTR
+    }
 }
 
 /// `void mpp_packet_set_pts(MppPacket packet, RK_S64 pts)`.
@@ -643,7 +692,10 @@ pub unsafe extern "C" fn mpp_frame_get_buffer(f: Opaque) -> Opaque {
     let (p, what) = match lock(&FRAMES).get(&(f as usize)) {
         Some(fr) => {
             let b = fr.buffer.as_ref().or(fr.attached.as_ref());
-            (b.map_or(std::ptr::null_mut(), |b| Arc::as_ptr(b) as Opaque), format!("frame={} index={}", fr.seq, b.map_or(-1, |b| b.index)))
+            (
+                b.map_or(std::ptr::null_mut(), |b| Arc::as_ptr(b) as Opaque),
+                format!("frame={} index={}", fr.seq, b.map_or(-1, |b| b.index)),
+            )
         }
         None => (std::ptr::null_mut(), "frame=unknown".into()),
     };
@@ -676,7 +728,12 @@ pub unsafe extern "C" fn mpp_frame_deinit(p: *mut Opaque) -> MppRet {
     if let Some(b) = &fr.attached {
         task::put(b, "mpp_frame_deinit");
     }
-    log(format!("mpp_frame_deinit ctx={} frame={} index={}", fr.ctx, fr.seq, fr.buffer.as_ref().map_or(-1, |b| b.index)));
+    log(format!(
+        "mpp_frame_deinit ctx={} frame={} index={}",
+        fr.ctx,
+        fr.seq,
+        fr.buffer.as_ref().map_or(-1, |b| b.index)
+    ));
     if let Some(s) = fr.notify.upgrade() {
         let _g = lock(&s.st);
         s.cv.notify_all();
@@ -746,11 +803,15 @@ pub unsafe extern "C" fn mpp_create(out: *mut Opaque, mpi: *mut *const MppApi) -
         log(format!("mpp_create ret={MPP_ERR_NULL_PTR}"));
         return MPP_ERR_NULL_PTR;
     }
-    let slots = std::env::var("ZCPIPE_FAKE_MPP_INPUT_SLOTS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(4);
+    let slots =
+        std::env::var("ZCPIPE_FAKE_MPP_INPUT_SLOTS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(4);
     let max_refs = std::env::var("ZCPIPE_FAKE_MPP_REFS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let c = Arc::new(Ctx {
         id: NEXT_ID.fetch_add(1, Ordering::SeqCst),
-        shared: Arc::new(Shared { st: Mutex::new(State { input_slots: slots, max_refs, ..State::default() }), cv: Condvar::new() }),
+        shared: Arc::new(Shared {
+            st: Mutex::new(State { input_slots: slots, max_refs, ..State::default() }),
+            cv: Condvar::new(),
+        }),
         child: Mutex::new(None),
         threads: Mutex::new(Vec::new()),
     });
@@ -805,8 +866,33 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
         // drops the packets read while probing): a picture comes out once its packets (and,
         // with B-frames, those it waits for) are in, as from MPP, so a live stream's timing
         // under the fake is the stream's, not ffmpeg's start-up buffering.
-        .args(["-hide_banner", "-nostats", "-loglevel", "info", "-probesize", "32", "-analyzeduration", "0", "-f", demuxer, "-i", "pipe:0"])
-        .args(["-autoscale", "0", "-vf", "showinfo", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-flush_packets", "1", "pipe:1"])
+        .args([
+            "-hide_banner",
+            "-nostats",
+            "-loglevel",
+            "info",
+            "-probesize",
+            "32",
+            "-analyzeduration",
+            "0",
+            "-f",
+            demuxer,
+            "-i",
+            "pipe:0",
+        ])
+        .args([
+            "-autoscale",
+            "0",
+            "-vf",
+            "showinfo",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "yuv420p",
+            "-flush_packets",
+            "1",
+            "pipe:1",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -814,11 +900,16 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
     let mut child = match spawned {
         Ok(ch) => ch,
         Err(e) => {
-            log(format!("mpp_init ctx={} coding={coding} ret={MPP_ERR_INIT} reason=ffmpeg-not-started error={}", c.id, e.to_string().replace(' ', "_")));
+            log(format!(
+                "mpp_init ctx={} coding={coding} ret={MPP_ERR_INIT} reason=ffmpeg-not-started error={}",
+                c.id,
+                e.to_string().replace(' ', "_")
+            ));
             return MPP_ERR_INIT;
         }
     };
-    let (stdin, stdout, stderr) = (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let (stdin, stdout, stderr) =
+        (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     let mut threads = lock(&c.threads);
     threads.push(std::thread::spawn(move || write_packets(stdin, rx)));
@@ -831,11 +922,20 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
         let mut kept = Vec::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if line.contains("Parsed_showinfo") {
-                let size = line.split_whitespace().find_map(|w| w.strip_prefix("s:")).and_then(|v| v.split_once('x')).and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)));
+                let size = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("s:"))
+                    .and_then(|v| v.split_once('x'))
+                    .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)));
                 if let Some(size) = size {
                     let _ = sizes_tx.send(size);
                 }
-            } else if !line.starts_with(' ') && !line.starts_with("Input #") && !line.starts_with("Output #") && !line.starts_with("Stream mapping") && !line.contains("@ 0x") {
+            } else if !line.starts_with(' ')
+                && !line.starts_with("Input #")
+                && !line.starts_with("Output #")
+                && !line.starts_with("Stream mapping")
+                && !line.contains("@ 0x")
+            {
                 kept.push(line);
             }
         }
@@ -862,7 +962,12 @@ fn write_packets(mut stdin: std::process::ChildStdin, rx: mpsc::Receiver<Vec<u8>
 /// The reader thread: one I420 picture at a time from ffmpeg's raw output, its size from
 /// `sizes` (showinfo's line for it, sent by the stderr reader), at most [`RAW_AHEAD`] ahead
 /// of the caller.
-fn read_frames(stdout: std::process::ChildStdout, sizes: mpsc::Receiver<(u32, u32)>, shared: Arc<Shared>, errors: JoinHandle<String>) {
+fn read_frames(
+    stdout: std::process::ChildStdout,
+    sizes: mpsc::Receiver<(u32, u32)>,
+    shared: Arc<Shared>,
+    errors: JoinHandle<String>,
+) {
     let mut r = BufReader::new(stdout);
     let result = (|| -> Result<(), String> {
         let mut first = true;
@@ -921,7 +1026,9 @@ fn write_nv12(b: &Buffer, pic: &[u8], w: u32, h: u32, hor: u32, ver: u32) -> Res
     }
     // SAFETY: a fresh shared mapping of `b.size` bytes of the committed fd (checked alive by
     // the caller); unmapped below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), b.size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, b.fd, 0) };
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), b.size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, b.fd, 0)
+    };
     if p == libc::MAP_FAILED {
         return Err(format!("mmap-failed:{}", std::io::Error::last_os_error().to_string().replace(' ', "_")));
     }
@@ -967,7 +1074,9 @@ enum Step {
 
 /// One attempt at producing a frame, under the context's lock.
 fn next_frame(c: &Ctx, st: &mut State) -> Step {
-    let new_frame = |st: &State, seq: u64| Frame { pts: seq as i64, ..Frame::empty(c.id, seq, Arc::downgrade(&c.shared)) }.sized(st.size);
+    let new_frame = |st: &State, seq: u64| {
+        Frame { pts: seq as i64, ..Frame::empty(c.id, seq, Arc::downgrade(&c.shared)) }.sized(st.size)
+    };
     // The next picture has another size (or is the first): an info change first, and no
     // picture until the caller says it is ready again (MPP_DEC_SET_INFO_CHANGE_READY).
     if let Some(&(size, _)) = st.raw.front() {
@@ -1003,7 +1112,13 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
             }
             if let Err(now) = still_committed(b) {
                 b.dead.store(1, Ordering::SeqCst);
-                violation("buffer-fd-not-committed-inode", format!("ctx={} group={} index={} fd={} committed_ino={} now={now}", c.id, b.group, b.index, b.fd, b.inode.1));
+                violation(
+                    "buffer-fd-not-committed-inode",
+                    format!(
+                        "ctx={} group={} index={} fd={} committed_ino={} now={now}",
+                        c.id, b.group, b.index, b.fd, b.inode.1
+                    ),
+                );
                 continue;
             }
             let (_, pic) = st.raw.front().expect("not empty");
@@ -1053,7 +1168,23 @@ fn next_frame(c: &Ctx, st: &mut State) -> Step {
 impl Frame {
     /// A frame of context `ctx` (0: a user frame of `mpp_frame_init`) with no picture yet.
     fn empty(ctx: u64, seq: u64, notify: Weak<Shared>) -> Frame {
-        Frame { ctx, seq, width: 0, height: 0, hor_stride: 0, ver_stride: 0, fmt: MPP_FMT_YUV420SP, info_change: 0, eos: 0, errinfo: 0, pts: 0, buf_size: 0, buffer: None, attached: None, notify }
+        Frame {
+            ctx,
+            seq,
+            width: 0,
+            height: 0,
+            hor_stride: 0,
+            ver_stride: 0,
+            fmt: MPP_FMT_YUV420SP,
+            info_change: 0,
+            eos: 0,
+            errinfo: 0,
+            pts: 0,
+            buf_size: 0,
+            buffer: None,
+            attached: None,
+            notify,
+        }
     }
 
     fn sized(mut self, size: Option<(u32, u32)>) -> Frame {
@@ -1086,14 +1217,22 @@ unsafe extern "C" fn mpi_decode_put_packet(h: Opaque, pkt: Opaque) -> MppRet {
         // Real MPP: the MJPEG decoder's single input task waits for a packet backed by an
         // MppBuffer with an output frame (KEY_OUTPUT_FRAME meta); a plain packet never fills
         // it, so decode_put_packet reports a full queue forever.
-        log(format!("decode_put_packet ctx={} size={} ret={MPP_ERR_BUFFER_FULL} reason=mjpeg-needs-task-api", c.id, p.length));
+        log(format!(
+            "decode_put_packet ctx={} size={} ret={MPP_ERR_BUFFER_FULL} reason=mjpeg-needs-task-api",
+            c.id, p.length
+        ));
         return MPP_ERR_BUFFER_FULL;
     }
     if st.eos_put {
         violation("packet-after-eos", format!("ctx={} size={}", c.id, p.length));
     }
     if st.input.len() >= st.input_slots && !p.eos {
-        log(format!("decode_put_packet ctx={} size={} queued={} ret={MPP_ERR_BUFFER_FULL}", c.id, p.length, st.input.len()));
+        log(format!(
+            "decode_put_packet ctx={} size={} queued={} ret={MPP_ERR_BUFFER_FULL}",
+            c.id,
+            p.length,
+            st.input.len()
+        ));
         return MPP_ERR_BUFFER_FULL;
     }
     let bytes = if p.length == 0 {
@@ -1109,7 +1248,13 @@ unsafe extern "C" fn mpi_decode_put_packet(h: Opaque, pkt: Opaque) -> MppRet {
     }
     st.eos_put |= p.eos;
     p.length = 0;
-    log(format!("decode_put_packet ctx={} size={n} pts={} eos={} queued={} ret=0", c.id, p.pts, u8::from(p.eos), st.input.len()));
+    log(format!(
+        "decode_put_packet ctx={} size={n} pts={} eos={} queued={} ret=0",
+        c.id,
+        p.pts,
+        u8::from(p.eos),
+        st.input.len()
+    ));
     c.shared.cv.notify_all();
     MPP_OK
 }
@@ -1239,7 +1384,15 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
                 (MPP_OK, "group=internal".into())
             } else {
                 match group(param) {
-                    Some(g) if matches!(g.type_, MPP_BUFFER_TYPE_ION | MPP_BUFFER_TYPE_EXT_DMA | MPP_BUFFER_TYPE_DRM | MPP_BUFFER_TYPE_DMA_HEAP) && g.mode == MPP_BUFFER_EXTERNAL => {
+                    Some(g)
+                        if matches!(
+                            g.type_,
+                            MPP_BUFFER_TYPE_ION
+                                | MPP_BUFFER_TYPE_EXT_DMA
+                                | MPP_BUFFER_TYPE_DRM
+                                | MPP_BUFFER_TYPE_DMA_HEAP
+                        ) && g.mode == MPP_BUFFER_EXTERNAL =>
+                    {
                         let d = format!("group={} buffers={}", g.id, lock(&g.buffers).len());
                         st.group = Some(g);
                         (MPP_OK, d)
@@ -1254,7 +1407,10 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
                 violation("info-change-ready-without-info-change", format!("ctx={}", c.id));
             }
             if st.group.is_none() {
-                violation("info-change-ready-without-group", format!("ctx={} (the fake has no internal buffers)", c.id));
+                violation(
+                    "info-change-ready-without-group",
+                    format!("ctx={} (the fake has no internal buffers)", c.id),
+                );
             }
             st.ready = st.info_change_sent && st.group.is_some();
             (MPP_OK, format!("ready={}", u8::from(st.ready)))
@@ -1271,7 +1427,9 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
                 (if f < 0x10000 { MPP_OK } else { MPP_ERR_VALUE }, format!("value={f}"))
             }
         }
-        MPP_DEC_SET_PARSER_FAST_MODE | MPP_DEC_SET_DISABLE_ERROR | MPP_DEC_SET_IMMEDIATE_OUT => (MPP_OK, format!("value={}", read_u32(param))),
+        MPP_DEC_SET_PARSER_FAST_MODE | MPP_DEC_SET_DISABLE_ERROR | MPP_DEC_SET_IMMEDIATE_OUT => {
+            (MPP_OK, format!("value={}", read_u32(param)))
+        }
         _ => (MPP_NOK, "unsupported=1".into()),
     };
     log(format!("control ctx={} cmd={name} ({cmd:#x}) {detail} ret={ret}", c.id));
@@ -1351,7 +1509,10 @@ mod tests {
         assert_eq!(size_of::<MppApi>(), 184);
         assert_eq!(align_of::<MppApi>(), 8);
         assert_eq!((offset_of!(MppApi, decode_put_packet), offset_of!(MppApi, decode_get_frame)), (16, 24));
-        assert_eq!((offset_of!(MppApi, reset), offset_of!(MppApi, control), offset_of!(MppApi, reserv)), (104, 112, 120));
+        assert_eq!(
+            (offset_of!(MppApi, reset), offset_of!(MppApi, control), offset_of!(MppApi, reserv)),
+            (104, 112, 120)
+        );
         assert_eq!((offset_of!(MppApi, poll), offset_of!(MppApi, dequeue), offset_of!(MppApi, enqueue)), (80, 88, 96));
         assert_eq!(size_of::<MppBufferInfo>(), 40);
         assert_eq!((offset_of!(MppBufferInfo, fd), offset_of!(MppBufferInfo, index)), (32, 36));
@@ -1360,11 +1521,21 @@ mod tests {
 
     #[test]
     fn ext_buf_group_before_init_is_refused_as_mpp_does() {
-        let (mut ctx, mut api, mut grp): (Opaque, *const MppApi, Opaque) = (std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut());
+        let (mut ctx, mut api, mut grp): (Opaque, *const MppApi, Opaque) =
+            (std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut());
         // SAFETY: out-pointers to locals; the handles come from the fake's own registries.
         unsafe {
             assert_eq!(mpp_create(&mut ctx, &mut api), MPP_OK);
-            assert_eq!(mpp_buffer_group_get(&mut grp, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_EXTERNAL, c"t".as_ptr(), c"t".as_ptr()), MPP_OK);
+            assert_eq!(
+                mpp_buffer_group_get(
+                    &mut grp,
+                    MPP_BUFFER_TYPE_EXT_DMA,
+                    MPP_BUFFER_EXTERNAL,
+                    c"t".as_ptr(),
+                    c"t".as_ptr()
+                ),
+                MPP_OK
+            );
             assert_eq!(((*api).control)(ctx, MPP_DEC_SET_EXT_BUF_GROUP, grp), MPP_NOK);
             assert_eq!(mpp_destroy(ctx), MPP_OK);
             assert_eq!(mpp_buffer_group_put(grp), MPP_OK);
@@ -1381,7 +1552,18 @@ mod tests {
     }
 
     fn committed(fd: c_int, size: usize) -> Buffer {
-        Buffer { group: 0, index: 0, fd, size, inode: inode(fd).unwrap(), holders: AtomicU32::new(0), refs: AtomicU32::new(0), dead: AtomicU32::new(0), refcount: AtomicU32::new(0), mem: 0 }
+        Buffer {
+            group: 0,
+            index: 0,
+            fd,
+            size,
+            inode: inode(fd).unwrap(),
+            holders: AtomicU32::new(0),
+            refs: AtomicU32::new(0),
+            dead: AtomicU32::new(0),
+            refcount: AtomicU32::new(0),
+            mem: 0,
+        }
     }
 
     #[test]

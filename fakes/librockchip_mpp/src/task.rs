@@ -48,8 +48,14 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use super::{align16, buffer, c_str, ctx, inode, lock, log, still_committed, violation, write_nv12, Buffer, Frame, Opaque, FRAMES, PACKETS};
-use super::{MppBufferInfo, MppRet, BUFFERS, CODING_MJPEG, DMA_BUF_IOCTL_SYNC, DMA_BUF_SYNC_END, MPP_ERR_NULL_PTR, MPP_ERR_VALUE, MPP_FMT_YUV420SP, MPP_NOK, MPP_OK};
+use super::{
+    align16, buffer, c_str, ctx, inode, lock, log, still_committed, violation, write_nv12, Buffer, Frame, Opaque,
+    FRAMES, PACKETS,
+};
+use super::{
+    MppBufferInfo, MppRet, BUFFERS, CODING_MJPEG, DMA_BUF_IOCTL_SYNC, DMA_BUF_SYNC_END, MPP_ERR_NULL_PTR,
+    MPP_ERR_VALUE, MPP_FMT_YUV420SP, MPP_NOK, MPP_OK,
+};
 
 const MPP_PORT_INPUT: c_int = 0;
 const MPP_PORT_OUTPUT: c_int = 1;
@@ -196,14 +202,24 @@ pub(crate) fn import(info: &MppBufferInfo, out: *mut Opaque, who: &str) -> MppRe
 /// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
 /// handles are looked up in the fake's registries, never dereferenced.
 #[no_mangle]
-pub unsafe extern "C" fn mpp_buffer_get_with_tag(grp: Opaque, out: *mut Opaque, size: usize, tag: *const c_char, caller: *const c_char) -> MppRet {
+pub unsafe extern "C" fn mpp_buffer_get_with_tag(
+    grp: Opaque,
+    out: *mut Opaque,
+    size: usize,
+    tag: *const c_char,
+    caller: *const c_char,
+) -> MppRet {
     let who = format!("tag={} caller={}", c_str(tag), c_str(caller));
     let Some(g) = super::group(grp) else {
         log(format!("mpp_buffer_get ret={MPP_NOK} reason=unknown-group {who}"));
         return MPP_NOK;
     };
     if out.is_null() || size == 0 {
-        log(format!("mpp_buffer_get group={} size={size} ret={} reason=bad-argument {who}", g.id, super::MPP_ERR_UNKNOW));
+        log(format!(
+            "mpp_buffer_get group={} size={size} ret={} reason=bad-argument {who}",
+            g.id,
+            super::MPP_ERR_UNKNOW
+        ));
         return super::MPP_ERR_UNKNOW;
     }
     if g.mode != MPP_BUFFER_INTERNAL {
@@ -246,7 +262,13 @@ pub unsafe extern "C" fn mpp_buffer_put_with_caller(buf: Opaque, caller: *const 
         return MPP_ERR_NULL_PTR;
     };
     put(&b, "mpp_buffer_put");
-    log(format!("mpp_buffer_put fd={} ino={} refs={} caller={} ret=0", b.fd, b.inode.1, b.refcount.load(Ordering::SeqCst), c_str(caller)));
+    log(format!(
+        "mpp_buffer_put fd={} ino={} refs={} caller={} ret=0",
+        b.fd,
+        b.inode.1,
+        b.refcount.load(Ordering::SeqCst),
+        c_str(caller)
+    ));
     MPP_OK
 }
 
@@ -276,7 +298,18 @@ pub unsafe extern "C" fn mpp_packet_init_with_buffer(out: *mut Opaque, buf: Opaq
         return MPP_ERR_NULL_PTR;
     };
     b.refcount.fetch_add(1, Ordering::SeqCst);
-    super::hand_out(&PACKETS, Box::new(super::Packet { data: b.mem as *const u8, size: b.size, length: b.size, pts: 0, eos: false, buffer: Some(Arc::clone(&b)) }), out);
+    super::hand_out(
+        &PACKETS,
+        Box::new(super::Packet {
+            data: b.mem as *const u8,
+            size: b.size,
+            length: b.size,
+            pts: 0,
+            eos: false,
+            buffer: Some(Arc::clone(&b)),
+        }),
+        out,
+    );
     log(format!("mpp_packet_init_with_buffer size={} fd={} ret=0", b.size, b.fd));
     MPP_OK
 }
@@ -569,7 +602,12 @@ pub(crate) unsafe extern "C" fn mpi_enqueue(h: Opaque, port: c_int, t: Opaque) -
                 }
                 wait
             };
-            log(format!("enqueue ctx={c} port=input task={id} packet={} frame={} waits_for_output_task={} ret=0", u8::from(pkt.is_some()), u8::from(frm.is_some()), u8::from(wait)));
+            log(format!(
+                "enqueue ctx={c} port=input task={id} packet={} frame={} waits_for_output_task={} ret=0",
+                u8::from(pkt.is_some()),
+                u8::from(frm.is_some()),
+                u8::from(wait)
+            ));
             if !job {
                 lock(&PORTS).get_mut(&c).expect("checked").input.push_back(t as usize);
             } else if !wait {
@@ -614,7 +652,6 @@ fn run_job(c: u64, t: usize) {
     p.input.push_back(t);
 }
 
-
 /// One JPEG: from packet `pkt`'s buffer into frame `frm`'s buffer, as the module doc says.
 fn decode(c: u64, pkt: usize, frm: usize) {
     let n = {
@@ -641,7 +678,10 @@ fn decode(c: u64, pkt: usize, frm: usize) {
             return Err(format!("buffer-too-small size={} need={need}", out.size));
         }
         if let Err(now) = still_committed(out) {
-            violation("buffer-fd-not-imported-inode", format!("ctx={c} fd={} imported_ino={} now={now}", out.fd, out.inode.1));
+            violation(
+                "buffer-fd-not-imported-inode",
+                format!("ctx={c} fd={} imported_ino={} now={now}", out.fd, out.inode.1),
+            );
             return Err("buffer-fd-not-imported-inode".into());
         }
         write_nv12(out, &pic, w, h, hor, ver)?;
@@ -652,14 +692,19 @@ fn decode(c: u64, pkt: usize, frm: usize) {
     let Some(f) = frames.get_mut(&frm) else { return };
     match result {
         Ok((w, h)) => {
-            (f.width, f.height, f.hor_stride, f.ver_stride, f.fmt, f.errinfo) = (w, h, align16(w), align16(h), MPP_FMT_YUV420SP, 0);
+            (f.width, f.height, f.hor_stride, f.ver_stride, f.fmt, f.errinfo) =
+                (w, h, align16(w), align16(h), MPP_FMT_YUV420SP, 0);
             f.buf_size = (align16(w) * align16(h) * 3 / 2) as usize;
             log(format!("task_decode ctx={c} jpeg={n} frame={} ino={ino} size={length} width={w} height={h} hor_stride={} ver_stride={} errinfo=0", f.seq, f.hor_stride, f.ver_stride));
         }
         Err(why) => {
             f.errinfo = 1;
             lock(&PORTS).get_mut(&c).expect("checked").corrupt += 1;
-            log(format!("task_decode ctx={c} jpeg={n} frame={} ino={ino} size={length} errinfo=1 reason={}", f.seq, why.replace(' ', "_")));
+            log(format!(
+                "task_decode ctx={c} jpeg={n} frame={} ino={ino} size={length} errinfo=1 reason={}",
+                f.seq,
+                why.replace(' ', "_")
+            ));
         }
     }
 }

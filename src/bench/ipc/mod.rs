@@ -52,7 +52,8 @@ pub fn run(cfg: &IpcConfig, json: bool) -> Result<i32> {
 /// Ctrl-C; a failing transport becomes a `failed` row.
 pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
     let placement = Placement::plan(cfg.cpus)?;
-    let alloc = Allocator::open(cfg.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri"))?;
+    let alloc =
+        Allocator::open(cfg.heap, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri"))?;
     let host = report::host_info();
     let _signals = SignalGuard::install()?;
     let _affinity = AffinityRestore::save()?;
@@ -60,7 +61,10 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
         proc::pin_self(c)?;
     }
     // The frame ring's sockets: a private directory, removed on drop.
-    let dir = tempfile::Builder::new().prefix("zcpipe-bench-").tempdir().context("creating a directory for the frame ring's sockets")?;
+    let dir = tempfile::Builder::new()
+        .prefix("zcpipe-bench-")
+        .tempdir()
+        .context("creating a directory for the frame ring's sockets")?;
     log::info!(
         "measuring {} transports x {} sizes, {} runs each; {}",
         cfg.transports.len(),
@@ -122,7 +126,8 @@ pub fn measure(cfg: &IpcConfig) -> Result<IpcReport> {
         row.max_us = sorted.last().copied();
     }
     for i in 0..rows.len() {
-        let base = rows.iter().find(|b| b.transport == "none" && b.size_bytes == rows[i].size_bytes).and_then(|b| b.median_us);
+        let base =
+            rows.iter().find(|b| b.transport == "none" && b.size_bytes == rows[i].size_bytes).and_then(|b| b.median_us);
         rows[i].ratio_to_none = match (rows[i].median_us, base) {
             (Some(m), Some(b)) if b > 0.0 => Some(m / b),
             _ => None,
@@ -172,7 +177,8 @@ fn run_once(t: Transport, ctx: &Ctx, iters: u32, placement: &Placement) -> Resul
     let warmup = (iters / 10).max(2 * ctx.buffers as u32).max(2) as u64;
     let messages = warmup + iters as u64;
     // Generous: 2 ms plus 40 ns a byte per message, and 30 s for set-up.
-    let limit = Duration::from_secs(30) + Duration::from_secs_f64(messages as f64 * (2e-3 + ctx.size.bytes as f64 * 40e-9));
+    let limit =
+        Duration::from_secs(30) + Duration::from_secs_f64(messages as f64 * (2e-3 + ctx.size.bytes as f64 * 40e-9));
     proc::with_echo(pair, placement.echo_cpu, messages, limit, |ep| {
         for k in 0..warmup {
             ep.send(k)?;

@@ -210,7 +210,13 @@ pub(super) fn context(rows: &[Row]) -> Vec<Goal> {
             (Some(a), Some(b)) if b > 0.0 => Some(a / b),
             _ => None,
         };
-        Goal { name: name.into(), value, target: "for context".into(), met: None, missing: value.is_none().then(|| missing.into()) }
+        Goal {
+            name: name.into(),
+            value,
+            target: "for context".into(),
+            met: None,
+            missing: value.is_none().then(|| missing.into()),
+        }
     };
     let mut v = vec![
         item(
@@ -219,12 +225,27 @@ pub(super) fn context(rows: &[Row]) -> Vec<Goal> {
             median_of(rows, Transport::RingDesc, 64),
             "needs size 64 and transports ring-spin, ring-desc",
         ),
-        item("ring / shm-inplace at 1080p (zcpipe's hop over a bare in-place hand-off)", ring, bare, "needs size 1080p and transports ring, shm-inplace"),
-        item("shm-inplace / none at 1080p (moving the frame's cache lines between the CPUs)", bare, none, "needs size 1080p and transport shm-inplace"),
+        item(
+            "ring / shm-inplace at 1080p (zcpipe's hop over a bare in-place hand-off)",
+            ring,
+            bare,
+            "needs size 1080p and transports ring, shm-inplace",
+        ),
+        item(
+            "shm-inplace / none at 1080p (moving the frame's cache lines between the CPUs)",
+            bare,
+            none,
+            "needs size 1080p and transport shm-inplace",
+        ),
     ];
     if cfg!(feature = "iceoryx2") {
         let iox = median_of(rows, Transport::Iceoryx2, p1080);
-        v.push(item("iceoryx2 / ring at 1080p (the iceoryx2 peer's hop over zcpipe's)", iox, ring, "needs size 1080p and transports iceoryx2, ring"));
+        v.push(item(
+            "iceoryx2 / ring at 1080p (the iceoryx2 peer's hop over zcpipe's)",
+            iox,
+            ring,
+            "needs size 1080p and transports iceoryx2, ring",
+        ));
     }
     v
 }
@@ -235,15 +256,21 @@ pub(super) fn notes(cfg: &IpcConfig, rows: &[Row]) -> Vec<String> {
         v.push(format!("{}: {}", t.name(), t.legend()));
     }
     if let Some(max) = transports::mq_msgsize_max() {
-        if cfg.transports.contains(&Transport::Mq) && rows.iter().any(|r| r.transport == "mq" && r.status == Status::Skipped) {
+        if cfg.transports.contains(&Transport::Mq)
+            && rows.iter().any(|r| r.transport == "mq" && r.status == Status::Skipped)
+        {
             v.push(format!(
                 "mq runs only where the message fits /proc/sys/fs/mqueue/msgsize_max ({max} B here); larger sizes are skipped"
             ));
         }
     }
     match cfg.cold {
-        Some(n) => v.push(format!("--cold: every buffer (private, shared, pool) cycles through {n} per direction, as a camera's queue does")),
-        None => v.push("hot caches: one buffer per direction and side, reused every round trip (--cold N cycles N)".into()),
+        Some(n) => v.push(format!(
+            "--cold: every buffer (private, shared, pool) cycles through {n} per direction, as a camera's queue does"
+        )),
+        None => {
+            v.push("hot caches: one buffer per direction and side, reused every round trip (--cold N cycles N)".into())
+        }
     }
     v.push(
         "on a busy machine other processes preempt both sides (a message that needs many wake-ups, like a pipe's, \
@@ -262,12 +289,17 @@ pub(super) fn notes(cfg: &IpcConfig, rows: &[Row]) -> Vec<String> {
 
 pub(super) fn host_info() -> Host {
     let uts = nix::sys::utsname::uname().ok();
-    let s = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| uts.as_ref().map(|u| f(u).to_string_lossy().into_owned()).unwrap_or_default();
+    let s = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
+        uts.as_ref().map(|u| f(u).to_string_lossy().into_owned()).unwrap_or_default()
+    };
     Host {
         kernel: format!("{} {}", s(|u| u.sysname()), s(|u| u.release())),
         machine: s(|u| u.machine()),
-        cpus_online: nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(0) as usize,
-        loadavg: std::fs::read_to_string("/proc/loadavg").map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+        cpus_online: nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(0)
+            as usize,
+        loadavg: std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
         scheduling: scheduling(),
     }
 }
@@ -276,7 +308,8 @@ pub(super) fn host_info() -> Host {
 /// 40 `rt_priority` and 41 `policy`, proc(5)).
 fn scheduling() -> String {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     // `rest` starts at field 3 (state).
     let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<i64>().ok());
     match (field(41), field(40)) {
@@ -341,7 +374,14 @@ impl IpcReport {
             match (r.status, r.median_us, r.min_us, r.max_us) {
                 (Status::Ok, Some(m), Some(lo), Some(hi)) => {
                     let ratio = r.ratio_to_none.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "–".into());
-                    let _ = writeln!(o, "| {} | {size} | {} | {} | {} | {ratio} |", r.transport, fmt_us(m), fmt_us(lo), fmt_us(hi));
+                    let _ = writeln!(
+                        o,
+                        "| {} | {size} | {} | {} | {} | {ratio} |",
+                        r.transport,
+                        fmt_us(m),
+                        fmt_us(lo),
+                        fmt_us(hi)
+                    );
                 }
                 (s, ..) => {
                     let what = if s == Status::Failed { "FAILED" } else { "skipped" };
@@ -354,7 +394,13 @@ impl IpcReport {
         for g in &self.goals {
             match (g.value, g.met) {
                 (Some(v), Some(met)) => {
-                    let _ = writeln!(o, "- {}: {v:.2}x (goal {}): {}", g.name, g.target, if met { "met" } else { "MISSED" });
+                    let _ = writeln!(
+                        o,
+                        "- {}: {v:.2}x (goal {}): {}",
+                        g.name,
+                        g.target,
+                        if met { "met" } else { "MISSED" }
+                    );
                 }
                 _ => {
                     let _ = writeln!(o, "- {}: not measured ({})", g.name, g.missing.as_deref().unwrap_or(""));

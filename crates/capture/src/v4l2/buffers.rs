@@ -47,14 +47,23 @@ impl V4l2Capture {
                 Some(_) => {}
             }
         }
-        let mut rb = sys::RequestBuffers { count: buffers as u32, type_: self.buf_type, memory: self.memory, ..Default::default() };
+        let mut rb = sys::RequestBuffers {
+            count: buffers as u32,
+            type_: self.buf_type,
+            memory: self.memory,
+            ..Default::default()
+        };
         if let Err(e) = sys::reqbufs(self.fd(), &mut rb) {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 return Err(self.busy_error("VIDIOC_REQBUFS"));
             }
             if e.raw_os_error() == Some(libc::EINVAL) {
                 let other = if self.io == CaptureIo::Mmap { "dmabuf" } else { "mmap" };
-                bail!("v4l2: {} refuses {} buffers (VIDIOC_REQBUFS: {e}); try --capture-io {other}", self.node.label(), self.io.name());
+                bail!(
+                    "v4l2: {} refuses {} buffers (VIDIOC_REQBUFS: {e}); try --capture-io {other}",
+                    self.node.label(),
+                    self.io.name()
+                );
             }
             bail!("v4l2: VIDIOC_REQBUFS {} x{buffers} on {}: {e}", self.io.name(), self.node.label());
         }
@@ -80,7 +89,8 @@ impl V4l2Capture {
                     let mut planes = vec![sys::Plane::default(); nplanes];
                     sys::querybuf(self.fd(), &mut b, &mut planes)
                         .with_context(|| format!("v4l2: VIDIOC_QUERYBUF {index} on {}", self.node.label()))?;
-                    let lengths: Vec<u32> = if self.mplane() { planes.iter().map(|p| p.length).collect() } else { vec![b.length] };
+                    let lengths: Vec<u32> =
+                        if self.mplane() { planes.iter().map(|p| p.length).collect() } else { vec![b.length] };
                     for (plane, len) in lengths.into_iter().enumerate() {
                         let mut x = sys::ExportBuffer {
                             type_: self.buf_type,
@@ -102,7 +112,11 @@ impl V4l2Capture {
                 CaptureIo::Dmabuf => {
                     let alloc = alloc.expect("checked above");
                     for (plane, &(_, size)) in self.granted.planes.iter().enumerate() {
-                        bufs.push(alloc.allocate(size as u64).with_context(|| format!("capture buffer {index} plane {plane}"))?);
+                        bufs.push(
+                            alloc
+                                .allocate(size as u64)
+                                .with_context(|| format!("capture buffer {index} plane {plane}"))?,
+                        );
                     }
                 }
             }
@@ -138,7 +152,11 @@ impl V4l2Capture {
         let slot = self.at_driver.get_mut(index as usize).filter(|s| s.is_none());
         let Some(slot) = slot else {
             self.not_queued.push(loan);
-            bail!("v4l2: buffer {index} is not one of the {} buffers of {}, or is queued already", self.count, self.node.label());
+            bail!(
+                "v4l2: buffer {index} is not one of the {} buffers of {}, or is queued already",
+                self.count,
+                self.node.label()
+            );
         };
         match sys::qbuf(self.file.as_fd(), &mut b, &mut planes) {
             Ok(()) => {
@@ -220,12 +238,13 @@ impl V4l2Capture {
         Ok(Some((
             loan,
             Dequeued {
-            index: b.index,
-            sequence: b.sequence,
-            timestamp_ns: b.timestamp_ns().max(0) as u64,
-            monotonic: b.timestamp_is_monotonic(),
-            bytesused,
-            error: b.is_error(),
-        })))
+                index: b.index,
+                sequence: b.sequence,
+                timestamp_ns: b.timestamp_ns().max(0) as u64,
+                monotonic: b.timestamp_is_monotonic(),
+                bytesused,
+                error: b.is_error(),
+            },
+        )))
     }
 }

@@ -52,9 +52,17 @@ impl MjpgCamera {
         if cfg.capture_io == Some(CaptureIo::Dmabuf) {
             bail!("--format MJPG keeps the camera's compressed buffers private to capture (the pool is the decoded NV12): use --capture-io mmap");
         }
-        let v = V4l2Config { device, format: Some(Fourcc::MJPG), size: cfg.size, fps: cfg.fps, buffers: cfg.buffers, io: CaptureIo::Mmap };
+        let v = V4l2Config {
+            device,
+            format: Some(Fourcc::MJPG),
+            size: cfg.size,
+            fps: cfg.fps,
+            buffers: cfg.buffers,
+            io: CaptureIo::Mmap,
+        };
         let mut cam = V4l2Capture::open(&v)?;
-        let bufs: Vec<DmaBuf> = cam.allocate(cfg.buffers, None)?.into_iter().map(|mut planes| planes.swap_remove(0)).collect();
+        let bufs: Vec<DmaBuf> =
+            cam.allocate(cfg.buffers, None)?.into_iter().map(|mut planes| planes.swap_remove(0)).collect();
         let (decoder, why) = resolve(cfg.decoder.unwrap_or_default(), None)?;
         log::info!("decoder {} for MJPG from {} ({why})", decoder.name(), cam.node().label());
         let decoder = MjpegDecoder::new(&decoder)?;
@@ -73,7 +81,8 @@ impl MjpgCamera {
         for i in 0..bufs.len() as u32 {
             queue(&mut cam, i)?;
         }
-        sys::streamon(cam.fd(), cam.buf_type).map_err(|e| anyhow!("v4l2: VIDIOC_STREAMON on {}: {e}", cam.node().label()))?;
+        sys::streamon(cam.fd(), cam.buf_type)
+            .map_err(|e| anyhow!("v4l2: VIDIOC_STREAMON on {}: {e}", cam.node().label()))?;
         cam.streaming = true;
         log::info!("v4l2: streaming MJPG from {} ({} buffers queued)", cam.node().label(), bufs.len());
         Ok(MjpgCamera { cam, bufs, decoder, info, pending: None, jpegs: 0, corrupt: 0 })
@@ -106,7 +115,12 @@ impl MjpgCamera {
     fn skip(&mut self, why: &str) {
         self.corrupt += 1;
         if self.corrupt <= 5 || self.corrupt.is_power_of_two() {
-            log::warn!("v4l2: {}: JPEG {} skipped: {why} ({} skipped so far)", self.cam.node().label(), self.jpegs, self.corrupt);
+            log::warn!(
+                "v4l2: {}: JPEG {} skipped: {why} ({} skipped so far)",
+                self.cam.node().label(),
+                self.jpegs,
+                self.corrupt
+            );
         }
     }
 }
@@ -140,7 +154,14 @@ fn dequeue(cam: &mut V4l2Capture) -> Result<Option<Dequeued>> {
     cam.stats.driver_drops = cam.sequence.drops;
     let mut bytesused = [0u32; MAX_PLANES];
     bytesused[0] = if cam.mplane() { planes.first().map_or(0, |p| p.bytesused) } else { b.bytesused };
-    Ok(Some(Dequeued { index: b.index, sequence: b.sequence, timestamp_ns: b.timestamp_ns().max(0) as u64, monotonic: b.timestamp_is_monotonic(), bytesused, error: b.is_error() }))
+    Ok(Some(Dequeued {
+        index: b.index,
+        sequence: b.sequence,
+        timestamp_ns: b.timestamp_ns().max(0) as u64,
+        monotonic: b.timestamp_is_monotonic(),
+        bytesused,
+        error: b.is_error(),
+    }))
 }
 
 impl FrameSource for MjpgCamera {
@@ -155,7 +176,8 @@ impl FrameSource for MjpgCamera {
         let res = {
             let src = self.bufs[d.index as usize].read()?;
             let len = (d.bytesused[0] as usize).min(src.len());
-            crate::mjpeg::decode_cpu(&src[..len], dst, &mut Vec::new(), (self.info.max_width, self.info.max_height)).map_err(|e| format!("{e:#}"))
+            crate::mjpeg::decode_cpu(&src[..len], dst, &mut Vec::new(), (self.info.max_width, self.info.max_height))
+                .map_err(|e| format!("{e:#}"))
         };
         self.requeue(d, res)
     }

@@ -215,7 +215,11 @@ impl V4l2Capture {
         if d.error {
             self.stats.error_frames += 1;
             if self.stats.error_frames <= 5 {
-                log::warn!("v4l2: {} flagged frame {} as corrupt (V4L2_BUF_FLAG_ERROR); requeued", self.node.label(), d.sequence);
+                log::warn!(
+                    "v4l2: {} flagged frame {} as corrupt (V4L2_BUF_FLAG_ERROR); requeued",
+                    self.node.label(),
+                    d.sequence
+                );
             }
             drop(loan); // back to the pool unpublished: requeued by the next refill
             return Ok(Next::Idle);
@@ -229,7 +233,10 @@ impl V4l2Capture {
             self.stats.bad_timestamps += 1;
             if !self.warned_clock {
                 self.warned_clock = true;
-                log::warn!("v4l2: {} does not stamp buffers with CLOCK_MONOTONIC; using the dequeue time", self.node.label());
+                log::warn!(
+                    "v4l2: {} does not stamp buffers with CLOCK_MONOTONIC; using the dequeue time",
+                    self.node.label()
+                );
             }
             ts = now;
         } else if ts > now {
@@ -250,7 +257,8 @@ impl V4l2Capture {
             log::warn!("v4l2: timestamp of frame {} went backwards by {} µs", d.sequence, (self.last_ts - ts) / 1000);
         }
         self.last_ts = ts;
-        let mut desc = FrameDesc { seq, timestamp_ns: ts, buffer_index: d.index, layout: self.layout, ..Default::default() };
+        let mut desc =
+            FrameDesc { seq, timestamp_ns: ts, buffer_index: d.index, layout: self.layout, ..Default::default() };
         desc.stamps[2 * Stage::Capture as usize] = ts;
         desc.stamp_out(Stage::Capture);
         loan.publish(desc, stop)?;

@@ -17,7 +17,8 @@ use zcpipe_sys::v4l2::node::{self, caps_names, capture_nodes, first_capture_node
 /// Formats zcpipe reads from a camera, in the order it prefers them when `--format` is not
 /// given (NV12 first: the scalers and NPUs take it as is; XR24 last, for a display that
 /// scans the camera's buffers out as they are).
-pub const PREFERRED: [Fourcc; 7] = [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
+pub const PREFERRED: [Fourcc; 7] =
+    [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// What a driver offers, for messages: all of it if short, else the first 12 and a count
 /// (vivid offers about 70).
@@ -63,9 +64,12 @@ pub fn parse_format(s: &str) -> Result<Fourcc> {
     if s.eq_ignore_ascii_case("MJPG") || s.eq_ignore_ascii_case("MJPEG") {
         return Ok(Fourcc::MJPG);
     }
-    Fourcc::parse(s)
-        .filter(|f| PREFERRED.contains(f))
-        .ok_or_else(|| anyhow!("--format \"{s}\" is not one zcpipe reads; use one of {}, or MJPG (decoded by --decoder)", sys::format_list(&PREFERRED, "none")))
+    Fourcc::parse(s).filter(|f| PREFERRED.contains(f)).ok_or_else(|| {
+        anyhow!(
+            "--format \"{s}\" is not one zcpipe reads; use one of {}, or MJPG (decoded by --decoder)",
+            sys::format_list(&PREFERRED, "none")
+        )
+    })
 }
 
 /// "capture nodes here: /dev/video0 (vivid: ...), ... (`zcpipe doctor` lists every node)".
@@ -115,7 +119,8 @@ impl Granted {
                     bail!("{} {w}x{h}: sizeimage {size} < bytesperline {bpl} x {} rows", self.fourcc, h + uv_rows);
                 }
                 planes[0] = PlaneDesc { offset: 0, bytesperline: bpl, length: y_len as u32, fd_index: 0 };
-                planes[1] = PlaneDesc { offset: y_len as u32, bytesperline: bpl, length: size - y_len as u32, fd_index: 0 };
+                planes[1] =
+                    PlaneDesc { offset: y_len as u32, bytesperline: bpl, length: size - y_len as u32, fd_index: 0 };
                 2
             }
             Fourcc::NV12M => {
@@ -194,7 +199,11 @@ impl V4l2Capture {
         })?;
         let node = query_node(file.as_fd(), &path).map_err(|e| {
             if e.raw_os_error() == Some(libc::ENOTTY) {
-                anyhow!("v4l2: {} is not a V4L2 device (VIDIOC_QUERYCAP: {e}); {}", path.display(), other_nodes_hint(&path))
+                anyhow!(
+                    "v4l2: {} is not a V4L2 device (VIDIOC_QUERYCAP: {e}); {}",
+                    path.display(),
+                    other_nodes_hint(&path)
+                )
             } else {
                 anyhow!("v4l2: VIDIOC_QUERYCAP on {}: {e}", path.display())
             }
@@ -205,7 +214,12 @@ impl V4l2Capture {
             } else {
                 "not a video capture node"
             };
-            bail!("v4l2: {} cannot capture: it is {what} (caps {}); {}", node.label(), caps_names(node.caps), other_nodes_hint(&path));
+            bail!(
+                "v4l2: {} cannot capture: it is {what} (caps {}); {}",
+                node.label(),
+                caps_names(node.caps),
+                other_nodes_hint(&path)
+            );
         };
         if !node.cap.has_streaming() {
             bail!(
@@ -225,7 +239,13 @@ impl V4l2Capture {
             buf_type,
             io: cfg.io,
             memory,
-            granted: Granted { fourcc: Fourcc::default(), width: 0, height: 0, planes: vec![], interval: sys::Fract::default() },
+            granted: Granted {
+                fourcc: Fourcc::default(),
+                width: 0,
+                height: 0,
+                planes: vec![],
+                interval: sys::Fract::default(),
+            },
             layout: FrameLayout::default(),
             count: 0,
             at_driver: vec![],
@@ -303,7 +323,10 @@ impl V4l2Capture {
             );
         }
         if field != sys::V4L2_FIELD_NONE && field != sys::V4L2_FIELD_ANY {
-            log::warn!("v4l2: {} delivers interlaced frames (field {field}); zcpipe treats them as progressive", self.node.label());
+            log::warn!(
+                "v4l2: {} delivers interlaced frames (field {field}); zcpipe treats them as progressive",
+                self.node.label()
+            );
         }
         if let Some((rw, rh)) = cfg.size {
             if (rw, rh) != (gw, gh) {
@@ -333,7 +356,10 @@ impl V4l2Capture {
             match sys::s_parm(self.fd(), &mut parm) {
                 Ok(()) => {
                     if parm.capture().capability & sys::V4L2_CAP_TIMEPERFRAME == 0 {
-                        log::warn!("v4l2: {} cannot set its frame rate (no V4L2_CAP_TIMEPERFRAME); --fps {fps} ignored", self.node.label());
+                        log::warn!(
+                            "v4l2: {} cannot set its frame rate (no V4L2_CAP_TIMEPERFRAME); --fps {fps} ignored",
+                            self.node.label()
+                        );
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Err(self.busy_error("VIDIOC_S_PARM")),

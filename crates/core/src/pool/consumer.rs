@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytemuck::Pod;
 
 use super::super::channel::{Doorbell, Receiver, Recv, Sender, Waitable};
-use super::super::copy::{CopyCounters, CopyRecv, CopyReceiver};
+use super::super::copy::{CopyCounters, CopyReceiver, CopyRecv};
 use super::super::dmabuf::{sealed_memfd, CpuAccess, DmaBuf, MemoryKind, Read};
 use super::super::frame::FrameDesc;
 use super::super::link::{Conn, ControlMsg, Offer, Payload, PeerGone, WaitMode};
@@ -18,7 +18,13 @@ use super::super::ring::{OwnCounts, RingConsumer, RingCounters, RingPolicy, Ring
 use super::{ring_fds, token};
 
 /// Offers a pool-less hop carrying `T` (e.g. detection results) on `conn`.
-pub fn offer_items<T: Pod>(conn: Conn, capacity: u32, policy: RingPolicy, description: String, labels: Vec<String>) -> Result<Sender<T>> {
+pub fn offer_items<T: Pod>(
+    conn: Conn,
+    capacity: u32,
+    policy: RingPolicy,
+    description: String,
+    labels: Vec<String>,
+) -> Result<Sender<T>> {
     let ring = RingProducer::<T>::create(capacity, 2)?;
     let (bell, back) = (Doorbell::new()?, Doorbell::new()?);
     let offer = Offer {
@@ -42,7 +48,12 @@ pub fn offer_items<T: Pod>(conn: Conn, capacity: u32, policy: RingPolicy, descri
 /// Joins an upstream's hop: sends `hello`, receives the offer (or its refusal, returned as
 /// the error) and maps the ring. Returns the offer, the receiver and the pool's buffers
 /// (`buffers[i][fd_index]`), each checked with [`DmaBuf::from_peer`].
-pub fn join<T: Pod>(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &str) -> Result<(Offer, Receiver<T>, Vec<Vec<DmaBuf>>)> {
+pub fn join<T: Pod>(
+    conn: Conn,
+    hello: &ControlMsg,
+    wait: WaitMode,
+    upstream: &str,
+) -> Result<(Offer, Receiver<T>, Vec<Vec<DmaBuf>>)> {
     let (offer, fds) = request_offer(&conn, hello, upstream)?;
     let (rx, bufs) = attach(conn, &offer, fds, wait, upstream)?;
     Ok((offer, rx, bufs))
@@ -56,7 +67,9 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
         // It failed during its own set-up and says why itself: ours is secondary. (A
         // malformed answer stays an error even if the peer closed right after it.)
         Err(e) if PeerGone::is_in(&e) => {
-            return Err(PeerGone::new(format!("{upstream} (pid {}) hung up before offering its frames", conn.peer_pid)).into())
+            return Err(
+                PeerGone::new(format!("{upstream} (pid {}) hung up before offering its frames", conn.peer_pid)).into()
+            )
         }
         Err(e) => return Err(e.context(format!("waiting for {upstream}'s offer"))),
     };
@@ -65,12 +78,22 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
         // The refusing stage prints this error itself: ours is secondary, reported quietly
         // (exit code 3) so the user sees the cause once.
         ControlMsg::Refuse { error } => Err(PeerGone::new(format!("{upstream} refused: {error}")).into()),
-        other => bail!("{upstream} sent {} instead of an offer (with {} fds, closed)", super::super::link::kind(&other), fds.len()),
+        other => bail!(
+            "{upstream} sent {} instead of an offer (with {} fds, closed)",
+            super::super::link::kind(&other),
+            fds.len()
+        ),
     }
 }
 
 /// Maps what an offer's fds carry: ring memfd, doorbells, then the pool's buffers.
-fn attach<T: Pod>(conn: Conn, offer: &Offer, fds: Vec<OwnedFd>, wait: WaitMode, upstream: &str) -> Result<(Receiver<T>, Vec<Vec<DmaBuf>>)> {
+fn attach<T: Pod>(
+    conn: Conn,
+    offer: &Offer,
+    fds: Vec<OwnedFd>,
+    wait: WaitMode,
+    upstream: &str,
+) -> Result<(Receiver<T>, Vec<Vec<DmaBuf>>)> {
     offer.check(fds.len()).map_err(|e| anyhow!("{upstream} {e:#}"))?;
     let mut it = fds.into_iter();
     let mut next = || it.next().ok_or_else(|| anyhow!("fd list ended early"));
@@ -233,7 +256,9 @@ impl PoolConsumer {
             bail!("{upstream} offered {:?}, expected frames", offer.payload);
         }
         if offer.copy_mode {
-            let [fd]: [OwnedFd; 1] = fds.try_into().map_err(|v: Vec<OwnedFd>| anyhow!("{upstream} sent {} fds for copy mode, expected 1", v.len()))?;
+            let [fd]: [OwnedFd; 1] = fds
+                .try_into()
+                .map_err(|v: Vec<OwnedFd>| anyhow!("{upstream} sent {} fds for copy mode, expected 1", v.len()))?;
             let sock = std::os::unix::net::UnixStream::from(fd);
             let size = offer.max_frame_bytes.clamp(1, 1 << 30);
             let bufs = (0..COPY_POOL)
@@ -242,13 +267,22 @@ impl PoolConsumer {
             log::info!("copy mode: frames arrive as bytes and are copied into our own {COPY_POOL} buffers");
             return Ok(PoolConsumer {
                 sizes: vec![vec![size]; COPY_POOL],
-                link: ConsumerLink::Copy { rx: Mutex::new(CopyReceiver::new(sock, size)), free: Arc::new(LocalFree(Mutex::new((0..COPY_POOL as u32).collect()))), conn },
+                link: ConsumerLink::Copy {
+                    rx: Mutex::new(CopyReceiver::new(sock, size)),
+                    free: Arc::new(LocalFree(Mutex::new((0..COPY_POOL as u32).collect()))),
+                    conn,
+                },
                 bufs: Arc::new(bufs),
                 offer,
             });
         }
         let (rx, bufs) = attach::<FrameDesc>(conn, &offer, fds, wait, upstream)?;
-        Ok(PoolConsumer { sizes: offer.buffers.clone(), link: ConsumerLink::Ring(Arc::new(Mutex::new(rx))), bufs: Arc::new(bufs), offer })
+        Ok(PoolConsumer {
+            sizes: offer.buffers.clone(),
+            link: ConsumerLink::Ring(Arc::new(Mutex::new(rx))),
+            bufs: Arc::new(bufs),
+            offer,
+        })
     }
 
     /// Waits up to `timeout` for the next frame. Descriptors are validated against the pool
@@ -271,7 +305,12 @@ impl PoolConsumer {
                         CopyRecv::Idle | CopyRecv::Hangup => return Ok(Recv::Hangup),
                     }
                 };
-                let idx = free.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| anyhow!("every copy-mode buffer is still held"))?;
+                let idx = free
+                    .0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop_front()
+                    .ok_or_else(|| anyhow!("every copy-mode buffer is still held"))?;
                 let n = rx.scratch.len();
                 {
                     // SAFETY: `idx` came off our free list, so no Frame (the only other holder of

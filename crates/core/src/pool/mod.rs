@@ -27,7 +27,7 @@ use super::channel::{Doorbell, Sender, Sent};
 use super::copy::{CopyCounters, CopySender};
 use super::dmabuf::{CpuAccess, DmaBuf, Read};
 use super::frame::{FrameDesc, RestartMark, Stage};
-use super::link::{Conn, ControlMsg, Offer, PeerGone, Payload};
+use super::link::{Conn, ControlMsg, Offer, Payload, PeerGone};
 use super::ring::{RingCorrupt, RingCounters, RingPolicy, RingProducer};
 
 mod consumer;
@@ -278,7 +278,9 @@ impl Link {
         match self {
             Link::Ring(s) => s.counters(),
             // A stream socket is lossless: what was sent is consumed (or still in the socket).
-            Link::Copy { data, .. } => RingCounters { produced: data.counters.frames, consumed: data.counters.frames, ..Default::default() },
+            Link::Copy { data, .. } => {
+                RingCounters { produced: data.counters.frames, consumed: data.counters.frames, ..Default::default() }
+            }
             Link::Away => RingCounters::default(),
         }
     }
@@ -308,7 +310,8 @@ impl Link {
         let n = bufs.len();
         let max_frame_bytes = bufs.iter().map(|b| b.iter().map(|d| d.size()).sum::<u64>()).max().unwrap_or(0);
         if spec.copy_mode {
-            let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
+            let (ours, theirs) =
+                std::os::unix::net::UnixStream::pair().context("socketpair for the copy-mode data socket")?;
             let offer = Offer {
                 payload: Payload::Frames,
                 ring: super::ring::RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 },
@@ -322,7 +325,8 @@ impl Link {
                 copy_mode: true,
                 max_frame_bytes,
             };
-            conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()]).context("sending the data socket to the consumer")?;
+            conn.send(&ControlMsg::Offer(offer), &[theirs.as_fd()])
+                .context("sending the data socket to the consumer")?;
             drop(theirs);
             log::info!("copy mode: frames go to pid {} as bytes over a Unix stream socket", conn.peer_pid);
             return Ok(Link::Copy { data: CopySender::new(ours), conn });
@@ -425,7 +429,9 @@ impl PoolProducer {
     /// The pid of the consumer served now, after a look (one poll(2)) at whether it hung up;
     /// a hop that keeps serving goes away then, and this is `None`.
     pub fn live_consumer(&mut self) -> Option<i32> {
-        if let Some(pid) = self.consumer_pid().filter(|_| self.keep_serving && self.sender.conn().is_some_and(|c| c.peer_gone())) {
+        if let Some(pid) =
+            self.consumer_pid().filter(|_| self.keep_serving && self.sender.conn().is_some_and(|c| c.peer_gone()))
+        {
             self.go_away(&PeerGone::new(format!("downstream (pid {pid}) hung up")).into());
         }
         self.consumer_pid()
@@ -470,7 +476,10 @@ impl PoolProducer {
             Err(e) if self.keep_serving && RingCorrupt::is_in(&e) => {
                 // A broken or hostile consumer: hung up on (the connection closes with the
                 // ring), and the hop waits for a consumer that follows the protocol.
-                let who = self.sender.conn().map_or_else(|| "the consumer".to_string(), |c| format!("the consumer ({})", c.peer()));
+                let who = self
+                    .sender
+                    .conn()
+                    .map_or_else(|| "the consumer".to_string(), |c| format!("the consumer ({})", c.peer()));
                 self.stats.consumers_dropped += 1;
                 self.go_away(&e.context(format!("dropped {who}")));
                 Ok(None)
@@ -488,7 +497,9 @@ impl PoolProducer {
         self.sender = Link::Away;
         self.away = Some((Instant::now(), held));
         self.stats.consumers_lost += 1;
-        log::warn!("{why:#}: the {held} buffers it held or had queued are back; frames are dropped until it joins again");
+        log::warn!(
+            "{why:#}: the {held} buffers it held or had queued are back; frames are dropped until it joins again"
+        );
     }
 
     /// Copy counters of this hop's producer side (`None` in zero-copy mode: nothing copied).
@@ -545,7 +556,10 @@ impl PoolProducer {
         let max_held = hold.clamp(1, TAP_MAX_HELD);
         self.taps.push(Tap { name: name.to_string(), link, held: vec![None; self.bufs.len()], max_held });
         self.stats.taps_joined += 1;
-        log::info!("tap `{name}` ({peer}) joined: {} buffers offered, one-slot drop-oldest ring, holds up to {max_held}", self.bufs.len());
+        log::info!(
+            "tap `{name}` ({peer}) joined: {} buffers offered, one-slot drop-oldest ring, holds up to {max_held}",
+            self.bufs.len()
+        );
         Ok(())
     }
 
@@ -665,7 +679,11 @@ impl PoolProducer {
                         k += 1;
                         continue;
                     }
-                    match self.bufs[index as usize].iter().map(|b| b.read()).collect::<Result<Vec<CpuAccess<'_, Read>>>>() {
+                    match self.bufs[index as usize]
+                        .iter()
+                        .map(|b| b.read())
+                        .collect::<Result<Vec<CpuAccess<'_, Read>>>>()
+                    {
                         Ok(guards) => data.send(desc, &guards).map(|()| None),
                         Err(e) => Err(e),
                     }
@@ -708,7 +726,10 @@ impl PoolProducer {
                 self.stats.bad_returns += 1;
                 if self.stats.bad_returns <= 5 {
                     let who = self.sender.conn().map_or_else(String::new, |c| format!(" ({})", c.peer()));
-                    log::warn!("the consumer{who} returned token {tok:#x} for a buffer it does not hold; ignored ({} so far)", self.stats.bad_returns);
+                    log::warn!(
+                        "the consumer{who} returned token {tok:#x} for a buffer it does not hold; ignored ({} so far)",
+                        self.stats.bad_returns
+                    );
                 }
             }
         }
@@ -763,7 +784,9 @@ impl PoolProducer {
             }
             self.starving();
             self.stats.waits += 1;
-            let r = self.sender.wait_for_returns(deadline.map_or(Duration::from_millis(200), |d| (d - now).min(Duration::from_millis(200))));
+            let r = self.sender.wait_for_returns(
+                deadline.map_or(Duration::from_millis(200), |d| (d - now).min(Duration::from_millis(200))),
+            );
             self.absorb(r)?;
         }
     }

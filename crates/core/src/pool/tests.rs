@@ -20,9 +20,23 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 /// whatever tokens it likes).
 fn hop(n: usize, policy: RingPolicy) -> (PoolProducer, Receiver<FrameDesc>) {
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
-    let alloc = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    let alloc = Allocator::open(
+        HeapChoice::Memfd,
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+    )
+    .unwrap();
     let bufs = alloc.allocate_pool(n, 4096).unwrap().into_iter().map(|b| vec![b]).collect();
-    let spec = HopSpec { policy, capacity: n as u32, memory: alloc.describe(), layout: None, fps: 0.0, description: "test".into(), copy_mode: false };
+    let spec = HopSpec {
+        policy,
+        capacity: n as u32,
+        memory: alloc.describe(),
+        layout: None,
+        fps: 0.0,
+        description: "test".into(),
+        copy_mode: false,
+    };
     let prod = PoolProducer::offer(Conn::from_fd(a).unwrap(), bufs, spec).unwrap();
     let hello = ControlMsg::Hello { stage: "test".into(), accept: vec![], want: None, wait: WaitMode::Eventfd };
     let (_, rx, _) = join::<FrameDesc>(Conn::from_fd(b).unwrap(), &hello, WaitMode::Eventfd, "test producer").unwrap();
@@ -59,7 +73,7 @@ fn bad_returns_are_refused_and_counted_and_no_buffer_is_lent_twice() {
     // (The return queue holds as many tokens as the pool has buffers: two at a time here.)
     rx.push_return(token(&d0)).unwrap();
     rx.push_return(token(&d0)).unwrap(); // the same buffer twice
-    // Buffer 0 is back, buffer 1 is still the consumer's: only 0 may be lent.
+                                         // Buffer 0 is back, buffer 1 is still the consumer's: only 0 may be lent.
     assert_eq!(publish(&mut prod, 2), 0);
     let s = prod.stats();
     assert_eq!((s.returned, s.bad_returns, s.outstanding), (1, 1, 2));
@@ -91,7 +105,7 @@ fn drop_oldest_reclaims_a_queued_buffer_never_one_the_consumer_holds() {
     publish(&mut prod, 0);
     let held = take(&mut rx); // the consumer holds buffer 0
     publish(&mut prod, 1); // buffer 1 queued
-    // No buffer is free: the oldest queued frame (seq 1, buffer 1) is taken back, never 0.
+                           // No buffer is free: the oldest queued frame (seq 1, buffer 1) is taken back, never 0.
     assert_eq!(publish(&mut prod, 2), 1);
     assert_eq!(prod.stats().reclaimed, 1);
     assert_eq!(prod.counters().dropped, 1);
@@ -264,7 +278,7 @@ fn the_spin_stops_once_nothing_comes() {
     };
     let first = idle(&mut rx); // spins its 40 ms, then sleeps
     let second = idle(&mut rx); // nothing came last time: sleeps at once
-    // (Not asserted: how much CPU a 40 ms spin gets depends on what else runs.)
+                                // (Not asserted: how much CPU a 40 ms spin gets depends on what else runs.)
     eprintln!("EVIDENCE spin: an idle receive after a fast item used {first:?} of CPU (spinning), the next {second:?}");
     assert!(second < Duration::from_millis(10), "a stalled upstream still costs a spin: {second:?} of CPU");
 }
@@ -294,7 +308,9 @@ fn a_producer_that_keeps_serving_frees_a_dead_consumers_buffers_and_serves_the_n
     // A new consumer joins: the same four buffers, a fresh ring.
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
     let hello = ControlMsg::Hello { stage: "scale".into(), accept: vec![], want: None, wait: WaitMode::Eventfd };
-    let consumer = std::thread::spawn(move || join::<FrameDesc>(Conn::from_fd(b).unwrap(), &hello, WaitMode::Eventfd, "capture").unwrap());
+    let consumer = std::thread::spawn(move || {
+        join::<FrameDesc>(Conn::from_fd(b).unwrap(), &hello, WaitMode::Eventfd, "capture").unwrap()
+    });
     let conn = Conn::from_fd(a).unwrap();
     conn.recv().unwrap();
     prod.reoffer(conn, Stage::Scale).unwrap();
@@ -305,11 +321,24 @@ fn a_producer_that_keeps_serving_frees_a_dead_consumers_buffers_and_serves_the_n
     publish(&mut prod, 6);
     let first = take(&mut rx);
     // Lost: the queued frame and the held one at the death (2), and the 3 dropped since.
-    assert_eq!((first.seq, RestartMark::from_flags(first.flags)), (5, Some(RestartMark { stage: Stage::Scale, lost: 5 })));
+    assert_eq!(
+        (first.seq, RestartMark::from_flags(first.flags)),
+        (5, Some(RestartMark { stage: Stage::Scale, lost: 5 }))
+    );
     let second = take(&mut rx);
     assert_eq!((second.seq, second.flags), (6, 0), "only the first frame carries the notice");
     assert_eq!(prod.counters().produced, 7);
-    assert!(prod.reoffer(Conn::from_fd(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap().0).unwrap(), Stage::Scale).is_err(), "a served hop takes no second consumer");
+    assert!(
+        prod.reoffer(
+            Conn::from_fd(
+                socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap().0
+            )
+            .unwrap(),
+            Stage::Scale
+        )
+        .is_err(),
+        "a served hop takes no second consumer"
+    );
 }
 
 /// A consumer that writes ring indices no consumer following the protocol can (`head` far
@@ -390,7 +419,8 @@ fn tap_holding(prod: &mut PoolProducer, name: &str, hold: Option<usize>) -> Rece
     let theirs = Conn::from_fd(b).unwrap();
     let hello = hold.map_or_else(|| crate::link::tap_hello(name), |n| crate::link::tap_hello_holding(name, n));
     assert_eq!(crate::link::tap_name(&hello), Some(name));
-    let joining = std::thread::spawn(move || join::<FrameDesc>(theirs, &hello, WaitMode::Eventfd, "test producer").unwrap());
+    let joining =
+        std::thread::spawn(move || join::<FrameDesc>(theirs, &hello, WaitMode::Eventfd, "test producer").unwrap());
     // The producer reads the hello (as the stage's listener does), then offers.
     let ours = Conn::from_fd(a).unwrap();
     let (h, _) = ours.recv().unwrap();
@@ -442,7 +472,11 @@ fn a_tap_that_never_gives_a_frame_back_costs_one_buffer_and_only_its_own_frames(
     assert_eq!(seen, (0..20).collect::<Vec<u64>>(), "the consumer got every frame");
     prod.reclaim_returns().unwrap();
     let s = prod.stats();
-    assert_eq!((s.tap_frames, s.tap_dropped, s.outstanding), (1, 19, 1), "the tap got one frame, missed 19, holds one buffer: {s:?}");
+    assert_eq!(
+        (s.tap_frames, s.tap_dropped, s.outstanding),
+        (1, 19, 1),
+        "the tap got one frame, missed 19, holds one buffer: {s:?}"
+    );
     assert_ne!(prod.acquire(&NEVER).unwrap().unwrap().index(), kept.buffer_index);
 }
 

@@ -67,7 +67,15 @@ pub const FAULT_ENV: &str = "ZCPIPE_FAULT";
 impl Upstream {
     /// Joins `stage`'s hop at `path` as at set-up ([`Conn::connect_retry`] until `timeout`,
     /// then [`PoolConsumer::join`] with `hello`). Errors as those do.
-    pub fn join(path: PathBuf, stage: Stage, hello: ControlMsg, wait: WaitMode, spin: Duration, stop: &AtomicBool, timeout: Duration) -> Result<Upstream> {
+    pub fn join(
+        path: PathBuf,
+        stage: Stage,
+        hello: ControlMsg,
+        wait: WaitMode,
+        spin: Duration,
+        stop: &AtomicBool,
+        timeout: Duration,
+    ) -> Result<Upstream> {
         let conn = Conn::connect_retry(&path, &format!("{} stage", stage.name()), stop, timeout)?;
         let c = PoolConsumer::join(conn, &hello, wait, stage.name())?;
         c.set_spin(spin);
@@ -83,7 +91,14 @@ impl Upstream {
     /// it with the same back-off as a re-join, and the first join carries no restart
     /// notice. `copy_mode` is the hop kind this stage expects (`--copy-mode`). Never fails:
     /// errors of a join are counted and logged as [`Upstream::refused`] ones.
-    pub fn pending(path: PathBuf, stage: Stage, hello: ControlMsg, wait: WaitMode, spin: Duration, copy_mode: bool) -> Upstream {
+    pub fn pending(
+        path: PathBuf,
+        stage: Stage,
+        hello: ControlMsg,
+        wait: WaitMode,
+        spin: Duration,
+        copy_mode: bool,
+    ) -> Upstream {
         let me = match &hello {
             ControlMsg::Hello { stage, .. } => stage.clone(),
             _ => String::new(),
@@ -148,7 +163,10 @@ impl Upstream {
     /// hop joined so far, counted in its own memory.
     pub fn own_counts(&self) -> OwnCounts {
         let now = self.cur.as_ref().map(|c| c.own_counts()).unwrap_or_default();
-        OwnCounts { consumed: self.carried_own.consumed + now.consumed, rejected: self.carried_own.rejected + now.rejected }
+        OwnCounts {
+            consumed: self.carried_own.consumed + now.consumed,
+            rejected: self.carried_own.rejected + now.rejected,
+        }
     }
 
     /// Re-joins refused so far: whatever listened at the upstream's socket while it was
@@ -168,7 +186,9 @@ impl Upstream {
     pub fn recv(&mut self, timeout: Duration) -> Result<Recv<Frame>> {
         let Some(c) = &self.cur else {
             if !self.try_rejoin() && !timeout.is_zero() {
-                std::thread::sleep(timeout.min(self.next_try.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)));
+                std::thread::sleep(
+                    timeout.min(self.next_try.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)),
+                );
             }
             return Ok(Recv::Idle);
         };
@@ -236,7 +256,12 @@ impl Upstream {
             let c = PoolConsumer::join(conn, &self.hello, self.wait, self.name())?;
             if c.offer.copy_mode != self.copy_mode {
                 let mode = |copy: bool| if copy { "--copy-mode" } else { "zero-copy" };
-                anyhow::bail!("{} offered a {} hop; this stage joined a {} one at set-up", self.name(), mode(c.offer.copy_mode), mode(self.copy_mode));
+                anyhow::bail!(
+                    "{} offered a {} hop; this stage joined a {} one at set-up",
+                    self.name(),
+                    mode(c.offer.copy_mode),
+                    mode(self.copy_mode)
+                );
             }
             c.set_recv_timeout(None)?;
             Ok(c)
@@ -247,7 +272,13 @@ impl Upstream {
                 let down = self.away.take().map(|t| t.elapsed()).unwrap_or_default();
                 let first = self.joins == 0;
                 if first {
-                    log::info!("joined the {} stage ({peer}): {} ({} buffers, {})", self.name(), c.offer.description, c.buffers().len(), c.offer.memory);
+                    log::info!(
+                        "joined the {} stage ({peer}): {} ({} buffers, {})",
+                        self.name(),
+                        c.offer.description,
+                        c.buffers().len(),
+                        c.offer.memory
+                    );
                 } else if self.stage == Stage::Capture {
                     // Frames the source did not make while it was down, at its nominal rate:
                     // since its last frame (it may have hung before it hung up).
@@ -285,7 +316,12 @@ impl Upstream {
     fn refuse(&mut self, why: &str) {
         self.refused += 1;
         if self.refused <= 20 || self.refused.is_power_of_two() {
-            log::warn!("refused what answered as the {} stage on {} ({} so far): {why}", self.name(), self.path.display(), self.refused);
+            log::warn!(
+                "refused what answered as the {} stage on {} ({} so far): {why}",
+                self.name(),
+                self.path.display(),
+                self.refused
+            );
         }
     }
 }

@@ -74,36 +74,12 @@ pub enum HeadKind {
 
 impl Choice for HeadKind {
     const ALL: &'static [(Self, &'static str, &'static str)] = &[
-        (
-            HeadKind::Auto,
-            "auto",
-            "recognise the layout from the model's output shapes",
-        ),
-        (
-            HeadKind::Yolox,
-            "yolox",
-            "YOLOX, one output [1,N,5+C] with raw box terms",
-        ),
-        (
-            HeadKind::YoloxSplit,
-            "yolox-split",
-            "YOLOX from rknn_model_zoo: 3 outputs [1,5+C,H,W]",
-        ),
-        (
-            HeadKind::Yolov5,
-            "yolov5",
-            "YOLOv5/YOLOv7 export: one output [1,3N,5+C] with decoded boxes",
-        ),
-        (
-            HeadKind::Yolov5Split,
-            "yolov5-split",
-            "YOLOv5 from rknn_model_zoo: 3 outputs [1,3*(5+C),H,W] and anchors",
-        ),
-        (
-            HeadKind::Yolov8,
-            "yolov8",
-            "Ultralytics YOLOv8/YOLO11 export: one output [1,4+C,N]",
-        ),
+        (HeadKind::Auto, "auto", "recognise the layout from the model's output shapes"),
+        (HeadKind::Yolox, "yolox", "YOLOX, one output [1,N,5+C] with raw box terms"),
+        (HeadKind::YoloxSplit, "yolox-split", "YOLOX from rknn_model_zoo: 3 outputs [1,5+C,H,W]"),
+        (HeadKind::Yolov5, "yolov5", "YOLOv5/YOLOv7 export: one output [1,3N,5+C] with decoded boxes"),
+        (HeadKind::Yolov5Split, "yolov5-split", "YOLOv5 from rknn_model_zoo: 3 outputs [1,3*(5+C),H,W] and anchors"),
+        (HeadKind::Yolov8, "yolov8", "Ultralytics YOLOv8/YOLO11 export: one output [1,4+C,N]"),
         (
             HeadKind::Yolov8Split,
             "yolov8-split",
@@ -133,10 +109,7 @@ impl std::str::FromStr for HeadKind {
             return Ok(*k);
         }
         let names: Vec<&str> = HeadKind::ALL.iter().map(|(_, n, _)| *n).collect();
-        bail!(
-            "unknown head `{s}`: valid heads are {} (yolov7 = yolov5, yolo11 = yolov8)",
-            names.join(", ")
-        )
+        bail!("unknown head `{s}`: valid heads are {} (yolov7 = yolov5, yolo11 = yolov8)", names.join(", "))
     }
 }
 
@@ -299,19 +272,8 @@ impl Decoder {
     /// A decoder for `head`, made from `outputs`; keeps detections scoring above
     /// `score_threshold` and suppresses, within a class, boxes overlapping a better one by
     /// IoU above `nms_iou`.
-    pub fn new(
-        head: Box<dyn Head>,
-        outputs: Vec<OutputInfo>,
-        score_threshold: f32,
-        nms_iou: f32,
-    ) -> Decoder {
-        Decoder {
-            head,
-            outputs,
-            score_threshold,
-            nms_iou,
-            nonfinite: AtomicU64::new(0),
-        }
+    pub fn new(head: Box<dyn Head>, outputs: Vec<OutputInfo>, score_threshold: f32, nms_iou: f32) -> Decoder {
+        Decoder { head, outputs, score_threshold, nms_iou, nonfinite: AtomicU64::new(0) }
     }
 
     /// The head.
@@ -334,11 +296,7 @@ impl Decoder {
     /// what the backend announced at start-up (count, element type, length).
     pub fn decode(&self, outputs: &[TensorRef<'_>]) -> Result<Vec<Detection>> {
         if outputs.len() != self.outputs.len() {
-            bail!(
-                "the model gave {} outputs, {} were announced",
-                outputs.len(),
-                self.outputs.len()
-            );
+            bail!("the model gave {} outputs, {} were announced", outputs.len(), self.outputs.len());
         }
         for (t, info) in outputs.iter().zip(&self.outputs) {
             t.check(info)?;
@@ -398,20 +356,13 @@ fn fit(kind: HeadKind, m: &Model<'_>) -> Result<Box<dyn Head>, String> {
 
 /// The outputs as one text: `output [1,3549,85] float32, 286 [1,255,80,80] int8 (...)`.
 pub fn outputs_text(outputs: &[OutputInfo]) -> String {
-    outputs
-        .iter()
-        .map(|o| format!("{} {}", o.name, o.shape_text()))
-        .collect::<Vec<_>>()
-        .join(", ")
+    outputs.iter().map(|o| format!("{} {}", o.name, o.shape_text())).collect::<Vec<_>>().join(", ")
 }
 
 /// Grid cells over [`STRIDES`] for a `w x h` input, sides rounded up (a stride-2
 /// convolution with padding 1 gives `ceil(side / 2)`): 8400 for 640x640, 5040 for 640x384.
 pub fn grid_cells_ceil(w: u32, h: u32) -> usize {
-    STRIDES
-        .iter()
-        .map(|&s| w.div_ceil(s) as usize * h.div_ceil(s) as usize)
-        .sum()
+    STRIDES.iter().map(|&s| w.div_ceil(s) as usize * h.div_ceil(s) as usize).sum()
 }
 
 /// The head for `m`'s outputs: the layout `kind` names, or for [`HeadKind::Auto`] the first
@@ -421,16 +372,10 @@ pub fn grid_cells_ceil(w: u32, h: u32) -> usize {
 /// (the shapes found and the layouts known).
 pub fn select(kind: HeadKind, m: &Model<'_>) -> Result<Box<dyn Head>> {
     let outputs = normalise_flat(m.outputs);
-    let m = Model {
-        outputs: &outputs,
-        ..*m
-    };
+    let m = Model { outputs: &outputs, ..*m };
     if kind != HeadKind::Auto {
         return fit(kind, &m).map_err(|why| {
-            anyhow::anyhow!(
-                "--head {kind} does not fit the model's outputs ({}): {why}",
-                outputs_text(m.outputs)
-            )
+            anyhow::anyhow!("--head {kind} does not fit the model's outputs ({}): {why}", outputs_text(m.outputs))
         });
     }
     let mut fits = AUTO_ORDER.iter().filter_map(|&k| fit(k, &m).ok());
@@ -478,9 +423,7 @@ fn normalise_flat(outputs: &[OutputInfo]) -> Vec<OutputInfo> {
 /// The stride of a `gw x gh` map over a `w x h` input: `s` in [`STRIDES`]-like powers of
 /// two with `gw = ceil(w / s)` and `gh = ceil(h / s)`, else `None`.
 pub(crate) fn map_stride(w: u32, h: u32, gw: usize, gh: usize) -> Option<u32> {
-    (0..8)
-        .map(|p| 1u32 << p)
-        .find(|&s| w.div_ceil(s) as usize == gw && h.div_ceil(s) as usize == gh)
+    (0..8).map(|p| 1u32 << p).find(|&s| w.div_ceil(s) as usize == gw && h.div_ceil(s) as usize == gh)
 }
 
 /// Shapes of a 4-D `[1, C, H, W]` output, `None` for anything else.
@@ -506,12 +449,7 @@ mod tests {
     }
 
     fn model(w: u32, h: u32, outputs: &[OutputInfo]) -> Model<'_> {
-        Model {
-            width: w,
-            height: h,
-            outputs,
-            anchors: None,
-        }
+        Model { width: w, height: h, outputs, anchors: None }
     }
 
     #[test]
@@ -521,15 +459,9 @@ mod tests {
         }
         assert_eq!("yolov7".parse::<HeadKind>().unwrap(), HeadKind::Yolov5);
         assert_eq!("yolo11".parse::<HeadKind>().unwrap(), HeadKind::Yolov8);
-        assert_eq!(
-            "yolo11-split".parse::<HeadKind>().unwrap(),
-            HeadKind::Yolov8Split
-        );
+        assert_eq!("yolo11-split".parse::<HeadKind>().unwrap(), HeadKind::Yolov8Split);
         let err = "yolov9".parse::<HeadKind>().unwrap_err().to_string();
-        assert!(
-            err.starts_with("unknown head `yolov9`: valid heads are auto, yolox, yolox-split"),
-            "{err}"
-        );
+        assert!(err.starts_with("unknown head `yolov9`: valid heads are auto, yolox, yolox-split"), "{err}");
     }
 
     #[test]
@@ -547,34 +479,16 @@ mod tests {
     fn auto_recognises_every_layout() {
         let cases: Vec<(u32, u32, Vec<OutputInfo>, HeadKind, usize)> = vec![
             (416, 416, vec![f32_out(&[1, 3549, 85])], HeadKind::Yolox, 80),
-            (
-                640,
-                640,
-                vec![f32_out(&[1, 25200, 85])],
-                HeadKind::Yolov5,
-                80,
-            ),
+            (640, 640, vec![f32_out(&[1, 25200, 85])], HeadKind::Yolov5, 80),
             (640, 384, vec![f32_out(&[1, 15120, 8])], HeadKind::Yolov5, 3),
-            (
-                640,
-                640,
-                vec![f32_out(&[1, 84, 8400])],
-                HeadKind::Yolov8,
-                80,
-            ),
+            (640, 640, vec![f32_out(&[1, 84, 8400])], HeadKind::Yolov8, 80),
             (640, 384, vec![f32_out(&[1, 6, 5040])], HeadKind::Yolov8, 2),
             (
                 640,
                 640,
                 [80, 40, 20]
                     .iter()
-                    .flat_map(|&g| {
-                        [
-                            f32_out(&[1, 64, g, g]),
-                            f32_out(&[1, 80, g, g]),
-                            f32_out(&[1, 1, g, g]),
-                        ]
-                    })
+                    .flat_map(|&g| [f32_out(&[1, 64, g, g]), f32_out(&[1, 80, g, g]), f32_out(&[1, 1, g, g])])
                     .collect(),
                 HeadKind::Yolov8Split,
                 80,
@@ -589,44 +503,15 @@ mod tests {
                 HeadKind::Yolov8Split,
                 5,
             ),
-            (
-                640,
-                640,
-                [80, 40, 20]
-                    .iter()
-                    .map(|&g| f32_out(&[1, 255, g, g]))
-                    .collect(),
-                HeadKind::Yolov5Split,
-                80,
-            ),
-            (
-                416,
-                416,
-                [52, 26, 13]
-                    .iter()
-                    .map(|&g| f32_out(&[1, 85, g, g]))
-                    .collect(),
-                HeadKind::YoloxSplit,
-                80,
-            ),
+            (640, 640, [80, 40, 20].iter().map(|&g| f32_out(&[1, 255, g, g])).collect(), HeadKind::Yolov5Split, 80),
+            (416, 416, [52, 26, 13].iter().map(|&g| f32_out(&[1, 85, g, g])).collect(), HeadKind::YoloxSplit, 80),
             // [N, K] and [1, N, K, 1] are read as [1, N, K].
             (416, 416, vec![f32_out(&[3549, 85])], HeadKind::Yolox, 80),
-            (
-                416,
-                416,
-                vec![f32_out(&[1, 3549, 85, 1])],
-                HeadKind::Yolox,
-                80,
-            ),
+            (416, 416, vec![f32_out(&[1, 3549, 85, 1])], HeadKind::Yolox, 80),
         ];
         for (w, h, outs, kind, classes) in cases {
             let head = select(HeadKind::Auto, &model(w, h, &outs)).unwrap();
-            assert_eq!(
-                (head.kind(), head.classes()),
-                (kind, classes),
-                "{}",
-                outputs_text(&outs)
-            );
+            assert_eq!((head.kind(), head.classes()), (kind, classes), "{}", outputs_text(&outs));
             // And the same head when named.
             assert_eq!(select(kind, &model(w, h, &outs)).unwrap().kind(), kind);
         }
@@ -634,13 +519,8 @@ mod tests {
 
     #[test]
     fn unknown_layout_lists_shapes_and_layouts_on_one_line() {
-        let outs = vec![
-            f32_out(&[1, 1000]),
-            OutputInfo::new("boxes", &[1, 100, 4], Dtype::F16),
-        ];
-        let err = select(HeadKind::Auto, &model(416, 416, &outs))
-            .unwrap_err()
-            .to_string();
+        let outs = vec![f32_out(&[1, 1000]), OutputInfo::new("boxes", &[1, 100, 4], Dtype::F16)];
+        let err = select(HeadKind::Auto, &model(416, 416, &outs)).unwrap_err().to_string();
         assert!(!err.contains('\n'), "{err}");
         assert!(err.starts_with("output layout not recognised for a 416x416 input: outputs out [1,1000] float32, boxes [1,100,4] float16;"), "{err}");
         for known in [
@@ -656,38 +536,24 @@ mod tests {
         }
         // A YOLOX output for another input size is not recognised either.
         let outs = vec![f32_out(&[1, 8400, 85])];
-        let err = select(HeadKind::Auto, &model(416, 416, &outs))
-            .unwrap_err()
-            .to_string();
+        let err = select(HeadKind::Auto, &model(416, 416, &outs)).unwrap_err().to_string();
         assert!(err.contains("out [1,8400,85] float32"), "{err}");
     }
 
     #[test]
     fn named_head_that_does_not_fit_says_why() {
         let outs = vec![f32_out(&[1, 3549, 85])];
-        let err = select(HeadKind::Yolov8, &model(416, 416, &outs))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with(
-                "--head yolov8 does not fit the model's outputs (out [1,3549,85] float32): "
-            ),
-            "{err}"
-        );
+        let err = select(HeadKind::Yolov8, &model(416, 416, &outs)).unwrap_err().to_string();
+        assert!(err.starts_with("--head yolov8 does not fit the model's outputs (out [1,3549,85] float32): "), "{err}");
         assert!(err.contains("[1,4+C,3549]"), "{err}");
-        let err = select(HeadKind::Yolov8Split, &model(416, 416, &outs))
-            .unwrap_err()
-            .to_string();
+        let err = select(HeadKind::Yolov8Split, &model(416, 416, &outs)).unwrap_err().to_string();
         assert!(err.contains("6 or 9 outputs"), "{err}");
     }
 
     #[test]
     fn ambiguous_split_shapes_take_yolov5() {
         // 18 channels: YOLOv5 with 1 class (3 x 6) or YOLOX with 13 classes (5 + 13).
-        let outs: Vec<OutputInfo> = [52, 26, 13]
-            .iter()
-            .map(|&g| f32_out(&[1, 18, g, g]))
-            .collect();
+        let outs: Vec<OutputInfo> = [52, 26, 13].iter().map(|&g| f32_out(&[1, 18, g, g])).collect();
         let head = select(HeadKind::Auto, &model(416, 416, &outs)).unwrap();
         assert_eq!((head.kind(), head.classes()), (HeadKind::Yolov5Split, 1));
         let head = select(HeadKind::YoloxSplit, &model(416, 416, &outs)).unwrap();

@@ -91,12 +91,7 @@ pub struct OutputInfo {
 impl OutputInfo {
     /// A channels-first output (ONNX, or an RKNN output in NCHW).
     pub fn new(name: impl Into<String>, shape: &[usize], dtype: Dtype) -> OutputInfo {
-        OutputInfo {
-            name: name.into(),
-            shape: shape.to_vec(),
-            dtype,
-            channels_last: false,
-        }
+        OutputInfo { name: name.into(), shape: shape.to_vec(), dtype, channels_last: false }
     }
 
     /// Number of elements (the product of `shape`).
@@ -135,9 +130,8 @@ impl<'a> TensorRef<'a> {
     /// `dtype`. Errors when the length is not a whole number of elements or the bytes are
     /// not aligned for the type (a float32 view needs 4-byte alignment).
     pub fn from_bytes(bytes: &'a [u8], dtype: Dtype) -> Result<TensorRef<'a>> {
-        let cast_err = |e: bytemuck::PodCastError| {
-            anyhow::anyhow!("cannot view {} bytes as {dtype}: {e:?}", bytes.len())
-        };
+        let cast_err =
+            |e: bytemuck::PodCastError| anyhow::anyhow!("cannot view {} bytes as {dtype}: {e:?}", bytes.len());
         Ok(match dtype {
             Dtype::F32 => TensorRef::F32(bytemuck::try_cast_slice(bytes).map_err(cast_err)?),
             Dtype::F16 => TensorRef::F16(bytemuck::try_cast_slice(bytes).map_err(cast_err)?),
@@ -377,17 +371,9 @@ impl Plane {
     pub fn of_map(info: &OutputInfo, first: usize) -> Plane {
         let (c, hw) = (info.shape[1], info.shape[2] * info.shape[3]);
         if info.channels_last {
-            Plane {
-                base: first,
-                anchor: c,
-                attr: 1,
-            }
+            Plane { base: first, anchor: c, attr: 1 }
         } else {
-            Plane {
-                base: first * hw,
-                anchor: 1,
-                attr: hw,
-            }
+            Plane { base: first * hw, anchor: 1, attr: hw }
         }
     }
 }
@@ -466,17 +452,8 @@ mod tests {
     fn integer_keys_threshold_exactly_like_values() {
         // For every int8 element and a spread of thresholds, key > key_above(t) iff value > t,
         // and key < key_below(t) iff value < t.
-        for q in [
-            Quant {
-                zp: -31,
-                scale: 0.0229,
-            },
-            Quant { zp: 0, scale: 0.25 },
-            Quant {
-                zp: 100,
-                scale: 1.0 / 255.0,
-            },
-        ] {
+        for q in [Quant { zp: -31, scale: 0.0229 }, Quant { zp: 0, scale: 0.25 }, Quant { zp: 100, scale: 1.0 / 255.0 }]
+        {
             for t in [0.0f32, 0.1, 0.25, 0.3, 0.5, 0.9, 3.0, -1.0, 50.0] {
                 let (above, below) = (i8::key_above(t, q), i8::key_below(t, q));
                 for x in i8::MIN..=i8::MAX {
@@ -503,49 +480,23 @@ mod tests {
         let h: Vec<u16> = vec![0x3800, 0xBD00, 0x4200];
         let t = TensorRef::from_bytes(bytemuck::cast_slice(&h), Dtype::F16).unwrap();
         assert_eq!(t.to_f32_vec(), f);
-        let q = Quant {
-            zp: -31,
-            scale: 0.5,
-        };
-        let t = TensorRef::from_bytes(&[(-31i8) as u8, (-30i8) as u8, 0x80, 0x7F], Dtype::I8(q))
-            .unwrap();
+        let q = Quant { zp: -31, scale: 0.5 };
+        let t = TensorRef::from_bytes(&[(-31i8) as u8, (-30i8) as u8, 0x80, 0x7F], Dtype::I8(q)).unwrap();
         assert_eq!(t.to_f32_vec(), vec![0.0, 0.5, -48.5, 79.0]);
-        let t = TensorRef::from_bytes(
-            &[128, 130, 0],
-            Dtype::U8(Quant {
-                zp: 128,
-                scale: 0.5,
-            }),
-        )
-        .unwrap();
+        let t = TensorRef::from_bytes(&[128, 130, 0], Dtype::U8(Quant { zp: 128, scale: 0.5 })).unwrap();
         assert_eq!(t.to_f32_vec(), vec![0.0, 1.0, -64.0]);
         // Not a whole number of float32 elements.
-        let err = TensorRef::from_bytes(&[0u8; 7], Dtype::F32)
-            .unwrap_err()
-            .to_string();
+        let err = TensorRef::from_bytes(&[0u8; 7], Dtype::F32).unwrap_err().to_string();
         assert!(err.contains("7 bytes") && err.contains("float32"), "{err}");
         assert!(Quant { zp: 0, scale: 0.0 }.check().is_err());
-        assert!(Quant {
-            zp: 0,
-            scale: f32::NAN
-        }
-        .check()
-        .is_err());
+        assert!(Quant { zp: 0, scale: f32::NAN }.check().is_err());
     }
 
     #[test]
     fn best_class_skips_non_finite_and_respects_the_floor() {
         // Two anchors, three classes, laid out [1, 3, 2] (attr stride 2).
         let d = [0.2f32, 0.9, 0.7, f32::NAN, 0.4, 0.1];
-        let v = View {
-            d: &d,
-            q: Quant::IDENTITY,
-            p: Plane {
-                base: 0,
-                anchor: 1,
-                attr: 2,
-            },
-        };
+        let v = View { d: &d, q: Quant::IDENTITY, p: Plane { base: 0, anchor: 1, attr: 2 } };
         let mut bad = false;
         assert_eq!(best_class(&v, 0, 0, 3, 0.3, &mut bad), Some((1, 0.7)));
         assert!(!bad);

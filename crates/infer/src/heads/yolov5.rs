@@ -23,8 +23,7 @@ use anyhow::{bail, Context, Result};
 
 use super::tensor::{best_class, passes, with_elems, Elem, Plane, View};
 use super::{
-    finite_box, grid_cells_ceil, map_dims, map_stride, Candidates, Head, HeadKind, Model,
-    Preprocess, TensorRef,
+    finite_box, grid_cells_ceil, map_dims, map_stride, Candidates, Head, HeadKind, Model, Preprocess, TensorRef,
 };
 use crate::Detection;
 
@@ -49,13 +48,8 @@ impl Anchors {
     pub fn parse(text: &str) -> Result<Anchors> {
         let mut v = Vec::new();
         for line in text.lines().map(|l| l.split('#').next().unwrap_or("")) {
-            for word in line
-                .split(|c: char| c.is_whitespace() || ",[]".contains(c))
-                .filter(|w| !w.is_empty())
-            {
-                let x: f32 = word
-                    .parse()
-                    .with_context(|| format!("`{word}` is not a number"))?;
+            for word in line.split(|c: char| c.is_whitespace() || ",[]".contains(c)).filter(|w| !w.is_empty()) {
+                let x: f32 = word.parse().with_context(|| format!("`{word}` is not a number"))?;
                 if !(x.is_finite() && x > 0.0) {
                     bail!("anchor size {word} is not a positive number");
                 }
@@ -63,10 +57,7 @@ impl Anchors {
             }
         }
         if v.len() != 18 {
-            bail!(
-                "{} numbers found, 18 needed (w h of 3 anchors for each of strides 8, 16, 32)",
-                v.len()
-            );
+            bail!("{} numbers found, 18 needed (w h of 3 anchors for each of strides 8, 16, 32)", v.len());
         }
         let mut a = [[[0.0; 2]; 3]; 3];
         for (i, x) in v.into_iter().enumerate() {
@@ -78,8 +69,12 @@ impl Anchors {
 
 /// Reads `--anchors FILE` ([`Anchors::parse`]); the error names the file and the format.
 pub fn load_anchors(path: &Path) -> Result<Anchors> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read anchors file {}: pass a text file with the 18 anchor sizes of a YOLOv5 model", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read anchors file {}: pass a text file with the 18 anchor sizes of a YOLOv5 model",
+            path.display()
+        )
+    })?;
     Anchors::parse(&text).with_context(|| format!("anchors file {}", path.display()))
 }
 
@@ -199,28 +194,11 @@ impl Head for Yolov5Head {
 
     fn describe(&self) -> String {
         match self.anchors {
-            None => format!(
-                "{}: {} decoded boxes, {} classes",
-                self.kind, self.rows, self.classes
-            ),
+            None => format!("{}: {} decoded boxes, {} classes", self.kind, self.rows, self.classes),
             Some(a) => {
-                let grids: Vec<String> = self
-                    .levels
-                    .iter()
-                    .step_by(3)
-                    .map(|l| format!("{}x{}", l.gw, l.gh))
-                    .collect();
-                let strides: Vec<String> = self
-                    .levels
-                    .iter()
-                    .step_by(3)
-                    .map(|l| l.stride.to_string())
-                    .collect();
-                let sizes: Vec<String> =
-                    a.0.iter()
-                        .flatten()
-                        .map(|[w, h]| format!("{w}x{h}"))
-                        .collect();
+                let grids: Vec<String> = self.levels.iter().step_by(3).map(|l| format!("{}x{}", l.gw, l.gh)).collect();
+                let strides: Vec<String> = self.levels.iter().step_by(3).map(|l| l.stride.to_string()).collect();
+                let sizes: Vec<String> = a.0.iter().flatten().map(|[w, h]| format!("{w}x{h}")).collect();
                 format!(
                     "{}: grids {} (strides {}), 3 anchors per cell ({}), {} classes",
                     self.kind,
@@ -235,18 +213,8 @@ impl Head for Yolov5Head {
 
     fn decode(&self, outputs: &[TensorRef<'_>], t: f32, out: &mut Candidates) {
         if self.levels.is_empty() {
-            let p = Plane {
-                base: 0,
-                anchor: self.cols,
-                attr: 1,
-            };
-            with_elems!(&outputs[0], |d, q| decode_rows(
-                &View { d, q, p },
-                self.rows,
-                self.cols - 5,
-                t,
-                out
-            ));
+            let p = Plane { base: 0, anchor: self.cols, attr: 1 };
+            with_elems!(&outputs[0], |d, q| decode_rows(&View { d, q, p }, self.rows, self.cols - 5, t, out));
         } else {
             for lv in &self.levels {
                 with_elems!(&outputs[lv.output], |d, q| decode_level(
@@ -264,12 +232,7 @@ impl Head for Yolov5Head {
 /// The objectness of anchor `k` if it passes `obj_floor` and is finite; counts a
 /// non-finite one.
 #[inline]
-fn objectness<E: Elem>(
-    v: &View<'_, E>,
-    k: usize,
-    obj_floor: E::Key,
-    out: &mut Candidates,
-) -> Option<f32> {
+fn objectness<E: Elem>(v: &View<'_, E>, k: usize, obj_floor: E::Key, out: &mut Candidates) -> Option<f32> {
     let o = v.at(k, 4);
     if !passes(o.key(), obj_floor) {
         out.nonfinite += !E::finite(o.key()) as u64;
@@ -306,13 +269,7 @@ fn scored<E: Elem>(
 }
 
 /// Decoded rows `[cx, cy, w, h, obj, cls..]` (the stock export).
-fn decode_rows<E: Elem>(
-    v: &View<'_, E>,
-    rows: usize,
-    classes: usize,
-    t: f32,
-    out: &mut Candidates,
-) {
+fn decode_rows<E: Elem>(v: &View<'_, E>, rows: usize, classes: usize, t: f32, out: &mut Candidates) {
     let obj_floor = E::key_above(t, v.q);
     for k in 0..rows {
         let Some(obj) = objectness(v, k, obj_floor, out) else {
@@ -322,23 +279,12 @@ fn decode_rows<E: Elem>(
             continue;
         };
         let [cx, cy, w, h] = [0, 1, 2, 3].map(|a| v.value(k, a));
-        push(
-            out,
-            c,
-            score,
-            [cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0],
-        );
+        push(out, c, score, [cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0]);
     }
 }
 
 /// One stride and anchor of the split head (sigmoid outputs, decoded here).
-fn decode_level<E: Elem>(
-    v: &View<'_, E>,
-    lv: &Level,
-    classes: usize,
-    t: f32,
-    out: &mut Candidates,
-) {
+fn decode_level<E: Elem>(v: &View<'_, E>, lv: &Level, classes: usize, t: f32, out: &mut Candidates) {
     let obj_floor = E::key_above(t, v.q);
     let s = lv.stride;
     for gy in 0..lv.gh {
@@ -355,12 +301,7 @@ fn decode_level<E: Elem>(
             let cy = (y * 2.0 - 0.5 + gy as f32) * s;
             let bw = (w * 2.0).powi(2) * lv.anchor[0];
             let bh = (h * 2.0).powi(2) * lv.anchor[1];
-            push(
-                out,
-                c,
-                score,
-                [cx - bw / 2.0, cy - bh / 2.0, cx + bw / 2.0, cy + bh / 2.0],
-            );
+            push(out, c, score, [cx - bw / 2.0, cy - bh / 2.0, cx + bw / 2.0, cy + bh / 2.0]);
         }
     }
 }
@@ -369,11 +310,7 @@ fn decode_level<E: Elem>(
 #[inline]
 fn push(out: &mut Candidates, c: usize, score: f32, bbox: [f32; 4]) {
     if finite_box(&bbox) {
-        out.dets.push(Detection {
-            class_id: c as u32,
-            score,
-            bbox,
-        });
+        out.dets.push(Detection { class_id: c as u32, score, bbox });
     } else {
         out.nonfinite += 1;
     }
@@ -392,14 +329,9 @@ mod tests {
         assert_eq!(Anchors::parse(yaml).unwrap(), Anchors::MODEL_ZOO);
         let err = Anchors::parse("10 13 16").unwrap_err().to_string();
         assert!(err.contains("3 numbers found, 18 needed"), "{err}");
-        assert!(Anchors::parse(&zoo.replace("33.0", "x"))
-            .unwrap_err()
-            .to_string()
-            .contains("`x` is not a number"));
+        assert!(Anchors::parse(&zoo.replace("33.0", "x")).unwrap_err().to_string().contains("`x` is not a number"));
         assert!(Anchors::parse(&zoo.replace("33.0", "-3")).is_err());
-        let err = load_anchors(Path::new("/nonexistent/anchors.txt"))
-            .unwrap_err()
-            .to_string();
+        let err = load_anchors(Path::new("/nonexistent/anchors.txt")).unwrap_err().to_string();
         assert!(err.contains("/nonexistent/anchors.txt"), "{err}");
     }
 
@@ -411,24 +343,12 @@ mod tests {
         // obj passes, best class 0.8 * 0.75 = 0.6; a row whose obj is under the threshold.
         out[11 * 7..12 * 7].copy_from_slice(&[20.0, 30.0, 8.0, 16.0, 0.29, 1.0, 1.0]);
         let outs = vec![OutputInfo::new("output0", &[1, 252, 7], Dtype::F32)];
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         let head = select(HeadKind::Auto, &m).unwrap();
         assert_eq!((head.kind(), head.classes()), (HeadKind::Yolov5, 2));
         let mut c = Candidates::default();
         head.decode(&[TensorRef::F32(&out)], 0.3, &mut c);
-        assert_eq!(
-            c.dets,
-            vec![Detection {
-                class_id: 1,
-                score: 0.6,
-                bbox: [16.0, 22.0, 24.0, 38.0]
-            }]
-        );
+        assert_eq!(c.dets, vec![Detection { class_id: 1, score: 0.6, bbox: [16.0, 22.0, 24.0, 38.0] }]);
         // 0.6 is not above 0.6.
         let mut c = Candidates::default();
         head.decode(&[TensorRef::F32(&out)], 0.6, &mut c);
@@ -438,34 +358,18 @@ mod tests {
     #[test]
     fn split_maps_with_anchors() {
         // 64x64 input, 1 class: maps [1, 18, 8, 8], [1, 18, 4, 4], [1, 18, 2, 2].
-        let maps: Vec<Vec<f32>> = [8usize, 4, 2]
-            .iter()
-            .map(|g| vec![0.0f32; 18 * g * g])
-            .collect();
+        let maps: Vec<Vec<f32>> = [8usize, 4, 2].iter().map(|g| vec![0.0f32; 18 * g * g]).collect();
         let mut maps = maps;
         // Stride 16 map, anchor 2 (channels 12..18), cell (gx 3, gy 1) = k 7.
         let (hw, k) = (16, 7);
         for (a, v) in [0.75f32, 0.25, 0.5, 0.25, 0.9, 0.5].iter().enumerate() {
             maps[1][(12 + a) * hw + k] = *v;
         }
-        let outs: Vec<OutputInfo> = [8usize, 4, 2]
-            .iter()
-            .map(|&g| OutputInfo::new(format!("o{g}"), &[1, 18, g, g], Dtype::F32))
-            .collect();
-        let custom = Anchors::parse(
-            &(1..=18)
-                .map(|i| (i * 2).to_string())
-                .collect::<Vec<_>>()
-                .join(" "),
-        )
-        .unwrap();
+        let outs: Vec<OutputInfo> =
+            [8usize, 4, 2].iter().map(|&g| OutputInfo::new(format!("o{g}"), &[1, 18, g, g], Dtype::F32)).collect();
+        let custom = Anchors::parse(&(1..=18).map(|i| (i * 2).to_string()).collect::<Vec<_>>().join(" ")).unwrap();
         for (anchors, aw, ah) in [(None, 59.0, 119.0), (Some(&custom), 22.0, 24.0)] {
-            let m = Model {
-                width: 64,
-                height: 64,
-                outputs: &outs,
-                anchors,
-            };
+            let m = Model { width: 64, height: 64, outputs: &outs, anchors };
             let head = select(HeadKind::Yolov5Split, &m).unwrap();
             assert_eq!(head.classes(), 1);
             let refs: Vec<TensorRef<'_>> = maps.iter().map(|t| TensorRef::F32(t)).collect();
@@ -479,12 +383,7 @@ mod tests {
                 vec![Detection {
                     class_id: 0,
                     score: 0.45,
-                    bbox: [
-                        64.0 - w / 2.0,
-                        16.0 - h / 2.0,
-                        64.0 + w / 2.0,
-                        16.0 + h / 2.0
-                    ]
+                    bbox: [64.0 - w / 2.0, 16.0 - h / 2.0, 64.0 + w / 2.0, 16.0 + h / 2.0]
                 }]
             );
         }

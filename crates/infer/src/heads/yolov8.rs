@@ -22,8 +22,8 @@
 
 use super::tensor::{best_class, under, with_elems, Elem, Plane, View};
 use super::{
-    finite_box, grid_cells_ceil, map_dims, map_stride, Candidates, Head, HeadKind, Model,
-    OutputInfo, Preprocess, TensorRef,
+    finite_box, grid_cells_ceil, map_dims, map_stride, Candidates, Head, HeadKind, Model, OutputInfo, Preprocess,
+    TensorRef,
 };
 use crate::Detection;
 
@@ -55,19 +55,12 @@ pub struct Yolov8Head {
 /// `--head yolov8`: one `[1, 4 + C, N]` output.
 pub(super) fn fit_flat(m: &Model<'_>) -> Result<Box<dyn Head>, String> {
     let n = grid_cells_ceil(m.width, m.height);
-    let need = format!(
-        "yolov8 needs one output [1,4+C,{n}] (C >= 1) for a {}x{} input",
-        m.width, m.height
-    );
+    let need = format!("yolov8 needs one output [1,4+C,{n}] (C >= 1) for a {}x{} input", m.width, m.height);
     let [o] = m.outputs else { return Err(need) };
     match *o.shape.as_slice() {
-        [1, k, a] if a == n && k >= 5 => Ok(Box::new(Yolov8Head {
-            kind: HeadKind::Yolov8,
-            classes: k - 4,
-            anchors: n,
-            bins: 0,
-            levels: Vec::new(),
-        })),
+        [1, k, a] if a == n && k >= 5 => {
+            Ok(Box::new(Yolov8Head { kind: HeadKind::Yolov8, classes: k - 4, anchors: n, bins: 0, levels: Vec::new() }))
+        }
         _ => Err(need),
     }
 }
@@ -89,21 +82,13 @@ pub(super) fn fit_split(m: &Model<'_>) -> Result<Box<dyn Head>, String> {
         }
         let (bc, h, w) = dims[0];
         if bc % 4 != 0 || dims.iter().any(|d| (d.1, d.2) != (h, w)) {
-            return Err(format!(
-                "{need}: outputs {} are not one stride's box, scores and sum",
-                names(group)
-            ));
+            return Err(format!("{need}: outputs {} are not one stride's box, scores and sum", names(group)));
         }
         if per == 3 && dims[2].0 != 1 {
-            return Err(format!(
-                "{need}: output {} is not a [1,1,H,W] score sum",
-                group[2].name
-            ));
+            return Err(format!("{need}: output {} is not a [1,1,H,W] score sum", group[2].name));
         }
         if *bins.get_or_insert(bc / 4) != bc / 4 || *classes.get_or_insert(dims[1].0) != dims[1].0 {
-            return Err(format!(
-                "{need}: the strides have different box or score channel counts"
-            ));
+            return Err(format!("{need}: the strides have different box or score channel counts"));
         }
         let Some(s) = map_stride(m.width, m.height, w, h) else {
             return Err(format!(
@@ -135,11 +120,7 @@ pub(super) fn fit_split(m: &Model<'_>) -> Result<Box<dyn Head>, String> {
 }
 
 fn names(group: &[OutputInfo]) -> String {
-    group
-        .iter()
-        .map(|o| o.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    group.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 impl Head for Yolov8Head {
@@ -157,22 +138,11 @@ impl Head for Yolov8Head {
 
     fn describe(&self) -> String {
         if self.levels.is_empty() {
-            return format!(
-                "{}: {} decoded boxes, {} classes",
-                self.kind, self.anchors, self.classes
-            );
+            return format!("{}: {} decoded boxes, {} classes", self.kind, self.anchors, self.classes);
         }
-        let grids: Vec<String> = self
-            .levels
-            .iter()
-            .map(|l| format!("{}x{}", l.gw, l.gh))
-            .collect();
+        let grids: Vec<String> = self.levels.iter().map(|l| format!("{}x{}", l.gw, l.gh)).collect();
         let strides: Vec<String> = self.levels.iter().map(|l| l.stride.to_string()).collect();
-        let sum = if self.levels.iter().all(|l| l.sum.is_some()) {
-            ", score sum"
-        } else {
-            ""
-        };
+        let sum = if self.levels.iter().all(|l| l.sum.is_some()) { ", score sum" } else { "" };
         format!(
             "{}: grids {} (strides {}), DFL {} bins{sum}, {} classes",
             self.kind,
@@ -185,18 +155,8 @@ impl Head for Yolov8Head {
 
     fn decode(&self, outputs: &[TensorRef<'_>], t: f32, out: &mut Candidates) {
         if self.levels.is_empty() {
-            let p = Plane {
-                base: 0,
-                anchor: 1,
-                attr: self.anchors,
-            };
-            with_elems!(&outputs[0], |d, q| decode_flat(
-                &View { d, q, p },
-                self.anchors,
-                self.classes,
-                t,
-                out
-            ));
+            let p = Plane { base: 0, anchor: 1, attr: self.anchors };
+            with_elems!(&outputs[0], |d, q| decode_flat(&View { d, q, p }, self.anchors, self.classes, t, out));
             return;
         }
         let mut cells = Vec::new();
@@ -207,13 +167,7 @@ impl Head for Yolov8Head {
             cells.clear();
             found.clear();
             match lv.sum {
-                Some((i, p)) => with_elems!(&outputs[i], |d, q| sum_pass(
-                    &View { d, q, p },
-                    hw,
-                    t,
-                    &mut cells,
-                    out
-                )),
+                Some((i, p)) => with_elems!(&outputs[i], |d, q| sum_pass(&View { d, q, p }, hw, t, &mut cells, out)),
                 None => cells.extend(0..hw),
             }
             let p = lv.cls_plane;
@@ -226,14 +180,7 @@ impl Head for Yolov8Head {
                 out
             ));
             let p = lv.box_plane;
-            with_elems!(&outputs[lv.box_out], |d, q| box_pass(
-                &View { d, q, p },
-                lv,
-                self.bins,
-                &found,
-                &mut dfl,
-                out
-            ));
+            with_elems!(&outputs[lv.box_out], |d, q| box_pass(&View { d, q, p }, lv, self.bins, &found, &mut dfl, out));
         }
     }
 }
@@ -255,23 +202,13 @@ fn decode_flat<E: Elem>(v: &View<'_, E>, n: usize, classes: usize, t: f32, out: 
         if !finite_box(&b) {
             out.nonfinite += 1;
         } else if score > t {
-            out.dets.push(Detection {
-                class_id: c as u32,
-                score,
-                bbox: b,
-            });
+            out.dets.push(Detection { class_id: c as u32, score, bbox: b });
         }
     }
 }
 
 /// The cells whose score sum is not under `t` (quantised compare); counts non-finite sums.
-fn sum_pass<E: Elem>(
-    v: &View<'_, E>,
-    hw: usize,
-    t: f32,
-    cells: &mut Vec<usize>,
-    out: &mut Candidates,
-) {
+fn sum_pass<E: Elem>(v: &View<'_, E>, hw: usize, t: f32, cells: &mut Vec<usize>, out: &mut Candidates) {
     let below = E::key_below(t, v.q);
     for k in 0..hw {
         let key = v.at(k, 0).key();
@@ -322,17 +259,12 @@ fn box_pass<E: Elem>(
         for (a, x) in dfl.iter_mut().enumerate() {
             *x = v.value(k, a);
         }
-        let [l, tp, r, b] =
-            [0, 1, 2, 3].map(|side| expectation(&dfl[side * bins..(side + 1) * bins]));
+        let [l, tp, r, b] = [0, 1, 2, 3].map(|side| expectation(&dfl[side * bins..(side + 1) * bins]));
         let (gx, gy) = ((k % lv.gw) as f32 + 0.5, (k / lv.gw) as f32 + 0.5);
         let s = lv.stride;
         let bbox = [(gx - l) * s, (gy - tp) * s, (gx + r) * s, (gy + b) * s];
         if finite_box(&bbox) {
-            out.dets.push(Detection {
-                class_id: c as u32,
-                score,
-                bbox,
-            });
+            out.dets.push(Detection { class_id: c as u32, score, bbox });
         } else {
             out.nonfinite += 1;
         }
@@ -387,24 +319,12 @@ mod tests {
         }
         out[5 * n + 3] = f32::NAN;
         let outs = vec![OutputInfo::new("output0", &[1, 6, n], Dtype::F32)];
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         let head = select(HeadKind::Auto, &m).unwrap();
         assert_eq!((head.kind(), head.classes()), (HeadKind::Yolov8, 2));
         let mut c = Candidates::default();
         head.decode(&[TensorRef::F32(&out)], 0.25, &mut c);
-        assert_eq!(
-            c.dets,
-            vec![Detection {
-                class_id: 1,
-                score: 0.7,
-                bbox: [35.0, 21.0, 45.0, 27.0]
-            }]
-        );
+        assert_eq!(c.dets, vec![Detection { class_id: 1, score: 0.7, bbox: [35.0, 21.0, 45.0, 27.0] }]);
         assert_eq!(c.nonfinite, 1);
     }
 
@@ -413,24 +333,12 @@ mod tests {
         let mut outs = Vec::new();
         let mut maps = Vec::new();
         for g in [8usize, 4, 2] {
-            outs.push(OutputInfo::new(
-                format!("box{g}"),
-                &[1, 16, g, g],
-                Dtype::F32,
-            ));
-            outs.push(OutputInfo::new(
-                format!("cls{g}"),
-                &[1, 3, g, g],
-                Dtype::F32,
-            ));
+            outs.push(OutputInfo::new(format!("box{g}"), &[1, 16, g, g], Dtype::F32));
+            outs.push(OutputInfo::new(format!("cls{g}"), &[1, 3, g, g], Dtype::F32));
             maps.push(vec![-20.0f32; 16 * g * g]);
             maps.push(vec![0.01f32; 3 * g * g]);
             if sum {
-                outs.push(OutputInfo::new(
-                    format!("sum{g}"),
-                    &[1, 1, g, g],
-                    Dtype::F32,
-                ));
+                outs.push(OutputInfo::new(format!("sum{g}"), &[1, 1, g, g], Dtype::F32));
                 maps.push(vec![0.03f32; g * g]);
             }
         }
@@ -451,18 +359,9 @@ mod tests {
     fn split_dfl_boxes_with_and_without_the_score_sum() {
         for sum in [true, false] {
             let (outs, maps) = split_maps(sum);
-            let m = Model {
-                width: 64,
-                height: 64,
-                outputs: &outs,
-                anchors: None,
-            };
+            let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
             let head = select(HeadKind::Auto, &m).unwrap();
-            assert_eq!(
-                (head.kind(), head.classes()),
-                (HeadKind::Yolov8Split, 3),
-                "sum {sum}"
-            );
+            assert_eq!((head.kind(), head.classes()), (HeadKind::Yolov8Split, 3), "sum {sum}");
             let refs: Vec<TensorRef<'_>> = maps.iter().map(|t| TensorRef::F32(t)).collect();
             let mut c = Candidates::default();
             head.decode(&refs, 0.25, &mut c);
@@ -471,11 +370,7 @@ mod tests {
             assert_eq!((d.class_id, d.score), (2, 0.8));
             // centre (2.5, 1.5) * 16 = (40, 24); l 1, t 2, r 3, b 0 strides.
             let want = [24.0, -8.0, 88.0, 24.0];
-            assert!(
-                d.bbox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-3),
-                "{:?}",
-                d.bbox
-            );
+            assert!(d.bbox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-3), "{:?}", d.bbox);
         }
     }
 
@@ -483,38 +378,19 @@ mod tests {
     fn score_sum_skips_cells_in_the_quantised_domain() {
         let (outs, maps) = split_maps(true);
         // int8, one scale for every map: 1/100 for scores and sums, 1/4 for boxes.
-        let qs = Quant {
-            zp: -100,
-            scale: 0.01,
-        };
+        let qs = Quant { zp: -100, scale: 0.01 };
         let qb = Quant { zp: 0, scale: 0.25 };
         let quant: Vec<(Vec<i8>, Quant)> = maps
             .iter()
             .enumerate()
             .map(|(i, m)| {
                 let q = if i % 3 == 0 { qb } else { qs };
-                (
-                    m.iter()
-                        .map(|v| ((v / q.scale).round() as i32 + q.zp).clamp(-128, 127) as i8)
-                        .collect(),
-                    q,
-                )
+                (m.iter().map(|v| ((v / q.scale).round() as i32 + q.zp).clamp(-128, 127) as i8).collect(), q)
             })
             .collect();
-        let outs: Vec<OutputInfo> = outs
-            .iter()
-            .zip(&quant)
-            .map(|(o, (_, q))| OutputInfo {
-                dtype: Dtype::I8(*q),
-                ..o.clone()
-            })
-            .collect();
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let outs: Vec<OutputInfo> =
+            outs.iter().zip(&quant).map(|(o, (_, q))| OutputInfo { dtype: Dtype::I8(*q), ..o.clone() }).collect();
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         let head = select(HeadKind::Auto, &m).unwrap();
         let refs: Vec<TensorRef<'_>> = quant.iter().map(|(d, q)| TensorRef::I8(d, *q)).collect();
         let mut c = Candidates::default();
@@ -523,11 +399,7 @@ mod tests {
         assert_eq!(c.dets[0].class_id, 2);
         assert!((c.dets[0].score - 0.8).abs() < 1e-6);
         assert!(
-            c.dets[0]
-                .bbox
-                .iter()
-                .zip([24.0, -8.0, 88.0, 24.0])
-                .all(|(a, b)| (a - b).abs() < 1e-3),
+            c.dets[0].bbox.iter().zip([24.0, -8.0, 88.0, 24.0]).all(|(a, b)| (a - b).abs() < 1e-3),
             "{:?}",
             c.dets[0].bbox
         );
@@ -545,22 +417,12 @@ mod tests {
     fn split_shapes_that_do_not_fit() {
         let (mut outs, _) = split_maps(true);
         outs[2].shape = vec![1, 2, 8, 8];
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         let err = select(HeadKind::Yolov8Split, &m).unwrap_err().to_string();
         assert!(err.contains("sum8 is not a [1,1,H,W] score sum"), "{err}");
         let (mut outs, _) = split_maps(false);
         outs[1].shape = vec![1, 3, 4, 4];
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         let err = select(HeadKind::Yolov8Split, &m).unwrap_err().to_string();
         assert!(err.contains("box8, cls8 are not one stride's box"), "{err}");
     }

@@ -19,20 +19,14 @@
 //! classes of one cell pass).
 
 use super::tensor::{passes, with_elems, Elem, Plane, View};
-use super::{
-    finite_box, map_dims, map_stride, Candidates, Head, HeadKind, Model, Preprocess, TensorRef,
-    STRIDES,
-};
+use super::{finite_box, map_dims, map_stride, Candidates, Head, HeadKind, Model, Preprocess, TensorRef, STRIDES};
 use crate::Detection;
 
 /// Number of output rows YOLOX has for a `input_w x input_h` input: the sum of
 /// `(input_h / s) * (input_w / s)` (integer division, as YOLOX `demo_postprocess`) over
 /// [`STRIDES`]. 416x416 gives 52*52 + 26*26 + 13*13 = 3549.
 pub fn grid_rows(input_w: u32, input_h: u32) -> usize {
-    STRIDES
-        .iter()
-        .map(|&s| (input_w / s) as usize * (input_h / s) as usize)
-        .sum()
+    STRIDES.iter().map(|&s| (input_w / s) as usize * (input_h / s) as usize).sum()
 }
 
 /// One stride level: which output holds it, where its anchors are, its grid and stride.
@@ -56,10 +50,7 @@ pub struct YoloxHead {
 /// `--head yolox`: one `[1, N, 5 + C]` output with `N = grid_rows(w, h)`.
 pub(super) fn fit_flat(m: &Model<'_>) -> Result<Box<dyn Head>, String> {
     let rows = grid_rows(m.width, m.height);
-    let need = format!(
-        "yolox needs one output [1,{rows},5+C] (C >= 1) for a {}x{} input",
-        m.width, m.height
-    );
+    let need = format!("yolox needs one output [1,{rows},5+C] (C >= 1) for a {}x{} input", m.width, m.height);
     let [o] = m.outputs else { return Err(need) };
     let cols = match *o.shape.as_slice() {
         [1, n, k] if n == rows && k >= 6 => k,
@@ -71,22 +62,14 @@ pub(super) fn fit_flat(m: &Model<'_>) -> Result<Box<dyn Head>, String> {
         let (gw, gh) = ((m.width / s) as usize, (m.height / s) as usize);
         levels.push(Level {
             output: 0,
-            plane: Plane {
-                base: row * cols,
-                anchor: cols,
-                attr: 1,
-            },
+            plane: Plane { base: row * cols, anchor: cols, attr: 1 },
             gw,
             gh,
             stride: s as f32,
         });
         row += gw * gh;
     }
-    Ok(Box::new(YoloxHead {
-        kind: HeadKind::Yolox,
-        levels,
-        classes: cols - 5,
-    }))
+    Ok(Box::new(YoloxHead { kind: HeadKind::Yolox, levels, classes: cols - 5 }))
 }
 
 /// `--head yolox-split`: three `[1, 5 + C, H, W]` maps, one per stride.
@@ -110,19 +93,9 @@ pub(super) fn fit_split(m: &Model<'_>) -> Result<Box<dyn Head>, String> {
                 o.name, m.width, m.height
             ));
         };
-        levels.push(Level {
-            output: i,
-            plane: Plane::of_map(o, 0),
-            gw: w,
-            gh: h,
-            stride: s as f32,
-        });
+        levels.push(Level { output: i, plane: Plane::of_map(o, 0), gw: w, gh: h, stride: s as f32 });
     }
-    Ok(Box::new(YoloxHead {
-        kind: HeadKind::YoloxSplit,
-        levels,
-        classes: classes.unwrap_or(0),
-    }))
+    Ok(Box::new(YoloxHead { kind: HeadKind::YoloxSplit, levels, classes: classes.unwrap_or(0) }))
 }
 
 impl Head for YoloxHead {
@@ -139,19 +112,9 @@ impl Head for YoloxHead {
     }
 
     fn describe(&self) -> String {
-        let grids: Vec<String> = self
-            .levels
-            .iter()
-            .map(|l| format!("{}x{}", l.gw, l.gh))
-            .collect();
+        let grids: Vec<String> = self.levels.iter().map(|l| format!("{}x{}", l.gw, l.gh)).collect();
         let strides: Vec<String> = self.levels.iter().map(|l| l.stride.to_string()).collect();
-        format!(
-            "{}: grids {} (strides {}), {} classes",
-            self.kind,
-            grids.join("/"),
-            strides.join("/"),
-            self.classes
-        )
+        format!("{}: grids {} (strides {}), {} classes", self.kind, grids.join("/"), strides.join("/"), self.classes)
     }
 
     fn decode(&self, outputs: &[TensorRef<'_>], t: f32, out: &mut Candidates) {
@@ -168,13 +131,7 @@ impl Head for YoloxHead {
 }
 
 /// Decodes one level (see the module documentation).
-fn decode_level<E: Elem>(
-    v: &View<'_, E>,
-    lv: &Level,
-    classes: usize,
-    t: f32,
-    out: &mut Candidates,
-) {
+fn decode_level<E: Elem>(v: &View<'_, E>, lv: &Level, classes: usize, t: f32, out: &mut Candidates) {
     let q = v.q;
     let obj_floor = E::key_above(t, q);
     for gy in 0..lv.gh {
@@ -205,11 +162,7 @@ fn decode_level<E: Elem>(
                     let score = obj * e.value(q);
                     if score > t {
                         bad |= !score.is_finite();
-                        out.dets.push(Detection {
-                            class_id: c as u32,
-                            score,
-                            bbox: [0.0; 4],
-                        });
+                        out.dets.push(Detection { class_id: c as u32, score, bbox: [0.0; 4] });
                     }
                 }
             }
@@ -243,32 +196,20 @@ mod tests {
     use zcpipe_core::frame::LetterboxParams;
 
     fn golden(name: &str) -> std::path::PathBuf {
-        zcpipe_core::data::source_root()
-            .join("tests/data/golden")
-            .join(name)
+        zcpipe_core::data::source_root().join("tests/data/golden").join(name)
     }
 
     /// A YOLOX decoder for one float32 `[1, rows, cols]` output of a `w x h` input.
     fn decoder(rows: usize, cols: usize, w: u32, h: u32, t: f32, nms: f32) -> Decoder {
         let outs = vec![OutputInfo::new("output", &[1, rows, cols], Dtype::F32)];
-        let m = Model {
-            width: w,
-            height: h,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: w, height: h, outputs: &outs, anchors: None };
         Decoder::new(select(HeadKind::Yolox, &m).unwrap(), outs, t, nms)
     }
 
     /// Candidates before NMS, as the head gives them.
     fn candidates(out: &[f32], rows: usize, cols: usize, w: u32, h: u32, t: f32) -> Candidates {
         let outs = vec![OutputInfo::new("output", &[1, rows, cols], Dtype::F32)];
-        let m = Model {
-            width: w,
-            height: h,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: w, height: h, outputs: &outs, anchors: None };
         let head = select(HeadKind::Yolox, &m).unwrap();
         let mut c = Candidates::default();
         head.decode(&[TensorRef::F32(out)], t, &mut c);
@@ -283,10 +224,7 @@ mod tests {
         let text = std::fs::read_to_string(golden(name)).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let hw = v["image_hw"].as_array().unwrap();
-        let size = (
-            hw[1].as_u64().unwrap() as u32,
-            hw[0].as_u64().unwrap() as u32,
-        );
+        let size = (hw[1].as_u64().unwrap() as u32, hw[0].as_u64().unwrap() as u32);
         let b4 = |b: &serde_json::Value| -> [f32; 4] {
             let a = b.as_array().unwrap();
             [0, 1, 2, 3].map(|i| a[i].as_f64().unwrap() as f32)
@@ -314,30 +252,18 @@ mod tests {
     fn check_golden(stem: &str) -> Vec<Detection> {
         let (shape, out) = read_npy_f32(&golden(&format!("{stem}_sim_output.npy"))).unwrap();
         assert_eq!(shape, vec![1, 3549, 85]);
-        let dets = decoder(shape[1], shape[2], 416, 416, 0.3, 0.45)
-            .decode(&[TensorRef::F32(&out)])
-            .unwrap();
+        let dets = decoder(shape[1], shape[2], 416, 416, 0.3, 0.45).decode(&[TensorRef::F32(&out)]).unwrap();
         let ((w, h), want) = golden_json(&format!("{stem}_sim_detections.json"), "detections");
         let lb = LetterboxParams::top_left(w, h, 416, 416);
         assert_eq!(dets.len(), want.len(), "{stem}: got {dets:?}");
         for (d, (class_id, score, unclamped, clamped)) in dets.iter().zip(&want) {
             assert_eq!(d.class_id, *class_id, "{stem}: {d:?}");
-            assert!(
-                (d.score - score).abs() < 1e-3,
-                "{stem}: score {} vs golden {score}",
-                d.score
-            );
+            assert!((d.score - score).abs() < 1e-3, "{stem}: score {} vs golden {score}", d.score);
             let raw = d.bbox.map(|v| v / lb.scale);
             let mapped = lb.unmap_box(d.bbox);
             for i in 0..4 {
-                assert!(
-                    (raw[i] - unclamped[i]).abs() <= 0.5,
-                    "{stem}: box {raw:?} vs golden {unclamped:?}"
-                );
-                assert!(
-                    (mapped[i] - clamped[i]).abs() <= 0.5,
-                    "{stem}: box {mapped:?} vs golden {clamped:?}"
-                );
+                assert!((raw[i] - unclamped[i]).abs() <= 0.5, "{stem}: box {raw:?} vs golden {unclamped:?}");
+                assert!((mapped[i] - clamped[i]).abs() <= 0.5, "{stem}: box {mapped:?} vs golden {clamped:?}");
             }
         }
         dets
@@ -347,10 +273,7 @@ mod tests {
     fn golden_dog_decodes_exactly() {
         let dets = check_golden("dog");
         // dog 0.8532, car 0.8123, bicycle 0.805; the borderline truck (0.306 on ONNX) is absent.
-        assert_eq!(
-            dets.iter().map(|d| d.class_id).collect::<Vec<_>>(),
-            vec![16, 2, 1]
-        );
+        assert_eq!(dets.iter().map(|d| d.class_id).collect::<Vec<_>>(), vec![16, 2, 1]);
     }
 
     #[test]
@@ -384,13 +307,8 @@ mod tests {
                     }
                     let ours = crate::nms::iou(&a.bbox, &b.bbox);
                     // YOLOX runs NMS on original-image boxes.
-                    let theirs =
-                        plus1(&a.bbox.map(|v| v / lb.scale), &b.bbox.map(|v| v / lb.scale));
-                    assert_eq!(
-                        ours > 0.45,
-                        theirs > 0.45,
-                        "{stem}: {a:?} {b:?} iou {ours} vs {theirs}"
-                    );
+                    let theirs = plus1(&a.bbox.map(|v| v / lb.scale), &b.bbox.map(|v| v / lb.scale));
+                    assert_eq!(ours > 0.45, theirs > 0.45, "{stem}: {a:?} {b:?} iou {ours} vs {theirs}");
                 }
             }
         }
@@ -408,10 +326,7 @@ mod tests {
                 cells += (n > 0) as usize;
                 multi += (n > 1) as usize;
             }
-            assert!(
-                cells > 0 && multi == 0,
-                "{stem}: {cells} cells over 0.3, {multi} with several classes"
-            );
+            assert!(cells > 0 && multi == 0, "{stem}: {cells} cells over 0.3, {multi} with several classes");
         }
     }
 
@@ -452,33 +367,17 @@ mod tests {
         let want = candidates(&out, 84, 7, 64, 64, 0.3).dets;
         // int8, scale 1/64: every value above is a multiple of 1/64 but ln 2, which moves
         // by at most 1/128 (h = exp(th) * 16 by at most 0.13 px), so the scores are exact.
-        let q = Quant {
-            zp: -10,
-            scale: 1.0 / 64.0,
-        };
-        let i8s: Vec<i8> = out
-            .iter()
-            .map(|v| ((v / q.scale).round() as i32 + q.zp) as i8)
-            .collect();
+        let q = Quant { zp: -10, scale: 1.0 / 64.0 };
+        let i8s: Vec<i8> = out.iter().map(|v| ((v / q.scale).round() as i32 + q.zp) as i8).collect();
         let outs = vec![OutputInfo::new("output", &[1, 84, 7], Dtype::I8(q))];
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         let mut c = Candidates::default();
-        select(HeadKind::Yolox, &m)
-            .unwrap()
-            .decode(&[TensorRef::I8(&i8s, q)], 0.3, &mut c);
+        select(HeadKind::Yolox, &m).unwrap().decode(&[TensorRef::I8(&i8s, q)], 0.3, &mut c);
         assert_eq!(c.dets.len(), 2);
         for (a, b) in c.dets.iter().zip(&want) {
             assert_eq!(a.class_id, b.class_id);
             assert!((a.score - b.score).abs() < 1e-6, "{a:?} {b:?}");
-            assert!(
-                a.bbox.iter().zip(b.bbox).all(|(x, y)| (x - y).abs() < 0.2),
-                "{a:?} {b:?}"
-            );
+            assert!(a.bbox.iter().zip(b.bbox).all(|(x, y)| (x - y).abs() < 0.2), "{a:?} {b:?}");
         }
         // The same head as three [1, 7, H, W] maps (NCHW), and channels last.
         let mut maps: Vec<Vec<f32>> = Vec::new();
@@ -504,17 +403,9 @@ mod tests {
             };
             let outs: Vec<OutputInfo> = [8usize, 4, 2]
                 .iter()
-                .map(|&g| OutputInfo {
-                    channels_last,
-                    ..OutputInfo::new(format!("p{g}"), &[1, 7, g, g], Dtype::F32)
-                })
+                .map(|&g| OutputInfo { channels_last, ..OutputInfo::new(format!("p{g}"), &[1, 7, g, g], Dtype::F32) })
                 .collect();
-            let m = Model {
-                width: 64,
-                height: 64,
-                outputs: &outs,
-                anchors: None,
-            };
+            let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
             let head = select(HeadKind::Auto, &m).unwrap();
             assert_eq!(head.kind(), HeadKind::YoloxSplit);
             let refs: Vec<TensorRef<'_>> = tensors.iter().map(|t| TensorRef::F32(t)).collect();
@@ -549,36 +440,17 @@ mod tests {
     #[test]
     fn decode_rejects_wrong_shapes() {
         let outs = vec![OutputInfo::new("output", &[1, 84, 7], Dtype::F32)];
-        let m = Model {
-            width: 96,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 96, height: 64, outputs: &outs, anchors: None };
         let err = select(HeadKind::Yolox, &m).unwrap_err().to_string();
-        assert!(
-            err.contains("[1,84,7]") && err.contains("96x64") && err.contains("[1,126,5+C]"),
-            "{err}"
-        );
+        assert!(err.contains("[1,84,7]") && err.contains("96x64") && err.contains("[1,126,5+C]"), "{err}");
         let outs = vec![OutputInfo::new("output", &[1, 84, 5], Dtype::F32)];
-        let m = Model {
-            width: 64,
-            height: 64,
-            outputs: &outs,
-            anchors: None,
-        };
+        let m = Model { width: 64, height: 64, outputs: &outs, anchors: None };
         assert!(select(HeadKind::Yolox, &m).is_err());
         // A frame whose output does not match what was announced is an error, not a panic.
         let dec = decoder(84, 7, 64, 64, 0.3, 0.45);
         let out = vec![0.0f32; 84 * 7];
-        let err = dec
-            .decode(&[TensorRef::F32(&out[1..])])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("587 float32 elements") && err.contains("[1,84,7] float32"),
-            "{err}"
-        );
+        let err = dec.decode(&[TensorRef::F32(&out[1..])]).unwrap_err().to_string();
+        assert!(err.contains("587 float32 elements") && err.contains("[1,84,7] float32"), "{err}");
         assert!(dec.decode(&[]).is_err());
     }
 }

@@ -4,10 +4,10 @@
 use anyhow::{ensure, Context, Result};
 
 use super::model::Model;
-use zcpipe_core::frame::FrameLayout;
-use zcpipe_core::pool::Frame;
 use crate::heads::TensorRef;
 use crate::{Detection, DetectorLane};
+use zcpipe_core::frame::FrameLayout;
+use zcpipe_core::pool::Frame;
 use zcpipe_sys::rknn::{self as sys, Rknn, RknnContext, RknnTensorMem};
 
 /// One RKNN context, the scaler buffers imported into it (index = pool buffer index) and
@@ -46,18 +46,33 @@ impl Ctx {
     }
 
     /// Binds pool buffer `index` (imported into this context) as the input and runs it.
-    pub(super) fn detect_bound(&mut self, rknn: &Rknn, m: &Model, index: u32, layout: &FrameLayout) -> Result<Vec<Detection>> {
+    pub(super) fn detect_bound(
+        &mut self,
+        rknn: &Rknn,
+        m: &Model,
+        index: u32,
+        layout: &FrameLayout,
+    ) -> Result<Vec<Detection>> {
         m.check_bound_layout(layout)?;
-        let mem = *self.mems.get(index as usize).with_context(|| format!("buffer index {index} was not imported into the NPU (bind_pool saw {})", self.mems.len()))?;
+        let mem = *self.mems.get(index as usize).with_context(|| {
+            format!("buffer index {index} was not imported into the NPU (bind_pool saw {})", self.mems.len())
+        })?;
         let mut attr = m.input_attr;
         // SAFETY: `mem` is a live mem of this context (destroyed only in release_mems/Drop,
         // which need the whole detector, so no lane borrows it then).
-        unsafe { rknn.set_io_mem(self.ctx, mem, &mut attr) }.with_context(|| format!("binding scaler buffer {index} as the NPU input"))?;
+        unsafe { rknn.set_io_mem(self.ctx, mem, &mut attr) }
+            .with_context(|| format!("binding scaler buffer {index} as the NPU input"))?;
         self.run_and_decode(rknn, m)
     }
 
     /// Packs the rows of a CPU-mapped frame and feeds them with `rknn_inputs_set`.
-    pub(super) fn detect(&mut self, rknn: &Rknn, m: &Model, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
+    pub(super) fn detect(
+        &mut self,
+        rknn: &Rknn,
+        m: &Model,
+        input: &[u8],
+        layout: &FrameLayout,
+    ) -> Result<Vec<Detection>> {
         m.spec.check_frame(input.len(), layout)?;
         let (w, h) = (m.spec.width as usize, m.spec.height as usize);
         let plane = layout.planes().first().context("infer input layout has no planes")?;
@@ -77,11 +92,19 @@ impl Ctx {
         if self.raw.len() != m.output_bytes.len() {
             self.raw = m.output_bytes.iter().map(|n| vec![0u32; n.div_ceil(4)]).collect();
         }
-        let mut bufs: Vec<&mut [u8]> =
-            self.raw.iter_mut().zip(&m.output_bytes).map(|(w, &n)| &mut bytemuck::cast_slice_mut::<u32, u8>(w)[..n]).collect();
+        let mut bufs: Vec<&mut [u8]> = self
+            .raw
+            .iter_mut()
+            .zip(&m.output_bytes)
+            .map(|(w, &n)| &mut bytemuck::cast_slice_mut::<u32, u8>(w)[..n])
+            .collect();
         let written = rknn.outputs_into(self.ctx, &mut bufs)?;
         for (i, (&n, &need)) in written.iter().zip(&m.output_bytes).enumerate() {
-            ensure!(n >= need, "rknn_outputs_get gave {n} bytes for output {i}; model {} needs {need}", m.path.display());
+            ensure!(
+                n >= need,
+                "rknn_outputs_get gave {n} bytes for output {i}; model {} needs {need}",
+                m.path.display()
+            );
         }
         let tensors = self
             .raw

@@ -8,7 +8,8 @@ use zcpipe_sys::rknn as sys;
 pub fn parse_npu_cores(s: &str) -> Result<Vec<u32>, String> {
     let mut cores = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let c: u32 = part.parse().map_err(|_| format!("--npu-cores `{s}`: `{part}` is not a core number; use e.g. 0,1,2"))?;
+        let c: u32 =
+            part.parse().map_err(|_| format!("--npu-cores `{s}`: `{part}` is not a core number; use e.g. 0,1,2"))?;
         if c > 2 {
             return Err(format!("--npu-cores `{s}`: core {c} does not exist (RKNN has cores 0, 1, 2 at most)"));
         }
@@ -58,7 +59,9 @@ impl RknnDetector {
             }
         }
         if let Some(why) = failed {
-            log::warn!("--npu-cores: {why}; running one context with the runtime's automatic core choice (RKNN_NPU_CORE_AUTO)");
+            log::warn!(
+                "--npu-cores: {why}; running one context with the runtime's automatic core choice (RKNN_NPU_CORE_AUTO)"
+            );
             for c in self.ctxs.drain(1..) {
                 if let Err(e) = rknn.destroy(c.ctx) {
                     log::warn!("{e}");
@@ -71,7 +74,11 @@ impl RknnDetector {
                 self.ctxs[0].mask = sys::RKNN_NPU_CORE_AUTO;
             }
         } else {
-            log::info!("RKNN: {} context(s) on NPU core(s) {:?}, frames dispatched round-robin", self.ctxs.len(), cores);
+            log::info!(
+                "RKNN: {} context(s) on NPU core(s) {:?}, frames dispatched round-robin",
+                self.ctxs.len(),
+                cores
+            );
         }
     }
 }

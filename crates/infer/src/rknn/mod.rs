@@ -47,9 +47,9 @@ use memmap2::Mmap;
 
 use super::heads::{self, Decoder, OutputInfo};
 use super::{Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InputSpec, TensorLayout};
-use zcpipe_core::pool::Frame;
 use zcpipe_core::dmabuf::DmaBuf;
 use zcpipe_core::frame::FrameLayout;
+use zcpipe_core::pool::Frame;
 use zcpipe_sys::rknn::{self as sys, Rknn, RknnTensorAttr};
 
 mod context;
@@ -60,8 +60,10 @@ mod tests;
 
 use context::{Ctx, RknnLane};
 pub use cores::parse_npu_cores;
+pub use model::{
+    check_model_file, compatible_socs, model_target_platforms, output_info, platform_runs_on, shipped_model_for,
+};
 use model::{map_model, Model};
-pub use model::{check_model_file, compatible_socs, model_target_platforms, output_info, platform_runs_on, shipped_model_for};
 
 /// The most outputs a model may have (a head has at most 9).
 const MAX_OUTPUTS: u32 = 16;
@@ -131,7 +133,14 @@ impl RknnDetector {
             }
         };
         // From here on, Drop destroys the context on any error.
-        let mut det = RknnDetector { rknn: rknn.clone(), ctxs: vec![Ctx::new(ctx)], next_ctx: 0, bound_fds: Vec::new(), model: described, _model: model };
+        let mut det = RknnDetector {
+            rknn: rknn.clone(),
+            ctxs: vec![Ctx::new(ctx)],
+            next_ctx: 0,
+            bound_fds: Vec::new(),
+            model: described,
+            _model: model,
+        };
         det.setup_cores(&opts.npu_cores);
         Ok(det)
     }
@@ -170,7 +179,13 @@ impl RknnDetector {
 /// Queries the model's input and outputs on `ctx` and checks them against what zcpipe can
 /// feed and decode: one NHWC/NCHW 3-channel input (bound as uint8 NHWC with the native
 /// `w_stride`), outputs of a layout a head knows ([`heads::select`]) in a supported type.
-fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms: &[String], opts: &DetectorOptions) -> Result<Model> {
+fn describe_and_check(
+    rknn: &Rknn,
+    ctx: sys::RknnContext,
+    path: &Path,
+    platforms: &[String],
+    opts: &DetectorOptions,
+) -> Result<Model> {
     let q = |what: &str, e: sys::RknnError| anyhow::anyhow!("RKNN model {}: {what}: {e}", path.display());
     let mut ver = sys::RknnSdkVersion::default();
     rknn.query(ctx, sys::RKNN_QUERY_SDK_VERSION, &mut ver).map_err(|e| q("RKNN_QUERY_SDK_VERSION", e))?;
@@ -197,7 +212,8 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
     if a.fmt == sys::RKNN_TENSOR_NC1HWC2 {
         // Blocked channels cannot come from a packed RGB or BGR scaler: ask for the NHWC form.
         a = RknnTensorAttr { index: 0, ..Default::default() };
-        rknn.query(ctx, sys::RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR, &mut a).map_err(|e| q("RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR", e))?;
+        rknn.query(ctx, sys::RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR, &mut a)
+            .map_err(|e| q("RKNN_QUERY_NATIVE_NHWC_INPUT_ATTR", e))?;
     }
     log::info!("RKNN native input: {}", a.describe());
     let (h, w, c) = match (a.fmt, a.shape()) {
@@ -210,13 +226,20 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
         ),
     };
     if c != 3 || h == 0 || w == 0 || h > 16384 || w > 16384 {
-        bail!("RKNN model {} input is {}; zcpipe feeds 3-channel RGB or BGR images up to 16384x16384", path.display(), a.describe());
+        bail!(
+            "RKNN model {} input is {}; zcpipe feeds 3-channel RGB or BGR images up to 16384x16384",
+            path.display(),
+            a.describe()
+        );
     }
     // An .rknn's input size is fixed when it is converted.
     opts.check_fixed_input(path, w, h)?;
     let w_stride = if a.w_stride == 0 { w } else { a.w_stride };
     if w_stride < w {
-        bail!("RKNN model {} reports w_stride {w_stride} < width {w}: the runtime's input attributes are inconsistent", path.display());
+        bail!(
+            "RKNN model {} reports w_stride {w_stride} < width {w}: the runtime's input attributes are inconsistent",
+            path.display()
+        );
     }
     // Bind as uint8 NHWC converted by the runtime (rknn_api.h: pass_through = 0 means
     // "convert from type and fmt"); keep the native strides.
@@ -252,7 +275,13 @@ fn describe_and_check(rknn: &Rknn, ctx: sys::RknnContext, path: &Path, platforms
         bytesperline: w_stride * 3,
     };
     let output_bytes = outputs.iter().map(|o| o.len() * o.dtype.size()).collect();
-    Ok(Model { input_attr: a, output_bytes, decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou), spec, path: path.to_path_buf() })
+    Ok(Model {
+        input_attr: a,
+        output_bytes,
+        decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou),
+        spec,
+        path: path.to_path_buf(),
+    })
 }
 
 impl RknnDetector {
@@ -353,7 +382,12 @@ impl Detector for RknnDetector {
             return None;
         }
         let (rknn, model) = (&*self.rknn, &self.model);
-        Some(self.ctxs.iter_mut().map(|ctx| Box::new(RknnLane { rknn, model, ctx }) as Box<dyn DetectorLane + '_>).collect())
+        Some(
+            self.ctxs
+                .iter_mut()
+                .map(|ctx| Box::new(RknnLane { rknn, model, ctx }) as Box<dyn DetectorLane + '_>)
+                .collect(),
+        )
     }
 }
 

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 
-use zcpipe_core::frame::FrameLayout;
 use crate::heads::{Decoder, Dtype, OutputInfo, Quant};
 use crate::InputSpec;
+use zcpipe_core::frame::FrameLayout;
 use zcpipe_sys::rknn::{self as sys, RknnTensorAttr};
 
 pub use zcpipe_sys::board::compatible_socs;
@@ -33,11 +33,15 @@ pub fn output_info(a: &RknnTensorAttr) -> Result<OutputInfo> {
         sys::RKNN_TENSOR_FLOAT16 => Dtype::F16,
         sys::RKNN_TENSOR_INT8 => Dtype::I8(quant().with_context(|| format!("output {}", a.name()))?),
         sys::RKNN_TENSOR_UINT8 => Dtype::U8(quant().with_context(|| format!("output {}", a.name()))?),
-        t => bail!("output {} type {} is not supported (float16, float32, int8, uint8 are)", a.name(), sys::type_name(t)),
+        t => {
+            bail!("output {} type {} is not supported (float16, float32, int8, uint8 are)", a.name(), sys::type_name(t))
+        }
     };
     let dims: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
     Ok(match (a.fmt, dims.as_slice()) {
-        (sys::RKNN_TENSOR_NHWC, &[n, h, w, c]) => OutputInfo { channels_last: true, ..OutputInfo::new(a.name(), &[n, c, h, w], dtype) },
+        (sys::RKNN_TENSOR_NHWC, &[n, h, w, c]) => {
+            OutputInfo { channels_last: true, ..OutputInfo::new(a.name(), &[n, c, h, w], dtype) }
+        }
         _ => OutputInfo::new(a.name(), &dims, dtype),
     })
 }
@@ -89,7 +93,11 @@ fn check_platform(model: &Path, platforms: &[String]) -> Result<()> {
     };
     let socs = compatible_socs(&compatible);
     if socs.is_empty() {
-        log::warn!("{} names no Rockchip SoC: cannot check that model {} fits this board", path.display(), model.display());
+        log::warn!(
+            "{} names no Rockchip SoC: cannot check that model {} fits this board",
+            path.display(),
+            model.display()
+        );
         return Ok(());
     }
     if platforms.is_empty() {
@@ -133,7 +141,16 @@ impl Model {
     pub(super) fn check_bound_layout(&self, layout: &FrameLayout) -> Result<()> {
         let s = &self.spec;
         if layout.fourcc != s.fourcc || layout.width != s.width || layout.height != s.height {
-            bail!("infer input is {} {}x{} but the model `{}` wants {} {}x{}", layout.fourcc, layout.width, layout.height, s.name, s.fourcc, s.width, s.height);
+            bail!(
+                "infer input is {} {}x{} but the model `{}` wants {} {}x{}",
+                layout.fourcc,
+                layout.width,
+                layout.height,
+                s.name,
+                s.fourcc,
+                s.width,
+                s.height
+            );
         }
         let plane = layout.planes().first().context("infer input layout has no planes")?;
         if plane.offset != 0 || plane.bytesperline != s.bytesperline {
@@ -160,7 +177,10 @@ pub fn check_model_file(path: &Path) -> Result<()> {
 /// one of those platforms ([`check_platform`]). Returns the mapping and the platforms.
 pub(super) fn map_model(path: &Path) -> Result<(Mmap, Vec<String>)> {
     let file = std::fs::File::open(path).with_context(|| {
-        format!("cannot open RKNN model {}: pass --model with a .rknn file such as models/yolox_nano_416_rk3588.rknn", path.display())
+        format!(
+            "cannot open RKNN model {}: pass --model with a .rknn file such as models/yolox_nano_416_rk3588.rknn",
+            path.display()
+        )
     })?;
     // SAFETY: a read-only private mapping of a model file zcpipe never writes; a file
     // truncated underneath by someone else would fault, as for any mapped input.

@@ -18,7 +18,17 @@ pub const CANVAS: [u8; 3] = [24, 24, 24];
 pub fn detections(canvas: &mut Canvas<'_>, f: &FrameJson) {
     let sx = if f.width > 0 { canvas.width as f32 / f.width as f32 } else { 1.0 };
     let sy = if f.height > 0 { canvas.height as f32 / f.height as f32 } else { 1.0 };
-    let dets: Vec<Drawn> = f.detections.iter().map(|d| Drawn { bbox: [d.bbox[0] * sx, d.bbox[1] * sy, d.bbox[2] * sx, d.bbox[3] * sy], class_id: d.class_id, label: d.label.clone(), score: d.score, track_id: d.track_id }).collect();
+    let dets: Vec<Drawn> = f
+        .detections
+        .iter()
+        .map(|d| Drawn {
+            bbox: [d.bbox[0] * sx, d.bbox[1] * sy, d.bbox[2] * sx, d.bbox[3] * sy],
+            class_id: d.class_id,
+            label: d.label.clone(),
+            score: d.score,
+            track_id: d.track_id,
+        })
+        .collect();
     canvas.detections(&dets);
 }
 
@@ -42,13 +52,23 @@ mod tests {
     }
 
     fn frame(dets: Vec<DetectionJson>) -> FrameJson {
-        FrameJson { camera: "cam0".into(), seq: 1, timestamp_ns: 1, width: 200, height: 100, latency_us: LatencyJson::default(), detections: dets, zones: None }
+        FrameJson {
+            camera: "cam0".into(),
+            seq: 1,
+            timestamp_ns: 1,
+            width: 200,
+            height: 100,
+            latency_us: LatencyJson::default(),
+            detections: dets,
+            zones: None,
+        }
     }
 
     #[test]
     fn a_box_edge_has_its_class_colour_and_its_inside_is_untouched() {
         let mut rgb = blank(200, 100, "");
-        let det = |class_id, bbox| DetectionJson { class_id, label: "person".into(), score: 0.891, bbox, track_id: Some(3) };
+        let det =
+            |class_id, bbox| DetectionJson { class_id, label: "person".into(), score: 0.891, bbox, track_id: Some(3) };
         let mut c = Canvas::rgb24(&mut rgb, 200, 100);
         detections(&mut c, &frame(vec![det(0, [20.0, 40.0, 80.0, 90.0]), det(2, [120.0, 30.0, 190.0, 99.0])]));
         // Every pixel of each edge's three rows/columns, on the left and right edges and the bottom.
@@ -66,7 +86,8 @@ mod tests {
         assert_eq!(px(&rgb, 200, 50, 70), CANVAS, "inside the box");
         assert_eq!(px(&rgb, 200, 19, 60), CANVAS, "outside the box");
         // The tag sits above the box (40 - 16 - 2 = 22 .. 40) and has black text on green.
-        let tag: Vec<[u8; 3]> = (22..40).flat_map(|y| (20..60).map(move |x| (x, y))).map(|(x, y)| px(&rgb, 200, x, y)).collect();
+        let tag: Vec<[u8; 3]> =
+            (22..40).flat_map(|y| (20..60).map(move |x| (x, y))).map(|(x, y)| px(&rgb, 200, x, y)).collect();
         assert!(tag.contains(&[0, 255, 0]) && tag.contains(&[0, 0, 0]), "a green tag with black text");
         assert_eq!(label_text("person", 0.891, Some(3)), "person 0.89 #3");
         assert_eq!(label_text("car", 0.5, None), "car 0.50");
@@ -84,13 +105,31 @@ mod tests {
         // A tag at the right edge moves left to fit.
         let mut wide = blank(200, 100, "");
         let mut c = Canvas::rgb24(&mut wide, 200, 100);
-        detections(&mut c, &frame(vec![DetectionJson { class_id: 0, label: "person".into(), score: 0.5, bbox: [180.0, 50.0, 199.0, 90.0], track_id: None }]));
+        detections(
+            &mut c,
+            &frame(vec![DetectionJson {
+                class_id: 0,
+                label: "person".into(),
+                score: 0.5,
+                bbox: [180.0, 50.0, 199.0, 90.0],
+                track_id: None,
+            }]),
+        );
         let (w, _) = text_size("person 0.50");
         assert_eq!(px(&wide, 200, (200 - w - 4) as u32, 40), [0, 255, 0], "the tag ends at the right edge");
         // A canvas of another size gets the boxes scaled: 200x100 boxes on 100x50.
         let mut small = blank(100, 50, "");
         let mut c = Canvas::rgb24(&mut small, 100, 50);
-        detections(&mut c, &frame(vec![DetectionJson { class_id: 8, label: "x".into(), score: 0.5, bbox: [20.0, 40.0, 80.0, 90.0], track_id: None }]));
+        detections(
+            &mut c,
+            &frame(vec![DetectionJson {
+                class_id: 8,
+                label: "x".into(),
+                score: 0.5,
+                bbox: [20.0, 40.0, 80.0, 90.0],
+                track_id: None,
+            }]),
+        );
         assert_eq!(px(&small, 100, 10, 30), [0, 255, 0], "left edge at x 10, class 8 wraps to green");
         assert_eq!(px(&small, 100, 9, 30), CANVAS);
     }

@@ -44,7 +44,12 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
     for c in &s.cameras {
         let _ = writeln!(o, "zcpipe_frames_total{{camera=\"{}\"}} {}", escape(&c.name), c.frames);
     }
-    family(&mut o, "zcpipe_dropped_frames_total", "counter", "Frames captured that never reached publish (gaps in the capture sequence numbers), per camera.");
+    family(
+        &mut o,
+        "zcpipe_dropped_frames_total",
+        "counter",
+        "Frames captured that never reached publish (gaps in the capture sequence numbers), per camera.",
+    );
     for c in &s.cameras {
         let _ = writeln!(o, "zcpipe_dropped_frames_total{{camera=\"{}\"}} {}", escape(&c.name), c.drops);
     }
@@ -52,11 +57,21 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
     for c in &s.cameras {
         let _ = writeln!(o, "zcpipe_events_total{{camera=\"{}\"}} {}", escape(&c.name), c.events);
     }
-    family(&mut o, "zcpipe_fps", "gauge", "Frames per second published over the last 30 frames, per camera (0 when none came for 2 s).");
+    family(
+        &mut o,
+        "zcpipe_fps",
+        "gauge",
+        "Frames per second published over the last 30 frames, per camera (0 when none came for 2 s).",
+    );
     for c in &s.cameras {
         let _ = writeln!(o, "zcpipe_fps{{camera=\"{}\"}} {:.3}", escape(&c.name), c.fps());
     }
-    family(&mut o, "zcpipe_stage_restarts_total", "counter", "Times a stage of the pipeline died and was restarted, from the restart notices.");
+    family(
+        &mut o,
+        "zcpipe_stage_restarts_total",
+        "counter",
+        "Times a stage of the pipeline died and was restarted, from the restart notices.",
+    );
     for (stage, n) in &s.restarts {
         let _ = writeln!(o, "zcpipe_stage_restarts_total{{stage=\"{}\"}} {n}", escape(stage));
     }
@@ -77,7 +92,12 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
     family(&mut o, "zcpipe_http_clients", "gauge", "Web view clients connected now, by endpoint kind.");
     let _ = writeln!(o, "zcpipe_http_clients{{kind=\"sse\"}} {}", server.sse_clients);
     let _ = writeln!(o, "zcpipe_http_clients{{kind=\"mjpeg\"}} {}", server.mjpeg_clients);
-    family(&mut o, "zcpipe_http_sse_dropped_lines_total", "counter", "Lines dropped for /api/detections clients that did not keep up.");
+    family(
+        &mut o,
+        "zcpipe_http_sse_dropped_lines_total",
+        "counter",
+        "Lines dropped for /api/detections clients that did not keep up.",
+    );
     let _ = writeln!(o, "zcpipe_http_sse_dropped_lines_total {}", server.sse_dropped);
     family(&mut o, "zcpipe_http_requests_total", "counter", "HTTP requests answered by the web view.");
     let _ = writeln!(o, "zcpipe_http_requests_total {}", server.requests);
@@ -95,7 +115,13 @@ mod tests {
         for (seq, total) in [(0, 3000.0), (1, 3000.0), (3, 70_000.0)] {
             s.line(&super::super::stats::tests_support::frame("cam0", seq, total));
         }
-        s.line(&SocketLine::Notice(NoticeJson { stage: "scale".into(), camera: String::new(), event: "restarted".into(), frames_lost: 2, seq: 3 }));
+        s.line(&SocketLine::Notice(NoticeJson {
+            stage: "scale".into(),
+            camera: String::new(),
+            event: "restarted".into(),
+            frames_lost: 2,
+            seq: 3,
+        }));
         let t = render(&s, &ServerCounts { sse_clients: 1, mjpeg_clients: 2, sse_dropped: 0, requests: 9 });
         for l in [
             "# TYPE zcpipe_frames_total counter",
@@ -116,7 +142,12 @@ mod tests {
             assert!(t.lines().any(|x| x == l), "{l} in:\n{t}");
         }
         assert!(t.ends_with('\n'));
-        let sum: f64 = t.lines().find_map(|l| l.strip_prefix("zcpipe_latency_seconds_sum{stage=\"total\",camera=\"cam0\"} ")).unwrap().parse().unwrap();
+        let sum: f64 = t
+            .lines()
+            .find_map(|l| l.strip_prefix("zcpipe_latency_seconds_sum{stage=\"total\",camera=\"cam0\"} "))
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!((sum - 0.076).abs() < 1e-12, "{sum}");
         // Every sample line's metric has had its TYPE line before it.
         let mut typed = vec![];
@@ -125,7 +156,11 @@ mod tests {
                 typed.push(rest.split(' ').next().unwrap().to_string());
             } else if !l.starts_with('#') {
                 let name = l.split(['{', ' ']).next().unwrap();
-                assert!(typed.iter().any(|f| name == f || name.strip_prefix(f.as_str()).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s))), "{l}");
+                assert!(
+                    typed.iter().any(|f| name == f
+                        || name.strip_prefix(f.as_str()).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s))),
+                    "{l}"
+                );
             }
         }
     }

@@ -153,7 +153,8 @@ impl HttpOutput {
     pub fn start(cfg: &PublishConfig, http: &HttpConfig, pixels: Box<dyn ViewSource>) -> Result<HttpOutput> {
         let listener = bind(http)?;
         let addr = listener.local_addr()?;
-        let server = tiny_http::Server::from_listener(listener, None).map_err(|e| anyhow::anyhow!("--http {addr}: starting the server: {e}"))?;
+        let server = tiny_http::Server::from_listener(listener, None)
+            .map_err(|e| anyhow::anyhow!("--http {addr}: starting the server: {e}"))?;
         let shared = Arc::new(Shared {
             stats: Mutex::new(Stats::new(&cfg.cameras)),
             frame_ready: Condvar::new(),
@@ -218,7 +219,8 @@ impl Output for HttpOutput {
 
     fn report(&self) -> serde_json::Value {
         let s = &self.shared;
-        let jpegs: serde_json::Map<String, serde_json::Value> = s.cameras.iter().enumerate().map(|(i, c)| (c.clone(), s.renderer.encoded(i).into())).collect();
+        let jpegs: serde_json::Map<String, serde_json::Value> =
+            s.cameras.iter().enumerate().map(|(i, c)| (c.clone(), s.renderer.encoded(i).into())).collect();
         serde_json::json!({
             "url": format!("http://{}/", s.addr),
             "requests": s.requests.load(Ordering::Relaxed),
@@ -243,7 +245,10 @@ impl Output for HttpOutput {
         // Streams send what they hold (the end line) and end; ones stuck writing to a client
         // that reads nothing are left behind after the budget (the process exits).
         let deadline = Instant::now() + CLOSE_BUDGET;
-        while Instant::now() < deadline && (s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) > 0 || self.workers.iter().any(|w| !w.is_finished())) {
+        while Instant::now() < deadline
+            && (s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) > 0
+                || self.workers.iter().any(|w| !w.is_finished()))
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         for w in std::mem::take(&mut self.workers) {
@@ -289,7 +294,10 @@ fn header(name: &str, value: &str) -> tiny_http::Header {
 
 /// A whole response: `status`, `content_type`, `body`.
 fn respond(rq: tiny_http::Request, status: u16, content_type: &str, body: Vec<u8>) {
-    let r = tiny_http::Response::from_data(body).with_status_code(status).with_header(header("Content-Type", content_type)).with_header(header("Cache-Control", "no-cache"));
+    let r = tiny_http::Response::from_data(body)
+        .with_status_code(status)
+        .with_header(header("Content-Type", content_type))
+        .with_header(header("Cache-Control", "no-cache"));
     if let Err(e) = rq.respond(r) {
         log::debug!("web view: answering: {e}");
     }
@@ -347,7 +355,11 @@ pub const MAX_BODY: usize = 64 * 1024;
 fn refuse_body(s: &Shared, rq: tiny_http::Request) {
     let n = s.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
     if n == 1 || n.is_multiple_of(100) {
-        log::warn!("web view: a request from {} declared a body of {} bytes (the view takes none): not answered ({n} so far)", rq.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string()), rq.body_length().unwrap_or(0));
+        log::warn!(
+            "web view: a request from {} declared a body of {} bytes (the view takes none): not answered ({n} so far)",
+            rq.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string()),
+            rq.body_length().unwrap_or(0)
+        );
     }
     std::mem::forget(rq);
 }
@@ -358,7 +370,9 @@ fn route(s: &Arc<Shared>, rq: tiny_http::Request) {
         return refuse_body(s, rq);
     }
     if !matches!(rq.method(), Method::Get | Method::Head) {
-        let r = tiny_http::Response::from_string("the web view takes GET and HEAD only\n").with_status_code(405).with_header(header("Allow", "GET, HEAD"));
+        let r = tiny_http::Response::from_string("the web view takes GET and HEAD only\n")
+            .with_status_code(405)
+            .with_header(header("Allow", "GET, HEAD"));
         let _ = rq.respond(r);
         return;
     }
@@ -415,7 +429,12 @@ fn server_counts(s: &Shared) -> metrics::ServerCounts {
 fn stats_json(s: &Shared) -> serde_json::Value {
     let mut v = lock(&s.stats).json();
     let c = server_counts(s);
-    let pixels: serde_json::Map<String, serde_json::Value> = s.cameras.iter().enumerate().map(|(i, n)| (n.clone(), s.renderer.unavailable(i).map_or(serde_json::Value::Null, Into::into))).collect();
+    let pixels: serde_json::Map<String, serde_json::Value> = s
+        .cameras
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), s.renderer.unavailable(i).map_or(serde_json::Value::Null, Into::into)))
+        .collect();
     v["server"] = serde_json::json!({
         "url": format!("http://{}/", s.addr),
         "clients": {"sse": c.sse_clients, "mjpeg": c.mjpeg_clients},
@@ -609,12 +628,21 @@ mod tests {
     fn a_remote_address_needs_the_flag_and_a_taken_port_is_named() {
         let cfg = |a: &str, allow| HttpConfig { addr: a.parse().unwrap(), allow_remote: allow, view_fps: 5.0 };
         let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
-        assert!(e.starts_with("--http 0.0.0.0:8080: not a loopback address") && e.contains("--http-allow-remote"), "{e}");
+        assert!(
+            e.starts_with("--http 0.0.0.0:8080: not a loopback address") && e.contains("--http-allow-remote"),
+            "{e}"
+        );
         assert!(check_remote(&cfg("0.0.0.0:8080", true)).is_ok());
         assert!(check_remote(&cfg("[::1]:8080", false)).is_ok());
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let e = bind(&cfg(&taken.local_addr().unwrap().to_string(), false)).unwrap_err().to_string();
-        assert_eq!(e, format!("--http {}: address in use (another zcpipe or web server?): pick another port", taken.local_addr().unwrap()));
+        assert_eq!(
+            e,
+            format!(
+                "--http {}: address in use (another zcpipe or web server?): pick another port",
+                taken.local_addr().unwrap()
+            )
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use super::draw;
-use zcpipe_core::schema::FrameJson;
 use crate::view::{ViewFrame, ViewSource};
+use zcpipe_core::schema::FrameJson;
 
 /// JPEG quality of the view's pictures (1..=100).
 pub const JPEG_QUALITY: u8 = 80;
@@ -55,7 +55,12 @@ pub struct Renderer {
 /// Encodes tight RGB24 rows as a JPEG of quality [`JPEG_QUALITY`].
 pub fn jpeg(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(rgb.len() / 8);
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY).encode(rgb, width, height, image::ExtendedColorType::Rgb8)?;
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY).encode(
+        rgb,
+        width,
+        height,
+        image::ExtendedColorType::Rgb8,
+    )?;
     Ok(out)
 }
 
@@ -97,7 +102,12 @@ impl Renderer {
             // A placeholder is not reused once a frame line is there, nor a frame's picture
             // for a placeholder.
             let same_kind = p.det_seq.is_some() == frame.is_some();
-            if (same_kind && p.at.elapsed() < self.period) || (p.det_seq.is_some() && p.det_seq == frame.map(|f| f.seq) && p.pixel_seq.is_none() && self.unavailable(cam).is_some()) {
+            if (same_kind && p.at.elapsed() < self.period)
+                || (p.det_seq.is_some()
+                    && p.det_seq == frame.map(|f| f.seq)
+                    && p.pixel_seq.is_none()
+                    && self.unavailable(cam).is_some())
+            {
                 return Ok(p.clone());
             }
         }
@@ -105,7 +115,12 @@ impl Renderer {
         // apart by capture time (CLOCK_MONOTONIC, which a restarted capture stage goes on
         // with), not by seq (which it starts again from 0).
         let held = slot.pixels.as_ref().map(|p| p.timestamp_ns);
-        let got = self.source.lock().unwrap_or_else(|p| p.into_inner()).latest(cam, None).filter(|f| Some(f.timestamp_ns) != held);
+        let got = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .latest(cam, None)
+            .filter(|f| Some(f.timestamp_ns) != held);
         match got {
             Some(f) if f.is_whole() => slot.pixels = Some(f),
             Some(f) => log::warn!("camera {name}: the view's frame {} is {}x{} with {} bytes, not RGB24 of that size; keeping the last good one", f.seq, f.width, f.height, f.rgb.len()),
@@ -123,7 +138,11 @@ impl Renderer {
             Some(p) => p.rgb.to_vec(),
             None => {
                 let why = self.unavailable(cam).unwrap_or_else(|| "no pixels yet".into());
-                let note = if frame.is_none() { format!("{name}: waiting for the first frame; {why}") } else { format!("{name}: {why}") };
+                let note = if frame.is_none() {
+                    format!("{name}: waiting for the first frame; {why}")
+                } else {
+                    format!("{name}: {why}")
+                };
                 draw::blank(width, height, &note)
             }
         };
@@ -132,7 +151,14 @@ impl Renderer {
         }
         let jpeg = jpeg(&rgb, width, height)?;
         self.encoded[cam].fetch_add(1, Ordering::Relaxed);
-        let p = Arc::new(Picture { det_seq: frame.map(|f| f.seq), pixel_seq: slot.pixels.as_ref().map(|p| p.seq), width, height, at: Instant::now(), jpeg });
+        let p = Arc::new(Picture {
+            det_seq: frame.map(|f| f.seq),
+            pixel_seq: slot.pixels.as_ref().map(|p| p.seq),
+            width,
+            height,
+            at: Instant::now(),
+            jpeg,
+        });
         slot.picture = Some(p.clone());
         Ok(p)
     }
@@ -141,15 +167,21 @@ impl Renderer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcpipe_core::schema::{DetectionJson, LatencyJson};
     use crate::view::NoPixels;
+    use zcpipe_core::schema::{DetectionJson, LatencyJson};
 
     /// A source with one fixed grey frame, counting its calls.
     struct Grey(Arc<std::sync::atomic::AtomicU64>);
     impl ViewSource for Grey {
         fn latest(&mut self, _camera: usize, newer_than: Option<u64>) -> Option<ViewFrame> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            (newer_than.is_none()).then(|| ViewFrame { seq: 4, timestamp_ns: 1, width: 160, height: 120, rgb: Arc::new(vec![128; 160 * 120 * 3]) })
+            (newer_than.is_none()).then(|| ViewFrame {
+                seq: 4,
+                timestamp_ns: 1,
+                width: 160,
+                height: 120,
+                rgb: Arc::new(vec![128; 160 * 120 * 3]),
+            })
         }
         fn unavailable(&self, _camera: usize) -> Option<String> {
             None
@@ -157,8 +189,23 @@ mod tests {
     }
 
     fn frame(seq: u64) -> FrameJson {
-        let d = DetectionJson { class_id: 0, label: "person".into(), score: 0.9, bbox: [40.0, 40.0, 200.0, 200.0], track_id: None };
-        FrameJson { camera: "cam0".into(), seq, timestamp_ns: 1, width: 320, height: 240, latency_us: LatencyJson::default(), detections: vec![d], zones: None }
+        let d = DetectionJson {
+            class_id: 0,
+            label: "person".into(),
+            score: 0.9,
+            bbox: [40.0, 40.0, 200.0, 200.0],
+            track_id: None,
+        };
+        FrameJson {
+            camera: "cam0".into(),
+            seq,
+            timestamp_ns: 1,
+            width: 320,
+            height: 240,
+            latency_us: LatencyJson::default(),
+            detections: vec![d],
+            zones: None,
+        }
     }
 
     fn decode(p: &Picture) -> image::RgbImage {
@@ -196,6 +243,10 @@ mod tests {
         for seq in 2..10 {
             r.picture(0, "cam0", Some(&frame(seq))).unwrap();
         }
-        assert_eq!((calls.load(std::sync::atomic::Ordering::Relaxed), r.encoded(0)), (1, 1), "within the period: the last picture, no pixel read");
+        assert_eq!(
+            (calls.load(std::sync::atomic::Ordering::Relaxed), r.encoded(0)),
+            (1, 1),
+            "within the period: the last picture, no pixel read"
+        );
     }
 }

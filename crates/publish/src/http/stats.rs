@@ -12,7 +12,8 @@ use zcpipe_core::schema::{FrameJson, SocketLine};
 
 /// Upper bounds of the latency histograms' buckets in `/metrics`, seconds (`le`; `+Inf`
 /// follows): 0.5 ms to 10 s, about three per decade.
-pub const LATENCY_BUCKETS_S: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+pub const LATENCY_BUCKETS_S: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// How many of a camera's latest frame arrivals its fps is taken over.
 pub const FPS_WINDOW: usize = 30;
@@ -70,7 +71,17 @@ pub struct CameraStats {
 
 impl CameraStats {
     fn new(name: &str) -> CameraStats {
-        CameraStats { name: name.to_string(), frames: 0, drops: 0, last_seq: None, latest: None, events: 0, arrivals: VecDeque::new(), latency: LatencySet::default(), buckets: Default::default() }
+        CameraStats {
+            name: name.to_string(),
+            frames: 0,
+            drops: 0,
+            last_seq: None,
+            latest: None,
+            events: 0,
+            arrivals: VecDeque::new(),
+            latency: LatencySet::default(),
+            buckets: Default::default(),
+        }
     }
 
     /// Frames per second over its last [`FPS_WINDOW`] arrivals (`(n - 1) / span`); 0 with
@@ -250,7 +261,13 @@ mod tests {
         s.line(&frame("door", 7, 3000.0));
         // A capture stage that started again counts no drop.
         s.line(&frame("cam0", 0, 3000.0));
-        s.line(&SocketLine::Notice(NoticeJson { stage: "infer".into(), camera: String::new(), event: "restarted".into(), frames_lost: 4, seq: 1 }));
+        s.line(&SocketLine::Notice(NoticeJson {
+            stage: "infer".into(),
+            camera: String::new(),
+            event: "restarted".into(),
+            frames_lost: 4,
+            seq: 1,
+        }));
         let c = &s.cameras[0];
         assert_eq!((c.frames, c.drops, c.last_seq), (7, 2 + 3, Some(0)));
         assert_eq!(s.cameras[1].name, "door", "a camera not in the list is added");

@@ -18,7 +18,9 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use rumqttc::{Client, ConnectReturnCode, Connection, ConnectionError, Event, LastWill, MqttOptions, Outgoing, Packet, QoS};
+use rumqttc::{
+    Client, ConnectReturnCode, Connection, ConnectionError, Event, LastWill, MqttOptions, Outgoing, Packet, QoS,
+};
 
 use super::{DropOldest, MqttConfig, Msg, Out, Translator};
 use crate::output::Output;
@@ -103,7 +105,11 @@ fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().context("rustls with ring: no protocol version")?.with_root_certificates(roots).with_no_client_auth();
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("rustls with ring: no protocol version")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(Arc::new(tls))))
 }
 
@@ -139,7 +145,13 @@ impl MqttOutput {
         let (client, connection) = Client::new(opts, REQUEST_CHANNEL);
         let online = Msg { topic: cfg.availability_topic(), payload: "online".into(), retain: true };
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { queue: DropOldest::new(cfg.queue), announce: vec![online], latest: Default::default(), first: Default::default(), closing: None }),
+            state: Mutex::new(State {
+                queue: DropOldest::new(cfg.queue),
+                announce: vec![online],
+                latest: Default::default(),
+                first: Default::default(),
+                closing: None,
+            }),
             wake: Condvar::new(),
             connected: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -147,20 +159,45 @@ impl MqttOutput {
             connections: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         });
-        log::info!("mqtt: publishing to {} as client {} under {}/ (queue {} messages)", cfg.broker.describe(), cfg.client_id, cfg.topic_prefix, cfg.queue);
+        log::info!(
+            "mqtt: publishing to {} as client {} under {}/ (queue {} messages)",
+            cfg.broker.describe(),
+            cfg.client_id,
+            cfg.topic_prefix,
+            cfg.queue
+        );
         let (done_tx, done) = mpsc::channel();
         let (feeder_tx, feeder_done) = mpsc::channel();
-        let net = NetLoop { shared: shared.clone(), broker: cfg.broker.describe(), user: cfg.broker.user.clone(), queue: cfg.queue };
+        let net = NetLoop {
+            shared: shared.clone(),
+            broker: cfg.broker.describe(),
+            user: cfg.broker.user.clone(),
+            queue: cfg.queue,
+        };
         std::thread::Builder::new().name("mqtt-net".into()).spawn(move || {
             net.run(connection);
             let _ = done_tx.send(());
         })?;
-        let feeder = Feeder { shared: shared.clone(), client: client.clone(), qos: qos(cfg.qos), availability: cfg.availability_topic() };
+        let feeder = Feeder {
+            shared: shared.clone(),
+            client: client.clone(),
+            qos: qos(cfg.qos),
+            availability: cfg.availability_topic(),
+        };
         std::thread::Builder::new().name("mqtt-feed".into()).spawn(move || {
             feeder.run();
             let _ = feeder_tx.send(());
         })?;
-        Ok(MqttOutput { tr: Translator::new(cfg), shared, client, done, feeder_done, scratch: vec![], closed: false, connected_at_end: None })
+        Ok(MqttOutput {
+            tr: Translator::new(cfg),
+            shared,
+            client,
+            done,
+            feeder_done,
+            scratch: vec![],
+            closed: false,
+            connected_at_end: None,
+        })
     }
 
     /// Queues what `out` holds (the lock is held for pushes only).
@@ -377,7 +414,11 @@ impl NetLoop {
                     }
                     self.shared.wake.notify_all();
                     match lost_at.take() {
-                        Some(t) if n > 1 => log::info!("mqtt: connected to {} again after {:.1} s", self.broker, t.elapsed().as_secs_f64()),
+                        Some(t) if n > 1 => log::info!(
+                            "mqtt: connected to {} again after {:.1} s",
+                            self.broker,
+                            t.elapsed().as_secs_f64()
+                        ),
                         _ => log::info!("mqtt: connected to {}", self.broker),
                     }
                     said = None;
@@ -412,7 +453,9 @@ impl NetLoop {
                         if self.shared.stop.load(Ordering::Relaxed) {
                             return;
                         }
-                        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+                        std::thread::sleep(
+                            Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())),
+                        );
                     }
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                 }

@@ -52,7 +52,8 @@ pub struct BrokerUrl {
 }
 
 /// The forms `--mqtt` accepts, quoted in its errors.
-pub const BROKER_FORMS: &str = "mqtt://[user[:password]@]host[:port] or mqtts://... (default port 1883, 8883 for mqtts)";
+pub const BROKER_FORMS: &str =
+    "mqtt://[user[:password]@]host[:port] or mqtts://... (default port 1883, 8883 for mqtts)";
 
 impl BrokerUrl {
     /// Parses `--mqtt`'s value. Errors (one line, the password masked): another scheme, no
@@ -88,7 +89,9 @@ impl BrokerUrl {
             return Err(bad("no host"));
         }
         if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:%".contains(&b)) {
-            return Err(bad(&format!("host {host:?} is not a host name or an IP address (put an IPv6 address in [ ])")));
+            return Err(bad(&format!(
+                "host {host:?} is not a host name or an IP address (put an IPv6 address in [ ])"
+            )));
         }
         let port = match port {
             None => {
@@ -164,7 +167,10 @@ fn percent_decode(s: &str) -> Result<String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
             match hex {
                 Some(v) => out.push(v),
                 None => bail!("a % not followed by two hex digits (write % as %25)"),
@@ -180,7 +186,15 @@ fn percent_decode(s: &str) -> Result<String> {
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 fn percent_encode(s: &str) -> String {
-    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// What the MQTT bridge is asked to do (`--mqtt` and the `--mqtt-*` flags).
@@ -223,7 +237,9 @@ pub fn check_prefix(flag: &str, p: &str) -> Result<()> {
 /// One topic level made of `s`: `/`, `+`, `#`, NUL and white space become `_` (a label like
 /// `traffic light` becomes `traffic_light`).
 pub fn level(s: &str) -> String {
-    s.chars().map(|c| if c == '/' || c == '+' || c == '#' || c == '\0' || c.is_whitespace() { '_' } else { c }).collect()
+    s.chars()
+        .map(|c| if c == '/' || c == '+' || c == '#' || c == '\0' || c.is_whitespace() { '_' } else { c })
+        .collect()
 }
 
 /// One message to the broker.
@@ -283,7 +299,11 @@ impl MqttConfig {
             "payload_not_available": "offline",
             "device": self.device(camera),
         });
-        Some(Msg { topic: format!("{h}/binary_sensor/{}/{object}/config", level(&self.client_id)), payload: payload.to_string(), retain: true })
+        Some(Msg {
+            topic: format!("{h}/binary_sensor/{}/{object}/config", level(&self.client_id)),
+            payload: payload.to_string(),
+            retain: true,
+        })
     }
 
     /// The discovery config of camera `camera`'s fps sensor (from `P/stats`). `None` without
@@ -304,7 +324,11 @@ impl MqttConfig {
             "payload_not_available": "offline",
             "device": self.device(camera),
         });
-        Some(Msg { topic: format!("{h}/sensor/{}/{object}/config", level(&self.client_id)), payload: payload.to_string(), retain: true })
+        Some(Msg {
+            topic: format!("{h}/sensor/{}/{object}/config", level(&self.client_id)),
+            payload: payload.to_string(),
+            retain: true,
+        })
     }
 }
 
@@ -444,7 +468,11 @@ impl Translator {
         cam.frames += 1;
         if !f.detections.is_empty() {
             cam.detection_msgs += 1;
-            out.push(Out::Once(Msg { topic: cfg.camera_topic(&f.camera, "detections"), payload: with_time(f, time_ms), retain: false }));
+            out.push(Out::Once(Msg {
+                topic: cfg.camera_topic(&f.camera, "detections"),
+                payload: with_time(f, time_ms),
+                retain: false,
+            }));
         }
         let mut now: BTreeMap<&str, u32> = BTreeMap::new();
         for d in &f.detections {
@@ -458,7 +486,11 @@ impl Translator {
                 Some(_) => {}
                 None => out.extend(cfg.occupancy_discovery(&f.camera, &label).map(Out::Announce)),
             }
-            out.push(Out::State(Msg { topic: cfg.camera_topic(&f.camera, &label), payload: n.to_string(), retain: cfg.retain }));
+            out.push(Out::State(Msg {
+                topic: cfg.camera_topic(&f.camera, &label),
+                payload: n.to_string(),
+                retain: cfg.retain,
+            }));
             cam.counts.insert(label, n);
         }
     }
@@ -470,14 +502,22 @@ impl Translator {
             for (label, n) in &mut cam.counts {
                 if *n > 0 {
                     *n = 0;
-                    out.push(Out::State(Msg { topic: self.cfg.camera_topic(camera, label), payload: "0".into(), retain: self.cfg.retain }));
+                    out.push(Out::State(Msg {
+                        topic: self.cfg.camera_topic(camera, label),
+                        payload: "0".into(),
+                        retain: self.cfg.retain,
+                    }));
                 }
             }
         }
     }
 
     fn event(&mut self, e: &EventJson, time_ms: u64, out: &mut Vec<Out>) {
-        out.push(Out::Once(Msg { topic: self.cfg.camera_topic(&e.camera, "events"), payload: with_time(e, time_ms), retain: false }));
+        out.push(Out::Once(Msg {
+            topic: self.cfg.camera_topic(&e.camera, "events"),
+            payload: with_time(e, time_ms),
+            retain: false,
+        }));
     }
 
     /// Whether the next stats message is due (`--mqtt-stats-interval` since the last).
@@ -496,7 +536,10 @@ impl Translator {
             .map(|(name, c)| {
                 let fps = ((c.frames - c.frames_at_stats) as f64 / secs * 10.0).round() / 10.0;
                 c.frames_at_stats = c.frames;
-                (name.clone(), serde_json::json!({"fps": fps, "frames": c.frames, "detection_messages": c.detection_msgs}))
+                (
+                    name.clone(),
+                    serde_json::json!({"fps": fps, "frames": c.frames, "detection_messages": c.detection_msgs}),
+                )
             })
             .collect();
         let payload = serde_json::json!({"time_ms": unix_ms(), "cameras": cams, "mqtt": bridge});

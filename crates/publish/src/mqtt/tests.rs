@@ -16,7 +16,13 @@ fn cfg() -> MqttConfig {
 }
 
 fn det(label: &str) -> DetectionJson {
-    DetectionJson { class_id: if label == "person" { 0 } else { 9 }, label: label.into(), score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0], track_id: None }
+    DetectionJson {
+        class_id: if label == "person" { 0 } else { 9 },
+        label: label.into(),
+        score: 0.9,
+        bbox: [1.0, 2.0, 3.0, 4.0],
+        track_id: None,
+    }
 }
 
 fn frame(camera: &str, seq: u64, labels: &[&str]) -> SocketLine {
@@ -35,7 +41,10 @@ fn frame(camera: &str, seq: u64, labels: &[&str]) -> SocketLine {
 #[test]
 fn broker_urls_parse_with_defaults_escapes_and_ipv6() {
     let b = BrokerUrl::parse("mqtt://broker.lan").unwrap();
-    assert_eq!((b.tls, b.host.as_str(), b.port, b.user.clone(), b.password.clone()), (false, "broker.lan", 1883, None, None));
+    assert_eq!(
+        (b.tls, b.host.as_str(), b.port, b.user.clone(), b.password.clone()),
+        (false, "broker.lan", 1883, None, None)
+    );
     let b = BrokerUrl::parse("mqtts://u%20x:p%3Aw%40rd@10.0.0.2:8884/").unwrap();
     assert_eq!((b.tls, b.host.as_str(), b.port, b.user.as_deref()), (true, "10.0.0.2", 8884, Some("u x")));
     assert_eq!(b.password.as_ref().unwrap().expose(), "p:w@rd");
@@ -114,14 +123,20 @@ fn discovery_payloads_name_topics_availability_and_device() {
     assert_eq!(v["state_topic"], "zcpipe/front/traffic_light");
     assert_eq!(v["device_class"], "occupancy");
     assert_eq!(v["availability_topic"], "zcpipe/available");
-    assert_eq!((v["payload_available"].as_str(), v["payload_not_available"].as_str()), (Some("online"), Some("offline")));
+    assert_eq!(
+        (v["payload_available"].as_str(), v["payload_not_available"].as_str()),
+        (Some("online"), Some("offline"))
+    );
     assert_eq!(v["device"]["identifiers"][0], "zcpipe-box_front");
     assert_eq!(v["device"]["name"], "zcpipe front");
     assert_eq!(v["value_template"], "{{ 'ON' if (value | int(0)) > 0 else 'OFF' }}");
     let f = c.fps_discovery("front").unwrap();
     assert_eq!(f.topic, "homeassistant/sensor/zcpipe-box/front_fps/config");
     let v: serde_json::Value = serde_json::from_str(&f.payload).unwrap();
-    assert_eq!((v["state_topic"].as_str(), v["value_template"].as_str()), (Some("zcpipe/stats"), Some("{{ value_json.cameras['front'].fps }}")));
+    assert_eq!(
+        (v["state_topic"].as_str(), v["value_template"].as_str()),
+        (Some("zcpipe/stats"), Some("{{ value_json.cameras['front'].fps }}"))
+    );
     assert_eq!(v["unique_id"], "zcpipe-box_front_fps");
     let none = MqttConfig { discovery_prefix: None, ..c };
     assert_eq!((none.occupancy_discovery("front", "person"), none.fps_discovery("front")), (None, None));
@@ -154,7 +169,10 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
     );
     let Out::Once(d) = &out[1] else { panic!() };
     let v: serde_json::Value = serde_json::from_str(&d.payload).unwrap();
-    assert_eq!((v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()), (Some("front"), Some(1), Some(1_700_000_000_005)));
+    assert_eq!(
+        (v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()),
+        (Some("front"), Some(1), Some(1_700_000_000_005))
+    );
     assert_eq!(v["detections"].as_array().unwrap().len(), 3);
     assert!(v.get("type").is_none() && !d.retain);
     assert!(d.payload.contains("\"score\":0.9,\"box\":[1.0,2.0,3.0,4.0]"), "f32 as on the socket: {}", d.payload);
@@ -166,17 +184,29 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
     assert_eq!(out.len(), 1, "{out:?}");
     out.clear();
     t.line(&frame("front", 3, &["person"]), wall, &mut out);
-    let states: Vec<(String, String)> = out.iter().filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.payload.clone())) } else { None }).collect();
-    assert_eq!(states, [("zcpipe/front/dog".to_string(), "0".to_string()), ("zcpipe/front/person".to_string(), "1".to_string())]);
+    let states: Vec<(String, String)> = out
+        .iter()
+        .filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.payload.clone())) } else { None })
+        .collect();
+    assert_eq!(
+        states,
+        [("zcpipe/front/dog".to_string(), "0".to_string()), ("zcpipe/front/person".to_string(), "1".to_string())]
+    );
     // An empty frame: no detections message, every label to 0.
     out.clear();
     t.line(&frame("front", 4, &[]), wall, &mut out);
-    let all: Vec<(String, String)> = out.iter().map(|o| if let Out::State(m) = o { (m.topic.clone(), m.payload.clone()) } else { panic!("{o:?}") }).collect();
+    let all: Vec<(String, String)> = out
+        .iter()
+        .map(|o| if let Out::State(m) = o { (m.topic.clone(), m.payload.clone()) } else { panic!("{o:?}") })
+        .collect();
     assert_eq!(all, [("zcpipe/front/person".to_string(), "0".to_string())]);
     // Stats: per camera frames and detection messages.
     let s = t.stats(serde_json::json!({"sent": 1}));
     let v: serde_json::Value = serde_json::from_str(&s.payload).unwrap();
-    assert_eq!((v["cameras"]["front"]["frames"].as_u64(), v["cameras"]["front"]["detection_messages"].as_u64()), (Some(4), Some(3)));
+    assert_eq!(
+        (v["cameras"]["front"]["frames"].as_u64(), v["cameras"]["front"]["detection_messages"].as_u64()),
+        (Some(4), Some(3))
+    );
     assert!(v["cameras"]["front"]["fps"].as_f64().unwrap() > 0.0);
     assert_eq!((s.topic.as_str(), v["mqtt"]["sent"].as_u64()), ("zcpipe/stats", Some(1)));
 }

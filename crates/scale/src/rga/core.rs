@@ -29,7 +29,11 @@ impl zcpipe_core::config::Choice for RgaCore {
         (RgaCore::Any, "any", "The driver's scheduler picks a core per job (jobs may hop between cores)"),
         (RgaCore::Rga3Core0, "rga3-core0", "RK3588's first RGA3 core (`IM_SCHEDULER_RGA3_CORE0`): reaches all memory"),
         (RgaCore::Rga3Core1, "rga3-core1", "RK3588's second RGA3 core (`IM_SCHEDULER_RGA3_CORE1`)"),
-        (RgaCore::Rga2Core0, "rga2-core0", "The RGA2 core (`IM_SCHEDULER_RGA2_CORE0`; RK3588, RK3568, RK3566): first 4 GiB only"),
+        (
+            RgaCore::Rga2Core0,
+            "rga2-core0",
+            "The RGA2 core (`IM_SCHEDULER_RGA2_CORE0`; RK3588, RK3568, RK3566): first 4 GiB only",
+        ),
         (RgaCore::Rga2Core1, "rga2-core1", "A second RGA2 core (`IM_SCHEDULER_RGA2_CORE1`)"),
     ];
 }

@@ -15,7 +15,15 @@ const MAX_SIDE: u32 = 8192;
 /// Names the rule an `imcheck_t` failure broke, from our own reading of librga's checks
 /// (`im2d_impl.cpp`: `rga_yuv_legality_check`, `rga_check_align`, `rga_check_limit`,
 /// `rga_check_info`), with librga's own status and message at the end.
-pub(super) fn diagnose(src_fourcc: Fourcc, s: &Image, dst_fourcc: Fourcc, d: &Image, lb: &LetterboxParams, status: sys::ImStatus, librga_msg: &str) -> String {
+pub(super) fn diagnose(
+    src_fourcc: Fourcc,
+    s: &Image,
+    dst_fourcc: Fourcc,
+    d: &Image,
+    lb: &LetterboxParams,
+    status: sys::ImStatus,
+    librga_msg: &str,
+) -> String {
     let why = format!("(librga imcheck_t: {}: {})", sys::status_name(status), librga_msg.trim());
     let (fx, fy) = (lb.resized_w as f64 / s.width as f64, lb.resized_h as f64 / s.height as f64);
     if s.yuv && [s.width, s.height, s.wstride, s.hstride].iter().any(|v| v % 2 != 0) {

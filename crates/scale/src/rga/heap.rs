@@ -36,7 +36,12 @@ pub fn rga_heap(requested: HeapChoice, heap_dir: &Path, rga3_pinned: bool) -> Rg
 /// mapped through the VOP's IOMMU, anywhere in RAM, or with CMA where the VOP has no IOMMU,
 /// drivers/gpu/drm/rockchip/rockchip_drm_gem.c; which of the two a board does is not visible
 /// from here) and a note that memfds cannot be imported at all.
-pub fn rga_heap_with_ram(requested: HeapChoice, heap_dir: &Path, ram: Option<RamAbove4g>, rga3_pinned: bool) -> RgaHeap {
+pub fn rga_heap_with_ram(
+    requested: HeapChoice,
+    heap_dir: &Path,
+    ram: Option<RamAbove4g>,
+    rga3_pinned: bool,
+) -> RgaHeap {
     let needs_low = !rga3_pinned && ram.as_ref().is_none_or(|r| r.above);
     let high = ram.as_ref().filter(|r| r.above && !rga3_pinned).map(|r| {
         format!(

@@ -6,7 +6,7 @@ use std::ffi::c_int;
 
 use anyhow::{bail, Result};
 
-use zcpipe_core::frame::{FrameLayout, Fourcc, LetterboxParams};
+use zcpipe_core::frame::{Fourcc, FrameLayout, LetterboxParams};
 use zcpipe_sys::rga as sys;
 use zcpipe_sys::rga::{ImHandleParam, ImRect};
 
@@ -81,7 +81,13 @@ pub(super) fn source_image(l: &FrameLayout) -> Result<Image> {
     };
     let p0 = l.planes[0];
     if l.num_planes as usize != l.fourcc.num_planes().unwrap_or(0) {
-        bail!("rga scaler: {} source with {} planes; {} has {}", l.fourcc, l.num_planes, l.fourcc, l.fourcc.num_planes().unwrap_or(0));
+        bail!(
+            "rga scaler: {} source with {} planes; {} has {}",
+            l.fourcc,
+            l.num_planes,
+            l.fourcc,
+            l.fourcc.num_planes().unwrap_or(0)
+        );
     }
     if p0.offset != 0 || p0.fd_index != 0 {
         bail!(
@@ -94,7 +100,12 @@ pub(super) fn source_image(l: &FrameLayout) -> Result<Image> {
     }
     let bpl = p0.bytesperline;
     if l.width == 0 || l.height == 0 || bpl == 0 {
-        bail!("rga scaler: the {} source is {}x{} with bytesperline {bpl}; it needs a non-empty size", l.fourcc, l.width, l.height);
+        bail!(
+            "rga scaler: the {} source is {}x{} with bytesperline {bpl}; it needs a non-empty size",
+            l.fourcc,
+            l.width,
+            l.height
+        );
     }
     if !bpl.is_multiple_of(bytes_pp) {
         bail!(
@@ -160,7 +171,16 @@ pub(super) fn dest_image(l: &FrameLayout) -> Result<Image> {
         );
     }
     let wstride = p.bytesperline / 3;
-    Ok(Image { format, width: l.width, height: l.height, wstride, hstride: l.height, bits: 24, yuv: false, bytes: p.bytesperline as u64 * l.height as u64 })
+    Ok(Image {
+        format,
+        width: l.width,
+        height: l.height,
+        wstride,
+        hstride: l.height,
+        bits: 24,
+        yuv: false,
+        bytes: p.bytesperline as u64 * l.height as u64,
+    })
 }
 
 /// Pixels a pitch must be a multiple of for `bits`-per-pixel rows to start on 16-byte

@@ -39,7 +39,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use super::{fill_pad, map_frame, Scaler};
 use zcpipe_core::config::Choice;
 use zcpipe_core::dmabuf::{DmaBuf, HeapChoice};
-use zcpipe_core::frame::{FrameLayout, Fourcc, Letterbox, LetterboxParams};
+use zcpipe_core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
 use zcpipe_core::pool::{Frame, WriteLoan};
 use zcpipe_sys::rga as sys;
 use zcpipe_sys::rga::{ImRect, Librga, RgaBuffer, RgaBufferHandle};
@@ -52,8 +52,8 @@ mod image;
 mod tests;
 
 pub use self::core::RgaCore;
-pub use heap::{rga_heap, rga_heap_with_ram, RgaHeap, RGA_HEAP_PREFERENCE};
 use diagnose::diagnose;
+pub use heap::{rga_heap, rga_heap_with_ram, RgaHeap, RGA_HEAP_PREFERENCE};
 use image::{dest_image, job_rects, source_image, whole_buffer_image, Image};
 
 /// One imported image: its handle and the `rga_buffer_t` librga built for it.
@@ -106,7 +106,11 @@ struct VarState {
 
 impl std::fmt::Debug for RgaScaler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RgaScaler").field("lib", &self.lib.path()).field("core", &self.core).field("handles", &self.handles.len()).finish()
+        f.debug_struct("RgaScaler")
+            .field("lib", &self.lib.path())
+            .field("core", &self.core)
+            .field("handles", &self.handles.len())
+            .finish()
     }
 }
 
@@ -141,7 +145,14 @@ impl RgaScaler {
         // a null session and crashes when /dev/rga cannot be opened (seen with its aarch64
         // build under qemu), while imcheck_t answers IM_STATUS_NO_SESSION. The probe is a
         // job RGA always accepts (64x64 RGBA8888 copy, no buffer: checks never touch one).
-        let probe = RgaBuffer { width: 64, height: 64, wstride: 64, hstride: 64, format: sys::RK_FORMAT_RGBA_8888, ..RgaBuffer::default() };
+        let probe = RgaBuffer {
+            width: 64,
+            height: 64,
+            wstride: 64,
+            hstride: 64,
+            format: sys::RK_FORMAT_RGBA_8888,
+            ..RgaBuffer::default()
+        };
         let whole = ImRect { x: 0, y: 0, width: 64, height: 64 };
         let st = lib.imcheck_t(probe, probe, RgaBuffer::default(), whole, whole, ImRect::default(), 0);
         if st == sys::IM_STATUS_NO_SESSION || st == sys::IM_STATUS_FAILED {
@@ -254,7 +265,14 @@ impl RgaScaler {
 
     /// `imcheck_t` of one job (no pattern, no usage flags); a failure becomes the one error
     /// `explain(status, librga's message)` names.
-    fn check_job(&self, s: RgaBuffer, d: RgaBuffer, srect: ImRect, drect: ImRect, explain: impl FnOnce(sys::ImStatus, &str) -> String) -> Result<()> {
+    fn check_job(
+        &self,
+        s: RgaBuffer,
+        d: RgaBuffer,
+        srect: ImRect,
+        drect: ImRect,
+        explain: impl FnOnce(sys::ImStatus, &str) -> String,
+    ) -> Result<()> {
         let status = self.lib.imcheck_t(s, d, RgaBuffer::default(), srect, drect, ImRect::default(), 0);
         if !sys::status_ok(status) {
             bail!("{}", explain(status, &self.lib.im_str_error(status)));
@@ -263,7 +281,15 @@ impl RgaScaler {
     }
 
     /// One synchronous `improcess`; the error names the buffers and the 4 GiB fix.
-    fn run_job(&mut self, s: RgaBuffer, d: RgaBuffer, srect: ImRect, drect: ImRect, src_index: u32, dst_index: u32) -> Result<()> {
+    fn run_job(
+        &mut self,
+        s: RgaBuffer,
+        d: RgaBuffer,
+        srect: ImRect,
+        drect: ImRect,
+        src_index: u32,
+        dst_index: u32,
+    ) -> Result<()> {
         self.apply_core()?;
         let status = self.lib.improcess(s, d, RgaBuffer::default(), srect, drect, ImRect::default(), sys::IM_SYNC);
         if !sys::status_ok(status) {
@@ -279,11 +305,20 @@ impl RgaScaler {
         Ok(())
     }
 
-    fn bind_variable_inner(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    fn bind_variable_inner(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         let src_count = src.len();
         let d = dest_image(dst_layout)?;
         if src_count == 0 || dst.is_empty() {
-            bail!("rga scaler: {src_count} source buffers and {} output buffers; both pools need at least one", dst.len());
+            bail!(
+                "rga scaler: {src_count} source buffers and {} output buffers; both pools need at least one",
+                dst.len()
+            );
         }
         dst_layout.validate(&[dst[0].size()]).map_err(|e| anyhow!("rga scaler: model input: {e}"))?;
         for (j, buf) in dst.iter().enumerate() {
@@ -295,12 +330,20 @@ impl RgaScaler {
         let mut srcs = Vec::with_capacity(src_count);
         for (i, bufs) in src.iter().enumerate() {
             let buf = bufs.first().ok_or_else(|| anyhow!("rga scaler: source buffer {i} has no dma-buf"))?;
-            let img = whole_buffer_image(buf.size()).ok_or_else(|| anyhow!("rga scaler: source buffer {i} of {} bytes is too small", buf.size()))?;
+            let img = whole_buffer_image(buf.size())
+                .ok_or_else(|| anyhow!("rga scaler: source buffer {i} of {} bytes is too small", buf.size()))?;
             let b = self.import(&format!("source buffer {i}"), buf, &img)?;
             srcs.push(Some((b.buf.handle, img)));
         }
         self.apply_core()?;
-        self.var = Some(VarState { d, dst_layout: *dst_layout, letterbox, src: srcs, picture: vec![None; dst.len()], checked: None });
+        self.var = Some(VarState {
+            d,
+            dst_layout: *dst_layout,
+            letterbox,
+            src: srcs,
+            picture: vec![None; dst.len()],
+            checked: None,
+        });
         log::info!(
             "rga: the source names no fixed frame format (host sources may change size per frame): {} output buffers ({} {}x{}) and \
              {src_count} source buffers (whole buffers) imported once; each frame's geometry is set on its handle",
@@ -317,7 +360,14 @@ impl RgaScaler {
     /// bytes or another format), its geometry described on the handle
     /// (`wrapbuffer_handle_t`, no ioctl), `imcheck_t` when the geometry changes, the
     /// output's pad refilled when the picture size changes.
-    fn scale_frame(&mut self, src_index: u32, src: &[DmaBuf], src_layout: &FrameLayout, dst_index: u32, dst: &mut DmaBuf) -> Result<LetterboxParams> {
+    fn scale_frame(
+        &mut self,
+        src_index: u32,
+        src: &[DmaBuf],
+        src_layout: &FrameLayout,
+        dst_index: u32,
+        dst: &mut DmaBuf,
+    ) -> Result<LetterboxParams> {
         let (si, di) = (src_index as usize, dst_index as usize);
         let var = self.var.as_ref().ok_or_else(|| anyhow!("rga scaler: scale_frame before bind_variable"))?;
         let (d, dst_layout, letterbox) = (var.d, var.dst_layout, var.letterbox);
@@ -346,13 +396,22 @@ impl RgaScaler {
         };
         let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: source size {v} out of range"));
         // Describing this frame's geometry on the imported handle is a struct fill, no ioctl.
-        let sbuf = self.lib.wrapbuffer_handle_t(handle, to_int(s.width)?, to_int(s.height)?, to_int(s.wstride)?, to_int(s.hstride)?, s.format);
+        let sbuf = self.lib.wrapbuffer_handle_t(
+            handle,
+            to_int(s.width)?,
+            to_int(s.height)?,
+            to_int(s.wstride)?,
+            to_int(s.hstride)?,
+            s.format,
+        );
         let mut dbuf = self.dst[di].buf;
         dbuf.color_space_mode = if s.yuv { sys::IM_YUV_TO_RGB_BT601_LIMIT } else { 0 };
         let lb = rga_letterbox(letterbox, &s, &d);
         let (srect, drect) = job_rects(&s, &lb);
         if self.var.as_ref().and_then(|v| v.checked) != Some(s) {
-            self.check_job(sbuf, dbuf, srect, drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
+            self.check_job(sbuf, dbuf, srect, drect, |st, msg| {
+                diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg)
+            })?;
             if let Some(v) = self.var.as_mut() {
                 v.checked = Some(s);
             }
@@ -362,7 +421,9 @@ impl RgaScaler {
             // A picture elsewhere than the last one in this buffer leaves old pixels where
             // the pad now is: refill the pad (only when the picture moves or resizes).
             let bpl = dst_layout.planes[0].bytesperline as usize;
-            let mut w = dst.write().with_context(|| format!("rga scaler: refilling the letterbox pad of output buffer {dst_index}"))?;
+            let mut w = dst
+                .write()
+                .with_context(|| format!("rga scaler: refilling the letterbox pad of output buffer {dst_index}"))?;
             fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), picture, letterbox.pad);
             drop(w);
             if let Some(v) = self.var.as_mut() {
@@ -399,10 +460,21 @@ impl RgaScaler {
         })?;
         self.handles.push(h);
         let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: {what}: size {v} out of range"));
-        let b = self.lib.wrapbuffer_handle_t(h, to_int(img.width)?, to_int(img.height)?, to_int(img.wstride)?, to_int(img.hstride)?, img.format);
+        let b = self.lib.wrapbuffer_handle_t(
+            h,
+            to_int(img.width)?,
+            to_int(img.height)?,
+            to_int(img.wstride)?,
+            to_int(img.hstride)?,
+            img.format,
+        );
         // A librga whose rga_buffer_t differs from ours would scramble these fields.
-        let expect = (h, img.width as c_int, img.height as c_int, img.wstride as c_int, img.hstride as c_int, img.format);
-        if (b.handle, b.width, b.height, b.wstride, b.hstride, b.format) != expect || !b.vir_addr.is_null() || !b.phy_addr.is_null() {
+        let expect =
+            (h, img.width as c_int, img.height as c_int, img.wstride as c_int, img.hstride as c_int, img.format);
+        if (b.handle, b.width, b.height, b.wstride, b.hstride, b.format) != expect
+            || !b.vir_addr.is_null()
+            || !b.phy_addr.is_null()
+        {
             bail!(
                 "rga scaler: {} returned an rga_buffer_t zcpipe does not understand (handle {} {}x{} stride {}x{} format {:#x}, \
                  expected handle {} {}x{} stride {}x{} format {:#x}); its im2d ABI differs from librga 1.8-1.10",
@@ -424,11 +496,22 @@ impl RgaScaler {
         Ok(Bound { buf: b })
     }
 
-    fn bind_inner(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    fn bind_inner(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        src_layout: &FrameLayout,
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         let s = source_image(src_layout)?;
         let d = dest_image(dst_layout)?;
         if src.is_empty() || dst.is_empty() {
-            bail!("rga scaler: {} source buffers and {} output buffers; both pools need at least one", src.len(), dst.len());
+            bail!(
+                "rga scaler: {} source buffers and {} output buffers; both pools need at least one",
+                src.len(),
+                dst.len()
+            );
         }
         let sizes: Vec<u64> = src[0].iter().map(|b| b.size()).collect();
         src_layout.validate(&sizes).map_err(|e| anyhow!("rga scaler: source {} frame: {e}", src_layout.fourcc))?;
@@ -448,12 +531,15 @@ impl RgaScaler {
             self.dst.push(b);
         }
         (self.srect, self.drect) = job_rects(&s, &lb);
-        self.check_job(self.src[0].buf, self.dst[0].buf, self.srect, self.drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
+        self.check_job(self.src[0].buf, self.dst[0].buf, self.srect, self.drect, |st, msg| {
+            diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg)
+        })?;
         self.apply_core()?;
 
         let bpl = dst_layout.planes[0].bytesperline as usize;
         for (j, buf) in dst.iter_mut().enumerate() {
-            let mut w = buf.write().with_context(|| format!("rga scaler: filling the letterbox pad of output buffer {j}"))?;
+            let mut w =
+                buf.write().with_context(|| format!("rga scaler: filling the letterbox pad of output buffer {j}"))?;
             fill_pad(&mut w, bpl, (d.width as usize, d.height as usize), lb.picture(), letterbox.pad);
         }
         self.letterbox = Some(lb);
@@ -505,7 +591,14 @@ impl RgaScaler {
     /// buffer), validates the job with `imcheck_t`, applies `--rga-core`, and fills the pad
     /// of every output buffer. Binding again releases the previous imports first. On error
     /// nothing stays imported.
-    pub fn bind_pools(&mut self, src: &[Vec<DmaBuf>], src_layout: &FrameLayout, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    pub fn bind_pools(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        src_layout: &FrameLayout,
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         self.release_all();
         let r = self.bind_inner(src, src_layout, dst, dst_layout, letterbox);
         if r.is_err() {
@@ -531,7 +624,13 @@ impl RgaScaler {
 
     /// For a source whose frames change size from frame to frame: imports the output pool
     /// now and each source buffer at its first frame. On error nothing stays imported.
-    fn bind_variable(&mut self, src: &[Vec<DmaBuf>], dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    fn bind_variable(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         self.release_all();
         let r = self.bind_variable_inner(src, dst, dst_layout, letterbox);
         if r.is_err() {
@@ -562,10 +661,18 @@ impl Scaler for RgaScaler {
 
     /// With imported pools: [`RgaScaler::bind_pools`] for a fixed source layout, else
     /// [`RgaScaler::bind_variable`]. With virtual addresses: checks the formats only.
-    fn bind(&mut self, src: &[Vec<DmaBuf>], src_layout: Option<&FrameLayout>, dst: &mut [DmaBuf], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<()> {
+    fn bind(
+        &mut self,
+        src: &[Vec<DmaBuf>],
+        src_layout: Option<&FrameLayout>,
+        dst: &mut [DmaBuf],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<()> {
         if let Some(v) = self.virtual_addresses.as_mut() {
             let fourcc = src_layout.map(|l| l.fourcc).unwrap_or(Fourcc::NV12);
-            RgaScaler::check(fourcc, dst_layout).map_err(|e| anyhow!("rga (virtual addresses) scaler cannot feed the model: {e:#}"))?;
+            RgaScaler::check(fourcc, dst_layout)
+                .map_err(|e| anyhow!("rga (virtual addresses) scaler cannot feed the model: {e:#}"))?;
             *v = Some((*dst_layout, letterbox));
             return Ok(());
         }
@@ -595,27 +702,66 @@ impl RgaScaler {
     /// (`wrapbuffer_virtualaddr_t`), as a plain pipeline does after copying each frame into
     /// its own buffer: nothing is imported, the driver pins the pages for each job. The
     /// output's pad is written by the CPU every frame (the buffer is ordinary memory here).
-    fn scale_virtual(&mut self, src: &[&[u8]], src_layout: &FrameLayout, dst: &mut [u8], dst_layout: &FrameLayout, letterbox: Letterbox) -> Result<LetterboxParams> {
+    fn scale_virtual(
+        &mut self,
+        src: &[&[u8]],
+        src_layout: &FrameLayout,
+        dst: &mut [u8],
+        dst_layout: &FrameLayout,
+        letterbox: Letterbox,
+    ) -> Result<LetterboxParams> {
         let s = source_image(src_layout)?;
         let d = dest_image(dst_layout)?;
         let sbytes = src.first().ok_or_else(|| anyhow!("rga scaler: a frame without a buffer"))?;
         if (sbytes.len() as u64) < s.bytes || (dst.len() as u64) < d.bytes {
-            bail!("rga scaler: buffers of {} and {} bytes for images of {} and {} bytes", sbytes.len(), dst.len(), s.bytes, d.bytes);
+            bail!(
+                "rga scaler: buffers of {} and {} bytes for images of {} and {} bytes",
+                sbytes.len(),
+                dst.len(),
+                s.bytes,
+                d.bytes
+            );
         }
         let to_int = |v: u32| c_int::try_from(v).map_err(|_| anyhow!("rga scaler: size {v} out of range"));
         let lb = rga_letterbox(letterbox, &s, &d);
-        fill_pad(dst, dst_layout.planes[0].bytesperline as usize, (d.width as usize, d.height as usize), lb.picture(), letterbox.pad);
+        fill_pad(
+            dst,
+            dst_layout.planes[0].bytesperline as usize,
+            (d.width as usize, d.height as usize),
+            lb.picture(),
+            letterbox.pad,
+        );
         // SAFETY: `sbytes` (>= the source image's bytes, checked above) and `dst` (>= the
         // output image's bytes) stay borrowed, valid and distinct (one shared, one unique
         // borrow) until the synchronous job below returns; only that job uses these buffers.
-        let sbuf = unsafe { self.lib.wrapbuffer_virtualaddr_t(sbytes.as_ptr() as *mut std::ffi::c_void, to_int(s.width)?, to_int(s.height)?, to_int(s.wstride)?, to_int(s.hstride)?, s.format) };
+        let sbuf = unsafe {
+            self.lib.wrapbuffer_virtualaddr_t(
+                sbytes.as_ptr() as *mut std::ffi::c_void,
+                to_int(s.width)?,
+                to_int(s.height)?,
+                to_int(s.wstride)?,
+                to_int(s.hstride)?,
+                s.format,
+            )
+        };
         // SAFETY: as above, for the destination.
-        let mut dbuf = unsafe { self.lib.wrapbuffer_virtualaddr_t(dst.as_mut_ptr() as *mut std::ffi::c_void, to_int(d.width)?, to_int(d.height)?, to_int(d.wstride)?, to_int(d.hstride)?, d.format) };
+        let mut dbuf = unsafe {
+            self.lib.wrapbuffer_virtualaddr_t(
+                dst.as_mut_ptr() as *mut std::ffi::c_void,
+                to_int(d.width)?,
+                to_int(d.height)?,
+                to_int(d.wstride)?,
+                to_int(d.hstride)?,
+                d.format,
+            )
+        };
         if s.yuv {
             dbuf.color_space_mode = sys::IM_YUV_TO_RGB_BT601_LIMIT;
         }
         let (srect, drect) = job_rects(&s, &lb);
-        self.check_job(sbuf, dbuf, srect, drect, |st, msg| diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg))?;
+        self.check_job(sbuf, dbuf, srect, drect, |st, msg| {
+            diagnose(src_layout.fourcc, &s, dst_layout.fourcc, &d, &lb, st, msg)
+        })?;
         // `src` and `dst` stay borrowed (valid, distinct) until this synchronous job returns.
         self.run_job(sbuf, dbuf, srect, drect, 0, 0)?;
         Ok(lb)

@@ -1,9 +1,9 @@
 use super::heap::rga_heap_with_ram;
-use zcpipe_sys::board::RamAbove4g;
 use super::image::stride_align;
 use super::*;
 use zcpipe_core::dmabuf::HeapChoice;
 use zcpipe_core::frame::{PlaneDesc, MAX_PLANES};
+use zcpipe_sys::board::RamAbove4g;
 
 fn nv12_with_bpl(w: u32, h: u32, bpl: u32) -> FrameLayout {
     let mut p = [PlaneDesc::default(); MAX_PLANES];
@@ -37,7 +37,9 @@ fn unusable_layouts_are_named() {
     assert!(source_image(&o).unwrap_err().to_string().contains("CbCr plane starts at byte"));
     let e = dest_image(&FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1249)).unwrap_err().to_string();
     assert!(e.contains("multiple of 3"), "{e}");
-    let e = RgaScaler::check(Fourcc::NV12, &FrameLayout::packed24(Fourcc::new(b"XR24"), 416, 416, 1664)).unwrap_err().to_string();
+    let e = RgaScaler::check(Fourcc::NV12, &FrameLayout::packed24(Fourcc::new(b"XR24"), 416, 416, 1664))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("cannot produce XR24"), "{e}");
     RgaScaler::check(Fourcc::YUYV, &FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248)).unwrap();
 }
@@ -50,10 +52,26 @@ fn diagnosis_names_the_rule() {
     let e = diagnose(Fourcc::NV12, &s, Fourcc::BGR24, &d, &lb, sys::IM_STATUS_NOT_SUPPORTED, "x");
     assert!(e.contains("width stride 650 px is not a multiple of 16"), "{e}");
     let s = source_image(&nv12_with_bpl(642, 481, 656)).unwrap();
-    let e = diagnose(Fourcc::NV12, &s, Fourcc::BGR24, &d, &LetterboxParams::top_left(642, 481, 416, 416), sys::IM_STATUS_INVALID_PARAM, "");
+    let e = diagnose(
+        Fourcc::NV12,
+        &s,
+        Fourcc::BGR24,
+        &d,
+        &LetterboxParams::top_left(642, 481, 416, 416),
+        sys::IM_STATUS_INVALID_PARAM,
+        "",
+    );
     assert!(e.contains("even sizes"), "{e}");
     let s = source_image(&nv12_with_bpl(16, 16, 16)).unwrap();
-    let e = diagnose(Fourcc::NV12, &s, Fourcc::BGR24, &d, &LetterboxParams::top_left(16, 16, 416, 416), sys::IM_STATUS_NOT_SUPPORTED, "");
+    let e = diagnose(
+        Fourcc::NV12,
+        &s,
+        Fourcc::BGR24,
+        &d,
+        &LetterboxParams::top_left(16, 16, 416, 416),
+        sys::IM_STATUS_NOT_SUPPORTED,
+        "",
+    );
     assert!(e.contains("1/16..16"), "{e}");
     assert_eq!((stride_align(8), stride_align(16), stride_align(24)), (16, 8, 16));
 }
@@ -66,7 +84,14 @@ fn version_line_reads_querystring() {
 }
 
 fn ram(above: bool) -> Option<RamAbove4g> {
-    Some(RamAbove4g { above, evidence: if above { "System RAM ends at 0x200000000 (/proc/iomem)".into() } else { "System RAM ends at 0xf0000000 (/proc/iomem)".into() } })
+    Some(RamAbove4g {
+        above,
+        evidence: if above {
+            "System RAM ends at 0x200000000 (/proc/iomem)".into()
+        } else {
+            "System RAM ends at 0xf0000000 (/proc/iomem)".into()
+        },
+    })
 }
 
 #[test]
@@ -96,7 +121,11 @@ fn heap_prefers_dma32_then_cma_and_says_why() {
     // DRM dumb buffers may be IOMMU-mapped pages anywhere in RAM: kept, with the warning.
     let r = rga_heap_with_ram(HeapChoice::Drm, dir.path(), ram(true), false);
     assert_eq!(r.choice, HeapChoice::Drm);
-    assert!(r.reason.starts_with("--heap drm as asked; RAM lies above 4 GiB") && r.reason.contains("RGA_MMU"), "{}", r.reason);
+    assert!(
+        r.reason.starts_with("--heap drm as asked; RAM lies above 4 GiB") && r.reason.contains("RGA_MMU"),
+        "{}",
+        r.reason
+    );
     assert_eq!(rga_heap_with_ram(HeapChoice::Drm, dir.path(), ram(false), false).reason, "--heap drm as asked");
     assert!(rga_heap_with_ram(HeapChoice::Memfd, dir.path(), None, false).reason.contains("cannot import"));
 }

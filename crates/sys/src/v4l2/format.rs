@@ -279,7 +279,13 @@ impl Format {
         if is_multiplanar(self.type_) {
             let p = *self.pix_mp();
             let n = (p.num_planes as usize).clamp(1, VIDEO_MAX_PLANES);
-            (p.width, p.height, p.fourcc(), p.plane_fmt[..n].iter().map(|pf| (pf.bytesperline, pf.sizeimage)).collect(), p.field)
+            (
+                p.width,
+                p.height,
+                p.fourcc(),
+                p.plane_fmt[..n].iter().map(|pf| (pf.bytesperline, pf.sizeimage)).collect(),
+                p.field,
+            )
         } else {
             let p = *self.pix();
             (p.width, p.height, p.fourcc(), vec![(p.bytesperline, p.sizeimage)], p.field)
@@ -446,7 +452,9 @@ impl FrmSizeEnum {
 impl fmt::Debug for FrmSizeEnum {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("FrmSizeEnum");
-        d.field("index", &self.index).field("pixel_format", &fourcc_from_v4l2(self.pixel_format)).field("type_", &self.type_);
+        d.field("index", &self.index)
+            .field("pixel_format", &fourcc_from_v4l2(self.pixel_format))
+            .field("type_", &self.type_);
         if self.type_ == V4L2_FRMSIZE_TYPE_DISCRETE {
             d.field("discrete", &self.discrete());
         } else {

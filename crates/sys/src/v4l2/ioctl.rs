@@ -37,23 +37,100 @@ macro_rules! v4l2_ioctl {
 mod raw {
     use super::*;
 
-    v4l2_ioctl!(read, querycap, VIDIOC_QUERYCAP, 0, Capability, "`VIDIOC_QUERYCAP`: `_IOR('V', 0, struct v4l2_capability)`.");
-    v4l2_ioctl!(readwrite, enum_fmt, VIDIOC_ENUM_FMT, 2, FmtDesc, "`VIDIOC_ENUM_FMT`: `_IOWR('V', 2, struct v4l2_fmtdesc)`.");
+    v4l2_ioctl!(
+        read,
+        querycap,
+        VIDIOC_QUERYCAP,
+        0,
+        Capability,
+        "`VIDIOC_QUERYCAP`: `_IOR('V', 0, struct v4l2_capability)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        enum_fmt,
+        VIDIOC_ENUM_FMT,
+        2,
+        FmtDesc,
+        "`VIDIOC_ENUM_FMT`: `_IOWR('V', 2, struct v4l2_fmtdesc)`."
+    );
     v4l2_ioctl!(readwrite, g_fmt, VIDIOC_G_FMT, 4, Format, "`VIDIOC_G_FMT`: `_IOWR('V', 4, struct v4l2_format)`.");
     v4l2_ioctl!(readwrite, s_fmt, VIDIOC_S_FMT, 5, Format, "`VIDIOC_S_FMT`: `_IOWR('V', 5, struct v4l2_format)`.");
-    v4l2_ioctl!(readwrite, reqbufs, VIDIOC_REQBUFS, 8, RequestBuffers, "`VIDIOC_REQBUFS`: `_IOWR('V', 8, struct v4l2_requestbuffers)`.");
-    v4l2_ioctl!(readwrite, querybuf, VIDIOC_QUERYBUF, 9, Buffer, "`VIDIOC_QUERYBUF`: `_IOWR('V', 9, struct v4l2_buffer)`.");
+    v4l2_ioctl!(
+        readwrite,
+        reqbufs,
+        VIDIOC_REQBUFS,
+        8,
+        RequestBuffers,
+        "`VIDIOC_REQBUFS`: `_IOWR('V', 8, struct v4l2_requestbuffers)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        querybuf,
+        VIDIOC_QUERYBUF,
+        9,
+        Buffer,
+        "`VIDIOC_QUERYBUF`: `_IOWR('V', 9, struct v4l2_buffer)`."
+    );
     v4l2_ioctl!(readwrite, qbuf, VIDIOC_QBUF, 15, Buffer, "`VIDIOC_QBUF`: `_IOWR('V', 15, struct v4l2_buffer)`.");
-    v4l2_ioctl!(readwrite, expbuf, VIDIOC_EXPBUF, 16, ExportBuffer, "`VIDIOC_EXPBUF`: `_IOWR('V', 16, struct v4l2_exportbuffer)`.");
+    v4l2_ioctl!(
+        readwrite,
+        expbuf,
+        VIDIOC_EXPBUF,
+        16,
+        ExportBuffer,
+        "`VIDIOC_EXPBUF`: `_IOWR('V', 16, struct v4l2_exportbuffer)`."
+    );
     v4l2_ioctl!(readwrite, dqbuf, VIDIOC_DQBUF, 17, Buffer, "`VIDIOC_DQBUF`: `_IOWR('V', 17, struct v4l2_buffer)`.");
     v4l2_ioctl!(write, streamon, VIDIOC_STREAMON, 18, libc::c_int, "`VIDIOC_STREAMON`: `_IOW('V', 18, int)`.");
     v4l2_ioctl!(write, streamoff, VIDIOC_STREAMOFF, 19, libc::c_int, "`VIDIOC_STREAMOFF`: `_IOW('V', 19, int)`.");
-    v4l2_ioctl!(readwrite, g_parm, VIDIOC_G_PARM, 21, StreamParm, "`VIDIOC_G_PARM`: `_IOWR('V', 21, struct v4l2_streamparm)`.");
-    v4l2_ioctl!(readwrite, s_parm, VIDIOC_S_PARM, 22, StreamParm, "`VIDIOC_S_PARM`: `_IOWR('V', 22, struct v4l2_streamparm)`.");
-    v4l2_ioctl!(readwrite, try_fmt, VIDIOC_TRY_FMT, 64, Format, "`VIDIOC_TRY_FMT`: `_IOWR('V', 64, struct v4l2_format)`.");
-    v4l2_ioctl!(readwrite, enum_framesizes, VIDIOC_ENUM_FRAMESIZES, 74, FrmSizeEnum, "`VIDIOC_ENUM_FRAMESIZES`: `_IOWR('V', 74, struct v4l2_frmsizeenum)`.");
-    v4l2_ioctl!(readwrite, enum_frameintervals, VIDIOC_ENUM_FRAMEINTERVALS, 75, FrmIvalEnum, "`VIDIOC_ENUM_FRAMEINTERVALS`: `_IOWR('V', 75, struct v4l2_frmivalenum)`.");
-    v4l2_ioctl!(readwrite, s_selection, VIDIOC_S_SELECTION, 95, Selection, "`VIDIOC_S_SELECTION`: `_IOWR('V', 95, struct v4l2_selection)`.");
+    v4l2_ioctl!(
+        readwrite,
+        g_parm,
+        VIDIOC_G_PARM,
+        21,
+        StreamParm,
+        "`VIDIOC_G_PARM`: `_IOWR('V', 21, struct v4l2_streamparm)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        s_parm,
+        VIDIOC_S_PARM,
+        22,
+        StreamParm,
+        "`VIDIOC_S_PARM`: `_IOWR('V', 22, struct v4l2_streamparm)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        try_fmt,
+        VIDIOC_TRY_FMT,
+        64,
+        Format,
+        "`VIDIOC_TRY_FMT`: `_IOWR('V', 64, struct v4l2_format)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        enum_framesizes,
+        VIDIOC_ENUM_FRAMESIZES,
+        74,
+        FrmSizeEnum,
+        "`VIDIOC_ENUM_FRAMESIZES`: `_IOWR('V', 74, struct v4l2_frmsizeenum)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        enum_frameintervals,
+        VIDIOC_ENUM_FRAMEINTERVALS,
+        75,
+        FrmIvalEnum,
+        "`VIDIOC_ENUM_FRAMEINTERVALS`: `_IOWR('V', 75, struct v4l2_frmivalenum)`."
+    );
+    v4l2_ioctl!(
+        readwrite,
+        s_selection,
+        VIDIOC_S_SELECTION,
+        95,
+        Selection,
+        "`VIDIOC_S_SELECTION`: `_IOWR('V', 95, struct v4l2_selection)`."
+    );
 }
 
 pub use raw::{

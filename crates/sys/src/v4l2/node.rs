@@ -82,7 +82,13 @@ pub fn open_node(path: &Path) -> io::Result<File> {
 pub fn query_node(fd: BorrowedFd<'_>, path: &Path) -> io::Result<NodeInfo> {
     let mut cap = sys::Capability::default();
     sys::querycap(fd, &mut cap)?;
-    Ok(NodeInfo { path: path.to_path_buf(), driver: cap.driver().into_owned(), card: cap.card().into_owned(), caps: cap.caps(), cap })
+    Ok(NodeInfo {
+        path: path.to_path_buf(),
+        driver: cap.driver().into_owned(),
+        card: cap.card().into_owned(),
+        caps: cap.caps(),
+        cap,
+    })
 }
 
 /// Opens `path` briefly ([`open_node`]) and queries it ([`query_node`]).
@@ -122,7 +128,11 @@ pub fn first_capture_node() -> Option<NodeInfo> {
 
 /// Every mem2mem node that streams, in numeric order (for `--scaler v4l2m2m`'s messages).
 pub fn m2m_nodes() -> Vec<NodeInfo> {
-    video_nodes().iter().filter_map(|p| probe_node(p).ok()).filter(|n| n.cap.is_m2m() && n.cap.has_streaming()).collect()
+    video_nodes()
+        .iter()
+        .filter_map(|p| probe_node(p).ok())
+        .filter(|n| n.cap.is_m2m() && n.cap.has_streaming())
+        .collect()
 }
 
 /// For error messages: the nodes of `kind` (`"capture"`, `"mem2mem"`) other than `except`
@@ -144,6 +154,9 @@ mod tests {
     #[test]
     fn caps_are_named() {
         assert_eq!(caps_names(sys::V4L2_CAP_VIDEO_M2M | sys::V4L2_CAP_STREAMING), "VIDEO_M2M|STREAMING");
-        assert_eq!(caps_names(sys::V4L2_CAP_VIDEO_CAPTURE_MPLANE | sys::V4L2_CAP_READWRITE), "VIDEO_CAPTURE_MPLANE|READWRITE");
+        assert_eq!(
+            caps_names(sys::V4L2_CAP_VIDEO_CAPTURE_MPLANE | sys::V4L2_CAP_READWRITE),
+            "VIDEO_CAPTURE_MPLANE|READWRITE"
+        );
     }
 }
