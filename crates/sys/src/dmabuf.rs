@@ -28,7 +28,13 @@ pub const DMA_BUF_SYNC_START: u64 = 0 << 2;
 /// Access ends (`DMA_BUF_SYNC_END`).
 pub const DMA_BUF_SYNC_END: u64 = 1 << 2;
 
-nix::ioctl_write_ptr!(dma_buf_ioctl_sync_raw, b'b', 0, DmaBufSync);
+nix::ioctl_write_ptr!(
+    /// `DMA_BUF_IOCTL_SYNC` as nix generates it; [`sync`] is the wrapper to call.
+    dma_buf_ioctl_sync_raw,
+    b'b',
+    0,
+    DmaBufSync
+);
 
 /// The request number of `DMA_BUF_IOCTL_SYNC`: `_IOW('b', 0, struct dma_buf_sync)`.
 pub const DMA_BUF_IOCTL_SYNC: u64 = nix::request_code_write!(b'b', 0, std::mem::size_of::<DmaBufSync>()) as u64;

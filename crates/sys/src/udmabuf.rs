@@ -25,7 +25,13 @@ pub struct UdmabufCreate {
 /// Close the new dma-buf fd on exec (`UDMABUF_FLAGS_CLOEXEC`).
 pub const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
 
-nix::ioctl_write_ptr!(udmabuf_create_raw, b'u', 0x42, UdmabufCreate);
+nix::ioctl_write_ptr!(
+    /// `UDMABUF_CREATE` as nix generates it; [`create`] is the wrapper to call.
+    udmabuf_create_raw,
+    b'u',
+    0x42,
+    UdmabufCreate
+);
 
 /// The request number of `UDMABUF_CREATE`: `_IOW('u', 0x42, struct udmabuf_create)`.
 pub const UDMABUF_CREATE: u64 = nix::request_code_write!(b'u', 0x42, std::mem::size_of::<UdmabufCreate>()) as u64;

@@ -312,9 +312,10 @@ fn fd_inode(fd: c_int) -> u64 {
 }
 
 fn fd_size(fd: c_int) -> Option<u64> {
+    // SAFETY: `libc::stat` is plain integers, for which all-zero bytes are a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid out-pointer for fstat; `fd` is whatever the caller passed,
     // and fstat on a bad fd just fails with EBADF.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size > 0 {
         return Some(st.st_size as u64);
     }

@@ -1352,9 +1352,15 @@ unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque) -> MppRet
     };
     let mut st = lock(&c.shared.st);
     let name = cmd_name(cmd);
-    // SAFETY (the reads below): the commands that take a value take a pointer to a 4-byte
-    // integer (RK_U32, or MppPollType read from the RK_S64 rk_mpi_cmd.h documents).
-    let read_u32 = |p: Opaque| if p.is_null() { 0 } else { unsafe { *(p as *const u32) } };
+    let read_u32 = |p: Opaque| {
+        if p.is_null() {
+            0
+        } else {
+            // SAFETY: the commands that take a value take a pointer to a 4-byte integer
+            // (RK_U32, or MppPollType read from the RK_S64 rk_mpi_cmd.h documents).
+            unsafe { *(p as *const u32) }
+        }
+    };
     let (ret, detail) = match cmd {
         MPP_DEC_SET_PARSER_SPLIT_MODE => {
             if st.inited {
