@@ -91,8 +91,15 @@ fuzz:
 fuzz-ci:
 	CARGO="$(CARGO)" FUZZ_BUILD=dev bash scripts/fuzz.sh time $(FUZZ_CI_SECONDS)
 
+# The house rules, by tools: rustfmt (rustfmt.toml), clippy with warnings denied (the workspace's
+# lints: missing_docs in the library crates, undocumented_unsafe_blocks), the crate graph
+# (scripts/layers.py: no crate names one at or above its layer) and no .rs file over 800 lines.
 lint:
-	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) fmt --check --manifest-path fuzz/Cargo.toml
+	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	python3 scripts/layers.py
+	bash scripts/file-sizes.sh
 
 # Soak, a long run (not in CI): 10^6 frames through the four stages transport-only, then 3000
 # with the CPU scaler and ONNX, every stage's RSS, Pss, fds and memfds sampled each second;

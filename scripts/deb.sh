@@ -11,7 +11,7 @@
 #   /usr/bin/zcpipe                          stripped
 #   /usr/share/zcpipe/models/                the ONNX and .rknn models, coco80.txt, PROVENANCE.md
 #   /usr/share/zcpipe/one-by-one-person-detection.mp4 (+ .PROVENANCE.md): what --source auto plays
-#                                            (src/core/data.rs looks in /usr/share/zcpipe)
+#                                            (crates/core/src/data.rs looks in /usr/share/zcpipe)
 #   /usr/lib/udev/rules.d/99-zcpipe.rules    the device nodes for the zcpipe group
 #   /usr/lib/systemd/system/                 deploy/'s units (installed, not enabled)
 #   /etc/zcpipe/zcpipe.toml                  deploy/zcpipe.toml with every setting commented out, a conffile
@@ -100,7 +100,7 @@ install -D -m 0755 "$bin" "$root/usr/bin/zcpipe"
 "${tools}strip" --remove-section=.comment --remove-section=.note "$root/usr/bin/zcpipe"
 log "binary: $(stat -c %s "$bin") bytes, stripped $(stat -c %s "$root/usr/bin/zcpipe") bytes"
 
-# Data: what `zcpipe run`'s defaults look up (src/core/data.rs, INSTALLED_DATA_DIR).
+# Data: what `zcpipe run`'s defaults look up (crates/core/src/data.rs, INSTALLED_DATA_DIR).
 share=$root/usr/share/zcpipe
 for f in models/yolox_nano.onnx models/coco80.txt models/yolox_nano_416_*.rknn models/PROVENANCE.md; do
     install -D -m 0644 "$f" "$share/$f"

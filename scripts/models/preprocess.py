@@ -1,7 +1,7 @@
 """Reference pre-processing for zcpipe's whole-pipeline tests, in numpy: a source image
 letterboxed into a model's input the way each family's published code does it, and the
 boxes mapped back to source pixels the way it does. Written for the tests from the
-families' formulas, not from zcpipe's Rust (src/core/frame.rs, src/scale/).
+families' formulas, not from zcpipe's Rust (crates/core/src/frame.rs, crates/scale/src/).
 
 * Resize: OpenCV ``cv2.resize(..., interpolation=cv2.INTER_LINEAR)``: output pixel x
   samples the source at ``(x + 0.5) * src_w / dst_w - 0.5`` (half-pixel centres), clamped

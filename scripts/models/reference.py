@@ -1,7 +1,7 @@
 """Reference decoders for the detection-head layouts zcpipe reads, in numpy.
 
 Written for zcpipe's tests from each family's published post-processing, not from
-zcpipe's Rust (src/infer/heads/):
+zcpipe's Rust (crates/infer/src/heads/):
 
 * YOLOX (one output [1, N, 5+C]): YOLOX ``demo_postprocess`` and
   ``multiclass_nms_class_aware`` (yolox/utils/demo_utils.py): per stride s and cell
