@@ -78,7 +78,7 @@ impl StageProc {
             .arg(dir.join("run"))
             .args(["--stats-interval", "0"])
             .args(args)
-            .env("RUST_LOG", "zcpipe=info,zcpipe::metrics=debug")
+            .env("RUST_LOG", "zcpipe=info,zcpipe_core::metrics=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

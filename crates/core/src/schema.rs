@@ -15,7 +15,7 @@
 //!   "left_zone" | "stationary" | "end", "camera": str, "track_id": u64, "label": str,
 //!   "class_id": u32, "score": f32, "zone": str | null, "first_seen_ns": u64,
 //!   "last_seen_ns": u64, "timestamp_ns": u64, "box": [x1, y1, x2, y2]}` (see
-//!   [`zcpipe_track`] for when each happens);
+//!   the zcpipe-track crate for when each happens);
 //! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
 //!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted",
 //!   "frames_lost": u64, "seq": u64}` (`seq`: the frame that follows; `frames_lost`: see
@@ -156,7 +156,7 @@ pub struct FrameJson {
     pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
 }
 
-/// The `"event"` line: something happened to a tracked object ([`zcpipe_track`]).
+/// The `"event"` line: something happened to a tracked object (the zcpipe-track crate says when).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct EventJson {
     /// `new` (the track was confirmed), `entered_zone`, `left_zone`, `stationary`, `end`
