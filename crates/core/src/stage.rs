@@ -349,10 +349,10 @@ pub fn serve_pool(
     }
     down.serve(
         prod,
-        |p, hello| if crate::link::tap_name(hello).is_some() { None } else { p.live_consumer() },
+        |p, hello| if hello.tap().is_some() { None } else { p.live_consumer() },
         |p, conn, hello| {
-            if let Some((name, hold)) = crate::link::tap_request(&hello) {
-                return p.add_tap(conn, name, hold);
+            if let Some(tap) = hello.tap() {
+                return p.add_tap(conn, &tap.name, tap.hold());
             }
             let conn = check_hello(conn, &hello, check)?;
             p.reoffer(conn, consumer)
