@@ -9,11 +9,36 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Every transport of a default run (`iceoryx2` only in builds with that cargo feature).
 #[cfg(not(feature = "iceoryx2"))]
-const TRANSPORTS: [&str; 12] =
-    ["none", "pipe", "pipe-1m", "mq", "unix", "tcp", "shm-copy", "shm-inplace", "shm-spin", "ring", "ring-desc", "ring-spin"];
+const TRANSPORTS: [&str; 12] = [
+    "none",
+    "pipe",
+    "pipe-1m",
+    "mq",
+    "unix",
+    "tcp",
+    "shm-copy",
+    "shm-inplace",
+    "shm-spin",
+    "ring",
+    "ring-desc",
+    "ring-spin",
+];
 #[cfg(feature = "iceoryx2")]
-const TRANSPORTS: [&str; 13] =
-    ["none", "pipe", "pipe-1m", "mq", "unix", "tcp", "shm-copy", "shm-inplace", "shm-spin", "ring", "ring-desc", "ring-spin", "iceoryx2"];
+const TRANSPORTS: [&str; 13] = [
+    "none",
+    "pipe",
+    "pipe-1m",
+    "mq",
+    "unix",
+    "tcp",
+    "shm-copy",
+    "shm-inplace",
+    "shm-spin",
+    "ring",
+    "ring-desc",
+    "ring-spin",
+    "iceoryx2",
+];
 const SMALL: [&str; 6] = ["bench", "ipc", "--sizes", "64,4K", "--rounds", "2"];
 
 fn zcpipe(args: &[&str]) -> Output {
@@ -31,7 +56,8 @@ fn json_and_markdown_have_every_row() {
     args.extend(["--iters", "50", "--json"]);
     let out = zcpipe(&args);
     assert!(out.status.success(), "exit {:?}\nstderr:\n{}", out.status, text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(&out.stdout)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(&out.stdout)));
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), TRANSPORTS.len() * 2, "one row per transport and size");
     for bytes in [64u64, 4096] {
@@ -84,7 +110,19 @@ fn json_and_markdown_have_every_row() {
 
 #[test]
 fn baseline_is_always_measured() {
-    let out = zcpipe(&["bench", "ipc", "--sizes", "1K", "--rounds", "1", "--iters", "10", "--transports", "ring-desc", "--json"]);
+    let out = zcpipe(&[
+        "bench",
+        "ipc",
+        "--sizes",
+        "1K",
+        "--rounds",
+        "1",
+        "--iters",
+        "10",
+        "--transports",
+        "ring-desc",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["rows"].as_array().unwrap().iter().map(|r| r["transport"].as_str().unwrap()).collect();
@@ -137,12 +175,14 @@ fn iceoryx2_needs_its_feature() {
 #[test]
 fn iceoryx2_row_is_measured() {
     let frame = 3_110_400u64; // 1080p NV12
-    let base = ["bench", "ipc", "--sizes", "64,1080p", "--rounds", "2", "--iters", "20", "--transports", "iceoryx2,ring"];
+    let base =
+        ["bench", "ipc", "--sizes", "64,1080p", "--rounds", "2", "--iters", "20", "--transports", "iceoryx2,ring"];
     let mut args = base.to_vec();
     args.push("--json");
     let out = zcpipe(&args);
     assert!(out.status.success(), "exit {:?}\nstderr:\n{}", out.status, text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(&out.stdout)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(&out.stdout)));
     let rows = v["rows"].as_array().expect("rows");
     let names: Vec<&str> = rows.iter().map(|r| r["transport"].as_str().unwrap_or("")).collect();
     assert_eq!(names, ["none", "ring", "iceoryx2", "none", "ring", "iceoryx2"], "table order, sizes outermost");
@@ -160,11 +200,15 @@ fn iceoryx2_row_is_measured() {
         assert!(f("ratio_to_none") > 0.0, "iceoryx2 {bytes}: ratio");
     }
     let notes = v["notes"].as_array().expect("notes");
-    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("iceoryx2: iceoryx2 0.10"))), "legend: {notes:?}");
+    assert!(
+        notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("iceoryx2: iceoryx2 0.10"))),
+        "legend: {notes:?}"
+    );
     assert!(!notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("not measured"))), "{notes:?}");
     let ctx = v["context"].as_array().expect("context");
     assert!(
-        ctx.iter().any(|c| c["name"].as_str().is_some_and(|n| n.starts_with("iceoryx2 / ring at 1080p")) && c["value"].as_f64().is_some()),
+        ctx.iter().any(|c| c["name"].as_str().is_some_and(|n| n.starts_with("iceoryx2 / ring at 1080p"))
+            && c["value"].as_f64().is_some()),
         "context has iceoryx2 / ring at 1080p: {ctx:?}"
     );
 

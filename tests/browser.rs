@@ -31,14 +31,25 @@ fn free_port() -> u16 {
 }
 
 fn chromium() -> Option<String> {
-    ["chromium", "chromium-browser", "google-chrome"].iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success())).map(|c| c.to_string())
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .map(|c| c.to_string())
 }
 
 /// Headless Chromium on `url` at 1000x700 with `what` (`--screenshot=...` or
 /// `--dump-dom`): its stdout.
 fn chrome(bin: &str, url: &str, what: &str, profile: &Path) -> String {
     let out = Command::new(bin)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--window-size=1000,700", "--timeout=4000"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--window-size=1000,700",
+            "--timeout=4000",
+        ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(what)
         .arg(url)
@@ -66,7 +77,17 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut run = zcpipe_run(dir.path())
-        .args(["--instance", "browser", "--no-print", "--http", &format!("127.0.0.1:{port}"), "--view-fps", "10", "--frames", "3000"])
+        .args([
+            "--instance",
+            "browser",
+            "--no-print",
+            "--http",
+            &format!("127.0.0.1:{port}"),
+            "--view-fps",
+            "10",
+            "--frames",
+            "3000",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -93,7 +114,15 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
     };
     // Until the clip shows a person (it starts with one in view).
     assert!(
-        wait_for(Duration::from_secs(120), || lines.lock().unwrap().values().rev().take(5).filter(|f| f["detections"].as_array().is_some_and(|d| d.iter().any(|d| d["label"] == "person"))).count() >= 3),
+        wait_for(Duration::from_secs(120), || lines
+            .lock()
+            .unwrap()
+            .values()
+            .rev()
+            .take(5)
+            .filter(|f| f["detections"].as_array().is_some_and(|d| d.iter().any(|d| d["label"] == "person")))
+            .count()
+            >= 3),
         "frames with a person detected"
     );
     // Pixels flow to the view: a snapshot has the camera's pixels under its boxes (the tap
@@ -117,11 +146,14 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
     let img = image::open(&shot).unwrap().to_rgb8();
     assert_eq!(img.dimensions(), (1000, 700));
     // Where the camera's picture is on the page (the page's own getBoundingClientRect).
-    let rect: Vec<f64> = serde_json::from_str(&attr(&dom, "img-cam0", "data-rect").expect("the picture's data-rect")).unwrap();
+    let rect: Vec<f64> =
+        serde_json::from_str(&attr(&dom, "img-cam0", "data-rect").expect("the picture's data-rect")).unwrap();
     let (x0, y0, w, h) = (rect[0], rect[1], rect[2], rect[3]);
     assert!(w > 100.0 && h > 50.0, "the picture is on the page: {rect:?}");
     // The camera's picture: a photo's spread of values, not the dark canvas of no pixels.
-    let px = |x: f64, y: f64| *img.get_pixel((x0 + x).round().clamp(0.0, 999.0) as u32, (y0 + y).round().clamp(0.0, 699.0) as u32);
+    let px = |x: f64, y: f64| {
+        *img.get_pixel((x0 + x).round().clamp(0.0, 999.0) as u32, (y0 + y).round().clamp(0.0, 699.0) as u32)
+    };
     let mut lum = vec![];
     for j in 0..20 {
         for i in 0..20 {
@@ -153,7 +185,8 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
                 let (x, y) = (b[0] + (b[2] - b[0]) * t, b[1] + (b[3] - b[1]) * t);
                 for (ex, ey) in [(x, b[1]), (x, b[3]), (b[0], y), (b[2], y)] {
                     all += 1;
-                    let near = (-2..=2).any(|d| green(px(ex * sx + d as f64, ey * sy)) || green(px(ex * sx, ey * sy + d as f64)));
+                    let near = (-2..=2)
+                        .any(|d| green(px(ex * sx + d as f64, ey * sy)) || green(px(ex * sx, ey * sy + d as f64)));
                     hit += near as u32;
                 }
             }
@@ -178,13 +211,24 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
             best = (share, *seq, boxes);
         }
     }
-    assert!(best.0 > 0.8, "the person boxes of a recent frame line are drawn where they are reported: best {:.2} (frame {})", best.0, best.1);
+    assert!(
+        best.0 > 0.8,
+        "the person boxes of a recent frame line are drawn where they are reported: best {:.2} (frame {})",
+        best.0,
+        best.1
+    );
     // The colour test tells drawn boxes from the picture: the same boxes moved left by one
     // and a half widths (clear of the box and of its tag, which runs right from its corner)
     // match far worse.
     let moved = score(&best.2, -1.5);
-    assert!(moved < 0.2, "boxes moved beside themselves still match {moved:.2}: the colour test finds green where no box is");
-    eprintln!("browser: picture at {rect:?}; frame {} matched {:.2} (moved: {moved:.2}); luminance mean {mean:.0} sd {sd:.0}", best.1, best.0);
+    assert!(
+        moved < 0.2,
+        "boxes moved beside themselves still match {moved:.2}: the colour test finds green where no box is"
+    );
+    eprintln!(
+        "browser: picture at {rect:?}; frame {} matched {:.2} (moved: {moved:.2}); luminance mean {mean:.0} sd {sd:.0}",
+        best.1, best.0
+    );
     std::fs::create_dir_all(root().join("target/browser")).unwrap();
     std::fs::copy(&shot, root().join("target/browser/web-view.png")).unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();

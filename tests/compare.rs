@@ -13,7 +13,20 @@ const BGR_416: f64 = 519_168.0;
 #[test]
 fn compare_runs_both_modes_and_counts_copies_exactly() {
     let out = zcpipe()
-        .args(["compare", "--source", "testsrc:320x240@200", "--frames", "20", "--infer", "none", "--rounds", "1", "--json", "--ring-policy", "block"])
+        .args([
+            "compare",
+            "--source",
+            "testsrc:320x240@200",
+            "--frames",
+            "20",
+            "--infer",
+            "none",
+            "--rounds",
+            "1",
+            "--json",
+            "--ring-policy",
+            "block",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -38,7 +51,11 @@ fn compare_runs_both_modes_and_counts_copies_exactly() {
         let frames = st["capture"]["frames_out"].as_f64().unwrap();
         if let Some(copied) = st["capture"]["copy_out"]["copied_bytes"].as_f64() {
             let total = copied + st["scale"]["copy_in"]["copied_bytes"].as_f64().unwrap();
-            assert_eq!(total, 2.0 * frames * NV12_320X240, "copy mode counted 2 x frames x frame size on the first hop");
+            assert_eq!(
+                total,
+                2.0 * frames * NV12_320X240,
+                "copy mode counted 2 x frames x frame size on the first hop"
+            );
         } else {
             assert!(st["scale"]["copy_in"].is_null(), "zero-copy mode has no copy counters");
         }
@@ -72,7 +89,18 @@ fn compare_table_and_report_are_written() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("report.svg");
     let out = zcpipe()
-        .args(["compare", "--source", "testsrc:160x120@200", "--frames", "10", "--infer", "none", "--rounds", "1", "--report"])
+        .args([
+            "compare",
+            "--source",
+            "testsrc:160x120@200",
+            "--frames",
+            "10",
+            "--infer",
+            "none",
+            "--rounds",
+            "1",
+            "--report",
+        ])
         .arg(&svg)
         .output()
         .unwrap();

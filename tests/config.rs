@@ -25,7 +25,8 @@ fn zcpipe(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) 
         c.env(k, v);
     }
     let out: Output = c.output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
     assert!(!stderr.contains("panicked"), "{stderr}");
     (out.status.code(), stdout, stderr)
 }
@@ -49,7 +50,11 @@ fn check_says_ok_or_names_the_line() {
     for (text, want) in bad {
         let (_d, p) = file(text);
         let (code, out, err) = zcpipe(&["config", "check", s(&p)], &[]);
-        assert_eq!((code, out.as_str(), err), (Some(2), "", format!("zcpipe config: error: {}:{want}\n", p.display())), "{text}");
+        assert_eq!(
+            (code, out.as_str(), err),
+            (Some(2), "", format!("zcpipe config: error: {}:{want}\n", p.display())),
+            "{text}"
+        );
     }
     // The whole file together: a V4L2 option on a test pattern names the camera.
     let (_d, p) = file("[camera.front]\nsource = \"testsrc\"\nformat = \"NV12\"\n");
@@ -65,7 +70,8 @@ fn check_says_ok_or_names_the_line() {
 #[test]
 fn print_shows_the_precedence_with_a_variable_set() {
     let (_d, p) = file("restart-max = 7\nrestart-window = 30\nwatchdog = 2\n");
-    let (code, out, err) = zcpipe(&["config", "print", "--config", s(&p), "--watchdog", "9"], &[("ZCPIPE_RESTART_WINDOW", "45")]);
+    let (code, out, err) =
+        zcpipe(&["config", "print", "--config", s(&p), "--watchdog", "9"], &[("ZCPIPE_RESTART_WINDOW", "45")]);
     assert_eq!(code, Some(0), "{err}");
     for want in [
         format!("# file: {}\n", p.display()),
@@ -79,7 +85,10 @@ fn print_shows_the_precedence_with_a_variable_set() {
     // A bad variable names itself.
     let (code, _, err) = zcpipe(&["config", "print", "--config", s(&p)], &[("ZCPIPE_WATCHDOG", "soon")]);
     assert_eq!(code, Some(2));
-    assert!(err.starts_with("zcpipe config: error: ZCPIPE_WATCHDOG=soon: invalid value 'soon' for '--watchdog <WATCHDOG>'"), "{err}");
+    assert!(
+        err.starts_with("zcpipe config: error: ZCPIPE_WATCHDOG=soon: invalid value 'soon' for '--watchdog <WATCHDOG>'"),
+        "{err}"
+    );
     // And `zcpipe run` refuses it the same way, before anything starts.
     let (code, _, err) = zcpipe(&["run", "--config", s(&p), "--dry-run"], &[("ZCPIPE_WATCHDOG", "soon")]);
     assert_eq!(code, Some(2));
@@ -96,18 +105,28 @@ fn run_dry_run_plans_the_files_cameras() {
     assert!(out.contains("front: testsrc:64x48@30 paced at 5 fps (--fps)"), "{out}");
     assert!(out.contains("camera front: testsrc:64x48@30 (its own capture stage, capture@front)\ncamera door: testsrc:32x32@30 (its own capture stage, capture@door)\n"), "{out}");
     // A --source on the command line replaces the file's cameras.
-    let (code, out, err) = zcpipe(&["run", "--config", s(&p), "--dry-run", "--source", "testsrc:16x16"], &[("XDG_RUNTIME_DIR", rt)]);
+    let (code, out, err) =
+        zcpipe(&["run", "--config", s(&p), "--dry-run", "--source", "testsrc:16x16"], &[("XDG_RUNTIME_DIR", rt)]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("testsrc:16x16") && !out.contains("camera front"), "{out}");
     // The default file is not read when ZCPIPE_CONFIG is empty (and --config none reads none).
-    let (code, out, _) = zcpipe(&["run", "--config", "none", "--dry-run", "--scaler", "cpu", "--infer", "none", "--source", "testsrc:8x8"], &[("XDG_RUNTIME_DIR", rt)]);
+    let (code, out, _) = zcpipe(
+        &["run", "--config", "none", "--dry-run", "--scaler", "cpu", "--infer", "none", "--source", "testsrc:8x8"],
+        &[("XDG_RUNTIME_DIR", rt)],
+    );
     assert_eq!(code, Some(0));
     assert!(!out.contains("camera front"), "{out}");
     // A bad file stops `zcpipe run` with its line, exit 2.
     let (_d2, bad) = file("scaler = \"cpu\"\nfps = \"fast\"\n");
     let (code, _, err) = zcpipe(&["run", "--config", s(&bad), "--dry-run"], &[("XDG_RUNTIME_DIR", rt)]);
     assert_eq!(code, Some(2));
-    assert!(err.starts_with(&format!("zcpipe: error: {}:2: fps = \"fast\": invalid value 'fast' for '--fps <FPS>'", bad.display())), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "zcpipe: error: {}:2: fps = \"fast\": invalid value 'fast' for '--fps <FPS>'",
+            bad.display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use yuv::{
-    BufferStoreMut, YuvBiPlanarImageMut, YuvChromaSubsampling, YuvConversionMode, YuvPackedImageMut, YuvPlanarImageMut, YuvRange,
-    YuvStandardMatrix,
+    BufferStoreMut, YuvBiPlanarImageMut, YuvChromaSubsampling, YuvConversionMode, YuvPackedImageMut, YuvPlanarImageMut,
+    YuvRange, YuvStandardMatrix,
 };
 use zcpipe::capture::image::{decode_rgb8, rgb8_to_nv12};
 use zcpipe::core::frame::{Fourcc, FrameLayout, Letterbox, Placement, PlaneDesc, MAX_PLANES};
@@ -48,37 +48,71 @@ fn all_formats(rgb: &[u8], w: u32, h: u32) -> Vec<(FrameLayout, Vec<Vec<u8>>)> {
         b0[off + r * ybpl..][..wu].copy_from_slice(&nv12[r * l.planes[0].bytesperline as usize..][..wu]);
     }
     for r in 0..ch {
-        b1[off + r * ybpl..][..cw * 2].copy_from_slice(&nv12[l.planes[1].offset as usize + r * l.planes[1].bytesperline as usize..][..cw * 2]);
+        b1[off + r * ybpl..][..cw * 2]
+            .copy_from_slice(&nv12[l.planes[1].offset as usize + r * l.planes[1].bytesperline as usize..][..cw * 2]);
     }
-    let m = layout(Fourcc::NV12M, &[
-        PlaneDesc { offset: off as u32, bytesperline: ybpl as u32, length: (ybpl * hu) as u32, fd_index: 0 },
-        PlaneDesc { offset: off as u32, bytesperline: ybpl as u32, length: (ybpl * ch) as u32, fd_index: 1 },
-    ]);
+    let m = layout(
+        Fourcc::NV12M,
+        &[
+            PlaneDesc { offset: off as u32, bytesperline: ybpl as u32, length: (ybpl * hu) as u32, fd_index: 0 },
+            PlaneDesc { offset: off as u32, bytesperline: ybpl as u32, length: (ybpl * ch) as u32, fd_index: 1 },
+        ],
+    );
     out.push((m, vec![b0, b1]));
 
     // NV16 at bytesperline w + 6 (even, not 16-aligned).
     let bpl = (cw * 2 + 6) as u32;
     let mut nv16 = vec![0u8; bpl as usize * hu * 2];
     let (y, uv) = nv16.split_at_mut(bpl as usize * hu);
-    let mut img = YuvBiPlanarImageMut { y_plane: BufferStoreMut::Borrowed(y), y_stride: bpl, uv_plane: BufferStoreMut::Borrowed(uv), uv_stride: bpl, width: w, height: h };
-    yuv::rgb_to_yuv_nv16(&mut img, rgb, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced).unwrap();
-    let l16 = layout(Fourcc::NV16, &[
-        PlaneDesc { offset: 0, bytesperline: bpl, length: bpl * h, fd_index: 0 },
-        PlaneDesc { offset: bpl * h, bytesperline: bpl, length: bpl * h, fd_index: 0 },
-    ]);
+    let mut img = YuvBiPlanarImageMut {
+        y_plane: BufferStoreMut::Borrowed(y),
+        y_stride: bpl,
+        uv_plane: BufferStoreMut::Borrowed(uv),
+        uv_stride: bpl,
+        width: w,
+        height: h,
+    };
+    yuv::rgb_to_yuv_nv16(
+        &mut img,
+        rgb,
+        w * 3,
+        YuvRange::Limited,
+        YuvStandardMatrix::Bt601,
+        YuvConversionMode::Balanced,
+    )
+    .unwrap();
+    let l16 = layout(
+        Fourcc::NV16,
+        &[
+            PlaneDesc { offset: 0, bytesperline: bpl, length: bpl * h, fd_index: 0 },
+            PlaneDesc { offset: bpl * h, bytesperline: bpl, length: bpl * h, fd_index: 0 },
+        ],
+    );
     out.push((l16, vec![nv16]));
 
     // YUYV at bytesperline 2*even(w) + 10.
     let mut planar = YuvPlanarImageMut::<u8>::alloc(w, h, YuvChromaSubsampling::Yuv422);
-    yuv::rgb_to_yuv422(&mut planar, rgb, w * 3, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced).unwrap();
+    yuv::rgb_to_yuv422(
+        &mut planar,
+        rgb,
+        w * 3,
+        YuvRange::Limited,
+        YuvStandardMatrix::Bt601,
+        YuvConversionMode::Balanced,
+    )
+    .unwrap();
     let ybpl = (cw * 4 + 10) as u32;
     let mut yuyv = vec![0u8; ybpl as usize * hu];
-    let mut packed = YuvPackedImageMut { yuy: BufferStoreMut::Borrowed(&mut yuyv), yuy_stride: ybpl, width: w, height: h };
+    let mut packed =
+        YuvPackedImageMut { yuy: BufferStoreMut::Borrowed(&mut yuyv), yuy_stride: ybpl, width: w, height: h };
     yuv::yuv422_to_yuyv422(&mut packed, &planar.to_fixed()).unwrap();
     // The buffer ends right after the last row's pixels (no stride padding after it).
     let len = ybpl * (h - 1) + cw as u32 * 4;
     yuyv.truncate(len as usize);
-    out.push((layout(Fourcc::YUYV, &[PlaneDesc { offset: 0, bytesperline: ybpl, length: len, fd_index: 0 }]), vec![yuyv]));
+    out.push((
+        layout(Fourcc::YUYV, &[PlaneDesc { offset: 0, bytesperline: ybpl, length: len, fd_index: 0 }]),
+        vec![yuyv],
+    ));
 
     // RGB24 and BGR24 at bytesperline 3w + 1 (not a whole number of pixels).
     let bpl = w * 3 + 1;
@@ -153,7 +187,11 @@ fn scaler_dog_matches_cv2_letterbox_golden() {
     let mad_nv12_picture = mean_abs_diff(&out[..416 * 312 * 3], &golden[..416 * 312 * 3]);
 
     // RGB24 -> scaler (isolates the resize from the YCbCr round trip and JPEG decoder).
-    let pd = [PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 }, PlaneDesc::default(), PlaneDesc::default()];
+    let pd = [
+        PlaneDesc { offset: 0, bytesperline: w * 3, length: w * h * 3, fd_index: 0 },
+        PlaneDesc::default(),
+        PlaneDesc::default(),
+    ];
     let rl = FrameLayout { fourcc: Fourcc::RGB24, width: w, height: h, num_planes: 1, planes: pd };
     let mut out_rgb = vec![0u8; dl.bytes_needed() as usize];
     s.scale_bytes(&[img.as_raw()], &rl, &mut out_rgb, &dl, TOP_LEFT).unwrap();

@@ -69,10 +69,22 @@ fn systemd_analyze_scores_every_unit_ok() {
     }
     for stage in UNITS {
         let (p, _) = unit(stage);
-        let out = Command::new("systemd-analyze").args(["security", "--offline=true", "--no-pager"]).arg(&p).output().unwrap();
+        let out = Command::new("systemd-analyze")
+            .args(["security", "--offline=true", "--no-pager"])
+            .arg(&p)
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        let line = text.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("{stage}: no score in:\n{text}"));
-        let score: f64 = line.split(": ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+        let line = text
+            .lines()
+            .find(|l| l.contains("Overall exposure level"))
+            .unwrap_or_else(|| panic!("{stage}: no score in:\n{text}"));
+        let score: f64 = line
+            .split(": ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
         eprintln!("EVIDENCE {line}");
         assert!(score <= 2.0, "{stage}: {line}");
     }
@@ -91,12 +103,23 @@ fn the_capture_template_is_the_capture_unit_with_a_camera_and_the_network() {
     assert_eq!(values(&t, "PrivateNetwork"), ["no"]);
     assert_eq!(values(&t, "RestrictAddressFamilies"), ["AF_UNIX AF_INET AF_INET6"]);
     let settings = |text: &str| -> Vec<String> {
-        text.lines().filter(|l| !l.starts_with('#') && l.contains('=')).filter(|l| !["ExecStart=", "EnvironmentFile=", "PrivateNetwork=", "RestrictAddressFamilies=", "Description="].iter().any(|k| l.starts_with(k))).map(String::from).collect()
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains('='))
+            .filter(|l| {
+                !["ExecStart=", "EnvironmentFile=", "PrivateNetwork=", "RestrictAddressFamilies=", "Description="]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(String::from)
+            .collect()
     };
     assert_eq!(settings(&t), settings(&single), "every other setting is the single capture unit's");
     // Its command line, as systemd expands it for an IP camera, is one zcpipe accepts:
     // every option parses (clap reads them all before it acts on the --help at the end).
-    let argv = exec.replace("%i", "front").replace("${ZCPIPE_SOURCE}", "rtsp://viewer:secret@127.0.0.1/stream1").replace("$ZCPIPE_CAPTURE_ARGS", "--fps 15 --wait-for-camera");
+    let argv = exec
+        .replace("%i", "front")
+        .replace("${ZCPIPE_SOURCE}", "rtsp://viewer:secret@127.0.0.1/stream1")
+        .replace("$ZCPIPE_CAPTURE_ARGS", "--fps 15 --wait-for-camera");
     let out = common::zcpipe().args(argv.split_whitespace().skip(1)).arg("--help").output().unwrap();
     assert!(out.status.success(), "{argv}: {}", String::from_utf8_lossy(&out.stderr));
     // Its offline score, as an instance (`systemd-analyze` scores units, not templates).
@@ -106,10 +129,13 @@ fn the_capture_template_is_the_capture_unit_with_a_camera_and_the_network() {
     let dir = tempfile::tempdir().unwrap();
     let inst = dir.path().join("zcpipe-capture@front.service");
     std::fs::write(&inst, &t).unwrap();
-    let out = Command::new("systemd-analyze").args(["security", "--offline=true", "--no-pager"]).arg(&inst).output().unwrap();
+    let out =
+        Command::new("systemd-analyze").args(["security", "--offline=true", "--no-pager"]).arg(&inst).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    let line = text.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("no score in:\n{text}"));
-    let score: f64 = line.split(": ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap();
+    let line =
+        text.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("no score in:\n{text}"));
+    let score: f64 =
+        line.split(": ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap();
     eprintln!("EVIDENCE {line}");
     assert!(score <= 2.0, "{line}");
 }
@@ -123,8 +149,15 @@ fn every_unit_runs_the_packaged_binary() {
         let (_, t) = unit(stage);
         let exec = values(&t, "ExecStart");
         assert_eq!(exec.len(), 1, "{stage}: {exec:?}");
-        assert!(exec[0].starts_with(&format!("/usr/bin/zcpipe stage {} ", stage.trim_end_matches('@'))), "{stage}: {}", exec[0]);
+        assert!(
+            exec[0].starts_with(&format!("/usr/bin/zcpipe stage {} ", stage.trim_end_matches('@'))),
+            "{stage}: {}",
+            exec[0]
+        );
     }
     let (_, t) = unit("infer");
-    assert_eq!(values(&t, "Environment").iter().filter(|e| e.starts_with("ZCPIPE_DATA_DIR=")).collect::<Vec<_>>(), [&"ZCPIPE_DATA_DIR=/usr/share/zcpipe"]);
+    assert_eq!(
+        values(&t, "Environment").iter().filter(|e| e.starts_with("ZCPIPE_DATA_DIR=")).collect::<Vec<_>>(),
+        [&"ZCPIPE_DATA_DIR=/usr/share/zcpipe"]
+    );
 }

@@ -17,13 +17,32 @@ fn summary(dir: &std::path::Path) -> Value {
 fn a_run_with_a_missing_card_says_so_once_and_runs_without_a_display() {
     let dir = tempfile::tempdir().unwrap();
     let out = zcpipe_run(dir.path())
-        .args(["--instance", "disp-missing", "--source", "testsrc:320x240", "--frames", "10", "--fps", "max", "--ring-policy", "block", "--infer", "none", "--no-print", "--display", "/dev/dri/card9"])
+        .args([
+            "--instance",
+            "disp-missing",
+            "--source",
+            "testsrc:320x240",
+            "--frames",
+            "10",
+            "--fps",
+            "max",
+            "--ring-policy",
+            "block",
+            "--infer",
+            "none",
+            "--no-print",
+            "--display",
+            "/dev/dri/card9",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let said: Vec<&str> = stderr.lines().filter(|l| l.contains("/dev/dri/card9")).collect();
-    assert!(said.iter().any(|l| l.contains("does not exist") && l.contains("the pipeline runs without a display")), "{stderr}");
+    assert!(
+        said.iter().any(|l| l.contains("does not exist") && l.contains("the pipeline runs without a display")),
+        "{stderr}"
+    );
     let s = summary(dir.path());
     assert!(s["stages"].get("display").is_none(), "no display stage: {}", s["stages"]);
     assert_eq!(s["stages"]["capture"]["frames_out"], 10);
@@ -37,7 +56,23 @@ fn auto_on_a_machine_without_dri_is_one_line() {
     std::fs::create_dir_all(root.join("dev")).unwrap();
     let out = zcpipe_run(dir.path())
         .env("ZCPIPE_TEST_ROOT", &root)
-        .args(["--instance", "disp-auto", "--source", "testsrc:320x240", "--frames", "5", "--fps", "max", "--ring-policy", "block", "--infer", "none", "--no-print", "--display", "auto"])
+        .args([
+            "--instance",
+            "disp-auto",
+            "--source",
+            "testsrc:320x240",
+            "--frames",
+            "5",
+            "--fps",
+            "max",
+            "--ring-policy",
+            "block",
+            "--infer",
+            "none",
+            "--no-print",
+            "--display",
+            "auto",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -52,7 +87,13 @@ fn the_display_stage_on_a_node_that_is_no_kms_device_is_one_error_line() {
     // A regular file where a card should be: opens, but DRM_IOCTL_MODE_GETRESOURCES fails.
     let node = dir.path().join("card0");
     std::fs::write(&node, b"").unwrap();
-    let out = zcpipe().args(["stage", "display", "--instance", "disp-node", "--run-dir"]).arg(dir.path().join("run")).arg("--display").arg(&node).output().unwrap();
+    let out = zcpipe()
+        .args(["stage", "display", "--instance", "disp-node", "--run-dir"])
+        .arg(dir.path().join("run"))
+        .arg("--display")
+        .arg(&node)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("zcpipe display: error:")).collect();

@@ -10,11 +10,7 @@ use serde_json::Value;
 mod common;
 
 fn doctor(args: &[&str]) -> Output {
-    let out = common::zcpipe()
-        .arg("doctor")
-        .args(args)
-        .output()
-        .unwrap();
+    let out = common::zcpipe().arg("doctor").args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "doctor exits 0 whatever it finds; stderr:\n{stderr}");
@@ -53,9 +49,11 @@ fn strings(v: &Value) -> Vec<String> {
 fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
     let out = doctor(&["--json"]);
     let r: Value = serde_json::from_slice(&out.stdout).expect("--json prints one JSON object");
-    let nodes: Vec<String> = r["nodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap().to_string()).collect();
+    let nodes: Vec<String> =
+        r["nodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap().to_string()).collect();
     assert_eq!(nodes, video_nodes());
-    let heap_names: Vec<String> = r["heaps"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap().to_string()).collect();
+    let heap_names: Vec<String> =
+        r["heaps"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(heap_names, heaps());
     assert_eq!(r["heap_dir"], "/dev/dma_heap");
     let udmabuf = Path::new("/dev/udmabuf").exists();
@@ -97,10 +95,17 @@ fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
     // DRM: every /dev/dri/card*, in numeric order; without any, neither --display nor
     // --heap drm can work, and that is no problem (most PCs and boards run headless).
     let mut cards: Vec<(u32, String)> = std::fs::read_dir("/dev/dri")
-        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| Some((e.file_name().to_str()?.strip_prefix("card")?.parse().ok()?, e.path().display().to_string()))).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    Some((e.file_name().to_str()?.strip_prefix("card")?.parse().ok()?, e.path().display().to_string()))
+                })
+                .collect()
+        })
         .unwrap_or_default();
     cards.sort();
-    let listed: Vec<String> = r["drm"]["cards"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap().to_string()).collect();
+    let listed: Vec<String> =
+        r["drm"]["cards"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap().to_string()).collect();
     assert_eq!(listed, cards.into_iter().map(|(_, p)| p).collect::<Vec<_>>());
     assert_eq!(r["drm"]["dir"], "/dev/dri");
     if listed.is_empty() {
@@ -113,9 +118,15 @@ fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
     }
 
     // Vendor libraries: all three are asked for; the SoC comes from the device tree or is absent.
-    let libs: Vec<String> = r["libraries"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
+    let libs: Vec<String> =
+        r["libraries"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(libs, ["librga.so", "librknnrt.so", "librockchip_mpp.so"]);
-    assert_eq!(r["mpp_service"]["present"].as_bool(), Some(Path::new("/dev/mpp_service").exists()), "{}", r["mpp_service"]);
+    assert_eq!(
+        r["mpp_service"]["present"].as_bool(),
+        Some(Path::new("/dev/mpp_service").exists()),
+        "{}",
+        r["mpp_service"]
+    );
     let compatible = Path::new("/proc/device-tree/compatible");
     if compatible.exists() {
         let want: Vec<String> = std::fs::read(compatible)
@@ -128,7 +139,11 @@ fn json_lists_exactly_the_nodes_heaps_and_udmabuf_present() {
         assert_eq!(r["soc"]["soc"].as_str(), want.last().map(String::as_str));
     } else {
         assert!(r["soc"]["soc"].is_null());
-        assert!(r["soc"]["error"].as_str().unwrap().contains("/proc/device-tree/compatible does not exist"), "{}", r["soc"]);
+        assert!(
+            r["soc"]["error"].as_str().unwrap().contains("/proc/device-tree/compatible does not exist"),
+            "{}",
+            r["soc"]
+        );
     }
     let uid = std::fs::read_to_string("/proc/self/status")
         .unwrap()
@@ -160,7 +175,10 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
         assert!(lines[i + 1].starts_with("fix: "), "line after {:?} is {:?}", lines[i], lines[i + 1]);
     }
     // The report ends with the plan; the problem count is the line before its heading.
-    let plan_at = lines.iter().position(|l| *l == "== the plan `zcpipe run` would use (no flags given) ==").unwrap_or_else(|| panic!("no plan section:\n{t}"));
+    let plan_at = lines
+        .iter()
+        .position(|l| *l == "== the plan `zcpipe run` would use (no flags given) ==")
+        .unwrap_or_else(|| panic!("no plan section:\n{t}"));
     assert!(lines[plan_at + 1].starts_with("plan: ") && lines[plan_at + 1].contains(" -> "), "{t}");
     let last = lines[..plan_at].iter().rev().find(|l| !l.is_empty()).unwrap();
     match n_problems {
@@ -175,8 +193,15 @@ fn text_has_a_section_per_item_and_a_fix_under_each_problem() {
         assert!(t.contains("problem: no dma-buf heap: /dev/dma_heap "), "{t}");
     }
     if json["drm"]["cards"].as_array().unwrap().is_empty() {
-        assert!(lines.contains(&"  no DRM devices (no /dev/dri/card*): the kernel has no display driver loaded"), "{t}");
-        assert!(lines.contains(&"  --display: cannot: no DRM card in /dev/dri") && lines.contains(&"  --heap drm: cannot: no DRM card in /dev/dri"), "{t}");
+        assert!(
+            lines.contains(&"  no DRM devices (no /dev/dri/card*): the kernel has no display driver loaded"),
+            "{t}"
+        );
+        assert!(
+            lines.contains(&"  --display: cannot: no DRM card in /dev/dri")
+                && lines.contains(&"  --heap drm: cannot: no DRM card in /dev/dri"),
+            "{t}"
+        );
     }
     // The allocator's own log line is not repeated on stderr: the report says it.
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -215,22 +240,49 @@ fn vendor_library_versions_come_from_the_libraries() {
     assert_eq!(g["path"].as_str(), Some(rga.to_str().unwrap()), "where the loader found it");
     assert!(g["version"].as_str().unwrap().starts_with("librga v1.10.3"), "{g}");
     let kv = k["version"].as_str().unwrap();
-    assert!(kv.starts_with("api fake 2.3.2 (zcpipe), driver fake 0.9.8") && kv.contains("yolox_nano_416_rk3588.rknn"), "{k}");
-    assert!(j["problems"].as_array().unwrap().iter().all(|p| p["about"] != "librga.so" && p["about"] != "librknnrt.so"), "{j}");
+    assert!(
+        kv.starts_with("api fake 2.3.2 (zcpipe), driver fake 0.9.8") && kv.contains("yolox_nano_416_rk3588.rknn"),
+        "{k}"
+    );
+    assert!(
+        j["problems"].as_array().unwrap().iter().all(|p| p["about"] != "librga.so" && p["about"] != "librknnrt.so"),
+        "{j}"
+    );
     // librockchip_mpp: its own version string (get_mpp_version); this host has no MPP
     // service node, which is no problem off a Rockchip board.
     let m = lib("librockchip_mpp.so");
     assert_eq!(m["loaded"].as_bool(), Some(true), "{m}");
     assert_eq!(m["version"].as_str(), Some("zcpipe fake librockchip_mpp 0.1.0 (ffmpeg decoder)"), "{m}");
-    assert_eq!((j["mpp_service"]["path"].as_str(), j["mpp_service"]["present"].as_bool()), (Some("/dev/mpp_service"), Some(false)), "{}", j["mpp_service"]);
-    assert!(j["problems"].as_array().unwrap().iter().all(|p| p["about"] != "librockchip_mpp.so" && p["about"] != "/dev/mpp_service"), "{j}");
+    assert_eq!(
+        (j["mpp_service"]["path"].as_str(), j["mpp_service"]["present"].as_bool()),
+        (Some("/dev/mpp_service"), Some(false)),
+        "{}",
+        j["mpp_service"]
+    );
+    assert!(
+        j["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["about"] != "librockchip_mpp.so" && p["about"] != "/dev/mpp_service"),
+        "{j}"
+    );
 
     let j = run(true);
     let g = j["libraries"].as_array().unwrap().iter().find(|l| l["name"] == "librga.so").unwrap().clone();
     assert!(g["version"].is_null(), "{g}");
     let e = g["version_error"].as_str().unwrap();
     assert!(e.contains("/dev/rga"), "{e}");
-    let p = j["problems"].as_array().unwrap().iter().find(|p| p["about"] == "librga.so").expect("a problem for librga").clone();
+    let p = j["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["about"] == "librga.so")
+        .expect("a problem for librga")
+        .clone();
     assert!(p["fix"].as_str().unwrap().contains("/dev/rga"), "{p}");
-    println!("EVIDENCE doctor with the fakes: librga {:?}; librknnrt {kv:?}; librockchip_mpp {:?}; without /dev/rga: {e}", g["name"], m["version"]);
+    println!(
+        "EVIDENCE doctor with the fakes: librga {:?}; librknnrt {kv:?}; librockchip_mpp {:?}; without /dev/rga: {e}",
+        g["name"], m["version"]
+    );
 }

@@ -17,7 +17,21 @@ use zcpipe::core::tap::{frame_to_rgb, TapClient};
 fn taps_see_the_capture_pools_frames_and_a_stuck_tap_does_not_hold_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let run = zcpipe_run(dir.path())
-        .args(["--instance", "fanout", "--source", "testsrc:320x240@30", "--frames", "240", "--infer", "none", "--scaler", "cpu", "--no-print", "--watchdog", "0"])
+        .args([
+            "--instance",
+            "fanout",
+            "--source",
+            "testsrc:320x240@30",
+            "--frames",
+            "240",
+            "--infer",
+            "none",
+            "--scaler",
+            "cpu",
+            "--no-print",
+            "--watchdog",
+            "0",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -36,7 +50,10 @@ fn taps_see_the_capture_pools_frames_and_a_stuck_tap_does_not_hold_the_pipeline(
             assert_eq!((w, h, rgb.len()), (320, 240, 320 * 240 * 3));
             // The eight bars, each at its centre, on a row the moving 90-px box is not on
             // (it covers one of rows 5 and 235 at most).
-            let px = |x: u32, y: u32| -> [u8; 3] { let i = (y * 320 + x) as usize * 3; [rgb[i], rgb[i + 1], rgb[i + 2]] };
+            let px = |x: u32, y: u32| -> [u8; 3] {
+                let i = (y * 320 + x) as usize * 3;
+                [rgb[i], rgb[i + 1], rgb[i + 2]]
+            };
             let near = |a: [u8; 3], b: [u8; 3]| a.iter().zip(b).all(|(&p, q)| (p as i32 - q as i32).abs() <= 12);
             let ok = BAR_COLOURS_RGB.iter().enumerate().all(|(k, &c)| {
                 let x = 20 + 40 * k as u32;

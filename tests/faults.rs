@@ -44,7 +44,11 @@ struct Seen {
 }
 
 /// A detections client that reconnects (as `zcpipe watch` does) when the socket closes.
-fn client(path: std::path::PathBuf, seen: Arc<Mutex<Seen>>, done: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+fn client(
+    path: std::path::PathBuf,
+    seen: Arc<Mutex<Seen>>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
             let Ok(s) = UnixStream::connect(&path) else {
@@ -84,8 +88,19 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let args = [
-        "--source", "testsrc:320x240@30", "--infer", &infer, "--no-print", "--stats-interval", "1", "--restart-max", "1000", "--restart-window", "1",
-        "--restart-reset", "1",
+        "--source",
+        "testsrc:320x240@30",
+        "--infer",
+        &infer,
+        "--no-print",
+        "--stats-interval",
+        "1",
+        "--restart-max",
+        "1000",
+        "--restart-window",
+        "1",
+        "--restart-reset",
+        "1",
     ];
     let Running { run, seen, stderr_reader } = start(d, &args, &[]);
     let start = Instant::now();
@@ -103,10 +118,14 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
         let si = round % stages.len();
         let victim = stages[si];
         let settle = Instant::now();
-        assert!(wait_for(Duration::from_secs(30), || frame_after(&seen, settle)), "round {round}: frames stopped before the kill");
+        assert!(
+            wait_for(Duration::from_secs(30), || frame_after(&seen, settle)),
+            "round {round}: frames stopped before the kill"
+        );
         // Settled: every stage up, frames flowing, and the survivors' fds steady.
         std::thread::sleep(Duration::from_millis(1200).saturating_sub(born[si].elapsed()));
-        let pids: Vec<i32> = stages.iter().map(|s| stage_pid(d, s).unwrap_or_else(|| panic!("round {round}: no {s} stage"))).collect();
+        let pids: Vec<i32> =
+            stages.iter().map(|s| stage_pid(d, s).unwrap_or_else(|| panic!("round {round}: no {s} stage"))).collect();
         let before: Vec<usize> = pids.iter().map(|p| fds(*p)).collect();
         let disconnects = seen.lock().unwrap().disconnects;
         let t0 = Instant::now();
@@ -121,30 +140,51 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
         // the first on the client's new connection.
         let first = |s: &Seen| -> Option<Instant> {
             if victim == "publish" {
-                return s.lines.iter().find(|(at, v)| *at > t0 && v["type"] == "frame").map(|(at, _)| *at).filter(|_| s.disconnects > disconnects);
+                return s
+                    .lines
+                    .iter()
+                    .find(|(at, v)| *at > t0 && v["type"] == "frame")
+                    .map(|(at, _)| *at)
+                    .filter(|_| s.disconnects > disconnects);
             }
             let notice = s.lines.iter().position(|(at, v)| *at > t0 && v["type"] == "notice")?;
             s.lines[notice..].iter().find(|(_, v)| v["type"] == "frame").map(|(at, _)| *at)
         };
-        assert!(wait_for(Duration::from_secs(30), || first(&seen.lock().unwrap()).is_some()), "round {round}: no frame after the {victim} stage was restarted");
+        assert!(
+            wait_for(Duration::from_secs(30), || first(&seen.lock().unwrap()).is_some()),
+            "round {round}: no frame after the {victim} stage was restarted"
+        );
         let at = first(&seen.lock().unwrap()).unwrap();
         times.push((si, at.duration_since(t0).as_secs_f64() * 1000.0));
         born[si] = Instant::now();
         // The survivors kept their pids, and their fds come back to what they were.
         for (i, s) in stages.iter().enumerate().filter(|(i, _)| *i != si) {
-            assert_eq!(stage_pid(d, s), Some(pids[i]), "round {round}: the {s} stage survived the {victim} stage's death with its pid");
+            assert_eq!(
+                stage_pid(d, s),
+                Some(pids[i]),
+                "round {round}: the {s} stage survived the {victim} stage's death with its pid"
+            );
             let settled = wait_for(Duration::from_secs(10), || fds(pids[i]) == before[i]);
             if !settled {
                 leaked_fds += fds(pids[i]) as i64 - before[i] as i64;
             }
-            assert!(settled, "round {round}: the {s} stage has {} fds after the {victim} stage's restart, {} before", fds(pids[i]), before[i]);
+            assert!(
+                settled,
+                "round {round}: the {s} stage has {} fds after the {victim} stage's restart, {} before",
+                fds(pids[i]),
+                before[i]
+            );
         }
         // The client stayed connected (unless publish itself died), and was told.
         let s = seen.lock().unwrap();
         if victim != "publish" {
-            assert_eq!(s.disconnects, disconnects, "round {round}: the client was disconnected when the {victim} stage died");
+            assert_eq!(
+                s.disconnects, disconnects,
+                "round {round}: the client was disconnected when the {victim} stage died"
+            );
             let notice = s.lines.iter().find(|(at, v)| *at > t0 && v["type"] == "notice");
-            let (_, n) = notice.unwrap_or_else(|| panic!("round {round}: no notice after the {victim} stage restarted"));
+            let (_, n) =
+                notice.unwrap_or_else(|| panic!("round {round}: no notice after the {victim} stage restarted"));
             assert_eq!(n["stage"], victim, "round {round}: {n}");
             assert_eq!(n["event"], "restarted", "round {round}: {n}");
             lost.push(n["frames_lost"].as_u64().unwrap());
@@ -153,7 +193,15 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
     let t_end = Instant::now();
     let (_, s) = stop(run, stderr_reader, d);
     // The client got the end line (and so ended) before the run exited.
-    assert!(wait_for(Duration::from_secs(5), || seen.lock().unwrap().lines.iter().any(|(at, v)| *at > t_end && v["type"] == "end")), "the client got the end line");
+    assert!(
+        wait_for(Duration::from_secs(5), || seen
+            .lock()
+            .unwrap()
+            .lines
+            .iter()
+            .any(|(at, v)| *at > t_end && v["type"] == "end")),
+        "the client got the end line"
+    );
     for st in stages {
         assert_eq!(s["restarts"][st].as_u64(), Some(kills as u64), "{st}: {}", s["restarts"]);
         assert_eq!(s["exit_codes"][st].as_i64(), Some(0), "{st}: {}", s["exit_codes"]);
@@ -208,7 +256,10 @@ fn start(d: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     client(d.join("detections.sock"), seen.clone(), done);
     let t = Instant::now();
-    assert!(wait_for(Duration::from_secs(120), || frame_after(&seen, t) || stage_pid(d, "scale").is_some()), "nothing started within 120 s");
+    assert!(
+        wait_for(Duration::from_secs(120), || frame_after(&seen, t) || stage_pid(d, "scale").is_some()),
+        "nothing started within 120 s"
+    );
     Running { run, seen, stderr_reader }
 }
 
@@ -229,14 +280,22 @@ fn stop(mut run: Reap, stderr_reader: std::thread::JoinHandle<String>, d: &Path)
 fn a_hung_stage_is_killed_by_the_watchdog_and_restarted() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let args = ["--source", "testsrc:320x240@30", "--infer", "none", "--no-print", "--stats-interval", "0", "--watchdog", "2"];
+    let args =
+        ["--source", "testsrc:320x240@30", "--infer", "none", "--no-print", "--stats-interval", "0", "--watchdog", "2"];
     let Running { run, seen, stderr_reader } = start(d, &args, &[]);
-    assert!(wait_for(Duration::from_secs(60), || frame_after(&seen, Instant::now() - Duration::from_secs(1))), "frames flow");
+    assert!(
+        wait_for(Duration::from_secs(60), || frame_after(&seen, Instant::now() - Duration::from_secs(1))),
+        "frames flow"
+    );
     let pids: Vec<i32> = ["capture", "scale", "infer", "publish"].iter().map(|s| stage_pid(d, s).unwrap()).collect();
     let t0 = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[2]), nix::sys::signal::Signal::SIGSTOP).unwrap();
-    assert!(wait_for(Duration::from_secs(30), || stage_pid(d, "infer").is_some_and(|p| p != pids[2])), "the hung infer stage was not replaced");
-    let notice = || seen.lock().unwrap().lines.iter().any(|(at, v)| *at > t0 && v["type"] == "notice" && v["stage"] == "infer");
+    assert!(
+        wait_for(Duration::from_secs(30), || stage_pid(d, "infer").is_some_and(|p| p != pids[2])),
+        "the hung infer stage was not replaced"
+    );
+    let notice =
+        || seen.lock().unwrap().lines.iter().any(|(at, v)| *at > t0 && v["type"] == "notice" && v["stage"] == "infer");
     assert!(wait_for(Duration::from_secs(30), notice), "no notice for the infer stage");
     for (i, s) in ["capture", "scale", "publish"].iter().zip([0, 1, 3]).map(|(s, i)| (i, s)) {
         assert_eq!(stage_pid(d, s), Some(pids[i]), "{s} kept its pid");
@@ -254,11 +313,24 @@ fn a_hung_stage_is_killed_by_the_watchdog_and_restarted() {
 fn a_consumer_that_keeps_every_buffer_loses_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let args = ["--source", "testsrc:320x240@30", "--infer", "none", "--no-print", "--stats-interval", "0", "--restart-max", "100"];
+    let args = [
+        "--source",
+        "testsrc:320x240@30",
+        "--infer",
+        "none",
+        "--no-print",
+        "--stats-interval",
+        "0",
+        "--restart-max",
+        "100",
+    ];
     let Running { run, stderr_reader, .. } = start(d, &args, &[("ZCPIPE_FAULT", "hold-frames:scale")]);
     let capture = stage_pid(d, "capture").unwrap();
     let scale = stage_pid(d, "scale").unwrap();
-    assert!(wait_for(Duration::from_secs(60), || stage_pid(d, "scale").is_some_and(|p| p != scale)), "the scale stage holding every buffer was not killed");
+    assert!(
+        wait_for(Duration::from_secs(60), || stage_pid(d, "scale").is_some_and(|p| p != scale)),
+        "the scale stage holding every buffer was not killed"
+    );
     assert_eq!(stage_pid(d, "capture"), Some(capture), "capture kept its pid");
     let (err, s) = stop(run, stderr_reader, d);
     assert!(err.contains("its lease expired; killing it"), "{err}");
@@ -295,7 +367,10 @@ fn stages_run_alone_wait_for_a_restarted_neighbour() {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = client(sock.clone(), seen.clone(), done.clone());
-    assert!(wait_for(Duration::from_secs(120), || frame_after(&seen, Instant::now() - Duration::from_secs(1))), "frames flow");
+    assert!(
+        wait_for(Duration::from_secs(120), || frame_after(&seen, Instant::now() - Duration::from_secs(1))),
+        "frames flow"
+    );
     let t0 = Instant::now();
     // The scale stage dies; "systemd" starts it again 200 ms later.
     procs[1].0.kill().unwrap();
@@ -305,7 +380,8 @@ fn stages_run_alone_wait_for_a_restarted_neighbour() {
         assert!(p.0.try_wait().unwrap().is_none(), "stage {i} exited when scale died");
     }
     procs[1] = stage("scale");
-    let notice = || seen.lock().unwrap().lines.iter().any(|(at, v)| *at > t0 && v["type"] == "notice" && v["stage"] == "scale");
+    let notice =
+        || seen.lock().unwrap().lines.iter().any(|(at, v)| *at > t0 && v["type"] == "notice" && v["stage"] == "scale");
     assert!(wait_for(Duration::from_secs(30), notice), "no notice for the restarted scale stage");
     let t1 = Instant::now();
     assert!(wait_for(Duration::from_secs(10), || frame_after(&seen, t1)), "frames flow again");

@@ -97,10 +97,7 @@ fn models() -> &'static Path {
 
 fn manifest() -> &'static Value {
     static M: OnceLock<Value> = OnceLock::new();
-    M.get_or_init(|| {
-        serde_json::from_str(&std::fs::read_to_string(models().join("manifest.json")).unwrap())
-            .unwrap()
-    })
+    M.get_or_init(|| serde_json::from_str(&std::fs::read_to_string(models().join("manifest.json")).unwrap()).unwrap())
 }
 
 fn cases() -> &'static [Value] {
@@ -109,10 +106,7 @@ fn cases() -> &'static [Value] {
 
 fn thresholds() -> (f32, f32) {
     let m = manifest();
-    (
-        m["score_threshold"].as_f64().unwrap() as f32,
-        m["nms_iou"].as_f64().unwrap() as f32,
-    )
+    (m["score_threshold"].as_f64().unwrap() as f32, m["nms_iou"].as_f64().unwrap() as f32)
 }
 
 /// One reference detection: (class, score, box).
@@ -141,9 +135,7 @@ fn input_size(case: &Value) -> Option<(u32, u32)> {
 }
 
 fn anchors(case: &Value) -> Option<Anchors> {
-    case["anchors"]
-        .as_str()
-        .map(|f| load_anchors(&models().join(f)).unwrap())
+    case["anchors"].as_str().map(|f| load_anchors(&models().join(f)).unwrap())
 }
 
 /// How two lists of detections were paired by [`same`].
@@ -174,21 +166,14 @@ impl Paired {
 /// within `score_tol` of the threshold `t` may go unpaired on either side (rounding puts
 /// them on either side of it). Returns how many were paired, and how close; the error names
 /// the first detection that is not.
-fn same(
-    got: &[Detection],
-    want: &[RefDet],
-    t: f32,
-    score_tol: f32,
-    min_iou: f32,
-) -> Result<Paired, String> {
+fn same(got: &[Detection], want: &[RefDet], t: f32, score_tol: f32, min_iou: f32) -> Result<Paired, String> {
     let mut used = vec![false; got.len()];
     let mut paired = Paired { min_iou: 1.0, ..Paired::default() };
     for (i, (c, s, b)) in want.iter().enumerate() {
         let best = (0..got.len())
             .filter(|&j| !used[j] && got[j].class_id == *c)
             .max_by(|&x, &y| iou(&got[x].bbox, b).total_cmp(&iou(&got[y].bbox, b)));
-        let fits =
-            |j: usize| iou(&got[j].bbox, b) >= min_iou && (got[j].score - s).abs() <= score_tol;
+        let fits = |j: usize| iou(&got[j].bbox, b) >= min_iou && (got[j].score - s).abs() <= score_tol;
         match best {
             Some(j) if fits(j) => {
                 used[j] = true;
@@ -235,27 +220,13 @@ const INT8_IOU: f32 = 0.9;
 /// The candidate-level check between types: every candidate of `a` scoring at least
 /// `t + MARGIN` has one of its class in `b` with IoU >= `min_iou` and |score difference|
 /// <= `score_tol`. Returns how many were checked.
-fn covered(
-    a: &[RefDet],
-    b: &[RefDet],
-    t: f32,
-    score_tol: f32,
-    min_iou: f32,
-) -> Result<usize, String> {
+fn covered(a: &[RefDet], b: &[RefDet], t: f32, score_tol: f32, min_iou: f32) -> Result<usize, String> {
     let mut n = 0;
     for (c, s, bx) in a.iter().filter(|d| d.1 >= t + MARGIN) {
-        let ok = b
-            .iter()
-            .any(|(c2, s2, b2)| c2 == c && iou(bx, b2) >= min_iou && (s - s2).abs() <= score_tol);
+        let ok = b.iter().any(|(c2, s2, b2)| c2 == c && iou(bx, b2) >= min_iou && (s - s2).abs() <= score_tol);
         if !ok {
-            let near = b
-                .iter()
-                .filter(|d| d.0 == *c)
-                .map(|d| (iou(bx, &d.2), d.1))
-                .max_by(|x, y| x.0.total_cmp(&y.0));
-            return Err(format!(
-                "class {c} {s:.4} {bx:?} has no match (nearest IoU and score: {near:?})"
-            ));
+            let near = b.iter().filter(|d| d.0 == *c).map(|d| (iou(bx, &d.2), d.1)).max_by(|x, y| x.0.total_cmp(&y.0));
+            return Err(format!("class {c} {s:.4} {bx:?} has no match (nearest IoU and score: {near:?})"));
         }
         n += 1;
     }
@@ -266,12 +237,7 @@ fn covered(
 /// (`channels_last`: an NHWC map, dims `[1, H, W, C]`).
 fn rknn_attr(case: &Value, i: usize, set: &str, channels_last: bool) -> RknnTensorAttr {
     let o = &case["outputs"][i];
-    let mut dims: Vec<u32> = o["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as u32)
-        .collect();
+    let mut dims: Vec<u32> = o["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as u32).collect();
     let fmt = match dims.len() {
         4 if channels_last => {
             dims = vec![dims[0], dims[2], dims[3], dims[1]];
@@ -283,10 +249,7 @@ fn rknn_attr(case: &Value, i: usize, set: &str, channels_last: bool) -> RknnTens
     let (type_, qnt_type) = match set {
         "f32" => (sys::RKNN_TENSOR_FLOAT32, sys::RKNN_TENSOR_QNT_NONE),
         "f16" => (sys::RKNN_TENSOR_FLOAT16, sys::RKNN_TENSOR_QNT_NONE),
-        _ => (
-            sys::RKNN_TENSOR_INT8,
-            sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC,
-        ),
+        _ => (sys::RKNN_TENSOR_INT8, sys::RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC),
     };
     let mut a = RknnTensorAttr {
         index: i as u32,
@@ -307,8 +270,7 @@ fn rknn_attr(case: &Value, i: usize, set: &str, channels_last: bool) -> RknnTens
 /// Output `i` of `case` in `set`'s type as the runtime's bytes, in 4-byte words (as the
 /// rknn backend keeps them); `channels_last` moves the channels of a map last.
 fn rknn_bytes(case: &Value, i: usize, set: &str, channels_last: bool) -> (Vec<u32>, usize) {
-    let (shape, data) =
-        read_npy(&models().join(case["outputs"][i][set].as_str().unwrap())).unwrap();
+    let (shape, data) = read_npy(&models().join(case["outputs"][i][set].as_str().unwrap())).unwrap();
     let mut bytes: Vec<u8> = match &data {
         NpyData::F32(v) => bytemuck::cast_slice(v).to_vec(),
         NpyData::F16(v) => bytemuck::cast_slice(v).to_vec(),
@@ -335,9 +297,8 @@ fn rknn_bytes(case: &Value, i: usize, set: &str, channels_last: bool) -> (Vec<u3
 /// Decodes `case`'s outputs in `set`'s type the way the rknn backend does.
 fn rknn_decode(case: &Value, set: &str, channels_last: bool) -> (HeadKind, Vec<Detection>) {
     let n = case["outputs"].as_array().unwrap().len();
-    let infos: Vec<_> = (0..n)
-        .map(|i| zcpipe::infer::rknn::output_info(&rknn_attr(case, i, set, channels_last)).unwrap())
-        .collect();
+    let infos: Vec<_> =
+        (0..n).map(|i| zcpipe::infer::rknn::output_info(&rknn_attr(case, i, set, channels_last)).unwrap()).collect();
     let anchors = anchors(case);
     let m = heads::Model {
         width: case["width"].as_u64().unwrap() as u32,
@@ -349,15 +310,11 @@ fn rknn_decode(case: &Value, set: &str, channels_last: bool) -> (HeadKind, Vec<D
     let kind = head.kind();
     let (t, nms) = thresholds();
     let dec = Decoder::new(head, infos.clone(), t, nms);
-    let raw: Vec<(Vec<u32>, usize)> = (0..n)
-        .map(|i| rknn_bytes(case, i, set, channels_last))
-        .collect();
+    let raw: Vec<(Vec<u32>, usize)> = (0..n).map(|i| rknn_bytes(case, i, set, channels_last)).collect();
     let tensors: Vec<TensorRef<'_>> = raw
         .iter()
         .zip(&infos)
-        .map(|((w, len), info)| {
-            TensorRef::from_bytes(&bytemuck::cast_slice::<u32, u8>(w)[..*len], info.dtype).unwrap()
-        })
+        .map(|((w, len), info)| TensorRef::from_bytes(&bytemuck::cast_slice::<u32, u8>(w)[..*len], info.dtype).unwrap())
         .collect();
     (kind, dec.decode(&tensors).unwrap())
 }
@@ -373,8 +330,7 @@ fn rknn_path_matches_the_reference_for_every_layout_and_type() {
             let (kind, got) = rknn_decode(case, set, false);
             assert_eq!(kind.to_string(), layout, "{name}");
             let want = reference(case, set);
-            let paired =
-                same(&got, &want, t, 0.01, 0.98).unwrap_or_else(|e| panic!("{name} {set}: {e}"));
+            let paired = same(&got, &want, t, 0.01, 0.98).unwrap_or_else(|e| panic!("{name} {set}: {e}"));
             lines.push(format!(
                 "{name} {set}: {} detections, {} paired with the reference's {}",
                 got.len(),
@@ -395,9 +351,8 @@ fn rknn_path_matches_the_reference_for_every_layout_and_type() {
 /// backend does.
 fn rknn_candidates(case: &Value, set: &str) -> Vec<RefDet> {
     let n = case["outputs"].as_array().unwrap().len();
-    let infos: Vec<_> = (0..n)
-        .map(|i| zcpipe::infer::rknn::output_info(&rknn_attr(case, i, set, false)).unwrap())
-        .collect();
+    let infos: Vec<_> =
+        (0..n).map(|i| zcpipe::infer::rknn::output_info(&rknn_attr(case, i, set, false)).unwrap()).collect();
     let anchors = anchors(case);
     let m = heads::Model {
         width: case["width"].as_u64().unwrap() as u32,
@@ -410,17 +365,12 @@ fn rknn_candidates(case: &Value, set: &str) -> Vec<RefDet> {
     let tensors: Vec<TensorRef<'_>> = raw
         .iter()
         .zip(&infos)
-        .map(|((w, len), info)| {
-            TensorRef::from_bytes(&bytemuck::cast_slice::<u32, u8>(w)[..*len], info.dtype).unwrap()
-        })
+        .map(|((w, len), info)| TensorRef::from_bytes(&bytemuck::cast_slice::<u32, u8>(w)[..*len], info.dtype).unwrap())
         .collect();
     let mut c = heads::Candidates::default();
     head.decode(&tensors, thresholds().0, &mut c);
     assert_eq!(c.nonfinite, 0);
-    c.dets
-        .iter()
-        .map(|d| (d.class_id, d.score, d.bbox))
-        .collect()
+    c.dets.iter().map(|d| (d.class_id, d.score, d.bbox)).collect()
 }
 
 #[test]
@@ -439,11 +389,12 @@ fn int8_and_float16_stay_close_to_float32() {
         };
         for &(set, score_tol, min_iou) in sets {
             let got = rknn_candidates(case, set);
-            let n = covered(&f32s, &got, t, score_tol, min_iou)
-                .unwrap_or_else(|e| panic!("{name} {set} vs f32: {e}"));
-            let m = covered(&got, &f32s, t, score_tol, min_iou)
-                .unwrap_or_else(|e| panic!("{name} f32 vs {set}: {e}"));
-            eprintln!("{name} {set}: {n} float32 candidates scoring >= {:.2} found in {set}, {m} the other way", t + MARGIN);
+            let n = covered(&f32s, &got, t, score_tol, min_iou).unwrap_or_else(|e| panic!("{name} {set} vs f32: {e}"));
+            let m = covered(&got, &f32s, t, score_tol, min_iou).unwrap_or_else(|e| panic!("{name} f32 vs {set}: {e}"));
+            eprintln!(
+                "{name} {set}: {n} float32 candidates scoring >= {:.2} found in {set}, {m} the other way",
+                t + MARGIN
+            );
         }
     }
 }
@@ -495,7 +446,12 @@ mod onnx {
         assert!(got.len() >= 100, "{} detections", got.len());
         assert_eq!(got, want, "the dynamic model at 640x640 and its fixed twin");
         same(&got, &reference(twin, "f32"), thresholds().0, 0.01, 0.98).unwrap();
-        eprintln!("{}: {} detections at 640x640 by default, as its fixed twin {}", dynamic["name"].as_str().unwrap(), got.len(), twin["name"].as_str().unwrap());
+        eprintln!(
+            "{}: {} detections at 640x640 by default, as its fixed twin {}",
+            dynamic["name"].as_str().unwrap(),
+            got.len(),
+            twin["name"].as_str().unwrap()
+        );
 
         let small = case("yolov8_dynamic_320x256_c80");
         assert_eq!(input_size(small), Some((320, 256)));
@@ -523,10 +479,7 @@ mod onnx {
     fn onnx_backend_matches_the_reference_for_every_layout() {
         for case in cases() {
             let name = case["name"].as_str().unwrap();
-            let (w, h) = (
-                case["width"].as_u64().unwrap() as u32,
-                case["height"].as_u64().unwrap() as u32,
-            );
+            let (w, h) = (case["width"].as_u64().unwrap() as u32, case["height"].as_u64().unwrap() as u32);
             let input = std::fs::read(models().join(case["input"].as_str().unwrap())).unwrap();
             // The test image is in the family's channel order, as the scaler writes it.
             let fourcc = match case["channel_order"].as_str().unwrap() {
@@ -539,23 +492,13 @@ mod onnx {
                 variants.push((m, "f16"));
             }
             for (model, set) in variants {
-                let mut det =
-                    open(case, model, HeadKind::Auto).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+                let mut det = open(case, model, HeadKind::Auto).unwrap_or_else(|e| panic!("{name}: {e:#}"));
                 let head = det.head().unwrap();
-                assert_eq!(
-                    head.kind().to_string(),
-                    case["layout"].as_str().unwrap(),
-                    "{name}"
-                );
+                assert_eq!(head.kind().to_string(), case["layout"].as_str().unwrap(), "{name}");
                 let described = head.describe();
-                assert_eq!(
-                    det.classes(),
-                    Some(case["classes"].as_u64().unwrap() as usize),
-                    "{name}"
-                );
-                let names: Option<Vec<String>> = case["names"]
-                    .as_array()
-                    .map(|a| a.iter().map(|n| n.as_str().unwrap().to_string()).collect());
+                assert_eq!(det.classes(), Some(case["classes"].as_u64().unwrap() as usize), "{name}");
+                let names: Option<Vec<String>> =
+                    case["names"].as_array().map(|a| a.iter().map(|n| n.as_str().unwrap().to_string()).collect());
                 assert_eq!(det.labels(), names, "{name}");
                 assert_eq!(
                     (det.input_spec().width, det.input_spec().height, det.input_spec().fourcc),
@@ -570,9 +513,14 @@ mod onnx {
                 } else {
                     reference(case, set)
                 };
-                let paired = same(&got, &want, thresholds().0, 0.01, 0.98)
-                    .unwrap_or_else(|e| panic!("{name} ({model}): {e}"));
-                eprintln!("{name} ({model}, {described}): {} detections, {} paired with the reference's {}", got.len(), paired.n, want.len());
+                let paired =
+                    same(&got, &want, thresholds().0, 0.01, 0.98).unwrap_or_else(|e| panic!("{name} ({model}): {e}"));
+                eprintln!(
+                    "{name} ({model}, {described}): {} detections, {} paired with the reference's {}",
+                    got.len(),
+                    paired.n,
+                    want.len()
+                );
             }
         }
     }
@@ -580,10 +528,7 @@ mod onnx {
     /// `data` as an `.npy` file of `descr` (`<f2`, `<f4`) and `shape`.
     fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-        let mut header = format!(
-            "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({},), }}",
-            dims.join(", ")
-        );
+        let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({},), }}", dims.join(", "));
         while !(10 + header.len() + 1).is_multiple_of(64) {
             header.push(' ');
         }
@@ -600,12 +545,7 @@ mod onnx {
     /// and returns the reference decoder's detections of tract's own outputs. (A step, 0.0005
     /// near 1, is more than neighbouring cells' scores differ by, so NMS on onnxruntime's
     /// values may keep the other box of a pair of near-equal ones.)
-    fn reference_of_tract_f16(
-        case: &Value,
-        det: &OnnxDetector,
-        input: &[u8],
-        layout: &FrameLayout,
-    ) -> Vec<RefDet> {
+    fn reference_of_tract_f16(case: &Value, det: &OnnxDetector, input: &[u8], layout: &FrameLayout) -> Vec<RefDet> {
         let (w, h) = (layout.width as usize, layout.height as usize);
         let factor = det.head().unwrap().preprocess().normalise.factor();
         let mut nchw = vec![0.0f32; 3 * w * h];
@@ -617,11 +557,8 @@ mod onnx {
         for (i, o) in outs.iter().enumerate() {
             let view = o.try_as_plain_ram().unwrap();
             let got = view.as_slice::<half::f16>().unwrap();
-            let (shape, want) =
-                read_npy(&models().join(case["outputs"][i]["f16"].as_str().unwrap())).unwrap();
-            let NpyData::F16(want) = want else {
-                panic!("{} is not float16", case["outputs"][i]["f16"])
-            };
+            let (shape, want) = read_npy(&models().join(case["outputs"][i]["f16"].as_str().unwrap())).unwrap();
+            let NpyData::F16(want) = want else { panic!("{} is not float16", case["outputs"][i]["f16"]) };
             for (a, b) in got.iter().zip(&want) {
                 let (a, b) = (a.to_f32(), b.to_f32());
                 assert!(
@@ -635,36 +572,19 @@ mod onnx {
             write_npy(&file, "<f2", &shape, bytemuck::cast_slice(got));
             files.push(file);
         }
-        eprintln!(
-            "{}: {off} float16 output values of tract differ from onnxruntime's by one step",
-            case["name"]
-        );
+        eprintln!("{}: {off} float16 output values of tract differ from onnxruntime's by one step", case["name"]);
         let (t, nms) = thresholds();
         let mut cmd = std::process::Command::new(root().join("build/py-venv/bin/python"));
         cmd.arg(root().join("scripts/models/reference.py"))
-            .args([
-                "--layout",
-                case["layout"].as_str().unwrap(),
-                "--width",
-                &w.to_string(),
-                "--height",
-                &h.to_string(),
-            ])
+            .args(["--layout", case["layout"].as_str().unwrap(), "--width", &w.to_string(), "--height", &h.to_string()])
             .args(["--threshold", &t.to_string(), "--nms", &nms.to_string()]);
         if let Some(a) = case["anchors"].as_str() {
             cmd.arg("--anchors").arg(models().join(a));
         }
         let out = cmd.args(&files).output().unwrap();
-        assert!(
-            out.status.success(),
-            "reference.py: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "reference.py: {}", String::from_utf8_lossy(&out.stderr));
         let dets: Value = serde_json::from_slice(&out.stdout).unwrap();
-        reference(
-            &serde_json::json!({ "reference": { "tract": dets } }),
-            "tract",
-        )
+        reference(&serde_json::json!({ "reference": { "tract": dets } }), "tract")
     }
 
     #[test]
@@ -675,9 +595,7 @@ mod onnx {
         assert!(!err.contains('\n'), "{err}");
         assert!(
             err.contains(model)
-                && err.contains(
-                    "--head yolox does not fit the model's outputs (output0 [1,84,8400] float32)"
-                ),
+                && err.contains("--head yolox does not fit the model's outputs (output0 [1,84,8400] float32)"),
             "{err}"
         );
     }
@@ -716,7 +634,15 @@ mod pipeline {
         let mut cmd = common::zcpipe_run(dir.path());
         cmd.args(["--source", &format!("image:{}", image.display()), "--frames", "1", "--ring-policy", "block"])
             .args(["--scaler", scaler, "--infer", "onnx", "--model", &model.display().to_string()])
-            .args(["--score-threshold", &t.to_string(), "--nms-iou", &nms.to_string(), "--json", "--stats-interval", "0"]);
+            .args([
+                "--score-threshold",
+                &t.to_string(),
+                "--nms-iou",
+                &nms.to_string(),
+                "--json",
+                "--stats-interval",
+                "0",
+            ]);
         if let Some(o) = p["channel_order"].as_str() {
             cmd.args(["--channel-order", o]);
         }
@@ -736,7 +662,11 @@ mod pipeline {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let line = stdout.lines().next().unwrap_or_else(|| panic!("{}: no frame line:\n{stderr}", p["name"]));
         let frame: Value = serde_json::from_str(line).unwrap();
-        assert_eq!((frame["width"].as_u64(), frame["height"].as_u64()), (p["width"].as_u64(), p["height"].as_u64()), "{frame}");
+        assert_eq!(
+            (frame["width"].as_u64(), frame["height"].as_u64()),
+            (p["width"].as_u64(), p["height"].as_u64()),
+            "{frame}"
+        );
         let dets = frame["detections"]
             .as_array()
             .unwrap()
@@ -769,19 +699,34 @@ mod pipeline {
             let paired = same(&got, &want, t, SCORE_TOL, MIN_IOU).unwrap_or_else(|e| panic!("{name}: {e}\n{stderr}"));
             assert!(paired.n >= 10, "{name}: only {} detections paired", paired.n);
             // The pre-processing the infer stage asked for, and what the scale stage wrote.
-            let (order, placement) = (p["reference_order"].as_str().unwrap(), p["reference_placement"].as_str().unwrap());
-            let pre = format!("pre-processing: {}, {} letterbox", order.to_uppercase(), if placement == "center" { "centred" } else { "top-left" });
+            let (order, placement) =
+                (p["reference_order"].as_str().unwrap(), p["reference_placement"].as_str().unwrap());
+            let pre = format!(
+                "pre-processing: {}, {} letterbox",
+                order.to_uppercase(),
+                if placement == "center" { "centred" } else { "top-left" }
+            );
             assert!(stderr.contains(&pre), "{name}: no `{pre}` line:\n{stderr}");
             let fourcc = if order == "rgb" { "RGB3" } else { "BGR3" };
-            let scale_line = stderr.lines().find(|l| l.contains("cpu scaler ->")).unwrap_or_else(|| panic!("{name}: no scaler line:\n{stderr}"));
+            let scale_line = stderr
+                .lines()
+                .find(|l| l.contains("cpu scaler ->"))
+                .unwrap_or_else(|| panic!("{name}: no scaler line:\n{stderr}"));
             assert!(scale_line.contains(fourcc), "{name}: {scale_line}");
             assert!(!stderr.contains("lower scores"), "{name}: {stderr}");
             let case = cases().iter().find(|c| c["name"] == p["case"]).unwrap();
             if case["dynamic"] == true {
-                let size = format!("is dynamic; running it at {}x{}, batch 1 (as --input-size asks)", case["width"], case["height"]);
+                let size = format!(
+                    "is dynamic; running it at {}x{}, batch 1 (as --input-size asks)",
+                    case["width"], case["height"]
+                );
                 assert!(stderr.contains(&size), "{name}: no `{size}` line:\n{stderr}");
             }
-            lines.push(format!("{name} ({} {order} {placement}): {}", p["case"].as_str().unwrap(), paired.summary(got.len(), want.len())));
+            lines.push(format!(
+                "{name} ({} {order} {placement}): {}",
+                p["case"].as_str().unwrap(),
+                paired.summary(got.len(), want.len())
+            ));
         }
         eprintln!("{}", lines.join("\n"));
     }
@@ -794,9 +739,14 @@ mod pipeline {
         let (t, _) = thresholds();
         let wrong = pipeline("pipe_yolov8_640_bgr_top_left");
         let right = pipeline("pipe_yolov8_640");
-        assert_eq!(wrong["image"].as_str().map(|i| std::fs::read(models().join(i)).unwrap()), right["image"].as_str().map(|i| std::fs::read(models().join(i)).unwrap()), "the same image");
+        assert_eq!(
+            wrong["image"].as_str().map(|i| std::fs::read(models().join(i)).unwrap()),
+            right["image"].as_str().map(|i| std::fs::read(models().join(i)).unwrap()),
+            "the same image"
+        );
         let (got, _) = run(wrong, "cpu");
-        let e = same(&got, &reference_of(right), t, SCORE_TOL, MIN_IOU).expect_err("BGR/top-left detections must not match the RGB/centred reference");
+        let e = same(&got, &reference_of(right), t, SCORE_TOL, MIN_IOU)
+            .expect_err("BGR/top-left detections must not match the RGB/centred reference");
         eprintln!("pipe_yolov8_640 fed BGR, top-left, against its RGB, centred reference: {e}");
     }
 
@@ -827,14 +777,28 @@ mod pipeline {
         let model = models().join(case["model"].as_str().unwrap());
         let p = pipelines().iter().find(|p| p["case"] == case["name"]).unwrap();
         let image = format!("image:{}", models().join(p["image"].as_str().unwrap()).display());
-        let args = ["--source", &image, "--frames", "1", "--scaler", "cpu", "--infer", "onnx", "--model", &model.display().to_string()];
+        let args = [
+            "--source",
+            &image,
+            "--frames",
+            "1",
+            "--scaler",
+            "cpu",
+            "--infer",
+            "onnx",
+            "--model",
+            &model.display().to_string(),
+        ];
         let (code, err) = run_args(&[&args[..], &["--input-size", "320"]].concat());
         assert_ne!(code, Some(0), "{err}");
         assert!(!err.contains("panicked"), "{err}");
         let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
         assert_eq!(errors.len(), 1, "one error line:\n{err}");
         assert!(
-            errors[0].contains(&format!("--input-size 320x320 does not match the fixed input 640x640 of model {}: leave --input-size out", model.display())),
+            errors[0].contains(&format!(
+                "--input-size 320x320 does not match the fixed input 640x640 of model {}: leave --input-size out",
+                model.display()
+            )),
             "{}",
             errors[0]
         );
@@ -842,7 +806,18 @@ mod pipeline {
         let (code, err) = run_args(&[&args[..], &["--input-size", "640x640"]].concat());
         assert_eq!(code, Some(0), "{err}");
 
-        let (code, err) = run_args(&["--source", "testsrc", "--scaler", "cpu", "--infer", "none", "--frames", "1", "--input-size", "320x256"]);
+        let (code, err) = run_args(&[
+            "--source",
+            "testsrc",
+            "--scaler",
+            "cpu",
+            "--infer",
+            "none",
+            "--frames",
+            "1",
+            "--input-size",
+            "320x256",
+        ]);
         assert_eq!(code, Some(0), "{err}");
         assert!(err.contains("frames are scaled to 320x256 (--input-size)"), "{err}");
         assert!(err.lines().any(|l| l.contains("cpu scaler ->") && l.contains("320x256")), "{err}");
@@ -856,8 +831,12 @@ mod pipeline {
         for name in ["pipe_yolox_416", "pipe_yolov8_640"] {
             let p = pipeline(name);
             let (got, stderr) = run(p, "rga");
-            let rga = stderr.lines().find(|l| l.contains("rga (") && l.contains("letterbox")).unwrap_or_else(|| panic!("{name}: no rga line:\n{stderr}"));
-            let paired = same(&got, &reference_of(p), t, SCORE_TOL, MIN_IOU).unwrap_or_else(|e| panic!("{name} through rga: {e}\n{stderr}"));
+            let rga = stderr
+                .lines()
+                .find(|l| l.contains("rga (") && l.contains("letterbox"))
+                .unwrap_or_else(|| panic!("{name}: no rga line:\n{stderr}"));
+            let paired = same(&got, &reference_of(p), t, SCORE_TOL, MIN_IOU)
+                .unwrap_or_else(|e| panic!("{name} through rga: {e}\n{stderr}"));
             eprintln!(
                 "{name} through rga: {} paired, max |score difference| {:.4}, min IoU {:.4}; {rga}",
                 paired.n, paired.max_score_diff, paired.min_iou
@@ -917,11 +896,24 @@ mod rknn_fake {
         let _one = FAKE.lock().unwrap_or_else(|p| p.into_inner());
         std::env::set_var("ZCPIPE_FAKE_RKNN_ONNX", models().join(case["model"].as_str().unwrap()));
         std::env::set_var("ZCPIPE_FAKE_RKNN_OUTPUT", fake);
-        for k in ["ZCPIPE_FAKE_RKNN_W_STRIDE", "ZCPIPE_FAKE_RKNN_CORES", "ZCPIPE_FAKE_RKNN_LOG", "ZCPIPE_FAKE_RKNN_DMABUF_ONLY", "ZCPIPE_FAKE_RKNN_RUN_BARRIER", "ZCPIPE_FAKE_RKNN_FAIL_RUN"] {
+        for k in [
+            "ZCPIPE_FAKE_RKNN_W_STRIDE",
+            "ZCPIPE_FAKE_RKNN_CORES",
+            "ZCPIPE_FAKE_RKNN_LOG",
+            "ZCPIPE_FAKE_RKNN_DMABUF_ONLY",
+            "ZCPIPE_FAKE_RKNN_RUN_BARRIER",
+            "ZCPIPE_FAKE_RKNN_FAIL_RUN",
+        ] {
             std::env::remove_var(k);
         }
         let (t, nms) = thresholds();
-        let opts = DetectorOptions { model: stand_in(dir.path(), name), score_threshold: t, nms_iou: nms, anchors: anchors(case), ..Default::default() };
+        let opts = DetectorOptions {
+            model: stand_in(dir.path(), name),
+            score_threshold: t,
+            nms_iou: nms,
+            anchors: anchors(case),
+            ..Default::default()
+        };
         let mut det = RknnDetector::open_with(runtime(), &opts).unwrap_or_else(|e| panic!("{name} {fake}: {e:#}"));
         let n = case["outputs"].as_array().unwrap().len();
         let want: Vec<_> = (0..n).map(|i| output_info(&rknn_attr(case, i, set, false)).unwrap()).collect();
@@ -929,7 +921,11 @@ mod rknn_fake {
         assert_eq!(det.head().unwrap().kind().to_string(), case["layout"].as_str().unwrap(), "{name}");
         let fourcc = if case["channel_order"] == "rgb" { Fourcc::RGB24 } else { Fourcc::BGR24 };
         let spec = det.input_spec();
-        assert_eq!((spec.width, spec.height, spec.fourcc, spec.bytesperline, spec.name.as_str()), (w, h, fourcc, w * 3, "images"), "{name}");
+        assert_eq!(
+            (spec.width, spec.height, spec.fourcc, spec.bytesperline, spec.name.as_str()),
+            (w, h, fourcc, w * 3, "images"),
+            "{name}"
+        );
         // The test image is in the family's channel order, as the scaler writes it.
         let input = std::fs::read(models().join(case["input"].as_str().unwrap())).unwrap();
         let layout = FrameLayout::packed24(fourcc, w, h, w * 3);
@@ -962,7 +958,8 @@ mod rknn_fake {
             // leaves no score step over the threshold (the reference agrees).
             let flat = matches!(case["layout"].as_str(), Some("yolov5" | "yolov8"));
             assert!(!want.is_empty() || (fake == "int8" && flat), "{name} {set}: the reference has no detections");
-            let paired = same(&got, &want, t, score_tol, min_iou).unwrap_or_else(|e| panic!("{name} through the fake librknnrt, {fake} outputs: {e}"));
+            let paired = same(&got, &want, t, score_tol, min_iou)
+                .unwrap_or_else(|e| panic!("{name} through the fake librknnrt, {fake} outputs: {e}"));
             lines.push(format!("{name} {fake}: {}", paired.summary(got.len(), want.len())));
         }
         eprintln!("{}", lines.join("\n"));

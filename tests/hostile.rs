@@ -112,7 +112,14 @@ impl StageProc {
 
     /// Its log, without the report lines.
     fn log(&self) -> String {
-        self.lines.lock().unwrap().iter().filter(|l| !l.contains(": debug: report {")).cloned().collect::<Vec<_>>().join("\n")
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| !l.contains(": debug: report {"))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Waits for a log line holding every one of `parts`, and returns it. Fails at once if
@@ -123,8 +130,19 @@ impl StageProc {
             if let Some(l) = self.lines.lock().unwrap().iter().find(|l| parts.iter().all(|p| l.contains(p))) {
                 return l.clone();
             }
-            assert!(self.alive(), "the {} stage died ({:?}) before saying {parts:?}:\n{}", self.name, self.status, self.log());
-            assert!(t.elapsed() < PATIENCE, "the {} stage did not say {parts:?} within {PATIENCE:?}:\n{}", self.name, self.log());
+            assert!(
+                self.alive(),
+                "the {} stage died ({:?}) before saying {parts:?}:\n{}",
+                self.name,
+                self.status,
+                self.log()
+            );
+            assert!(
+                t.elapsed() < PATIENCE,
+                "the {} stage did not say {parts:?} within {PATIENCE:?}:\n{}",
+                self.name,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -136,7 +154,12 @@ impl StageProc {
 
     /// Its reports so far (`report {json}` debug lines), oldest first.
     fn reports(&self) -> Vec<Value> {
-        self.lines.lock().unwrap().iter().filter_map(|l| l.split_once(": debug: report ").and_then(|(_, j)| serde_json::from_str(j).ok())).collect()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.split_once(": debug: report ").and_then(|(_, j)| serde_json::from_str(j).ok()))
+            .collect()
     }
 
     /// Waits until its latest report satisfies `f`, and returns that report.
@@ -157,7 +180,11 @@ impl StageProc {
         assert!(ok, "the {} stage did not exit:\n{}", self.name, self.log());
         // The reader thread takes the last lines after the pipe closes.
         wait_for(Duration::from_secs(5), || self.reports().last().is_some_and(|r| r["final_report"] == true));
-        let last = self.reports().into_iter().rfind(|r| r["final_report"] == true).unwrap_or_else(|| panic!("no final report from {}:\n{}", self.name, self.log()));
+        let last = self
+            .reports()
+            .into_iter()
+            .rfind(|r| r["final_report"] == true)
+            .unwrap_or_else(|| panic!("no final report from {}:\n{}", self.name, self.log()));
         (self.status.unwrap(), last)
     }
 }
@@ -194,7 +221,9 @@ fn client(path: PathBuf) -> Arc<Mutex<Vec<(Instant, Value)>>> {
 
 /// Waits for a frame line after `t` (the pipeline runs end to end).
 fn frames_flow(seen: &Mutex<Vec<(Instant, Value)>>, t: Instant, what: &str) {
-    let ok = wait_for(Duration::from_secs(60), || seen.lock().unwrap().iter().any(|(at, v)| *at > t && v["type"] == "frame"));
+    let ok = wait_for(Duration::from_secs(60), || {
+        seen.lock().unwrap().iter().any(|(at, v)| *at > t && v["type"] == "frame")
+    });
     assert!(ok, "no frame reached the client {what}");
 }
 
@@ -242,7 +271,15 @@ fn hello(stage: &str, want: Option<WantedInput>) -> ControlMsg {
 fn infer_none_wants() -> WantedInput {
     let d = NoDetector::new();
     let s = d.input_spec();
-    WantedInput { width: s.width, height: s.height, fourcc: s.fourcc.0, stride_align: 1, bytesperline: s.bytesperline, pad: s.letterbox.pad, placement: s.letterbox.placement }
+    WantedInput {
+        width: s.width,
+        height: s.height,
+        fourcc: s.fourcc.0,
+        stride_align: 1,
+        bytesperline: s.bytesperline,
+        pad: s.letterbox.pad,
+        placement: s.letterbox.placement,
+    }
 }
 
 /// The fds of a well-formed frame hop: a ring, two doorbells, two sealed memfds of [`BUF`].
@@ -361,14 +398,20 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
     let c = connect(&sock);
     let h = serde_json::to_vec(&hello("scale", None)).unwrap();
     fdpass::send(c.as_fd(), &h[..h.len() / 2], &[]).unwrap();
-    said.note("consumer: truncated hello", capture.expect(&[&so_far(3), "malformed control message", "EOF while parsing"]));
+    said.note(
+        "consumer: truncated hello",
+        capture.expect(&[&so_far(3), "malformed control message", "EOF while parsing"]),
+    );
     assert!(closed_by_peer(&c).is_empty());
     // Another kind of message, with fds of the wrong kind (a pipe, a directory).
     let c = connect(&sock);
     let (r, _w) = pipe();
     let hop = Hop::new();
     c.send(&offer_msg(hop.offer(vec![])), &[r.as_fd(), dir_fd(d).as_fd()]).unwrap();
-    said.note("consumer: an offer with a pipe and a dir", capture.expect(&[&so_far(4), "sent an offer instead of a hello (with 2 fds, closed)"]));
+    said.note(
+        "consumer: an offer with a pipe and a dir",
+        capture.expect(&[&so_far(4), "sent an offer instead of a hello (with 2 fds, closed)"]),
+    );
     assert!(closed_by_peer(&c).is_empty());
     // A valid hello while the hop serves scale: told why, and closed.
     let c = connect(&sock);
@@ -395,11 +438,17 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
     // The other producing stages refuse a second consumer the same way.
     let c = connect(&run.join("scale.sock"));
     c.send(&hello("infer", Some(infer_none_wants())), &[]).unwrap();
-    said.note("consumer: a second infer stage", scale.expect(&["(1 so far)", peer, &format!("this hop already serves pid {}", infer.pid())]));
+    said.note(
+        "consumer: a second infer stage",
+        scale.expect(&["(1 so far)", peer, &format!("this hop already serves pid {}", infer.pid())]),
+    );
     assert_eq!(closed_by_peer(&c).len(), 1);
     let c = connect(&run.join("infer.sock"));
     c.send(&hello("publish", None), &[]).unwrap();
-    said.note("consumer: a second publish stage", infer.expect(&["(1 so far)", peer, &format!("this hop already serves pid {publish_pid}")]));
+    said.note(
+        "consumer: a second publish stage",
+        infer.expect(&["(1 so far)", peer, &format!("this hop already serves pid {publish_pid}")]),
+    );
     assert_eq!(closed_by_peer(&c).len(), 1);
     frames_flow(&seen, Instant::now(), "after the impostor consumers");
     let r = capture.report_where("18 refusals", |r| r["extra"]["refused"].as_u64() >= Some(18));
@@ -430,14 +479,30 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         parts.extend_from_slice(reason);
         let line = scale.expect(&parts);
         let dead = format!("pid {capture_pid} uid");
-        let early = scale.lines.lock().unwrap().iter().filter(|l| l.contains("refused what answered as the capture stage") && l.contains(&dead)).count();
-        let head = format!("refused what answered as the capture stage on {} ({} so far): {peer}: ", sock.display(), case as usize + early);
+        let early = scale
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("refused what answered as the capture stage") && l.contains(&dead))
+            .count();
+        let head = format!(
+            "refused what answered as the capture stage on {} ({} so far): {peer}: ",
+            sock.display(),
+            case as usize + early
+        );
         assert!(line.contains(&head), "{line}: expected {head}");
         said.note(name, line);
         // Kept open until refused, so that what is refused is the answer, not a hang-up.
         drop(c);
     };
-    serve("upstream: garbage", &|c| fdpass::send(c.as_fd(), b"\x00\x01 garbage", &[]).unwrap(), &["malformed control message from pid"], &mut scale, &mut said);
+    serve(
+        "upstream: garbage",
+        &|c| fdpass::send(c.as_fd(), b"\x00\x01 garbage", &[]).unwrap(),
+        &["malformed control message from pid"],
+        &mut scale,
+        &mut said,
+    );
     serve("upstream: oversized", &|c| send_raw(c, &vec![b'['; 100 * 1024]), &["(MSG_TRUNC)"], &mut scale, &mut said);
     serve(
         "upstream: truncated offer (with its fds)",
@@ -450,7 +515,13 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         &mut scale,
         &mut said,
     );
-    serve("upstream: a hello instead of an offer", &|c| c.send(&hello("capture", None), &[]).unwrap(), &["capture sent a hello instead of an offer (with 0 fds, closed)"], &mut scale, &mut said);
+    serve(
+        "upstream: a hello instead of an offer",
+        &|c| c.send(&hello("capture", None), &[]).unwrap(),
+        &["capture sent a hello instead of an offer (with 0 fds, closed)"],
+        &mut scale,
+        &mut said,
+    );
     serve(
         "upstream: fewer fds than offered",
         &|c| {
@@ -531,7 +602,10 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
             fds[4] = dfd.as_fd();
             c.send(&offer_msg(hop.offer(vec![vec![BUF]; 2])), &fds).unwrap();
         },
-        &["capture's buffer 1", &format!("peer's buffer fd is a directory ({dir_text}): neither a dma-buf nor a sealed memfd")],
+        &[
+            "capture's buffer 1",
+            &format!("peer's buffer fd is a directory ({dir_text}): neither a dma-buf nor a sealed memfd"),
+        ],
         &mut scale,
         &mut said,
     );
@@ -567,14 +641,24 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         "upstream: a regular file as a buffer, then shrunk",
         &|c| {
             let hop = Hop::new();
-            let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(d.join("buffer")).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(d.join("buffer"))
+                .unwrap();
             f.set_len(BUF).unwrap();
             let mut fds = hop.fds();
             fds[3] = f.as_fd();
             c.send(&offer_msg(hop.offer(vec![vec![BUF]; 2])), &fds).unwrap();
             f.set_len(0).unwrap();
         },
-        &["capture's buffer 0", "peer's buffer fd is a regular file (", "that its writer could truncate: neither a dma-buf nor a sealed memfd"],
+        &[
+            "capture's buffer 0",
+            "peer's buffer fd is a regular file (",
+            "that its writer could truncate: neither a dma-buf nor a sealed memfd",
+        ],
         &mut scale,
         &mut said,
     );
@@ -582,7 +666,11 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         "upstream: a copy-mode offer (a dir as its socket)",
         &|c| {
             let dfd = dir_fd(d);
-            let o = Offer { copy_mode: true, max_frame_bytes: 1 << 40, ..frames_offer(RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 }, vec![]) };
+            let o = Offer {
+                copy_mode: true,
+                max_frame_bytes: 1 << 40,
+                ..frames_offer(RingGeometry { capacity: 1, slot_bytes: 8, ret_capacity: 1 }, vec![])
+            };
             c.send(&offer_msg(o), &[dfd.as_fd()]).unwrap();
         },
         &["capture offered a --copy-mode hop; this stage joined a zero-copy one at set-up"],
@@ -602,7 +690,11 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
     let hostile: [(&str, FrameDesc, &str); 8] = [
         ("an index out of range", desc(0, |d| d.buffer_index = 2), "buffer index 2 out of 2"),
         ("the largest index", desc(1, |d| d.buffer_index = u32::MAX), "buffer index 4294967295 out of 2"),
-        ("a plane past the buffer", desc(2, |d| d.layout.planes[1].offset = 100_000), "plane 1: offset 100000 + length 38400 past buffer size 115200"),
+        (
+            "a plane past the buffer",
+            desc(2, |d| d.layout.planes[1].offset = 100_000),
+            "plane 1: offset 100000 + length 38400 past buffer size 115200",
+        ),
         ("an absurd width", desc(3, |d| d.layout.width = 1 << 20), "frame size 1048576x240 out of range"),
         (
             "absurd row and plane lengths",
@@ -614,7 +706,11 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         ),
         ("an unknown fourcc", desc(5, |d| d.layout.fourcc = Fourcc(u32::from_le_bytes(*b"ZZZZ"))), "unknown fourcc"),
         ("200 planes", desc(6, |d| d.layout.num_planes = 200), "NV12 needs 2 planes, descriptor says 200"),
-        ("a plane in a fd the buffer lacks", desc(7, |d| d.layout.planes[0].fd_index = 3), "plane 0: fd_index 3 but buffer has 1 fds"),
+        (
+            "a plane in a fd the buffer lacks",
+            desc(7, |d| d.layout.planes[0].fd_index = 3),
+            "plane 0: fd_index 3 but buffer has 1 fds",
+        ),
     ];
     for (k, (name, dd, reason)) in hostile.iter().enumerate() {
         hop.ring.push(*dd, true).unwrap();
@@ -647,19 +743,29 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
     let ssock = run.join("scale.sock");
     let c = connect(&ssock);
     c.send(&hello("infer", None), &[]).unwrap();
-    said.note("consumer: a hello wanting another input", scale.expect(&["(2 so far)", peer, "could not serve it", "the infer stage now wants None"]));
+    said.note(
+        "consumer: a hello wanting another input",
+        scale.expect(&["(2 so far)", peer, "could not serve it", "the infer stage now wants None"]),
+    );
     assert!(matches!(&closed_by_peer(&c)[..], [ControlMsg::Refuse { .. }]));
     let c = connect(&ssock);
-    let (_, mut rx, _bufs) = join::<FrameDesc>(c, &hello("infer", Some(infer_none_wants())), WaitMode::Eventfd, "scale").unwrap();
+    let (_, mut rx, _bufs) =
+        join::<FrameDesc>(c, &hello("infer", Some(infer_none_wants())), WaitMode::Eventfd, "scale").unwrap();
     scale.expect(&[&format!("the infer stage ({peer}) joined again")]);
     let tokens = [(1u64 << 32) | 1000, 0xdead_beef << 32, u64::MAX];
     for (k, t) in tokens.iter().enumerate() {
         rx.push_return(*t).unwrap();
-        let line = scale.expect(&[&format!("the consumer ({peer}) returned token {t:#x} for a buffer it does not hold; ignored ({} so far)", k + 1)]);
+        let line = scale.expect(&[&format!(
+            "the consumer ({peer}) returned token {t:#x} for a buffer it does not hold; ignored ({} so far)",
+            k + 1
+        )]);
         said.note("consumer: a return token it was never lent", line);
     }
     rx.ring_for_tests().scribble_word(W_HEAD, 7_777_777);
-    said.note("consumer: corrupt ring head", scale.expect(&[&format!("dropped the consumer ({peer}): consumer corrupted the ring: head 7777777")]));
+    said.note(
+        "consumer: corrupt ring head",
+        scale.expect(&[&format!("dropped the consumer ({peer}): consumer corrupted the ring: head 7777777")]),
+    );
     assert!(wait_for(PATIENCE, || rx.conn().peer_gone()), "scale hung up on the consumer that corrupted its ring");
     drop(rx);
 
@@ -674,7 +780,8 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
         c.recv().unwrap();
         c
     };
-    let head = |k: u32| format!("refused what answered as the infer stage on {} ({k} so far): {peer}: ", isock.display());
+    let head =
+        |k: u32| format!("refused what answered as the infer stage on {} ({k} so far): {peer}: ", isock.display());
     let c = accept_publish();
     fdpass::send(c.as_fd(), b"}{", &[]).unwrap();
     said.note("upstream of publish: garbage", publish.expect(&[&head(1), "malformed control message"]));
@@ -682,16 +789,28 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
     let det_ring = RingProducer::<DetectionsDesc>::create(8, 2).unwrap();
     let (bell, back) = (Doorbell::new().unwrap(), Doorbell::new().unwrap());
     let labels = zcpipe::infer::labels::coco80();
-    let det_offer = Offer { payload: Payload::Detections, memory: "none".into(), fps: 0.0, labels, ..frames_offer(det_ring.geometry(), vec![]) };
+    let det_offer = Offer {
+        payload: Payload::Detections,
+        memory: "none".into(),
+        fps: 0.0,
+        labels,
+        ..frames_offer(det_ring.geometry(), vec![])
+    };
     let c = accept_publish();
     let (r, _w) = pipe();
     c.send(&offer_msg(det_offer.clone()), &[r.as_fd(), bell.as_fd(), back.as_fd()]).unwrap();
-    said.note("upstream of publish: a pipe as the ring", publish.expect(&[&head(2), "mapping infer's ring", "ring fd is not a sealed memfd"]));
+    said.note(
+        "upstream of publish: a pipe as the ring",
+        publish.expect(&[&head(2), "mapping infer's ring", "ring fd is not a sealed memfd"]),
+    );
     drop(c);
     let c = accept_publish();
     let mut det_ring = det_ring;
     c.send(&offer_msg(det_offer), &[det_ring.fd().as_fd(), bell.as_fd(), back.as_fd()]).unwrap();
-    said.note("upstream of publish: a valid offer (joined)", publish.expect(&[&format!("joined the infer stage again ({peer})")]));
+    said.note(
+        "upstream of publish: a valid offer (joined)",
+        publish.expect(&[&format!("joined the infer stage again ({peer})")]),
+    );
     let ok = DetectionsDesc { width: 320, height: 240, ..Default::default() };
     let mut nan = ok;
     nan.count = 1;
@@ -704,7 +823,10 @@ fn hostile_peers_are_refused_and_the_pipeline_runs_on() {
     for (k, (name, dd, reason)) in bad.iter().enumerate() {
         det_ring.push(*dd, true).unwrap();
         bell.ring();
-        said.note(&format!("detections: {name}"), publish.expect(&[&format!("rejected a slot from upstream {peer} ({} so far): {reason}", k + 1)]));
+        said.note(
+            &format!("detections: {name}"),
+            publish.expect(&[&format!("rejected a slot from upstream {peer} ({} so far): {reason}", k + 1)]),
+        );
     }
     drop((c, det_ring, bell, back));
     publish.expect(&[&format!("the infer stage (pid {me}) hung up")]);
@@ -766,7 +888,8 @@ fn connector(path: &str) {
     nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &tv).unwrap();
     let mut buf = [0u8; 4096];
     // Closed with our hello unread: ECONNRESET rather than end of file.
-    let closed = matches!(recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()), Ok(0) | Err(nix::errno::Errno::ECONNRESET));
+    let closed =
+        matches!(recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()), Ok(0) | Err(nix::errno::Errno::ECONNRESET));
     println!("connector pid {} closed: {closed}", std::process::id());
 }
 
@@ -802,7 +925,13 @@ fn a_foreign_user_is_refused_by_so_peercred() {
     let bin = env!("CARGO_BIN_EXE_zcpipe");
     let me = std::env::current_exe().unwrap();
     for (uid, exe, arg) in [(STAGES_UID, Path::new(bin), "--version"), (FOREIGN_UID, me.as_path(), "--list")] {
-        let runs = std::process::Command::new(exe).arg(arg).uid(uid).gid(uid).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let runs = std::process::Command::new(exe)
+            .arg(arg)
+            .uid(uid)
+            .gid(uid)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         if !runs.is_ok_and(|s| s.success()) {
             println!("skipped: uid {uid} cannot run {} (its folders are private); check out the repository where other users can read it", exe.display());
             return;
@@ -843,11 +972,15 @@ fn a_foreign_user_is_refused_by_so_peercred() {
     fdpass::send(c.as_fd(), b"\x00garbage", &[]).unwrap();
     said.note("consumer at set-up: garbage", capture.expect(&["(2 so far)", &root, "malformed control message"]));
     assert!(closed_by_peer(&c).is_empty());
-    let why = |pid: i32| format!("peer pid {pid} runs as uid {FOREIGN_UID}, we run as uid {STAGES_UID}: refusing to share buffers across users");
+    let why = |pid: i32| {
+        format!("peer pid {pid} runs as uid {FOREIGN_UID}, we run as uid {STAGES_UID}: refusing to share buffers across users")
+    };
     let pid = foreigner("at set-up");
     said.note("another user, at set-up", capture.expect(&["(3 so far)", &why(pid)]));
     let mut stages = vec![];
-    for (name, args) in [("scale", vec![]), ("infer", vec!["--infer", "none"]), ("publish", vec!["--publish", det.to_str().unwrap()])] {
+    for (name, args) in
+        [("scale", vec![]), ("infer", vec!["--infer", "none"]), ("publish", vec!["--publish", det.to_str().unwrap()])]
+    {
         stages.push(StageProc::start(d, name, &args, Some(STAGES_UID)));
     }
     let seen = client(det.clone());

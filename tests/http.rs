@@ -38,7 +38,8 @@ fn request(addr: SocketAddr, path: &str) -> (u16, BTreeMap<String, String>, BufR
     let mut r = BufReader::new(s);
     let mut status = String::new();
     r.read_line(&mut status).unwrap();
-    let code: u16 = status.split(' ').nth(1).unwrap_or_else(|| panic!("{path}: status line {status:?}")).parse().unwrap();
+    let code: u16 =
+        status.split(' ').nth(1).unwrap_or_else(|| panic!("{path}: status line {status:?}")).parse().unwrap();
     let mut headers = BTreeMap::new();
     loop {
         let mut l = String::new();
@@ -79,7 +80,12 @@ type Sample = (String, BTreeMap<String, String>, f64);
 /// histogram's buckets per label set in increasing `le`, cumulative, the last `+Inf` and
 /// equal to its `_count`, with its `_sum`. Panics naming the line otherwise.
 fn parse_prometheus(text: &str) -> Vec<Sample> {
-    let name_ok = |n: &str| !n.is_empty() && n.chars().enumerate().all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()));
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars()
+                .enumerate()
+                .all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()))
+    };
     let mut types: BTreeMap<String, String> = BTreeMap::new();
     let mut helped: Vec<String> = vec![];
     let mut finished: Vec<String> = vec![];
@@ -141,7 +147,14 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
             "-Inf" => f64::NEG_INFINITY,
             v => v.parse().unwrap_or_else(|_| panic!("value: {line}")),
         };
-        let family = types.keys().find(|f| name == f.as_str() || (types[*f] == "histogram" && ["_bucket", "_sum", "_count"].iter().any(|s| name.strip_prefix(f.as_str()) == Some(s)))).unwrap_or_else(|| panic!("sample before its TYPE: {line}"));
+        let family = types
+            .keys()
+            .find(|f| {
+                name == f.as_str()
+                    || (types[*f] == "histogram"
+                        && ["_bucket", "_sum", "_count"].iter().any(|s| name.strip_prefix(f.as_str()) == Some(s)))
+            })
+            .unwrap_or_else(|| panic!("sample before its TYPE: {line}"));
         assert_eq!(Some(family), current.as_ref(), "a family's samples together: {line}");
         assert!(!finished.contains(family));
         samples.push((name.into(), labels, value));
@@ -154,15 +167,27 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
                 "+Inf" => f64::INFINITY,
                 x => x.parse().unwrap(),
             };
-            let key: Vec<(String, String)> = l.iter().filter(|(k, _)| *k != "le").map(|(k, v)| (k.clone(), v.clone())).collect();
+            let key: Vec<(String, String)> =
+                l.iter().filter(|(k, _)| *k != "le").map(|(k, v)| (k.clone(), v.clone())).collect();
             series.entry(key).or_default().push((le, *v));
             assert!(n.ends_with("_bucket"));
         }
         assert!(!series.is_empty(), "{family} has buckets");
         for (key, buckets) in &series {
-            assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{family}{key:?}: increasing le, cumulative: {buckets:?}");
+            assert!(
+                buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                "{family}{key:?}: increasing le, cumulative: {buckets:?}"
+            );
             assert_eq!(buckets.last().unwrap().0, f64::INFINITY, "{family}{key:?} ends with +Inf");
-            let find = |suffix: &str| samples.iter().find(|s| s.0 == format!("{family}{suffix}") && s.1.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>() == *key).map(|s| s.2);
+            let find = |suffix: &str| {
+                samples
+                    .iter()
+                    .find(|s| {
+                        s.0 == format!("{family}{suffix}")
+                            && s.1.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>() == *key
+                    })
+                    .map(|s| s.2)
+            };
             assert_eq!(find("_count"), Some(buckets.last().unwrap().1), "{family}{key:?}: +Inf bucket is the count");
             assert!(find("_sum").is_some(), "{family}{key:?} has its sum");
         }
@@ -173,7 +198,11 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
 fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     samples
         .iter()
-        .find(|s| s.0 == name && labels.iter().all(|(k, v)| s.1.get(*k).map(|x| x.as_str()) == Some(*v)) && s.1.len() == labels.len())
+        .find(|s| {
+            s.0 == name
+                && labels.iter().all(|(k, v)| s.1.get(*k).map(|x| x.as_str()) == Some(*v))
+                && s.1.len() == labels.len()
+        })
         .unwrap_or_else(|| panic!("{name}{labels:?} missing"))
         .2
 }
@@ -183,13 +212,13 @@ fn the_prometheus_check_refuses_bad_text() {
     let good = "# HELP a_total x\n# TYPE a_total counter\na_total{c=\"x\\\"y\"} 3\n";
     assert_eq!(parse_prometheus(good)[0].1["c"], "x\"y");
     for bad in [
-        "a_total 3\n",                                                     // no TYPE
-        "# TYPE a counter\na{c=\"x} 3\n",                                  // unterminated
-        "# TYPE a counter\na{c=\"\\t\"} 3\n",                              // bad escape
-        "# TYPE a counter\na 3x\n",                                        // not a number
+        "a_total 3\n",                                                                             // no TYPE
+        "# TYPE a counter\na{c=\"x} 3\n",                                                          // unterminated
+        "# TYPE a counter\na{c=\"\\t\"} 3\n",                                                      // bad escape
+        "# TYPE a counter\na 3x\n",                                                                // not a number
         "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_count 1\nh_sum 1\n", // not cumulative
-        "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_count 2\nh_sum 1\n",  // no +Inf
-        "# TYPE a counter\n# TYPE b counter\nb 1\na 1\n",                  // a family's samples apart
+        "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_count 2\nh_sum 1\n",                          // no +Inf
+        "# TYPE a counter\n# TYPE b counter\nb 1\na 1\n", // a family's samples apart
     ] {
         assert!(std::panic::catch_unwind(|| parse_prometheus(bad)).is_err(), "accepted: {bad}");
     }
@@ -227,7 +256,21 @@ fn mjpeg_part(r: &mut BufReader<TcpStream>, boundary: &str) -> Vec<u8> {
 fn the_web_view_serves_the_running_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let child = zcpipe_run(dir.path())
-        .args(["--instance", "http-view", "--http", "127.0.0.1:0", "--fps", "10", "--scaler", "cpu", "--json", "--score-threshold", "0.2", "--stats-interval", "0"])
+        .args([
+            "--instance",
+            "http-view",
+            "--http",
+            "127.0.0.1:0",
+            "--fps",
+            "10",
+            "--scaler",
+            "cpu",
+            "--json",
+            "--score-threshold",
+            "0.2",
+            "--stats-interval",
+            "0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -248,7 +291,8 @@ fn the_web_view_serves_the_running_pipeline() {
         all
     });
     let stdout = run.0.stdout.take().unwrap();
-    let stdout_reader = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(|l| l.ok()).collect::<Vec<String>>());
+    let stdout_reader =
+        std::thread::spawn(move || BufReader::new(stdout).lines().map_while(|l| l.ok()).collect::<Vec<String>>());
     let addr = addr_rx.recv_timeout(Duration::from_secs(120)).expect("the publish stage logs the web view's address");
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
 
@@ -279,10 +323,21 @@ fn the_web_view_serves_the_running_pipeline() {
     let (code, h, page) = get(addr, "/");
     let page = String::from_utf8(page).unwrap();
     assert_eq!((code, h["content-type"].as_str()), (200, "text/html; charset=utf-8"));
-    assert!(page.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\" alt=\"camera cam0\">") && page.contains("new EventSource(\"/api/detections\")") && page.contains("fetch(\"/api/stats\")"), "{page}");
+    assert!(
+        page.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\" alt=\"camera cam0\">")
+            && page.contains("new EventSource(\"/api/detections\")")
+            && page.contains("fetch(\"/api/stats\")"),
+        "{page}"
+    );
 
     // Stats once frames flow (with detections: the clip's first frames have a tv at 0.26).
-    assert!(wait_for(Duration::from_secs(120), || get_json(addr, "/api/stats")["cameras"]["cam0"]["frames"].as_u64().unwrap() >= 10), "frames flow");
+    assert!(
+        wait_for(Duration::from_secs(120), || get_json(addr, "/api/stats")["cameras"]["cam0"]["frames"]
+            .as_u64()
+            .unwrap()
+            >= 10),
+        "frames flow"
+    );
     let st = get_json(addr, "/api/stats");
     let cam = &st["cameras"]["cam0"];
     assert_eq!((cam["width"].as_u64(), cam["height"].as_u64()), (Some(768), Some(432)), "{st}");
@@ -299,7 +354,11 @@ fn the_web_view_serves_the_running_pipeline() {
     let m = parse_prometheus(&String::from_utf8(text).unwrap());
     let frames = sample(&m, "zcpipe_frames_total", &[("camera", "cam0")]);
     assert!(frames >= 10.0);
-    assert_eq!(sample(&m, "zcpipe_latency_seconds_count", &[("stage", "total"), ("camera", "cam0")]), frames, "every frame's total latency is counted");
+    assert_eq!(
+        sample(&m, "zcpipe_latency_seconds_count", &[("stage", "total"), ("camera", "cam0")]),
+        frames,
+        "every frame's total latency is counted"
+    );
     assert_eq!(sample(&m, "zcpipe_latency_seconds_count", &[("stage", "infer"), ("camera", "cam0")]), frames);
     assert!(sample(&m, "zcpipe_dropped_frames_total", &[("camera", "cam0")]) >= 0.0);
     for stage in ["capture", "scale", "infer", "publish"] {
@@ -316,8 +375,14 @@ fn the_web_view_serves_the_running_pipeline() {
         let (code, h, jpeg) = get(addr, "/snapshot/cam0.jpg");
         assert_eq!((code, h["content-type"].as_str()), (200, "image/jpeg"));
         let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
-        let frame = seen.lock().unwrap().iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["type"] == "frame" && v["seq"] == seq);
-        let wanted = h.contains_key("x-zcpipe-pixel-seq") && frame.as_ref().is_some_and(|f| !f["detections"].as_array().unwrap().is_empty());
+        let frame = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["type"] == "frame" && v["seq"] == seq);
+        let wanted = h.contains_key("x-zcpipe-pixel-seq")
+            && frame.as_ref().is_some_and(|f| !f["detections"].as_array().unwrap().is_empty());
         snap = Some((h, jpeg));
         wanted
     });
@@ -350,7 +415,11 @@ fn the_web_view_serves_the_running_pipeline() {
     evil.write_all(b"GET /api/stats HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let st = get_json(addr, "/api/stats");
-    assert_eq!((st["cameras"]["cam0"]["width"].as_u64(), st["server"]["refused_bodies"].as_u64()), (Some(768), Some(1)), "the view serves on: {st}");
+    assert_eq!(
+        (st["cameras"]["cam0"]["width"].as_u64(), st["server"]["refused_bodies"].as_u64()),
+        (Some(768), Some(1)),
+        "the view serves on: {st}"
+    );
     assert_eq!(common::stage_pid(dir.path(), "publish"), publish_pid, "the publish stage was not restarted");
     drop(evil);
 
@@ -370,8 +439,21 @@ fn the_web_view_serves_the_running_pipeline() {
     assert!(body.iter().filter(|l| l.starts_with("{\"type\":\"frame\"")).count() >= 10);
 
     // The snapshot's boxes: each detection's left edge, half-way down, in its class colour.
-    let frame: Value = lines.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["type"] == "frame" && v["seq"] == seq).expect("the snapshot's frame line");
-    let palette = [[0u8, 255, 0], [255, 0, 255], [0, 255, 255], [255, 255, 0], [255, 128, 0], [0, 128, 255], [255, 0, 0], [128, 0, 255]];
+    let frame: Value = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "frame" && v["seq"] == seq)
+        .expect("the snapshot's frame line");
+    let palette = [
+        [0u8, 255, 0],
+        [255, 0, 255],
+        [0, 255, 255],
+        [255, 255, 0],
+        [255, 128, 0],
+        [0, 128, 255],
+        [255, 0, 0],
+        [128, 0, 255],
+    ];
     let dets = frame["detections"].as_array().unwrap();
     assert!(!dets.is_empty(), "the snapshot's frame has detections (--score-threshold 0.2): {frame}");
     let mut matched = 0;
@@ -396,7 +478,10 @@ fn a_port_in_use_is_one_line_and_exit_code_2() {
     let out = zcpipe().args(["run", "--dry-run", "--http", &a]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err, format!("zcpipe: error: --http {a}: address in use (another zcpipe or web server?): pick another port\n"));
+    assert_eq!(
+        err,
+        format!("zcpipe: error: --http {a}: address in use (another zcpipe or web server?): pick another port\n")
+    );
     // The publish stage alone, at its start: the same line (its own tag).
     let dir = tempfile::tempdir().unwrap();
     let out = zcpipe()
@@ -409,7 +494,12 @@ fn a_port_in_use_is_one_line_and_exit_code_2() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.ends_with(&format!("zcpipe publish: error: --http {a}: address in use (another zcpipe or web server?): pick another port\n")), "{err}");
+    assert!(
+        err.ends_with(&format!(
+            "zcpipe publish: error: --http {a}: address in use (another zcpipe or web server?): pick another port\n"
+        )),
+        "{err}"
+    );
     assert!(!err.contains("panicked"));
 }
 
@@ -419,21 +509,47 @@ fn a_remote_address_needs_allow_remote_and_is_logged() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--http 0.0.0.0:0: not a loopback address") && err.contains("add --http-allow-remote if that is meant, or use 127.0.0.1:0"), "{err}");
+    assert!(
+        err.contains("--http 0.0.0.0:0: not a loopback address")
+            && err.contains("add --http-allow-remote if that is meant, or use 127.0.0.1:0"),
+        "{err}"
+    );
     let out = zcpipe().args(["run", "--dry-run", "--http", "0.0.0.0:0", "--http-allow-remote"]).output().unwrap();
     assert!(out.status.success());
     let plan = String::from_utf8_lossy(&out.stdout);
-    assert!(plan.contains(" + web view http://0.0.0.0:0/ (pictures at most 5 a second per camera, reachable from other machines)"), "{plan}");
+    assert!(
+        plan.contains(
+            " + web view http://0.0.0.0:0/ (pictures at most 5 a second per camera, reachable from other machines)"
+        ),
+        "{plan}"
+    );
     for bad in [&["--http", "host.example:80"][..], &["--view-fps", "100"], &["--http-allow-remote"]] {
         let out = zcpipe().args(["run", "--dry-run"]).args(bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
     }
     // A run with it: the publish stage says the view is reachable from other machines.
     let dir = tempfile::tempdir().unwrap();
-    let out = zcpipe_run(dir.path()).args(["--instance", "http-remote", "--source", "testsrc:320x240@30", "--infer", "none", "--frames", "5", "--no-print", "--http", "0.0.0.0:0", "--http-allow-remote"]).output().unwrap();
+    let out = zcpipe_run(dir.path())
+        .args([
+            "--instance",
+            "http-remote",
+            "--source",
+            "testsrc:320x240@30",
+            "--infer",
+            "none",
+            "--frames",
+            "5",
+            "--no-print",
+            "--http",
+            "0.0.0.0:0",
+            "--http-allow-remote",
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let said: Vec<&str> = err.lines().filter(|l| l.contains("reachable from other machines (--http-allow-remote)")).collect();
+    let said: Vec<&str> =
+        err.lines().filter(|l| l.contains("reachable from other machines (--http-allow-remote)")).collect();
     assert_eq!(said.len(), 1, "{err}");
     assert!(said[0].starts_with("zcpipe publish: warn: web view on http://0.0.0.0:"), "{err}");
 }

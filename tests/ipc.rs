@@ -81,9 +81,19 @@ fn produce(test: &str, policy: RingPolicy, frames: u64, delay_ms: u64) -> (PoolP
     let conn = listener.accept(&NEVER).unwrap();
     assert_eq!(conn.peer_pid as u32, child.id(), "SO_PEERCRED names the consumer process");
     let _hello = conn.recv().unwrap();
-    let alloc = Allocator::open(HeapChoice::Auto, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri")).unwrap();
+    let alloc =
+        Allocator::open(HeapChoice::Auto, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri"))
+            .unwrap();
     let pool = alloc.allocate_pool(4, layout().bytes_needed()).unwrap();
-    let spec = HopSpec { policy, capacity: 3, memory: alloc.describe(), layout: Some(layout()), fps: 0.0, description: "test".into(), copy_mode: false };
+    let spec = HopSpec {
+        policy,
+        capacity: 3,
+        memory: alloc.describe(),
+        layout: Some(layout()),
+        fps: 0.0,
+        description: "test".into(),
+        copy_mode: false,
+    };
     let mut prod = PoolProducer::offer(conn, pool.into_iter().map(|b| vec![b]).collect(), spec).unwrap();
     for seq in 0..frames {
         let mut loan = prod.acquire(&NEVER).unwrap().unwrap();
@@ -106,7 +116,10 @@ fn produce(test: &str, policy: RingPolicy, frames: u64, delay_ms: u64) -> (PoolP
 }
 
 fn field(line: &str, k: &str) -> u64 {
-    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{k} missing in {line:?}"))
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{k}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{k} missing in {line:?}"))
 }
 
 #[test]

@@ -30,7 +30,11 @@ use common::{assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mp
 const FRAMES: usize = 6;
 
 fn ffmpeg(args: &[&str]) {
-    let out = Command::new("ffmpeg").args(["-hide_banner", "-loglevel", "error", "-y"]).args(args).output().expect("running ffmpeg (install it: apt install ffmpeg)");
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y"])
+        .args(args)
+        .output()
+        .expect("running ffmpeg (install it: apt install ffmpeg)");
     assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -42,7 +46,18 @@ fn clip() -> &'static (PathBuf, Vec<Vec<u8>>) {
         let dir = Box::leak(Box::new(tempfile::tempdir().unwrap()));
         let avi = dir.path().join("clip.avi");
         let src = root().join("tests/data/one-by-one-person-detection.mp4");
-        ffmpeg(&["-i", src.to_str().unwrap(), "-frames:v", &FRAMES.to_string(), "-an", "-c:v", "mjpeg", "-q:v", "3", avi.to_str().unwrap()]);
+        ffmpeg(&[
+            "-i",
+            src.to_str().unwrap(),
+            "-frames:v",
+            &FRAMES.to_string(),
+            "-an",
+            "-c:v",
+            "mjpeg",
+            "-q:v",
+            "3",
+            avi.to_str().unwrap(),
+        ]);
         let raw = dir.path().join("clip.mjpeg");
         ffmpeg(&["-i", avi.to_str().unwrap(), "-c:v", "copy", "-f", "mjpeg", raw.to_str().unwrap()]);
         let mut s = JpegSplitter::new(std::fs::File::open(&raw).unwrap());
@@ -113,8 +128,16 @@ fn run_on(source: &Path, decoder: &str, extra: &[&str], mpp_service: bool) -> Ru
         .output()
         .unwrap();
     assert_no_orphans(d);
-    let frames = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v["type"] == "frame").collect();
-    let capture = std::fs::read(d.join("summary.json")).ok().and_then(|s| serde_json::from_slice::<Value>(&s).ok()).map(|s| s["stages"]["capture"].clone()).unwrap_or(Value::Null);
+    let frames = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "frame")
+        .collect();
+    let capture = std::fs::read(d.join("summary.json"))
+        .ok()
+        .and_then(|s| serde_json::from_slice::<Value>(&s).ok())
+        .map(|s| s["stages"]["capture"].clone())
+        .unwrap_or(Value::Null);
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     Run { frames, capture, mpp: read(&mpp_log), rga: read(&rga_log), out }
 }
@@ -144,15 +167,33 @@ fn iou(a: &[f64], b: &[f64]) -> f64 {
 fn assert_same_detections(a: &[Value], b: &[Value]) -> usize {
     assert_eq!(a.len(), b.len());
     let dets = |f: &Value| -> Vec<(String, f64, Vec<f64>)> {
-        f["detections"].as_array().unwrap().iter().map(|d| (d["label"].as_str().unwrap().to_string(), d["score"].as_f64().unwrap(), d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect())).collect()
+        f["detections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["label"].as_str().unwrap().to_string(),
+                    d["score"].as_f64().unwrap(),
+                    d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect(),
+                )
+            })
+            .collect()
     };
     let mut n = 0;
     for (i, (fa, fb)) in a.iter().zip(b).enumerate() {
         let (da, db) = (dets(fa), dets(fb));
         assert_eq!(da.len(), db.len(), "frame {i}: {da:?} vs {db:?}");
         for (label, score, bx) in &da {
-            let best = db.iter().filter(|d| &d.0 == label).max_by(|x, y| iou(&x.2, bx).total_cmp(&iou(&y.2, bx))).unwrap_or_else(|| panic!("frame {i}: no {label} in {db:?}"));
-            assert!((best.1 - score).abs() <= 0.02 && iou(&best.2, bx) >= 0.9, "frame {i} {label}: {score} {bx:?} vs {best:?}");
+            let best = db
+                .iter()
+                .filter(|d| &d.0 == label)
+                .max_by(|x, y| iou(&x.2, bx).total_cmp(&iou(&y.2, bx)))
+                .unwrap_or_else(|| panic!("frame {i}: no {label} in {db:?}"));
+            assert!(
+                (best.1 - score).abs() <= 0.02 && iou(&best.2, bx) >= 0.9,
+                "frame {i} {label}: {score} {bx:?} vs {best:?}"
+            );
             n += 1;
         }
     }
@@ -187,7 +228,11 @@ fn mpp_writes_each_jpeg_into_the_pool_buffer_rga_reads_in_place() {
     assert!(stderr.contains("decoder mpp for MJPEG video:"), "{stderr}");
     assert_eq!(r.frames.len(), FRAMES, "{stderr}");
     let extra = &r.capture["extra"];
-    assert_eq!((extra["decoder"].as_str(), extra["jpegs"].as_u64(), extra["corrupt_jpegs"].as_u64()), (Some("mpp"), Some(FRAMES as u64), Some(0)), "{extra}");
+    assert_eq!(
+        (extra["decoder"].as_str(), extra["jpegs"].as_u64(), extra["corrupt_jpegs"].as_u64()),
+        (Some("mpp"), Some(FRAMES as u64), Some(0)),
+        "{extra}"
+    );
     // No CPU guard in capture: MPP wrote every pool buffer itself.
     assert_eq!(extra["cpu_accesses"].as_u64(), Some(0), "{extra}");
 
@@ -202,18 +247,39 @@ fn mpp_writes_each_jpeg_into_the_pool_buffer_rga_reads_in_place() {
     assert_eq!(decodes.len(), FRAMES, "{}", r.mpp);
     let written: Vec<&str> = decodes.iter().map(|l| log_field(l, "ino")).collect();
     for l in &decodes {
-        assert_eq!((log_field(l, "errinfo"), log_field(l, "width"), log_field(l, "height"), log_field(l, "hor_stride"), log_field(l, "ver_stride")), ("0", "768", "432", "768", "432"), "{l}");
+        assert_eq!(
+            (
+                log_field(l, "errinfo"),
+                log_field(l, "width"),
+                log_field(l, "height"),
+                log_field(l, "hor_stride"),
+                log_field(l, "ver_stride")
+            ),
+            ("0", "768", "432", "768", "432"),
+            "{l}"
+        );
     }
 
     // RGA: each pool buffer (the inodes MPP imported) imported once; frame k read from the
     // inode MPP wrote for JPEG k.
-    let handles: HashMap<&str, &str> = r.rga_calls("importbuffer_fd").iter().map(|l| (log_field(l, "handle"), log_field(l, "ino"))).collect();
-    let rga_inos: Vec<&str> = r.rga_calls("importbuffer_fd").iter().map(|l| log_field(l, "ino")).filter(|i| imports.contains(i)).collect();
+    let handles: HashMap<&str, &str> =
+        r.rga_calls("importbuffer_fd").iter().map(|l| (log_field(l, "handle"), log_field(l, "ino"))).collect();
+    let rga_inos: Vec<&str> =
+        r.rga_calls("importbuffer_fd").iter().map(|l| log_field(l, "ino")).filter(|i| imports.contains(i)).collect();
     let mut rga_distinct = rga_inos.clone();
     rga_distinct.sort();
     rga_distinct.dedup();
-    assert_eq!((rga_inos.len(), rga_distinct), (imports.len(), distinct.clone()), "RGA imports each decoded buffer once: {}", r.rga);
-    let read: Vec<&str> = r.rga_calls("improcess").iter().map(|l| handles[l.split("src[handle=").nth(1).unwrap().split(' ').next().unwrap()]).collect();
+    assert_eq!(
+        (rga_inos.len(), rga_distinct),
+        (imports.len(), distinct.clone()),
+        "RGA imports each decoded buffer once: {}",
+        r.rga
+    );
+    let read: Vec<&str> = r
+        .rga_calls("improcess")
+        .iter()
+        .map(|l| handles[l.split("src[handle=").nth(1).unwrap().split(' ').next().unwrap()])
+        .collect();
     assert_eq!(read, written, "the inode RGA read for frame k is the one MPP wrote for JPEG k");
     assert_mpp_released_everything(&r);
 
@@ -255,8 +321,17 @@ fn a_truncated_and_a_corrupt_jpeg_are_counted_skips_and_the_run_goes_on() {
         assert!(r.out.status.success(), "{decoder}: {stderr}");
         assert_eq!(r.frames.len(), FRAMES - 2, "{decoder}: {stderr}");
         let extra = &r.capture["extra"];
-        assert_eq!((extra["jpegs"].as_u64(), extra["corrupt_jpegs"].as_u64()), (Some(FRAMES as u64), Some(2)), "{decoder}: {extra}");
-        assert!(stderr.contains("JPEG 3 skipped") && stderr.contains("JPEG 5 skipped") && stderr.contains("2 of 6 JPEGs were corrupt and skipped"), "{decoder}: {stderr}");
+        assert_eq!(
+            (extra["jpegs"].as_u64(), extra["corrupt_jpegs"].as_u64()),
+            (Some(FRAMES as u64), Some(2)),
+            "{decoder}: {extra}"
+        );
+        assert!(
+            stderr.contains("JPEG 3 skipped")
+                && stderr.contains("JPEG 5 skipped")
+                && stderr.contains("2 of 6 JPEGs were corrupt and skipped"),
+            "{decoder}: {stderr}"
+        );
         if decoder == "mpp" {
             // The truncated JPEG reaches MPP (an error frame); the one without components
             // never does (its frame header is read first).
@@ -280,12 +355,23 @@ fn binding_session() -> (MutexGuard<'static, ()>, Arc<Libmpp>, tempfile::NamedTe
     let lib = Arc::new(Libmpp::open(Some(fake_librockchip_mpp())).unwrap());
     let log = tempfile::NamedTempFile::new().unwrap();
     std::env::set_var("ZCPIPE_FAKE_MPP_LOG", log.path());
-    let alloc = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    let alloc = Allocator::open(
+        HeapChoice::Memfd,
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+    )
+    .unwrap();
     (guard, lib, log, alloc)
 }
 
 fn log_lines(log: &tempfile::NamedTempFile, call: &str) -> Vec<String> {
-    std::fs::read_to_string(log.path()).unwrap().lines().filter(|l| l.split(' ').nth(1) == Some(call)).map(String::from).collect()
+    std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some(call))
+        .map(String::from)
+        .collect()
 }
 
 #[test]
@@ -301,8 +387,14 @@ fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
     let mut d = MppJpeg::new(Arc::clone(&lib), 500).unwrap();
     for round in 0..2 {
         for (i, out) in pool.iter().enumerate() {
-            let input = if i == 0 { JpegInput::DmaBuf { fd: camera.fd(), size: camera.size() as usize, len: jpeg.len() } } else { JpegInput::Bytes(jpeg) };
-            let JpegOutcome::Picture(info) = d.decode(input, out.fd(), out.size() as usize, (768, 432)).unwrap() else { panic!("round {round} buffer {i}: an error frame") };
+            let input = if i == 0 {
+                JpegInput::DmaBuf { fd: camera.fd(), size: camera.size() as usize, len: jpeg.len() }
+            } else {
+                JpegInput::Bytes(jpeg)
+            };
+            let JpegOutcome::Picture(info) = d.decode(input, out.fd(), out.size() as usize, (768, 432)).unwrap() else {
+                panic!("round {round} buffer {i}: an error frame")
+            };
             let l = mpp_layout(&info).unwrap();
             assert_eq!(l, cpu_l, "768 is 16-aligned: MPP's strides are the CPU path's");
             let got = out.read().unwrap();
@@ -321,9 +413,14 @@ fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
     // An output buffer smaller than MPP may write (MPP would not refuse it): never given to
     // MPP; nor a JPEG larger than the source's size.
     let small = alloc.allocate(768 * 432).unwrap();
-    let too_big = JpegOutcome::Unfit(JpegUnfit::TooBig { width: 768, height: 432, need: 768 * 432 * 2, have: 768 * 432 });
+    let too_big =
+        JpegOutcome::Unfit(JpegUnfit::TooBig { width: 768, height: 432, need: 768 * 432 * 2, have: 768 * 432 });
     assert_eq!(d.decode(JpegInput::Bytes(jpeg), small.fd(), small.size() as usize, (768, 432)).unwrap(), too_big);
-    let JpegOutcome::Unfit(JpegUnfit::TooBig { .. }) = d.decode(JpegInput::Bytes(jpeg), pool[0].fd(), pool[0].size() as usize, (640, 432)).unwrap() else { panic!("wider than the source") };
+    let JpegOutcome::Unfit(JpegUnfit::TooBig { .. }) =
+        d.decode(JpegInput::Bytes(jpeg), pool[0].fd(), pool[0].size() as usize, (640, 432)).unwrap()
+    else {
+        panic!("wider than the source")
+    };
     assert_eq!(log_lines(&log, "task_decode").len(), 4, "neither reached MPP");
     d.destroy().unwrap();
     assert_mpp_log_released_everything(&std::fs::read_to_string(log.path()).unwrap());
@@ -333,7 +430,19 @@ fn mpp_jpeg_decodes_from_a_dmabuf_and_from_bytes_like_the_cpu() {
 fn jpeg_of(pix_fmt: &str) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("one.jpg");
-    ffmpeg(&["-i", clip().0.to_str().unwrap(), "-frames:v", "1", "-c:v", "mjpeg", "-pix_fmt", pix_fmt, "-strict", "-1", out.to_str().unwrap()]);
+    ffmpeg(&[
+        "-i",
+        clip().0.to_str().unwrap(),
+        "-frames:v",
+        "1",
+        "-c:v",
+        "mjpeg",
+        "-pix_fmt",
+        pix_fmt,
+        "-strict",
+        "-1",
+        out.to_str().unwrap(),
+    ]);
     std::fs::read(out).unwrap()
 }
 
@@ -348,14 +457,20 @@ fn grayscale_444_and_ffmpegs_422_jpegs_go_to_the_cpu_and_420_to_mpp() {
         let sof = jpeg_sof(&jpeg).unwrap();
         assert_eq!((sof.width, sof.height, sof.mpp_fit()), (768, 432, mpp), "{pix_fmt}: {sof:?}");
         let before = log_lines(&log, "task_decode").len();
-        let l = d.decode(MjpegInput::Bytes(&jpeg), &mut out, (768, 432)).unwrap().unwrap_or_else(|e| panic!("{pix_fmt}: {e}"));
+        let l = d
+            .decode(MjpegInput::Bytes(&jpeg), &mut out, (768, 432))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{pix_fmt}: {e}"));
         assert_eq!((l.width, l.height), (768, 432), "{pix_fmt}");
         assert_eq!(log_lines(&log, "task_decode").len() - before, usize::from(mpp), "{pix_fmt}: MPP decoded it: {mpp}");
         // The picture is the CPU decode's, whoever made it.
         let mut cpu = vec![0u8; out.size() as usize];
         let cl = decode_cpu(&jpeg, &mut cpu, &mut Vec::new(), (768, 432)).unwrap();
         let got = out.read().unwrap();
-        assert!(got[..cl.planes[1].offset as usize] == cpu[..cl.planes[1].offset as usize], "{pix_fmt}: luma differs from the CPU decode");
+        assert!(
+            got[..cl.planes[1].offset as usize] == cpu[..cl.planes[1].offset as usize],
+            "{pix_fmt}: luma differs from the CPU decode"
+        );
     }
     let facts: HashMap<&str, String> = d.facts().into_iter().map(|(k, v)| (k, v.to_string())).collect();
     assert_eq!(facts["mpp_cpu_fallbacks"], "3", "{facts:?}");
@@ -376,7 +491,10 @@ fn a_decode_that_times_out_after_mpp_took_the_jpeg_frees_its_frame_only_after_mp
     let size = out.size() as usize;
     assert!(matches!(d.decode(JpegInput::Bytes(jpeg), out.fd(), size, (768, 432)).unwrap(), JpegOutcome::Picture(_)));
     let e = format!("{:#}", d.decode(JpegInput::Bytes(jpeg), out.fd(), size, (768, 432)).unwrap_err());
-    assert!(e.contains("poll(output port, 20 ms) failed: MPP_NOK") && e.contains("out of service") && !e.contains('\n'), "{e}");
+    assert!(
+        e.contains("poll(output port, 20 ms) failed: MPP_NOK") && e.contains("out of service") && !e.contains('\n'),
+        "{e}"
+    );
     assert!(d.poisoned().is_some());
     let e = format!("{:#}", d.decode(JpegInput::Bytes(jpeg), out.fd(), size, (768, 432)).unwrap_err());
     assert!(e.starts_with("MPP's JPEG decoder is out of service since an earlier failure") && !e.contains('\n'), "{e}");
@@ -390,7 +508,11 @@ fn a_decode_that_times_out_after_mpp_took_the_jpeg_frees_its_frame_only_after_mp
     assert_eq!(log_field(destroy, "hung"), "1", "{destroy}");
     // At mpp_destroy the stranded frame and packet are still alive (the hardware's); after
     // it, everything is released and no rule was broken.
-    assert_eq!((log_field(destroy, "live_frames"), log_field(destroy, "live_packets"), log_field(destroy, "user_tasks")), ("1", "1", "0"), "{destroy}");
+    assert_eq!(
+        (log_field(destroy, "live_frames"), log_field(destroy, "live_packets"), log_field(destroy, "user_tasks")),
+        ("1", "1", "0"),
+        "{destroy}"
+    );
     assert_eq!(log_lines(&log, "task_decode").len(), 2);
     let put = lines.last().unwrap();
     assert!(put.contains(" mpp_buffer_group_put ") && log_field(put, "all_live") == "0", "{text}");

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
 use zcpipe::sys::mpp::{
-    DecodedFrame, DecoderOptions, Libmpp, Mpp, MppApi, MppCodingType, MppCreateFn, MppDestroyFn, MppHandle, MppInitFn, MppPacketDeinitFn, MppPacketInitFn, MJPEG_REFUSED, MPP_CTX_DEC, MPP_ERR_BUFFER_FULL, MPP_FMT_YUV420SP, MPP_OK,
+    DecodedFrame, DecoderOptions, Libmpp, Mpp, MppApi, MppCodingType, MppCreateFn, MppDestroyFn, MppHandle, MppInitFn,
+    MppPacketDeinitFn, MppPacketInitFn, MJPEG_REFUSED, MPP_CTX_DEC, MPP_ERR_BUFFER_FULL, MPP_FMT_YUV420SP, MPP_OK,
     MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG,
 };
 
@@ -41,7 +42,11 @@ struct Clip {
 }
 
 fn ffmpeg(args: &[&str]) {
-    let out = Command::new("ffmpeg").args(["-hide_banner", "-loglevel", "error", "-y"]).args(args).output().expect("running ffmpeg (install it: apt install ffmpeg)");
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y"])
+        .args(args)
+        .output()
+        .expect("running ffmpeg (install it: apt install ffmpeg)");
     assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -81,7 +86,8 @@ fn clip(format: &'static str) -> &'static Clip {
     let (size, frames) = (format!("testsrc=size={W}x{H}:rate=10"), FRAMES.to_string());
     ffmpeg(&[&["-f", "lavfi", "-i", &size, "-frames:v", &frames], codec, &["-f", format, coded_s]].concat());
     ffmpeg(&["-f", format, "-i", coded_s, "-f", "rawvideo", "-pix_fmt", "nv12", nv12_s]);
-    let c: &'static Clip = Box::leak(Box::new(Clip { stream: std::fs::read(&coded).unwrap(), reference: std::fs::read(&nv12).unwrap() }));
+    let c: &'static Clip =
+        Box::leak(Box::new(Clip { stream: std::fs::read(&coded).unwrap(), reference: std::fs::read(&nv12).unwrap() }));
     assert_eq!(c.reference.len(), FRAMES * W * H * 3 / 2, "ffmpeg's reference decode of the {format} clip");
     clips.push((format, c));
     c
@@ -103,12 +109,19 @@ impl Session {
     }
     fn decoder(&self, coding: MppCodingType) -> Mpp {
         let lib = Arc::new(Libmpp::open(None).expect("opening the fake librockchip_mpp through ZCPIPE_LIBMPP"));
-        Mpp::decoder(lib, coding, DecoderOptions { split_mode: true, output_timeout_ms: 50 }).expect("a decoder on the fake")
+        Mpp::decoder(lib, coding, DecoderOptions { split_mode: true, output_timeout_ms: 50 })
+            .expect("a decoder on the fake")
     }
 }
 
 fn memfd_pool(n: usize, size: usize) -> Vec<DmaBuf> {
-    let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    let a = Allocator::open(
+        HeapChoice::Memfd,
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+    )
+    .unwrap();
     a.allocate_pool(n, size as u64).unwrap()
 }
 
@@ -153,7 +166,10 @@ fn luma(buf: &DmaBuf, hor: usize) -> Vec<u8> {
 fn attach(mpp: &mut Mpp, f: &DecodedFrame, n: usize) -> Vec<DmaBuf> {
     let i = f.info();
     assert!(i.info_change && i.fd.is_none(), "{i:?}");
-    assert_eq!((i.width, i.height, i.hor_stride, i.ver_stride, i.fmt), (W as u32, H as u32, 320, 240, MPP_FMT_YUV420SP));
+    assert_eq!(
+        (i.width, i.height, i.hor_stride, i.ver_stride, i.fmt),
+        (W as u32, H as u32, 320, 240, MPP_FMT_YUV420SP)
+    );
     assert_eq!(i.buf_size, W * H * 3 / 2);
     let pool = memfd_pool(n, i.buf_size);
     let fds: Vec<BorrowedFd<'_>> = pool.iter().map(|b| b.fd()).collect();
@@ -195,13 +211,24 @@ fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
         assert!(i.has_picture(), "{i:?}");
         // As MPP: the last picture carries eos (with its buffer), an empty EOS frame follows.
         assert_eq!(i.eos, pictures.len() == FRAMES - 1, "picture {} of {FRAMES}: {i:?}", pictures.len());
-        assert_eq!((i.width, i.height, i.hor_stride, i.ver_stride, i.fmt), (320, 240, 320, 240, MPP_FMT_YUV420SP), "frame {}", pictures.len());
+        assert_eq!(
+            (i.width, i.height, i.hor_stride, i.ver_stride, i.fmt),
+            (320, 240, 320, 240, MPP_FMT_YUV420SP),
+            "frame {}",
+            pictures.len()
+        );
         let idx = i.buffer_index.expect("a committed buffer's index") as usize;
         assert!(idx < pool.len(), "{i:?}");
         // MPP reports the fd it was given at commit: the binding's duplicate of pool[idx].
         assert_eq!(i.fd, Some(mpp.external_fds()[idx].as_raw_fd()));
-        assert!(held.iter().all(|h| h.info().buffer_index != Some(idx as i32)), "buffer {idx} reused while a frame holds it");
-        assert!(!pictures.iter().rev().take(REFS).any(|p| *p == idx), "buffer {idx} reused while a reference: {pictures:?}");
+        assert!(
+            held.iter().all(|h| h.info().buffer_index != Some(idx as i32)),
+            "buffer {idx} reused while a frame holds it"
+        );
+        assert!(
+            !pictures.iter().rev().take(REFS).any(|p| *p == idx),
+            "buffer {idx} reused while a reference: {pictures:?}"
+        );
         let k = pictures.len();
         let want = &clip.reference[k * W * H * 3 / 2..][..W * H];
         let got = luma(&pool[idx], i.hor_stride as usize);
@@ -233,14 +260,18 @@ fn decodes_like_ffmpeg(coding: MppCodingType, clip: &Clip) {
     assert_eq!(indices, (0..BUFFERS).map(|i| i.to_string()).collect::<Vec<_>>());
     let refused = s.calls("decode_put_packet").iter().filter(|l| l.contains(" ret=-1012 ")).count();
     assert_eq!(refused, feed.refusals);
-    let given = s.calls("decode_get_frame").iter().filter(|l| l.contains(" ret=0") && !l.contains("frame=null")).count();
+    let given =
+        s.calls("decode_get_frame").iter().filter(|l| l.contains(" ret=0") && !l.contains("frame=null")).count();
     assert_eq!(given, FRAMES + 2, "pictures + info change + EOS");
     assert_eq!(s.calls("mpp_frame_deinit").len(), FRAMES + 2, "every frame released");
     let violations = s.calls("violation");
     assert!(violations.is_empty(), "{violations:?}");
     let destroy = s.calls("mpp_destroy");
     assert_eq!(destroy.len(), 1);
-    assert_eq!((field(&destroy[0], "frames_out"), field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")), ("10", "0", "0"));
+    assert_eq!(
+        (field(&destroy[0], "frames_out"), field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")),
+        ("10", "0", "0")
+    );
     let put = s.calls("mpp_buffer_group_put");
     assert_eq!((put.len(), field(&put[0], "held")), (1, "0"));
     let init = s.calls("mpp_init");
@@ -291,7 +322,10 @@ fn mjpeg_is_refused_with_one_line_and_the_fake_refuses_plain_mjpeg_packets() {
         assert_eq!(destroy(ctx), MPP_OK);
     }
     let refused = s.calls("decode_put_packet");
-    assert!(refused.len() == 3 && refused.iter().all(|l| l.contains("ret=-1012 reason=mjpeg-needs-task-api")), "{refused:?}");
+    assert!(
+        refused.len() == 3 && refused.iter().all(|l| l.contains("ret=-1012 reason=mjpeg-needs-task-api")),
+        "{refused:?}"
+    );
     assert!(s.calls("violation").is_empty());
 }
 
@@ -366,9 +400,18 @@ fn held_frames_and_references_stall_the_decoder_and_leaks_are_logged() {
     let destroy = s.calls("mpp_destroy");
     assert_eq!((field(&destroy[0], "unreleased_frames"), field(&destroy[0], "buffers_held")), ("4", "4"));
     let violations = s.calls("violation");
-    assert!(violations.len() == 2 && violations.iter().any(|v| v.contains("what=group-clear-while-held")) && violations.iter().any(|v| v.contains("what=group-put-while-held")), "{violations:?}");
+    assert!(
+        violations.len() == 2
+            && violations.iter().any(|v| v.contains("what=group-clear-while-held"))
+            && violations.iter().any(|v| v.contains("what=group-put-while-held")),
+        "{violations:?}"
+    );
     drop(held);
-    assert_eq!(s.calls("mpp_frame_deinit").len(), 7, "info change, the newest and the oldest picture, then the four held at the end");
+    assert_eq!(
+        s.calls("mpp_frame_deinit").len(),
+        7,
+        "info change, the newest and the oldest picture, then the four held at the end"
+    );
 }
 
 /// The (device, inode) an fd of this process refers to, or `None` when it is closed.
@@ -395,7 +438,10 @@ fn a_frame_keeps_its_fd_open_after_the_decoder_is_dropped() {
     // Now it is closed (or, if another thread reused the number, names another file).
     assert_ne!(fd_inode(fd), Some(committed), "fd {fd} still open after the last frame");
     let violations = s.calls("violation");
-    assert!(violations.len() == 2 && violations.iter().all(|v| v.contains("-while-held")), "the binding puts the group while the frame is held: {violations:?}");
+    assert!(
+        violations.len() == 2 && violations.iter().all(|v| v.contains("-while-held")),
+        "the binding puts the group while the frame is held: {violations:?}"
+    );
 }
 
 /// Real MPP gives no frame at all for a stream it cannot parse (no EOS frame either), so a
@@ -421,7 +467,11 @@ fn a_stream_the_decoder_cannot_read_gives_no_frame_and_get_frame_returns() {
         assert!(mpp.get_frame().unwrap().is_none(), "a frame after the decoder failed");
     }
     mpp.destroy().unwrap();
-    assert_eq!(s.calls("decode_get_frame").iter().filter(|l| l.contains("decoder-error=")).count(), 1, "the fake says why, once");
+    assert_eq!(
+        s.calls("decode_get_frame").iter().filter(|l| l.contains("decoder-error=")).count(),
+        1,
+        "the fake says why, once"
+    );
     assert!(s.calls("violation").is_empty());
 }
 
@@ -435,15 +485,25 @@ fn a_stream_the_decoder_cannot_read_gives_no_frame_and_get_frame_returns() {
 #[test]
 fn the_task_api_keeps_mpps_rules_for_mjpeg() {
     use zcpipe::sys::mpp::{
-        MppBufferGetPtrFn, MppBufferGetWithTagFn, MppBufferGroupFn, MppBufferGroupGetFn, MppBufferImportWithTagFn, MppBufferInfo, MppBufferPutFn, MppDequeueFn, MppEnqueueFn, MppFrameDeinitFn, MppFrameGetU32Fn, MppFrameInitFn, MppFrameSetBufferFn, MppPacketInitWithBufferFn,
-        MppPacketSetLengthFn, MppPollFn, MppTaskMetaGetFn, MppTaskMetaSetFn, KEY_INPUT_PACKET, KEY_OUTPUT_FRAME, MPP_BUFFER_INTERNAL, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_TYPE_EXT_DMA, MPP_DEC_SET_OUTPUT_FORMAT, MPP_NOK, MPP_PORT_INPUT, MPP_PORT_OUTPUT,
+        MppBufferGetPtrFn, MppBufferGetWithTagFn, MppBufferGroupFn, MppBufferGroupGetFn, MppBufferImportWithTagFn,
+        MppBufferInfo, MppBufferPutFn, MppDequeueFn, MppEnqueueFn, MppFrameDeinitFn, MppFrameGetU32Fn, MppFrameInitFn,
+        MppFrameSetBufferFn, MppPacketInitWithBufferFn, MppPacketSetLengthFn, MppPollFn, MppTaskMetaGetFn,
+        MppTaskMetaSetFn, KEY_INPUT_PACKET, KEY_OUTPUT_FRAME, MPP_BUFFER_INTERNAL, MPP_BUFFER_TYPE_DRM,
+        MPP_BUFFER_TYPE_EXT_DMA, MPP_DEC_SET_OUTPUT_FORMAT, MPP_NOK, MPP_PORT_INPUT, MPP_PORT_OUTPUT,
     };
     let s = session();
     // A 1-component (grayscale) and a 3-component JPEG, 64x48.
     let (mut gray, mut color) = (Vec::new(), Vec::new());
-    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut gray, 90).encode_image(&::image::GrayImage::from_pixel(64, 48, ::image::Luma([90]))).unwrap();
-    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut color, 90).encode_image(&::image::RgbImage::from_pixel(64, 48, ::image::Rgb([200, 40, 40]))).unwrap();
-    assert_eq!((zcpipe::sys::mpp::jpeg_sof(&gray).unwrap().components, zcpipe::sys::mpp::jpeg_sof(&color).unwrap().components), (1, 3));
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut gray, 90)
+        .encode_image(&::image::GrayImage::from_pixel(64, 48, ::image::Luma([90])))
+        .unwrap();
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut color, 90)
+        .encode_image(&::image::RgbImage::from_pixel(64, 48, ::image::Rgb([200, 40, 40])))
+        .unwrap();
+    assert_eq!(
+        (zcpipe::sys::mpp::jpeg_sof(&gray).unwrap().components, zcpipe::sys::mpp::jpeg_sof(&color).unwrap().components),
+        (1, 3)
+    );
     let pool = memfd_pool(2, 64 * 48 * 3 / 2);
     let small = memfd_pool(1, 64 * 48);
     let tag = c"zcpipe-test".as_ptr();
@@ -487,7 +547,11 @@ fn the_task_api_keeps_mpps_rules_for_mjpeg() {
         let dequeue = std::mem::transmute::<*const std::ffi::c_void, MppDequeueFn>(a.dequeue);
         let enqueue = std::mem::transmute::<*const std::ffi::c_void, MppEnqueueFn>(a.enqueue);
         let mut fmt = MPP_FMT_YUV420SP;
-        assert_eq!(control(ctx, MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast()), MPP_NOK, "no decoder before mpp_init");
+        assert_eq!(
+            control(ctx, MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast()),
+            MPP_NOK,
+            "no decoder before mpp_init"
+        );
         assert_eq!(init(ctx, MPP_CTX_DEC, MPP_VIDEO_CODING_MJPEG), MPP_OK);
         assert_eq!(control(ctx, MPP_DEC_SET_OUTPUT_FORMAT, (&mut fmt as *mut u32).cast()), MPP_OK);
         assert_eq!((poll(ctx, MPP_PORT_INPUT, 0), poll(ctx, MPP_PORT_OUTPUT, 0)), (MPP_OK, MPP_NOK));
@@ -499,7 +563,14 @@ fn the_task_api_keeps_mpps_rules_for_mjpeg() {
             let mut b = null();
             assert_eq!(buffer_get(group, &mut b, 64 << 10, tag, tag), MPP_OK);
             std::ptr::copy_nonoverlapping(jpeg.as_ptr(), buffer_ptr(b, tag).cast::<u8>(), jpeg.len());
-            let mut info = MppBufferInfo { type_: MPP_BUFFER_TYPE_EXT_DMA, size: out_size, ptr: null(), hnd: null(), fd: out.as_raw_fd(), index: 0 };
+            let mut info = MppBufferInfo {
+                type_: MPP_BUFFER_TYPE_EXT_DMA,
+                size: out_size,
+                ptr: null(),
+                hnd: null(),
+                fd: out.as_raw_fd(),
+                index: 0,
+            };
             let mut ob = null();
             assert_eq!(import(null(), &mut info, &mut ob, tag, tag), MPP_OK);
             let (mut pkt, mut frm) = (null(), null());
@@ -555,9 +626,17 @@ fn the_task_api_keeps_mpps_rules_for_mjpeg() {
     }
     let decodes = s.calls("task_decode");
     assert_eq!(decodes.len(), 2, "{decodes:?}");
-    assert!(field(&decodes[0], "reason") == "yuv400-with-yuv420sp-output" && field(&decodes[0], "size") == gray.len().to_string(), "{}", decodes[0]);
+    assert!(
+        field(&decodes[0], "reason") == "yuv400-with-yuv420sp-output"
+            && field(&decodes[0], "size") == gray.len().to_string(),
+        "{}",
+        decodes[0]
+    );
     let violations = s.calls("violation");
     assert!(violations.len() == 2 && violations[0].contains("what=output-format-before-init"), "{violations:?}");
-    assert!(violations[1].contains("what=output-buffer-too-small") && violations[1].contains("size=3072 need=4608"), "{violations:?}");
+    assert!(
+        violations[1].contains("what=output-buffer-too-small") && violations[1].contains("size=3072 need=4608"),
+        "{violations:?}"
+    );
     assert_eq!(field(&s.calls("mpp_buffer_group_put")[0], "all_live"), "0");
 }

@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, zcpipe, zcpipe_run};
+use common::{
+    assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, zcpipe, zcpipe_run,
+};
 use serde_json::Value;
 
 const CLIP: &str = "tests/data/one-by-one-person-detection.mp4";
@@ -63,14 +65,32 @@ fn run(dir: &Path, source: &str, decoder: &str, extra: &[&str]) -> Ran {
         .env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
         .env("ZCPIPE_FAKE_RKNN_LOG", dir.join("rknn.log"))
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"))
-        .args(["--source", source, "--decoder", decoder, "--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn"])
+        .args([
+            "--source",
+            source,
+            "--decoder",
+            decoder,
+            "--scaler",
+            "rga",
+            "--infer",
+            "rknn",
+            "--model",
+            "models/yolox_nano_416_rk3588.rknn",
+        ])
         .args(["--fps", "20", "--ring-policy", "block", "--json", "--stats-interval", "0"])
         .args(extra)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    let frames = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v["type"] == "frame").collect();
-    let summary = std::fs::read(dir.join("summary.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null);
+    let frames = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "frame")
+        .collect();
+    let summary = std::fs::read(dir.join("summary.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
     Ran { ok: out.status.success(), err, frames, summary, mpp: read("mpp.log"), rga: read("rga.log") }
 }
@@ -82,7 +102,8 @@ fn calls<'a>(log: &'a str, name: &str) -> Vec<&'a str> {
 
 /// The `handle=` of `side` (`src`, `dst`) in the fake librga's `improcess` line.
 fn handle_of<'a>(line: &'a str, side: &str) -> &'a str {
-    let at = line.find(&format!("{side}[handle=")).unwrap_or_else(|| panic!("no {side} handle in {line}")) + side.len() + 8;
+    let at =
+        line.find(&format!("{side}[handle=")).unwrap_or_else(|| panic!("no {side} handle in {line}")) + side.len() + 8;
     line[at..].split([' ', ']']).next().unwrap()
 }
 
@@ -92,7 +113,13 @@ fn detections(f: &Value) -> Vec<(String, f64, Vec<f64>)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| (d["label"].as_str().unwrap().to_string(), d["score"].as_f64().unwrap(), d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()))
+        .map(|d| {
+            (
+                d["label"].as_str().unwrap().to_string(),
+                d["score"].as_f64().unwrap(),
+                d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect(),
+            )
+        })
         .collect()
 }
 
@@ -139,10 +166,16 @@ fn an_h264_file_goes_from_mpp_to_rga_to_rknn_without_a_copy() {
     }
 
     // MPP: 24 buffers committed once each (distinct inodes), 20 pictures with their strides.
-    let commits: BTreeMap<String, String> = calls(&m.mpp, "mpp_buffer_commit").iter().map(|l| (log_field(l, "index").to_string(), log_field(l, "ino").to_string())).collect();
+    let commits: BTreeMap<String, String> = calls(&m.mpp, "mpp_buffer_commit")
+        .iter()
+        .map(|l| (log_field(l, "index").to_string(), log_field(l, "ino").to_string()))
+        .collect();
     assert_eq!(calls(&m.mpp, "mpp_buffer_commit").len(), 24, "{}", m.mpp);
     assert_eq!(commits.values().collect::<BTreeSet<_>>().len(), 24, "distinct inodes: {commits:?}");
-    let pictures: Vec<&str> = calls(&m.mpp, "decode_get_frame").into_iter().filter(|l| l.contains(" info_change=0") && !l.contains(" index=-1")).collect();
+    let pictures: Vec<&str> = calls(&m.mpp, "decode_get_frame")
+        .into_iter()
+        .filter(|l| l.contains(" info_change=0") && !l.contains(" index=-1"))
+        .collect();
     assert_eq!(pictures.len(), FRAMES, "{}", m.mpp);
     for p in &pictures {
         assert_eq!((log_field(p, "hor_stride"), log_field(p, "ver_stride")), ("640", "368"), "{p}");
@@ -151,7 +184,8 @@ fn an_h264_file_goes_from_mpp_to_rga_to_rknn_without_a_copy() {
 
     // RGA: each capture buffer imported once; frame k read from the inode MPP wrote picture k into.
     let imports = calls(&m.rga, "importbuffer_fd");
-    let handle_ino: BTreeMap<&str, &str> = imports.iter().map(|l| (log_field(l, "handle"), log_field(l, "ino"))).collect();
+    let handle_ino: BTreeMap<&str, &str> =
+        imports.iter().map(|l| (log_field(l, "handle"), log_field(l, "ino"))).collect();
     let capture_imports = imports.iter().filter(|l| commits.values().any(|c| c == log_field(l, "ino"))).count();
     assert_eq!(capture_imports, 24, "every capture buffer imported by RGA once: {}", m.rga);
     let src_inos: Vec<&str> = calls(&m.rga, "improcess").iter().map(|l| handle_ino[handle_of(l, "src")]).collect();
@@ -165,10 +199,26 @@ fn an_h264_file_goes_from_mpp_to_rga_to_rknn_without_a_copy() {
     let cap = &st["capture"]["extra"];
     assert_eq!(cap["cpu_accesses"], 0, "capture touched a decoded picture: {cap}");
     let scale_dst: BTreeSet<&str> = calls(&m.rga, "improcess").iter().map(|l| handle_of(l, "dst")).collect();
-    assert_eq!(st["scale"]["extra"]["cpu_accesses"].as_u64(), Some(scale_dst.len() as u64), "the scale stage's only CPU accesses are the pad fills of its {} output buffers", scale_dst.len());
-    assert_eq!((cap["decoder"].as_str(), cap["codec"].as_str(), cap["pictures"].as_u64(), cap["frames_released"].as_u64(), cap["frames_held"].as_u64()), (Some("mpp"), Some("h264"), Some(FRAMES as u64), Some(FRAMES as u64), Some(0)), "{cap}");
+    assert_eq!(
+        st["scale"]["extra"]["cpu_accesses"].as_u64(),
+        Some(scale_dst.len() as u64),
+        "the scale stage's only CPU accesses are the pad fills of its {} output buffers",
+        scale_dst.len()
+    );
+    assert_eq!(
+        (
+            cap["decoder"].as_str(),
+            cap["codec"].as_str(),
+            cap["pictures"].as_u64(),
+            cap["frames_released"].as_u64(),
+            cap["frames_held"].as_u64()
+        ),
+        (Some("mpp"), Some("h264"), Some(FRAMES as u64), Some(FRAMES as u64), Some(0)),
+        "{cap}"
+    );
     let destroy = calls(&m.mpp, "mpp_destroy");
-    let destroy = destroy.iter().find(|l| l.contains(&format!(" frames_out={FRAMES}"))).unwrap_or_else(|| panic!("{}", m.mpp));
+    let destroy =
+        destroy.iter().find(|l| l.contains(&format!(" frames_out={FRAMES}"))).unwrap_or_else(|| panic!("{}", m.mpp));
     assert_eq!((log_field(destroy, "unreleased_frames"), log_field(destroy, "buffers_held")), ("0", "0"), "{destroy}");
     assert!(!m.mpp.contains("violation"), "{}", m.mpp);
 
@@ -176,7 +226,10 @@ fn an_h264_file_goes_from_mpp_to_rga_to_rknn_without_a_copy() {
     let c = run(&dc, &source, "cpu", &[]);
     assert!(c.ok, "{}", c.err);
     assert!(c.mpp.is_empty(), "--decoder cpu never loads MPP: {}", c.mpp);
-    assert!(c.summary["stages"]["capture"]["extra"]["cpu_accesses"].as_u64().unwrap() >= FRAMES as u64, "the CPU decoder writes each frame through a CPU access");
+    assert!(
+        c.summary["stages"]["capture"]["extra"]["cpu_accesses"].as_u64().unwrap() >= FRAMES as u64,
+        "the CPU decoder writes each frame through a CPU access"
+    );
     let n = assert_same_detections(&m.frames, &c.frames);
     assert!(n >= 10, "only {n} detections to compare");
     eprintln!(
@@ -202,7 +255,10 @@ fn copy_mode_copies_the_decoded_pictures() {
     assert_eq!(cap["extra"]["cpu_accesses"].as_u64(), Some(FRAMES as u64), "one read per copied picture: {cap}");
     assert_eq!(cap["copy_out"]["frames"].as_u64(), Some(FRAMES as u64), "{cap}");
     let commits: BTreeSet<&str> = calls(&m.mpp, "mpp_buffer_commit").iter().map(|l| log_field(l, "ino")).collect();
-    assert!(calls(&m.rga, "importbuffer_fd").iter().all(|l| !commits.contains(log_field(l, "ino"))), "copy mode: RGA imports no capture buffer");
+    assert!(
+        calls(&m.rga, "importbuffer_fd").iter().all(|l| !commits.contains(log_field(l, "ino"))),
+        "copy mode: RGA imports no capture buffer"
+    );
     let destroy = calls(&m.mpp, "mpp_destroy");
     assert!(destroy.iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{}", m.mpp);
 }
@@ -219,12 +275,23 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
         return;
     };
     let err_of = |args: &[&str]| {
-        let out = zcpipe().env("ZCPIPE_LIBMPP", fake_librockchip_mpp()).args(["stage", "capture"]).args(args).output().unwrap();
+        let out = zcpipe()
+            .env("ZCPIPE_LIBMPP", fake_librockchip_mpp())
+            .args(["stage", "capture"])
+            .args(args)
+            .output()
+            .unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
     };
     // MPEG-4 Part 2 (ffmpeg's own encoder, always there): MPP does not take it here.
     let m4v = d.join("clip.avi");
-    let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-c:v", "mpeg4"]).arg(&m4v).status().unwrap();
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-y", "-i"])
+        .arg(&h264)
+        .args(["-c:v", "mpeg4"])
+        .arg(&m4v)
+        .status()
+        .unwrap();
     assert!(st.success());
     let run_dir = d.join("run");
     let rd = run_dir.display().to_string();
@@ -241,15 +308,28 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
     let enc = Command::new("ffmpeg").args(["-hide_banner", "-encoders"]).output().unwrap();
     if String::from_utf8_lossy(&enc.stdout).contains("libx265") {
         let ten = d.join("ten.mp4");
-        let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-frames:v", "3", "-c:v", "libx265", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=error"]).arg(&ten).status().unwrap();
+        let st = Command::new("ffmpeg")
+            .args(["-nostdin", "-loglevel", "error", "-y", "-i"])
+            .arg(&h264)
+            .args(["-frames:v", "3", "-c:v", "libx265", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=error"])
+            .arg(&ten)
+            .status()
+            .unwrap();
         assert!(st.success());
-        let (code, e) = err_of(&["--run-dir", &rd, "--source", &format!("video:{}", ten.display()), "--decoder", "mpp"]);
+        let (code, e) =
+            err_of(&["--run-dir", &rd, "--source", &format!("video:{}", ten.display()), "--decoder", "mpp"]);
         assert_eq!(code, Some(1), "{e}");
         assert!(e.contains("its video is hevc yuv420p10le") && e.contains("--decoder cpu"), "{e}");
     }
     // An MP4 cut short (70 % of it): decoded to where it ends, with one warning.
     let cut = d.join("cut.mp4");
-    let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-c:v", "copy", "-movflags", "+faststart"]).arg(&cut).status().unwrap();
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-y", "-i"])
+        .arg(&h264)
+        .args(["-c:v", "copy", "-movflags", "+faststart"])
+        .arg(&cut)
+        .status()
+        .unwrap();
     assert!(st.success());
     let whole = std::fs::read(&cut).unwrap();
     std::fs::write(&cut, &whole[..whole.len() * 7 / 10]).unwrap();
@@ -264,7 +344,13 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
     assert_eq!(r.err.lines().filter(|l| l.contains("decoding what came (a file cut short?)")).count(), 1, "{}", r.err);
     // A corrupt middle: 4 KiB of the elementary stream overwritten.
     let es = d.join("clip.h264");
-    let st = Command::new("ffmpeg").args(["-nostdin", "-loglevel", "error", "-y", "-i"]).arg(&h264).args(["-c:v", "copy", "-f", "h264"]).arg(&es).status().unwrap();
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-y", "-i"])
+        .arg(&h264)
+        .args(["-c:v", "copy", "-f", "h264"])
+        .arg(&es)
+        .status()
+        .unwrap();
     assert!(st.success());
     let mut bytes = std::fs::read(&es).unwrap();
     let mid = bytes.len() / 2;
@@ -279,7 +365,11 @@ fn bad_streams_fail_in_one_line_or_decode_what_they_can() {
     let cap = &r.summary["stages"]["capture"]["extra"];
     let pictures = cap["pictures"].as_u64().unwrap();
     assert!(pictures >= 10 && pictures <= FRAMES as u64 + 2, "{cap}");
-    assert!(calls(&r.mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{}", r.mpp);
+    assert!(
+        calls(&r.mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")),
+        "{}",
+        r.mpp
+    );
     eprintln!("EVIDENCE mpp bad input: mpeg4 and 10-bit H.265 refused in one line; junk refused in one line; an MP4 cut at 70 % gave {cut_pictures} pictures, one warning, exit 0; a stream with 4 KiB overwritten gave {pictures} pictures and ended 0");
 }
 
@@ -289,7 +379,21 @@ fn es(dir: &Path, name: &str, size: &str, frames: u32) -> PathBuf {
     let st = Command::new("ffmpeg")
         .args(["-nostdin", "-loglevel", "error", "-y", "-ss", "7", "-i"])
         .arg(root().join(CLIP))
-        .args(["-frames:v", &frames.to_string(), "-vf", &format!("scale={size}"), "-c:v", "libx264", "-g", "5", "-pix_fmt", "yuv420p", "-an", "-f", "h264"])
+        .args([
+            "-frames:v",
+            &frames.to_string(),
+            "-vf",
+            &format!("scale={size}"),
+            "-c:v",
+            "libx264",
+            "-g",
+            "5",
+            "-pix_fmt",
+            "yuv420p",
+            "-an",
+            "-f",
+            "h264",
+        ])
         .arg(&out)
         .status()
         .unwrap();
@@ -324,7 +428,23 @@ fn a_size_change_mid_stream_is_renegotiated_or_named() {
         let out = zcpipe_run(&dir)
             .env("ZCPIPE_LIBMPP", fake_librockchip_mpp())
             .env("ZCPIPE_FAKE_MPP_LOG", dir.join("mpp.log"))
-            .args(["--source", &format!("video:{}", file.display()), "--decoder", "mpp", "--scaler", "cpu", "--infer", "none", "--fps", "30", "--ring-policy", "block", "--json", "--stats-interval", "0"])
+            .args([
+                "--source",
+                &format!("video:{}", file.display()),
+                "--decoder",
+                "mpp",
+                "--scaler",
+                "cpu",
+                "--infer",
+                "none",
+                "--fps",
+                "30",
+                "--ring-policy",
+                "block",
+                "--json",
+                "--stats-interval",
+                "0",
+            ])
             .args(extra)
             .output()
             .unwrap();
@@ -339,7 +459,10 @@ fn a_size_change_mid_stream_is_renegotiated_or_named() {
             .collect();
         let summary: Value = serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
         let mpp = std::fs::read_to_string(dir.join("mpp.log")).unwrap();
-        assert!(calls(&mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{name}: {mpp}");
+        assert!(
+            calls(&mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")),
+            "{name}: {mpp}"
+        );
         (err, sizes, summary["stages"]["capture"]["extra"].clone())
     };
     // Smaller: re-negotiated in the same buffers.

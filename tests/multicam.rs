@@ -32,8 +32,13 @@ fn camera_pid(dir: &std::path::Path, name: &str) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let cmd = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
-        let zombie = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
-        (cmd.contains(" stage capture ") && cmd.contains(&format!("--camera={name}")) && cmd.contains(&needle) && !zombie).then_some(pid)
+        let zombie = std::fs::read_to_string(e.path().join("stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+        (cmd.contains(" stage capture ")
+            && cmd.contains(&format!("--camera={name}"))
+            && cmd.contains(&needle)
+            && !zombie)
+            .then_some(pid)
     })
 }
 
@@ -41,7 +46,19 @@ fn camera_pid(dir: &std::path::Path, name: &str) -> Option<i32> {
 fn three_cameras_each_get_their_own_results_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let out = zcpipe_run(dir.path())
-        .args(["--instance", "multicam-three", "--frames", "24", "--scaler", "cpu", "--infer", "none", "--json", "--stats-interval", "0.5"])
+        .args([
+            "--instance",
+            "multicam-three",
+            "--frames",
+            "24",
+            "--scaler",
+            "cpu",
+            "--infer",
+            "none",
+            "--json",
+            "--stats-interval",
+            "0.5",
+        ])
         .args(["--fps", "20"]) // every camera's, unless its own says otherwise
         .args(["--source", "front=testsrc:320x240"])
         .args(["--source", "door=testsrc:640x360", "--fps", "40"])
@@ -54,13 +71,20 @@ fn three_cameras_each_get_their_own_results_in_order() {
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         if v["type"] == "frame" {
-            per.entry(v["camera"].as_str().unwrap().to_string()).or_default().push((v["seq"].as_u64().unwrap(), v["width"].as_u64().unwrap(), v["height"].as_u64().unwrap()));
+            per.entry(v["camera"].as_str().unwrap().to_string()).or_default().push((
+                v["seq"].as_u64().unwrap(),
+                v["width"].as_u64().unwrap(),
+                v["height"].as_u64().unwrap(),
+            ));
         }
     }
     assert_eq!(per.keys().collect::<Vec<_>>(), ["cam2", "door", "front"], "{stderr}");
     for (cam, size) in [("front", (320, 240)), ("door", (640, 360)), ("cam2", (160, 120))] {
         let frames = &per[cam];
-        assert!(frames.iter().all(|f| (f.1, f.2) == size), "{cam}: each line carries the camera's own size: {frames:?}");
+        assert!(
+            frames.iter().all(|f| (f.1, f.2) == size),
+            "{cam}: each line carries the camera's own size: {frames:?}"
+        );
         assert!(frames.windows(2).all(|w| w[0].0 < w[1].0), "{cam}: frames in order: {frames:?}");
         assert!(!frames.is_empty() && frames.len() <= 24, "{cam}: {} frames", frames.len());
     }
@@ -68,7 +92,11 @@ fn three_cameras_each_get_their_own_results_in_order() {
     for cam in ["front", "door", "cam2"] {
         let c = &s["cameras"][cam];
         assert_eq!(c["captured"], 24, "{cam}: {c}");
-        assert_eq!(c["published"].as_u64().unwrap() as usize, per[cam].len(), "{cam}: the summary counts what was published: {c}");
+        assert_eq!(
+            c["published"].as_u64().unwrap() as usize,
+            per[cam].len(),
+            "{cam}: the summary counts what was published: {c}"
+        );
         assert!(c["latency_p50_us"].as_f64().unwrap() > 0.0, "{cam}: {c}");
         assert_eq!(s["stages"][format!("capture@{cam}")]["frames_out"], 24);
         assert_eq!(s["exit_codes"][format!("capture@{cam}")], 0);
@@ -76,7 +104,10 @@ fn three_cameras_each_get_their_own_results_in_order() {
     for stage in ["scale", "infer", "publish"] {
         assert_eq!(s["exit_codes"][stage], 0, "{stage}");
     }
-    assert!(stderr.contains("camera          captured  dropped  published"), "the summary's per-camera table: {stderr}");
+    assert!(
+        stderr.contains("camera          captured  dropped  published"),
+        "the summary's per-camera table: {stderr}"
+    );
     assert!(stderr.contains("| cameras: "), "the stats line is per camera: {stderr}");
     assert_no_orphans(dir.path());
 }
@@ -131,7 +162,11 @@ impl TwoCameras {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let client = client(dir.join("detections.sock"), seen.clone());
         let t0 = Instant::now();
-        assert!(wait_for(Duration::from_secs(30), || frames_after(&seen, "a", t0) > 10 && frames_after(&seen, "b", t0) > 10), "both cameras flow");
+        assert!(
+            wait_for(Duration::from_secs(30), || frames_after(&seen, "a", t0) > 10
+                && frames_after(&seen, "b", t0) > 10),
+            "both cameras flow"
+        );
         TwoCameras { run, seen, client }
     }
 
@@ -162,7 +197,10 @@ fn a_stopped_or_killed_camera_does_not_stall_the_other() {
     kill(Pid::from_raw(b), Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let stopped = Instant::now();
-    assert!(wait_for(Duration::from_secs(10), || frames_after(&seen, "a", stopped) >= 30), "camera a goes on while b is stopped");
+    assert!(
+        wait_for(Duration::from_secs(10), || frames_after(&seen, "a", stopped) >= 30),
+        "camera a goes on while b is stopped"
+    );
     assert_eq!(frames_after(&seen, "b", stopped), 0, "nothing from the stopped camera");
     kill(Pid::from_raw(b), Signal::SIGCONT).unwrap();
     let resumed = Instant::now();
@@ -170,8 +208,14 @@ fn a_stopped_or_killed_camera_does_not_stall_the_other() {
 
     kill(Pid::from_raw(b), Signal::SIGKILL).unwrap();
     let killed = Instant::now();
-    assert!(wait_for(Duration::from_secs(10), || frames_after(&seen, "a", killed) >= 30), "camera a goes on while b restarts");
-    assert!(wait_for(Duration::from_secs(20), || frames_after(&seen, "b", killed) >= 10), "camera b restarted and flows again");
+    assert!(
+        wait_for(Duration::from_secs(10), || frames_after(&seen, "a", killed) >= 30),
+        "camera a goes on while b restarts"
+    );
+    assert!(
+        wait_for(Duration::from_secs(20), || frames_after(&seen, "b", killed) >= 10),
+        "camera b restarted and flows again"
+    );
     assert_eq!(camera_pid(dir.path(), "a"), Some(a), "camera a's capture stage kept its pid");
     assert_ne!(camera_pid(dir.path(), "b"), Some(b));
     assert!(stage_pid(dir.path(), "scale").is_some());
@@ -189,11 +233,27 @@ fn a_stopped_or_killed_camera_does_not_stall_the_other() {
 fn bad_camera_lists_are_one_line_each() {
     let many: Vec<String> = (0..17).flat_map(|i| ["--source".to_string(), format!("testsrc:{}x16", 16 + i)]).collect();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--source".into(), "a=testsrc".into(), "--source".into(), "a=testsrc:64x48".into()], "camera name \"a\" is given twice"),
-        (vec!["--source".into(), "a=image:x.png".into(), "--source".into(), "b=image:x.png".into()], "--source image:x.png is given twice (cameras a and b)"),
+        (
+            vec!["--source".into(), "a=testsrc".into(), "--source".into(), "a=testsrc:64x48".into()],
+            "camera name \"a\" is given twice",
+        ),
+        (
+            vec!["--source".into(), "a=image:x.png".into(), "--source".into(), "b=image:x.png".into()],
+            "--source image:x.png is given twice (cameras a and b)",
+        ),
         (vec!["--source".into(), "Front=testsrc".into(), "--source".into(), "testsrc".into()], "camera name \"Front\""),
         (vec!["--source".into(), "a+b=testsrc".into()], "no /, +, #, spaces or capitals"),
-        (vec!["--source".into(), "a=testsrc".into(), "--source".into(), "b=testsrc".into(), "--fps".into(), "fast".into()], "camera b (--source testsrc)"),
+        (
+            vec![
+                "--source".into(),
+                "a=testsrc".into(),
+                "--source".into(),
+                "b=testsrc".into(),
+                "--fps".into(),
+                "fast".into(),
+            ],
+            "camera b (--source testsrc)",
+        ),
         (many, "one pipeline serves at most 16"),
     ];
     for (args, want) in cases {
@@ -204,9 +264,25 @@ fn bad_camera_lists_are_one_line_each() {
         assert_eq!(stderr.lines().filter(|l| l.contains("error")).count(), 1, "{args:?}: one line: {stderr}");
     }
     // The dry run of a good list names each camera's capture stage.
-    let out = zcpipe().args(["run", "--dry-run", "--infer", "none", "--source", "front=testsrc", "--source", "image:tests/data/a=b.png"]).output().unwrap();
+    let out = zcpipe()
+        .args([
+            "run",
+            "--dry-run",
+            "--infer",
+            "none",
+            "--source",
+            "front=testsrc",
+            "--source",
+            "image:tests/data/a=b.png",
+        ])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("camera front: testsrc") && stdout.contains("camera cam1: image:tests/data/a=b.png"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("camera front: testsrc") && stdout.contains("camera cam1: image:tests/data/a=b.png"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// With a device scaler (RGA, here its ABI fake), each camera has its own scaler: each
@@ -225,7 +301,10 @@ fn rga_imports_each_cameras_pool_once_and_a_restarted_cameras_again() {
     let scale = stage_pid(dir.path(), "scale").unwrap();
     kill(Pid::from_raw(camera_pid(dir.path(), "b").unwrap()), Signal::SIGKILL).unwrap();
     let killed = Instant::now();
-    assert!(wait_for(Duration::from_secs(20), || frames_after(&seen, "b", killed) >= 10), "camera b restarted and flows again");
+    assert!(
+        wait_for(Duration::from_secs(20), || frames_after(&seen, "b", killed) >= 10),
+        "camera b restarted and flows again"
+    );
     assert_eq!(stage_pid(dir.path(), "scale"), Some(scale), "the scale stage bound the new pool without a restart");
     let stderr = two.stop();
     // Imports by buffer (the fake logs each dma-buf's inode).

@@ -45,7 +45,11 @@ fn check_frame_lines(frames: &[Value], ended_ns: u64) -> (f64, f64) {
     for f in frames {
         assert_eq!(f["type"], "frame", "{f}");
         let keys: Vec<&str> = f.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        assert_eq!(keys, ["camera", "detections", "height", "latency_us", "seq", "timestamp_ns", "type", "width"], "{f}");
+        assert_eq!(
+            keys,
+            ["camera", "detections", "height", "latency_us", "seq", "timestamp_ns", "type", "width"],
+            "{f}"
+        );
         assert_eq!(f["camera"], "cam0", "one unnamed camera: {f}");
         let keys: Vec<&str> = f["latency_us"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
         assert_eq!(keys, ["capture", "infer", "publish", "scale", "total"], "{f}");
@@ -55,7 +59,11 @@ fn check_frame_lines(frames: &[Value], ended_ns: u64) -> (f64, f64) {
             assert!(l(k) > 0.0, "latency_us.{k} of a stage behind a ring: {f}");
         }
         let sum = l("capture") + l("scale") + l("infer") + l("publish");
-        assert!((l("total") - sum).abs() <= 0.25 + 1e-6, "total {} is the stages' sum {sum} (5 roundings of 0.05 µs): {f}", l("total"));
+        assert!(
+            (l("total") - sum).abs() <= 0.25 + 1e-6,
+            "total {} is the stages' sum {sum} (5 roundings of 0.05 µs): {f}",
+            l("total")
+        );
         let built = f["timestamp_ns"].as_u64().unwrap() as f64 + l("total") * 1000.0;
         assert!(built >= built_before - 100.0, "lines are built in the order they are published: {f}");
         assert!(built <= ended_ns as f64 + 50.0, "a line was built before the run ended: {f}");
@@ -75,9 +83,32 @@ fn references() -> Vec<Reference> {
     vec![
         ("astronaut.png", 512, 512, vec![("person", 0.926, [11., 20., 369., 507.])]),
         ("chelsea.png", 451, 300, vec![("cat", 0.621, [-13., -16., 449., 300.])]),
-        ("coffee.png", 600, 400, vec![("cup", 0.898, [162., 16., 421., 295.]), ("dining table", 0.738, [0., 0., 598., 398.])]),
-        ("dog.jpg", 768, 576, vec![("dog", 0.855, [133., 207., 326., 543.]), ("bicycle", 0.803, [52., 137., 572., 424.]), ("car", 0.798, [466., 78., 692., 171.])]),
-        ("person.jpg", 640, 424, vec![("person", 0.881, [188., 97., 276., 371.]), ("dog", 0.872, [62., 263., 200., 348.]), ("horse", 0.871, [404., 138., 602., 343.])]),
+        (
+            "coffee.png",
+            600,
+            400,
+            vec![("cup", 0.898, [162., 16., 421., 295.]), ("dining table", 0.738, [0., 0., 598., 398.])],
+        ),
+        (
+            "dog.jpg",
+            768,
+            576,
+            vec![
+                ("dog", 0.855, [133., 207., 326., 543.]),
+                ("bicycle", 0.803, [52., 137., 572., 424.]),
+                ("car", 0.798, [466., 78., 692., 171.]),
+            ],
+        ),
+        (
+            "person.jpg",
+            640,
+            424,
+            vec![
+                ("person", 0.881, [188., 97., 276., 371.]),
+                ("dog", 0.872, [62., 263., 200., 348.]),
+                ("horse", 0.871, [404., 138., 602., 343.]),
+            ],
+        ),
         ("rocket.jpg", 640, 427, vec![]),
     ]
 }
@@ -91,10 +122,27 @@ fn detects_reference_objects_in_the_shipped_photos() {
     for (name, ..) in references() {
         std::fs::copy(data(&format!("tests/data/{name}")), photos.join(name)).unwrap();
     }
-    let out = run(dir.path(), &["--source", &format!("image:{}", photos.display()), "--frames", "6", "--ring-policy", "block", "--json", "--stats-interval", "0"]);
+    let out = run(
+        dir.path(),
+        &[
+            "--source",
+            &format!("image:{}", photos.display()),
+            "--frames",
+            "6",
+            "--ring-policy",
+            "block",
+            "--json",
+            "--stats-interval",
+            "0",
+        ],
+    );
     let ended = monotonic_ns();
     assert!(out.status.success(), "{}", stderr(&out));
-    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect();
+    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "frame")
+        .collect();
     assert_eq!(frames.len(), 6, "one line per photo");
     let (line_publish, line_total) = check_frame_lines(&frames, ended);
     for (i, (name, w, h, refs)) in references().into_iter().enumerate() {
@@ -118,7 +166,9 @@ fn detects_reference_objects_in_the_shipped_photos() {
             let (io, s) = best.unwrap_or_else(|| panic!("{name}: no {label} in {dets:?}"));
             assert!(io >= 0.7, "{name}: {label} IoU {io:.3} < 0.7");
             assert!((s - score).abs() <= 0.1, "{name}: {label} score {s:.3} vs reference {score}");
-            eprintln!("EVIDENCE photos: {name} {label} score {s:.3} (reference {score}), IoU {io:.3} with the reference box");
+            eprintln!(
+                "EVIDENCE photos: {name} {label} score {s:.3} (reference {score}), IoU {io:.3} with the reference box"
+            );
         }
     }
     let summary: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
@@ -141,7 +191,10 @@ fn detects_reference_objects_in_the_shipped_photos() {
 #[test]
 fn transport_only_run_counters_add_up() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(dir.path(), &["--source", "testsrc:640x480@200", "--frames", "60", "--infer", "none", "--json", "--stats-interval", "0.5"]);
+    let out = run(
+        dir.path(),
+        &["--source", "testsrc:640x480@200", "--frames", "60", "--infer", "none", "--json", "--stats-interval", "0.5"],
+    );
     let ended = monotonic_ns();
     assert!(out.status.success(), "{}", stderr(&out));
     let s: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
@@ -159,7 +212,8 @@ fn transport_only_run_counters_add_up() {
     }
     assert_eq!(st["publish"]["frames_out"].as_u64().unwrap(), upstream_out);
     assert_eq!(lines, upstream_out, "one JSON line per published frame");
-    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let frames: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     check_frame_lines(&frames, ended);
     for stage in ["capture", "scale", "infer", "publish"] {
         let e = &st[stage]["extra"];
@@ -179,14 +233,32 @@ fn unpaced_source_pushes_every_frame_through_under_block() {
     let n = 3000u64;
     let out = run(
         dir.path(),
-        &["--source", "testsrc:1920x1080@max", "--frames", &n.to_string(), "--scaler", "none", "--infer", "none", "--ring-policy", "block", "--no-print", "--stats-interval", "0"],
+        &[
+            "--source",
+            "testsrc:1920x1080@max",
+            "--frames",
+            &n.to_string(),
+            "--scaler",
+            "none",
+            "--infer",
+            "none",
+            "--ring-policy",
+            "block",
+            "--no-print",
+            "--stats-interval",
+            "0",
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let s: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
     let st = &s["stages"];
     for stage in ["capture", "scale", "infer"] {
         let r = &st[stage]["output_ring"];
-        assert_eq!((r["produced"].as_u64(), r["consumed"].as_u64(), r["dropped"].as_u64()), (Some(n), Some(n), Some(0)), "{stage}: {r}");
+        assert_eq!(
+            (r["produced"].as_u64(), r["consumed"].as_u64(), r["dropped"].as_u64()),
+            (Some(n), Some(n), Some(0)),
+            "{stage}: {r}"
+        );
     }
     assert_eq!(st["publish"]["frames_out"], n);
     for stage in ["capture", "scale", "infer", "publish"] {
@@ -194,7 +266,8 @@ fn unpaced_source_pushes_every_frame_through_under_block() {
         assert_eq!(e["open_fds_setup"], e["open_fds_exit"], "{stage} leaks no fd: {e}");
     }
     let fps = st["publish"]["out_span"]["frames"].as_f64().unwrap()
-        / (st["publish"]["out_span"]["last_s"].as_f64().unwrap() - st["publish"]["out_span"]["first_s"].as_f64().unwrap());
+        / (st["publish"]["out_span"]["last_s"].as_f64().unwrap()
+            - st["publish"]["out_span"]["first_s"].as_f64().unwrap());
     eprintln!("EVIDENCE throughput: {n} 1080p frames through four stages unpaced at {fps:.0} fps (transport only; a test run, not a benchmark)");
 }
 
@@ -216,7 +289,10 @@ fn expect_clean_failure(args: &[&str], needles: &[&str]) {
 fn missing_source_path_is_one_clear_error() {
     expect_clean_failure(&["--source", "image:/nonexistent/photo.jpg", "--infer", "none"], &["/nonexistent/photo.jpg"]);
     expect_clean_failure(&["--source", "video:/nonexistent/clip.mp4", "--infer", "none"], &["/nonexistent/clip.mp4"]);
-    expect_clean_failure(&["--source", "v4l2:/dev/video0", "--fps", "max", "--infer", "none"], &["--fps max", "host sources"]);
+    expect_clean_failure(
+        &["--source", "v4l2:/dev/video0", "--fps", "max", "--infer", "none"],
+        &["--fps max", "host sources"],
+    );
     expect_clean_failure(&["--source", "testsrc", "--fps", "fast", "--infer", "none"], &["fast", "or max"]);
 }
 
@@ -241,7 +317,10 @@ fn truncated_model_is_one_clear_error() {
 #[test]
 fn model_with_the_wrong_input_is_one_clear_error() {
     let m = data("tests/data/multiple_input_demo_source.onnx");
-    expect_clean_failure(&["--source", "testsrc", "--model", m.to_str().unwrap()], &["multiple_input_demo_source.onnx", "2 inputs"]);
+    expect_clean_failure(
+        &["--source", "testsrc", "--model", m.to_str().unwrap()],
+        &["multiple_input_demo_source.onnx", "2 inputs"],
+    );
 }
 
 #[cfg(feature = "onnx")]
@@ -250,7 +329,10 @@ fn labels_that_do_not_fit_the_model_are_one_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let labels = dir.path().join("five.txt");
     std::fs::write(&labels, "a\nb\nc\nd\ne\n").unwrap();
-    expect_clean_failure(&["--source", "testsrc", "--labels", labels.to_str().unwrap()], &["five.txt", "has 5 names", "80 classes", "coco80.txt"]);
+    expect_clean_failure(
+        &["--source", "testsrc", "--labels", labels.to_str().unwrap()],
+        &["five.txt", "has 5 names", "80 classes", "coco80.txt"],
+    );
 }
 
 #[test]
@@ -297,7 +379,17 @@ fn a_second_run_on_a_busy_run_dir_is_refused_and_harms_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
     let mut first = zcpipe()
-        .args(["run", "--source", "testsrc:64x48@20", "--infer", "none", "--no-print", "--stats-interval", "0", "--run-dir"])
+        .args([
+            "run",
+            "--source",
+            "testsrc:64x48@20",
+            "--infer",
+            "none",
+            "--no-print",
+            "--stats-interval",
+            "0",
+            "--run-dir",
+        ])
         .arg(&run_dir)
         .arg("--publish")
         .arg(dir.path().join("a.sock"))
@@ -366,7 +458,19 @@ fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let args = ["--source", "testsrc:320x240@30", "--infer", "none", "--no-print", "--stats-interval", "0", "--frames", "600", "--restart-max", "0"];
+    let args = [
+        "--source",
+        "testsrc:320x240@30",
+        "--infer",
+        "none",
+        "--no-print",
+        "--stats-interval",
+        "0",
+        "--frames",
+        "600",
+        "--restart-max",
+        "0",
+    ];
     let mut run = Reap(zcpipe_run(d).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     let mut pipe = run.0.stderr.take().unwrap();
     let stderr_reader = std::thread::spawn(move || {
@@ -404,13 +508,21 @@ fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
     let status = run.0.wait().unwrap();
     let err = stderr_reader.join().unwrap();
     assert!(!status.success(), "{err}");
-    assert!(err.contains("the infer stage was killed by signal 9 (SIGKILL); stopped the others (--restart-max 0)"), "{err}");
+    assert!(
+        err.contains("the infer stage was killed by signal 9 (SIGKILL); stopped the others (--restart-max 0)"),
+        "{err}"
+    );
     assert!(err.contains("no final report from: infer "), "the summary names the stage that sent none: {err}");
     let s: Value = serde_json::from_slice(&std::fs::read(d.join("summary.json")).unwrap()).unwrap();
     // Its neighbours no longer exit on the hang-up (they wait for a restart); the run
     // stopped every stage with SIGTERM, and each ended cleanly on it (or on the end of
     // stream from its upstream, if that came first).
-    assert_eq!((s["exit_codes"]["scale"].as_i64(), s["exit_codes"]["publish"].as_i64()), (Some(0), Some(0)), "{}", s["exit_codes"]);
+    assert_eq!(
+        (s["exit_codes"]["scale"].as_i64(), s["exit_codes"]["publish"].as_i64()),
+        (Some(0), Some(0)),
+        "{}",
+        s["exit_codes"]
+    );
     for stage in ["scale", "publish"] {
         let r = &s["stages"][stage];
         assert_eq!(r["final_report"], true, "{stage}: {r}");
@@ -431,16 +543,17 @@ fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
 fn a_stage_alone_gives_up_after_the_connect_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let out = zcpipe()
-        .args(["stage", "scale", "--connect-timeout", "1", "--run-dir"])
-        .arg(&run_dir)
-        .output()
-        .unwrap();
+    let out = zcpipe().args(["stage", "scale", "--connect-timeout", "1", "--run-dir"]).arg(&run_dir).output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
     assert_eq!(errors.len(), 1, "{err}");
-    assert!(errors[0].contains("no infer stage connected") && errors[0].contains("--connect-timeout") && errors[0].contains("zcpipe stage infer"), "{err}");
+    assert!(
+        errors[0].contains("no infer stage connected")
+            && errors[0].contains("--connect-timeout")
+            && errors[0].contains("zcpipe stage infer"),
+        "{err}"
+    );
     assert!(!run_dir.join("scale.sock").exists(), "socket left behind");
 }
 
@@ -455,7 +568,8 @@ fn sockets_are_private_and_shared_only_with_the_socket_group() {
     let run_dir = dir.path().join("run");
     std::fs::create_dir(&run_dir).unwrap();
     std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let out = zcpipe_run(dir.path()).args(["--source", "testsrc", "--infer", "none", "--frames", "1"]).output().unwrap();
+    let out =
+        zcpipe_run(dir.path()).args(["--source", "testsrc", "--infer", "none", "--frames", "1"]).output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
@@ -463,23 +577,44 @@ fn sockets_are_private_and_shared_only_with_the_socket_group() {
 
     // Unknown group.
     let dir = tempfile::tempdir().unwrap();
-    let out = run(dir.path(), &["--source", "testsrc", "--infer", "none", "--frames", "1", "--socket-group", "no-such-group-zcpipe"]);
+    let out = run(
+        dir.path(),
+        &["--source", "testsrc", "--infer", "none", "--frames", "1", "--socket-group", "no-such-group-zcpipe"],
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.lines().filter(|l| l.contains("error")).count() == 1 && err.contains("--socket-group no-such-group-zcpipe: no such group"), "{err}");
+    assert!(
+        err.lines().filter(|l| l.contains("error")).count() == 1
+            && err.contains("--socket-group no-such-group-zcpipe: no such group"),
+        "{err}"
+    );
 
     // The sockets of a running pipeline.
     let me = nix::unistd::Group::from_gid(nix::unistd::getegid()).unwrap().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut child = zcpipe_run(dir.path())
-        .args(["--source", "testsrc:64x48@30", "--infer", "none", "--scaler", "none", "--frames", "90", "--no-print", "--socket-group", &me.name])
+        .args([
+            "--source",
+            "testsrc:64x48@30",
+            "--infer",
+            "none",
+            "--scaler",
+            "none",
+            "--frames",
+            "90",
+            "--no-print",
+            "--socket-group",
+            &me.name,
+        ])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let (sock, capture) = (dir.path().join("detections.sock"), dir.path().join("run/capture.sock"));
     let mut seen = None;
     for _ in 0..200 {
-        if let (Ok(d), Ok(c), Ok(r)) = (std::fs::metadata(&sock), std::fs::metadata(&capture), std::fs::metadata(dir.path().join("run"))) {
+        if let (Ok(d), Ok(c), Ok(r)) =
+            (std::fs::metadata(&sock), std::fs::metadata(&capture), std::fs::metadata(dir.path().join("run")))
+        {
             seen = Some((d.mode() & 0o777, d.gid(), c.mode() & 0o777, r.mode() & 0o777));
             break;
         }
@@ -499,7 +634,18 @@ fn sockets_are_private_and_shared_only_with_the_socket_group() {
 #[test]
 fn a_summary_that_cannot_be_written_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let base = ["run", "--source", "testsrc:64x48@30", "--infer", "none", "--frames", "3", "--no-print", "--stats-interval", "0"];
+    let base = [
+        "run",
+        "--source",
+        "testsrc:64x48@30",
+        "--infer",
+        "none",
+        "--frames",
+        "3",
+        "--no-print",
+        "--stats-interval",
+        "0",
+    ];
     let out = zcpipe()
         .args(base)
         .arg("--run-dir")
@@ -515,8 +661,17 @@ fn a_summary_that_cannot_be_written_is_one_line() {
     assert_eq!(errors, ["zcpipe: error: --summary-json /dev/full: cannot write the run summary (No space left on device); free space or pass a path you can write (the summary above is complete)"], "{err}");
     assert!(err.contains("zcpipe summary ("), "the text summary comes first: {err}");
 
-    let out = zcpipe().args(base).arg("--run-dir").arg(dir.path().join("run")).args(["--summary-json", "/nonexistent/dir/s.json"]).output().unwrap();
+    let out = zcpipe()
+        .args(base)
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .args(["--summary-json", "/nonexistent/dir/s.json"])
+        .output()
+        .unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.trim_end(), "zcpipe: error: --summary-json: folder /nonexistent/dir does not exist; create it or pass another path");
+    assert_eq!(
+        err.trim_end(),
+        "zcpipe: error: --summary-json: folder /nonexistent/dir does not exist; create it or pass another path"
+    );
 }

@@ -56,7 +56,8 @@ fn dry_run(root: &Path, args: &[&str], rknn: bool) -> String {
     let mut a = vec!["run", "--dry-run"];
     a.extend_from_slice(args);
     let out = zcpipe_on(root, &a, rknn);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.starts_with("plan: "), "{stdout}");
     // Nothing started: no stage logged, no run directory made.
@@ -85,8 +86,14 @@ fn rk3588_with_no_flags_plans_rga_rknn_its_model_and_three_cores() {
     assert!(l.starts_with("plan: bundled clip one-by-one-person-detection.mp4 -> "), "{plan}");
     // An RGA3 core reaches all memory: the usual heap order (system first).
     assert!(l.ends_with(&format!("; heap dma-heap {}", root.path().join("dev/dma_heap/system").display())), "{plan}");
-    assert!(why(&plan, "scaler").contains("/dev/rga opens") && why(&plan, "scaler").contains("rk3588 has RGA3 cores"), "{plan}");
-    assert!(why(&plan, "infer").contains("fits rk3588") && why(&plan, "infer").contains("every core of rk3588"), "{plan}");
+    assert!(
+        why(&plan, "scaler").contains("/dev/rga opens") && why(&plan, "scaler").contains("rk3588 has RGA3 cores"),
+        "{plan}"
+    );
+    assert!(
+        why(&plan, "infer").contains("fits rk3588") && why(&plan, "infer").contains("every core of rk3588"),
+        "{plan}"
+    );
     assert!(why(&plan, "heap").contains("RGA3"), "{plan}");
 }
 
@@ -97,7 +104,10 @@ fn rk3566_with_ram_above_4g_plans_rga2_a_dma32_heap_and_one_core() {
     let l = line(&plan);
     assert!(l.contains(" -> rga (any) -> "), "{plan}");
     assert!(l.contains(" -> rknn models/yolox_nano_416_rk3566_rk3568.rknn on NPU core 0 -> "), "{plan}");
-    assert!(l.ends_with(&format!("; heap dma-heap {}", root.path().join("dev/dma_heap/system-dma32").display())), "{plan}");
+    assert!(
+        l.ends_with(&format!("; heap dma-heap {}", root.path().join("dev/dma_heap/system-dma32").display())),
+        "{plan}"
+    );
     let heap = why(&plan, "heap");
     assert!(heap.contains("RGA2 reaches only the first 4 GiB") && heap.contains("0x500000000"), "{plan}");
     assert!(why(&plan, "infer").contains("rk3566 has one NPU core"), "{plan}");
@@ -120,10 +130,14 @@ fn a_board_without_the_npu_library_plans_onnx_on_the_cpu() {
 #[test]
 fn flags_win_over_auto() {
     let root = board("radxa,rock-5b rockchip,rk3588", &["system"], IOMEM_8G);
-    let plan = dry_run(root.path(), &["--scaler", "cpu", "--model", "models/yolox_nano.onnx", "--npu-cores", "0"], true);
+    let plan =
+        dry_run(root.path(), &["--scaler", "cpu", "--model", "models/yolox_nano.onnx", "--npu-cores", "0"], true);
     assert!(line(&plan).contains(" -> cpu -> onnx models/yolox_nano.onnx (tract, CPU) -> "), "{plan}");
     let plan = dry_run(root.path(), &["--rga-core", "any", "--npu-cores", "1,2"], true);
-    assert!(line(&plan).contains(" -> rga (any) -> rknn models/yolox_nano_416_rk3588.rknn on NPU cores 1,2 -> "), "{plan}");
+    assert!(
+        line(&plan).contains(" -> rga (any) -> rknn models/yolox_nano_416_rk3588.rknn on NPU cores 1,2 -> "),
+        "{plan}"
+    );
     // A .rknn for this board through --infer rknn without --model: the bundled one.
     let plan = dry_run(root.path(), &["--infer", "rknn"], true);
     assert!(line(&plan).contains("rknn models/yolox_nano_416_rk3588.rknn"), "{plan}");
@@ -145,7 +159,10 @@ fn infer_rknn_on_a_soc_without_a_bundled_model_is_one_line() {
     let out = zcpipe_on(root.path(), &["run", "--dry-run", "--infer", "rknn"], true);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("--infer rknn needs a .rknn model") && stderr.contains("rk3399") && stderr.contains("--model"), "{stderr}");
+    assert!(
+        stderr.contains("--infer rknn needs a .rknn model") && stderr.contains("rk3399") && stderr.contains("--model"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
 
@@ -155,13 +172,23 @@ fn doctor_ends_with_the_plan_run_would_use() {
     let out = zcpipe_on(root.path(), &["doctor"], true);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    let tail = text.split("== the plan `zcpipe run` would use (no flags given) ==\n").nth(1).unwrap_or_else(|| panic!("{text}"));
-    assert!(tail.starts_with("plan: ") && tail.contains("rga (rga3-core0)") && tail.contains("on NPU cores 0,1,2"), "{tail}");
+    let tail = text
+        .split("== the plan `zcpipe run` would use (no flags given) ==\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        tail.starts_with("plan: ") && tail.contains("rga (rga3-core0)") && tail.contains("on NPU cores 0,1,2"),
+        "{tail}"
+    );
     // The same in --json.
     let out = zcpipe_on(root.path(), &["doctor", "--json"], true);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["plan"]["scaler"]["what"], "rga (rga3-core0)", "{}", v["plan"]);
-    assert_eq!(v["plan"]["infer"]["what"], "rknn models/yolox_nano_416_rk3588.rknn on NPU cores 0,1,2", "{}", v["plan"]);
+    assert_eq!(
+        v["plan"]["infer"]["what"], "rknn models/yolox_nano_416_rk3588.rknn on NPU cores 0,1,2",
+        "{}",
+        v["plan"]
+    );
     assert_eq!(v["soc"]["compatible"][1], "rockchip,rk3588", "{}", v["soc"]);
 }
 
@@ -187,12 +214,21 @@ fn the_plan_is_what_runs_on_the_fake_rk3588() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     // Printed before the first frame, as log lines (`-q` hides it).
-    let plan = stderr.lines().find(|l| l.starts_with("zcpipe: plan: ")).unwrap_or_else(|| panic!("no plan line:\n{stderr}"));
-    assert!(plan.contains("-> rga (rga3-core0) -> rknn models/yolox_nano_416_rk3588.rknn on NPU cores 0,1,2 ->"), "{plan}");
-    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let plan =
+        stderr.lines().find(|l| l.starts_with("zcpipe: plan: ")).unwrap_or_else(|| panic!("no plan line:\n{stderr}"));
+    assert!(
+        plan.contains("-> rga (rga3-core0) -> rknn models/yolox_nano_416_rk3588.rknn on NPU cores 0,1,2 ->"),
+        "{plan}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["stages"]["infer"]["frames_out"], 6, "{}", summary["stages"]["infer"]);
     let rknn = std::fs::read_to_string(&rknn_log).unwrap();
-    let masks: Vec<&str> = rknn.lines().filter(|l| l.contains(" rknn_set_core_mask ")).filter_map(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("mask="))).collect();
+    let masks: Vec<&str> = rknn
+        .lines()
+        .filter(|l| l.contains(" rknn_set_core_mask "))
+        .filter_map(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("mask=")))
+        .collect();
     assert_eq!(masks, ["1", "2", "4"], "{rknn}");
     // The bundled RK3588 model is what the runtime was given.
     let len = std::fs::metadata(common::root().join("models/yolox_nano_416_rk3588.rknn")).unwrap().len();
@@ -200,7 +236,10 @@ fn the_plan_is_what_runs_on_the_fake_rk3588() {
     assert!(inits.len() == 1 && inits[0].contains(&format!(" model_len={len} ")), "{rknn}");
     let rga = std::fs::read_to_string(&rga_log).unwrap();
     // IM_SCHEDULER_RGA3_CORE0 = 0x1 (im2d_type.h), set with imconfig(IM_CONFIG_SCHEDULER_CORE).
-    assert!(rga.lines().any(|l| l.starts_with("imconfig name=0 value=0x1 status=1")), "the core is pinned with imconfig:\n{rga}");
+    assert!(
+        rga.lines().any(|l| l.starts_with("imconfig name=0 value=0x1 status=1")),
+        "the core is pinned with imconfig:\n{rga}"
+    );
 }
 
 /// What the plan decides reaches every stage: on an RK3566 with RAM above 4 GiB the dma32
@@ -212,20 +251,48 @@ fn the_stages_are_started_with_the_plans_values() {
     let dir = tempfile::tempdir().unwrap();
     // The heaps of a fake root are plain files, so the stages fail to allocate: this run
     // is only for the command lines.
-    let out = common::zcpipe_run(dir.path()).env("ZCPIPE_TEST_ROOT", root.path()).env("ZCPIPE_LIBRGA", common::fake_librga()).env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt()).args(["-v", "--frames", "1"]).output().unwrap();
+    let out = common::zcpipe_run(dir.path())
+        .env("ZCPIPE_TEST_ROOT", root.path())
+        .env("ZCPIPE_LIBRGA", common::fake_librga())
+        .env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt())
+        .args(["-v", "--frames", "1"])
+        .output()
+        .unwrap();
     common::assert_no_orphans(dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     let started: Vec<&str> = stderr.lines().filter(|l| l.contains("starting: ") && l.contains(" stage ")).collect();
     assert_eq!(started.len(), 4, "{stderr}");
     assert!(started.iter().all(|l| l.contains(" --heap=dma32")), "{started:#?}");
-    assert!(started.iter().any(|l| l.contains(" stage scale ") && l.contains(" --scaler=rga ") && l.contains(" --rga-core=any")), "{started:#?}");
-    assert!(started.iter().any(|l| l.contains(" stage infer ") && l.contains(" --infer=rknn ") && l.contains("--model=models/yolox_nano_416_rk3566_rk3568.rknn")), "{started:#?}");
+    assert!(
+        started
+            .iter()
+            .any(|l| l.contains(" stage scale ") && l.contains(" --scaler=rga ") && l.contains(" --rga-core=any")),
+        "{started:#?}"
+    );
+    assert!(
+        started.iter().any(|l| l.contains(" stage infer ")
+            && l.contains(" --infer=rknn ")
+            && l.contains("--model=models/yolox_nano_416_rk3566_rk3568.rknn")),
+        "{started:#?}"
+    );
 
     let root = board("radxa,rock-5b rockchip,rk3588", &[], IOMEM_8G);
-    let plan_run = common::zcpipe_run(dir.path()).env("ZCPIPE_TEST_ROOT", root.path()).env("ZCPIPE_LIBRGA", common::fake_librga()).env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt()).env("ZCPIPE_FAKE_RKNN_ONNX", common::root().join("models/yolox_nano.onnx")).args(["-v", "--frames", "1", "--no-print"]).output().unwrap();
+    let plan_run = common::zcpipe_run(dir.path())
+        .env("ZCPIPE_TEST_ROOT", root.path())
+        .env("ZCPIPE_LIBRGA", common::fake_librga())
+        .env("ZCPIPE_LIBRKNNRT", common::fake_librknnrt())
+        .env("ZCPIPE_FAKE_RKNN_ONNX", common::root().join("models/yolox_nano.onnx"))
+        .args(["-v", "--frames", "1", "--no-print"])
+        .output()
+        .unwrap();
     common::assert_no_orphans(dir.path());
     let stderr = String::from_utf8_lossy(&plan_run.stderr);
-    assert!(stderr.lines().any(|l| l.contains("starting: ") && l.contains(" stage scale ") && l.contains(" --scale-buffers=4 ")), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("starting: ") && l.contains(" stage scale ") && l.contains(" --scale-buffers=4 ")),
+        "{stderr}"
+    );
 }
 
 /// What would only fail once the stages run is refused by the plan, in one line, before
@@ -237,9 +304,21 @@ fn a_plan_that_cannot_run_is_one_line() {
     let cases: &[(&Path, &[&str], &[&str])] = &[
         (rk3566.path(), &["--rga-core", "rga3-core0"], &["--rga-core rga3-core0", "rk3566 has no RGA3 core"]),
         (rk3566.path(), &["--npu-cores", "0,1,2"], &["core 1 does not exist on rk3566", "1 NPU core(s) (0)"]),
-        (rk3588.path(), &["--model", "models/yolox_nano_416_rk3566_rk3568.rknn"], &["is built for rk3566", "this board is rk3588"]),
-        (rk3588.path(), &["--infer", "rknn", "--model", "models/yolox_nano.onnx"], &["yolox_nano.onnx is not an RKNN model"]),
-        (rk3588.path(), &["--infer", "onnx", "--model", "models/yolox_nano_416_rk3588.rknn"], &["is an RKNN model", "--infer rknn"]),
+        (
+            rk3588.path(),
+            &["--model", "models/yolox_nano_416_rk3566_rk3568.rknn"],
+            &["is built for rk3566", "this board is rk3588"],
+        ),
+        (
+            rk3588.path(),
+            &["--infer", "rknn", "--model", "models/yolox_nano.onnx"],
+            &["yolox_nano.onnx is not an RKNN model"],
+        ),
+        (
+            rk3588.path(),
+            &["--infer", "onnx", "--model", "models/yolox_nano_416_rk3588.rknn"],
+            &["is an RKNN model", "--infer rknn"],
+        ),
         (rk3588.path(), &["--model", "models/coco80.txt"], &["no backend for model models/coco80.txt"]),
         (rk3588.path(), &["--model", "/nonexistent/x.onnx"], &["cannot open model /nonexistent/x.onnx"]),
         (rk3588.path(), &["--heap", "dma32"], &["--heap dma32"]),
@@ -300,7 +379,10 @@ fn the_plan_names_the_decoder_of_a_compressed_source() {
     assert!(line(&p).contains("decoded by ffmpeg on the CPU"), "{p}");
     let p = plan(&["--source", "rtsp://127.0.0.1:1/x", "--wait-for-camera"]);
     assert!(line(&p).contains("rtsp://127.0.0.1:1/x decoded by ffmpeg on the CPU"), "{p}");
-    assert!(why(&p, "source").contains("--wait-for-camera: the pool cannot be sized from a camera not there yet"), "{p}");
+    assert!(
+        why(&p, "source").contains("--wait-for-camera: the pool cannot be sized from a camera not there yet"),
+        "{p}"
+    );
     let p = plan(&["--source", "testsrc"]);
     assert!(!line(&p).contains("decoded by"), "a test pattern has no decoder: {p}");
     eprintln!("EVIDENCE plan decoder: {}", line(&plan(&["--source", &src])));

@@ -23,14 +23,34 @@ fn replayed_detections_come_out_where_the_file_puts_them() {
     )
     .unwrap();
     let out = zcpipe_run(dir.path())
-        .args(["--instance", "replay", "--source", "testsrc:1280x720", "--frames", "9", "--fps", "max", "--ring-policy", "block", "--scaler", "cpu", "--tracker", "none", "--json"])
+        .args([
+            "--instance",
+            "replay",
+            "--source",
+            "testsrc:1280x720",
+            "--frames",
+            "9",
+            "--fps",
+            "max",
+            "--ring-policy",
+            "block",
+            "--scaler",
+            "cpu",
+            "--tracker",
+            "none",
+            "--json",
+        ])
         .arg(format!("--infer=replay:{}", rec.display()))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("replay"), "the plan names the replay file: {stderr}");
-    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect();
+    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "frame")
+        .collect();
     assert_eq!(frames.len(), 9, "{stderr}");
     for f in &frames {
         let seq = f["seq"].as_u64().unwrap();
@@ -63,7 +83,11 @@ fn a_bad_replay_file_is_one_line() {
         ("replay:/nonexistent/rec.jsonl".to_string(), "cannot read replay file /nonexistent/rec.jsonl".to_string()),
         ("replay".to_string(), "--infer replay needs a file: --infer replay:FILE.jsonl".to_string()),
     ] {
-        let out = zcpipe_run(dir.path()).args(["--instance", "replay-bad", "--source", "testsrc", "--frames", "2", "--scaler", "cpu"]).arg(format!("--infer={infer}")).output().unwrap();
+        let out = zcpipe_run(dir.path())
+            .args(["--instance", "replay-bad", "--source", "testsrc", "--frames", "2", "--scaler", "cpu"])
+            .arg(format!("--infer={infer}"))
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{infer}: {stderr}");
         assert_eq!(stderr.matches("error:").count(), 1, "one line: {stderr}");

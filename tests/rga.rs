@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
-use zcpipe::core::frame::{FrameLayout, Fourcc, Letterbox, Placement, PlaneDesc, MAX_PLANES};
+use zcpipe::core::frame::{Fourcc, FrameLayout, Letterbox, Placement, PlaneDesc, MAX_PLANES};
 use zcpipe::scale::cpu::CpuScaler;
 use zcpipe::scale::rga::{RgaCore, RgaScaler};
 use zcpipe::scale::Scaler;
@@ -62,14 +62,29 @@ impl Session {
 }
 
 fn memfd_pool(n: usize, size: u64) -> Vec<DmaBuf> {
-    let a = Allocator::open(HeapChoice::Memfd, Path::new("/nonexistent"), Path::new("/nonexistent"), Path::new("/nonexistent")).unwrap();
+    let a = Allocator::open(
+        HeapChoice::Memfd,
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+        Path::new("/nonexistent"),
+    )
+    .unwrap();
     a.allocate_pool(n, size).unwrap()
 }
 
 /// 640x480 RGB: eight vertical colour bars of 80 px, in reverse order in the bottom half
 /// (so a row or buffer mix-up shows).
 fn colour_bars(w: usize, h: usize, reverse: bool) -> Vec<u8> {
-    const BARS: [[u8; 3]; 8] = [[255, 255, 255], [255, 255, 0], [0, 255, 255], [0, 255, 0], [255, 0, 255], [255, 0, 0], [0, 0, 255], [0, 0, 0]];
+    const BARS: [[u8; 3]; 8] = [
+        [255, 255, 255],
+        [255, 255, 0],
+        [0, 255, 255],
+        [0, 255, 0],
+        [255, 0, 255],
+        [255, 0, 0],
+        [0, 0, 255],
+        [0, 0, 0],
+    ];
     let mut rgb = Vec::with_capacity(w * h * 3);
     for y in 0..h {
         for x in 0..w {
@@ -114,10 +129,15 @@ fn nv12(rgb: &[u8], w: usize, h: usize, bpl: usize) -> (FrameLayout, Vec<u8>) {
         }
     }
     let (b, hh) = (bpl as u32, h as u32);
-    let l = layout(Fourcc::NV12, w as u32, hh, &[
-        PlaneDesc { offset: 0, bytesperline: b, length: b * hh, fd_index: 0 },
-        PlaneDesc { offset: b * hh, bytesperline: b, length: b * hh / 2, fd_index: 0 },
-    ]);
+    let l = layout(
+        Fourcc::NV12,
+        w as u32,
+        hh,
+        &[
+            PlaneDesc { offset: 0, bytesperline: b, length: b * hh, fd_index: 0 },
+            PlaneDesc { offset: b * hh, bytesperline: b, length: b * hh / 2, fd_index: 0 },
+        ],
+    );
     (l, buf)
 }
 
@@ -138,13 +158,26 @@ fn nv16_and_yuyv(rgb: &[u8], w: usize, h: usize) -> [(FrameLayout, Vec<u8>); 2] 
     let (ww, hh) = (w as u32, h as u32);
     [
         (
-            layout(Fourcc::NV16, ww, hh, &[
-                PlaneDesc { offset: 0, bytesperline: ww, length: ww * hh, fd_index: 0 },
-                PlaneDesc { offset: ww * hh, bytesperline: ww, length: ww * hh, fd_index: 0 },
-            ]),
+            layout(
+                Fourcc::NV16,
+                ww,
+                hh,
+                &[
+                    PlaneDesc { offset: 0, bytesperline: ww, length: ww * hh, fd_index: 0 },
+                    PlaneDesc { offset: ww * hh, bytesperline: ww, length: ww * hh, fd_index: 0 },
+                ],
+            ),
             nv16,
         ),
-        (layout(Fourcc::YUYV, ww, hh, &[PlaneDesc { offset: 0, bytesperline: ww * 2, length: ww * hh * 2, fd_index: 0 }]), yuyv),
+        (
+            layout(
+                Fourcc::YUYV,
+                ww,
+                hh,
+                &[PlaneDesc { offset: 0, bytesperline: ww * 2, length: ww * hh * 2, fd_index: 0 }],
+            ),
+            yuyv,
+        ),
     ]
 }
 
@@ -185,7 +218,14 @@ fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
 
 /// Picture area (`x, y, w, h`) close to the CPU scaler's, pad exactly `pad`, nothing left
 /// unwritten.
-fn assert_letterbox(got: &[u8], want: &[u8], bpl: usize, (x0, y0, rw, rh): (usize, usize, usize, usize), pad: u8, what: &str) {
+fn assert_letterbox(
+    got: &[u8],
+    want: &[u8],
+    bpl: usize,
+    (x0, y0, rw, rh): (usize, usize, usize, usize),
+    pad: u8,
+    what: &str,
+) {
     let mut pic_got = Vec::new();
     let mut pic_want = Vec::new();
     for y in 0..416 {
@@ -202,7 +242,10 @@ fn assert_letterbox(got: &[u8], want: &[u8], bpl: usize, (x0, y0, rw, rh): (usiz
     }
     let mad = mean_abs_diff(&pic_got, &pic_want);
     let far = pic_got.iter().zip(&pic_want).filter(|(&a, &b)| (a as i32 - b as i32).abs() > 8).count();
-    println!("{what}: picture {rw}x{rh}, mean abs diff vs the CPU scaler {mad:.3}, {far} of {} bytes differ by more than 8", pic_got.len());
+    println!(
+        "{what}: picture {rw}x{rh}, mean abs diff vs the CPU scaler {mad:.3}, {far} of {} bytes differ by more than 8",
+        pic_got.len()
+    );
     assert!(mad < 2.0, "{what}: mean abs diff {mad}");
     // Bar edges differ (the CPU resize widens its filter when shrinking; the fake samples 2x2).
     assert!((far as f64) < pic_got.len() as f64 * 0.05, "{what}: {far} bytes far off");
@@ -236,8 +279,22 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     assert_eq!((lb.pad_x, lb.pad_y), (0.0, 0.0));
     let got_a = dst[0].read().unwrap().to_vec();
     let got_b = dst[1].read().unwrap().to_vec();
-    assert_letterbox(&got_a, &cpu_reference(&frame_a, &sl, &dl, TOP_LEFT), 416 * 3, (0, 0, 416, 312), 114, "NV12 bars, buffer 0");
-    assert_letterbox(&got_b, &cpu_reference(&frame_b, &sl, &dl, TOP_LEFT), 416 * 3, (0, 0, 416, 312), 114, "NV12 reversed bars, buffer 1");
+    assert_letterbox(
+        &got_a,
+        &cpu_reference(&frame_a, &sl, &dl, TOP_LEFT),
+        416 * 3,
+        (0, 0, 416, 312),
+        114,
+        "NV12 bars, buffer 0",
+    );
+    assert_letterbox(
+        &got_b,
+        &cpu_reference(&frame_b, &sl, &dl, TOP_LEFT),
+        416 * 3,
+        (0, 0, 416, 312),
+        114,
+        "NV12 reversed bars, buffer 1",
+    );
     // The top-left picture pixel is white's BGR, the first bottom-half row (156) black's.
     assert!(got_a[..3].iter().all(|&v| v >= 250), "{:?}", &got_a[..3]);
     assert!(got_a[160 * 1248..][..3].iter().all(|&v| v <= 5), "{:?}", &got_a[160 * 1248..][..3]);
@@ -255,7 +312,11 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
     assert_eq!(imports.len(), 5, "one importbuffer_fd per pool buffer (3 source + 2 output)");
     let fds: HashSet<&str> = imports.iter().map(|l| field(l, "fd")).collect();
     assert_eq!(fds.len(), 5, "distinct fds: {fds:?}");
-    assert_eq!(imports.iter().filter(|l| field(l, "format") == "0xa00").count(), 3, "sources imported as RK_FORMAT_YCbCr_420_SP");
+    assert_eq!(
+        imports.iter().filter(|l| field(l, "format") == "0xa00").count(),
+        3,
+        "sources imported as RK_FORMAT_YCbCr_420_SP"
+    );
     assert!(imports[..3].iter().all(|l| field(l, "width") == "640" && field(l, "height") == "480"));
     assert!(imports[3..].iter().all(|l| field(l, "format") == "0x700" && field(l, "width") == "416"));
     let handles: HashSet<String> = imports.iter().map(|l| field(l, "handle").to_string()).collect();
@@ -275,14 +336,24 @@ fn nv12_640x480_to_416x416_imports_once_and_matches_cpu() {
         assert_eq!(field(j, "csc"), "0", "source untouched: {j}");
         assert!(j.contains("dst[handle=") && j.contains("csc=1]"), "BT.601 limited on the destination: {j}");
     }
-    for name in ["wrapbuffer_virtualaddr_t", "importbuffer_virtualaddr", "wrapbuffer_fd_t", "importbuffer_physicaladdr", "wrapbuffer_physicaladdr_t"] {
+    for name in [
+        "wrapbuffer_virtualaddr_t",
+        "importbuffer_virtualaddr",
+        "wrapbuffer_fd_t",
+        "importbuffer_physicaladdr",
+        "wrapbuffer_physicaladdr_t",
+    ] {
         assert!(s.calls(name).is_empty(), "{name} called");
     }
     assert!(jobs.iter().all(|j| j.contains("va=0x0")), "no CPU address in any job");
-    let released: HashSet<String> = s.calls("releasebuffer_handle").iter().map(|l| {
-        assert_eq!(field(l, "status"), "1", "{l}");
-        field(l, "handle").to_string()
-    }).collect();
+    let released: HashSet<String> = s
+        .calls("releasebuffer_handle")
+        .iter()
+        .map(|l| {
+            assert_eq!(field(l, "status"), "1", "{l}");
+            field(l, "handle").to_string()
+        })
+        .collect();
     assert_eq!(released, handles, "every imported handle released at drop");
 }
 
@@ -300,7 +371,14 @@ fn nv16_and_yuyv_portrait_pad_on_the_right() {
         let lb = rga.scale_index(1, 1).unwrap();
         assert_eq!((lb.resized_w, lb.resized_h), (312, 416));
         let got = dst[1].read().unwrap().to_vec();
-        assert_letterbox(&got, &cpu_reference(&frame, &sl, &dl, TOP_LEFT), 416 * 3, (0, 0, 312, 416), 114, &format!("{} 480x640", sl.fourcc));
+        assert_letterbox(
+            &got,
+            &cpu_reference(&frame, &sl, &dl, TOP_LEFT),
+            416 * 3,
+            (0, 0, 312, 416),
+            114,
+            &format!("{} 480x640", sl.fourcc),
+        );
         // Buffer 0 was never scaled into: pad filled at bind, picture untouched (0xEE).
         let untouched = dst[0].read().unwrap().to_vec();
         assert_eq!(&untouched[..3], &[0xEE; 3]);
@@ -329,7 +407,8 @@ fn width_stride_650_is_refused_naming_16() {
     assert_eq!(field(&checks[0], "status"), "-1");
     // Nothing stays imported after a failed bind, and no job ran.
     let imported: HashSet<String> = s.calls("importbuffer_fd").iter().map(|l| field(l, "handle").to_string()).collect();
-    let released: HashSet<String> = s.calls("releasebuffer_handle").iter().map(|l| field(l, "handle").to_string()).collect();
+    let released: HashSet<String> =
+        s.calls("releasebuffer_handle").iter().map(|l| field(l, "handle").to_string()).collect();
     assert_eq!(imported.len(), 4);
     assert_eq!(imported, released);
     assert!(s.calls("improcess").is_empty());
@@ -346,32 +425,51 @@ fn odd_size_scale_range_and_layouts_are_named() {
     // An odd width (641, pitch 656): YUV needs even sizes.
     let (sl, frame) = nv12(&colour_bars(641, 480, false), 641, 480, 656);
     let mut dst = output_pool(1, &dl);
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
+    let e = s
+        .open(RgaCore::Auto)
+        .bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT)
+        .unwrap_err()
+        .to_string();
     println!("{e}");
     assert!(e.contains("even sizes") && e.contains("IM_STATUS_INVALID_PARAM"), "{e}");
     // 16x16 -> 416x416 is 26x: beyond 16x.
     let (sl, frame) = nv12(&colour_bars(16, 16, false), 16, 16, 16);
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
+    let e = s
+        .open(RgaCore::Auto)
+        .bind_pools(&source_pool(&[&frame]), &sl, &mut dst, &dl, TOP_LEFT)
+        .unwrap_err()
+        .to_string();
     println!("{e}");
     assert!(e.contains("1/16..16") && e.contains("26.0000"), "{e}");
     // NV12M: one dma-buf per plane is not something RGA reads; refused before any import.
     let (mut m, frame) = nv12(&colour_bars(64, 48, false), 64, 48, 64);
     m.fourcc = Fourcc::NV12M;
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &m, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
+    let e =
+        s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &m, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
     assert!(e.contains("NV12M") && e.contains("--format NV12"), "{e}");
     // A 488-row vertical stride whose buffer ends right after 240 chroma rows: the layout
     // fits, but RGA's image (wstride x hstride x 3/2 = 468480 bytes) does not (PITFALLS 10).
-    let tight = layout(Fourcc::NV12, 640, 480, &[
-        PlaneDesc { offset: 0, bytesperline: 640, length: 640 * 480, fd_index: 0 },
-        PlaneDesc { offset: 640 * 488, bytesperline: 640, length: 640 * 240, fd_index: 0 },
-    ]);
+    let tight = layout(
+        Fourcc::NV12,
+        640,
+        480,
+        &[
+            PlaneDesc { offset: 0, bytesperline: 640, length: 640 * 480, fd_index: 0 },
+            PlaneDesc { offset: 640 * 488, bytesperline: 640, length: 640 * 240, fd_index: 0 },
+        ],
+    );
     let frame = vec![16u8; 640 * 488 + 640 * 240];
-    let e = s.open(RgaCore::Auto).bind_pools(&source_pool(&[&frame]), &tight, &mut dst, &dl, TOP_LEFT).unwrap_err().to_string();
+    let e = s
+        .open(RgaCore::Auto)
+        .bind_pools(&source_pool(&[&frame]), &tight, &mut dst, &dl, TOP_LEFT)
+        .unwrap_err()
+        .to_string();
     println!("{e}");
     assert!(e.contains("Only get buffer") && e.contains("468480"), "{e}");
     // RGB24 into an RGB24 model input works too.
     let rgb = colour_bars(64, 48, false);
-    let rl = layout(Fourcc::RGB24, 64, 48, &[PlaneDesc { offset: 0, bytesperline: 192, length: 192 * 48, fd_index: 0 }]);
+    let rl =
+        layout(Fourcc::RGB24, 64, 48, &[PlaneDesc { offset: 0, bytesperline: 192, length: 192 * 48, fd_index: 0 }]);
     let rdl = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248);
     let mut rdst = output_pool(1, &rdl);
     let mut rga = s.open(RgaCore::Rga2Core0);
@@ -418,7 +516,11 @@ fn no_rga_device_is_refused_before_querystring() {
     std::env::remove_var("ZCPIPE_FAKE_RGA_NO_DEVICE");
     let e = r.unwrap_err().to_string();
     println!("{e}");
-    assert!(e.contains("improcess of source buffer 0 into output buffer 0 failed: IM_STATUS_NO_SESSION") && e.contains("--heap dma32"), "{e}");
+    assert!(
+        e.contains("improcess of source buffer 0 into output buffer 0 failed: IM_STATUS_NO_SESSION")
+            && e.contains("--heap dma32"),
+        "{e}"
+    );
     assert_eq!(rga.frames(), 0);
 }
 

@@ -39,7 +39,11 @@ impl Run {
     }
     /// The frame lines printed (not the tracker's event lines).
     fn frames(&self) -> Vec<Value> {
-        String::from_utf8_lossy(&self.out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect()
+        String::from_utf8_lossy(&self.out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["type"] == "frame")
+            .collect()
     }
     fn named(&self, name: &str) -> Vec<&HashMap<String, String>> {
         self.calls.iter().filter(|(n, _)| n == name).map(|(_, kv)| kv).collect()
@@ -110,7 +114,21 @@ const FRAMES: usize = 6;
 
 fn pipeline_args<'a>(source: &'a str, infer: &'a str, model: &'a str) -> Vec<&'a str> {
     vec![
-        "--source", source, "--infer", infer, "--model", model, "--scaler", "cpu", "--scale-buffers", "3", "--frames", "6", "--ring-policy", "block", "--json",
+        "--source",
+        source,
+        "--infer",
+        infer,
+        "--model",
+        model,
+        "--scaler",
+        "cpu",
+        "--scale-buffers",
+        "3",
+        "--frames",
+        "6",
+        "--ring-policy",
+        "block",
+        "--json",
     ]
 }
 
@@ -120,7 +138,13 @@ fn dets(frame: &Value) -> Vec<(String, f64, Vec<f64>)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| (d["label"].as_str().unwrap().to_string(), d["score"].as_f64().unwrap(), d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()))
+        .map(|d| {
+            (
+                d["label"].as_str().unwrap().to_string(),
+                d["score"].as_f64().unwrap(),
+                d["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect(),
+            )
+        })
         .collect()
 }
 
@@ -151,13 +175,20 @@ fn assert_same_detections(rknn: &[Value], min_score: f64, dscore: f64, min_iou: 
     let onnx = onnx_frames();
     assert_eq!(rknn.len(), onnx.len());
     for (i, (r, o)) in rknn.iter().zip(onnx).enumerate() {
-        assert_eq!((r["seq"].as_u64(), r["width"].as_u64(), r["height"].as_u64()), (o["seq"].as_u64(), o["width"].as_u64(), o["height"].as_u64()));
+        assert_eq!(
+            (r["seq"].as_u64(), r["width"].as_u64(), r["height"].as_u64()),
+            (o["seq"].as_u64(), o["width"].as_u64(), o["height"].as_u64())
+        );
         let (rd, od) = (dets(r), dets(o));
         for (a, b, what) in [(&od, &rd, "rknn lacks onnx's"), (&rd, &od, "onnx lacks rknn's")] {
             for (label, score, bx) in a.iter().filter(|d| d.1 >= min_score) {
                 let best = b.iter().filter(|d| &d.0 == label).max_by(|x, y| iou(&x.2, bx).total_cmp(&iou(&y.2, bx)));
-                let (_, s, b2) = best.unwrap_or_else(|| panic!("frame {i}: {what} {label} {score}: rknn {rd:?} onnx {od:?}"));
-                assert!((s - score).abs() <= dscore, "frame {i} {label}: score {s} vs {score} (rknn {rd:?} onnx {od:?})");
+                let (_, s, b2) =
+                    best.unwrap_or_else(|| panic!("frame {i}: {what} {label} {score}: rknn {rd:?} onnx {od:?}"));
+                assert!(
+                    (s - score).abs() <= dscore,
+                    "frame {i} {label}: score {s} vs {score} (rknn {rd:?} onnx {od:?})"
+                );
                 assert!(iou(b2, bx) >= min_iou, "frame {i} {label}: IoU {} (rknn {rd:?} onnx {od:?})", iou(b2, bx));
             }
         }
@@ -179,7 +210,11 @@ fn assert_zero_copy_contract(r: &Run, buffers: usize, frames: usize, w_stride: u
     assert_eq!((fds.len(), inodes.len()), (buffers, buffers), "distinct fds and buffers: {created:?}");
     let size_with_stride = (w_stride * 416 * 3).to_string();
     for m in &created {
-        assert_eq!((m["ctx"].as_str(), m["size"].as_str(), m["offset"].as_str()), (ctx.as_str(), size_with_stride.as_str(), "0"), "{m:?}");
+        assert_eq!(
+            (m["ctx"].as_str(), m["size"].as_str(), m["offset"].as_str()),
+            (ctx.as_str(), size_with_stride.as_str(), "0"),
+            "{m:?}"
+        );
     }
     let mems: BTreeSet<String> = created.iter().map(|m| m["mem"].clone()).collect();
     // Every import happens before the first frame.
@@ -189,7 +224,11 @@ fn assert_zero_copy_contract(r: &Run, buffers: usize, frames: usize, w_stride: u
     assert_eq!(io.len(), frames, "one rknn_set_io_mem per frame: {names:?}");
     for s in &io {
         assert!(mems.contains(&s["mem"]), "set_io_mem of a mem never imported: {s:?}");
-        assert_eq!((s["type"].as_str(), s["fmt"].as_str(), s["pass_through"].as_str()), ("3", "1", "0"), "UINT8 NHWC converted: {s:?}");
+        assert_eq!(
+            (s["type"].as_str(), s["fmt"].as_str(), s["pass_through"].as_str()),
+            ("3", "1", "0"),
+            "UINT8 NHWC converted: {s:?}"
+        );
         assert_eq!(s["w_stride"], w_stride.to_string());
     }
     // Each buffer carried frames (the scaler cycles through its pool).
@@ -313,7 +352,11 @@ fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
     assert_eq!(single_frames.len(), FRAMES);
     let input_of_frame: Vec<String> = single.named("rknn_run").iter().map(|m| m["input_hash"].clone()).collect();
     assert_eq!(input_of_frame.len(), FRAMES);
-    assert_eq!(input_of_frame[..3].iter().collect::<BTreeSet<_>>().len(), 3, "three different photos: {input_of_frame:?}");
+    assert_eq!(
+        input_of_frame[..3].iter().collect::<BTreeSet<_>>().len(),
+        3,
+        "three different photos: {input_of_frame:?}"
+    );
     assert_eq!(input_of_frame[..3], input_of_frame[3..], "the photos play twice in the same order");
 
     let dir = tempfile::tempdir().unwrap();
@@ -326,7 +369,8 @@ fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
     assert!(err.contains("RKNN: 3 context(s) on NPU core(s) [0, 1, 2], frames dispatched round-robin"), "{err}");
     let ctxs = contexts(&r);
     assert_eq!(ctxs.len(), 3, "{ctxs:?}");
-    let masks: Vec<(&str, &str)> = r.named("rknn_set_core_mask").iter().map(|m| (m["ctx"].as_str(), m["mask"].as_str())).collect();
+    let masks: Vec<(&str, &str)> =
+        r.named("rknn_set_core_mask").iter().map(|m| (m["ctx"].as_str(), m["mask"].as_str())).collect();
     assert_eq!(masks, [(ctxs[0].as_str(), "1"), (ctxs[1].as_str(), "2"), (ctxs[2].as_str(), "4")]);
     // Each context imports the 3 scaler buffers once.
     let created = r.named("rknn_create_mem_from_fd");
@@ -337,7 +381,10 @@ fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
 
     // Concurrency: no barrier timeout, and runs of different contexts overlapped.
     let names: Vec<&str> = r.calls.iter().map(|(n, _)| n.as_str()).collect();
-    assert!(r.named("rknn_run_barrier_timeout").is_empty(), "the fake waited 5 s for a second run in progress: {names:?}");
+    assert!(
+        r.named("rknn_run_barrier_timeout").is_empty(),
+        "the fake waited 5 s for a second run in progress: {names:?}"
+    );
     assert!(r.named("rknn_run_concurrent_use").is_empty(), "a context was used by two threads at once: {names:?}");
     let overlaps = overlapping_runs(&r);
     assert!(overlaps >= 1, "no run began while another context's run was in progress: {names:?}");
@@ -347,7 +394,8 @@ fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
     assert!(ends.iter().all(|e| e["code"] == "0"), "{ends:?}");
     // One worker thread per context: each context's runs on one thread, three threads, none
     // of them the one that loaded the model.
-    let tids: Vec<BTreeSet<&str>> = ctxs.iter().map(|c| runs.iter().filter(|m| &m["ctx"] == c).map(|m| m["tid"].as_str()).collect()).collect();
+    let tids: Vec<BTreeSet<&str>> =
+        ctxs.iter().map(|c| runs.iter().filter(|m| &m["ctx"] == c).map(|m| m["tid"].as_str()).collect()).collect();
     assert!(tids.iter().all(|t| t.len() == 1), "a context ran on several threads: {tids:?}");
     let lane_tids: BTreeSet<&str> = tids.iter().flatten().copied().collect();
     assert_eq!(lane_tids.len(), 3, "{tids:?}");
@@ -377,7 +425,11 @@ fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
     let destroyed: Vec<&str> = r.named("rknn_destroy").iter().map(|d| d["ctx"].as_str()).collect();
     assert_eq!(destroyed, [ctxs[2].as_str(), ctxs[1].as_str(), ctxs[0].as_str()]);
     assert!(r.named("rknn_destroy").iter().all(|d| d["live_mems"] == "0"));
-    assert!(names.iter().rposition(|n| *n == "rknn_destroy_mem").unwrap() < names.iter().position(|n| *n == "rknn_destroy").unwrap(), "{names:?}");
+    assert!(
+        names.iter().rposition(|n| *n == "rknn_destroy_mem").unwrap()
+            < names.iter().position(|n| *n == "rknn_destroy").unwrap(),
+        "{names:?}"
+    );
     println!(
         "EVIDENCE npu-cores: {FRAMES} frames on contexts {ctxs:?} (masks 1, 2, 4), each on its own thread {tids:?}; {overlaps} run(s) began while another context's run was in progress (barrier 2, no timeout); frame k on context k % 3 (inputs match); published seqs {seqs:?}, detections equal to the one-context run; fds {} -> {}",
         infer["extra"]["open_fds_setup"], infer["extra"]["open_fds_exit"]
@@ -412,7 +464,12 @@ fn a_failing_npu_context_ends_the_stage_with_one_error_line() {
     args.extend(["--npu-cores", "0,1,2"]);
     let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_FAIL_RUN", "3")]);
     let line = one_error_line(&r, &["inference on frame", "on NPU core", "rknn_run failed", "RKNN_ERR_TIMEOUT"]);
-    let failed = r.named("rknn_run_end").iter().filter(|e| e["code"] != "0").map(|e| (e["ctx"].clone(), e["code"].clone())).collect::<Vec<_>>();
+    let failed = r
+        .named("rknn_run_end")
+        .iter()
+        .filter(|e| e["code"] != "0")
+        .map(|e| (e["ctx"].clone(), e["code"].clone()))
+        .collect::<Vec<_>>();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].1, "-2");
     assert!(line.contains(&format!("RKNN context {} on NPU core", failed[0].0)), "{line}");
@@ -449,15 +506,31 @@ fn a_model_for_another_soc_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let rk3566 = board_root(dir.path(), "rk3566");
     let env = [("ZCPIPE_TEST_ROOT", rk3566.to_str().unwrap())];
-    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
+    let args =
+        ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
     let r = run(dir.path(), &args, &env);
-    one_error_line(&r, &["yolox_nano_416_rk3588.rknn is built for rk3588 but this board is rk3566", "use models/yolox_nano_416_rk3566_rk3568.rknn"]);
+    one_error_line(
+        &r,
+        &[
+            "yolox_nano_416_rk3588.rknn is built for rk3588 but this board is rk3566",
+            "use models/yolox_nano_416_rk3566_rk3568.rknn",
+        ],
+    );
     assert!(r.named("rknn_init").is_empty(), "refused before the runtime loads it");
 
     // The RK3566/RK3568 model runs on an RK3568.
     let dir = tempfile::tempdir().unwrap();
     let rk3568 = board_root(dir.path(), "rk3568");
-    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3566_rk3568.rknn", "--frames", "1"];
+    let args = [
+        "--source",
+        "testsrc",
+        "--infer",
+        "rknn",
+        "--model",
+        "models/yolox_nano_416_rk3566_rk3568.rknn",
+        "--frames",
+        "1",
+    ];
     let r = run(dir.path(), &args, &[("ZCPIPE_TEST_ROOT", rk3568.to_str().unwrap())]);
     assert!(r.out.status.success(), "{}", r.stderr());
     assert!(r.stderr().contains("built for rk3566"), "{}", r.stderr());
@@ -469,9 +542,25 @@ fn a_model_for_another_soc_is_refused() {
 #[test]
 fn an_input_size_other_than_the_models_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1", "--input-size"];
+    let args = [
+        "--source",
+        "testsrc",
+        "--infer",
+        "rknn",
+        "--model",
+        "models/yolox_nano_416_rk3588.rknn",
+        "--frames",
+        "1",
+        "--input-size",
+    ];
     let r = run(dir.path(), &[&args[..], &["640"]].concat(), &[]);
-    one_error_line(&r, &["--input-size 640x640 does not match the fixed input 416x416 of model", "yolox_nano_416_rk3588.rknn: leave --input-size out"]);
+    one_error_line(
+        &r,
+        &[
+            "--input-size 640x640 does not match the fixed input 416x416 of model",
+            "yolox_nano_416_rk3588.rknn: leave --input-size out",
+        ],
+    );
     assert!(r.named("rknn_run").is_empty(), "refused before the first frame");
 
     let dir = tempfile::tempdir().unwrap();
@@ -483,15 +572,26 @@ fn an_input_size_other_than_the_models_is_refused() {
 #[test]
 fn a_missing_runtime_is_one_line_naming_the_variable_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
+    let args =
+        ["--source", "testsrc", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "1"];
     let r = run(dir.path(), &args, &[("ZCPIPE_LIBRKNNRT", "/nonexistent/librknnrt.so")]);
-    one_error_line(&r, &["cannot load the RKNN runtime /nonexistent/librknnrt.so", "ZCPIPE_LIBRKNNRT", "librknnrt.so (RKNPU2 runtime 2.x)"]);
+    one_error_line(
+        &r,
+        &[
+            "cannot load the RKNN runtime /nonexistent/librknnrt.so",
+            "ZCPIPE_LIBRKNNRT",
+            "librknnrt.so (RKNPU2 runtime 2.x)",
+        ],
+    );
 
     // Without the variable zcpipe asks the loader for librknnrt.so (absent on hosts).
     if zcpipe::sys::rknn::Rknn::open_path("librknnrt.so".into(), false).is_err() {
         let dir = tempfile::tempdir().unwrap();
         let r = run(dir.path(), &args, &[("ZCPIPE_LIBRKNNRT", "")]);
-        one_error_line(&r, &["librknnrt.so", "install Rockchip's RKNPU2 runtime", "ZCPIPE_LIBRKNNRT=/path/to/librknnrt.so"]);
+        one_error_line(
+            &r,
+            &["librknnrt.so", "install Rockchip's RKNPU2 runtime", "ZCPIPE_LIBRKNNRT=/path/to/librknnrt.so"],
+        );
     }
 }
 
@@ -500,7 +600,19 @@ fn a_pool_the_npu_cannot_import_falls_back_to_rknn_inputs_set() {
     // On this host the pools are memfds; a runtime that imports dma-bufs only refuses them.
     let dir = tempfile::tempdir().unwrap();
     let src = format!("image:{}", data("tests/data/astronaut.png").display());
-    let args = ["--source", &src, "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "2", "--ring-policy", "block", "--json"];
+    let args = [
+        "--source",
+        &src,
+        "--infer",
+        "rknn",
+        "--model",
+        "models/yolox_nano_416_rk3588.rknn",
+        "--frames",
+        "2",
+        "--ring-policy",
+        "block",
+        "--json",
+    ];
     let r = run(dir.path(), &args, &[("ZCPIPE_FAKE_RKNN_DMABUF_ONLY", "1")]);
     let err = r.stderr();
     assert!(r.out.status.success(), "{err}");
@@ -519,7 +631,20 @@ fn copy_mode_feeds_the_npu_through_rknn_inputs_set() {
     // copies it in; nothing is imported.
     let dir = tempfile::tempdir().unwrap();
     let src = format!("image:{}", data("tests/data/astronaut.png").display());
-    let args = ["--source", &src, "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--frames", "2", "--ring-policy", "block", "--json", "--copy-mode"];
+    let args = [
+        "--source",
+        &src,
+        "--infer",
+        "rknn",
+        "--model",
+        "models/yolox_nano_416_rk3588.rknn",
+        "--frames",
+        "2",
+        "--ring-policy",
+        "block",
+        "--json",
+        "--copy-mode",
+    ];
     let r = run(dir.path(), &args, &[]);
     assert!(r.out.status.success(), "{}", r.stderr());
     assert!(r.named("rknn_create_mem_from_fd").is_empty() && r.named("rknn_set_io_mem").is_empty());
@@ -536,7 +661,9 @@ fn in_process_runtime() -> std::sync::Arc<zcpipe::sys::rknn::Rknn> {
     static ENV: OnceLock<()> = OnceLock::new();
     ENV.get_or_init(|| {
         std::env::set_var("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"));
-        for k in ["ZCPIPE_FAKE_RKNN_W_STRIDE", "ZCPIPE_FAKE_RKNN_OUTPUT", "ZCPIPE_FAKE_RKNN_CORES", "ZCPIPE_FAKE_RKNN_LOG"] {
+        for k in
+            ["ZCPIPE_FAKE_RKNN_W_STRIDE", "ZCPIPE_FAKE_RKNN_OUTPUT", "ZCPIPE_FAKE_RKNN_CORES", "ZCPIPE_FAKE_RKNN_LOG"]
+        {
             std::env::remove_var(k);
         }
     });
@@ -573,7 +700,11 @@ fn bound_and_copied_frames_give_the_onnx_reference_and_a_wrong_stride_is_refused
     // onnxruntime's reference on this input (dog_sim_detections.json, onnx_reference_detections):
     // dog 0.8551, bicycle 0.8026, car 0.7982, in source pixels.
     let lb = LetterboxParams::top_left(768, 576, 416, 416);
-    let want = [(16, 0.8551, [132.8, 206.6, 325.7, 543.1]), (1, 0.8026, [51.7, 137.2, 572.3, 423.6]), (2, 0.7982, [466.3, 78.4, 692.5, 171.3])];
+    let want = [
+        (16, 0.8551, [132.8, 206.6, 325.7, 543.1]),
+        (1, 0.8026, [51.7, 137.2, 572.3, 423.6]),
+        (2, 0.7982, [466.3, 78.4, 692.5, 171.3]),
+    ];
     for (d, (class_id, score, bx)) in bound.iter().zip(want) {
         assert_eq!(d.class_id, class_id, "{bound:?}");
         assert!((d.score as f64 - score).abs() < 0.005, "{bound:?}");
@@ -613,7 +744,11 @@ fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
     let at = args.iter().position(|a| *a == "cpu").unwrap();
     args[at] = "rga";
     args.extend(["--buffers", "4"]);
-    let r = run(dir.path(), &args, &[("ZCPIPE_LIBRGA", rga.to_str().unwrap()), ("ZCPIPE_FAKE_RGA_LOG", rga_log.to_str().unwrap())]);
+    let r = run(
+        dir.path(),
+        &args,
+        &[("ZCPIPE_LIBRGA", rga.to_str().unwrap()), ("ZCPIPE_FAKE_RGA_LOG", rga_log.to_str().unwrap())],
+    );
     assert!(r.out.status.success(), "{}", r.stderr());
     let frames = r.frames();
     assert_eq!(frames.len(), FRAMES);
@@ -628,13 +763,20 @@ fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
     // Imports by fd, once per buffer at start-up: the 3 scaler buffers and the 4 capture
     // buffers (whole: the photos differ in size, each frame's geometry rides on the handle).
     // Never a CPU address.
-    let imports: Vec<(&str, &str)> = named("importbuffer_fd").iter().filter(|l| !l.ends_with("handle=0")).map(|l| (rga_field(l, "handle", 0), rga_field(l, "ino", 0))).collect();
+    let imports: Vec<(&str, &str)> = named("importbuffer_fd")
+        .iter()
+        .filter(|l| !l.ends_with("handle=0"))
+        .map(|l| (rga_field(l, "handle", 0), rga_field(l, "ino", 0)))
+        .collect();
     let ino_of: HashMap<&str, &str> = imports.iter().copied().collect();
     let buffers: BTreeSet<&str> = ino_of.values().copied().collect();
     assert_eq!(buffers.len(), 4 + 3, "the 4 capture and 3 scaler buffers, each a distinct buffer: {log}");
     assert_eq!(imports.len(), 4 + 3, "every pool buffer imported once: {log}");
     let first_job = lines.iter().position(|l| l.starts_with("improcess")).unwrap();
-    assert!(lines.iter().rposition(|l| l.starts_with("importbuffer_fd")).unwrap() < first_job, "all imports before the first frame: {log}");
+    assert!(
+        lines.iter().rposition(|l| l.starts_with("importbuffer_fd")).unwrap() < first_job,
+        "all imports before the first frame: {log}"
+    );
     for bad in ["importbuffer_virtualaddr", "importbuffer_physicaladdr", "wrapbuffer_virtualaddr"] {
         assert!(named(bad).is_empty(), "{bad} in zero-copy mode: {log}");
     }
@@ -650,12 +792,17 @@ fn rga_writes_the_buffer_the_npu_reads_and_detections_match_onnx() {
         })
         .collect();
     // Frame k: the buffer RGA wrote is the buffer the NPU read (block policy: same order).
-    let mem_ino: HashMap<&str, &str> = r.named("rknn_create_mem_from_fd").iter().map(|m| (m["mem"].as_str(), m["ino"].as_str())).collect();
+    let mem_ino: HashMap<&str, &str> =
+        r.named("rknn_create_mem_from_fd").iter().map(|m| (m["mem"].as_str(), m["ino"].as_str())).collect();
     let read: Vec<&str> = r.named("rknn_set_io_mem").iter().map(|s| mem_ino[s["mem"].as_str()]).collect();
     assert_eq!(written, read, "frame by frame, the inode RGA wrote is the inode the NPU read");
     assert_eq!(read.iter().collect::<BTreeSet<_>>().len(), mems.len(), "all 3 scaler buffers carried frames");
     // Every handle released.
-    let released: BTreeSet<&str> = named("releasebuffer_handle").iter().filter(|l| l.ends_with("status=1")).map(|l| rga_field(l, "handle", 0)).collect();
+    let released: BTreeSet<&str> = named("releasebuffer_handle")
+        .iter()
+        .filter(|l| l.ends_with("status=1"))
+        .map(|l| rga_field(l, "handle", 0))
+        .collect();
     assert_eq!(released, ino_of.keys().copied().collect::<BTreeSet<_>>(), "every RGA handle released: {log}");
     let s = r.summary.as_ref().unwrap();
     assert_eq!(s["stages"]["infer"]["extra"]["device_reads_in_place"], true, "{s}");
@@ -678,7 +825,11 @@ fn a_truncated_model_is_refused_before_the_runtime_loads_it() {
     let m = dir.path().join("trunc.rknn");
     let bytes = std::fs::read(data("models/yolox_nano_416_rk3588.rknn")).unwrap();
     std::fs::write(&m, &bytes[..100_000]).unwrap();
-    let r = run(dir.path(), &["--source", "testsrc", "--frames", "2", "--infer", "rknn", "--model", m.to_str().unwrap()], &[]);
+    let r = run(
+        dir.path(),
+        &["--source", "testsrc", "--frames", "2", "--infer", "rknn", "--model", m.to_str().unwrap()],
+        &[],
+    );
     let line = one_error_line(&r, &["trunc.rknn (100000 bytes) has no rknn-toolkit2 metadata", "make rknn-models"]);
     assert!(r.named("rknn_init").is_empty(), "refused before rknn_init: {line}");
 }

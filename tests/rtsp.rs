@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, stage_pid, wait_for, zcpipe, zcpipe_run};
+use common::{
+    assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, stage_pid, wait_for, zcpipe,
+    zcpipe_run,
+};
 
 const CLIP: &str = "tests/data/one-by-one-person-detection.mp4";
 
@@ -70,7 +73,9 @@ impl Server {
         let t = Instant::now();
         loop {
             let mut c = Command::new("/usr/bin/python3");
-            c.arg(root().join("scripts/rtsp_server.py")).args(["--port", &port.to_string(), "--mount", "/cam", "--file"]).arg(file);
+            c.arg(root().join("scripts/rtsp_server.py"))
+                .args(["--port", &port.to_string(), "--mount", "/cam", "--file"])
+                .arg(file);
             let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
             let mut line = String::new();
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
@@ -91,7 +96,10 @@ impl Server {
     }
 
     fn stop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = self.child.wait();
     }
 }
@@ -149,7 +157,8 @@ impl Run {
 
     /// Ends the run with SIGINT and returns its exit status, stderr and JSON lines.
     fn stop(mut self) -> (std::process::ExitStatus, String, Vec<Value>) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGINT)
+            .unwrap();
         self.finish()
     }
 
@@ -186,7 +195,17 @@ fn clip_at(dir: &Path, name: &str, size: &str) -> Option<PathBuf> {
     let st = Command::new("ffmpeg")
         .args(["-nostdin", "-loglevel", "error", "-y", "-t", "30", "-i"])
         .arg(root().join(CLIP))
-        .args(["-vf", &format!("scale={}", size.replace('x', ":")), "-c:v", "libx264", "-g", "10", "-pix_fmt", "yuv420p", "-an"])
+        .args([
+            "-vf",
+            &format!("scale={}", size.replace('x', ":")),
+            "-c:v",
+            "libx264",
+            "-g",
+            "10",
+            "-pix_fmt",
+            "yuv420p",
+            "-an",
+        ])
         .arg(&out)
         .status()
         .unwrap();
@@ -205,7 +224,10 @@ fn detections_arrive_from_an_rtsp_camera() {
     let _server = Server::start(port, &root().join(CLIP));
     let dir = tempfile::tempdir().unwrap();
     let url = format!("rtsp://127.0.0.1:{port}/cam");
-    let mut run = Run::start(dir.path(), &["--source", &url, "--frames", "100", "--infer", "onnx", "--json", "--stats-interval", "0"]);
+    let mut run = Run::start(
+        dir.path(),
+        &["--source", &url, "--frames", "100", "--infer", "onnx", "--json", "--stats-interval", "0"],
+    );
     let (status, err, lines) = run.finish();
     assert!(status.success(), "{status}: {err}");
     assert_no_orphans(dir.path());
@@ -221,7 +243,11 @@ fn detections_arrive_from_an_rtsp_camera() {
         .map(|d| d["score"].as_f64().unwrap())
         .collect();
     let best = persons.iter().copied().fold(0.0, f64::max);
-    eprintln!("EVIDENCE rtsp: {} frames from rtsp://127.0.0.1:{port}/cam, {} person detections, best score {best:.3}", frames.len(), persons.len());
+    eprintln!(
+        "EVIDENCE rtsp: {} frames from rtsp://127.0.0.1:{port}/cam, {} person detections, best score {best:.3}",
+        frames.len(),
+        persons.len()
+    );
     assert!(best >= 0.5, "no person with score >= 0.5 in {} frames: {persons:?}", frames.len());
     let s = summary(dir.path());
     let cap = &s["stages"]["capture"]["extra"];
@@ -247,7 +273,14 @@ fn capture_reconnects_when_the_server_comes_back() {
     let run = Run::start(d, &["--source", &url, "--infer", "none", "--json", "--stats-interval", "0"]);
     assert!(run.wait_frames(10, Duration::from_secs(60)), "no frames from the RTSP server");
     // A client on the detections socket sees the notice.
-    let mut watch = zcpipe().arg("watch").arg(d.join("detections.sock")).args(["--json", "--reconnect-for", "60"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut watch = zcpipe()
+        .arg("watch")
+        .arg(d.join("detections.sock"))
+        .args(["--json", "--reconnect-for", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let watch_out = watch.stdout.take().unwrap();
     let notices = Arc::new(Mutex::new(Vec::<Value>::new()));
     let n = notices.clone();
@@ -271,8 +304,14 @@ fn capture_reconnects_when_the_server_comes_back() {
         assert_eq!(stage_pid(d, s), Some(*p), "{s} kept its pid while the camera was away");
     }
     let _server = Server::start(port, &root().join(CLIP));
-    assert!(run.wait_frames(before + 10, Duration::from_secs(90)), "no frames after the server came back ({before} before)");
-    assert!(wait_for(Duration::from_secs(10), || !notices.lock().unwrap().is_empty()), "no restart notice reached the client");
+    assert!(
+        run.wait_frames(before + 10, Duration::from_secs(90)),
+        "no frames after the server came back ({before} before)"
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || !notices.lock().unwrap().is_empty()),
+        "no restart notice reached the client"
+    );
     for (s, p) in stages.iter().zip(&pids) {
         assert_eq!(stage_pid(d, s), Some(*p), "{s} kept its pid through the reconnect");
     }
@@ -291,13 +330,20 @@ fn capture_reconnects_when_the_server_comes_back() {
     let gap = cap["gap_s"].as_f64().unwrap();
     assert!(gap >= 3.0, "the gap spans the 3 s the server was away: {cap}");
     let lost = cap["frames_lost"].as_u64().unwrap();
-    assert!(lost as f64 >= (gap * 10.0).floor() - 2.0 && lost as f64 <= gap * 10.0 + 1.0, "frames lost at the clip's 10 fps over {gap} s: {cap}");
+    assert!(
+        lost as f64 >= (gap * 10.0).floor() - 2.0 && lost as f64 <= gap * 10.0 + 1.0,
+        "frames lost at the clip's 10 fps over {gap} s: {cap}"
+    );
     assert_eq!(cap["buffers_still_out"], 0, "{cap}");
     let drops: Vec<&str> = err.lines().filter(|l| l.contains("stream dropped")).collect();
     assert_eq!(drops.len(), 1, "one warning for the drop:\n{err}");
     assert!(err.contains("back after"), "{err}");
     let notice = notices.lock().unwrap()[0].clone();
-    assert_eq!((notice["stage"].as_str(), notice["frames_lost"].as_u64()), (Some("capture"), Some(lost)), "one gap, its loss in the notice: {notice}");
+    assert_eq!(
+        (notice["stage"].as_str(), notice["frames_lost"].as_u64()),
+        (Some("capture"), Some(lost)),
+        "one gap, its loss in the notice: {notice}"
+    );
     let frames = lines.iter().filter(|v| v["type"] == "frame").count();
     for l in err.lines().filter(|l| l.contains("camera rtsp://")) {
         eprintln!("EVIDENCE rtsp reconnect log: {l}");
@@ -312,7 +358,9 @@ fn capture_reconnects_when_the_server_comes_back() {
 fn a_stream_that_changes_size_is_renegotiated() {
     need_gst!();
     let tmp = tempfile::tempdir().unwrap();
-    let (Some(small), Some(large)) = (clip_at(tmp.path(), "small.mp4", "384x216"), clip_at(tmp.path(), "large.mp4", "1280x720")) else {
+    let (Some(small), Some(large)) =
+        (clip_at(tmp.path(), "small.mp4", "384x216"), clip_at(tmp.path(), "large.mp4", "1280x720"))
+    else {
         eprintln!("SKIP: this ffmpeg has no libx264 to make the clips of other sizes");
         return;
     };
@@ -331,9 +379,19 @@ fn a_stream_that_changes_size_is_renegotiated() {
         // Five frames at the size this clip comes at, after the restart.
         let at_size = || {
             let l = run.lines.lock().unwrap();
-            l.iter().filter(|v| v["type"] == "frame").skip(before).filter(|v| (v["width"].as_u64(), v["height"].as_u64()) == (Some(want.0), Some(want.1))).count()
+            l.iter()
+                .filter(|v| v["type"] == "frame")
+                .skip(before)
+                .filter(|v| (v["width"].as_u64(), v["height"].as_u64()) == (Some(want.0), Some(want.1)))
+                .count()
         };
-        assert!(wait_for(Duration::from_secs(90), || at_size() >= 5), "no {}x{} frames from {}", want.0, want.1, clip.display());
+        assert!(
+            wait_for(Duration::from_secs(90), || at_size() >= 5),
+            "no {}x{} frames from {}",
+            want.0,
+            want.1,
+            clip.display()
+        );
     }
     for (s, p) in ["capture", "scale", "infer", "publish"].iter().zip(&pids) {
         assert_eq!(stage_pid(d, s), Some(*p), "{s} kept its pid through the size changes");
@@ -349,7 +407,11 @@ fn a_stream_that_changes_size_is_renegotiated() {
         .collect();
     let mut runs: Vec<(u64, u64)> = sizes.clone();
     runs.dedup();
-    assert_eq!(runs, [(768, 432), (384, 216), (768, 432)], "frames at the first size, the smaller stream's own, then the larger scaled to the pool's:\n{err}");
+    assert_eq!(
+        runs,
+        [(768, 432), (384, 216), (768, 432)],
+        "frames at the first size, the smaller stream's own, then the larger scaled to the pool's:\n{err}"
+    );
     let s = summary(d);
     assert_eq!(s["restarts"], serde_json::json!({}), "{}", s["restarts"]);
     let cap = &s["stages"]["capture"]["extra"];
@@ -358,7 +420,10 @@ fn a_stream_that_changes_size_is_renegotiated() {
     assert_eq!((cap["pool_width"].as_u64(), cap["pool_height"].as_u64()), (Some(768), Some(432)), "{cap}");
     assert_eq!(cap["buffers_still_out"], 0, "no buffer lost: {cap}");
     assert!(err.contains("the stream is now 384x216 (was 768x432): re-negotiated"), "{err}");
-    assert!(err.contains("the stream is 1280x720, larger than the pool's 768x432 buffers: ffmpeg scales it to 768x432"), "{err}");
+    assert!(
+        err.contains("the stream is 1280x720, larger than the pool's 768x432 buffers: ffmpeg scales it to 768x432"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     eprintln!("EVIDENCE rtsp size change: 768x432 -> 384x216 (own size) -> 1280x720 (scaled to 768x432); {} frames, no restart", sizes.len());
 }
@@ -371,7 +436,10 @@ fn an_unreachable_camera_fails_in_one_line_without_its_password() {
     // Needs ffmpeg only: nothing listens on port 1.
     let dir = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let out = zcpipe_run(dir.path()).args(["--source", "rtsp://user:secret@127.0.0.1:1/x", "--infer", "none"]).output().unwrap();
+    let out = zcpipe_run(dir.path())
+        .args(["--source", "rtsp://user:secret@127.0.0.1:1/x", "--infer", "none"])
+        .output()
+        .unwrap();
     let took = t.elapsed();
     assert_no_orphans(dir.path());
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -384,7 +452,10 @@ fn an_unreachable_camera_fails_in_one_line_without_its_password() {
     assert!(errors[0].contains("Connection refused"), "ffmpeg's reason: {}", errors[0]);
     eprintln!("EVIDENCE rtsp bad input ({:.1} s): {}", took.as_secs_f64(), errors[0]);
     // The plan shows the source redacted too.
-    let plan = zcpipe().args(["run", "--dry-run", "--infer", "none", "--source", "rtsp://user:secret@127.0.0.1:1/x"]).output().unwrap();
+    let plan = zcpipe()
+        .args(["run", "--dry-run", "--infer", "none", "--source", "rtsp://user:secret@127.0.0.1:1/x"])
+        .output()
+        .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&plan.stdout), String::from_utf8_lossy(&plan.stderr));
     assert!(text.contains("rtsp://user:***@127.0.0.1:1/x") && !text.contains("secret"), "{text}");
 }
@@ -398,8 +469,25 @@ fn wait_for_camera_starts_without_it_and_connects_later() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let url = format!("rtsp://127.0.0.1:{port}/cam");
-    let run = Run::start(d, &["--source", &url, "--wait-for-camera", "--size", "768x432", "--infer", "none", "--json", "--stats-interval", "0"]);
-    assert!(wait_for(Duration::from_secs(60), || stage_pid(d, "publish").is_some()), "the pipeline did not start without its camera");
+    let run = Run::start(
+        d,
+        &[
+            "--source",
+            &url,
+            "--wait-for-camera",
+            "--size",
+            "768x432",
+            "--infer",
+            "none",
+            "--json",
+            "--stats-interval",
+            "0",
+        ],
+    );
+    assert!(
+        wait_for(Duration::from_secs(60), || stage_pid(d, "publish").is_some()),
+        "the pipeline did not start without its camera"
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(run.frames(), 0);
     let _server = Server::start(port, &root().join(CLIP));
@@ -433,23 +521,56 @@ fn two_rtsp_cameras_and_a_test_pattern_share_one_pipeline() {
     let _door = Server::start(p2, &root().join(CLIP));
     let dir = tempfile::tempdir().unwrap();
     let (u1, u2) = (format!("front=rtsp://127.0.0.1:{p1}/cam"), format!("door=rtsp://127.0.0.1:{p2}/cam"));
-    let run = Run::start(dir.path(), &["--source", &u1, "--source", &u2, "--source", "desk=testsrc:320x240@10", "--infer", "none", "--scaler", "cpu", "--json", "--stats-interval", "0"]);
+    let run = Run::start(
+        dir.path(),
+        &[
+            "--source",
+            &u1,
+            "--source",
+            &u2,
+            "--source",
+            "desk=testsrc:320x240@10",
+            "--infer",
+            "none",
+            "--scaler",
+            "cpu",
+            "--json",
+            "--stats-interval",
+            "0",
+        ],
+    );
     let all = |n: usize| ["front", "door", "desk"].iter().all(|c| frames_of(&run.lines, c) >= n);
-    assert!(wait_for(Duration::from_secs(60), || all(10)), "all three cameras flow: {:?}", ["front", "door", "desk"].map(|c| frames_of(&run.lines, c)));
+    assert!(
+        wait_for(Duration::from_secs(60), || all(10)),
+        "all three cameras flow: {:?}",
+        ["front", "door", "desk"].map(|c| frames_of(&run.lines, c))
+    );
 
     let pid = nix::unistd::Pid::from_raw(front.child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let paused = Instant::now();
     std::thread::sleep(Duration::from_millis(500));
     let before = ["front", "door", "desk"].map(|c| frames_of(&run.lines, c));
-    let others_go_on = wait_for(Duration::from_secs(20), || frames_of(&run.lines, "door") >= before[1] + 20 && frames_of(&run.lines, "desk") >= before[2] + 20);
+    let others_go_on = wait_for(Duration::from_secs(20), || {
+        frames_of(&run.lines, "door") >= before[1] + 20 && frames_of(&run.lines, "desk") >= before[2] + 20
+    });
     let front_while_paused = frames_of(&run.lines, "front") - before[0];
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     let paused = paused.elapsed().as_secs_f64();
-    assert!(others_go_on, "door and desk go on while front's server is paused: {before:?} -> {:?}", ["front", "door", "desk"].map(|c| frames_of(&run.lines, c)));
-    assert!(front_while_paused <= 3, "{front_while_paused} front frames while its server was paused (at most what was in flight)");
+    assert!(
+        others_go_on,
+        "door and desk go on while front's server is paused: {before:?} -> {:?}",
+        ["front", "door", "desk"].map(|c| frames_of(&run.lines, c))
+    );
+    assert!(
+        front_while_paused <= 3,
+        "{front_while_paused} front frames while its server was paused (at most what was in flight)"
+    );
     let resumed = frames_of(&run.lines, "front");
-    assert!(wait_for(Duration::from_secs(60), || frames_of(&run.lines, "front") >= resumed + 10), "front comes back after SIGCONT");
+    assert!(
+        wait_for(Duration::from_secs(60), || frames_of(&run.lines, "front") >= resumed + 10),
+        "front comes back after SIGCONT"
+    );
 
     let (status, err, lines) = run.stop();
     assert!(status.success(), "{status}: {err}");
@@ -492,7 +613,23 @@ fn an_rtsp_camera_decoded_by_mpp_reaches_rga_and_rknn_and_survives_a_drop() {
         .env("ZCPIPE_FAKE_RKNN_LOG", d.join("rknn.log"))
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"));
     // `--fps 5` of the clip's 10: MPP decodes every picture, about half are published.
-    let args = ["--source", &url, "--decoder", "mpp", "--fps", "5", "--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--json", "--stats-interval", "0"];
+    let args = [
+        "--source",
+        &url,
+        "--decoder",
+        "mpp",
+        "--fps",
+        "5",
+        "--scaler",
+        "rga",
+        "--infer",
+        "rknn",
+        "--model",
+        "models/yolox_nano_416_rk3588.rknn",
+        "--json",
+        "--stats-interval",
+        "0",
+    ];
     let run = Run::spawn(c.args(args));
     assert!(run.wait_frames(10, Duration::from_secs(60)), "no frames from the RTSP server through MPP");
     let stages = ["capture", "scale", "infer", "publish"];
@@ -501,7 +638,10 @@ fn an_rtsp_camera_decoded_by_mpp_reaches_rga_and_rknn_and_survives_a_drop() {
     let before = run.frames();
     std::thread::sleep(Duration::from_secs(2));
     let _server = Server::start(port, &root().join(CLIP));
-    assert!(run.wait_frames(before + 10, Duration::from_secs(90)), "no frames after the server came back ({before} before)");
+    assert!(
+        run.wait_frames(before + 10, Duration::from_secs(90)),
+        "no frames after the server came back ({before} before)"
+    );
     for (s, p) in stages.iter().zip(&pids) {
         assert_eq!(stage_pid(d, s), Some(*p), "{s} kept its pid through the reconnect");
     }
@@ -512,17 +652,35 @@ fn an_rtsp_camera_decoded_by_mpp_reaches_rga_and_rknn_and_survives_a_drop() {
     let s = summary(d);
     assert_eq!(s["restarts"], serde_json::json!({}), "no stage restarted: {}", s["restarts"]);
     let cap = &s["stages"]["capture"]["extra"];
-    assert_eq!((cap["decoder"].as_str(), cap["codec"].as_str(), cap["width"].as_u64(), cap["height"].as_u64()), (Some("mpp"), Some("h264"), Some(768), Some(432)), "{cap}");
+    assert_eq!(
+        (cap["decoder"].as_str(), cap["codec"].as_str(), cap["width"].as_u64(), cap["height"].as_u64()),
+        (Some("mpp"), Some("h264"), Some(768), Some(432)),
+        "{cap}"
+    );
     assert!(cap["reconnects"].as_u64().unwrap() >= 1 && cap["stream_drops"].as_u64().unwrap() >= 1, "{cap}");
-    assert_eq!((cap["cpu_accesses"].as_u64(), cap["frames_held"].as_u64(), cap["buffers_still_out"].as_u64()), (Some(0), Some(0), Some(0)), "{cap}");
+    assert_eq!(
+        (cap["cpu_accesses"].as_u64(), cap["frames_held"].as_u64(), cap["buffers_still_out"].as_u64()),
+        (Some(0), Some(0), Some(0)),
+        "{cap}"
+    );
     let (published, skipped) = (cap["pictures"].as_u64().unwrap(), cap["rate_dropped"].as_u64().unwrap());
     assert!(skipped * 2 >= published, "--fps 5 of a 10 fps stream drops about as many pictures as it publishes: {cap}");
     let mpp = std::fs::read_to_string(d.join("mpp.log")).unwrap();
     let rga = std::fs::read_to_string(d.join("rga.log")).unwrap();
-    let call = |log: &str, name: &str| log.lines().filter(|l| l.split(' ').find(|w| !w.starts_with("pid=")) == Some(name)).map(str::to_string).collect::<Vec<_>>();
-    let commits: std::collections::BTreeSet<String> = call(&mpp, "mpp_buffer_commit").iter().map(|l| log_field(l, "ino").to_string()).collect();
+    let call = |log: &str, name: &str| {
+        log.lines()
+            .filter(|l| l.split(' ').find(|w| !w.starts_with("pid=")) == Some(name))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let commits: std::collections::BTreeSet<String> =
+        call(&mpp, "mpp_buffer_commit").iter().map(|l| log_field(l, "ino").to_string()).collect();
     assert_eq!(commits.len(), 24, "{mpp}");
-    let imported: Vec<String> = call(&rga, "importbuffer_fd").iter().map(|l| log_field(l, "ino").to_string()).filter(|i| commits.contains(i)).collect();
+    let imported: Vec<String> = call(&rga, "importbuffer_fd")
+        .iter()
+        .map(|l| log_field(l, "ino").to_string())
+        .filter(|i| commits.contains(i))
+        .collect();
     assert_eq!(imported.len(), 24, "RGA imports each capture buffer once, across the reconnect too: {imported:?}");
     assert!(!call(&mpp, "reset").is_empty(), "the decoder was reset at the drop: {mpp}");
     assert!(call(&mpp, "mpp_destroy").iter().any(|l| l.contains(" unreleased_frames=0 buffers_held=0")), "{mpp}");

@@ -11,7 +11,11 @@ use common::*;
 use serde_json::Value;
 
 fn jpgs(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".jpg")).collect()).unwrap_or_default();
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".jpg")).collect()
+        })
+        .unwrap_or_default();
     v.sort();
     v
 }
@@ -41,8 +45,14 @@ fn snapshots_on_new_objects_and_every_n_seconds_with_boxes_drawn_and_the_oldest_
     assert_eq!(c["written"].as_u64().unwrap(), files.len() as u64, "{c} {files:?}");
     assert_eq!((c["failed"].as_u64(), c["removed"].as_u64()), (Some(0), Some(0)), "{c}");
     // The clip starts with a person in view: the tracker's first track is a person.
-    let new = files.iter().find(|f| f.contains("-new-person-1.")).unwrap_or_else(|| panic!("a snapshot of new person #1: {files:?}"));
-    assert!(files.iter().filter(|f| f.ends_with("-every.jpg")).count() >= 2, "one a second over a run of several seconds: {files:?}");
+    let new = files
+        .iter()
+        .find(|f| f.contains("-new-person-1."))
+        .unwrap_or_else(|| panic!("a snapshot of new person #1: {files:?}"));
+    assert!(
+        files.iter().filter(|f| f.ends_with("-every.jpg")).count() >= 2,
+        "one a second over a run of several seconds: {files:?}"
+    );
     // Names sort by time: 13-digit Unix milliseconds first.
     assert!(files.iter().all(|f| f[..13].bytes().all(|b| b.is_ascii_digit()) && &f[13..14] == "-"), "{files:?}");
     let img = image::open(snaps.join("cam0").join(new)).unwrap().to_rgb8();
@@ -58,7 +68,11 @@ fn snapshots_on_new_objects_and_every_n_seconds_with_boxes_drawn_and_the_oldest_
     // Keep 2: the oldest go, counted.
     let dir2 = tempfile::tempdir().unwrap();
     let snaps2 = dir2.path().join("snaps");
-    let (c, _) = run(dir2.path(), "snap-b", &["--snapshot-dir", snaps2.to_str().unwrap(), "--snapshot-every", "1", "--snapshot-keep", "2"]);
+    let (c, _) = run(
+        dir2.path(),
+        "snap-b",
+        &["--snapshot-dir", snaps2.to_str().unwrap(), "--snapshot-every", "1", "--snapshot-keep", "2"],
+    );
     let files = jpgs(&snaps2.join("cam0"));
     assert_eq!(files.len(), 2, "{files:?}");
     assert_eq!(c["removed"].as_u64().unwrap(), c["written"].as_u64().unwrap() - 2, "{c}");
@@ -73,7 +87,11 @@ fn a_full_disk_is_a_warning_and_the_pipeline_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let snaps = dir.path().join("full");
     std::fs::create_dir(&snaps).unwrap();
-    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=16k", "zcpipe-test-full"]).arg(&snaps).status().is_ok_and(|s| s.success());
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "zcpipe-test-full"])
+        .arg(&snaps)
+        .status()
+        .is_ok_and(|s| s.success());
     if !mounted {
         eprintln!("skipped: cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN)");
         return;
@@ -85,11 +103,15 @@ fn a_full_disk_is_a_warning_and_the_pipeline_goes_on() {
         }
     }
     let _u = Unmount(&snaps);
-    let (c, stderr) = run(dir.path(), "snap-full", &["--snapshot-dir", snaps.to_str().unwrap(), "--snapshot-every", "1"]);
+    let (c, stderr) =
+        run(dir.path(), "snap-full", &["--snapshot-dir", snaps.to_str().unwrap(), "--snapshot-every", "1"]);
     assert!(c["failed"].as_u64().unwrap() >= 1, "{c}");
     assert_eq!(c["written"].as_u64(), Some(0), "{c}");
     let warn: Vec<&str> = stderr.lines().filter(|l| l.contains("writing snapshot")).collect();
-    assert!(!warn.is_empty() && warn[0].contains("is the disk full?") && warn[0].contains("No space left on device"), "{stderr}");
+    assert!(
+        !warn.is_empty() && warn[0].contains("is the disk full?") && warn[0].contains("No space left on device"),
+        "{stderr}"
+    );
     // No half-written file is left behind.
     assert!(std::fs::read_dir(snaps.join("cam0")).unwrap().next().is_none());
 }

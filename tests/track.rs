@@ -41,19 +41,34 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
     let dir = tempfile::tempdir().unwrap();
     // The door zone: the left half of the frame (768x432).
     let out = zcpipe_run(dir.path())
-        .args(["--instance", "track-clip", "--fps", "max", "--ring-policy", "block", "--scaler", "cpu", "--json", "--stats-interval", "5"])
+        .args([
+            "--instance",
+            "track-clip",
+            "--fps",
+            "max",
+            "--ring-policy",
+            "block",
+            "--scaler",
+            "cpu",
+            "--json",
+            "--stats-interval",
+            "5",
+        ])
         .args(["--zone", "left=0,0,384,0,384,432,0,432"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let frames: Vec<&Value> = lines.iter().filter(|v| v["type"] == "frame").collect();
     assert_eq!(frames.len(), 1394, "every frame of the clip, none dropped");
     let events: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
 
     // Every track is confirmed once (`new`, ids 1, 2, ... in order) and ends once (`end`).
-    let ids_of = |kind: &str| -> Vec<u64> { events.iter().filter(|e| e["event"] == kind).map(|e| e["track_id"].as_u64().unwrap()).collect() };
+    let ids_of = |kind: &str| -> Vec<u64> {
+        events.iter().filter(|e| e["event"] == kind).map(|e| e["track_id"].as_u64().unwrap()).collect()
+    };
     let new = ids_of("new");
     let mut ended = ids_of("end");
     assert_eq!(new, (1..=new.len() as u64).collect::<Vec<_>>(), "ids from 1 in order of confirmation");
@@ -64,26 +79,48 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
         assert!(e["first_seen_ns"].as_u64().unwrap() <= e["last_seen_ns"].as_u64().unwrap(), "{e}");
         assert!(e["score"].as_f64().unwrap() >= 0.5, "a confirmed track's best score is high: {e}");
     }
-    let person_tracks: BTreeSet<u64> = events.iter().filter(|e| e["event"] == "new" && e["label"] == "person").map(|e| e["track_id"].as_u64().unwrap()).collect();
+    let person_tracks: BTreeSet<u64> = events
+        .iter()
+        .filter(|e| e["event"] == "new" && e["label"] == "person")
+        .map(|e| e["track_id"].as_u64().unwrap())
+        .collect();
 
     // Against the ground truth: the count of people, and at most two ids per person.
     let gt = ground_truth();
     let people: BTreeSet<u64> = gt.iter().map(|g| g.1).collect();
-    assert!(person_tracks.len().abs_diff(people.len()) <= TOLERANCE, "{} person tracks for {} people (tolerance {TOLERANCE})", person_tracks.len(), people.len());
+    assert!(
+        person_tracks.len().abs_diff(people.len()) <= TOLERANCE,
+        "{} person tracks for {} people (tolerance {TOLERANCE})",
+        person_tracks.len(),
+        people.len()
+    );
     let mut ids_per_person: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
     for (frame, person, b) in &gt {
         let f = frames.iter().find(|f| f["seq"].as_u64().unwrap() + 1 == *frame).unwrap();
-        if let Some(d) = f["detections"].as_array().unwrap().iter().filter(|d| d["label"] == "person" && iou(&bbox(&d["box"]), b) >= 0.5).max_by(|x, y| iou(&bbox(&x["box"]), b).total_cmp(&iou(&bbox(&y["box"]), b))) {
+        if let Some(d) = f["detections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["label"] == "person" && iou(&bbox(&d["box"]), b) >= 0.5)
+            .max_by(|x, y| iou(&bbox(&x["box"]), b).total_cmp(&iou(&bbox(&y["box"]), b)))
+        {
             if let Some(id) = d["track_id"].as_u64() {
                 ids_per_person.entry(*person).or_default().insert(id);
             }
         }
     }
-    eprintln!("{} person tracks for {} people; track ids per person: {ids_per_person:?}", person_tracks.len(), people.len());
+    eprintln!(
+        "{} person tracks for {} people; track ids per person: {ids_per_person:?}",
+        person_tracks.len(),
+        people.len()
+    );
     for (person, ids) in &ids_per_person {
         assert!(ids.len() <= 2, "ground-truth person {person} got track ids {ids:?}");
     }
-    assert!(ids_per_person.len() + 1 >= people.len(), "nearly every person was tracked: {ids_per_person:?} of {people:?}");
+    assert!(
+        ids_per_person.len() + 1 >= people.len(),
+        "nearly every person was tracked: {ids_per_person:?} of {people:?}"
+    );
 
     // The zone: entries and exits pair up per track, and each frame's count is what its
     // events leave (a frame's line comes before its events, which carry its timestamp; an
@@ -128,7 +165,11 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
     assert_eq!(t["tracker"], "bytetrack", "{s}");
     assert_eq!(t["events"]["new"].as_u64().unwrap() as usize, new.len());
     assert_eq!(t["live_tracks"], 0);
-    let line = format!("  tracking: bytetrack: {} tracks confirmed, {} ended; zones: {entries} entries, {entries} exits; ", new.len(), new.len());
+    let line = format!(
+        "  tracking: bytetrack: {} tracks confirmed, {} ended; zones: {entries} entries, {entries} exits; ",
+        new.len(),
+        new.len()
+    );
     assert!(stderr.contains(&line), "the text summary's tracking line ({line}): {stderr}");
     // The ids the publish stage kept for a successor went with the run directory.
     common::assert_no_orphans(dir.path());
@@ -137,10 +178,32 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
 #[test]
 fn tracker_none_gives_no_ids_and_no_events() {
     let dir = tempfile::tempdir().unwrap();
-    let out = zcpipe_run(dir.path()).args(["--instance", "track-none", "--frames", "40", "--fps", "max", "--ring-policy", "block", "--scaler", "cpu", "--json", "--tracker", "none", "--score-threshold", "0.2"]).output().unwrap();
+    let out = zcpipe_run(dir.path())
+        .args([
+            "--instance",
+            "track-none",
+            "--frames",
+            "40",
+            "--fps",
+            "max",
+            "--ring-policy",
+            "block",
+            "--scaler",
+            "cpu",
+            "--json",
+            "--tracker",
+            "none",
+            "--score-threshold",
+            "0.2",
+        ])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("\"detections\":[{"), "the clip has detections (a tv at 0.26 in its first frames): {stdout}");
+    assert!(
+        stdout.contains("\"detections\":[{"),
+        "the clip has detections (a tv at 0.26 in its first frames): {stdout}"
+    );
     assert!(!stdout.contains("track_id") && !stdout.contains("\"type\":\"event\""), "{stdout}");
 }
 
@@ -160,7 +223,22 @@ fn bad_tracking_options_are_one_line_each() {
     }
     // A zone outside the frame is known at the first frame: one error line, and the run goes on without it.
     let dir = tempfile::tempdir().unwrap();
-    let out = zcpipe_run(dir.path()).args(["--instance", "track-outside", "--frames", "10", "--fps", "max", "--scaler", "cpu", "--json", "--zone", "far=700,0,900,0,900,100"]).output().unwrap();
+    let out = zcpipe_run(dir.path())
+        .args([
+            "--instance",
+            "track-outside",
+            "--frames",
+            "10",
+            "--fps",
+            "max",
+            "--scaler",
+            "cpu",
+            "--json",
+            "--zone",
+            "far=700,0,900,0,900,100",
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let said: Vec<&str> = err.lines().filter(|l| l.contains("outside camera cam0's 768x432 frame")).collect();

@@ -10,7 +10,8 @@ const RULES: &str = include_str!("../udev/99-zcpipe.rules");
 
 /// Keys a rule may match on (with `==` / `!=`) and keys it may assign (with `=`, `+=`,
 /// `-=`, `:=`), as udev(7) lists them; only the ones a device-permission file needs.
-const MATCH_KEYS: &[&str] = &["ACTION", "DEVPATH", "KERNEL", "NAME", "SYMLINK", "SUBSYSTEM", "DRIVER", "KERNELS", "SUBSYSTEMS", "DRIVERS"];
+const MATCH_KEYS: &[&str] =
+    &["ACTION", "DEVPATH", "KERNEL", "NAME", "SYMLINK", "SUBSYSTEM", "DRIVER", "KERNELS", "SUBSYSTEMS", "DRIVERS"];
 const ASSIGN_KEYS: &[&str] = &["OWNER", "GROUP", "MODE", "TAG", "SYMLINK", "RUN"];
 
 /// One `KEY op "value"` pair of a rule line.
@@ -26,10 +27,15 @@ fn parse_line(line: &str) -> Result<Vec<Pair>, String> {
     let mut pairs = vec![];
     let mut rest = line.trim();
     while !rest.is_empty() {
-        let key_end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '{' || c == '}')).ok_or("a key without operator")?;
+        let key_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '{' || c == '}'))
+            .ok_or("a key without operator")?;
         let key = rest[..key_end].to_string();
         let after = &rest[key_end..];
-        let op = ["==", "!=", "+=", "-=", ":=", "="].iter().find(|o| after.starts_with(**o)).ok_or(format!("{key}: no operator"))?;
+        let op = ["==", "!=", "+=", "-=", ":=", "="]
+            .iter()
+            .find(|o| after.starts_with(**o))
+            .ok_or(format!("{key}: no operator"))?;
         let after = &after[op.len()..];
         let body = after.strip_prefix('"').ok_or(format!("{key}: value not quoted"))?;
         let close = body.find('"').ok_or(format!("{key}: unterminated value"))?;
@@ -68,29 +74,39 @@ fn every_line_is_a_well_formed_rule() {
                 _ => assert!(ASSIGN_KEYS.contains(&p.key.as_str()), "line {n}: {} is not an assignment key", p.key),
             }
             if p.key == "MODE" {
-                assert!(p.value.len() == 4 && p.value.chars().all(|c| ('0'..='7').contains(&c)), "line {n}: MODE {:?} is not octal", p.value);
+                assert!(
+                    p.value.len() == 4 && p.value.chars().all(|c| ('0'..='7').contains(&c)),
+                    "line {n}: MODE {:?} is not octal",
+                    p.value
+                );
                 assert_eq!(p.value, "0660", "line {n}: group read-write, nothing for others");
             }
             if p.key == "GROUP" {
                 assert_eq!(p.value, "zcpipe", "line {n}");
             }
         }
-        assert!(pairs.iter().any(|p| p.key == "GROUP") && pairs.iter().any(|p| p.key == "MODE"), "line {n}: sets GROUP and MODE");
+        assert!(
+            pairs.iter().any(|p| p.key == "GROUP") && pairs.iter().any(|p| p.key == "MODE"),
+            "line {n}: sets GROUP and MODE"
+        );
     }
 }
 
 #[test]
 fn the_rules_cover_every_node_zcpipe_opens() {
-    let matched: BTreeSet<String> = rules().iter().flat_map(|(_, ps)| ps.iter().filter(|p| p.op == "==").map(|p| format!("{}={}", p.key, p.value))).collect();
+    let matched: BTreeSet<String> = rules()
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().filter(|p| p.op == "==").map(|p| format!("{}={}", p.key, p.value)))
+        .collect();
     for want in [
-        "SUBSYSTEM=dma_heap",     // /dev/dma_heap/*
-        "KERNEL=udmabuf",         // /dev/udmabuf
-        "SUBSYSTEM=video4linux",  // /dev/video*, /dev/v4l-subdev*
-        "KERNEL=rga",             // /dev/rga (librga)
-        "KERNEL=mpp_service",     // /dev/mpp_service
-        "KERNEL=rknpu",           // /dev/rknpu (older BSP NPU driver)
-        "KERNEL=renderD*",        // the NPU as a DRM render node (newer rknpu)
-        "KERNEL=card[0-9]*",      // /dev/dri/card* (--display, --heap drm)
+        "SUBSYSTEM=dma_heap",    // /dev/dma_heap/*
+        "KERNEL=udmabuf",        // /dev/udmabuf
+        "SUBSYSTEM=video4linux", // /dev/video*, /dev/v4l-subdev*
+        "KERNEL=rga",            // /dev/rga (librga)
+        "KERNEL=mpp_service",    // /dev/mpp_service
+        "KERNEL=rknpu",          // /dev/rknpu (older BSP NPU driver)
+        "KERNEL=renderD*",       // the NPU as a DRM render node (newer rknpu)
+        "KERNEL=card[0-9]*",     // /dev/dri/card* (--display, --heap drm)
     ] {
         assert!(matched.contains(want), "no rule matches {want}; have {matched:?}");
     }
@@ -111,7 +127,10 @@ fn udevadm_verify_accepts_the_file_when_available() {
     let probe = Command::new("udevadm").args(["verify", "--help"]).output();
     match probe {
         Ok(o) if o.status.success() => {
-            let o = Command::new("udevadm").args(["verify", concat!(env!("CARGO_MANIFEST_DIR"), "/udev/99-zcpipe.rules")]).output().unwrap();
+            let o = Command::new("udevadm")
+                .args(["verify", concat!(env!("CARGO_MANIFEST_DIR"), "/udev/99-zcpipe.rules")])
+                .output()
+                .unwrap();
             assert!(o.status.success(), "udevadm verify: {}", String::from_utf8_lossy(&o.stderr));
             println!("udevadm verify: ok");
         }

@@ -5,7 +5,6 @@
 
 #![cfg(feature = "onnx")]
 
-
 use serde_json::Value;
 
 mod common;
@@ -28,7 +27,18 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
         .env("ZCPIPE_FAKE_RKNN_LOG", &rknn_log)
         .env("ZCPIPE_FAKE_RKNN_ONNX", root().join("models/yolox_nano.onnx"))
         .env("ZCPIPE_TEST_ROOT", &board)
-        .args(["--copy-mode", "--source", "image:tests/data/dog.jpg", "--frames", "4", "--ring-policy", "block", "--json", "--stats-interval", "0"])
+        .args([
+            "--copy-mode",
+            "--source",
+            "image:tests/data/dog.jpg",
+            "--frames",
+            "4",
+            "--ring-policy",
+            "block",
+            "--json",
+            "--stats-interval",
+            "0",
+        ])
         .args(["--scaler", "rga", "--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn"])
         .output()
         .unwrap();
@@ -37,10 +47,19 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("copy mode: RGA reads and writes CPU memory through virtual addresses"), "{stderr}");
     // The frame lines (the tracker's event lines come between them: a still image's objects are confirmed at frame 3).
-    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect();
+    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "frame")
+        .collect();
     assert_eq!(frames.len(), 4);
     for f in &frames {
-        let dog = f["detections"].as_array().unwrap().iter().find(|x| x["label"] == "dog").unwrap_or_else(|| panic!("no dog: {f}"));
+        let dog = f["detections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["label"] == "dog")
+            .unwrap_or_else(|| panic!("no dog: {f}"));
         assert!((dog["score"].as_f64().unwrap() - 0.855).abs() <= 0.05, "{dog}");
     }
 
@@ -50,7 +69,13 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
     assert_eq!(rga_calls("improcess"), 4, "{rga_text}");
     assert_eq!(rga_calls("wrapbuffer_virtualaddr_t"), 8, "a source and a destination address per frame: {rga_text}");
     for l in rga_text.lines().filter(|l| l.starts_with("improcess")) {
-        assert!(l.contains("src[handle=0 ") && l.contains("dst[handle=0 ") && !l.contains("va=0x0 ") && l.contains(" status=1 "), "{l}");
+        assert!(
+            l.contains("src[handle=0 ")
+                && l.contains("dst[handle=0 ")
+                && !l.contains("va=0x0 ")
+                && l.contains(" status=1 "),
+            "{l}"
+        );
     }
 
     let rknn_text = std::fs::read_to_string(&rknn_log).unwrap();
@@ -63,7 +88,11 @@ fn copy_mode_feeds_rga_virtual_addresses_and_rknn_inputs_set() {
     // into the infer stage's own (2 x 519,168 bytes per frame).
     let (out_c, in_c) = (&s["stages"]["scale"]["copy_out"], &s["stages"]["infer"]["copy_in"]);
     assert_eq!((out_c["frames"].as_u64(), in_c["frames"].as_u64()), (Some(4), Some(4)), "{out_c} {in_c}");
-    assert_eq!(out_c["copied_bytes"].as_u64().unwrap() + in_c["copied_bytes"].as_u64().unwrap(), 2 * 4 * 519_168, "{out_c} {in_c}");
+    assert_eq!(
+        out_c["copied_bytes"].as_u64().unwrap() + in_c["copied_bytes"].as_u64().unwrap(),
+        2 * 4 * 519_168,
+        "{out_c} {in_c}"
+    );
     println!(
         "EVIDENCE copy mode with the fakes: RGA 0 imports, 4 improcess on 8 virtual addresses; RKNN 4 rknn_inputs_set, 0 rknn_create_mem_from_fd; dog {:.3}",
         frames[0]["detections"].as_array().unwrap().iter().find(|x| x["label"] == "dog").unwrap()["score"].as_f64().unwrap()

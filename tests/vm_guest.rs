@@ -94,7 +94,10 @@ fn bar_means(layout: &FrameLayout, bufs: &[&[u8]]) -> [[f64; 8]; 3] {
 }
 
 fn bars_ok(m: &[[f64; 8]; 3]) -> bool {
-    [BARS_Y, BARS_CB, BARS_CR].iter().zip(m).all(|(want, got)| want.iter().zip(got).all(|(a, b)| (a - b).abs() <= BAR_TOLERANCE))
+    [BARS_Y, BARS_CB, BARS_CR]
+        .iter()
+        .zip(m)
+        .all(|(want, got)| want.iter().zip(got).all(|(a, b)| (a - b).abs() <= BAR_TOLERANCE))
 }
 
 fn fmt_bars(v: &[f64; 8]) -> String {
@@ -105,7 +108,8 @@ fn fmt_bars(v: &[f64; 8]) -> String {
 /// vivid's bars, hold each frame `delay_ms`, print one `CONSUMER` line.
 fn consumer_role(sock: &str, delay_ms: u64) {
     let conn = Conn::connect_retry(Path::new(sock), "test producer", &NEVER, Duration::from_secs(20)).unwrap();
-    let hello = ControlMsg::Hello { stage: "vm-test-consumer".into(), accept: vec![], want: None, wait: WaitMode::Eventfd };
+    let hello =
+        ControlMsg::Hello { stage: "vm-test-consumer".into(), accept: vec![], want: None, wait: WaitMode::Eventfd };
     let c = PoolConsumer::join(conn, &hello, WaitMode::Eventfd, "producer").unwrap();
     let (mut got, mut bad, mut gaps) = (0u64, 0u64, 0u64);
     let (mut first, mut last) = (None::<u64>, None::<u64>);
@@ -161,7 +165,9 @@ fn role() -> Option<(String, u64)> {
 }
 
 fn field<'a>(line: &'a str, k: &str) -> &'a str {
-    line.split_whitespace().find_map(|w| w.strip_prefix(k).and_then(|r| r.strip_prefix('='))).unwrap_or_else(|| panic!("{k} missing in {line:?}"))
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("{k} missing in {line:?}"))
 }
 
 fn num(line: &str, k: &str) -> u64 {
@@ -246,7 +252,8 @@ fn capture_run(test: &str, cfg: &V4l2Config, alloc: Option<Allocator>, frames: u
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "consumer failed: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let consumer = text.find("CONSUMER").map(|i| text[i..].lines().next().unwrap_or("").to_string()).unwrap_or_default();
+    let consumer =
+        text.find("CONSUMER").map(|i| text[i..].lines().next().unwrap_or("").to_string()).unwrap_or_default();
     assert!(!consumer.is_empty(), "no CONSUMER line in {text:?}");
     CaptureRun {
         cam_label: cam.node().label(),
@@ -277,8 +284,18 @@ fn median(mut v: Vec<u64>) -> u64 {
 fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoice>, formats: &[Fourcc]) {
     for &fourcc in formats {
         for size in [(640, 480), (1280, 720)] {
-            let cfg = V4l2Config { device: Some(node.into()), format: Some(fourcc), size: Some(size), fps: Some(30.0), buffers: 4, io };
-            let alloc = heap.map(|h| Allocator::open(h, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri")).unwrap());
+            let cfg = V4l2Config {
+                device: Some(node.into()),
+                format: Some(fourcc),
+                size: Some(size),
+                fps: Some(30.0),
+                buffers: 4,
+                io,
+            };
+            let alloc = heap.map(|h| {
+                Allocator::open(h, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri"))
+                    .unwrap()
+            });
             let r = capture_run(test, &cfg, alloc, 24, 0);
             let what = format!("{} {} {}x{} {}", node.display(), format_name(fourcc), size.0, size.1, io.name());
             // What the driver granted, and the layout built from it.
@@ -287,7 +304,11 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
             assert_eq!(r.granted.planes.len(), planes, "{what}: {:?}", r.granted);
             assert_eq!(r.layout.planes[0].bytesperline, r.granted.planes[0].0, "{what}: stride from bytesperline");
             if fourcc == Fourcc::NV12 {
-                assert_eq!(r.layout.planes[1].offset, r.granted.planes[0].0 * size.1, "{what}: CbCr at bytesperline x height");
+                assert_eq!(
+                    r.layout.planes[1].offset,
+                    r.granted.planes[0].0 * size.1,
+                    "{what}: CbCr at bytesperline x height"
+                );
             }
             assert_eq!(r.n_fds, r.n_bufs * planes, "{what}: one dma-buf per plane");
             // Timing: the driver's buffer timestamps, CLOCK_MONOTONIC, at the granted interval.
@@ -296,13 +317,21 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
             let ts = r.driver_ts.clone();
             let desc_ts: Vec<u64> = r.descs.iter().map(|d| d.timestamp_ns).collect();
             assert!(desc_ts.windows(2).all(|w| w[1] >= w[0]), "{what}: descriptor timestamps never go back");
-            assert!(desc_ts.iter().zip(&ts).all(|(d, t)| d <= t), "{what}: descriptors carry the driver's stamp or, if it was ahead, the dequeue time");
+            assert!(
+                desc_ts.iter().zip(&ts).all(|(d, t)| d <= t),
+                "{what}: descriptors carry the driver's stamp or, if it was ahead, the dequeue time"
+            );
             assert!(ts.windows(2).all(|w| w[1] > w[0]), "{what}: timestamps must increase: {ts:?}");
             let now = zcpipe::core::frame::monotonic_ns();
             assert!(now.abs_diff(ts[ts.len() - 1]) < 10_000_000_000, "{what}: timestamps are CLOCK_MONOTONIC");
             let med = median(ts.windows(2).map(|w| w[1] - w[0]).collect());
             let dev = (med as f64 - interval_ns).abs() / interval_ns;
-            assert!(dev <= 0.20, "{what}: median interval {:.2} ms vs granted {:.2} ms", med as f64 / 1e6, interval_ns / 1e6);
+            assert!(
+                dev <= 0.20,
+                "{what}: median interval {:.2} ms vs granted {:.2} ms",
+                med as f64 / 1e6,
+                interval_ns / 1e6
+            );
             let seqs: Vec<u64> = r.descs.iter().map(|d| d.seq).collect();
             assert!(seqs.windows(2).all(|w| w[1] > w[0]), "{what}: sequence numbers must increase: {seqs:?}");
             assert_eq!(r.stats.bad_timestamps, 0, "{what}");
@@ -311,7 +340,10 @@ fn capture_matrix(test: &str, node: &Path, io: CaptureIo, heap: Option<HeapChoic
             println!("{what}: {c}; {:?}", r.stats);
             assert!(num(c, "got") > 0, "{what}: {c}");
             assert_eq!(num(c, "bad"), 0, "{what}: every frame shows vivid's 75% colour bars: {c}");
-            assert!(field(c, "kind").split('+').all(|k| k == "dma-buf"), "{what}: the consumer maps real dma-bufs: {c}");
+            assert!(
+                field(c, "kind").split('+').all(|k| k == "dma-buf"),
+                "{what}: the consumer maps real dma-bufs: {c}"
+            );
             // Buffers: all home.
             let k = r.counters;
             assert_eq!(k.produced, r.descs.len() as u64, "{what}");
@@ -368,7 +400,13 @@ fn capture_vivid_single_planar_mmap() {
     if let Some((s, d)) = role() {
         return consumer_role(&s, d);
     }
-    capture_matrix("capture_vivid_single_planar_mmap", &dev("VIVID_SP"), CaptureIo::Mmap, None, &[Fourcc::NV12, Fourcc::YUYV]);
+    capture_matrix(
+        "capture_vivid_single_planar_mmap",
+        &dev("VIVID_SP"),
+        CaptureIo::Mmap,
+        None,
+        &[Fourcc::NV12, Fourcc::YUYV],
+    );
 }
 
 #[test]
@@ -408,7 +446,13 @@ fn capture_vivid_multi_planar_mmap() {
     if let Some((s, d)) = role() {
         return consumer_role(&s, d);
     }
-    capture_matrix("capture_vivid_multi_planar_mmap", &dev("VIVID_MP"), CaptureIo::Mmap, None, &[Fourcc::NV12, Fourcc::NV12M, Fourcc::YUYV]);
+    capture_matrix(
+        "capture_vivid_multi_planar_mmap",
+        &dev("VIVID_MP"),
+        CaptureIo::Mmap,
+        None,
+        &[Fourcc::NV12, Fourcc::NV12M, Fourcc::YUYV],
+    );
 }
 
 #[test]
@@ -481,7 +525,13 @@ fn slow_consumer_costs_no_driver_drops() {
         num(c, "got"),
         num(c, "gaps")
     );
-    println!("EVIDENCE buffers returned {}/{} (slow consumer): {} at end of stream, {} at STREAMOFF", r.n_bufs - r.still_out, r.n_bufs, r.returned, r.held);
+    println!(
+        "EVIDENCE buffers returned {}/{} (slow consumer): {} at end of stream, {} at STREAMOFF",
+        r.n_bufs - r.still_out,
+        r.n_bufs,
+        r.returned,
+        r.held
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -513,7 +563,11 @@ fn dma_heap_udmabuf_and_sync_work() {
                 assert_eq!(end, 1 << 20, "the dma-buf's size");
             }
             // Not a memfd: a real dma-buf (F_GET_SEALS fails on it).
-            assert!(nix::fcntl::fcntl(b.fd().as_raw_fd(), nix::fcntl::FcntlArg::F_GET_SEALS).is_err(), "{} is a dma-buf", a.describe());
+            assert!(
+                nix::fcntl::fcntl(b.fd().as_raw_fd(), nix::fcntl::FcntlArg::F_GET_SEALS).is_err(),
+                "{} is a dma-buf",
+                a.describe()
+            );
             let mut w = b.write().unwrap();
             for (j, x) in w.iter_mut().enumerate() {
                 *x = (j * 7 + i) as u8;
@@ -529,7 +583,11 @@ fn dma_heap_udmabuf_and_sync_work() {
             sync(pool[0].fd(), DMA_BUF_SYNC_START | dir).unwrap();
             sync(pool[0].fd(), DMA_BUF_SYNC_END | dir).unwrap();
         }
-        println!("EVIDENCE allocator {:?}: {} gave 3 x 1 MiB dma-bufs; write/read through DMA_BUF_IOCTL_SYNC guards match", choice, a.describe());
+        println!(
+            "EVIDENCE allocator {:?}: {} gave 3 x 1 MiB dma-bufs; write/read through DMA_BUF_IOCTL_SYNC guards match",
+            choice,
+            a.describe()
+        );
     }
     let e = Allocator::open(HeapChoice::Cma, heap_dir, udmabuf, dri).unwrap_err().to_string();
     assert!(e.contains("--heap cma") && e.contains("heaps found: system"), "{e}");
@@ -540,7 +598,13 @@ fn dma_heap_udmabuf_and_sync_work() {
     let peer = zcpipe::core::dmabuf::DmaBuf::from_peer(b.fd().try_clone_to_owned().unwrap(), 8192).unwrap();
     assert_eq!(peer.kind(), &MemoryKind::DmaBuf);
     // Buffers a V4L2 driver exports (MMAP + EXPBUF) take the sync ioctl too.
-    let cfg = V4l2Config { device: Some(dev("VIVID_SP")), format: Some(Fourcc::NV12), size: Some((640, 480)), buffers: 2, ..Default::default() };
+    let cfg = V4l2Config {
+        device: Some(dev("VIVID_SP")),
+        format: Some(Fourcc::NV12),
+        size: Some((640, 480)),
+        buffers: 2,
+        ..Default::default()
+    };
     let mut cam = V4l2Capture::open(&cfg).unwrap();
     let mut pool = cam.allocate(2, None).unwrap();
     for b in pool.iter_mut().flatten() {
@@ -550,7 +614,11 @@ fn dma_heap_udmabuf_and_sync_work() {
         w[0] = w[0].wrapping_add(1);
         assert!(n as u64 >= cam.layout().bytes_needed());
     }
-    println!("EVIDENCE sync on {} EXPBUF dma-bufs of {}: DMA_BUF_IOCTL_SYNC START/END read and read-write ok", pool.len(), cam.node().label());
+    println!(
+        "EVIDENCE sync on {} EXPBUF dma-bufs of {}: DMA_BUF_IOCTL_SYNC START/END read and read-write ok",
+        pool.len(),
+        cam.node().label()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -706,7 +774,10 @@ fn pipeline_from_vivid_to_a_watch_client() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
-    args.extend(["--format", "NV12", "--size", "640x480", "--fps", "30", "--frames", "150", "--scaler", "cpu", "--no-print"].map(String::from));
+    args.extend(
+        ["--format", "NV12", "--size", "640x480", "--fps", "30", "--frames", "150", "--scaler", "cpu", "--no-print"]
+            .map(String::from),
+    );
     let mut bg = Background::start(&args);
     bg.wait_for("streaming from", Duration::from_secs(120));
     let sock = d.join("detections.sock");
@@ -716,7 +787,8 @@ fn pipeline_from_vivid_to_a_watch_client() {
     let (code, lines) = bg.finish(false, Duration::from_secs(120));
     let stderr = lines.join("\n");
     assert!(watch.status.success(), "watch: {watch:?}");
-    let frames: Vec<Value> = String::from_utf8_lossy(&watch.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let frames: Vec<Value> =
+        String::from_utf8_lossy(&watch.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(frames.len(), 20, "the watch client got 20 frames");
     let seqs: Vec<u64> = frames.iter().map(|f| u(&f["seq"])).collect();
     assert!(seqs.windows(2).all(|w| w[1] > w[0]), "{seqs:?}");
@@ -744,18 +816,31 @@ fn pipeline_from_vivid_to_a_watch_client() {
     assert_eq!(u(&x["driver_starved"]), 0, "zcpipe always left the driver a buffer: {x}");
     for stage in ["capture", "scale", "infer", "publish"] {
         let e = &st[stage]["extra"];
-        assert_eq!(u(&e["open_fds_setup"]), u(&e["open_fds_exit"]), "{stage}: open fds after set-up and before exit: {e}");
+        assert_eq!(
+            u(&e["open_fds_setup"]),
+            u(&e["open_fds_exit"]),
+            "{stage}: open fds after set-up and before exit: {e}"
+        );
     }
     // Counters add up, hop by hop.
     for (up, down) in [("capture", "scale"), ("scale", "infer"), ("infer", "publish")] {
         let k = &st[up]["output_ring"];
-        assert_eq!(u(&k["produced"]), u(&k["consumed"]) + u(&k["dropped"]) + u(&k["rejected"]) + u(&k["in_flight"]), "{up}: {k}");
+        assert_eq!(
+            u(&k["produced"]),
+            u(&k["consumed"]) + u(&k["dropped"]) + u(&k["rejected"]) + u(&k["in_flight"]),
+            "{up}: {k}"
+        );
         assert_eq!(u(&k["in_flight"]), 0, "{up}: {k}");
         assert_eq!(u(&k["rejected"]), 0, "{up}: {k}");
         assert_eq!(u(&st[down]["frames_in"]), u(&k["consumed"]), "{down} took what {up}'s ring says it consumed");
     }
     assert_eq!(u(&st["capture"]["output_ring"]["produced"]), 150);
-    let evidence: Vec<&String> = lines.iter().filter(|l| l.contains("passed") && l.contains("dma-buf fds") || l.contains("buffers home") || l.contains("granted")).collect();
+    let evidence: Vec<&String> = lines
+        .iter()
+        .filter(|l| {
+            l.contains("passed") && l.contains("dma-buf fds") || l.contains("buffers home") || l.contains("granted")
+        })
+        .collect();
     assert!(lines.iter().any(|l| l.contains("4/4 buffers home")), "{stderr}");
     for l in evidence {
         println!("EVIDENCE pipeline: {l}");
@@ -777,7 +862,11 @@ fn pipeline_from_vivid_to_a_watch_client() {
     );
     for stage in ["capture", "scale", "infer", "publish"] {
         let e = &st[stage]["extra"];
-        println!("EVIDENCE open fds {stage}: {} after set-up, {} before exit", u(&e["open_fds_setup"]), u(&e["open_fds_exit"]));
+        println!(
+            "EVIDENCE open fds {stage}: {} after set-up, {} before exit",
+            u(&e["open_fds_setup"]),
+            u(&e["open_fds_exit"])
+        );
     }
 }
 
@@ -792,8 +881,24 @@ fn pipeline_with_drm_dumb_buffers() {
     let d = dir.path();
     let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
     args.extend(
-        ["--format", "NV12", "--size", "640x480", "--fps", "30", "--frames", "60", "--scaler", "cpu", "--no-print", "--capture-io", "dmabuf", "--heap", "drm"]
-            .map(String::from),
+        [
+            "--format",
+            "NV12",
+            "--size",
+            "640x480",
+            "--fps",
+            "30",
+            "--frames",
+            "60",
+            "--scaler",
+            "cpu",
+            "--no-print",
+            "--capture-io",
+            "dmabuf",
+            "--heap",
+            "drm",
+        ]
+        .map(String::from),
     );
     let mut c = zcpipe();
     c.args(&args);
@@ -861,14 +966,26 @@ fn bad_input_fails_with_one_clear_line() {
         a
     };
     let m2m_s = m2m.display().to_string();
-    fails_cleanly("a mem2mem node", &args(format!("v4l2:{m2m_s}"), &[]), &[&m2m_s, "vim2m", "cannot capture", "VIDEO_M2M", "zcpipe doctor"]);
-    fails_cleanly("a missing node", &args("v4l2:/dev/video99".into(), &[]), &["/dev/video99 does not exist", "capture nodes here"]);
+    fails_cleanly(
+        "a mem2mem node",
+        &args(format!("v4l2:{m2m_s}"), &[]),
+        &[&m2m_s, "vim2m", "cannot capture", "VIDEO_M2M", "zcpipe doctor"],
+    );
+    fails_cleanly(
+        "a missing node",
+        &args("v4l2:/dev/video99".into(), &[]),
+        &["/dev/video99 does not exist", "capture nodes here"],
+    );
     fails_cleanly(
         "an unsupported format",
         &args(format!("v4l2:{}", sp.display()), &["--format", "NV12M"]),
         &["does not offer NV12M", "it offers", "zcpipe reads NV12, NV16, YUYV, RGB24, BGR24", "--format"],
     );
-    fails_cleanly("an absent heap", &args(format!("v4l2:{}", sp.display()), &["--heap", "cma"]), &["--heap cma", "heaps found: system"]);
+    fails_cleanly(
+        "an absent heap",
+        &args(format!("v4l2:{}", sp.display()), &["--heap", "cma"]),
+        &["--heap cma", "heaps found: system"],
+    );
     fails_cleanly(
         "an absent heap, dmabuf I/O",
         &args(format!("v4l2:{}", sp.display()), &["--heap", "cma", "--capture-io", "dmabuf"]),
@@ -890,7 +1007,11 @@ fn bad_input_fails_with_one_clear_line() {
     let first_dir = tempfile::tempdir().unwrap();
     let mut first = Background::start(&run_args(first_dir.path(), &format!("v4l2:{}", sp.display())));
     first.wait_for("streaming from", Duration::from_secs(120));
-    fails_cleanly("a busy device", &args(format!("v4l2:{}", sp.display()), &[]), &["in use by another process", &sp.display().to_string()]);
+    fails_cleanly(
+        "a busy device",
+        &args(format!("v4l2:{}", sp.display()), &[]),
+        &["in use by another process", &sp.display().to_string()],
+    );
     let (code, lines) = first.finish(true, Duration::from_secs(60));
     assert_eq!(code, 0, "the first zcpipe stops cleanly on SIGTERM: {lines:#?}");
     assert!(lines.iter().any(|l| l.contains("4/4 buffers home")), "{lines:#?}");
@@ -905,10 +1026,13 @@ fn plan_picks_the_camera_and_the_cpu_scaler() {
     let mut c = zcpipe();
     c.args(["run", "--dry-run", "--infer", "none"]);
     let o = output_within(c, Duration::from_secs(120));
-    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string());
     assert_eq!(o.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     let line = stdout.lines().next().unwrap_or_default();
-    let first = std::cmp::min_by_key(sp.clone(), mp.clone(), |p| p.display().to_string()[10..].parse::<u32>().unwrap_or(u32::MAX));
+    let first = std::cmp::min_by_key(sp.clone(), mp.clone(), |p| {
+        p.display().to_string()[10..].parse::<u32>().unwrap_or(u32::MAX)
+    });
     assert!(line.starts_with(&format!("plan: v4l2:{} (vivid) ", first.display())), "{stdout}");
     assert!(line.contains("(mmap, EXPBUF) -> cpu -> "), "{stdout}");
     let scaler = stdout.lines().find_map(|l| l.strip_prefix("  scaler: ")).unwrap_or_default();
@@ -944,7 +1068,10 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
     let r: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
     let nodes = r["nodes"].as_array().unwrap();
     let node = |p: &Path| -> &Value {
-        nodes.iter().find(|n| n["path"] == p.display().to_string()).unwrap_or_else(|| panic!("doctor does not list {}: {nodes:#?}", p.display()))
+        nodes
+            .iter()
+            .find(|n| n["path"] == p.display().to_string())
+            .unwrap_or_else(|| panic!("doctor does not list {}: {nodes:#?}", p.display()))
     };
     // Every /dev/video* node of the guest, in numeric order.
     let mut want: Vec<(u32, String)> = std::fs::read_dir("/dev")
@@ -961,7 +1088,11 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
 
     // vivid, single-planar: a camera with NV12 and YUYV, and frame sizes with rates.
     let n = node(&sp);
-    assert_eq!((n["driver"].as_str(), n["role"].as_str(), n["streaming"].as_bool()), (Some("vivid"), Some("capture"), Some(true)), "{n}");
+    assert_eq!(
+        (n["driver"].as_str(), n["role"].as_str(), n["streaming"].as_bool()),
+        (Some("vivid"), Some("capture"), Some(true)),
+        "{n}"
+    );
     assert_eq!(n["usage"], format!("--source v4l2:{}", sp.display()));
     let sp_formats = doctor_format_names(n, "capture");
     assert!(sp_formats.iter().any(|f| f == "NV12") && sp_formats.iter().any(|f| f == "YUYV"), "{sp_formats:?}");
@@ -970,7 +1101,9 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
     assert_eq!(nv12["zcpipe"], true);
     assert_eq!(nv12["sizes"]["type"], "discrete", "{nv12}");
     let sizes = nv12["sizes"]["sizes"].as_array().unwrap();
-    let size = |w: u64, h: u64| sizes.iter().find(|s| s["width"] == w && s["height"] == h).unwrap_or_else(|| panic!("no {w}x{h} in {nv12}"));
+    let size = |w: u64, h: u64| {
+        sizes.iter().find(|s| s["width"] == w && s["height"] == h).unwrap_or_else(|| panic!("no {w}x{h} in {nv12}"))
+    };
     for (w, h) in [(640, 480), (1280, 720)] {
         assert!(!size(w, h)["fps"].as_array().unwrap().is_empty(), "{w}x{h} has frame rates: {nv12}");
     }
@@ -997,7 +1130,11 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
     let heaps = r["heaps"].as_array().unwrap();
     let system = heaps.iter().find(|h| h["path"] == "/dev/dma_heap/system").unwrap_or_else(|| panic!("{heaps:#?}"));
     assert_eq!((system["openable"].as_bool(), system["read_write"].as_bool()), (Some(true), Some(true)), "{system}");
-    assert_eq!((system["choice"].as_str(), system["used_by_choice"].as_bool()), (Some("system"), Some(true)), "{system}");
+    assert_eq!(
+        (system["choice"].as_str(), system["used_by_choice"].as_bool()),
+        (Some("system"), Some(true)),
+        "{system}"
+    );
     assert_eq!(r["heap_auto"]["allocator"], "dma-heap /dev/dma_heap/system");
     assert_eq!(r["heap_auto"]["dma_buf"], true);
     let u = &r["udmabuf"];
@@ -1082,7 +1219,11 @@ fn doctor_lists_vkms_connectors_planes_and_verdicts() {
     assert_eq!(cards.len(), 1, "vkms is the guest's one card: {d:#}");
     let k = &cards[0];
     assert_eq!(k["path"], card.display().to_string());
-    assert_eq!((k["driver"].as_str(), k["dumb_buffers"].as_bool(), k["atomic"].as_bool()), (Some("vkms"), Some(true), Some(true)), "{k}");
+    assert_eq!(
+        (k["driver"].as_str(), k["dumb_buffers"].as_bool(), k["atomic"].as_bool()),
+        (Some("vkms"), Some(true), Some(true)),
+        "{k}"
+    );
     assert_eq!(k["master_free"], true, "nothing else holds the guest's display: {k}");
     assert!(k["error"].is_null() && k["kms_error"].is_null(), "{k}");
     // Connectors: Virtual-1 connected with modes, 1024x768 preferred (vkms's default); the
@@ -1092,7 +1233,8 @@ fn doctor_lists_vkms_connectors_planes_and_verdicts() {
     assert_eq!((virt["state"].as_str(), virt["writeback"].as_bool()), (Some("connected"), Some(false)), "{virt}");
     let modes = virt["modes"].as_array().unwrap();
     assert!(modes.len() > 10, "{virt}");
-    let preferred: Vec<(u64, u64)> = modes.iter().filter(|m| m["preferred"] == true).map(|m| (u(&m["width"]), u(&m["height"]))).collect();
+    let preferred: Vec<(u64, u64)> =
+        modes.iter().filter(|m| m["preferred"] == true).map(|m| (u(&m["width"]), u(&m["height"]))).collect();
     assert_eq!(preferred, [(1024, 768)], "{virt}");
     assert!(modes.iter().any(|m| u(&m["width"]) == 1920 && u(&m["height"]) == 1080), "{virt}");
     let wb: Vec<&Value> = conns.iter().filter(|c| c["writeback"] == true).collect();
@@ -1107,7 +1249,11 @@ fn doctor_lists_vkms_connectors_planes_and_verdicts() {
     let count = |kind: &str| planes.iter().filter(|p| p["kind"] == kind).count();
     assert_eq!((count("primary"), count("cursor")), (1, 1), "{planes:#?}");
     assert!(count("overlay") >= 1, "{planes:#?}");
-    assert_eq!(count("primary") + count("overlay") + count("cursor"), planes.len(), "every plane has a known type: {planes:#?}");
+    assert_eq!(
+        count("primary") + count("overlay") + count("cursor"),
+        planes.len(),
+        "every plane has a known type: {planes:#?}"
+    );
     for p in planes {
         assert_eq!(p["crtcs"], serde_json::json!([crtc_id]), "{p}");
         let f = strings_of(&p["formats"]);
@@ -1115,20 +1261,39 @@ fn doctor_lists_vkms_connectors_planes_and_verdicts() {
     }
     // The verdicts.
     assert_eq!(d["display"]["can_work"], true, "{}", d["display"]);
-    assert!(d["display"]["why"].as_str().unwrap().contains("Virtual-1 connected, preferred mode 1024x768@60"), "{}", d["display"]);
-    assert_eq!(d["heap_drm"], serde_json::json!({"can_work": true, "why": format!("drm dumb buffers of {} (vkms)", card.display()), "fix": null}));
+    assert!(
+        d["display"]["why"].as_str().unwrap().contains("Virtual-1 connected, preferred mode 1024x768@60"),
+        "{}",
+        d["display"]
+    );
+    assert_eq!(
+        d["heap_drm"],
+        serde_json::json!({"can_work": true, "why": format!("drm dumb buffers of {} (vkms)", card.display()), "fix": null})
+    );
     // The text.
     let mut c = zcpipe();
     c.arg("doctor");
     let o = output_within(c, Duration::from_secs(120));
     let text = String::from_utf8_lossy(&o.stdout).to_string();
-    let section: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("== DRM cards")).take_while(|l| !l.is_empty()).collect();
+    let section: Vec<&str> =
+        text.lines().skip_while(|l| !l.starts_with("== DRM cards")).take_while(|l| !l.is_empty()).collect();
     assert_eq!(section.first().copied(), Some("== DRM cards (/dev/dri/card*): 1 =="), "{text}");
-    assert!(section.iter().any(|l| l.trim_start().starts_with("connector Virtual-1 ") && l.contains(": connected: ") && l.contains("1024x768@60 (preferred)")), "{section:#?}");
+    assert!(
+        section.iter().any(|l| l.trim_start().starts_with("connector Virtual-1 ")
+            && l.contains(": connected: ")
+            && l.contains("1024x768@60 (preferred)")),
+        "{section:#?}"
+    );
     assert!(section.iter().any(|l| l.contains("connector Writeback-1") && l.contains("(writeback")), "{section:#?}");
-    assert!(section.iter().any(|l| l.trim_start().starts_with("plane ") && l.contains(" primary ") && l.contains("XR24")), "{section:#?}");
+    assert!(
+        section.iter().any(|l| l.trim_start().starts_with("plane ") && l.contains(" primary ") && l.contains("XR24")),
+        "{section:#?}"
+    );
     assert!(section.iter().any(|l| l.trim_start().starts_with("--display: can work: ")), "{section:#?}");
-    assert!(section.iter().any(|l| l.trim_start().starts_with("--heap drm: can work: drm dumb buffers of")), "{section:#?}");
+    assert!(
+        section.iter().any(|l| l.trim_start().starts_with("--heap drm: can work: drm dumb buffers of")),
+        "{section:#?}"
+    );
     for l in &section {
         println!("EVIDENCE doctor DRM: {l}");
     }
@@ -1147,7 +1312,10 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
     // Multi-planar, NV12M, buffers from the dma-buf heap imported by the driver: the other
     // corner of the matrix from the pipeline test.
     let mut args = run_args(d, &format!("v4l2:{}", mp.display()));
-    args.extend(["--format", "NV12M", "--size", "640x480", "--fps", "30", "--capture-io", "dmabuf", "--heap", "system"].map(String::from));
+    args.extend(
+        ["--format", "NV12M", "--size", "640x480", "--fps", "30", "--capture-io", "dmabuf", "--heap", "system"]
+            .map(String::from),
+    );
     let mut bg = Background::start(&args);
     bg.wait_for("streaming from", Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(2));
@@ -1165,7 +1333,11 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
     let s = summary(d);
     let x = &s["stages"]["capture"]["extra"];
     assert_eq!(x["end_reason"], "camera unplugged", "{x}");
-    assert_eq!((x["format"].as_str(), x["capture_io"].as_str(), u(&x["dmabuf_fds"])), (Some("NV12M"), Some("dmabuf"), 8), "{x}");
+    assert_eq!(
+        (x["format"].as_str(), x["capture_io"].as_str(), u(&x["dmabuf_fds"])),
+        (Some("NV12M"), Some("dmabuf"), 8),
+        "{x}"
+    );
     assert!(u(&s["stages"]["publish"]["frames_out"]) > 0, "frames flowed before the unplug");
     assert_eq!(u(&x["buffers_still_out"]), 0, "no leaked buffer: {x}");
     assert_eq!(u(&x["buffers_home"]), u(&x["buffers"]), "{x}");
@@ -1203,14 +1375,29 @@ fn zz_camera_unplugged_ends_the_stream_cleanly() {
 
 /// RGB of eight vertical bars, left to right (bar `k` spans columns `80k..80k+80` of a
 /// 640-wide frame); buffer 1 uses them right to left, so a mixed-up index shows.
-const M2M_BARS: [[u8; 3]; 8] = [[250, 250, 250], [250, 250, 10], [10, 250, 250], [10, 250, 10], [250, 10, 250], [250, 10, 10], [10, 10, 250], [10, 10, 10]];
+const M2M_BARS: [[u8; 3]; 8] = [
+    [250, 250, 250],
+    [250, 250, 10],
+    [10, 250, 250],
+    [10, 250, 10],
+    [250, 10, 250],
+    [250, 10, 10],
+    [10, 10, 250],
+    [10, 10, 10],
+];
 
 #[test]
 #[ignore = "runs in the VM guest: make vm-test"]
 fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     use zcpipe::scale::v4l2m2m::V4l2M2mScaler;
     let m2m = dev("VIM2M");
-    let alloc = Allocator::open(HeapChoice::System, Path::new("/dev/dma_heap"), Path::new("/dev/udmabuf"), Path::new("/dev/dri")).unwrap();
+    let alloc = Allocator::open(
+        HeapChoice::System,
+        Path::new("/dev/dma_heap"),
+        Path::new("/dev/udmabuf"),
+        Path::new("/dev/dri"),
+    )
+    .unwrap();
     let src_layout = FrameLayout::packed24(Fourcc::RGB24, 640, 480, 1920);
     let dst_layout = FrameLayout::packed24(Fourcc::BGR24, 416, 416, 1248);
     let mut src = vec![];
@@ -1241,7 +1428,8 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     drop(m);
     for (j, bars_reversed) in [(1usize, false), (0usize, true)] {
         let r = dst[j].read().unwrap();
-        let px = |x: usize, y: usize| -> [u8; 3] { [r[y * 1248 + x * 3], r[y * 1248 + x * 3 + 1], r[y * 1248 + x * 3 + 2]] };
+        let px =
+            |x: usize, y: usize| -> [u8; 3] { [r[y * 1248 + x * 3], r[y * 1248 + x * 3 + 1], r[y * 1248 + x * 3 + 2]] };
         let mut seen = vec![];
         for k in 0..8usize {
             // The middle of bar k in the 416-wide image: 52 px per bar.
@@ -1255,7 +1443,11 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
         }
         let pad_rows = &r[312 * 1248..416 * 1248];
         assert!(pad_rows.iter().all(|&v| v == 114), "pool buffer {j}: rows 312..416 are the pad value");
-        println!("EVIDENCE v4l2m2m: pool buffer {j} (from source {}): bar centres BGR {} ; rows 312..416 all 114", if bars_reversed { 1 } else { 0 }, seen.join(" "));
+        println!(
+            "EVIDENCE v4l2m2m: pool buffer {j} (from source {}): bar centres BGR {} ; rows 312..416 all 114",
+            if bars_reversed { 1 } else { 0 },
+            seen.join(" ")
+        );
     }
     println!("EVIDENCE v4l2m2m: {} RGB24 640x480 -> BGR24 416x312 in a 416x416 letterbox, 3 frames, dma-bufs from /dev/dma_heap/system imported on both queues", m2m.display());
 
@@ -1263,7 +1455,10 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     let nv12 = FrameLayout::nv12(640, 480, 16);
     let nsrc = vec![vec![alloc.allocate(nv12.bytes_needed()).unwrap()]];
     let mut m = V4l2M2mScaler::open(&m2m).unwrap();
-    let e = format!("{:#}", m.bind_pools(&nsrc, &nv12, &mut dst, &dst_layout, Letterbox::new(Placement::TopLeft, 114)).unwrap_err());
+    let e = format!(
+        "{:#}",
+        m.bind_pools(&nsrc, &nv12, &mut dst, &dst_layout, Letterbox::new(Placement::TopLeft, 114)).unwrap_err()
+    );
     assert!(e.contains("cannot convert capture's NV12 into the model's BGR24") && e.contains("RGB24"), "{e}");
     println!("EVIDENCE v4l2m2m refuses NV12: {e}");
     drop(m);
@@ -1273,8 +1468,17 @@ fn v4l2m2m_scaler_letterboxes_rgb24_into_bgr_on_vim2m() {
     // Refused at start-up, naming the fix.
     let rgb_layout = FrameLayout::packed24(Fourcc::RGB24, 416, 416, 1248);
     let mut m = V4l2M2mScaler::open(&m2m).unwrap();
-    let e = format!("{:#}", m.bind_pools(&src, &src_layout, &mut dst, &rgb_layout, Letterbox::new(Placement::Center, 114)).unwrap_err());
-    assert!(e.contains("cannot centre the picture") && e.contains("COMPOSE") && e.contains("--letterbox top-left") && e.contains("--scaler cpu"), "{e}");
+    let e = format!(
+        "{:#}",
+        m.bind_pools(&src, &src_layout, &mut dst, &rgb_layout, Letterbox::new(Placement::Center, 114)).unwrap_err()
+    );
+    assert!(
+        e.contains("cannot centre the picture")
+            && e.contains("COMPOSE")
+            && e.contains("--letterbox top-left")
+            && e.contains("--scaler cpu"),
+        "{e}"
+    );
     assert!(!e.contains('\n'), "one line: {e}");
     println!("EVIDENCE v4l2m2m refuses a centred letterbox on vim2m: {e}");
     drop(m);
@@ -1301,7 +1505,10 @@ fn pipeline_vivid_rgb24_through_vim2m() {
     let d = dir.path();
     let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
     let scaler = format!("v4l2m2m:{}", m2m.display());
-    args.extend(["--format", "RGB24", "--size", "640x480", "--fps", "10", "--frames", "40", "--scaler", &scaler, "--no-print"].map(String::from));
+    args.extend(
+        ["--format", "RGB24", "--size", "640x480", "--fps", "10", "--frames", "40", "--scaler", &scaler, "--no-print"]
+            .map(String::from),
+    );
     let mut bg = Background::start(&args);
     bg.wait_for("streaming from", Duration::from_secs(120));
     let sock = d.join("detections.sock");
@@ -1313,13 +1520,20 @@ fn pipeline_vivid_rgb24_through_vim2m() {
     assert!(watch.status.success(), "watch: {watch:?}");
     assert_eq!(code, 0, "zcpipe run exit code; stderr:\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let frames: Vec<Value> = String::from_utf8_lossy(&watch.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let frames: Vec<Value> =
+        String::from_utf8_lossy(&watch.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(frames.len(), 10, "the watch client got 10 frames");
     for f in &frames {
         assert_eq!((u(&f["width"]), u(&f["height"])), (640, 480), "{f}");
     }
-    let bind = lines.iter().find(|l| l.contains("v4l2m2m:") && l.contains("imports")).unwrap_or_else(|| panic!("no v4l2m2m bind line:\n{stderr}"));
-    assert!(bind.contains("imports 4 capture buffers (4 dma-bufs)") && bind.contains("imports 3 pool buffers"), "{bind}");
+    let bind = lines
+        .iter()
+        .find(|l| l.contains("v4l2m2m:") && l.contains("imports"))
+        .unwrap_or_else(|| panic!("no v4l2m2m bind line:\n{stderr}"));
+    assert!(
+        bind.contains("imports 4 capture buffers (4 dma-bufs)") && bind.contains("imports 3 pool buffers"),
+        "{bind}"
+    );
     assert!(bind.contains("BGR24 416x312 bytesperline 1248"), "{bind}");
     let s = summary(d);
     let st = &s["stages"];
@@ -1329,7 +1543,11 @@ fn pipeline_vivid_rgb24_through_vim2m() {
     assert_eq!(u(&st["capture"]["frames_out"]), 40);
     for (up, down) in [("capture", "scale"), ("scale", "infer"), ("infer", "publish")] {
         let k = &st[up]["output_ring"];
-        assert_eq!(u(&k["produced"]), u(&k["consumed"]) + u(&k["dropped"]) + u(&k["rejected"]) + u(&k["in_flight"]), "{up}: {k}");
+        assert_eq!(
+            u(&k["produced"]),
+            u(&k["consumed"]) + u(&k["dropped"]) + u(&k["rejected"]) + u(&k["in_flight"]),
+            "{up}: {k}"
+        );
         assert_eq!(u(&st[down]["frames_in"]), u(&k["consumed"]), "{down} took what {up}'s ring says it consumed");
     }
     let x = &st["capture"]["extra"];
@@ -1400,14 +1618,24 @@ fn read_ppm(path: &Path) -> (usize, usize, Vec<u8>) {
 
 /// vivid's 75% bars in RGB, as high (true) or low per channel: white, yellow, cyan, green,
 /// magenta, red, blue, black.
-const BARS_RGB: [[bool; 3]; 8] = [[true; 3], [true, true, false], [false, true, true], [false, true, false], [true, false, true], [true, false, false], [false, false, true], [false; 3]];
+const BARS_RGB: [[bool; 3]; 8] = [
+    [true; 3],
+    [true, true, false],
+    [false, true, true],
+    [false, true, false],
+    [true, false, true],
+    [true, false, false],
+    [false, false, true],
+    [false; 3],
+];
 
 /// Checks a writeback picture against its sidecar and what the test expects: the picture
 /// at `want_pic` (x, y, w, h) on the mode, black outside it, vivid's bars inside it (lower
 /// half, below the box), and the box's outline pure green along its edges at `want_box`.
 /// Returns one line of evidence.
 fn check_writeback(dir: &Path, want_way: &str, want_pic: [u64; 4], want_box: [f32; 4]) -> String {
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("wb-000.json")).expect("wb-000.json written")).unwrap();
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("wb-000.json")).expect("wb-000.json written")).unwrap();
     let (w, h, px) = read_ppm(&dir.join("wb-000.ppm"));
     assert_eq!(meta["way"], want_way, "{meta}");
     let pic = &meta["picture"];
@@ -1450,7 +1678,10 @@ fn check_writeback(dir: &Path, want_way: &str, want_pic: [u64; 4], want_box: [f3
     let b = &meta["boxes"][0];
     let sidecar: Vec<f64> = (0..4).map(|i| b[i].as_f64().unwrap()).collect();
     assert_eq!(sidecar, want_box.map(|v| v as f64), "{meta}");
-    format!("{want_way}: {w}x{h} written back, picture {want_pic:?}, bars {}, box {want_box:?} green on all 4 edges", got.join(" "))
+    format!(
+        "{want_way}: {w}x{h} written back, picture {want_pic:?}, bars {}, box {want_box:?} green on all 4 edges",
+        got.join(" ")
+    )
 }
 
 /// vivid -> `zcpipe run` (capture `format`, no display, boxes replayed from a file) and
@@ -1463,13 +1694,45 @@ fn display_beside_a_run(test: &str, format: &str, extra: &[&str]) -> (Vec<String
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut args = with_replay(run_args(d, &format!("v4l2:{}", sp.display())), &display_replay(d));
-    args.extend(["--format", format, "--size", "640x480", "--fps", "30", "--frames", "240", "--buffers", "6", "--scaler", "cpu", "--no-print"].map(String::from));
+    args.extend(
+        [
+            "--format",
+            format,
+            "--size",
+            "640x480",
+            "--fps",
+            "30",
+            "--frames",
+            "240",
+            "--buffers",
+            "6",
+            "--scaler",
+            "cpu",
+            "--no-print",
+        ]
+        .map(String::from),
+    );
     let mut run = Background::start(&args);
     run.wait_for("streaming from", Duration::from_secs(120));
-    let mut dargs: Vec<String> = ["stage", "display", "--display", &card.display().to_string(), "--run-dir", &d.join("run").display().to_string(), "--detections", &d.join("detections.sock").display().to_string(), "--display-writeback", &d.join("wb").display().to_string(), "--display-writeback-frames", "2", "--stats-interval", "0"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut dargs: Vec<String> = [
+        "stage",
+        "display",
+        "--display",
+        &card.display().to_string(),
+        "--run-dir",
+        &d.join("run").display().to_string(),
+        "--detections",
+        &d.join("detections.sock").display().to_string(),
+        "--display-writeback",
+        &d.join("wb").display().to_string(),
+        "--display-writeback-frames",
+        "2",
+        "--stats-interval",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     dargs.extend(extra.iter().map(|s| s.to_string()));
     // The kernel's atomic checks say why they refuse a state (drm.debug 0x10: DRM_UT_ATOMIC, plus KMS 0x04).
     let _ = std::fs::write("/sys/module/drm/parameters/debug", "0x14");
@@ -1481,12 +1744,24 @@ fn display_beside_a_run(test: &str, format: &str, extra: &[&str]) -> (Vec<String
     let dstderr = dlines.join("\n");
     let _ = std::fs::write("/sys/module/drm/parameters/debug", "0");
     if dstderr.contains("not shown") || dstderr.contains("refused") {
-        let k = Command::new("dmesg").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+        let k =
+            Command::new("dmesg").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
         // What the kernel said around the first lines that name the writeback connector.
         let lines: Vec<&str> = k.lines().collect();
-        let hits: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| l.contains("Writeback-1] state") && l.contains("to [CRTC")).map(|(i, _)| i).take(2).collect();
+        let hits: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.contains("Writeback-1] state") && l.contains("to [CRTC"))
+            .map(|(i, _)| i)
+            .take(2)
+            .collect();
         for i in hits {
-            println!("dmesg (drm) lines {}..{}:\n{}", i.saturating_sub(10), i + 50, lines[i.saturating_sub(10)..(i + 50).min(lines.len())].join("\n"));
+            println!(
+                "dmesg (drm) lines {}..{}:\n{}",
+                i.saturating_sub(10),
+                i + 50,
+                lines[i.saturating_sub(10)..(i + 50).min(lines.len())].join("\n")
+            );
         }
     }
     assert_eq!(dcode, 0, "{test}: display exit code; stderr:\n{dstderr}");
@@ -1496,8 +1771,17 @@ fn display_beside_a_run(test: &str, format: &str, extra: &[&str]) -> (Vec<String
     let x = &s["stages"]["capture"]["extra"];
     assert_eq!(u(&x["buffers_still_out"]), 0, "{x}");
     let pool = &s["stages"]["capture"]["pool"];
-    assert!(u(&pool["taps_joined"]) >= 1 && u(&pool["tap_frames"]) > 0, "the display's tap joined the capture pool: {pool}");
-    println!("EVIDENCE {test} capture pool: {} tap frames, {} tap drops, {} taps joined; capture buffers still out {}", u(&pool["tap_frames"]), u(&pool["tap_dropped"]), u(&pool["taps_joined"]), u(&x["buffers_still_out"]));
+    assert!(
+        u(&pool["taps_joined"]) >= 1 && u(&pool["tap_frames"]) > 0,
+        "the display's tap joined the capture pool: {pool}"
+    );
+    println!(
+        "EVIDENCE {test} capture pool: {} tap frames, {} tap drops, {} taps joined; capture buffers still out {}",
+        u(&pool["tap_frames"]),
+        u(&pool["tap_dropped"]),
+        u(&pool["taps_joined"]),
+        u(&x["buffers_still_out"])
+    );
     (dlines, dir)
 }
 
@@ -1505,7 +1789,8 @@ fn display_beside_a_run(test: &str, format: &str, extra: &[&str]) -> (Vec<String
 /// (`... after N frames shown (I buffers imported, C composed, S skipped, W writebacks)`).
 fn display_end(lines: &[String]) -> (u64, u64, u64, u64) {
     let l = lines.iter().find(|l| l.contains("frames shown (")).unwrap_or_else(|| panic!("no end line: {lines:#?}"));
-    let nums: Vec<u64> = l.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+    let nums: Vec<u64> =
+        l.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
     let k = nums.len();
     println!("EVIDENCE display end: {l}");
     (nums[k - 5], nums[k - 4], nums[k - 3], nums[k - 1])
@@ -1518,7 +1803,10 @@ fn display_scans_xr24_out_zero_copy_on_vkms_with_boxes() {
     let all = lines.join("\n");
     let found = lines.iter().find(|l| l.contains("Virtual-1")).unwrap_or_else(|| panic!("{all}"));
     println!("EVIDENCE display: {found}");
-    assert!(found.contains("vkms") && found.contains("overlay plane") && found.contains("writeback connector"), "{found}");
+    assert!(
+        found.contains("vkms") && found.contains("overlay plane") && found.contains("writeback connector"),
+        "{found}"
+    );
     let way = lines.iter().find(|l| l.contains("zero-copy scanout")).unwrap_or_else(|| panic!("not zero-copy: {all}"));
     println!("EVIDENCE display: {way}");
     assert!(way.contains("XR24 640x480") && way.contains("640x480+192+144 on 1024x768"), "{way}");
@@ -1529,7 +1817,8 @@ fn display_scans_xr24_out_zero_copy_on_vkms_with_boxes() {
     assert_eq!(writebacks, 2);
     assert!(all.contains("frames held went back"), "{all}");
     // vkms does not scale: the 640x480 frame at its own size, centred on 1024x768.
-    let box_on_screen = [192.0 + DISPLAY_BOX[0], 144.0 + DISPLAY_BOX[1], 192.0 + DISPLAY_BOX[2], 144.0 + DISPLAY_BOX[3]];
+    let box_on_screen =
+        [192.0 + DISPLAY_BOX[0], 144.0 + DISPLAY_BOX[1], 192.0 + DISPLAY_BOX[2], 144.0 + DISPLAY_BOX[3]];
     let ev = check_writeback(&dir.path().join("wb"), "zero-copy", [192, 144, 640, 480], box_on_screen);
     println!("EVIDENCE display writeback {ev}");
 }
@@ -1560,7 +1849,24 @@ fn run_with_display(format: &str, frames: u32, extra: &[&str]) -> (Value, String
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut args = run_args(d, &format!("v4l2:{}", sp.display()));
-    args.extend(["--format", format, "--size", "640x480", "--fps", "30", "--frames", &frames.to_string(), "--scaler", "cpu", "--no-print", "--display", &card.display().to_string()].map(String::from));
+    args.extend(
+        [
+            "--format",
+            format,
+            "--size",
+            "640x480",
+            "--fps",
+            "30",
+            "--frames",
+            &frames.to_string(),
+            "--scaler",
+            "cpu",
+            "--no-print",
+            "--display",
+            &card.display().to_string(),
+        ]
+        .map(String::from),
+    );
     args.extend(extra.iter().map(|s| s.to_string()));
     let bg = Background::start(&args);
     let (code, lines) = bg.finish(false, Duration::from_secs(240));
@@ -1587,9 +1893,15 @@ fn run_with_a_display_is_a_fifth_process_and_buffers_come_home() {
     assert_eq!(u(&cap["buffers"]), 6, "the capture pool got the display's 2 buffers on top of 4: {cap}");
     assert_eq!(u(&cap["buffers_still_out"]), 0, "{cap}");
     assert_eq!(u(&s["stages"]["capture"]["frames_out"]), 150);
-    let line = stderr.lines().find(|l| l.contains("display: /dev/dri") && l.contains("shown")).unwrap_or_else(|| panic!("no display line in the summary: {stderr}"));
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("display: /dev/dri") && l.contains("shown"))
+        .unwrap_or_else(|| panic!("no display line in the summary: {stderr}"));
     println!("EVIDENCE run --display summary:{line}");
-    println!("EVIDENCE run --display: fps shown {}, fps captured {}, skipped {}, imports {}", x["fps_shown"], x["fps_captured"], x["counters"]["skipped"], x["counters"]["imports"]);
+    println!(
+        "EVIDENCE run --display: fps shown {}, fps captured {}, skipped {}, imports {}",
+        x["fps_shown"], x["fps_captured"], x["counters"]["skipped"], x["counters"]["imports"]
+    );
 }
 
 #[test]
@@ -1603,7 +1915,11 @@ fn run_with_a_display_in_copy_mode_composes_a_copy_of_each_frame() {
     let c = &x["counters"];
     assert_eq!(u(&c["imports"]), 0, "nothing imported in copy mode: {x}");
     assert!(u(&c["shown"]) >= 20 && u(&c["composed"]) >= u(&c["shown"]), "{x}");
-    assert_eq!(u(&c["composed_bytes"]), u(&c["composed"]) * 1024 * 768 * 4, "each composition writes a whole 1024x768 XRGB8888 dumb buffer: {x}");
+    assert_eq!(
+        u(&c["composed_bytes"]),
+        u(&c["composed"]) * 1024 * 768 * 4,
+        "each composition writes a whole 1024x768 XRGB8888 dumb buffer: {x}"
+    );
     let ci = &disp["copy_in"];
     let frame = 640 * 480 * 4;
     assert!(u(&ci["frames"]) >= u(&c["received"]) && u(&ci["frames"]) > 0, "{disp}");
@@ -1623,5 +1939,12 @@ fn run_with_a_display_on_legacy_modesetting_flips_composed_frames() {
     // Every frame shown is a PAGE_FLIP whose event came back.
     assert!(u(&c["shown"]) >= 20 && u(&c["composed"]) >= u(&c["shown"]) && u(&c["imports"]) == 0, "{x}");
     assert_eq!(u(&c["errors"]), 0, "{x}");
-    println!("EVIDENCE run --display --display-legacy: {}; {} shown at {:.1} fps, {} composed, {} errors", x["way"], u(&c["shown"]), x["fps_shown"].as_f64().unwrap_or(0.0), u(&c["composed"]), u(&c["errors"]));
+    println!(
+        "EVIDENCE run --display --display-legacy: {}; {} shown at {:.1} fps, {} composed, {} errors",
+        x["way"],
+        u(&c["shown"]),
+        x["fps_shown"].as_f64().unwrap_or(0.0),
+        u(&c["composed"]),
+        u(&c["errors"])
+    );
 }

@@ -19,6 +19,11 @@ use zcpipe_core::frame::Stage;
 use zcpipe_core::metrics::StageReport;
 use zcpipe_core::stage::EXIT_PEER_GONE;
 
+use zcpipe_capture::report::ReconnectFacts;
+use zcpipe_display::report::DisplayFacts;
+use zcpipe_publish::report::PublishFacts;
+use zcpipe_scale::report::ScaleFacts;
+
 /// The fd number children find their report pipe at.
 const REPORT_FD: i32 = 3;
 
@@ -184,10 +189,9 @@ impl Carried {
     pub fn absorb(&mut self, latest: &BTreeMap<String, StageReport>, r: &StageReport) {
         let Some(prev) = latest.get(&r.stage).filter(|p| p.pid != r.pid) else { return };
         *self.frames.entry(r.stage.clone()).or_default() += prev.frames_out;
-        if let Some(cams) = prev.extra.get("cameras").and_then(|c| c.as_object()).filter(|_| r.stage == "publish") {
-            for (name, c) in cams {
-                *self.published.entry(name.clone()).or_default() +=
-                    c.get("frames").and_then(|v| v.as_u64()).unwrap_or(0);
+        if r.stage == "publish" {
+            for (name, c) in prev.extra.view::<PublishFacts>().cameras.unwrap_or_default() {
+                *self.published.entry(name).or_default() += c.frames;
             }
         }
     }
@@ -208,9 +212,8 @@ impl Carried {
 /// were dropped after the scale stage.
 fn camera_dropped(latest: &BTreeMap<String, StageReport>, n: &str) -> u64 {
     let ring = latest.get(&camera_stage(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
-    let scale = latest.get("scale").and_then(|r| r.extra.get("cameras")).and_then(|c| c.get(n));
-    let num = |k: &str| scale.and_then(|c| c.get(k)).and_then(|v| v.as_u64()).unwrap_or(0);
-    ring + num("skipped_for_newer") + num("dropped_downstream")
+    let scale = latest.get("scale").and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
+    ring + scale.skipped_for_newer + scale.dropped_downstream
 }
 
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
@@ -221,27 +224,22 @@ pub fn camera_summaries(
     restarts: &BTreeMap<String, u32>,
     carried: &Carried,
 ) -> BTreeMap<String, CameraSummary> {
-    let publish_cams = latest.get("publish").and_then(|r| r.extra.get("cameras"));
+    let publish_cams = latest.get("publish").and_then(|r| r.extra.view::<PublishFacts>().cameras).unwrap_or_default();
     names
         .iter()
         .map(|n| {
             let stage = camera_stage(n);
             let cap = latest.get(&stage);
-            let pc = publish_cams.and_then(|c| c.get(n));
-            let num =
-                |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
-            let span: Option<zcpipe_core::metrics::FrameSpan> =
-                pc.and_then(|c| c.get("out_span")).and_then(|s| serde_json::from_value(s.clone()).ok());
-            let total = pc.and_then(|c| c.get("latency")).and_then(|l| l.get("total"));
-            let lat = |k: &str| total.and_then(|t| t.get(k)).and_then(|x| x.as_f64());
+            let pc = publish_cams.get(n);
+            let total = pc.and_then(|c| c.latency.get("total"));
             let summary = CameraSummary {
                 captured: carried.frames(&stage) + cap.map(|r| r.frames_out).unwrap_or(0),
                 dropped: camera_dropped(latest, n),
-                published: carried.published(n) + num(pc, "frames"),
+                published: carried.published(n) + pc.map_or(0, |c| c.frames),
                 fps_captured: cap.and_then(fps),
-                fps_published: span.and_then(|s| s.fps()),
-                latency_p50_us: lat("p50_us"),
-                latency_p99_us: lat("p99_us"),
+                fps_published: pc.and_then(|c| c.out_span.fps()),
+                latency_p50_us: total.map(|t| t.p50_us),
+                latency_p99_us: total.map(|t| t.p99_us),
                 restarts: restarts.get(&stage).copied().unwrap_or(0),
             };
             (n.clone(), summary)
@@ -868,73 +866,12 @@ pub fn summary_text(s: &RunSummary) -> String {
     if let (Some(c), Some(p)) = (get("capture"), get("publish")) {
         let _ = writeln!(o, "  fps: captured {}, published {} (first to last frame)", rate(fps(c)), rate(fps(p)));
     }
-    if let Some(d) = get("display").and_then(|r| r.extra.get("display")) {
-        let n = |k: &str| d["counters"][k].as_u64().unwrap_or(0);
-        let f = |k: &str| rate(d[k].as_f64());
-        let _ = writeln!(
-            o,
-            "  display: {} {}: {}; shown {} frames at {} fps (captured at {} fps), skipped {}, {} buffers imported",
-            d["card"].as_str().unwrap_or("?"),
-            d["mode"].as_str().unwrap_or("?"),
-            d["way"].as_str().unwrap_or("?"),
-            n("shown"),
-            f("fps_shown"),
-            f("fps_captured"),
-            n("skipped"),
-            n("imports")
-        );
+    if let Some(line) = get("display").and_then(|r| r.extra.view::<DisplayFacts>().summary_line()) {
+        let _ = writeln!(o, "{line}");
     }
-    if let Some(sv) = get("publish").and_then(|p| p.extra.get("server")) {
-        let n = |k: &str| sv.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "  clients: {} accepted, {} lines sent, {} skipped (a client's socket buffer was full), {} disconnected (took nothing for 5 s)",
-            n("accepted"),
-            n("sent"),
-            n("skipped"),
-            n("disconnected_slow")
-        );
-    }
-    if let Some(h) = get("publish").and_then(|p| p.extra.get("http")) {
-        let n = |k: &str| h.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-        let jpegs: u64 = h
-            .get("jpegs")
-            .and_then(|j| j.as_object())
-            .map(|j| j.values().filter_map(|v| v.as_u64()).sum())
-            .unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "  web view: {}: {} requests, {jpegs} pictures encoded, {} detection lines dropped for slow event clients",
-            h.get("url").and_then(|v| v.as_str()).unwrap_or("?"),
-            n("requests"),
-            n("sse_dropped")
-        );
-    }
-    if let Some(t) = get("publish").and_then(|p| p.extra.get("tracking")) {
-        let n = |k: &str| t["events"][k].as_u64().unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "  tracking: {}: {} tracks confirmed, {} ended; zones: {} entries, {} exits; {} stationary",
-            t["tracker"].as_str().unwrap_or("?"),
-            n("new"),
-            n("end"),
-            n("entered_zone"),
-            n("left_zone"),
-            n("stationary")
-        );
-    }
-    if let Some(m) = get("publish").and_then(|p| p.extra.get("mqtt")) {
-        let n = |k: &str| m[k].as_u64().unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "  mqtt: {}: {} messages sent, {} dropped (queue full while the broker was slow or away), {} left queued, {} reconnects; {} when the stream ended",
-            m["broker"].as_str().unwrap_or("?"),
-            n("sent"),
-            n("dropped"),
-            n("queued"),
-            n("reconnects"),
-            if m["connected"].as_bool().unwrap_or(false) { "connected" } else { "not connected" }
-        );
+    // Each part of the publish stage (its clients, each output) writes its own line.
+    for line in get("publish").map(|p| p.extra.view::<PublishFacts>().summary_lines()).unwrap_or_default() {
+        let _ = writeln!(o, "{line}");
     }
     for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
         // Several cameras: their capture stages' copies together.
@@ -968,16 +905,9 @@ pub fn summary_text(s: &RunSummary) -> String {
     }
     // Network cameras that dropped and came back (the capture stage kept running).
     for (stage, r) in s.stages.iter().filter(|(k, _)| is_capture(k)) {
-        let n = |k: &str| r.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
-        if n("reconnects") > 0.0 {
-            let who = stage_camera(stage).map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
-            let _ = writeln!(
-                o,
-                "  reconnects: {who} {} time(s), {:.1} s without frames, ~{} frames lost",
-                n("reconnects"),
-                n("gap_s"),
-                n("frames_lost")
-            );
+        let who = stage_camera(stage).map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
+        if let Some(line) = r.extra.view::<ReconnectFacts>().summary_line(&who) {
+            let _ = writeln!(o, "{line}");
         }
     }
     if !s.restarts.is_empty() {

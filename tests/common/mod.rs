@@ -65,7 +65,8 @@ pub fn stage_pid(dir: &Path, stage: &str) -> Option<i32> {
         let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         let is_stage = args.windows(2).any(|w| w[0] == "stage" && w[1] == stage);
-        let zombie = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+        let zombie = std::fs::read_to_string(e.path().join("stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
         (is_stage && !zombie && args.iter().any(|a| a.contains(&needle))).then_some(pid)
     })
 }

@@ -21,6 +21,7 @@ pub mod image;
 pub mod mjpeg;
 pub mod mpp;
 pub mod network;
+pub mod report;
 pub mod spec;
 pub mod stage;
 pub mod testsrc;

@@ -554,7 +554,9 @@ impl FrameSource for NetworkSource {
     fn facts(&self) -> Extras {
         let s = self.stats;
         let (sw, sh) = self.stream.unwrap_or((0, 0));
-        vec![
+        let gaps =
+            crate::report::ReconnectFacts { reconnects: s.reconnects, frames_lost: s.frames_lost, gap_s: s.gap_s };
+        let mut f = vec![
             ("url", self.shown.clone().into()),
             ("live", true.into()),
             (
@@ -567,13 +569,12 @@ impl FrameSource for NetworkSource {
             ("pool_width", self.pool.0.into()),
             ("pool_height", self.pool.1.into()),
             ("nominal_fps", self.fps.into()),
-            ("reconnects", s.reconnects.into()),
             ("stream_drops", s.drops.into()),
             ("failed_attempts", s.failed_attempts.into()),
-            ("frames_lost", s.frames_lost.into()),
-            ("gap_s", ((s.gap_s * 1000.0).round() / 1000.0).into()),
             ("size_changes", s.size_changes.into()),
-        ]
+        ];
+        f.extend(gaps.pairs());
+        f
     }
 }
 

@@ -19,7 +19,7 @@ use zcpipe_core::config::Choice;
 use zcpipe_core::dmabuf::{Allocator, HeapChoice};
 use zcpipe_core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, RestartMark, Stage};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener};
-use zcpipe_core::metrics::{open_fd_count, FrameSpan};
+use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan};
 use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer};
 use zcpipe_core::ring::RingPolicy;
 use zcpipe_core::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
@@ -139,7 +139,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let mut due = start;
     let mut seq = 0u64;
     let mut span = FrameSpan::default();
-    let report = |prod: &PoolProducer, seq: u64, span: FrameSpan, final_report: bool, extra: Extras| {
+    let report = |prod: &PoolProducer, seq: u64, span: FrameSpan, final_report: bool, extra: Facts| {
         ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (seq, seq), span))
     };
     let ended = {
@@ -149,7 +149,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             |(prod, seq, span, down, source)| {
                 let mut extra = down.facts();
                 extra.extend(source.facts());
-                report(prod, **seq, **span, false, extra)
+                report(prod, **seq, **span, false, extra.into())
             },
             |(prod, seq, span, down, source)| {
                 if cfg.frames.is_some_and(|n| **seq >= n) {
@@ -355,7 +355,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         ]
     };
     let mut span = FrameSpan::default();
-    let report = |prod: &PoolProducer, cam: &V4l2Capture, span: FrameSpan, final_report: bool, mut extra: Extras| {
+    let report = |prod: &PoolProducer, cam: &V4l2Capture, span: FrameSpan, final_report: bool, mut extra: Facts| {
         let s = cam.stats();
         extra.extend(facts(cam));
         ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (s.dequeued, s.published), span))
@@ -366,7 +366,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         let mut state = (&mut prod, &mut cam, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(prod, cam, span, down)| report(prod, cam, **span, false, down.facts()),
+            |(prod, cam, span, down)| report(prod, cam, **span, false, down.facts().into()),
             |(prod, cam, span, down)| {
                 if cfg.frames.is_some_and(|n| cam.stats().published >= n) {
                     return Ok(Turn::End("frame limit"));
@@ -486,7 +486,7 @@ fn run_mpp(
     let period = Duration::from_secs_f64(1.0 / fps);
     let mut due = start;
     let mut span = FrameSpan::default();
-    let report = |prod: &PoolProducer, cap: &MppCapture, span: FrameSpan, final_report: bool, mut extra: Extras| {
+    let report = |prod: &PoolProducer, cap: &MppCapture, span: FrameSpan, final_report: bool, mut extra: Facts| {
         let n = cap.stats().pictures;
         extra.extend(cap.facts());
         ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (n, n), span))
@@ -495,7 +495,7 @@ fn run_mpp(
         let mut state = (&mut prod, &mut cap, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(prod, cap, span, down)| report(prod, cap, **span, false, down.facts()),
+            |(prod, cap, span, down)| report(prod, cap, **span, false, down.facts().into()),
             |(prod, cap, span, down)| {
                 if cfg.frames.is_some_and(|n| cap.stats().pictures >= n) {
                     return Ok(Turn::End("frame limit"));

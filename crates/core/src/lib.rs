@@ -13,6 +13,7 @@ pub mod dmabuf;
 pub mod draw;
 pub mod fdpass;
 pub mod frame;
+pub mod hooks;
 pub mod link;
 pub mod metrics;
 pub mod pool;

@@ -113,6 +113,9 @@ pub enum ControlMsg {
         /// How it will wait.
         wait: WaitMode,
     },
+    /// A tap -> the producer it taps, first message: a secondary consumer's hello
+    /// ([`TapHello`]).
+    TapHello(TapHello),
     /// Upstream -> downstream: the hop, with fds.
     Offer(Offer),
     /// Upstream -> downstream: cannot serve this consumer; the reason names both sides.
@@ -122,7 +125,54 @@ pub enum ControlMsg {
     },
 }
 
+/// A tap's hello: a secondary consumer of a pool (the web view, a display) that gets every
+/// frame the pool's own consumer gets, on its own drop-oldest ring, without holding that
+/// consumer back ([`crate::pool::PoolProducer::add_tap`]). It accepts any fourcc and waits
+/// on its eventfd.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapHello {
+    /// The tap's name (`view`, `display`), for logs.
+    pub name: String,
+    /// Frames it holds at once (a display keeps the frame on screen until the next page flip
+    /// completes, so it holds 2); 0 reads as 1, and a producer caps it at
+    /// [`crate::pool::TAP_MAX_HELD`].
+    pub hold: usize,
+}
+
+impl TapHello {
+    /// Frames the tap may hold at once: its `hold`, at least 1.
+    pub fn hold(&self) -> usize {
+        self.hold.max(1)
+    }
+}
+
+/// Who says hello on a stage's listening socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer<'a> {
+    /// The hop's own consumer, a stage (its name, as its hello says).
+    Stage(&'a str),
+    /// A tap.
+    Tap(&'a TapHello),
+}
+
 impl ControlMsg {
+    /// Who sent this hello: a stage or a tap; `None` if it is no hello.
+    pub fn peer(&self) -> Option<Peer<'_>> {
+        match self {
+            ControlMsg::Hello { stage, .. } => Some(Peer::Stage(stage)),
+            ControlMsg::TapHello(t) => Some(Peer::Tap(t)),
+            _ => None,
+        }
+    }
+
+    /// The tap's hello, if this is one.
+    pub fn tap(&self) -> Option<&TapHello> {
+        match self {
+            ControlMsg::TapHello(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The message as sent on a control socket: compact JSON (serde_json), one datagram.
     ///
     /// Errors only if serde_json fails to serialise it (it holds no map, so it does not).
@@ -131,7 +181,7 @@ impl ControlMsg {
     }
 
     /// Reads one datagram a peer sent (`bytes`, as received, untrusted) as a message: JSON
-    /// with a `"type"` of `hello`, `offer` or `refuse` ([`ControlMsg`]). Fields it does not
+    /// with a `"type"` of `hello`, `tap_hello`, `offer` or `refuse` ([`ControlMsg`]). Fields it does not
     /// know are ignored. Errors (serde_json's, naming line and column) on anything else: not
     /// JSON, an unknown type, a missing field or a value out of its type's range. What the
     /// message asks for is checked where it is used ([`Offer::check`], [`WantedInput::layout`]).
@@ -395,7 +445,7 @@ pub fn accept_hello(
         // A peer that connects and says nothing must not stall the set-up for ever.
         conn.set_recv_timeout(Some(HELLO_TIMEOUT))?;
         match conn.recv() {
-            Ok((msg, _)) if tap_name(&msg).is_some() => {
+            Ok((msg, _)) if msg.tap().is_some() => {
                 // A secondary consumer (a tap) is served only once the stage's own consumer is.
                 let _ = conn
                     .send(&ControlMsg::Refuse { error: format!("still waiting for the {who} stage; try again") }, &[]);
@@ -419,48 +469,14 @@ pub fn accept_hello(
     }
 }
 
-/// The stage-name prefix of a tap's hello: a secondary consumer of a pool (the web view,
-/// a display) that gets every frame the pool's own consumer gets, on its own drop-oldest
-/// ring, without holding that consumer back ([`crate::pool::PoolProducer::add_tap`]).
-pub const TAP_PREFIX: &str = "tap:";
-
-/// The hello of a tap named `name` (`view`, `display`): it accepts any fourcc and waits on
-/// its eventfd.
+/// The hello of a tap named `name` (`view`, `display`) that holds one frame at a time.
 pub fn tap_hello(name: &str) -> ControlMsg {
-    ControlMsg::Hello { stage: format!("{TAP_PREFIX}{name}"), accept: vec![], want: None, wait: WaitMode::Eventfd }
+    tap_hello_holding(name, 1)
 }
 
-/// The hello of a tap named `name` that holds up to `hold` frames at once (a display
-/// keeps the frame on screen until the next page flip completes, so it holds 2): its
-/// stage name is `tap:NAME/hold=N`. A producer caps `hold` at
-/// [`crate::pool::TAP_MAX_HELD`]; one from before this suffix reads the whole as the
-/// name and gives it one.
+/// The hello of a tap named `name` that holds up to `hold` frames at once ([`TapHello`]).
 pub fn tap_hello_holding(name: &str, hold: usize) -> ControlMsg {
-    ControlMsg::Hello {
-        stage: format!("{TAP_PREFIX}{name}{TAP_HOLD}{hold}"),
-        accept: vec![],
-        want: None,
-        wait: WaitMode::Eventfd,
-    }
-}
-
-/// The suffix of a tap's hello that says how many frames it may hold ([`tap_hello_holding`]).
-const TAP_HOLD: &str = "/hold=";
-
-/// The tap's name if `msg` is a tap's hello ([`tap_hello`], [`tap_hello_holding`]).
-pub fn tap_name(msg: &ControlMsg) -> Option<&str> {
-    tap_request(msg).map(|(name, _)| name)
-}
-
-/// The tap's name and the frames it asks to hold at once (1 unless its hello says more:
-/// [`tap_hello_holding`]; a number that does not parse, or 0, is 1) if `msg` is a tap's hello.
-pub fn tap_request(msg: &ControlMsg) -> Option<(&str, usize)> {
-    let ControlMsg::Hello { stage, .. } = msg else { return None };
-    let tap = stage.strip_prefix(TAP_PREFIX)?;
-    Some(match tap.split_once(TAP_HOLD) {
-        Some((name, n)) => (name, n.parse::<usize>().ok().filter(|n| *n >= 1).unwrap_or(1)),
-        None => (tap, 1),
-    })
+    ControlMsg::TapHello(TapHello { name: name.to_string(), hold })
 }
 
 /// How long a connection may take to say hello before it is dropped, at set-up
@@ -562,7 +578,7 @@ impl Listener {
                 continue;
             }
             match c.recv() {
-                Ok((msg @ ControlMsg::Hello { .. }, _)) => match serving(&msg) {
+                Ok((msg @ (ControlMsg::Hello { .. } | ControlMsg::TapHello(_)), _)) => match serving(&msg) {
                     Some(pid) => {
                         let why = format!("this hop already serves pid {pid}");
                         let _ = c.send(&ControlMsg::Refuse { error: why.clone() }, &[]);
@@ -643,6 +659,7 @@ impl Listener {
 pub(crate) fn kind(m: &ControlMsg) -> &'static str {
     match m {
         ControlMsg::Hello { .. } => "a hello",
+        ControlMsg::TapHello(_) => "a tap's hello",
         ControlMsg::Offer(_) => "an offer",
         ControlMsg::Refuse { .. } => "a refusal",
     }

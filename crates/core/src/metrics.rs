@@ -122,8 +122,9 @@ pub struct StageReport {
     /// Latency summaries (publish only: it sees every stage's stamps).
     pub latency: BTreeMap<String, LatencySummary>,
     /// Stage-specific facts (`end_reason`, `open_fds_setup`, `open_fds_exit`,
-    /// `buffers_returned_at_end`, a camera's `driver_drops`, ...).
-    pub extra: BTreeMap<String, serde_json::Value>,
+    /// `buffers_returned_at_end`, a camera's `driver_drops`, ...): written from the stage's
+    /// typed report structs and read back as them ([`Facts`]).
+    pub extra: Facts,
     /// Copy-mode counters of the output hop (`None`: zero-copy, nothing copied).
     #[serde(default)]
     pub copy_out: Option<crate::copy::CopyCounters>,
@@ -136,6 +137,69 @@ pub struct StageReport {
     /// When the frames counted in `frames_out` went out (for [`FrameSpan::fps`]).
     #[serde(default)]
     pub out_span: Option<FrameSpan>,
+}
+
+/// A stage's own facts, the `extra` object of its report: each stage writes its typed report
+/// structs into it ([`Facts::put`]) and the supervisor reads them back as the same types
+/// ([`Facts::view`]), never by key. On the wire and in the summary JSON it is one flat object
+/// (the fields of every struct put, side by side), so a consumer of the JSON sees the same keys.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Facts(serde_json::Map<String, serde_json::Value>);
+
+impl Facts {
+    /// Adds the fields of `facts` (a struct that serializes to an object; anything else is
+    /// ignored), replacing facts of the same name.
+    pub fn put<T: Serialize>(&mut self, facts: &T) {
+        match serde_json::to_value(facts) {
+            Ok(serde_json::Value::Object(m)) => self.0.extend(m),
+            Ok(_) => log::debug!("report facts that are not an object are left out"),
+            Err(e) => log::warn!("report facts: {e}"),
+        }
+    }
+
+    /// The facts read back as `T` (a struct whose fields default, so facts a stage did not
+    /// send read as their defaults, and facts `T` does not name are ignored); `T::default()`
+    /// if they do not fit `T`.
+    pub fn view<T: serde::de::DeserializeOwned + Default>(&self) -> T {
+        T::deserialize(serde_json::Value::Object(self.0.clone())).unwrap_or_default()
+    }
+
+    /// Whether there are no facts.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds one untyped fact (a stage's own counter no other process reads).
+    pub fn push(&mut self, (key, value): (&'static str, serde_json::Value)) {
+        self.0.insert(key.to_string(), value);
+    }
+}
+
+impl Extend<(&'static str, serde_json::Value)> for Facts {
+    fn extend<I: IntoIterator<Item = (&'static str, serde_json::Value)>>(&mut self, pairs: I) {
+        self.0.extend(pairs.into_iter().map(|(k, v)| (k.to_string(), v)));
+    }
+}
+
+impl From<crate::stage::Extras> for Facts {
+    fn from(pairs: crate::stage::Extras) -> Facts {
+        Facts(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+}
+
+/// The facts every stage reports at its end ([`crate::stage::StageCtx::close`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct EndFacts {
+    /// Open file descriptors after set-up.
+    pub open_fds_setup: usize,
+    /// Open file descriptors before exit.
+    pub open_fds_exit: usize,
+    /// Why the frame loop ended (`"end of stream"`, `"signal"`, an error).
+    pub end_reason: String,
+    /// CPU accesses to dma-bufs ([`crate::dmabuf::cpu_accesses`]).
+    pub cpu_accesses: u64,
 }
 
 /// When a stage's first and last frames went out, in seconds since the stage's `start`: the

@@ -20,7 +20,7 @@ use crate::channel::Recv;
 use crate::config::DataPath;
 use crate::frame::{FrameDesc, Stage};
 use crate::link::{Conn, ControlMsg, Listener, PeerGone};
-use crate::metrics::{open_fd_count, FrameSpan, Reporter, StageReport};
+use crate::metrics::{open_fd_count, EndFacts, Facts, FrameSpan, Reporter, StageReport};
 use crate::pool::{PoolProducer, Upstream, WriteLoan};
 
 /// A stage's final-report facts: `(key, value)` pairs for [`StageReport::extra`].
@@ -167,21 +167,21 @@ impl StageCtx<'_> {
         what: impl std::fmt::Display,
         fds_setup: usize,
         drain: impl FnOnce(&mut S, &Ending) -> Drained,
-        report: impl FnOnce(&S, Extras),
+        report: impl FnOnce(&S, Facts),
     ) -> Result<i32> {
         let end = Ending::of(&ended);
         log::log!(end.level, "{} after {what}; draining", end.reason);
         let d = drain(state, &end);
         let fds_exit = open_fd_count();
         log::log!(end.level, "{}open fds before exit: {fds_exit} (after set-up: {fds_setup})", d.said);
-        let mut extras = d.extras;
-        extras.extend([
-            ("open_fds_setup", fds_setup.into()),
-            ("open_fds_exit", fds_exit.into()),
-            ("end_reason", end.reason.into()),
-            ("cpu_accesses", crate::dmabuf::cpu_accesses().into()),
-        ]);
-        report(state, extras);
+        let mut facts = Facts::from(d.extras);
+        facts.put(&EndFacts {
+            open_fds_setup: fds_setup,
+            open_fds_exit: fds_exit,
+            end_reason: end.reason,
+            cpu_accesses: crate::dmabuf::cpu_accesses(),
+        });
+        report(state, facts);
         ended?;
         d.result?;
         Ok(0)
@@ -211,7 +211,7 @@ impl StageCtx<'_> {
         &self,
         start: Instant,
         final_report: bool,
-        extras: Extras,
+        extras: impl Into<Facts>,
         prod: &PoolProducer,
         frames: (u64, u64),
         span: FrameSpan,
@@ -236,13 +236,13 @@ impl StageCtx<'_> {
 
     /// A report of this stage with its pid, elapsed time since `start`, `final_report` and
     /// `extras` filled in; the caller adds its counters.
-    pub fn report(&self, start: Instant, final_report: bool, extras: Extras) -> StageReport {
+    pub fn report(&self, start: Instant, final_report: bool, extras: impl Into<Facts>) -> StageReport {
         StageReport {
             stage: self.name.into(),
             pid: std::process::id(),
             final_report,
             elapsed_s: start.elapsed().as_secs_f64(),
-            extra: extras.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            extra: extras.into(),
             ..Default::default()
         }
     }
@@ -349,10 +349,10 @@ pub fn serve_pool(
     }
     down.serve(
         prod,
-        |p, hello| if crate::link::tap_name(hello).is_some() { None } else { p.live_consumer() },
+        |p, hello| if hello.tap().is_some() { None } else { p.live_consumer() },
         |p, conn, hello| {
-            if let Some((name, hold)) = crate::link::tap_request(&hello) {
-                return p.add_tap(conn, name, hold);
+            if let Some(tap) = hello.tap() {
+                return p.add_tap(conn, &tap.name, tap.hold());
             }
             let conn = check_hello(conn, &hello, check)?;
             p.reoffer(conn, consumer)
@@ -441,7 +441,7 @@ mod tests {
     fn close_reports_every_ending_and_returns_the_first_error() {
         let stop = AtomicBool::new(false);
         let c = ctx(&stop);
-        let got = std::cell::RefCell::new(vec![]);
+        let got = std::cell::RefCell::new(Facts::default());
         let code = c.close(
             &mut (),
             Ok("end of stream"),
@@ -452,10 +452,15 @@ mod tests {
         );
         let got = got.into_inner();
         assert_eq!(code.unwrap(), 0);
-        let keys: Vec<&str> = got.iter().map(|(k, _)| *k).collect();
-        assert_eq!(keys, ["clean", "open_fds_setup", "open_fds_exit", "end_reason", "cpu_accesses"]);
-        assert_eq!(got[0].1, true);
-        assert_eq!(got[3].1, "end of stream");
+        #[derive(serde::Deserialize, Default)]
+        struct Clean {
+            clean: bool,
+        }
+        assert!(got.view::<Clean>().clean);
+        let end = got.view::<EndFacts>();
+        assert_eq!((end.end_reason.as_str(), end.open_fds_setup), ("end of stream", 7));
+        let keys: Vec<String> = serde_json::to_value(&got).unwrap().as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["clean", "cpu_accesses", "end_reason", "open_fds_exit", "open_fds_setup"]);
         let mut reported = false;
         let r = c.close(
             &mut reported,

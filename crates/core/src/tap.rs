@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use super::channel::Recv;
 use super::copy::CopyCounters;
 use super::frame::{Fourcc, FrameLayout};
-use super::link::{tap_hello, tap_hello_holding, Conn, PeerGone, WaitMode};
+use super::link::{tap_hello_holding, Conn, PeerGone, WaitMode};
 use super::pool::{Frame, PoolConsumer};
 
 /// Counters of a [`TapClient`].
@@ -125,7 +125,7 @@ impl TapClient {
             return;
         }
         let never = AtomicBool::new(false);
-        let hello = if self.hold > 1 { tap_hello_holding(&self.name, self.hold) } else { tap_hello(&self.name) };
+        let hello = tap_hello_holding(&self.name, self.hold);
         let joined = Conn::connect_retry(&self.socket, &self.upstream, &never, Duration::from_millis(50))
             .and_then(|conn| PoolConsumer::join(conn, &hello, WaitMode::Eventfd, &self.upstream));
         match joined {

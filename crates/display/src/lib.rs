@@ -24,6 +24,7 @@ use anyhow::{bail, Result};
 pub mod compose;
 pub mod detections;
 pub mod kms;
+pub mod report;
 pub mod stage;
 
 /// `--display`: where the frames go.

@@ -14,7 +14,9 @@ use super::kms::{drm_format, Dumb, Output, Scanout};
 use super::{box_on_screen, letterbox, DisplayConfig, Rect};
 use zcpipe_core::draw::{Canvas, Drawn};
 use zcpipe_core::frame::FrameLayout;
-use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
+use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
+
+use super::report::{DisplayFacts, DisplayReport};
 use zcpipe_core::pool::Frame;
 use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
 use zcpipe_core::tap::{frame_to_rgb, TapClient};
@@ -44,7 +46,8 @@ struct Pending {
 }
 
 /// Counters of the display, for its reports.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct DisplayCounters {
     /// Frames received from the tap.
     pub received: u64,
@@ -493,28 +496,28 @@ impl State {
         (s1 > s0 && t1 > t0).then(|| (s1 - s0) as f64 / ((t1 - t0) as f64 / 1e9))
     }
 
-    fn report(&self, ctx: &StageCtx, final_report: bool, mut extras: zcpipe_core::stage::Extras) -> StageReport {
+    fn report(&self, ctx: &StageCtx, final_report: bool, extras: impl Into<Facts>) -> StageReport {
         let way = match self.way.as_ref().map(|w| &w.2) {
             Some(Way::ZeroCopy { .. }) => "zero-copy scanout".to_string(),
             Some(Way::Compose { why, .. }) => format!("CPU composition ({why})"),
             None => "nothing shown yet".into(),
         };
         let (w, h) = self.out.mode_size();
-        extras.push((
-            "display",
-            serde_json::json!({
-                "card": self.out.path.display().to_string(),
-                "driver": self.out.driver,
-                "connector": self.out.connector_name,
-                "mode": format!("{w}x{h}"),
-                "atomic": self.out.atomic,
-                "way": way,
-                "fps_shown": self.span.fps(),
-                "fps_captured": self.fps_captured(),
-                "counters": self.counters,
-                "tap": self.tap.counters(),
+        let mut facts: Facts = extras.into();
+        facts.put(&DisplayFacts {
+            display: Some(DisplayReport {
+                card: self.out.path.display().to_string(),
+                driver: self.out.driver.clone(),
+                connector: self.out.connector_name.clone(),
+                mode: format!("{w}x{h}"),
+                atomic: self.out.atomic,
+                way,
+                fps_shown: self.span.fps(),
+                fps_captured: self.fps_captured(),
+                counters: self.counters,
+                tap: self.tap.counters(),
             }),
-        ));
+        });
         // In copy mode the frames came as bytes over the tap's data socket (`copy_in`), as
         // the scale and infer stages report theirs.
         StageReport {
@@ -522,7 +525,7 @@ impl State {
             frames_out: self.counters.shown,
             out_span: Some(self.span),
             copy_in: self.tap.copy_counters(),
-            ..ctx.report(self.start, final_report, extras)
+            ..ctx.report(self.start, final_report, facts)
         }
     }
 }

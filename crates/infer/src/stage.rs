@@ -21,11 +21,11 @@ use zcpipe_core::data::resolve_data_path;
 use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use zcpipe_core::frame::{FrameDesc, RestartMark, Stage};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone, WantedInput};
-use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
+use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
 use zcpipe_core::pool::{offer_items, Frame, Upstream};
 use zcpipe_core::ring::{RingCounters, RingPolicy};
 use zcpipe_core::stage::{
-    incoming, upstream_facts, Downstream, Drained, Extras, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT,
+    incoming, upstream_facts, Downstream, Drained, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT,
 };
 
 use super::heads::{load_anchors, HeadKind};
@@ -155,7 +155,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
 
     let start = Instant::now();
     // Frames out are the span's frames: `span.tick` counts each record sent.
-    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Extras| {
+    let report = |ring: RingCounters, n_in: u64, span: FrameSpan, final_report: bool, mut extra: Facts| {
         // Each is borrowed by a frame loop only within a turn, never across a report.
         if let Ok(i) = input.try_borrow() {
             extra.extend(upstream_facts(&i));
@@ -230,7 +230,7 @@ struct Io<'a> {
     stop: &'a AtomicBool,
     start: Instant,
     #[allow(clippy::type_complexity)]
-    report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Extras),
+    report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Facts),
 }
 
 /// How a frame loop ended: why (or the error that ended it), the detections sender (to
@@ -423,7 +423,7 @@ fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopEnd {
     let mut st = (out, 0u64, FrameSpan::default());
     let ended = io.ctx.run_loop(
         &mut st,
-        |(out, n_in, span)| (io.report)(out.counters(), *n_in, *span, false, vec![]),
+        |(out, n_in, span)| (io.report)(out.counters(), *n_in, *span, false, Facts::default()),
         |(out, n_in, span)| {
             serve_publish(io, out);
             let frame = match next_frame(io, IDLE_WAIT, || false, |c| bind(det, c).map(drop))? {
@@ -591,7 +591,7 @@ fn dispatch(
         &mut st,
         |(n_in, _)| {
             let s = lock(shared);
-            (io.report)(s.out.counters(), **n_in, s.span, false, vec![])
+            (io.report)(s.out.counters(), **n_in, s.span, false, Facts::default())
         },
         |(n_in, next)| {
             let lane = (*next % txs.len() as u64) as usize;

@@ -11,6 +11,7 @@
 pub mod http;
 pub mod mqtt;
 pub mod output;
+pub mod report;
 /// The detections socket's lines (defined in `core`: the display reads them too).
 pub use zcpipe_core::schema;
 pub mod snapshot;
@@ -156,6 +157,16 @@ pub struct ServerStats {
     pub skipped: u64,
     /// Lines fully handed to clients (all clients).
     pub sent: u64,
+}
+
+impl ServerStats {
+    /// Its line of the end-of-run summary.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "  clients: {} accepted, {} lines sent, {} skipped (a client's socket buffer was full), {} disconnected (took nothing for 5 s)",
+            self.accepted, self.sent, self.skipped, self.disconnected_slow
+        )
+    }
 }
 
 /// The detections socket and its clients.

@@ -2,6 +2,7 @@
 //! snapshots. Each is an [`Output`] of the publish stage; the stage hands every line it
 //! sends to its clients to every output too, in the same order.
 
+use super::report::{OutputReport, PublishFacts};
 use super::schema::{EndJson, SocketLine};
 
 /// One way out of the publish stage besides the detections socket.
@@ -19,7 +20,7 @@ pub trait Output {
     /// [`zcpipe_core::stage::IDLE_WAIT`]): for outputs that act by the clock.
     fn tick(&mut self) {}
     /// Counters for the stage's report (its `extra` under [`Output::name`]).
-    fn report(&self) -> serde_json::Value;
+    fn report(&self) -> OutputReport;
     /// The stream ended (`end` is the end line clients get): flush within a bounded time
     /// and stop the output's threads.
     fn close(&mut self, end: &EndJson);
@@ -43,9 +44,9 @@ impl Outputs {
         }
     }
     /// Each output's counters, for the stage's report.
-    pub fn report(&self, extra: &mut zcpipe_core::stage::Extras) {
+    pub fn report(&self, facts: &mut PublishFacts) {
         for o in &self.0 {
-            extra.push((o.name(), o.report()));
+            facts.add(o.report());
         }
     }
     /// Ends every output.

@@ -46,7 +46,8 @@ pub struct SnapshotConfig {
 }
 
 /// Counters, for the stage's report.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SnapshotCounters {
     /// Pictures written.
     pub written: u64,
@@ -58,6 +59,13 @@ pub struct SnapshotCounters {
     pub failed: u64,
     /// Old pictures removed to keep `--snapshot-keep`.
     pub removed: u64,
+}
+
+impl SnapshotCounters {
+    /// Its line of the end-of-run summary: none (the pictures are the output's account).
+    pub fn summary_line(&self) -> Option<String> {
+        None
+    }
 }
 
 struct Request {
@@ -172,8 +180,8 @@ impl Output for Snapshots {
         }
     }
 
-    fn report(&self) -> serde_json::Value {
-        serde_json::to_value(*self.counters.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default()
+    fn report(&self) -> crate::report::OutputReport {
+        crate::report::OutputReport::Snapshots(*self.counters.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn close(&mut self, _end: &EndJson) {

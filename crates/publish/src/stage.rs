@@ -13,11 +13,12 @@ use zcpipe_core::detections::DetectionsDesc;
 use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage};
 use zcpipe_core::link::{Conn, ControlMsg, Listener};
 use zcpipe_core::link::{Offer, PeerGone};
-use zcpipe_core::metrics::{latencies_us, open_fd_count, FrameSpan, LatencySet, StageReport};
+use zcpipe_core::metrics::{latencies_us, open_fd_count, Facts, FrameSpan, LatencySet, StageReport};
 use zcpipe_core::pool::join;
 use zcpipe_core::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::output::Outputs;
+use super::report::{CameraFacts, PublishFacts};
 use super::schema::{DetectionJson, EventJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
 use super::track::{EventKind, Observation, TrackEvent, Tracker, TrackerKind, Zone};
 use super::{DetectionServer, PrintMode, PublishConfig, TrackConfig};
@@ -241,11 +242,40 @@ impl Tracking {
     }
 
     /// The report's `tracking`: the tracker, events sent by kind, tracks live now.
-    pub fn report(&self) -> serde_json::Value {
-        let live: usize = self.trackers.iter().flatten().map(|t| t.live()).sum();
-        let events: serde_json::Map<String, serde_json::Value> =
-            EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n.into())).collect();
-        serde_json::json!({"tracker": zcpipe_core::config::Choice::name(self.cfg.params.kind), "events": events, "live_tracks": live})
+    pub fn report(&self) -> TrackingReport {
+        TrackingReport {
+            tracker: zcpipe_core::config::Choice::name(self.cfg.params.kind).to_string(),
+            events: EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n)).collect(),
+            live_tracks: self.trackers.iter().flatten().map(|t| t.live()).sum(),
+        }
+    }
+}
+
+/// Tracking's part of the publish stage's report (`tracking`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TrackingReport {
+    /// The tracker (`--tracker`).
+    pub tracker: String,
+    /// Events sent, by kind (`new`, `end`, `entered_zone`, `left_zone`, `stationary`).
+    pub events: BTreeMap<String, u64>,
+    /// Tracks live now.
+    pub live_tracks: usize,
+}
+
+impl TrackingReport {
+    /// Its line of the end-of-run summary.
+    pub fn summary_line(&self) -> String {
+        let n = |k: &str| self.events.get(k).copied().unwrap_or(0);
+        format!(
+            "  tracking: {}: {} tracks confirmed, {} ended; zones: {} entries, {} exits; {} stationary",
+            self.tracker,
+            n("new"),
+            n("end"),
+            n("entered_zone"),
+            n("left_zone"),
+            n("stationary")
+        )
     }
 }
 
@@ -351,19 +381,21 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
                   n_in: u64,
                   span: FrameSpan,
                   final_report: bool,
-                  mut extra: Extras| {
-        extra.push(("server", serde_json::to_value(server.stats()).unwrap_or_default()));
+                  mut facts: PublishFacts,
+                  mut extra: Facts| {
+        facts.server = Some(server.stats());
         if several {
-            let cams: serde_json::Map<String, serde_json::Value> = cfg
+            let cams = cfg
                 .cameras
                 .iter()
                 .zip(per_cam)
                 .map(|(name, (l, s))| {
-                    (name.clone(), serde_json::json!({"frames": s.frames, "out_span": s, "latency": l.summary()}))
+                    (name.clone(), CameraFacts { frames: s.frames, out_span: *s, latency: l.summary() })
                 })
                 .collect();
-            extra.push(("cameras", cams.into()));
+            facts.cameras = Some(cams);
         }
+        extra.put(&facts);
         ctx.reporter.send(&StageReport {
             frames_in: n_in,
             frames_out: span.frames,
@@ -415,12 +447,12 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ctx.run_loop(
             &mut state,
             |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
-                let mut extra = input.facts();
+                let mut facts = PublishFacts::default();
                 if tracking.on() {
-                    extra.push(("tracking", tracking.report()));
+                    facts.tracking = Some(tracking.report());
                 }
-                outputs.report(&mut extra);
-                report(server, lat, per_cam, **n_in, **span, false, extra)
+                outputs.report(&mut facts);
+                report(server, lat, per_cam, **n_in, **span, false, facts, input.facts().into())
             },
             |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
                 server.service_due();
@@ -510,11 +542,12 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
         },
         |(server, tracking, outputs), mut extras| {
             extras.extend(input.facts());
+            let mut facts = PublishFacts::default();
             if tracking.on() {
-                extras.push(("tracking", tracking.report()));
+                facts.tracking = Some(tracking.report());
             }
-            outputs.report(&mut extras);
-            report(server, &lat, &per_cam, n_in, span, true, extras)
+            outputs.report(&mut facts);
+            report(server, &lat, &per_cam, n_in, span, true, facts, extras)
         },
     )
 }

@@ -18,6 +18,7 @@
 
 pub mod auto;
 pub mod cpu;
+pub mod report;
 pub mod rga;
 pub mod stage;
 pub mod v4l2m2m;

@@ -13,13 +13,14 @@ use zcpipe_core::copy::CopyCounters;
 use zcpipe_core::dmabuf::Allocator;
 use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, Letterbox, Stage};
 use zcpipe_core::link::{accept_hello, ControlMsg, Listener};
-use zcpipe_core::metrics::{open_fd_count, FrameSpan, StageReport};
+use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
 use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
 use zcpipe_core::ring::{OwnCounts, RingPolicy};
-use zcpipe_core::stage::{drain_pool, incoming, serve_pool, Downstream, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
+use zcpipe_core::stage::{drain_pool, incoming, serve_pool, Downstream, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::auto;
 use super::cpu::CpuScaler;
+use super::report::{CameraFacts, ScaleFacts};
 use super::rga::{RgaCore, RgaScaler};
 use super::v4l2m2m::V4l2M2mScaler;
 use super::{NoScaler, ScaleConfig, Scaler, ScalerKind};
@@ -119,17 +120,17 @@ impl Camera {
 
     /// This camera's line in the report's `cameras` object; `downstream`: its frames the
     /// output hop dropped (the infer stage too slow for them, drop-oldest).
-    fn facts(&self, downstream: u64) -> serde_json::Value {
+    fn facts(&self, downstream: u64) -> CameraFacts {
         let c = self.input.counters();
-        serde_json::json!({
-            "frames_in": self.frames_in,
-            "frames_out": self.frames_out,
-            "skipped_for_newer": self.skipped,
-            "ring_dropped": c.dropped,
-            "dropped_downstream": downstream,
-            "joined": !self.input.is_away(),
-            "ended": self.ended,
-        })
+        CameraFacts {
+            frames_in: self.frames_in,
+            frames_out: self.frames_out,
+            skipped_for_newer: self.skipped,
+            ring_dropped: c.dropped,
+            dropped_downstream: downstream,
+            joined: !self.input.is_away(),
+            ended: self.ended,
+        }
     }
 }
 
@@ -296,7 +297,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let start = Instant::now();
     let mut span = FrameSpan::default();
     // Frames out are the span's frames: `span.tick` counts each one published.
-    let report = |out: &PoolProducer, cams: &[Camera], span: FrameSpan, final_report: bool, mut extra: Extras| {
+    let report = |out: &PoolProducer, cams: &[Camera], span: FrameSpan, final_report: bool, mut extra: Facts| {
         let (refused, own) = cams.iter().fold((0, OwnCounts::default()), |(r, o), c| {
             let own = c.input.own_counts();
             (
@@ -311,9 +312,9 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         ]);
         if cams.len() > 1 {
             let down = out.dropped_per_camera();
-            let per: serde_json::Map<String, serde_json::Value> =
+            let cameras =
                 cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect();
-            extra.push(("cameras", per.into()));
+            extra.put(&ScaleFacts { cameras });
         }
         let copy_in =
             cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
@@ -359,7 +360,7 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         let mut state = (&mut out, &mut cams, &mut span, &mut down);
         ctx.run_loop(
             &mut state,
-            |(out, cams, span, down)| report(out, cams, **span, false, down.facts()),
+            |(out, cams, span, down)| report(out, cams, **span, false, down.facts().into()),
             |(out, cams, span, down)| {
                 serve_pool(down, out, Stage::Infer, want_check);
                 if let Some((i, frame, desc)) = pending.take() {

@@ -15,12 +15,20 @@ use std::path::{Path, PathBuf};
 /// Environment variable moving the system root (test-only; see the module doc).
 pub const ROOT_ENV: &str = "ZCPIPE_TEST_ROOT";
 
+/// The test system root, read from [`ROOT_ENV`] once, at the first use (start-up): `None`
+/// (always, in use) for `/`.
+fn test_root() -> Option<&'static Path> {
+    static ROOT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| std::env::var_os(ROOT_ENV).filter(|r| !r.is_empty()).map(PathBuf::from)).as_deref()
+}
+
 /// `abs` (an absolute path such as `/proc/device-tree/compatible`) under the system root:
-/// `abs` itself, or `$ZCPIPE_TEST_ROOT/proc/device-tree/compatible` when that is set.
+/// `abs` itself, or `$ZCPIPE_TEST_ROOT/proc/device-tree/compatible` when that was set at
+/// start-up (it is read once, never again).
 pub fn path(abs: impl AsRef<Path>) -> PathBuf {
     let abs = abs.as_ref();
-    match std::env::var_os(ROOT_ENV).filter(|r| !r.is_empty()) {
-        Some(root) => PathBuf::from(root).join(abs.strip_prefix("/").unwrap_or(abs)),
+    match test_root() {
+        Some(root) => root.join(abs.strip_prefix("/").unwrap_or(abs)),
         None => abs.to_path_buf(),
     }
 }
@@ -127,7 +135,7 @@ mod tests {
     fn paths_move_under_the_test_root_only_when_set() {
         // The variable is process-wide: this test only reads the unset case, the
         // integration tests (tests/plan.rs) set it in child processes.
-        if std::env::var_os(ROOT_ENV).is_none() {
+        if test_root().is_none() {
             assert_eq!(path("/proc/iomem"), PathBuf::from("/proc/iomem"));
         }
     }

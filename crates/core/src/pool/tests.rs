@@ -418,14 +418,14 @@ fn tap_holding(prod: &mut PoolProducer, name: &str, hold: Option<usize>) -> Rece
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
     let theirs = Conn::from_fd(b).unwrap();
     let hello = hold.map_or_else(|| crate::link::tap_hello(name), |n| crate::link::tap_hello_holding(name, n));
-    assert_eq!(crate::link::tap_name(&hello), Some(name));
+    assert_eq!(hello.tap().map(|t| t.name.as_str()), Some(name));
     let joining =
         std::thread::spawn(move || join::<FrameDesc>(theirs, &hello, WaitMode::Eventfd, "test producer").unwrap());
     // The producer reads the hello (as the stage's listener does), then offers.
     let ours = Conn::from_fd(a).unwrap();
     let (h, _) = ours.recv().unwrap();
-    let (name, hold) = crate::link::tap_request(&h).unwrap();
-    prod.add_tap(ours, name, hold).unwrap();
+    let t = h.tap().unwrap();
+    prod.add_tap(ours, &t.name, t.hold()).unwrap();
     let (offer, rx, bufs) = joining.join().unwrap();
     assert_eq!((offer.ring.capacity, offer.policy, bufs.len()), (1, RingPolicy::DropOldest, prod.bufs.len()));
     rx
@@ -552,7 +552,7 @@ fn a_tap_that_asks_to_hold_two_gets_a_new_frame_while_it_shows_the_last_and_neve
     assert_eq!(take(&mut display).seq, 4);
     // A hello asking for more than TAP_MAX_HELD is capped; one that says nothing holds one.
     let hello = crate::link::tap_hello_holding("greedy", 9);
-    assert_eq!(crate::link::tap_request(&hello), Some(("greedy", 9)));
+    assert_eq!(hello.tap().map(|t| (t.name.as_str(), t.hold())), Some(("greedy", 9)));
     let mut greedy = tap_holding(&mut prod, "greedy", Some(9));
     for seq in 5..9 {
         pass(&mut prod, &mut rx, seq);
@@ -562,5 +562,14 @@ fn a_tap_that_asks_to_hold_two_gets_a_new_frame_while_it_shows_the_last_and_neve
     }
     prod.reclaim_returns().unwrap();
     assert_eq!(prod.taps[1].holding(), TAP_MAX_HELD);
-    assert_eq!(crate::link::tap_request(&crate::link::tap_hello("view")), Some(("view", 1)));
+    let view = crate::link::tap_hello("view");
+    assert_eq!(view.tap().map(|t| (t.name.as_str(), t.hold())), Some(("view", 1)));
+    assert_eq!(
+        crate::link::ControlMsg::decode(br#"{"type":"tap_hello","name":"d","hold":0}"#)
+            .unwrap()
+            .tap()
+            .map(|t| t.hold()),
+        Some(1),
+        "a hold of 0 reads as 1"
+    );
 }

@@ -59,10 +59,7 @@ pub struct Upstream {
     hold: bool,
 }
 
-/// The environment variable that injects a fault for the fault-injection tests:
-/// `hold-frames:<stage>` makes that stage's [`Upstream`] keep every frame it takes (the
-/// producer's lease timeout then kills it). Never set in production.
-pub const FAULT_ENV: &str = "ZCPIPE_FAULT";
+use crate::hooks::FAULT_ENV;
 
 impl Upstream {
     /// Joins `stage`'s hop at `path` as at set-up ([`Conn::connect_retry`] until `timeout`,
@@ -103,7 +100,7 @@ impl Upstream {
             ControlMsg::Hello { stage, .. } => stage.clone(),
             _ => String::new(),
         };
-        let hold = std::env::var(FAULT_ENV).is_ok_and(|f| f == format!("hold-frames:{me}"));
+        let hold = crate::hooks::fault().is_some_and(|f| f.holds_frames(&me));
         if hold {
             log::warn!("{FAULT_ENV}=hold-frames:{me}: fault injection: every frame taken is kept");
         }

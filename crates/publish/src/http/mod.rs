@@ -190,6 +190,52 @@ impl HttpOutput {
     }
 }
 
+/// The web view's counters, for the stage's report (`http`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
+pub struct HttpReport {
+    /// Where it listens, `http://ADDR/`.
+    pub url: String,
+    /// Requests served.
+    pub requests: u64,
+    /// Event-stream clients now.
+    pub sse_clients: u64,
+    /// MJPEG-stream clients now.
+    pub mjpeg_clients: u64,
+    /// Detection lines dropped for slow event clients.
+    pub sse_dropped: u64,
+    /// Pictures encoded, by camera.
+    pub jpegs: std::collections::BTreeMap<String, u64>,
+}
+
+impl HttpReport {
+    /// Its line of the end-of-run summary.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "  web view: {}: {} requests, {} pictures encoded, {} detection lines dropped for slow event clients",
+            self.url,
+            self.requests,
+            self.jpegs.values().sum::<u64>(),
+            self.sse_dropped
+        )
+    }
+}
+
+impl HttpOutput {
+    /// Its counters now.
+    fn counters(&self) -> HttpReport {
+        let s = &self.shared;
+        HttpReport {
+            url: format!("http://{}/", s.addr),
+            requests: s.requests.load(Ordering::Relaxed),
+            sse_clients: s.sse_clients.load(Ordering::Relaxed),
+            mjpeg_clients: s.mjpeg_clients.load(Ordering::Relaxed),
+            sse_dropped: s.sse_dropped.load(Ordering::Relaxed),
+            jpegs: s.cameras.iter().enumerate().map(|(i, c)| (c.clone(), s.renderer.encoded(i))).collect(),
+        }
+    }
+}
+
 impl Output for HttpOutput {
     fn name(&self) -> &'static str {
         "http"
@@ -217,18 +263,8 @@ impl Output for HttpOutput {
         }
     }
 
-    fn report(&self) -> serde_json::Value {
-        let s = &self.shared;
-        let jpegs: serde_json::Map<String, serde_json::Value> =
-            s.cameras.iter().enumerate().map(|(i, c)| (c.clone(), s.renderer.encoded(i).into())).collect();
-        serde_json::json!({
-            "url": format!("http://{}/", s.addr),
-            "requests": s.requests.load(Ordering::Relaxed),
-            "sse_clients": s.sse_clients.load(Ordering::Relaxed),
-            "mjpeg_clients": s.mjpeg_clients.load(Ordering::Relaxed),
-            "sse_dropped": s.sse_dropped.load(Ordering::Relaxed),
-            "jpegs": jpegs,
-        })
+    fn report(&self) -> crate::report::OutputReport {
+        crate::report::OutputReport::Http(self.counters())
     }
 
     fn close(&mut self, end: &EndJson) {
@@ -612,7 +648,7 @@ mod tests {
         assert!(q[0].starts_with("{\"type\":\"frame\",\"camera\":\"cam0\",\"seq\":8,"), "the oldest went: {}", q[0]);
         assert!(!q[0].ends_with('\n'), "a line without its newline (the event frames it)");
         drop(q);
-        assert_eq!(out.report()["sse_dropped"], 8);
+        assert_eq!(out.counters().sse_dropped, 8);
         assert_eq!(lock(&out.shared.stats).cameras[0].frames, SSE_QUEUE as u64 + 8, "every line counted");
         out.close(&EndJson { end: true, frames: 520, reason: "test".into() });
         assert!(lock(&slow.queue).back().unwrap().starts_with("{\"type\":\"end\""), "the end line is the last");

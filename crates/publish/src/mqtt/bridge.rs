@@ -226,22 +226,64 @@ impl MqttOutput {
     /// The counters: `broker` (no credentials), `connected` (after `close`: when the stream
     /// ended), `sent`, `dropped`, `queued`,
     /// `connections`, `reconnects`, `errors`.
-    fn counters(&self) -> serde_json::Value {
+    fn counters(&self) -> MqttReport {
         let (dropped, queued) = {
             let st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
             (st.queue.dropped(), st.queue.len())
         };
         let connections = self.shared.connections.load(Ordering::Relaxed);
-        serde_json::json!({
-            "broker": self.tr.config().broker.address(),
-            "connected": self.connected_at_end.unwrap_or_else(|| self.shared.connected.load(Ordering::Relaxed)),
-            "sent": self.shared.sent.load(Ordering::Relaxed),
-            "dropped": dropped,
-            "queued": queued,
-            "connections": connections,
-            "reconnects": connections.saturating_sub(1),
-            "errors": self.shared.errors.load(Ordering::Relaxed),
-        })
+        MqttReport {
+            broker: self.tr.config().broker.address(),
+            connected: self.connected_at_end.unwrap_or_else(|| self.shared.connected.load(Ordering::Relaxed)),
+            sent: self.shared.sent.load(Ordering::Relaxed),
+            dropped,
+            queued,
+            connections,
+            reconnects: connections.saturating_sub(1),
+            errors: self.shared.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Its counters as the `bridge` of the stats message.
+    fn counters_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.counters()).unwrap_or_default()
+    }
+}
+
+/// The MQTT bridge's counters, for the stage's report (`mqtt`) and its stats message.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
+pub struct MqttReport {
+    /// The broker, `host:port`.
+    pub broker: String,
+    /// Connected now (at the end: when the stream ended).
+    pub connected: bool,
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages dropped (queue full while the broker was slow or away).
+    pub dropped: u64,
+    /// Messages queued now.
+    pub queued: usize,
+    /// Connections made.
+    pub connections: u64,
+    /// Connections after the first.
+    pub reconnects: u64,
+    /// Errors seen.
+    pub errors: u64,
+}
+
+impl MqttReport {
+    /// Its line of the end-of-run summary.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "  mqtt: {}: {} messages sent, {} dropped (queue full while the broker was slow or away), {} left queued, {} reconnects; {} when the stream ended",
+            self.broker,
+            self.sent,
+            self.dropped,
+            self.queued,
+            self.reconnects,
+            if self.connected { "connected" } else { "not connected" }
+        )
     }
 }
 
@@ -259,14 +301,14 @@ impl Output for MqttOutput {
 
     fn tick(&mut self) {
         if self.tr.stats_due() {
-            let m = self.tr.stats(self.counters());
+            let m = self.tr.stats(self.counters_json());
             self.scratch.push(Out::Once(m));
             self.enqueue();
         }
     }
 
-    fn report(&self) -> serde_json::Value {
-        self.counters()
+    fn report(&self) -> crate::report::OutputReport {
+        crate::report::OutputReport::Mqtt(self.counters())
     }
 
     fn close(&mut self, _end: &EndJson) {
@@ -280,7 +322,7 @@ impl Output for MqttOutput {
         self.tr.end(&mut ends);
         self.scratch = ends;
         self.enqueue();
-        let m = self.tr.stats(self.counters());
+        let m = self.tr.stats(self.counters_json());
         self.scratch.push(Out::Once(m));
         self.enqueue();
         let start = Instant::now();
@@ -297,10 +339,10 @@ impl Output for MqttOutput {
         let c = self.counters();
         log::info!(
             "mqtt: closed ({} messages sent, {} dropped, {} left queued, {} reconnects)",
-            c["sent"],
-            c["dropped"],
-            c["queued"],
-            c["reconnects"]
+            c.sent,
+            c.dropped,
+            c.queued,
+            c.reconnects
         );
     }
 }
