@@ -12,7 +12,10 @@ use super::*;
 use crate::channel::{Receiver, Recv};
 use crate::dmabuf::{Allocator, HeapChoice};
 use crate::frame::FrameLayout;
+use crate::frame::{RestartMark, Stage};
 use crate::link::WaitMode;
+use crate::link::{Conn, ControlMsg};
+use crate::ring::RingPolicy;
 
 static NEVER: AtomicBool = AtomicBool::new(false);
 
