@@ -17,6 +17,9 @@ run: setup
 # Unit tests and the multi-process integration tests (release: tract is slow in debug).
 # First the test-only ABI fake of librknnrt.so (fakes/librknnrt, for tests/rknn.rs and
 # tests/heads.rs), built next to zcpipe's library so that both share one build of tract.
+# ZCPIPE_ABI_REQUIRE=probe: the C compiler for the target must build the layout probe
+# (crates/sys/abi/README.md); headers given in $$ZCPIPE_*_HEADER_DIR are compiled against.
+export ZCPIPE_ABI_REQUIRE ?= probe
 test:
 	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked

@@ -56,6 +56,8 @@ pub unsafe fn load_library(
     Err((source, errors.join("; ")))
 }
 
+#[cfg(test)]
+mod abi;
 pub mod board;
 pub mod dmabuf;
 pub mod drm;
