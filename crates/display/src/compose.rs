@@ -11,7 +11,7 @@ use zcpipe_core::draw::Canvas;
 /// Writes `rgb` (tight RGB24 rows of a `size` frame) into `canvas` at `pic` (scaled to it,
 /// nearest pixel), every other pixel black; XRGB8888 words (in memory B, G, R, X with X
 /// 0xff). A `pic` partly outside the canvas is clipped.
-pub fn rgb_into(rgb: &[u8], size: (u32, u32), canvas: &mut Canvas<'_>, pic: Rect) {
+pub(crate) fn rgb_into(rgb: &[u8], size: (u32, u32), canvas: &mut Canvas<'_>, pic: Rect) {
     let (sw, sh) = (size.0 as usize, size.1 as usize);
     if sw == 0 || sh == 0 || rgb.len() < sw * sh * 3 || pic.w == 0 || pic.h == 0 {
         canvas.fill(0, 0, canvas.width as i64, canvas.height as i64, [0, 0, 0]);

@@ -30,7 +30,7 @@ impl Latest {
     /// Takes one socket line: a frame line of `camera` (any camera when `camera` is empty)
     /// replaces the detections, and moves the generation if they changed. Other lines and
     /// lines that do not parse are ignored. Returns whether it was a frame line taken.
-    pub fn take_line(&mut self, line: &str, camera: &str) -> bool {
+    pub(crate) fn take_line(&mut self, line: &str, camera: &str) -> bool {
         let Ok(SocketLine::Frame(l)) = SocketLine::parse(line) else { return false };
         if !camera.is_empty() && l.camera != camera {
             return false;

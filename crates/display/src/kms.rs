@@ -47,7 +47,7 @@ impl ControlDevice for Card {}
 /// The DRM format of a V4L2 fourcc, where one exists that a plane could scan out with the
 /// same bytes (drm_fourcc.h against videodev2.h): XR24 is XRGB8888, RGB24 (bytes R, G, B)
 /// is BGR888, BGR24 (B, G, R) is RGB888, NV12 and NV12M are NV12, NV16 and YUYV themselves.
-pub fn drm_format(f: Fourcc) -> Option<DrmFourcc> {
+pub(crate) fn drm_format(f: Fourcc) -> Option<DrmFourcc> {
     Some(match f {
         Fourcc::XR24 => DrmFourcc::Xrgb8888,
         Fourcc::RGB24 => DrmFourcc::Bgr888,
@@ -177,13 +177,13 @@ fn raw<H: Into<u32>>(h: H) -> u64 {
 
 impl Output {
     /// The mode's size in pixels.
-    pub fn mode_size(&self) -> (u32, u32) {
+    pub(crate) fn mode_size(&self) -> (u32, u32) {
         let (w, h) = self.mode.size();
         (w as u32, h as u32)
     }
 
     /// Whether a writeback connector is there (with `want_writeback` at open).
-    pub fn has_writeback(&self) -> bool {
+    pub(crate) fn has_writeback(&self) -> bool {
         self.writeback.is_some()
     }
 
@@ -369,13 +369,13 @@ impl Output {
 
     /// Hands `d`'s bytes to `f` inside a write guard of its dma-buf (mapped once; SYNC
     /// START|WRITE before, END after).
-    pub fn with_mapped<T>(&self, d: &mut Dumb, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
+    pub(crate) fn with_mapped<T>(&self, d: &mut Dumb, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
         let mut g = d.buf.write().context("display: the CPU's access to a dumb buffer")?;
         Ok(f(&mut g))
     }
 
     /// Frees a dumb buffer and its framebuffer.
-    pub fn free_dumb(&self, d: Dumb) {
+    pub(crate) fn free_dumb(&self, d: Dumb) {
         let _ = self.card.destroy_framebuffer(d.fb);
         let _ = self.card.destroy_dumb_buffer(d.db);
     }
@@ -419,7 +419,7 @@ impl Output {
     }
 
     /// Removes a framebuffer.
-    pub fn remove_fb(&self, fb: framebuffer::Handle) {
+    pub(crate) fn remove_fb(&self, fb: framebuffer::Handle) {
         let _ = self.card.destroy_framebuffer(fb);
     }
 
@@ -595,7 +595,7 @@ impl Output {
 
     /// Waits up to `timeout` for a page-flip event: `true` when one came (the state last
     /// shown is on screen, the one before it is free).
-    pub fn wait_flip(&self, timeout: Duration) -> Result<bool> {
+    pub(crate) fn wait_flip(&self, timeout: Duration) -> Result<bool> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         let mut p = [PollFd::new(self.card.as_fd(), PollFlags::POLLIN)];
         match poll(&mut p, PollTimeout::from(timeout.as_millis().min(u16::MAX as u128) as u16)) {
@@ -609,7 +609,7 @@ impl Output {
 
     /// Waits (up to 1 s) for a writeback's `fence`, then reads the written picture as tight
     /// RGB24 rows (XRGB8888 words read as B, G, R, X).
-    pub fn writeback_pixels(&mut self, fence: OwnedFd) -> Result<Vec<u8>> {
+    pub(crate) fn writeback_pixels(&mut self, fence: OwnedFd) -> Result<Vec<u8>> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         let mut p = [PollFd::new(fence.as_fd(), PollFlags::POLLIN)];
         match poll(&mut p, PollTimeout::from(1000u16)) {

@@ -94,7 +94,7 @@ pub struct DisplayConfig {
 /// [`zcpipe_sys::board::path`]) in name order; `None` when there is none (a machine
 /// without KMS, a container without /dev/dri). Whether it has a connected connector is
 /// checked when it is opened.
-pub fn first_card() -> Option<PathBuf> {
+pub(crate) fn first_card() -> Option<PathBuf> {
     let dir = zcpipe_sys::board::path("/dev/dri");
     let mut cards: Vec<PathBuf> = std::fs::read_dir(&dir)
         .ok()?

@@ -23,7 +23,7 @@ use super::rknn::{check_model_file, shipped_model_for};
 use super::DetectorKind;
 
 /// The model `--infer auto` runs on the CPU when no `--model` is given.
-pub const DEFAULT_ONNX_MODEL: &str = "models/yolox_nano.onnx";
+pub(crate) const DEFAULT_ONNX_MODEL: &str = "models/yolox_nano.onnx";
 
 /// What [`choose`] picked.
 #[derive(Clone, Debug, PartialEq, Eq)]

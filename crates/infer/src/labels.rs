@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 /// The 80 COCO detection classes in the models' output order (`models/coco80.txt`, the
 /// order of YOLOX `COCO_CLASSES`, Ultralytics `coco.yaml` and YOLOv5 `coco.yaml`).
-pub const COCO80_TEXT: &str = include_str!("../../../models/coco80.txt");
+pub(crate) const COCO80_TEXT: &str = include_str!("../../../models/coco80.txt");
 
 /// The 80 COCO names ([`COCO80_TEXT`]), class 0 first.
 pub fn coco80() -> Vec<String> {
@@ -118,7 +118,7 @@ fn short(text: &str) -> String {
 
 /// Where the labels came from, for the start-up log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LabelSource {
+pub(crate) enum LabelSource {
     /// The model's own names (ONNX metadata `names`).
     Model,
     /// `--labels FILE`.
@@ -133,7 +133,7 @@ pub enum LabelSource {
 /// label file whose count is not the model's class count, names that disagree with the
 /// model's own, a model whose names do not match its class count, or a model of another
 /// class count with no names and no `--labels`.
-pub fn resolve_labels(
+pub(crate) fn resolve_labels(
     model: &Path,
     classes: Option<usize>,
     embedded: Option<Vec<String>>,

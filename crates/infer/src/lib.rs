@@ -114,7 +114,7 @@ impl InputSpec {
     /// `input_len` bytes: same fourcc and size, one plane whose `bytesperline` is at least
     /// `3 * width`, and `offset + bytesperline * (height - 1) + 3 * width <= input_len`.
     /// The error names both sides.
-    pub fn check_frame(&self, input_len: usize, layout: &FrameLayout) -> anyhow::Result<()> {
+    pub(crate) fn check_frame(&self, input_len: usize, layout: &FrameLayout) -> anyhow::Result<()> {
         if layout.fourcc != self.fourcc || layout.width != self.width || layout.height != self.height {
             bail!(
                 "infer input is {} {}x{} but the model `{}` wants {} {}x{}: set the scaler output to the model input",
@@ -280,7 +280,7 @@ impl DetectorOptions {
 
     /// Checks `--input-size` against a model whose input is fixed at `width x height`
     /// (`model`: its path): none given, or the same size. The error names both sizes.
-    pub fn check_fixed_input(&self, model: &std::path::Path, width: u32, height: u32) -> anyhow::Result<()> {
+    pub(crate) fn check_fixed_input(&self, model: &std::path::Path, width: u32, height: u32) -> anyhow::Result<()> {
         match self.input_size {
             Some((w, h)) if (w, h) != (width, height) => bail!(
                 "--input-size {w}x{h} does not match the fixed input {width}x{height} of model {}: leave --input-size out (it sizes models whose input is dynamic) or use a model made for {w}x{h}",
@@ -390,7 +390,7 @@ impl std::fmt::Display for DetectorKind {
 /// (`rknn` when `opts.model` ends in `.rknn` and librknnrt loads; `onnx` if zcpipe was
 /// built with it and `opts.model` ends in `.onnx`; else an error). The model is loaded and
 /// checked here, once; errors name the model path and the fix.
-pub fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
+pub(crate) fn open_detector(kind: DetectorKind, opts: &DetectorOptions) -> anyhow::Result<Box<dyn Detector>> {
     match kind {
         DetectorKind::None => Ok(Box::new(
             NoDetector::with(heads::Preprocess::YOLOX.with(opts.channel_order, opts.placement)).sized(opts.input_size),

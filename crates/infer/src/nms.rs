@@ -17,7 +17,7 @@ pub use zcpipe_core::detections::iou;
 /// Per-class NMS: returns the kept detections sorted by score, highest first (ties keep
 /// their input order). A detection is dropped when its IoU with a kept detection of the
 /// same `class_id` and a higher (or equal, earlier) score is `> iou_threshold`.
-pub fn nms_per_class(mut dets: Vec<Detection>, iou_threshold: f32) -> Vec<Detection> {
+pub(crate) fn nms_per_class(mut dets: Vec<Detection>, iou_threshold: f32) -> Vec<Detection> {
     dets.sort_by(|a, b| b.score.total_cmp(&a.score));
     let mut kept: Vec<Detection> = Vec::with_capacity(dets.len().min(64));
     for d in dets {

@@ -68,7 +68,7 @@ struct ReplayFrame {
 
 /// A replay file, read and checked: the frame lines by key, and the class names the lines carry.
 #[derive(Debug)]
-pub struct ReplayFile {
+pub(crate) struct ReplayFile {
     path: PathBuf,
     frames: HashMap<u64, ReplayFrame>,
     /// Largest key + 1: the loop length in frames.
@@ -154,12 +154,8 @@ impl ReplayFile {
         self.frames.len()
     }
 
-    /// Whether the file has no frame lines (never, once loaded).
-    pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
-
     /// The loop length in frames (largest key + 1).
+    #[cfg(test)]
     pub fn period(&self) -> u64 {
         self.period
     }
@@ -183,7 +179,7 @@ impl ReplayFile {
 /// The `replay` detector: the `none` backend's input (so the scale stage runs as with a model)
 /// and the file's detections, placed in model-input pixels through each frame's letterbox.
 #[derive(Debug)]
-pub struct ReplayDetector {
+pub(crate) struct ReplayDetector {
     file: ReplayFile,
     input: NoDetector,
     threshold: f32,

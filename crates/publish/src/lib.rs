@@ -49,7 +49,7 @@ pub struct PublishConfig {
 /// snapshots; `data`: where the capture stages the web view taps listen), each started (its threads running) and ready for lines. Errors: an output
 /// that cannot start at all (a bad address); a broker or disk that is away is not an error
 /// (the output says so and keeps trying).
-pub fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::DataPath) -> Result<output::Outputs> {
+pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::DataPath) -> Result<output::Outputs> {
     let mut outputs = output::Outputs::default();
     if let Some(m) = &cfg.mqtt {
         outputs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone())?));
@@ -142,7 +142,7 @@ struct Client {
 /// (bytes): a client that writes without end cannot hold the stage in its read loop. What
 /// is left waits for the next call, and a client whose writes fill the socket only blocks
 /// itself.
-pub const DISCARD_PER_SERVICE: usize = 64 * 1024;
+pub(crate) const DISCARD_PER_SERVICE: usize = 64 * 1024;
 
 /// Counters of the detections server.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
@@ -170,7 +170,7 @@ impl ServerStats {
 }
 
 /// The detections socket and its clients.
-pub struct DetectionServer {
+pub(crate) struct DetectionServer {
     listener: UnixListener,
     path: PathBuf,
     clients: Vec<Client>,
@@ -184,11 +184,11 @@ pub struct DetectionServer {
 /// ([`DetectionServer::service_due`]): a client waits at most this long to be accepted, and
 /// a stage publishing thousands of frames a second makes one `accept4` per interval, not
 /// one per frame. Broadcasting to a client that hung up fails at once (EPIPE) anyway.
-pub const SERVICE_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const SERVICE_EVERY: Duration = Duration::from_millis(50);
 
 /// The most [`DetectionServer::close_all`] spends telling clients the stream ended, over
 /// all of them (clients that do not read cannot hold the stage's exit up).
-pub const CLOSE_BUDGET: Duration = Duration::from_millis(500);
+pub(crate) const CLOSE_BUDGET: Duration = Duration::from_millis(500);
 
 impl DetectionServer {
     /// Binds `path` (SOCK_STREAM). A stale socket file is replaced; a live one is an error.
@@ -222,7 +222,7 @@ impl DetectionServer {
     /// permission on its file (unix(7)). When the socket sits in zcpipe's runtime directory
     /// (private, 0700), the directory is given to the group too, search only (0710), so
     /// members can reach the socket and still cannot add or replace files in it.
-    pub fn share_with(&self, group: Option<&nix::unistd::Group>) -> Result<()> {
+    pub(crate) fn share_with(&self, group: Option<&nix::unistd::Group>) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let set = |p: &Path, mode: u32| {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
@@ -244,17 +244,19 @@ impl DetectionServer {
     }
 
     /// Changes the slow-client timeout (5 s by default).
+    #[cfg(test)]
     pub fn set_slow_timeout(&mut self, t: Duration) {
         self.slow_timeout = t;
     }
 
     /// The socket path.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// [`DetectionServer::service`] if it has not run for [`SERVICE_EVERY`] (or ever).
-    pub fn service_due(&mut self) {
+    pub(crate) fn service_due(&mut self) {
         if self.serviced.is_none_or(|t| t.elapsed() >= SERVICE_EVERY) {
             self.service();
         }
@@ -306,7 +308,7 @@ impl DetectionServer {
     }
 
     /// Sends one line (must end in `\n`) to every client without blocking.
-    pub fn broadcast(&mut self, line: &[u8]) {
+    pub(crate) fn broadcast(&mut self, line: &[u8]) {
         let now = Instant::now();
         let timeout = self.slow_timeout;
         let stats = &mut self.stats;
@@ -362,7 +364,7 @@ impl DetectionServer {
     /// Tells every client the stream ended (one final line) and closes them. A client
     /// that does not read gets what fits in its socket buffer: the whole goodbye takes at
     /// most [`CLOSE_BUDGET`], however many such clients there are.
-    pub fn close_all(&mut self, reason: &str, frames: u64) {
+    pub(crate) fn close_all(&mut self, reason: &str, frames: u64) {
         let end = SocketLine::End(EndJson { end: true, frames, reason: reason.to_string() });
         let line = end.to_line().unwrap_or_default();
         let deadline = Instant::now() + CLOSE_BUDGET;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use zcpipe_core::tap::{frame_to_rgb, TapClient};
 
 /// How long a camera's tap stays joined after the last request for its pixels.
-pub const IDLE_LEAVE: Duration = Duration::from_secs(10);
+pub(crate) const IDLE_LEAVE: Duration = Duration::from_secs(10);
 
 /// One camera's frame as RGB24, tight rows (`width * 3` bytes each).
 #[derive(Clone, Debug)]

@@ -26,11 +26,11 @@ use super::pixels::Pixels;
 use super::schema::{EndJson, FrameJson, SocketLine};
 
 /// Requests waiting for the snapshot thread, at most; more are dropped (counted).
-pub const QUEUE: usize = 16;
+pub(crate) const QUEUE: usize = 16;
 
 /// How long a snapshot waits for its camera's pixels (a tap joining, a frame converted)
 /// before it is written without them is not done: it is skipped and counted.
-pub const PIXEL_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const PIXEL_WAIT: Duration = Duration::from_secs(2);
 
 /// What `--snapshot-dir`, `--snapshot-every`, `--snapshot-keep` and `--snapshot-on` ask.
 #[derive(Clone, Debug, PartialEq)]

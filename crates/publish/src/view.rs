@@ -15,7 +15,7 @@ use super::pixels::Pixels;
 
 /// One camera frame for the view: tight RGB24 rows, already converted by the provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ViewFrame {
+pub(crate) struct ViewFrame {
     /// The capture sequence number of the frame (the frame lines' `seq`, per camera).
     pub seq: u64,
     /// Its capture time, CLOCK_MONOTONIC ns (the frame lines' `timestamp_ns`).
@@ -32,7 +32,7 @@ pub struct ViewFrame {
 impl ViewFrame {
     /// Whether `rgb` holds exactly `width * height` RGB24 pixels (the view refuses and logs
     /// a frame that does not, and goes on with its last good one).
-    pub fn is_whole(&self) -> bool {
+    pub(crate) fn is_whole(&self) -> bool {
         self.rgb.len() as u64 == self.width as u64 * self.height as u64 * 3 && self.width > 0 && self.height > 0
     }
 }
@@ -41,7 +41,7 @@ impl ViewFrame {
 /// the view's own threads (one call at a time: the view holds it behind a mutex), never from
 /// the frame loop, so a call may take milliseconds (a guard, a colour conversion) but should
 /// not wait for a frame to come.
-pub trait ViewSource: Send {
+pub(crate) trait ViewSource: Send {
     /// The newest frame of camera `camera` (its index in
     /// [`super::PublishConfig::cameras`]) whose sequence number is above `newer_than`
     /// (`None`: any frame), as RGB24. `None`: nothing newer than that (the view keeps drawing
@@ -61,7 +61,7 @@ pub const NO_PIXELS: &str = "no pixels (fan-out not connected)";
 /// The capture pools' taps as the view's source: asking for a camera's frame keeps its tap
 /// joined ([`Pixels::want`]: it leaves 10 s after the last ask), so pixels are read only
 /// while someone watches.
-pub struct TapPixels {
+pub(crate) struct TapPixels {
     pixels: std::sync::Arc<Pixels>,
     /// Each camera's capture stage (`capture`, `capture@door`), for what the picture says.
     stages: Vec<String>,
@@ -76,7 +76,7 @@ impl TapPixels {
 }
 
 /// Conversions a second per camera for snapshots when no web view sets `--view-fps`.
-pub const SNAPSHOT_FPS: f64 = 5.0;
+pub(crate) const SNAPSHOT_FPS: f64 = 5.0;
 
 /// Each camera's capture stage in `cfg`'s order (one camera: `capture`; several:
 /// `capture@NAME`).

@@ -40,7 +40,7 @@ pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
 
 /// Frames of other cameras `zcpipe watch --camera NAME` skips before it says which cameras
 /// it saw (none of NAME having come).
-pub const SKIPPED_HINT: u64 = 100;
+pub(crate) const SKIPPED_HINT: u64 = 100;
 
 /// How a detections stream read by [`print_stream`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub fn print_stream(
 
 /// Which lines `zcpipe watch` shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Filter<'a> {
+pub(crate) struct Filter<'a> {
     /// Only this camera's (`--camera NAME`); `None`: every camera's.
     pub camera: Option<&'a str>,
     /// Only event lines and restart notices (`--events`: a restart may have ended tracks
@@ -99,7 +99,7 @@ pub struct Filter<'a> {
 /// of other cameras are skipped and not counted (a notice about a stage that serves every
 /// camera is kept); with `events_only`, only event lines and notices are written, and
 /// `count` (and `frames`) count events instead of frames.
-pub fn print_camera(
+pub(crate) fn print_camera(
     input: impl BufRead,
     mut out: impl Write,
     json: bool,

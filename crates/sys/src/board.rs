@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 /// Environment variable moving the system root (test-only; see the module doc).
-pub const ROOT_ENV: &str = "ZCPIPE_TEST_ROOT";
+pub(crate) const ROOT_ENV: &str = "ZCPIPE_TEST_ROOT";
 
 /// The test system root, read from [`ROOT_ENV`] once, at the first use (start-up): `None`
 /// (always, in use) for `/`.
@@ -91,7 +91,7 @@ pub struct RamAbove4g {
 /// The end (exclusive) of the highest top-level `System RAM` range of a `/proc/iomem` text
 /// (`start-end : name`, hex, inclusive end); `None` when there is none or the addresses are
 /// all zero (hidden from this reader).
-pub fn iomem_ram_end(iomem: &str) -> Option<u64> {
+pub(crate) fn iomem_ram_end(iomem: &str) -> Option<u64> {
     iomem
         .lines()
         .filter(|l| !l.starts_with(' ') && l.trim_end().ends_with(": System RAM"))

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// `struct dma_buf_sync { __u64 flags; }` from `include/uapi/linux/dma-buf.h` (8 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct DmaBufSync {
+pub(crate) struct DmaBufSync {
     /// `DMA_BUF_SYNC_*` flags.
     pub flags: u64,
 }

@@ -44,16 +44,16 @@ impl drm::control::Device for Card {}
 
 /// Bits per pixel of zcpipe's dumb buffers: 32, the one depth every driver takes
 /// (virtio-gpu refuses any other, drivers/gpu/drm/virtio/virtgpu_gem.c).
-pub const DUMB_BPP: u32 = 32;
+pub(crate) const DUMB_BPP: u32 = 32;
 /// Width in pixels of zcpipe's dumb buffers: 1024 at 32 bpp makes 4096-byte rows, so rows
 /// are whole pages and a buffer of N pages is 1024 x N (drivers that align the pitch, to 64
 /// bytes for Rockchip's VOP, add nothing).
-pub const DUMB_WIDTH: u32 = 1024;
+pub(crate) const DUMB_WIDTH: u32 = 1024;
 
 /// The width, height and bpp of a dumb buffer of at least `bytes` bytes ([`DUMB_WIDTH`] x
 /// whole 4096-byte rows at [`DUMB_BPP`]), or `None` when the height would not fit the
 /// kernel's 32-bit size (drm_mode_create_dumb refuses `height * pitch` past `u32::MAX`).
-pub fn dumb_geometry(bytes: u64) -> Option<(u32, u32, u32)> {
+pub(crate) fn dumb_geometry(bytes: u64) -> Option<(u32, u32, u32)> {
     let pitch = u64::from(DUMB_WIDTH * DUMB_BPP / 8);
     let height = bytes.div_ceil(pitch).max(1);
     (height * pitch <= u64::from(u32::MAX)).then_some((DUMB_WIDTH, height as u32, DUMB_BPP))

@@ -18,7 +18,7 @@ pub fn errno_words(e: &std::io::Error) -> String {
 
 /// How [`load_library`] looked for a vendor library, for the caller's message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LibrarySource {
+pub(crate) enum LibrarySource {
     /// The path the caller gave.
     Given,
     /// The path the environment variable named.
@@ -35,7 +35,7 @@ pub enum LibrarySource {
 /// # Safety
 /// Loading a library runs its initialisers: the caller names a vendor library whose
 /// initialisers only set up its own state (librga, librockchip_mpp).
-pub unsafe fn load_library(
+pub(crate) unsafe fn load_library(
     library: Option<&std::path::Path>,
     env: &str,
     names: &[&str],

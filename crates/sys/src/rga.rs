@@ -36,13 +36,13 @@ pub const IM_STATUS_SUCCESS: ImStatus = 1;
 /// hardware cannot do.
 pub const IM_STATUS_NOT_SUPPORTED: ImStatus = -1;
 /// `IM_STATUS_OUT_OF_MEMORY`.
-pub const IM_STATUS_OUT_OF_MEMORY: ImStatus = -2;
+pub(crate) const IM_STATUS_OUT_OF_MEMORY: ImStatus = -2;
 /// `IM_STATUS_INVALID_PARAM`: e.g. a YUV size or rect that is not even.
 pub const IM_STATUS_INVALID_PARAM: ImStatus = -3;
 /// `IM_STATUS_ILLEGAL_PARAM`: e.g. a zero or negative size.
 pub const IM_STATUS_ILLEGAL_PARAM: ImStatus = -4;
 /// `IM_STATUS_ERROR_VERSION`: header and library versions disagree.
-pub const IM_STATUS_ERROR_VERSION: ImStatus = -5;
+pub(crate) const IM_STATUS_ERROR_VERSION: ImStatus = -5;
 /// `IM_STATUS_NO_SESSION`: `/dev/rga` could not be opened.
 pub const IM_STATUS_NO_SESSION: ImStatus = -6;
 /// `IM_STATUS_FAILED` (`-IM_ERROR_FAILED`, which is 0).
@@ -285,28 +285,31 @@ pub struct ImOpt {
 
 /// `IM_STATUS improcess(rga_buffer_t src, rga_buffer_t dst, rga_buffer_t pat, im_rect srect,
 /// im_rect drect, im_rect prect, int usage)` (`im2d_single.h`, the `IM_C_API` one).
-pub type ImprocessFn = unsafe extern "C" fn(RgaBuffer, RgaBuffer, RgaBuffer, ImRect, ImRect, ImRect, c_int) -> ImStatus;
+pub(crate) type ImprocessFn =
+    unsafe extern "C" fn(RgaBuffer, RgaBuffer, RgaBuffer, ImRect, ImRect, ImRect, c_int) -> ImStatus;
 /// `IM_STATUS imcheck_t(const rga_buffer_t src, const rga_buffer_t dst, const rga_buffer_t
 /// pat, const im_rect src_rect, const im_rect dst_rect, const im_rect pat_rect, const int
 /// mode_usage)` (`im2d_common.h`).
-pub type ImcheckFn = unsafe extern "C" fn(RgaBuffer, RgaBuffer, RgaBuffer, ImRect, ImRect, ImRect, c_int) -> ImStatus;
+pub(crate) type ImcheckFn =
+    unsafe extern "C" fn(RgaBuffer, RgaBuffer, RgaBuffer, ImRect, ImRect, ImRect, c_int) -> ImStatus;
 /// `rga_buffer_handle_t importbuffer_fd(int fd, im_handle_param_t *param)` (`im2d_buffer.h`).
-pub type ImportbufferFdFn = unsafe extern "C" fn(c_int, *mut ImHandleParam) -> RgaBufferHandle;
+pub(crate) type ImportbufferFdFn = unsafe extern "C" fn(c_int, *mut ImHandleParam) -> RgaBufferHandle;
 /// `IM_STATUS releasebuffer_handle(rga_buffer_handle_t handle)` (`im2d_buffer.h`).
-pub type ReleasebufferHandleFn = unsafe extern "C" fn(RgaBufferHandle) -> ImStatus;
+pub(crate) type ReleasebufferHandleFn = unsafe extern "C" fn(RgaBufferHandle) -> ImStatus;
 /// `rga_buffer_t wrapbuffer_handle_t(rga_buffer_handle_t handle, int width, int height, int
 /// wstride, int hstride, int format)` (`im2d_buffer.h`).
-pub type WrapbufferHandleFn = unsafe extern "C" fn(RgaBufferHandle, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
+pub(crate) type WrapbufferHandleFn =
+    unsafe extern "C" fn(RgaBufferHandle, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
 /// `rga_buffer_t wrapbuffer_virtualaddr_t(void *vir_addr, int width, int height, int wstride,
 /// int hstride, int format)` (`im2d_buffer.h`): an image in CPU memory (`--copy-mode` only).
-pub type WrapbufferVirtualaddrFn =
+pub(crate) type WrapbufferVirtualaddrFn =
     unsafe extern "C" fn(*mut std::ffi::c_void, c_int, c_int, c_int, c_int, c_int) -> RgaBuffer;
 /// `IM_STATUS imconfig(IM_CONFIG_NAME name, uint64_t value)` (`im2d_common.h`).
-pub type ImconfigFn = unsafe extern "C" fn(c_int, u64) -> ImStatus;
+pub(crate) type ImconfigFn = unsafe extern "C" fn(c_int, u64) -> ImStatus;
 /// `const char* querystring(int name)` (`im2d_common.h`).
-pub type QuerystringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+pub(crate) type QuerystringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 /// `const char* imStrError_t(IM_STATUS status)` (`im2d_common.h`).
-pub type ImStrErrorFn = unsafe extern "C" fn(ImStatus) -> *const c_char;
+pub(crate) type ImStrErrorFn = unsafe extern "C" fn(ImStatus) -> *const c_char;
 
 /// The environment variable naming the librga to open.
 pub const LIBRGA_ENV: &str = "ZCPIPE_LIBRGA";

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 /// `struct udmabuf_create` from `include/uapi/linux/udmabuf.h` (24 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct UdmabufCreate {
+pub(crate) struct UdmabufCreate {
     /// The memfd to export.
     pub memfd: u32,
     /// `UDMABUF_FLAGS_CLOEXEC`.
@@ -23,7 +23,7 @@ pub struct UdmabufCreate {
 }
 
 /// Close the new dma-buf fd on exec (`UDMABUF_FLAGS_CLOEXEC`).
-pub const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
+pub(crate) const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
 
 nix::ioctl_write_ptr!(
     /// `UDMABUF_CREATE` as nix generates it; [`create`] is the wrapper to call.

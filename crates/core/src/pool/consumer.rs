@@ -154,13 +154,13 @@ pub struct PoolConsumer {
 /// to our own). Neither the pixels nor the descriptor can be changed through it:
 ///
 /// ```compile_fail,E0616
-/// # fn f(frame: &mut zcpipe::core::pool::Frame) {
+/// # fn f(frame: &mut zcpipe_core::pool::Frame) {
 /// frame.desc.buffer_index = 3; // error: `desc` is private; the loan's buffer is fixed
 /// # }
 /// ```
 ///
 /// ```compile_fail,E0596
-/// # fn f(frame: &zcpipe::core::pool::Frame) -> anyhow::Result<()> {
+/// # fn f(frame: &zcpipe_core::pool::Frame) -> anyhow::Result<()> {
 /// let _ = frame.buffers()[0].write()?; // error: the frame's dma-bufs are lent read-only
 /// # Ok(()) }
 /// ```
@@ -168,7 +168,7 @@ pub struct PoolConsumer {
 /// while reading both does compile (so the two above fail for the reason they show):
 ///
 /// ```
-/// # fn f(frame: &zcpipe::core::pool::Frame) -> anyhow::Result<()> {
+/// # fn f(frame: &zcpipe_core::pool::Frame) -> anyhow::Result<()> {
 /// let _index = frame.desc().buffer_index;
 /// let _pixels = frame.buffers()[0].read()?;
 /// # Ok(()) }

@@ -18,7 +18,7 @@ use super::*;
 /// the pool while it is out. Writing a published buffer does not compile:
 ///
 /// ```compile_fail,E0382
-/// # use zcpipe::core::{pool::PoolProducer, frame::FrameDesc};
+/// # use zcpipe_core::{pool::PoolProducer, frame::FrameDesc};
 /// # fn f(prod: &mut PoolProducer, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<()> {
 /// let mut loan = prod.acquire(stop)?.unwrap();
 /// loan.publish(FrameDesc::default(), stop)?;
@@ -29,7 +29,7 @@ use super::*;
 /// while the same lines in order do:
 ///
 /// ```
-/// # use zcpipe::core::{pool::PoolProducer, frame::FrameDesc};
+/// # use zcpipe_core::{pool::PoolProducer, frame::FrameDesc};
 /// # fn f(prod: &mut PoolProducer, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<()> {
 /// let mut loan = prod.acquire(stop)?.unwrap();
 /// let _ = loan.buffers_mut();

@@ -49,7 +49,7 @@ use zcpipe_core::config::Choice;
 use zcpipe_core::frame::{Fourcc, Letterbox};
 
 /// The detection strides of every family here, in the order their levels appear.
-pub const STRIDES: [u32; 3] = [8, 16, 32];
+pub(crate) const STRIDES: [u32; 3] = [8, 16, 32];
 
 /// Which head decodes a model's outputs (`--head`). `Auto` recognises it from the output
 /// shapes ([`select`]).
@@ -192,7 +192,7 @@ impl Preprocess {
         normalise: Normalise::Raw,
     };
     /// Ultralytics and YOLOv5 `letterbox`: RGB, centred, pad 114, /255.
-    pub const ULTRALYTICS: Preprocess = Preprocess {
+    pub(crate) const ULTRALYTICS: Preprocess = Preprocess {
         channel_order: ChannelOrder::Rgb,
         placement: Placement::Center,
         pad: 114,
@@ -355,13 +355,13 @@ fn fit(kind: HeadKind, m: &Model<'_>) -> Result<Box<dyn Head>, String> {
 }
 
 /// The outputs as one text: `output [1,3549,85] float32, 286 [1,255,80,80] int8 (...)`.
-pub fn outputs_text(outputs: &[OutputInfo]) -> String {
+pub(crate) fn outputs_text(outputs: &[OutputInfo]) -> String {
     outputs.iter().map(|o| format!("{} {}", o.name, o.shape_text())).collect::<Vec<_>>().join(", ")
 }
 
 /// Grid cells over [`STRIDES`] for a `w x h` input, sides rounded up (a stride-2
 /// convolution with padding 1 gives `ceil(side / 2)`): 8400 for 640x640, 5040 for 640x384.
-pub fn grid_cells_ceil(w: u32, h: u32) -> usize {
+pub(crate) fn grid_cells_ceil(w: u32, h: u32) -> usize {
     STRIDES.iter().map(|&s| w.div_ceil(s) as usize * h.div_ceil(s) as usize).sum()
 }
 

@@ -49,7 +49,7 @@ pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>)> {
 }
 
 /// Parses the bytes of an `.npy` file as in [`read_npy`].
-pub fn parse_npy(bytes: &[u8]) -> Result<(Vec<usize>, NpyData)> {
+pub(crate) fn parse_npy(bytes: &[u8]) -> Result<(Vec<usize>, NpyData)> {
     ensure!(bytes.len() >= 10 && &bytes[..6] == b"\x93NUMPY", "no .npy magic");
     let (header_len, header_start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),

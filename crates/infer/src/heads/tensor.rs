@@ -22,7 +22,7 @@ pub struct Quant {
 
 impl Quant {
     /// `q` is the value itself (zero point 0, scale 1).
-    pub const IDENTITY: Quant = Quant { zp: 0, scale: 1.0 };
+    pub(crate) const IDENTITY: Quant = Quant { zp: 0, scale: 1.0 };
 
     /// Checks `scale` is a finite positive number: the one-line error names the value.
     pub fn check(self) -> Result<Quant> {
@@ -105,7 +105,7 @@ impl OutputInfo {
     }
 
     /// `[1,3549,85] float32`, `[1,64,80,80] int8 (zp -56, scale 0.11) NHWC`.
-    pub fn shape_text(&self) -> String {
+    pub(crate) fn shape_text(&self) -> String {
         let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
         let nhwc = if self.channels_last { " NHWC" } else { "" };
         format!("[{}] {}{nhwc}", dims.join(","), self.dtype)
@@ -202,7 +202,7 @@ impl<'a> TensorRef<'a> {
 /// threshold converted once per tensor ([`Elem::key_above`]) instead of dequantising every
 /// element: for int8 the key is the integer itself, as the model zoo's C post-processing
 /// does it; for float16 it is the widened value.
-pub trait Elem: Copy + Send + Sync + 'static {
+pub(crate) trait Elem: Copy + Send + Sync + 'static {
     /// What raw elements are compared as.
     type Key: Copy + PartialOrd;
     /// The comparable key of this element.
@@ -368,7 +368,7 @@ impl Plane {
 
     /// The plane of a `[1, C, H, W]` output (memory `[1, H, W, C]` when `channels_last`),
     /// starting at channel `first`.
-    pub fn of_map(info: &OutputInfo, first: usize) -> Plane {
+    pub(crate) fn of_map(info: &OutputInfo, first: usize) -> Plane {
         let (c, hw) = (info.shape[1], info.shape[2] * info.shape[3]);
         if info.channels_last {
             Plane { base: first, anchor: c, attr: 1 }

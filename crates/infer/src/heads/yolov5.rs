@@ -35,7 +35,7 @@ pub struct Anchors(pub [[[f32; 2]; 3]; 3]);
 impl Anchors {
     /// YOLOv5's default anchors (`models/yolov5s.yaml`), which rknn_model_zoo's YOLOv5 demo
     /// uses too (`anchors_yolov5.txt`).
-    pub const MODEL_ZOO: Anchors = Anchors([
+    pub(crate) const MODEL_ZOO: Anchors = Anchors([
         [[10.0, 13.0], [16.0, 30.0], [33.0, 23.0]],
         [[30.0, 61.0], [62.0, 45.0], [59.0, 119.0]],
         [[116.0, 90.0], [156.0, 198.0], [373.0, 326.0]],
@@ -91,7 +91,7 @@ struct Level {
 
 /// The YOLOv5 head: decoded rows (`rows > 0`) or split maps (`levels`).
 #[derive(Debug)]
-pub struct Yolov5Head {
+pub(crate) struct Yolov5Head {
     kind: HeadKind,
     classes: usize,
     /// Flat: number of rows (anchors) and attributes per row.

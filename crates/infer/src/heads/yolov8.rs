@@ -42,7 +42,7 @@ struct Level {
 
 /// The YOLOv8 / YOLO11 head: decoded (`levels` empty) or split.
 #[derive(Debug)]
-pub struct Yolov8Head {
+pub(crate) struct Yolov8Head {
     kind: HeadKind,
     classes: usize,
     /// Flat: anchors (`N`).

@@ -25,7 +25,7 @@ use crate::Detection;
 /// Number of output rows YOLOX has for a `input_w x input_h` input: the sum of
 /// `(input_h / s) * (input_w / s)` (integer division, as YOLOX `demo_postprocess`) over
 /// [`STRIDES`]. 416x416 gives 52*52 + 26*26 + 13*13 = 3549.
-pub fn grid_rows(input_w: u32, input_h: u32) -> usize {
+pub(crate) fn grid_rows(input_w: u32, input_h: u32) -> usize {
     STRIDES.iter().map(|&s| (input_w / s) as usize * (input_h / s) as usize).sum()
 }
 
@@ -41,7 +41,7 @@ struct Level {
 
 /// The YOLOX head, flat or split.
 #[derive(Debug)]
-pub struct YoloxHead {
+pub(crate) struct YoloxHead {
     kind: HeadKind,
     levels: Vec<Level>,
     classes: usize,

@@ -10,7 +10,7 @@ pub use zcpipe_core::draw::{class_colour, label_text, text_size, Canvas, Drawn, 
 use zcpipe_core::schema::FrameJson;
 
 /// The grey of the canvas drawn when there are no pixels (RGB).
-pub const CANVAS: [u8; 3] = [24, 24, 24];
+pub(crate) const CANVAS: [u8; 3] = [24, 24, 24];
 
 /// Draws every detection of `f` on `canvas`: boxes first, then their tags (so a tag is never
 /// hidden under another box's outline). Boxes are in `f`'s frame pixels; a canvas of another

@@ -12,7 +12,7 @@ use super::stats::{Stats, LATENCY_BUCKETS_S};
 use zcpipe_core::metrics::SERIES;
 
 /// The `Content-Type` of `/metrics`.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The server's own counters shown beside the stream's.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

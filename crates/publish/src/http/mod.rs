@@ -88,19 +88,19 @@ pub fn bind(cfg: &HttpConfig) -> std::result::Result<TcpListener, AddrError> {
 }
 
 /// Threads that take requests; SSE and MJPEG clients get their own.
-pub const WORKERS: usize = 2;
+pub(crate) const WORKERS: usize = 2;
 
 /// The most SSE and MJPEG clients at once (one thread each); one more is answered 503.
-pub const MAX_STREAMS: u64 = 32;
+pub(crate) const MAX_STREAMS: u64 = 32;
 
 /// Lines an SSE client's queue holds; one more drops its oldest (counted).
-pub const SSE_QUEUE: usize = 512;
+pub(crate) const SSE_QUEUE: usize = 512;
 
 /// An idle SSE stream sends a comment this often (finding a client that went away).
-pub const SSE_KEEPALIVE: Duration = Duration::from_secs(5);
+pub(crate) const SSE_KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// The most [`HttpOutput`]'s close waits for its streams to send their last bytes.
-pub const CLOSE_BUDGET: Duration = Duration::from_millis(500);
+pub(crate) const CLOSE_BUDGET: Duration = Duration::from_millis(500);
 
 /// The MJPEG part boundary.
 const BOUNDARY: &str = "zcpipeframe";
@@ -141,7 +141,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The web view as an output of the publish stage.
-pub struct HttpOutput {
+pub(crate) struct HttpOutput {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
 }
@@ -185,6 +185,7 @@ impl HttpOutput {
     }
 
     /// The address it listens on (the port chosen, for port 0).
+    #[cfg(test)]
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
     }
@@ -344,7 +345,7 @@ fn text(rq: tiny_http::Request, status: u16, body: String) {
 }
 
 /// `&`, `<`, `>`, `"` and `'` as HTML entities.
-pub fn html_escape(s: &str) -> String {
+pub(crate) fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
 }
 
@@ -362,7 +363,7 @@ pub fn page(cameras: &[String], view_fps: f64) -> String {
 
 /// One server-sent event carrying `data` (each of its lines a `data:` line; a blank line
 /// ends the event), as the HTML standard's "Server-sent events" section frames them.
-pub fn sse_event(data: &str) -> String {
+pub(crate) fn sse_event(data: &str) -> String {
     let mut o = String::with_capacity(data.len() + 8);
     for l in data.split('\n') {
         o.push_str("data: ");
@@ -384,7 +385,7 @@ fn camera_of(s: &Shared, rest: &str, suffix: &str) -> Option<usize> {
 /// one buffer of the declared size (`util/equal_reader.rs`), so a request claiming a body of
 /// 100 GB would abort the process; such a request is never dropped: it is leaked (one
 /// connection and about a kilobyte), refused and counted ([`refuse_body`]).
-pub const MAX_BODY: usize = 64 * 1024;
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 /// A request whose declared body is over [`MAX_BODY`]: left unanswered and unfreed (see
 /// there), counted, logged (the first, then every 100th).

@@ -14,10 +14,10 @@ use crate::view::{ViewFrame, ViewSource};
 use zcpipe_core::schema::FrameJson;
 
 /// JPEG quality of the view's pictures (1..=100).
-pub const JPEG_QUALITY: u8 = 80;
+pub(crate) const JPEG_QUALITY: u8 = 80;
 
 /// The largest picture the view draws, pixels (a frame line claiming more is refused).
-pub const MAX_PIXELS: u64 = 8192 * 8192;
+pub(crate) const MAX_PIXELS: u64 = 8192 * 8192;
 
 /// One encoded picture.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ struct Slot {
 }
 
 /// Draws and encodes each camera's pictures, keeping the last one of each.
-pub struct Renderer {
+pub(crate) struct Renderer {
     source: Mutex<Box<dyn ViewSource>>,
     slots: Vec<Mutex<Slot>>,
     /// JPEGs encoded per camera (outside the slots' locks: the stage's report reads them on

@@ -12,14 +12,14 @@ use zcpipe_core::schema::{FrameJson, SocketLine};
 
 /// Upper bounds of the latency histograms' buckets in `/metrics`, seconds (`le`; `+Inf`
 /// follows): 0.5 ms to 10 s, about three per decade.
-pub const LATENCY_BUCKETS_S: [f64; 14] =
+pub(crate) const LATENCY_BUCKETS_S: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// How many of a camera's latest frame arrivals its fps is taken over.
-pub const FPS_WINDOW: usize = 30;
+pub(crate) const FPS_WINDOW: usize = 30;
 
 /// A camera whose last frame came longer ago than this has an fps of 0.
-pub const FPS_STALE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const FPS_STALE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One Prometheus histogram: counts per bucket of [`LATENCY_BUCKETS_S`] (not cumulative;
 /// the last is `+Inf`), the sum of the values (seconds) and their count.
@@ -102,7 +102,7 @@ impl CameraStats {
 }
 
 /// The stages a `notice` line can name, in pipeline order (`/metrics` shows each, 0 or not).
-pub const STAGES: [&str; 4] = ["capture", "scale", "infer", "publish"];
+pub(crate) const STAGES: [&str; 4] = ["capture", "scale", "infer", "publish"];
 
 /// Everything the view knows of the stream.
 pub struct Stats {

@@ -27,11 +27,11 @@ use crate::output::Output;
 use zcpipe_core::schema::{EndJson, SocketLine};
 
 /// The most time [`MqttOutput::close`] takes: the last messages, `offline`, DISCONNECT.
-pub const CLOSE_BUDGET: Duration = Duration::from_millis(1000);
+pub(crate) const CLOSE_BUDGET: Duration = Duration::from_millis(1000);
 
 /// The first wait before reconnecting; it doubles after each failure up to [`BACKOFF_MAX`],
 /// and starts again from here after a connection.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 
 /// The longest wait between two connection attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -66,7 +66,7 @@ struct State {
 }
 
 /// The MQTT bridge as an output of the publish stage.
-pub struct MqttOutput {
+pub(crate) struct MqttOutput {
     tr: Translator,
     shared: Arc<Shared>,
     client: Client,

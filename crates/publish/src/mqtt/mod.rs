@@ -52,7 +52,7 @@ pub struct BrokerUrl {
 }
 
 /// The forms `--mqtt` accepts, quoted in its errors.
-pub const BROKER_FORMS: &str =
+pub(crate) const BROKER_FORMS: &str =
     "mqtt://[user[:password]@]host[:port] or mqtts://... (default port 1883, 8883 for mqtts)";
 
 impl BrokerUrl {
@@ -259,11 +259,11 @@ impl MqttConfig {
         format!("{}/available", self.topic_prefix)
     }
     /// `P/<camera>/<leaf>` (`detections`, `events`, or a label).
-    pub fn camera_topic(&self, camera: &str, leaf: &str) -> String {
+    pub(crate) fn camera_topic(&self, camera: &str, leaf: &str) -> String {
         format!("{}/{}/{}", self.topic_prefix, level(camera), level(leaf))
     }
     /// `P/stats`.
-    pub fn stats_topic(&self) -> String {
+    pub(crate) fn stats_topic(&self) -> String {
         format!("{}/stats", self.topic_prefix)
     }
 
@@ -281,7 +281,7 @@ impl MqttConfig {
 
     /// The discovery config of camera `camera`'s occupancy binary sensor for `label`: ON
     /// while the label's count topic is above 0. `None` without discovery.
-    pub fn occupancy_discovery(&self, camera: &str, label: &str) -> Option<Msg> {
+    pub(crate) fn occupancy_discovery(&self, camera: &str, label: &str) -> Option<Msg> {
         let h = self.discovery_prefix.as_ref()?;
         let object = format!("{}_{}", level(camera), level(label));
         let unique = format!("{}_{object}_occupancy", level(&self.client_id));
@@ -308,7 +308,7 @@ impl MqttConfig {
 
     /// The discovery config of camera `camera`'s fps sensor (from `P/stats`). `None` without
     /// discovery.
-    pub fn fps_discovery(&self, camera: &str) -> Option<Msg> {
+    pub(crate) fn fps_discovery(&self, camera: &str) -> Option<Msg> {
         let h = self.discovery_prefix.as_ref()?;
         let object = format!("{}_fps", level(camera));
         let payload = serde_json::json!({
@@ -358,7 +358,7 @@ impl<T> DropOldest<T> {
         self.items.pop_front()
     }
     /// Puts back an element just taken (it goes first again; when full it is the one dropped).
-    pub fn unpop(&mut self, item: T) {
+    pub(crate) fn unpop(&mut self, item: T) {
         if self.items.len() >= self.cap {
             self.dropped += 1;
             return;
@@ -406,20 +406,20 @@ struct CameraState {
 
 /// Turns socket lines into MQTT messages (on the publish stage's frame loop: no I/O).
 #[derive(Debug)]
-pub struct Translator {
+pub(crate) struct Translator {
     cfg: MqttConfig,
     cameras: BTreeMap<String, CameraState>,
     last_stats: Instant,
 }
 
 /// Now as Unix time, ms.
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// The wall-clock time (Unix ms) of CLOCK_MONOTONIC time `mono_ns`: now's Unix time less
 /// how long ago `mono_ns` was (the socket's lines carry only CLOCK_MONOTONIC).
-pub fn wall_ms(mono_ns: u64) -> u64 {
+pub(crate) fn wall_ms(mono_ns: u64) -> u64 {
     let ago_ms = zcpipe_core::frame::monotonic_ns().saturating_sub(mono_ns) / 1_000_000;
     unix_ms().saturating_sub(ago_ms)
 }
@@ -521,7 +521,7 @@ impl Translator {
     }
 
     /// Whether the next stats message is due (`--mqtt-stats-interval` since the last).
-    pub fn stats_due(&self) -> bool {
+    pub(crate) fn stats_due(&self) -> bool {
         self.last_stats.elapsed() >= self.cfg.stats_every
     }
 

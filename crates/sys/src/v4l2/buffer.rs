@@ -75,7 +75,7 @@ pub struct Plane {
 
 impl Plane {
     /// `m.mem_offset` (MMAP planes, after QUERYBUF).
-    pub fn mem_offset(&self) -> u32 {
+    pub(crate) fn mem_offset(&self) -> u32 {
         // SAFETY: the low 4 bytes of `m` are initialised whichever member was written last
         // (all members start at offset 0 and are at least 4 bytes), and any u32 is valid.
         unsafe { self.m.mem_offset }

@@ -4,16 +4,16 @@
 use crate::fourcc::Fourcc;
 
 /// Most planes a multi-planar format or buffer can have (`VIDEO_MAX_PLANES`).
-pub const VIDEO_MAX_PLANES: usize = 8;
+pub(crate) const VIDEO_MAX_PLANES: usize = 8;
 
 /// `enum v4l2_buf_type`: single-planar video capture.
 pub const V4L2_BUF_TYPE_VIDEO_CAPTURE: u32 = 1;
 /// `enum v4l2_buf_type`: single-planar video output.
 pub const V4L2_BUF_TYPE_VIDEO_OUTPUT: u32 = 2;
 /// `enum v4l2_buf_type`: video overlay (format is a `struct v4l2_window`; refused here).
-pub const V4L2_BUF_TYPE_VIDEO_OVERLAY: u32 = 3;
+pub(crate) const V4L2_BUF_TYPE_VIDEO_OVERLAY: u32 = 3;
 /// `enum v4l2_buf_type`: video output overlay (format is a `struct v4l2_window`; refused here).
-pub const V4L2_BUF_TYPE_VIDEO_OUTPUT_OVERLAY: u32 = 8;
+pub(crate) const V4L2_BUF_TYPE_VIDEO_OUTPUT_OVERLAY: u32 = 8;
 /// `enum v4l2_buf_type`: multi-planar video capture.
 pub const V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE: u32 = 9;
 /// `enum v4l2_buf_type`: multi-planar video output.
@@ -33,7 +33,7 @@ pub const V4L2_SEL_TGT_COMPOSE: u32 = 0x0100;
 /// with `VIDIOC_EXPBUF`.
 pub const V4L2_MEMORY_MMAP: u32 = 1;
 /// `enum v4l2_memory`: buffers in user memory (not queueable through [`qbuf`](super::qbuf)).
-pub const V4L2_MEMORY_USERPTR: u32 = 2;
+pub(crate) const V4L2_MEMORY_USERPTR: u32 = 2;
 /// `enum v4l2_memory`: buffers imported as dma-buf fds.
 pub const V4L2_MEMORY_DMABUF: u32 = 4;
 
@@ -42,11 +42,11 @@ pub const V4L2_CAP_VIDEO_CAPTURE: u32 = 0x0000_0001;
 /// `V4L2_CAP_VIDEO_OUTPUT`: single-planar video output.
 pub const V4L2_CAP_VIDEO_OUTPUT: u32 = 0x0000_0002;
 /// `V4L2_CAP_VIDEO_OVERLAY`: video overlay.
-pub const V4L2_CAP_VIDEO_OVERLAY: u32 = 0x0000_0004;
+pub(crate) const V4L2_CAP_VIDEO_OVERLAY: u32 = 0x0000_0004;
 /// `V4L2_CAP_VBI_CAPTURE`: raw VBI capture.
-pub const V4L2_CAP_VBI_CAPTURE: u32 = 0x0000_0010;
+pub(crate) const V4L2_CAP_VBI_CAPTURE: u32 = 0x0000_0010;
 /// `V4L2_CAP_VBI_OUTPUT`: raw VBI output.
-pub const V4L2_CAP_VBI_OUTPUT: u32 = 0x0000_0020;
+pub(crate) const V4L2_CAP_VBI_OUTPUT: u32 = 0x0000_0020;
 /// `V4L2_CAP_VIDEO_CAPTURE_MPLANE`: multi-planar video capture.
 pub const V4L2_CAP_VIDEO_CAPTURE_MPLANE: u32 = 0x0000_1000;
 /// `V4L2_CAP_VIDEO_OUTPUT_MPLANE`: multi-planar video output.
@@ -56,17 +56,17 @@ pub const V4L2_CAP_VIDEO_M2M_MPLANE: u32 = 0x0000_4000;
 /// `V4L2_CAP_VIDEO_M2M`: single-planar memory-to-memory device.
 pub const V4L2_CAP_VIDEO_M2M: u32 = 0x0000_8000;
 /// `V4L2_CAP_SDR_CAPTURE`: software-defined radio capture.
-pub const V4L2_CAP_SDR_CAPTURE: u32 = 0x0010_0000;
+pub(crate) const V4L2_CAP_SDR_CAPTURE: u32 = 0x0010_0000;
 /// `V4L2_CAP_META_CAPTURE`: metadata capture.
 pub const V4L2_CAP_META_CAPTURE: u32 = 0x0080_0000;
 /// `V4L2_CAP_META_OUTPUT`: metadata output.
 pub const V4L2_CAP_META_OUTPUT: u32 = 0x0800_0000;
 /// `V4L2_CAP_READWRITE`: `read()`/`write()` I/O.
-pub const V4L2_CAP_READWRITE: u32 = 0x0100_0000;
+pub(crate) const V4L2_CAP_READWRITE: u32 = 0x0100_0000;
 /// `V4L2_CAP_STREAMING`: the streaming I/O ioctls (REQBUFS, QBUF, ...).
 pub const V4L2_CAP_STREAMING: u32 = 0x0400_0000;
 /// `V4L2_CAP_DEVICE_CAPS`: the `device_caps` field is valid.
-pub const V4L2_CAP_DEVICE_CAPS: u32 = 0x8000_0000;
+pub(crate) const V4L2_CAP_DEVICE_CAPS: u32 = 0x8000_0000;
 
 /// `enum v4l2_field`: the driver chooses.
 pub const V4L2_FIELD_ANY: u32 = 0;
@@ -98,11 +98,11 @@ pub const V4L2_BUF_FLAG_DONE: u32 = 0x0000_0004;
 /// `V4L2_BUF_FLAG_ERROR`: dequeued, but the data may be corrupted (still requeue it).
 pub const V4L2_BUF_FLAG_ERROR: u32 = 0x0000_0040;
 /// `V4L2_BUF_FLAG_TIMESTAMP_MASK`: the timestamp-type bits of `flags`.
-pub const V4L2_BUF_FLAG_TIMESTAMP_MASK: u32 = 0x0000_e000;
+pub(crate) const V4L2_BUF_FLAG_TIMESTAMP_MASK: u32 = 0x0000_e000;
 /// `V4L2_BUF_FLAG_TIMESTAMP_UNKNOWN`: timestamp clock unknown.
 pub const V4L2_BUF_FLAG_TIMESTAMP_UNKNOWN: u32 = 0x0000_0000;
 /// `V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC`: timestamp is `CLOCK_MONOTONIC`.
-pub const V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC: u32 = 0x0000_2000;
+pub(crate) const V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC: u32 = 0x0000_2000;
 /// `V4L2_BUF_FLAG_TIMESTAMP_COPY`: timestamp copied from the output buffer (m2m).
 pub const V4L2_BUF_FLAG_TIMESTAMP_COPY: u32 = 0x0000_4000;
 /// `V4L2_BUF_FLAG_TSTAMP_SRC_MASK`: the timestamp-source bits of `flags`.
@@ -164,12 +164,12 @@ pub const fn v4l2_fourcc(code: &[u8; 4]) -> u32 {
 }
 
 /// A V4L2 `pixelformat`/`pixel_format` field as zcpipe's [`Fourcc`] (same encoding).
-pub const fn fourcc_from_v4l2(pixelformat: u32) -> Fourcc {
+pub(crate) const fn fourcc_from_v4l2(pixelformat: u32) -> Fourcc {
     Fourcc(pixelformat)
 }
 
 /// A [`Fourcc`] as the V4L2 `pixelformat` value (same encoding).
-pub const fn fourcc_to_v4l2(fourcc: Fourcc) -> u32 {
+pub(crate) const fn fourcc_to_v4l2(fourcc: Fourcc) -> u32 {
     fourcc.0
 }
 

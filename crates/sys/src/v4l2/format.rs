@@ -126,7 +126,7 @@ impl PixFormat {
         fourcc_from_v4l2(self.pixelformat)
     }
     /// Sets `pixelformat`.
-    pub fn set_fourcc(&mut self, fourcc: Fourcc) {
+    pub(crate) fn set_fourcc(&mut self, fourcc: Fourcc) {
         self.pixelformat = fourcc_to_v4l2(fourcc);
     }
 }
@@ -182,7 +182,7 @@ impl PixFormatMplane {
         fourcc_from_v4l2(self.pixelformat)
     }
     /// Sets `pixelformat`.
-    pub fn set_fourcc(&mut self, fourcc: Fourcc) {
+    pub(crate) fn set_fourcc(&mut self, fourcc: Fourcc) {
         self.pixelformat = fourcc_to_v4l2(fourcc);
     }
 }
@@ -225,7 +225,7 @@ impl Format {
         unsafe { &self.fmt.pix }
     }
     /// `fmt.pix`, mutable.
-    pub fn pix_mut(&mut self) -> &mut PixFormat {
+    pub(crate) fn pix_mut(&mut self) -> &mut PixFormat {
         // SAFETY: as in `pix`; any bytes written through it are a valid union content.
         unsafe { &mut self.fmt.pix }
     }
@@ -235,7 +235,7 @@ impl Format {
         unsafe { &self.fmt.pix_mp }
     }
     /// `fmt.pix_mp`, mutable.
-    pub fn pix_mp_mut(&mut self) -> &mut PixFormatMplane {
+    pub(crate) fn pix_mp_mut(&mut self) -> &mut PixFormatMplane {
         // SAFETY: as in `pix_mp`.
         unsafe { &mut self.fmt.pix_mp }
     }
