@@ -212,13 +212,11 @@ impl CpuScaler {
         dst_layout.validate(&[dst.len() as u64]).map_err(|e| anyhow::anyhow!("cpu scaler: model input: {e}"))?;
 
         let lb = letterbox.params(sl.width, sl.height, dst_layout.width, dst_layout.height);
-        let (w, h) = (sl.width, sl.height);
         let (x, y, rw, rh) = lb.picture();
         let (dw, dh) = (dst_layout.width as usize, dst_layout.height as usize);
         let dp = dst_layout.planes[0];
         let dbpl = dp.bytesperline as usize;
         let out = &mut dst[dp.offset as usize..dp.offset as usize + dp.length as usize];
-        let rgb = dst_layout.fourcc == Fourcc::RGB24;
         // The picture is written in place when exactly its `rh` rows, from its first pixel
         // on, fit in the output (the yuv crate walks source and destination with
         // chunks_exact(stride) and takes the remainder as an odd last row, so it needs the
@@ -234,6 +232,28 @@ impl CpuScaler {
             tight.resize(rw as usize * 3 * rh as usize, 0);
             (&mut tight[..], rw as usize * 3)
         };
+        self.convert(src, sl, dst_layout.fourcc, pic, pic_bpl, (rw, rh))?;
+        if !in_place {
+            copy_rows(&tight, rw as usize * 3, &mut out[at..], dbpl);
+        }
+        self.pic = tight;
+        fill_pad(out, dbpl, (dw, dh), (x, y, rw, rh), letterbox.pad);
+        Ok(lb)
+    }
+
+    /// Converts and resizes the source picture (`src`, per `sl`) into `pic` (rows of `pic_bpl`
+    /// bytes, `rw` x `rh` pixels) in `dst_fourcc`'s channel order (RGB24 or BGR24).
+    fn convert(
+        &mut self,
+        src: &[&[u8]],
+        sl: &FrameLayout,
+        dst_fourcc: Fourcc,
+        pic: &mut [u8],
+        pic_bpl: usize,
+        (rw, rh): (u32, u32),
+    ) -> anyhow::Result<()> {
+        let (w, h) = (sl.width, sl.height);
+        let rgb = dst_fourcc == Fourcc::RGB24;
         let order = if rgb { "RGB24" } else { "BGR24" };
         let err = |e: yuv::YuvError| anyhow::anyhow!("cpu scaler: {} -> {order} conversion failed: {e:?}", sl.fourcc);
 
@@ -301,7 +321,7 @@ impl CpuScaler {
                     (rw, rh),
                 )
                 .with_context(|| format!("cpu scaler: {}", sl.fourcc))?;
-                if sl.fourcc != dst_layout.fourcc {
+                if sl.fourcc != dst_fourcc {
                     // The same swap of the first and third byte either way.
                     yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
                 } else {
@@ -339,12 +359,7 @@ impl CpuScaler {
             }
             other => bail!("cpu scaler cannot read {other}"),
         }
-        if !in_place {
-            copy_rows(&tight, rw as usize * 3, &mut out[at..], dbpl);
-        }
-        self.pic = tight;
-        fill_pad(out, dbpl, (dw, dh), (x, y, rw, rh), letterbox.pad);
-        Ok(lb)
+        Ok(())
     }
 }
 
