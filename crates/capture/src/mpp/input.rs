@@ -34,7 +34,7 @@ impl MppCapture {
 
     /// Reads what the demuxer has now (never blocks): `Some(n)` bytes (0: its end, for a
     /// file), `None` when nothing is there yet (or the link is down).
-    pub(super) fn read_stream(&mut self) -> Result<Option<usize>> {
+    fn read_stream(&mut self) -> Result<Option<usize>> {
         use std::io::Read;
         if self.eos_put {
             return Ok(None);
@@ -86,7 +86,7 @@ impl MppCapture {
     }
 
     /// The URL (for scrubbing), or "" for a file.
-    pub(super) fn url(&self) -> &str {
+    fn url(&self) -> &str {
         match &self.input {
             MppInput::Network(u) => u,
             MppInput::File(_) => "",
@@ -96,7 +96,7 @@ impl MppCapture {
     /// A network stream started at `since` dropped (`why`): one warning, the decoder reset
     /// (its partial picture and queued packets dropped; the frames consumers hold stay
     /// valid), the demuxer re-opened after the back-off.
-    pub(super) fn lost(&mut self, why: &str, since: Instant) {
+    fn lost(&mut self, why: &str, since: Instant) {
         let now = Instant::now();
         let delivered = self.last_picture.is_some_and(|l| l >= since);
         if delivered {
@@ -123,7 +123,7 @@ impl MppCapture {
     }
 
     /// Re-opens the demuxer once the back-off is over.
-    pub(super) fn reconnect_due(&mut self) -> Result<()> {
+    fn reconnect_due(&mut self) -> Result<()> {
         if let Link::Down { at } = self.link {
             if Instant::now() >= at {
                 let ffmpeg = self.spawn_demuxer()?;
