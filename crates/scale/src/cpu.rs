@@ -254,38 +254,11 @@ impl CpuScaler {
     ) -> anyhow::Result<()> {
         let (w, h) = (sl.width, sl.height);
         let rgb = dst_fourcc == Fourcc::RGB24;
-        let order = if rgb { "RGB24" } else { "BGR24" };
-        let err = |e: yuv::YuvError| anyhow::anyhow!("cpu scaler: {} -> {order} conversion failed: {e:?}", sl.fourcc);
+        let err = |e: yuv::YuvError| conversion_failed(sl.fourcc, rgb, e);
 
         match sl.fourcc {
             Fourcc::NV12 | Fourcc::NV12M | Fourcc::NV16 => {
-                let (cw, crw, crh) = (w.div_ceil(2), rw.div_ceil(2), rh.div_ceil(2));
-                let ch = if sl.fourcc == Fourcc::NV16 { h } else { h.div_ceil(2) };
-                let (yp, up) = (plane(src, sl, 0)?, plane(src, sl, 1)?);
-                let (ybpl, ubpl) = (sl.planes[0].bytesperline as usize, sl.planes[1].bytesperline as usize);
-                resize_plane::<U8>(&mut self.resizer, yp, ybpl, (w, h), &mut self.rows, &mut self.y, (rw, rh))
-                    .with_context(|| format!("cpu scaler: {} luma", sl.fourcc))?;
-                resize_plane::<U8x2>(&mut self.resizer, up, ubpl, (cw, ch), &mut self.rows, &mut self.uv, (crw, crh))
-                    .with_context(|| format!("cpu scaler: {} CbCr", sl.fourcc))?;
-                // NV16's chroma, resized to half height, is NV12's.
-                let img = YuvBiPlanarImage {
-                    y_plane: &self.y,
-                    y_stride: rw,
-                    uv_plane: &self.uv,
-                    uv_stride: crw * 2,
-                    width: rw,
-                    height: rh,
-                };
-                let convert = if rgb { yuv::yuv_nv12_to_rgb } else { yuv::yuv_nv12_to_bgr };
-                convert(
-                    &img,
-                    pic,
-                    pic_bpl as u32,
-                    YuvRange::Limited,
-                    YuvStandardMatrix::Bt601,
-                    YuvConversionMode::Balanced,
-                )
-                .map_err(err)?;
+                self.convert_nv12(src, sl, rgb, pic, pic_bpl, (rw, rh))?;
             }
             Fourcc::YUYV => {
                 let yp = plane(src, sl, 0)?;
@@ -361,6 +334,47 @@ impl CpuScaler {
         }
         Ok(())
     }
+
+    /// [`Self::convert`] for NV12, NV12M and NV16: both planes resized, then converted.
+    fn convert_nv12(
+        &mut self,
+        src: &[&[u8]],
+        sl: &FrameLayout,
+        rgb: bool,
+        pic: &mut [u8],
+        pic_bpl: usize,
+        (rw, rh): (u32, u32),
+    ) -> anyhow::Result<()> {
+        let (w, h) = (sl.width, sl.height);
+        let err = |e: yuv::YuvError| conversion_failed(sl.fourcc, rgb, e);
+        let (cw, crw, crh) = (w.div_ceil(2), rw.div_ceil(2), rh.div_ceil(2));
+        let ch = if sl.fourcc == Fourcc::NV16 { h } else { h.div_ceil(2) };
+        let (yp, up) = (plane(src, sl, 0)?, plane(src, sl, 1)?);
+        let (ybpl, ubpl) = (sl.planes[0].bytesperline as usize, sl.planes[1].bytesperline as usize);
+        resize_plane::<U8>(&mut self.resizer, yp, ybpl, (w, h), &mut self.rows, &mut self.y, (rw, rh))
+            .with_context(|| format!("cpu scaler: {} luma", sl.fourcc))?;
+        resize_plane::<U8x2>(&mut self.resizer, up, ubpl, (cw, ch), &mut self.rows, &mut self.uv, (crw, crh))
+            .with_context(|| format!("cpu scaler: {} CbCr", sl.fourcc))?;
+        // NV16's chroma, resized to half height, is NV12's.
+        let img = YuvBiPlanarImage {
+            y_plane: &self.y,
+            y_stride: rw,
+            uv_plane: &self.uv,
+            uv_stride: crw * 2,
+            width: rw,
+            height: rh,
+        };
+        let convert = if rgb { yuv::yuv_nv12_to_rgb } else { yuv::yuv_nv12_to_bgr };
+        convert(&img, pic, pic_bpl as u32, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced)
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
+/// A failed conversion from `from` to RGB24 (`rgb`) or BGR24, as one line.
+fn conversion_failed(from: Fourcc, rgb: bool, e: yuv::YuvError) -> anyhow::Error {
+    let order = if rgb { "RGB24" } else { "BGR24" };
+    anyhow::anyhow!("cpu scaler: {from} -> {order} conversion failed: {e:?}")
 }
 
 #[cfg(test)]
