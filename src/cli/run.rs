@@ -8,6 +8,7 @@ use clap::Args;
 use crate::supervise::run::{Role, RunConfig};
 use zcpipe_core::frame::Stage;
 
+use super::capture::CaptureArgs;
 use super::common::PipelineArgs;
 use super::display::RunDisplayArgs;
 use super::http::HttpArgs;
@@ -152,6 +153,38 @@ impl RunArgs {
         if several {
             plan.sources[0].what = format!("{}: {}", names[0], plan.sources[0].what);
         }
+        self.describe_outputs(&mut plan, &data.instance);
+        // The data path of the resolved options (the heap the plan chose).
+        let data = zcpipe_core::config::DataPath { heap: resolved.common.heap, ..data };
+        let common = resolved.common.flags(&data);
+        let mut stage_flags: Vec<(Role, String, Vec<String>)> = vec![];
+        let display_card = self.display_card(&mut plan);
+        self.capture_flags(&mut stage_flags, &common, &names, &captures, display_card.is_some());
+        self.stage_flags(&mut stage_flags, &common, &names, &resolved);
+        if let Some(card) = &display_card {
+            self.display_stage(&mut stage_flags, &mut plan, card, &common, &names, &socket);
+        }
+        let cameras: Vec<(String, String)> = names
+            .iter()
+            .zip(&captures)
+            .map(|(n, c)| (n.clone(), zcpipe_capture::spec::redact_url(&c.source)))
+            .collect();
+        let restart = self.restart_policy();
+        Ok(RunConfig {
+            publish_socket: socket,
+            data,
+            stage_flags,
+            summary_json: self.summary_json.clone(),
+            plan,
+            restart,
+            cameras,
+            secret_env: self.mqtt.secret_env(),
+        })
+    }
+
+    /// The plan's outputs beyond the socket: the socket's step says what the lines carry (the
+    /// tracker and the zones), then the web view, the snapshots and MQTT.
+    fn describe_outputs(&self, plan: &mut crate::plan::Plan, instance: &str) {
         // The socket's step says what the lines carry: the tracker and the zones.
         if let Some(out) = plan.outputs.first_mut() {
             out.what = format!("{} ({})", out.what, self.track.describe());
@@ -171,31 +204,22 @@ impl RunArgs {
             let why = match self.mqtt.mqtt_no_discovery {
                 false => format!(
                     "--mqtt: detections, counts, events and stats under {}/, Home Assistant discovery under {}/",
-                    self.mqtt.topic_prefix(&data.instance),
+                    self.mqtt.topic_prefix(instance),
                     self.mqtt.mqtt_discovery_prefix
                 ),
-                true => format!(
-                    "--mqtt: detections, counts, events and stats under {}/",
-                    self.mqtt.topic_prefix(&data.instance)
-                ),
+                true => {
+                    format!("--mqtt: detections, counts, events and stats under {}/", self.mqtt.topic_prefix(instance))
+                }
             };
             plan.outputs.push(crate::plan::Step { what, why });
         }
-        // The data path of the resolved options (the heap the plan chose).
-        let data = zcpipe_core::config::DataPath { heap: resolved.common.heap, ..data };
-        let common = resolved.common.flags(&data);
-        let p = &resolved;
-        let print = if self.json {
-            "json"
-        } else if self.no_print {
-            "none"
-        } else {
-            "human"
-        };
-        let mut stage_flags: Vec<(Role, String, Vec<String>)> = vec![];
+    }
+
+    /// The display's card, or `None` with a step in the plan saying why there is none.
+    fn display_card(&self, plan: &mut crate::plan::Plan) -> Option<PathBuf> {
         // The display (a fifth, optional process) on the first camera: its card now, or one
         // line why there is none (the pipeline runs without it).
-        let display_card = match &self.display.display {
+        match &self.display.display {
             zcpipe_display::DisplayTarget::None => None,
             t => match zcpipe_display::resolve_card(t) {
                 Ok(card) => Some(card),
@@ -206,11 +230,23 @@ impl RunArgs {
                     None
                 }
             },
-        };
-        for (k, (name, cap)) in names.iter().zip(&captures).enumerate() {
-            let mut v = common.clone();
+        }
+    }
+
+    /// Each camera's capture stage command line: the common flags and the camera's own.
+    fn capture_flags(
+        &self,
+        stage_flags: &mut Vec<(Role, String, Vec<String>)>,
+        common: &[String],
+        names: &[String],
+        captures: &[CaptureArgs],
+        display: bool,
+    ) {
+        let several = names.len() > 1;
+        for (k, (name, cap)) in names.iter().zip(captures).enumerate() {
+            let mut v = common.to_vec();
             let mut cap = cap.clone();
-            if k == 0 && display_card.is_some() {
+            if k == 0 && display {
                 // The display's tap holds up to 2 buffers (on screen, and queued for the
                 // next flip): the pool gets them on top, so the pipeline keeps its own.
                 cap.buffers = (cap.buffers + zcpipe_display::stage::DISPLAY_HOLD).min(64);
@@ -223,12 +259,30 @@ impl RunArgs {
                 stage_flags.push((Stage::Capture.into(), "capture".into(), v));
             }
         }
+    }
+
+    /// The scale, infer and publish stages' command lines.
+    fn stage_flags(
+        &self,
+        stage_flags: &mut Vec<(Role, String, Vec<String>)>,
+        common: &[String],
+        names: &[String],
+        p: &PipelineArgs,
+    ) {
+        let several = names.len() > 1;
+        let print = if self.json {
+            "json"
+        } else if self.no_print {
+            "none"
+        } else {
+            "human"
+        };
         for stage in [Stage::Scale, Stage::Infer, Stage::Publish] {
-            let mut v = common.clone();
+            let mut v = common.to_vec();
             v.extend(match stage {
                 Stage::Scale if several => {
                     let mut s = p.scale.clone();
-                    s.cameras = names.clone();
+                    s.cameras = names.to_vec();
                     s.flags()
                 }
                 Stage::Scale => p.scale.flags(),
@@ -248,45 +302,45 @@ impl RunArgs {
             });
             stage_flags.push((stage.into(), stage.name().to_string(), v));
         }
-        if let Some(card) = &display_card {
-            let mut v = common.clone();
-            v.push(format!("--display={}", card.display()));
-            v.extend(self.display.flags());
-            if several {
-                v.push(format!("--camera={}", names[0]));
-            }
-            v.push(format!("--detections={}", socket.display()));
-            stage_flags.push((Role::Display, "display".into(), v));
-            let why = if self.pipeline.common.copy_mode {
-                "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)"
-            } else {
-                "--display (the camera's buffers scanned out where a plane takes them, else composed by the CPU; the stage says which)"
-            };
-            plan.outputs.push(crate::plan::Step {
-                what: format!("display on {} (camera {})", card.display(), names[0]),
-                why: why.into(),
-            });
+    }
+
+    /// The display stage's command line on the first camera, and its step in the plan.
+    fn display_stage(
+        &self,
+        stage_flags: &mut Vec<(Role, String, Vec<String>)>,
+        plan: &mut crate::plan::Plan,
+        card: &std::path::Path,
+        common: &[String],
+        names: &[String],
+        socket: &std::path::Path,
+    ) {
+        let several = names.len() > 1;
+        let mut v = common.to_vec();
+        v.push(format!("--display={}", card.display()));
+        v.extend(self.display.flags());
+        if several {
+            v.push(format!("--camera={}", names[0]));
         }
-        let cameras: Vec<(String, String)> = names
-            .iter()
-            .zip(&captures)
-            .map(|(n, c)| (n.clone(), zcpipe_capture::spec::redact_url(&c.source)))
-            .collect();
-        let restart = crate::supervise::RestartPolicy {
+        v.push(format!("--detections={}", socket.display()));
+        stage_flags.push((Role::Display, "display".into(), v));
+        let why = if self.pipeline.common.copy_mode {
+            "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)"
+        } else {
+            "--display (the camera's buffers scanned out where a plane takes them, else composed by the CPU; the stage says which)"
+        };
+        plan.outputs.push(crate::plan::Step {
+            what: format!("display on {} (camera {})", card.display(), names[0]),
+            why: why.into(),
+        });
+    }
+
+    /// `--restart-max`, `--restart-window`, `--restart-reset` and `--watchdog`.
+    fn restart_policy(&self) -> crate::supervise::RestartPolicy {
+        crate::supervise::RestartPolicy {
             max: self.restart_max,
             window: std::time::Duration::from_secs(self.restart_window),
             reset_after: std::time::Duration::from_secs(self.restart_reset),
             watchdog: (self.watchdog > 0).then(|| std::time::Duration::from_secs(self.watchdog)),
-        };
-        Ok(RunConfig {
-            publish_socket: socket,
-            data,
-            stage_flags,
-            summary_json: self.summary_json.clone(),
-            plan,
-            restart,
-            cameras,
-            secret_env: self.mqtt.secret_env(),
-        })
+        }
     }
 }

@@ -205,6 +205,38 @@ pub fn text(r: &Report) -> String {
         r.user.groups.join(",")
     ));
 
+    nodes_text(&mut out, r, &mut done);
+
+    heaps_text(&mut out, r, &mut done);
+
+    udmabuf_text(&mut out, r, &mut done);
+
+    drm_text(&mut out, &r.drm, &r.problems, &mut done);
+
+    libraries_text(&mut out, r, &mut done);
+
+    // Anything not printed under its item (should not happen) goes here.
+    for (i, p) in r.problems.iter().enumerate() {
+        if !done[i] {
+            out.push_str(&format!("problem: {}\nfix: {}\n", p.what, p.fix));
+        }
+    }
+    out.push_str(&match r.problems.len() {
+        0 => "\nno problems found\n".to_string(),
+        1 => "\n1 problem found (its fix is under it)\n".to_string(),
+        n => format!("\n{n} problems found (each fix is under its problem)\n"),
+    });
+    out.push_str("\n== the plan `zcpipe run` would use (no flags given) ==\n");
+    match (&r.plan, &r.plan_error) {
+        (Some(p), _) => out.push_str(&p.text()),
+        (None, Some(e)) => out.push_str(&format!("no plan: {e}\n")),
+        (None, None) => out.push_str("not made\n"),
+    }
+    out
+}
+
+/// The V4L2 video nodes (`/dev/video*`): each node's driver, caps, role and queues.
+fn nodes_text(out: &mut String, r: &Report, done: &mut [bool]) {
     out.push_str(&format!("\n== V4L2 video nodes (/dev/video*): {} ==\n", r.nodes.len()));
     out.push_str(&format!(
         "  [zcpipe] marks the pixel formats zcpipe reads ({})\n",
@@ -230,17 +262,20 @@ pub fn text(r: &Report) -> String {
                 };
                 out.push_str(&format!("    role: {}{usage}\n", n.role.describe()));
                 for q in &n.queues {
-                    queue_text(&mut out, n.role, q);
+                    queue_text(out, n.role, q);
                 }
             }
         }
-        push_problems(&mut out, &r.problems, &n.path, &mut done);
+        push_problems(out, &r.problems, &n.path, done);
     }
     if r.nodes.is_empty() {
         out.push_str("  none\n");
     }
-    push_problems(&mut out, &r.problems, "/dev/video*", &mut done);
+    push_problems(out, &r.problems, "/dev/video*", done);
+}
 
+/// The dma-buf heaps: each heap's access and the `--heap` choice that takes it, and `--heap auto`.
+fn heaps_text(out: &mut String, r: &Report, done: &mut [bool]) {
     let heap_dir = &r.heap_dir;
     out.push_str(&format!("\n== dma-buf heaps ({heap_dir}): {} ==\n", r.heaps.len()));
     for h in &r.heaps {
@@ -260,7 +295,7 @@ pub fn text(r: &Report) -> String {
             (None, _) => "no --heap choice uses this name".into(),
         };
         out.push_str(&format!("  {}: {mode}, {access}; {used}\n", h.path));
-        push_problems(&mut out, &r.problems, &h.path, &mut done);
+        push_problems(out, &r.problems, &h.path, done);
     }
     if r.heaps.is_empty() {
         out.push_str("  none\n");
@@ -268,14 +303,17 @@ pub fn text(r: &Report) -> String {
     for c in r.heap_choices.iter().filter(|c| c.heap.is_none()) {
         out.push_str(&format!("  --heap {}: no heap (looks for {})\n", c.choice, c.looks_for.join(", ")));
     }
-    push_problems(&mut out, &r.problems, heap_dir, &mut done);
+    push_problems(out, &r.problems, heap_dir, done);
     match (&r.heap_auto.allocator, &r.heap_auto.error) {
         (Some(a), _) if r.heap_auto.dma_buf => out.push_str(&format!("  --heap auto uses: {a}\n")),
         (Some(a), _) => out.push_str(&format!("  --heap auto uses: {a} (not dma-bufs: no device can import them)\n")),
         (None, Some(e)) => out.push_str(&format!("  --heap auto fails: {e}\n")),
         (None, None) => {}
     }
+}
 
+/// udmabuf: present (its access and size limit) or absent.
+fn udmabuf_text(out: &mut String, r: &Report, done: &mut [bool]) {
     let u = &r.udmabuf;
     out.push_str(&format!("\n== udmabuf ({}) ==\n", u.path));
     if u.present {
@@ -292,10 +330,11 @@ pub fn text(r: &Report) -> String {
             "  absent (only --heap udmabuf, or --heap auto without a heap, uses it; sudo modprobe udmabuf loads it)\n",
         );
     }
-    push_problems(&mut out, &r.problems, &u.path, &mut done);
+    push_problems(out, &r.problems, &u.path, done);
+}
 
-    drm_text(&mut out, &r.drm, &r.problems, &mut done);
-
+/// The vendor libraries, MPP's service node, the SoC and the NPU driver.
+fn libraries_text(out: &mut String, r: &Report, done: &mut [bool]) {
     out.push_str("\n== vendor libraries ==\n");
     for l in &r.libraries {
         let used = library_use(&l.name);
@@ -317,7 +356,7 @@ pub fn text(r: &Report) -> String {
         if let Some(e) = &l.version_error {
             out.push_str(&format!("    version: unknown: {e}\n"));
         }
-        push_problems(&mut out, &r.problems, &l.name, &mut done);
+        push_problems(out, &r.problems, &l.name, done);
     }
     let m = &r.mpp_service;
     match (&m.file, m.openable, &m.error) {
@@ -336,7 +375,7 @@ pub fn text(r: &Report) -> String {
             e.as_deref().unwrap_or("?")
         )),
     }
-    push_problems(&mut out, &r.problems, &m.path, &mut done);
+    push_problems(out, &r.problems, &m.path, done);
     match (&r.soc.soc, &r.soc.error) {
         (Some(s), _) => {
             let model = r.soc.model.as_ref().map(|m| format!("board \"{m}\", ")).unwrap_or_default();
@@ -354,23 +393,4 @@ pub fn text(r: &Report) -> String {
             ));
         }
     }
-
-    // Anything not printed under its item (should not happen) goes here.
-    for (i, p) in r.problems.iter().enumerate() {
-        if !done[i] {
-            out.push_str(&format!("problem: {}\nfix: {}\n", p.what, p.fix));
-        }
-    }
-    out.push_str(&match r.problems.len() {
-        0 => "\nno problems found\n".to_string(),
-        1 => "\n1 problem found (its fix is under it)\n".to_string(),
-        n => format!("\n{n} problems found (each fix is under its problem)\n"),
-    });
-    out.push_str("\n== the plan `zcpipe run` would use (no flags given) ==\n");
-    match (&r.plan, &r.plan_error) {
-        (Some(p), _) => out.push_str(&p.text()),
-        (None, Some(e)) => out.push_str(&format!("no plan: {e}\n")),
-        (None, None) => out.push_str("not made\n"),
-    }
-    out
 }

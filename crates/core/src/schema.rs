@@ -274,9 +274,11 @@ mod tests {
         let frame = SocketLine::Frame(f).to_line().unwrap();
         assert_eq!(
             frame,
-            "{\"type\":\"frame\",\"camera\":\"front\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":480,\
-             \"latency_us\":{\"capture\":1.0,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0},\
-             \"detections\":[{\"class_id\":0,\"label\":\"person\",\"score\":0.5,\"box\":[1.0,2.0,3.0,4.0]}]}\n"
+            concat!(
+                "{\"type\":\"frame\",\"camera\":\"front\",\"seq\":3,\"timestamp_ns\":7,\"width\":640,\"height\":480,",
+                "\"latency_us\":{\"capture\":1.0,\"scale\":2.0,\"infer\":3.0,\"publish\":4.0,\"total\":10.0},",
+                "\"detections\":[{\"class_id\":0,\"label\":\"person\",\"score\":0.5,\"box\":[1.0,2.0,3.0,4.0]}]}\n"
+            )
         );
         let end = SocketLine::End(EndJson { end: true, frames: 5, reason: "end of stream".into() }).to_line().unwrap();
         assert_eq!(end, "{\"type\":\"end\",\"end\":true,\"frames\":5,\"reason\":\"end of stream\"}\n");

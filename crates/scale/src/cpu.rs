@@ -212,13 +212,11 @@ impl CpuScaler {
         dst_layout.validate(&[dst.len() as u64]).map_err(|e| anyhow::anyhow!("cpu scaler: model input: {e}"))?;
 
         let lb = letterbox.params(sl.width, sl.height, dst_layout.width, dst_layout.height);
-        let (w, h) = (sl.width, sl.height);
         let (x, y, rw, rh) = lb.picture();
         let (dw, dh) = (dst_layout.width as usize, dst_layout.height as usize);
         let dp = dst_layout.planes[0];
         let dbpl = dp.bytesperline as usize;
         let out = &mut dst[dp.offset as usize..dp.offset as usize + dp.length as usize];
-        let rgb = dst_layout.fourcc == Fourcc::RGB24;
         // The picture is written in place when exactly its `rh` rows, from its first pixel
         // on, fit in the output (the yuv crate walks source and destination with
         // chunks_exact(stride) and takes the remainder as an odd last row, so it needs the
@@ -234,38 +232,33 @@ impl CpuScaler {
             tight.resize(rw as usize * 3 * rh as usize, 0);
             (&mut tight[..], rw as usize * 3)
         };
-        let order = if rgb { "RGB24" } else { "BGR24" };
-        let err = |e: yuv::YuvError| anyhow::anyhow!("cpu scaler: {} -> {order} conversion failed: {e:?}", sl.fourcc);
+        self.convert(src, sl, dst_layout.fourcc, pic, pic_bpl, (rw, rh))?;
+        if !in_place {
+            copy_rows(&tight, rw as usize * 3, &mut out[at..], dbpl);
+        }
+        self.pic = tight;
+        fill_pad(out, dbpl, (dw, dh), (x, y, rw, rh), letterbox.pad);
+        Ok(lb)
+    }
+
+    /// Converts and resizes the source picture (`src`, per `sl`) into `pic` (rows of `pic_bpl`
+    /// bytes, `rw` x `rh` pixels) in `dst_fourcc`'s channel order (RGB24 or BGR24).
+    fn convert(
+        &mut self,
+        src: &[&[u8]],
+        sl: &FrameLayout,
+        dst_fourcc: Fourcc,
+        pic: &mut [u8],
+        pic_bpl: usize,
+        (rw, rh): (u32, u32),
+    ) -> anyhow::Result<()> {
+        let (w, h) = (sl.width, sl.height);
+        let rgb = dst_fourcc == Fourcc::RGB24;
+        let err = |e: yuv::YuvError| conversion_failed(sl.fourcc, rgb, e);
 
         match sl.fourcc {
             Fourcc::NV12 | Fourcc::NV12M | Fourcc::NV16 => {
-                let (cw, crw, crh) = (w.div_ceil(2), rw.div_ceil(2), rh.div_ceil(2));
-                let ch = if sl.fourcc == Fourcc::NV16 { h } else { h.div_ceil(2) };
-                let (yp, up) = (plane(src, sl, 0)?, plane(src, sl, 1)?);
-                let (ybpl, ubpl) = (sl.planes[0].bytesperline as usize, sl.planes[1].bytesperline as usize);
-                resize_plane::<U8>(&mut self.resizer, yp, ybpl, (w, h), &mut self.rows, &mut self.y, (rw, rh))
-                    .with_context(|| format!("cpu scaler: {} luma", sl.fourcc))?;
-                resize_plane::<U8x2>(&mut self.resizer, up, ubpl, (cw, ch), &mut self.rows, &mut self.uv, (crw, crh))
-                    .with_context(|| format!("cpu scaler: {} CbCr", sl.fourcc))?;
-                // NV16's chroma, resized to half height, is NV12's.
-                let img = YuvBiPlanarImage {
-                    y_plane: &self.y,
-                    y_stride: rw,
-                    uv_plane: &self.uv,
-                    uv_stride: crw * 2,
-                    width: rw,
-                    height: rh,
-                };
-                let convert = if rgb { yuv::yuv_nv12_to_rgb } else { yuv::yuv_nv12_to_bgr };
-                convert(
-                    &img,
-                    pic,
-                    pic_bpl as u32,
-                    YuvRange::Limited,
-                    YuvStandardMatrix::Bt601,
-                    YuvConversionMode::Balanced,
-                )
-                .map_err(err)?;
+                self.convert_nv12(src, sl, rgb, pic, pic_bpl, (rw, rh))?;
             }
             Fourcc::YUYV => {
                 let yp = plane(src, sl, 0)?;
@@ -301,7 +294,7 @@ impl CpuScaler {
                     (rw, rh),
                 )
                 .with_context(|| format!("cpu scaler: {}", sl.fourcc))?;
-                if sl.fourcc != dst_layout.fourcc {
+                if sl.fourcc != dst_fourcc {
                     // The same swap of the first and third byte either way.
                     yuv::rgb_to_bgr(&self.packed, rw * 3, pic, pic_bpl as u32, rw, rh).map_err(err)?;
                 } else {
@@ -339,13 +332,49 @@ impl CpuScaler {
             }
             other => bail!("cpu scaler cannot read {other}"),
         }
-        if !in_place {
-            copy_rows(&tight, rw as usize * 3, &mut out[at..], dbpl);
-        }
-        self.pic = tight;
-        fill_pad(out, dbpl, (dw, dh), (x, y, rw, rh), letterbox.pad);
-        Ok(lb)
+        Ok(())
     }
+
+    /// [`Self::convert`] for NV12, NV12M and NV16: both planes resized, then converted.
+    fn convert_nv12(
+        &mut self,
+        src: &[&[u8]],
+        sl: &FrameLayout,
+        rgb: bool,
+        pic: &mut [u8],
+        pic_bpl: usize,
+        (rw, rh): (u32, u32),
+    ) -> anyhow::Result<()> {
+        let (w, h) = (sl.width, sl.height);
+        let err = |e: yuv::YuvError| conversion_failed(sl.fourcc, rgb, e);
+        let (cw, crw, crh) = (w.div_ceil(2), rw.div_ceil(2), rh.div_ceil(2));
+        let ch = if sl.fourcc == Fourcc::NV16 { h } else { h.div_ceil(2) };
+        let (yp, up) = (plane(src, sl, 0)?, plane(src, sl, 1)?);
+        let (ybpl, ubpl) = (sl.planes[0].bytesperline as usize, sl.planes[1].bytesperline as usize);
+        resize_plane::<U8>(&mut self.resizer, yp, ybpl, (w, h), &mut self.rows, &mut self.y, (rw, rh))
+            .with_context(|| format!("cpu scaler: {} luma", sl.fourcc))?;
+        resize_plane::<U8x2>(&mut self.resizer, up, ubpl, (cw, ch), &mut self.rows, &mut self.uv, (crw, crh))
+            .with_context(|| format!("cpu scaler: {} CbCr", sl.fourcc))?;
+        // NV16's chroma, resized to half height, is NV12's.
+        let img = YuvBiPlanarImage {
+            y_plane: &self.y,
+            y_stride: rw,
+            uv_plane: &self.uv,
+            uv_stride: crw * 2,
+            width: rw,
+            height: rh,
+        };
+        let convert = if rgb { yuv::yuv_nv12_to_rgb } else { yuv::yuv_nv12_to_bgr };
+        convert(&img, pic, pic_bpl as u32, YuvRange::Limited, YuvStandardMatrix::Bt601, YuvConversionMode::Balanced)
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
+/// A failed conversion from `from` to RGB24 (`rgb`) or BGR24, as one line.
+fn conversion_failed(from: Fourcc, rgb: bool, e: yuv::YuvError) -> anyhow::Error {
+    let order = if rgb { "RGB24" } else { "BGR24" };
+    anyhow::anyhow!("cpu scaler: {from} -> {order} conversion failed: {e:?}")
 }
 
 #[cfg(test)]

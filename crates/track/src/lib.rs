@@ -295,14 +295,55 @@ impl Tracker {
         // A track unseen for longer than the keep-alive by this frame's time has ended, even if
         // the object is back in it (the camera was away): it is not matched again.
         self.expire(t_ns, events);
+        self.predict();
+        let high: Vec<usize> = (0..dets.len()).filter(|&i| dets[i].score >= p.high_score).collect();
+        let low: Vec<usize> = (0..dets.len()).filter(|&i| dets[i].score < p.high_score).collect();
+        let matched = self.associate(&p, dets, &high, &low, &mut det_track);
+        self.apply_matches(t_ns, dets, &det_track);
+        // Unmatched: a tentative track is dropped, a confirmed one is lost.
+        let mut keep = matched.clone();
+        for (i, t) in self.tracks.iter_mut().enumerate() {
+            if !matched[i] {
+                t.lost = true;
+                keep[i] = t.confirmed();
+            }
+        }
+        self.start_tracks(&p, t_ns, dets, &high, &mut det_track, &mut keep);
+        self.observe(&p, t_ns, dets, &det_track, events);
+        let ids: Vec<Option<u64>> =
+            det_track.iter().map(|t| t.map(|t| self.tracks[t].id).filter(|&id| id != 0)).collect();
+        let mut i = 0;
+        self.tracks.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        self.last_frame_ns = Some(t_ns);
+        self.expire(t_ns, events);
+        ids
+    }
+
+    /// Moves every track's box to where its motion model expects it in this frame.
+    fn predict(&mut self) {
         for t in &mut self.tracks {
             if let Some(kf) = &mut t.kf {
                 kf.predict(t.lost);
                 t.bbox = kf.bbox();
             }
         }
-        let high: Vec<usize> = (0..dets.len()).filter(|&i| dets[i].score >= p.high_score).collect();
-        let low: Vec<usize> = (0..dets.len()).filter(|&i| dets[i].score < p.high_score).collect();
+    }
+
+    /// Matches the tracks to the detections, by the tracker's rounds (ByteTrack: confirmed
+    /// tracks to high-score detections, then the ones left to low-score ones, then tentative
+    /// tracks; SORT and IoU: one round). Sets each matched detection's track in `det_track`;
+    /// returns which tracks were matched.
+    fn associate(
+        &self,
+        p: &TrackParams,
+        dets: &[Observation],
+        high: &[usize],
+        low: &[usize],
+        det_track: &mut Vec<Option<usize>>,
+    ) -> Vec<bool> {
         let mut matched = vec![false; self.tracks.len()];
         // One association: these tracks against these detections, pairs of one class with IoU >= min.
         let associate = |tracks: &[Track],
@@ -327,20 +368,25 @@ impl Tracker {
         match p.kind {
             TrackerKind::ByteTrack => {
                 let confirmed: Vec<usize> = (0..self.tracks.len()).filter(|&i| self.tracks[i].confirmed()).collect();
-                associate(&self.tracks, confirmed, &high, 0.2, &mut matched, &mut det_track);
+                associate(&self.tracks, confirmed, high, 0.2, &mut matched, det_track);
                 let seen_left: Vec<usize> = (0..self.tracks.len())
                     .filter(|&i| self.tracks[i].confirmed() && !self.tracks[i].lost && !matched[i])
                     .collect();
-                associate(&self.tracks, seen_left, &low, 0.5, &mut matched, &mut det_track);
+                associate(&self.tracks, seen_left, low, 0.5, &mut matched, det_track);
                 let tentative: Vec<usize> = (0..self.tracks.len()).filter(|&i| !self.tracks[i].confirmed()).collect();
-                associate(&self.tracks, tentative, &high, 0.3, &mut matched, &mut det_track);
+                associate(&self.tracks, tentative, high, 0.3, &mut matched, det_track);
             }
             TrackerKind::Sort | TrackerKind::Iou => {
                 let min = if p.kind == TrackerKind::Sort { 0.3 } else { 0.5 };
-                associate(&self.tracks, (0..self.tracks.len()).collect(), &high, min, &mut matched, &mut det_track);
+                associate(&self.tracks, (0..self.tracks.len()).collect(), high, min, &mut matched, det_track);
             }
             TrackerKind::None => {}
         }
+        matched
+    }
+
+    /// Updates the matched tracks with their detections.
+    fn apply_matches(&mut self, t_ns: u64, dets: &[Observation], det_track: &[Option<usize>]) {
         // Update the matched tracks with their detections.
         for (d, t) in det_track.iter().enumerate() {
             let Some(t) = *t else { continue };
@@ -361,14 +407,19 @@ impl Tracker {
                 tr.hits += 1;
             }
         }
-        // Unmatched: a tentative track is dropped, a confirmed one is lost.
-        let mut keep = matched.clone();
-        for (i, t) in self.tracks.iter_mut().enumerate() {
-            if !matched[i] {
-                t.lost = true;
-                keep[i] = t.confirmed();
-            }
-        }
+    }
+
+    /// Starts a tentative track for each high-score detection left (ByteTrack: above a
+    /// higher bar), each kept, and sets it as its detection's track.
+    fn start_tracks(
+        &mut self,
+        p: &TrackParams,
+        t_ns: u64,
+        dets: &[Observation],
+        high: &[usize],
+        det_track: &mut [Option<usize>],
+        keep: &mut Vec<bool>,
+    ) {
         // New tracks from the high-score detections left.
         let start = if p.kind == TrackerKind::ByteTrack {
             (p.high_score + 0.1).min(0.95).max(p.high_score)
@@ -376,7 +427,7 @@ impl Tracker {
             p.high_score
         };
         let mut new_of_det: Vec<(usize, usize)> = vec![];
-        for &d in &high {
+        for &d in high {
             if det_track[d].is_none() && dets[d].score >= start {
                 let det = &dets[d];
                 let kf = (p.kind != TrackerKind::Iou).then(|| Kalman::new(det.bbox));
@@ -405,6 +456,17 @@ impl Tracker {
         for (d, t) in new_of_det {
             det_track[d] = Some(t);
         }
+    }
+
+    /// Confirmations, zones and stationary, for the tracks seen in this frame: their events.
+    fn observe(
+        &mut self,
+        p: &TrackParams,
+        t_ns: u64,
+        dets: &[Observation],
+        det_track: &[Option<usize>],
+        events: &mut Vec<TrackEvent>,
+    ) {
         // Confirmations, zones and stationary, for the tracks seen in this frame.
         for (d, t) in det_track.iter().enumerate() {
             let Some(t) = *t else { continue };
@@ -444,16 +506,6 @@ impl Tracker {
                 events.push(tr.event(EventKind::Stationary, None, t_ns));
             }
         }
-        let ids: Vec<Option<u64>> =
-            det_track.iter().map(|t| t.map(|t| self.tracks[t].id).filter(|&id| id != 0)).collect();
-        let mut i = 0;
-        self.tracks.retain(|_| {
-            i += 1;
-            keep[i - 1]
-        });
-        self.last_frame_ns = Some(t_ns);
-        self.expire(t_ns, events);
-        ids
     }
 
     /// Ends the confirmed tracks unseen for longer than the keep-alive at `now_ns` (a
