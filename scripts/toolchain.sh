@@ -2,8 +2,9 @@
 # Makes the toolchain rust-toolchain.toml pins usable on this machine before any cargo runs
 # (.ci/run's first step, scripts/setup.sh). rustup installs a pinned channel it does not have
 # by downloading it; where it cannot (no network to static.rust-lang.org) but the installed
-# `stable` is that very version, the pinned name is linked to it (`rustup toolchain link`,
-# nothing downloaded). Otherwise one line says what to install.
+# `stable` is that very version, the pinned name is made a symbolic link to stable's folder in
+# rustup's toolchains/ (`rustup toolchain link` refuses a name that looks like a release), so
+# nothing is downloaded. Otherwise one line says what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
@@ -17,8 +18,10 @@ fi
 have=$(RUSTUP_TOOLCHAIN=stable rustc --version 2>/dev/null | awk '{print $2}') || true
 if [ "$have" = "$want" ]; then
     sysroot=$(RUSTUP_TOOLCHAIN=stable rustc --print sysroot)
-    rustup toolchain link "$want" "$sysroot"
-    echo "toolchain: $want linked to the installed stable ($sysroot)"
+    host=$(RUSTUP_TOOLCHAIN=stable rustc -vV | sed -n 's/^host: //p')
+    ln -s "$sysroot" "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$want-$host"
+    rustup toolchain list | grep -q "^$want-" || { echo "toolchain: rustup does not see the linked $want" >&2; exit 1; }
+    echo "toolchain: $want is the installed stable ($sysroot)"
     exit 0
 fi
 echo "toolchain: rust-toolchain.toml pins $want; installing it with rustup (stable here is ${have:-absent})"
