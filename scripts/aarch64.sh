@@ -85,8 +85,8 @@ build() {
 # bookworm-backports' qemu-user: RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu") all run.
 # A new test of that kind goes in this list.
 QEMU_OLD_IOCTL_SKIPS=(
-    sys::v4l2::tests::wrappers_report_enotty_on_a_non_v4l2_fd
-    capture::v4l2::tests::missing_node_is_one_clear_line
+    v4l2::tests::wrappers_report_enotty_on_a_non_v4l2_fd
+    v4l2::tests::missing_node_is_one_clear_line
 )
 
 qemu_before_8_1() {
