@@ -153,28 +153,6 @@ fn slot_words<T>() -> usize {
     std::mem::size_of::<T>().div_ceil(8)
 }
 
-/// The consumer wrote indices into the shared ring that no consumer following the protocol
-/// can (`head` past `tail`, a return queue longer than its capacity): a broken or hostile
-/// peer. The producer's own state is intact (it never trusts those words); a producer that
-/// keeps serving drops that consumer ([`crate::pool::PoolProducer::keep_serving`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RingCorrupt(String);
-
-impl RingCorrupt {
-    /// Whether `e`, or any error in its chain, is a corrupt ring.
-    pub fn is_in(e: &anyhow::Error) -> bool {
-        e.chain().any(|c| c.downcast_ref::<RingCorrupt>().is_some())
-    }
-}
-
-impl std::fmt::Display for RingCorrupt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RingCorrupt {}
-
 /// The producer's end of a ring. Creates the memfd; only it writes `tail` and the slots.
 pub struct RingProducer<T: Pod> {
     shm: Shm,
@@ -238,7 +216,7 @@ impl<T: Pod> RingProducer<T> {
         let head = self.shm.w(W_HEAD).load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.geo.capacity as u64 {
-            return Err(RingCorrupt(format!(
+            return Err(crate::Error::ring_corrupt(format!(
                 "consumer corrupted the ring: head {head}, tail {}, capacity {}",
                 self.tail, self.geo.capacity
             ))
@@ -346,7 +324,7 @@ impl<T: Pod> RingProducer<T> {
             return Ok(None);
         }
         if n > self.geo.ret_capacity as u64 {
-            return Err(RingCorrupt(format!(
+            return Err(crate::Error::ring_corrupt(format!(
                 "consumer corrupted the return queue: head {}, tail {rt}, capacity {}",
                 self.ret_head, self.geo.ret_capacity
             ))
