@@ -350,12 +350,12 @@ impl<T: Pod> Sender<T> {
     /// (looked for at most every [`PEER_CHECK_FULL_EVERY`]) or corrupted the ring.
     pub fn take_oldest(&mut self) -> Result<Option<T>> {
         self.check_peer(PEER_CHECK_FULL_EVERY)?;
-        self.ring.take_oldest()
+        Ok(self.ring.take_oldest()?)
     }
 
     /// Next value from the return queue (unchecked).
     pub fn pop_return(&mut self) -> Result<Option<u64>> {
-        self.ring.pop_return()
+        Ok(self.ring.pop_return()?)
     }
 
     /// Signals end of stream and wakes the consumer.
