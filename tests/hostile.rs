@@ -41,7 +41,7 @@ use zcpipe::core::detections::DetectionsDesc;
 use zcpipe::core::dmabuf::sealed_memfd;
 use zcpipe::core::fdpass;
 use zcpipe::core::frame::{Fourcc, FrameDesc, FrameLayout};
-use zcpipe::core::link::{Conn, ControlMsg, Listener, Offer, Payload, PeerGone, WaitMode, WantedInput};
+use zcpipe::core::link::{Conn, ControlMsg, Listener, Offer, Payload, WaitMode, WantedInput};
 use zcpipe::core::pool::join;
 use zcpipe::core::ring::{RingConsumer, RingGeometry, RingPolicy, RingProducer};
 use zcpipe::infer::{Detector, NoDetector};
@@ -253,7 +253,9 @@ fn closed_by_peer(c: &Conn) -> Vec<ControlMsg> {
     loop {
         match c.recv() {
             Ok((m, _)) => got.push(m),
-            Err(e) if PeerGone::is_in(&e) => return got,
+            Err(e) if matches!(zcpipe::core::Error::find(&e), Some(zcpipe::core::Error::PeerGone { .. })) => {
+                return got
+            }
             Err(e) => panic!("the stage did not close the connection: {e:#}"),
         }
     }

@@ -27,7 +27,6 @@ use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand};
 
-use zcpipe_core::link::PeerGone;
 use zcpipe_core::metrics::Reporter;
 use zcpipe_core::stage::{StageCtx, EXIT_PEER_GONE};
 
@@ -242,7 +241,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            if PeerGone::is_in(&e) {
+            if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) {
                 log::info!("{e:#}; stopping");
                 return EXIT_PEER_GONE;
             }

@@ -32,7 +32,7 @@ use bytemuck::Pod;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use super::link::{Conn, PeerGone, WaitMode};
+use super::link::{Conn, WaitMode};
 use super::ring::{BackWait, OwnCounts, Pop, Push, RingConsumer, RingCounters, RingPolicy, RingProducer};
 
 /// How often, at most, a producer whose ring has room polls its consumer's control socket
@@ -240,11 +240,11 @@ impl<T: Pod> Sender<T> {
     }
 
     fn gone(&self) -> anyhow::Error {
-        PeerGone::new(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into()
+        crate::Error::peer_gone(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into()
     }
 
     /// Polls the consumer's control socket for a hang-up (one zero-timeout poll(2)) if the
-    /// last look is older than `every`. A dead consumer is a [`PeerGone`] error.
+    /// last look is older than `every`. A dead consumer is a [`crate::Error::PeerGone`] error.
     fn check_peer(&mut self, every: Duration) -> Result<()> {
         let now = Instant::now();
         if now.duration_since(self.checked) < every {
@@ -319,7 +319,7 @@ impl<T: Pod> Sender<T> {
     }
 
     /// Sleeps up to `timeout` (a pacing wait: nothing to wait for but the clock), waking
-    /// early only if the consumer hangs up (an error, [`PeerGone`]) or a signal arrives.
+    /// early only if the consumer hangs up (an error, [`crate::Error::PeerGone`]) or a signal arrives.
     /// One ppoll(2) of the control socket asking for no event: POLLHUP and POLLERR are
     /// reported all the same (poll(2)), and a Unix socket whose peer closed is POLLHUP. The
     /// sleep and the liveness check are one syscall.
@@ -350,12 +350,12 @@ impl<T: Pod> Sender<T> {
     /// (looked for at most every [`PEER_CHECK_FULL_EVERY`]) or corrupted the ring.
     pub fn take_oldest(&mut self) -> Result<Option<T>> {
         self.check_peer(PEER_CHECK_FULL_EVERY)?;
-        self.ring.take_oldest()
+        Ok(self.ring.take_oldest()?)
     }
 
     /// Next value from the return queue (unchecked).
     pub fn pop_return(&mut self) -> Result<Option<u64>> {
-        self.ring.pop_return()
+        Ok(self.ring.pop_return()?)
     }
 
     /// Signals end of stream and wakes the consumer.

@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 
 use super::dmabuf::{CpuAccess, Read as R};
 use super::frame::{FrameDesc, MAX_PLANES};
-use super::link::PeerGone;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"zcpipeCP");
 /// `payload` value of the end-of-stream header.
@@ -106,7 +105,7 @@ impl CopySender {
         // else is this stage's own error.
         let io = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                anyhow::Error::new(super::link::PeerGone::new(format!("data socket: downstream hung up ({e})")))
+                anyhow::Error::new(crate::Error::peer_gone(format!("data socket: downstream hung up ({e})")))
             }
             _ => anyhow::anyhow!("data socket: {e}"),
         };
@@ -194,7 +193,9 @@ impl CopyReceiver {
             match self.sock.read(&mut hb[got..]) {
                 Ok(0) if got == 0 => return Ok(CopyRecv::Hangup),
                 Ok(0) => {
-                    return Err(PeerGone::new("upstream hung up inside a frame header (data socket closed)").into())
+                    return Err(
+                        crate::Error::peer_gone("upstream hung up inside a frame header (data socket closed)").into()
+                    )
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -210,7 +211,7 @@ impl CopyReceiver {
         self.scratch.resize(hdr.payload as usize, 0);
         if let Err(e) = self.sock.read_exact(&mut self.scratch) {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                return Err(PeerGone::new("upstream hung up inside a frame (data socket closed)").into());
+                return Err(crate::Error::peer_gone("upstream hung up inside a frame (data socket closed)").into());
             }
             return Err(anyhow::Error::new(e).context("reading a copy-mode frame from the data socket"));
         }

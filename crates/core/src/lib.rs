@@ -11,6 +11,7 @@ pub mod data;
 pub mod detections;
 pub mod dmabuf;
 pub mod draw;
+mod error;
 pub mod fdpass;
 pub mod frame;
 pub mod hooks;
@@ -22,5 +23,7 @@ pub mod schema;
 pub mod secret;
 pub mod stage;
 pub mod tap;
+
+pub use error::Error;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

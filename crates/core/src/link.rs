@@ -246,32 +246,6 @@ impl WantedInput {
     }
 }
 
-/// A neighbouring stage went away: its control socket (or data socket) hung up, seen where
-/// the hang-up was detected. A secondary failure: the neighbour reports its own cause, so
-/// the stage that sees this stops quietly (the command line exits 3 for it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerGone(String);
-
-impl PeerGone {
-    /// A hang-up described by `what` (`"infer stage hung up"`).
-    pub fn new(what: impl Into<String>) -> PeerGone {
-        PeerGone(what.into())
-    }
-
-    /// Whether `e`, or any error in its chain, is a hang-up.
-    pub fn is_in(e: &anyhow::Error) -> bool {
-        e.chain().any(|c| c.downcast_ref::<PeerGone>().is_some())
-    }
-}
-
-impl std::fmt::Display for PeerGone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PeerGone {}
-
 /// One end of a control link.
 #[derive(Debug)]
 pub struct Conn {
@@ -374,7 +348,7 @@ impl Conn {
     /// Receives a message and its fds; an error if the peer hung up.
     pub fn recv(&self) -> Result<(ControlMsg, Vec<OwnedFd>)> {
         let (bytes, fds) = fdpass::recv(self.fd.as_fd())?
-            .ok_or_else(|| PeerGone::new(format!("peer pid {} hung up", self.peer_pid)))?;
+            .ok_or_else(|| crate::Error::peer_gone(format!("peer pid {} hung up", self.peer_pid)))?;
         let msg = ControlMsg::decode(&bytes)
             .with_context(|| format!("malformed control message from pid {}", self.peer_pid))?;
         Ok((msg, fds))

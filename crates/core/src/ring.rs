@@ -153,28 +153,6 @@ fn slot_words<T>() -> usize {
     std::mem::size_of::<T>().div_ceil(8)
 }
 
-/// The consumer wrote indices into the shared ring that no consumer following the protocol
-/// can (`head` past `tail`, a return queue longer than its capacity): a broken or hostile
-/// peer. The producer's own state is intact (it never trusts those words); a producer that
-/// keeps serving drops that consumer ([`crate::pool::PoolProducer::keep_serving`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RingCorrupt(String);
-
-impl RingCorrupt {
-    /// Whether `e`, or any error in its chain, is a corrupt ring.
-    pub fn is_in(e: &anyhow::Error) -> bool {
-        e.chain().any(|c| c.downcast_ref::<RingCorrupt>().is_some())
-    }
-}
-
-impl std::fmt::Display for RingCorrupt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RingCorrupt {}
-
 /// The producer's end of a ring. Creates the memfd; only it writes `tail` and the slots.
 pub struct RingProducer<T: Pod> {
     shm: Shm,
@@ -234,32 +212,31 @@ impl<T: Pod> RingProducer<T> {
         self.geo
     }
 
-    fn head_checked(&self) -> Result<u64> {
+    fn head_checked(&self) -> Result<u64, crate::Error> {
         let head = self.shm.w(W_HEAD).load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.geo.capacity as u64 {
-            return Err(RingCorrupt(format!(
+            return Err(crate::Error::ring_corrupt(format!(
                 "consumer corrupted the ring: head {head}, tail {}, capacity {}",
                 self.tail, self.geo.capacity
-            ))
-            .into());
+            )));
         }
         Ok(head)
     }
 
     /// Items queued now, by our tail and the consumer's head (checked).
-    pub fn len(&self) -> Result<u64> {
+    pub fn len(&self) -> Result<u64, crate::Error> {
         Ok(self.tail - self.head_checked()?)
     }
 
     /// No items are queued (checked as [`RingProducer::len`]).
-    pub fn is_empty(&self) -> Result<bool> {
+    pub fn is_empty(&self) -> Result<bool, crate::Error> {
         Ok(self.len()? == 0)
     }
 
     /// Queues `item`. With `allow_drop`, a full ring gives back its oldest item instead of
     /// refusing. Errors only if the consumer corrupted `head`.
-    pub fn push(&mut self, item: T, allow_drop: bool) -> Result<Push<T>> {
+    pub fn push(&mut self, item: T, allow_drop: bool) -> Result<Push<T>, crate::Error> {
         let cap = self.geo.capacity as u64;
         let mut dropped = None;
         loop {
@@ -298,7 +275,7 @@ impl<T: Pod> RingProducer<T> {
 
     /// Takes back the oldest queued item, if any (drop-oldest reclaiming a buffer when the
     /// pool is exhausted). Counted as dropped.
-    pub fn take_oldest(&mut self) -> Result<Option<T>> {
+    pub fn take_oldest(&mut self) -> Result<Option<T>, crate::Error> {
         loop {
             let head = self.head_checked()?;
             if head == self.tail {
@@ -339,18 +316,17 @@ impl<T: Pod> RingProducer<T> {
 
     /// Takes the next returned value from the return queue (a buffer index, unchecked:
     /// the caller validates it). Errors only if the consumer corrupted the queue indices.
-    pub fn pop_return(&mut self) -> Result<Option<u64>> {
+    pub fn pop_return(&mut self) -> Result<Option<u64>, crate::Error> {
         let rt = self.shm.w(W_RET_TAIL).load(Ordering::Acquire);
         let n = rt.wrapping_sub(self.ret_head);
         if n == 0 {
             return Ok(None);
         }
         if n > self.geo.ret_capacity as u64 {
-            return Err(RingCorrupt(format!(
+            return Err(crate::Error::ring_corrupt(format!(
                 "consumer corrupted the return queue: head {}, tail {rt}, capacity {}",
                 self.ret_head, self.geo.ret_capacity
-            ))
-            .into());
+            )));
         }
         let ret_base = W_SLOTS + self.geo.capacity as usize * (self.geo.slot_bytes as usize / 8);
         let v = self.shm.w(ret_base + (self.ret_head % self.geo.ret_capacity as u64) as usize).load(Ordering::Relaxed);

@@ -6,7 +6,7 @@
 //! Every way out of a frame loop (end of stream, a frame limit, a signal, a neighbour's
 //! hang-up, an error) goes through [`StageCtx::close`], so the final report always goes
 //! out. Only a clean end is an end of stream downstream; after an error a stage hangs up,
-//! and its neighbours see [`PeerGone`].
+//! and its neighbours see [`crate::Error::PeerGone`].
 //!
 //! This module owns no stage: `capture`, `scale`, `infer` and `publish` each call it, and
 //! it never names one of them.
@@ -19,7 +19,7 @@ use anyhow::Result;
 use crate::channel::Recv;
 use crate::config::DataPath;
 use crate::frame::{FrameDesc, Stage};
-use crate::link::{Conn, ControlMsg, Listener, PeerGone};
+use crate::link::{Conn, ControlMsg, Listener};
 use crate::metrics::{open_fd_count, EndFacts, Facts, FrameSpan, Reporter, StageReport};
 use crate::pool::{PoolProducer, Upstream, WriteLoan};
 
@@ -62,7 +62,7 @@ pub enum Incoming<T> {
 }
 
 /// Maps a receive from `upstream` (`"capture"`, ...) to a loop step: the upstream's
-/// hang-up is a [`PeerGone`] naming it; while idle, and at end of stream, a downstream
+/// hang-up is a [`crate::Error::PeerGone`] naming it; while idle, and at end of stream, a downstream
 /// already gone (`downstream_gone()`, named `downstream`) is one too, since a consumer
 /// already gone cannot drain and its death is what ended the stream.
 pub fn incoming<T>(
@@ -71,7 +71,7 @@ pub fn incoming<T>(
     downstream: &str,
     downstream_gone: impl FnOnce() -> bool,
 ) -> Result<Incoming<T>> {
-    let gone = |who: &str| -> anyhow::Error { PeerGone::new(format!("{who} stage hung up")).into() };
+    let gone = |who: &str| -> anyhow::Error { crate::Error::peer_gone(format!("{who} stage hung up")).into() };
     match r {
         Recv::Item(f) => Ok(Incoming::Item(f)),
         Recv::Hangup => Err(gone(upstream)),
@@ -189,7 +189,7 @@ impl StageCtx<'_> {
 
     /// Hands a written frame on: stamps its exit from `stage` (CLOCK_MONOTONIC), publishes
     /// it on `loan` (see [`WriteLoan::publish`]) and counts it in `span` (started at
-    /// `start`). Errors if the consumer died ([`PeerGone`]) or corrupted the ring.
+    /// `start`). Errors if the consumer died ([`crate::Error::PeerGone`]) or corrupted the ring.
     pub fn hand_off(
         &self,
         loan: WriteLoan<'_>,
@@ -376,7 +376,7 @@ pub fn check_hello(
 }
 
 /// Exit code of a stage that stopped because a neighbour went away during set-up
-/// ([`PeerGone`]: it refused us, or died before its offer): not its own fault, and the
+/// ([`crate::Error::PeerGone`]: it refused us, or died before its offer): not its own fault, and the
 /// neighbour reports its own cause. After set-up a neighbour's death is waited out instead
 /// (the neighbour is restarted and joined again).
 pub const EXIT_PEER_GONE: i32 = 3;
@@ -415,9 +415,9 @@ mod tests {
             },
         );
         assert_eq!((r.unwrap(), n), ("frame limit", 3));
-        let r = c.run_loop(&mut n, |_| {}, |_| Err(PeerGone::new("infer stage hung up").into()));
+        let r = c.run_loop(&mut n, |_| {}, |_| Err(crate::Error::peer_gone("infer stage hung up").into()));
         let e = r.unwrap_err();
-        assert!(PeerGone::is_in(&e));
+        assert!(matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })));
         assert_eq!(
             Ending::of(&Err(e)),
             Ending { reason: "infer stage hung up".into(), level: log::Level::Debug, clean: false }

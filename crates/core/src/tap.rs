@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use super::channel::Recv;
 use super::copy::CopyCounters;
 use super::frame::{Fourcc, FrameLayout};
-use super::link::{tap_hello_holding, Conn, PeerGone, WaitMode};
+use super::link::{tap_hello_holding, Conn, WaitMode};
 use super::pool::{Frame, PoolConsumer};
 
 /// Counters of a [`TapClient`].
@@ -188,7 +188,7 @@ impl TapClient {
                 self.leave();
                 Ok(None)
             }
-            Err(e) if PeerGone::is_in(&e) => {
+            Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
                 self.leave();
                 Ok(None)
             }

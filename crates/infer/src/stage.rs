@@ -20,7 +20,7 @@ use zcpipe_core::channel::Sender;
 use zcpipe_core::data::resolve_data_path;
 use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
 use zcpipe_core::frame::{FrameDesc, RestartMark, Stage};
-use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, PeerGone, WantedInput};
+use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
 use zcpipe_core::pool::{offer_items, Frame, Upstream};
 use zcpipe_core::ring::{RingCounters, RingPolicy};
@@ -320,7 +320,7 @@ impl Out {
     /// The live publish stage's pid, after a look at whether it hung up.
     fn live_consumer(&mut self) -> Option<i32> {
         if self.tx.as_ref().is_some_and(|t| t.conn().peer_gone()) {
-            self.go_away(&PeerGone::new("the publish stage hung up").into());
+            self.go_away(&zcpipe_core::Error::peer_gone("the publish stage hung up").into());
         }
         self.tx.as_ref().map(|t| t.conn().peer_pid)
     }
@@ -355,7 +355,9 @@ impl Out {
                     };
                     return Ok(());
                 }
-                Err(e) if PeerGone::is_in(&e) => self.go_away(&e),
+                Err(e) if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) => {
+                    self.go_away(&e)
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -11,8 +11,8 @@ use anyhow::{bail, Result};
 use zcpipe_core::channel::{Receiver, Recv};
 use zcpipe_core::detections::DetectionsDesc;
 use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage};
+use zcpipe_core::link::Offer;
 use zcpipe_core::link::{Conn, ControlMsg, Listener};
-use zcpipe_core::link::{Offer, PeerGone};
 use zcpipe_core::metrics::{latencies_us, open_fd_count, Facts, FrameSpan, LatencySet, StageReport};
 use zcpipe_core::pool::join;
 use zcpipe_core::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, IDLE_WAIT};
@@ -614,7 +614,7 @@ impl Infer {
                     self.away = Some(Instant::now());
                     Ok(Recv::Idle)
                 }
-                Err(e) if PeerGone::is_in(&e) => {
+                Err(e) if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) => {
                     log::warn!(
                         "the infer stage (pid {}) hung up ({e:#}); waiting for it to come back",
                         rx.conn().peer_pid
@@ -654,7 +654,9 @@ impl Infer {
                 log::info!("joined the infer stage again ({peer}) after {down:.1} s");
                 self.rx = Some(rx);
             }
-            Err(e) if PeerGone::is_in(&e) => log::debug!("the infer stage is not back yet ({peer}): {e:#}"),
+            Err(e) if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) => {
+                log::debug!("the infer stage is not back yet ({peer}): {e:#}")
+            }
             Err(e) => self.refuse(&ctx.data.socket("infer"), &format!("{peer}: {e:#}")),
         }
         Ok(Recv::Idle)

@@ -13,7 +13,7 @@ use super::super::channel::{Doorbell, Receiver, Recv, Sender, Waitable};
 use super::super::copy::{CopyCounters, CopyReceiver, CopyRecv};
 use super::super::dmabuf::{sealed_memfd, CpuAccess, DmaBuf, MemoryKind, Read};
 use super::super::frame::FrameDesc;
-use super::super::link::{Conn, ControlMsg, Offer, Payload, PeerGone, WaitMode};
+use super::super::link::{Conn, ControlMsg, Offer, Payload, WaitMode};
 use super::super::ring::{OwnCounts, RingConsumer, RingCounters, RingPolicy, RingProducer};
 use super::{ring_fds, token};
 
@@ -66,10 +66,12 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
         Ok(m) => m,
         // It failed during its own set-up and says why itself: ours is secondary. (A
         // malformed answer stays an error even if the peer closed right after it.)
-        Err(e) if PeerGone::is_in(&e) => {
-            return Err(
-                PeerGone::new(format!("{upstream} (pid {}) hung up before offering its frames", conn.peer_pid)).into()
-            )
+        Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
+            return Err(crate::Error::peer_gone(format!(
+                "{upstream} (pid {}) hung up before offering its frames",
+                conn.peer_pid
+            ))
+            .into())
         }
         Err(e) => return Err(e.context(format!("waiting for {upstream}'s offer"))),
     };
@@ -77,7 +79,7 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
         ControlMsg::Offer(o) => Ok((o, fds)),
         // The refusing stage prints this error itself: ours is secondary, reported quietly
         // (exit code 3) so the user sees the cause once.
-        ControlMsg::Refuse { error } => Err(PeerGone::new(format!("{upstream} refused: {error}")).into()),
+        ControlMsg::Refuse { error } => Err(crate::Error::peer_gone(format!("{upstream} refused: {error}")).into()),
         other => bail!(
             "{upstream} sent {} instead of an offer (with {} fds, closed)",
             super::super::link::kind(&other),

@@ -12,7 +12,7 @@ use crate::channel::{Doorbell, Sender, Sent};
 use crate::copy::CopySender;
 use crate::dmabuf::DmaBuf;
 use crate::frame::FrameDesc;
-use crate::link::{Conn, ControlMsg, Offer, Payload, PeerGone};
+use crate::link::{Conn, ControlMsg, Offer, Payload};
 
 use super::*;
 
@@ -43,7 +43,7 @@ impl Link {
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout.min(Duration::from_millis(20)));
                 if conn.peer_gone() {
-                    return Err(PeerGone::new(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
+                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
                 }
                 Ok(())
             }
@@ -59,7 +59,7 @@ impl Link {
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout);
                 if conn.peer_gone() {
-                    return Err(PeerGone::new(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
+                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
                 }
                 Ok(())
             }

@@ -56,7 +56,7 @@ impl WriteLoan<'_> {
     }
 
     /// Hands the written buffer to the consumer, described by `desc` (its `buffer_index`
-    /// is set to this loan's). Errors if the consumer died ([`PeerGone`]) or corrupted
+    /// is set to this loan's). Errors if the consumer died ([`crate::Error::PeerGone`]) or corrupted
     /// the ring; the buffer is back in the pool then.
     pub fn publish(self, desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
         // The buffer leaves the `Writing` state here (queued, or free again), so the drop

@@ -16,7 +16,7 @@
 //! lent to it is free again.
 
 use super::frame::FrameDesc;
-use super::ring::{RingCorrupt, RingCounters, RingPolicy, RingProducer};
+use super::ring::{RingCounters, RingPolicy, RingProducer};
 
 mod consumer;
 mod link;
@@ -119,7 +119,7 @@ pub struct PoolStats {
     #[serde(default)]
     pub leases_expired: u64,
     /// Consumers hung up on for corrupting the ring's shared indices
-    /// ([`super::ring::RingCorrupt`]; counted in `consumers_lost` too).
+    /// ([`crate::Error::RingCorrupt`]; counted in `consumers_lost` too).
     #[serde(default)]
     pub consumers_dropped: u64,
     /// Taps ([`PoolProducer::add_tap`]) served now.

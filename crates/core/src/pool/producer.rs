@@ -12,7 +12,7 @@ use crate::channel::Sent;
 use crate::copy::CopyCounters;
 use crate::dmabuf::{CpuAccess, DmaBuf, Read};
 use crate::frame::{FrameDesc, RestartMark, Stage};
-use crate::link::{Conn, PeerGone};
+use crate::link::Conn;
 
 use super::*;
 
@@ -108,7 +108,7 @@ impl PoolProducer {
     /// queued is free again at once, frames published while it is away are dropped and
     /// counted ([`PoolStats::dropped_away`]), and a consumer that connects again gets the
     /// same pool on a fresh ring ([`PoolProducer::reoffer`]). Without it a hang-up is a
-    /// [`PeerGone`] error (tests, `zcpipe bench`).
+    /// [`crate::Error::PeerGone`] error (tests, `zcpipe bench`).
     pub fn keep_serving(&mut self) {
         self.keep_serving = true;
     }
@@ -129,7 +129,7 @@ impl PoolProducer {
         if let Some(pid) =
             self.consumer_pid().filter(|_| self.keep_serving && self.sender.conn().is_some_and(|c| c.peer_gone()))
         {
-            self.go_away(&PeerGone::new(format!("downstream (pid {pid}) hung up")).into());
+            self.go_away(&crate::Error::peer_gone(format!("downstream (pid {pid}) hung up")).into());
         }
         self.consumer_pid()
     }
@@ -160,17 +160,17 @@ impl PoolProducer {
         Ok(())
     }
 
-    /// Turns a consumer's hang-up (`r` failed with [`PeerGone`]), or a consumer that
-    /// corrupted the ring ([`RingCorrupt`]: it is hung up on), into the away state when this
+    /// Turns a consumer's hang-up (`r` failed with [`crate::Error::PeerGone`]), or a consumer that
+    /// corrupted the ring ([`crate::Error::RingCorrupt`]: it is hung up on), into the away state when this
     /// hop keeps serving: `Ok(None)`. Anything else passes through.
     fn absorb<T>(&mut self, r: Result<T>) -> Result<Option<T>> {
         match r {
             Ok(v) => Ok(Some(v)),
-            Err(e) if self.keep_serving && PeerGone::is_in(&e) => {
+            Err(e) if self.keep_serving && matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
                 self.go_away(&e);
                 Ok(None)
             }
-            Err(e) if self.keep_serving && RingCorrupt::is_in(&e) => {
+            Err(e) if self.keep_serving && matches!(crate::Error::find(&e), Some(crate::Error::RingCorrupt { .. })) => {
                 // A broken or hostile consumer: hung up on (the connection closes with the
                 // ring), and the hop waits for a consumer that follows the protocol.
                 let who = self
@@ -271,7 +271,7 @@ impl PoolProducer {
     /// Lends a free buffer for writing; `Ok(None)` if `stop` was set while waiting.
     /// Drop-oldest takes the oldest queued frame back when none is free and so never waits
     /// unless the consumer holds every buffer; block waits for a return. Errors if the
-    /// consumer died ([`PeerGone`]) or corrupted the ring.
+    /// consumer died ([`crate::Error::PeerGone`]) or corrupted the ring.
     pub fn acquire(&mut self, stop: &AtomicBool) -> Result<Option<WriteLoan<'_>>> {
         self.acquire_within(stop, None)
     }
@@ -456,7 +456,7 @@ impl PoolProducer {
     }
 
     /// Sleeps up to `timeout` between frames (a source's pacing), waking early if the
-    /// consumer hangs up (an error, [`PeerGone`]) or a signal arrives: one syscall for the
+    /// consumer hangs up (an error, [`crate::Error::PeerGone`]) or a signal arrives: one syscall for the
     /// sleep and the liveness check ([`Sender::pace`]).
     pub fn pace(&mut self, timeout: Duration) -> Result<()> {
         let r = self.sender.pace(timeout);

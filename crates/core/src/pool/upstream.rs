@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use super::super::channel::{Recv, Waitable};
 use super::super::frame::{RestartMark, Stage};
-use super::super::link::{Conn, ControlMsg, PeerGone, WaitMode};
+use super::super::link::{Conn, ControlMsg, WaitMode};
 use super::super::ring::{OwnCounts, RingCounters};
 use super::{Frame, PoolConsumer};
 
@@ -191,7 +191,7 @@ impl Upstream {
         };
         let r = match c.recv(timeout) {
             Ok(Recv::Hangup) => None,
-            Err(e) if PeerGone::is_in(&e) => None,
+            Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => None,
             Ok(r) => Some(r),
             Err(e) => return Err(e),
         };
@@ -298,7 +298,7 @@ impl Upstream {
                 self.delay = REJOIN_FIRST_DELAY;
                 true
             }
-            Err(e) if PeerGone::is_in(&e) => {
+            Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
                 log::debug!("the {} stage is not back yet ({peer}): {e:#}", self.name());
                 false
             }
