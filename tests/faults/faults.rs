@@ -9,7 +9,7 @@
 //! (`ZCPIPE_FAULT_KILLS`); `benches/faults.sh` 100 times and prints the restart times.
 //! `ZCPIPE_FAULT_INFER=onnx` runs the ONNX detector instead of `--infer none`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;

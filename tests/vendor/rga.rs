@@ -15,7 +15,7 @@ use zcpipe::scale::cpu::CpuScaler;
 use zcpipe::scale::rga::{RgaCore, RgaScaler};
 use zcpipe::scale::Scaler;
 
-mod common;
+use crate::common;
 use common::log_field as field;
 
 struct Fake {

@@ -8,7 +8,7 @@
 //! addresses: a port in use and a remote address without `--http-allow-remote`, one line
 //! each and exit code 2.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -6,7 +6,7 @@ use std::process::Output;
 use serde_json::Value;
 use zcpipe::core::frame::monotonic_ns;
 
-mod common;
+use crate::common;
 use common::{assert_no_orphans, root, stage_pid, zcpipe, zcpipe_run};
 
 fn data(p: &str) -> PathBuf {
@@ -438,7 +438,7 @@ fn negative_values_are_refused_before_anything_starts() {
     }
 }
 
-/// `kill -9` of the infer stage mid-run with `--restart-max 0` (no restart: tests/faults.rs
+/// `kill -9` of the infer stage mid-run with `--restart-max 0` (no restart: tests/faults/faults.rs
 /// has the restarts): the run stops the others, which still send their final reports, so
 /// the summary counts what was published before it, and the client gets its end line.
 #[test]

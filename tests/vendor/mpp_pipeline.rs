@@ -1,7 +1,7 @@
 //! The whole pipeline with the hardware decoder: an H.264 file through `--decoder mpp
 //! --scaler rga --infer rknn`, against the ABI fakes of librockchip_mpp, librga and librknnrt
 //! (their call logs are the evidence), compared with the same run decoded by ffmpeg on the
-//! CPU (`--decoder cpu`). The RTSP case is in tests/rtsp.rs (it needs the RTSP server).
+//! CPU (`--decoder cpu`). The RTSP case is in tests/pipeline/rtsp.rs (it needs the RTSP server).
 //!
 //! What zero-copy means here, checked from the logs: every capture buffer is committed to
 //! MPP once and imported by RGA once; the buffer MPP wrote picture k into (its inode) is the
@@ -10,7 +10,7 @@
 //! buffers at set-up); every MPP frame and buffer is released by the end; detections equal
 //! the CPU decoder's.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

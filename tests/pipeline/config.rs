@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod common;
+use crate::common;
 
 /// `text` as `zcpipe.toml` in a fresh temporary folder.
 fn file(text: &str) -> (tempfile::TempDir, PathBuf) {

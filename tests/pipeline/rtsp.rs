@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{
     assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, stage_pid, wait_for, zcpipe,
     zcpipe_run,

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::zcpipe;
 
 /// 320x240 NV12 with bytesperline 320: 115,200 bytes; the model input 416x416x3: 519,168.

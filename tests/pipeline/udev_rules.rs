@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-const RULES: &str = include_str!("../udev/99-zcpipe.rules");
+const RULES: &str = include_str!("../../udev/99-zcpipe.rules");
 
 /// Keys a rule may match on (with `==` / `!=`) and keys it may assign (with `=`, `+=`,
 /// `-=`, `:=`), as udev(7) lists them; only the ones a device-permission file needs.

@@ -3,14 +3,14 @@
 //! `/proc/iomem` as plain files), with the ABI fakes of librga and librknnrt standing in for
 //! the vendor libraries. No flag is given: what `auto` picks is what a board owner gets from
 //! `zcpipe run` alone. The camera's part of the plan (vivid, vim2m) is tested in the VM
-//! (tests/vm_guest.rs).
+//! (tests/vm_guest/).
 
 use std::path::Path;
 use std::process::Output;
 
 use tempfile::TempDir;
 
-mod common;
+use crate::common;
 
 /// System RAM of an 8 GiB RK3588 or RK3566 as root reads `/proc/iomem`: part of it above 4 GiB.
 const IOMEM_8G: &str = "00200000-083fffff : System RAM\n  00210000-0197ffff : Kernel code\n09400000-efffffff : System RAM\nf0000000-f0ffffff : f0000000.pcie\n100000000-3fbffffff : System RAM\n4f0000000-4ffffffff : System RAM\n";

@@ -57,7 +57,7 @@ use zcpipe::infer::nms::iou;
 use zcpipe::infer::Detection;
 use zcpipe::sys::rknn::{self as sys, RknnTensorAttr};
 
-mod common;
+use crate::common;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -7,7 +7,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 fn doctor(args: &[&str]) -> Output {
     let out = common::zcpipe().arg("doctor").args(args).output().unwrap();

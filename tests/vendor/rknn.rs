@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{assert_no_orphans, fake_librga, fake_librknnrt, root, zcpipe, zcpipe_run};
 
 fn data(p: &str) -> PathBuf {

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 const UNITS: [&str; 4] = ["capture", "scale", "infer", "publish"];
 

@@ -3,7 +3,7 @@
 //! (memfds here) and reads their pixels through the read guard, while the pipeline goes
 //! on; a tap that holds its frame for ever costs the pipeline nothing but its own frames.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

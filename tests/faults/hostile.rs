@@ -21,7 +21,7 @@
 //! `a_foreign_user_is_refused_by_so_peercred` runs the pipeline as uid 65534 and connects
 //! from uid 65533 (root only; skipped otherwise).
 
-mod common;
+use crate::common;
 
 use common::wait_for;
 

@@ -5,7 +5,7 @@
 //! ground-truth person gets at most two track ids, and a zone's counts agree with its
 //! events. Then the bad inputs: one line each.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,13 +1,13 @@
 //! `--copy-mode` with the vendor backends, against the ABI fakes (`fakes/`): RGA is fed CPU
 //! memory through virtual addresses and RKNN through `rknn_inputs_set`, as a plain pipeline
 //! would, so `zcpipe compare` on a board measures zero-copy against that. The zero-copy
-//! side of the same backends is tested in tests/rknn.rs and tests/rga.rs.
+//! side of the same backends is tested in tests/vendor/rknn.rs and tests/vendor/rga.rs.
 
 #![cfg(feature = "onnx")]
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{assert_no_orphans, fake_librga, fake_librknnrt, root, zcpipe_run};
 
 #[test]

@@ -2,7 +2,7 @@
 //! object and every `--snapshot-every` seconds, the newest `--snapshot-keep` kept, and a
 //! full disk a warning that never stops the pipeline.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

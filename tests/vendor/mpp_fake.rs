@@ -4,7 +4,7 @@
 //! fed in fixed-size chunks (parser split mode), decoded into an external group of memfd
 //! buffers, each picture's luma compared with ffmpeg's own NV12 decode of the same file, and
 //! the fake's call log (`$ZCPIPE_FAKE_MPP_LOG`) checked for MPP's rules. MJPEG is refused by
-//! the stream API (MPP decodes it only through the task API: `MppJpeg`, tests/mjpeg.rs).
+//! the stream API (MPP decodes it only through the task API: `MppJpeg`, tests/vendor/mjpeg.rs).
 //!
 //! The fake is one shared library per test process, so the tests take turns (a mutex) and
 //! each reads only the log lines written since it started. They need `ffmpeg` with libx264
@@ -22,7 +22,7 @@ use zcpipe::sys::mpp::{
     MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG,
 };
 
-mod common;
+use crate::common;
 use common::log_field as field;
 
 const W: usize = 320;
@@ -99,8 +99,11 @@ struct Session {
 }
 
 fn session() -> Session {
-    static TURN: Mutex<()> = Mutex::new(());
-    Session { log: common::LogSince::begin(&TURN, &fake().log) }
+    let fake = fake();
+    let log = common::LogSince::begin(&common::FAKE_MPP_IN_PROCESS, &fake.log);
+    // mjpeg's binding tests point the in-process fake's log elsewhere during their turn.
+    std::env::set_var("ZCPIPE_FAKE_MPP_LOG", &fake.log);
+    Session { log }
 }
 
 impl Session {

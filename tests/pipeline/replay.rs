@@ -3,7 +3,7 @@
 //! frame's letterbox and maps them back, as for a model's), with the file's labels; a bad
 //! file is one line before any stage starts.
 
-mod common;
+use crate::common;
 
 use common::zcpipe_run;
 use serde_json::Value;

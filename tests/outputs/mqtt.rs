@@ -3,7 +3,7 @@
 //! own temp dir, subscribes with `mosquitto_sub`, and runs zcpipe with `--mqtt`. Skipped
 //! (said on stderr) only where mosquitto is not installed.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};

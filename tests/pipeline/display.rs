@@ -2,9 +2,9 @@
 //! card at all, or a node that is no KMS device is one clear line, and `zcpipe run` goes on
 //! without a display; `zcpipe stage display` alone fails with one `zcpipe display: error:`
 //! line. The
-//! display itself runs on vkms in `make vm-test` (tests/vm_guest.rs).
+//! display itself runs on vkms in `make vm-test` (tests/vm_guest/).
 
-mod common;
+use crate::common;
 
 use common::{zcpipe, zcpipe_run};
 use serde_json::Value;

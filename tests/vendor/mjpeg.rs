@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, MutexGuard, OnceLock};
 
 use serde_json::Value;
 use zcpipe::capture::decoder::Decoder;
@@ -24,7 +24,7 @@ use zcpipe::capture::mjpeg::{decode_cpu, mpp_buffer_bytes, mpp_layout, JpegSplit
 use zcpipe::core::dmabuf::{Allocator, HeapChoice};
 use zcpipe::sys::mpp::{jpeg_sof, JpegInput, JpegOutcome, JpegUnfit, Libmpp, MppJpeg};
 
-mod common;
+use crate::common;
 use common::{assert_no_orphans, fake_librga, fake_librknnrt, fake_librockchip_mpp, log_field, root, zcpipe_run};
 
 const FRAMES: usize = 6;
@@ -350,8 +350,8 @@ fn a_truncated_and_a_corrupt_jpeg_are_counted_skips_and_the_run_goes_on() {
 /// The in-process fake for one binding test at a time: the fake reads its log path from the
 /// environment at each call (the other tests run zcpipe as a child with its own).
 fn binding_session() -> (MutexGuard<'static, ()>, Arc<Libmpp>, tempfile::NamedTempFile, Allocator) {
-    static ONE: Mutex<()> = Mutex::new(());
-    let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    // The turn is shared with mpp_fake's tests, which open the same fake in this process.
+    let guard = common::FAKE_MPP_IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
     let lib = Arc::new(Libmpp::open(Some(fake_librockchip_mpp())).unwrap());
     let log = tempfile::NamedTempFile::new().unwrap();
     std::env::set_var("ZCPIPE_FAKE_MPP_LOG", log.path());

@@ -3,7 +3,7 @@
 //! Every camera's frames arrive, in order, carrying the camera's name and size; the summary
 //! has a section per camera; a camera that stops or dies does not stall the others.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
