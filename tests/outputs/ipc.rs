@@ -57,7 +57,7 @@ fn consumer_role(sock: &str, delay_ms: u64) {
 
 fn spawn_consumer(test: &str, sock: &Path, delay_ms: u64) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &format!("ipc::{test}"), "--nocapture", "--test-threads=1"])
         .env("ZCPIPE_TEST_CONSUMER", sock)
         .env("ZCPIPE_TEST_DELAY_MS", delay_ms.to_string())
         .stdout(Stdio::piped())
