@@ -158,23 +158,7 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
         times.push((si, at.duration_since(t0).as_secs_f64() * 1000.0));
         born[si] = Instant::now();
         // The survivors kept their pids, and their fds come back to what they were.
-        for (i, s) in stages.iter().enumerate().filter(|(i, _)| *i != si) {
-            assert_eq!(
-                stage_pid(d, s),
-                Some(pids[i]),
-                "round {round}: the {s} stage survived the {victim} stage's death with its pid"
-            );
-            let settled = wait_for(Duration::from_secs(10), || fds(pids[i]) == before[i]);
-            if !settled {
-                leaked_fds += fds(pids[i]) as i64 - before[i] as i64;
-            }
-            assert!(
-                settled,
-                "round {round}: the {s} stage has {} fds after the {victim} stage's restart, {} before",
-                fds(pids[i]),
-                before[i]
-            );
-        }
+        leaked_fds += survivors_settle(d, &stages, si, round, &pids, &before);
         // The client stayed connected (unless publish itself died), and was told.
         let s = seen.lock().unwrap();
         if victim != "publish" {
@@ -213,7 +197,36 @@ fn kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on() {
         assert_eq!(r["pool"]["bad_returns"].as_u64(), Some(0), "{st}: {r}");
     }
 
-    // The numbers (benches/faults.sh collects these lines).
+    print_numbers(&stages, &times, &lost, leaked_fds);
+}
+
+/// After round `round` killed stage `si` of `stages`: every other stage kept its pid (`pids`)
+/// and its fds come back to `before`. Returns the fds the survivors leaked.
+fn survivors_settle(d: &Path, stages: &[&str], si: usize, round: usize, pids: &[i32], before: &[usize]) -> i64 {
+    let victim = stages[si];
+    let mut leaked_fds = 0i64;
+    for (i, s) in stages.iter().enumerate().filter(|(i, _)| *i != si) {
+        assert_eq!(
+            stage_pid(d, s),
+            Some(pids[i]),
+            "round {round}: the {s} stage survived the {victim} stage's death with its pid"
+        );
+        let settled = wait_for(Duration::from_secs(10), || fds(pids[i]) == before[i]);
+        if !settled {
+            leaked_fds += fds(pids[i]) as i64 - before[i] as i64;
+        }
+        assert!(
+            settled,
+            "round {round}: the {s} stage has {} fds after the {victim} stage's restart, {} before",
+            fds(pids[i]),
+            before[i]
+        );
+    }
+    leaked_fds
+}
+
+/// The numbers of the kill test (benches/faults.sh collects these lines).
+fn print_numbers(stages: &[&str], times: &[(usize, f64)], lost: &[u64], leaked_fds: i64) {
     for (si, st) in stages.iter().enumerate() {
         let mut t: Vec<f64> = times.iter().filter(|(i, _)| *i == si).map(|(_, t)| *t).collect();
         t.sort_by(|a, b| a.total_cmp(b));

@@ -122,6 +122,26 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
         "nearly every person was tracked: {ids_per_person:?} of {people:?}"
     );
 
+    let entries = check_zone_counts(&lines);
+
+    let s: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let t = &s["stages"]["publish"]["extra"]["tracking"];
+    assert_eq!(t["tracker"], "bytetrack", "{s}");
+    assert_eq!(t["events"]["new"].as_u64().unwrap() as usize, new.len());
+    assert_eq!(t["live_tracks"], 0);
+    let line = format!(
+        "  tracking: bytetrack: {} tracks confirmed, {} ended; zones: {entries} entries, {entries} exits; ",
+        new.len(),
+        new.len()
+    );
+    assert!(stderr.contains(&line), "the text summary's tracking line ({line}): {stderr}");
+    // The ids the publish stage kept for a successor went with the run directory.
+    common::assert_no_orphans(dir.path());
+}
+
+/// The zone `left` of the run's JSON lines: entries and exits pair up per track, and each
+/// frame's count is what its events leave. Returns the number of entries.
+fn check_zone_counts(lines: &[Value]) -> usize {
     // The zone: entries and exits pair up per track, and each frame's count is what its
     // events leave (a frame's line comes before its events, which carry its timestamp; an
     // `end` with another timestamp came while no frame did).
@@ -133,7 +153,7 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
             assert_eq!(n, inside.len(), "frame {seq}: {n} in the zone, {} by the events", inside.len());
         }
     };
-    for v in &lines {
+    for v in lines {
         if v["type"] == "frame" {
             check(&mut pending, &inside);
             let n: u64 = v["zones"]["left"].as_object().unwrap().values().map(|c| c.as_u64().unwrap()).sum();
@@ -159,20 +179,7 @@ fn every_person_of_the_bundled_clip_is_one_track_with_its_events() {
     check(&mut pending, &inside);
     assert!(inside.is_empty(), "every entry has its exit by the end");
     assert!(entries >= 2, "people walk through the left half: {entries} entries");
-
-    let s: Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
-    let t = &s["stages"]["publish"]["extra"]["tracking"];
-    assert_eq!(t["tracker"], "bytetrack", "{s}");
-    assert_eq!(t["events"]["new"].as_u64().unwrap() as usize, new.len());
-    assert_eq!(t["live_tracks"], 0);
-    let line = format!(
-        "  tracking: bytetrack: {} tracks confirmed, {} ended; zones: {entries} entries, {entries} exits; ",
-        new.len(),
-        new.len()
-    );
-    assert!(stderr.contains(&line), "the text summary's tracking line ({line}): {stderr}");
-    // The ids the publish stage kept for a successor went with the run directory.
-    common::assert_no_orphans(dir.path());
+    entries
 }
 
 #[test]

@@ -88,6 +88,28 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
     assert!(m2m_out.iter().any(|f| f == "RGB24"), "{m2m_out:?}");
     assert!(!m2m_cap.is_empty(), "{n}");
 
+    let (heaps, u) = (r["heaps"].as_array().unwrap(), &r["udmabuf"]);
+    check_heaps_and_udmabuf(&r);
+    doctor_text_report();
+    println!(
+        "EVIDENCE doctor: {} video nodes; {} ({} formats) capture with NV12 and YUYV; {} ({} formats) capture-mplane with NV12M; {} mem2mem, OUTPUT {:?}, CAPTURE {:?}; heaps {:?}; --heap auto: {}; udmabuf openable, size_limit_mb {}; {} problems",
+        nodes.len(),
+        sp.display(),
+        sp_formats.len(),
+        mp.display(),
+        mp_formats.len(),
+        m2m.display(),
+        m2m_out,
+        m2m_cap,
+        heaps.iter().map(|h| h["name"].as_str().unwrap()).collect::<Vec<_>>(),
+        r["heap_auto"]["allocator"].as_str().unwrap(),
+        u["size_limit_mb"],
+        r["problems"].as_array().unwrap().len()
+    );
+}
+
+/// `zcpipe doctor --json`'s heaps, udmabuf, SoC and problems in the guest.
+fn check_heaps_and_udmabuf(r: &Value) {
     // Heaps and udmabuf.
     let heaps = r["heaps"].as_array().unwrap();
     let system = heaps.iter().find(|h| h["path"] == "/dev/dma_heap/system").unwrap_or_else(|| panic!("{heaps:#?}"));
@@ -104,7 +126,10 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
     // No device tree in the x86 guest; nothing else is wrong with it.
     assert!(r["soc"]["soc"].is_null(), "{}", r["soc"]);
     assert_eq!(r["problems"], serde_json::json!([]), "the guest has everything zcpipe needs");
+}
 
+/// `zcpipe doctor`'s text report: no problems, and its lines printed for the record.
+fn doctor_text_report() {
     // The text report, for the record.
     let mut c = zcpipe();
     c.arg("doctor");
@@ -136,21 +161,6 @@ fn doctor_lists_vivid_vim2m_and_heaps() {
             println!("EVIDENCE doctor: {t}");
         }
     }
-    println!(
-        "EVIDENCE doctor: {} video nodes; {} ({} formats) capture with NV12 and YUYV; {} ({} formats) capture-mplane with NV12M; {} mem2mem, OUTPUT {:?}, CAPTURE {:?}; heaps {:?}; --heap auto: {}; udmabuf openable, size_limit_mb {}; {} problems",
-        nodes.len(),
-        sp.display(),
-        sp_formats.len(),
-        mp.display(),
-        mp_formats.len(),
-        m2m.display(),
-        m2m_out,
-        m2m_cap,
-        heaps.iter().map(|h| h["name"].as_str().unwrap()).collect::<Vec<_>>(),
-        r["heap_auto"]["allocator"].as_str().unwrap(),
-        u["size_limit_mb"],
-        r["problems"].as_array().unwrap().len()
-    );
 }
 
 /// Runs last (tests run in name order): it unplugs vivid's multi-planar instance, then
