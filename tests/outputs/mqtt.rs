@@ -318,9 +318,51 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     }
 
     // Counts: for every label, the changes of its count frame by frame (0 when it leaves).
+    let expected = check_counts(&frames, &sub);
+
+    // Discovery: an occupancy binary sensor per label seen, an fps sensor for the camera.
+    check_discovery(&sub, &expected, &msgs);
+
+    // Events: the tracker's, as on the socket.
+    let events: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
+    assert!(!events.is_empty(), "the tv (0.26) is a confirmed track with --track-high 0.1: new, then end");
+    let mq: Vec<Value> =
+        sub.payloads("zcpipe-mqtt-run/cam0/events").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
+    assert_eq!(mq.len(), events.len());
+    for (m, e) in mq.iter().zip(&events) {
+        assert_eq!((&m["event"], &m["track_id"], &m["label"]), (&e["event"], &e["track_id"], &e["label"]));
+        assert!(m["time_ms"].is_u64());
+    }
+
+    // Stats (the last at the end: every frame), availability, and nothing else.
+    check_stats_and_topics(&sub, &expected, &msgs, with_dets.len());
+
+    // The report and the summary line count what the broker got.
+    let m = &summary(dir.path())["stages"]["publish"]["extra"]["mqtt"];
+    assert_eq!(m["sent"].as_u64().unwrap() as usize, msgs.len(), "{m}");
+    assert_eq!(
+        (m["dropped"].as_u64(), m["reconnects"].as_u64(), m["connected"].as_bool()),
+        (Some(0), Some(0), Some(true)),
+        "{m}"
+    );
+    let line = format!("  mqtt: {}: {} messages sent, 0 dropped", b.url(), msgs.len());
+    assert!(stderr.contains(&line), "{line}: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "-> {} (bytetrack tracks) + mqtt {}",
+            dir.path().join("detections.sock").display(),
+            b.url()
+        )),
+        "the plan names the broker: {stderr}"
+    );
+}
+
+/// The count topics of a run whose frames are `frames`: for every label, the changes of its
+/// count frame by frame (0 when it leaves). Returns them by label.
+fn check_counts(frames: &[&Value], sub: &Sub) -> BTreeMap<String, Vec<String>> {
     let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut last: BTreeMap<String, u32> = BTreeMap::new();
-    for f in &frames {
+    for f in frames {
         let mut now: BTreeMap<String, u32> = BTreeMap::new();
         for d in f["detections"].as_array().unwrap() {
             *now.entry(d["label"].as_str().unwrap().replace(' ', "_")).or_default() += 1;
@@ -343,8 +385,12 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     for (label, changes) in &expected {
         assert_eq!(&sub.payloads(&format!("zcpipe-mqtt-run/cam0/{label}")), changes, "count topic of {label}");
     }
+    expected
+}
 
-    // Discovery: an occupancy binary sensor per label seen, an fps sensor for the camera.
+/// The discovery configs: an occupancy binary sensor per label of `expected`, an fps sensor
+/// for the camera.
+fn check_discovery(sub: &Sub, expected: &BTreeMap<String, Vec<String>>, msgs: &[(String, String)]) {
     for label in expected.keys() {
         let topic = format!("homeassistant/binary_sensor/zc-test/cam0_{label}/config");
         let p = sub.payloads(&topic);
@@ -363,22 +409,18 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
         (Some("zcpipe-mqtt-run/stats"), Some("zc-test_cam0_fps"))
     );
     assert_eq!(fps["value_template"], "{{ value_json.cameras['cam0'].fps }}");
+}
 
-    // Events: the tracker's, as on the socket.
-    let events: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
-    assert!(!events.is_empty(), "the tv (0.26) is a confirmed track with --track-high 0.1: new, then end");
-    let mq: Vec<Value> =
-        sub.payloads("zcpipe-mqtt-run/cam0/events").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
-    assert_eq!(mq.len(), events.len());
-    for (m, e) in mq.iter().zip(&events) {
-        assert_eq!((&m["event"], &m["track_id"], &m["label"]), (&e["event"], &e["track_id"], &e["label"]));
-        assert!(m["time_ms"].is_u64());
-    }
-
-    // Stats (the last at the end: every frame), availability, and nothing else.
+/// The last stats message, availability, and no topic but the known ones.
+fn check_stats_and_topics(
+    sub: &Sub,
+    expected: &BTreeMap<String, Vec<String>>,
+    msgs: &[(String, String)],
+    with_dets: usize,
+) {
     let stats: Value = serde_json::from_str(sub.payloads("zcpipe-mqtt-run/stats").last().unwrap()).unwrap();
     assert_eq!(stats["cameras"]["cam0"]["frames"], 40);
-    assert_eq!(stats["cameras"]["cam0"]["detection_messages"].as_u64().unwrap() as usize, with_dets.len());
+    assert_eq!(stats["cameras"]["cam0"]["detection_messages"].as_u64().unwrap() as usize, with_dets);
     assert_eq!(sub.payloads("zcpipe-mqtt-run/available"), ["online", "offline"]);
     let topics: BTreeSet<String> = msgs.iter().map(|(t, _)| t.clone()).collect();
     let mut known: BTreeSet<String> = [
@@ -396,25 +438,6 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
         known.insert(format!("homeassistant/binary_sensor/zc-test/cam0_{l}/config"));
     }
     assert_eq!(topics, known);
-
-    // The report and the summary line count what the broker got.
-    let m = &summary(dir.path())["stages"]["publish"]["extra"]["mqtt"];
-    assert_eq!(m["sent"].as_u64().unwrap() as usize, msgs.len(), "{m}");
-    assert_eq!(
-        (m["dropped"].as_u64(), m["reconnects"].as_u64(), m["connected"].as_bool()),
-        (Some(0), Some(0), Some(true)),
-        "{m}"
-    );
-    let line = format!("  mqtt: {}: {} messages sent, 0 dropped", b.url(), msgs.len());
-    assert!(stderr.contains(&line), "{line}: {stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "-> {} (bytetrack tracks) + mqtt {}",
-            dir.path().join("detections.sock").display(),
-            b.url()
-        )),
-        "the plan names the broker: {stderr}"
-    );
 }
 
 /// (b) The last will: the publish stage killed with SIGKILL says nothing, and the broker
