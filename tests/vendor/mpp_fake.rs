@@ -22,6 +22,14 @@ use zcpipe::sys::mpp::{
     MPP_VIDEO_CODING_AVC, MPP_VIDEO_CODING_HEVC, MPP_VIDEO_CODING_MJPEG,
 };
 
+use zcpipe::sys::mpp::{
+    MppBufferGetPtrFn, MppBufferGetWithTagFn, MppBufferGroupFn, MppBufferGroupGetFn, MppBufferImportWithTagFn,
+    MppBufferInfo, MppBufferPutFn, MppDequeueFn, MppEnqueueFn, MppFrameDeinitFn, MppFrameGetU32Fn, MppFrameInitFn,
+    MppFrameSetBufferFn, MppPacketInitWithBufferFn, MppPacketSetLengthFn, MppPollFn, MppTaskMetaGetFn,
+    MppTaskMetaSetFn, KEY_INPUT_PACKET, KEY_OUTPUT_FRAME, MPP_BUFFER_INTERNAL, MPP_BUFFER_TYPE_DRM,
+    MPP_BUFFER_TYPE_EXT_DMA, MPP_DEC_SET_OUTPUT_FORMAT, MPP_NOK, MPP_PORT_INPUT, MPP_PORT_OUTPUT,
+};
+
 use crate::common;
 use common::log_field as field;
 
@@ -478,6 +486,14 @@ fn a_stream_the_decoder_cannot_read_gives_no_frame_and_get_frame_returns() {
     assert!(s.calls("violation").is_empty());
 }
 
+/// A symbol of the library `$lib` as a function pointer of type `$t` (unsafe: `$t` must be
+/// the symbol's type).
+macro_rules! sym {
+    ($lib:ident, $n:literal, $t:ty) => {
+        *$lib.get::<$t>(concat!($n, "\0").as_bytes()).unwrap()
+    };
+}
+
 /// The fake's task API keeps real MPP's rules for MJPEG, through the raw C API (what
 /// `MppJpeg` spares its users): `MPP_DEC_SET_OUTPUT_FORMAT` before `mpp_init` fails (no
 /// decoder yet); poll gives `MPP_OK` (0) for a ready port and `MPP_NOK` for an empty one;
@@ -487,26 +503,8 @@ fn a_stream_the_decoder_cannot_read_gives_no_frame_and_get_frame_returns() {
 /// (and writes nothing).
 #[test]
 fn the_task_api_keeps_mpps_rules_for_mjpeg() {
-    use zcpipe::sys::mpp::{
-        MppBufferGetPtrFn, MppBufferGetWithTagFn, MppBufferGroupFn, MppBufferGroupGetFn, MppBufferImportWithTagFn,
-        MppBufferInfo, MppBufferPutFn, MppDequeueFn, MppEnqueueFn, MppFrameDeinitFn, MppFrameGetU32Fn, MppFrameInitFn,
-        MppFrameSetBufferFn, MppPacketInitWithBufferFn, MppPacketSetLengthFn, MppPollFn, MppTaskMetaGetFn,
-        MppTaskMetaSetFn, KEY_INPUT_PACKET, KEY_OUTPUT_FRAME, MPP_BUFFER_INTERNAL, MPP_BUFFER_TYPE_DRM,
-        MPP_BUFFER_TYPE_EXT_DMA, MPP_DEC_SET_OUTPUT_FORMAT, MPP_NOK, MPP_PORT_INPUT, MPP_PORT_OUTPUT,
-    };
     let s = session();
-    // A 1-component (grayscale) and a 3-component JPEG, 64x48.
-    let (mut gray, mut color) = (Vec::new(), Vec::new());
-    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut gray, 90)
-        .encode_image(&::image::GrayImage::from_pixel(64, 48, ::image::Luma([90])))
-        .unwrap();
-    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut color, 90)
-        .encode_image(&::image::RgbImage::from_pixel(64, 48, ::image::Rgb([200, 40, 40])))
-        .unwrap();
-    assert_eq!(
-        (zcpipe::sys::mpp::jpeg_sof(&gray).unwrap().components, zcpipe::sys::mpp::jpeg_sof(&color).unwrap().components),
-        (1, 3)
-    );
+    let (gray, color) = gray_and_color_jpegs();
     let pool = memfd_pool(2, 64 * 48 * 3 / 2);
     let small = memfd_pool(1, 64 * 48);
     let tag = c"zcpipe-test".as_ptr();
@@ -515,32 +513,27 @@ fn the_task_api_keeps_mpps_rules_for_mjpeg() {
     // binding declares; every handle passed is one the fake gave.
     unsafe {
         let raw = libloading::Library::new(common::fake_librockchip_mpp()).unwrap();
-        macro_rules! sym {
-            ($n:literal, $t:ty) => {
-                *raw.get::<$t>(concat!($n, "\0").as_bytes()).unwrap()
-            };
-        }
-        let create = sym!("mpp_create", MppCreateFn);
-        let init = sym!("mpp_init", MppInitFn);
-        let destroy = sym!("mpp_destroy", MppDestroyFn);
-        let group_get = sym!("mpp_buffer_group_get", MppBufferGroupGetFn);
-        let group_put = sym!("mpp_buffer_group_put", MppBufferGroupFn);
-        let buffer_get = sym!("mpp_buffer_get_with_tag", MppBufferGetWithTagFn);
-        let buffer_ptr = sym!("mpp_buffer_get_ptr_with_caller", MppBufferGetPtrFn);
-        let buffer_put = sym!("mpp_buffer_put_with_caller", MppBufferPutFn);
-        let import = sym!("mpp_buffer_import_with_tag", MppBufferImportWithTagFn);
-        let packet_init = sym!("mpp_packet_init_with_buffer", MppPacketInitWithBufferFn);
-        let set_length = sym!("mpp_packet_set_length", MppPacketSetLengthFn);
-        let set_size = sym!("mpp_packet_set_size", MppPacketSetLengthFn);
-        let packet_deinit = sym!("mpp_packet_deinit", MppPacketDeinitFn);
-        let frame_init = sym!("mpp_frame_init", MppFrameInitFn);
-        let frame_set_buffer = sym!("mpp_frame_set_buffer", MppFrameSetBufferFn);
-        let frame_errinfo = sym!("mpp_frame_get_errinfo", MppFrameGetU32Fn);
-        let frame_deinit = sym!("mpp_frame_deinit", MppFrameDeinitFn);
-        let set_packet = sym!("mpp_task_meta_set_packet", MppTaskMetaSetFn);
-        let set_frame = sym!("mpp_task_meta_set_frame", MppTaskMetaSetFn);
-        let get_packet = sym!("mpp_task_meta_get_packet", MppTaskMetaGetFn);
-        let get_frame = sym!("mpp_task_meta_get_frame", MppTaskMetaGetFn);
+        let create = sym!(raw, "mpp_create", MppCreateFn);
+        let init = sym!(raw, "mpp_init", MppInitFn);
+        let destroy = sym!(raw, "mpp_destroy", MppDestroyFn);
+        let group_get = sym!(raw, "mpp_buffer_group_get", MppBufferGroupGetFn);
+        let group_put = sym!(raw, "mpp_buffer_group_put", MppBufferGroupFn);
+        let buffer_get = sym!(raw, "mpp_buffer_get_with_tag", MppBufferGetWithTagFn);
+        let buffer_ptr = sym!(raw, "mpp_buffer_get_ptr_with_caller", MppBufferGetPtrFn);
+        let buffer_put = sym!(raw, "mpp_buffer_put_with_caller", MppBufferPutFn);
+        let import = sym!(raw, "mpp_buffer_import_with_tag", MppBufferImportWithTagFn);
+        let packet_init = sym!(raw, "mpp_packet_init_with_buffer", MppPacketInitWithBufferFn);
+        let set_length = sym!(raw, "mpp_packet_set_length", MppPacketSetLengthFn);
+        let set_size = sym!(raw, "mpp_packet_set_size", MppPacketSetLengthFn);
+        let packet_deinit = sym!(raw, "mpp_packet_deinit", MppPacketDeinitFn);
+        let frame_init = sym!(raw, "mpp_frame_init", MppFrameInitFn);
+        let frame_set_buffer = sym!(raw, "mpp_frame_set_buffer", MppFrameSetBufferFn);
+        let frame_errinfo = sym!(raw, "mpp_frame_get_errinfo", MppFrameGetU32Fn);
+        let frame_deinit = sym!(raw, "mpp_frame_deinit", MppFrameDeinitFn);
+        let set_packet = sym!(raw, "mpp_task_meta_set_packet", MppTaskMetaSetFn);
+        let set_frame = sym!(raw, "mpp_task_meta_set_frame", MppTaskMetaSetFn);
+        let get_packet = sym!(raw, "mpp_task_meta_get_packet", MppTaskMetaGetFn);
+        let get_frame = sym!(raw, "mpp_task_meta_get_frame", MppTaskMetaGetFn);
         let null = std::ptr::null_mut;
         let (mut ctx, mut api): (MppHandle, *const MppApi) = (null(), std::ptr::null());
         assert_eq!(create(&mut ctx, &mut api), MPP_OK);
@@ -627,11 +620,33 @@ fn the_task_api_keeps_mpps_rules_for_mjpeg() {
         assert_eq!(destroy(ctx), MPP_OK);
         assert_eq!(group_put(group), MPP_OK);
     }
+    check_task_log(&s, gray.len());
+}
+
+/// A 1-component (grayscale) and a 3-component JPEG, 64x48.
+fn gray_and_color_jpegs() -> (Vec<u8>, Vec<u8>) {
+    let (mut gray, mut color) = (Vec::new(), Vec::new());
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut gray, 90)
+        .encode_image(&::image::GrayImage::from_pixel(64, 48, ::image::Luma([90])))
+        .unwrap();
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut color, 90)
+        .encode_image(&::image::RgbImage::from_pixel(64, 48, ::image::Rgb([200, 40, 40])))
+        .unwrap();
+    assert_eq!(
+        (zcpipe::sys::mpp::jpeg_sof(&gray).unwrap().components, zcpipe::sys::mpp::jpeg_sof(&color).unwrap().components),
+        (1, 3)
+    );
+    (gray, color)
+}
+
+/// The fake's log of the task API test: two decodes (the first a grayscale JPEG of
+/// `gray_len` bytes), its two violations, and every buffer back at the group's put.
+fn check_task_log(s: &Session, gray_len: usize) {
     let decodes = s.calls("task_decode");
     assert_eq!(decodes.len(), 2, "{decodes:?}");
     assert!(
         field(&decodes[0], "reason") == "yuv400-with-yuv420sp-output"
-            && field(&decodes[0], "size") == gray.len().to_string(),
+            && field(&decodes[0], "size") == gray_len.to_string(),
         "{}",
         decodes[0]
     );
