@@ -15,8 +15,8 @@ run: setup
 	$(ZCPIPE) run
 
 # Unit tests and the multi-process integration tests (release: tract is slow in debug).
-# First the test-only ABI fake of librknnrt.so (fakes/librknnrt, for tests/rknn.rs and
-# tests/heads.rs), built next to zcpipe's library so that both share one build of tract.
+# First the test-only ABI fake of librknnrt.so (fakes/librknnrt, for tests/vendor/rknn.rs and
+# tests/pipeline/heads.rs), built next to zcpipe's library so that both share one build of tract.
 # ZCPIPE_ABI_REQUIRE=probe: the C compiler for the target must build the layout probe
 # (crates/sys/abi/README.md); headers given in $$ZCPIPE_*_HEADER_DIR are compiled against.
 export ZCPIPE_ABI_REQUIRE ?= probe
@@ -31,12 +31,12 @@ test:
 test-browser:
 	$(CARGO) test --release --locked --test browser -- --ignored --nocapture
 
-# Fault injection (tests/faults.rs): kill -9 of each stage 20 times while testsrc flows, a hung
+# Fault injection (tests/faults/faults.rs): kill -9 of each stage 20 times while testsrc flows, a hung
 # stage found by the watchdog, a consumer that keeps every buffer losing its lease. `make test`
 # runs the same tests with 2 kills per stage; benches/faults.sh runs 100 and prints the times.
 FAULT_KILLS ?= 20
 test-faults:
-	ZCPIPE_FAULT_KILLS=$(FAULT_KILLS) $(CARGO) test --release --locked --test faults -- --nocapture
+	ZCPIPE_FAULT_KILLS=$(FAULT_KILLS) $(CARGO) test --release --locked --test faults -- faults:: --nocapture
 
 # aarch64 (Rockchip boards), cross-compiled: see scripts/aarch64.sh and "Cross-compiling for aarch64".
 # The release binary (onnx included): target/aarch64-unknown-linux-gnu/release/zcpipe.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restart cost under fault injection: `kill -9` of each stage KILLS times (round robin,
-# testsrc 320x240 at 30 fps), through tests/faults.rs's kill test, once with `--infer none`
+# testsrc 320x240 at 30 fps), through tests/faults/faults.rs's kill test, once with `--infer none`
 # and once with the ONNX detector (a restarted ONNX infer stage pays its model load).
 #
 #   bash benches/faults.sh [KILLS]     default: 100 per stage (400 kills per run)
@@ -16,6 +16,6 @@ kills=${1:-100}
 for infer in none onnx; do
     echo "== --infer $infer, $kills kills per stage =="
     ZCPIPE_FAULT_KILLS="$kills" ZCPIPE_FAULT_INFER="$infer" \
-        cargo test --release --locked --test faults -- --exact kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on --nocapture 2>&1 \
+        cargo test --release --locked --test faults -- --exact faults::kill_9_of_any_stage_restarts_it_alone_and_the_stream_goes_on --nocapture 2>&1 \
         | grep -E '^faults:|test result|panicked|FAILED'
 done

@@ -3,7 +3,7 @@
 //! frame's outputs, float32 against int8, for every layout of the test models.
 //!
 //! The outputs are those `scripts/models/make_test_models.py` saved for its test image
-//! (`build/test-models/`, made by `cargo test --release --test heads` or by running the
+//! (`build/test-models/`, made by `cargo test --release --test pipeline heads::` or by running the
 //! script with `build/py-venv/bin/python`), the int8 ones quantised per tensor as the RKNN
 //! runtime hands them over. Those images are busy (dozens of coloured squares), so a frame
 //! has more candidates than a typical camera frame: an upper side of the cost.
@@ -24,7 +24,7 @@ fn main() {
         Ok(b) => serde_json::from_slice(&b).expect("manifest.json is JSON"),
         Err(e) => {
             eprintln!(
-                "heads bench: {}: {e}; make the test models first: cargo test --release --test heads \
+                "heads bench: {}: {e}; make the test models first: cargo test --release --test pipeline heads:: \
                  (or build/py-venv/bin/python scripts/models/make_test_models.py --out build/test-models)",
                 dir.join("manifest.json").display()
             );

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A real RTSP server for zcpipe's tests (tests/rtsp.rs): GStreamer's gst-rtsp-server
+"""A real RTSP server for zcpipe's tests (tests/pipeline/rtsp.rs): GStreamer's gst-rtsp-server
 serving an H.264 MP4 file as it is (no encoder):
 
     filesrc ! qtdemux ! h264parse ! rtph264pay name=pay0 config-interval=-1

@@ -2,14 +2,14 @@
 # Installs what zcpipe needs on a Debian/Ubuntu host and builds it. Idempotent.
 #   ffmpeg/ffprobe: the video source decodes files with them.
 #   python3-venv: build/py-venv, the pinned onnx/onnxruntime/numpy of
-#     scripts/models/requirements.txt, for the head tests' models (tests/heads.rs).
+#     scripts/models/requirements.txt, for the head tests' models (tests/pipeline/heads.rs).
 #   GStreamer's RTSP server for /usr/bin/python3 (python3-gi, gir1.2-gst-rtsp-server-1.0,
 #     gstreamer1.0-plugins-good: qtdemux, rtph264pay; -bad: h264parse): scripts/rtsp_server.py,
-#     the real RTSP camera of tests/rtsp.rs (Debian's python, not a pyenv one first on PATH).
+#     the real RTSP camera of tests/pipeline/rtsp.rs (Debian's python, not a pyenv one first on PATH).
 #   lintian: `make deb-test` (CI) checks the package with it.
 #   chromium: headless Chromium for `make test-browser` (tests/browser.rs: the web view in a real browser).
 #   mosquitto, mosquitto-clients: the real MQTT broker and mosquitto_sub/_pub/_passwd of
-#     tests/mqtt.rs (the MQTT bridge's tests start their own broker on a free port).
+#     tests/outputs/mqtt.rs (the MQTT bridge's tests start their own broker on a free port).
 #   cargo: the Rust toolchain (rustup); not installed here, it must already exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."

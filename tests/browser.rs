@@ -164,10 +164,37 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
     let mean = lum.iter().sum::<f64>() / lum.len() as f64;
     let sd = (lum.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / lum.len() as f64).sqrt();
     assert!(sd > 20.0 && mean > 40.0, "the camera's picture, not a blank canvas: mean {mean:.0}, sd {sd:.0}");
+    // The boxes: a recent frame line's person boxes' edges are green in the screenshot.
+    let frames = lines.lock().unwrap().clone();
+    let (best, moved) = check_boxes(&img, (x0, y0, w, h), &frames);
+    eprintln!(
+        "browser: picture at {rect:?}; frame {} matched {:.2} (moved: {moved:.2}); luminance mean {mean:.0} sd {sd:.0}",
+        best.1, best.0
+    );
+    std::fs::create_dir_all(root().join("target/browser")).unwrap();
+    std::fs::copy(&shot, root().join("target/browser/web-view.png")).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let st = run.wait().unwrap();
+    assert!(st.success(), "{st}");
+    reader.join().unwrap();
+    assert_no_orphans(dir.path());
+}
+
+/// The person boxes of the recent frame line that matches the screenshot `img` best, whose
+/// camera picture is at `(x0, y0, w, h)`, have green edges (the person colour, 0,255,0),
+/// and the same boxes moved beside themselves do not. Returns the best (share, seq) and the
+/// moved boxes' share.
+fn check_boxes(
+    img: &image::RgbImage,
+    (x0, y0, w, h): (f64, f64, f64, f64),
+    frames: &BTreeMap<u64, Value>,
+) -> ((f64, u64), f64) {
+    let px = |x: f64, y: f64| {
+        *img.get_pixel((x0 + x).round().clamp(0.0, 999.0) as u32, (y0 + y).round().clamp(0.0, 699.0) as u32)
+    };
     // The boxes: a recent frame line's person boxes' edges are green (the person colour,
     // 0,255,0) in the screenshot, scaled to the picture.
     let green = |p: image::Rgb<u8>| p[1] > 170 && p[0] < 110 && p[2] < 110;
-    let frames = lines.lock().unwrap().clone();
     let (fw, fh) = {
         let f = frames.values().next().unwrap();
         (f["width"].as_f64().unwrap(), f["height"].as_f64().unwrap())
@@ -225,15 +252,5 @@ fn the_web_view_shows_the_camera_with_its_boxes_in_a_real_browser() {
         moved < 0.2,
         "boxes moved beside themselves still match {moved:.2}: the colour test finds green where no box is"
     );
-    eprintln!(
-        "browser: picture at {rect:?}; frame {} matched {:.2} (moved: {moved:.2}); luminance mean {mean:.0} sd {sd:.0}",
-        best.1, best.0
-    );
-    std::fs::create_dir_all(root().join("target/browser")).unwrap();
-    std::fs::copy(&shot, root().join("target/browser/web-view.png")).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let st = run.wait().unwrap();
-    assert!(st.success(), "{st}");
-    reader.join().unwrap();
-    assert_no_orphans(dir.path());
+    ((best.0, best.1), moved)
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds small ONNX detection models with exactly the output layouts zcpipe decodes, the
 test images they see, their outputs (onnxruntime) in float32, float16 and int8, and the
-reference detections of each (reference.py), for zcpipe's head tests (tests/heads.rs);
+reference detections of each (reference.py), for zcpipe's head tests (tests/pipeline/heads.rs);
 and, for the whole-pipeline tests, source images (PNG) with the reference detections of a
 model on each, letterboxed the family's way (preprocess.py) and mapped back to the image.
 

@@ -15,13 +15,35 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The variables that tests set in their own process for a fake opened there (the fakes
+/// read them at each call). Tests of several former files share a process now, so a child
+/// never inherits them: a test sets what its child needs with `Command::env`.
+pub const IN_PROCESS_FAKE_ENV: &[&str] = &[
+    "ZCPIPE_LIBMPP",
+    "ZCPIPE_FAKE_MPP_LOG",
+    "ZCPIPE_FAKE_MPP_JPEG_HANG",
+    "ZCPIPE_FAKE_RGA_LOG",
+    "ZCPIPE_FAKE_RGA_NO_DEVICE",
+    "ZCPIPE_FAKE_RKNN_ONNX",
+    "ZCPIPE_FAKE_RKNN_OUTPUT",
+];
+
 /// The zcpipe binary under test, run in the package folder, with the caller's `RUST_LOG`
-/// removed (so its log lines are the default ones) and no backtraces.
+/// removed (so its log lines are the default ones), no backtraces, and none of
+/// [`IN_PROCESS_FAKE_ENV`] inherited.
 pub fn zcpipe() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zcpipe"));
     c.current_dir(root()).env("RUST_BACKTRACE", "0").env_remove("RUST_LOG");
+    for k in IN_PROCESS_FAKE_ENV {
+        c.env_remove(k);
+    }
     c
 }
+
+/// The turn of the in-process fake librockchip_mpp: it reads `ZCPIPE_FAKE_MPP_LOG` (and its
+/// other knobs) from this process's environment at each call, and tests of more than one
+/// module open it, so each sets the variables it wants while holding this.
+pub static FAKE_MPP_IN_PROCESS: Mutex<()> = Mutex::new(());
 
 /// `zcpipe run` with its run directory (`dir/run`), detections socket
 /// (`dir/detections.sock`) and summary (`dir/summary.json`) in `dir`; add the run's flags.

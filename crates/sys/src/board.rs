@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn paths_move_under_the_test_root_only_when_set() {
         // The variable is process-wide: this test only reads the unset case, the
-        // integration tests (tests/plan.rs) set it in child processes.
+        // integration tests (tests/pipeline/plan.rs) set it in child processes.
         if test_root().is_none() {
             assert_eq!(path("/proc/iomem"), PathBuf::from("/proc/iomem"));
         }

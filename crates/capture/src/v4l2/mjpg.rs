@@ -13,7 +13,7 @@
 //! buffers are never the pool. Frames are stamped when dequeued (not with the driver's
 //! timestamp), as the other live sources are. vivid has no MJPEG: the streaming here is
 //! board-only (unit-tested: the format parsing and layout; the decoder by `video:` MJPEG
-//! files, tests/mjpeg.rs).
+//! files, tests/vendor/mjpeg.rs).
 
 use std::io;
 use std::time::Duration;

@@ -1,0 +1,10 @@
+//! Integration tests of the outputs: the MQTT bridge, the web view, the detections socket and the IPC benchmark.
+//! One test binary (`cargo test --test outputs`): each module is a former `tests/<module>.rs`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bench_ipc;
+mod http;
+mod ipc;
+mod mqtt;
