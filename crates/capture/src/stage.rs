@@ -420,6 +420,22 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     )
 }
 
+/// The set-up's first step for `--decoder mpp`: what MPP opens (a file or a network stream),
+/// refusing any other source and `--fps max`.
+fn mpp_input(cfg: &CaptureConfig, spec: &SourceSpec) -> Result<MppInput> {
+    let input = match spec {
+        SourceSpec::Video(p) => MppInput::File(p.clone()),
+        SourceSpec::Network(u) => MppInput::Network(u.clone()),
+        other => anyhow::bail!("--decoder mpp decodes video: files and network streams, not {}", other.redacted()),
+    };
+    if cfg.fps == Some(FPS_MAX) {
+        anyhow::bail!(
+            "--fps max with --decoder mpp: a decoded stream is paced at its own rate; pass a number or leave --fps out"
+        );
+    }
+    Ok(input)
+}
+
 /// The capture stage on an H.264/H.265 file or network stream decoded by MPP
 /// ([`super::mpp`]): open and probe, size the pool from MPP's info change, commit it as
 /// MPP's external buffer group, offer it to scale, then publish each decoded picture in the
@@ -431,16 +447,7 @@ fn run_mpp(
     spec: &SourceSpec,
     lib: std::sync::Arc<zcpipe_sys::mpp::Libmpp>,
 ) -> Result<i32> {
-    let input = match spec {
-        SourceSpec::Video(p) => MppInput::File(p.clone()),
-        SourceSpec::Network(u) => MppInput::Network(u.clone()),
-        other => anyhow::bail!("--decoder mpp decodes video: files and network streams, not {}", other.redacted()),
-    };
-    if cfg.fps == Some(FPS_MAX) {
-        anyhow::bail!(
-            "--fps max with --decoder mpp: a decoded stream is paced at its own rate; pass a number or leave --fps out"
-        );
-    }
+    let input = mpp_input(cfg, spec)?;
     let opts = MppOptions { transport: cfg.rtsp_transport.unwrap_or_default(), size: cfg.size };
     let mut cap = MppCapture::open(input, lib, &opts, cfg.fps, ctx.stop)?;
     let live = cap.live();
