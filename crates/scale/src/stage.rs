@@ -10,11 +10,11 @@ use anyhow::{bail, Context, Result};
 use zcpipe_core::channel::{wait_any, Recv, Waitable};
 use zcpipe_core::config::Choice;
 use zcpipe_core::copy::CopyCounters;
-use zcpipe_core::dmabuf::Allocator;
-use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, Letterbox, Stage};
-use zcpipe_core::link::{accept_hello, ControlMsg, Listener};
+use zcpipe_core::dmabuf::{Allocator, DmaBuf};
+use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, FrameLayout, Letterbox, Stage};
+use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
-use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer, Upstream};
+use zcpipe_core::pool::{ring_capacity, Frame, HopSpec, PoolProducer, Upstream};
 use zcpipe_core::ring::{OwnCounts, RingPolicy};
 use zcpipe_core::stage::{drain_pool, incoming, serve_pool, Downstream, Incoming, StageCtx, Turn, IDLE_WAIT};
 
@@ -118,6 +118,29 @@ impl Camera {
         Ok(first)
     }
 
+    /// The newest frame waiting on this camera's hop, `frame` if none is newer: the frames
+    /// passed over go back (counted as skipped).
+    fn newest(&mut self, mut frame: Frame) -> Result<Frame> {
+        loop {
+            match self.input.recv(Duration::ZERO)? {
+                Recv::Item(newer) => {
+                    self.frames_in += 1;
+                    self.skipped += 1;
+                    frame = newer;
+                }
+                // The end of this camera's stream, right behind its last frame
+                // (in copy mode a message, read once): the frame is scaled now.
+                Recv::Eos => {
+                    self.ended = true;
+                    log::info!("camera {}: end of stream ({} frames)", self.name, self.frames_in);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        Ok(frame)
+    }
+
     /// This camera's line in the report's `cameras` object; `downstream`: its frames the
     /// output hop dropped (the infer stage too slow for them, drop-oldest).
     fn facts(&self, downstream: u64) -> CameraFacts {
@@ -154,19 +177,28 @@ pub fn capture_sockets(data: &zcpipe_core::config::DataPath, cameras: &[String])
 /// ([`zcpipe_core::frame::with_camera`]). A camera whose stage is away (restarting, or not
 /// up yet) is skipped: the others go on.
 pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
-    if cfg.rga_core != RgaCore::Auto && cfg.scaler != ScalerKind::Rga {
-        log::warn!("--rga-core {} is for --scaler rga; the {} scaler ignores it", cfg.rga_core.name(), cfg.scaler);
-    }
-    let sockets = capture_sockets(&ctx.data, &cfg.cameras);
-    // One scaler per camera, each opened now so that a wrong node fails before any set-up.
-    let mut scalers = sockets.iter().map(|_| open_scaler(&cfg, ctx.data.copy_mode)).collect::<Result<Vec<_>>>()?;
-    let mut listener = Listener::bind(&ctx.data.socket("scale"))?;
-    // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, msg) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
+    let mut stage = ScaleStage::set_up(&cfg, &ctx)?;
+    let ended = ctx.run_loop(&mut stage, |s| s.report(false, s.down.facts().into()), ScaleStage::turn);
+    stage.close(ended)
+}
+
+/// Accepts the infer stage on `listener`: its connection and the input it wants.
+fn accept_infer(listener: &mut Listener, ctx: &StageCtx<'_>) -> Result<(Conn, WantedInput)> {
+    let (down, msg) = accept_hello(listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
     let want = match msg {
         ControlMsg::Hello { want: Some(w), .. } => w,
         other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
     };
+    Ok((down, want))
+}
+
+/// Joins the cameras' capture stages on `sockets` (the first now, the others when they are
+/// up) and gives each camera its scaler, taken from `scalers` in the same order.
+fn join_cameras(
+    sockets: Vec<(String, std::path::PathBuf)>,
+    scalers: &mut Vec<Box<dyn Scaler>>,
+    ctx: &StageCtx<'_>,
+) -> Result<Vec<Camera>> {
     let hello = ControlMsg::Hello {
         stage: "scale".into(),
         accept: ACCEPTED.iter().map(|f| f.0).collect(),
@@ -206,71 +238,13 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
     for (cam, scaler) in cams.iter_mut().zip(scalers.drain(..)) {
         cam.scaler = Some(scaler);
     }
-    let Some(first) = cams[0].input.current() else { bail!("the capture stage hung up while we joined it") };
-    log::info!(
-        "joined capture: {} ({} buffers, {})",
-        first.offer.description,
-        first.buffers().len(),
-        first.offer.memory
-    );
-    let fps = first.offer.fps;
+    Ok(cams)
+}
 
-    let letterbox = Letterbox::new(want.placement, want.pad);
-    let dst = match want.layout() {
-        Ok(l) => l,
-        Err(e) => {
-            let error = format!("the infer stage asked for an input the scale stage cannot make: {e:#}");
-            down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
-            bail!("{error}");
-        }
-    };
-    let bpl = dst.planes[0].bytesperline;
-    let heap = cams[0].scaler.as_ref().map(|s| s.output_heap(ctx.data.heap)).unwrap_or(ctx.data.heap);
-    let alloc =
-        Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))?;
-    let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
-    // A device imports both pools once here; the frames never meet the CPU after this.
-    // Host sources change size per frame (no fixed layout): buffers are imported at first use.
-    if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None).map(|_| ()) {
-        let error = format!("{e:#}");
-        down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
-        bail!("{error}");
-    }
-    // With several cameras, each later camera's scaler binds the output pool when its camera
-    // joins, and a device scaler whose camera's capture stage restarted is replaced by a
-    // fresh one bound the same way: through these second handles on the same buffers.
-    let binds = cams.iter().any(|c| c.scaler.as_ref().is_some_and(|s| s.binds_pools()));
-    let mut dst_handles =
-        if cams.len() > 1 || binds { pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()? } else { vec![] };
-    let reopen = || open_scaler(&cfg, ctx.data.copy_mode);
-    let can_reopen = !dst_handles.is_empty();
-    let mut out = PoolProducer::offer(
-        down,
-        pool.into_iter().map(|b| vec![b]).collect(),
-        HopSpec {
-            policy: ctx.data.ring_policy,
-            capacity: ring_capacity(ctx.data.ring_policy, cfg.buffers),
-            memory: alloc.describe(),
-            layout: Some(dst),
-            fps,
-            description: format!(
-                "{}x{} {} {} letterbox, pad {}, bytesperline {}",
-                dst.width,
-                dst.height,
-                dst.fourcc,
-                want.placement.describe(),
-                want.pad,
-                bpl
-            ),
-            copy_mode: ctx.data.copy_mode,
-        },
-    )?;
-    out.keep_serving();
-    let mut down = Downstream::new(listener);
-    // A restarted infer stage must want what the pool was made for.
-    let want_check = |h: &ControlMsg| {
-        match h {
-        ControlMsg::Hello { want: Some(w), .. } if *w == want => Ok(()),
+/// A restarted infer stage must want what the pool was made for (`want`): `Err` says why not.
+fn check_want(want: &WantedInput, h: &ControlMsg) -> std::result::Result<(), String> {
+    match h {
+        ControlMsg::Hello { want: Some(w), .. } if *w == *want => Ok(()),
         ControlMsg::Hello { want: other, .. } => Err(format!(
             "this scale stage's pool holds {}x{} {} for the model it was started with; the infer stage now wants {other:?}: restart the scale stage too",
             want.width,
@@ -279,25 +253,299 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         )),
         _ => Err("expected a hello from the infer stage".into()),
     }
-    };
-    let mut fds_setup = open_fd_count();
-    ctx.ready(Instant::now());
-    log::info!(
-        "{} -> {}x{} {}, {} letterbox, pad {}; {} camera{}; open fds after set-up: {fds_setup}",
-        cams[0].scaler.as_ref().map(|s| s.name()).unwrap_or_default(),
-        dst.width,
-        dst.height,
-        dst.fourcc,
-        want.placement.describe(),
-        want.pad,
-        cams.len(),
-        if cams.len() == 1 { "" } else { "s" }
-    );
+}
 
-    let start = Instant::now();
-    let mut span = FrameSpan::default();
-    // Frames out are the span's frames: `span.tick` counts each one published.
-    let report = |out: &PoolProducer, cams: &[Camera], span: FrameSpan, final_report: bool, mut extra: Facts| {
+/// The output pool the infer stage reads: the model input's layout and letterbox, the
+/// buffers offered on the infer stage's connection, and what the scalers bind them through.
+/// Its fields drop in this order (the producer before the second handles and the allocator),
+/// as when they were locals of one function.
+struct OutputPool {
+    /// The producer side of the hop to the infer stage, holding the pool's buffers.
+    prod: PoolProducer,
+    /// Second handles on the pool's buffers (with several cameras or a device scaler), empty
+    /// otherwise.
+    dst_handles: Vec<DmaBuf>,
+    /// The allocator the pool came from: open (with its fds) until the stage ends.
+    _alloc: Allocator,
+    /// The layout of every output frame (the model input).
+    dst: FrameLayout,
+    /// Where the scaled picture sits in the output frame, and its pad.
+    letterbox: Letterbox,
+    /// Whether a device scaler whose camera's capture stage restarted can be replaced by a
+    /// fresh one (bound through `dst_handles`).
+    can_reopen: bool,
+}
+
+impl OutputPool {
+    /// Makes the pool `want` asks for, binds the first camera's scaler to it and offers it to
+    /// the infer stage on `down` (refused there, naming why, if it cannot be made or bound).
+    fn offer(
+        cfg: &ScaleConfig,
+        ctx: &StageCtx<'_>,
+        down: Conn,
+        want: &WantedInput,
+        cams: &mut [Camera],
+        fps: f64,
+    ) -> Result<OutputPool> {
+        let letterbox = Letterbox::new(want.placement, want.pad);
+        let dst = match want.layout() {
+            Ok(l) => l,
+            Err(e) => {
+                let error = format!("the infer stage asked for an input the scale stage cannot make: {e:#}");
+                down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+                bail!("{error}");
+            }
+        };
+        let bpl = dst.planes[0].bytesperline;
+        let heap = cams[0].scaler.as_ref().map(|s| s.output_heap(ctx.data.heap)).unwrap_or(ctx.data.heap);
+        let alloc = Allocator::open(
+            heap,
+            &board::path("/dev/dma_heap"),
+            &board::path("/dev/udmabuf"),
+            &board::path("/dev/dri"),
+        )?;
+        let mut pool = alloc.allocate_pool(cfg.buffers, dst.bytes_needed())?;
+        // A device imports both pools once here; the frames never meet the CPU after this.
+        // Host sources change size per frame (no fixed layout): buffers are imported at first use.
+        if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None).map(|_| ()) {
+            let error = format!("{e:#}");
+            down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
+            bail!("{error}");
+        }
+        // With several cameras, each later camera's scaler binds the output pool when its camera
+        // joins, and a device scaler whose camera's capture stage restarted is replaced by a
+        // fresh one bound the same way: through these second handles on the same buffers.
+        let binds = cams.iter().any(|c| c.scaler.as_ref().is_some_and(|s| s.binds_pools()));
+        let dst_handles = if cams.len() > 1 || binds {
+            pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()?
+        } else {
+            vec![]
+        };
+        let can_reopen = !dst_handles.is_empty();
+        let mut prod = PoolProducer::offer(
+            down,
+            pool.into_iter().map(|b| vec![b]).collect(),
+            HopSpec {
+                policy: ctx.data.ring_policy,
+                capacity: ring_capacity(ctx.data.ring_policy, cfg.buffers),
+                memory: alloc.describe(),
+                layout: Some(dst),
+                fps,
+                description: format!(
+                    "{}x{} {} {} letterbox, pad {}, bytesperline {}",
+                    dst.width,
+                    dst.height,
+                    dst.fourcc,
+                    want.placement.describe(),
+                    want.pad,
+                    bpl
+                ),
+                copy_mode: ctx.data.copy_mode,
+            },
+        )?;
+        prod.keep_serving();
+        Ok(OutputPool { prod, dst_handles, _alloc: alloc, dst, letterbox, can_reopen })
+    }
+}
+
+/// The scale stage once set up, and its frame loop's state. Its fields drop in this order
+/// (a frame kept for the next turn, the infer stage's listener, the output pool, then the
+/// cameras), as when they were locals of one function.
+struct ScaleStage<'s> {
+    /// A frame taken while no output buffer was free (the infer stage holds them all): kept
+    /// for the next turn, so the loop still turns (and reports) while it waits.
+    pending: Option<(usize, Frame, FrameDesc)>,
+    /// The scale stage's socket, where a restarted infer stage joins the pool again.
+    down: Downstream,
+    /// The pool the frames are scaled into.
+    pool: OutputPool,
+    /// Every camera's input and scaler.
+    cams: Vec<Camera>,
+    /// The stage's settings (a fresh scaler is opened from them).
+    cfg: &'s ScaleConfig,
+    /// The stage's context: stop flag, reporter, data-path settings.
+    ctx: &'s StageCtx<'s>,
+    /// The input the infer stage asked for (the pool was made for it).
+    want: WantedInput,
+    /// Open fds after set-up (a camera that joins later counts in it).
+    fds_setup: usize,
+    /// When the frame loop started.
+    start: Instant,
+    /// The frames handed on and when.
+    span: FrameSpan,
+    /// The camera to look at first in the next turn (round-robin).
+    next: usize,
+}
+
+impl<'s> ScaleStage<'s> {
+    /// Set-up: opens every camera's scaler, connects the infer stage (downstream) and learns
+    /// what it wants, joins the cameras' capture stages, offers the output pool, then tells
+    /// the supervisor the stage is ready.
+    fn set_up(cfg: &'s ScaleConfig, ctx: &'s StageCtx<'s>) -> Result<ScaleStage<'s>> {
+        if cfg.rga_core != RgaCore::Auto && cfg.scaler != ScalerKind::Rga {
+            log::warn!("--rga-core {} is for --scaler rga; the {} scaler ignores it", cfg.rga_core.name(), cfg.scaler);
+        }
+        let sockets = capture_sockets(&ctx.data, &cfg.cameras);
+        // One scaler per camera, each opened now so that a wrong node fails before any set-up.
+        let mut scalers = sockets.iter().map(|_| open_scaler(cfg, ctx.data.copy_mode)).collect::<Result<Vec<_>>>()?;
+        let mut listener = Listener::bind(&ctx.data.socket("scale"))?;
+        // Downstream first: frames start flowing only once the whole chain is connected.
+        let (down, want) = accept_infer(&mut listener, ctx)?;
+        let mut cams = join_cameras(sockets, &mut scalers, ctx)?;
+        let Some(first) = cams[0].input.current() else { bail!("the capture stage hung up while we joined it") };
+        log::info!(
+            "joined capture: {} ({} buffers, {})",
+            first.offer.description,
+            first.buffers().len(),
+            first.offer.memory
+        );
+        let fps = first.offer.fps;
+        let pool = OutputPool::offer(cfg, ctx, down, &want, &mut cams, fps)?;
+        let down = Downstream::new(listener);
+        let fds_setup = open_fd_count();
+        ctx.ready(Instant::now());
+        log::info!(
+            "{} -> {}x{} {}, {} letterbox, pad {}; {} camera{}; open fds after set-up: {fds_setup}",
+            cams[0].scaler.as_ref().map(|s| s.name()).unwrap_or_default(),
+            pool.dst.width,
+            pool.dst.height,
+            pool.dst.fourcc,
+            want.placement.describe(),
+            want.pad,
+            cams.len(),
+            if cams.len() == 1 { "" } else { "s" }
+        );
+        Ok(ScaleStage {
+            pending: None,
+            down,
+            pool,
+            cams,
+            cfg,
+            ctx,
+            want,
+            fds_setup,
+            start: Instant::now(),
+            span: FrameSpan::default(),
+            next: 0,
+        })
+    }
+
+    /// One turn of the frame loop: serves an infer stage that (re)joins, then scales the frame
+    /// kept from the last turn, or else the newest frame of the first camera (round-robin)
+    /// that has one; with several cameras and nothing from any, sleeps on all of them.
+    fn turn(&mut self) -> Result<Turn> {
+        let want = &self.want;
+        serve_pool(&mut self.down, &mut self.pool.prod, Stage::Infer, |h| check_want(want, h));
+        if let Some((i, frame, desc)) = self.pending.take() {
+            return self.scale_into(i, frame, desc);
+        }
+        let n = self.cams.len();
+        if self.cams.iter().all(|c| c.ended) {
+            return Ok(Turn::End("end of stream"));
+        }
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if self.cams[i].ended {
+                continue;
+            }
+            if let Some(turn) = self.look_at(i)? {
+                return Ok(turn);
+            }
+        }
+        if n > 1 {
+            // Nothing from any camera: sleep on every joined one's doorbell; one that
+            // is away is tried again soon (its re-join back-off is 10 to 50 ms).
+            let waiters: Vec<&dyn Waitable> =
+                self.cams.iter().filter(|c| !c.ended).filter_map(|c| c.input.waitable()).collect();
+            let away = self.cams.iter().any(|c| !c.ended && c.input.is_away());
+            wait_any(&waiters, if away { REJOIN_POLL } else { IDLE_WAIT })?;
+        }
+        Ok(Turn::Next)
+    }
+
+    /// Looks at camera `i`: binds its pool if its capture stage (re)joined, then takes its
+    /// newest frame and scales it (`Some`: how the turn ends), or notes the end of its stream.
+    /// `None`: nothing from this camera, the turn goes on to the next.
+    fn look_at(&mut self, i: usize) -> Result<Option<Turn>> {
+        let n = self.cams.len();
+        // A single camera sleeps on its own hop; several are looked at without a
+        // wait, then slept on together at the end of the turn.
+        let r = self.cams[i].input.recv(if n == 1 { IDLE_WAIT } else { Duration::ZERO })?;
+        // The capture stage (re)joined: its pool, bound as at set-up.
+        self.bind_joined(i)?;
+        let mut frame = match incoming(r, "capture", "infer", || self.pool.prod.consumer_gone())? {
+            Incoming::Item(f) => f,
+            Incoming::Eos => {
+                self.cams[i].ended = true;
+                if n > 1 {
+                    log::info!("camera {}: end of stream ({} frames)", self.cams[i].name, self.cams[i].frames_in);
+                }
+                if self.cams.iter().all(|c| c.ended) {
+                    return Ok(Some(Turn::End("end of stream")));
+                }
+                return Ok(None);
+            }
+            Incoming::Idle => return Ok(None),
+        };
+        let cam = &mut self.cams[i];
+        cam.frames_in += 1;
+        // The newest frame of this camera: older ones waiting behind it go back
+        // (video; `--ring-policy block` asks for every frame, in order).
+        if n > 1 && self.ctx.data.ring_policy == RingPolicy::DropOldest {
+            frame = cam.newest(frame)?;
+        }
+        self.next = i + 1;
+        let mut desc = FrameDesc { layout: self.pool.dst, ..*frame.desc() };
+        desc.flags = with_camera(desc.flags, i);
+        desc.stamp_in(Stage::Scale);
+        if let Some(l) = cam.fixed_layout.filter(|l| *l != frame.desc().layout) {
+            bail!("camera {}: capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", cam.name, frame.desc().layout);
+        }
+        self.scale_into(i, frame, desc).map(Some)
+    }
+
+    /// Binds camera `i`'s pool if its capture stage (re)joined since the last look
+    /// ([`Camera::bind_if_joined`], with a fresh device scaler when one can be bound).
+    fn bind_joined(&mut self, i: usize) -> Result<()> {
+        let (cfg, ctx) = (self.cfg, self.ctx);
+        let reopen = || open_scaler(cfg, ctx.data.copy_mode);
+        let pool = &mut self.pool;
+        let reopen = pool.can_reopen.then_some(&reopen as &dyn Fn() -> Result<Box<dyn Scaler>>);
+        if self.cams[i].bind_if_joined(&mut pool.dst_handles, &pool.dst, pool.letterbox, reopen)? {
+            // A camera that joined after set-up: its pool's fds are part of it.
+            let fds_setup = open_fd_count();
+            self.fds_setup = fds_setup;
+            log::info!("camera {} joined; open fds now {fds_setup}", self.cams[i].name);
+        }
+        Ok(())
+    }
+
+    /// Scales `frame` of camera `i` into a buffer of the output pool and hands it on; with no
+    /// buffer free within IDLE_WAIT the frame waits in `pending` for the next turn.
+    fn scale_into(&mut self, i: usize, frame: Frame, desc: FrameDesc) -> Result<Turn> {
+        let ctx = self.ctx;
+        let Some(mut loan) = self.pool.prod.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
+            if ctx.stopped() {
+                return Ok(Turn::End("signal"));
+            }
+            self.pending = Some((i, frame, desc));
+            return Ok(Turn::Next);
+        };
+        let cam = &mut self.cams[i];
+        let scaler = cam.scaler.as_mut().context("no scaler for a camera")?;
+        let mut desc = desc;
+        desc.letterbox = scaler
+            .scale(&frame, &mut loan)
+            .with_context(|| format!("scaling frame {} of camera {}", frame.desc().seq, cam.name))?;
+        drop(frame); // the capture buffer goes back now, before we queue ours
+        cam.frames_out += 1;
+        ctx.hand_off(loan, desc, Stage::Scale, &mut self.span, self.start)
+    }
+
+    /// Sends a report (`final_report`: the last) with `extra` and the cameras' counters:
+    /// summed, and each camera's line with several.
+    fn report(&self, final_report: bool, mut extra: Facts) {
+        let (out, cams, ctx) = (&self.pool.prod, &self.cams, self.ctx);
         let (refused, own) = cams.iter().fold((0, OwnCounts::default()), |(r, o), c| {
             let own = c.input.own_counts();
             (
@@ -319,141 +567,31 @@ pub fn run(cfg: ScaleConfig, ctx: StageCtx<'_>) -> Result<i32> {
         let copy_in =
             cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
         let n_in = cams.iter().map(|c| c.frames_in).sum();
+        // Frames out are the span's frames: `span.tick` counts each one published.
         ctx.reporter.send(&StageReport {
             copy_in,
-            ..ctx.producer_report(start, final_report, extra, out, (n_in, span.frames), span)
+            ..ctx.producer_report(self.start, final_report, extra, out, (n_in, self.span.frames), self.span)
         })
-    };
-    // A frame taken while no output buffer was free (the infer stage holds them all): kept
-    // for the next turn, so the loop still turns (and reports) while it waits.
-    let mut pending: Option<(usize, zcpipe_core::pool::Frame, FrameDesc)> = None;
-    // Scales `frame` of camera `i` into a buffer of `out` and hands it on; with no buffer
-    // free within IDLE_WAIT the frame waits in `pending` for the next turn.
-    let scale_into = |cams: &mut [Camera],
-                      i: usize,
-                      out: &mut PoolProducer,
-                      frame: zcpipe_core::pool::Frame,
-                      desc: FrameDesc,
-                      span: &mut FrameSpan,
-                      pending: &mut Option<(usize, zcpipe_core::pool::Frame, FrameDesc)>|
-     -> Result<Turn> {
-        let Some(mut loan) = out.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
-            if ctx.stopped() {
-                return Ok(Turn::End("signal"));
-            }
-            *pending = Some((i, frame, desc));
-            return Ok(Turn::Next);
-        };
-        let cam = &mut cams[i];
-        let scaler = cam.scaler.as_mut().context("no scaler for a camera")?;
-        let mut desc = desc;
-        desc.letterbox = scaler
-            .scale(&frame, &mut loan)
-            .with_context(|| format!("scaling frame {} of camera {}", frame.desc().seq, cam.name))?;
-        drop(frame); // the capture buffer goes back now, before we queue ours
-        cam.frames_out += 1;
-        ctx.hand_off(loan, desc, Stage::Scale, span, start)
-    };
-    // The camera to look at first in the next turn (round-robin).
-    let mut next = 0usize;
-    let ended = {
-        let mut state = (&mut out, &mut cams, &mut span, &mut down);
-        ctx.run_loop(
-            &mut state,
-            |(out, cams, span, down)| report(out, cams, **span, false, down.facts().into()),
-            |(out, cams, span, down)| {
-                serve_pool(down, out, Stage::Infer, want_check);
-                if let Some((i, frame, desc)) = pending.take() {
-                    return scale_into(cams, i, out, frame, desc, span, &mut pending);
-                }
-                let n = cams.len();
-                if cams.iter().all(|c| c.ended) {
-                    return Ok(Turn::End("end of stream"));
-                }
-                for k in 0..n {
-                    let i = (next + k) % n;
-                    if cams[i].ended {
-                        continue;
-                    }
-                    // A single camera sleeps on its own hop; several are looked at without a
-                    // wait, then slept on together below.
-                    let r = cams[i].input.recv(if n == 1 { IDLE_WAIT } else { Duration::ZERO })?;
-                    // The capture stage (re)joined: its pool, bound as at set-up.
-                    if cams[i].bind_if_joined(&mut dst_handles, &dst, letterbox, can_reopen.then_some(&reopen as &dyn Fn() -> Result<Box<dyn Scaler>>))? {
-                        // A camera that joined after set-up: its pool's fds are part of it.
-                        fds_setup = open_fd_count();
-                        log::info!("camera {} joined; open fds now {fds_setup}", cams[i].name);
-                    }
-                    let mut frame = match incoming(r, "capture", "infer", || out.consumer_gone())? {
-                        Incoming::Item(f) => f,
-                        Incoming::Eos => {
-                            cams[i].ended = true;
-                            if n > 1 {
-                                log::info!("camera {}: end of stream ({} frames)", cams[i].name, cams[i].frames_in);
-                            }
-                            if cams.iter().all(|c| c.ended) {
-                                return Ok(Turn::End("end of stream"));
-                            }
-                            continue;
-                        }
-                        Incoming::Idle => continue,
-                    };
-                    let cam = &mut cams[i];
-                    cam.frames_in += 1;
-                    // The newest frame of this camera: older ones waiting behind it go back
-                    // (video; `--ring-policy block` asks for every frame, in order).
-                    if n > 1 && ctx.data.ring_policy == RingPolicy::DropOldest {
-                        loop {
-                            match cam.input.recv(Duration::ZERO)? {
-                                Recv::Item(newer) => {
-                                    cam.frames_in += 1;
-                                    cam.skipped += 1;
-                                    frame = newer;
-                                }
-                                // The end of this camera's stream, right behind its last frame
-                                // (in copy mode a message, read once): the frame is scaled now.
-                                Recv::Eos => {
-                                    cam.ended = true;
-                                    log::info!("camera {}: end of stream ({} frames)", cam.name, cam.frames_in);
-                                    break;
-                                }
-                                _ => break,
-                            }
-                        }
-                    }
-                    next = i + 1;
-                    let mut desc = FrameDesc { layout: dst, ..*frame.desc() };
-                    desc.flags = with_camera(desc.flags, i);
-                    desc.stamp_in(Stage::Scale);
-                    if let Some(l) = cam.fixed_layout.filter(|l| *l != frame.desc().layout) {
-                        bail!("camera {}: capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", cam.name, frame.desc().layout);
-                    }
-                    return scale_into(cams, i, out, frame, desc, span, &mut pending);
-                }
-                if n > 1 {
-                    // Nothing from any camera: sleep on every joined one's doorbell; one that
-                    // is away is tried again soon (its re-join back-off is 10 to 50 ms).
-                    let waiters: Vec<&dyn Waitable> = cams.iter().filter(|c| !c.ended).filter_map(|c| c.input.waitable()).collect();
-                    let away = cams.iter().any(|c| !c.ended && c.input.is_away());
-                    wait_any(&waiters, if away { REJOIN_POLL } else { IDLE_WAIT })?;
-                }
-                Ok(Turn::Next)
+    }
+
+    /// Ends the stage after its frame loop (which `ended` so): drains the output pool and
+    /// sends the final report.
+    fn close(mut self, ended: Result<&'static str>) -> Result<i32> {
+        let n_in: u64 = self.cams.iter().map(|c| c.frames_in).sum();
+        let (ctx, fds_setup) = (self.ctx, self.fds_setup);
+        ctx.close(
+            &mut self,
+            ended,
+            format!("{n_in} frames"),
+            fds_setup,
+            // A dead infer stage frees what it held: the drain returns at once then.
+            |s, end| drain_pool(&mut s.pool.prod, end.clean, "").0,
+            |s, mut extras| {
+                extras.extend(s.down.facts());
+                s.report(true, extras)
             },
         )
-    };
-    let n_in: u64 = cams.iter().map(|c| c.frames_in).sum();
-    ctx.close(
-        &mut out,
-        ended,
-        format!("{n_in} frames"),
-        fds_setup,
-        // A dead infer stage frees what it held: the drain returns at once then.
-        |out, end| drain_pool(out, end.clean, "").0,
-        |out, mut extras| {
-            extras.extend(down.facts());
-            report(out, &cams, span, true, extras)
-        },
-    )
+    }
 }
 
 /// How long a scale stage with a camera away sleeps at most before trying it again.
