@@ -348,90 +348,199 @@ pub fn human_line(f: &FrameJson) -> String {
 /// is set or infer hangs up; returns the exit code. Every client is told how it ended.
 pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let _listener = Listener::bind(&ctx.data.socket("publish"))?;
-    let path = cfg.socket.clone();
-    let mut server = DetectionServer::bind(&path)?;
-    server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
-    // Outputs start with the set-up: one that cannot (an address in use) stops the stage
-    // before it is ready, so it is not restarted over and over.
-    let mut outputs = super::open_outputs(&cfg, &ctx.data)?;
-    let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
-    let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
-    let (offer, rx) = join_infer(up, &hello, &ctx)?;
-    let labels = offer.labels;
-    let mut input = Infer { rx: Some(rx), hello, away: None, next_try: Instant::now(), refused: 0, rejected_before: 0 };
-    let fds_setup = open_fd_count();
-    ctx.ready(Instant::now());
-    log::info!("publishing {} on {}; open fds after set-up: {fds_setup}", offer.description, path.display());
+    let mut stage = PublishStage::set_up(&cfg, &ctx)?;
+    let ended = ctx.run_loop(&mut stage, |s| s.report(false, s.input.facts().into()), PublishStage::turn);
+    stage.close(ended)
+}
 
-    let start = Instant::now();
-    let mut lat = LatencySet::default();
-    // Per camera (several only): its frames and latencies, for the report's `cameras`.
-    let mut per_cam: Vec<(LatencySet, FrameSpan)> = cfg.cameras.iter().map(|_| Default::default()).collect();
-    let several = cfg.cameras.len() > 1;
-    let camera_name = |d: &DetectionsDesc| {
-        cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)))
-    };
-    let mut n_in = 0u64;
-    let stdout = std::io::stdout();
-    let mut span = FrameSpan::default();
-    // Frames out are the span's frames: `span.tick` counts each one handed out.
-    let report = |server: &DetectionServer,
-                  lat: &LatencySet,
-                  per_cam: &[(LatencySet, FrameSpan)],
-                  n_in: u64,
-                  span: FrameSpan,
-                  final_report: bool,
-                  mut facts: PublishFacts,
-                  mut extra: Facts| {
-        facts.server = Some(server.stats());
-        if several {
-            let cams = cfg
-                .cameras
-                .iter()
-                .zip(per_cam)
-                .map(|(name, (l, s))| {
-                    (name.clone(), CameraFacts { frames: s.frames, out_span: *s, latency: l.summary() })
-                })
-                .collect();
-            facts.cameras = Some(cams);
-        }
-        extra.put(&facts);
-        ctx.reporter.send(&StageReport {
-            frames_in: n_in,
-            frames_out: span.frames,
-            latency: lat.summary(),
-            out_span: Some(span),
-            ..ctx.report(start, final_report, extra)
+/// The publish stage once set up, and its frame loop's state. Its fields drop in this order
+/// (the clients' server, the tracking, the outputs, the latencies, then the infer stage's
+/// hop), as when they were locals of one function.
+struct PublishStage<'s> {
+    /// The clients of the detections socket.
+    server: DetectionServer,
+    /// Every camera's tracker, and the events counted.
+    tracking: Tracking,
+    /// The outputs besides the socket (MQTT, the web view, snapshots): every line goes to them too.
+    outputs: Outputs,
+    /// Per camera (several only): its frames and latencies, for the report's `cameras`.
+    per_cam: Vec<(LatencySet, FrameSpan)>,
+    /// Latencies of every frame, by stage.
+    lat: LatencySet,
+    /// The detections hop from the infer stage.
+    input: Infer,
+    /// The model's labels (a restarted infer stage must have the same).
+    labels: Vec<String>,
+    /// The stage's settings.
+    cfg: &'s PublishConfig,
+    /// The stage's context: stop flag, reporter, data-path settings.
+    ctx: &'s StageCtx<'s>,
+    /// Whether the run has several cameras.
+    several: bool,
+    /// Where `--print` prints.
+    stdout: std::io::Stdout,
+    /// Open fds after set-up.
+    fds_setup: usize,
+    /// When the frame loop started.
+    start: Instant,
+    /// Frames taken from the infer stage.
+    n_in: u64,
+    /// Frames out are the span's frames: `span.tick` counts each one handed out.
+    span: FrameSpan,
+}
+
+impl<'s> PublishStage<'s> {
+    /// Set-up: binds the detections socket, starts the outputs, joins the infer stage's
+    /// detections hop, then tells the supervisor the stage is ready.
+    fn set_up(cfg: &'s PublishConfig, ctx: &'s StageCtx<'s>) -> Result<PublishStage<'s>> {
+        let path = cfg.socket.clone();
+        let server = DetectionServer::bind(&path)?;
+        server.share_with(super::socket_group(cfg.socket_group.as_deref())?.as_ref())?;
+        // Outputs start with the set-up: one that cannot (an address in use) stops the stage
+        // before it is ready, so it is not restarted over and over.
+        let outputs = super::open_outputs(cfg, &ctx.data)?;
+        let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
+        let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
+        let (offer, rx) = join_infer(up, &hello, ctx)?;
+        let labels = offer.labels;
+        let input = Infer { rx: Some(rx), hello, away: None, next_try: Instant::now(), refused: 0, rejected_before: 0 };
+        let fds_setup = open_fd_count();
+        ctx.ready(Instant::now());
+        log::info!("publishing {} on {}; open fds after set-up: {fds_setup}", offer.description, path.display());
+        Ok(PublishStage {
+            start: Instant::now(),
+            lat: LatencySet::default(),
+            per_cam: cfg.cameras.iter().map(|_| Default::default()).collect(),
+            several: cfg.cameras.len() > 1,
+            n_in: 0,
+            stdout: std::io::stdout(),
+            span: FrameSpan::default(),
+            tracking: Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE)),
+            server,
+            outputs,
+            input,
+            labels,
+            cfg,
+            ctx,
+            fds_setup,
         })
-    };
-    let validate = |d: &DetectionsDesc| d.validate();
-    let mut tracking =
-        Tracking::new(cfg.track.clone(), &cfg.cameras).keep_ids_in(ctx.data.run_dir.join(TRACK_IDS_FILE));
-    // Hands a line to every client and every output, and prints it as --print says: the
-    // JSON line, or `human`.
-    let send = |server: &mut DetectionServer,
-                outputs: &mut Outputs,
-                typed: &SocketLine,
-                line: &str,
-                human: &dyn Fn() -> String| {
-        server.broadcast(line.as_bytes());
-        outputs.line(typed);
-        match cfg.print {
+    }
+
+    /// The name of the camera of `d`.
+    fn camera_name(&self, d: &DetectionsDesc) -> String {
+        self.cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)))
+    }
+
+    /// One turn of the frame loop: services the clients and the outputs, then publishes the
+    /// next frame's detections (a notice first if a stage before restarted), and records its
+    /// latencies.
+    fn turn(&mut self) -> Result<Turn> {
+        self.server.service_due();
+        self.outputs.tick();
+        let validate = |d: &DetectionsDesc| d.validate();
+        let mut d = match incoming(self.input.recv(&validate, self.ctx, &self.labels)?, "infer", "", || false)? {
+            Incoming::Item(d) => d,
+            Incoming::Eos => return Ok(Turn::End("end of stream")),
+            Incoming::Idle => {
+                // No frame: tracks of cameras that stopped sending still end on time.
+                let ended = self.tracking.expire(&self.labels);
+                self.send_events(ended)?;
+                return Ok(Turn::Next);
+            }
+        };
+        self.n_in += 1;
+        d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
+        // The line carries the latencies up to now, when it is built: it cannot carry
+        // the time it takes to serialise and send itself (LatencyJson).
+        d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+        let camera = self.camera_name(&d);
+        if let Some(m) = RestartMark::from_flags(d.flags) {
+            self.notice_restart(m, &d, &camera)?;
+        }
+        self.publish_frame(&d, &camera)?;
+        // The histograms get the stage's whole span: taken off the ring to the line
+        // handed to every client and printed.
+        d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
+        let l = latencies_us(d.timestamp_ns, &d.stamps);
+        self.lat.record(&l);
+        if let Some((cl, cs)) = self.per_cam.get_mut(camera_of(d.flags)).filter(|_| self.several) {
+            cl.record(&l);
+            cs.tick(self.start);
+        }
+        self.span.tick(self.start);
+        Ok(Turn::Next)
+    }
+
+    /// Says that the stage `m` names restarted before frame `d` of `camera`: in the log, and
+    /// as a notice line to every client and output.
+    fn notice_restart(&mut self, m: RestartMark, d: &DetectionsDesc, camera: &str) -> Result<()> {
+        log::info!(
+            "the {} stage restarted; {} frames lost; frame {} of camera {camera} follows",
+            m.stage.name(),
+            m.lost,
+            d.seq
+        );
+        // A capture stage is one camera's; any other stage serves every camera, so
+        // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
+        let about = if m.stage == Stage::Capture && self.several { camera.to_string() } else { String::new() };
+        let n = NoticeJson {
+            stage: m.stage.name().into(),
+            camera: about,
+            event: "restarted".into(),
+            frames_lost: m.lost.into(),
+            seq: d.seq,
+        };
+        let typed = SocketLine::Notice(n.clone());
+        let line = typed.to_line()?;
+        self.send(&typed, &line, &|| super::watch::notice_line(&n));
+        // Frames lost by a stage after capture were never looked at: the gap does
+        // not count against the camera's tracks (a camera that was away does).
+        if m.stage != Stage::Capture {
+            self.tracking.pause(camera_of(d.flags), d.timestamp_ns);
+        }
+        Ok(())
+    }
+
+    /// Publishes frame `d` of `camera`: tracks its detections, sends its line, then the
+    /// events of its tracks.
+    fn publish_frame(&mut self, d: &DetectionsDesc, camera: &str) -> Result<()> {
+        let mut f = frame_json(d, camera, &self.labels, &latencies_us(d.timestamp_ns, &d.stamps));
+        let events = self.tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &self.labels);
+        let frame = SocketLine::Frame(f);
+        let line = frame.to_line()?;
+        let several = self.several;
+        self.send(&frame, &line, &|| match &frame {
+            SocketLine::Frame(f) if several => format!("{camera}: {}", human_line(f)),
+            SocketLine::Frame(f) => human_line(f),
+            _ => String::new(),
+        });
+        self.send_events(events)
+    }
+
+    /// Hands a line to every client and every output, and prints it as --print says: the
+    /// JSON line, or `human`.
+    fn send(&mut self, typed: &SocketLine, line: &str, human: &dyn Fn() -> String) {
+        self.server.broadcast(line.as_bytes());
+        self.outputs.line(typed);
+        match self.cfg.print {
             PrintMode::Json => {
-                let _ = stdout.lock().write_all(line.as_bytes());
+                let _ = self.stdout.lock().write_all(line.as_bytes());
             }
             PrintMode::Human => {
-                let _ = writeln!(stdout.lock(), "{}", human());
+                let _ = writeln!(self.stdout.lock(), "{}", human());
             }
             PrintMode::None => {}
         }
-    };
-    let send_events = |server: &mut DetectionServer, outputs: &mut Outputs, events: Vec<EventJson>| -> Result<()> {
+    }
+
+    /// Sends each of `events` as a line ([`PublishStage::send`]).
+    fn send_events(&mut self, events: Vec<EventJson>) -> Result<()> {
+        let several = self.several;
         for e in events {
             let typed = SocketLine::Event(e);
             let line = typed.to_line()?;
             let SocketLine::Event(e) = &typed else { unreachable!("built as an event just above") };
-            send(server, outputs, &typed, &line, &|| {
+            self.send(&typed, &line, &|| {
                 if several {
                     format!("{}: {}", e.camera, human_event(e))
                 } else {
@@ -440,116 +549,69 @@ pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
             });
         }
         Ok(())
-    };
-    let ended = {
-        let mut state =
-            (&mut server, &mut lat, &mut n_in, &mut span, &mut input, &mut per_cam, &mut tracking, &mut outputs);
-        ctx.run_loop(
-            &mut state,
-            |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
-                let mut facts = PublishFacts::default();
-                if tracking.on() {
-                    facts.tracking = Some(tracking.report());
+    }
+
+    /// Sends a report (`final_report`: the last) with `extra`, the tracking's, the outputs'
+    /// and the server's facts, and each camera's with several.
+    fn report(&self, final_report: bool, mut extra: Facts) {
+        let mut facts = PublishFacts::default();
+        if self.tracking.on() {
+            facts.tracking = Some(self.tracking.report());
+        }
+        self.outputs.report(&mut facts);
+        facts.server = Some(self.server.stats());
+        if self.several {
+            let cams = self
+                .cfg
+                .cameras
+                .iter()
+                .zip(&self.per_cam)
+                .map(|(name, (l, s))| {
+                    (name.clone(), CameraFacts { frames: s.frames, out_span: *s, latency: l.summary() })
+                })
+                .collect();
+            facts.cameras = Some(cams);
+        }
+        extra.put(&facts);
+        self.ctx.reporter.send(&StageReport {
+            frames_in: self.n_in,
+            frames_out: self.span.frames,
+            latency: self.lat.summary(),
+            out_span: Some(self.span),
+            ..self.ctx.report(self.start, final_report, extra)
+        })
+    }
+
+    /// Ends the stage after its frame loop (which `ended` so): ends every track, tells every
+    /// client and output how the stream ended, and sends the final report.
+    fn close(mut self, ended: Result<&'static str>) -> Result<i32> {
+        let (ctx, n_in, fds_setup) = (self.ctx, self.n_in, self.fds_setup);
+        ctx.close(
+            &mut self,
+            ended,
+            format!("{n_in} frames"),
+            fds_setup,
+            |s, end| {
+                // Every track ends with the stream, before the end line.
+                let ended = s.tracking.finish(monotonic_ns(), &s.labels);
+                if let Err(e) = s.send_events(ended) {
+                    log::warn!("the last events: {e:#}");
                 }
-                outputs.report(&mut facts);
-                report(server, lat, per_cam, **n_in, **span, false, facts, input.facts().into())
-            },
-            |(server, lat, n_in, span, input, per_cam, tracking, outputs)| {
-                server.service_due();
-                outputs.tick();
-                let mut d = match incoming(input.recv(&validate, &ctx, &labels)?, "infer", "", || false)? {
-                    Incoming::Item(d) => d,
-                    Incoming::Eos => return Ok(Turn::End("end of stream")),
-                    Incoming::Idle => {
-                        // No frame: tracks of cameras that stopped sending still end on time.
-                        let ended = tracking.expire(&labels);
-                        send_events(server, outputs, ended)?;
-                        return Ok(Turn::Next);
-                    }
-                };
-                **n_in += 1;
-                d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
-                // The line carries the latencies up to now, when it is built: it cannot carry
-                // the time it takes to serialise and send itself (LatencyJson).
-                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
-                let camera = camera_name(&d);
-                if let Some(m) = RestartMark::from_flags(d.flags) {
-                    log::info!(
-                        "the {} stage restarted; {} frames lost; frame {} of camera {camera} follows",
-                        m.stage.name(),
-                        m.lost,
-                        d.seq
-                    );
-                    // A capture stage is one camera's; any other stage serves every camera, so
-                    // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
-                    let about = if m.stage == Stage::Capture && several { camera.clone() } else { String::new() };
-                    let n = NoticeJson {
-                        stage: m.stage.name().into(),
-                        camera: about,
-                        event: "restarted".into(),
-                        frames_lost: m.lost.into(),
-                        seq: d.seq,
-                    };
-                    let typed = SocketLine::Notice(n.clone());
-                    let line = typed.to_line()?;
-                    send(server, outputs, &typed, &line, &|| super::watch::notice_line(&n));
-                    // Frames lost by a stage after capture were never looked at: the gap does
-                    // not count against the camera's tracks (a camera that was away does).
-                    if m.stage != Stage::Capture {
-                        tracking.pause(camera_of(d.flags), d.timestamp_ns);
-                    }
-                }
-                let mut f = frame_json(&d, &camera, &labels, &latencies_us(d.timestamp_ns, &d.stamps));
-                let events = tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &labels);
-                let frame = SocketLine::Frame(f);
-                let line = frame.to_line()?;
-                send(server, outputs, &frame, &line, &|| match &frame {
-                    SocketLine::Frame(f) if several => format!("{camera}: {}", human_line(f)),
-                    SocketLine::Frame(f) => human_line(f),
-                    _ => String::new(),
+                s.server.close_all(&end.reason, s.span.frames);
+                s.outputs.close(&super::schema::EndJson {
+                    end: true,
+                    frames: s.span.frames,
+                    reason: end.reason.clone(),
                 });
-                send_events(server, outputs, events)?;
-                // The histograms get the stage's whole span: taken off the ring to the line
-                // handed to every client and printed.
-                d.stamps[2 * Stage::Publish as usize + 1] = monotonic_ns();
-                let l = latencies_us(d.timestamp_ns, &d.stamps);
-                lat.record(&l);
-                if let Some((cl, cs)) = per_cam.get_mut(camera_of(d.flags)).filter(|_| several) {
-                    cl.record(&l);
-                    cs.tick(start);
-                }
-                span.tick(start);
-                Ok(Turn::Next)
+                s.tracking.forget_ids();
+                Drained::nothing()
+            },
+            |s, mut extras| {
+                extras.extend(s.input.facts());
+                s.report(true, extras)
             },
         )
-    };
-    let mut state = (server, tracking, outputs);
-    ctx.close(
-        &mut state,
-        ended,
-        format!("{n_in} frames"),
-        fds_setup,
-        |(server, tracking, outputs), end| {
-            // Every track ends with the stream, before the end line.
-            let ended = tracking.finish(monotonic_ns(), &labels);
-            if let Err(e) = send_events(server, outputs, ended) {
-                log::warn!("the last events: {e:#}");
-            }
-            server.close_all(&end.reason, span.frames);
-            outputs.close(&super::schema::EndJson { end: true, frames: span.frames, reason: end.reason.clone() });
-            tracking.forget_ids();
-            Drained::nothing()
-        },
-        |(server, tracking, outputs), mut extras| {
-            extras.extend(input.facts());
-            let mut facts = PublishFacts::default();
-            if tracking.on() {
-                facts.tracking = Some(tracking.report());
-            }
-            outputs.report(&mut facts);
-            report(server, &lat, &per_cam, n_in, span, true, facts, extras)
-        },
-    )
+    }
 }
 
 /// Joins the infer stage's detections hop on `up` with `hello`: its offer and receiver.
