@@ -16,19 +16,19 @@ use zcpipe_sys::board;
 use anyhow::Result;
 
 use zcpipe_core::config::Choice;
-use zcpipe_core::dmabuf::{Allocator, HeapChoice};
+use zcpipe_core::dmabuf::{Allocator, DmaBuf, HeapChoice};
 use zcpipe_core::frame::{monotonic_ns, Fourcc, FrameDesc, FrameLayout, RestartMark, Stage};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener};
 use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan};
 use zcpipe_core::pool::{ring_capacity, HopSpec, PoolProducer};
 use zcpipe_core::ring::RingPolicy;
-use zcpipe_core::stage::{drain_pool, serve_pool, Downstream, Extras, StageCtx, Turn, IDLE_WAIT};
+use zcpipe_core::stage::{drain_pool, serve_pool, Downstream, Drained, Extras, StageCtx, Turn, IDLE_WAIT};
 
 use super::decoder::{self, Decoder};
 use super::mpp::{MppCapture, MppInput, MppNext, MppOptions, MIN_BUFFERS};
 use super::network::{NetworkOptions, NetworkSource};
 use super::spec::{open_source, SourceSpec, FPS_MAX};
-use super::v4l2::{self, CaptureIo, Next, V4l2Capture, V4l2Config};
+use super::v4l2::{self, CaptureIo, Granted, Next, V4l2Capture, V4l2Config};
 use super::CaptureConfig;
 
 /// Runs the capture stage with `cfg` (checked by the command line) until the source ends,
@@ -50,13 +50,13 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
         }
         // MJPG: the camera's compressed buffers stay private; its decoded frames fill an NV12
-        // pool through the host-source loop below (v4l2::mjpg).
+        // pool through the host-source loop (v4l2::mjpg).
         if cfg.format != Some(Fourcc::MJPG) {
             return run_v4l2(&cfg, ctx, device.clone());
         }
     }
     // An MJPEG video: whole JPEGs decoded by MPP or zune-jpeg (capture::mjpeg), through the
-    // host-source loop below.
+    // host-source loop.
     let mjpeg = super::mjpeg::open_if_mjpeg(&spec, cfg.fps, cfg.decoder)?;
     if mjpeg.is_none() {
         let (decoder, why) = decoder::settle(cfg.decoder.unwrap_or_default(), &spec, cfg.wait_for_camera, None)?;
@@ -67,7 +67,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             return run_mpp(&cfg, ctx, &spec, lib);
         }
     }
-    let mut source = match (mjpeg, &spec) {
+    let source = match (mjpeg, &spec) {
         (Some(s), _) => s,
         (None, SourceSpec::Network(url)) => {
             let opts = NetworkOptions {
@@ -81,6 +81,13 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         (None, SourceSpec::V4l2(device)) => Box::new(super::v4l2::mjpg::MjpgCamera::open(&cfg, device.clone())?),
         (None, _) => open_source(&spec, cfg.fps)?,
     };
+    run_host(&cfg, ctx, source)
+}
+
+/// The capture stage on a host source (test pattern, image, video file, network stream, a
+/// decoded MJPG camera): size the pool from the source, offer it to scale, then run the
+/// frame loop ([`HostLoop`]), paced or as a live source sends; at the end drain and report.
+fn run_host(cfg: &CaptureConfig, ctx: StageCtx<'_>, mut source: Box<dyn super::FrameSource>) -> Result<i32> {
     let info = source.info().clone();
     let live = source.live();
     let fps = cfg.fps.unwrap_or(info.fps);
@@ -104,12 +111,64 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         pool[0].size(),
         alloc.describe()
     );
-    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
-    let refusal = |stage: &str, accept: &[Fourcc]| {
-        let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
-        format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
+    let n_bufs = pool.len();
+    let (prod, down, fds_setup) = serve_host_pool(&ctx, pool, &alloc, fps, &info.description)?;
+    ctx.ready(Instant::now());
+
+    // Unpaced (`--fps max`): no period; a reusable source fills each buffer once.
+    let period = if fps == FPS_MAX { Duration::ZERO } else { Duration::from_secs_f64(1.0 / fps) };
+    let reuse = fps == FPS_MAX && source.reusable();
+    let start = Instant::now();
+    let mut st = HostLoop {
+        down,
+        prod,
+        source: &mut *source,
+        frames: cfg.frames,
+        live,
+        reuse,
+        period,
+        filled: vec![None; n_bufs],
+        start,
+        due: start,
+        seq: 0,
+        span: FrameSpan::default(),
     };
-    let conn = accept_scale(&mut listener, &ctx, Fourcc::NV12, refusal)?;
+    let ended = ctx.run_loop(&mut st, |st| st.report(&ctx, false, st.facts().into()), |st| st.turn(&ctx));
+    let seq = st.seq;
+    ctx.close(
+        &mut st,
+        ended,
+        format!("{seq} frames"),
+        fds_setup,
+        // A dead scale stage frees what it held: the drain returns at once then.
+        |st, end| drain_pool(&mut st.prod, end.clean, "").0,
+        |st, mut extras| {
+            extras.extend(st.down.facts());
+            extras.extend(st.source.facts());
+            st.report(&ctx, true, extras)
+        },
+    )
+}
+
+/// The refusal line of a scale stage that does not take the host sources' NV12.
+fn nv12_refusal(stage: &str, accept: &[Fourcc]) -> String {
+    let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
+    format!("capture produces NV12 but {stage} accepts only {}", names.join(", "))
+}
+
+/// The host-source set-up's last step: binds the stage's socket, waits for the scale stage
+/// ([`accept_scale`]), offers it `pool` (allocated by `alloc`) and serves it; returns the
+/// producer, the listener a restarted scale stage joins again on, and the open fds after
+/// set-up.
+fn serve_host_pool(
+    ctx: &StageCtx<'_>,
+    pool: Vec<DmaBuf>,
+    alloc: &Allocator,
+    fps: f64,
+    description: &str,
+) -> Result<(PoolProducer, Downstream, usize)> {
+    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
+    let conn = accept_scale(&mut listener, ctx, Fourcc::NV12, nv12_refusal)?;
     let n_bufs = pool.len();
     let capacity = ring_capacity(ctx.data.ring_policy, n_bufs);
     let mut prod = PoolProducer::offer(
@@ -121,107 +180,130 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             memory: alloc.describe(),
             layout: None,
             fps: if fps == FPS_MAX { 0.0 } else { fps },
-            description: info.description.clone(),
+            description: description.to_string(),
             copy_mode: ctx.data.copy_mode,
         },
     )?;
     prod.keep_serving();
-    let mut down = Downstream::new(listener);
+    let down = Downstream::new(listener);
     let fds_setup = open_fd_count();
     log::info!("serving scale (pid {}); open fds after set-up: {fds_setup}", prod.consumer_pid().unwrap_or(0));
-    ctx.ready(Instant::now());
+    Ok((prod, down, fds_setup))
+}
 
-    // Unpaced (`--fps max`): no period; a reusable source fills each buffer once.
-    let period = if fps == FPS_MAX { Duration::ZERO } else { Duration::from_secs_f64(1.0 / fps) };
-    let reuse = fps == FPS_MAX && source.reusable();
-    let mut filled: Vec<Option<FrameLayout>> = vec![None; n_bufs];
-    let start = Instant::now();
-    let mut due = start;
-    let mut seq = 0u64;
-    let mut span = FrameSpan::default();
-    let report = |prod: &PoolProducer, seq: u64, span: FrameSpan, final_report: bool, extra: Facts| {
-        ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (seq, seq), span))
-    };
-    let ended = {
-        let mut state = (&mut prod, &mut seq, &mut span, &mut down, &mut source);
-        ctx.run_loop(
-            &mut state,
-            |(prod, seq, span, down, source)| {
-                let mut extra = down.facts();
-                extra.extend(source.facts());
-                report(prod, **seq, **span, false, extra.into())
-            },
-            |(prod, seq, span, down, source)| {
-                if cfg.frames.is_some_and(|n| **seq >= n) {
-                    return Ok(Turn::End("frame limit"));
+/// The host-source frame loop's state: the output hop, the source, the pacing schedule and
+/// the frames produced so far.
+struct HostLoop<'s> {
+    /// The listening socket a restarted scale stage joins again on.
+    down: Downstream,
+    /// The pool offered to scale.
+    prod: PoolProducer,
+    /// Where the frames come from.
+    source: &'s mut dyn super::FrameSource,
+    /// `--frames`: stop after this many.
+    frames: Option<u64>,
+    /// A live source: not paced, its frames are waited for.
+    live: bool,
+    /// A reusable source at `--fps max`: each buffer is filled once, then sent as it is.
+    reuse: bool,
+    /// The pacing period (zero when unpaced).
+    period: Duration,
+    /// The layout each buffer was last filled with (for `reuse`).
+    filled: Vec<Option<FrameLayout>>,
+    /// When the frame loop started.
+    start: Instant,
+    /// When the next frame is due (paced sources).
+    due: Instant,
+    /// Frames published so far (the next frame's sequence number).
+    seq: u64,
+    /// When the frames out went.
+    span: FrameSpan,
+}
+
+impl HostLoop<'_> {
+    /// The facts of a periodic report: the downstream listener's, then the source's.
+    fn facts(&self) -> Extras {
+        let mut extra = self.down.facts();
+        extra.extend(self.source.facts());
+        extra
+    }
+
+    /// Sends a report (the final one if `final_report`) with `extra`.
+    fn report(&self, ctx: &StageCtx<'_>, final_report: bool, extra: Facts) {
+        ctx.reporter.send(&ctx.producer_report(
+            self.start,
+            final_report,
+            extra,
+            &self.prod,
+            (self.seq, self.seq),
+            self.span,
+        ));
+    }
+
+    /// One turn of the loop: serve a returning scale stage, wait for the frame's turn, fill
+    /// a buffer from the source and hand it off.
+    fn turn(&mut self, ctx: &StageCtx<'_>) -> Result<Turn> {
+        if self.frames.is_some_and(|n| self.seq >= n) {
+            return Ok(Turn::End("frame limit"));
+        }
+        serve_pool(&mut self.down, &mut self.prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, nv12_refusal));
+        if !self.frame_due()? {
+            return Ok(Turn::Next);
+        }
+        // Within IDLE_WAIT: a consumer that holds every buffer must not stop the
+        // loop's turns (its heartbeat), and loses its lease after LEASE_TIMEOUT.
+        let Some(mut loan) = self.prod.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
+            return Ok(if ctx.stopped() { Turn::End("signal") } else { Turn::Next });
+        };
+        let i = loan.index() as usize;
+        let layout = match self.filled.get(i).copied().flatten() {
+            // Sent before and not written since: no CPU access, so no dma-buf sync.
+            Some(l) if self.reuse => Some(l),
+            _ => {
+                let l = self.source.fill_buffer(&mut loan.buffers_mut()[0])?;
+                if let Some(slot) = self.filled.get_mut(i) {
+                    *slot = l;
                 }
-                serve_pool(down, prod, Stage::Scale, |h| scale_accepts(h, Fourcc::NV12, refusal));
-                if live {
-                    // Frames come when the camera sends them; meanwhile the source
-                    // reconnects if it must. Never longer than IDLE_WAIT per turn.
-                    if !source.wait_frame(IDLE_WAIT)? {
-                        return Ok(Turn::Next);
-                    }
-                } else {
-                    // Pace: frame n is due at start + n * period; a late frame resets the
-                    // schedule. The sleep watches the scale stage's hang-up too (no second
-                    // syscall per frame for it: the ring's own check is rate-limited).
-                    let now = Instant::now();
-                    if due > now {
-                        prod.pace((due - now).min(IDLE_WAIT))?;
-                        return Ok(Turn::Next);
-                    }
-                    due = if now - due > period { now + period } else { due + period };
-                }
-                // Within IDLE_WAIT: a consumer that holds every buffer must not stop the
-                // loop's turns (its heartbeat), and loses its lease after LEASE_TIMEOUT.
-                let Some(mut loan) = prod.acquire_within(ctx.stop, Some(IDLE_WAIT))? else {
-                    return Ok(if ctx.stopped() { Turn::End("signal") } else { Turn::Next });
-                };
-                let i = loan.index() as usize;
-                let layout = match filled.get(i).copied().flatten() {
-                    // Sent before and not written since: no CPU access, so no dma-buf sync.
-                    Some(l) if reuse => Some(l),
-                    _ => {
-                        let l = source.fill_buffer(&mut loan.buffers_mut()[0])?;
-                        if let Some(slot) = filled.get_mut(i) {
-                            *slot = l;
-                        }
-                        l
-                    }
-                };
-                // At the end of the source (or, live, when the stream just dropped) the loan
-                // is dropped unpublished: the buffer goes back.
-                let Some(layout) = layout else {
-                    return Ok(if live { Turn::Next } else { Turn::End("end of source") });
-                };
-                // Live: the frame's arrival (it was read as it came).
-                let ts = monotonic_ns();
-                let mut desc = FrameDesc { seq: **seq, timestamp_ns: ts, layout, ..Default::default() };
-                desc.stamps[2 * Stage::Capture as usize] = ts;
-                if let Some(lost) = source.take_gap() {
-                    // The stream came back: the first frame tells the clients what the gap cost.
-                    desc.flags =
-                        RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
-                }
-                **seq += 1;
-                ctx.hand_off(loan, desc, Stage::Capture, span, start)
-            },
-        )
-    };
-    ctx.close(
-        &mut prod,
-        ended,
-        format!("{seq} frames"),
-        fds_setup,
-        // A dead scale stage frees what it held: the drain returns at once then.
-        |prod, end| drain_pool(prod, end.clean, "").0,
-        |prod, mut extras| {
-            extras.extend(down.facts());
-            extras.extend(source.facts());
-            report(prod, seq, span, true, extras)
-        },
-    )
+                l
+            }
+        };
+        // At the end of the source (or, live, when the stream just dropped) the loan
+        // is dropped unpublished: the buffer goes back.
+        let Some(layout) = layout else {
+            return Ok(if self.live { Turn::Next } else { Turn::End("end of source") });
+        };
+        // Live: the frame's arrival (it was read as it came).
+        let ts = monotonic_ns();
+        let mut desc = FrameDesc { seq: self.seq, timestamp_ns: ts, layout, ..Default::default() };
+        desc.stamps[2 * Stage::Capture as usize] = ts;
+        if let Some(lost) = self.source.take_gap() {
+            // The stream came back: the first frame tells the clients what the gap cost.
+            desc.flags = RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
+        }
+        self.seq += 1;
+        ctx.hand_off(loan, desc, Stage::Capture, &mut self.span, self.start)
+    }
+
+    /// Whether a frame is due this turn: a live source's next frame arrived (waited for at
+    /// most [`IDLE_WAIT`]), or a paced source's schedule reached it (else it sleeps towards
+    /// it, at most [`IDLE_WAIT`]).
+    fn frame_due(&mut self) -> Result<bool> {
+        if self.live {
+            // Frames come when the camera sends them; meanwhile the source
+            // reconnects if it must. Never longer than IDLE_WAIT per turn.
+            return self.source.wait_frame(IDLE_WAIT);
+        }
+        // Pace: frame n is due at start + n * period; a late frame resets the
+        // schedule. The sleep watches the scale stage's hang-up too (no second
+        // syscall per frame for it: the ring's own check is rate-limited).
+        let now = Instant::now();
+        if self.due > now {
+            self.prod.pace((self.due - now).min(IDLE_WAIT))?;
+            return Ok(false);
+        }
+        self.due = if now - self.due > self.period { now + self.period } else { self.due + self.period };
+        Ok(true)
+    }
 }
 
 /// Opens the allocator `--heap` names (dma-buf heaps under `/dev/dma_heap`, `/dev/udmabuf`,
@@ -263,20 +345,7 @@ fn scale_accepts(
 /// imported dma-bufs), offer it to scale, stream until `--frames`, a signal, or the camera
 /// is unplugged; then drain, STREAMOFF, and report.
 fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::PathBuf>) -> Result<i32> {
-    let io = cfg.capture_io.unwrap_or_default();
-    let v4l2_cfg = V4l2Config { device, format: cfg.format, size: cfg.size, fps: cfg.fps, buffers: cfg.buffers, io };
-    let mut cam = V4l2Capture::open(&v4l2_cfg)?;
-    let alloc = match io {
-        CaptureIo::Dmabuf => Some(open_heap(ctx.data.heap)?),
-        CaptureIo::Mmap => {
-            if ctx.data.heap != HeapChoice::Auto {
-                // The driver allocates: only check that an explicit --heap exists (for the
-                // stages downstream), so a wrong one fails here, at once, in one line.
-                open_heap(ctx.data.heap)?;
-            }
-            None
-        }
-    };
+    let (mut cam, alloc) = open_camera(cfg, ctx.data.heap, device)?;
     let pool = cam.allocate(cfg.buffers, alloc.as_ref())?;
     let memory = match &alloc {
         Some(a) => format!("{} imported by {} (V4L2_MEMORY_DMABUF)", a.describe(), cam.node().driver),
@@ -290,27 +359,108 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         cam.describe(),
         sizes.join("+")
     );
+    let (prod, down, fds_setup) = serve_camera_pool(&ctx, &mut cam, pool, &memory)?;
+    ctx.ready(Instant::now());
+
+    let start = Instant::now();
+    let granted = cam.granted().clone();
+    let fourcc = cam.layout().fourcc;
+    let label = cam.node().label();
+    let mut st = CameraLoop {
+        down,
+        prod,
+        cam: &mut cam,
+        frames: cfg.frames,
+        fourcc,
+        granted,
+        label,
+        n_bufs,
+        n_fds,
+        start,
+        span: FrameSpan::default(),
+    };
+    // Every way out of the loop (end, signal, unplug, hang-up, error) goes through the
+    // STREAMOFF and the final report.
+    let ended = ctx.run_loop(&mut st, |st| st.report(&ctx, false, st.down.facts().into()), |st| st.turn(&ctx));
+    let s = st.cam.stats();
+    let frames = format!(
+        "{} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt)",
+        s.published, s.dequeued, s.driver_drops, s.error_frames
+    );
+    ctx.close(
+        &mut st,
+        ended,
+        frames,
+        fds_setup,
+        |st, end| st.drain(end.clean),
+        |st, mut extras| {
+            extras.extend(st.down.facts());
+            st.report(&ctx, true, extras)
+        },
+    )
+}
+
+/// The V4L2 set-up's first step: opens and negotiates the camera, then the allocator of
+/// `--heap` when the driver imports dma-bufs (`--capture-io dmabuf`).
+fn open_camera(
+    cfg: &CaptureConfig,
+    heap: HeapChoice,
+    device: Option<std::path::PathBuf>,
+) -> Result<(V4l2Capture, Option<Allocator>)> {
+    let io = cfg.capture_io.unwrap_or_default();
+    let v4l2_cfg = V4l2Config { device, format: cfg.format, size: cfg.size, fps: cfg.fps, buffers: cfg.buffers, io };
+    let cam = V4l2Capture::open(&v4l2_cfg)?;
+    let alloc = match io {
+        CaptureIo::Dmabuf => Some(open_heap(heap)?),
+        CaptureIo::Mmap => {
+            if heap != HeapChoice::Auto {
+                // The driver allocates: only check that an explicit --heap exists (for the
+                // stages downstream), so a wrong one fails here, at once, in one line.
+                open_heap(heap)?;
+            }
+            None
+        }
+    };
+    Ok((cam, alloc))
+}
+
+/// The refusal line of a scale stage that does not take what the camera `label` captures
+/// (`fourcc`).
+fn v4l2_refusal(label: &str, fourcc: Fourcc, stage: &str, accept: &[Fourcc]) -> String {
+    let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(*f)).collect();
+    format!(
+        "{label} captures {} but {stage} accepts only {}; pass --format with one of those",
+        v4l2::format_name(fourcc),
+        names.join(", ")
+    )
+}
+
+/// The V4L2 set-up's last step: binds the stage's socket, waits for the scale stage
+/// ([`accept_scale`]), offers it the camera's `pool` (described by `memory`), serves it and
+/// starts streaming; returns the producer, the listener a restarted scale stage joins again
+/// on, and the open fds after set-up.
+fn serve_camera_pool(
+    ctx: &StageCtx<'_>,
+    cam: &mut V4l2Capture,
+    pool: Vec<Vec<DmaBuf>>,
+    memory: &str,
+) -> Result<(PoolProducer, Downstream, usize)> {
     let layout = cam.layout();
     let fps = cam.granted().fps();
+    let n_bufs = pool.len();
+    let n_fds: usize = pool.iter().map(|b| b.len()).sum();
 
     let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
     let label = cam.node().label();
-    let refusal = |stage: &str, accept: &[Fourcc]| {
-        let names: Vec<String> = accept.iter().map(|f| v4l2::format_name(*f)).collect();
-        format!(
-            "{label} captures {} but {stage} accepts only {}; pass --format with one of those",
-            v4l2::format_name(layout.fourcc),
-            names.join(", ")
-        )
-    };
-    let conn = accept_scale(&mut listener, &ctx, layout.fourcc, refusal)?;
+    let refusal = |stage: &str, accept: &[Fourcc]| v4l2_refusal(&label, layout.fourcc, stage, accept);
+    let conn = accept_scale(&mut listener, ctx, layout.fourcc, refusal)?;
     let mut prod = PoolProducer::offer(
         conn,
         pool,
         HopSpec {
             policy: ctx.data.ring_policy,
             capacity: ring_capacity(ctx.data.ring_policy, n_bufs),
-            memory: memory.clone(),
+            memory: memory.to_string(),
             layout: Some(layout),
             fps,
             description: cam.describe(),
@@ -318,18 +468,88 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         },
     )?;
     prod.keep_serving();
-    let mut down = Downstream::new(listener);
+    let down = Downstream::new(listener);
     let fds_setup = open_fd_count();
     log::info!(
         "serving scale (pid {}): passed {n_fds} dma-buf fds of {n_bufs} buffers once; open fds after set-up: {fds_setup}",
         prod.consumer_pid().unwrap_or(0)
     );
     cam.start(&mut prod)?;
-    ctx.ready(Instant::now());
+    Ok((prod, down, fds_setup))
+}
 
-    let start = Instant::now();
-    let g = cam.granted().clone();
-    let facts = move |cam: &V4l2Capture| -> Extras {
+/// The V4L2 frame loop's state: the output hop, the camera, and what its reports say.
+struct CameraLoop<'c> {
+    /// The listening socket a restarted scale stage joins again on.
+    down: Downstream,
+    /// The camera's pool, offered to scale.
+    prod: PoolProducer,
+    /// The streaming camera.
+    cam: &'c mut V4l2Capture,
+    /// `--frames`: stop after this many.
+    frames: Option<u64>,
+    /// The format the camera captures (what scale must accept).
+    fourcc: Fourcc,
+    /// The format, size and rate the driver granted.
+    granted: Granted,
+    /// The camera's name in refusal lines.
+    label: String,
+    /// Buffers in the pool.
+    n_bufs: usize,
+    /// dma-buf fds passed for the pool (one per plane of each buffer).
+    n_fds: usize,
+    /// When the frame loop started.
+    start: Instant,
+    /// When the frames out went.
+    span: FrameSpan,
+}
+
+impl CameraLoop<'_> {
+    /// One turn of the loop: serve a returning scale stage, then take the driver's next
+    /// frame (published by the camera), if any within [`IDLE_WAIT`].
+    fn turn(&mut self, ctx: &StageCtx<'_>) -> Result<Turn> {
+        if self.frames.is_some_and(|n| self.cam.stats().published >= n) {
+            return Ok(Turn::End("frame limit"));
+        }
+        // A scale stage that hung up is seen here too while the camera is idle (a
+        // producer under drop-oldest never waits for its consumer).
+        let (label, fourcc) = (&self.label, self.fourcc);
+        let refusal = |stage: &str, accept: &[Fourcc]| v4l2_refusal(label, fourcc, stage, accept);
+        serve_pool(&mut self.down, &mut self.prod, Stage::Scale, |h| scale_accepts(h, fourcc, refusal));
+        match self.cam.next_frame(&mut self.prod, ctx.stop, IDLE_WAIT) {
+            Ok(Next::Frame(..)) => self.span.tick(self.start),
+            Ok(Next::Idle) => {}
+            Ok(Next::Unplugged) => {
+                log::warn!(
+                    "camera unplugged: {} went away (ENODEV); ending the stream",
+                    self.cam.node().path.display()
+                );
+                return Ok(Turn::End("camera unplugged"));
+            }
+            Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
+            Err(e) => return Err(e),
+        }
+        Ok(Turn::Next)
+    }
+
+    /// Sends a report (the final one if `final_report`) with `extra`, then the camera's
+    /// facts ([`CameraLoop::facts`]).
+    fn report(&self, ctx: &StageCtx<'_>, final_report: bool, mut extra: Facts) {
+        let s = self.cam.stats();
+        extra.extend(self.facts());
+        ctx.reporter.send(&ctx.producer_report(
+            self.start,
+            final_report,
+            extra,
+            &self.prod,
+            (s.dequeued, s.published),
+            self.span,
+        ));
+    }
+
+    /// What the camera says in every report: its node, the granted format and its counters.
+    fn facts(&self) -> Extras {
+        let (cam, g) = (&*self.cam, &self.granted);
         let s = cam.stats();
         vec![
             ("device", cam.node().path.display().to_string().into()),
@@ -341,8 +561,8 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
             ("sizeimage", g.planes.iter().map(|p| p.1).collect::<Vec<_>>().into()),
             ("fps_granted", g.fps().into()),
             ("capture_io", cam.io().name().into()),
-            ("buffers", n_bufs.into()),
-            ("dmabuf_fds", n_fds.into()),
+            ("buffers", self.n_bufs.into()),
+            ("dmabuf_fds", self.n_fds.into()),
             ("dequeued", s.dequeued.into()),
             ("driver_drops", s.driver_drops.into()),
             ("error_frames", s.error_frames.into()),
@@ -353,71 +573,22 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
             ("first_sequence", s.first_sequence.into()),
             ("last_sequence", s.last_sequence.into()),
         ]
-    };
-    let mut span = FrameSpan::default();
-    let report = |prod: &PoolProducer, cam: &V4l2Capture, span: FrameSpan, final_report: bool, mut extra: Facts| {
-        let s = cam.stats();
-        extra.extend(facts(cam));
-        ctx.reporter.send(&ctx.producer_report(start, final_report, extra, prod, (s.dequeued, s.published), span))
-    };
-    // Every way out of the loop (end, signal, unplug, hang-up, error) goes through the
-    // STREAMOFF and the final report.
-    let ended = {
-        let mut state = (&mut prod, &mut cam, &mut span, &mut down);
-        ctx.run_loop(
-            &mut state,
-            |(prod, cam, span, down)| report(prod, cam, **span, false, down.facts().into()),
-            |(prod, cam, span, down)| {
-                if cfg.frames.is_some_and(|n| cam.stats().published >= n) {
-                    return Ok(Turn::End("frame limit"));
-                }
-                // A scale stage that hung up is seen here too while the camera is idle (a
-                // producer under drop-oldest never waits for its consumer).
-                serve_pool(down, prod, Stage::Scale, |h| scale_accepts(h, layout.fourcc, refusal));
-                match cam.next_frame(prod, ctx.stop, IDLE_WAIT) {
-                    Ok(Next::Frame(..)) => span.tick(start),
-                    Ok(Next::Idle) => {}
-                    Ok(Next::Unplugged) => {
-                        log::warn!(
-                            "camera unplugged: {} went away (ENODEV); ending the stream",
-                            cam.node().path.display()
-                        );
-                        return Ok(Turn::End("camera unplugged"));
-                    }
-                    Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
-                    Err(e) => return Err(e),
-                }
-                Ok(Turn::Next)
-            },
-        )
-    };
-    let s = cam.stats();
-    let frames = format!(
-        "{} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt)",
-        s.published, s.dequeued, s.driver_drops, s.error_frames
-    );
-    ctx.close(
-        &mut (&mut prod, &mut cam),
-        ended,
-        frames,
-        fds_setup,
-        |(prod, cam), end| {
-            // A dead scale stage frees what it held: the drain returns at once then.
-            // STREAMOFF is tried even after a failed drain, so the driver gives its buffers back.
-            let (mut d, still_out) = drain_pool(prod, end.clean, ", before STREAMOFF");
-            let streamed_off = cam.stream_off(prod);
-            let held = streamed_off.as_ref().copied().unwrap_or(0);
-            let home = n_bufs - still_out;
-            d.said.push_str(&format!("STREAMOFF took back the {held} the driver held: {home}/{n_bufs} buffers home; "));
-            d.extras.extend([("buffers_held_by_driver_at_streamoff", held.into()), ("buffers_home", home.into())]);
-            d.result = d.result.and(streamed_off.map(|_| ()));
-            d
-        },
-        |(prod, cam), mut extras| {
-            extras.extend(down.facts());
-            report(prod, cam, span, true, extras)
-        },
-    )
+    }
+
+    /// The end: drains the pool (after a clean end), then STREAMOFF.
+    fn drain(&mut self, clean: bool) -> Drained {
+        let n_bufs = self.n_bufs;
+        // A dead scale stage frees what it held: the drain returns at once then.
+        // STREAMOFF is tried even after a failed drain, so the driver gives its buffers back.
+        let (mut d, still_out) = drain_pool(&mut self.prod, clean, ", before STREAMOFF");
+        let streamed_off = self.cam.stream_off(&mut self.prod);
+        let held = streamed_off.as_ref().copied().unwrap_or(0);
+        let home = n_bufs - still_out;
+        d.said.push_str(&format!("STREAMOFF took back the {held} the driver held: {home}/{n_bufs} buffers home; "));
+        d.extras.extend([("buffers_held_by_driver_at_streamoff", held.into()), ("buffers_home", home.into())]);
+        d.result = d.result.and(streamed_off.map(|_| ()));
+        d
+    }
 }
 
 /// The set-up's first step for `--decoder mpp`: what MPP opens (a file or a network stream),

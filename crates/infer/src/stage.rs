@@ -35,109 +35,13 @@ use super::{open_detector, Detection, Detector, DetectorKind, DetectorLane, Dete
 /// Runs the infer stage with `cfg` (checked by the command line) until the scale stage
 /// ends the stream, the stop flag is set or a neighbour hangs up; returns the exit code.
 pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
-    let model = resolve_data_path(&cfg.model);
-    let anchors = cfg.anchors.as_deref().map(|p| load_anchors(&resolve_data_path(p))).transpose()?;
-    let opts = DetectorOptions {
-        model: model.clone(),
-        score_threshold: cfg.score_threshold,
-        nms_iou: cfg.nms_iou,
-        npu_cores: cfg.npu_cores.clone(),
-        head: cfg.head,
-        anchors,
-        channel_order: cfg.channel_order,
-        placement: cfg.placement,
-        input_size: cfg.input_size,
-    };
-    let mut det = open_detector(cfg.backend, &opts)?;
-    if !opts.npu_cores.is_empty() && det.kind() != DetectorKind::Rknn {
-        log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.kind());
-    }
-    if cfg.anchors.is_some() && det.head().is_some_and(|h| h.kind() != HeadKind::Yolov5Split) {
-        log::warn!(
-            "--anchors is for the yolov5-split head; the {} head ignores it",
-            det.head().map_or(HeadKind::Auto, |h| h.kind())
-        );
-    }
-    let label_file = cfg.labels.as_deref().map(resolve_data_path);
-    let (labels, source) = resolve_labels(&model, det.classes(), det.labels(), label_file.as_deref())?;
-    log::info!(
-        "labels: {} classes from {}",
-        labels.len(),
-        match source {
-            LabelSource::Model => "the model's metadata".to_string(),
-            LabelSource::File => label_file.as_deref().map_or_else(String::new, |p| p.display().to_string()),
-            LabelSource::Coco80 => "the built-in COCO list".to_string(),
-        }
-    );
+    let (model, mut det) = open_model(&cfg)?;
+    let labels = load_labels(&cfg, &model, &*det)?;
     let spec = det.input_spec().clone();
     let no_detector = det.kind() == DetectorKind::None;
-    let lb = spec.letterbox;
-    if no_detector {
-        log::info!(
-            "no detector (--infer none): frames are scaled to {}x{} ({}) {} with a {} letterbox and published without detections",
-            spec.width,
-            spec.height,
-            if cfg.input_size.is_some() { "--input-size" } else { "YOLOX-Nano's input size" },
-            spec.fourcc,
-            lb.placement.describe()
-        );
-    } else {
-        log::info!(
-            "{} detector, model {} wants {}x{} {}, {} letterbox, pad {}",
-            det.kind(),
-            model.display(),
-            spec.width,
-            spec.height,
-            spec.fourcc,
-            lb.placement.describe(),
-            lb.pad
-        );
-    }
-    if let Some(head) = det.head() {
-        let family = head.preprocess();
-        let given = family.with(cfg.channel_order, cfg.placement);
-        if given != family {
-            log::info!(
-                "pre-processing: {} as --channel-order/--letterbox ask; {} models are trained with {}",
-                given.describe(),
-                head.kind(),
-                family.describe()
-            );
-        } else {
-            log::info!("pre-processing: {} ({}'s own)", family.describe(), head.kind());
-        }
-    }
+    describe_model(&cfg, &model, &*det, &spec, no_detector);
 
-    let mut listener = Listener::bind(&ctx.data.socket("infer"))?;
-    // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, _) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
-    // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
-    // channel order is the fourcc, the placement and pad are the family's (or the flags').
-    let want = WantedInput {
-        width: spec.width,
-        height: spec.height,
-        fourcc: spec.fourcc.0,
-        stride_align: 1,
-        bytesperline: spec.bytesperline,
-        pad: lb.pad,
-        placement: lb.placement,
-    };
-    let hello =
-        ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
-    let input = Upstream::join(
-        ctx.data.socket("scale"),
-        Stage::Scale,
-        hello,
-        ctx.data.wait,
-        ctx.data.spin,
-        ctx.stop,
-        ctx.data.connect_timeout,
-    )?;
-    let Some(first) = input.current() else { bail!("the scale stage hung up while we joined it") };
-    log::info!("joined scale: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
-    // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
-    let bound = !ctx.data.copy_mode && bind(&mut *det, first)?;
-
+    let Joined { listener, down, input, bound } = join_chain(&ctx, &spec, &mut *det)?;
     let what = if no_detector {
         "frames without detections (--infer none)".to_string()
     } else {
@@ -197,14 +101,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
             // Only a clean end is an end of stream downstream (as PoolProducer::end): after
             // an error publish sees us hang up.
             if end.clean {
-                if let Some(tx) = &out.tx {
-                    tx.finish();
-                    // Publish takes what is queued, then hangs up (at once if it is gone already).
-                    let t = Instant::now();
-                    while !tx.conn().peer_gone() && t.elapsed() < DRAIN_TIMEOUT {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
+                finish_publish(&out);
             }
             Drained {
                 extras: vec![("device_reads_in_place", bound.into()), ("nonfinite_skipped", nonfinite.into())],
@@ -213,6 +110,156 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         },
         |_, extras| report(out.counters(), n_in, span, true, extras),
     )
+}
+
+/// The set-up's first step: loads the model `cfg` names (its anchors too) and opens the
+/// detector, warning about flags its backend or head ignores; returns the model's path
+/// and the detector.
+fn open_model(cfg: &InferConfig) -> Result<(std::path::PathBuf, Box<dyn Detector>)> {
+    let model = resolve_data_path(&cfg.model);
+    let anchors = cfg.anchors.as_deref().map(|p| load_anchors(&resolve_data_path(p))).transpose()?;
+    let opts = DetectorOptions {
+        model: model.clone(),
+        score_threshold: cfg.score_threshold,
+        nms_iou: cfg.nms_iou,
+        npu_cores: cfg.npu_cores.clone(),
+        head: cfg.head,
+        anchors,
+        channel_order: cfg.channel_order,
+        placement: cfg.placement,
+        input_size: cfg.input_size,
+    };
+    let det = open_detector(cfg.backend, &opts)?;
+    if !opts.npu_cores.is_empty() && det.kind() != DetectorKind::Rknn {
+        log::warn!("--npu-cores is for the rknn backend; the {} backend ignores it", det.kind());
+    }
+    if cfg.anchors.is_some() && det.head().is_some_and(|h| h.kind() != HeadKind::Yolov5Split) {
+        log::warn!(
+            "--anchors is for the yolov5-split head; the {} head ignores it",
+            det.head().map_or(HeadKind::Auto, |h| h.kind())
+        );
+    }
+    Ok((model, det))
+}
+
+/// The class labels: the model's own, `--labels`, or the built-in COCO list
+/// ([`resolve_labels`]); says which.
+fn load_labels(cfg: &InferConfig, model: &std::path::Path, det: &dyn Detector) -> Result<Vec<String>> {
+    let label_file = cfg.labels.as_deref().map(resolve_data_path);
+    let (labels, source) = resolve_labels(model, det.classes(), det.labels(), label_file.as_deref())?;
+    log::info!(
+        "labels: {} classes from {}",
+        labels.len(),
+        match source {
+            LabelSource::Model => "the model's metadata".to_string(),
+            LabelSource::File => label_file.as_deref().map_or_else(String::new, |p| p.display().to_string()),
+            LabelSource::Coco80 => "the built-in COCO list".to_string(),
+        }
+    );
+    Ok(labels)
+}
+
+/// Says what the stage will do with each frame: the detector and the input its model wants
+/// (`spec`), or, with no detector, the frames it publishes bare; then the pre-processing.
+fn describe_model(cfg: &InferConfig, model: &std::path::Path, det: &dyn Detector, spec: &InputSpec, no_detector: bool) {
+    let lb = spec.letterbox;
+    if no_detector {
+        log::info!(
+            "no detector (--infer none): frames are scaled to {}x{} ({}) {} with a {} letterbox and published without detections",
+            spec.width,
+            spec.height,
+            if cfg.input_size.is_some() { "--input-size" } else { "YOLOX-Nano's input size" },
+            spec.fourcc,
+            lb.placement.describe()
+        );
+    } else {
+        log::info!(
+            "{} detector, model {} wants {}x{} {}, {} letterbox, pad {}",
+            det.kind(),
+            model.display(),
+            spec.width,
+            spec.height,
+            spec.fourcc,
+            lb.placement.describe(),
+            lb.pad
+        );
+    }
+    if let Some(head) = det.head() {
+        let family = head.preprocess();
+        let given = family.with(cfg.channel_order, cfg.placement);
+        if given != family {
+            log::info!(
+                "pre-processing: {} as --channel-order/--letterbox ask; {} models are trained with {}",
+                given.describe(),
+                head.kind(),
+                family.describe()
+            );
+        } else {
+            log::info!("pre-processing: {} ({}'s own)", family.describe(), head.kind());
+        }
+    }
+}
+
+/// The stage's place in the chain once set up: see [`join_chain`].
+struct Joined {
+    /// The listening socket a restarted publish stage joins again on.
+    listener: Listener,
+    /// The publish stage's connection (its hello taken).
+    down: Conn,
+    /// The scale stage's hop.
+    input: Upstream,
+    /// Whether the detector imported the scale stage's pool (reads frames in place).
+    bound: bool,
+}
+
+/// The set-up's last step: binds the stage's socket and waits for the publish stage, joins
+/// the scale stage asking for exactly the model's input (`spec`), then lets the detector
+/// import the scale stage's pool unless in copy mode.
+fn join_chain(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> Result<Joined> {
+    let lb = spec.letterbox;
+    let mut listener = Listener::bind(&ctx.data.socket("infer"))?;
+    // Downstream first: frames start flowing only once the whole chain is connected.
+    let (down, _) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
+    // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
+    // channel order is the fourcc, the placement and pad are the family's (or the flags').
+    let want = WantedInput {
+        width: spec.width,
+        height: spec.height,
+        fourcc: spec.fourcc.0,
+        stride_align: 1,
+        bytesperline: spec.bytesperline,
+        pad: lb.pad,
+        placement: lb.placement,
+    };
+    let hello =
+        ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
+    let input = Upstream::join(
+        ctx.data.socket("scale"),
+        Stage::Scale,
+        hello,
+        ctx.data.wait,
+        ctx.data.spin,
+        ctx.stop,
+        ctx.data.connect_timeout,
+    )?;
+    let Some(first) = input.current() else { bail!("the scale stage hung up while we joined it") };
+    log::info!("joined scale: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
+    // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
+    let bound = !ctx.data.copy_mode && bind(det, first)?;
+    Ok(Joined { listener, down, input, bound })
+}
+
+/// Ends the detections hop after a clean end: tells publish the stream ended, then waits
+/// (up to [`DRAIN_TIMEOUT`]) for it to take what is queued and hang up.
+fn finish_publish(out: &Out) {
+    if let Some(tx) = &out.tx {
+        tx.finish();
+        // Publish takes what is queued, then hangs up (at once if it is gone already).
+        let t = Instant::now();
+        while !tx.conn().peer_gone() && t.elapsed() < DRAIN_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// What both frame loops read: the stage's context (its loop skeleton), the scale stage's
