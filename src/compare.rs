@@ -13,9 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use serde_json::Value;
 
-use zcpipe_core::metrics::median;
+use zcpipe_core::copy::CopyCounters;
+use zcpipe_core::frame::Stage;
+use zcpipe_core::id::{Role, StageId};
+use zcpipe_core::metrics::{median, FrameSpan, ProcessStats, StageReport};
+use zcpipe_core::ring::RingCounters;
+use zcpipe_display::report::DisplayFacts;
+
+use crate::supervise::run::RunSummary;
 
 /// A checked `zcpipe compare` (built by the command line).
 #[derive(Clone, Debug)]
@@ -61,10 +67,12 @@ pub struct Comparison {
     /// The metrics.
     pub rows: Vec<Row>,
     /// Every run's summary, in the order run (A, B, A, B, ...).
-    pub runs: Vec<Value>,
+    pub runs: Vec<RunSummary>,
 }
 
-fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> {
+/// Runs one round: `zcpipe run` with `flags` (and `--copy-mode` if `copy`), its summary
+/// read back as the [`RunSummary`] it wrote.
+fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<RunSummary> {
     let summary = dir.join(format!("summary-{i}.json"));
     let exe = std::env::current_exe()?;
     let out = Command::new(exe)
@@ -88,9 +96,10 @@ fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> 
         );
     }
     let text = std::fs::read_to_string(&summary).with_context(|| format!("reading {}", summary.display()))?;
-    let mut v: Value = serde_json::from_str(&text)?;
-    merge_cameras(&mut v);
-    Ok(v)
+    let mut s: RunSummary =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a run summary", summary.display()))?;
+    merge_cameras(&mut s);
+    Ok(s)
 }
 
 /// With several cameras a run's summary has one capture stage per camera
@@ -98,102 +107,106 @@ fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<Value> 
 /// copied, drops, CPU time, context switches, memory; the frame span from the first camera's
 /// first frame to the last one's last, its frames all cameras'), so the comparison reads
 /// one capture stage, as with one camera. A summary with a `capture` stage is left as it is.
-pub fn merge_cameras(summary: &mut Value) {
-    let Some(stages) = summary.get_mut("stages").and_then(|s| s.as_object_mut()) else { return };
-    if stages.contains_key("capture") {
+pub fn merge_cameras(summary: &mut RunSummary) {
+    let capture = StageId::from(Stage::Capture);
+    if summary.stages.contains_key(&capture) {
         return;
     }
-    let cams: Vec<Value> =
-        stages.iter().filter(|(k, _)| zcpipe_core::config::stage_camera(k).is_some()).map(|(_, v)| v.clone()).collect();
+    let cams: Vec<&StageReport> =
+        summary.stages.iter().filter(|(k, _)| k.is(Stage::Capture)).map(|(_, r)| r).collect();
     if cams.is_empty() {
         return;
     }
-    let sum = |path: &[&str]| -> f64 {
-        cams.iter().map(|c| path.iter().fold(c, |v, k| &v[*k]).as_f64().unwrap_or(0.0)).sum()
+    let sum = |f: &dyn Fn(&StageReport) -> u64| cams.iter().map(|r| f(r)).sum::<u64>();
+    let ring = |f: fn(&RingCounters) -> u64| sum(&|r| r.output_ring.as_ref().map_or(0, f));
+    let process = |f: fn(&ProcessStats) -> u64| sum(&|r| r.process.as_ref().map_or(0, f));
+    let spans: Vec<FrameSpan> = cams.iter().filter_map(|r| r.out_span).collect();
+    let merged = StageReport {
+        stage: capture.clone(),
+        frames_in: sum(&|r| r.frames_in),
+        frames_out: sum(&|r| r.frames_out),
+        copy_out: Some(cams.iter().filter_map(|r| r.copy_out).fold(CopyCounters::default(), CopyCounters::plus)),
+        output_ring: Some(RingCounters {
+            produced: ring(|c| c.produced),
+            consumed: ring(|c| c.consumed),
+            dropped: ring(|c| c.dropped),
+            ..Default::default()
+        }),
+        process: Some(ProcessStats {
+            user_us: process(|p| p.user_us),
+            system_us: process(|p| p.system_us),
+            voluntary_ctx: process(|p| p.voluntary_ctx),
+            involuntary_ctx: process(|p| p.involuntary_ctx),
+            rss_kib: process(|p| p.rss_kib),
+            pss_kib: process(|p| p.pss_kib),
+        }),
+        out_span: (!spans.is_empty()).then(|| FrameSpan {
+            frames: spans.iter().map(|s| s.frames).sum(),
+            first_s: spans.iter().map(|s| s.first_s).fold(f64::INFINITY, f64::min),
+            last_s: spans.iter().map(|s| s.last_s).fold(f64::NEG_INFINITY, f64::max),
+        }),
+        ..Default::default()
     };
-    let mut merged = serde_json::json!({
-        "stage": "capture",
-        "frames_in": sum(&["frames_in"]),
-        "frames_out": sum(&["frames_out"]),
-        "copy_out": {"frames": sum(&["copy_out", "frames"]), "copied_bytes": sum(&["copy_out", "copied_bytes"]), "socket_bytes": sum(&["copy_out", "socket_bytes"])},
-        "output_ring": {"dropped": sum(&["output_ring", "dropped"]), "produced": sum(&["output_ring", "produced"]), "consumed": sum(&["output_ring", "consumed"])},
-        "process": {},
-    });
-    for k in ["user_us", "system_us", "voluntary_ctx", "involuntary_ctx", "rss_kib", "pss_kib"] {
-        merged["process"][k] = sum(&["process", k]).into();
-    }
-    let spans: Vec<zcpipe_core::metrics::FrameSpan> =
-        cams.iter().filter_map(|c| serde_json::from_value(c["out_span"].clone()).ok()).collect();
-    if !spans.is_empty() {
-        let first = spans.iter().map(|s| s.first_s).fold(f64::INFINITY, f64::min);
-        let last = spans.iter().map(|s| s.last_s).fold(f64::NEG_INFINITY, f64::max);
-        merged["out_span"] = serde_json::json!({"frames": spans.iter().map(|s| s.frames).sum::<u64>(), "first_s": first, "last_s": last});
-    }
-    // Whole numbers stay whole (frames_out is read as an integer).
-    for k in ["frames_in", "frames_out"] {
-        merged[k] = (merged[k].as_f64().unwrap_or(0.0) as u64).into();
-    }
-    stages.insert("capture".into(), merged);
+    summary.stages.insert(capture, merged);
 }
 
 /// The metrics compared, from one run summary.
-pub fn metrics(s: &Value) -> BTreeMap<String, f64> {
+pub fn metrics(s: &RunSummary) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
-    let st = &s["stages"];
-    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let get = |st: Stage| s.stages.get(&st.into());
+    let publish = get(Stage::Publish);
     for series in zcpipe_core::metrics::SERIES {
-        let l = &st["publish"]["latency"][series];
-        m.insert(format!("latency p50 {series} (µs)"), f(&l["p50_us"]));
-        m.insert(format!("latency p99 {series} (µs)"), f(&l["p99_us"]));
-        m.insert(format!("latency max {series} (µs)"), f(&l["max_us"]));
+        let l = publish.and_then(|p| p.latency.get(series)).cloned().unwrap_or_default();
+        m.insert(format!("latency p50 {series} (µs)"), l.p50_us);
+        m.insert(format!("latency p99 {series} (µs)"), l.p99_us);
+        m.insert(format!("latency max {series} (µs)"), l.max_us);
     }
     // First to last frame out, as `zcpipe run`'s summary (N frames span N-1 intervals).
-    let fps = |stage: &str| {
-        serde_json::from_value::<zcpipe_core::metrics::FrameSpan>(st[stage]["out_span"].clone())
-            .ok()
-            .and_then(|s| s.fps())
-            .unwrap_or(0.0)
-    };
-    m.insert("fps published".into(), fps("publish"));
-    m.insert("fps captured".into(), fps("capture"));
-    for (up, down) in [("capture", "scale"), ("scale", "infer")] {
-        let frames = f(&st[up]["frames_out"]).max(1.0);
-        let copied = f(&st[up]["copy_out"]["copied_bytes"]) + f(&st[down]["copy_in"]["copied_bytes"]);
-        let socket = f(&st[up]["copy_out"]["socket_bytes"]) + f(&st[down]["copy_in"]["socket_bytes"]);
-        m.insert(format!("copied bytes/frame {up}->{down}"), copied / frames);
-        m.insert(format!("socket bytes/frame {up}->{down}"), socket / frames);
-        m.insert(format!("dropped {up}->{down}"), f(&st[up]["output_ring"]["dropped"]));
+    let fps = |r: Option<&StageReport>| r.and_then(|r| r.out_span).and_then(|s| s.fps()).unwrap_or(0.0);
+    m.insert("fps published".into(), fps(publish));
+    m.insert("fps captured".into(), fps(get(Stage::Capture)));
+    for (up, down) in [(Stage::Capture, Stage::Scale), (Stage::Scale, Stage::Infer)] {
+        let (u, d) = (get(up), get(down));
+        let out = u.and_then(|r| r.copy_out).unwrap_or_default();
+        let inn = d.and_then(|r| r.copy_in).unwrap_or_default();
+        let frames = u.map_or(0, |r| r.frames_out).max(1) as f64;
+        let name = format!("{}->{}", up.name(), down.name());
+        m.insert(format!("copied bytes/frame {name}"), (out.copied_bytes + inn.copied_bytes) as f64 / frames);
+        m.insert(format!("socket bytes/frame {name}"), (out.socket_bytes + inn.socket_bytes) as f64 / frames);
+        m.insert(format!("dropped {name}"), u.and_then(|r| r.output_ring).map_or(0, |c| c.dropped) as f64);
     }
-    for stage in ["capture", "scale", "infer", "publish"] {
-        let r = &st[stage];
-        let n = f(&r["frames_in"]).max(1.0);
-        let p = &r["process"];
-        m.insert(format!("cpu µs/frame {stage}"), (f(&p["user_us"]) + f(&p["system_us"])) / n);
-        m.insert(format!("voluntary ctx switches/frame {stage}"), f(&p["voluntary_ctx"]) / n);
-        m.insert(format!("involuntary ctx switches/frame {stage}"), f(&p["involuntary_ctx"]) / n);
-        m.insert(format!("RSS MiB {stage}"), f(&p["rss_kib"]) / 1024.0);
-        m.insert(format!("Pss MiB {stage}"), f(&p["pss_kib"]) / 1024.0);
+    for stage in Stage::ALL {
+        let r = get(stage);
+        let n = r.map_or(0, |r| r.frames_in).max(1) as f64;
+        let p = r.and_then(|r| r.process).unwrap_or_default();
+        let name = stage.name();
+        m.insert(format!("cpu µs/frame {name}"), (p.user_us + p.system_us) as f64 / n);
+        m.insert(format!("voluntary ctx switches/frame {name}"), p.voluntary_ctx as f64 / n);
+        m.insert(format!("involuntary ctx switches/frame {name}"), p.involuntary_ctx as f64 / n);
+        m.insert(format!("RSS MiB {name}"), p.rss_kib as f64 / 1024.0);
+        m.insert(format!("Pss MiB {name}"), p.pss_kib as f64 / 1024.0);
     }
-    // With `--display`: what showing the camera costs in each mode (zero-copy scanout
-    // imports the camera's buffers; copy mode gets a copy of each frame over a socket and
-    // composes it with the CPU, as a plain viewer would).
-    let d = &st["display"];
-    if d.is_object() {
-        let n = f(&d["frames_in"]).max(1.0);
-        let p = &d["process"];
-        let c = &d["extra"]["display"]["counters"];
-        m.insert("fps shown display".into(), fps("display"));
-        m.insert("cpu µs/frame display".into(), (f(&p["user_us"]) + f(&p["system_us"])) / n);
-        m.insert(
-            "copied bytes/frame capture->display".into(),
-            (f(&d["copy_in"]["copied_bytes"]) + f(&c["composed_bytes"])) / n,
-        );
-        m.insert("socket bytes/frame capture->display".into(), f(&d["copy_in"]["socket_bytes"]) / n);
-        m.insert("frames composed by the CPU display".into(), f(&c["composed"]));
-        m.insert("buffers imported display".into(), f(&c["imports"]));
-        m.insert("RSS MiB display".into(), f(&p["rss_kib"]) / 1024.0);
+    if let Some(d) = s.stages.get(&Role::Display.into()) {
+        display_metrics(&mut m, d);
     }
     m
+}
+
+/// With `--display`: what showing the camera costs in each mode (zero-copy scanout imports
+/// the camera's buffers; copy mode gets a copy of each frame over a socket and composes it
+/// with the CPU, as a plain viewer would).
+fn display_metrics(m: &mut BTreeMap<String, f64>, d: &StageReport) {
+    let n = d.frames_in.max(1) as f64;
+    let p = d.process.unwrap_or_default();
+    let c = d.extra.view::<DisplayFacts>().display.map(|r| r.counters).unwrap_or_default();
+    let copy_in = d.copy_in.unwrap_or_default();
+    m.insert("fps shown display".into(), d.out_span.and_then(|s| s.fps()).unwrap_or(0.0));
+    m.insert("cpu µs/frame display".into(), (p.user_us + p.system_us) as f64 / n);
+    m.insert("copied bytes/frame capture->display".into(), (copy_in.copied_bytes + c.composed_bytes) as f64 / n);
+    m.insert("socket bytes/frame capture->display".into(), copy_in.socket_bytes as f64 / n);
+    m.insert("frames composed by the CPU display".into(), c.composed as f64);
+    m.insert("buffers imported display".into(), c.imports as f64);
+    m.insert("RSS MiB display".into(), p.rss_kib as f64 / 1024.0);
 }
 
 /// Runs the comparison; returns the exit code.
@@ -219,7 +232,8 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
             runs.push(s);
         }
     }
-    let frames: Vec<u64> = runs.iter().map(|s| s["stages"]["capture"]["frames_out"].as_u64().unwrap_or(0)).collect();
+    let capture = StageId::from(Stage::Capture);
+    let frames: Vec<u64> = runs.iter().map(|s| s.stages.get(&capture).map_or(0, |r| r.frames_out)).collect();
     if frames.iter().any(|f| *f != frames[0]) {
         bail!("runs captured different frame counts {frames:?}: use a finite source with --frames");
     }
@@ -359,13 +373,14 @@ mod tests {
     /// received, the copy-mode bytes it took from the socket plus what its CPU composed).
     #[test]
     fn a_display_stage_has_its_rows() {
-        let s = serde_json::json!({"stages": {
-            "capture": {"frames_out": 100, "out_span": {"frames": 100, "first_s": 0.0, "last_s": 3.3}},
-            "display": {"frames_in": 100, "frames_out": 90, "out_span": {"frames": 91, "first_s": 1.0, "last_s": 4.0},
+        let s: RunSummary = serde_json::from_value(serde_json::json!({"elapsed_s": 4.0, "exit_codes": {}, "stages": {
+            "capture": {"stage": "capture", "frames_out": 100, "out_span": {"frames": 100, "first_s": 0.0, "last_s": 3.3}},
+            "display": {"stage": "display", "frames_in": 100, "frames_out": 90, "out_span": {"frames": 91, "first_s": 1.0, "last_s": 4.0},
                 "copy_in": {"frames": 100, "copied_bytes": 46_080_000u64, "socket_bytes": 46_080_000u64},
-                "process": {"user_us": 150_000, "system_us": 50_000, "rss_kib": 2048},
+                "process": {"user_us": 150_000, "system_us": 50_000, "voluntary_ctx": 0, "involuntary_ctx": 0, "rss_kib": 2048, "pss_kib": 0},
                 "extra": {"display": {"counters": {"composed": 90, "composed_bytes": 90 * 1024 * 768 * 4, "imports": 0}}}}
-        }});
+        }}))
+        .unwrap();
         let m = metrics(&s);
         assert_eq!(m["fps shown display"], 30.0);
         assert_eq!(m["cpu µs/frame display"], 2000.0);
@@ -376,7 +391,11 @@ mod tests {
             (90.0, 0.0, 2.0)
         );
         // Without a display: no display rows.
-        let none = metrics(&serde_json::json!({"stages": {"capture": {}}}));
+        let none: RunSummary = serde_json::from_value(
+            serde_json::json!({"elapsed_s": 1.0, "exit_codes": {}, "stages": {"capture": {"stage": "capture"}}}),
+        )
+        .unwrap();
+        let none = metrics(&none);
         assert!(!none.keys().any(|k| k.contains("display")), "{none:?}");
     }
 }

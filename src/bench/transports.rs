@@ -769,7 +769,7 @@ impl Endpoint for RingEnd {
             write_message(&mut g[..self.len], k);
         }
         let desc = FrameDesc { seq: k, timestamp_ns: monotonic_ns(), layout: self.layout, ..Default::default() };
-        loan.publish(desc, &ABORT)
+        Ok(loan.publish(desc, &ABORT)?)
     }
 
     fn recv(&mut self, k: u64) -> Result<()> {

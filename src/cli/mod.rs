@@ -27,6 +27,8 @@ use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand};
 
+use zcpipe_core::frame::Stage;
+use zcpipe_core::id::{Role, StageId};
 use zcpipe_core::metrics::Reporter;
 use zcpipe_core::stage::{StageCtx, EXIT_PEER_GONE};
 
@@ -147,29 +149,21 @@ fn init_logging(cli: &Cli, tag: &str) {
 }
 
 impl StageCmd {
-    /// The stage's name (`capture`, ...).
-    fn name(&self) -> &'static str {
+    /// The process's identity in its log lines, reports and socket: the stage's, or
+    /// `capture@NAME` for one camera of several.
+    fn id(&self) -> StageId {
         match self {
-            StageCmd::Capture { .. } => "capture",
-            StageCmd::Scale { .. } => "scale",
-            StageCmd::Infer { .. } => "infer",
-            StageCmd::Publish { .. } => "publish",
-            StageCmd::Display { .. } => "display",
-        }
-    }
-
-    /// The name in its log lines and reports: the stage's, or `capture@NAME` for one camera
-    /// of several.
-    fn label(&self) -> String {
-        match self {
-            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => zcpipe_core::config::camera_stage(c),
-            _ => self.name().to_string(),
+            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => StageId::camera(c),
+            StageCmd::Capture { .. } => Stage::Capture.into(),
+            StageCmd::Scale { .. } => Stage::Scale.into(),
+            StageCmd::Infer { .. } => Stage::Infer.into(),
+            StageCmd::Publish { .. } => Stage::Publish.into(),
+            StageCmd::Display { .. } => Role::Display.into(),
         }
     }
 
     /// Checks the stage's options and runs it with the stop flag and its report pipe.
-    fn run(self) -> anyhow::Result<i32> {
-        let name = self.name();
+    fn run(self) -> zcpipe_core::Result<i32> {
         let (StageCmd::Capture { common, .. }
         | StageCmd::Scale { common, .. }
         | StageCmd::Infer { common, .. }
@@ -177,9 +171,7 @@ impl StageCmd {
         | StageCmd::Display { common, .. }) = &self;
         let data = common.data_path()?;
         let instance = data.instance.clone();
-        // One camera of several reports (and listens) as `capture@NAME`: once per process.
-        let name: &'static str = if self.label() == name { name } else { Box::leak(self.label().into_boxed_str()) };
-        let ctx = StageCtx { name, stop: &STOP, reporter: Reporter::new(common.report_fd), data };
+        let ctx = StageCtx { id: self.id(), stop: &STOP, reporter: Reporter::new(common.report_fd), data };
         match self {
             StageCmd::Capture { args, .. } => zcpipe_capture::stage::run(args.config()?, ctx),
             StageCmd::Scale { args, .. } => zcpipe_scale::stage::run(args.config()?, ctx),
@@ -224,7 +216,7 @@ pub fn main() -> i32 {
         Command::Doctor(_) => "zcpipe doctor".to_string(),
         Command::Eval(_) => "zcpipe eval".to_string(),
         Command::Config(_) => "zcpipe config".to_string(),
-        Command::Stage { stage } => format!("zcpipe {}", stage.label()),
+        Command::Stage { stage } => format!("zcpipe {}", stage.id()),
     };
     init_logging(&cli, &tag);
     signals::install_signal_handlers();
@@ -236,15 +228,19 @@ pub fn main() -> i32 {
         Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),
         Command::Eval(a) => a.run(),
         Command::Config(a) => a.run(&env),
-        Command::Stage { stage } => stage.run(),
+        Command::Stage { stage } => match stage.run() {
+            // A neighbour went away (it refused us, or died during set-up): its own error
+            // line says why; this stage stops quietly with its own exit code.
+            Err(zcpipe_core::Error::PeerGone { what }) => {
+                log::info!("{what}; stopping");
+                return EXIT_PEER_GONE;
+            }
+            r => r.map_err(zcpipe_core::Error::into_anyhow),
+        },
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) {
-                log::info!("{e:#}; stopping");
-                return EXIT_PEER_GONE;
-            }
             if STOP.load(Ordering::Relaxed) {
                 // Asked to stop (by the supervisor, systemd or a user) before set-up was
                 // done: not an error of ours.

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::supervise::run::{Role, RunConfig};
+use crate::supervise::run::RunConfig;
+use zcpipe_core::id::{Role, StageId};
 use zcpipe_core::frame::Stage;
 
 use super::capture::CaptureArgs;
@@ -29,7 +30,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
                 for (name, source) in &cfg.cameras {
                     println!(
                         "camera {name}: {source} (its own capture stage, {})",
-                        zcpipe_core::config::camera_stage(name)
+                        StageId::camera(name)
                     );
                 }
             }
@@ -41,7 +42,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
     }
     if cfg.cameras.len() > 1 {
         for (name, source) in &cfg.cameras {
-            log::info!("camera {name}: {source} (its own capture stage, {})", zcpipe_core::config::camera_stage(name));
+            log::info!("camera {name}: {source} (its own capture stage, {})", StageId::camera(name));
         }
     }
     crate::supervise::run::run(cfg, stop)
@@ -157,7 +158,7 @@ impl RunArgs {
         // The data path of the resolved options (the heap the plan chose).
         let data = zcpipe_core::config::DataPath { heap: resolved.common.heap, ..data };
         let common = resolved.common.flags(&data);
-        let mut stage_flags: Vec<(Role, String, Vec<String>)> = vec![];
+        let mut stage_flags: Vec<(StageId, Vec<String>)> = vec![];
         let display_card = self.display_card(&mut plan);
         self.capture_flags(&mut stage_flags, &common, &names, &captures, display_card.is_some());
         self.stage_flags(&mut stage_flags, &common, &names, &resolved);
@@ -236,7 +237,7 @@ impl RunArgs {
     /// Each camera's capture stage command line: the common flags and the camera's own.
     fn capture_flags(
         &self,
-        stage_flags: &mut Vec<(Role, String, Vec<String>)>,
+        stage_flags: &mut Vec<(StageId, Vec<String>)>,
         common: &[String],
         names: &[String],
         captures: &[CaptureArgs],
@@ -254,9 +255,9 @@ impl RunArgs {
             v.extend(cap.flags());
             if several {
                 v.push(format!("--camera={name}"));
-                stage_flags.push((Stage::Capture.into(), zcpipe_core::config::camera_stage(name), v));
+                stage_flags.push((StageId::camera(name), v));
             } else {
-                stage_flags.push((Stage::Capture.into(), "capture".into(), v));
+                stage_flags.push((Stage::Capture.into(), v));
             }
         }
     }
@@ -264,7 +265,7 @@ impl RunArgs {
     /// The scale, infer and publish stages' command lines.
     fn stage_flags(
         &self,
-        stage_flags: &mut Vec<(Role, String, Vec<String>)>,
+        stage_flags: &mut Vec<(StageId, Vec<String>)>,
         common: &[String],
         names: &[String],
         p: &PipelineArgs,
@@ -300,14 +301,14 @@ impl RunArgs {
                     v
                 }
             });
-            stage_flags.push((stage.into(), stage.name().to_string(), v));
+            stage_flags.push((stage.into(), v));
         }
     }
 
     /// The display stage's command line on the first camera, and its step in the plan.
     fn display_stage(
         &self,
-        stage_flags: &mut Vec<(Role, String, Vec<String>)>,
+        stage_flags: &mut Vec<(StageId, Vec<String>)>,
         plan: &mut crate::plan::Plan,
         card: &std::path::Path,
         common: &[String],
@@ -322,7 +323,7 @@ impl RunArgs {
             v.push(format!("--camera={}", names[0]));
         }
         v.push(format!("--detections={}", socket.display()));
-        stage_flags.push((Role::Display, "display".into(), v));
+        stage_flags.push((Role::Display.into(), v));
         let why = if self.pipeline.common.copy_mode {
             "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)"
         } else {

@@ -253,9 +253,7 @@ fn closed_by_peer(c: &Conn) -> Vec<ControlMsg> {
     loop {
         match c.recv() {
             Ok((m, _)) => got.push(m),
-            Err(e) if matches!(zcpipe::core::Error::find(&e), Some(zcpipe::core::Error::PeerGone { .. })) => {
-                return got
-            }
+            Err(zcpipe::core::Error::PeerGone { .. }) => return got,
             Err(e) => panic!("the stage did not close the connection: {e:#}"),
         }
     }

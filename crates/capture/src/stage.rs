@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 use zcpipe_sys::board;
 
-use anyhow::Result;
+use zcpipe_core::{fail, Result};
 
 use zcpipe_core::config::Choice;
 use zcpipe_core::dmabuf::{Allocator, DmaBuf, HeapChoice};
@@ -47,7 +47,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
     };
     if let SourceSpec::V4l2(device) = &spec {
         if cfg.fps == Some(FPS_MAX) {
-            anyhow::bail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
+            fail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
         }
         // MJPG: the camera's compressed buffers stay private; its decoded frames fill an NV12
         // pool through the host-source loop (v4l2::mjpg).
@@ -167,7 +167,7 @@ fn serve_host_pool(
     fps: f64,
     description: &str,
 ) -> Result<(PoolProducer, Downstream, usize)> {
-    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
+    let mut listener = Listener::bind(&ctx.data.socket_of(&ctx.id))?;
     let conn = accept_scale(&mut listener, ctx, Fourcc::NV12, nv12_refusal)?;
     let n_bufs = pool.len();
     let capacity = ring_capacity(ctx.data.ring_policy, n_bufs);
@@ -291,7 +291,7 @@ impl HostLoop<'_> {
         if self.live {
             // Frames come when the camera sends them; meanwhile the source
             // reconnects if it must. Never longer than IDLE_WAIT per turn.
-            return self.source.wait_frame(IDLE_WAIT);
+            return Ok(self.source.wait_frame(IDLE_WAIT)?);
         }
         // Pace: frame n is due at start + n * period; a late frame resets the
         // schedule. The sleep watches the scale stage's hang-up too (no second
@@ -309,7 +309,7 @@ impl HostLoop<'_> {
 /// Opens the allocator `--heap` names (dma-buf heaps under `/dev/dma_heap`, `/dev/udmabuf`,
 /// DRM dumb buffers of a `/dev/dri/card*`).
 fn open_heap(heap: HeapChoice) -> Result<Allocator> {
-    Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))
+    Ok(Allocator::open(heap, &board::path("/dev/dma_heap"), &board::path("/dev/udmabuf"), &board::path("/dev/dri"))?)
 }
 
 /// Waits for the scale stage's hello on `listener` and checks it accepts `fourcc`
@@ -321,7 +321,7 @@ fn accept_scale(
     refusal: impl FnOnce(&str, &[Fourcc]) -> String,
 ) -> Result<Conn> {
     let (conn, hello) = accept_hello(listener, ctx.stop, ctx.data.connect_timeout, "scale")?;
-    zcpipe_core::stage::check_hello(conn, &hello, |h| scale_accepts(h, fourcc, refusal))
+    Ok(zcpipe_core::stage::check_hello(conn, &hello, |h| scale_accepts(h, fourcc, refusal))?)
 }
 
 /// Whether a hello accepts `fourcc` (an empty list accepts any); if not, the refusal line
@@ -450,7 +450,7 @@ fn serve_camera_pool(
     let n_bufs = pool.len();
     let n_fds: usize = pool.iter().map(|b| b.len()).sum();
 
-    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
+    let mut listener = Listener::bind(&ctx.data.socket_of(&ctx.id))?;
     let label = cam.node().label();
     let refusal = |stage: &str, accept: &[Fourcc]| v4l2_refusal(&label, layout.fourcc, stage, accept);
     let conn = accept_scale(&mut listener, ctx, layout.fourcc, refusal)?;
@@ -527,7 +527,7 @@ impl CameraLoop<'_> {
                 return Ok(Turn::End("camera unplugged"));
             }
             Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
         Ok(Turn::Next)
     }
@@ -597,10 +597,10 @@ fn mpp_input(cfg: &CaptureConfig, spec: &SourceSpec) -> Result<MppInput> {
     let input = match spec {
         SourceSpec::Video(p) => MppInput::File(p.clone()),
         SourceSpec::Network(u) => MppInput::Network(u.clone()),
-        other => anyhow::bail!("--decoder mpp decodes video: files and network streams, not {}", other.redacted()),
+        other => fail!("--decoder mpp decodes video: files and network streams, not {}", other.redacted()),
     };
     if cfg.fps == Some(FPS_MAX) {
-        anyhow::bail!(
+        fail!(
             "--fps max with --decoder mpp: a decoded stream is paced at its own rate; pass a number or leave --fps out"
         );
     }
@@ -635,7 +635,7 @@ fn run_mpp(
     }
     let memory = format!("{} committed once as MPP's external buffer group", alloc.describe());
     log::info!("{}; pool: {n_bufs} x {} bytes from {memory}", cap.describe(), pool[0].size());
-    let mut listener = Listener::bind(&ctx.data.socket(ctx.name))?;
+    let mut listener = Listener::bind(&ctx.data.socket_of(&ctx.id))?;
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
         format!("MPP decodes to NV12 but {stage} accepts only {}", names.join(", "))
@@ -693,7 +693,7 @@ fn run_mpp(
                     Ok(MppNext::Idle) => {}
                     Ok(MppNext::End(why)) => return Ok(Turn::End(why)),
                     Err(_) if ctx.stopped() => return Ok(Turn::End("signal")),
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
                 Ok(Turn::Next)
             },

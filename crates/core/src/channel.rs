@@ -239,13 +239,13 @@ impl<T: Pod> Sender<T> {
         self.ring.counters()
     }
 
-    fn gone(&self) -> anyhow::Error {
-        crate::Error::peer_gone(format!("downstream (pid {}) hung up", self.conn.peer_pid)).into()
+    fn gone(&self) -> crate::Error {
+        crate::Error::peer_gone(format!("downstream (pid {}) hung up", self.conn.peer_pid))
     }
 
     /// Polls the consumer's control socket for a hang-up (one zero-timeout poll(2)) if the
     /// last look is older than `every`. A dead consumer is a [`crate::Error::PeerGone`] error.
-    fn check_peer(&mut self, every: Duration) -> Result<()> {
+    fn check_peer(&mut self, every: Duration) -> crate::Result<()> {
         let now = Instant::now();
         if now.duration_since(self.checked) < every {
             return Ok(());
@@ -261,7 +261,7 @@ impl<T: Pod> Sender<T> {
     /// the peer's liveness). Errors if the consumer died or corrupted the ring. A dead
     /// consumer is noticed at the latest [`PEER_CHECK_EVERY`] after its death, or at the
     /// first drop once the ring it no longer empties is full.
-    pub fn send(&mut self, item: T, stop: &AtomicBool) -> Result<Sent<T>> {
+    pub fn send(&mut self, item: T, stop: &AtomicBool) -> crate::Result<Sent<T>> {
         // Drop-oldest never waits, so without this a producer would go on feeding a ring
         // nobody reads. The look is rate-limited, so a busy hop makes no syscall for it,
         // and made before the push, so an item is never queued to a dead consumer.
@@ -282,7 +282,7 @@ impl<T: Pod> Sender<T> {
                 }
                 Push::Full => {
                     if stop.load(Ordering::Relaxed) {
-                        bail!("stopped while waiting for ring space");
+                        return Err(crate::Error::other("stopped while waiting for ring space"));
                     }
                     self.waits += 1;
                     self.wait_back(
@@ -304,7 +304,12 @@ impl<T: Pod> Sender<T> {
     /// Sleeps (up to `timeout`) on the back doorbell for `what`, unless `ready` already
     /// holds once the consumer can see we sleep (so a wake-up is never lost). Errors if the
     /// consumer hung up.
-    fn wait_back(&mut self, what: BackWait, ready: impl Fn(&RingProducer<T>) -> bool, timeout: Duration) -> Result<()> {
+    fn wait_back(
+        &mut self,
+        what: BackWait,
+        ready: impl Fn(&RingProducer<T>) -> bool,
+        timeout: Duration,
+    ) -> crate::Result<()> {
         self.ring.set_sleeping(Some(what));
         if ready(&self.ring) {
             self.ring.set_sleeping(None);
@@ -323,20 +328,20 @@ impl<T: Pod> Sender<T> {
     /// One ppoll(2) of the control socket asking for no event: POLLHUP and POLLERR are
     /// reported all the same (poll(2)), and a Unix socket whose peer closed is POLLHUP. The
     /// sleep and the liveness check are one syscall.
-    pub fn pace(&mut self, timeout: Duration) -> Result<()> {
+    pub fn pace(&mut self, timeout: Duration) -> crate::Result<()> {
         let mut p = [nix::poll::PollFd::new(self.conn.as_fd(), nix::poll::PollFlags::empty())];
         let ts = nix::sys::time::TimeSpec::from_duration(timeout);
         match nix::poll::ppoll(&mut p, Some(ts), None) {
             Ok(0) | Err(nix::errno::Errno::EINTR) => Ok(()),
             Ok(_) if self.conn.peer_gone() => Err(self.gone()),
             Ok(_) => Ok(()),
-            Err(e) => bail!("ppoll: {e}"),
+            Err(e) => Err(crate::Error::other(format!("ppoll: {e}"))),
         }
     }
 
     /// Sleeps (up to `timeout`) until the consumer returns a value (a buffer), unless one
     /// is already waiting. Errors if the consumer hung up.
-    pub fn wait_for_returns(&mut self, timeout: Duration) -> Result<()> {
+    pub fn wait_for_returns(&mut self, timeout: Duration) -> crate::Result<()> {
         self.wait_back(BackWait::Return, |r| r.returns_pending(), timeout)
     }
 
@@ -348,14 +353,14 @@ impl<T: Pod> Sender<T> {
     /// Takes back the oldest queued item (counted as dropped): the pool is exhausted, so
     /// the ring is full, or the consumer holds the rest. Errors if the consumer died
     /// (looked for at most every [`PEER_CHECK_FULL_EVERY`]) or corrupted the ring.
-    pub fn take_oldest(&mut self) -> Result<Option<T>> {
+    pub fn take_oldest(&mut self) -> crate::Result<Option<T>> {
         self.check_peer(PEER_CHECK_FULL_EVERY)?;
-        Ok(self.ring.take_oldest()?)
+        self.ring.take_oldest()
     }
 
     /// Next value from the return queue (unchecked).
-    pub fn pop_return(&mut self) -> Result<Option<u64>> {
-        Ok(self.ring.pop_return()?)
+    pub fn pop_return(&mut self) -> crate::Result<Option<u64>> {
+        self.ring.pop_return()
     }
 
     /// Signals end of stream and wakes the consumer.
@@ -460,7 +465,7 @@ impl<T: Pod> Receiver<T> {
         validate: &dyn Fn(&T) -> std::result::Result<(), String>,
         salvage: &mut dyn FnMut(&mut Self, Option<T>),
         timeout: Duration,
-    ) -> Result<Recv<T>> {
+    ) -> crate::Result<Recv<T>> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
         let mut hung_up = false;

@@ -139,6 +139,11 @@ impl DataPath {
     pub fn socket(&self, stage: &str) -> PathBuf {
         self.run_dir.join(format!("{stage}.sock"))
     }
+
+    /// The socket stage process `id` listens on (`capture@front.sock`, `scale.sock`, ...).
+    pub fn socket_of(&self, id: &crate::id::StageId) -> PathBuf {
+        self.socket(&id.to_string())
+    }
 }
 
 /// Checks a camera name (`--source NAME=...`, `--camera`): 1 to 32 of `a-z`, `0-9`, `_`

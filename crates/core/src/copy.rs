@@ -97,7 +97,7 @@ impl CopySender {
 
     /// Copies the frame out of its buffer and writes it to the socket. Blocks while the
     /// consumer's socket buffer is full. Errors if the consumer went away.
-    pub fn send(&mut self, desc: &FrameDesc, bufs: &[CpuAccess<'_, R>]) -> Result<()> {
+    pub fn send(&mut self, desc: &FrameDesc, bufs: &[CpuAccess<'_, R>]) -> crate::Result<()> {
         let d = gather(desc, bufs, &mut self.scratch)?;
         self.counters.copied_bytes += self.scratch.len() as u64;
         let hdr = CopyHeader { magic: MAGIC, payload: self.scratch.len() as u64, desc: d };
@@ -105,9 +105,9 @@ impl CopySender {
         // else is this stage's own error.
         let io = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                anyhow::Error::new(crate::Error::peer_gone(format!("data socket: downstream hung up ({e})")))
+                crate::Error::peer_gone(format!("data socket: downstream hung up ({e})"))
             }
-            _ => anyhow::anyhow!("data socket: {e}"),
+            _ => crate::Error::other(format!("data socket: {e}")),
         };
         self.sock.write_all(bytemuck::bytes_of(&hdr)).map_err(io)?;
         self.sock.write_all(&self.scratch).map_err(io)?;
@@ -176,7 +176,7 @@ impl CopyReceiver {
     }
 
     /// Waits up to `timeout` for the next frame and reads it whole into `scratch`.
-    pub fn recv(&mut self, timeout: Duration) -> Result<CopyRecv> {
+    pub fn recv(&mut self, timeout: Duration) -> crate::Result<CopyRecv> {
         use std::os::fd::AsFd;
         let mut p = [nix::poll::PollFd::new(self.sock.as_fd(), nix::poll::PollFlags::POLLIN)];
         let ms = timeout.as_millis().min(u16::MAX as u128) as u16;
@@ -184,7 +184,7 @@ impl CopyReceiver {
             Ok(0) => return Ok(CopyRecv::Idle),
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => return Ok(CopyRecv::Idle),
-            Err(e) => bail!("poll on data socket: {e}"),
+            Err(e) => return Err(crate::Error::other(format!("poll on data socket: {e}"))),
         }
         let mut hdr = CopyHeader::zeroed();
         let hb = bytemuck::bytes_of_mut(&mut hdr);
@@ -193,27 +193,28 @@ impl CopyReceiver {
             match self.sock.read(&mut hb[got..]) {
                 Ok(0) if got == 0 => return Ok(CopyRecv::Hangup),
                 Ok(0) => {
-                    return Err(
-                        crate::Error::peer_gone("upstream hung up inside a frame header (data socket closed)").into()
-                    )
+                    return Err(crate::Error::peer_gone("upstream hung up inside a frame header (data socket closed)"))
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => bail!("data socket: {e}"),
+                Err(e) => return Err(crate::Error::other(format!("data socket: {e}"))),
             }
         }
         if hdr.magic == MAGIC && hdr.payload == EOS {
             return Ok(CopyRecv::Eos);
         }
         if hdr.magic != MAGIC || hdr.payload > self.max_payload {
-            bail!("corrupt copy-mode header (magic {:#x}, payload {} > {})", hdr.magic, hdr.payload, self.max_payload);
+            return Err(crate::Error::other(format!(
+                "corrupt copy-mode header (magic {:#x}, payload {} > {})",
+                hdr.magic, hdr.payload, self.max_payload
+            )));
         }
         self.scratch.resize(hdr.payload as usize, 0);
         if let Err(e) = self.sock.read_exact(&mut self.scratch) {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                return Err(crate::Error::peer_gone("upstream hung up inside a frame (data socket closed)").into());
+                return Err(crate::Error::peer_gone("upstream hung up inside a frame (data socket closed)"));
             }
-            return Err(anyhow::Error::new(e).context("reading a copy-mode frame from the data socket"));
+            return Err(anyhow::Error::new(e).context("reading a copy-mode frame from the data socket").into());
         }
         hdr.desc.layout.validate(&[hdr.payload]).map_err(|e| anyhow::anyhow!("copy-mode frame: {e}"))?;
         self.counters.socket_bytes += std::mem::size_of::<CopyHeader>() as u64 + hdr.payload;

@@ -42,7 +42,7 @@ pub fn send(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) -> Res
 /// or died).
 /// Errors if the payload or the fds were truncated (`MSG_TRUNC`, `MSG_CTRUNC`): fds lost
 /// that way would leak or desynchronise the pool, so this is fatal, never ignored.
-pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+pub fn recv(sock: BorrowedFd<'_>) -> crate::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; MAX_PAYLOAD];
     let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
     loop {
@@ -59,11 +59,16 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
             Err(nix::errno::Errno::EINTR) => continue,
             // The peer closed with our message unread, or before accepting us: a hang-up.
             Err(nix::errno::Errno::ECONNRESET) => return Ok(None),
-            Err(e) => return Err(e).context("recvmsg on control socket"),
+            Err(nix::errno::Errno::EAGAIN) => {
+                return Err(crate::Error::TimedOut {
+                    what: "recvmsg on control socket: nothing within the receive timeout (EAGAIN)".into(),
+                })
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("recvmsg on control socket").into()),
         };
         // Take ownership of every fd first, so none leaks whatever happens next.
         let mut fds = Vec::new();
-        for c in msg.cmsgs().context("parsing control messages")? {
+        for c in msg.cmsgs().context("parsing control messages").map_err(crate::Error::Other)? {
             if let ControlMessageOwned::ScmRights(raw) = c {
                 for fd in raw {
                     // SAFETY: SCM_RIGHTS just installed this fd in our table; nothing else owns it.
@@ -72,10 +77,14 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
             }
         }
         if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-            bail!("control message truncated (MSG_CTRUNC): fds were dropped by the kernel; raise RLIMIT_NOFILE (ulimit -n)");
+            return Err(crate::Error::other(
+                "control message truncated (MSG_CTRUNC): fds were dropped by the kernel; raise RLIMIT_NOFILE (ulimit -n)",
+            ));
         }
         if msg.flags.contains(MsgFlags::MSG_TRUNC) {
-            bail!("control message payload truncated (MSG_TRUNC): over {MAX_PAYLOAD} bytes");
+            return Err(crate::Error::other(format!(
+                "control message payload truncated (MSG_TRUNC): over {MAX_PAYLOAD} bytes"
+            )));
         }
         let n = msg.bytes;
         if n == 0 && fds.is_empty() {

@@ -334,7 +334,7 @@ pub fn with_camera(flags: u32, camera: usize) -> u32 {
 }
 
 /// Stages, in pipeline order; index into [`FrameDesc::stamps`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(usize)]
 pub enum Stage {
     /// V4L2 / file / test-pattern capture.

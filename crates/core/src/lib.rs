@@ -15,6 +15,7 @@ mod error;
 pub mod fdpass;
 pub mod frame;
 pub mod hooks;
+pub mod id;
 pub mod link;
 pub mod metrics;
 pub mod pool;
@@ -24,6 +25,8 @@ pub mod secret;
 pub mod stage;
 pub mod tap;
 
-pub use error::Error;
+pub use error::{Error, Result};
+#[doc(hidden)]
+pub use anyhow as __anyhow;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

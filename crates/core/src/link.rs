@@ -345,8 +345,9 @@ impl Conn {
         fdpass::send(self.fd.as_fd(), &msg.encode()?, fds)
     }
 
-    /// Receives a message and its fds; an error if the peer hung up.
-    pub fn recv(&self) -> Result<(ControlMsg, Vec<OwnedFd>)> {
+    /// Receives a message and its fds: [`crate::Error::PeerGone`] if the peer hung up,
+    /// [`crate::Error::TimedOut`] past [`Conn::set_recv_timeout`].
+    pub fn recv(&self) -> crate::Result<(ControlMsg, Vec<OwnedFd>)> {
         let (bytes, fds) = fdpass::recv(self.fd.as_fd())?
             .ok_or_else(|| crate::Error::peer_gone(format!("peer pid {} hung up", self.peer_pid)))?;
         let msg = ControlMsg::decode(&bytes)
@@ -435,7 +436,7 @@ pub fn accept_hello(
                 kind(&other),
                 fds.len()
             )),
-            Err(e) if e.chain().any(|c| c.downcast_ref::<nix::errno::Errno>() == Some(&nix::errno::Errno::EAGAIN)) => {
+            Err(crate::Error::TimedOut { .. }) => {
                 listener.refuse(&format!("{}: no hello within {HELLO_TIMEOUT:?}", conn.peer()))
             }
             Err(e) => listener.refuse(&format!("{}: {e:#}", conn.peer())),

@@ -100,11 +100,13 @@ impl LatencySet {
     }
 }
 
-/// What a stage tells the supervisor.
+/// What a stage tells the supervisor (one JSON line on its report pipe), and what a run's
+/// summary keeps of each stage. Fields a sender left out read as their defaults.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StageReport {
-    /// Stage name.
-    pub stage: String,
+    /// Which process sent it (`capture`, `capture@front`, ..., `display` in the JSON).
+    pub stage: crate::id::StageId,
     /// Process id.
     pub pid: u32,
     /// Last report before exit.

@@ -19,6 +19,7 @@ use anyhow::Result;
 use crate::channel::Recv;
 use crate::config::DataPath;
 use crate::frame::{FrameDesc, Stage};
+use crate::id::StageId;
 use crate::link::{Conn, ControlMsg, Listener};
 use crate::metrics::{open_fd_count, EndFacts, Facts, FrameSpan, Reporter, StageReport};
 use crate::pool::{PoolProducer, Upstream, WriteLoan};
@@ -30,8 +31,8 @@ pub type Extras = Vec<(&'static str, serde_json::Value)>;
 /// SIGINT/SIGTERM/SIGHUP in the process that owns the signal handlers), where its reports
 /// go, and the data-path settings the pipeline's stages share.
 pub struct StageCtx<'a> {
-    /// The stage's name (`capture`, `scale`, `infer`, `publish`), for reports.
-    pub name: &'static str,
+    /// Which stage process this is, for its reports and its socket.
+    pub id: StageId,
     /// Set when the stage must stop; every loop and wait checks it.
     pub stop: &'a AtomicBool,
     /// The supervisor's report pipe (or the debug log).
@@ -70,8 +71,8 @@ pub fn incoming<T>(
     upstream: &str,
     downstream: &str,
     downstream_gone: impl FnOnce() -> bool,
-) -> Result<Incoming<T>> {
-    let gone = |who: &str| -> anyhow::Error { crate::Error::peer_gone(format!("{who} stage hung up")).into() };
+) -> crate::Result<Incoming<T>> {
+    let gone = |who: &str| crate::Error::peer_gone(format!("{who} stage hung up"));
     match r {
         Recv::Item(f) => Ok(Incoming::Item(f)),
         Recv::Hangup => Err(gone(upstream)),
@@ -95,7 +96,7 @@ pub struct Ending {
 
 impl Ending {
     /// Reads how `ended` ended.
-    pub fn of(ended: &Result<&'static str>) -> Ending {
+    pub fn of(ended: &crate::Result<&'static str>) -> Ending {
         match ended {
             Ok(reason) => Ending { reason: reason.to_string(), level: log::Level::Info, clean: true },
             Err(e) => Ending { reason: format!("{e:#}"), level: log::Level::Debug, clean: false },
@@ -136,8 +137,8 @@ impl StageCtx<'_> {
         &self,
         state: &mut S,
         mut report: impl FnMut(&S),
-        mut turn: impl FnMut(&mut S) -> Result<Turn>,
-    ) -> Result<&'static str> {
+        mut turn: impl FnMut(&mut S) -> crate::Result<Turn>,
+    ) -> crate::Result<&'static str> {
         let every = Some(self.data.stats_interval.map_or(HEARTBEAT, |e| e.min(HEARTBEAT)));
         let mut last = Instant::now();
         loop {
@@ -163,12 +164,12 @@ impl StageCtx<'_> {
     pub fn close<S>(
         &self,
         state: &mut S,
-        ended: Result<&'static str>,
+        ended: crate::Result<&'static str>,
         what: impl std::fmt::Display,
         fds_setup: usize,
         drain: impl FnOnce(&mut S, &Ending) -> Drained,
         report: impl FnOnce(&S, Facts),
-    ) -> Result<i32> {
+    ) -> crate::Result<i32> {
         let end = Ending::of(&ended);
         log::log!(end.level, "{} after {what}; draining", end.reason);
         let d = drain(state, &end);
@@ -197,7 +198,7 @@ impl StageCtx<'_> {
         stage: Stage,
         span: &mut FrameSpan,
         start: Instant,
-    ) -> Result<Turn> {
+    ) -> crate::Result<Turn> {
         desc.stamp_out(stage);
         loan.publish(desc, self.stop)?;
         span.tick(start);
@@ -238,7 +239,7 @@ impl StageCtx<'_> {
     /// `extras` filled in; the caller adds its counters.
     pub fn report(&self, start: Instant, final_report: bool, extras: impl Into<Facts>) -> StageReport {
         StageReport {
-            stage: self.name.into(),
+            stage: self.id.clone(),
             pid: std::process::id(),
             final_report,
             elapsed_s: start.elapsed().as_secs_f64(),
@@ -394,7 +395,7 @@ mod tests {
 
     fn ctx(stop: &AtomicBool) -> StageCtx<'_> {
         StageCtx {
-            name: "test",
+            id: StageId::from(Stage::Scale),
             stop,
             reporter: Reporter::new(None),
             data: DataPath { stats_interval: None, ..Default::default() },
@@ -415,15 +416,15 @@ mod tests {
             },
         );
         assert_eq!((r.unwrap(), n), ("frame limit", 3));
-        let r = c.run_loop(&mut n, |_| {}, |_| Err(crate::Error::peer_gone("infer stage hung up").into()));
+        let r = c.run_loop(&mut n, |_| {}, |_| Err(crate::Error::peer_gone("infer stage hung up")));
         let e = r.unwrap_err();
-        assert!(matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })));
+        assert!(matches!(e, crate::Error::PeerGone { .. }));
         assert_eq!(
             Ending::of(&Err(e)),
             Ending { reason: "infer stage hung up".into(), level: log::Level::Debug, clean: false }
         );
         stop.store(true, Ordering::Relaxed);
-        assert_eq!(c.run_loop(&mut n, |_| {}, |_| -> Result<Turn> { unreachable!() }).unwrap(), "signal");
+        assert_eq!(c.run_loop(&mut n, |_| {}, |_| -> crate::Result<Turn> { unreachable!() }).unwrap(), "signal");
     }
 
     #[test]
@@ -464,7 +465,7 @@ mod tests {
         let mut reported = false;
         let r = c.close(
             &mut reported,
-            Err(anyhow::anyhow!("boom")),
+            Err(crate::Error::other("boom")),
             "0 frames",
             7,
             |reported, _| {

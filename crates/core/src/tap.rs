@@ -127,6 +127,7 @@ impl TapClient {
         let never = AtomicBool::new(false);
         let hello = tap_hello_holding(&self.name, self.hold);
         let joined = Conn::connect_retry(&self.socket, &self.upstream, &never, Duration::from_millis(50))
+            .map_err(crate::Error::Other)
             .and_then(|conn| PoolConsumer::join(conn, &hello, WaitMode::Eventfd, &self.upstream));
         match joined {
             Ok(c) => {
@@ -188,13 +189,13 @@ impl TapClient {
                 self.leave();
                 Ok(None)
             }
-            Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
+            Err(crate::Error::PeerGone { .. }) => {
                 self.leave();
                 Ok(None)
             }
             Err(e) => {
                 self.leave();
-                Err(e.context(format!("tap `{}` on {}", self.name, self.upstream)))
+                Err(e.context(format!("tap `{}` on {}", self.name, self.upstream)).into())
             }
         }
     }

@@ -104,7 +104,7 @@ struct State {
 
 /// Runs the display stage: see the module documentation. Errors (one line each): no card,
 /// a card that cannot be opened, nothing connected.
-pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> Result<i32> {
+pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
     let start = Instant::now();
     let card = super::resolve_card(&cfg.target)?;
     let out = Output::open(&card, cfg.writeback.is_some(), cfg.legacy)?;
@@ -172,7 +172,7 @@ pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> Result<i32> {
 }
 
 impl State {
-    fn turn(&mut self) -> Result<Turn> {
+    fn turn(&mut self) -> zcpipe_core::Result<Turn> {
         if let Some(limit) = self.cfg.frames {
             if self.counters.shown >= limit {
                 return Ok(Turn::End("frame limit"));

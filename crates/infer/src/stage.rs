@@ -14,7 +14,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Context;
+use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::Sender;
 use zcpipe_core::data::resolve_data_path;
@@ -242,7 +243,7 @@ fn join_chain(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> R
         ctx.stop,
         ctx.data.connect_timeout,
     )?;
-    let Some(first) = input.current() else { bail!("the scale stage hung up while we joined it") };
+    let Some(first) = input.current() else { fail!("the scale stage hung up while we joined it") };
     log::info!("joined scale: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
     // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
     let bound = !ctx.data.copy_mode && bind(det, first)?;
@@ -317,7 +318,7 @@ fn bind(det: &mut dyn Detector, pool: &zcpipe_core::pool::PoolConsumer) -> Resul
         return Ok(false);
     }
     let bufs: Vec<&zcpipe_core::dmabuf::DmaBuf> = pool.buffers().iter().map(|b| &b[0]).collect();
-    det.bind_pool(&bufs)
+    Ok(det.bind_pool(&bufs)?)
 }
 
 /// The detections hop to the publish stage, kept when publish dies: records are dropped
@@ -354,8 +355,8 @@ impl Out {
     }
 
     /// A publish stage joined again on `conn`.
-    fn reoffer(&mut self, conn: Conn) -> Result<()> {
-        let Some((since, lost)) = self.away else { bail!("the detections hop still has its publish stage") };
+    fn reoffer(&mut self, conn: Conn) -> anyhow::Result<()> {
+        let Some((since, lost)) = self.away else { fail!("the detections hop still has its publish stage") };
         let peer = conn.peer();
         self.tx = Some(offer_items(conn, self.capacity, self.policy, self.what.clone(), self.labels.clone())?);
         self.away = None;
@@ -367,12 +368,12 @@ impl Out {
     /// The live publish stage's pid, after a look at whether it hung up.
     fn live_consumer(&mut self) -> Option<i32> {
         if self.tx.as_ref().is_some_and(|t| t.conn().peer_gone()) {
-            self.go_away(&zcpipe_core::Error::peer_gone("the publish stage hung up").into());
+            self.go_away(&zcpipe_core::Error::peer_gone("the publish stage hung up"));
         }
         self.tx.as_ref().map(|t| t.conn().peer_pid)
     }
 
-    fn go_away(&mut self, why: &anyhow::Error) {
+    fn go_away(&mut self, why: &zcpipe_core::Error) {
         if let Some(tx) = self.tx.take() {
             let held = tx.counters().in_flight;
             self.carried = self.carried.then(RingCounters { in_flight: 0, ..tx.counters() });
@@ -402,9 +403,7 @@ impl Out {
                     };
                     return Ok(());
                 }
-                Err(e) if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) => {
-                    self.go_away(&e)
-                }
+                Err(e @ zcpipe_core::Error::PeerGone { .. }) => self.go_away(&e),
                 Err(e) => return Err(e),
             }
         }
@@ -428,7 +427,7 @@ fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
     d.stamp_in(Stage::Infer);
     let l = d.layout;
     if l.fourcc != spec.fourcc || l.width != spec.width || l.height != spec.height {
-        bail!(
+        fail!(
             "scale sent a {}x{} {} frame; the model needs {}x{} {}",
             l.width,
             l.height,
@@ -536,7 +535,7 @@ struct Shared {
     /// When the stage's main loop started.
     start: Instant,
     /// The first error of a lane (or of publishing); it ends the stage.
-    error: Option<anyhow::Error>,
+    error: Option<zcpipe_core::Error>,
 }
 
 impl Shared {
@@ -556,7 +555,7 @@ impl Shared {
         Ok(())
     }
 
-    fn fail(&mut self, e: anyhow::Error) {
+    fn fail(&mut self, e: zcpipe_core::Error) {
         if self.error.is_none() {
             self.error = Some(e);
         }
@@ -663,7 +662,7 @@ fn dispatch(
             // The lanes imported the old pool and borrow the detector while they run: a
             // restarted scale stage's pool needs a restarted infer stage to bind it.
             let rebind = |_: &zcpipe_core::pool::PoolConsumer| -> Result<()> {
-                bail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
+                fail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
             };
             let frame = match next_frame(io, wait, || false, rebind)? {
                 Incoming::Item(f) => f,
@@ -678,7 +677,7 @@ fn dispatch(
                 s.held[lane] += 1;
             }
             if txs[lane].send(Job { n: *next, frame, desc }).is_err() {
-                bail!("the worker thread of infer lane {lane} is gone");
+                fail!("the worker thread of infer lane {lane} is gone");
             }
             *next += 1;
             Ok(Turn::Next)
@@ -717,7 +716,7 @@ fn lane_loop(
                     s.fail(e);
                 }
             }
-            Some(Err(e)) => s.fail(e.context(format!("inference on frame {} ({})", desc.seq, lane.describe()))),
+            Some(Err(e)) => s.fail(e.context(format!("inference on frame {} ({})", desc.seq, lane.describe())).into()),
         }
         drop(s);
         cv.notify_all();

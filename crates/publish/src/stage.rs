@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::{Receiver, Recv};
 use zcpipe_core::detections::DetectionsDesc;
@@ -473,7 +473,7 @@ impl<'s> PublishStage<'s> {
 
     /// Says that the stage `m` names restarted before frame `d` of `camera`: in the log, and
     /// as a notice line to every client and output.
-    fn notice_restart(&mut self, m: RestartMark, d: &DetectionsDesc, camera: &str) -> Result<()> {
+    fn notice_restart(&mut self, m: RestartMark, d: &DetectionsDesc, camera: &str) -> anyhow::Result<()> {
         log::info!(
             "the {} stage restarted; {} frames lost; frame {} of camera {camera} follows",
             m.stage.name(),
@@ -503,7 +503,7 @@ impl<'s> PublishStage<'s> {
 
     /// Publishes frame `d` of `camera`: tracks its detections, sends its line, then the
     /// events of its tracks.
-    fn publish_frame(&mut self, d: &DetectionsDesc, camera: &str) -> Result<()> {
+    fn publish_frame(&mut self, d: &DetectionsDesc, camera: &str) -> anyhow::Result<()> {
         let mut f = frame_json(d, camera, &self.labels, &latencies_us(d.timestamp_ns, &d.stamps));
         let events = self.tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &self.labels);
         let frame = SocketLine::Frame(f);
@@ -534,7 +534,7 @@ impl<'s> PublishStage<'s> {
     }
 
     /// Sends each of `events` as a line ([`PublishStage::send`]).
-    fn send_events(&mut self, events: Vec<EventJson>) -> Result<()> {
+    fn send_events(&mut self, events: Vec<EventJson>) -> anyhow::Result<()> {
         let several = self.several;
         for e in events {
             let typed = SocketLine::Event(e);
@@ -619,7 +619,7 @@ fn join_infer(up: Conn, hello: &ControlMsg, ctx: &StageCtx<'_>) -> Result<(Offer
     let (offer, mut rx, bufs) = join::<DetectionsDesc>(up, hello, ctx.data.wait, "infer")?;
     rx.set_spin(ctx.data.spin);
     if !bufs.is_empty() {
-        bail!("infer offered {} buffers; the detections hop carries none", bufs.len());
+        fail!("infer offered {} buffers; the detections hop carries none", bufs.len());
     }
     Ok((offer, rx))
 }
@@ -676,7 +676,7 @@ impl Infer {
                     self.away = Some(Instant::now());
                     Ok(Recv::Idle)
                 }
-                Err(e) if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) => {
+                Err(e @ zcpipe_core::Error::PeerGone { .. }) => {
                     log::warn!(
                         "the infer stage (pid {}) hung up ({e:#}); waiting for it to come back",
                         rx.conn().peer_pid
@@ -702,21 +702,23 @@ impl Infer {
             }
         };
         let peer = c.peer();
-        let joined = c.set_recv_timeout(Some(zcpipe_core::pool::OFFER_TIMEOUT)).and_then(|()| {
+        let join = || -> Result<(Offer, Receiver<DetectionsDesc>)> {
+            c.set_recv_timeout(Some(zcpipe_core::pool::OFFER_TIMEOUT))?;
             let (offer, rx) = join_infer(c, &self.hello, ctx)?;
             rx.conn().set_recv_timeout(None)?;
             Ok((offer, rx))
-        });
+        };
+        let joined = join();
         match joined {
             Ok((offer, _)) if offer.labels != labels => {
-                bail!("the restarted infer stage ({peer}) has {} labels, this publish stage was started with {}: publish restarts too", offer.labels.len(), labels.len());
+                fail!("the restarted infer stage ({peer}) has {} labels, this publish stage was started with {}: publish restarts too", offer.labels.len(), labels.len());
             }
             Ok((_, rx)) => {
                 let down = self.away.take().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
                 log::info!("joined the infer stage again ({peer}) after {down:.1} s");
                 self.rx = Some(rx);
             }
-            Err(e) if matches!(zcpipe_core::Error::find(&e), Some(zcpipe_core::Error::PeerGone { .. })) => {
+            Err(e @ zcpipe_core::Error::PeerGone { .. }) => {
                 log::debug!("the infer stage is not back yet ({peer}): {e:#}")
             }
             Err(e) => self.refuse(&ctx.data.socket("infer"), &format!("{peer}: {e:#}")),

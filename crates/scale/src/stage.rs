@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 use zcpipe_sys::board;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Context;
+use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::{wait_any, Recv, Waitable};
 use zcpipe_core::config::Choice;
@@ -187,7 +188,7 @@ fn accept_infer(listener: &mut Listener, ctx: &StageCtx<'_>) -> Result<(Conn, Wa
     let (down, msg) = accept_hello(listener, ctx.stop, ctx.data.connect_timeout, "infer")?;
     let want = match msg {
         ControlMsg::Hello { want: Some(w), .. } => w,
-        other => bail!("the infer stage must say which input it wants; it sent {other:?}"),
+        other => fail!("the infer stage must say which input it wants; it sent {other:?}"),
     };
     Ok((down, want))
 }
@@ -293,7 +294,7 @@ impl OutputPool {
             Err(e) => {
                 let error = format!("the infer stage asked for an input the scale stage cannot make: {e:#}");
                 down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
-                bail!("{error}");
+                fail!("{error}");
             }
         };
         let bpl = dst.planes[0].bytesperline;
@@ -310,14 +311,14 @@ impl OutputPool {
         if let Err(e) = cams[0].bind_if_joined(&mut pool, &dst, letterbox, None).map(|_| ()) {
             let error = format!("{e:#}");
             down.send(&ControlMsg::Refuse { error: error.clone() }, &[])?;
-            bail!("{error}");
+            fail!("{error}");
         }
         // With several cameras, each later camera's scaler binds the output pool when its camera
         // joins, and a device scaler whose camera's capture stage restarted is replaced by a
         // fresh one bound the same way: through these second handles on the same buffers.
         let binds = cams.iter().any(|c| c.scaler.as_ref().is_some_and(|s| s.binds_pools()));
         let dst_handles = if cams.len() > 1 || binds {
-            pool.iter().map(|b| b.try_clone()).collect::<Result<Vec<_>>>()?
+            pool.iter().map(|b| b.try_clone()).collect::<anyhow::Result<Vec<_>>>()?
         } else {
             vec![]
         };
@@ -392,7 +393,7 @@ impl<'s> ScaleStage<'s> {
         // Downstream first: frames start flowing only once the whole chain is connected.
         let (down, want) = accept_infer(&mut listener, ctx)?;
         let mut cams = join_cameras(sockets, &mut scalers, ctx)?;
-        let Some(first) = cams[0].input.current() else { bail!("the capture stage hung up while we joined it") };
+        let Some(first) = cams[0].input.current() else { fail!("the capture stage hung up while we joined it") };
         log::info!(
             "joined capture: {} ({} buffers, {})",
             first.offer.description,
@@ -499,7 +500,7 @@ impl<'s> ScaleStage<'s> {
         desc.flags = with_camera(desc.flags, i);
         desc.stamp_in(Stage::Scale);
         if let Some(l) = cam.fixed_layout.filter(|l| *l != frame.desc().layout) {
-            bail!("camera {}: capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", cam.name, frame.desc().layout);
+            fail!("camera {}: capture changed its frame layout mid-stream ({l:?} -> {:?}); a device scaler is bound to the first", cam.name, frame.desc().layout);
         }
         self.scale_into(i, frame, desc).map(Some)
     }

@@ -64,7 +64,7 @@ fn stages(a: &super::super::run::RunArgs) -> Vec<(String, Vec<String>)> {
     let c = a.config().unwrap();
     c.stage_flags
         .into_iter()
-        .map(|(_, n, f)| (n, f.into_iter().filter(|f| !f.starts_with("--run-dir=")).collect()))
+        .map(|(n, f)| (n.to_string(), f.into_iter().filter(|f| !f.starts_with("--run-dir=")).collect()))
         .collect()
 }
 

@@ -1,7 +1,23 @@
 //! The run's words: the periodic stats line and the summary text printed at the end (from the
 //! stages' latest reports and the [`RunSummary`]).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use zcpipe_core::frame::Stage;
+use zcpipe_core::id::{Role, StageId};
+use zcpipe_core::metrics::StageReport;
+
+use super::{camera_dropped, Carried, DisplayFacts, PublishFacts, ReconnectFacts, RunSummary};
+
+/// The latest reports, by stage process.
+type Latest = BTreeMap<StageId, StageReport>;
+
+/// The report of single stage `stage` (`scale`, `publish`; a single camera's `capture`).
+fn of(latest: &Latest, stage: impl Into<StageId>) -> Option<&StageReport> {
+    latest.get(&stage.into())
+}
 
 /// A rate for people: `30.0`, or `-` when there is none (fewer than 2 frames).
 pub(super) fn rate(fps: Option<f64>) -> String {
@@ -17,21 +33,17 @@ pub(super) fn fps(r: &StageReport) -> Option<f64> {
     }
 }
 
-pub(super) fn drops(latest: &BTreeMap<String, StageReport>, stage: &str) -> u64 {
-    if stage == "capture" {
+/// Frames dropped in the output ring of `stage` (every camera's, for capture).
+fn drops(latest: &Latest, stage: Stage) -> u64 {
+    if stage == Stage::Capture {
         return captures(latest).filter_map(|r| r.output_ring).map(|c| c.dropped).sum();
     }
-    latest.get(stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0)
+    of(latest, stage).and_then(|r| r.output_ring).map(|c| c.dropped).unwrap_or(0)
 }
 
 /// The capture stages' reports: `capture`, or `capture@NAME` of each camera of several.
-pub(super) fn captures(latest: &BTreeMap<String, StageReport>) -> impl Iterator<Item = &StageReport> {
-    latest.iter().filter(|(k, _)| is_capture(k)).map(|(_, r)| r)
-}
-
-/// Whether a stage name is a capture stage's: `capture`, or `capture@NAME` of a camera of several.
-pub(super) fn is_capture(stage: &str) -> bool {
-    stage == "capture" || stage_camera(stage).is_some()
+fn captures(latest: &Latest) -> impl Iterator<Item = &StageReport> {
+    latest.iter().filter(|(k, _)| k.is(Stage::Capture)).map(|(_, r)| r)
 }
 
 /// The periodic stats lines. Stages report on their own clocks; a line is printed once
@@ -41,10 +53,10 @@ pub(super) fn is_capture(stage: &str) -> bool {
 #[derive(Default)]
 pub(super) struct StatsLines {
     /// Stages that reported since the last line.
-    pub(super) fresh: std::collections::BTreeSet<String>,
+    pub(super) fresh: std::collections::BTreeSet<StageId>,
     pub(super) last: Option<Instant>,
     /// Capture's and publish's frame spans at the last line.
-    before: BTreeMap<String, zcpipe_core::metrics::FrameSpan>,
+    before: BTreeMap<StageId, zcpipe_core::metrics::FrameSpan>,
 }
 
 impl StatsLines {
@@ -52,8 +64,8 @@ impl StatsLines {
     pub(super) fn due(
         &mut self,
         every: Duration,
-        live: &[&str],
-        latest: &BTreeMap<String, StageReport>,
+        live: &[&StageId],
+        latest: &Latest,
         cameras: &[String],
         carried: &Carried,
     ) -> Option<String> {
@@ -65,7 +77,7 @@ impl StatsLines {
         }
         self.fresh.clear();
         self.last = Some(Instant::now());
-        let mut part = |stage: &str| {
+        let mut part = |stage: &StageId| {
             let r = latest.get(stage);
             let span = r.and_then(|r| r.out_span);
             let fps = match (span, self.before.get(stage)) {
@@ -74,7 +86,7 @@ impl StatsLines {
                 (None, _) => r.and_then(fps),
             };
             if let Some(s) = span {
-                self.before.insert(stage.to_string(), s);
+                self.before.insert(stage.clone(), s);
             }
             (r.map(|r| r.frames_out).unwrap_or(0), rate(fps))
         };
@@ -83,7 +95,7 @@ impl StatsLines {
             let mut per = vec![];
             let (mut total, mut total_fps) = (0, 0.0);
             for n in cameras {
-                let stage = camera_stage(n);
+                let stage = StageId::camera(n);
                 let (frames, fps) = part(&stage);
                 // Over the whole run: a restarted camera's earlier processes too.
                 let frames = frames + carried.frames(&stage);
@@ -92,13 +104,14 @@ impl StatsLines {
                 let dropped = camera_dropped(latest, n);
                 per.push(format!("{n} captured {frames} at {fps} fps, dropped {dropped}"));
             }
-            let (publ, publ_fps) = part("publish");
-            let publ = publ + carried.frames("publish");
+            let publish = StageId::from(Stage::Publish);
+            let (publ, publ_fps) = part(&publish);
+            let publ = publ + carried.frames(&publish);
             let line = stats_line(total, &format!("{total_fps:.1}"), publ, &publ_fps, latest);
             return Some(format!("{line} | cameras: {}", per.join(", ")));
         }
-        let (cap, cap_fps) = part("capture");
-        let (publ, publ_fps) = part("publish");
+        let (cap, cap_fps) = part(&Stage::Capture.into());
+        let (publ, publ_fps) = part(&Stage::Publish.into());
         // Capture's report may be older than publish's: it captured at least what came out.
         let cap = cap.max(publ);
         Some(stats_line(cap, &cap_fps, publ, &publ_fps, latest))
@@ -106,58 +119,82 @@ impl StatsLines {
 }
 
 /// The periodic stats line: frames so far, rates since the previous line, drops so far.
-pub(super) fn stats_line(
-    cap: u64,
-    cap_fps: &str,
-    publ: u64,
-    publ_fps: &str,
-    latest: &BTreeMap<String, StageReport>,
-) -> String {
+fn stats_line(cap: u64, cap_fps: &str, publ: u64, publ_fps: &str, latest: &Latest) -> String {
     format!(
         "stats: capture {cap} frames {cap_fps} fps | published {publ} frames {publ_fps} fps | dropped capture->scale {}, scale->infer {}, infer->publish {}",
-        drops(latest, "capture"),
-        drops(latest, "scale"),
-        drops(latest, "infer"),
+        drops(latest, Stage::Capture),
+        drops(latest, Stage::Scale),
+        drops(latest, Stage::Infer),
     )
 }
 
-/// The stage processes of a run, in pipeline order: its exit codes' names (every process
+/// The stage processes of a run, in pipeline order: its exit codes' ids (every process
 /// started), else the four stages.
-pub(super) fn stage_names(s: &RunSummary) -> Vec<String> {
+fn stage_ids(s: &RunSummary) -> Vec<StageId> {
     if s.exit_codes.is_empty() {
-        return Stage::ALL.iter().map(|st| st.name().to_string()).collect();
+        return Stage::ALL.iter().map(|st| StageId::from(*st)).collect();
     }
-    let order = |n: &str| {
-        Stage::ALL.iter().position(|st| n == st.name() || n.starts_with(&format!("{}@", st.name()))).unwrap_or(4)
+    let order = |id: &StageId| match id.role {
+        Role::Stage(st) => st as usize,
+        Role::Display => Stage::ALL.len(),
     };
-    let mut v: Vec<String> = s.exit_codes.keys().cloned().collect();
-    v.sort_by_key(|n| order(n));
+    let mut v: Vec<StageId> = s.exit_codes.keys().cloned().collect();
+    v.sort_by_key(order);
     v
 }
 
 /// The end-of-run summary, as printed on stderr.
 pub fn summary_text(s: &RunSummary) -> String {
-    use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "zcpipe summary ({:.1} s):", s.elapsed_s);
-    let get = |n: &str| s.stages.get(n);
+    frames_and_rings(&mut o, s);
+    if let (Some(c), Some(p)) = (of(&s.stages, Stage::Capture), of(&s.stages, Stage::Publish)) {
+        let _ = writeln!(o, "  fps: captured {}, published {} (first to last frame)", rate(fps(c)), rate(fps(p)));
+    }
+    if let Some(line) = of(&s.stages, Role::Display).and_then(|r| r.extra.view::<DisplayFacts>().summary_line()) {
+        let _ = writeln!(o, "{line}");
+    }
+    // Each part of the publish stage (its clients, each output) writes its own line.
+    for line in of(&s.stages, Stage::Publish).map(|p| p.extra.view::<PublishFacts>().summary_lines()).unwrap_or_default()
+    {
+        let _ = writeln!(o, "{line}");
+    }
+    copies(&mut o, s);
+    processes(&mut o, s);
+    if !s.cameras.is_empty() {
+        cameras(&mut o, s);
+    }
+    if let Some(p) = of(&s.stages, Stage::Publish) {
+        let _ = writeln!(o, "  latency (µs)        p50        p99        max");
+        for k in zcpipe_core::metrics::SERIES {
+            if let Some(l) = p.latency.get(k) {
+                let _ = writeln!(o, "    {k:<10} {:>10.0} {:>10.0} {:>10.0}", l.p50_us, l.p99_us, l.max_us);
+            }
+        }
+    }
+    o
+}
+
+/// The summary's frame counts and each ring's counters (one per camera of several).
+fn frames_and_rings(o: &mut String, s: &RunSummary) {
+    let get = |st: Stage| of(&s.stages, st);
     let _ = writeln!(
         o,
         "  frames: captured {}, scaled {}, inferred {}, published {}",
         captures(&s.stages).map(|r| r.frames_out).sum::<u64>(),
-        get("scale").map(|r| r.frames_out).unwrap_or(0),
-        get("infer").map(|r| r.frames_out).unwrap_or(0),
-        get("publish").map(|r| r.frames_out).unwrap_or(0),
+        get(Stage::Scale).map(|r| r.frames_out).unwrap_or(0),
+        get(Stage::Infer).map(|r| r.frames_out).unwrap_or(0),
+        get(Stage::Publish).map(|r| r.frames_out).unwrap_or(0),
     );
-    let cams: Vec<(String, String)> =
-        s.stages.keys().filter_map(|k| stage_camera(k).map(|n| (k.clone(), format!("{n}->scale")))).collect();
-    let rings = cams.iter().map(|(k, n)| (k.as_str(), n.as_str())).chain([
-        ("capture", "capture->scale"),
-        ("scale", "scale->infer"),
-        ("infer", "infer->publish"),
+    let cams: Vec<(StageId, String)> =
+        s.stages.keys().filter_map(|k| k.camera.as_ref().map(|n| (k.clone(), format!("{n}->scale")))).collect();
+    let rings = cams.into_iter().chain([
+        (Stage::Capture.into(), "capture->scale".to_string()),
+        (Stage::Scale.into(), "scale->infer".to_string()),
+        (Stage::Infer.into(), "infer->publish".to_string()),
     ]);
     for (stage, name) in rings {
-        if let Some(c) = get(stage).and_then(|r| r.output_ring) {
+        if let Some(c) = s.stages.get(&stage).and_then(|r| r.output_ring) {
             let _ = writeln!(
                 o,
                 "  ring {name:<15} produced {:>6}  consumed {:>6}  dropped {:>6}  rejected {}  in flight {}",
@@ -165,24 +202,18 @@ pub fn summary_text(s: &RunSummary) -> String {
             );
         }
     }
-    if let (Some(c), Some(p)) = (get("capture"), get("publish")) {
-        let _ = writeln!(o, "  fps: captured {}, published {} (first to last frame)", rate(fps(c)), rate(fps(p)));
-    }
-    if let Some(line) = get("display").and_then(|r| r.extra.view::<DisplayFacts>().summary_line()) {
-        let _ = writeln!(o, "{line}");
-    }
-    // Each part of the publish stage (its clients, each output) writes its own line.
-    for line in get("publish").map(|p| p.extra.view::<PublishFacts>().summary_lines()).unwrap_or_default() {
-        let _ = writeln!(o, "{line}");
-    }
-    for (up, down, name) in [("capture", "scale", "capture->scale"), ("scale", "infer", "scale->infer")] {
-        // Several cameras: their capture stages' copies together.
-        let u = if up == "capture" {
+}
+
+/// The bytes copied at each hop (`--copy-mode`; several cameras' capture stages together).
+fn copies(o: &mut String, s: &RunSummary) {
+    for (up, down, name) in [(Stage::Capture, Stage::Scale, "capture->scale"), (Stage::Scale, Stage::Infer, "scale->infer")]
+    {
+        let u = if up == Stage::Capture {
             captures(&s.stages).filter_map(|r| r.copy_out).reduce(zcpipe_core::copy::CopyCounters::plus)
         } else {
-            get(up).and_then(|r| r.copy_out)
+            of(&s.stages, up).and_then(|r| r.copy_out)
         };
-        let d = get(down).and_then(|r| r.copy_in);
+        let d = of(&s.stages, down).and_then(|r| r.copy_in);
         if let (Some(u), Some(d)) = (u, d) {
             let per = (u.copied_bytes + d.copied_bytes).checked_div(u.frames).unwrap_or(0);
             let _ = writeln!(
@@ -193,10 +224,16 @@ pub fn summary_text(s: &RunSummary) -> String {
             );
         }
     }
-    let cpu: Vec<String> = stage_names(s)
+}
+
+/// Each process's CPU time and memory, the cameras that reconnected, the restarts and
+/// the processes that sent no final report.
+fn processes(o: &mut String, s: &RunSummary) {
+    let ids = stage_ids(s);
+    let cpu: Vec<String> = ids
         .iter()
         .filter_map(|st| {
-            let r = get(st)?;
+            let r = s.stages.get(st)?;
             let p = r.process?;
             let n = r.frames_in.max(1);
             Some(format!("{st} {:.0} µs/frame {} MiB", (p.user_us + p.system_us) as f64 / n as f64, p.pss_kib / 1024))
@@ -206,8 +243,8 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ = writeln!(o, "  cpu and Pss: {}", cpu.join(", "));
     }
     // Network cameras that dropped and came back (the capture stage kept running).
-    for (stage, r) in s.stages.iter().filter(|(k, _)| is_capture(k)) {
-        let who = stage_camera(stage).map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
+    for (stage, r) in s.stages.iter().filter(|(k, _)| k.is(Stage::Capture)) {
+        let who = stage.camera.as_ref().map(|c| format!("camera {c}")).unwrap_or_else(|| "the camera".into());
         if let Some(line) = r.extra.view::<ReconnectFacts>().summary_line(&who) {
             let _ = writeln!(o, "{line}");
         }
@@ -217,9 +254,8 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ =
             writeln!(o, "  restarts: {} (each restarted alone; the counts above are the last process's)", r.join(", "));
     }
-    let names = stage_names(s);
-    let unreported: Vec<&str> =
-        names.iter().map(String::as_str).filter(|n| !get(n).is_some_and(|r| r.final_report)).collect();
+    let unreported: Vec<String> =
+        ids.iter().filter(|n| !s.stages.get(n).is_some_and(|r| r.final_report)).map(|n| n.to_string()).collect();
     if !unreported.is_empty() {
         let _ = writeln!(
             o,
@@ -227,35 +263,27 @@ pub fn summary_text(s: &RunSummary) -> String {
             unreported.join(", ")
         );
     }
-    if !s.cameras.is_empty() {
-        let _ =
-            writeln!(o, "  camera          captured  dropped  published  fps in  fps out  p50 ms  p99 ms  restarts");
-        let f = |v: Option<f64>, div: f64| v.map(|x| format!("{:.1}", x / div)).unwrap_or_else(|| "-".into());
-        let (mut c, mut d, mut p) = (0, 0, 0);
-        for (name, cs) in s.camera_order.iter().filter_map(|n| s.cameras.get(n).map(|c| (n, c))) {
-            let _ = writeln!(
-                o,
-                "    {name:<14}{:>8} {:>8} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}",
-                cs.captured,
-                cs.dropped,
-                cs.published,
-                f(cs.fps_captured, 1.0),
-                f(cs.fps_published, 1.0),
-                f(cs.latency_p50_us, 1000.0),
-                f(cs.latency_p99_us, 1000.0),
-                cs.restarts
-            );
-            (c, d, p) = (c + cs.captured, d + cs.dropped, p + cs.published);
-        }
-        let _ = writeln!(o, "    {:<14}{c:>8} {d:>8} {p:>10}", "total");
+}
+
+/// The table of cameras (several cameras), with their total.
+fn cameras(o: &mut String, s: &RunSummary) {
+    let _ = writeln!(o, "  camera          captured  dropped  published  fps in  fps out  p50 ms  p99 ms  restarts");
+    let f = |v: Option<f64>, div: f64| v.map(|x| format!("{:.1}", x / div)).unwrap_or_else(|| "-".into());
+    let (mut c, mut d, mut p) = (0, 0, 0);
+    for (name, cs) in s.camera_order.iter().filter_map(|n| s.cameras.get(n).map(|c| (n, c))) {
+        let _ = writeln!(
+            o,
+            "    {name:<14}{:>8} {:>8} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}",
+            cs.captured,
+            cs.dropped,
+            cs.published,
+            f(cs.fps_captured, 1.0),
+            f(cs.fps_published, 1.0),
+            f(cs.latency_p50_us, 1000.0),
+            f(cs.latency_p99_us, 1000.0),
+            cs.restarts
+        );
+        (c, d, p) = (c + cs.captured, d + cs.dropped, p + cs.published);
     }
-    if let Some(p) = get("publish") {
-        let _ = writeln!(o, "  latency (µs)        p50        p99        max");
-        for k in zcpipe_core::metrics::SERIES {
-            if let Some(l) = p.latency.get(k) {
-                let _ = writeln!(o, "    {k:<10} {:>10.0} {:>10.0} {:>10.0}", l.p50_us, l.p99_us, l.max_us);
-            }
-        }
-    }
-    o
+    let _ = writeln!(o, "    {:<14}{c:>8} {d:>8} {p:>10}", "total");
 }

@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use bytemuck::Pod;
 
 use super::super::channel::{Doorbell, Receiver, Recv, Sender, Waitable};
@@ -53,25 +53,24 @@ pub fn join<T: Pod>(
     hello: &ControlMsg,
     wait: WaitMode,
     upstream: &str,
-) -> Result<(Offer, Receiver<T>, Vec<Vec<DmaBuf>>)> {
+) -> crate::Result<(Offer, Receiver<T>, Vec<Vec<DmaBuf>>)> {
     let (offer, fds) = request_offer(&conn, hello, upstream)?;
     let (rx, bufs) = attach(conn, &offer, fds, wait, upstream)?;
     Ok((offer, rx, bufs))
 }
 
 /// Sends `hello` and returns the upstream's offer with its fds; a refusal is the error.
-fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Offer, Vec<OwnedFd>)> {
+fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> crate::Result<(Offer, Vec<OwnedFd>)> {
     conn.send(hello, &[])?;
     let (msg, fds) = match conn.recv() {
         Ok(m) => m,
         // It failed during its own set-up and says why itself: ours is secondary. (A
         // malformed answer stays an error even if the peer closed right after it.)
-        Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
+        Err(crate::Error::PeerGone { .. }) => {
             return Err(crate::Error::peer_gone(format!(
                 "{upstream} (pid {}) hung up before offering its frames",
                 conn.peer_pid
-            ))
-            .into())
+            )))
         }
         Err(e) => return Err(e.context(format!("waiting for {upstream}'s offer"))),
     };
@@ -79,12 +78,12 @@ fn request_offer(conn: &Conn, hello: &ControlMsg, upstream: &str) -> Result<(Off
         ControlMsg::Offer(o) => Ok((o, fds)),
         // The refusing stage prints this error itself: ours is secondary, reported quietly
         // (exit code 3) so the user sees the cause once.
-        ControlMsg::Refuse { error } => Err(crate::Error::peer_gone(format!("{upstream} refused: {error}")).into()),
-        other => bail!(
+        ControlMsg::Refuse { error } => Err(crate::Error::peer_gone(format!("{upstream} refused: {error}"))),
+        other => Err(crate::Error::other(format!(
             "{upstream} sent {} instead of an offer (with {} fds, closed)",
             super::super::link::kind(&other),
             fds.len()
-        ),
+        ))),
     }
 }
 
@@ -252,10 +251,10 @@ impl Waitable for PoolConsumer {
 impl PoolConsumer {
     /// Joins the frame hop offered on `conn` (see [`join`]); in copy mode, maps nothing
     /// shared and allocates its own pool instead.
-    pub fn join(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &str) -> Result<PoolConsumer> {
+    pub fn join(conn: Conn, hello: &ControlMsg, wait: WaitMode, upstream: &str) -> crate::Result<PoolConsumer> {
         let (offer, fds) = request_offer(&conn, hello, upstream)?;
         if offer.payload != Payload::Frames {
-            bail!("{upstream} offered {:?}, expected frames", offer.payload);
+            return Err(crate::Error::other(format!("{upstream} offered {:?}, expected frames", offer.payload)));
         }
         if offer.copy_mode {
             let [fd]: [OwnedFd; 1] = fds
@@ -290,7 +289,7 @@ impl PoolConsumer {
     /// Waits up to `timeout` for the next frame. Descriptors are validated against the pool
     /// (index in range, every plane inside its buffer) before use; a refused one whose
     /// buffer index is valid is returned upstream at once.
-    pub fn recv(&self, timeout: Duration) -> Result<Recv<Frame>> {
+    pub fn recv(&self, timeout: Duration) -> crate::Result<Recv<Frame>> {
         let rx = match &self.link {
             ConsumerLink::Ring(rx) => rx,
             ConsumerLink::Copy { rx, free, conn } => {

@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use bytemuck::Pod;
 
 use crate::channel::{Doorbell, Sender, Sent};
@@ -25,25 +25,25 @@ pub(super) enum Link {
 }
 
 impl Link {
-    pub(super) fn pop_return(&mut self) -> Result<Option<u64>> {
+    pub(super) fn pop_return(&mut self) -> crate::Result<Option<u64>> {
         match self {
             Link::Ring(s) => s.pop_return(),
             Link::Copy { .. } | Link::Away => Ok(None),
         }
     }
-    pub(super) fn take_oldest(&mut self) -> Result<Option<FrameDesc>> {
+    pub(super) fn take_oldest(&mut self) -> crate::Result<Option<FrameDesc>> {
         match self {
             Link::Ring(s) => s.take_oldest(),
             Link::Copy { .. } | Link::Away => Ok(None),
         }
     }
-    pub(super) fn wait_for_returns(&mut self, timeout: Duration) -> Result<()> {
+    pub(super) fn wait_for_returns(&mut self, timeout: Duration) -> crate::Result<()> {
         match self {
             Link::Ring(s) => s.wait_for_returns(timeout),
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout.min(Duration::from_millis(20)));
                 if conn.peer_gone() {
-                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
+                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)));
                 }
                 Ok(())
             }
@@ -53,13 +53,13 @@ impl Link {
             }
         }
     }
-    pub(super) fn pace(&mut self, timeout: Duration) -> Result<()> {
+    pub(super) fn pace(&mut self, timeout: Duration) -> crate::Result<()> {
         match self {
             Link::Ring(s) => s.pace(timeout),
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout);
                 if conn.peer_gone() {
-                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)).into());
+                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)));
                 }
                 Ok(())
             }
@@ -69,11 +69,11 @@ impl Link {
             }
         }
     }
-    pub(super) fn send(&mut self, desc: FrameDesc, stop: &AtomicBool) -> Result<Sent<FrameDesc>> {
+    pub(super) fn send(&mut self, desc: FrameDesc, stop: &AtomicBool) -> crate::Result<Sent<FrameDesc>> {
         match self {
             Link::Ring(s) => s.send(desc, stop),
-            Link::Copy { .. } => bail!("copy-mode frames are sent by PoolProducer::publish"),
-            Link::Away => bail!("no consumer: frames are dropped by PoolProducer::publish"),
+            Link::Copy { .. } => Err(crate::Error::other("copy-mode frames are sent by PoolProducer::publish")),
+            Link::Away => Err(crate::Error::other("no consumer: frames are dropped by PoolProducer::publish")),
         }
     }
     pub(super) fn counters(&self) -> RingCounters {

@@ -3,7 +3,6 @@
 
 use std::sync::atomic::AtomicBool;
 
-use anyhow::Result;
 
 use crate::dmabuf::DmaBuf;
 use crate::frame::FrameDesc;
@@ -58,7 +57,7 @@ impl WriteLoan<'_> {
     /// Hands the written buffer to the consumer, described by `desc` (its `buffer_index`
     /// is set to this loan's). Errors if the consumer died ([`crate::Error::PeerGone`]) or corrupted
     /// the ring; the buffer is back in the pool then.
-    pub fn publish(self, desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
+    pub fn publish(self, desc: FrameDesc, stop: &AtomicBool) -> crate::Result<()> {
         // The buffer leaves the `Writing` state here (queued, or free again), so the drop
         // that follows gives nothing back.
         self.pool.publish(self.index, desc, stop)

@@ -129,7 +129,7 @@ impl PoolProducer {
         if let Some(pid) =
             self.consumer_pid().filter(|_| self.keep_serving && self.sender.conn().is_some_and(|c| c.peer_gone()))
         {
-            self.go_away(&crate::Error::peer_gone(format!("downstream (pid {pid}) hung up")).into());
+            self.go_away(&crate::Error::peer_gone(format!("downstream (pid {pid}) hung up")));
         }
         self.consumer_pid()
     }
@@ -163,14 +163,14 @@ impl PoolProducer {
     /// Turns a consumer's hang-up (`r` failed with [`crate::Error::PeerGone`]), or a consumer that
     /// corrupted the ring ([`crate::Error::RingCorrupt`]: it is hung up on), into the away state when this
     /// hop keeps serving: `Ok(None)`. Anything else passes through.
-    fn absorb<T>(&mut self, r: Result<T>) -> Result<Option<T>> {
+    fn absorb<T>(&mut self, r: crate::Result<T>) -> crate::Result<Option<T>> {
         match r {
             Ok(v) => Ok(Some(v)),
-            Err(e) if self.keep_serving && matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
+            Err(e @ crate::Error::PeerGone { .. }) if self.keep_serving => {
                 self.go_away(&e);
                 Ok(None)
             }
-            Err(e) if self.keep_serving && matches!(crate::Error::find(&e), Some(crate::Error::RingCorrupt { .. })) => {
+            Err(e @ crate::Error::RingCorrupt { .. }) if self.keep_serving => {
                 // A broken or hostile consumer: hung up on (the connection closes with the
                 // ring), and the hop waits for a consumer that follows the protocol.
                 let who = self
@@ -187,7 +187,7 @@ impl PoolProducer {
 
     /// The consumer hung up: everything it held or had queued is free again, and frames
     /// are dropped (counted) until one re-joins.
-    fn go_away(&mut self, why: &anyhow::Error) {
+    fn go_away(&mut self, why: &crate::Error) {
         let held = self.state.iter().filter(|s| matches!(s, BufState::Queued(_))).count() as u64;
         self.carried = self.carried.then(RingCounters { in_flight: 0, ..self.sender.counters() });
         self.reclaim_from_dead_consumer();
@@ -228,7 +228,7 @@ impl PoolProducer {
         self.free.push_back(i);
     }
 
-    pub(super) fn reclaim_returns(&mut self) -> Result<()> {
+    pub(super) fn reclaim_returns(&mut self) -> crate::Result<()> {
         if !self.taps.is_empty() {
             self.reclaim_tap_returns();
         }
@@ -253,7 +253,7 @@ impl PoolProducer {
 
     /// Takes the oldest queued frame back from the ring (drop-oldest), freeing its buffer;
     /// `false` if the ring was empty.
-    fn reclaim_oldest(&mut self) -> Result<bool> {
+    fn reclaim_oldest(&mut self) -> crate::Result<bool> {
         let r = self.sender.take_oldest();
         let Some(taken) = self.absorb(r)? else { return Ok(true) };
         Ok(match taken {
@@ -272,14 +272,18 @@ impl PoolProducer {
     /// Drop-oldest takes the oldest queued frame back when none is free and so never waits
     /// unless the consumer holds every buffer; block waits for a return. Errors if the
     /// consumer died ([`crate::Error::PeerGone`]) or corrupted the ring.
-    pub fn acquire(&mut self, stop: &AtomicBool) -> Result<Option<WriteLoan<'_>>> {
+    pub fn acquire(&mut self, stop: &AtomicBool) -> crate::Result<Option<WriteLoan<'_>>> {
         self.acquire_within(stop, None)
     }
 
     /// [`PoolProducer::acquire`], giving up (`Ok(None)`) once `timeout` has passed without a
     /// buffer, so a stage's loop turns (and reports: its heartbeat) while a consumer keeps
     /// every buffer. `None` waits for ever.
-    pub fn acquire_within(&mut self, stop: &AtomicBool, timeout: Option<Duration>) -> Result<Option<WriteLoan<'_>>> {
+    pub fn acquire_within(
+        &mut self,
+        stop: &AtomicBool,
+        timeout: Option<Duration>,
+    ) -> crate::Result<Option<WriteLoan<'_>>> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             self.reclaim_returns()?;
@@ -312,7 +316,7 @@ impl PoolProducer {
     /// drop-oldest, if fewer than `min_device` buffers would be with the device, the oldest
     /// queued frames are taken back first, so a slow consumer makes zcpipe drop frames
     /// (counted) rather than starve the driver (which would drop them uncounted).
-    pub fn lend_free_to_device(&mut self, min_device: usize) -> Result<Vec<DeviceLoan>> {
+    pub fn lend_free_to_device(&mut self, min_device: usize) -> crate::Result<Vec<DeviceLoan>> {
         self.reclaim_returns()?;
         if self.policy == RingPolicy::DropOldest {
             let at_device = self.state.iter().filter(|s| **s == BufState::Device).count();
@@ -371,7 +375,7 @@ impl PoolProducer {
     /// Publishes the buffer of `loan`, described by `desc` (whose `buffer_index` is set to
     /// the loan's). Under drop-oldest the displaced frame's buffer is freed at once. In copy
     /// mode the frame is copied out now and the buffer is free again at once.
-    pub(super) fn publish(&mut self, index: u32, mut desc: FrameDesc, stop: &AtomicBool) -> Result<()> {
+    pub(super) fn publish(&mut self, index: u32, mut desc: FrameDesc, stop: &AtomicBool) -> crate::Result<()> {
         let i = index as usize;
         desc.buffer_index = index;
         let camera = crate::frame::camera_of(desc.flags);
@@ -458,7 +462,7 @@ impl PoolProducer {
     /// Sleeps up to `timeout` between frames (a source's pacing), waking early if the
     /// consumer hangs up (an error, [`crate::Error::PeerGone`]) or a signal arrives: one syscall for the
     /// sleep and the liveness check ([`Sender::pace`]).
-    pub fn pace(&mut self, timeout: Duration) -> Result<()> {
+    pub fn pace(&mut self, timeout: Duration) -> crate::Result<()> {
         let r = self.sender.pace(timeout);
         self.absorb(r).map(drop)
     }

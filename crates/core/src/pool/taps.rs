@@ -200,7 +200,7 @@ impl PoolProducer {
                         .collect::<Result<Vec<CpuAccess<'_, Read>>>>()
                     {
                         Ok(guards) => data.send(desc, &guards).map(|()| None),
-                        Err(e) => Err(e),
+                        Err(e) => Err(crate::Error::Other(e)),
                     }
                 }
                 link => link.send(*desc, stop).map(Some),

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 
 use super::super::channel::{Recv, Waitable};
 use super::super::frame::{RestartMark, Stage};
@@ -72,7 +71,7 @@ impl Upstream {
         spin: Duration,
         stop: &AtomicBool,
         timeout: Duration,
-    ) -> Result<Upstream> {
+    ) -> crate::Result<Upstream> {
         let conn = Conn::connect_retry(&path, &format!("{} stage", stage.name()), stop, timeout)?;
         let c = PoolConsumer::join(conn, &hello, wait, stage.name())?;
         c.set_spin(spin);
@@ -180,7 +179,7 @@ impl Upstream {
     /// tries (with back-off, 10 ms doubling to 50 ms: a refused connect(2) costs little) to join it again, returning
     /// [`Recv::Idle`] meanwhile; it never returns [`Recv::Hangup`]. The first frame after
     /// the capture stage came back carries a [`RestartMark`].
-    pub fn recv(&mut self, timeout: Duration) -> Result<Recv<Frame>> {
+    pub fn recv(&mut self, timeout: Duration) -> crate::Result<Recv<Frame>> {
         let Some(c) = &self.cur else {
             if !self.try_rejoin() && !timeout.is_zero() {
                 std::thread::sleep(
@@ -190,8 +189,7 @@ impl Upstream {
             return Ok(Recv::Idle);
         };
         let r = match c.recv(timeout) {
-            Ok(Recv::Hangup) => None,
-            Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => None,
+            Ok(Recv::Hangup) | Err(crate::Error::PeerGone { .. }) => None,
             Ok(r) => Some(r),
             Err(e) => return Err(e),
         };
@@ -249,20 +247,22 @@ impl Upstream {
             }
         };
         let peer = conn.peer();
-        let joined = conn.set_recv_timeout(Some(OFFER_TIMEOUT)).and_then(|()| {
+        let join = || -> crate::Result<PoolConsumer> {
+            conn.set_recv_timeout(Some(OFFER_TIMEOUT))?;
             let c = PoolConsumer::join(conn, &self.hello, self.wait, self.name())?;
             if c.offer.copy_mode != self.copy_mode {
                 let mode = |copy: bool| if copy { "--copy-mode" } else { "zero-copy" };
-                anyhow::bail!(
+                return Err(crate::Error::other(format!(
                     "{} offered a {} hop; this stage joined a {} one at set-up",
                     self.name(),
                     mode(c.offer.copy_mode),
                     mode(self.copy_mode)
-                );
+                )));
             }
             c.set_recv_timeout(None)?;
             Ok(c)
-        });
+        };
+        let joined = join();
         match joined {
             Ok(c) => {
                 c.set_spin(self.spin);
@@ -298,7 +298,7 @@ impl Upstream {
                 self.delay = REJOIN_FIRST_DELAY;
                 true
             }
-            Err(e) if matches!(crate::Error::find(&e), Some(crate::Error::PeerGone { .. })) => {
+            Err(e @ crate::Error::PeerGone { .. }) => {
                 log::debug!("the {} stage is not back yet ({peer}): {e:#}", self.name());
                 false
             }

@@ -1,0 +1,236 @@
+//! The stage processes of a run: starting one ([`spawn`]), how one ended, and what follows
+//! its death ([`plan_restart`]).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::Signal;
+
+use zcpipe_core::frame::Stage;
+use zcpipe_core::id::{Role, StageId};
+
+use super::CAMERA_BACKOFF_MAX;
+
+/// The fd number children find their report pipe at.
+pub(super) const REPORT_FD: i32 = 3;
+
+/// One stage process of a run, and what the supervisor knows of it.
+pub(super) struct Proc {
+    /// Which stage process it is (`capture@NAME` for one camera of several): its name in
+    /// reports and logs.
+    pub(super) id: StageId,
+    /// A camera of several: restarted however often it dies (its back-off grows to
+    /// [`CAMERA_BACKOFF_MAX`]), so a camera that is gone for a while never stops the others.
+    pub(super) forever: bool,
+    pub(super) child: Child,
+    pub(super) status: Option<ExitStatus>,
+    /// Its arguments, for a restart.
+    pub(super) args: Vec<String>,
+    /// When this process said it is set up (its first report), if it did.
+    pub(super) up_since: Option<Instant>,
+    /// When the stage last died, of the deaths that were restarted within the window.
+    pub(super) restarts: Vec<Instant>,
+    /// Restarts over the whole run.
+    pub(super) restarted: u32,
+    /// The wait before the next restart.
+    pub(super) backoff: Duration,
+    /// A restart due at this time.
+    pub(super) restart_at: Option<Instant>,
+    /// How the last process ended (`killed by signal 9 (SIGKILL)`, `exit code 1`).
+    pub(super) last_death: String,
+    /// When this process last reported (its heartbeat).
+    pub(super) last_report: Instant,
+    /// Why the watchdog killed this process, if it did.
+    pub(super) watchdog: Option<String>,
+}
+
+impl Proc {
+    pub(super) fn new(id: StageId, child: Child, args: Vec<String>, forever: bool) -> Proc {
+        Proc {
+            id,
+            forever,
+            child,
+            status: None,
+            args,
+            up_since: None,
+            restarts: vec![],
+            restarted: 0,
+            backoff: crate::supervise::BACKOFF_FIRST,
+            restart_at: None,
+            last_death: String::new(),
+            last_report: Instant::now(),
+            watchdog: None,
+        }
+    }
+
+    /// Whether this is a capture stage (any camera's).
+    pub(super) fn is_capture(&self) -> bool {
+        self.id.is(Stage::Capture)
+    }
+
+    /// Whether this is the display sink.
+    pub(super) fn is_display(&self) -> bool {
+        self.id.role == Role::Display
+    }
+
+    /// Its process id, for signals.
+    pub(super) fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+}
+
+/// A process's state letter from `/proc/PID/stat` with its meaning (proc(5)): `T (stopped)`.
+pub(super) fn process_state(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let c = stat.rsplit(')').next().and_then(|r| r.trim_start().chars().next()).unwrap_or('?');
+    let what = match c {
+        'R' => "running",
+        'S' => "sleeping",
+        'D' => "waiting on the disk or a device",
+        'T' | 't' => "stopped",
+        'Z' => "a zombie",
+        _ => "unknown",
+    };
+    format!("{c} ({what})")
+}
+
+/// How a stage process ended, in words: `exit code 1`, `killed by signal 9 (SIGKILL)`.
+fn death(s: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match s.signal() {
+        Some(sig) => format!("killed by signal {sig} ({})", Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("?")),
+        None => format!("exit code {}", s.code().unwrap_or(-1)),
+    }
+}
+
+/// The exit code of a process that ended with `s` (128 + the signal for a killed one).
+pub(super) fn code(s: &ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+/// Whether something listens on the socket at `p`.
+pub(super) fn probe(p: &std::path::Path) -> Option<()> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(p).ok()?;
+    [SockType::SeqPacket, SockType::Stream].into_iter().find_map(|t| {
+        let fd = socket(AddressFamily::Unix, t, SockFlag::SOCK_CLOEXEC, None).ok()?;
+        connect(fd.as_raw_fd(), &addr).ok()
+    })
+}
+
+/// A socket in `dir` that something is listening on, if any.
+pub(super) fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "sock") && probe(p).is_some())
+}
+
+/// Starts stage process `id` of `exe` (`zcpipe stage <role> ARGS`) with the secrets `env`
+/// in its environment and `report_w` as its report pipe at [`REPORT_FD`].
+pub(super) fn spawn(
+    exe: &std::path::Path,
+    id: &StageId,
+    args: Vec<String>,
+    env: &[(String, String)],
+    report_w: &OwnedFd,
+) -> Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.arg("stage").arg(id.role.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
+    cmd.stdout(if id.is(Stage::Publish) { Stdio::inherit() } else { Stdio::null() });
+    if std::env::var_os("RUST_LOG").is_none() {
+        let lvl = log::max_level().to_string().to_lowercase();
+        cmd.env("RUST_LOG", format!("zcpipe={lvl},warn"));
+    }
+    let w = report_w.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setpgid, prctl, dup2, fcntl) on fds we own.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Own process group: a terminal's Ctrl-C goes to the supervisor alone.
+            libc::setpgid(0, 0);
+            // Die with the supervisor: no orphan stages.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other("supervisor already gone"));
+            }
+            if w == REPORT_FD {
+                libc::fcntl(REPORT_FD, libc::F_SETFD, 0);
+            } else if libc::dup2(w, REPORT_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // A camera's URL may hold its password: never in a log line.
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.strip_prefix("--source=")
+                .map_or_else(|| a.clone(), |u| format!("--source={}", zcpipe_capture::spec::redact_url(u)))
+        })
+        .collect();
+    log::debug!("starting: {} stage {} {} ({id})", exe.display(), id.role.name(), shown.join(" "));
+    cmd.spawn().with_context(|| format!("starting the {id} stage ({})", exe.display()))
+}
+
+/// Decides what follows the death (`s`) of `p`, a stage whose run was not stopping: a
+/// restart after its back-off (`Ok(the wait)`, scheduled in `p`), or, if it never got set
+/// up (a configuration error, said by the stage itself) or died more than `policy` allows,
+/// `Err(the line that says why the run stops)`.
+pub(super) fn plan_restart(
+    p: &mut Proc,
+    policy: &crate::supervise::RestartPolicy,
+    s: &ExitStatus,
+) -> std::result::Result<Duration, String> {
+    p.last_death = match &p.watchdog {
+        Some(why) => format!("{why}, killed by the watchdog (--watchdog)"),
+        None => death(s),
+    };
+    let name = p.id.clone();
+    if p.up_since.is_none() && p.restarted == 0 {
+        // A stage that cannot start is not restarted. An exit code comes with the stage's
+        // own error line, which says it all; a signal is news.
+        use std::os::unix::process::ExitStatusExt;
+        return Err(if s.signal().is_some() {
+            format!("the {name} stage was {} during set-up; stopped the others", p.last_death)
+        } else {
+            String::new()
+        });
+    }
+    if policy.max == 0 {
+        return Err(format!("the {name} stage was {}; stopped the others (--restart-max 0)", p.last_death)
+            .replace("was exit code", "ended with exit code"));
+    }
+    let now = Instant::now();
+    p.restarts.retain(|t| now.duration_since(*t) < policy.window);
+    if p.forever {
+        // A camera of several: gone for a while (unplugged, its network down), retried with
+        // a back-off that grows to CAMERA_BACKOFF_MAX, never given up on.
+        let delay = p.backoff;
+        p.backoff = (p.backoff * 2).min(CAMERA_BACKOFF_MAX);
+        p.restart_at = Some(now + delay);
+        return Ok(delay);
+    }
+    if p.restarts.len() as u32 >= policy.max {
+        return Err(format!(
+            "the {name} stage died {} times within {} s (last: {}); gave up restarting it (--restart-max {}, --restart-window {}) and stopped the others",
+            p.restarts.len() + 1,
+            policy.window.as_secs(),
+            p.last_death,
+            policy.max,
+            policy.window.as_secs()
+        ));
+    }
+    p.restarts.push(now);
+    let delay = p.backoff;
+    p.backoff = (p.backoff * 2).min(crate::supervise::BACKOFF_MAX);
+    p.restart_at = Some(now + delay);
+    Ok(delay)
+}
