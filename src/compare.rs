@@ -112,8 +112,7 @@ pub fn merge_cameras(summary: &mut RunSummary) {
     if summary.stages.contains_key(&capture) {
         return;
     }
-    let cams: Vec<&StageReport> =
-        summary.stages.iter().filter(|(k, _)| k.is(Stage::Capture)).map(|(_, r)| r).collect();
+    let cams: Vec<&StageReport> = summary.stages.iter().filter(|(k, _)| k.is(Stage::Capture)).map(|(_, r)| r).collect();
     if cams.is_empty() {
         return;
     }

@@ -6,8 +6,8 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::supervise::run::RunConfig;
-use zcpipe_core::id::{Role, StageId};
 use zcpipe_core::frame::Stage;
+use zcpipe_core::id::{Role, StageId};
 
 use super::capture::CaptureArgs;
 use super::common::PipelineArgs;
@@ -28,10 +28,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
             print!("{}", cfg.plan.text());
             if cfg.cameras.len() > 1 {
                 for (name, source) in &cfg.cameras {
-                    println!(
-                        "camera {name}: {source} (its own capture stage, {})",
-                        StageId::camera(name)
-                    );
+                    println!("camera {name}: {source} (its own capture stage, {})", StageId::camera(name));
                 }
             }
         }

@@ -101,7 +101,10 @@ impl Carried {
 /// were dropped after the scale stage.
 fn camera_dropped(latest: &BTreeMap<StageId, StageReport>, n: &str) -> u64 {
     let ring = latest.get(&StageId::camera(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
-    let scale = latest.get(&Stage::Scale.into()).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
+    let scale = latest
+        .get(&Stage::Scale.into())
+        .and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n))
+        .unwrap_or_default();
     ring + scale.skipped_for_newer + scale.dropped_downstream
 }
 
@@ -113,7 +116,8 @@ pub fn camera_summaries(
     restarts: &BTreeMap<StageId, u32>,
     carried: &Carried,
 ) -> BTreeMap<String, CameraSummary> {
-    let publish_cams = latest.get(&Stage::Publish.into()).and_then(|r| r.extra.view::<PublishFacts>().cameras).unwrap_or_default();
+    let publish_cams =
+        latest.get(&Stage::Publish.into()).and_then(|r| r.extra.view::<PublishFacts>().cameras).unwrap_or_default();
     names
         .iter()
         .map(|n| {
@@ -184,8 +188,8 @@ pub const CAMERA_BACKOFF_MAX: Duration = Duration::from_secs(30);
 mod procs;
 mod summary;
 mod supervisor;
-pub use summary::summary_text;
 use summary::fps;
+pub use summary::summary_text;
 
 #[cfg(test)]
 mod tests {

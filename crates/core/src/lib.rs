@@ -25,8 +25,8 @@ pub mod secret;
 pub mod stage;
 pub mod tap;
 
-pub use error::{Error, Result};
 #[doc(hidden)]
 pub use anyhow as __anyhow;
+pub use error::{Error, Result};
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

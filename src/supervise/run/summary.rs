@@ -155,7 +155,8 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ = writeln!(o, "{line}");
     }
     // Each part of the publish stage (its clients, each output) writes its own line.
-    for line in of(&s.stages, Stage::Publish).map(|p| p.extra.view::<PublishFacts>().summary_lines()).unwrap_or_default()
+    for line in
+        of(&s.stages, Stage::Publish).map(|p| p.extra.view::<PublishFacts>().summary_lines()).unwrap_or_default()
     {
         let _ = writeln!(o, "{line}");
     }
@@ -206,7 +207,8 @@ fn frames_and_rings(o: &mut String, s: &RunSummary) {
 
 /// The bytes copied at each hop (`--copy-mode`; several cameras' capture stages together).
 fn copies(o: &mut String, s: &RunSummary) {
-    for (up, down, name) in [(Stage::Capture, Stage::Scale, "capture->scale"), (Stage::Scale, Stage::Infer, "scale->infer")]
+    for (up, down, name) in
+        [(Stage::Capture, Stage::Scale, "capture->scale"), (Stage::Scale, Stage::Infer, "scale->infer")]
     {
         let u = if up == Stage::Capture {
             captures(&s.stages).filter_map(|r| r.copy_out).reduce(zcpipe_core::copy::CopyCounters::plus)

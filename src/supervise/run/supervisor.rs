@@ -123,7 +123,11 @@ impl<'a> Supervisor<'a> {
         let stopping = self.stopping();
         // A stage that has run long enough starts its back-off afresh.
         let reset_after = self.a.restart.reset_after;
-        for p in self.procs.iter_mut().filter(|p| p.status.is_none() && p.up_since.is_some_and(|t| t.elapsed() >= reset_after)) {
+        for p in self
+            .procs
+            .iter_mut()
+            .filter(|p| p.status.is_none() && p.up_since.is_some_and(|t| t.elapsed() >= reset_after))
+        {
             p.backoff = crate::supervise::BACKOFF_FIRST;
         }
         if self.procs.iter().all(|p| p.status.is_some() && (p.restart_at.is_none() || stopping)) {
@@ -190,8 +194,10 @@ impl<'a> Supervisor<'a> {
             p.status.is_none() && p.watchdog.is_none() && p.up_since.is_some() && p.last_report.elapsed() > limit
         }) {
             let state = process_state(p.child.id());
-            let why =
-                format!("sent no report for {:.1} s (process state {state}): hung", p.last_report.elapsed().as_secs_f64());
+            let why = format!(
+                "sent no report for {:.1} s (process state {state}): hung",
+                p.last_report.elapsed().as_secs_f64()
+            );
             log::warn!("the {} stage (pid {}) {why}; killing it", p.id, p.child.id());
             let _ = p.child.kill();
             p.watchdog = Some(why);
@@ -230,9 +236,20 @@ impl<'a> Supervisor<'a> {
         // restarted like a stage while the policy allows, then left dead.
         if p.is_display() && c != 0 && !stopping {
             match plan_restart(p, &policy, &s) {
-                Ok(delay) => log::warn!("the display stage (pid {}) {}; restarting it in {} ms; the pipeline keeps running", p.child.id(), p.last_death, delay.as_millis()),
-                Err(why) if why.is_empty() => log::warn!("the display stage could not start (its error is above); the pipeline runs on without a display"),
-                Err(_) => log::warn!("the display stage died {} times (last: {}); the pipeline runs on without a display", p.restarts.len() + 1, p.last_death),
+                Ok(delay) => log::warn!(
+                    "the display stage (pid {}) {}; restarting it in {} ms; the pipeline keeps running",
+                    p.child.id(),
+                    p.last_death,
+                    delay.as_millis()
+                ),
+                Err(why) if why.is_empty() => log::warn!(
+                    "the display stage could not start (its error is above); the pipeline runs on without a display"
+                ),
+                Err(_) => log::warn!(
+                    "the display stage died {} times (last: {}); the pipeline runs on without a display",
+                    p.restarts.len() + 1,
+                    p.last_death
+                ),
             }
             return false;
         }

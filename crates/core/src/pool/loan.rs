@@ -3,7 +3,6 @@
 
 use std::sync::atomic::AtomicBool;
 
-
 use crate::dmabuf::DmaBuf;
 use crate::frame::FrameDesc;
 

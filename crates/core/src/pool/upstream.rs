@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-
 use super::super::channel::{Recv, Waitable};
 use super::super::frame::{RestartMark, Stage};
 use super::super::link::{Conn, ControlMsg, WaitMode};
