@@ -83,7 +83,10 @@ impl DisplayArgs {
         };
         Ok(DisplayConfig {
             target: self.display.display.clone(),
-            upstream: self.camera.as_deref().map_or_else(|| "capture".to_string(), zcpipe_core::config::camera_stage),
+            upstream: self
+                .camera
+                .as_deref()
+                .map_or_else(|| "capture".to_string(), |c| zcpipe_core::id::StageId::camera(c).to_string()),
             camera: self.camera.clone().unwrap_or_default(),
             detections,
             writeback: self.display.display_writeback.clone(),

@@ -23,7 +23,7 @@ pub struct WatchArgs {
     pub count: Option<u64>,
     /// When the socket closes without an end line (the publish stage died), keep trying to
     /// reconnect for this many seconds (0 to 3600) before giving up.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    #[arg(long, default_value_t = zcpipe_publish::watch::RECONNECT_FOR.as_secs(), value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub reconnect_for: u64,
     /// Only this camera's frames (its name in `zcpipe run --source NAME=...`; unnamed
     /// cameras are cam0, cam1, ...).

@@ -47,7 +47,7 @@ impl Choice for DecoderChoice {
 }
 
 /// The MPP service node `auto` looks for.
-pub const MPP_SERVICE: &str = "/dev/mpp_service";
+pub(crate) const MPP_SERVICE: &str = "/dev/mpp_service";
 
 /// The decoder settled on.
 #[derive(Clone, Debug)]

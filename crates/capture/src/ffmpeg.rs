@@ -16,13 +16,13 @@ use serde::Deserialize;
 use zcpipe_core::frame::FrameLayout;
 
 /// How much of ffmpeg's stderr is kept for error messages, in bytes (the tail).
-pub const STDERR_TAIL_BYTES: usize = 4096;
+pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
 
 /// The hint every "ffmpeg/ffprobe is missing" error carries.
-pub const INSTALL_FFMPEG_HINT: &str = "install ffmpeg (apt-get install ffmpeg)";
+pub(crate) const INSTALL_FFMPEG_HINT: &str = "install ffmpeg (apt-get install ffmpeg)";
 
 /// Turns a spawn failure into one line, with the install hint when the tool is missing.
-pub fn tool_error(tool: &str, e: std::io::Error) -> anyhow::Error {
+pub(crate) fn tool_error(tool: &str, e: std::io::Error) -> anyhow::Error {
     if e.kind() == ErrorKind::NotFound {
         anyhow::anyhow!("{tool} not found in PATH: {INSTALL_FFMPEG_HINT}")
     } else {
@@ -93,13 +93,13 @@ impl Child {
     }
 
     /// Closes our end of the child's stdout (a writer then gets EPIPE).
-    pub fn close_stdout(&mut self) {
+    pub(crate) fn close_stdout(&mut self) {
         self.stdout = None;
     }
 
     /// The kept tail of stderr, trimmed, its lines joined with ` | ` on one line
     /// (`(no stderr)` if it printed nothing).
-    pub fn stderr_tail(&self) -> String {
+    pub(crate) fn stderr_tail(&self) -> String {
         let t = self.tail.lock().map(|t| t.clone()).unwrap_or_default();
         let s = String::from_utf8_lossy(&t);
         let s = s.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" | ");
@@ -149,7 +149,7 @@ impl Child {
 
     /// Reads all of the child's stdout (for ffprobe, whose output is small; call after it
     /// exited, when the read cannot block).
-    pub fn read_stdout(&mut self) -> Vec<u8> {
+    pub(crate) fn read_stdout(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
         if let Some(mut s) = self.stdout.take() {
             let _ = s.read_to_end(&mut out);
@@ -185,7 +185,7 @@ pub struct VideoProbe {
 
 /// The ffprobe arguments that print the first video stream's size and rates as JSON; the
 /// input (`-i` or a path) follows.
-pub const PROBE_ARGS: [&str; 8] = [
+pub(crate) const PROBE_ARGS: [&str; 8] = [
     "-v",
     "error",
     "-select_streams",
@@ -214,7 +214,7 @@ struct ProbeStream {
 
 /// Reads ffprobe's JSON ([`PROBE_ARGS`]). `Err` is the reason without the input's name
 /// (`it has no video stream; ...`), for the caller to put after it.
-pub fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
+pub(crate) fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
     let parsed: ProbeJson =
         serde_json::from_slice(json).map_err(|e| format!("ffprobe printed unexpected JSON ({e})"))?;
     let stream = parsed
@@ -245,7 +245,7 @@ pub fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
 
 /// A video stream's codec and pixel format, as ffprobe names them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CodecProbe {
+pub(crate) struct CodecProbe {
     /// `h264`, `hevc`, `mjpeg`, `vp9`, ...
     pub codec: String,
     /// `yuv420p`, `yuvj420p`, `yuv420p10le`, ... (`None`: not said, e.g. before decoding
@@ -255,20 +255,20 @@ pub struct CodecProbe {
 
 /// The first video stream's codec and pixel format from ffprobe's JSON ([`PROBE_ARGS`]);
 /// `None` if it named no codec.
-pub fn parse_codec(json: &[u8]) -> Option<CodecProbe> {
+pub(crate) fn parse_codec(json: &[u8]) -> Option<CodecProbe> {
     let parsed: ProbeJson = serde_json::from_slice(json).ok()?;
     let s = parsed.streams.into_iter().next()?;
     Some(CodecProbe { codec: s.codec_name?, pix_fmt: s.pix_fmt })
 }
 
 /// The last non-empty line of a tool's stderr, trimmed.
-pub fn last_line(stderr: &str) -> &str {
+pub(crate) fn last_line(stderr: &str) -> &str {
     stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
 }
 
 /// Parses an ffmpeg rational rate (`30000/1001`, `10/1`, `25`) into frames per second;
 /// `None` for `0/0` or anything not positive and finite.
-pub fn parse_rate(s: &str) -> Option<f64> {
+pub(crate) fn parse_rate(s: &str) -> Option<f64> {
     let v = match s.split_once('/') {
         Some((n, d)) => n.trim().parse::<f64>().ok()? / d.trim().parse::<f64>().ok()?,
         None => s.trim().parse::<f64>().ok()?,
@@ -292,7 +292,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// What reading one frame from a packed NV12 stream gave.
 #[derive(Debug, PartialEq, Eq)]
-pub enum FrameRead {
+pub(crate) enum FrameRead {
     /// A whole frame.
     Full,
     /// End of stream before the first byte of a frame.
@@ -310,7 +310,7 @@ pub enum FrameRead {
 /// rows then `even(height)/2` CbCr rows, as ffmpeg's rawvideo muxer writes it) into `dst`
 /// at `l`'s bytesperline. One read when the row sizes match, else one per row; the stride
 /// padding of `dst` is not touched. `dst` must hold `l.bytes_needed()` bytes.
-pub fn read_packed_nv12(r: &mut impl Read, dst: &mut [u8], l: &FrameLayout) -> std::io::Result<FrameRead> {
+pub(crate) fn read_packed_nv12(r: &mut impl Read, dst: &mut [u8], l: &FrameLayout) -> std::io::Result<FrameRead> {
     let row = l.width.div_ceil(2) as usize * 2;
     let bpl = l.planes[0].bytesperline as usize;
     // Y rows then CbCr rows; both planes share bpl and are contiguous in [`FrameLayout::nv12`].

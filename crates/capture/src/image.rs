@@ -17,13 +17,13 @@ use zcpipe_core::frame::FrameLayout;
 
 /// Frame rate an image source reports when `--fps` does not set one, in frames per second
 /// (images carry none).
-pub const DEFAULT_IMAGE_FPS: f64 = 30.0;
+pub(crate) const DEFAULT_IMAGE_FPS: f64 = 30.0;
 
 /// bytesperline alignment of the NV12 frames host sources write, in bytes.
-pub const STRIDE_ALIGN: u32 = 16;
+pub(crate) const STRIDE_ALIGN: u32 = 16;
 
 /// File extensions (lower case) a directory source picks up.
-pub const IMAGE_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
+pub(crate) const IMAGE_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
 
 /// One decoded image, already NV12.
 struct CachedFrame {

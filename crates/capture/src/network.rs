@@ -44,16 +44,16 @@ use zcpipe_core::frame::FrameLayout;
 use zcpipe_core::stage::Extras;
 
 /// ffmpeg's and ffprobe's socket I/O timeout: a dead host or a silent stream fails after it.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Added to [`IO_TIMEOUT`] before the source itself gives up on a tool: a probe that has not
 /// answered, or a stream that sent no frame, is killed then.
-pub const STALL_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const STALL_GRACE: Duration = Duration::from_secs(3);
 /// The first wait before a reconnect attempt.
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between reconnect attempts (the wait doubles up to it).
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The pool's frame size when `--wait-for-camera` starts without the camera and no `--size`.
-pub const WAIT_DEFAULT_SIZE: (u32, u32) = (1920, 1080);
+pub(crate) const WAIT_DEFAULT_SIZE: (u32, u32) = (1920, 1080);
 /// How long a frame, once its first bytes arrived, may take to arrive whole.
 const FRAME_READ_LIMIT: Duration = Duration::from_secs(2);
 
@@ -76,7 +76,7 @@ impl Choice for RtspTransport {
 
 /// How to open a network stream (from the capture options).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct NetworkOptions {
+pub(crate) struct NetworkOptions {
     /// RTSP transport (`rtsp://`, `rtsps://` only).
     pub transport: RtspTransport,
     /// Start without the camera and wait for it (`--wait-for-camera`), instead of failing.
@@ -96,7 +96,7 @@ pub fn is_rtsp(url: &str) -> bool {
 /// The input options ffmpeg and ffprobe both get before `-i URL`: low latency (no input
 /// buffering, low-delay decoding, a 1 s / 500 kB analysis), then the RTSP transport and
 /// socket timeout (µs), or the protocol read/write timeout for other schemes.
-pub fn input_args(url: &str, transport: RtspTransport) -> Vec<String> {
+pub(crate) fn input_args(url: &str, transport: RtspTransport) -> Vec<String> {
     let us = IO_TIMEOUT.as_micros().to_string();
     let mut v: Vec<String> = LOW_LATENCY.iter().map(|s| s.to_string()).collect();
     if is_rtsp(url) {
@@ -151,7 +151,7 @@ enum State {
 
 /// The counters a network source reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct NetStats {
+pub(crate) struct NetStats {
     /// Frames delivered.
     pub frames: u64,
     /// Times the stream came back after it dropped.
@@ -169,7 +169,7 @@ pub struct NetStats {
 }
 
 /// A network stream decoded by ffmpeg, reconnected when it drops.
-pub struct NetworkSource {
+pub(crate) struct NetworkSource {
     info: SourceInfo,
     url: String,
     shown: String,
@@ -259,6 +259,7 @@ impl NetworkSource {
     }
 
     /// The counters so far.
+    #[cfg(test)]
     pub fn stats(&self) -> NetStats {
         self.stats
     }

@@ -24,7 +24,7 @@ use super::video::VideoSource;
 use super::FrameSource;
 
 /// The accepted forms, quoted in every parse error.
-pub const ACCEPTED_FORMS: &str =
+pub(crate) const ACCEPTED_FORMS: &str =
     "auto, image:PATH, video:PATH, testsrc, testsrc:WxH, testsrc:WxH@FPS, testsrc:WxH@max, v4l2, v4l2:DEVICE, \
      or a stream URL (rtsp://, rtsps://, http://, https://, ... anything ffmpeg opens)";
 
@@ -33,15 +33,15 @@ pub const ACCEPTED_FORMS: &str =
 pub const BUNDLED_CLIP: &str = "one-by-one-person-detection.mp4";
 
 /// Default test-pattern width in pixels when `testsrc` gives no size.
-pub const TESTSRC_DEFAULT_WIDTH: u32 = 1280;
+pub(crate) const TESTSRC_DEFAULT_WIDTH: u32 = 1280;
 /// Default test-pattern height in pixels when `testsrc` gives no size.
-pub const TESTSRC_DEFAULT_HEIGHT: u32 = 720;
+pub(crate) const TESTSRC_DEFAULT_HEIGHT: u32 = 720;
 /// Default test-pattern rate in frames per second when `testsrc` gives none.
-pub const TESTSRC_DEFAULT_FPS: f64 = 30.0;
+pub(crate) const TESTSRC_DEFAULT_FPS: f64 = 30.0;
 
 /// Largest width or height a spec may ask for, in pixels (the bound
 /// [`FrameLayout::validate`](zcpipe_core::frame::FrameLayout::validate) enforces).
-pub const MAX_DIMENSION: u32 = 16384;
+pub(crate) const MAX_DIMENSION: u32 = 16384;
 
 /// Which capture backend to open, as given on the command line. `Debug` shows a URL
 /// redacted ([`redact_url`]), like every other form shown to people.
@@ -324,7 +324,7 @@ fn percent_decode(s: &str) -> String {
 /// `text` (a tool's stderr, an error chain) with `url` shown redacted and each of its
 /// secrets (the password and secret query values, as written and percent-decoded) replaced
 /// by `***` wherever they appear, so a message about the URL can be quoted safely.
-pub fn scrub_secrets(text: &str, url: &str) -> String {
+pub(crate) fn scrub_secrets(text: &str, url: &str) -> String {
     let mut out = text.replace(url, &redact_url(url));
     for secret in url_secrets(url) {
         out = out.replace(&secret, "***");
@@ -338,7 +338,7 @@ pub fn scrub_secrets(text: &str, url: &str) -> String {
 /// its [`SourceInfo`](super::SourceInfo). `Auto` opens the bundled clip found by
 /// [`find_data_file`](zcpipe_core::data::find_data_file). `V4l2` is an error here: a camera fills its own buffers, so the
 /// capture stage drives it with [`super::v4l2::V4l2Capture`] instead of a [`FrameSource`].
-pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
+pub(crate) fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
     if let Some(fps) = fps_override {
         check_fps(fps)?;
     }
@@ -372,7 +372,7 @@ pub fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Resu
 }
 
 /// Frame rates zcpipe paces or asks for, in frames per second: 0.01 to 1000, or [`FPS_MAX`].
-pub const FPS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=1000.0;
+pub(crate) const FPS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=1000.0;
 
 /// `--fps max` / `testsrc:WxH@max`: unpaced, as fast as the pipeline takes frames (a host
 /// source only; a test pattern renders each pool buffer once and then reuses it, so the

@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
+pub(crate) use super::ffmpeg::VideoProbe;
 use super::ffmpeg::{last_line, parse_probe, read_packed_nv12, tool_error, Child, FrameRead, PROBE_ARGS};
-pub use super::ffmpeg::{parse_rate, VideoProbe, INSTALL_FFMPEG_HINT, STDERR_TAIL_BYTES};
 use super::image::STRIDE_ALIGN;
 use super::{FrameSource, SourceInfo};
 use zcpipe_core::frame::FrameLayout;
@@ -48,7 +48,7 @@ pub fn probe(path: &Path) -> anyhow::Result<VideoProbe> {
 }
 
 /// Frames decoded by an ffmpeg child process.
-pub struct VideoSource {
+pub(crate) struct VideoSource {
     info: SourceInfo,
     path: PathBuf,
     layout: FrameLayout,
@@ -88,6 +88,7 @@ impl VideoSource {
     }
 
     /// Frames delivered so far.
+    #[cfg(test)]
     pub fn frames_read(&self) -> u64 {
         self.frames
     }

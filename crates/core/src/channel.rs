@@ -37,11 +37,11 @@ use super::ring::{BackWait, OwnCounts, Pop, Push, RingConsumer, RingCounters, Ri
 
 /// How often, at most, a producer whose ring has room polls its consumer's control socket
 /// for a hang-up (a full ring is checked at once, at most every [`PEER_CHECK_FULL_EVERY`]).
-pub const PEER_CHECK_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const PEER_CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// How often, at most, a drop-oldest producer whose ring is full (every send drops a
 /// frame, or it takes buffers back) polls its consumer's control socket.
-pub const PEER_CHECK_FULL_EVERY: Duration = Duration::from_millis(1);
+pub(crate) const PEER_CHECK_FULL_EVERY: Duration = Duration::from_millis(1);
 
 /// An eventfd used as a doorbell (eventfd(2)); nonblocking, close-on-exec. The ringing side
 /// writes 1; the sleeping side never reads it, but waits for the edge ([`Sleeper`]).
@@ -192,7 +192,7 @@ impl<T: Pod> Waitable for Receiver<T> {
 }
 
 /// Rejected slots a [`Receiver`] logs one by one; after these, only the powers of two.
-pub const REJECTS_LOGGED: u64 = 10;
+pub(crate) const REJECTS_LOGGED: u64 = 10;
 
 /// What a send did.
 #[derive(Debug)]
@@ -341,7 +341,7 @@ impl<T: Pod> Sender<T> {
 
     /// Sleeps (up to `timeout`) until the consumer returns a value (a buffer), unless one
     /// is already waiting. Errors if the consumer hung up.
-    pub fn wait_for_returns(&mut self, timeout: Duration) -> crate::Result<()> {
+    pub(crate) fn wait_for_returns(&mut self, timeout: Duration) -> crate::Result<()> {
         self.wait_back(BackWait::Return, |r| r.returns_pending(), timeout)
     }
 
@@ -353,13 +353,13 @@ impl<T: Pod> Sender<T> {
     /// Takes back the oldest queued item (counted as dropped): the pool is exhausted, so
     /// the ring is full, or the consumer holds the rest. Errors if the consumer died
     /// (looked for at most every [`PEER_CHECK_FULL_EVERY`]) or corrupted the ring.
-    pub fn take_oldest(&mut self) -> crate::Result<Option<T>> {
+    pub(crate) fn take_oldest(&mut self) -> crate::Result<Option<T>> {
         self.check_peer(PEER_CHECK_FULL_EVERY)?;
         self.ring.take_oldest()
     }
 
     /// Next value from the return queue (unchecked).
-    pub fn pop_return(&mut self) -> crate::Result<Option<u64>> {
+    pub(crate) fn pop_return(&mut self) -> crate::Result<Option<u64>> {
         self.ring.pop_return()
     }
 

@@ -159,19 +159,6 @@ pub fn check_camera_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The stage name of camera `name`'s capture process, one camera of several:
-/// `capture@NAME`. It is also its socket's name (`capture@NAME.sock`), its log tag and its
-/// key in stage reports and the run summary.
-pub fn camera_stage(name: &str) -> String {
-    format!("capture@{name}")
-}
-
-/// The camera a capture stage's name ([`camera_stage`]) stands for: `capture@front` ->
-/// `front`; `None` for any other stage name (a single camera's `capture` included).
-pub fn stage_camera(stage: &str) -> Option<&str> {
-    stage.strip_prefix("capture@")
-}
-
 /// Checks a list of camera names (`flag` names the option in the error): each name is
 /// valid ([`check_camera_name`]), none repeats, and there are at most
 /// [`crate::frame::MAX_CAMERAS`]. Returns the names.

@@ -30,7 +30,7 @@ const EOS: u64 = u64::MAX;
 /// What precedes each frame's bytes on a data socket (200 bytes).
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
-pub struct CopyHeader {
+pub(crate) struct CopyHeader {
     magic: u64,
     /// Bytes of pixel data that follow.
     pub payload: u64,
@@ -82,7 +82,7 @@ pub fn gather(desc: &FrameDesc, bufs: &[CpuAccess<'_, R>], out: &mut Vec<u8>) ->
 }
 
 /// The producer's end of a copy-mode hop.
-pub struct CopySender {
+pub(crate) struct CopySender {
     sock: UnixStream,
     scratch: Vec<u8>,
     /// Counters.
@@ -142,7 +142,7 @@ impl CopySender {
 }
 
 /// What a copy-mode receive found.
-pub enum CopyRecv {
+pub(crate) enum CopyRecv {
     /// A frame's descriptor and bytes (in the receiver's scratch buffer).
     Frame(FrameDesc),
     /// End of stream.
@@ -154,7 +154,7 @@ pub enum CopyRecv {
 }
 
 /// The consumer's end of a copy-mode hop.
-pub struct CopyReceiver {
+pub(crate) struct CopyReceiver {
     sock: UnixStream,
     /// The last frame's bytes (private buffer, filled by the kernel's copy).
     pub scratch: Vec<u8>,
@@ -170,7 +170,7 @@ impl CopyReceiver {
     }
 
     /// The data socket, which polls readable (`POLLIN`) when a frame or the hang-up is there.
-    pub fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(crate) fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.sock.as_fd()
     }
@@ -223,7 +223,7 @@ impl CopyReceiver {
     }
 
     /// Records a CPU copy of `n` bytes made by the caller (scratch -> pool buffer).
-    pub fn count_copy(&mut self, n: usize) {
+    pub(crate) fn count_copy(&mut self, n: usize) {
         self.counters.copied_bytes += n as u64;
     }
 }

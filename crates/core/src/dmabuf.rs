@@ -160,7 +160,7 @@ impl DmaBuf {
     /// # Safety
     /// No other [`CpuAccess`] guard of this buffer may exist in this process while the
     /// returned one lives.
-    pub unsafe fn write_exclusive(&self) -> Result<CpuAccess<'_, Write>> {
+    pub(crate) unsafe fn write_exclusive(&self) -> Result<CpuAccess<'_, Write>> {
         CpuAccess::begin(self)
     }
 

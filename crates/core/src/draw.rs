@@ -51,7 +51,7 @@ pub enum Layout {
 
 impl Layout {
     /// Bytes a pixel.
-    pub fn bytes_per_pixel(self) -> usize {
+    pub(crate) fn bytes_per_pixel(self) -> usize {
         match self {
             Layout::Rgb24 => 3,
             Layout::Argb8888 => 4,
@@ -115,7 +115,7 @@ impl<'a> Canvas<'a> {
 impl Canvas<'_> {
     /// Fills the rectangle from (`x0`, `y0`) to (`x1`, `y1`) (exclusive; any values, clipped
     /// to the picture) with the pixel bytes `px` (the first bytes-per-pixel of them).
-    pub fn fill_bytes(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, px: [u8; 4]) {
+    pub(crate) fn fill_bytes(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, px: [u8; 4]) {
         let (w, h) = (self.width as i64, self.height as i64);
         let (x0, x1, y0, y1) = (x0.clamp(0, w), x1.clamp(0, w), y0.clamp(0, h), y1.clamp(0, h));
         let bpp = self.layout.bytes_per_pixel();

@@ -12,9 +12,9 @@ use anyhow::{bail, Context, Result};
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
 /// Most fds one message may carry (the kernel's `SCM_MAX_FD` is 253).
-pub const MAX_FDS: usize = 253;
+pub(crate) const MAX_FDS: usize = 253;
 /// Largest payload accepted, in bytes.
-pub const MAX_PAYLOAD: usize = 64 * 1024;
+pub(crate) const MAX_PAYLOAD: usize = 64 * 1024;
 
 /// Sends one packet: `payload` and `fds` (duplicated into the peer by the kernel).
 pub fn send(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {

@@ -123,7 +123,7 @@ impl FrameLayout {
     }
 
     /// (minimum bytes of pixel data per row, rows) of plane `i` for this fourcc and size.
-    pub fn plane_row_bytes_and_rows(&self, i: usize) -> (u64, u64) {
+    pub(crate) fn plane_row_bytes_and_rows(&self, i: usize) -> (u64, u64) {
         let (w, h) = (self.width as u64, self.height as u64);
         let (w2, h2) = (w.div_ceil(2) * 2, h.div_ceil(2));
         match (self.fourcc, i) {
@@ -231,7 +231,7 @@ impl LetterboxParams {
     /// `floor(d/2)` before (Ultralytics `LetterBox.__call__` with `center=True`,
     /// `auto=False`, as for an exported model; YOLOv5 `letterbox`). Boxes map back as
     /// Ultralytics `scale_boxes` does: `(box - pad) / r`.
-    pub fn centered(src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> LetterboxParams {
+    pub(crate) fn centered(src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> LetterboxParams {
         let r = (dst_h as f64 / src_h as f64).min(dst_w as f64 / src_w as f64);
         let rw = ((src_w as f64 * r).round_ties_even() as u32).clamp(1, dst_w);
         let rh = ((src_h as f64 * r).round_ties_even() as u32).clamp(1, dst_h);
@@ -289,10 +289,10 @@ pub struct RestartMark {
 
 impl RestartMark {
     /// Largest `lost` the flags word holds.
-    pub const MAX_LOST: u32 = (1 << 24) - 1;
+    pub(crate) const MAX_LOST: u32 = (1 << 24) - 1;
 
     /// The flags word carrying this notice.
-    pub fn to_flags(self) -> u32 {
+    pub(crate) fn to_flags(self) -> u32 {
         (self.stage as u32 + 1) | (self.lost.min(Self::MAX_LOST) << 8)
     }
 
@@ -359,7 +359,7 @@ impl Stage {
 /// Per-stage CLOCK_MONOTONIC timestamps in ns: `[in, out]` for each [`Stage`]
 /// (`stamps[2*stage]` = taken from the input ring, `stamps[2*stage+1]` = handed on).
 /// Zero means "not reached".
-pub type StageStamps = [u64; 8];
+pub(crate) type StageStamps = [u64; 8];
 
 /// A frame in flight: which pool buffer, its layout, its sequence number and timestamps.
 /// 184 bytes of plain data; one ring slot.

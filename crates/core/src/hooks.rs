@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 /// The environment variable that injects a fault for the fault-injection tests:
 /// `hold-frames:<stage>` makes that stage's [`crate::pool::Upstream`] keep every frame it
 /// takes (the producer's lease timeout then kills it). Never set in production.
-pub const FAULT_ENV: &str = "ZCPIPE_FAULT";
+pub(crate) const FAULT_ENV: &str = "ZCPIPE_FAULT";
 
 /// A fault a test injects ([`FAULT_ENV`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ impl Fault {
     }
 
     /// Whether stage `me` (its hello name) keeps every frame it takes.
-    pub fn holds_frames(&self, me: &str) -> bool {
+    pub(crate) fn holds_frames(&self, me: &str) -> bool {
         matches!(self, Fault::HoldFrames(s) if s == me)
     }
 }

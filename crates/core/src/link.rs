@@ -135,7 +135,7 @@ pub struct TapHello {
     pub name: String,
     /// Frames it holds at once (a display keeps the frame on screen until the next page flip
     /// completes, so it holds 2); 0 reads as 1, and a producer caps it at
-    /// [`crate::pool::TAP_MAX_HELD`].
+    /// the pool's `TAP_MAX_HELD`, 2.
     pub hold: usize,
 }
 
@@ -193,7 +193,7 @@ impl ControlMsg {
 impl Offer {
     /// How many fds follow this offer outside copy mode: the ring memfd, two doorbells, then
     /// each buffer's fds (copy mode sends the data socket alone). Saturates, never overflows.
-    pub fn fds_needed(&self) -> usize {
+    pub(crate) fn fds_needed(&self) -> usize {
         self.buffers.iter().fold(3usize, |n, b| n.saturating_add(b.len()))
     }
 
@@ -253,7 +253,7 @@ pub struct Conn {
     /// `pid` of the peer from SO_PEERCRED.
     pub peer_pid: i32,
     /// `uid` of the peer from SO_PEERCRED.
-    pub peer_uid: u32,
+    pub(crate) peer_uid: u32,
 }
 
 impl AsFd for Conn {
@@ -444,19 +444,14 @@ pub fn accept_hello(
     }
 }
 
-/// The hello of a tap named `name` (`view`, `display`) that holds one frame at a time.
-pub fn tap_hello(name: &str) -> ControlMsg {
-    tap_hello_holding(name, 1)
-}
-
 /// The hello of a tap named `name` that holds up to `hold` frames at once ([`TapHello`]).
-pub fn tap_hello_holding(name: &str, hold: usize) -> ControlMsg {
+pub(crate) fn tap_hello_holding(name: &str, hold: usize) -> ControlMsg {
     ControlMsg::TapHello(TapHello { name: name.to_string(), hold })
 }
 
 /// How long a connection may take to say hello before it is dropped, at set-up
 /// ([`accept_hello`]) and while a stage runs ([`Listener::poll_hello`]).
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Connections [`Listener::poll_hello`] keeps waiting for a hello at once; more are refused.
 const MAX_PENDING: usize = 8;
@@ -508,12 +503,15 @@ impl Listener {
     /// nobody connected. A connection is accepted at once and given [`HELLO_TIMEOUT`] to
     /// say hello, so a peer that connects and says nothing cannot stall the frame loop.
     /// While `serving(hello)` (asked when a hello arrives) names the pid of the live consumer this
-    /// hop serves, a newcomer is told the hop is taken and dropped (a tap's hello, [`tap_hello`],
+    /// hop serves, a newcomer is told the hop is taken and dropped (a tap's hello, [`tap_hello_holding`],
     /// is answered `None` by a hop that fans out). Everything refused (another user: SO_PEERCRED, unix(7);
     /// no hello in time; a malformed or other first message; a flood beyond
     /// [`MAX_PENDING`] waiting at once) is logged with the peer's pid and uid and counted
     /// ([`Listener::refused`]); none of it is an error of this stage.
-    pub fn poll_hello(&mut self, serving: &mut dyn FnMut(&ControlMsg) -> Option<i32>) -> Option<(Conn, ControlMsg)> {
+    pub(crate) fn poll_hello(
+        &mut self,
+        serving: &mut dyn FnMut(&ControlMsg) -> Option<i32>,
+    ) -> Option<(Conn, ControlMsg)> {
         // Accept what is waiting (bounded per call, so a flood costs a bounded amount).
         for _ in 0..MAX_PENDING {
             let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];

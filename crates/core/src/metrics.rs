@@ -193,7 +193,7 @@ impl From<crate::stage::Extras> for Facts {
 /// The facts every stage reports at its end ([`crate::stage::StageCtx::close`]).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
-pub struct EndFacts {
+pub(crate) struct EndFacts {
     /// Open file descriptors after set-up.
     pub open_fds_setup: usize,
     /// Open file descriptors before exit.
@@ -265,7 +265,7 @@ pub struct ProcessStats {
 }
 
 /// Reads this process's [`ProcessStats`].
-pub fn process_stats() -> ProcessStats {
+pub(crate) fn process_stats() -> ProcessStats {
     let mut st = ProcessStats::default();
     if let Ok(u) = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
         let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;

@@ -55,7 +55,7 @@ const W_SLOTS: usize = 56;
 /// ring the back doorbell).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
-pub enum BackWait {
+pub(crate) enum BackWait {
     /// A free slot in the ring (block policy, ring full).
     Space = 1,
     /// A buffer back in the return queue (pool exhausted, or draining at the end).
@@ -275,7 +275,7 @@ impl<T: Pod> RingProducer<T> {
 
     /// Takes back the oldest queued item, if any (drop-oldest reclaiming a buffer when the
     /// pool is exhausted). Counted as dropped.
-    pub fn take_oldest(&mut self) -> Result<Option<T>, crate::Error> {
+    pub(crate) fn take_oldest(&mut self) -> Result<Option<T>, crate::Error> {
         loop {
             let head = self.head_checked()?;
             if head == self.tail {
@@ -291,32 +291,32 @@ impl<T: Pod> RingProducer<T> {
 
     /// Whether the consumer said it is about to sleep on its doorbell (read after a push;
     /// seq-cst pairs with [`RingConsumer::set_sleeping`] so no wake-up is lost).
-    pub fn consumer_sleeping(&self) -> bool {
+    pub(crate) fn consumer_sleeping(&self) -> bool {
         self.shm.w(W_CONSUMER_SLEEPING).load(Ordering::SeqCst) != 0
     }
 
     /// Announces what the producer will sleep on its back doorbell for (`None`: it no
     /// longer sleeps): the consumer rings it only for that, so a producer waiting for a
     /// buffer is not woken by ring space, nor one waiting for space by a returned buffer.
-    pub fn set_sleeping(&self, waits_for: Option<BackWait>) {
+    pub(crate) fn set_sleeping(&self, waits_for: Option<BackWait>) {
         self.shm.w(W_PRODUCER_SLEEPING).store(waits_for.map_or(0, |w| w as u64), Ordering::SeqCst);
     }
 
     /// Whether the consumer has returned values not yet taken with
     /// [`RingProducer::pop_return`] (takes nothing; a corrupt queue reads as `true`, and
     /// the pop reports it).
-    pub fn returns_pending(&self) -> bool {
+    pub(crate) fn returns_pending(&self) -> bool {
         self.shm.w(W_RET_TAIL).load(Ordering::Acquire) != self.ret_head
     }
 
     /// Marks end of stream: the consumer drains what is queued, then sees EOS.
-    pub fn set_eos(&self) {
+    pub(crate) fn set_eos(&self) {
         self.shm.w(W_EOS).store(1, Ordering::SeqCst);
     }
 
     /// Takes the next returned value from the return queue (a buffer index, unchecked:
     /// the caller validates it). Errors only if the consumer corrupted the queue indices.
-    pub fn pop_return(&mut self) -> Result<Option<u64>, crate::Error> {
+    pub(crate) fn pop_return(&mut self) -> Result<Option<u64>, crate::Error> {
         let rt = self.shm.w(W_RET_TAIL).load(Ordering::Acquire);
         let n = rt.wrapping_sub(self.ret_head);
         if n == 0 {
@@ -482,14 +482,14 @@ impl<T: Pod> RingConsumer<T> {
 
     /// Announces that the consumer will (or no longer will) sleep on its doorbell. After
     /// setting it, check the ring once more before sleeping.
-    pub fn set_sleeping(&self, sleeping: bool) {
+    pub(crate) fn set_sleeping(&self, sleeping: bool) {
         self.shm.w(W_CONSUMER_SLEEPING).store(sleeping as u64, Ordering::SeqCst);
     }
 
     /// Whether the producer sleeps on its back doorbell waiting for `what` (read after a
     /// pop, for [`BackWait::Space`], or a return, for [`BackWait::Return`]; seq-cst pairs
     /// with [`RingProducer::set_sleeping`] so no wake-up is lost).
-    pub fn producer_waits_for(&self, what: BackWait) -> bool {
+    pub(crate) fn producer_waits_for(&self, what: BackWait) -> bool {
         self.shm.w(W_PRODUCER_SLEEPING).load(Ordering::SeqCst) == what as u64
     }
 

@@ -267,7 +267,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// How often a producing stage looks at its listening socket for a downstream stage that
 /// (re-)joins, or a connection to refuse ([`Downstream::serve`]).
-pub const REJOIN_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const REJOIN_EVERY: Duration = Duration::from_millis(50);
 
 /// A producing stage's listening socket after set-up: a downstream stage that died and was
 /// restarted connects here again and is served the same output ([`Downstream::serve`]);
@@ -336,7 +336,7 @@ pub fn upstream_facts(up: &Upstream) -> Extras {
 
 /// [`Downstream::serve`] for a pool's consumer (`consumer`, the stage a re-joining one
 /// must be): its hello checked with `check` (as at set-up), then the same pool offered on
-/// a fresh ring ([`PoolProducer::reoffer`]). A tap's hello ([`crate::link::tap_hello`])
+/// a fresh ring ([`PoolProducer::reoffer`]). A tap's hello ([`crate::link::tap_hello_holding`])
 /// is served at any time with a ring of its own ([`PoolProducer::add_tap`]), and taps that
 /// hung up are let go ([`PoolProducer::check_taps`]).
 pub fn serve_pool(

@@ -1,7 +1,7 @@
 //! The consumer's side of fan-out: a tap on a producer's pool (the web view, later a
 //! display), and the one conversion such consumers need, a frame to RGB24.
 //!
-//! A tap says [`super::link::tap_hello`] on the producer's listening socket and gets the
+//! A tap says [`super::link::tap_hello_holding`] on the producer's listening socket and gets the
 //! pool's fds once (SCM_RIGHTS) and a one-slot drop-oldest ring of its own
 //! ([`super::pool::PoolProducer::add_tap`]): it sees the newest frame, holds at most one,
 //! and its slowness costs only its own frames. [`TapClient`] joins, joins again after the
@@ -37,7 +37,7 @@ pub struct TapCounters {
 
 /// The longest wait between two tries to join a producer that is not there (or refused):
 /// the back-off starts at 100 ms and doubles up to this.
-pub const TAP_RETRY_MAX: Duration = Duration::from_secs(2);
+pub(crate) const TAP_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// A tap on the pool served at `socket`: joined lazily, joined again when the producer
 /// hangs up (it was restarted), with a back-off of 100 ms doubling to [`TAP_RETRY_MAX`].
@@ -76,7 +76,7 @@ impl TapClient {
     }
 
     /// Asks the producer to let this tap hold up to `hold` frames at once (1 by default,
-    /// at most [`super::pool::TAP_MAX_HELD`]): a display holds the frame on screen while the
+    /// at most `TAP_MAX_HELD`, 2): a display holds the frame on screen while the
     /// next one is queued. Takes effect at the next join.
     pub fn holding(mut self, hold: usize) -> TapClient {
         self.hold = hold;
@@ -231,7 +231,7 @@ pub fn frame_to_rgb(frame: &Frame, out: &mut Vec<u8>) -> Result<(u32, u32)> {
 }
 
 /// [`frame_to_rgb`] on bytes already mapped: `bufs[fd_index]` per plane.
-pub fn layout_to_rgb(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
+pub(crate) fn layout_to_rgb(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
     use yuv::{YuvBiPlanarImage, YuvConversionMode, YuvPackedImage, YuvRange, YuvStandardMatrix};
     let (w, h) = (layout.width, layout.height);
     if w == 0 || h == 0 {

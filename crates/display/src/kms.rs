@@ -153,7 +153,7 @@ pub struct Output {
     pub atomic: bool,
     conn: connector::Handle,
     /// The connector's name (`Virtual-1`).
-    pub connector_name: String,
+    pub(crate) connector_name: String,
     /// The mode.
     pub mode: Mode,
     crtc: crtc::Handle,

@@ -64,7 +64,7 @@ pub struct DisplayCounters {
     /// Bytes the CPU wrote composing them (each a whole dumb buffer: pitch x mode height).
     pub composed_bytes: u64,
     /// Overlay redraws (detections changed).
-    pub overlay_draws: u64,
+    pub(crate) overlay_draws: u64,
     /// Writeback pictures written (`--display-writeback`).
     pub writebacks: u64,
     /// Commits refused, flips that never came, frames that could not be read.

@@ -20,7 +20,7 @@ pub fn coco80() -> Vec<String> {
 /// COCO names in YOLOX `COCO_CLASSES` order). Trailing `\r` and surrounding whitespace are
 /// trimmed; a trailing empty line is ignored. Errors name the path and the fix when the file
 /// is missing, unreadable or has no labels.
-pub fn load_labels(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn load_labels(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path).with_context(|| {
         format!(
             "cannot read label file {}: pass a text file with one class name per line, class 0 first (e.g. models/coco80.txt)",
@@ -44,7 +44,7 @@ pub fn load_labels(path: &Path) -> Result<Vec<String>> {
 /// a dict from class index to name, `{0: 'person', 1: 'bicycle', 2: "driver's seat"}`
 /// (single or double quotes, backslash escapes). The indices must be 0, 1, ... in any
 /// order, each once; the result is in index order.
-pub fn parse_names_dict(text: &str) -> Result<Vec<String>> {
+pub(crate) fn parse_names_dict(text: &str) -> Result<Vec<String>> {
     let mut p = text.trim().chars().peekable();
     let fail = |what: &str| anyhow::anyhow!("model names `{}` are not a {{index: 'name'}} dict: {what}", short(text));
     if p.next() != Some('{') {

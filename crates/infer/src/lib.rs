@@ -41,8 +41,6 @@ pub mod replay;
 pub mod rknn;
 pub mod stage;
 
-pub use labels::load_labels;
-
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -269,7 +267,7 @@ pub struct DetectorOptions {
 
 /// The input size of an ONNX model with a dynamic input when `--input-size` is not given:
 /// Ultralytics' default `imgsz` (640).
-pub const DEFAULT_DYNAMIC_SIZE: (u32, u32) = (640, 640);
+pub(crate) const DEFAULT_DYNAMIC_SIZE: (u32, u32) = (640, 640);
 
 impl DetectorOptions {
     /// The pre-processing a model decoded by `head` is fed with: its family's, with the

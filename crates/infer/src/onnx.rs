@@ -139,7 +139,8 @@ impl OnnxDetector {
 
     /// The first output of [`OnnxDetector::run_outputs`] as float32 values, for tests and
     /// `compare` tooling.
-    pub fn run_raw(&self, nchw: Vec<f32>) -> anyhow::Result<Vec<f32>> {
+    #[cfg(test)]
+    pub(crate) fn run_raw(&self, nchw: Vec<f32>) -> anyhow::Result<Vec<f32>> {
         let outputs = self.run_outputs(nchw)?;
         let out = outputs.first().context("model produced no output")?;
         let view = out.try_as_plain_ram()?;
@@ -206,7 +207,8 @@ impl Detector for OnnxDetector {
 /// Converts packed 3-byte pixels (`layout`: `BGR24` or `RGB24`, rows of `planes[0].bytesperline`
 /// bytes from `planes[0].offset`) into planar float32 `[3, H, W]` in `out`, keeping the
 /// channel order and the raw 0..255 values. `out` must hold `3 * width * height` floats.
-pub fn packed_bgr_to_nchw_f32(input: &[u8], layout: &FrameLayout, out: &mut [f32]) -> anyhow::Result<()> {
+#[cfg(test)]
+pub(crate) fn packed_bgr_to_nchw_f32(input: &[u8], layout: &FrameLayout, out: &mut [f32]) -> anyhow::Result<()> {
     packed_to_nchw_f32(input, layout, 1.0, out)
 }
 

@@ -152,7 +152,7 @@ pub struct ServerStats {
     /// Clients accepted so far.
     pub accepted: u64,
     /// Clients disconnected for taking nothing for the timeout.
-    pub disconnected_slow: u64,
+    pub(crate) disconnected_slow: u64,
     /// Lines skipped because a client's socket buffer was full (all clients).
     pub skipped: u64,
     /// Lines fully handed to clients (all clients).
@@ -245,7 +245,7 @@ impl DetectionServer {
 
     /// Changes the slow-client timeout (5 s by default).
     #[cfg(test)]
-    pub fn set_slow_timeout(&mut self, t: Duration) {
+    pub(crate) fn set_slow_timeout(&mut self, t: Duration) {
         self.slow_timeout = t;
     }
 

@@ -41,7 +41,7 @@ pub struct PixelCounters {
     /// Times the tap joined.
     pub joins: u64,
     /// Frames the tap received (each a wake-up, no pixels read).
-    pub frames_seen: u64,
+    pub(crate) frames_seen: u64,
     /// Frames converted to RGB24 (each a read of the frame through the read guard).
     pub frames_read: u64,
     /// Conversions that failed (an unsupported fourcc; said once in the log).

@@ -44,7 +44,7 @@ pub struct Tracking {
 /// How long past the keep-alive a camera's tracks wait for its next frame before they end
 /// without one ([`Tracking::expire`]): frames in flight, and a stage after capture being
 /// restarted (whose lost frames do not count: [`Tracker::pause`]), must not end tracks.
-pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The file in the run directory where the publish stage keeps each camera's next track id
 /// (JSON `{"camera": next_id}`), so that a restarted publish stage does not hand out ids
@@ -70,7 +70,7 @@ impl Tracking {
 
     /// Keeps each camera's next id in `file` (read back when a restarted stage starts, so
     /// ids go on from there).
-    pub fn keep_ids_in(mut self, file: std::path::PathBuf) -> Tracking {
+    pub(crate) fn keep_ids_in(mut self, file: std::path::PathBuf) -> Tracking {
         self.ids_file = Some(file);
         self
     }
@@ -100,7 +100,7 @@ impl Tracking {
     }
 
     /// Removes the ids file (the stage ends normally: the next run starts from 1).
-    pub fn forget_ids(&self) {
+    pub(crate) fn forget_ids(&self) {
         if let Some(f) = &self.ids_file {
             let _ = std::fs::remove_file(f);
         }
@@ -292,7 +292,7 @@ pub fn human_event(e: &EventJson) -> String {
 
 /// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
 /// [`LatencyJson`] for where the line's publish latency ends).
-pub fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
+pub(crate) fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
     let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
     FrameJson {
         camera: camera.to_string(),

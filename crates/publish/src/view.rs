@@ -6,8 +6,9 @@
 //! connected, or a snapshot request), at most `--view-fps` times a second per camera, so a
 //! provider reads a capture buffer (through its `CpuAccess` read guard) only then, never per
 //! frame. [`TapPixels`] is that provider: [`super::pixels::Pixels`], a tap on each camera's
-//! capture pool. [`NoPixels`] is the honest fallback: the view draws the boxes on a dark
-//! canvas of the frame's size and says why there are no pixels.
+//! capture pool. While a camera's tap is not joined the view draws the boxes on a dark
+//! canvas of the frame's size and says why there are no pixels ([`ViewSource::unavailable`];
+//! the tests' `NoPixels` is a source that never has any).
 
 use std::sync::Arc;
 
@@ -56,7 +57,8 @@ pub(crate) trait ViewSource: Send {
 }
 
 /// The words on a picture drawn without pixels while no provider is connected.
-pub const NO_PIXELS: &str = "no pixels (fan-out not connected)";
+#[cfg(test)]
+pub(crate) const NO_PIXELS: &str = "no pixels (fan-out not connected)";
 
 /// The capture pools' taps as the view's source: asking for a camera's frame keeps its tap
 /// joined ([`Pixels::want`]: it leaves 10 s after the last ask), so pixels are read only
@@ -82,7 +84,7 @@ pub(crate) const SNAPSHOT_FPS: f64 = 5.0;
 /// `capture@NAME`).
 fn capture_stages(cfg: &super::PublishConfig) -> Vec<String> {
     if cfg.cameras.len() > 1 {
-        cfg.cameras.iter().map(|c| zcpipe_core::config::camera_stage(c)).collect()
+        cfg.cameras.iter().map(|c| zcpipe_core::id::StageId::camera(c).to_string()).collect()
     } else {
         vec!["capture".into()]
     }
@@ -127,10 +129,12 @@ impl ViewSource for TapPixels {
     }
 }
 
-/// The view's source while no capture-pool fan-out is connected: never a frame.
+/// A view source that never has a frame (tests: the view without a capture pool).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoPixels;
+pub(crate) struct NoPixels;
 
+#[cfg(test)]
 impl ViewSource for NoPixels {
     fn latest(&mut self, _camera: usize, _newer_than: Option<u64>) -> Option<ViewFrame> {
         None

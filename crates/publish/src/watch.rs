@@ -92,7 +92,7 @@ pub(crate) struct Filter<'a> {
     pub camera: Option<&'a str>,
     /// Only event lines and restart notices (`--events`: a restart may have ended tracks
     /// without their events); frames are skipped, and `count` counts events.
-    pub events_only: bool,
+    pub(crate) events_only: bool,
 }
 
 /// [`print_stream`] of the lines `filter` keeps: with a camera, frames, notices and events

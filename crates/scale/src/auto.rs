@@ -17,7 +17,7 @@ use super::rga::RgaCore;
 use super::ScalerKind;
 
 /// The mainline RGA driver's name in `VIDIOC_QUERYCAP` (`driver`).
-pub const MAINLINE_RGA_DRIVER: &str = "rockchip-rga";
+pub(crate) const MAINLINE_RGA_DRIVER: &str = "rockchip-rga";
 
 /// What [`choose`] picked.
 #[derive(Clone, Debug, PartialEq, Eq)]

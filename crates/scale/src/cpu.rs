@@ -30,7 +30,7 @@ use super::{fill_pad, map_frame, Scaler};
 use zcpipe_core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
 
 /// Source fourccs the CPU scaler reads.
-pub const SUPPORTED_SOURCES: [Fourcc; 7] =
+pub(crate) const SUPPORTED_SOURCES: [Fourcc; 7] =
     [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// The YOLOX letterbox pad value (`preproc`'s `np.ones(...) * 114`).

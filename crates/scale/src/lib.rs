@@ -155,7 +155,7 @@ pub trait Scaler: Send {
 /// For backends that map frames: runs `f(source planes' bytes, source layout, output
 /// bytes)` with `src` mapped through read guards and the output through a write guard
 /// (DMA_BUF_IOCTL_SYNC START on the way in, END on the way out).
-pub fn map_frame<T>(
+pub(crate) fn map_frame<T>(
     src: &Frame,
     dst: &mut WriteLoan<'_>,
     f: impl FnOnce(&[&[u8]], &FrameLayout, &mut [u8]) -> Result<T>,
@@ -170,7 +170,13 @@ pub fn map_frame<T>(
 /// each of the first `dh` rows of `dst` (rows of `bpl` bytes, `dw` pixels used) that lies
 /// outside the picture `(x, y, w, h)` ([`LetterboxParams::picture`]). Bytes past `dw * 3`
 /// in a row (stride padding) are not touched.
-pub fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (x, y, w, h): (u32, u32, u32, u32), pad: u8) {
+pub(crate) fn fill_pad(
+    dst: &mut [u8],
+    bpl: usize,
+    (dw, dh): (usize, usize),
+    (x, y, w, h): (u32, u32, u32, u32),
+    pad: u8,
+) {
     let (x, y, w, h) = (x as usize, y as usize, w as usize, h as usize);
     let row_len = dw * 3;
     for (r, row) in dst.chunks_mut(bpl).take(dh).enumerate() {
@@ -189,7 +195,7 @@ pub fn fill_pad(dst: &mut [u8], bpl: usize, (dw, dh): (usize, usize), (x, y, w, 
 /// `--scaler none`: touches no pixels; forwards each frame's geometry as if letterboxed, so
 /// a run measures transport and glue alone (with `--infer none`).
 #[derive(Debug, Default)]
-pub struct NoScaler {
+pub(crate) struct NoScaler {
     dst: FrameLayout,
     letterbox: Option<Letterbox>,
 }

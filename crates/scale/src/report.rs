@@ -16,7 +16,7 @@ pub struct CameraFacts {
     /// Frames passed over for a newer one of the same camera.
     pub skipped_for_newer: u64,
     /// Frames dropped in its input ring (drop-oldest).
-    pub ring_dropped: u64,
+    pub(crate) ring_dropped: u64,
     /// Frames of it dropped after the scale stage.
     pub dropped_downstream: u64,
     /// Whether its capture stage is joined now.

@@ -28,7 +28,7 @@ use super::{NoScaler, ScaleConfig, Scaler, ScalerKind};
 
 /// Source formats the scale stage accepts from capture (a backend that cannot read one
 /// refuses it at bind, naming it: XR24 is read by the CPU scaler only).
-pub const ACCEPTED: [Fourcc; 7] =
+pub(crate) const ACCEPTED: [Fourcc; 7] =
     [Fourcc::NV12, Fourcc::NV12M, Fourcc::NV16, Fourcc::YUYV, Fourcc::RGB24, Fourcc::BGR24, Fourcc::XR24];
 
 /// Opens the backend `cfg.scaler` names. A device backend opens its node now, so a wrong
@@ -160,11 +160,14 @@ impl Camera {
 
 /// The sockets of the cameras' capture stages: `capture.sock` for a single unnamed one
 /// (`cameras` empty), else `capture@NAME.sock` each.
-pub fn capture_sockets(data: &zcpipe_core::config::DataPath, cameras: &[String]) -> Vec<(String, std::path::PathBuf)> {
+pub(crate) fn capture_sockets(
+    data: &zcpipe_core::config::DataPath,
+    cameras: &[String],
+) -> Vec<(String, std::path::PathBuf)> {
     if cameras.is_empty() {
         return vec![("cam0".to_string(), data.socket("capture"))];
     }
-    cameras.iter().map(|n| (n.clone(), data.socket(&zcpipe_core::config::camera_stage(n)))).collect()
+    cameras.iter().map(|n| (n.clone(), data.socket_of(&zcpipe_core::id::StageId::camera(n)))).collect()
 }
 
 /// Runs the scale stage with `cfg` (checked by the command line) until capture ends the

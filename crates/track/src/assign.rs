@@ -18,7 +18,12 @@ const SCALE: f32 = 1_000_000.0;
 /// The best matching of `rows` x `cols` pairs whose IoU is `iou(r, c)` (0..=1): the pairs
 /// `(row, col)` matched, each with IoU >= `min_iou`, each row and column at most once,
 /// maximising the sum of `IoU - min_iou`. Sorted by row. Empty when either side is.
-pub fn match_iou(rows: usize, cols: usize, min_iou: f32, iou: impl Fn(usize, usize) -> f32) -> Vec<(usize, usize)> {
+pub(crate) fn match_iou(
+    rows: usize,
+    cols: usize,
+    min_iou: f32,
+    iou: impl Fn(usize, usize) -> f32,
+) -> Vec<(usize, usize)> {
     if rows == 0 || cols == 0 {
         return vec![];
     }

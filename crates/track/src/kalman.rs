@@ -60,7 +60,7 @@ impl Axis {
 
 /// The filter of one track: `(cx, cy, a, h)` in source pixels (a: width / height).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Kalman {
+pub(crate) struct Kalman {
     axes: [Axis; 4],
 }
 
@@ -89,7 +89,7 @@ impl Kalman {
 
     /// One frame ahead. `lost`: the track was not seen last frame, so its height stops
     /// changing (ByteTrack's rule: a lost box keeps its size while it drifts).
-    pub fn predict(&mut self, lost: bool) {
+    pub(crate) fn predict(&mut self, lost: bool) {
         if lost {
             self.axes[3].v = 0.0;
         }
@@ -120,7 +120,8 @@ impl Kalman {
     }
 
     /// The centre's velocity, pixels per frame.
-    pub fn velocity(&self) -> (f32, f32) {
+    #[cfg(test)]
+    pub(crate) fn velocity(&self) -> (f32, f32) {
         (self.axes[0].v, self.axes[1].v)
     }
 }

@@ -7,10 +7,10 @@
 use anyhow::{bail, Result};
 
 /// The most zones one camera may have (a track keeps the zones it is in as a bit set).
-pub const MAX_ZONES: usize = 64;
+pub(crate) const MAX_ZONES: usize = 64;
 
 /// The largest coordinate a zone may have, pixels (the largest frame side zcpipe takes).
-pub const MAX_COORD: f32 = 16384.0;
+pub(crate) const MAX_COORD: f32 = 16384.0;
 
 /// One zone: its name and its polygon, vertices in order, source pixels.
 #[derive(Clone, Debug, PartialEq)]

@@ -57,15 +57,15 @@ use zcpipe_sys::mpp::{
 
 /// How long one MPP poll may wait for the JPEG decoder, milliseconds (a 4K JPEG takes a few
 /// ms on RK3588's JPEG decoder; this only bounds a decoder that never answers).
-pub const MPP_POLL_MS: i64 = 2000;
+pub(crate) const MPP_POLL_MS: i64 = 2000;
 
 /// Largest JPEG the splitter accepts, bytes (a 4K JPEG at the highest quality is ~10 MiB):
 /// a stream that never reaches EOI is an error, not unbounded memory.
-pub const MAX_JPEG_BYTES: usize = 32 << 20;
+pub(crate) const MAX_JPEG_BYTES: usize = 32 << 20;
 
 /// What [`scan_jpeg`] found at the start of a buffer that begins with SOI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scan {
+pub(crate) enum Scan {
     /// One whole JPEG of this many bytes (through EOI).
     Complete(usize),
     /// A new SOI began at this offset before EOI: the JPEG before it is truncated.
@@ -77,7 +77,7 @@ pub enum Scan {
 /// Where [`scan_jpeg_from`] stopped in a buffer that ended inside a JPEG: the scan resumes
 /// there when more bytes follow (the same buffer, grown), instead of from the SOI.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ScanState {
+pub(crate) struct ScanState {
     /// The offset the scan goes on from.
     pos: usize,
     /// Whether `pos` is inside entropy-coded data.
@@ -88,7 +88,8 @@ pub struct ScanState {
 
 /// Where the JPEG at the start of `b` (which starts with `FF D8`, SOI) ends:
 /// [`scan_jpeg_from`] from the SOI.
-pub fn scan_jpeg(b: &[u8]) -> Scan {
+#[cfg(test)]
+pub(crate) fn scan_jpeg(b: &[u8]) -> Scan {
     scan_jpeg_from(b, &mut ScanState::default())
 }
 
@@ -101,7 +102,7 @@ pub fn scan_jpeg(b: &[u8]) -> Scan {
 /// (ITU T.81 B.1.1.2). A segment length that lands on anything but `FF` means the JPEG was
 /// cut inside that segment's header: the first SOI inside the skipped bytes (the next JPEG)
 /// gives [`Scan::Truncated`] there; with none, the scan resyncs on the next marker.
-pub fn scan_jpeg_from(b: &[u8], st: &mut ScanState) -> Scan {
+pub(crate) fn scan_jpeg_from(b: &[u8], st: &mut ScanState) -> Scan {
     let mut i = st.pos.max(2);
     let mut entropy = st.entropy;
     let mut skipped_from = st.skipped_from;
@@ -178,7 +179,7 @@ pub struct JpegSplitter<R> {
     scan: ScanState,
     eof: bool,
     /// Bytes skipped outside any JPEG.
-    pub skipped_bytes: u64,
+    pub(crate) skipped_bytes: u64,
 }
 
 /// One JPEG from [`JpegSplitter::next_jpeg`].
@@ -486,7 +487,7 @@ fn cpu_decode(
 /// ffprobe names `mjpeg`, decoded by the decoder `choice` resolves to
 /// ([`super::decoder::resolve`]; `auto`: MPP on a Rockchip BSP kernel, else the CPU);
 /// `None` for anything else (the ffmpeg source takes it).
-pub fn open_if_mjpeg(
+pub(crate) fn open_if_mjpeg(
     spec: &SourceSpec,
     fps: Option<f64>,
     choice: Option<DecoderChoice>,
@@ -502,7 +503,7 @@ pub fn open_if_mjpeg(
 
 /// `video:PATH` of MJPEG: ffmpeg demuxes without decoding, [`JpegSplitter`] cuts whole
 /// JPEGs, [`MjpegDecoder`] decodes each into the pool buffer.
-pub struct MjpegSource {
+pub(crate) struct MjpegSource {
     info: SourceInfo,
     path: PathBuf,
     child: Child,
@@ -560,6 +561,7 @@ impl MjpegSource {
     }
 
     /// (JPEGs read, pictures delivered, corrupt JPEGs skipped).
+    #[cfg(test)]
     pub fn counts(&self) -> (u64, u64, u64) {
         (self.jpegs, self.frames, self.corrupt)
     }

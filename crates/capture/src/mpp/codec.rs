@@ -28,7 +28,7 @@ pub(super) fn check_format(i: &FrameInfo, shown: &str) -> Result<()> {
 
 /// The NV12 layout of an MPP picture: `bytesperline` = `hor_stride`, the CbCr plane at
 /// `hor_stride * ver_stride` with `ver_stride / 2` rows.
-pub fn layout_of(i: &FrameInfo) -> FrameLayout {
+pub(crate) fn layout_of(i: &FrameInfo) -> FrameLayout {
     let (hor, ver) = (i.hor_stride, i.ver_stride);
     let mut planes = [PlaneDesc::default(); MAX_PLANES];
     planes[0] = PlaneDesc { offset: 0, bytesperline: hor, length: hor * ver, fd_index: 0 };
@@ -86,7 +86,7 @@ pub(super) fn probe(
 /// ([`super::super::mjpeg`]), 8-bit 4:2:0 (`yuv420p`, `yuvj420p`, `nv12`, or not said). `Err`: why
 /// not, one clause (a 10-bit stream MPP would decode to `YUV420SP_10BIT`, a 4:2:2 or 4:4:4
 /// one, another codec).
-pub fn mpp_takes(c: &CodecProbe) -> std::result::Result<(), String> {
+pub(crate) fn mpp_takes(c: &CodecProbe) -> std::result::Result<(), String> {
     if !matches!(c.codec.as_str(), "h264" | "hevc" | "mjpeg") {
         return Err(format!("its video is {}, which MPP does not decode here", c.codec));
     }
@@ -103,7 +103,7 @@ pub fn mpp_takes(c: &CodecProbe) -> std::result::Result<(), String> {
 
 /// The codec and pixel format of `path`'s first video stream, by ffprobe; `None` when it
 /// cannot tell (the caller's path reports why).
-pub fn file_codec(path: &Path) -> Option<CodecProbe> {
+pub(crate) fn file_codec(path: &Path) -> Option<CodecProbe> {
     let out = std::process::Command::new("ffprobe")
         .args(PROBE_ARGS)
         .arg(path)

@@ -41,7 +41,7 @@ mod input;
 mod tests;
 
 use codec::{check_format, probe};
-pub use codec::{file_codec, layout_of, mpp_takes};
+pub(crate) use codec::{file_codec, layout_of, mpp_takes};
 
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -65,16 +65,16 @@ use zcpipe_core::stage::Extras;
 use zcpipe_sys::mpp::{self, DecodedFrame, DecoderOptions, FrameInfo, Libmpp, Mpp};
 
 /// Bytes of the elementary stream put into MPP per packet (split mode: any cut is fine).
-pub const CHUNK_BYTES: usize = 64 * 1024;
+pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 /// The fewest buffers an MPP capture pool has: MPP keeps up to 16 reference pictures of an
 /// H.264/H.265 stream in them, plus the pictures consumers hold, plus one to decode into.
-pub const MIN_BUFFERS: usize = 24;
+pub(crate) const MIN_BUFFERS: usize = 24;
 /// How long the decoder may take to say the stream's size (its info-change frame) at start-up.
-pub const START_LIMIT: Duration = Duration::from_secs(10);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(10);
 
 /// Where the compressed stream comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MppInput {
+pub(crate) enum MppInput {
     /// A file (`video:PATH`), decoded once to its end.
     File(PathBuf),
     /// A live network stream (`rtsp://...`), re-opened when it drops.
@@ -83,7 +83,7 @@ pub enum MppInput {
 
 /// How to open an MPP capture (from the capture options).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct MppOptions {
+pub(crate) struct MppOptions {
     /// RTSP transport (`rtsp://`, `rtsps://` only).
     pub transport: RtspTransport,
     /// The largest picture the pool must hold (`--size`), beyond the stream's own.
@@ -101,17 +101,17 @@ fn coding_of(codec: &str) -> Option<(mpp::MppCodingType, &'static str)> {
 
 /// Counters of an MPP capture.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct MppStats {
+pub(crate) struct MppStats {
     /// Packets MPP took (`decode_put_packet` returned `MPP_OK`).
     pub packets: u64,
     /// Bytes of elementary stream MPP took.
-    pub stream_bytes: u64,
+    pub(crate) stream_bytes: u64,
     /// Times MPP's input queue was full (`MPP_ERR_BUFFER_FULL`): the packet waited.
-    pub input_full: u64,
+    pub(crate) input_full: u64,
     /// Pictures decoded and published.
     pub pictures: u64,
     /// Pictures MPP flagged (`errinfo` or `discard`) and zcpipe dropped.
-    pub error_frames: u64,
+    pub(crate) error_frames: u64,
     /// Info changes after the first (re-negotiated sizes).
     pub info_changes: u64,
     /// Frames given back to MPP (`mpp_frame_deinit`) after every consumer returned them.
@@ -132,7 +132,7 @@ pub struct MppStats {
 
 /// What one turn of [`MppCapture::next_frame`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum MppNext {
+pub(crate) enum MppNext {
     /// A picture was published (its sequence number).
     Frame(u64),
     /// Nothing yet.
@@ -151,7 +151,7 @@ enum Link {
 }
 
 /// An MPP decoder fed by an ffmpeg demuxer, writing into the capture pool.
-pub struct MppCapture {
+pub(crate) struct MppCapture {
     input: MppInput,
     shown: String,
     opts: MppOptions,
@@ -309,7 +309,7 @@ impl MppCapture {
     }
 
     /// Bytes each pool buffer needs (MPP's `buf_size` at start-up, or `--size`'s if larger).
-    pub fn pool_bytes(&self) -> u64 {
+    pub(crate) fn pool_bytes(&self) -> u64 {
         self.buf_bytes
     }
 
@@ -517,11 +517,6 @@ impl MppCapture {
         }
         self.layout = Some(layout_of(i));
         Ok(true)
-    }
-
-    /// The restart notice's frames lost, once (after a reconnect).
-    pub fn take_gap(&mut self) -> Option<u64> {
-        self.pending_gap.take()
     }
 
     /// Ends the capture after the pool's drain: releases every frame still held, takes back

@@ -32,7 +32,7 @@ use zcpipe_core::stage::Extras;
 use zcpipe_sys::v4l2 as sys;
 
 /// A V4L2 camera streaming MJPG into its own (private) buffers, decoded into the pool.
-pub struct MjpgCamera {
+pub(crate) struct MjpgCamera {
     cam: V4l2Capture,
     bufs: Vec<DmaBuf>,
     decoder: MjpegDecoder,

@@ -45,9 +45,10 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
-pub use buffers::Dequeued;
+pub(crate) use buffers::Dequeued;
 pub use negotiate::{parse_format, parse_size, Granted, V4l2Config, PREFERRED};
-pub use stats::{SequenceCounter, V4l2Stats};
+pub(crate) use stats::SequenceCounter;
+pub use stats::V4l2Stats;
 
 /// How capture buffers are made (`--capture-io`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

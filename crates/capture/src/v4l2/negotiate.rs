@@ -262,7 +262,7 @@ impl V4l2Capture {
     }
 
     /// The formats the driver offers on this queue (VIDIOC_ENUM_FMT).
-    pub fn offered_formats(&self) -> Vec<Fourcc> {
+    pub(crate) fn offered_formats(&self) -> Vec<Fourcc> {
         let mut v = vec![];
         for index in 0..1024 {
             let mut d = sys::FmtDesc { index, type_: self.buf_type, ..Default::default() };

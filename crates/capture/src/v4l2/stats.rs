@@ -11,7 +11,7 @@ pub struct V4l2Stats {
     /// Frames the driver skipped (gaps in its sequence numbers).
     pub driver_drops: u64,
     /// Buffers the driver flagged `V4L2_BUF_FLAG_ERROR` (requeued, not published).
-    pub error_frames: u64,
+    pub(crate) error_frames: u64,
     /// Buffers queued with QBUF.
     pub queued: u64,
     /// Frames whose timestamp went backwards or was not CLOCK_MONOTONIC.
@@ -33,7 +33,7 @@ pub struct V4l2Stats {
 
 /// Follows a driver's u32 sequence numbers: gaps are frames the driver dropped.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SequenceCounter {
+pub(crate) struct SequenceCounter {
     /// First sequence number seen.
     pub first: Option<u32>,
     /// Last sequence number seen.

@@ -32,7 +32,6 @@ use link::{ring_fds, Link};
 pub use loan::{DeviceLoan, WriteLoan};
 pub use producer::{PoolProducer, LEASE_TIMEOUT};
 use taps::Tap;
-pub use taps::{MAX_TAPS, TAP_COPY_TIMEOUT, TAP_MAX_HELD};
 pub use upstream::{Upstream, OFFER_TIMEOUT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +100,7 @@ pub struct PoolStats {
     /// Tokens accepted back from the consumer.
     pub returned: u64,
     /// Buffers reclaimed from the ring by drop-oldest.
-    pub reclaimed: u64,
+    pub(crate) reclaimed: u64,
     /// Tokens refused (unknown index or stale sequence).
     pub bad_returns: u64,
     /// Buffers not free right now.
@@ -114,7 +113,7 @@ pub struct PoolStats {
     /// Frames published while no consumer was there (dropped at once, counted in the ring
     /// counters' `produced` and `dropped` too).
     #[serde(default)]
-    pub dropped_away: u64,
+    pub(crate) dropped_away: u64,
     /// Times a consumer held every buffer for [`LEASE_TIMEOUT`] and was killed for it.
     #[serde(default)]
     pub leases_expired: u64,
@@ -130,7 +129,7 @@ pub struct PoolStats {
     pub taps_joined: u64,
     /// Taps that hung up, or were hung up on (a broken ring, a stalled copy socket).
     #[serde(default)]
-    pub taps_lost: u64,
+    pub(crate) taps_lost: u64,
     /// Frames handed to taps (all taps).
     #[serde(default)]
     pub tap_frames: u64,

@@ -14,7 +14,7 @@ use crate::link::{Conn, ControlMsg};
 use super::*;
 
 /// The most taps ([`PoolProducer::add_tap`]) a pool serves at once; one more is refused.
-pub const MAX_TAPS: usize = 4;
+pub(crate) const MAX_TAPS: usize = 4;
 
 /// The most buffers one tap may hold at once (in its ring or in its hands): it takes the
 /// newest frame, and while it holds as many as it asked for (1 by default; a display asks
@@ -22,11 +22,11 @@ pub const MAX_TAPS: usize = 4;
 /// [`crate::link::tap_hello_holding`], capped at this) it is given no other. So
 /// `MAX_TAPS` taps hold at most `MAX_TAPS * TAP_MAX_HELD` buffers, and a tap that never
 /// returns its frames costs the pool those buffers, never the pipeline's frames.
-pub const TAP_MAX_HELD: usize = 2;
+pub(crate) const TAP_MAX_HELD: usize = 2;
 
 /// How long a copy-mode tap may take to read one frame's bytes before it is hung up on
 /// (it joins again): a tap never stalls its producer for longer.
-pub const TAP_COPY_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const TAP_COPY_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A secondary consumer of a pool ([`PoolProducer::add_tap`]).
 pub(super) struct Tap {
@@ -47,14 +47,14 @@ impl Tap {
 
 impl PoolProducer {
     /// Serves a tap, a secondary consumer (the web view, a display) that said its hello on
-    /// `conn` ([`crate::link::tap_hello`]): the same pool's fds once, with SCM_RIGHTS,
+    /// `conn` ([`crate::link::tap_hello_holding`]): the same pool's fds once, with SCM_RIGHTS,
     /// and a drop-oldest ring of one slot of its own (in copy mode, a data socket). From
     /// then on every frame published goes to it too, unless it still holds `hold` frames
     /// (1 ..= [`TAP_MAX_HELD`]; more is capped); a buffer is free again when the consumer and every tap gave it
     /// back. A tap never slows the producer nor the consumer: it only loses frames of its
     /// own (counted in [`PoolStats::tap_dropped`]). Errors: [`MAX_TAPS`] taps already, or
     /// the offer could not be sent (the connection is dropped).
-    pub fn add_tap(&mut self, conn: Conn, name: &str, hold: usize) -> Result<()> {
+    pub(crate) fn add_tap(&mut self, conn: Conn, name: &str, hold: usize) -> Result<()> {
         if self.taps.len() >= MAX_TAPS {
             let why = format!("this pool already serves {MAX_TAPS} taps");
             let _ = conn.send(&ControlMsg::Refuse { error: why.clone() }, &[]);
@@ -80,7 +80,7 @@ impl PoolProducer {
 
     /// Lets go of taps that hung up (one poll(2) each): whatever they held is theirs no
     /// more. Called every [`crate::stage::REJOIN_EVERY`] by a stage that serves taps.
-    pub fn check_taps(&mut self) {
+    pub(crate) fn check_taps(&mut self) {
         let mut k = 0;
         while k < self.taps.len() {
             if self.taps[k].link.conn().is_none_or(|c| c.peer_gone()) {

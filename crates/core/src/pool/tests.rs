@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
+use super::taps::{MAX_TAPS, TAP_MAX_HELD};
 use super::*;
 use crate::channel::{Receiver, Recv};
 use crate::dmabuf::{Allocator, HeapChoice};
@@ -420,7 +421,7 @@ fn tap(prod: &mut PoolProducer, name: &str) -> Receiver<FrameDesc> {
 fn tap_holding(prod: &mut PoolProducer, name: &str, hold: Option<usize>) -> Receiver<FrameDesc> {
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
     let theirs = Conn::from_fd(b).unwrap();
-    let hello = hold.map_or_else(|| crate::link::tap_hello(name), |n| crate::link::tap_hello_holding(name, n));
+    let hello = crate::link::tap_hello_holding(name, hold.unwrap_or(1));
     assert_eq!(hello.tap().map(|t| t.name.as_str()), Some(name));
     let joining =
         std::thread::spawn(move || join::<FrameDesc>(theirs, &hello, WaitMode::Eventfd, "test producer").unwrap());
@@ -565,7 +566,7 @@ fn a_tap_that_asks_to_hold_two_gets_a_new_frame_while_it_shows_the_last_and_neve
     }
     prod.reclaim_returns().unwrap();
     assert_eq!(prod.taps[1].holding(), TAP_MAX_HELD);
-    let view = crate::link::tap_hello("view");
+    let view = crate::link::tap_hello_holding("view", 1);
     assert_eq!(view.tap().map(|t| (t.name.as_str(), t.hold())), Some(("view", 1)));
     assert_eq!(
         crate::link::ControlMsg::decode(br#"{"type":"tap_hello","name":"d","hold":0}"#)

@@ -41,7 +41,8 @@ pub fn read_npy(path: &Path) -> Result<(Vec<usize>, NpyData)> {
 }
 
 /// Reads a float32 `.npy` file: `(shape, values)`.
-pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>)> {
+#[cfg(test)]
+pub(crate) fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>)> {
     match read_npy(path)? {
         (shape, NpyData::F32(v)) => Ok((shape, v)),
         _ => bail!("{} is not a float32 .npy file", path.display()),

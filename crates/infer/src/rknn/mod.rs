@@ -60,9 +60,9 @@ mod tests;
 
 use context::{Ctx, RknnLane};
 pub use cores::parse_npu_cores;
-pub use model::{
-    check_model_file, compatible_socs, model_target_platforms, output_info, platform_runs_on, shipped_model_for,
-};
+pub(crate) use model::{check_model_file, output_info, shipped_model_for};
+#[cfg(test)]
+use model::{compatible_socs, model_target_platforms, platform_runs_on};
 use model::{map_model, Model};
 
 /// The most outputs a model may have (a head has at most 9).

@@ -48,7 +48,7 @@ pub fn output_info(a: &RknnTensorAttr) -> Result<OutputInfo> {
 
 /// The `"target_platform"` entries of a `.rknn` file (`["rk3588"]`): rknn-toolkit2 appends a
 /// JSON description at the end of the file. Empty when none is found.
-pub fn model_target_platforms(model: &[u8]) -> Vec<String> {
+pub(crate) fn model_target_platforms(model: &[u8]) -> Vec<String> {
     const KEY: &[u8] = b"\"target_platform\":[";
     // The JSON is at the end; look at the last 1 MiB only.
     let tail = &model[model.len().saturating_sub(1 << 20)..];
@@ -64,14 +64,14 @@ pub fn model_target_platforms(model: &[u8]) -> Vec<String> {
 
 /// Whether a model built for `platform` runs on `soc`: the same name, or the same NPU
 /// (RK3566/RK3568; RK3588/RK3588S; RV1103/RV1106).
-pub fn platform_runs_on(platform: &str, soc: &str) -> bool {
+pub(crate) fn platform_runs_on(platform: &str, soc: &str) -> bool {
     const SAME_NPU: &[&[&str]] = &[&["rk3566", "rk3568"], &["rk3588", "rk3588s"], &["rv1103", "rv1106"]];
     platform == soc || SAME_NPU.iter().any(|g| g.contains(&platform) && g.contains(&soc))
 }
 
 /// The shipped model for a SoC (relative to the data directory, `models/...`): what
 /// `--infer auto` runs there, and what errors suggest.
-pub fn shipped_model_for(soc: &str) -> Option<&'static str> {
+pub(crate) fn shipped_model_for(soc: &str) -> Option<&'static str> {
     match soc {
         "rk3588" | "rk3588s" => Some("models/yolox_nano_416_rk3588.rknn"),
         "rk3566" | "rk3568" => Some("models/yolox_nano_416_rk3566_rk3568.rknn"),
@@ -168,7 +168,7 @@ impl Model {
 
 /// Checks the `.rknn` file at `path` as [`map_model`] does (header, trailer, this board's
 /// SoC) without keeping it: what `zcpipe run`'s plan checks before any stage starts.
-pub fn check_model_file(path: &Path) -> Result<()> {
+pub(crate) fn check_model_file(path: &Path) -> Result<()> {
     map_model(path).map(|_| ())
 }
 

@@ -18,11 +18,11 @@ pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8"
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ServerCounts {
     /// Clients of `/api/detections` now.
-    pub sse_clients: u64,
+    pub(crate) sse_clients: u64,
     /// Clients of `/stream/<camera>.mjpg` now.
-    pub mjpeg_clients: u64,
+    pub(crate) mjpeg_clients: u64,
     /// Lines dropped for SSE clients that did not keep up (oldest first).
-    pub sse_dropped: u64,
+    pub(crate) sse_dropped: u64,
     /// Requests answered.
     pub requests: u64,
 }

@@ -200,11 +200,11 @@ pub struct HttpReport {
     /// Requests served.
     pub requests: u64,
     /// Event-stream clients now.
-    pub sse_clients: u64,
+    pub(crate) sse_clients: u64,
     /// MJPEG-stream clients now.
-    pub mjpeg_clients: u64,
+    pub(crate) mjpeg_clients: u64,
     /// Detection lines dropped for slow event clients.
-    pub sse_dropped: u64,
+    pub(crate) sse_dropped: u64,
     /// Pictures encoded, by camera.
     pub jpegs: std::collections::BTreeMap<String, u64>,
 }

@@ -23,9 +23,9 @@ pub(crate) const MAX_PIXELS: u64 = 8192 * 8192;
 #[derive(Debug)]
 pub struct Picture {
     /// The frame line whose boxes are drawn (`None`: no frame yet, a placeholder).
-    pub det_seq: Option<u64>,
+    pub(crate) det_seq: Option<u64>,
     /// The seq of the pixels under them (`None`: no pixels, the dark canvas).
-    pub pixel_seq: Option<u64>,
+    pub(crate) pixel_seq: Option<u64>,
     /// Width and height, pixels.
     pub width: u32,
     /// Height, pixels.

@@ -112,7 +112,7 @@ pub struct Stats {
     pub restarts: BTreeMap<String, u64>,
     /// Frames the notices said were lost while a stage was away (their sum; these are also
     /// gaps in the sequence numbers, except for a capture stage that starts counting again).
-    pub frames_lost_in_restarts: u64,
+    pub(crate) frames_lost_in_restarts: u64,
     /// Lines seen (frames, events, notices).
     pub lines: u64,
     /// Bumped with every frame line: what a stream waiting for a new frame waits on.

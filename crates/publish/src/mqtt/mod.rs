@@ -40,7 +40,7 @@ use super::schema::{EventJson, FrameJson, SocketLine};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerUrl {
     /// `mqtts://`: TLS (rustls), else plain TCP.
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// Host name or IP address (an IPv6 address without its brackets).
     pub host: String,
     /// TCP port (default 1883, 8883 for `mqtts://`).

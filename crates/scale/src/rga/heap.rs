@@ -17,7 +17,7 @@ pub struct RgaHeap {
 /// Heaps preferred for RGA-facing pools, best first: RGA2 addresses only the first 4 GiB
 /// ("RGA_MMU unsupported memory larger than 4G", PITFALLS 1-2), which a dma32 heap
 /// guarantees and a CMA area on Rockchip boards sits within.
-pub const RGA_HEAP_PREFERENCE: [HeapChoice; 2] = [HeapChoice::Dma32, HeapChoice::Cma];
+pub(crate) const RGA_HEAP_PREFERENCE: [HeapChoice; 2] = [HeapChoice::Dma32, HeapChoice::Cma];
 
 /// Chooses the heap for a pool RGA reads or writes (the scale stage's output pool; capture's
 /// pool with `--capture-io dmabuf`), given `--heap`, the heap directory (normally
@@ -36,7 +36,7 @@ pub fn rga_heap(requested: HeapChoice, heap_dir: &Path, rga3_pinned: bool) -> Rg
 /// mapped through the VOP's IOMMU, anywhere in RAM, or with CMA where the VOP has no IOMMU,
 /// drivers/gpu/drm/rockchip/rockchip_drm_gem.c; which of the two a board does is not visible
 /// from here) and a note that memfds cannot be imported at all.
-pub fn rga_heap_with_ram(
+pub(crate) fn rga_heap_with_ram(
     requested: HeapChoice,
     heap_dir: &Path,
     ram: Option<RamAbove4g>,

@@ -53,7 +53,7 @@ mod tests;
 
 pub use self::core::RgaCore;
 use diagnose::diagnose;
-pub use heap::{rga_heap, rga_heap_with_ram, RgaHeap, RGA_HEAP_PREFERENCE};
+pub use heap::rga_heap;
 use image::{dest_image, job_rects, source_image, whole_buffer_image, Image};
 
 /// One imported image: its handle and the `rga_buffer_t` librga built for it.
@@ -582,7 +582,7 @@ impl RgaScaler {
     /// Feeds RGA CPU memory through virtual addresses from now on (`--copy-mode`, as a
     /// plain pipeline does after copying each frame into its own buffer): nothing is
     /// imported at bind, and each frame is mapped for its job.
-    pub fn use_virtual_addresses(&mut self) {
+    pub(crate) fn use_virtual_addresses(&mut self) {
         log::info!("copy mode: RGA reads and writes CPU memory through virtual addresses (wrapbuffer_virtualaddr_t), nothing imported");
         self.virtual_addresses = Some(None);
     }
