@@ -60,7 +60,8 @@ mod tests;
 
 use context::{Ctx, RknnLane};
 pub use cores::parse_npu_cores;
-pub(crate) use model::{check_model_file, output_info, shipped_model_for};
+pub use model::output_info;
+pub(crate) use model::{check_model_file, shipped_model_for};
 #[cfg(test)]
 use model::{compatible_socs, model_target_platforms, platform_runs_on};
 use model::{map_model, Model};

@@ -29,7 +29,7 @@ pub const MPP_ERR_STREAM: MppRet = -1004;
 pub const MPP_ERR_BUFFER_FULL: MppRet = -1012;
 
 /// The `MPP_RET` enumerator's name, for messages (`MPP_ERR_BUFFER_FULL`).
-pub fn ret_name(r: MppRet) -> &'static str {
+pub(crate) fn ret_name(r: MppRet) -> &'static str {
     match r {
         MPP_OK => "MPP_OK",
         MPP_NOK => "MPP_NOK",
@@ -81,7 +81,7 @@ pub const MPP_VIDEO_CODING_HEVC: MppCodingType = 0x0100_0004;
 /// as `KEY_OUTPUT_FRAME` meta, as `test/mpi_dec_test.c` does): plain packets through
 /// `decode_put_packet` are refused with `MPP_ERR_BUFFER_FULL` forever (or silently dropped
 /// by newer MPP). [`MppJpeg`] is that task-API decoder.
-pub fn coding_name(c: MppCodingType) -> Option<&'static str> {
+pub(crate) fn coding_name(c: MppCodingType) -> Option<&'static str> {
     match c {
         MPP_VIDEO_CODING_AVC => Some("H.264"),
         MPP_VIDEO_CODING_HEVC => Some("H.265"),
@@ -132,7 +132,7 @@ pub const MPP_DEC_SET_IMMEDIATE_OUT: MpiCmd = 0x0031_000c;
 /// `MppPollType` (`mpp_task.h`) `MPP_POLL_BLOCK`: wait without limit.
 pub const MPP_POLL_BLOCK: i64 = -1;
 /// `MPP_POLL_NON_BLOCK`: return at once (the decoder's default for both directions).
-pub const MPP_POLL_NON_BLOCK: i64 = 0;
+pub(crate) const MPP_POLL_NON_BLOCK: i64 = 0;
 /// `MPP_POLL_MAX`: the longest timeout MPP accepts, milliseconds.
 pub const MPP_POLL_MAX: i64 = 8000;
 
@@ -248,20 +248,20 @@ pub type MppPacketInitFn = unsafe extern "C" fn(*mut MppHandle, *mut c_void, usi
 /// `MPP_RET mpp_packet_deinit(MppPacket *packet)` (`mpp_packet.h`).
 pub type MppPacketDeinitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
 /// `MPP_RET mpp_packet_set_eos(MppPacket packet)` (`mpp_packet.h`).
-pub type MppPacketSetEosFn = unsafe extern "C" fn(MppHandle) -> MppRet;
+pub(crate) type MppPacketSetEosFn = unsafe extern "C" fn(MppHandle) -> MppRet;
 /// `void mpp_packet_set_pts(MppPacket packet, RK_S64 pts)` (`mpp_packet.h`).
-pub type MppPacketSetPtsFn = unsafe extern "C" fn(MppHandle, i64);
+pub(crate) type MppPacketSetPtsFn = unsafe extern "C" fn(MppHandle, i64);
 /// `RK_U32 mpp_frame_get_*(const MppFrame frame)` (`mpp_frame.h`): width, height,
 /// hor_stride, ver_stride, info_change, eos, errinfo, discard.
 pub type MppFrameGetU32Fn = unsafe extern "C" fn(MppHandle) -> u32;
 /// `MppFrameFormat mpp_frame_get_fmt(MppFrame frame)` (`mpp_frame.h`): a C enum (4 bytes).
-pub type MppFrameGetFmtFn = unsafe extern "C" fn(MppHandle) -> u32;
+pub(crate) type MppFrameGetFmtFn = unsafe extern "C" fn(MppHandle) -> u32;
 /// `RK_S64 mpp_frame_get_pts(const MppFrame frame)` (`mpp_frame.h`).
-pub type MppFrameGetPtsFn = unsafe extern "C" fn(MppHandle) -> i64;
+pub(crate) type MppFrameGetPtsFn = unsafe extern "C" fn(MppHandle) -> i64;
 /// `size_t mpp_frame_get_buf_size(const MppFrame frame)` (`mpp_frame.h`).
-pub type MppFrameGetBufSizeFn = unsafe extern "C" fn(MppHandle) -> usize;
+pub(crate) type MppFrameGetBufSizeFn = unsafe extern "C" fn(MppHandle) -> usize;
 /// `MppBuffer mpp_frame_get_buffer(const MppFrame frame)` (`mpp_frame.h`).
-pub type MppFrameGetBufferFn = unsafe extern "C" fn(MppHandle) -> MppHandle;
+pub(crate) type MppFrameGetBufferFn = unsafe extern "C" fn(MppHandle) -> MppHandle;
 /// `MPP_RET mpp_frame_deinit(MppFrame *frame)` (`mpp_frame.h`): frees the frame and drops its
 /// reference on its buffer, which goes back to the group.
 pub type MppFrameDeinitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
@@ -277,13 +277,13 @@ pub type MppBufferImportWithTagFn =
     unsafe extern "C" fn(MppHandle, *mut MppBufferInfo, *mut MppHandle, *const c_char, *const c_char) -> MppRet;
 /// `int mpp_buffer_get_fd_with_caller(MppBuffer buffer, const char *caller)` and
 /// `int mpp_buffer_get_index_with_caller(...)` (`mpp_buffer.h`).
-pub type MppBufferGetIntFn = unsafe extern "C" fn(MppHandle, *const c_char) -> c_int;
+pub(crate) type MppBufferGetIntFn = unsafe extern "C" fn(MppHandle, *const c_char) -> c_int;
 /// `MPP_RET mpp_buffer_group_put(MppBufferGroup group)` and `mpp_buffer_group_clear`
 /// (`mpp_buffer.h`).
 pub type MppBufferGroupFn = unsafe extern "C" fn(MppHandle) -> MppRet;
 /// `RK_S32 mpp_buffer_group_unused(MppBufferGroup group)` (`mpp_buffer.h`): committed buffers
 /// no frame holds, in an external group.
-pub type MppBufferGroupUnusedFn = unsafe extern "C" fn(MppHandle) -> i32;
+pub(crate) type MppBufferGroupUnusedFn = unsafe extern "C" fn(MppHandle) -> i32;
 /// `const char *get_mpp_version(void)` (`mpp/inc/mpp_info.h`: not a public header, but
 /// `extern "C"` and exported by every build).
-pub type GetMppVersionFn = unsafe extern "C" fn() -> *const c_char;
+pub(crate) type GetMppVersionFn = unsafe extern "C" fn() -> *const c_char;

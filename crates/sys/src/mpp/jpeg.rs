@@ -61,7 +61,7 @@ impl JpegSof {
 
     /// Bytes MPP may write for it: `align16(width) * align16(height) * 2` (NV16 at 16-aligned
     /// strides; NV12 needs 3/4 of it).
-    pub fn mpp_output_bytes(&self) -> u64 {
+    pub(crate) fn mpp_output_bytes(&self) -> u64 {
         self.width.next_multiple_of(16) as u64 * self.height.next_multiple_of(16) as u64 * 2
     }
 }

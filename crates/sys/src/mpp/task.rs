@@ -17,7 +17,7 @@ pub const MPP_PORT_INPUT: c_int = 0;
 pub const MPP_PORT_OUTPUT: c_int = 1;
 
 /// `FOURCC_META(a, b, c, d)` (`mpp_meta.h`): `a << 24 | b << 16 | c << 8 | d`, as `RK_U32`.
-pub const fn fourcc_meta(k: &[u8; 4]) -> u32 {
+pub(crate) const fn fourcc_meta(k: &[u8; 4]) -> u32 {
     (k[0] as u32) << 24 | (k[1] as u32) << 16 | (k[2] as u32) << 8 | k[3] as u32
 }
 /// `MppMetaKey` `KEY_INPUT_PACKET` = `FOURCC_META('i', 'p', 'k', 't')` (`mpp_meta.h`): the

@@ -13,7 +13,7 @@ pub type RknnContext = u32;
 pub type RknnContext = u64;
 
 /// `RKNN_MAX_DIMS`: dimensions in [`RknnTensorAttr::dims`].
-pub const RKNN_MAX_DIMS: usize = 16;
+pub(crate) const RKNN_MAX_DIMS: usize = 16;
 /// `RKNN_MAX_NAME_LEN`: bytes in [`RknnTensorAttr::name`], NUL included.
 pub const RKNN_MAX_NAME_LEN: usize = 256;
 
@@ -21,7 +21,7 @@ pub const RKNN_MAX_NAME_LEN: usize = 256;
 pub const RKNN_SUCC: c_int = 0;
 
 /// Every error code `rknn_api.h` defines, with its macro name.
-pub const RKNN_ERRORS: &[(c_int, &str)] = &[
+pub(crate) const RKNN_ERRORS: &[(c_int, &str)] = &[
     (-1, "RKNN_ERR_FAIL"),
     (-2, "RKNN_ERR_TIMEOUT"),
     (-3, "RKNN_ERR_DEVICE_UNAVAILABLE"),
@@ -48,7 +48,7 @@ pub const RKNN_ERR_CTX_INVALID: c_int = -7;
 pub const RKNN_ERR_TARGET_PLATFORM_UNMATCH: c_int = -13;
 
 /// The macro name of an RKNN error code (`RKNN_ERR_MODEL_INVALID` for -6), or `unknown`.
-pub fn error_name(code: c_int) -> &'static str {
+pub(crate) fn error_name(code: c_int) -> &'static str {
     if code == RKNN_SUCC {
         return "RKNN_SUCC";
     }
@@ -87,21 +87,21 @@ pub const RKNN_TENSOR_INT8: u32 = 2;
 /// `RKNN_TENSOR_UINT8`.
 pub const RKNN_TENSOR_UINT8: u32 = 3;
 /// `RKNN_TENSOR_INT16`.
-pub const RKNN_TENSOR_INT16: u32 = 4;
+pub(crate) const RKNN_TENSOR_INT16: u32 = 4;
 /// `RKNN_TENSOR_UINT16`.
-pub const RKNN_TENSOR_UINT16: u32 = 5;
+pub(crate) const RKNN_TENSOR_UINT16: u32 = 5;
 /// `RKNN_TENSOR_INT32`.
-pub const RKNN_TENSOR_INT32: u32 = 6;
+pub(crate) const RKNN_TENSOR_INT32: u32 = 6;
 /// `RKNN_TENSOR_UINT32`.
-pub const RKNN_TENSOR_UINT32: u32 = 7;
+pub(crate) const RKNN_TENSOR_UINT32: u32 = 7;
 /// `RKNN_TENSOR_INT64`.
 pub const RKNN_TENSOR_INT64: u32 = 8;
 /// `RKNN_TENSOR_BOOL`.
-pub const RKNN_TENSOR_BOOL: u32 = 9;
+pub(crate) const RKNN_TENSOR_BOOL: u32 = 9;
 /// `RKNN_TENSOR_INT4` (2.x).
-pub const RKNN_TENSOR_INT4: u32 = 10;
+pub(crate) const RKNN_TENSOR_INT4: u32 = 10;
 /// `RKNN_TENSOR_BFLOAT16` (2.x).
-pub const RKNN_TENSOR_BFLOAT16: u32 = 11;
+pub(crate) const RKNN_TENSOR_BFLOAT16: u32 = 11;
 
 /// The header's name of a `rknn_tensor_type` (`get_type_string`: `FP16`, `INT8`, ...).
 pub fn type_name(t: u32) -> &'static str {
@@ -325,7 +325,7 @@ pub struct RknnTensorMem {
 /// `rknn_input` (32 bytes on LP64): one input for `rknn_inputs_set` (the copying path).
 #[repr(C)]
 #[derive(Debug)]
-pub struct RknnInput {
+pub(crate) struct RknnInput {
     /// Input index.
     pub index: u32,
     /// The data.
@@ -343,7 +343,7 @@ pub struct RknnInput {
 /// `rknn_output` (24 bytes on LP64): one output for `rknn_outputs_get`.
 #[repr(C)]
 #[derive(Debug)]
-pub struct RknnOutput {
+pub(crate) struct RknnOutput {
     /// 1: convert to float32; 0: the output attr's own type.
     pub want_float: u8,
     /// 1: `buf`/`size` are ours; 0: the runtime allocates (freed by `rknn_outputs_release`).

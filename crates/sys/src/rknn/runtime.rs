@@ -199,7 +199,7 @@ impl Rknn {
     /// `rknn_outputs_get(ctx, 1, &out, NULL)` into our own buffer (`is_prealloc = 1`), in
     /// the output's own type (`want_float = 0`), then `rknn_outputs_release`. Returns the
     /// bytes the runtime says it wrote (at most `buf.len()`).
-    pub fn output_into(&self, ctx: RknnContext, index: u32, buf: &mut [u8]) -> Result<usize, RknnError> {
+    pub(crate) fn output_into(&self, ctx: RknnContext, index: u32, buf: &mut [u8]) -> Result<usize, RknnError> {
         let size = u32::try_from(buf.len())
             .map_err(|_| RknnError { call: "rknn_outputs_get", code: RKNN_ERR_PARAM_INVALID })?;
         let mut out = RknnOutput { want_float: 0, is_prealloc: 1, index, buf: buf.as_mut_ptr() as *mut c_void, size };
