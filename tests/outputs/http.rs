@@ -13,7 +13,10 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::{wait_for, zcpipe, zcpipe_run};
@@ -255,220 +258,305 @@ fn mjpeg_part(r: &mut BufReader<TcpStream>, boundary: &str) -> Vec<u8> {
 #[test]
 fn the_web_view_serves_the_running_pipeline() {
     let dir = tempfile::tempdir().unwrap();
-    let child = zcpipe_run(dir.path())
-        .args([
-            "--instance",
-            "http-view",
-            "--http",
-            "127.0.0.1:0",
-            "--fps",
-            "10",
-            "--scaler",
-            "cpu",
-            "--json",
-            "--score-threshold",
-            "0.2",
-            "--stats-interval",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut run = Reap(child);
-    // stderr: find the address, keep everything for the end.
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let stderr = run.0.stderr.take().unwrap();
-    let stderr_reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for l in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            if let Some(rest) = l.split("web view on http://").nth(1) {
-                let _ = addr_tx.send(rest.split('/').next().unwrap().parse().unwrap());
-            }
-            all += &l;
-            all.push('\n');
-        }
-        all
-    });
-    let stdout = run.0.stdout.take().unwrap();
-    let stdout_reader =
-        std::thread::spawn(move || BufReader::new(stdout).lines().map_while(|l| l.ok()).collect::<Vec<String>>());
-    let addr = addr_rx.recv_timeout(Duration::from_secs(120)).expect("the publish stage logs the web view's address");
-    assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
-
-    // SSE from the start: every line from now on.
-    let (code, h, mut events) = request(addr, "/api/detections");
-    assert_eq!((code, h["content-type"].as_str()), (200, "text/event-stream"));
-    // What the SSE client has got so far, for the snapshot's frame line.
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let seen_w = seen.clone();
-    let sse_reader = std::thread::spawn(move || {
-        let mut data = vec![];
-        let mut raw = String::new();
-        for l in (&mut events).lines().map_while(|l| l.ok()) {
-            raw += &l;
-            raw.push('\n');
-            if let Some(d) = l.strip_prefix("data: ") {
-                data.push(d.to_string());
-                seen_w.lock().unwrap().push(d.to_string());
-                if d.starts_with("{\"type\":\"end\"") {
-                    break;
-                }
-            }
-        }
-        (data, raw)
-    });
-
-    // The page: the camera's picture, its stream, the API.
-    let (code, h, page) = get(addr, "/");
-    let page = String::from_utf8(page).unwrap();
-    assert_eq!((code, h["content-type"].as_str()), (200, "text/html; charset=utf-8"));
-    assert!(
-        page.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\" alt=\"camera cam0\">")
-            && page.contains("new EventSource(\"/api/detections\")")
-            && page.contains("fetch(\"/api/stats\")"),
-        "{page}"
-    );
-
-    // Stats once frames flow (with detections: the clip's first frames have a tv at 0.26).
-    assert!(
-        wait_for(Duration::from_secs(120), || get_json(addr, "/api/stats")["cameras"]["cam0"]["frames"]
-            .as_u64()
-            .unwrap()
-            >= 10),
-        "frames flow"
-    );
-    let st = get_json(addr, "/api/stats");
-    let cam = &st["cameras"]["cam0"];
-    assert_eq!((cam["width"].as_u64(), cam["height"].as_u64()), (Some(768), Some(432)), "{st}");
-    assert!(cam["fps"].as_f64().unwrap() > 0.0 && cam["fps"].as_f64().unwrap() < 30.0, "{st}");
-    assert!(cam["drops"].as_u64().is_some() && cam["latency_us"]["total"]["count"].as_u64().unwrap() >= 10, "{st}");
-    assert!(cam["latency_us"]["infer"]["p50_us"].as_f64().unwrap() > 0.0, "{st}");
-    assert_eq!(st["restarts"], serde_json::json!({"capture": 0, "scale": 0, "infer": 0, "publish": 0}));
-    assert_eq!(st["server"]["clients"]["sse"], 1, "our event stream: {st}");
-    assert_eq!(st["server"]["url"], format!("http://{addr}/"));
-
-    // /metrics: strict text format, and its counts agree with each other.
-    let (code, h, text) = get(addr, "/metrics");
-    assert_eq!((code, h["content-type"].as_str()), (200, "text/plain; version=0.0.4; charset=utf-8"));
-    let m = parse_prometheus(&String::from_utf8(text).unwrap());
-    let frames = sample(&m, "zcpipe_frames_total", &[("camera", "cam0")]);
-    assert!(frames >= 10.0);
-    assert_eq!(
-        sample(&m, "zcpipe_latency_seconds_count", &[("stage", "total"), ("camera", "cam0")]),
-        frames,
-        "every frame's total latency is counted"
-    );
-    assert_eq!(sample(&m, "zcpipe_latency_seconds_count", &[("stage", "infer"), ("camera", "cam0")]), frames);
-    assert!(sample(&m, "zcpipe_dropped_frames_total", &[("camera", "cam0")]) >= 0.0);
-    for stage in ["capture", "scale", "infer", "publish"] {
-        assert_eq!(sample(&m, "zcpipe_stage_restarts_total", &[("stage", stage)]), 0.0);
-    }
-    assert_eq!(sample(&m, "zcpipe_http_clients", &[("kind", "sse")]), 1.0);
-
-    // A snapshot: a JPEG of the frame's size, the boxes of the frame line it names drawn in
-    // their class colours on the camera's pixels. The capture pool's tap joins when a
-    // picture is first wanted: until its first frame the picture is a dark canvas. Wanted:
-    // one with pixels, of a frame line with detections (the SSE client has its line).
-    let mut snap = None;
-    let got_pixels = wait_for(Duration::from_secs(60), || {
-        let (code, h, jpeg) = get(addr, "/snapshot/cam0.jpg");
-        assert_eq!((code, h["content-type"].as_str()), (200, "image/jpeg"));
-        let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
-        let frame = seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|v| v["type"] == "frame" && v["seq"] == seq);
-        let wanted = h.contains_key("x-zcpipe-pixel-seq")
-            && frame.as_ref().is_some_and(|f| !f["detections"].as_array().unwrap().is_empty());
-        snap = Some((h, jpeg));
-        wanted
-    });
-    assert!(got_pixels, "the view gets the camera's pixels: {:?}", get_json(addr, "/api/stats")["server"]);
-    let (h, jpeg) = snap.unwrap();
-    let img = image::load_from_memory_with_format(&jpeg, image::ImageFormat::Jpeg).unwrap().to_rgb8();
-    assert_eq!(img.dimensions(), (768, 432));
-    let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
-    let dark = img.pixels().filter(|p| p.0.iter().all(|v| v.abs_diff(24) < 10)).count();
-    assert!(dark * 2 < 768 * 432, "the clip's pixels, not the dark canvas: {dark} dark pixels");
-    assert!(get_json(addr, "/api/stats")["server"]["no_pixels"]["cam0"].is_null(), "pixels now");
-
-    // The MJPEG stream: two parts, each a JPEG of the frame's size.
-    let (code, h, mut mj) = request(addr, "/stream/cam0.mjpg");
-    let boundary = h["content-type"].strip_prefix("multipart/x-mixed-replace; boundary=").unwrap().to_string();
-    assert_eq!(code, 200);
-    for _ in 0..2 {
-        let part = mjpeg_part(&mut mj, &boundary);
-        let pic = image::load_from_memory_with_format(&part, image::ImageFormat::Jpeg).unwrap();
-        assert_eq!((pic.width(), pic.height()), (768, 432));
-    }
-    drop(mj);
-    let (code, _, body) = get(addr, "/snapshot/nope.jpg");
-    assert_eq!((code, String::from_utf8_lossy(&body).trim()), (404, "no camera nope.jpg; cameras: cam0"));
-
-    // A request declaring a 100 GB body (tiny_http would allocate it when the request is
-    // dropped): refused unanswered, and the stage serves on, never restarted.
-    let publish_pid = common::stage_pid(dir.path(), "publish");
-    let mut evil = TcpStream::connect(addr).unwrap();
-    evil.write_all(b"GET /api/stats HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n").unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let st = get_json(addr, "/api/stats");
-    assert_eq!(
-        (st["cameras"]["cam0"]["width"].as_u64(), st["server"]["refused_bodies"].as_u64()),
-        (Some(768), Some(1)),
-        "the view serves on: {st}"
-    );
-    assert_eq!(common::stage_pid(dir.path(), "publish"), publish_pid, "the publish stage was not restarted");
-    drop(evil);
-
-    // Stop the run: the event stream ends with the end line.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.0.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = run.0.wait().unwrap();
-    let err = stderr_reader.join().unwrap();
-    assert!(status.success(), "{status}: {err}");
-    let lines = stdout_reader.join().unwrap();
-    let (sse, raw) = sse_reader.join().unwrap();
-    assert!(raw.starts_with("retry: 2000\n\ndata: {"), "{}", &raw[..raw.len().min(300)]);
-    assert!(sse.last().unwrap().starts_with("{\"type\":\"end\""), "the stream's last event is the end line");
-    // The events are the socket's lines, in order, none missing: a run of --json's stdout.
-    let body = &sse[..sse.len() - 1];
-    let first = lines.iter().position(|l| *l == body[0]).expect("the first event is a line of the run");
-    assert_eq!(&lines[first..first + body.len()], body, "the SSE lines are the socket's lines in order");
-    assert!(body.iter().filter(|l| l.starts_with("{\"type\":\"frame\"")).count() >= 10);
-
-    // The snapshot's boxes: each detection's left edge, half-way down, in its class colour.
-    let frame: Value = lines
-        .iter()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|v| v["type"] == "frame" && v["seq"] == seq)
-        .expect("the snapshot's frame line");
-    let palette = [
-        [0u8, 255, 0],
-        [255, 0, 255],
-        [0, 255, 255],
-        [255, 255, 0],
-        [255, 128, 0],
-        [0, 128, 255],
-        [255, 0, 0],
-        [128, 0, 255],
-    ];
-    let dets = frame["detections"].as_array().unwrap();
-    assert!(!dets.is_empty(), "the snapshot's frame has detections (--score-threshold 0.2): {frame}");
-    let mut matched = 0;
-    for d in dets {
-        let b: Vec<f64> = d["box"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-        let want = palette[d["class_id"].as_u64().unwrap() as usize % 8];
-        let px = img.get_pixel((b[0].round() as u32 + 1).min(767), ((b[1] + b[3]) / 2.0) as u32).0;
-        let close = px.iter().zip(want).all(|(a, b)| a.abs_diff(b) <= 60);
-        eprintln!("{} at {:?}: {px:?} (want {want:?})", d["label"], &b);
-        matched += close as usize;
-    }
-    assert!(matched >= 1 && matched * 2 >= dets.len(), "most box edges have their class colour");
-    let line = format!("  web view: http://{addr}/: ");
+    let view = View::start(dir.path());
+    let addr = view.addr;
+    view.the_page();
+    view.the_stats();
+    view.the_metrics();
+    let snap = view.a_snapshot();
+    view.the_mjpeg_stream();
+    view.a_huge_body_is_refused();
+    let ended = view.stop();
+    ended.the_events_are_the_socket_lines();
+    ended.the_snapshot_has_its_boxes(&snap);
+    let (err, line) = (&ended.err, format!("  web view: http://{addr}/: "));
     assert!(err.contains(&line), "the summary's web view line ({line}): {err}");
     common::assert_no_orphans(dir.path());
+}
+
+/// The run of [`the_web_view_serves_the_running_pipeline`] while it serves: the process,
+/// its directory, the web view's address, the readers of its stderr and its stdout and of
+/// an SSE client that connected at the start, and the data lines that client got so far.
+struct View {
+    run: Reap,
+    dir: PathBuf,
+    addr: SocketAddr,
+    stderr_reader: JoinHandle<String>,
+    stdout_reader: JoinHandle<Vec<String>>,
+    sse_reader: JoinHandle<(Vec<String>, String)>,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+/// The snapshot [`View::a_snapshot`] chose: the seq of the frame it names, and its picture.
+struct Snapshot {
+    seq: u64,
+    img: image::RgbImage,
+}
+
+/// The run once stopped: its stderr, its stdout's lines, the SSE client's data lines and
+/// the raw stream.
+struct Ended {
+    err: String,
+    lines: Vec<String>,
+    sse: Vec<String>,
+    raw: String,
+}
+
+impl View {
+    /// Starts the run in `dir`, reads the web view's address from its log, and connects
+    /// the SSE client.
+    fn start(dir: &Path) -> View {
+        let child = zcpipe_run(dir)
+            .args([
+                "--instance",
+                "http-view",
+                "--http",
+                "127.0.0.1:0",
+                "--fps",
+                "10",
+                "--scaler",
+                "cpu",
+                "--json",
+                "--score-threshold",
+                "0.2",
+                "--stats-interval",
+                "0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut run = Reap(child);
+        // stderr: find the address, keep everything for the end.
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
+        let stderr = run.0.stderr.take().unwrap();
+        let stderr_reader = std::thread::spawn(move || {
+            let mut all = String::new();
+            for l in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                if let Some(rest) = l.split("web view on http://").nth(1) {
+                    let _ = addr_tx.send(rest.split('/').next().unwrap().parse().unwrap());
+                }
+                all += &l;
+                all.push('\n');
+            }
+            all
+        });
+        let stdout = run.0.stdout.take().unwrap();
+        let stdout_reader =
+            std::thread::spawn(move || BufReader::new(stdout).lines().map_while(|l| l.ok()).collect::<Vec<String>>());
+        let addr =
+            addr_rx.recv_timeout(Duration::from_secs(120)).expect("the publish stage logs the web view's address");
+        assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+
+        // SSE from the start: every line from now on.
+        let (code, h, mut events) = request(addr, "/api/detections");
+        assert_eq!((code, h["content-type"].as_str()), (200, "text/event-stream"));
+        // What the SSE client has got so far, for the snapshot's frame line.
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen_w = seen.clone();
+        let sse_reader = std::thread::spawn(move || {
+            let mut data = vec![];
+            let mut raw = String::new();
+            for l in (&mut events).lines().map_while(|l| l.ok()) {
+                raw += &l;
+                raw.push('\n');
+                if let Some(d) = l.strip_prefix("data: ") {
+                    data.push(d.to_string());
+                    seen_w.lock().unwrap().push(d.to_string());
+                    if d.starts_with("{\"type\":\"end\"") {
+                        break;
+                    }
+                }
+            }
+            (data, raw)
+        });
+        View { run, dir: dir.to_path_buf(), addr, stderr_reader, stdout_reader, sse_reader, seen }
+    }
+
+    /// The page: the camera's picture, its stream, the API.
+    fn the_page(&self) {
+        let addr = self.addr;
+        let (code, h, page) = get(addr, "/");
+        let page = String::from_utf8(page).unwrap();
+        assert_eq!((code, h["content-type"].as_str()), (200, "text/html; charset=utf-8"));
+        assert!(
+            page.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\" alt=\"camera cam0\">")
+                && page.contains("new EventSource(\"/api/detections\")")
+                && page.contains("fetch(\"/api/stats\")"),
+            "{page}"
+        );
+    }
+
+    /// Stats once frames flow (with detections: the clip's first frames have a tv at 0.26).
+    fn the_stats(&self) {
+        let addr = self.addr;
+        assert!(
+            wait_for(Duration::from_secs(120), || get_json(addr, "/api/stats")["cameras"]["cam0"]["frames"]
+                .as_u64()
+                .unwrap()
+                >= 10),
+            "frames flow"
+        );
+        let st = get_json(addr, "/api/stats");
+        let cam = &st["cameras"]["cam0"];
+        assert_eq!((cam["width"].as_u64(), cam["height"].as_u64()), (Some(768), Some(432)), "{st}");
+        assert!(cam["fps"].as_f64().unwrap() > 0.0 && cam["fps"].as_f64().unwrap() < 30.0, "{st}");
+        assert!(cam["drops"].as_u64().is_some() && cam["latency_us"]["total"]["count"].as_u64().unwrap() >= 10, "{st}");
+        assert!(cam["latency_us"]["infer"]["p50_us"].as_f64().unwrap() > 0.0, "{st}");
+        assert_eq!(st["restarts"], serde_json::json!({"capture": 0, "scale": 0, "infer": 0, "publish": 0}));
+        assert_eq!(st["server"]["clients"]["sse"], 1, "our event stream: {st}");
+        assert_eq!(st["server"]["url"], format!("http://{addr}/"));
+    }
+
+    /// /metrics: strict text format, and its counts agree with each other.
+    fn the_metrics(&self) {
+        let addr = self.addr;
+        let (code, h, text) = get(addr, "/metrics");
+        assert_eq!((code, h["content-type"].as_str()), (200, "text/plain; version=0.0.4; charset=utf-8"));
+        let m = parse_prometheus(&String::from_utf8(text).unwrap());
+        let frames = sample(&m, "zcpipe_frames_total", &[("camera", "cam0")]);
+        assert!(frames >= 10.0);
+        assert_eq!(
+            sample(&m, "zcpipe_latency_seconds_count", &[("stage", "total"), ("camera", "cam0")]),
+            frames,
+            "every frame's total latency is counted"
+        );
+        assert_eq!(sample(&m, "zcpipe_latency_seconds_count", &[("stage", "infer"), ("camera", "cam0")]), frames);
+        assert!(sample(&m, "zcpipe_dropped_frames_total", &[("camera", "cam0")]) >= 0.0);
+        for stage in ["capture", "scale", "infer", "publish"] {
+            assert_eq!(sample(&m, "zcpipe_stage_restarts_total", &[("stage", stage)]), 0.0);
+        }
+        assert_eq!(sample(&m, "zcpipe_http_clients", &[("kind", "sse")]), 1.0);
+    }
+
+    /// A snapshot: a JPEG of the frame's size, the boxes of the frame line it names drawn in
+    /// their class colours on the camera's pixels (the boxes are checked once the run ended,
+    /// against its stdout: [`Ended::the_snapshot_has_its_boxes`]).
+    fn a_snapshot(&self) -> Snapshot {
+        let (addr, seen) = (self.addr, &self.seen);
+        // The capture pool's tap joins when a picture is first wanted: until its first frame
+        // the picture is a dark canvas. Wanted: one with pixels, of a frame line with
+        // detections (the SSE client has its line).
+        let mut snap = None;
+        let got_pixels = wait_for(Duration::from_secs(60), || {
+            let (code, h, jpeg) = get(addr, "/snapshot/cam0.jpg");
+            assert_eq!((code, h["content-type"].as_str()), (200, "image/jpeg"));
+            let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
+            let frame = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .find(|v| v["type"] == "frame" && v["seq"] == seq);
+            let wanted = h.contains_key("x-zcpipe-pixel-seq")
+                && frame.as_ref().is_some_and(|f| !f["detections"].as_array().unwrap().is_empty());
+            snap = Some((h, jpeg));
+            wanted
+        });
+        assert!(got_pixels, "the view gets the camera's pixels: {:?}", get_json(addr, "/api/stats")["server"]);
+        let (h, jpeg) = snap.unwrap();
+        let img = image::load_from_memory_with_format(&jpeg, image::ImageFormat::Jpeg).unwrap().to_rgb8();
+        assert_eq!(img.dimensions(), (768, 432));
+        let seq: u64 = h["x-zcpipe-seq"].parse().unwrap();
+        let dark = img.pixels().filter(|p| p.0.iter().all(|v| v.abs_diff(24) < 10)).count();
+        assert!(dark * 2 < 768 * 432, "the clip's pixels, not the dark canvas: {dark} dark pixels");
+        assert!(get_json(addr, "/api/stats")["server"]["no_pixels"]["cam0"].is_null(), "pixels now");
+        Snapshot { seq, img }
+    }
+
+    /// The MJPEG stream: two parts, each a JPEG of the frame's size; and a camera that is not
+    /// there.
+    fn the_mjpeg_stream(&self) {
+        let addr = self.addr;
+        let (code, h, mut mj) = request(addr, "/stream/cam0.mjpg");
+        let boundary = h["content-type"].strip_prefix("multipart/x-mixed-replace; boundary=").unwrap().to_string();
+        assert_eq!(code, 200);
+        for _ in 0..2 {
+            let part = mjpeg_part(&mut mj, &boundary);
+            let pic = image::load_from_memory_with_format(&part, image::ImageFormat::Jpeg).unwrap();
+            assert_eq!((pic.width(), pic.height()), (768, 432));
+        }
+        drop(mj);
+        let (code, _, body) = get(addr, "/snapshot/nope.jpg");
+        assert_eq!((code, String::from_utf8_lossy(&body).trim()), (404, "no camera nope.jpg; cameras: cam0"));
+    }
+
+    /// A request declaring a 100 GB body (tiny_http would allocate it when the request is
+    /// dropped): refused unanswered, and the stage serves on, never restarted.
+    fn a_huge_body_is_refused(&self) {
+        let (addr, dir) = (self.addr, self.dir.as_path());
+        let publish_pid = common::stage_pid(dir, "publish");
+        let mut evil = TcpStream::connect(addr).unwrap();
+        evil.write_all(b"GET /api/stats HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let st = get_json(addr, "/api/stats");
+        assert_eq!(
+            (st["cameras"]["cam0"]["width"].as_u64(), st["server"]["refused_bodies"].as_u64()),
+            (Some(768), Some(1)),
+            "the view serves on: {st}"
+        );
+        assert_eq!(common::stage_pid(dir, "publish"), publish_pid, "the publish stage was not restarted");
+        drop(evil);
+    }
+
+    /// Stops the run (SIGINT): it exits 0, and the event stream ends with the end line.
+    fn stop(self) -> Ended {
+        let View { mut run, stderr_reader, stdout_reader, sse_reader, .. } = self;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.0.id() as i32), nix::sys::signal::Signal::SIGINT)
+            .unwrap();
+        let status = run.0.wait().unwrap();
+        let err = stderr_reader.join().unwrap();
+        assert!(status.success(), "{status}: {err}");
+        let lines = stdout_reader.join().unwrap();
+        let (sse, raw) = sse_reader.join().unwrap();
+        Ended { err, lines, sse, raw }
+    }
+}
+
+impl Ended {
+    /// The event stream: the SSE preamble, then the socket's lines, the last the end line.
+    fn the_events_are_the_socket_lines(&self) {
+        let Ended { lines, sse, raw, .. } = self;
+        assert!(raw.starts_with("retry: 2000\n\ndata: {"), "{}", &raw[..raw.len().min(300)]);
+        assert!(sse.last().unwrap().starts_with("{\"type\":\"end\""), "the stream's last event is the end line");
+        // The events are the socket's lines, in order, none missing: a run of --json's stdout.
+        let body = &sse[..sse.len() - 1];
+        let first = lines.iter().position(|l| *l == body[0]).expect("the first event is a line of the run");
+        assert_eq!(&lines[first..first + body.len()], body, "the SSE lines are the socket's lines in order");
+        assert!(body.iter().filter(|l| l.starts_with("{\"type\":\"frame\"")).count() >= 10);
+    }
+
+    /// The snapshot's boxes: each detection's left edge, half-way down, in its class colour.
+    fn the_snapshot_has_its_boxes(&self, snap: &Snapshot) {
+        let (lines, seq, img) = (&self.lines, snap.seq, &snap.img);
+        let frame: Value = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["type"] == "frame" && v["seq"] == seq)
+            .expect("the snapshot's frame line");
+        let palette = [
+            [0u8, 255, 0],
+            [255, 0, 255],
+            [0, 255, 255],
+            [255, 255, 0],
+            [255, 128, 0],
+            [0, 128, 255],
+            [255, 0, 0],
+            [128, 0, 255],
+        ];
+        let dets = frame["detections"].as_array().unwrap();
+        assert!(!dets.is_empty(), "the snapshot's frame has detections (--score-threshold 0.2): {frame}");
+        let mut matched = 0;
+        for d in dets {
+            let b: Vec<f64> = d["box"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            let want = palette[d["class_id"].as_u64().unwrap() as usize % 8];
+            let px = img.get_pixel((b[0].round() as u32 + 1).min(767), ((b[1] + b[3]) / 2.0) as u32).0;
+            let close = px.iter().zip(want).all(|(a, b)| a.abs_diff(b) <= 60);
+            eprintln!("{} at {:?}: {px:?} (want {want:?})", d["label"], &b);
+            matched += close as usize;
+        }
+        assert!(matched >= 1 && matched * 2 >= dets.len(), "most box edges have their class colour");
+    }
 }
 
 #[test]
