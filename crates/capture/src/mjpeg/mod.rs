@@ -560,12 +560,6 @@ impl MjpegSource {
         })
     }
 
-    /// (JPEGs read, pictures delivered, corrupt JPEGs skipped).
-    #[cfg(test)]
-    pub fn counts(&self) -> (u64, u64, u64) {
-        (self.jpegs, self.frames, self.corrupt)
-    }
-
     fn end(&mut self) -> Result<Option<FrameLayout>> {
         self.finished = true;
         let status =
