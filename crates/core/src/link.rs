@@ -104,7 +104,9 @@ pub struct Offer {
 pub enum ControlMsg {
     /// Downstream -> upstream, first message.
     Hello {
-        /// The downstream stage's name.
+        /// Who asks, as its log lines should name it (`scale`, `infer`, `publish`, or a
+        /// tool's name: `bench`): a label the producer prints, never matched (the producer
+        /// decides what to serve from `accept` and `want`).
         stage: String,
         /// Fourccs (as u32) it accepts as input; empty = any.
         accept: Vec<u32>,
