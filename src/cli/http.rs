@@ -61,6 +61,16 @@ impl HttpArgs {
         Ok(Some(cfg))
     }
 
+    /// Whether the web view's address can be used here now: not another machine's without
+    /// `--http-allow-remote`, and free to bind. Checked before anything starts, as its own
+    /// type, so a bad address is a bad argument (exit 2) as clap's are; the stage binds it
+    /// again.
+    pub fn check_usable(&self) -> std::result::Result<(), zcpipe_publish::http::AddrError> {
+        let Some(addr) = self.http else { return Ok(()) };
+        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps };
+        zcpipe_publish::http::bind(&cfg).map(drop)
+    }
+
     /// For the plan: `web view http://127.0.0.1:8080/ (pictures at most 5 a second per camera)`;
     /// `None` without `--http`.
     pub fn describe(&self) -> Option<String> {

@@ -148,6 +148,17 @@ fn init_logging(cli: &Cli, tag: &str) {
         .init();
 }
 
+impl Command {
+    /// The web view's options of a command that starts one (`run`, `stage publish`).
+    fn http(&self) -> Option<&http::HttpArgs> {
+        match self {
+            Command::Run(a) => Some(&a.http),
+            Command::Stage { stage: StageCmd::Publish { args, .. } } => Some(&args.http),
+            _ => None,
+        }
+    }
+}
+
 impl StageCmd {
     /// The process's identity in its log lines, reports and socket: the stage's, or
     /// `capture@NAME` for one camera of several.
@@ -219,6 +230,11 @@ pub fn main() -> i32 {
         Command::Stage { stage } => format!("zcpipe {}", stage.id()),
     };
     init_logging(&cli, &tag);
+    // An address the web view cannot use is a bad argument, as clap's are: exit 2.
+    if let Some(Err(e)) = cli.cmd.http().map(http::HttpArgs::check_usable) {
+        error_line(&tag, &e.to_string());
+        return 2;
+    }
     signals::install_signal_handlers();
     let result = match cli.cmd {
         Command::Run(a) => run::run(&a, &STOP),
@@ -250,12 +266,7 @@ pub fn main() -> i32 {
             // One line: the context chain joined, outermost first.
             let msg: Vec<String> = e.chain().map(|c| c.to_string().trim_end().to_string()).collect();
             error_line(&tag, &msg.join(": "));
-            // An address the web view cannot use is a bad argument, as clap's are.
-            if e.chain().any(|c| c.is::<zcpipe_publish::http::AddrError>()) {
-                2
-            } else {
-                1
-            }
+            1
         }
     }
 }

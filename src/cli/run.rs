@@ -128,11 +128,9 @@ impl RunArgs {
             mqtt: self.mqtt.clone(),
         };
         zcpipe_publish::socket_group(self.socket_group.as_deref())?;
-        // The tracking, web view, snapshot and MQTT options checked here as the publish stage will: one line
-        // each; the web view's address must be free now (the stage binds it again).
-        if let Some(h) = publish.config(&data.instance)?.http {
-            zcpipe_publish::http::bind(&h)?;
-        }
+        // The tracking, web view, snapshot and MQTT options checked here as the publish stage
+        // will: one line each (the web view's address was checked free before: `cli::main`).
+        publish.config(&data.instance)?;
         let socket = publish.socket(&data.instance);
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::{is_enodev, CaptureIo, Unplugged, V4l2Capture};
+use super::{is_enodev, CamError, CaptureIo, V4l2Capture};
 use zcpipe_core::config::Choice;
 use zcpipe_core::dmabuf::{Allocator, DmaBuf, MemoryKind};
 use zcpipe_core::frame::MAX_PLANES;
@@ -134,7 +134,7 @@ impl V4l2Capture {
 
     /// Hands the buffer of `loan` (its dma-bufs `bufs`) to the driver (VIDIOC_QBUF); the
     /// driver's queue holds the loan until DQBUF or STREAMOFF.
-    fn queue(&mut self, loan: DeviceLoan, bufs: &[DmaBuf]) -> Result<()> {
+    fn queue(&mut self, loan: DeviceLoan, bufs: &[DmaBuf]) -> Result<(), CamError> {
         let index = loan.index();
         let mut b = sys::Buffer::new(self.buf_type, self.memory, index);
         let mut planes = vec![sys::Plane::default(); self.granted.planes.len()];
@@ -152,11 +152,12 @@ impl V4l2Capture {
         let slot = self.at_driver.get_mut(index as usize).filter(|s| s.is_none());
         let Some(slot) = slot else {
             self.not_queued.push(loan);
-            bail!(
+            return Err(anyhow!(
                 "v4l2: buffer {index} is not one of the {} buffers of {}, or is queued already",
                 self.count,
                 self.node.label()
-            );
+            )
+            .into());
         };
         match sys::qbuf(self.file.as_fd(), &mut b, &mut planes) {
             Ok(()) => {
@@ -167,17 +168,17 @@ impl V4l2Capture {
             Err(e) => {
                 self.not_queued.push(loan);
                 if is_enodev(&e) {
-                    Err(Unplugged.into())
+                    Err(CamError::Unplugged)
                 } else {
-                    Err(anyhow!("v4l2: VIDIOC_QBUF {index} on {}: {e}", self.node.label()))
+                    Err(anyhow!("v4l2: VIDIOC_QBUF {index} on {}: {e}", self.node.label()).into())
                 }
             }
         }
     }
 
     /// Queues every buffer no one downstream holds ([`PoolProducer::lend_free_to_device`]).
-    pub(super) fn refill(&mut self, prod: &mut PoolProducer) -> Result<()> {
-        for loan in prod.lend_free_to_device(self.min_device)? {
+    pub(super) fn refill(&mut self, prod: &mut PoolProducer) -> Result<(), CamError> {
+        for loan in prod.lend_free_to_device(self.min_device).map_err(|e| CamError::Failed(e.into_anyhow()))? {
             let bufs = prod.device_buffers(&loan)?;
             self.queue(loan, bufs)?;
         }
@@ -213,18 +214,24 @@ impl V4l2Capture {
     }
 
     /// Takes one filled buffer back (VIDIOC_DQBUF, non-blocking) with the loan it was
-    /// queued with: `Ok(None)` if none is ready; the error [`Unplugged`] on ENODEV.
-    pub(super) fn dequeue(&mut self) -> Result<Option<(DeviceLoan, Dequeued)>> {
+    /// queued with: `Ok(None)` if none is ready; [`CamError::Unplugged`] on ENODEV.
+    pub(super) fn dequeue(&mut self) -> Result<Option<(DeviceLoan, Dequeued)>, CamError> {
         let mut b = sys::Buffer::new(self.buf_type, self.memory, 0);
         let mut planes = vec![sys::Plane::default(); self.granted.planes.len()];
         match sys::dqbuf(self.fd(), &mut b, &mut planes) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) if is_enodev(&e) => return Err(Unplugged.into()),
-            Err(e) => bail!("v4l2: VIDIOC_DQBUF on {}: {e}", self.node.label()),
+            Err(e) if is_enodev(&e) => return Err(CamError::Unplugged),
+            Err(e) => return Err(anyhow!("v4l2: VIDIOC_DQBUF on {}: {e}", self.node.label()).into()),
         }
         let Some(loan) = self.at_driver.get_mut(b.index as usize).and_then(Option::take) else {
-            bail!("v4l2: {} returned buffer {} of {}, which it did not hold", self.node.label(), b.index, self.count);
+            return Err(anyhow!(
+                "v4l2: {} returned buffer {} of {}, which it did not hold",
+                self.node.label(),
+                b.index,
+                self.count
+            )
+            .into());
         };
         self.stats.dequeued += 1;
         let mut bytesused = [0u32; MAX_PLANES];

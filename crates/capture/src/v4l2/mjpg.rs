@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 
 use super::buffers::Dequeued;
-use super::{is_enodev, CaptureIo, Unplugged, V4l2Capture, V4l2Config};
+use super::{is_enodev, CamError, CaptureIo, V4l2Capture, V4l2Config};
 use crate::decoder::resolve;
 use crate::image::STRIDE_ALIGN;
 use crate::mjpeg::{mpp_buffer_bytes, MjpegDecoder, MjpegInput};
@@ -93,7 +93,7 @@ impl MjpgCamera {
         if let Some(d) = self.pending.take() {
             return Ok(Some(d));
         }
-        dequeue(&mut self.cam)
+        Ok(dequeue(&mut self.cam)?)
     }
 
     /// Queues camera buffer `d` back (its JPEG consumed), then counts the decode's result:
@@ -126,7 +126,7 @@ impl MjpgCamera {
 }
 
 /// QBUF of MMAP buffer `index` (its previous content consumed).
-fn queue(cam: &mut V4l2Capture, index: u32) -> Result<()> {
+fn queue(cam: &mut V4l2Capture, index: u32) -> Result<(), CamError> {
     let mut b = sys::Buffer::new(cam.buf_type, cam.memory, index);
     let mut planes = vec![sys::Plane::default(); cam.granted.planes.len()];
     match sys::qbuf(cam.fd(), &mut b, &mut planes) {
@@ -134,20 +134,21 @@ fn queue(cam: &mut V4l2Capture, index: u32) -> Result<()> {
             cam.stats.queued += 1;
             Ok(())
         }
-        Err(e) if is_enodev(&e) => Err(Unplugged.into()),
-        Err(e) => Err(anyhow!("v4l2: VIDIOC_QBUF {index} on {}: {e}", cam.node().label())),
+        Err(e) if is_enodev(&e) => Err(CamError::Unplugged),
+        Err(e) => Err(anyhow!("v4l2: VIDIOC_QBUF {index} on {}: {e}", cam.node().label()).into()),
     }
 }
 
-/// Non-blocking DQBUF: the filled buffer, `None` if none is ready; [`Unplugged`] on ENODEV.
-fn dequeue(cam: &mut V4l2Capture) -> Result<Option<Dequeued>> {
+/// Non-blocking DQBUF: the filled buffer, `None` if none is ready; [`CamError::Unplugged`]
+/// on ENODEV.
+fn dequeue(cam: &mut V4l2Capture) -> Result<Option<Dequeued>, CamError> {
     let mut b = sys::Buffer::new(cam.buf_type, cam.memory, 0);
     let mut planes = vec![sys::Plane::default(); cam.granted.planes.len()];
     match sys::dqbuf(cam.fd(), &mut b, &mut planes) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-        Err(e) if is_enodev(&e) => return Err(Unplugged.into()),
-        Err(e) => bail!("v4l2: VIDIOC_DQBUF on {}: {e}", cam.node().label()),
+        Err(e) if is_enodev(&e) => return Err(CamError::Unplugged),
+        Err(e) => return Err(anyhow!("v4l2: VIDIOC_DQBUF on {}: {e}", cam.node().label()).into()),
     }
     cam.stats.dequeued += 1;
     cam.sequence.see(b.sequence);

@@ -90,15 +90,17 @@ pub enum Next {
     Unplugged,
 }
 
-/// The device reported ENODEV.
-#[derive(Debug)]
-pub struct Unplugged;
-impl std::fmt::Display for Unplugged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "camera unplugged (ENODEV)")
-    }
+/// A failed queue or dequeue of a camera's buffer: the device is gone (ENODEV, matched by
+/// the capture loop, which ends the stream), or any other failure.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CamError {
+    /// The device reported ENODEV.
+    #[error("camera unplugged (ENODEV)")]
+    Unplugged,
+    /// Anything else, with its context.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
 }
-impl std::error::Error for Unplugged {}
 
 fn is_enodev(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENODEV)
@@ -186,8 +188,8 @@ impl V4l2Capture {
     pub fn next_frame(&mut self, prod: &mut PoolProducer, stop: &AtomicBool, timeout: Duration) -> Result<Next> {
         match self.refill(prod) {
             Ok(()) => {}
-            Err(e) if e.is::<Unplugged>() => return Ok(Next::Unplugged),
-            Err(e) => return Err(e),
+            Err(CamError::Unplugged) => return Ok(Next::Unplugged),
+            Err(CamError::Failed(e)) => return Err(e),
         }
         if self.at_driver() == 0 {
             // Every buffer is downstream (block policy, or a consumer holding them all):
@@ -201,8 +203,8 @@ impl V4l2Capture {
         let (loan, d) = match self.dequeue() {
             Ok(Some(x)) => x,
             Ok(None) => return Ok(Next::Idle),
-            Err(e) if e.is::<Unplugged>() => return Ok(Next::Unplugged),
-            Err(e) => return Err(e),
+            Err(CamError::Unplugged) => return Ok(Next::Unplugged),
+            Err(CamError::Failed(e)) => return Err(e),
         };
         let loan = prod.claim(loan)?;
         let seq = self.sequence.see(d.sequence);
