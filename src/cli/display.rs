@@ -83,10 +83,7 @@ impl DisplayArgs {
         };
         Ok(DisplayConfig {
             target: self.display.display.clone(),
-            upstream: self
-                .camera
-                .as_deref()
-                .map_or_else(|| "capture".to_string(), |c| zcpipe_core::id::StageId::camera(c).to_string()),
+            upstream: zcpipe_core::id::StageId::capture(self.camera.as_deref()),
             camera: self.camera.clone().unwrap_or_default(),
             detections,
             writeback: self.display.display_writeback.clone(),

@@ -164,8 +164,7 @@ impl StageCmd {
     /// `capture@NAME` for one camera of several.
     fn id(&self) -> StageId {
         match self {
-            StageCmd::Capture { args: CaptureArgs { camera: Some(c), .. }, .. } => StageId::camera(c),
-            StageCmd::Capture { .. } => Stage::Capture.into(),
+            StageCmd::Capture { args, .. } => StageId::capture(args.camera.as_deref()),
             StageCmd::Scale { .. } => Stage::Scale.into(),
             StageCmd::Infer { .. } => Stage::Infer.into(),
             StageCmd::Publish { .. } => Stage::Publish.into(),

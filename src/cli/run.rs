@@ -250,10 +250,8 @@ impl RunArgs {
             v.extend(cap.flags());
             if several {
                 v.push(format!("--camera={name}"));
-                stage_flags.push((StageId::camera(name), v));
-            } else {
-                stage_flags.push((Stage::Capture.into(), v));
             }
+            stage_flags.push((StageId::capture(several.then_some(name.as_str())), v));
         }
     }
 

@@ -101,10 +101,8 @@ impl Carried {
 /// were dropped after the scale stage.
 fn camera_dropped(latest: &BTreeMap<StageId, StageReport>, n: &str) -> u64 {
     let ring = latest.get(&StageId::camera(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
-    let scale = latest
-        .get(&Stage::Scale.into())
-        .and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n))
-        .unwrap_or_default();
+    let scale =
+        of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
     ring + scale.skipped_for_newer + scale.dropped_downstream
 }
 
@@ -117,7 +115,7 @@ pub fn camera_summaries(
     carried: &Carried,
 ) -> BTreeMap<String, CameraSummary> {
     let publish_cams =
-        latest.get(&Stage::Publish.into()).and_then(|r| r.extra.view::<PublishFacts>().cameras).unwrap_or_default();
+        of(latest, Stage::Publish).and_then(|r| r.extra.view::<PublishFacts>().cameras).unwrap_or_default();
     names
         .iter()
         .map(|n| {
@@ -188,8 +186,8 @@ pub const CAMERA_BACKOFF_MAX: Duration = Duration::from_secs(30);
 mod procs;
 mod summary;
 mod supervisor;
-use summary::fps;
 pub use summary::summary_text;
+use summary::{fps, of};
 
 #[cfg(test)]
 mod tests {

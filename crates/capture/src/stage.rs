@@ -167,7 +167,7 @@ fn serve_host_pool(
     fps: f64,
     description: &str,
 ) -> Result<(PoolProducer, Downstream, usize)> {
-    let mut listener = Listener::bind(&ctx.data.socket_of(&ctx.id))?;
+    let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
     let conn = accept_scale(&mut listener, ctx, Fourcc::NV12, nv12_refusal)?;
     let n_bufs = pool.len();
     let capacity = ring_capacity(ctx.data.ring_policy, n_bufs);
@@ -450,7 +450,7 @@ fn serve_camera_pool(
     let n_bufs = pool.len();
     let n_fds: usize = pool.iter().map(|b| b.len()).sum();
 
-    let mut listener = Listener::bind(&ctx.data.socket_of(&ctx.id))?;
+    let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
     let label = cam.node().label();
     let refusal = |stage: &str, accept: &[Fourcc]| v4l2_refusal(&label, layout.fourcc, stage, accept);
     let conn = accept_scale(&mut listener, ctx, layout.fourcc, refusal)?;
@@ -635,7 +635,7 @@ fn run_mpp(
     }
     let memory = format!("{} committed once as MPP's external buffer group", alloc.describe());
     log::info!("{}; pool: {n_bufs} x {} bytes from {memory}", cap.describe(), pool[0].size());
-    let mut listener = Listener::bind(&ctx.data.socket_of(&ctx.id))?;
+    let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
     let refusal = |stage: &str, accept: &[Fourcc]| {
         let names: Vec<String> = accept.iter().map(Fourcc::to_string).collect();
         format!("MPP decodes to NV12 but {stage} accepts only {}", names.join(", "))

@@ -240,7 +240,7 @@ impl<T: Pod> Sender<T> {
     }
 
     fn gone(&self) -> crate::Error {
-        crate::Error::peer_gone(format!("downstream (pid {}) hung up", self.conn.peer_pid))
+        crate::Error::downstream_gone(self.conn.peer_pid)
     }
 
     /// Polls the consumer's control socket for a hang-up (one zero-timeout poll(2)) if the

@@ -135,14 +135,10 @@ impl DataPath {
         v
     }
 
-    /// The socket of `stage` (`capture`, `scale`, ...) in the run directory.
-    pub fn socket(&self, stage: &str) -> PathBuf {
-        self.run_dir.join(format!("{stage}.sock"))
-    }
-
-    /// The socket stage process `id` listens on (`capture@front.sock`, `scale.sock`, ...).
-    pub fn socket_of(&self, id: &crate::id::StageId) -> PathBuf {
-        self.socket(&id.to_string())
+    /// The socket stage process `id` listens on in the run directory (`capture.sock`,
+    /// `capture@front.sock`, `scale.sock`, ...).
+    pub fn socket(&self, id: &crate::id::StageId) -> PathBuf {
+        self.run_dir.join(format!("{id}.sock"))
     }
 }
 

@@ -65,6 +65,11 @@ impl Error {
         Error::PeerGone { what: what.into() }
     }
 
+    /// The consumer of a hop, process `pid`, hung up (seen by its producer).
+    pub(crate) fn downstream_gone(pid: i32) -> Error {
+        Error::peer_gone(format!("downstream (pid {pid}) hung up"))
+    }
+
     /// A corrupt ring described by `what`.
     pub(crate) fn ring_corrupt(what: impl Into<String>) -> Error {
         Error::RingCorrupt { what: what.into() }

@@ -77,12 +77,17 @@ impl StageId {
         StageId { role: Role::Stage(Stage::Capture), camera: Some(name.to_string()) }
     }
 
-    /// The pipeline stage this process is, if it is one.
-    pub fn stage(&self) -> Option<Stage> {
-        match self.role {
-            Role::Stage(s) => Some(s),
-            Role::Display => None,
-        }
+    /// The capture stage of `camera` when it is one of several, else the single camera's
+    /// (`capture`).
+    pub fn capture(camera: Option<&str>) -> StageId {
+        camera.map_or(StageId::of(Role::Stage(Stage::Capture)), StageId::camera)
+    }
+
+    /// The capture stages of a run with `cameras`, in their order: `capture` for one camera,
+    /// `capture@NAME` for each of several.
+    pub fn captures(cameras: &[String]) -> Vec<StageId> {
+        let several = cameras.len() > 1;
+        cameras.iter().map(|c| StageId::capture(several.then_some(c.as_str()))).collect()
     }
 
     /// Whether this is `stage` (any camera's, for capture).
@@ -152,15 +157,6 @@ impl From<StageId> for String {
     }
 }
 
-impl PartialEq<&str> for StageId {
-    fn eq(&self, other: &&str) -> bool {
-        match other.split_once('@') {
-            Some((role, cam)) => self.role.name() == role && self.camera.as_deref() == Some(cam),
-            None => self.camera.is_none() && self.role.name() == *other,
-        }
-    }
-}
-
 impl Ord for StageId {
     fn cmp(&self, other: &StageId) -> std::cmp::Ordering {
         // As the text compares: `capture` < `capture@a` < `display` < `infer` < ...
@@ -188,8 +184,11 @@ mod tests {
         sorted.sort();
         assert_eq!(sorted, ids, "ordered as the text is");
         assert_eq!(ids[1], StageId::camera("front"));
-        assert!(ids[1].is(Stage::Capture) && ids[1] == "capture@front" && ids[1] != "capture");
-        assert_eq!(ids[3].stage(), None);
+        assert!(ids[1].is(Stage::Capture) && ids[1] != ids[0] && !ids[3].is(Stage::Capture));
+        assert_eq!(StageId::capture(None), ids[0]);
+        let names = ["front".to_string(), "yard".to_string()];
+        assert_eq!(StageId::captures(&names), ids[1..3]);
+        assert_eq!(StageId::captures(&names[..1]), [ids[0].clone()], "one camera is `capture`");
         assert_eq!(serde_json::to_string(&ids[1]).unwrap(), "\"capture@front\"");
         assert_eq!(serde_json::from_str::<StageId>("\"infer\"").unwrap(), StageId::from(Stage::Infer));
         for bad in ["", "bench", "scale@front", "capture@", "capture@Front", "capture@a/b"] {

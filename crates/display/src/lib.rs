@@ -68,7 +68,7 @@ pub struct DisplayConfig {
     pub target: DisplayTarget,
     /// The capture stage whose pool is shown (`capture`, `capture@NAME`): its socket is
     /// `<run dir>/<stage>.sock`.
-    pub upstream: String,
+    pub upstream: zcpipe_core::id::StageId,
     /// The camera's name in the detections lines (`""` for a single unnamed camera: every
     /// frame line is taken).
     pub camera: String,

@@ -122,7 +122,7 @@ pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
         }
     }
     let socket = ctx.data.socket(&cfg.upstream);
-    let tap = TapClient::new(socket, "display", &cfg.upstream).holding(DISPLAY_HOLD);
+    let tap = TapClient::new(socket, "display", &cfg.upstream.to_string()).holding(DISPLAY_HOLD);
     // Started after set-up is counted (its connection comes and goes; it ends in the drain).
     let dets = None;
     let writeback_left = if cfg.writeback.is_some() { cfg.writeback_frames } else { 0 };

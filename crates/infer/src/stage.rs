@@ -218,7 +218,7 @@ struct Joined {
 /// import the scale stage's pool unless in copy mode.
 fn join_chain(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> Result<Joined> {
     let lb = spec.letterbox;
-    let mut listener = Listener::bind(&ctx.data.socket("infer"))?;
+    let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
     // Downstream first: frames start flowing only once the whole chain is connected.
     let (down, _) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
@@ -235,7 +235,7 @@ fn join_chain(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> R
     let hello =
         ControlMsg::Hello { stage: "infer".into(), accept: vec![spec.fourcc.0], want: Some(want), wait: ctx.data.wait };
     let input = Upstream::join(
-        ctx.data.socket("scale"),
+        ctx.data.socket(&Stage::Scale.into()),
         Stage::Scale,
         hello,
         ctx.data.wait,

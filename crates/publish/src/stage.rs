@@ -347,7 +347,7 @@ pub fn human_line(f: &FrameJson) -> String {
 /// Runs the publish stage with `cfg` until the infer stage ends the stream, the stop flag
 /// is set or infer hangs up; returns the exit code. Every client is told how it ended.
 pub fn run(cfg: PublishConfig, ctx: StageCtx<'_>) -> Result<i32> {
-    let _listener = Listener::bind(&ctx.data.socket("publish"))?;
+    let _listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
     let mut stage = PublishStage::set_up(&cfg, &ctx)?;
     let ended = ctx.run_loop(&mut stage, |s| s.report(false, s.input.facts().into()), PublishStage::turn);
     stage.close(ended)
@@ -399,7 +399,12 @@ impl<'s> PublishStage<'s> {
         // Outputs start with the set-up: one that cannot (an address in use) stops the stage
         // before it is ready, so it is not restarted over and over.
         let outputs = super::open_outputs(cfg, &ctx.data)?;
-        let up = Conn::connect_retry(&ctx.data.socket("infer"), "infer stage", ctx.stop, ctx.data.connect_timeout)?;
+        let up = Conn::connect_retry(
+            &ctx.data.socket(&Stage::Infer.into()),
+            "infer stage",
+            ctx.stop,
+            ctx.data.connect_timeout,
+        )?;
         let hello = ControlMsg::Hello { stage: "publish".into(), accept: vec![], want: None, wait: ctx.data.wait };
         let (offer, rx) = join_infer(up, &hello, ctx)?;
         let labels = offer.labels;
@@ -693,11 +698,12 @@ impl Infer {
             std::thread::sleep(self.next_try - Instant::now());
         }
         self.next_try = Instant::now() + std::time::Duration::from_millis(50);
-        let c = match Conn::try_connect(&ctx.data.socket("infer")) {
+        let path = ctx.data.socket(&Stage::Infer.into());
+        let c = match Conn::try_connect(&path) {
             Ok(Some(c)) => c,
             Ok(None) => return Ok(Recv::Idle),
             Err(e) => {
-                self.refuse(&ctx.data.socket("infer"), &format!("{e:#}"));
+                self.refuse(&path, &format!("{e:#}"));
                 return Ok(Recv::Idle);
             }
         };
@@ -721,7 +727,7 @@ impl Infer {
             Err(e @ zcpipe_core::Error::PeerGone { .. }) => {
                 log::debug!("the infer stage is not back yet ({peer}): {e:#}")
             }
-            Err(e) => self.refuse(&ctx.data.socket("infer"), &format!("{peer}: {e:#}")),
+            Err(e) => self.refuse(&path, &format!("{peer}: {e:#}")),
         }
         Ok(Recv::Idle)
     }

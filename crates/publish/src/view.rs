@@ -12,6 +12,8 @@
 
 use std::sync::Arc;
 
+use zcpipe_core::id::StageId;
+
 use super::pixels::Pixels;
 
 /// One camera frame for the view: tight RGB24 rows, already converted by the provider.
@@ -66,29 +68,19 @@ pub(crate) const NO_PIXELS: &str = "no pixels (fan-out not connected)";
 pub(crate) struct TapPixels {
     pixels: std::sync::Arc<Pixels>,
     /// Each camera's capture stage (`capture`, `capture@door`), for what the picture says.
-    stages: Vec<String>,
+    stages: Vec<StageId>,
 }
 
 impl TapPixels {
     /// The view's source over `pixels` (shared with the snapshots), the taps of `cfg`'s
     /// cameras ([`pixels`]).
     pub fn new(pixels: std::sync::Arc<Pixels>, cfg: &super::PublishConfig) -> TapPixels {
-        TapPixels { pixels, stages: capture_stages(cfg) }
+        TapPixels { pixels, stages: StageId::captures(&cfg.cameras) }
     }
 }
 
 /// Conversions a second per camera for snapshots when no web view sets `--view-fps`.
 pub(crate) const SNAPSHOT_FPS: f64 = 5.0;
-
-/// Each camera's capture stage in `cfg`'s order (one camera: `capture`; several:
-/// `capture@NAME`).
-fn capture_stages(cfg: &super::PublishConfig) -> Vec<String> {
-    if cfg.cameras.len() > 1 {
-        cfg.cameras.iter().map(|c| zcpipe_core::id::StageId::camera(c).to_string()).collect()
-    } else {
-        vec!["capture".into()]
-    }
-}
 
 /// The taps on `cfg`'s cameras' capture stages in data path `data` (each at its listening
 /// socket), converting at most `max_fps` frames a second per camera: one [`Pixels`] for the
@@ -99,7 +91,7 @@ pub fn pixels(
     max_fps: f64,
 ) -> std::sync::Arc<Pixels> {
     std::sync::Arc::new(Pixels::start(
-        capture_stages(cfg).into_iter().map(|s| (s.clone(), data.socket(&s))).collect(),
+        StageId::captures(&cfg.cameras).into_iter().map(|s| (s.to_string(), data.socket(&s))).collect(),
         max_fps,
     ))
 }
@@ -115,7 +107,7 @@ impl ViewSource for TapPixels {
         if self.pixels.latest(camera, None).is_some() {
             return None;
         }
-        let stage = self.stages.get(camera).map_or("capture", |s| s.as_str());
+        let stage = self.stages.get(camera).cloned().unwrap_or_default();
         let c = self.pixels.counters(camera);
         Some(if c.errors > 0 {
             format!("no pixels: {stage}'s frames cannot be shown (see the log)")

@@ -165,9 +165,9 @@ pub(crate) fn capture_sockets(
     cameras: &[String],
 ) -> Vec<(String, std::path::PathBuf)> {
     if cameras.is_empty() {
-        return vec![("cam0".to_string(), data.socket("capture"))];
+        return vec![("cam0".to_string(), data.socket(&Stage::Capture.into()))];
     }
-    cameras.iter().map(|n| (n.clone(), data.socket_of(&zcpipe_core::id::StageId::camera(n)))).collect()
+    cameras.iter().map(|n| (n.clone(), data.socket(&zcpipe_core::id::StageId::camera(n)))).collect()
 }
 
 /// Runs the scale stage with `cfg` (checked by the command line) until capture ends the
@@ -392,7 +392,7 @@ impl<'s> ScaleStage<'s> {
         let sockets = capture_sockets(&ctx.data, &cfg.cameras);
         // One scaler per camera, each opened now so that a wrong node fails before any set-up.
         let mut scalers = sockets.iter().map(|_| open_scaler(cfg, ctx.data.copy_mode)).collect::<Result<Vec<_>>>()?;
-        let mut listener = Listener::bind(&ctx.data.socket("scale"))?;
+        let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
         // Downstream first: frames start flowing only once the whole chain is connected.
         let (down, want) = accept_infer(&mut listener, ctx)?;
         let mut cams = join_cameras(sockets, &mut scalers, ctx)?;

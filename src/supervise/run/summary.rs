@@ -15,7 +15,7 @@ use super::{camera_dropped, Carried, DisplayFacts, PublishFacts, ReconnectFacts,
 type Latest = BTreeMap<StageId, StageReport>;
 
 /// The report of single stage `stage` (`scale`, `publish`; a single camera's `capture`).
-fn of(latest: &Latest, stage: impl Into<StageId>) -> Option<&StageReport> {
+pub(super) fn of(latest: &Latest, stage: impl Into<StageId>) -> Option<&StageReport> {
     latest.get(&stage.into())
 }
 

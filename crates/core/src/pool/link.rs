@@ -43,7 +43,7 @@ impl Link {
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout.min(Duration::from_millis(20)));
                 if conn.peer_gone() {
-                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)));
+                    return Err(crate::Error::downstream_gone(conn.peer_pid));
                 }
                 Ok(())
             }
@@ -59,7 +59,7 @@ impl Link {
             Link::Copy { conn, .. } => {
                 std::thread::sleep(timeout);
                 if conn.peer_gone() {
-                    return Err(crate::Error::peer_gone(format!("downstream (pid {}) hung up", conn.peer_pid)));
+                    return Err(crate::Error::downstream_gone(conn.peer_pid));
                 }
                 Ok(())
             }

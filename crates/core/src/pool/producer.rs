@@ -129,7 +129,7 @@ impl PoolProducer {
         if let Some(pid) =
             self.consumer_pid().filter(|_| self.keep_serving && self.sender.conn().is_some_and(|c| c.peer_gone()))
         {
-            self.go_away(&crate::Error::peer_gone(format!("downstream (pid {pid}) hung up")));
+            self.go_away(&crate::Error::downstream_gone(pid));
         }
         self.consumer_pid()
     }
