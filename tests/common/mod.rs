@@ -26,6 +26,7 @@ pub const IN_PROCESS_FAKE_ENV: &[&str] = &[
     "ZCPIPE_FAKE_RGA_NO_DEVICE",
     "ZCPIPE_FAKE_RKNN_ONNX",
     "ZCPIPE_FAKE_RKNN_OUTPUT",
+    "ZCPIPE_FAKE_RKNN_RUN_US",
 ];
 
 /// The zcpipe binary under test, run in the package folder, with the caller's `RUST_LOG`

@@ -29,6 +29,10 @@ pub unsafe extern "C" fn rknn_init(
             Ok(o) => o,
             Err(e) => return fail(e, RKNN_ERR_PARAM_INVALID),
         };
+        let run_us = match timing::run_us() {
+            Ok(us) => us.map(|us| format!(" run_us={us}")).unwrap_or_default(),
+            Err(e) => return fail(e, RKNN_ERR_PARAM_INVALID),
+        };
         let net = match net() {
             Ok(n) => n,
             Err(e) => return fail(e, RKNN_ERR_MODEL_INVALID),
@@ -43,11 +47,19 @@ pub unsafe extern "C" fn rknn_init(
         st.next_ctx += 1;
         st.ctxs.insert(
             id,
-            Context { model_len: size as usize, net, out_type, w_stride, input: InputSrc::None, output: None },
+            Context {
+                model_len: size as usize,
+                net,
+                out_type,
+                w_stride,
+                core_mask: 0,
+                input: InputSrc::None,
+                output: None,
+            },
         );
         // SAFETY: checked non-null; the caller's out-pointer.
         unsafe { *context = id };
-        log(format!("rknn_init ctx={id} model_len={size} flag={flag} output={out_type:?} w_stride={w_stride} input={input} outputs={outputs} platform=rk3588"));
+        log(format!("rknn_init ctx={id} model_len={size} flag={flag} output={out_type:?} w_stride={w_stride} input={input} outputs={outputs} platform=rk3588{run_us}"));
         RKNN_SUCC
     })
 }
@@ -71,6 +83,7 @@ pub unsafe extern "C" fn rknn_dup_context(context_in: *mut RknnContext, context_
             net: c.net.clone(),
             out_type: c.out_type,
             w_stride: c.w_stride,
+            core_mask: 0,
             input: InputSrc::None,
             output: None,
         };

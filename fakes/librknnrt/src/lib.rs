@@ -32,17 +32,67 @@
 //!   `rknn_outputs_get` hands over any of them, one or several per call.
 //!
 //! `rknn_set_core_mask` accepts the masks of a 3-core NPU (RK3588), or of
-//! `ZCPIPE_FAKE_RKNN_CORES` cores. With `ZCPIPE_FAKE_RKNN_DMABUF_ONLY=1`,
+//! `ZCPIPE_FAKE_RKNN_CORES` cores, and keeps the mask in the context (a fresh or duplicated
+//! context is AUTO). With `ZCPIPE_FAKE_RKNN_DMABUF_ONLY=1`,
 //! `rknn_create_mem_from_fd` refuses fds that are not dma-bufs (as the real runtime does
 //! with a memfd), returning NULL.
 //!
 //! Concurrency: contexts may be used from any thread, one thread per context at a time (a
 //! second thread entering `rknn_run` on a busy context is refused and logged). Each run
 //! logs a begin line (`rknn_run ctx=.. input=.. input_hash=.. run=N`: the hash tells which
-//! image it was given) and an end line (`rknn_run_end ctx=.. run=N code=..`). `ZCPIPE_FAKE_RKNN_RUN_BARRIER=N` holds the first runs until N runs are
-//! in progress at once (5 s timeout, then `rknn_run_barrier_timeout`), which makes overlap
-//! deterministic for a caller that runs contexts concurrently; `ZCPIPE_FAKE_RKNN_FAIL_RUN=K`
-//! makes the K-th run of the process fail with `RKNN_ERR_TIMEOUT`.
+//! image it was given) and an end line (`rknn_run_end ctx=.. run=N code=..`).
+//! `ZCPIPE_FAKE_RKNN_RUN_BARRIER=N` holds the first runs until N runs are in progress at
+//! once (5 s timeout, then `rknn_run_barrier_timeout`), which makes overlap deterministic
+//! for a caller that runs contexts concurrently; `ZCPIPE_FAKE_RKNN_FAIL_RUN=K` makes the
+//! K-th run of the process fail with `RKNN_ERR_TIMEOUT`.
+//!
+//! Timing mode: `ZCPIPE_FAKE_RKNN_RUN_US=N` (read once per process; unset or empty: the
+//! ONNX model runs as above; not a positive integer: `rknn_init` fails with the reason
+//! logged) makes each `rknn_run` occupy an NPU core of the fake SoC for N microseconds
+//! without spending host CPU on a model:
+//! - the SoC has `ZCPIPE_FAKE_RKNN_CORES` cores (default 3), working in parallel, shared by
+//!   every context of the process; each core has a "busy until" instant under a mutex. A run
+//!   on core c starts at `max(now, busy_until[c])`, sets `busy_until[c] = start + N`, and its
+//!   thread sleeps until that end (an absolute deadline, no CPU spent). So contexts on
+//!   different cores overlap, and two contexts on one core serialize: the second one's job is
+//!   queued behind the first, which is what several contexts per core buy on a board;
+//! - the context's core mask decides the core: a single-core mask (1, 2, 4) runs on that
+//!   core; AUTO (0, 0xffff, or never set) on whichever core frees first (the lowest on a
+//!   tie), as the runtime's automatic choice does; a multi-core mask (3 = 0_1, 7 = 0_1_2)
+//!   occupies every core in it for the full N. That last one is the conservative model of
+//!   what was measured: one context spread over three RK3588 cores gains almost nothing over
+//!   one core (~60 ms either way for a 640x640 YOLO, while three detectors on separate cores
+//!   were reported at ~45 fps; with the three-core mask one core was 30% busy and the two
+//!   others 15%: Frigate PR #8382, "Initial support for rockchip boards", comments of
+//!   2023-11-07);
+//! - the run reads no input (neither the dma-buf nor the packed copy; the begin line says
+//!   `input_hash=unread`) and runs no model: every output is 0 in the output type (fp16/fp32
+//!   0.0, int8 the zero point), so a YOLO head decodes no detection. The ONNX model still
+//!   gives the input and output shapes, so `ZCPIPE_FAKE_RKNN_ONNX` is still needed;
+//! - `rknn_init` logs `run_us=N`; the end line adds `core=C start_us=.. end_us=..`
+//!   (`core=0,1,2` for a multi-core mask; microseconds since the process's first timed run),
+//!   from which a test reads overlap and serialization. The concurrent-use check, the barrier
+//!   and `ZCPIPE_FAKE_RKNN_FAIL_RUN` work as above (a failed run occupies no core and its end
+//!   line has no `core=`).
+//!
+//! Choosing N: rknn_model_zoo's published rates (README "Model performance benchmark (FPS)",
+//! v2.3.2, commit bad6c73 of 2025-04-08, RKNPU2 / rknn-toolkit2 2.3.2; INT8, input
+//! `[1,3,640,640]`, maximum NPU frequency, inference only, pre- and post-processing not
+//! included; RK3588 and RK3576 on one core), as N = 1e6 / fps:
+//!
+//! | model (640x640 INT8) | RK3588, one core     | RK3576, one core     | RK3566/RK3568        |
+//! |----------------------|----------------------|----------------------|----------------------|
+//! | yolov8n              | 73.5 fps = 13 605 us | 90.2 fps = 11 086 us | 34.0 fps = 29 412 us |
+//! | yolov8s              | 38.0 fps = 26 316 us | 40.8 fps = 24 510 us | 15.1 fps = 66 225 us |
+//! | yolov5n              | 82.5 fps = 12 121 us | 112.7 fps = 8 873 us | 39.7 fps = 25 189 us |
+//! | yolox_s              | 37.1 fps = 26 954 us | 41.5 fps = 24 096 us | 15.2 fps = 65 789 us |
+//! | yolox_m              | 16.0 fps = 62 500 us | 17.6 fps = 56 818 us | 6.6 fps = 151 515 us |
+//!
+//! YOLOX-Nano (zcpipe's shipped model, 416x416) is not in that table: no published figure
+//! (not verified). A smaller network on a smaller input than yolov8n at 640x640, it is
+//! presumably faster, so yolov8n's ~13.6 ms per RK3588 core is a conservative choice (an
+//! assumption, not a measurement). RK3566/RK3568 have a one-core NPU (Rockchip's product
+//! data; the table does not say so, not verified here): set `ZCPIPE_FAKE_RKNN_CORES=1` too.
 //!
 //! Every call is appended as one line (`pid=.. name key=value ... tid=..`) to the file named by
 //! `ZCPIPE_FAKE_RKNN_LOG`, with one `write(2)` on an `O_APPEND` fd, so processes and threads
@@ -60,6 +110,7 @@ mod network;
 mod outputs;
 mod query;
 mod run;
+mod timing;
 
 use network::*;
 use run::*;
@@ -230,6 +281,8 @@ struct Context {
     net: Arc<Net>,
     out_type: OutType,
     w_stride: usize,
+    /// `rknn_set_core_mask`'s mask (0 = AUTO until set; a duplicate starts at AUTO too).
+    core_mask: u32,
     input: InputSrc,
     /// The last run's outputs as float32, one vector per output.
     output: Option<Vec<Vec<f32>>>,
@@ -310,3 +363,5 @@ fn fail(msg: String, code: c_int) -> c_int {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timing_tests;

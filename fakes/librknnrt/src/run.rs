@@ -1,8 +1,9 @@
 //! Running a context: `rknn_inputs_set`, `rknn_set_core_mask`, reading a bound dma-buf input
-//! as NCHW, the gate that makes concurrent runs observable, `rknn_run` and the inference.
+//! as NCHW, the gate that makes concurrent runs observable, `rknn_run` and the inference (or,
+//! in timing mode, the NPU core occupation of `timing`).
 
 use std::ffi::{c_int, c_void};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tract_onnx::prelude::tract_ndarray::Array4;
@@ -49,18 +50,19 @@ pub unsafe extern "C" fn rknn_inputs_set(context: RknnContext, n_inputs: u32, in
     })
 }
 
-/// `int rknn_set_core_mask(rknn_context, rknn_core_mask)`.
+/// `int rknn_set_core_mask(rknn_context, rknn_core_mask)`: AUTO (0, 0xffff) or a mask of
+/// the fake SoC's cores (`ZCPIPE_FAKE_RKNN_CORES`) that RK3588 names (1, 2, 4, 3, 7); kept
+/// in the context for timing mode.
 #[no_mangle]
 pub extern "C" fn rknn_set_core_mask(context: RknnContext, mask: u32) -> c_int {
     guarded("rknn_set_core_mask", || {
-        let cores: u32 = std::env::var("ZCPIPE_FAKE_RKNN_CORES").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
-        let all = (1u32 << cores.min(16)) - 1;
+        let all = (1u32 << timing::soc_cores().min(16)) - 1;
         let ok = mask == 0 || mask == 0xffff || (mask & !all == 0 && matches!(mask, 1 | 2 | 4 | 3 | 7));
         log(format!("rknn_set_core_mask ctx={context} mask={mask} ok={ok}"));
-        if !state().ctxs.contains_key(&context) {
-            return RKNN_ERR_CTX_INVALID;
-        }
+        let mut st = state();
+        let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
         if ok {
+            c.core_mask = mask;
             RKNN_SUCC
         } else {
             RKNN_ERR_PARAM_INVALID
@@ -190,45 +192,65 @@ fn input_hash(nchw: &[f32]) -> u64 {
     nchw.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| (h ^ v.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
+/// What a run does once it is let through: the ONNX model on the input, or (timing mode)
+/// the NPU cores for a while.
+enum Work {
+    Infer(Vec<f32>),
+    Timed { mask: u32, run_us: u64 },
+}
+
+/// The context's net, what the run does and how its input is described in the log (`input=..
+/// input_hash=..`). The input is read here, unless in timing mode; `Err` is the code to return.
+fn prepare(context: RknnContext) -> Result<(Arc<Net>, Work, String), c_int> {
+    let run_us = timing::run_us().map_err(|e| fail(e, RKNN_ERR_PARAM_INVALID))?;
+    let (input, net, w_stride, mask, what) = {
+        let st = state();
+        let Some(c) = st.ctxs.get(&context) else { return Err(RKNN_ERR_CTX_INVALID) };
+        let (input, what) = match &c.input {
+            InputSrc::None => {
+                return Err(fail(
+                    "rknn_run: no input set (rknn_inputs_set or rknn_set_io_mem)".into(),
+                    RKNN_ERR_INPUT_INVALID,
+                ))
+            }
+            InputSrc::Mem(b) => (Err(*b), format!("input=mem mem={} fd={}", b.mem, b.fd)),
+            InputSrc::Packed(_) if run_us.is_some() => (Ok(Vec::new()), "input=copy".to_string()),
+            InputSrc::Packed(v) => (Ok(to_nchw(v, c.net.w * 3, &c.net)), "input=copy".to_string()),
+        };
+        (input, c.net.clone(), c.w_stride, c.core_mask, what)
+    };
+    if let Some(run_us) = run_us {
+        return Ok((net, Work::Timed { mask, run_us }, format!("{what} input_hash=unread")));
+    }
+    let nchw = match input {
+        Ok(v) => v,
+        Err(b) => read_bound(&b, w_stride, &net).map_err(|e| fail(format!("rknn_run: {e}"), RKNN_ERR_INPUT_INVALID))?,
+    };
+    let what = format!("{what} input_hash={:016x}", input_hash(&nchw));
+    Ok((net, Work::Infer(nchw), what))
+}
+
 /// `int rknn_run(rknn_context, rknn_run_extend*)`.
 ///
 /// Reads the bound input, then logs `rknn_run ctx=.. input=.. input_hash=.. run=..` (the
 /// run begins), waits at the barrier (`ZCPIPE_FAKE_RKNN_RUN_BARRIER`), runs the ONNX model
-/// and logs `rknn_run_end ctx=.. run=.. code=..`. A context already inside
-/// rknn_run on another thread is refused (`RKNN_ERR_CTX_INVALID`, logged as
-/// `rknn_run_concurrent_use`): the real runtime forbids using one context from two threads
-/// at once. Run number `ZCPIPE_FAKE_RKNN_FAIL_RUN` (1-based, per process) fails with
-/// `RKNN_ERR_TIMEOUT`, as a hung NPU job would.
+/// and logs `rknn_run_end ctx=.. run=.. code=..`. In timing mode (`ZCPIPE_FAKE_RKNN_RUN_US`)
+/// it reads no input (`input_hash=unread`), occupies the NPU core(s) of the context's core
+/// mask instead of running the model, leaves all-zero outputs, and the end line adds
+/// `core=.. start_us=.. end_us=..`. A context already inside rknn_run on another thread is
+/// refused (`RKNN_ERR_CTX_INVALID`, logged as `rknn_run_concurrent_use`): the real runtime
+/// forbids using one context from two threads at once. Run number
+/// `ZCPIPE_FAKE_RKNN_FAIL_RUN` (1-based, per process) fails with `RKNN_ERR_TIMEOUT`, as a
+/// hung NPU job would (without occupying a core in timing mode).
 ///
 /// # Safety
 /// `extend` is null or valid (ignored).
 #[no_mangle]
 pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) -> c_int {
     guarded("rknn_run", || {
-        let (input, net, w_stride, what) = {
-            let st = state();
-            let Some(c) = st.ctxs.get(&context) else { return RKNN_ERR_CTX_INVALID };
-            match &c.input {
-                InputSrc::None => {
-                    return fail(
-                        "rknn_run: no input set (rknn_inputs_set or rknn_set_io_mem)".into(),
-                        RKNN_ERR_INPUT_INVALID,
-                    )
-                }
-                InputSrc::Mem(b) => {
-                    (Err(*b), c.net.clone(), c.w_stride, format!("input=mem mem={} fd={}", b.mem, b.fd))
-                }
-                InputSrc::Packed(v) => {
-                    (Ok(to_nchw(v, c.net.w * 3, &c.net)), c.net.clone(), c.w_stride, "input=copy".to_string())
-                }
-            }
-        };
-        let nchw = match input {
-            Ok(v) => v,
-            Err(b) => match read_bound(&b, w_stride, &net) {
-                Ok(v) => v,
-                Err(e) => return fail(format!("rknn_run: {e}"), RKNN_ERR_INPUT_INVALID),
-            },
+        let (net, work, what) = match prepare(context) {
+            Ok(p) => p,
+            Err(code) => return code,
         };
         let run = {
             let mut g = gate();
@@ -244,17 +266,30 @@ pub unsafe extern "C" fn rknn_run(context: RknnContext, _extend: *mut c_void) ->
             g.started += 1;
             g.started
         };
-        log(format!("rknn_run ctx={context} {what} input_hash={:016x} run={run}", input_hash(&nchw)));
+        log(format!("rknn_run ctx={context} {what} run={run}"));
         barrier(env_number("ZCPIPE_FAKE_RKNN_RUN_BARRIER").unwrap_or(0) as usize, context, run);
-        let code = if env_number("ZCPIPE_FAKE_RKNN_FAIL_RUN") == Some(run) {
-            fail(format!("rknn_run: run {run} fails (ZCPIPE_FAKE_RKNN_FAIL_RUN)"), RKNN_ERR_TIMEOUT)
+        let (code, slot) = if env_number("ZCPIPE_FAKE_RKNN_FAIL_RUN") == Some(run) {
+            (fail(format!("rknn_run: run {run} fails (ZCPIPE_FAKE_RKNN_FAIL_RUN)"), RKNN_ERR_TIMEOUT), String::new())
         } else {
-            infer(context, &net, nchw)
+            match work {
+                Work::Infer(nchw) => (infer(context, &net, nchw), String::new()),
+                Work::Timed { mask, run_us } => occupy(context, &net, mask, run_us),
+            }
         };
         gate().running.retain(|&c| c != context);
-        log(format!("rknn_run_end ctx={context} run={run} code={code}"));
+        log(format!("rknn_run_end ctx={context} run={run} code={code}{slot}"));
         code
     })
+}
+
+/// Timing mode: books the core(s) `mask` gives the run for `run_us`, sleeps until the run's
+/// end and stores all-zero outputs in `context`. Returns the code and the end line's
+/// ` core=.. start_us=.. end_us=..`.
+fn occupy(context: RknnContext, net: &Net, mask: u32, run_us: u64) -> (c_int, String) {
+    let slot = timing::reserve(mask, Duration::from_micros(run_us));
+    timing::sleep_until(slot.end);
+    let zeros = net.outputs.iter().map(|o| vec![0f32; o.elems()]).collect();
+    (store_outputs(context, zeros), slot.log_fields())
 }
 
 /// Runs `net` on `nchw` and stores its outputs, as float32, in `context`.
@@ -275,6 +310,11 @@ fn infer(context: RknnContext, net: &Net, nchw: Vec<f32>) -> c_int {
             RKNN_ERR_OUTPUT_INVALID,
         );
     }
+    store_outputs(context, values)
+}
+
+/// Keeps a run's outputs (float32, one vector per output) for rknn_outputs_get.
+fn store_outputs(context: RknnContext, values: Vec<Vec<f32>>) -> c_int {
     let mut st = state();
     let Some(c) = st.ctxs.get_mut(&context) else { return RKNN_ERR_CTX_INVALID };
     c.output = Some(values);

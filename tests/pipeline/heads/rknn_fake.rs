@@ -48,6 +48,7 @@ fn detect(case: &Value, fake: &str, set: &str) -> Vec<Detection> {
         "ZCPIPE_FAKE_RKNN_DMABUF_ONLY",
         "ZCPIPE_FAKE_RKNN_RUN_BARRIER",
         "ZCPIPE_FAKE_RKNN_FAIL_RUN",
+        "ZCPIPE_FAKE_RKNN_RUN_US",
     ] {
         std::env::remove_var(k);
     }

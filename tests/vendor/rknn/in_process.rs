@@ -8,9 +8,13 @@ fn in_process_runtime() -> std::sync::Arc<zcpipe::sys::rknn::Rknn> {
     static ENV: OnceLock<()> = OnceLock::new();
     ENV.get_or_init(|| {
         std::env::set_var("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"));
-        for k in
-            ["ZCPIPE_FAKE_RKNN_W_STRIDE", "ZCPIPE_FAKE_RKNN_OUTPUT", "ZCPIPE_FAKE_RKNN_CORES", "ZCPIPE_FAKE_RKNN_LOG"]
-        {
+        for k in [
+            "ZCPIPE_FAKE_RKNN_W_STRIDE",
+            "ZCPIPE_FAKE_RKNN_OUTPUT",
+            "ZCPIPE_FAKE_RKNN_CORES",
+            "ZCPIPE_FAKE_RKNN_LOG",
+            "ZCPIPE_FAKE_RKNN_RUN_US",
+        ] {
             std::env::remove_var(k);
         }
     });
