@@ -2,7 +2,7 @@
 //! against the pool the offer announced ([`FrameDesc::validate`], what
 //! `PoolConsumer::recv` calls before lending a frame).
 //!
-//! Input: 184 bytes of descriptor, as in the ring slot (`FrameDesc` is plain data, so any
+//! Input: 192 bytes of descriptor, as in the ring slot (`FrameDesc` is plain data, so any
 //! bytes are a descriptor), then the pool: a byte for the number of buffers (1..=8) and,
 //! for each buffer, a byte for its number of dma-bufs (1..=3) and 8 bytes (little-endian)
 //! for each dma-buf's size; missing bytes read as 0. Invariant: the validator accepts

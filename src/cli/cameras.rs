@@ -20,6 +20,35 @@ use super::capture::CaptureArgs;
 /// The options that may differ per camera: each takes one value.
 pub const PER_CAMERA: [&str; 4] = ["--fps", "--size", "--format", "--capture-io"];
 
+/// The per-camera options that are the NPU scheduler's, not the capture stage's: given after
+/// a `--source`, they reach the scale stage (`--detect-fps`) and the infer stage
+/// (`--weight`) as one value per camera ([`sched_values`]).
+pub const PER_CAMERA_SCHED: [&str; 2] = ["--detect-fps", "--weight"];
+
+/// Whether a group's `--key=value` flag is one of [`PER_CAMERA_SCHED`].
+fn is_sched(flag: &str) -> bool {
+    flag.split_once('=').is_some_and(|(k, _)| PER_CAMERA_SCHED.contains(&k))
+}
+
+/// Each camera's value of scheduler option `key` (`--detect-fps`, `--weight`) given after
+/// its `--source` (`None`: not given there; the last one counts). Errors name the camera.
+pub fn sched_values(groups: &[CameraGroup], key: &str) -> Result<Vec<Option<f64>>> {
+    groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let v = g.flags.iter().rev().find_map(|f| f.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v));
+            v.map(|v| {
+                v.trim().parse::<f64>().map_err(|_| {
+                    let name = g.name.clone().unwrap_or_else(|| format!("cam{i}"));
+                    anyhow::anyhow!("camera {name}: {key} {v:?} is not a number")
+                })
+            })
+            .transpose()
+        })
+        .collect()
+}
+
 /// One `--source` of the command line and the per-camera options that followed it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CameraGroup {
@@ -75,7 +104,7 @@ pub fn split(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<CameraGroup>)> {
         };
         let is_source = key == "--source";
         // A per-camera option belongs to the camera before it; before the first, to all.
-        let for_a_camera = PER_CAMERA.contains(&key) && !groups.is_empty();
+        let for_a_camera = (PER_CAMERA.contains(&key) || PER_CAMERA_SCHED.contains(&key)) && !groups.is_empty();
         if !is_source && !for_a_camera {
             out.push(a.clone());
             continue;
@@ -120,7 +149,8 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
     let mut cams: Vec<(String, CaptureArgs)> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
         let name = g.name.clone().unwrap_or_else(|| format!("cam{i}"));
-        let argv = base.iter().cloned().chain([format!("--source={}", g.source)]).chain(g.flags.iter().cloned());
+        let own = g.flags.iter().filter(|f| !is_sched(f)).cloned();
+        let argv = base.iter().cloned().chain([format!("--source={}", g.source)]).chain(own);
         let one = OneCamera::try_parse_from(argv).map_err(|e| {
             let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
             anyhow::anyhow!("camera {name} (--source {}): {first}", g.source)

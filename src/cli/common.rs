@@ -136,9 +136,38 @@ impl PipelineArgs {
         for (name, c) in &cams {
             c.config().map_err(|e| if cams.len() > 1 { e.context(format!("camera {name}")) } else { e })?;
         }
-        self.scale.config()?;
-        self.infer.config()?;
+        let names: Vec<String> = cams.iter().map(|(n, _)| n.clone()).collect();
+        let p = self.with_cameras(&names, 1)?;
+        p.scale.config()?;
+        p.infer.config()?;
         Ok(data)
+    }
+
+    /// These options with the cameras written into the scale and infer stages' own: their
+    /// names (several cameras), each one's `--detect-fps` and `--weight` (its own after its
+    /// `--source`, else the one given for all), and the scale pool sized for `lanes` engines
+    /// (one frame running in each, one waiting per camera, one being written).
+    pub fn with_cameras(&self, names: &[String], lanes: usize) -> Result<PipelineArgs> {
+        let mut p = self.clone();
+        if names.len() > 1 {
+            p.scale.cameras = names.to_vec();
+            p.infer.cameras = names.to_vec();
+        }
+        let per_camera = |key: &str, all: &[f64], default: f64| -> Result<Vec<f64>> {
+            let own = super::cameras::sched_values(&self.cameras, key)?;
+            if own.iter().all(Option::is_none) {
+                return Ok(all.to_vec());
+            }
+            if all.len() > 1 {
+                anyhow::bail!("{key}: give one value before the first --source (for every camera) and a camera's own after its --source, not a list");
+            }
+            let fallback = all.first().copied().unwrap_or(default);
+            Ok(own.into_iter().map(|v| v.unwrap_or(fallback)).collect())
+        };
+        p.scale.detect_fps = per_camera("--detect-fps", &self.scale.detect_fps, 0.0)?;
+        p.infer.weight = per_camera("--weight", &self.infer.weight, 1.0)?;
+        p.scale.scale_buffers = p.scale.scale_buffers.or(Some((lanes + names.len().max(1) + 1).clamp(3, 64)));
+        Ok(p)
     }
 }
 
@@ -191,10 +220,19 @@ impl PipelineArgs {
         p.infer.model = Some(r.infer.model.clone());
         if r.infer.backend == zcpipe_infer::DetectorKind::Rknn && !r.infer.npu_cores.is_empty() {
             p.infer.npu_cores = r.infer.npu_cores.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-            // One buffer per core in flight, and one being written.
-            p.scale.scale_buffers = p.scale.scale_buffers.or(Some((r.infer.npu_cores.len() + 1).max(3)));
         }
         p
+    }
+
+    /// The engines the plan runs frames on at once: RKNN's contexts (listed cores times
+    /// `--npu-contexts-per-core`), else one.
+    pub fn lanes(&self, plan: &Plan) -> usize {
+        let r = &plan.resolved.infer;
+        if r.backend == zcpipe_infer::DetectorKind::Rknn {
+            r.npu_cores.len().max(1) * self.infer.npu_contexts_per_core.max(1) as usize
+        } else {
+            1
+        }
     }
 }
 
@@ -205,4 +243,27 @@ pub fn check_buffers(flag: &str, n: usize, good: usize) -> Result<usize> {
         anyhow::bail!("{flag} {n}: use 2..=64 ({good} is a good default)");
     }
     Ok(n)
+}
+
+/// Checks a per-camera list (`--detect-fps`, `--weight`): one value for every camera, or
+/// one per camera of `cameras` (0: one camera); each finite, in `0..=max`.
+pub fn check_per_camera(flag: &str, values: &[f64], cameras: usize, max: f64) -> Result<Vec<f64>> {
+    if values.len() > 1 && values.len() != cameras.max(1) {
+        anyhow::bail!(
+            "{flag} has {} values for {} camera(s): give one for every camera, or one per camera in --cameras order",
+            values.len(),
+            cameras.max(1)
+        );
+    }
+    for v in values {
+        if !v.is_finite() || *v < 0.0 || *v > max {
+            anyhow::bail!("{flag} {v}: use a number in 0..={max}");
+        }
+    }
+    Ok(values.to_vec())
+}
+
+/// A list of numbers as a flag writes it (`5,10,2.5`).
+pub fn join(values: &[f64]) -> String {
+    values.iter().map(f64::to_string).collect::<Vec<_>>().join(",")
 }

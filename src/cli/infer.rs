@@ -7,14 +7,15 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use zcpipe_core::config::Choice;
+use zcpipe_core::config::{check_camera_list, Choice};
 use zcpipe_core::frame::Placement;
 use zcpipe_infer::auto::{self, InferChoice};
 use zcpipe_infer::heads::{ChannelOrder, HeadKind};
 use zcpipe_infer::rknn::parse_npu_cores;
+use zcpipe_infer::sched::SchedConfig;
 use zcpipe_infer::{DetectorKind, InferConfig};
 
-use super::common::choice;
+use super::common::{check_per_camera, choice, join};
 
 /// Infer options.
 #[derive(Args, Debug, Clone)]
@@ -54,7 +55,7 @@ pub struct InferArgs {
     /// Per-class NMS IoU threshold.
     #[arg(long, default_value_t = 0.45, allow_negative_numbers = true)]
     pub nms_iou: f32,
-    /// rknn: NPU cores to run on, one context each, frames round-robin (e.g. 0,1,2), or auto:
+    /// rknn: NPU cores to run on, one context each, a free one taking the next frame (e.g. 0,1,2), or auto:
     /// every core of the SoC (RK3588: 0,1,2; RK3576: 0,1; one-core SoCs: one context).
     #[arg(long, value_parser = check_npu_cores, default_value = "auto")]
     pub npu_cores: String,
@@ -64,7 +65,31 @@ pub struct InferArgs {
     /// the size frames are scaled to (default 416x416).
     #[arg(long)]
     pub input_size: Option<String>,
+    /// rknn: contexts per NPU core (1..=4), sharing the one loaded model: while one
+    /// context's frame runs, another's waits on the core, so the core never idles between
+    /// frames.
+    #[arg(long, default_value_t = 1)]
+    pub npu_contexts_per_core: u32,
+    /// A camera's share of the NPU when frames wait for it: a camera of weight 2 is run
+    /// twice as often as one of weight 1 (default 1). After a camera's --source, that
+    /// camera's; a comma list gives each camera of --cameras its own (`zcpipe run` writes it).
+    #[arg(long, value_delimiter = ',')]
+    pub weight: Vec<f64>,
+    /// Seconds a frame may wait for the NPU: a frame older than this (since its capture)
+    /// when a core frees up is dropped, counted, never inferred late (0: no limit;
+    /// --ring-policy block runs every frame whatever its age).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_age: f64,
+    /// Several cameras: their names, comma-separated, in the scale stage's order (for the
+    /// scheduler's per-camera numbers). `zcpipe run` sets it.
+    #[arg(long, value_delimiter = ',')]
+    pub cameras: Vec<String>,
 }
+
+/// The highest `--weight` taken.
+const MAX_WEIGHT: f64 = 1000.0;
+/// The most contexts per NPU core (go-rknnlite's pools use 2 or 3).
+const MAX_CONTEXTS_PER_CORE: u32 = 4;
 
 /// `--head`: checked by the parser, kept as written (it is passed on as is).
 fn check_head(s: &str) -> Result<String, String> {
@@ -90,6 +115,24 @@ impl InferArgs {
         }
         let input_size = self.input_size.as_deref().map(parse_input_size).transpose()?;
         let choice = self.choice()?;
+        if !(1..=MAX_CONTEXTS_PER_CORE).contains(&self.npu_contexts_per_core) {
+            anyhow::bail!(
+                "--npu-contexts-per-core {}: use 1..={MAX_CONTEXTS_PER_CORE} (1 is the default; 2 keeps a core fed)",
+                self.npu_contexts_per_core
+            );
+        }
+        if !self.max_age.is_finite() || !(0.0..=3600.0).contains(&self.max_age) {
+            anyhow::bail!("--max-age {}: use seconds in 0..=3600 (0: no limit)", self.max_age);
+        }
+        let weights = check_per_camera("--weight", &self.weight, self.cameras.len(), MAX_WEIGHT)?;
+        if weights.contains(&0.0) {
+            anyhow::bail!("--weight 0: a camera's weight must be above 0 (use --detect-fps to run a camera less)");
+        }
+        let sched = SchedConfig {
+            cameras: check_camera_list("--cameras", &self.cameras)?,
+            weights,
+            max_age: (self.max_age > 0.0).then(|| std::time::Duration::from_secs_f64(self.max_age)),
+        };
         Ok(InferConfig {
             backend: choice.backend,
             model: choice.model,
@@ -102,6 +145,8 @@ impl InferArgs {
             nms_iou: self.nms_iou,
             npu_cores: choice.npu_cores,
             input_size,
+            contexts_per_core: self.npu_contexts_per_core,
+            sched,
         })
     }
 
@@ -147,6 +192,14 @@ impl InferArgs {
         v.extend(self.channel_order.map(|o| format!("--channel-order={}", o.name())));
         v.extend(self.letterbox.map(|p| format!("--letterbox={}", p.name())));
         v.extend(self.input_size.as_ref().map(|s| format!("--input-size={s}")));
+        v.push(format!("--npu-contexts-per-core={}", self.npu_contexts_per_core));
+        v.push(format!("--max-age={}", self.max_age));
+        if !self.weight.is_empty() {
+            v.push(format!("--weight={}", join(&self.weight)));
+        }
+        if !self.cameras.is_empty() {
+            v.push(format!("--cameras={}", self.cameras.join(",")));
+        }
         v
     }
 }

@@ -68,14 +68,14 @@ pub enum Command {
     /// Run one stage alone (what `run` starts; for systemd units).
     Stage {
         #[command(subcommand)]
-        stage: StageCmd,
+        stage: Box<StageCmd>,
     },
     /// Print the detections published on a socket.
     Watch(WatchArgs),
     /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size.
     Bench(bench::BenchArgs),
     /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
-    Compare(compare::CompareArgs),
+    Compare(Box<compare::CompareArgs>),
     /// List what this machine offers zcpipe (V4L2 nodes, dma-buf heaps, udmabuf, DRM cards,
     /// vendor libraries) with a fix for each problem found; always exits 0.
     Doctor(doctor::DoctorArgs),
@@ -153,7 +153,10 @@ impl Command {
     fn http(&self) -> Option<&http::HttpArgs> {
         match self {
             Command::Run(a) => Some(&a.http),
-            Command::Stage { stage: StageCmd::Publish { args, .. } } => Some(&args.http),
+            Command::Stage { stage } => match &**stage {
+                StageCmd::Publish { args, .. } => Some(&args.http),
+                _ => None,
+            },
             _ => None,
         }
     }

@@ -135,6 +135,7 @@ impl RunArgs {
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);
         let mut plan = first.plan(socket.clone())?;
+        let lanes = first.lanes(&plan);
         let resolved = first.resolved(&plan);
         let mut captures = vec![resolved.capture.clone()];
         for (name, c) in &cams[1..] {
@@ -156,6 +157,8 @@ impl RunArgs {
         let mut stage_flags: Vec<(StageId, Vec<String>)> = vec![];
         let display_card = self.display_card(&mut plan);
         self.capture_flags(&mut stage_flags, &common, &names, &captures, display_card.is_some());
+        let resolved =
+            PipelineArgs { cameras: self.pipeline.cameras.clone(), ..resolved }.with_cameras(&names, lanes)?;
         self.stage_flags(&mut stage_flags, &common, &names, &resolved);
         if let Some(card) = &display_card {
             self.display_stage(&mut stage_flags, &mut plan, card, &common, &names, &socket);
@@ -263,7 +266,6 @@ impl RunArgs {
         names: &[String],
         p: &PipelineArgs,
     ) {
-        let several = names.len() > 1;
         let print = if self.json {
             "json"
         } else if self.no_print {
@@ -274,11 +276,6 @@ impl RunArgs {
         for stage in [Stage::Scale, Stage::Infer, Stage::Publish] {
             let mut v = common.to_vec();
             v.extend(match stage {
-                Stage::Scale if several => {
-                    let mut s = p.scale.clone();
-                    s.cameras = names.to_vec();
-                    s.flags()
-                }
                 Stage::Scale => p.scale.flags(),
                 Stage::Infer => p.infer.flags(),
                 _ => {

@@ -15,6 +15,7 @@ use zcpipe_core::metrics::StageReport;
 
 use zcpipe_capture::report::ReconnectFacts;
 use zcpipe_display::report::DisplayFacts;
+use zcpipe_infer::report::InferFacts;
 use zcpipe_publish::report::PublishFacts;
 use zcpipe_scale::report::ScaleFacts;
 
@@ -60,6 +61,18 @@ pub struct CameraSummary {
     pub latency_p99_us: Option<f64>,
     /// Times its capture stage was restarted.
     pub restarts: u32,
+    /// Frames of it the NPU ran.
+    #[serde(default)]
+    pub inferred: u64,
+    /// Frames passed over by its detection rate (`--detect-fps`).
+    #[serde(default)]
+    pub skipped_rate: u64,
+    /// Frames passed over as still (`--motion`).
+    #[serde(default)]
+    pub skipped_still: u64,
+    /// Frames dropped for waiting longer than `--max-age` for the NPU.
+    #[serde(default)]
+    pub skipped_age: u64,
 }
 
 /// What the processes of a stage that were restarted had counted before they died: their
@@ -103,7 +116,9 @@ fn camera_dropped(latest: &BTreeMap<StageId, StageReport>, n: &str) -> u64 {
     let ring = latest.get(&StageId::camera(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
     let scale =
         of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
-    ring + scale.skipped_for_newer + scale.dropped_downstream
+    let infer =
+        of(latest, Stage::Infer).and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n)).unwrap_or_default();
+    ring + scale.skipped_for_newer + scale.dropped_downstream + infer.counts.replaced
 }
 
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
@@ -123,6 +138,12 @@ pub fn camera_summaries(
             let cap = latest.get(&stage);
             let pc = publish_cams.get(n);
             let total = pc.and_then(|c| c.latency.get("total"));
+            let scale = of(latest, Stage::Scale)
+                .and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n))
+                .unwrap_or_default();
+            let sched = of(latest, Stage::Infer)
+                .and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n))
+                .unwrap_or_default();
             let summary = CameraSummary {
                 captured: carried.frames(&stage) + cap.map(|r| r.frames_out).unwrap_or(0),
                 dropped: camera_dropped(latest, n),
@@ -132,6 +153,10 @@ pub fn camera_summaries(
                 latency_p50_us: total.map(|t| t.p50_us),
                 latency_p99_us: total.map(|t| t.p99_us),
                 restarts: restarts.get(&stage).copied().unwrap_or(0),
+                inferred: sched.counts.inferred,
+                skipped_rate: scale.skipped_rate,
+                skipped_still: scale.skipped_still,
+                skipped_age: sched.counts.expired,
             };
             (n.clone(), summary)
         })

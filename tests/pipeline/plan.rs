@@ -290,7 +290,7 @@ fn the_stages_are_started_with_the_plans_values() {
     assert!(
         stderr
             .lines()
-            .any(|l| l.contains("starting: ") && l.contains(" stage scale ") && l.contains(" --scale-buffers=4 ")),
+            .any(|l| l.contains("starting: ") && l.contains(" stage scale ") && l.contains(" --scale-buffers=5 ")),
         "{stderr}"
     );
 }

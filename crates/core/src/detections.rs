@@ -36,7 +36,33 @@ pub struct DetectionRecord {
     pub bbox: [f32; 4],
 }
 
-/// A frame's detections: the ring slot from infer to publish (2,496 bytes).
+/// Frames of one camera passed over between two of its records, and why: none of them is a
+/// drop (the sequence gap they leave is accounted for).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct Skipped {
+    /// By the camera's detection rate (`--detect-fps`), in the scale stage.
+    pub rate: u32,
+    /// As still (`--motion`: no change since the last frame inferred), in the scale stage.
+    pub still: u32,
+    /// Waited longer than `--max-age` for the NPU.
+    pub age: u32,
+    /// Replaced, while waiting for the NPU, by a newer frame of the same camera.
+    pub newer: u32,
+    /// This frame's own wait for the NPU (taken from the ring to run), µs.
+    pub wait_us: u32,
+    /// Zero (alignment).
+    pub _pad: u32,
+}
+
+impl Skipped {
+    /// Frames passed over in all.
+    pub fn total(&self) -> u64 {
+        self.rate as u64 + self.still as u64 + self.age as u64 + self.newer as u64
+    }
+}
+
+/// A frame's detections: the ring slot from infer to publish (2,552 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
 #[repr(C)]
 pub struct DetectionsDesc {
@@ -54,6 +80,11 @@ pub struct DetectionsDesc {
     pub count: u32,
     /// A restart notice carried from the frame ([`crate::frame::RestartMark`], 0 = none).
     pub flags: u32,
+    /// Frames of this camera passed over since its previous record, and this one's NPU wait.
+    pub skipped: Skipped,
+    /// Each NPU core's busy time so far in the infer process, µs (core k at index k; 0 for a
+    /// core it does not use).
+    pub npu_busy_us: [u64; 4],
     /// Detections, best first.
     pub dets: [DetectionRecord; MAX_DETECTIONS],
 }
@@ -89,7 +120,7 @@ mod tests {
 
     #[test]
     fn detections_desc_is_plain_and_validated() {
-        assert_eq!(std::mem::size_of::<DetectionsDesc>(), 2496);
+        assert_eq!(std::mem::size_of::<DetectionsDesc>(), 2552);
         let mut d = DetectionsDesc { width: 640, height: 480, count: 1, ..Default::default() };
         d.dets[0] = DetectionRecord { class_id: 0, score: 0.9, bbox: [1.0, 2.0, 3.0, 4.0] };
         assert!(d.validate().is_ok());

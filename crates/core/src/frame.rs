@@ -362,7 +362,7 @@ impl Stage {
 pub(crate) type StageStamps = [u64; 8];
 
 /// A frame in flight: which pool buffer, its layout, its sequence number and timestamps.
-/// 184 bytes of plain data; one ring slot.
+/// 192 bytes of plain data; one ring slot.
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, Default)]
 #[repr(C)]
 pub struct FrameDesc {
@@ -382,6 +382,13 @@ pub struct FrameDesc {
     pub layout: FrameLayout,
     /// For scaled frames: how to map model pixels back to the source frame.
     pub letterbox: LetterboxParams,
+    /// Frames of this camera the scale stage passed over by its detection rate
+    /// (`--detect-fps`) since the previous one it handed on: the sequence gap before this
+    /// frame that is not a drop.
+    pub skipped_rate: u32,
+    /// Frames of this camera the scale stage passed over as still (`--motion`) since the
+    /// previous one it handed on.
+    pub skipped_still: u32,
 }
 
 /// Current CLOCK_MONOTONIC time in ns (clock_gettime(2)), the clock V4L2 stamps buffers with.
@@ -454,7 +461,7 @@ mod tests {
 
     #[test]
     fn frame_desc_is_one_small_slot() {
-        assert_eq!(std::mem::size_of::<FrameDesc>(), 184);
+        assert_eq!(std::mem::size_of::<FrameDesc>(), 192);
         assert_eq!(std::mem::size_of::<FrameDesc>() % 8, 0);
     }
 

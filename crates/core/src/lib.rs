@@ -19,6 +19,7 @@ pub mod id;
 pub mod link;
 pub mod metrics;
 pub mod pool;
+pub mod rate;
 pub mod ring;
 pub mod schema;
 pub mod secret;

@@ -730,7 +730,7 @@ mod tests {
     fn offer() -> Offer {
         Offer {
             payload: Payload::Frames,
-            ring: RingGeometry { capacity: 4, slot_bytes: 184, ret_capacity: 4 },
+            ring: RingGeometry { capacity: 4, slot_bytes: 192, ret_capacity: 4 },
             policy: RingPolicy::DropOldest,
             buffers: vec![vec![460800], vec![921600, 460800]],
             memory: "memfd".into(),
@@ -752,7 +752,7 @@ mod tests {
         let bad = Offer { ring: RingGeometry { capacity: 0, ..o.ring }, ..o.clone() };
         assert_eq!(
             bad.check(6).unwrap_err().to_string(),
-            "ring geometry out of range: RingGeometry { capacity: 0, slot_bytes: 184, ret_capacity: 4 }"
+            "ring geometry out of range: RingGeometry { capacity: 0, slot_bytes: 192, ret_capacity: 4 }"
         );
         let bad = Offer { ring: RingGeometry { slot_bytes: 183, ..o.ring }, ..o };
         assert_eq!(bad.check(6).unwrap_err().to_string(), "ring slot size 183 is not a multiple of 8 in 8..=1MiB");

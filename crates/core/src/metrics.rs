@@ -172,6 +172,11 @@ impl Facts {
         self.0.is_empty()
     }
 
+    /// Adds every fact of `other`, replacing facts of the same name.
+    pub fn extend_from(&mut self, other: Facts) {
+        self.0.extend(other.0);
+    }
+
     /// Adds one untyped fact (a stage's own counter no other process reads).
     pub fn push(&mut self, (key, value): (&'static str, serde_json::Value)) {
         self.0.insert(key.to_string(), value);
@@ -265,7 +270,8 @@ pub struct ProcessStats {
 }
 
 /// Reads this process's [`ProcessStats`].
-pub(crate) fn process_stats() -> ProcessStats {
+/// This process's resource use now ([`ProcessStats`]; zeros where the kernel does not say).
+pub fn process_stats() -> ProcessStats {
     let mut st = ProcessStats::default();
     if let Ok(u) = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
         let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;

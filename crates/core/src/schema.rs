@@ -5,11 +5,13 @@
 //!   `{"type": "frame", "camera": str, "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
 //!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
 //!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2], "track_id": u64}],
-//!   "zones": {zone: {label: count}}}`
+//!   "zones": {zone: {label: count}}, "skipped": {"rate": u64, "still": u64, "age": u64, "newer": u64}}`
 //!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
 //!   `track_id` only on a detection that is part of a confirmed track (never with
 //!   `--tracker none`), `zones` only for a camera with zones (each zone's tracked objects
-//!   by label; `{}` for an empty zone);
+//!   by label; `{}` for an empty zone), `skipped` only after frames of the camera were passed
+//!   over on purpose since its previous line (by `--detect-fps`, `--motion`, `--max-age`, or for a newer
+//!   frame: [`SkippedJson`]), so a gap in `seq` that it covers is not a drop;
 //! - `"event"`: something happened to a tracked object ([`EventJson`]), after the frame line
 //!   of the frame it happened in: `{"type": "event", "event": "new" | "entered_zone" |
 //!   "left_zone" | "stationary" | "end", "camera": str, "track_id": u64, "label": str,
@@ -154,6 +156,54 @@ pub struct FrameJson {
     /// than the keep-alive), by label; absent for a camera without zones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
+    /// Frames of this camera passed over since its previous line, by cause (absent when
+    /// none was): with `--detect-fps` the sequence numbers have gaps that are not drops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<SkippedJson>,
+    /// The NPU's numbers for this frame, for the publish process's own outputs (`/metrics`);
+    /// never sent to clients.
+    #[serde(skip)]
+    pub npu: NpuFacts,
+}
+
+/// What a frame line knows of the NPU inside the publish process ([`FrameJson::npu`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NpuFacts {
+    /// This frame's wait for an engine, µs.
+    pub wait_us: u32,
+    /// Each NPU core's busy time so far, µs (core k at index k).
+    pub busy_us: [u64; 4],
+}
+
+/// A frame line's `"skipped"` object: frames of its camera passed over since its previous line.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct SkippedJson {
+    /// By the camera's detection rate (`--detect-fps`).
+    pub rate: u64,
+    /// As still (`--motion`: the picture did not change since the last frame inferred).
+    pub still: u64,
+    /// Older than `--max-age` when the NPU was free.
+    pub age: u64,
+    /// Replaced by a newer frame of the camera while waiting for the NPU.
+    pub newer: u64,
+}
+
+impl SkippedJson {
+    /// The object for a record's counts (`None`: nothing was passed over).
+    pub fn of(s: &crate::detections::Skipped) -> Option<SkippedJson> {
+        (s.total() > 0).then_some(SkippedJson {
+            rate: s.rate.into(),
+            still: s.still.into(),
+            age: s.age.into(),
+            newer: s.newer.into(),
+        })
+    }
+
+    /// Frames passed over in all.
+    pub fn total(&self) -> u64 {
+        self.rate + self.still + self.age + self.newer
+    }
 }
 
 /// The `"event"` line: something happened to a tracked object (the zcpipe-track crate says when).
@@ -270,6 +320,8 @@ mod tests {
                 track_id: None,
             }],
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         };
         let frame = SocketLine::Frame(f).to_line().unwrap();
         assert_eq!(
@@ -328,6 +380,8 @@ mod tests {
             latency_us: LatencyJson::default(),
             detections: vec![det],
             zones: Some(zones),
+            skipped: None,
+            npu: Default::default(),
         };
         let line = SocketLine::Frame(f).to_line().unwrap();
         assert!(
@@ -398,6 +452,8 @@ mod tests {
             latency_us,
             detections: vec![],
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         });
         assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
     }

@@ -150,7 +150,7 @@ fn with_cores(
             Some((s, info)) if info.npu_cores > 1 => {
                 let all: Vec<u32> = (0..info.npu_cores).collect();
                 let text = cores_text(&all);
-                (all, text, format!("auto: every core of {s}, one context each, frames round-robin"))
+                (all, text, format!("auto: every core of {s}, one context each (--npu-contexts-per-core more), a free context takes the next frame"))
             }
             Some((s, _)) => (Vec::new(), cores_text(&[0]), format!("auto: {s} has one NPU core")),
             None => (Vec::new(), "on the runtime's choice of NPU core".into(), "auto: SoC unknown".into()),

@@ -38,10 +38,13 @@ pub mod nms;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod replay;
+pub mod report;
 pub mod rknn;
+pub mod sched;
 pub mod stage;
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 
@@ -221,6 +224,13 @@ pub trait Detector: Send {
     fn lanes(&mut self) -> Option<Vec<Box<dyn DetectorLane + '_>>> {
         None
     }
+
+    /// When the device ran the last frame (start, end), where the backend times the
+    /// device's run apart from its own decoding (RKNN: `rknn_run`); `None`: the whole
+    /// `detect` call is the engine's busy time.
+    fn last_run(&self) -> Option<(Instant, Instant)> {
+        None
+    }
 }
 
 /// One engine of a [`Detector`] (e.g. one RKNN context), lent to one worker thread by
@@ -235,6 +245,14 @@ pub trait DetectorLane: Send {
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
     /// Runs `frame`, whose buffer the detector imported, as [`Detector::detect_bound`].
     fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>>;
+    /// The NPU core the engine is pinned to (`None`: the runtime's choice, or the CPU).
+    fn core(&self) -> Option<u32> {
+        None
+    }
+    /// As [`Detector::last_run`].
+    fn last_run(&self) -> Option<(Instant, Instant)> {
+        None
+    }
 }
 
 /// Start-up options shared by every backend.
@@ -250,6 +268,9 @@ pub struct DetectorOptions {
     /// `rknn` only: NPU cores to run on, one context each (`--npu-cores`); empty = one
     /// context, the runtime's choice.
     pub npu_cores: Vec<u32>,
+    /// `rknn` only: contexts per NPU core (`--npu-contexts-per-core`, 1..=4): while one
+    /// context's frame runs, the next frame is already queued on the core by another.
+    pub contexts_per_core: u32,
     /// The output layout (`--head`; `Auto` recognises it from the output shapes).
     pub head: heads::HeadKind,
     /// Anchors for `yolov5-split` (`--anchors`; `None`: rknn_model_zoo's defaults).
@@ -296,6 +317,7 @@ impl Default for DetectorOptions {
             score_threshold: 0.3,
             nms_iou: 0.45,
             npu_cores: Vec::new(),
+            contexts_per_core: 1,
             head: heads::HeadKind::Auto,
             anchors: None,
             channel_order: None,
@@ -332,6 +354,10 @@ pub struct InferConfig {
     /// `--input-size`: `(width, height)`, sides multiples of 32 (`None`: the model's own, or
     /// 640x640 for a dynamic one).
     pub input_size: Option<(u32, u32)>,
+    /// `rknn`: contexts per NPU core (`--npu-contexts-per-core`).
+    pub contexts_per_core: u32,
+    /// The scheduler's cameras, weights and age limit.
+    pub sched: sched::SchedConfig,
 }
 
 /// Detector backends (`--infer`). Adding one is a file in this folder, a variant here and

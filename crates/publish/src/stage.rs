@@ -318,6 +318,8 @@ pub(crate) fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], la
             })
             .collect(),
         zones: None,
+        skipped: zcpipe_core::schema::SkippedJson::of(&d.skipped),
+        npu: zcpipe_core::schema::NpuFacts { wait_us: d.skipped.wait_us, busy_us: d.npu_busy_us },
     }
 }
 

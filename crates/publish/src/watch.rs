@@ -296,6 +296,8 @@ mod tests {
                 latency_us: Default::default(),
                 detections: vec![],
                 zones: None,
+                skipped: None,
+                npu: Default::default(),
             })
             .to_line()
             .unwrap()
@@ -379,6 +381,8 @@ mod tests {
                 latency_us: Default::default(),
                 detections: vec![],
                 zones: None,
+                skipped: None,
+                npu: Default::default(),
             })
             .to_line()
             .unwrap()
@@ -437,6 +441,8 @@ mod tests {
                 track_id: None,
             }],
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         })
         .to_line()
         .unwrap();

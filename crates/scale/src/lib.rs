@@ -18,6 +18,7 @@
 
 pub mod auto;
 pub mod cpu;
+mod motion;
 pub mod report;
 pub mod rga;
 pub mod stage;
@@ -32,7 +33,7 @@ use zcpipe_core::frame::{FrameLayout, Letterbox, LetterboxParams};
 use zcpipe_core::pool::{Frame, WriteLoan};
 
 /// What the scale stage is asked to do, checked by whoever built it (the command line).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ScaleConfig {
     /// The backend.
     pub scaler: ScalerKind,
@@ -43,6 +44,23 @@ pub struct ScaleConfig {
     /// The cameras' names when there are several (each joined at `capture@NAME.sock`, in
     /// this order: a frame's camera index is its position here); empty for one camera.
     pub cameras: Vec<String>,
+    /// Each camera's detection rate, frames per second (`--detect-fps`; 0: every frame), in
+    /// the order of `cameras`; one value is every camera's, none: every frame.
+    pub detect_fps: Vec<f64>,
+    /// Motion gating (`--motion`): `(threshold in luma levels, keep-alive in seconds)`;
+    /// `None`: off.
+    pub motion: Option<(f32, f64)>,
+}
+
+impl ScaleConfig {
+    /// Camera `i`'s detection rate (0: every frame).
+    pub fn detect_fps(&self, i: usize) -> f64 {
+        match self.detect_fps.as_slice() {
+            [] => 0.0,
+            [one] => *one,
+            all => all.get(i).copied().unwrap_or(0.0),
+        }
+    }
 }
 
 /// Scaler backends (`--scaler`).

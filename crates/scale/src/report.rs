@@ -15,6 +15,12 @@ pub struct CameraFacts {
     pub frames_out: u64,
     /// Frames passed over for a newer one of the same camera.
     pub skipped_for_newer: u64,
+    /// Frames passed over by its detection rate (`--detect-fps`), never scaled.
+    pub skipped_rate: u64,
+    /// Frames passed over as still (`--motion`), never scaled.
+    pub skipped_still: u64,
+    /// The motion check's mean cost per frame checked, µs (`None`: `--motion` off).
+    pub motion_us: Option<f64>,
     /// Frames dropped in its input ring (drop-oldest).
     pub(crate) ring_dropped: u64,
     /// Frames of it dropped after the scale stage.
@@ -29,6 +35,12 @@ pub struct CameraFacts {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ScaleFacts {
+    /// Frames passed over by the cameras' detection rates (`--detect-fps`), all cameras.
+    pub skipped_rate: u64,
+    /// Frames passed over as still (`--motion`), all cameras.
+    pub skipped_still: u64,
+    /// The motion check's mean cost per frame checked, µs, the most of any camera (`None`: off).
+    pub motion_us: Option<f64>,
     /// Each camera's numbers, by name (several cameras only).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub cameras: BTreeMap<String, CameraFacts>,

@@ -16,11 +16,13 @@ use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, FrameLayout, Letterbox,
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
 use zcpipe_core::pool::{ring_capacity, Frame, HopSpec, PoolProducer, Upstream};
+use zcpipe_core::rate::RateGate;
 use zcpipe_core::ring::{OwnCounts, RingPolicy};
 use zcpipe_core::stage::{drain_pool, incoming, serve_pool, Downstream, Incoming, StageCtx, Turn, IDLE_WAIT};
 
 use super::auto;
 use super::cpu::CpuScaler;
+use super::motion::MotionGate;
 use super::report::{CameraFacts, ScaleFacts};
 use super::rga::{RgaCore, RgaScaler};
 use super::v4l2m2m::V4l2M2mScaler;
@@ -73,6 +75,17 @@ struct Camera {
     skipped: u64,
     /// Frames of this camera handed on.
     frames_out: u64,
+    /// Its detection rate (`--detect-fps`): frames it passes over are never scaled.
+    gate: Option<RateGate>,
+    /// Frames passed over by the rate gate (their buffer went straight back).
+    skipped_rate: u64,
+    /// Of those, the ones since the last frame handed on (it carries them downstream).
+    rate_since: u32,
+    /// Its motion gate (`--motion`): still frames are never scaled.
+    motion: Option<MotionGate>,
+    /// Frames passed over as still, in all and since the last frame handed on.
+    skipped_still: u64,
+    still_since: u32,
     /// The camera's stream ended (its capture stage sent the end of stream).
     ended: bool,
 }
@@ -150,6 +163,9 @@ impl Camera {
             frames_in: self.frames_in,
             frames_out: self.frames_out,
             skipped_for_newer: self.skipped,
+            skipped_rate: self.skipped_rate,
+            skipped_still: self.skipped_still,
+            motion_us: self.motion.as_ref().and_then(MotionGate::mean_us),
             ring_dropped: c.dropped,
             dropped_downstream: downstream,
             joined: !self.input.is_away(),
@@ -201,6 +217,7 @@ fn accept_infer(listener: &mut Listener, ctx: &StageCtx<'_>) -> Result<(Conn, Wa
 fn join_cameras(
     sockets: Vec<(String, std::path::PathBuf)>,
     scalers: &mut Vec<Box<dyn Scaler>>,
+    cfg: &ScaleConfig,
     ctx: &StageCtx<'_>,
 ) -> Result<Vec<Camera>> {
     let hello = ControlMsg::Hello {
@@ -236,6 +253,12 @@ fn join_cameras(
             frames_in: 0,
             skipped: 0,
             frames_out: 0,
+            gate: RateGate::new(cfg.detect_fps(i)),
+            skipped_rate: 0,
+            rate_since: 0,
+            motion: cfg.motion.map(|(t, k)| MotionGate::new(t, k)),
+            skipped_still: 0,
+            still_since: 0,
             ended: false,
         });
     }
@@ -395,7 +418,7 @@ impl<'s> ScaleStage<'s> {
         let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
         // Downstream first: frames start flowing only once the whole chain is connected.
         let (down, want) = accept_infer(&mut listener, ctx)?;
-        let mut cams = join_cameras(sockets, &mut scalers, ctx)?;
+        let mut cams = join_cameras(sockets, &mut scalers, cfg, ctx)?;
         let Some(first) = cams[0].input.current() else { fail!("the capture stage hung up while we joined it") };
         log::info!(
             "joined capture: {} ({} buffers, {})",
@@ -499,7 +522,23 @@ impl<'s> ScaleStage<'s> {
             frame = cam.newest(frame)?;
         }
         self.next = i + 1;
+        // Over the camera's detection rate: the NPU will not see it, so it is not scaled.
+        if cam.gate.as_mut().is_some_and(|g| !g.admit(frame.desc().timestamp_ns)) {
+            cam.skipped_rate += 1;
+            cam.rate_since = cam.rate_since.saturating_add(1);
+            return Ok(None);
+        }
+        // No change since the last frame that went on (and no keep-alive due): not scaled.
+        if let Some(m) = cam.motion.as_mut() {
+            if !m.admit(&frame)? {
+                cam.skipped_still += 1;
+                cam.still_since = cam.still_since.saturating_add(1);
+                return Ok(None);
+            }
+        }
         let mut desc = FrameDesc { layout: self.pool.dst, ..*frame.desc() };
+        desc.skipped_rate = std::mem::take(&mut cam.rate_since);
+        desc.skipped_still = std::mem::take(&mut cam.still_since);
         desc.flags = with_camera(desc.flags, i);
         desc.stamp_in(Stage::Scale);
         if let Some(l) = cam.fixed_layout.filter(|l| *l != frame.desc().layout) {
@@ -562,12 +601,16 @@ impl<'s> ScaleStage<'s> {
             ("input_taken", own.consumed.into()),
             ("input_rejected", own.rejected.into()),
         ]);
-        if cams.len() > 1 {
+        let skipped_rate = cams.iter().map(|c| c.skipped_rate).sum();
+        let skipped_still = cams.iter().map(|c| c.skipped_still).sum();
+        let motion_us = cams.iter().filter_map(|c| c.motion.as_ref().and_then(MotionGate::mean_us)).reduce(f64::max);
+        let cameras = if cams.len() > 1 {
             let down = out.dropped_per_camera();
-            let cameras =
-                cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect();
-            extra.put(&ScaleFacts { cameras });
-        }
+            cams.iter().enumerate().map(|(i, c)| (c.name.clone(), c.facts(down[i % down.len()]))).collect()
+        } else {
+            Default::default()
+        };
+        extra.put(&ScaleFacts { skipped_rate, skipped_still, motion_us, cameras });
         let copy_in =
             cams.iter().filter_map(|c| c.input.current().and_then(|c| c.copy_counters())).reduce(CopyCounters::plus);
         let n_in = cams.iter().map(|c| c.frames_in).sum();

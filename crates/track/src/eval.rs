@@ -155,6 +155,8 @@ mod tests {
             latency_us: Default::default(),
             detections: vec![d, cat],
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         })
         .to_line()
         .unwrap()

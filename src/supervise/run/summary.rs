@@ -9,7 +9,7 @@ use zcpipe_core::frame::Stage;
 use zcpipe_core::id::{Role, StageId};
 use zcpipe_core::metrics::StageReport;
 
-use super::{camera_dropped, Carried, DisplayFacts, PublishFacts, ReconnectFacts, RunSummary};
+use super::{camera_dropped, Carried, DisplayFacts, InferFacts, PublishFacts, ReconnectFacts, RunSummary, ScaleFacts};
 
 /// The latest reports, by stage process.
 type Latest = BTreeMap<StageId, StageReport>;
@@ -102,7 +102,7 @@ impl StatsLines {
                 total += frames;
                 total_fps += fps.parse::<f64>().unwrap_or(0.0);
                 let dropped = camera_dropped(latest, n);
-                per.push(format!("{n} captured {frames} at {fps} fps, dropped {dropped}"));
+                per.push(format!("{n} captured {frames} at {fps} fps,{} dropped {dropped}", npu_of_camera(latest, n)));
             }
             let publish = StageId::from(Stage::Publish);
             let (publ, publ_fps) = part(&publish);
@@ -118,6 +118,44 @@ impl StatsLines {
     }
 }
 
+/// A camera's NPU part of a stats line: frames inferred, their wait for an engine (p99) and
+/// the frames skipped on purpose (by rate, as still, for age); empty before infer reports.
+fn npu_of_camera(latest: &Latest, n: &str) -> String {
+    let Some(c) = of(latest, Stage::Infer).and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n)) else {
+        return String::new();
+    };
+    let scale =
+        of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
+    let skipped = scale.skipped_rate + scale.skipped_still + c.counts.expired;
+    let wait = c.wait_p99_us.map_or_else(|| "-".into(), |us| format!("{:.1}", us / 1000.0));
+    format!(" inferred {} (wait p99 {wait} ms), skipped {skipped},", c.counts.inferred)
+}
+
+/// The NPU's part of a stats line: each core's busy fraction and the frames the scheduler
+/// passed over (by rate, by age), when there is anything to say.
+fn npu_part(latest: &Latest) -> String {
+    let Some(f) = of(latest, Stage::Infer).map(|r| r.extra.view::<InferFacts>()) else { return String::new() };
+    let (rate, still) = of(latest, Stage::Scale).map_or((0, 0), |r| {
+        let f = r.extra.view::<ScaleFacts>();
+        (f.skipped_rate, f.skipped_still)
+    });
+    let age: u64 = f.cameras.values().map(|c| c.counts.expired).sum();
+    let busy: Vec<String> =
+        f.cores.iter().filter(|c| c.core.is_some()).map(|c| format!("{:.0}%", c.busy * 100.0)).collect();
+    let mut v = vec![];
+    if !busy.is_empty() {
+        v.push(format!("npu busy {}", busy.join(" ")));
+    }
+    if rate + still + age > 0 {
+        v.push(format!("skipped rate {rate}, still {still}, age {age}"));
+    }
+    if v.is_empty() {
+        String::new()
+    } else {
+        format!(" | {}", v.join(", "))
+    }
+}
+
 /// The periodic stats line: frames so far, rates since the previous line, drops so far.
 fn stats_line(cap: u64, cap_fps: &str, publ: u64, publ_fps: &str, latest: &Latest) -> String {
     format!(
@@ -125,7 +163,60 @@ fn stats_line(cap: u64, cap_fps: &str, publ: u64, publ_fps: &str, latest: &Lates
         drops(latest, Stage::Capture),
         drops(latest, Stage::Scale),
         drops(latest, Stage::Infer),
-    )
+    ) + &npu_part(latest)
+}
+
+/// The NPU scheduler's table: per camera what ran and what was passed over, and per NPU
+/// core how busy it was.
+fn scheduler(o: &mut String, s: &RunSummary) {
+    let Some(f) = of(&s.stages, Stage::Infer).map(|r| r.extra.view::<InferFacts>()) else { return };
+    if f.cameras.values().all(|c| c.counts.admitted == 0) {
+        return;
+    }
+    let scale = of(&s.stages, Stage::Scale).map(|r| r.extra.view::<ScaleFacts>()).unwrap_or_default();
+    let ms = |v: Option<f64>| v.map(|x| format!("{:.2}", x / 1000.0)).unwrap_or_else(|| "-".into());
+    let _ =
+        writeln!(o, "  scheduler       weight  inferred  fps  skipped: rate  still   age  newer  wait p50 ms  p99 ms");
+    for (name, c) in &f.cameras {
+        let one = f.cameras.len() == 1;
+        let (by_rate, still) =
+            scale.cameras.get(name).map_or(if one { (scale.skipped_rate, scale.skipped_still) } else { (0, 0) }, |c| {
+                (c.skipped_rate, c.skipped_still)
+            });
+        let _ = writeln!(
+            o,
+            "    {name:<14}{:>6} {:>9} {:>5} {:>13} {:>6} {:>5} {:>6} {:>12} {:>7}",
+            c.weight,
+            c.counts.inferred,
+            rate(c.inferred_fps),
+            by_rate,
+            still,
+            c.counts.expired,
+            c.counts.replaced,
+            ms(c.wait_p50_us),
+            ms(c.wait_p99_us)
+        );
+    }
+    let cores: Vec<String> = f
+        .cores
+        .iter()
+        .map(|c| {
+            let which = c.core.map_or_else(|| "engine".to_string(), |k| format!("core {k}"));
+            format!(
+                "{which} {:.1}% busy ({} context{}, {} runs)",
+                c.busy * 100.0,
+                c.engines,
+                if c.engines == 1 { "" } else { "s" },
+                c.runs
+            )
+        })
+        .collect();
+    if !cores.is_empty() {
+        let _ = writeln!(o, "  engines: {}", cores.join(", "));
+    }
+    if let Some(us) = scale.motion_us {
+        let _ = writeln!(o, "  motion check (--motion): {us:.1} µs per frame checked");
+    }
 }
 
 /// The stage processes of a run, in pipeline order: its exit codes' ids (every process
@@ -161,6 +252,7 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ = writeln!(o, "{line}");
     }
     copies(&mut o, s);
+    scheduler(&mut o, s);
     processes(&mut o, s);
     if !s.cameras.is_empty() {
         cameras(&mut o, s);

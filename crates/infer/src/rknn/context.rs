@@ -1,6 +1,8 @@
 //! One RKNN context with the scaler buffers imported into it and its own scratch buffers,
 //! and the lane that lends it to a worker thread.
 
+use std::time::Instant;
+
 use anyhow::{ensure, Context, Result};
 
 use super::model::Model;
@@ -23,6 +25,8 @@ pub(super) struct Ctx {
     raw: Vec<Vec<u32>>,
     /// The packed rows for `rknn_inputs_set` (copy path only).
     packed: Vec<u8>,
+    /// When the last `rknn_run` began and returned.
+    pub(super) last_run: Option<(Instant, Instant)>,
 }
 
 // SAFETY: the `rknn_tensor_mem` pointers belong to this context alone; they are passed back
@@ -34,7 +38,19 @@ unsafe impl Send for Ctx {}
 
 impl Ctx {
     pub(super) fn new(ctx: RknnContext) -> Ctx {
-        Ctx { ctx, mask: sys::RKNN_NPU_CORE_AUTO, mems: Vec::new(), raw: Vec::new(), packed: Vec::new() }
+        Ctx {
+            ctx,
+            mask: sys::RKNN_NPU_CORE_AUTO,
+            mems: Vec::new(),
+            raw: Vec::new(),
+            packed: Vec::new(),
+            last_run: None,
+        }
+    }
+
+    /// The core it is pinned to (`None`: the runtime's choice).
+    pub(super) fn core(&self) -> Option<u32> {
+        (self.mask != sys::RKNN_NPU_CORE_AUTO && self.mask.count_ones() == 1).then(|| self.mask.trailing_zeros())
     }
 
     /// `RKNN context <id>` plus its core, for logs and errors.
@@ -88,7 +104,10 @@ impl Ctx {
     /// Runs the current input and decodes the outputs (`rknn_run`, `rknn_outputs_get` of
     /// every output into `raw`, the head on them in their own types, NMS).
     fn run_and_decode(&mut self, rknn: &Rknn, m: &Model) -> Result<Vec<Detection>> {
-        rknn.run(self.ctx).with_context(|| format!("RKNN model {}", m.path.display()))?;
+        let start = Instant::now();
+        let ran = rknn.run(self.ctx);
+        self.last_run = Some((start, Instant::now()));
+        ran.with_context(|| format!("RKNN model {}", m.path.display()))?;
         if self.raw.len() != m.output_bytes.len() {
             self.raw = m.output_bytes.iter().map(|n| vec![0u32; n.div_ceil(4)]).collect();
         }
@@ -136,5 +155,13 @@ impl DetectorLane for RknnLane<'_> {
 
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
         self.ctx.detect(self.rknn, self.model, input, layout)
+    }
+
+    fn core(&self) -> Option<u32> {
+        self.ctx.core()
+    }
+
+    fn last_run(&self) -> Option<(Instant, Instant)> {
+        self.ctx.last_run
     }
 }

@@ -25,16 +25,25 @@ pub fn parse_npu_cores(s: &str) -> Result<Vec<u32>, String> {
 }
 
 impl RknnDetector {
-    /// One context per listed core; a refused duplicate or mask falls back to one context
-    /// with the runtime's automatic choice.
-    pub(super) fn setup_cores(&mut self, cores: &[u32]) {
-        if cores.is_empty() {
+    /// `per_core` contexts per listed core (none listed: `per_core` contexts the runtime
+    /// places), the first the original and the others `rknn_dup_context`s of it (the weights
+    /// loaded once); a refused duplicate or mask falls back to one context with the
+    /// runtime's automatic choice.
+    pub(super) fn setup_cores(&mut self, cores: &[u32], per_core: u32) {
+        let per = per_core.max(1) as usize;
+        // Core-major rounds (0,1,2,0,1,2): the first contexts cover every core.
+        let plan: Vec<Option<u32>> = if cores.is_empty() {
+            vec![None; per]
+        } else {
+            (0..per).flat_map(|_| cores.iter().map(|&c| Some(c))).collect()
+        };
+        if plan == [None] {
             return;
         }
         let rknn = self.rknn.clone();
         let main = self.ctxs[0].ctx;
         let mut failed = None;
-        for (i, &core) in cores.iter().enumerate() {
+        for (i, &core) in plan.iter().enumerate() {
             let ctx = if i == 0 {
                 main
             } else {
@@ -44,11 +53,12 @@ impl RknnDetector {
                         c
                     }
                     Err(e) => {
-                        failed = Some(format!("{e} (context for core {core})"));
+                        failed = Some(format!("{e} (context {} of {})", i + 1, plan.len()));
                         break;
                     }
                 }
             };
+            let Some(core) = core else { continue };
             let mask = 1u32 << core;
             match rknn.set_core_mask(ctx, mask) {
                 Ok(()) => self.ctxs[i].mask = mask,
@@ -73,11 +83,15 @@ impl RknnDetector {
                 }
                 self.ctxs[0].mask = sys::RKNN_NPU_CORE_AUTO;
             }
+        } else if cores.is_empty() {
+            log::info!(
+                "RKNN: {} contexts sharing one model, placed by the runtime (RKNN_NPU_CORE_AUTO)",
+                self.ctxs.len()
+            );
         } else {
             log::info!(
-                "RKNN: {} context(s) on NPU core(s) {:?}, frames dispatched round-robin",
-                self.ctxs.len(),
-                cores
+                "RKNN: {} context(s) sharing one model, {per} on each of NPU core(s) {cores:?}; a free context takes the next frame the scheduler picks",
+                self.ctxs.len()
             );
         }
     }

@@ -24,8 +24,10 @@
 //! `rknn_set_core_mask` pins it; a single context on a multi-core mask barely helps a model
 //! this small). Every context gets the scaler's buffers imported and its own output buffers,
 //! and [`Detector::lanes`] lends each context to the infer stage as a lane, which runs on a
-//! thread of its own: frames are dispatched round-robin and the contexts run at the same
-//! time, one frame each, results re-ordered by frame sequence ([`crate::stage`]). A
+//! thread of its own and takes the frame the scheduler picks whenever it is free; the
+//! contexts run at the same time, one frame each, results re-ordered by pick
+//! ([`crate::stage`]). `--npu-contexts-per-core N` makes N contexts per core (all sharing
+//! the model's weights), so a core has its next frame queued while one runs. A
 //! refused duplicate or mask is a warning and one context with the runtime's own core
 //! choice (no lanes: frames run on the stage's thread). Called directly,
 //! [`Detector::detect_bound`] and [`Detector::detect`] also go round-robin, one frame at a
@@ -142,7 +144,7 @@ impl RknnDetector {
             model: described,
             _model: model,
         };
-        det.setup_cores(&opts.npu_cores);
+        det.setup_cores(&opts.npu_cores, opts.contexts_per_core);
         Ok(det)
     }
 
@@ -378,6 +380,10 @@ impl Detector for RknnDetector {
     /// With more than one context (`--npu-cores`), one lane per context, in context order
     /// (the original first): each runs frames on its own context only, so the infer stage
     /// can run them on threads of their own. `None` with one context.
+    fn last_run(&self) -> Option<(std::time::Instant, std::time::Instant)> {
+        self.ctxs.iter().filter_map(|c| c.last_run).max_by_key(|r| r.1)
+    }
+
     fn lanes(&mut self) -> Option<Vec<Box<dyn DetectorLane + '_>>> {
         if self.ctxs.len() < 2 {
             return None;

@@ -61,6 +61,8 @@ mod tests {
             latency_us: LatencyJson::default(),
             detections: dets,
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         }
     }
 

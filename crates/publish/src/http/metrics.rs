@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use super::stats::{Stats, LATENCY_BUCKETS_S};
+use super::stats::{Buckets, Stats, LATENCY_BUCKETS_S};
 use zcpipe_core::metrics::SERIES;
 
 /// The `Content-Type` of `/metrics`.
@@ -37,6 +37,18 @@ fn family(o: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(o, "# TYPE {name} {kind}");
 }
 
+/// One histogram's series: cumulative `_bucket`s ending in `+Inf`, `_sum`, `_count`.
+fn histogram(o: &mut String, name: &str, labels: &str, b: &Buckets) {
+    let mut cumulative = 0;
+    for (le, n) in LATENCY_BUCKETS_S.iter().zip(&b.counts) {
+        cumulative += n;
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", b.count);
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {}", b.sum);
+    let _ = writeln!(o, "{name}_count{{{labels}}} {}", b.count);
+}
+
 /// The whole `/metrics` text.
 pub fn render(s: &Stats, server: &ServerCounts) -> String {
     let mut o = String::new();
@@ -48,10 +60,24 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
         &mut o,
         "zcpipe_dropped_frames_total",
         "counter",
-        "Frames captured that never reached publish (gaps in the capture sequence numbers), per camera.",
+        "Frames captured that never reached publish (gaps in the capture sequence numbers, less the frames skipped on purpose), per camera.",
     );
     for c in &s.cameras {
         let _ = writeln!(o, "zcpipe_dropped_frames_total{{camera=\"{}\"}} {}", escape(&c.name), c.drops);
+    }
+    family(
+        &mut o,
+        "zcpipe_skipped_frames_total",
+        "counter",
+        "Frames passed over on purpose, per camera and reason: rate (--detect-fps), still (--motion), age (waited past --max-age for the NPU), newer (replaced by a newer frame while waiting).",
+    );
+    for c in &s.cameras {
+        for (reason, n) in
+            [("rate", c.skipped.rate), ("still", c.skipped.still), ("age", c.skipped.age), ("newer", c.skipped.newer)]
+        {
+            let _ =
+                writeln!(o, "zcpipe_skipped_frames_total{{camera=\"{}\",reason=\"{reason}\"}} {n}", escape(&c.name));
+        }
     }
     family(&mut o, "zcpipe_events_total", "counter", "Tracking events published, per camera.");
     for c in &s.cameras {
@@ -79,15 +105,26 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
     for c in &s.cameras {
         for (series, b) in SERIES.iter().zip(&c.buckets) {
             let labels = format!("stage=\"{series}\",camera=\"{}\"", escape(&c.name));
-            let mut cumulative = 0;
-            for (le, n) in LATENCY_BUCKETS_S.iter().zip(&b.counts) {
-                cumulative += n;
-                let _ = writeln!(o, "zcpipe_latency_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-            }
-            let _ = writeln!(o, "zcpipe_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}", b.count);
-            let _ = writeln!(o, "zcpipe_latency_seconds_sum{{{labels}}} {}", b.sum);
-            let _ = writeln!(o, "zcpipe_latency_seconds_count{{{labels}}} {}", b.count);
+            histogram(&mut o, "zcpipe_latency_seconds", &labels, b);
         }
+    }
+    family(
+        &mut o,
+        "zcpipe_npu_wait_seconds",
+        "histogram",
+        "Time a frame waited in the infer stage for an NPU engine (the scheduler's queue), per camera.",
+    );
+    for c in &s.cameras {
+        histogram(&mut o, "zcpipe_npu_wait_seconds", &format!("camera=\"{}\"", escape(&c.name)), &c.npu_wait);
+    }
+    family(
+        &mut o,
+        "zcpipe_npu_busy_seconds_total",
+        "counter",
+        "Time each NPU core had a frame running (rate() of it is the core's busy fraction), per core in use.",
+    );
+    for (core, us) in s.npu_busy_us.iter().enumerate().filter(|(_, us)| **us > 0) {
+        let _ = writeln!(o, "zcpipe_npu_busy_seconds_total{{core=\"{core}\"}} {}", *us as f64 / 1e6);
     }
     family(&mut o, "zcpipe_http_clients", "gauge", "Web view clients connected now, by endpoint kind.");
     let _ = writeln!(o, "zcpipe_http_clients{{kind=\"sse\"}} {}", server.sse_clients);

@@ -205,6 +205,8 @@ mod tests {
             latency_us: LatencyJson::default(),
             detections: vec![d],
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         }
     }
 

@@ -55,6 +55,9 @@ pub struct CameraStats {
     /// restart after capture). A sequence that goes back (a restarted capture stage starts
     /// again) counts nothing.
     pub drops: u64,
+    /// Frames passed over on purpose (the frame lines' `skipped`: by detection rate, for
+    /// age, for a newer frame): part of the sequence gaps, not counted in `drops`.
+    pub skipped: zcpipe_core::schema::SkippedJson,
     /// The last sequence number seen.
     pub last_seq: Option<u64>,
     /// Its latest frame line.
@@ -67,6 +70,8 @@ pub struct CameraStats {
     pub latency: LatencySet,
     /// Latencies for `/metrics`, per series ([`SERIES`]).
     pub buckets: [Buckets; 5],
+    /// Its frames' waits for an NPU engine, for `/metrics`.
+    pub npu_wait: Buckets,
 }
 
 impl CameraStats {
@@ -75,12 +80,14 @@ impl CameraStats {
             name: name.to_string(),
             frames: 0,
             drops: 0,
+            skipped: Default::default(),
             last_seq: None,
             latest: None,
             events: 0,
             arrivals: VecDeque::new(),
             latency: LatencySet::default(),
             buckets: Default::default(),
+            npu_wait: Buckets::default(),
         }
     }
 
@@ -119,6 +126,8 @@ pub struct Stats {
     pub generation: u64,
     /// Whether the stream ended (the end line was seen).
     pub ended: bool,
+    /// Each NPU core's busy time so far, µs, from the latest frame line.
+    pub npu_busy_us: [u64; 4],
 }
 
 impl Stats {
@@ -131,6 +140,7 @@ impl Stats {
             lines: 0,
             generation: 0,
             ended: false,
+            npu_busy_us: [0; 4],
         }
     }
 
@@ -159,9 +169,14 @@ impl Stats {
                 let i = self.camera(&f.camera);
                 let c = &mut self.cameras[i];
                 c.frames += 1;
+                let skipped = f.skipped.unwrap_or_default();
                 if let Some(last) = c.last_seq.filter(|l| f.seq > *l) {
-                    c.drops += f.seq - last - 1;
+                    c.drops += (f.seq - last - 1).saturating_sub(skipped.total());
                 }
+                c.skipped.rate += skipped.rate;
+                c.skipped.still += skipped.still;
+                c.skipped.age += skipped.age;
+                c.skipped.newer += skipped.newer;
                 c.last_seq = Some(f.seq);
                 if c.arrivals.len() == FPS_WINDOW {
                     c.arrivals.pop_front();
@@ -175,6 +190,11 @@ impl Stats {
                         b.record(v / 1e6);
                     }
                 }
+                c.npu_wait.record(f.npu.wait_us as f64 / 1e6);
+                // The infer process's totals so far (a restarted one starts again from 0: a
+                // counter reset, as Prometheus expects).
+                self.npu_busy_us = f.npu.busy_us;
+                let c = &mut self.cameras[i];
                 c.latest = Some(Arc::new(f.clone()));
                 self.generation += 1;
             }
@@ -203,6 +223,7 @@ impl Stats {
                     "frames": c.frames,
                     "fps": (c.fps() * 10.0).round() / 10.0,
                     "drops": c.drops,
+                    "skipped": c.skipped,
                     "events": c.events,
                     "last_seq": c.last_seq,
                     "width": latest.map(|f| f.width),
@@ -242,6 +263,8 @@ pub(crate) mod tests_support {
             latency_us: LatencyJson { capture: 100.0, scale: 2000.0, infer: 0.0, publish: 50.0, total: total_us },
             detections: vec![],
             zones: None,
+            skipped: None,
+            npu: Default::default(),
         })
     }
 }

@@ -35,6 +35,8 @@ fn frame(camera: &str, seq: u64, labels: &[&str]) -> SocketLine {
         latency_us: LatencyJson::default(),
         detections: labels.iter().map(|l| det(l)).collect(),
         zones: None,
+        skipped: None,
+        npu: Default::default(),
     })
 }
 

@@ -1,37 +1,37 @@
 //! The infer stage's process: load the model (failing fast on a bad one), ask the scale
-//! stage for exactly the model's input, then detect on every frame and hand detections
-//! (boxes mapped back to source-frame pixels) to the publish stage, in frame order.
+//! stage for exactly the model's input, then detect on the frames the scheduler picks
+//! ([`crate::sched`]: `--max-age`, `--weight`, fair share between cameras) and hand
+//! detections (boxes mapped back to source-frame pixels) to the publish stage, each camera's
+//! in frame order.
 //!
-//! One engine (the ONNX, `none` and single-context RKNN backends) runs every frame on the
-//! stage's thread (`run_single`). A detector with several engines (RKNN with
-//! `--npu-cores`: one context per core, [`Detector::lanes`]) gets one worker thread per
-//! engine, frames dispatched round-robin and results re-ordered by arrival
-//! (`run_lanes`), so the cores work at the same time.
+//! One engine (the ONNX, `none` and single-context RKNN backends) runs the frames on the
+//! stage's thread (`single`). A detector with several engines (RKNN with `--npu-cores` and
+//! `--npu-contexts-per-core`: contexts sharing one model, [`Detector::lanes`]) gets one
+//! worker thread per engine, each taking the frame the scheduler picks when it is free,
+//! results re-ordered by pick (`lanes`), so the cores work at the same time.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
+
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::Sender;
 use zcpipe_core::data::resolve_data_path;
-use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
-use zcpipe_core::frame::{FrameDesc, RestartMark, Stage};
+use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, Skipped, MAX_DETECTIONS};
+use zcpipe_core::frame::{camera_of, FrameDesc, RestartMark, Stage, MAX_CAMERAS};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
 use zcpipe_core::pool::{offer_items, Frame, Upstream};
 use zcpipe_core::ring::{RingCounters, RingPolicy};
-use zcpipe_core::stage::{
-    incoming, upstream_facts, Downstream, Drained, Incoming, StageCtx, Turn, DRAIN_TIMEOUT, IDLE_WAIT,
-};
+use zcpipe_core::stage::{incoming, upstream_facts, Downstream, Drained, Incoming, StageCtx, DRAIN_TIMEOUT};
 
 use super::heads::{load_anchors, HeadKind};
 use super::labels::{resolve_labels, LabelSource};
-use super::{open_detector, Detection, Detector, DetectorKind, DetectorLane, DetectorOptions, InferConfig, InputSpec};
+use super::report::{BusyMeter, InferFacts};
+use super::sched::Scheduler;
+use super::{open_detector, Detection, Detector, DetectorKind, DetectorOptions, InferConfig, InputSpec};
 
 /// Runs the infer stage with `cfg` (checked by the command line) until the scale stage
 /// ends the stream, the stop flag is set or a neighbour hangs up; returns the exit code.
@@ -78,7 +78,22 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
             ..ctx.report(start, final_report, extra)
         })
     };
-    let io = Io { ctx: &ctx, input: &input, down: &down, spec: &spec, bound, stop: ctx.stop, start, report: &report };
+    let io = Io {
+        ctx: &ctx,
+        input: &input,
+        down: &down,
+        spec: &spec,
+        bound,
+        stop: ctx.stop,
+        start,
+        report: &report,
+        sched: &cfg.sched,
+        contexts_per_core: cfg.contexts_per_core,
+        cpu0_us: {
+            let p = zcpipe_core::metrics::process_stats();
+            p.user_us + p.system_us
+        },
+    };
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
     let end = {
@@ -91,7 +106,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
             }
         }
     };
-    let LoopEnd { ended, out, n_in, span } = end;
+    let LoopEnd { ended, out, n_in, span, facts } = end;
     let nonfinite = det.nonfinite_skipped();
     ctx.close(
         &mut (),
@@ -109,7 +124,10 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 ..Drained::nothing()
             }
         },
-        |_, extras| report(out.counters(), n_in, span, true, extras),
+        |_, mut extras| {
+            extras.extend_from(facts);
+            report(out.counters(), n_in, span, true, extras)
+        },
     )
 }
 
@@ -124,6 +142,7 @@ fn open_model(cfg: &InferConfig) -> Result<(std::path::PathBuf, Box<dyn Detector
         score_threshold: cfg.score_threshold,
         nms_iou: cfg.nms_iou,
         npu_cores: cfg.npu_cores.clone(),
+        contexts_per_core: cfg.contexts_per_core,
         head: cfg.head,
         anchors,
         channel_order: cfg.channel_order,
@@ -279,6 +298,12 @@ struct Io<'a> {
     start: Instant,
     #[allow(clippy::type_complexity)]
     report: &'a dyn Fn(RingCounters, u64, FrameSpan, bool, Facts),
+    /// The scheduler's settings.
+    sched: &'a super::sched::SchedConfig,
+    /// Engines per NPU core (for the report).
+    contexts_per_core: u32,
+    /// The process's CPU time (user + system, µs) when the frame loop began.
+    cpu0_us: u64,
 }
 
 /// How a frame loop ended: why (or the error that ended it), the detections sender (to
@@ -288,6 +313,8 @@ struct LoopEnd {
     out: Out,
     n_in: u64,
     span: FrameSpan,
+    /// The scheduler's and the cores' numbers at the end ([`InferFacts`]).
+    facts: Facts,
 }
 
 /// Waits up to `timeout` for the next frame. A scale stage that restarted is joined again
@@ -441,8 +468,9 @@ fn arrived(frame: &Frame, spec: &InputSpec) -> Result<FrameDesc> {
 }
 
 /// The detections record of frame `d`: boxes mapped back to source-frame pixels (at most
-/// [`MAX_DETECTIONS`]), stamps carried over; the infer hand-off stamp is set by [`send`].
-fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
+/// [`MAX_DETECTIONS`]), stamps carried over, the frames of its camera passed over before it
+/// (`skipped`), the NPU cores' busy time so far; the infer hand-off stamp is set by [`send`].
+fn record(d: &FrameDesc, dets: &[Detection], skipped: Skipped, npu_busy_us: [u64; 4]) -> DetectionsDesc {
     let lb = d.letterbox;
     let mut dd = DetectionsDesc {
         seq: d.seq,
@@ -451,6 +479,8 @@ fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
         width: lb.src_w,
         height: lb.src_h,
         flags: d.flags,
+        skipped,
+        npu_busy_us,
         ..Default::default()
     };
     for (slot, x) in dd.dets.iter_mut().zip(dets.iter().take(MAX_DETECTIONS)) {
@@ -460,265 +490,108 @@ fn record(d: &FrameDesc, dets: &[Detection]) -> DetectionsDesc {
     dd
 }
 
+/// Each camera's frames passed over since its last record (the scheduler's drops, with the
+/// rate skips they carried), added to its next record so that publish can tell a sequence
+/// gap that is a skip from a drop.
+struct Carry([Skipped; MAX_CAMERAS]);
+
+impl Carry {
+    fn new() -> Carry {
+        Carry([Skipped::default(); MAX_CAMERAS])
+    }
+
+    fn at(&mut self, j: &Job) -> &mut Skipped {
+        &mut self.0[camera_of(j.desc.flags) % MAX_CAMERAS]
+    }
+
+    /// `j` was replaced by a newer frame of its camera.
+    fn replaced(&mut self, j: &Job) {
+        let c = self.carried(j);
+        c.newer = c.newer.saturating_add(1);
+    }
+
+    /// `j`'s own skips (rate, still), carried to its camera's next record.
+    fn carried(&mut self, j: &Job) -> &mut Skipped {
+        let (rate, still) = (j.desc.skipped_rate, j.desc.skipped_still);
+        let c = self.at(j);
+        c.rate = c.rate.saturating_add(rate);
+        c.still = c.still.saturating_add(still);
+        c
+    }
+
+    /// `j` waited past `--max-age`.
+    fn expired(&mut self, j: &Job) {
+        let c = self.carried(j);
+        c.age = c.age.saturating_add(1);
+    }
+
+    /// What record `j` carries: its camera's carried counts and its own, and its wait.
+    fn take(&mut self, j: &Job, waited: Duration) -> Skipped {
+        self.carried(j);
+        let c = std::mem::take(self.at(j));
+        Skipped { wait_us: waited.as_micros().min(u32::MAX as u128) as u32, ..c }
+    }
+}
+
 /// Stamps the hand-off (CLOCK_MONOTONIC, ns) and sends a record to the publish stage.
 fn send(out: &mut Out, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
     dd.stamps[2 * Stage::Infer as usize + 1] = zcpipe_core::frame::monotonic_ns();
     out.send(dd, stop)
 }
 
-/// One engine: every frame is detected on this thread, then published.
-fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopEnd {
-    let mut st = (out, 0u64, FrameSpan::default());
-    let ended = io.ctx.run_loop(
-        &mut st,
-        |(out, n_in, span)| (io.report)(out.counters(), *n_in, *span, false, Facts::default()),
-        |(out, n_in, span)| {
-            serve_publish(io, out);
-            let frame = match next_frame(io, IDLE_WAIT, || false, |c| bind(det, c).map(drop))? {
-                Incoming::Item(f) => f,
-                Incoming::Eos => return Ok(Turn::End("end of stream")),
-                Incoming::Idle => return Ok(Turn::Next),
-            };
-            *n_in += 1;
-            let d = arrived(&frame, io.spec)?;
-            det.before_frame(&d);
-            let dets = if io.bound {
-                // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
-                det.detect_bound(&frame).with_context(|| format!("inference on frame {}", d.seq))?
-            } else {
-                let g = frame.read()?;
-                det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
-            };
-            drop(frame); // the scale buffer goes back before we publish
-            send(out, record(&d, &dets), io.stop)?;
-            span.tick(io.start);
-            Ok(Turn::Next)
-        },
-    );
-    let (out, n_in, span) = st;
-    LoopEnd { ended, out, n_in, span }
-}
-
-/// Frames one lane may hold: the one its engine runs and one queued behind it, so the
-/// engine starts its next frame without waiting for the dispatcher.
-const FRAMES_PER_LANE: usize = 2;
-
-/// How long the dispatcher waits for a frame while lanes hold frames. A frame's loan goes
-/// back through the scale ring's consumer, which is locked while the dispatcher waits in
-/// it (`PoolConsumer::recv`), so a lane that finished waits at most this long to return
-/// its buffer; with no frame in flight the dispatcher waits [`IDLE_WAIT`].
-const BUSY_WAIT: Duration = Duration::from_millis(1);
-
-/// A frame on its way to a lane.
+/// A frame on its way to an engine: the loan and its descriptor, stamped on arrival.
 struct Job {
-    /// Dispatch number: results are published in this order (the order frames came in).
-    n: u64,
-    /// The loan: dropped by the lane as soon as its engine is done with the frame.
     frame: Frame,
-    /// The descriptor, stamped on arrival.
     desc: FrameDesc,
 }
 
-/// What the dispatcher and the lanes share, under one mutex.
-struct Shared {
-    out: Out,
-    /// Records of dispatched frames not yet published, from dispatch number `next_pub` on;
-    /// `None` until that frame's lane is done: the reorder buffer (at most
-    /// `FRAMES_PER_LANE * lanes` long).
-    pending: VecDeque<Option<DetectionsDesc>>,
-    /// Dispatch number of `pending[0]`.
-    next_pub: u64,
-    /// Frames each lane holds (running or queued).
-    held: Vec<usize>,
-    /// The records published: how many, and when they went out.
-    span: FrameSpan,
-    /// When the stage's main loop started.
-    start: Instant,
-    /// The first error of a lane (or of publishing); it ends the stage.
-    error: Option<zcpipe_core::Error>,
-}
-
-impl Shared {
-    /// Stores the record of dispatch number `n` and publishes every record now at the head
-    /// of the order.
-    fn done(&mut self, n: u64, dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
-        let slot = n.checked_sub(self.next_pub).and_then(|k| self.pending.get_mut(k as usize));
-        *slot.with_context(|| {
-            format!("result for dispatch number {n}, which is not pending (next to publish: {})", self.next_pub)
-        })? = Some(dd);
-        while self.pending.front().is_some_and(Option::is_some) {
-            let Some(Some(dd)) = self.pending.pop_front() else { break };
-            self.next_pub += 1;
-            send(&mut self.out, dd, stop)?;
-            self.span.tick(self.start);
-        }
-        Ok(())
-    }
-
-    fn fail(&mut self, e: zcpipe_core::Error) {
-        if self.error.is_none() {
-            self.error = Some(e);
-        }
-    }
-}
-
-fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Several engines (RKNN contexts on their own NPU cores): one worker thread per lane.
-///
-/// This thread receives frames and dispatches them round-robin, frame `k` to lane
-/// `k % lanes`; it takes a frame from the ring only when that lane holds fewer than
-/// [`FRAMES_PER_LANE`] frames and the lanes together hold fewer than the scale pool's
-/// buffers minus one, so the scaler always has a buffer to write and, under drop-oldest,
-/// the ring (not this stage) decides which frames are skipped. Each lane runs its frame,
-/// drops the loan at once (the buffer goes back to the scaler) and stores the record in the
-/// reorder buffer; whichever lane completes the head of the order publishes it and every
-/// record behind it that is ready, so records leave in frame order. On stop or end of
-/// stream the dispatcher stops taking frames, the lanes finish what they hold (published
-/// as usual) and are joined. The first lane error stops the dispatch; queued frames are
-/// given back unrun and the stage ends with that error.
-fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Out) -> LoopEnd {
-    let n = lanes.len();
-    let pool = io.input.borrow().current().map_or(1, |c| c.buffers().len());
-    let cap = (n * FRAMES_PER_LANE).min(pool.saturating_sub(1)).max(1);
-    let names: Vec<String> = lanes.iter().map(|l| l.describe()).collect();
-    log::info!(
-        "{n} lanes on worker threads ({}), frames dispatched round-robin, detections published in frame order; up to {cap} frames in flight ({pool} scaler buffers, one kept for the scaler{})",
-        names.join(", "),
-        if cap < n { format!(": --scale-buffers {} lets every lane run at once", n + 1) } else { String::new() }
-    );
-    let shared = Mutex::new(Shared {
-        out,
-        pending: VecDeque::new(),
-        next_pub: 0,
-        held: vec![0; n],
-        span: FrameSpan::default(),
-        start: io.start,
-        error: None,
-    });
-    let cv = Condvar::new();
-    let (bound, stop) = (io.bound, io.stop);
-    let mut n_in = 0u64;
-    let dispatched = std::thread::scope(|scope| -> Result<&'static str> {
-        let mut txs = Vec::with_capacity(n);
-        for (i, mut lane) in lanes.into_iter().enumerate() {
-            let (tx, rx) = mpsc::channel::<Job>();
-            let (shared, cv) = (&shared, &cv);
-            std::thread::Builder::new()
-                .name(format!("infer-lane-{i}"))
-                .spawn_scoped(scope, move || lane_loop(&mut *lane, i, rx, shared, cv, bound, stop))
-                .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
-            txs.push(tx);
-        }
-        dispatch(io, &txs, &shared, &cv, cap, &mut n_in)
-        // `txs` drops here: each lane finishes what it holds and returns; the scope joins.
-    });
-    let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
-    // A lane's error is the cause: the dispatcher only stopped because of it.
-    let ended = match s.error {
-        Some(e) => Err(e),
-        None => dispatched,
-    };
-    LoopEnd { ended, out: s.out, n_in, span: s.span }
-}
-
-/// The dispatcher of [`run_lanes`]: returns why it stopped; counts the frames that came in
-/// in `n_in`.
-fn dispatch(
+/// Takes frames from the scale ring, up to `room`: the first within `wait`, the rest that are
+/// already there. Returns them and whether the stream ended. A scale stage that restarted
+/// is joined again and its new pool given to `rebind` before its first frame.
+fn take_frames(
     io: &Io<'_>,
-    txs: &[mpsc::Sender<Job>],
-    shared: &Mutex<Shared>,
-    cv: &Condvar,
-    cap: usize,
-    n_in: &mut u64,
-) -> Result<&'static str> {
-    let mut st = (n_in, 0u64);
-    io.ctx.run_loop(
-        &mut st,
-        |(n_in, _)| {
-            let s = lock(shared);
-            (io.report)(s.out.counters(), **n_in, s.span, false, Facts::default())
-        },
-        |(n_in, next)| {
-            let lane = (*next % txs.len() as u64) as usize;
-            serve_publish(io, &mut lock(shared).out);
-            let busy = {
-                let s = lock(shared);
-                if s.error.is_some() {
-                    return Ok(Turn::End("a lane failed"));
-                }
-                let held: usize = s.held.iter().sum();
-                if s.held[lane] >= FRAMES_PER_LANE || held >= cap {
-                    // Frames wait in the ring (and drop there under drop-oldest) until a lane
-                    // gives one back.
-                    drop(cv.wait_timeout(s, IDLE_WAIT));
-                    return Ok(Turn::Next);
-                }
-                held > 0
-            };
-            let wait = if busy { BUSY_WAIT } else { IDLE_WAIT };
-            // The lanes imported the old pool and borrow the detector while they run: a
-            // restarted scale stage's pool needs a restarted infer stage to bind it.
-            let rebind = |_: &zcpipe_core::pool::PoolConsumer| -> Result<()> {
-                fail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
-            };
-            let frame = match next_frame(io, wait, || false, rebind)? {
-                Incoming::Item(f) => f,
-                Incoming::Eos => return Ok(Turn::End("end of stream")),
-                Incoming::Idle => return Ok(Turn::Next),
-            };
-            **n_in += 1;
-            let desc = arrived(&frame, io.spec)?;
-            {
-                let mut s = lock(shared);
-                s.pending.push_back(None);
-                s.held[lane] += 1;
+    room: usize,
+    wait: Duration,
+    rebind: &mut dyn FnMut(&zcpipe_core::pool::PoolConsumer) -> Result<()>,
+) -> Result<(Vec<Job>, bool)> {
+    let mut jobs = Vec::new();
+    let mut timeout = wait;
+    while jobs.len() < room {
+        match next_frame(io, timeout, || false, |c| rebind(c))? {
+            Incoming::Item(frame) => {
+                let desc = arrived(&frame, io.spec)?;
+                jobs.push(Job { frame, desc });
             }
-            if txs[lane].send(Job { n: *next, frame, desc }).is_err() {
-                fail!("the worker thread of infer lane {lane} is gone");
-            }
-            *next += 1;
-            Ok(Turn::Next)
-        },
-    )
+            Incoming::Eos => return Ok((jobs, true)),
+            Incoming::Idle => break,
+        }
+        timeout = Duration::ZERO;
+    }
+    Ok((jobs, false))
 }
 
-/// A lane's worker: runs each frame it is given on its engine, gives the loan back, then
-/// files the record (see [`run_lanes`]). Returns when the dispatcher drops its sender.
-#[allow(clippy::too_many_arguments)]
-fn lane_loop(
-    lane: &mut (dyn DetectorLane + '_),
-    i: usize,
-    jobs: mpsc::Receiver<Job>,
-    shared: &Mutex<Shared>,
-    cv: &Condvar,
-    bound: bool,
-    stop: &AtomicBool,
-) {
-    for Job { n, frame, desc } in jobs {
-        let failed = lock(shared).error.is_some();
-        let result = (!failed).then(|| {
-            if bound {
-                lane.detect_bound(&frame)
-            } else {
-                frame.read().and_then(|g| lane.detect(g[0].bytes(), &desc.layout))
-            }
-        });
-        drop(frame); // the scale buffer goes back as soon as the engine is done with it
-        let mut s = lock(shared);
-        s.held[i] -= 1;
-        match result {
-            None => {} // another lane failed: the frame is given back unrun
-            Some(Ok(dets)) => {
-                if let Err(e) = s.done(n, record(&desc, &dets), stop) {
-                    s.fail(e);
-                }
-            }
-            Some(Err(e)) => s.fail(e.context(format!("inference on frame {} ({})", desc.seq, lane.describe())).into()),
-        }
-        drop(s);
-        cv.notify_all();
-    }
+/// The infer stage's facts for its report: the scheduler's cameras, the cores' busy time, and
+/// the process's CPU per frame run since its frame loop began (`io.cpu0_us`).
+fn infer_facts<T>(sched: &Scheduler<T>, meter: &BusyMeter, io: &Io<'_>) -> Facts {
+    let p = zcpipe_core::metrics::process_stats();
+    let inferred = sched.totals().inferred;
+    let cpu = (p.user_us + p.system_us).saturating_sub(io.cpu0_us);
+    let mut f = Facts::default();
+    f.put(&InferFacts {
+        cameras: sched.facts(),
+        cores: meter.lines(),
+        contexts_per_core: io.contexts_per_core,
+        cpu_us_per_frame: (inferred > 0).then(|| cpu as f64 / inferred as f64),
+    });
+    f
 }
+
+/// Whether the scheduler drops old frames (video) or runs every one in order (`block`).
+fn newest_wins(io: &Io<'_>) -> bool {
+    io.ctx.data.ring_policy == RingPolicy::DropOldest
+}
+
+mod lanes;
+mod single;
+use lanes::run_lanes;
+use single::run_single;

@@ -1,0 +1,278 @@
+//! Several engines (RKNN contexts, one or more per NPU core): one worker thread per lane,
+//! fed by the scheduler.
+//!
+//! This thread takes frames from the scale ring into the scheduler as they come, while the
+//! scheduler and the lanes together hold fewer than the scale pool's buffers minus one (so
+//! the scaler always has a buffer to write; beyond that frames wait in the ring, which drops
+//! the oldest). A lane whose engine is free asks the scheduler for the next frame (so any
+//! core takes any camera's frame, and the choice is made when a core frees up, by the
+//! scheduler's rules: `--max-age`, weights, fair share), runs it, drops the loan at once (the
+//! buffer goes back to the scaler) and stores the record in the reorder buffer; whichever
+//! lane completes the head of the order publishes it and every record behind it that is
+//! ready, so records leave in the order the frames were picked (each camera's in frame
+//! order). At the end of the stream the lanes run what waits, then stop; on a signal what
+//! waits goes back unrun and the lanes finish what they run. The first lane error stops
+//! everything; the stage ends with that error.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use zcpipe_core::detections::DetectionsDesc;
+use zcpipe_core::frame::{camera_of, monotonic_ns};
+use zcpipe_core::metrics::FrameSpan;
+use zcpipe_core::stage::{Turn, IDLE_WAIT};
+use zcpipe_core::{fail, Result};
+
+use super::{infer_facts, newest_wins, record, send, serve_publish, take_frames, Carry, Io, Job, LoopEnd, Out};
+use crate::report::BusyMeter;
+use crate::sched::Scheduler;
+use crate::DetectorLane;
+
+/// How long the dispatcher waits for a frame while frames are held. A frame's loan goes
+/// back through the scale ring's consumer, which is locked while the dispatcher waits in
+/// it (`PoolConsumer::recv`), so a lane that finished waits at most this long to return
+/// its buffer; with nothing held the dispatcher waits [`IDLE_WAIT`].
+const BUSY_WAIT: Duration = Duration::from_millis(1);
+
+/// What the dispatcher and the lanes share, under one mutex.
+struct Shared {
+    out: Out,
+    sched: Scheduler<Job>,
+    /// Frames the lanes are running.
+    running: usize,
+    /// Records of picked frames not yet published, from pick number `next_pub` on; `None`
+    /// until that frame's lane is done: the reorder buffer (at most one per lane long).
+    pending: VecDeque<Option<DetectionsDesc>>,
+    /// Pick number of `pending[0]`.
+    next_pub: u64,
+    /// The next pick number.
+    next_pick: u64,
+    /// The records published: how many, and when they went out.
+    span: FrameSpan,
+    /// When the stage's main loop started.
+    start: Instant,
+    meter: BusyMeter,
+    carry: Carry,
+    /// No more frames come: lanes run what waits (`drain`) or give it back, then return.
+    closing: Option<bool>,
+    /// The first error of a lane (or of publishing); it ends the stage.
+    error: Option<zcpipe_core::Error>,
+}
+
+impl Shared {
+    /// Stores the record of pick number `n` and publishes every record now at the head of
+    /// the order.
+    fn done(&mut self, n: u64, dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
+        let slot = n.checked_sub(self.next_pub).and_then(|k| self.pending.get_mut(k as usize));
+        *slot.with_context(|| {
+            format!("result for pick number {n}, which is not pending (next to publish: {})", self.next_pub)
+        })? = Some(dd);
+        while self.pending.front().is_some_and(Option::is_some) {
+            let Some(Some(dd)) = self.pending.pop_front() else { break };
+            self.next_pub += 1;
+            send(&mut self.out, dd, stop)?;
+            self.span.tick(self.start);
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: zcpipe_core::Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+}
+
+fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs the lanes on worker threads and this thread's dispatcher (see the module doc).
+pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out: Out) -> LoopEnd {
+    let n = lanes.len();
+    let pool = io.input.borrow().current().map_or(1, |c| c.buffers().len());
+    let cap = pool.saturating_sub(1).max(1);
+    let names: Vec<String> = lanes.iter().map(|l| l.describe()).collect();
+    let cores: Vec<Option<u32>> = lanes.iter().map(|l| l.core()).collect();
+    log::info!(
+        "{n} lanes on worker threads ({}); a free lane runs the frame the scheduler picks; up to {cap} frames held ({pool} scaler buffers, one kept for the scaler{})",
+        names.join(", "),
+        if cap < n + 1 { format!(": --scale-buffers {} lets every lane run with one frame waiting", n + 2) } else { String::new() }
+    );
+    let shared = Mutex::new(Shared {
+        out,
+        sched: Scheduler::new(io.sched.clone(), newest_wins(io)),
+        running: 0,
+        pending: VecDeque::new(),
+        next_pub: 0,
+        next_pick: 0,
+        span: FrameSpan::default(),
+        start: io.start,
+        meter: BusyMeter::new(&cores),
+        carry: Carry::new(),
+        closing: None,
+        error: None,
+    });
+    let cv = Condvar::new();
+    let mut n_in = 0u64;
+    let dispatched = std::thread::scope(|scope| -> Result<&'static str> {
+        for (i, mut lane) in lanes.into_iter().enumerate() {
+            let (shared, cv, bound, stop) = (&shared, &cv, io.bound, io.stop);
+            std::thread::Builder::new()
+                .name(format!("infer-lane-{i}"))
+                .spawn_scoped(scope, move || lane_loop(&mut *lane, i, shared, cv, bound, stop))
+                .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
+        }
+        let r = dispatch(io, &shared, &cv, cap, &mut n_in);
+        // End of stream: the lanes run what waits; anything else: it goes back unrun.
+        let drain = matches!(r, Ok("end of stream"));
+        let unrun = {
+            let mut s = lock(&shared);
+            s.closing = Some(drain);
+            if drain {
+                Vec::new()
+            } else {
+                s.sched.drain()
+            }
+        };
+        drop(unrun);
+        cv.notify_all();
+        r
+        // The scope joins the lanes.
+    });
+    let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+    let facts = infer_facts(&s.sched, &s.meter, io);
+    // A lane's error is the cause: the dispatcher only stopped because of it.
+    let ended = match s.error {
+        Some(e) => Err(e),
+        None => dispatched,
+    };
+    LoopEnd { ended, out: s.out, n_in, span: s.span, facts }
+}
+
+/// The dispatcher of [`run_lanes`]: takes frames into the scheduler while fewer than `cap`
+/// are held; returns why it stopped; counts the frames that came in in `n_in`.
+fn dispatch(io: &Io<'_>, shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in: &mut u64) -> Result<&'static str> {
+    io.ctx.run_loop(
+        n_in,
+        |n_in| {
+            let s = lock(shared);
+            let facts = infer_facts(&s.sched, &s.meter, io);
+            (io.report)(s.out.counters(), *n_in, s.span, false, facts)
+        },
+        |n_in| {
+            serve_publish(io, &mut lock(shared).out);
+            let held = {
+                let s = lock(shared);
+                if s.error.is_some() {
+                    return Ok(Turn::End("a lane failed"));
+                }
+                let held = s.sched.held() + s.running;
+                if held >= cap {
+                    // Frames wait in the ring (and drop there under drop-oldest) until a lane
+                    // gives one back.
+                    drop(cv.wait_timeout(s, IDLE_WAIT));
+                    return Ok(Turn::Next);
+                }
+                held
+            };
+            let wait = if held > 0 { BUSY_WAIT } else { IDLE_WAIT };
+            // The lanes imported the old pool and borrow the detector while they run: a
+            // restarted scale stage's pool needs a restarted infer stage to bind it.
+            let mut rebind = |_: &zcpipe_core::pool::PoolConsumer| -> Result<()> {
+                fail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
+            };
+            let (jobs, eos) = take_frames(io, cap - held, wait, &mut rebind)?;
+            if !jobs.is_empty() {
+                *n_in += jobs.len() as u64;
+                let now = monotonic_ns();
+                let replaced: Vec<Job> = {
+                    let mut s = lock(shared);
+                    let replaced: Vec<Job> = jobs
+                        .into_iter()
+                        .filter_map(|j| {
+                            let ts = j.desc.timestamp_ns;
+                            s.sched.admit(camera_of(j.desc.flags), j, ts, now)
+                        })
+                        .collect();
+                    for old in &replaced {
+                        s.carry.replaced(old);
+                    }
+                    replaced
+                };
+                drop(replaced); // their buffers go back, outside the lock
+                cv.notify_all();
+            }
+            Ok(if eos { Turn::End("end of stream") } else { Turn::Next })
+        },
+    )
+}
+
+/// A lane's worker: asks the scheduler for a frame whenever its engine is free, runs it,
+/// gives the loan back, then files the record (see [`run_lanes`]). Returns when the
+/// dispatcher closes and nothing is left for it, or a lane failed.
+fn lane_loop(
+    lane: &mut (dyn DetectorLane + '_),
+    i: usize,
+    shared: &Mutex<Shared>,
+    cv: &Condvar,
+    bound: bool,
+    stop: &AtomicBool,
+) {
+    let core = lane.core();
+    let mut s = lock(shared);
+    loop {
+        if s.error.is_some() {
+            return;
+        }
+        let mut expired = Vec::new();
+        let picked = s.sched.pick(monotonic_ns(), &mut expired);
+        for old in &expired {
+            s.carry.expired(old);
+        }
+        let Some(p) = picked else {
+            if s.closing.is_some() {
+                return;
+            }
+            drop(s);
+            drop(expired); // past --max-age: the buffers go back unrun
+            s = lock(shared);
+            if s.sched.held() == 0 && s.closing.is_none() {
+                s = cv.wait_timeout(s, IDLE_WAIT).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            continue;
+        };
+        let skipped = s.carry.take(&p.item, p.waited);
+        let n = s.next_pick;
+        s.next_pick += 1;
+        s.pending.push_back(None);
+        s.running += 1;
+        drop(s);
+        drop(expired);
+        let Job { frame, desc } = p.item;
+        let t0 = Instant::now();
+        let result = if bound {
+            lane.detect_bound(&frame)
+        } else {
+            frame.read().and_then(|g| lane.detect(g[0].bytes(), &desc.layout))
+        };
+        let (start, end) = lane.last_run().filter(|r| r.0 >= t0).unwrap_or((t0, Instant::now()));
+        drop(frame); // the scale buffer goes back as soon as the engine is done with it
+        s = lock(shared);
+        s.running -= 1;
+        s.meter.ran(core, i, start, end);
+        match result {
+            Ok(dets) => {
+                let busy = s.meter.busy_us();
+                if let Err(e) = s.done(n, record(&desc, &dets, skipped, busy), stop) {
+                    s.fail(e);
+                }
+            }
+            Err(e) => s.fail(e.context(format!("inference on frame {} ({})", desc.seq, lane.describe())).into()),
+        }
+        cv.notify_all();
+    }
+}

@@ -1,0 +1,109 @@
+//! One engine (ONNX on the CPU, `none`, replay, a single RKNN context): the stage's own
+//! thread takes the frames waiting in the scale ring into the scheduler, runs the frame it
+//! picks, publishes the record, and goes round again.
+
+use std::cell::Cell;
+use std::time::Instant;
+
+use anyhow::Context;
+use zcpipe_core::frame::{camera_of, monotonic_ns};
+use zcpipe_core::metrics::FrameSpan;
+use zcpipe_core::stage::{Turn, IDLE_WAIT};
+use zcpipe_core::Result;
+
+use super::{bind, infer_facts, newest_wins, record, send, serve_publish, take_frames, Carry, Io, Job, LoopEnd, Out};
+use crate::report::BusyMeter;
+use crate::sched::Scheduler;
+use crate::Detector;
+
+/// The loop's state: the detections hop, frames in, frames out, the waiting frames, the
+/// engine's busy time, and whether the stream ended.
+struct Single {
+    out: Out,
+    n_in: u64,
+    span: FrameSpan,
+    sched: Scheduler<Job>,
+    meter: BusyMeter,
+    eos: bool,
+    carry: Carry,
+}
+
+/// Runs every frame on this thread (see the module doc); returns how the loop ended.
+pub(super) fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopEnd {
+    let mut st = Single {
+        out,
+        n_in: 0,
+        span: FrameSpan::default(),
+        sched: Scheduler::new(io.sched.clone(), newest_wins(io)),
+        meter: BusyMeter::new(&[None]),
+        eos: false,
+        carry: Carry::new(),
+    };
+    // The frames the scale ring may lend us at once: all but one of its buffers.
+    let room = io.input.borrow().current().map_or(1, |c| c.buffers().len()).saturating_sub(1).max(1);
+    let ended = io.ctx.run_loop(
+        &mut st,
+        |st| {
+            let facts = infer_facts(&st.sched, &st.meter, io);
+            (io.report)(st.out.counters(), st.n_in, st.span, false, facts)
+        },
+        |st| turn(io, det, st, room),
+    );
+    drop(st.sched.drain()); // frames still waiting go back unrun
+    let facts = infer_facts(&st.sched, &st.meter, io);
+    LoopEnd { ended, out: st.out, n_in: st.n_in, span: st.span, facts }
+}
+
+/// One turn: serves a publish stage that joins again, takes what the ring holds (waiting
+/// only when nothing waits here), then runs the frame the scheduler picks.
+fn turn(io: &Io<'_>, det: &mut dyn Detector, st: &mut Single, room: usize) -> Result<Turn> {
+    serve_publish(io, &mut st.out);
+    if !st.eos {
+        let held = st.sched.held();
+        let wait = if held > 0 { std::time::Duration::ZERO } else { IDLE_WAIT };
+        let rejoined = Cell::new(false);
+        let mut rebind = |c: &zcpipe_core::pool::PoolConsumer| {
+            rejoined.set(true);
+            bind(det, c).map(drop)
+        };
+        let (jobs, eos) = take_frames(io, room.saturating_sub(held), wait, &mut rebind)?;
+        if rejoined.get() {
+            // Frames of the scale stage's old pool: the detector now reads the new one.
+            drop(st.sched.drain());
+        }
+        st.eos = eos;
+        let now = monotonic_ns();
+        for job in jobs {
+            st.n_in += 1;
+            let ts = job.desc.timestamp_ns;
+            if let Some(old) = st.sched.admit(camera_of(job.desc.flags), job, ts, now) {
+                st.carry.replaced(&old);
+            }
+        }
+    }
+    let mut expired = Vec::new();
+    let picked = st.sched.pick(monotonic_ns(), &mut expired);
+    for old in expired {
+        st.carry.expired(&old);
+    }
+    let Some(p) = picked else {
+        return Ok(if st.eos { Turn::End("end of stream") } else { Turn::Next });
+    };
+    let skipped = st.carry.take(&p.item, p.waited);
+    let Job { frame, desc: d } = p.item;
+    det.before_frame(&d);
+    let t0 = Instant::now();
+    let dets = if io.bound {
+        // The device reads the buffer in place: no CPU mapping, no sync ioctl here.
+        det.detect_bound(&frame).with_context(|| format!("inference on frame {}", d.seq))?
+    } else {
+        let g = frame.read()?;
+        det.detect(g[0].bytes(), &d.layout).with_context(|| format!("inference on frame {}", d.seq))?
+    };
+    let (start, end) = det.last_run().filter(|r| r.0 >= t0).unwrap_or((t0, Instant::now()));
+    st.meter.ran(None, 0, start, end);
+    drop(frame); // the scale buffer goes back before we publish
+    send(&mut st.out, record(&d, &dets, skipped, st.meter.busy_us()), io.stop)?;
+    st.span.tick(io.start);
+    Ok(Turn::Next)
+}
