@@ -1,23 +1,30 @@
 //! `onnx` backend: a detection model run on the CPU with tract (`tract-onnx` 0.23).
 //!
-//! At start-up the model is loaded, checked against what zcpipe can feed (one float32
-//! `[1, 3, H, W]` input), given a fixed input fact, optimized and turned into a plan, once
-//! (a dynamic input, as Ultralytics `dynamic=True` exports have, is fixed at `--input-size`,
-//! else 640x640, its batch at 1, before tract optimizes: the output shapes follow from it);
-//! its outputs (float32 or float16) are matched to a head ([`heads::select`]: the layout
-//! `--head` names, or the one recognised from their shapes), and its class names are read
-//! from the `names` metadata entry when it has one (Ultralytics exports). Per frame the
-//! packed rows (RGB24 or BGR24, the order the model's family takes or `--channel-order`:
-//! the scaler wrote them so) are converted to float32 NCHW, keeping the channel order, with the
-//! values the head's family expects (raw 0..255 for YOLOX, `models/PROVENANCE.md`; /255 for
-//! YOLOv5 and YOLOv8: [`heads::Preprocess::normalise`]), run, and decoded by the head, then
-//! per-class NMS ([`heads::Decoder`]).
+//! At start-up the model is loaded, checked against what zcpipe can feed (one `[1, 3, H, W]`
+//! input, float32 or float16), given a fixed input fact, optimized and turned into a plan,
+//! once (a dynamic input, as Ultralytics `dynamic=True` exports have, is fixed at
+//! `--input-size`, else 640x640, its batch at 1, before tract optimizes: the output shapes
+//! follow from it); its outputs (float32 or float16) are matched to a head
+//! ([`heads::select`]: the layout `--head` names, or the one recognised from their shapes),
+//! and its class names are read from the `names` metadata entry when it has one (Ultralytics
+//! exports). Per frame the packed rows (RGB24 or BGR24, the order the model's family takes or
+//! `--channel-order`: the scaler wrote them so) are converted to float32 NCHW, keeping the
+//! channel order, with the values the head's family expects (raw 0..255 for YOLOX,
+//! `models/PROVENANCE.md`; /255 for YOLOv5 and YOLOv8: [`heads::Preprocess::normalise`]),
+//! rounded to float16 when the model's input is float16 (an Ultralytics `half=True` export:
+//! float16 input, weights and outputs, run by tract in float16), run, and decoded by the
+//! head, then per-class NMS ([`heads::Decoder`]).
+//!
+//! A dynamically quantized export (onnxruntime's `quantize_dynamic`: `DynamicQuantizeLinear`
+//! feeding `ConvInteger` / `MatMulInteger`, then `Cast` and `Mul` back to float32) is run as
+//! it is: tract-onnx implements those operators, with onnxruntime's rounding.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use half::slice::HalfFloatSliceExt;
 use tract_onnx::prelude::tract_ndarray::Array4;
 use tract_onnx::prelude::{
     tvec, DatumType, Framework, InferenceFact, InferenceModel, InferenceModelExt, IntoRunnable, IntoTValue, IntoTensor,
@@ -43,6 +50,8 @@ pub struct OnnxDetector {
     decoder: Decoder,
     /// What each input byte is multiplied by (the head's normalisation).
     norm: f32,
+    /// The model input's type: float32, or float16 (a `half=True` export).
+    input_type: InputType,
     names: Option<Vec<String>>,
 }
 
@@ -81,13 +90,14 @@ impl OnnxDetector {
             Some(Ok(text)) => Some(parse_names_dict(&text).with_context(|| format!("model {}", path.display()))?),
             _ => None,
         };
-        let (name, width, height) = check_input(path, &model, opts)?;
+        let (name, width, height, input_type) = check_input(path, &model, opts)?;
         let typed = tract_step(
-            || prepare(model, width, height),
+            || prepare(model, width, height, input_type),
             || {
                 format!(
-                    "cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] float32",
-                    path.display()
+                    "cannot prepare ONNX model {} for tract with input [1,3,{height},{width}] {}",
+                    path.display(),
+                    dt_name(input_type.datum_type())
                 )
             },
             &format!("use a detection model exported to ONNX such as {EXAMPLE_MODEL}"),
@@ -114,6 +124,7 @@ impl OnnxDetector {
             },
             decoder: Decoder::new(head, outputs, opts.score_threshold, opts.nms_iou),
             norm: pre.normalise.factor(),
+            input_type,
             names,
         })
     }
@@ -124,12 +135,19 @@ impl OnnxDetector {
     }
 
     /// Runs the model on a float32 NCHW `[1, 3, H, W]` tensor (values as the head's family
-    /// wants them) and returns the raw outputs, before decoding.
+    /// wants them; rounded to float16 for a float16 input) and returns the raw outputs,
+    /// before decoding.
     pub fn run_outputs(&self, nchw: Vec<f32>) -> anyhow::Result<Vec<TValue>> {
         let (h, w) = (self.spec.height as usize, self.spec.width as usize);
-        let tensor = Array4::from_shape_vec((1, 3, h, w), nchw)
-            .with_context(|| format!("input for {} must be 3*{h}*{w} float32 values", self.model_path.display()))?
-            .into_tensor();
+        let wrong = || format!("input for {} must be 3*{h}*{w} float32 values", self.model_path.display());
+        let tensor = match self.input_type {
+            InputType::F32 => Array4::from_shape_vec((1, 3, h, w), nchw).with_context(wrong)?.into_tensor(),
+            InputType::F16 => {
+                let mut halves = vec![half::f16::ZERO; nchw.len()];
+                halves.convert_from_f32_slice(&nchw);
+                Array4::from_shape_vec((1, 3, h, w), halves).with_context(wrong)?.into_tensor()
+            }
+        };
         let outputs = self
             .plan
             .run(tvec!(tensor.into_tvalue()))
@@ -241,15 +259,38 @@ pub fn packed_to_nchw_f32(input: &[u8], layout: &FrameLayout, factor: f32, out: 
     Ok(())
 }
 
-/// Fixes the input to float32 `[1, 3, height, width]` and optimizes.
-fn prepare(model: InferenceModel, width: u32, height: u32) -> anyhow::Result<TypedModel> {
-    let fact = InferenceFact::dt_shape(DatumType::F32, [1usize, 3, height as usize, width as usize]);
+/// The types of model input zcpipe feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputType {
+    /// float32, what most exports take.
+    F32,
+    /// float16: Ultralytics `half=True` exports (float16 input, weights and outputs).
+    F16,
+}
+
+impl InputType {
+    fn datum_type(self) -> DatumType {
+        match self {
+            InputType::F32 => DatumType::F32,
+            InputType::F16 => DatumType::F16,
+        }
+    }
+}
+
+/// Fixes the input to `[1, 3, height, width]` of `input_type` and optimizes.
+fn prepare(model: InferenceModel, width: u32, height: u32, input_type: InputType) -> anyhow::Result<TypedModel> {
+    let fact = InferenceFact::dt_shape(input_type.datum_type(), [1usize, 3, height as usize, width as usize]);
     model.with_input_fact(0, fact)?.into_optimized()
 }
 
-/// Checks the loaded (untyped) model has exactly one `[1, 3, H, W]` float32 input and
-/// returns its name and the `(W, H)` it will be run at ([`input_size`]).
-fn check_input(path: &Path, model: &InferenceModel, opts: &DetectorOptions) -> anyhow::Result<(String, u32, u32)> {
+/// Checks the loaded (untyped) model has exactly one `[1, 3, H, W]` float32 or float16 input
+/// and returns its name, the `(W, H)` it will be run at ([`input_size`]) and its type (an
+/// input of no declared type is fed float32).
+fn check_input(
+    path: &Path,
+    model: &InferenceModel,
+    opts: &DetectorOptions,
+) -> anyhow::Result<(String, u32, u32, InputType)> {
     let outlets = model.input_outlets()?;
     let described: Vec<String> = outlets
         .iter()
@@ -278,16 +319,20 @@ fn check_input(path: &Path, model: &InferenceModel, opts: &DetectorOptions) -> a
         && matches!(dims[0], None | Some(1))
         && matches!(dims[1], None | Some(3))
         && dims[2..].iter().all(|d| d.is_none_or(|v| v > 0 && v <= 16384));
-    let type_ok = matches!(dt, None | Some(DatumType::F32));
-    if !shape_ok || !type_ok || fact.shape.is_open() {
+    let input_type = match dt {
+        None | Some(DatumType::F32) => Some(InputType::F32),
+        Some(DatumType::F16) => Some(InputType::F16),
+        Some(_) => None,
+    };
+    let Some(input_type) = input_type.filter(|_| shape_ok && !fact.shape.is_open()) else {
         bail!(
-            "model {} input {} is not [1,3,H,W] float32; zcpipe's scalers produce one 3-channel RGB or BGR image fed as float32 NCHW: use a detection model such as {EXAMPLE_MODEL}",
+            "model {} input {} is not [1,3,H,W] float32 or float16; zcpipe's scalers produce one 3-channel RGB or BGR image fed as float NCHW: use a detection model such as {EXAMPLE_MODEL}",
             path.display(),
             described[0]
         );
-    }
+    };
     let (width, height) = input_size(path, &described[0], [dims[3], dims[2]].map(|d| d.map(|v| v as u32)), opts)?;
-    Ok((name, width, height))
+    Ok((name, width, height, input_type))
 }
 
 /// The `(W, H)` a model whose input sides are `[W, H]` (`None`: symbolic) is run at: its
