@@ -17,7 +17,9 @@
 //!
 //! A dynamically quantized export (onnxruntime's `quantize_dynamic`: `DynamicQuantizeLinear`
 //! feeding `ConvInteger` / `MatMulInteger`, then `Cast` and `Mul` back to float32) is run as
-//! it is: tract-onnx implements those operators, with onnxruntime's rounding.
+//! it is: tract-onnx implements those operators, with onnxruntime's rounding. A model with an
+//! operator tract-onnx does not implement is refused at start-up with one line naming it
+//! ([`check_operators`]), not left to fail deep in tract's optimizer.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -31,6 +33,7 @@ use tract_onnx::prelude::{
     PlainView, TValue, TypedModel, TypedRunnableModel,
 };
 use tract_onnx::tract_hir::infer::Factoid;
+use tract_onnx::tract_hir::ops::unimpl::UnimplementedOp;
 
 use super::heads::{self, Decoder, Dtype, OutputInfo, TensorRef};
 use super::labels::parse_names_dict;
@@ -90,6 +93,7 @@ impl OnnxDetector {
             Some(Ok(text)) => Some(parse_names_dict(&text).with_context(|| format!("model {}", path.display()))?),
             _ => None,
         };
+        check_operators(path, &model)?;
         let (name, width, height, input_type) = check_input(path, &model, opts)?;
         let typed = tract_step(
             || prepare(model, width, height, input_type),
@@ -281,6 +285,38 @@ impl InputType {
 fn prepare(model: InferenceModel, width: u32, height: u32, input_type: InputType) -> anyhow::Result<TypedModel> {
     let fact = InferenceFact::dt_shape(input_type.datum_type(), [1usize, 3, height as usize, width as usize]);
     model.with_input_fact(0, fact)?.into_optimized()
+}
+
+/// Refuses a model with operators tract-onnx does not implement (it loads each as a
+/// placeholder, which fails only when tract optimizes): one line naming each such operator
+/// and its first node, and the fix.
+fn check_operators(path: &Path, model: &InferenceModel) -> anyhow::Result<()> {
+    // (operator, its first node, how many nodes)
+    let mut missing: Vec<(String, String, usize)> = Vec::new();
+    for node in model.nodes().iter().filter(|n| n.op_is::<UnimplementedOp>()) {
+        let name = node.op().name();
+        let op = name.strip_prefix("Unimplemented(").and_then(|n| n.strip_suffix(')')).unwrap_or(&name);
+        match missing.iter_mut().find(|m| m.0 == op) {
+            Some(m) => m.2 += 1,
+            None => missing.push((op.to_string(), node.name.clone(), 1)),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = missing
+        .iter()
+        .map(|(op, node, n)| match n {
+            1 => format!("{op} (node {node})"),
+            _ => format!("{op} (node {node} and {} more)", n - 1),
+        })
+        .collect();
+    bail!(
+        "model {} uses ONNX operator{} {}, which the onnx backend (tract-onnx 0.23) does not implement: export the model without it (float32 and float16 exports, and ones quantized by onnxruntime's quantize_dynamic, run)",
+        path.display(),
+        if missing.len() == 1 { "" } else { "s" },
+        listed.join(", ")
+    )
 }
 
 /// Checks the loaded (untyped) model has exactly one `[1, 3, H, W]` float32 or float16 input
@@ -658,6 +694,30 @@ mod tests {
         assert_eq!(
             size([None, Some(384)], Some((512, 512))),
             Err("--input-size 512x512 does not fit model m.onnx: its input images [?,3,h,w] float32 is dynamic only in part: use --input-size 512x384".into())
+        );
+    }
+
+    #[test]
+    fn an_operator_tract_lacks_is_one_line_naming_it() {
+        // YOLOX-Nano with its two Resize nodes turned into an operator no one implements.
+        let mut bytes = std::fs::read(root("models/yolox_nano.onnx")).unwrap();
+        let mut n = 0;
+        for i in 0..bytes.len() - 6 {
+            if &bytes[i..i + 6] == b"Resize" {
+                bytes[i + 5] = b'X';
+                n += 1;
+            }
+        }
+        assert_eq!(n, 4, "2 op types and 2 node names");
+        let (_dir, path) = zcpipe_core::testing::file_with("resizex.onnx", &bytes);
+        let err = open_detector(crate::DetectorKind::Onnx, &opts(path.clone())).err().unwrap().to_string();
+        eprintln!("{err}");
+        assert_eq!(
+            err,
+            format!(
+                "model {} uses ONNX operator ResizX (node ResizX_201 and 1 more), which the onnx backend (tract-onnx 0.23) does not implement: export the model without it (float32 and float16 exports, and ones quantized by onnxruntime's quantize_dynamic, run)",
+                path.display()
+            )
         );
     }
 
