@@ -19,12 +19,20 @@ a dynamic input, as Ultralytics' ``dynamic=True`` exports do (symbolic batch, he
 width; its anchors computed from the feature maps' shapes): it has the weights of its
 fixed-size twin and is run at 640x640 and at 320x256.
 
-Written to --out: per case its ONNX model (and a float16-output variant for some), the
-test image as the model's input (packed uint8 HWC in the family's channel order,
-``<case>_input_<order>.bin``), each output as .npy in float32, float16 and int8, and
-``manifest.json``: per case the layout, input size, classes, files, each output's shape and
-int8 ``scale``/``zp``, and the reference detections of the float32, float16 and int8
-outputs (``reference`` sets ``f32``, ``f16``, ``i8``); then the whole-pipeline cases. Every
+Some cases also have the forms users export (``exports``): ``half``, the whole model in
+float16 (input, weights and outputs, as Ultralytics ``half=True`` exports it; ``to_half``),
+and ``qdyn``, the float32 model quantized by onnxruntime's ``quantize_dynamic`` (its
+defaults: ``DynamicQuantizeLinear`` on each Conv's input, ``ConvInteger`` with per-tensor
+int8 weights), each run by onnxruntime on the test image (float16 for ``half``).
+
+Written to --out: per case its ONNX model (and a float16-output variant for some, and the
+export forms above), the test image as the model's input (packed uint8 HWC in the family's
+channel order, ``<case>_input_<order>.bin``), each output as .npy in float32, float16 and
+int8 (and each export form's onnxruntime output), and ``manifest.json``: per case the
+layout, input size, classes, files, each output's shape and int8 ``scale``/``zp``, and the
+reference detections of the float32, float16 and int8 outputs (``reference`` sets ``f32``,
+``f16``, ``i8``; and ``half``, ``qdyn`` of the export forms' onnxruntime outputs, their
+models in ``exports``); then the whole-pipeline cases. Every
 model of a fixed size also carries, in its ``metadata_props``, what the RKNN fake
 (fakes/librknnrt) needs to stand in for a .rknn converted from it: ``rknn_fake_quant`` (each
 output's int8 [scale, zp], the manifest's) and ``rknn_fake_std`` (255 for a model that
@@ -45,6 +53,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import quantize_dynamic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import preprocess  # noqa: E402
@@ -341,6 +350,47 @@ def build(case, rng, f16):
     return g.model(inputs, outputs, meta)
 
 
+def to_half(model):
+    """The float32 ``model`` wholly in float16, as an Ultralytics ``half=True`` export is
+    (``model.half()`` before ``torch.onnx.export``): float16 input, initializers, Cast
+    targets and outputs; the nodes unchanged."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    for t in g.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in list(g.input) + list(g.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.FLOAT16
+    onnx.checker.check_model(m)
+    return m
+
+
+def exports(case, f32_path, x, out):
+    """The export forms of ``case`` (``half``, ``qdyn``: the module doc) its flags ask for,
+    made from its float32 model at ``f32_path``: per form its file name and onnxruntime's
+    outputs on the model input ``x`` (float32 NCHW; float16 for ``half``)."""
+    made = {}
+    base = model_name(case)
+    if case.get("half"):
+        model = to_half(onnx.load(f32_path))
+        path = f"{base}_half.onnx"
+        onnx.save(model, os.path.join(out, path))
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        made["half"] = (path, sess.run(None, {"images": x.astype(np.float16)}))
+    if case.get("qdyn"):
+        path = f"{base}_qdyn.onnx"
+        quantize_dynamic(f32_path, os.path.join(out, path))
+        sess = ort.InferenceSession(os.path.join(out, path), providers=["CPUExecutionProvider"])
+        made["qdyn"] = (path, sess.run(None, {"images": x}))
+    return made
+
+
 def test_image(w, h, rng):
     """Packed BGR, w x h: noisy grey, coloured squares, a 114 pad band at the bottom (a
     top-left letterbox), much as zcpipe's scalers would hand it to the model."""
@@ -407,7 +457,7 @@ def det_json(dets):
 
 
 CASES = [
-    dict(name="yolox_416_c80", layout="yolox", width=416, height=416, classes=80, f16=True),
+    dict(name="yolox_416_c80", layout="yolox", width=416, height=416, classes=80, f16=True, qdyn=True),
     dict(name="yolox_split_416_c80", layout="yolox-split", width=416, height=416, classes=80),
     dict(name="yolox_split_640x384_c3", layout="yolox-split", width=640, height=384, classes=3),
     dict(name="yolov5_640x384_c3", layout="yolov5", width=640, height=384, classes=3),
@@ -415,7 +465,8 @@ CASES = [
     dict(name="yolov5_split_640_c80", layout="yolov5-split", width=640, height=640, classes=80),
     dict(name="yolov5_split_416_c7_anchors", layout="yolov5-split", width=416, height=416, classes=7,
          anchors=(((8, 10), (14, 26), (30, 20)), ((28, 56), (60, 40), (52, 110)), ((100, 80), (150, 190), (300, 280)))),
-    dict(name="yolov8_640_c80", layout="yolov8", width=640, height=640, classes=80, f16=True, coco_names=True),
+    dict(name="yolov8_640_c80", layout="yolov8", width=640, height=640, classes=80, f16=True, coco_names=True,
+         half=True, qdyn=True),
     dict(name="yolov8_640x384_c7_names", layout="yolov8", width=640, height=384, classes=7,
          names=["red", "green", "blue", "yellow", "magenta", "cyan", "driver's seat"]),
     dict(name="yolov8_split9_640_c80", layout="yolov8-split", width=640, height=640, classes=80, score_sum=True),
@@ -525,6 +576,8 @@ def main():
             if not case.get("dynamic"):
                 add_metadata(model, rknn_fake_metadata(case["layout"], quant))
             onnx.save(model, os.path.join(args.out, path))
+        made = exports(case, os.path.join(args.out, entry["model"]), x, args.out)
+        entry["exports"] = {form: path for form, (path, _) in made.items()}
         entry["outputs"] = []
         for k, o in enumerate(outs32):
             base = f"{name}_out{k}"
@@ -533,17 +586,22 @@ def main():
             np.save(os.path.join(args.out, base + "_i8.npy"), quant[k][0])
             entry["outputs"].append({"name": f"output{k}", "shape": list(o.shape), "f32": base + "_f32.npy",
                                      "f16": base + "_f16.npy", "i8": base + "_i8.npy", "zp": quant[k][1], "scale": quant[k][2]})
+            for form, (_, outs) in made.items():
+                np.save(os.path.join(args.out, f"{base}_{form}.npy"), outs[k])
+                entry["outputs"][k][form] = f"{base}_{form}.npy"
         decoded = {
             "f32": sets["f32"],
             "f16": [o.astype(np.float32) for o in sets["f16"]],
             "i8": [dequantise(*q) for q in quant],
         }
+        decoded.update({form: [o.astype(np.float32) for o in outs] for form, (_, outs) in made.items()})
         entry["reference"] = {k: det_json(reference.decode(case["layout"], v, w, h, SCORE_THRESHOLD, NMS_IOU, anchors))
                               for k, v in decoded.items()}
         manifest["cases"].append(entry)
         print(f"{name}: {case['layout']} {w}x{h}, {case['classes']} classes, outputs "
               f"{', '.join(str(list(o.shape)) for o in outs32)}; reference detections "
-              f"f32 {len(entry['reference']['f32'])}, f16 {len(entry['reference']['f16'])}, int8 {len(entry['reference']['i8'])}")
+              f"f32 {len(entry['reference']['f32'])}, f16 {len(entry['reference']['f16'])}, int8 {len(entry['reference']['i8'])}"
+              + "".join(f", {form} {len(entry['reference'][form])}" for form in made))
     manifest["pipelines"] = []
     for p in PIPELINES:
         case = next(c for c in CASES if c["name"] == p["case"])
