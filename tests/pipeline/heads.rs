@@ -13,7 +13,10 @@
 //!
 //! Here zcpipe decodes the same outputs:
 //! - through the `onnx` backend (tract runs the model on the test image; needs the `onnx`
-//!   feature), for the float32 models and the float16-output ones;
+//!   feature), for the float32 models and the float16-output ones; and the forms users
+//!   export, a wholly float16 model (float16 input too: Ultralytics `half=True`) and
+//!   onnxruntime `quantize_dynamic` ones, against onnxruntime's runs of the same models
+//!   (`mod exports`);
 //! - along the `rknn` backend's path: output attributes as `RKNN_QUERY_OUTPUT_ATTR` reports
 //!   them (`rknn::output_info`), the head `heads::select` recognises, the outputs' raw bytes
 //!   as `rknn_outputs_get` hands them over (`TensorRef::from_bytes`), in float32, float16
@@ -406,7 +409,7 @@ mod onnx {
     use zcpipe::infer::onnx::OnnxDetector;
     use zcpipe::infer::{Detector, DetectorOptions};
 
-    fn open(case: &Value, model: &str, head: HeadKind) -> anyhow::Result<OnnxDetector> {
+    pub(super) fn open(case: &Value, model: &str, head: HeadKind) -> anyhow::Result<OnnxDetector> {
         let (t, nms) = thresholds();
         let opts = DetectorOptions {
             model: models().join(model),
@@ -420,7 +423,7 @@ mod onnx {
         OnnxDetector::open(&opts)
     }
 
-    fn case(name: &str) -> &'static Value {
+    pub(super) fn case(name: &str) -> &'static Value {
         cases().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no case {name} in the manifest"))
     }
 
@@ -540,27 +543,43 @@ mod onnx {
         std::fs::write(path, bytes).unwrap();
     }
 
+    /// One output of a model: its shape and its values as float32 (exactly, from float16).
+    pub(super) type Output = (Vec<usize>, Vec<f32>);
+
+    /// tract's raw outputs of `det` on `input`, a packed frame in `layout` (converted to NCHW
+    /// with the head's normalisation, as `detect` does).
+    pub(super) fn tract_outputs(det: &OnnxDetector, input: &[u8], layout: &FrameLayout) -> Vec<Output> {
+        let (w, h) = (layout.width as usize, layout.height as usize);
+        let factor = det.head().unwrap().preprocess().normalise.factor();
+        let mut nchw = vec![0.0f32; 3 * w * h];
+        zcpipe::infer::onnx::packed_to_nchw_f32(input, layout, factor, &mut nchw).unwrap();
+        let outs = det.run_outputs(nchw).unwrap();
+        outs.iter()
+            .zip(det.outputs())
+            .map(|(o, info)| {
+                let view = o.try_as_plain_ram().unwrap();
+                let values = match info.dtype {
+                    heads::Dtype::F16 => view.as_slice::<half::f16>().unwrap().iter().map(|v| v.to_f32()).collect(),
+                    _ => view.as_slice::<f32>().unwrap().to_vec(),
+                };
+                (o.shape().to_vec(), values)
+            })
+            .collect()
+    }
+
     /// For a float16 model: checks tract's outputs of `det` on `input` are onnxruntime's or
     /// one float16 step from them (2^-10 of the value, 1e-6 near zero), element by element,
     /// and returns the reference decoder's detections of tract's own outputs. (A step, 0.0005
     /// near 1, is more than neighbouring cells' scores differ by, so NMS on onnxruntime's
     /// values may keep the other box of a pair of near-equal ones.)
     fn reference_of_tract_f16(case: &Value, det: &OnnxDetector, input: &[u8], layout: &FrameLayout) -> Vec<RefDet> {
-        let (w, h) = (layout.width as usize, layout.height as usize);
-        let factor = det.head().unwrap().preprocess().normalise.factor();
-        let mut nchw = vec![0.0f32; 3 * w * h];
-        zcpipe::infer::onnx::packed_to_nchw_f32(input, layout, factor, &mut nchw).unwrap();
-        let outs = det.run_outputs(nchw).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut files = Vec::new();
+        let outs = tract_outputs(det, input, layout);
         let mut off = 0;
-        for (i, o) in outs.iter().enumerate() {
-            let view = o.try_as_plain_ram().unwrap();
-            let got = view.as_slice::<half::f16>().unwrap();
-            let (shape, want) = read_npy(&models().join(case["outputs"][i]["f16"].as_str().unwrap())).unwrap();
+        for (i, (_, got)) in outs.iter().enumerate() {
+            let (_, want) = read_npy(&models().join(case["outputs"][i]["f16"].as_str().unwrap())).unwrap();
             let NpyData::F16(want) = want else { panic!("{} is not float16", case["outputs"][i]["f16"]) };
-            for (a, b) in got.iter().zip(&want) {
-                let (a, b) = (a.to_f32(), b.to_f32());
+            for (&a, b) in got.iter().zip(&want) {
+                let b = b.to_f32();
                 assert!(
                     (a - b).abs() <= (b.abs() / 1024.0).max(1e-6),
                     "{}: tract {a} vs onnxruntime {b}",
@@ -568,11 +587,22 @@ mod onnx {
                 );
                 off += (a != b) as usize;
             }
-            let file = dir.path().join(format!("out{i}.npy"));
-            write_npy(&file, "<f2", &shape, bytemuck::cast_slice(got));
-            files.push(file);
         }
         eprintln!("{}: {off} float16 output values of tract differ from onnxruntime's by one step", case["name"]);
+        reference_of_outputs(case, (layout.width, layout.height), &outs)
+    }
+
+    /// The reference decoder's (`reference.py`) detections of `outs`, outputs of `case`'s
+    /// model run at `size` (written as float32: the decoder reads every type as float32).
+    pub(super) fn reference_of_outputs(case: &Value, size: (u32, u32), outs: &[Output]) -> Vec<RefDet> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = Vec::new();
+        for (i, (shape, values)) in outs.iter().enumerate() {
+            let file = dir.path().join(format!("out{i}.npy"));
+            write_npy(&file, "<f4", shape, bytemuck::cast_slice(values));
+            files.push(file);
+        }
+        let (w, h) = size;
         let (t, nms) = thresholds();
         let mut cmd = std::process::Command::new(root().join("build/py-venv/bin/python"));
         cmd.arg(root().join("scripts/models/reference.py"))
@@ -605,6 +635,11 @@ mod onnx {
 /// overridden), against the reference of the same model on the same image.
 #[cfg(feature = "onnx")]
 mod pipeline;
+
+/// The forms users export (a float16 model, a dynamically quantized one) through the onnx
+/// backend, against onnxruntime's outputs of the same models and the float32 model's.
+#[cfg(feature = "onnx")]
+mod exports;
 
 /// zcpipe's rknn backend on the ABI fake of librknnrt (`fakes/librknnrt`), for every case and
 /// output type: the fake runs the case's ONNX model with tract on the bytes zcpipe binds (the
