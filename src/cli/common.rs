@@ -145,8 +145,11 @@ impl PipelineArgs {
 
     /// These options with the cameras written into the scale and infer stages' own: their
     /// names (several cameras), each one's `--detect-fps` and `--weight` (its own after its
-    /// `--source`, else the one given for all), and the scale pool sized for `lanes` engines
-    /// (one frame running in each, one waiting per camera, one being written).
+    /// `--source`, else the one given for all), and the scale pool sized for `lanes` engines:
+    /// one frame running in each, one waiting per camera and one being written; with one
+    /// engine, which runs on the infer stage's own thread and takes no frame while it runs,
+    /// also one per camera for the frames scaled meanwhile (else the ring, dropping its
+    /// oldest, would drop the camera the scaler serves first, again and again).
     pub fn with_cameras(&self, names: &[String], lanes: usize) -> Result<PipelineArgs> {
         let mut p = self.clone();
         if names.len() > 1 {
@@ -166,7 +169,9 @@ impl PipelineArgs {
         };
         p.scale.detect_fps = per_camera("--detect-fps", &self.scale.detect_fps, 0.0)?;
         p.infer.weight = per_camera("--weight", &self.infer.weight, 1.0)?;
-        p.scale.scale_buffers = p.scale.scale_buffers.or(Some((lanes + names.len().max(1) + 1).clamp(3, 64)));
+        let cams = names.len().max(1);
+        let pool = if lanes > 1 || cams == 1 { lanes + cams + 1 } else { 2 * cams + 2 };
+        p.scale.scale_buffers = p.scale.scale_buffers.or(Some(pool.clamp(3, 64)));
         Ok(p)
     }
 }

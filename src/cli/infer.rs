@@ -73,12 +73,12 @@ pub struct InferArgs {
     /// A camera's share of the NPU when frames wait for it: a camera of weight 2 is run
     /// twice as often as one of weight 1 (default 1). After a camera's --source, that
     /// camera's; a comma list gives each camera of --cameras its own (`zcpipe run` writes it).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub weight: Vec<f64>,
     /// Seconds a frame may wait for the NPU: a frame older than this (since its capture)
     /// when a core frees up is dropped, counted, never inferred late (0: no limit;
     /// --ring-policy block runs every frame whatever its age).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub max_age: f64,
     /// Several cameras: their names, comma-separated, in the scale stage's order (for the
     /// scheduler's per-camera numbers). `zcpipe run` sets it.

@@ -36,7 +36,7 @@ pub struct ScaleArgs {
     /// frame, the default). The others are never scaled or inferred, while the display and
     /// the web view still get every frame. Given after a camera's --source, that camera's;
     /// a comma list gives each camera of --cameras its own (`zcpipe run` writes it).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub detect_fps: Vec<f64>,
     /// Motion gating: a frame whose picture did not change since the last frame of its
     /// camera that went on to the NPU is passed over (a 32x18 luma thumbnail compared; see
@@ -44,11 +44,11 @@ pub struct ScaleArgs {
     #[arg(long)]
     pub motion: bool,
     /// With --motion: the mean change of the thumbnail's luma (0..255) that counts as motion.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     pub motion_threshold: f32,
     /// With --motion: seconds after which a still camera's frame goes on anyway, so its
     /// tracks stay alive.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub motion_keepalive: f64,
 }
 

@@ -316,10 +316,10 @@ fn rga_imports_each_cameras_pool_once_and_a_restarted_cameras_again() {
     }
     let mut counts: Vec<usize> = imports.values().copied().collect();
     counts.sort();
-    // 4 + 4 + 4 capture buffers (a, b, b restarted) once each; 4 output buffers (`zcpipe run`'s
-    // pool for one engine and two cameras: one running, one waiting per camera, one being
-    // written) three times each (a's scaler, b's first, b's fresh one).
-    assert_eq!(counts, [vec![1; 12], vec![3; 4]].concat(), "{imports:?}\n{stderr}");
+    // 4 + 4 + 4 capture buffers (a, b, b restarted) once each; 6 output buffers (`zcpipe run`'s
+    // pool for one engine and two cameras: one running, one waiting and one scaled meanwhile
+    // per camera, one being written) three times each (a's scaler, b's first, b's fresh one).
+    assert_eq!(counts, [vec![1; 12], vec![3; 6]].concat(), "{imports:?}\n{stderr}");
     assert!(stderr.contains("camera b: its capture stage came back; a fresh"), "{stderr}");
     assert_no_orphans(dir.path());
 }

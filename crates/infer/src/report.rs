@@ -22,6 +22,10 @@ pub struct InferFacts {
     /// The infer process's CPU time (user + system) per frame run, µs, over its frame loop
     /// (the model's load left out): the host's glue around each inference.
     pub cpu_us_per_frame: Option<f64>,
+    /// Every camera's frames' wait for an engine, µs: median.
+    pub wait_p50_us: Option<f64>,
+    /// Every camera's frames' wait for an engine, µs: 99th percentile.
+    pub wait_p99_us: Option<f64>,
 }
 
 /// How busy one NPU core (or, for an engine not pinned to a core, that engine) was.

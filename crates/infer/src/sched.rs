@@ -133,13 +133,16 @@ pub struct Scheduler<T> {
     newest_wins: bool,
     /// The virtual time of the last frame picked: where a camera that was idle starts.
     vclock: f64,
+    /// Every camera's waits together, µs.
+    wait_all: Histogram<u64>,
 }
 
 impl<T> Scheduler<T> {
     /// A scheduler for `cfg`'s cameras (more join as their frames come); `newest_wins`:
     /// video (drop-oldest), else every frame in order with no age limit.
     pub fn new(cfg: SchedConfig, newest_wins: bool) -> Scheduler<T> {
-        let mut s = Scheduler { cfg, sources: Vec::new(), newest_wins, vclock: 0.0 };
+        let wait_all = Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+        let mut s = Scheduler { cfg, sources: Vec::new(), newest_wins, vclock: 0.0, wait_all };
         for i in 0..s.cfg.cameras.len().max(1) {
             s.source(i);
         }
@@ -211,6 +214,7 @@ impl<T> Scheduler<T> {
         s.counts.inferred += 1;
         let waited = Duration::from_nanos(now_ns.saturating_sub(w.arrived_ns));
         s.wait.saturating_record((waited.as_micros() as u64).max(1));
+        self.wait_all.saturating_record((waited.as_micros() as u64).max(1));
         s.first_last_ns = Some(s.first_last_ns.map_or((w.ts_ns, w.ts_ns), |(f, _)| (f, w.ts_ns)));
         Some(Picked { camera, item: w.item, waited })
     }
@@ -233,6 +237,12 @@ impl<T> Scheduler<T> {
             replaced: a.replaced + s.counts.replaced,
             expired: a.expired + s.counts.expired,
         })
+    }
+
+    /// Every camera's waits together, µs: median and 99th percentile (`None`: none picked).
+    pub fn wait_all(&self) -> (Option<f64>, Option<f64>) {
+        let q = |p: f64| (!self.wait_all.is_empty()).then(|| self.wait_all.value_at_quantile(p) as f64);
+        (q(0.5), q(0.99))
     }
 
     /// Each camera's line for the report, by name.

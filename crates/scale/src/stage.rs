@@ -227,6 +227,7 @@ fn join_cameras(
         wait: ctx.data.wait,
     };
     let mut cams: Vec<Camera> = Vec::with_capacity(sockets.len());
+    let n = sockets.len().max(1);
     for (i, (name, path)) in sockets.into_iter().enumerate() {
         let input = if i == 0 {
             // The first camera is joined as a single one always was: its set-up is this one's.
@@ -253,7 +254,8 @@ fn join_cameras(
             frames_in: 0,
             skipped: 0,
             frames_out: 0,
-            gate: RateGate::new(cfg.detect_fps(i)),
+            // Phases spread over the interval: cameras at one rate take turns.
+            gate: RateGate::with_phase(cfg.detect_fps(i), i as f64 / n as f64),
             skipped_rate: 0,
             rate_since: 0,
             motion: cfg.motion.map(|(t, k)| MotionGate::new(t, k)),

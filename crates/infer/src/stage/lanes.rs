@@ -1,10 +1,10 @@
 //! Several engines (RKNN contexts, one or more per NPU core): one worker thread per lane,
 //! fed by the scheduler.
 //!
-//! This thread takes frames from the scale ring into the scheduler as they come, while the
-//! scheduler and the lanes together hold fewer than the scale pool's buffers minus one (so
-//! the scaler always has a buffer to write; beyond that frames wait in the ring, which drops
-//! the oldest). A lane whose engine is free asks the scheduler for the next frame (so any
+//! This thread takes frames from the scale ring into the scheduler as they come (video: all
+//! of them, each replacing its camera's waiting frame; `block`: while the scheduler and the
+//! lanes together hold fewer than the scale pool's buffers minus one, beyond which frames
+//! wait in the ring). A lane whose engine is free asks the scheduler for the next frame (so any
 //! core takes any camera's frame, and the choice is made when a core frees up, by the
 //! scheduler's rules: `--max-age`, weights, fair share), runs it, drops the loan at once (the
 //! buffer goes back to the scaler) and stores the record in the reorder buffer; whichever
@@ -171,7 +171,7 @@ fn dispatch(io: &Io<'_>, shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in:
                     return Ok(Turn::End("a lane failed"));
                 }
                 let held = s.sched.held() + s.running;
-                if held >= cap {
+                if super::room(io, held, cap) == 0 {
                     // Frames wait in the ring (and drop there under drop-oldest) until a lane
                     // gives one back.
                     drop(cv.wait_timeout(s, IDLE_WAIT));
@@ -185,7 +185,7 @@ fn dispatch(io: &Io<'_>, shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in:
             let mut rebind = |_: &zcpipe_core::pool::PoolConsumer| -> Result<()> {
                 fail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
             };
-            let (jobs, eos) = take_frames(io, cap - held, wait, &mut rebind)?;
+            let (jobs, eos) = take_frames(io, super::room(io, held, cap), wait, &mut rebind)?;
             if !jobs.is_empty() {
                 *n_in += jobs.len() as u64;
                 let now = monotonic_ns();

@@ -576,12 +576,15 @@ fn infer_facts<T>(sched: &Scheduler<T>, meter: &BusyMeter, io: &Io<'_>) -> Facts
     let p = zcpipe_core::metrics::process_stats();
     let inferred = sched.totals().inferred;
     let cpu = (p.user_us + p.system_us).saturating_sub(io.cpu0_us);
+    let (wait_p50_us, wait_p99_us) = sched.wait_all();
     let mut f = Facts::default();
     f.put(&InferFacts {
         cameras: sched.facts(),
         cores: meter.lines(),
         contexts_per_core: io.contexts_per_core,
         cpu_us_per_frame: (inferred > 0).then(|| cpu as f64 / inferred as f64),
+        wait_p50_us,
+        wait_p99_us,
     });
     f
 }
@@ -589,6 +592,23 @@ fn infer_facts<T>(sched: &Scheduler<T>, meter: &BusyMeter, io: &Io<'_>) -> Facts
 /// Whether the scheduler drops old frames (video) or runs every one in order (`block`).
 fn newest_wins(io: &Io<'_>) -> bool {
     io.ctx.data.ring_policy == RingPolicy::DropOldest
+}
+
+/// How many frames to take from the scale ring now, with `held` frames waiting or running
+/// and `cap` the most the stage may hold. Video takes every frame there (up to a bound per
+/// turn): each replaces its camera's waiting one, whose buffer goes back at once, so what
+/// the stage holds stays one frame per camera and one per engine, and the choice of which
+/// frames to skip is the scheduler's, never the ring's (a ring that drops its oldest would
+/// drop the camera the scaler serves first, again and again). `block` waits in the ring
+/// beyond `cap`.
+fn room(io: &Io<'_>, held: usize, cap: usize) -> usize {
+    /// Frames taken per turn at most under video.
+    const TAKE_AT_ONCE: usize = 64;
+    if newest_wins(io) {
+        TAKE_AT_ONCE
+    } else {
+        cap.saturating_sub(held)
+    }
 }
 
 mod lanes;

@@ -66,7 +66,7 @@ fn turn(io: &Io<'_>, det: &mut dyn Detector, st: &mut Single, room: usize) -> Re
             rejoined.set(true);
             bind(det, c).map(drop)
         };
-        let (jobs, eos) = take_frames(io, room.saturating_sub(held), wait, &mut rebind)?;
+        let (jobs, eos) = take_frames(io, super::room(io, held, room), wait, &mut rebind)?;
         if rejoined.get() {
             // Frames of the scale stage's old pool: the detector now reads the new one.
             drop(st.sched.drain());
