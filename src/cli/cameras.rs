@@ -331,7 +331,8 @@ mod tests {
     /// capture options, read back per camera, a bad value named with its camera.
     #[test]
     fn scheduler_options_after_a_source_are_that_cameras() {
-        let args = ["zcpipe", "run", "--detect-fps", "5", "--source", "a=testsrc", "--weight", "2", "--source", "b=testsrc"];
+        let args =
+            ["zcpipe", "run", "--detect-fps", "5", "--source", "a=testsrc", "--weight", "2", "--source", "b=testsrc"];
         let (rest, groups) = split(os(&args)).unwrap();
         assert_eq!(rest, os(&["zcpipe", "run", "--detect-fps", "5"]), "the one for all stays for clap");
         assert_eq!(groups[0].flags, vec!["--weight=2".to_string()]);
@@ -340,6 +341,9 @@ mod tests {
         let shared = OneCamera::try_parse_from(Vec::<String>::new()).unwrap().capture;
         assert_eq!(camera_args(&shared, &groups).unwrap().len(), 2, "not a capture option, not refused as one");
         let (_, bad) = split(os(&["zcpipe", "run", "--source", "a=testsrc", "--detect-fps", "fast"])).unwrap();
-        assert_eq!(sched_values(&bad, "--detect-fps").unwrap_err().to_string(), "camera a: --detect-fps \"fast\" is not a number");
+        assert_eq!(
+            sched_values(&bad, "--detect-fps").unwrap_err().to_string(),
+            "camera a: --detect-fps \"fast\" is not a number"
+        );
     }
 }

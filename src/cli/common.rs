@@ -192,7 +192,8 @@ impl PipelineArgs {
     /// the heap and capture I/O decided from them ([`crate::plan::make`]).
     pub fn plan(&self, publish: PathBuf) -> Result<Plan> {
         let cap = self.capture.config()?;
-        let scale = self.scale.config()?;
+        // The plan needs the scaler; each camera's rate is checked with the cameras (`check`).
+        let scale = ScaleArgs { detect_fps: vec![], ..self.scale.clone() }.config()?;
         plan::make(plan::Inputs {
             source: zcpipe_capture::auto::choose(&cap.source, cap.format, cap.size),
             fps: self.capture.fps.map(zcpipe_capture::spec::fps_name),
@@ -262,7 +263,8 @@ pub fn check_per_camera(flag: &str, values: &[f64], cameras: usize, max: f64) ->
     }
     for v in values {
         if !v.is_finite() || *v < 0.0 || *v > max {
-            anyhow::bail!("{flag} {v}: use a number in 0..={max}");
+            let range = if flag == "--weight" { format!("above 0, up to {max}") } else { format!("in 0..={max}") };
+            anyhow::bail!("{flag} {v}: use a number {range}");
         }
     }
     Ok(values.to_vec())

@@ -68,11 +68,12 @@ pub struct InferArgs {
     /// rknn: contexts per NPU core (1..=4), sharing the one loaded model: while one
     /// context's frame runs, another's waits on the core, so the core never idles between
     /// frames.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub npu_contexts_per_core: u32,
-    /// A camera's share of the NPU when frames wait for it: a camera of weight 2 is run
-    /// twice as often as one of weight 1 (default 1). After a camera's --source, that
-    /// camera's; a comma list gives each camera of --cameras its own (`zcpipe run` writes it).
+    /// A camera's share of the NPU when frames of several cameras wait for it: a camera of
+    /// weight 2 is run twice as often as one of weight 1 (default 1). With `zcpipe run`,
+    /// given after a camera's --source, that camera's; a comma list gives each camera of
+    /// --cameras its own.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub weight: Vec<f64>,
     /// Seconds a frame may wait for the NPU: a frame older than this (since its capture)

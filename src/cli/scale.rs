@@ -34,8 +34,8 @@ pub struct ScaleArgs {
     pub cameras: Vec<String>,
     /// Detection rate: frames per second of each camera that go on to the NPU (0: every
     /// frame, the default). The others are never scaled or inferred, while the display and
-    /// the web view still get every frame. Given after a camera's --source, that camera's;
-    /// a comma list gives each camera of --cameras its own (`zcpipe run` writes it).
+    /// the web view still get every frame. With `zcpipe run`, given after a camera's
+    /// --source, that camera's; a comma list gives each camera of --cameras its own.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub detect_fps: Vec<f64>,
     /// Motion gating: a frame whose picture did not change since the last frame of its
@@ -47,8 +47,8 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     pub motion_threshold: f32,
     /// With --motion: seconds after which a still camera's frame goes on anyway, so its
-    /// tracks stay alive.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    /// tracks stay alive (below --track-keepalive).
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     pub motion_keepalive: f64,
 }
 

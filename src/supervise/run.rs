@@ -73,6 +73,9 @@ pub struct CameraSummary {
     /// Frames dropped for waiting longer than `--max-age` for the NPU.
     #[serde(default)]
     pub skipped_age: u64,
+    /// Frames replaced, while waiting for the NPU, by a newer frame of the camera.
+    #[serde(default)]
+    pub skipped_newer: u64,
 }
 
 /// What the processes of a stage that were restarted had counted before they died: their
@@ -116,9 +119,7 @@ fn camera_dropped(latest: &BTreeMap<StageId, StageReport>, n: &str) -> u64 {
     let ring = latest.get(&StageId::camera(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
     let scale =
         of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
-    let infer =
-        of(latest, Stage::Infer).and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n)).unwrap_or_default();
-    ring + scale.skipped_for_newer + scale.dropped_downstream + infer.counts.replaced
+    ring + scale.skipped_for_newer + scale.dropped_downstream
 }
 
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
@@ -157,6 +158,7 @@ pub fn camera_summaries(
                 skipped_rate: scale.skipped_rate,
                 skipped_still: scale.skipped_still,
                 skipped_age: sched.counts.expired,
+                skipped_newer: sched.counts.replaced,
             };
             (n.clone(), summary)
         })

@@ -126,7 +126,7 @@ fn npu_of_camera(latest: &Latest, n: &str) -> String {
     };
     let scale =
         of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
-    let skipped = scale.skipped_rate + scale.skipped_still + c.counts.expired;
+    let skipped = scale.skipped_rate + scale.skipped_still + c.counts.expired + c.counts.replaced;
     let wait = c.wait_p99_us.map_or_else(|| "-".into(), |us| format!("{:.1}", us / 1000.0));
     format!(" inferred {} (wait p99 {wait} ms), skipped {skipped},", c.counts.inferred)
 }
@@ -215,7 +215,8 @@ fn scheduler(o: &mut String, s: &RunSummary) {
         let _ = writeln!(o, "  engines: {}", cores.join(", "));
     }
     if let Some(us) = scale.motion_us {
-        let _ = writeln!(o, "  motion check (--motion): {us:.1} µs per frame checked");
+        let _ =
+            writeln!(o, "  motion check (--motion): up to {us:.1} µs per frame checked (the costliest camera's mean)");
     }
 }
 
