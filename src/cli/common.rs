@@ -252,8 +252,9 @@ pub fn check_buffers(flag: &str, n: usize, good: usize) -> Result<usize> {
 }
 
 /// Checks a per-camera list (`--detect-fps`, `--weight`): one value for every camera, or
-/// one per camera of `cameras` (0: one camera); each finite, in `0..=max`.
-pub fn check_per_camera(flag: &str, values: &[f64], cameras: usize, max: f64) -> Result<Vec<f64>> {
+/// one per camera of `cameras` (0: one camera); each finite, in `0..=max` (`positive`: the
+/// range the error names starts above 0; the caller says why 0 itself is refused).
+pub fn check_per_camera(flag: &str, values: &[f64], cameras: usize, max: f64, positive: bool) -> Result<Vec<f64>> {
     if values.len() > 1 && values.len() != cameras.max(1) {
         anyhow::bail!(
             "{flag} has {} values for {} camera(s): give one for every camera, or one per camera in --cameras order",
@@ -263,7 +264,7 @@ pub fn check_per_camera(flag: &str, values: &[f64], cameras: usize, max: f64) ->
     }
     for v in values {
         if !v.is_finite() || *v < 0.0 || *v > max {
-            let range = if flag == "--weight" { format!("above 0, up to {max}") } else { format!("in 0..={max}") };
+            let range = if positive { format!("above 0, up to {max}") } else { format!("in 0..={max}") };
             anyhow::bail!("{flag} {v}: use a number {range}");
         }
     }

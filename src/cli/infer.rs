@@ -125,7 +125,7 @@ impl InferArgs {
         if !self.max_age.is_finite() || !(0.0..=3600.0).contains(&self.max_age) {
             anyhow::bail!("--max-age {}: use seconds in 0..=3600 (0: no limit)", self.max_age);
         }
-        let weights = check_per_camera("--weight", &self.weight, self.cameras.len(), MAX_WEIGHT)?;
+        let weights = check_per_camera("--weight", &self.weight, self.cameras.len(), MAX_WEIGHT, true)?;
         if weights.contains(&0.0) {
             anyhow::bail!("--weight 0: a camera's weight must be above 0 (use --detect-fps to run a camera less)");
         }

@@ -60,7 +60,7 @@ impl ScaleArgs {
             buffers: check_buffers("--scale-buffers", self.scale_buffers.unwrap_or(3), 3)?,
             rga_core: self.rga_core,
             cameras: check_camera_list("--cameras", &self.cameras)?,
-            detect_fps: check_per_camera("--detect-fps", &self.detect_fps, self.cameras.len(), MAX_DETECT_FPS)?,
+            detect_fps: check_per_camera("--detect-fps", &self.detect_fps, self.cameras.len(), MAX_DETECT_FPS, false)?,
             motion: self.motion()?,
         })
     }

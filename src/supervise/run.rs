@@ -117,9 +117,20 @@ impl Carried {
 /// were dropped after the scale stage.
 fn camera_dropped(latest: &BTreeMap<StageId, StageReport>, n: &str) -> u64 {
     let ring = latest.get(&StageId::camera(n)).and_then(|r| r.output_ring).map_or(0, |c| c.dropped);
+    let (scale, _) = camera_lines(latest, n);
+    ring + scale.skipped_for_newer + scale.dropped_downstream
+}
+
+/// Camera `n`'s lines in the scale and the infer stage's last reports (each `None` until
+/// that stage reported the camera).
+fn camera_lines(
+    latest: &BTreeMap<StageId, StageReport>,
+    n: &str,
+) -> (zcpipe_scale::report::CameraFacts, Option<zcpipe_infer::report::CameraSched>) {
     let scale =
         of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
-    ring + scale.skipped_for_newer + scale.dropped_downstream
+    let sched = of(latest, Stage::Infer).and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n));
+    (scale, sched)
 }
 
 /// Each camera's [`CameraSummary`] from the last reports (`latest`, by stage name) of a run
@@ -139,12 +150,8 @@ pub fn camera_summaries(
             let cap = latest.get(&stage);
             let pc = publish_cams.get(n);
             let total = pc.and_then(|c| c.latency.get("total"));
-            let scale = of(latest, Stage::Scale)
-                .and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n))
-                .unwrap_or_default();
-            let sched = of(latest, Stage::Infer)
-                .and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n))
-                .unwrap_or_default();
+            let (scale, sched) = camera_lines(latest, n);
+            let sched = sched.unwrap_or_default();
             let summary = CameraSummary {
                 captured: carried.frames(&stage) + cap.map(|r| r.frames_out).unwrap_or(0),
                 dropped: camera_dropped(latest, n),

@@ -269,17 +269,15 @@ pub struct ProcessStats {
     pub pss_kib: u64,
 }
 
+/// This process's CPU time so far, user + system, µs (getrusage(2) alone; 0 if it fails).
+pub fn cpu_us() -> u64 {
+    let p = process_stats_rusage();
+    p.user_us + p.system_us
+}
+
 /// Reads this process's [`ProcessStats`].
-/// This process's resource use now ([`ProcessStats`]; zeros where the kernel does not say).
-pub fn process_stats() -> ProcessStats {
-    let mut st = ProcessStats::default();
-    if let Ok(u) = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
-        let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
-        st.user_us = us(u.user_time());
-        st.system_us = us(u.system_time());
-        st.voluntary_ctx = u.voluntary_context_switches() as u64;
-        st.involuntary_ctx = u.involuntary_context_switches() as u64;
-    }
+pub(crate) fn process_stats() -> ProcessStats {
+    let mut st = process_stats_rusage();
     if let Ok(text) = std::fs::read_to_string("/proc/self/smaps_rollup") {
         for line in text.lines() {
             let mut it = line.split_whitespace();
@@ -290,6 +288,19 @@ pub fn process_stats() -> ProcessStats {
                 _ => {}
             }
         }
+    }
+    st
+}
+
+/// The getrusage(2) part of [`ProcessStats`]: CPU times and context switches.
+fn process_stats_rusage() -> ProcessStats {
+    let mut st = ProcessStats::default();
+    if let Ok(u) = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
+        let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+        st.user_us = us(u.user_time());
+        st.system_us = us(u.system_time());
+        st.voluntary_ctx = u.voluntary_context_switches() as u64;
+        st.involuntary_ctx = u.involuntary_context_switches() as u64;
     }
     st
 }

@@ -9,7 +9,10 @@ use zcpipe_core::frame::Stage;
 use zcpipe_core::id::{Role, StageId};
 use zcpipe_core::metrics::StageReport;
 
-use super::{camera_dropped, Carried, DisplayFacts, InferFacts, PublishFacts, ReconnectFacts, RunSummary, ScaleFacts};
+use super::{
+    camera_dropped, camera_lines, Carried, DisplayFacts, InferFacts, PublishFacts, ReconnectFacts, RunSummary,
+    ScaleFacts,
+};
 
 /// The latest reports, by stage process.
 type Latest = BTreeMap<StageId, StageReport>;
@@ -121,11 +124,7 @@ impl StatsLines {
 /// A camera's NPU part of a stats line: frames inferred, their wait for an engine (p99) and
 /// the frames skipped on purpose (by rate, as still, for age); empty before infer reports.
 fn npu_of_camera(latest: &Latest, n: &str) -> String {
-    let Some(c) = of(latest, Stage::Infer).and_then(|r| r.extra.view::<InferFacts>().cameras.remove(n)) else {
-        return String::new();
-    };
-    let scale =
-        of(latest, Stage::Scale).and_then(|r| r.extra.view::<ScaleFacts>().cameras.remove(n)).unwrap_or_default();
+    let (scale, Some(c)) = camera_lines(latest, n) else { return String::new() };
     let skipped = scale.skipped_rate + scale.skipped_still + c.counts.expired + c.counts.replaced;
     let wait = c.wait_p99_us.map_or_else(|| "-".into(), |us| format!("{:.1}", us / 1000.0));
     format!(" inferred {} (wait p99 {wait} ms), skipped {skipped},", c.counts.inferred)

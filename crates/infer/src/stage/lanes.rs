@@ -21,14 +21,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use zcpipe_core::detections::DetectionsDesc;
-use zcpipe_core::frame::{camera_of, monotonic_ns};
+use zcpipe_core::frame::monotonic_ns;
 use zcpipe_core::metrics::FrameSpan;
 use zcpipe_core::stage::{Turn, IDLE_WAIT};
 use zcpipe_core::{fail, Result};
 
-use super::{infer_facts, newest_wins, record, send, serve_publish, take_frames, Carry, Io, Job, LoopEnd, Out};
+use super::{infer_facts, record, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue};
 use crate::report::BusyMeter;
-use crate::sched::Scheduler;
 use crate::DetectorLane;
 
 /// How long the dispatcher waits for a frame while frames are held. A frame's loan goes
@@ -40,7 +39,7 @@ const BUSY_WAIT: Duration = Duration::from_millis(1);
 /// What the dispatcher and the lanes share, under one mutex.
 struct Shared {
     out: Out,
-    sched: Scheduler<Job>,
+    queue: Queue,
     /// Frames the lanes are running.
     running: usize,
     /// Records of picked frames not yet published, from pick number `next_pub` on; `None`
@@ -55,7 +54,6 @@ struct Shared {
     /// When the stage's main loop started.
     start: Instant,
     meter: BusyMeter,
-    carry: Carry,
     /// No more frames come: lanes run what waits (`drain`) or give it back, then return.
     closing: Option<bool>,
     /// The first error of a lane (or of publishing); it ends the stage.
@@ -98,13 +96,17 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
     let names: Vec<String> = lanes.iter().map(|l| l.describe()).collect();
     let cores: Vec<Option<u32>> = lanes.iter().map(|l| l.core()).collect();
     log::info!(
-        "{n} lanes on worker threads ({}); a free lane runs the frame the scheduler picks; up to {cap} frames held ({pool} scaler buffers, one kept for the scaler{})",
+        "{n} lanes on worker threads ({}); a free lane runs the frame the scheduler picks ({pool} scaler buffers{})",
         names.join(", "),
-        if cap < n + 1 { format!(": --scale-buffers {} lets every lane run with one frame waiting", n + 2) } else { String::new() }
+        if cap < n + 1 {
+            format!(": --scale-buffers {} lets every lane run with one frame waiting", n + 2)
+        } else {
+            String::new()
+        }
     );
     let shared = Mutex::new(Shared {
         out,
-        sched: Scheduler::new(io.sched.clone(), newest_wins(io)),
+        queue: Queue::new(io),
         running: 0,
         pending: VecDeque::new(),
         next_pub: 0,
@@ -112,12 +114,11 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
         span: FrameSpan::default(),
         start: io.start,
         meter: BusyMeter::new(&cores),
-        carry: Carry::new(),
         closing: None,
         error: None,
     });
     let cv = Condvar::new();
-    let mut n_in = 0u64;
+    let (mut n_in, mut eos) = (0u64, false);
     let dispatched = std::thread::scope(|scope| -> Result<&'static str> {
         for (i, mut lane) in lanes.into_iter().enumerate() {
             let (shared, cv, bound, stop) = (&shared, &cv, io.bound, io.stop);
@@ -126,16 +127,15 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
                 .spawn_scoped(scope, move || lane_loop(&mut *lane, i, shared, cv, bound, stop))
                 .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
         }
-        let r = dispatch(io, &shared, &cv, cap, &mut n_in);
+        let r = dispatch(io, &shared, &cv, cap, (&mut n_in, &mut eos));
         // End of stream: the lanes run what waits; anything else: it goes back unrun.
-        let drain = matches!(r, Ok("end of stream"));
         let unrun = {
             let mut s = lock(&shared);
-            s.closing = Some(drain);
-            if drain {
+            s.closing = Some(eos);
+            if eos {
                 Vec::new()
             } else {
-                s.sched.drain()
+                s.queue.sched.drain()
             }
         };
         drop(unrun);
@@ -144,7 +144,7 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
         // The scope joins the lanes.
     });
     let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
-    let facts = infer_facts(&s.sched, &s.meter, io);
+    let facts = infer_facts(&s.queue.sched, &s.meter, io);
     // A lane's error is the cause: the dispatcher only stopped because of it.
     let ended = match s.error {
         Some(e) => Err(e),
@@ -153,31 +153,39 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
     LoopEnd { ended, out: s.out, n_in, span: s.span, facts }
 }
 
-/// The dispatcher of [`run_lanes`]: takes frames into the scheduler while fewer than `cap`
-/// are held; returns why it stopped; counts the frames that came in in `n_in`.
-fn dispatch(io: &Io<'_>, shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in: &mut u64) -> Result<&'static str> {
+/// The dispatcher of [`run_lanes`]: takes frames into the scheduler (as many as
+/// [`super::room`] allows with `cap`, the most the stage may hold); returns why it stopped;
+/// counts the frames that came in and notes whether the stream ended (`seen`).
+fn dispatch(
+    io: &Io<'_>,
+    shared: &Mutex<Shared>,
+    cv: &Condvar,
+    cap: usize,
+    seen: (&mut u64, &mut bool),
+) -> Result<&'static str> {
+    let (n_in, eos) = seen;
     io.ctx.run_loop(
         n_in,
         |n_in| {
             let s = lock(shared);
-            let facts = infer_facts(&s.sched, &s.meter, io);
+            let facts = infer_facts(&s.queue.sched, &s.meter, io);
             (io.report)(s.out.counters(), *n_in, s.span, false, facts)
         },
         |n_in| {
             serve_publish(io, &mut lock(shared).out);
-            let held = {
+            let (held, room) = {
                 let s = lock(shared);
                 if s.error.is_some() {
                     return Ok(Turn::End("a lane failed"));
                 }
-                let held = s.sched.held() + s.running;
-                if super::room(io, held, cap) == 0 {
-                    // Frames wait in the ring (and drop there under drop-oldest) until a lane
-                    // gives one back.
+                let held = s.queue.sched.held() + s.running;
+                let room = super::room(io, held, cap);
+                if room == 0 {
+                    // `block`: frames wait in the ring until a lane gives one back.
                     drop(cv.wait_timeout(s, IDLE_WAIT));
                     return Ok(Turn::Next);
                 }
-                held
+                (held, room)
             };
             let wait = if held > 0 { BUSY_WAIT } else { IDLE_WAIT };
             // The lanes imported the old pool and borrow the detector while they run: a
@@ -185,28 +193,18 @@ fn dispatch(io: &Io<'_>, shared: &Mutex<Shared>, cv: &Condvar, cap: usize, n_in:
             let mut rebind = |_: &zcpipe_core::pool::PoolConsumer| -> Result<()> {
                 fail!("the scale stage restarted with a new pool, which the NPU lanes cannot import while they run; the infer stage restarts to bind it")
             };
-            let (jobs, eos) = take_frames(io, super::room(io, held, cap), wait, &mut rebind)?;
+            let (jobs, ended) = take_frames(io, room, wait, &mut rebind)?;
             if !jobs.is_empty() {
                 *n_in += jobs.len() as u64;
-                let now = monotonic_ns();
-                let replaced: Vec<Job> = {
-                    let mut s = lock(shared);
-                    let replaced: Vec<Job> = jobs
-                        .into_iter()
-                        .filter_map(|j| {
-                            let ts = j.desc.timestamp_ns;
-                            s.sched.admit(camera_of(j.desc.flags), j, ts, now)
-                        })
-                        .collect();
-                    for old in &replaced {
-                        s.carry.replaced(old);
-                    }
-                    replaced
-                };
+                let replaced = lock(shared).queue.admit(jobs, monotonic_ns());
                 drop(replaced); // their buffers go back, outside the lock
                 cv.notify_all();
             }
-            Ok(if eos { Turn::End("end of stream") } else { Turn::Next })
+            if ended {
+                *eos = true;
+                return Ok(Turn::End("end of stream"));
+            }
+            Ok(Turn::Next)
         },
     )
 }
@@ -228,31 +226,25 @@ fn lane_loop(
         if s.error.is_some() {
             return;
         }
-        let mut expired = Vec::new();
-        let picked = s.sched.pick(monotonic_ns(), &mut expired);
-        for old in &expired {
-            s.carry.expired(old);
-        }
-        let Some(p) = picked else {
+        let (picked, expired) = s.queue.pick();
+        let Some((Job { frame, desc }, skipped)) = picked else {
             if s.closing.is_some() {
                 return;
             }
             drop(s);
             drop(expired); // past --max-age: the buffers go back unrun
             s = lock(shared);
-            if s.sched.held() == 0 && s.closing.is_none() {
+            if s.queue.sched.held() == 0 && s.closing.is_none() {
                 s = cv.wait_timeout(s, IDLE_WAIT).unwrap_or_else(|p| p.into_inner()).0;
             }
             continue;
         };
-        let skipped = s.carry.take(&p.item, p.waited);
         let n = s.next_pick;
         s.next_pick += 1;
         s.pending.push_back(None);
         s.running += 1;
         drop(s);
         drop(expired);
-        let Job { frame, desc } = p.item;
         let t0 = Instant::now();
         let result = if bound {
             lane.detect_bound(&frame)

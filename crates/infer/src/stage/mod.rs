@@ -20,7 +20,7 @@ use zcpipe_core::{fail, Result};
 use zcpipe_core::channel::Sender;
 use zcpipe_core::data::resolve_data_path;
 use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, Skipped, MAX_DETECTIONS};
-use zcpipe_core::frame::{camera_of, FrameDesc, RestartMark, Stage, MAX_CAMERAS};
+use zcpipe_core::frame::{camera_of, monotonic_ns, FrameDesc, RestartMark, Stage, MAX_CAMERAS};
 use zcpipe_core::link::{accept_hello, Conn, ControlMsg, Listener, WantedInput};
 use zcpipe_core::metrics::{open_fd_count, Facts, FrameSpan, StageReport};
 use zcpipe_core::pool::{offer_items, Frame, Upstream};
@@ -89,10 +89,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         report: &report,
         sched: &cfg.sched,
         contexts_per_core: cfg.contexts_per_core,
-        cpu0_us: {
-            let p = zcpipe_core::metrics::process_stats();
-            p.user_us + p.system_us
-        },
+        cpu0_us: zcpipe_core::metrics::cpu_us(),
     };
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
@@ -533,9 +530,52 @@ impl Carry {
     }
 }
 
+/// The frames waiting for an engine: the scheduler, and what each camera passed over since
+/// its last record. Both frame loops go through it, so what a frame's record carries is
+/// decided in one place.
+struct Queue {
+    sched: Scheduler<Job>,
+    carry: Carry,
+}
+
+impl Queue {
+    fn new(io: &Io<'_>) -> Queue {
+        Queue { sched: Scheduler::new(io.sched.clone(), newest_wins(io)), carry: Carry::new() }
+    }
+
+    /// Takes in `jobs`, taken from the ring at `now_ns`; returns the frames they replaced (a
+    /// newer frame of the same camera came), for the caller to give back outside any lock.
+    fn admit(&mut self, jobs: Vec<Job>, now_ns: u64) -> Vec<Job> {
+        let mut replaced = Vec::new();
+        for j in jobs {
+            let ts = j.desc.timestamp_ns;
+            if let Some(old) = self.sched.admit(camera_of(j.desc.flags), j, ts, now_ns) {
+                self.carry.replaced(&old);
+                replaced.push(old);
+            }
+        }
+        replaced
+    }
+
+    /// The frame to run now with the skips its record carries (`None`: nothing waits), and
+    /// the frames dropped for `--max-age`, for the caller to give back outside any lock.
+    fn pick(&mut self) -> (Option<(Job, Skipped)>, Vec<Job>) {
+        let mut expired = Vec::new();
+        let picked = self.sched.pick(monotonic_ns(), &mut expired);
+        for old in &expired {
+            self.carry.expired(old);
+        }
+        let picked = picked.map(|p| {
+            let skipped = self.carry.take(&p.item, p.waited);
+            (p.item, skipped)
+        });
+        (picked, expired)
+    }
+}
+
 /// Stamps the hand-off (CLOCK_MONOTONIC, ns) and sends a record to the publish stage.
 fn send(out: &mut Out, mut dd: DetectionsDesc, stop: &AtomicBool) -> Result<()> {
-    dd.stamps[2 * Stage::Infer as usize + 1] = zcpipe_core::frame::monotonic_ns();
+    dd.stamps[2 * Stage::Infer as usize + 1] = monotonic_ns();
     out.send(dd, stop)
 }
 
@@ -573,9 +613,8 @@ fn take_frames(
 /// The infer stage's facts for its report: the scheduler's cameras, the cores' busy time, and
 /// the process's CPU per frame run since its frame loop began (`io.cpu0_us`).
 fn infer_facts<T>(sched: &Scheduler<T>, meter: &BusyMeter, io: &Io<'_>) -> Facts {
-    let p = zcpipe_core::metrics::process_stats();
     let inferred = sched.totals().inferred;
-    let cpu = (p.user_us + p.system_us).saturating_sub(io.cpu0_us);
+    let cpu = zcpipe_core::metrics::cpu_us().saturating_sub(io.cpu0_us);
     let (wait_p50_us, wait_p99_us) = sched.wait_all();
     let mut f = Facts::default();
     f.put(&InferFacts {

@@ -6,14 +6,13 @@ use std::cell::Cell;
 use std::time::Instant;
 
 use anyhow::Context;
-use zcpipe_core::frame::{camera_of, monotonic_ns};
+use zcpipe_core::frame::monotonic_ns;
 use zcpipe_core::metrics::FrameSpan;
 use zcpipe_core::stage::{Turn, IDLE_WAIT};
 use zcpipe_core::Result;
 
-use super::{bind, infer_facts, newest_wins, record, send, serve_publish, take_frames, Carry, Io, Job, LoopEnd, Out};
+use super::{bind, infer_facts, record, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue};
 use crate::report::BusyMeter;
-use crate::sched::Scheduler;
 use crate::Detector;
 
 /// The loop's state: the detections hop, frames in, frames out, the waiting frames, the
@@ -22,10 +21,9 @@ struct Single {
     out: Out,
     n_in: u64,
     span: FrameSpan,
-    sched: Scheduler<Job>,
+    queue: Queue,
     meter: BusyMeter,
     eos: bool,
-    carry: Carry,
 }
 
 /// Runs every frame on this thread (see the module doc); returns how the loop ended.
@@ -34,23 +32,22 @@ pub(super) fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopE
         out,
         n_in: 0,
         span: FrameSpan::default(),
-        sched: Scheduler::new(io.sched.clone(), newest_wins(io)),
+        queue: Queue::new(io),
         meter: BusyMeter::new(&[None]),
         eos: false,
-        carry: Carry::new(),
     };
     // The frames the scale ring may lend us at once: all but one of its buffers.
     let room = io.input.borrow().current().map_or(1, |c| c.buffers().len()).saturating_sub(1).max(1);
     let ended = io.ctx.run_loop(
         &mut st,
         |st| {
-            let facts = infer_facts(&st.sched, &st.meter, io);
+            let facts = infer_facts(&st.queue.sched, &st.meter, io);
             (io.report)(st.out.counters(), st.n_in, st.span, false, facts)
         },
         |st| turn(io, det, st, room),
     );
-    drop(st.sched.drain()); // frames still waiting go back unrun
-    let facts = infer_facts(&st.sched, &st.meter, io);
+    drop(st.queue.sched.drain()); // frames still waiting go back unrun
+    let facts = infer_facts(&st.queue.sched, &st.meter, io);
     LoopEnd { ended, out: st.out, n_in: st.n_in, span: st.span, facts }
 }
 
@@ -59,7 +56,7 @@ pub(super) fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopE
 fn turn(io: &Io<'_>, det: &mut dyn Detector, st: &mut Single, room: usize) -> Result<Turn> {
     serve_publish(io, &mut st.out);
     if !st.eos {
-        let held = st.sched.held();
+        let held = st.queue.sched.held();
         let wait = if held > 0 { std::time::Duration::ZERO } else { IDLE_WAIT };
         let rejoined = Cell::new(false);
         let mut rebind = |c: &zcpipe_core::pool::PoolConsumer| {
@@ -69,28 +66,17 @@ fn turn(io: &Io<'_>, det: &mut dyn Detector, st: &mut Single, room: usize) -> Re
         let (jobs, eos) = take_frames(io, super::room(io, held, room), wait, &mut rebind)?;
         if rejoined.get() {
             // Frames of the scale stage's old pool: the detector now reads the new one.
-            drop(st.sched.drain());
+            drop(st.queue.sched.drain());
         }
         st.eos = eos;
-        let now = monotonic_ns();
-        for job in jobs {
-            st.n_in += 1;
-            let ts = job.desc.timestamp_ns;
-            if let Some(old) = st.sched.admit(camera_of(job.desc.flags), job, ts, now) {
-                st.carry.replaced(&old);
-            }
-        }
+        st.n_in += jobs.len() as u64;
+        drop(st.queue.admit(jobs, monotonic_ns()));
     }
-    let mut expired = Vec::new();
-    let picked = st.sched.pick(monotonic_ns(), &mut expired);
-    for old in expired {
-        st.carry.expired(&old);
-    }
-    let Some(p) = picked else {
+    let (picked, expired) = st.queue.pick();
+    drop(expired);
+    let Some((Job { frame, desc: d }, skipped)) = picked else {
         return Ok(if st.eos { Turn::End("end of stream") } else { Turn::Next });
     };
-    let skipped = st.carry.take(&p.item, p.waited);
-    let Job { frame, desc: d } = p.item;
     det.before_frame(&d);
     let t0 = Instant::now();
     let dets = if io.bound {
