@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/; README "Fuzzing"):
-# control messages (control_msg), frame descriptors (frame_desc) and the detections-socket
-# reader of `zcpipe watch` (watch_lines).
+# control messages (control_msg), frame descriptors (frame_desc), the detections-socket
+# reader of `zcpipe watch` (watch_lines) and the inference service's messages (service_msg).
 #
 #   scripts/fuzz.sh runs N [TARGET...]      each target for N executions (`make fuzz`)
 #   scripts/fuzz.sh time SECONDS [TARGET...]  each target for SECONDS (`make fuzz-ci`)
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 CARGO=${CARGO:-cargo}
 CARGO_FUZZ_VERSION=0.13.2
-ALL_TARGETS=(control_msg frame_desc watch_lines)
+ALL_TARGETS=(control_msg frame_desc watch_lines service_msg)
 # FUZZ_BUILD=release (`make fuzz`): optimised, 10^5-10^6 executions per second per target.
 # FUZZ_BUILD=dev (`make fuzz-ci`): unoptimised (fuzz/Cargo.toml's dev profile), about half
 # the build time, 10^3-10^4 executions per second: enough for a short run.

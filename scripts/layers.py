@@ -14,6 +14,7 @@ LAYERS = {
     "zcpipe-sys": 0,
     "zcpipe-core": 1,
     "zcpipe-track": 2,
+    "zcpipe-convert": 2,
     "zcpipe-capture": 3,
     "zcpipe-scale": 3,
     "zcpipe-infer": 3,

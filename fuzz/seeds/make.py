@@ -87,3 +87,15 @@ tracked = dict(frame, detections=[dict(frame["detections"][0], track_id=1)], zon
 event = {"type": "event", "event": "entered_zone", "camera": "cam0", "track_id": 1, "label": "person", "class_id": 0,
          "score": 0.5, "zone": "door", "first_seen_ns": 7, "last_seen_ns": 7, "timestamp_ns": 7, "box": [1.0, 2.0, 3.0, 4.0]}
 write("watch_lines", "tracked", bytes([0]) + js(tracked) + b"\n" + js(event) + b"\n" + js(dict(event, event="end", zone=None)) + b"\n" + js(end) + b"\n")
+
+# service_msg: a byte (fds received with the packet), then the packet (a client's request, or
+# an answer of the service: the target reads the bytes both ways).
+nv12_spec = {"format": "nv12", "width": 640, "height": 480,
+             "planes": [{"offset": 0, "bytesperline": 640}, {"offset": 307200, "bytesperline": 640}], "size": 460800}
+write("service_msg", "hello", bytes([0]) + js({"type": "hello", "v": 1, "name": "doorbell", "detect_fps": 5.0}))
+write("service_msg", "register-nv12", bytes([1]) + js({"type": "register", "v": 1, "buffers": [nv12_spec]}))
+write("service_msg", "register-jpeg-nv12", bytes([2]) + js({"type": "register", "v": 1, "buffers": [
+    {"format": "jpeg", "size": 48213}, dict(nv12_spec, width=451, height=301, size=464 * 453,
+                                            planes=[{"offset": 0, "bytesperline": 464}, {"offset": 464 * 302, "bytesperline": 464}])]}))
+write("service_msg", "detect", bytes([0]) + js({"type": "detect", "v": 1, "kind": "request", "buffer": 0, "seq": 7}))
+write("service_msg", "reply-frame", bytes([0]) + js({"type": "frame", "v": 1, "buffer": 0, **dict(frame, camera="doorbell pid 7")}))

@@ -1,13 +1,18 @@
 //! `zcpipe bench`'s command line, turned into [`crate::bench::BenchConfig`]: flag shapes and
 //! ranges are checked by clap, the rest (duplicate sizes, `--cpus` count, a transport this
-//! build cannot measure) here, once.
+//! build cannot measure, the service's socket) here, once.
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
 use super::common::choice;
 use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
+use crate::bench::service::ServiceConfig;
 use crate::bench::BenchConfig;
+use zcpipe_core::config::{check_instance, run_dir};
 use zcpipe_core::dmabuf::HeapChoice;
 
 /// `zcpipe bench`: which benchmark to run.
@@ -23,6 +28,10 @@ pub struct BenchArgs {
 pub enum BenchCmd {
     /// One-way latency between two processes, per transport and message size.
     Ipc(IpcArgs),
+    /// A running pipeline's inference service: a client's round trip per request, minus the
+    /// engine's run and the letterbox (the service's own cost); `--hold` keeps a client
+    /// connected to measure its memory.
+    Service(ServiceArgs),
 }
 
 /// `zcpipe bench ipc`: one-way latency between two processes, per transport and size.
@@ -63,6 +72,7 @@ impl BenchArgs {
     pub fn config(&self) -> Result<BenchConfig> {
         match &self.cmd {
             BenchCmd::Ipc(a) => Ok(BenchConfig::Ipc { config: a.config()?, json: a.json }),
+            BenchCmd::Service(a) => Ok(BenchConfig::Service(a.config()?)),
         }
     }
 }
@@ -103,5 +113,88 @@ impl IpcArgs {
             cpus,
             heap: self.heap,
         })
+    }
+}
+
+/// `zcpipe bench service`: requests to a running pipeline's inference service, timed.
+#[derive(Args, Debug, Clone)]
+pub struct ServiceArgs {
+    /// The pipeline to ask (its `zcpipe run --instance`).
+    #[arg(long, default_value = "default")]
+    pub instance: String,
+    /// The pipeline's run directory, if it was given one (`zcpipe run --run-dir`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// The service's socket, if it was put elsewhere (`--serve-socket`).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// The registered NV12 picture's size, WxH (each 2 to 4096).
+    #[arg(long, value_name = "WxH", value_parser = parse_wxh, default_value = "640x480")]
+    pub size: (u32, u32),
+    /// Requests measured, one after another (after 10 warm-up requests).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub requests: u32,
+    /// Measure nothing: connect, register, run 10 requests, then keep the connection open
+    /// this many seconds (to measure a client's memory) and exit 0.
+    #[arg(long, value_name = "SECONDS")]
+    pub hold: Option<f64>,
+    /// Seconds to wait for one answer.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout: f64,
+    /// Print one JSON object instead of the markdown table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `WxH`, each side 2..=4096.
+fn parse_wxh(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?}: use WxH, e.g. 640x480, each side 2 to 4096");
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let (w, h): (u32, u32) = (w.trim().parse().map_err(|_| bad())?, h.trim().parse().map_err(|_| bad())?);
+    if !(2..=4096).contains(&w) || !(2..=4096).contains(&h) {
+        return Err(bad());
+    }
+    Ok((w, h))
+}
+
+impl ServiceArgs {
+    /// The socket (from `--socket`, else the instance's run directory), and the ranges clap
+    /// does not check: `--instance`, `--timeout`, `--hold`.
+    pub fn config(&self) -> Result<ServiceConfig> {
+        check_instance(&self.instance)?;
+        if !(self.timeout > 0.0 && self.timeout <= 3600.0) {
+            bail!("--timeout {}: use seconds above 0 up to 3600", self.timeout);
+        }
+        if let Some(h) = self.hold {
+            if !(0.0..=86_400.0).contains(&h) {
+                bail!("--hold {h}: use seconds from 0 up to 86400");
+            }
+        }
+        let socket = self
+            .socket
+            .clone()
+            .unwrap_or_else(|| zcpipe_core::service::socket_path(&run_dir(&self.instance, self.run_dir.as_deref())));
+        Ok(ServiceConfig {
+            socket,
+            size: self.size,
+            requests: self.requests,
+            hold: self.hold,
+            timeout: Duration::from_secs_f64(self.timeout),
+            json: self.json,
+        })
+    }
+}
+
+#[cfg(test)]
+mod service_tests {
+    use super::parse_wxh;
+
+    #[test]
+    fn wxh() {
+        assert_eq!(parse_wxh("640x480"), Ok((640, 480)));
+        assert_eq!(parse_wxh("2X2"), Ok((2, 2)));
+        for bad in ["640", "0x480", "640x4097", "axb", "640x480x3", ""] {
+            assert!(parse_wxh(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -26,6 +26,10 @@ pub struct HttpArgs {
     /// clients together (0.1 to 30).
     #[arg(long, default_value_t = 5.0, value_parser = view_fps, allow_negative_numbers = true)]
     pub view_fps: f64,
+    /// The inference service whose numbers /metrics shows (default: npu.sock in the run
+    /// directory; `zcpipe run` passes its --serve-socket).
+    #[arg(long, value_name = "PATH", requires = "http")]
+    pub service_socket: Option<std::path::PathBuf>,
 }
 
 /// `HOST:PORT` with an IP address (`127.0.0.1:8080`, `[::1]:8080`), `localhost:PORT`, or a
@@ -56,7 +60,8 @@ impl HttpArgs {
     /// [`zcpipe_publish::http::AddrError`]: exit code 2).
     pub fn config(&self) -> Result<Option<HttpConfig>> {
         let Some(addr) = self.http else { return Ok(None) };
-        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps };
+        let service = self.service_socket.clone();
+        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps, service };
         check_remote(&cfg)?;
         Ok(Some(cfg))
     }
@@ -67,7 +72,7 @@ impl HttpArgs {
     /// again.
     pub fn check_usable(&self) -> std::result::Result<(), zcpipe_publish::http::AddrError> {
         let Some(addr) = self.http else { return Ok(()) };
-        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps };
+        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps, service: None };
         zcpipe_publish::http::bind(&cfg).map(drop)
     }
 
@@ -86,6 +91,7 @@ impl HttpArgs {
         if self.http_allow_remote {
             v.push("--http-allow-remote".into());
         }
+        v.extend(self.service_socket.as_ref().map(|p| format!("--service-socket={}", p.display())));
         v
     }
 }

@@ -13,6 +13,7 @@ use zcpipe_infer::auto::{self, InferChoice};
 use zcpipe_infer::heads::{ChannelOrder, HeadKind};
 use zcpipe_infer::rknn::parse_npu_cores;
 use zcpipe_infer::sched::SchedConfig;
+use zcpipe_infer::service::ServiceConfig;
 use zcpipe_infer::{DetectorKind, InferConfig};
 
 use super::common::{check_per_camera, choice, join};
@@ -85,6 +86,31 @@ pub struct InferArgs {
     /// scheduler's per-camera numbers). `zcpipe run` sets it.
     #[arg(long, value_delimiter = ',')]
     pub cameras: Vec<String>,
+    /// The inference service for other local processes (`zcpipe detect`, the Python client):
+    /// off with this flag.
+    #[arg(long)]
+    pub no_serve: bool,
+    /// Where the inference service listens. Default: npu.sock in the run directory.
+    #[arg(long)]
+    pub serve_socket: Option<PathBuf>,
+    /// Members of zcpipe's group may use the inference service too (the socket is made
+    /// mode 0660; its directory must let them reach it: --serve-socket in a directory of
+    /// mode 0750). Default: only zcpipe's own user (and root).
+    #[arg(long)]
+    pub serve_group: bool,
+    /// Most clients of the inference service connected at once (1..=64).
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
+    pub serve_clients: i64,
+    /// Most buffers one client may register (1..=1024).
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
+    pub serve_buffers: i64,
+    /// Most `request` requests of one client waiting at once; one more is answered
+    /// `busy` (1..=64).
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
+    pub serve_queue: i64,
+    /// Each client's share of the NPU, as a camera's --weight.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub serve_weight: f64,
 }
 
 /// The highest `--weight` taken.
@@ -134,7 +160,9 @@ impl InferArgs {
             weights,
             max_age: (self.max_age > 0.0).then(|| std::time::Duration::from_secs_f64(self.max_age)),
         };
+        let service = self.service()?;
         Ok(InferConfig {
+            service,
             backend: choice.backend,
             model: choice.model,
             labels: self.labels.clone(),
@@ -149,6 +177,36 @@ impl InferArgs {
             contexts_per_core: self.npu_contexts_per_core,
             sched,
         })
+    }
+
+    /// The inference service's settings (`None`: `--no-serve`). Without `--serve-socket`
+    /// the socket's path is empty here: the stage puts it in its run directory.
+    fn service(&self) -> Result<Option<ServiceConfig>> {
+        let range = |flag: &str, v: i64, max: i64| -> Result<usize> {
+            if !(1..=max).contains(&v) {
+                anyhow::bail!("{flag} {v}: use 1..={max}");
+            }
+            Ok(v as usize)
+        };
+        let max_clients = range("--serve-clients", self.serve_clients, 64)?;
+        let max_buffers = range("--serve-buffers", self.serve_buffers, 1024)?;
+        let queue = range("--serve-queue", self.serve_queue, 64)?;
+        if !(self.serve_weight.is_finite() && self.serve_weight > 0.0 && self.serve_weight <= MAX_WEIGHT) {
+            anyhow::bail!("--serve-weight {}: use a weight above 0 up to {MAX_WEIGHT}", self.serve_weight);
+        }
+        if self.no_serve {
+            return Ok(None);
+        }
+        let socket = self.serve_socket.clone().unwrap_or_default();
+        if let Some(p) = &self.serve_socket {
+            if !p.is_absolute() || p.file_name().is_none() {
+                anyhow::bail!("--serve-socket {}: use an absolute path to a socket file", p.display());
+            }
+        }
+        let mut c = ServiceConfig::at(socket);
+        c.group = self.serve_group;
+        (c.max_clients, c.max_buffers, c.queue, c.weight) = (max_clients, max_buffers, queue, self.serve_weight);
+        Ok(Some(c))
     }
 
     /// `--infer`, `--model` and `--npu-cores` resolved on this board ([`auto::choose`]: the
@@ -201,6 +259,17 @@ impl InferArgs {
         if !self.cameras.is_empty() {
             v.push(format!("--cameras={}", self.cameras.join(",")));
         }
+        if self.no_serve {
+            v.push("--no-serve".into());
+        }
+        v.extend(self.serve_socket.as_ref().map(|p| format!("--serve-socket={}", p.display())));
+        if self.serve_group {
+            v.push("--serve-group".into());
+        }
+        v.push(format!("--serve-clients={}", self.serve_clients));
+        v.push(format!("--serve-buffers={}", self.serve_buffers));
+        v.push(format!("--serve-queue={}", self.serve_queue));
+        v.push(format!("--serve-weight={}", self.serve_weight));
         v
     }
 }

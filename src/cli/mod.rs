@@ -12,6 +12,7 @@ pub mod capture;
 pub mod common;
 pub mod compare;
 pub mod config;
+pub mod detect;
 pub mod display;
 pub mod http;
 pub mod infer;
@@ -72,7 +73,11 @@ pub enum Command {
     },
     /// Print the detections published on a socket.
     Watch(WatchArgs),
-    /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size.
+    /// Detect objects in one picture with a running pipeline's model (its inference
+    /// service) and print the frame line `zcpipe run --json` would.
+    Detect(detect::DetectArgs),
+    /// Measure on this machine: `zcpipe bench ipc` times each IPC transport per message size,
+    /// `zcpipe bench service` a running pipeline's inference service.
     Bench(bench::BenchArgs),
     /// Run the same source in zero-copy mode and in --copy-mode, alternating, and compare.
     Compare(Box<compare::CompareArgs>),
@@ -188,8 +193,20 @@ impl StageCmd {
         match self {
             StageCmd::Capture { args, .. } => zcpipe_capture::stage::run(args.config()?, ctx),
             StageCmd::Scale { args, .. } => zcpipe_scale::stage::run(args.config()?, ctx),
-            StageCmd::Infer { args, .. } => zcpipe_infer::stage::run(args.config()?, ctx),
-            StageCmd::Publish { args, .. } => zcpipe_publish::stage::run(args.config(&instance)?, ctx),
+            StageCmd::Infer { args, .. } => {
+                let mut cfg = args.config()?;
+                if let Some(s) = cfg.service.as_mut().filter(|s| s.socket.as_os_str().is_empty()) {
+                    s.socket = zcpipe_core::service::socket_path(&ctx.data.run_dir);
+                }
+                zcpipe_infer::stage::run(cfg, ctx)
+            }
+            StageCmd::Publish { args, .. } => {
+                let mut cfg = args.config(&instance)?;
+                if let Some(h) = cfg.http.as_mut().filter(|h| h.service.is_none()) {
+                    h.service = Some(zcpipe_core::service::socket_path(&ctx.data.run_dir));
+                }
+                zcpipe_publish::stage::run(cfg, ctx)
+            }
             StageCmd::Display { args, .. } => zcpipe_display::stage::run(args.config(&instance)?, ctx),
         }
     }
@@ -224,6 +241,7 @@ pub fn main() -> i32 {
     let tag = match &cli.cmd {
         Command::Run(_) => "zcpipe".to_string(),
         Command::Watch(_) => "zcpipe watch".to_string(),
+        Command::Detect(_) => "zcpipe detect".to_string(),
         Command::Bench(_) => "zcpipe bench".to_string(),
         Command::Compare(_) => "zcpipe compare".to_string(),
         Command::Doctor(_) => "zcpipe doctor".to_string(),
@@ -241,6 +259,7 @@ pub fn main() -> i32 {
     let result = match cli.cmd {
         Command::Run(a) => run::run(&a, &STOP),
         Command::Watch(a) => zcpipe_publish::watch::watch(a.into(), &STOP).map(|_| 0),
+        Command::Detect(a) => a.run(),
         Command::Bench(a) => a.config().and_then(crate::bench::run),
         Command::Compare(a) => a.config().and_then(|c| crate::compare::compare(c, &STOP)),
         Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),

@@ -286,6 +286,12 @@ impl RunArgs {
                     v.push(format!("--cameras={}", names.join(",")));
                     v.extend(self.track.flags());
                     v.extend(self.http.flags());
+                    // /metrics asks the inference service where the infer stage puts it.
+                    if let (Some(p), true, None) =
+                        (&p.infer.serve_socket, self.http.http.is_some(), &self.http.service_socket)
+                    {
+                        v.push(format!("--service-socket={}", p.display()));
+                    }
                     v.extend(self.snapshot.flags());
                     v.extend(self.mqtt.flags());
                     v

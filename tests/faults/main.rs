@@ -6,3 +6,4 @@ mod common;
 
 mod faults;
 mod hostile;
+mod service;

@@ -17,6 +17,8 @@ mod pipeline;
 mod plan;
 mod replay;
 mod rtsp;
+#[cfg(feature = "onnx")]
+mod service;
 mod snapshot;
 mod track;
 mod udev_rules;

@@ -41,7 +41,7 @@ pub(crate) const TESTSRC_DEFAULT_FPS: f64 = 30.0;
 
 /// Largest width or height a spec may ask for, in pixels (the bound
 /// [`FrameLayout::validate`](zcpipe_core::frame::FrameLayout::validate) enforces).
-pub(crate) const MAX_DIMENSION: u32 = 16384;
+pub(crate) const MAX_DIMENSION: u32 = zcpipe_convert::still::MAX_DIMENSION;
 
 /// Which capture backend to open, as given on the command line. `Debug` shows a URL
 /// redacted ([`redact_url`]), like every other form shown to people.

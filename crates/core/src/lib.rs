@@ -23,6 +23,7 @@ pub mod rate;
 pub mod ring;
 pub mod schema;
 pub mod secret;
+pub mod service;
 pub mod stage;
 pub mod tap;
 

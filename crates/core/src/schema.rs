@@ -166,6 +166,53 @@ pub struct FrameJson {
     pub npu: NpuFacts,
 }
 
+/// The label of class `class` (`class_N` if the list has no entry).
+pub fn label_of(labels: &[String], class: u32) -> String {
+    labels.get(class as usize).cloned().unwrap_or_else(|| format!("class_{class}"))
+}
+
+impl FrameJson {
+    /// The line of one frame's record `d` of camera `camera` (`lat`: the latencies of its
+    /// stamps, µs, capture, scale, infer, publish and total; see [`LatencyJson`] for where
+    /// the publish latency ends): scores rounded to 0.001 and boxes to 0.1 pixel, as every
+    /// output prints them (the publish stage's lines, the inference service's answers).
+    pub fn of_record(
+        d: &crate::detections::DetectionsDesc,
+        camera: &str,
+        labels: &[String],
+        lat: &[Option<f64>; 5],
+    ) -> FrameJson {
+        let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
+        FrameJson {
+            camera: camera.to_string(),
+            seq: d.seq,
+            timestamp_ns: d.timestamp_ns,
+            width: d.width,
+            height: d.height,
+            latency_us: LatencyJson {
+                capture: r(lat[0]),
+                scale: r(lat[1]),
+                infer: r(lat[2]),
+                publish: r(lat[3]),
+                total: r(lat[4]),
+            },
+            detections: d.dets[..(d.count as usize).min(d.dets.len())]
+                .iter()
+                .map(|x| DetectionJson {
+                    class_id: x.class_id,
+                    label: label_of(labels, x.class_id),
+                    score: (x.score * 1000.0).round() / 1000.0,
+                    bbox: x.bbox.map(|v| (v * 10.0).round() / 10.0),
+                    track_id: None,
+                })
+                .collect(),
+            zones: None,
+            skipped: SkippedJson::of(&d.skipped),
+            npu: NpuFacts { wait_us: d.skipped.wait_us, busy_us: d.npu_busy_us },
+        }
+    }
+}
+
 /// What a frame line knows of the NPU inside the publish process ([`FrameJson::npu`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NpuFacts {

@@ -41,6 +41,7 @@ pub mod replay;
 pub mod report;
 pub mod rknn;
 pub mod sched;
+pub mod service;
 pub mod stage;
 
 use std::path::PathBuf;
@@ -253,6 +254,31 @@ pub trait DetectorLane: Send {
     fn last_run(&self) -> Option<(Instant, Instant)> {
         None
     }
+    /// As [`Detector::before_frame`] (a camera's frame is next).
+    fn before_frame(&mut self, _desc: &FrameDesc) {}
+}
+
+/// The whole of a one-engine detector as a lane, so the stage's lanes loop runs it on a
+/// worker thread like any engine (with the inference service on: its clients' requests
+/// wake the engine at once, not at the frame loop's next turn).
+pub(crate) struct OneLane<'a>(pub(crate) &'a mut dyn Detector);
+
+impl DetectorLane for OneLane<'_> {
+    fn describe(&self) -> String {
+        format!("the {} engine", self.0.kind())
+    }
+    fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>> {
+        self.0.detect(input, layout)
+    }
+    fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>> {
+        self.0.detect_bound(frame)
+    }
+    fn last_run(&self) -> Option<(Instant, Instant)> {
+        self.0.last_run()
+    }
+    fn before_frame(&mut self, desc: &FrameDesc) {
+        self.0.before_frame(desc)
+    }
 }
 
 /// Start-up options shared by every backend.
@@ -358,6 +384,8 @@ pub struct InferConfig {
     pub contexts_per_core: u32,
     /// The scheduler's cameras, weights and age limit.
     pub sched: sched::SchedConfig,
+    /// The inference service for other local processes (`None`: `--no-serve`).
+    pub service: Option<service::ServiceConfig>,
 }
 
 /// Detector backends (`--infer`). Adding one is a file in this folder, a variant here and

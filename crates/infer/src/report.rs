@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use crate::sched::{CameraSched, SourceCounts};
+pub use zcpipe_core::service::{ClientStats, ServiceStats};
 
 /// The infer stage's own facts in its report (`extra`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -26,6 +27,8 @@ pub struct InferFacts {
     pub wait_p50_us: Option<f64>,
     /// Every camera's frames' wait for an engine, µs: 99th percentile.
     pub wait_p99_us: Option<f64>,
+    /// The inference service's numbers, each connected client's with them (`None`: off).
+    pub service: Option<ServiceStats>,
 }
 
 /// How busy one NPU core (or, for an engine not pinned to a core, that engine) was.

@@ -68,6 +68,8 @@ struct Waiting<T> {
     ts_ns: u64,
     /// When the stage took it from the ring, CLOCK_MONOTONIC ns.
     arrived_ns: u64,
+    /// Video: replaced by a newer one of its source, dropped past `--max-age`.
+    newest: bool,
 }
 
 /// One camera's queue and counters.
@@ -82,6 +84,8 @@ struct Source<T> {
     wait: Histogram<u64>,
     /// Capture stamps of the first and last frame run (for the inferred rate).
     first_last_ns: Option<(u64, u64)>,
+    /// A client of the inference service (not a camera): `Some(open)`.
+    client: Option<bool>,
 }
 
 /// What happened to one camera's frames in the scheduler.
@@ -160,6 +164,7 @@ impl<T> Scheduler<T> {
                 counts: SourceCounts::default(),
                 wait: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
                 first_last_ns: None,
+                client: None,
             });
         }
         &mut self.sources[i]
@@ -169,8 +174,15 @@ impl<T> Scheduler<T> {
     /// `now_ns`. Returns the frame it replaced (video: the camera's older waiting frame), for
     /// the caller to give back.
     pub fn admit(&mut self, camera: usize, item: T, ts_ns: u64, now_ns: u64) -> Option<T> {
-        let (newest_wins, vclock) = (self.newest_wins, self.vclock);
-        let s = self.source(camera);
+        self.admit_as(camera, item, ts_ns, now_ns, self.newest_wins)
+    }
+
+    /// [`Scheduler::admit`] with the item's own policy: `newest_wins` (video: it replaces
+    /// the source's waiting video item, and `--max-age` applies) or not (it waits its turn
+    /// behind the others, whatever its age: a client's `request`).
+    pub fn admit_as(&mut self, source: usize, item: T, ts_ns: u64, now_ns: u64, newest_wins: bool) -> Option<T> {
+        let vclock = self.vclock;
+        let s = self.source(source);
         s.counts.admitted += 1;
         if s.queue.is_empty() {
             // Idle until now: at most one frame's credit for the time it had nothing to run
@@ -178,22 +190,50 @@ impl<T> Scheduler<T> {
             // away gets no burst).
             s.vtime = s.vtime.max(vclock - 1.0 / s.weight);
         }
-        let replaced = if newest_wins { s.queue.pop_front().map(|w| w.item) } else { None };
+        let old = if newest_wins { s.queue.iter().position(|w| w.newest) } else { None };
+        let replaced = old.and_then(|k| s.queue.remove(k)).map(|w| w.item);
         if replaced.is_some() {
             s.counts.replaced += 1;
         }
-        s.queue.push_back(Waiting { item, ts_ns, arrived_ns: now_ns });
+        s.queue.push_back(Waiting { item, ts_ns, arrived_ns: now_ns, newest: newest_wins });
         replaced
+    }
+
+    /// Opens source `i` for a client of the inference service named `name`, with its
+    /// weight: fresh counters and queue (a slot a client that left used before).
+    pub fn open_client(&mut self, i: usize, name: String, weight: f64) {
+        let vclock = self.vclock;
+        let s = self.source(i);
+        s.name = name;
+        s.weight = if weight.is_finite() && weight > 0.0 { weight } else { 1.0 };
+        s.queue.clear();
+        s.vtime = vclock;
+        s.counts = SourceCounts::default();
+        s.wait.reset();
+        s.first_last_ns = None;
+        s.client = Some(true);
+    }
+
+    /// Closes client source `i` (the client left): its waiting items, for the caller to
+    /// give back.
+    pub fn close_client(&mut self, i: usize) -> Vec<T> {
+        match self.sources.get_mut(i) {
+            Some(s) if s.client.is_some() => {
+                s.client = Some(false);
+                s.queue.drain(..).map(|w| w.item).collect()
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The frame to run now (`None`: nothing waits). Frames past `--max-age` at `now_ns`
     /// go to `expired` first (video only), for the caller to give back.
     pub fn pick(&mut self, now_ns: u64, expired: &mut Vec<T>) -> Option<Picked<T>> {
-        if let (true, Some(max)) = (self.newest_wins, self.cfg.max_age) {
+        if let Some(max) = self.cfg.max_age {
             let max = max.as_nanos() as u64;
             for s in &mut self.sources {
-                while s.queue.front().is_some_and(|w| now_ns.saturating_sub(w.ts_ns) > max) {
-                    if let Some(w) = s.queue.pop_front() {
+                while let Some(k) = s.queue.iter().position(|w| w.newest && now_ns.saturating_sub(w.ts_ns) > max) {
+                    if let Some(w) = s.queue.remove(k) {
                         s.counts.expired += 1;
                         expired.push(w.item);
                     }
@@ -245,11 +285,24 @@ impl<T> Scheduler<T> {
         (q(0.5), q(0.99))
     }
 
-    /// Each camera's line for the report, by name.
+    /// Each camera's line for the report, by name (cameras that never sent a frame beyond
+    /// the configured ones are left out).
     pub fn facts(&self) -> BTreeMap<String, CameraSched> {
+        let configured = self.cfg.cameras.len().max(1);
+        self.lines(|i, s| s.client.is_none() && (i < configured || s.counts.admitted > 0))
+    }
+
+    /// Each connected client's line, by name.
+    pub fn client_facts(&self) -> BTreeMap<String, CameraSched> {
+        self.lines(|_, s| s.client == Some(true))
+    }
+
+    fn lines(&self, keep: impl Fn(usize, &Source<T>) -> bool) -> BTreeMap<String, CameraSched> {
         self.sources
             .iter()
-            .map(|s| {
+            .enumerate()
+            .filter(|(i, s)| keep(*i, s))
+            .map(|(_, s)| {
                 let q = |p: f64| (!s.wait.is_empty()).then(|| s.wait.value_at_quantile(p) as f64);
                 let fps = s
                     .first_last_ns
@@ -365,6 +418,30 @@ mod tests {
         let got: Vec<u64> = (0..5).map(|_| s.pick(10_000 * MS, &mut exp).unwrap().item).collect();
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
         assert!(exp.is_empty());
+    }
+
+    #[test]
+    fn a_client_source_mixes_requests_and_video() {
+        let mut s = Scheduler::new(cfg(1, vec![], Some(100)), true);
+        s.open_client(20, "robot pid 9".into(), 1.0);
+        // Two requests wait their turn; the video frame is replaced by the newer one.
+        assert!(s.admit_as(20, 1, 0, 0, false).is_none());
+        assert!(s.admit_as(20, 2, 0, 0, true).is_none());
+        assert!(s.admit_as(20, 3, 0, 0, false).is_none());
+        assert_eq!(s.admit_as(20, 4, 10 * MS, 10 * MS, true), Some(2));
+        let mut exp = vec![];
+        // 500 ms later the video frame is past --max-age; the requests are not.
+        let got: Vec<u64> = std::iter::from_fn(|| s.pick(500 * MS, &mut exp).map(|p| p.item)).collect();
+        assert_eq!(got, vec![1, 3]);
+        assert_eq!(exp, vec![4]);
+        let f = s.client_facts();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f["robot pid 9"].counts, SourceCounts { admitted: 4, inferred: 2, replaced: 1, expired: 1 });
+        assert!(!s.facts().contains_key("robot pid 9"), "a client is not a camera");
+        assert!(!s.facts().contains_key("cam19"), "the sources below a client's are not cameras");
+        s.admit_as(20, 5, 0, 0, false);
+        assert_eq!(s.close_client(20), vec![5]);
+        assert!(s.client_facts().is_empty());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use zcpipe_core::stage::{incoming, Drained, Extras, Incoming, StageCtx, Turn, ID
 
 use super::output::Outputs;
 use super::report::{CameraFacts, PublishFacts};
-use super::schema::{DetectionJson, EventJson, FrameJson, LatencyJson, NoticeJson, SocketLine};
+use super::schema::{EventJson, FrameJson, NoticeJson, SocketLine};
 use super::track::{EventKind, Observation, TrackEvent, Tracker, TrackerKind, Zone};
 use super::{DetectionServer, PrintMode, PublishConfig, TrackConfig};
 
@@ -175,7 +175,10 @@ impl Tracking {
             let mut zones: BTreeMap<String, BTreeMap<String, u32>> =
                 tracker.zones().iter().map(|z| (z.name.clone(), BTreeMap::new())).collect();
             for (z, class, n) in tracker.zone_counts() {
-                zones.entry(tracker.zones()[z].name.clone()).or_default().insert(label_of(labels, class), n);
+                zones
+                    .entry(tracker.zones()[z].name.clone())
+                    .or_default()
+                    .insert(zcpipe_core::schema::label_of(labels, class), n);
             }
             f.zones = Some(zones);
         }
@@ -228,7 +231,7 @@ impl Tracking {
                     event: e.kind.name().into(),
                     camera: self.cameras[cam].clone(),
                     track_id: e.track_id,
-                    label: label_of(labels, e.class_id),
+                    label: zcpipe_core::schema::label_of(labels, e.class_id),
                     class_id: e.class_id,
                     score: (e.best_score * 1000.0).round() / 1000.0,
                     zone: e.zone.and_then(|z| zones.get(z)).map(|z| z.name.clone()),
@@ -279,48 +282,15 @@ impl TrackingReport {
     }
 }
 
-/// The label of class `class` (`class_N` if the list has no entry).
-fn label_of(labels: &[String], class: u32) -> String {
-    labels.get(class as usize).cloned().unwrap_or_else(|| format!("class_{class}"))
-}
-
 /// One readable line for an event: `event new: person #3 (0.91)`, `event entered_zone door: person #3 (0.91)`.
 pub fn human_event(e: &EventJson) -> String {
     let zone = e.zone.as_ref().map(|z| format!(" {z}")).unwrap_or_default();
     format!("event {}{zone}: {} #{} ({:.2})", e.event, e.label, e.track_id, e.score)
 }
 
-/// Builds the published object of one frame (`lat`: [`latencies_us`] of its stamps; see
-/// [`LatencyJson`] for where the line's publish latency ends).
+/// Builds the published object of one frame ([`FrameJson::of_record`]).
 pub(crate) fn frame_json(d: &DetectionsDesc, camera: &str, labels: &[String], lat: &[Option<f64>; 5]) -> FrameJson {
-    let r = |v: Option<f64>| (v.unwrap_or(0.0) * 10.0).round() / 10.0;
-    FrameJson {
-        camera: camera.to_string(),
-        seq: d.seq,
-        timestamp_ns: d.timestamp_ns,
-        width: d.width,
-        height: d.height,
-        latency_us: LatencyJson {
-            capture: r(lat[0]),
-            scale: r(lat[1]),
-            infer: r(lat[2]),
-            publish: r(lat[3]),
-            total: r(lat[4]),
-        },
-        detections: d.dets[..d.count as usize]
-            .iter()
-            .map(|x| DetectionJson {
-                class_id: x.class_id,
-                label: label_of(labels, x.class_id),
-                score: (x.score * 1000.0).round() / 1000.0,
-                bbox: x.bbox.map(|v| (v * 10.0).round() / 10.0),
-                track_id: None,
-            })
-            .collect(),
-        zones: None,
-        skipped: zcpipe_core::schema::SkippedJson::of(&d.skipped),
-        npu: zcpipe_core::schema::NpuFacts { wait_us: d.skipped.wait_us, busy_us: d.npu_busy_us },
-    }
+    FrameJson::of_record(d, camera, labels, lat)
 }
 
 /// One readable line for a frame: `frame 12 (768x432, 72.1 ms): person 0.91 [188,97,276,371]`.

@@ -148,6 +148,9 @@ fn npu_part(latest: &Latest) -> String {
     if rate + still + age > 0 {
         v.push(format!("skipped rate {rate}, still {still}, age {age}"));
     }
+    if let Some(svc) = f.service.as_ref().filter(|s| s.connections > 0) {
+        v.push(format!("service: {} clients, {} requests, {} answered", svc.clients, svc.requests, svc.answered));
+    }
     if v.is_empty() {
         String::new()
     } else {
@@ -169,7 +172,9 @@ fn stats_line(cap: u64, cap_fps: &str, publ: u64, publ_fps: &str, latest: &Lates
 /// core how busy it was.
 fn scheduler(o: &mut String, s: &RunSummary) {
     let Some(f) = of(&s.stages, Stage::Infer).map(|r| r.extra.view::<InferFacts>()) else { return };
-    if f.cameras.values().all(|c| c.counts.admitted == 0) {
+    service(o, &f);
+    if f.cameras.values().all(|c| c.counts.admitted == 0) && f.service.as_ref().is_none_or(|s| s.per_client.is_empty())
+    {
         return;
     }
     let scale = of(&s.stages, Stage::Scale).map(|r| r.extra.view::<ScaleFacts>()).unwrap_or_default();
@@ -196,6 +201,22 @@ fn scheduler(o: &mut String, s: &RunSummary) {
             ms(c.wait_p99_us)
         );
     }
+    for (name, c) in f.service.iter().flat_map(|s| &s.per_client) {
+        let _ = writeln!(
+            o,
+            "    {name:<14}{:>6} {:>9} {:>5} {:>13} {:>6} {:>5} {:>6} {:>12} {:>7}  (service client: {} busy)",
+            c.weight,
+            c.inferred,
+            rate(c.inferred_fps),
+            c.rate,
+            "-",
+            c.age,
+            c.newer,
+            ms(c.wait_p50_us),
+            ms(c.wait_p99_us),
+            c.busy
+        );
+    }
     let cores: Vec<String> = f
         .cores
         .iter()
@@ -217,6 +238,16 @@ fn scheduler(o: &mut String, s: &RunSummary) {
         let _ =
             writeln!(o, "  motion check (--motion): up to {us:.1} µs per frame checked (the costliest camera's mean)");
     }
+}
+
+/// The inference service's line: its socket and what its clients did.
+fn service(o: &mut String, f: &InferFacts) {
+    let Some(s) = &f.service else { return };
+    let _ = writeln!(
+        o,
+        "  inference service at {}: {} connections ({} refused), {} requests: {} answered, {} busy, {} over their rate; {} answers lost (client not reading), {} messages refused",
+        s.socket, s.connections, s.refused_peers, s.requests, s.answered, s.busy, s.dropped_rate, s.answers_lost, s.refused_messages
+    );
 }
 
 /// The stage processes of a run, in pipeline order: its exit codes' ids (every process

@@ -26,9 +26,14 @@ use zcpipe_core::metrics::FrameSpan;
 use zcpipe_core::stage::{Turn, IDLE_WAIT};
 use zcpipe_core::{fail, Result};
 
-use super::{infer_facts, record, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue};
+use super::{
+    infer_facts, record, release, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue, Work, CLIENT_BASE,
+};
 use crate::report::BusyMeter;
+use crate::service::job::Scratch;
+use crate::service::{ClientJob, Service, Sink};
 use crate::DetectorLane;
+use zcpipe_core::service::DropReason;
 
 /// How long the dispatcher waits for a frame while frames are held. A frame's loan goes
 /// back through the scale ring's consumer, which is locked while the dispatcher waits in
@@ -119,13 +124,20 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
     });
     let cv = Condvar::new();
     let (mut n_in, mut eos) = (0u64, false);
+    let sink = LaneSink { shared: &shared, cv: &cv };
     let dispatched = std::thread::scope(|scope| -> Result<&'static str> {
         for (i, mut lane) in lanes.into_iter().enumerate() {
-            let (shared, cv, bound, stop) = (&shared, &cv, io.bound, io.stop);
+            let (shared, cv, bound, stop, service, spec) = (&shared, &cv, io.bound, io.stop, io.service, io.spec);
             std::thread::Builder::new()
                 .name(format!("infer-lane-{i}"))
-                .spawn_scoped(scope, move || lane_loop(&mut *lane, i, shared, cv, bound, stop))
+                .spawn_scoped(scope, move || {
+                    let ctx = LaneCtx { i, shared, cv, bound, stop, service, spec };
+                    lane_loop(&mut *lane, &ctx)
+                })
                 .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
+        }
+        if let Some(service) = io.service {
+            service.serve(scope, &sink, CLIENT_BASE, io.stop)?;
         }
         let r = dispatch(io, &shared, &cv, cap, (&mut n_in, &mut eos));
         // End of stream: the lanes run what waits; anything else: it goes back unrun.
@@ -138,10 +150,13 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
                 s.queue.sched.drain()
             }
         };
-        drop(unrun);
+        release(unrun, DropReason::Stopping);
+        if let Some(service) = io.service {
+            service.stop();
+        }
         cv.notify_all();
         r
-        // The scope joins the lanes.
+        // The scope joins the lanes and the service's threads.
     });
     let s = shared.into_inner().unwrap_or_else(|p| p.into_inner());
     let facts = infer_facts(&s.queue.sched, &s.meter, io);
@@ -197,7 +212,7 @@ fn dispatch(
             if !jobs.is_empty() {
                 *n_in += jobs.len() as u64;
                 let replaced = lock(shared).queue.admit(jobs, monotonic_ns());
-                drop(replaced); // their buffers go back, outside the lock
+                release(replaced, DropReason::Newer); // their buffers go back, outside the lock
                 cv.notify_all();
             }
             if ended {
@@ -209,62 +224,133 @@ fn dispatch(
     )
 }
 
-/// A lane's worker: asks the scheduler for a frame whenever its engine is free, runs it,
-/// gives the loan back, then files the record (see [`run_lanes`]). Returns when the
-/// dispatcher closes and nothing is left for it, or a lane failed.
-fn lane_loop(
-    lane: &mut (dyn DetectorLane + '_),
+/// The service's way into the scheduler the lanes share.
+struct LaneSink<'a> {
+    shared: &'a Mutex<Shared>,
+    cv: &'a Condvar,
+}
+
+impl Sink for LaneSink<'_> {
+    fn open(&self, slot: usize, name: String, weight: f64) {
+        lock(self.shared).queue.sched.open_client(slot, name, weight);
+    }
+
+    fn submit(&self, job: ClientJob) -> Vec<(ClientJob, DropReason)> {
+        let mut s = lock(self.shared);
+        if s.closing.is_some() || s.error.is_some() {
+            return vec![(job, DropReason::Stopping)];
+        }
+        let replaced = s.queue.admit_client(job);
+        drop(s);
+        self.cv.notify_all();
+        replaced.map(|old| (old, DropReason::Newer)).into_iter().collect()
+    }
+
+    fn client_lines(&self) -> std::collections::BTreeMap<String, crate::sched::CameraSched> {
+        lock(self.shared).queue.sched.client_facts()
+    }
+
+    fn close(&self, slot: usize) -> Vec<ClientJob> {
+        let items = lock(self.shared).queue.sched.close_client(slot);
+        items
+            .into_iter()
+            .filter_map(|w| match w {
+                Work::Client(j) => Some(j),
+                Work::Frame(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// What a lane's worker shares with the others and the dispatcher.
+struct LaneCtx<'a> {
+    /// Its number.
     i: usize,
-    shared: &Mutex<Shared>,
-    cv: &Condvar,
+    shared: &'a Mutex<Shared>,
+    cv: &'a Condvar,
+    /// The detector imported the scale pool (frames go to `detect_bound`).
     bound: bool,
-    stop: &AtomicBool,
-) {
+    stop: &'a AtomicBool,
+    service: Option<&'a Service>,
+    spec: &'a crate::InputSpec,
+}
+
+/// A lane's worker: asks the scheduler for a frame or a client's request whenever its
+/// engine is free, runs it, gives the loan back, then files the record (see
+/// [`run_lanes`]) or answers the client. Returns when the dispatcher closes and nothing is
+/// left for it, or a lane failed.
+fn lane_loop(lane: &mut (dyn DetectorLane + '_), c: &LaneCtx<'_>) {
     let core = lane.core();
-    let mut s = lock(shared);
+    let mut scratch = Scratch::default();
+    let mut s = lock(c.shared);
     loop {
         if s.error.is_some() {
             return;
         }
         let (picked, expired) = s.queue.pick();
-        let Some((Job { frame, desc }, skipped)) = picked else {
+        let Some((work, skipped)) = picked else {
             if s.closing.is_some() {
                 return;
             }
             drop(s);
-            drop(expired); // past --max-age: the buffers go back unrun
-            s = lock(shared);
+            release(expired, DropReason::Age); // past --max-age: the buffers go back unrun
+            s = lock(c.shared);
             if s.queue.sched.held() == 0 && s.closing.is_none() {
-                s = cv.wait_timeout(s, IDLE_WAIT).unwrap_or_else(|p| p.into_inner()).0;
+                s = c.cv.wait_timeout(s, IDLE_WAIT).unwrap_or_else(|p| p.into_inner()).0;
             }
             continue;
         };
+        let job = match work {
+            Work::Frame(job) => job,
+            Work::Client(job) => {
+                s.running += 1;
+                drop(s);
+                release(expired, DropReason::Age);
+                let ran = match c.service {
+                    Some(service) => job.run(lane, &mut scratch, c.spec, service),
+                    None => Ok(None),
+                };
+                s = lock(c.shared);
+                s.running -= 1;
+                match ran {
+                    Ok(Some((start, end))) => s.meter.ran(core, c.i, start, end),
+                    Ok(None) => {}
+                    Err(e) => s.fail(
+                        e.context(format!("inference on a service client's request ({})", lane.describe())).into(),
+                    ),
+                }
+                c.cv.notify_all();
+                continue;
+            }
+        };
+        let Job { frame, desc } = job;
         let n = s.next_pick;
         s.next_pick += 1;
         s.pending.push_back(None);
         s.running += 1;
         drop(s);
-        drop(expired);
+        release(expired, DropReason::Age);
+        lane.before_frame(&desc);
         let t0 = Instant::now();
-        let result = if bound {
+        let result = if c.bound {
             lane.detect_bound(&frame)
         } else {
             frame.read().and_then(|g| lane.detect(g[0].bytes(), &desc.layout))
         };
         let (start, end) = lane.last_run().filter(|r| r.0 >= t0).unwrap_or((t0, Instant::now()));
         drop(frame); // the scale buffer goes back as soon as the engine is done with it
-        s = lock(shared);
+        s = lock(c.shared);
         s.running -= 1;
-        s.meter.ran(core, i, start, end);
+        s.meter.ran(core, c.i, start, end);
         match result {
             Ok(dets) => {
                 let busy = s.meter.busy_us();
-                if let Err(e) = s.done(n, record(&desc, &dets, skipped, busy), stop) {
+                if let Err(e) = s.done(n, record(&desc, &dets, skipped, busy), c.stop) {
                     s.fail(e);
                 }
             }
             Err(e) => s.fail(e.context(format!("inference on frame {} ({})", desc.seq, lane.describe())).into()),
         }
-        cv.notify_all();
+        c.cv.notify_all();
     }
 }

@@ -31,7 +31,8 @@ use super::heads::{load_anchors, HeadKind};
 use super::labels::{resolve_labels, LabelSource};
 use super::report::{BusyMeter, InferFacts};
 use super::sched::Scheduler;
-use super::{open_detector, Detection, Detector, DetectorKind, DetectorOptions, InferConfig, InputSpec};
+use super::service::{ClientJob, Model, Service};
+use super::{open_detector, Detection, Detector, DetectorKind, DetectorOptions, InferConfig, InputSpec, OneLane};
 
 /// Runs the infer stage with `cfg` (checked by the command line) until the scale stage
 /// ends the stream, the stop flag is set or a neighbour hangs up; returns the exit code.
@@ -48,7 +49,14 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     } else {
         format!("{} detections", det.kind())
     };
+    let model_info = Model {
+        input: [spec.width, spec.height],
+        detector: det.kind().to_string(),
+        labels: std::sync::Arc::new(labels.clone()),
+    };
     let out = Out::offer(down, 8, ctx.data.ring_policy, what, labels)?;
+    // Bound before the stage says it is ready: a client that sees the pipeline up finds it.
+    let service = cfg.service.clone().map(|c| Service::bind(c, model_info)).transpose()?;
     let fds_setup = open_fd_count();
     ctx.ready(Instant::now());
     log::info!(
@@ -90,16 +98,24 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         sched: &cfg.sched,
         contexts_per_core: cfg.contexts_per_core,
         cpu0_us: zcpipe_core::metrics::cpu_us(),
+        service: service.as_ref(),
     };
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
     let end = {
+        // With the service on, even one engine runs on a lane's thread: a client's request
+        // wakes it at once, where the one-engine loop would see it at its next turn.
+        let serving = io.service.is_some();
         let lanes = det.lanes();
         match lanes {
-            Some(lanes) if lanes.len() > 1 => run_lanes(&io, lanes, out),
+            Some(lanes) if lanes.len() > 1 || (serving && lanes.len() == 1) => run_lanes(&io, lanes, out),
             other => {
                 drop(other);
-                run_single(&io, &mut *det, out)
+                if serving {
+                    run_lanes(&io, vec![Box::new(OneLane(&mut *det))], out)
+                } else {
+                    run_single(&io, &mut *det, out)
+                }
             }
         }
     };
@@ -301,6 +317,8 @@ struct Io<'a> {
     contexts_per_core: u32,
     /// The process's CPU time (user + system, µs) when the frame loop began.
     cpu0_us: u64,
+    /// The inference service, when on.
+    service: Option<&'a Service>,
 }
 
 /// How a frame loop ended: why (or the error that ended it), the detections sender (to
@@ -530,11 +548,22 @@ impl Carry {
     }
 }
 
+/// What waits for an engine: a camera's frame, or a request of a service client. Not boxed:
+/// a camera's frame is the common case and costs no allocation on its way through.
+#[allow(clippy::large_enum_variant)]
+enum Work {
+    Frame(Job),
+    Client(ClientJob),
+}
+
+/// The first scheduler source of the service's clients (cameras come first).
+const CLIENT_BASE: usize = MAX_CAMERAS;
+
 /// The frames waiting for an engine: the scheduler, and what each camera passed over since
 /// its last record. Both frame loops go through it, so what a frame's record carries is
 /// decided in one place.
 struct Queue {
-    sched: Scheduler<Job>,
+    sched: Scheduler<Work>,
     carry: Carry,
 }
 
@@ -545,28 +574,44 @@ impl Queue {
 
     /// Takes in `jobs`, taken from the ring at `now_ns`; returns the frames they replaced (a
     /// newer frame of the same camera came), for the caller to give back outside any lock.
-    fn admit(&mut self, jobs: Vec<Job>, now_ns: u64) -> Vec<Job> {
+    fn admit(&mut self, jobs: Vec<Job>, now_ns: u64) -> Vec<Work> {
         let mut replaced = Vec::new();
         for j in jobs {
             let ts = j.desc.timestamp_ns;
-            if let Some(old) = self.sched.admit(camera_of(j.desc.flags), j, ts, now_ns) {
-                self.carry.replaced(&old);
+            if let Some(old) = self.sched.admit(camera_of(j.desc.flags), Work::Frame(j), ts, now_ns) {
+                if let Work::Frame(f) = &old {
+                    self.carry.replaced(f);
+                }
                 replaced.push(old);
             }
         }
         replaced
     }
 
+    /// Takes in a client's job; returns the older video job of that client it replaced.
+    fn admit_client(&mut self, job: ClientJob) -> Option<ClientJob> {
+        let (source, ts, video) = (job.source, job.ts_ns, job.is_video());
+        match self.sched.admit_as(source, Work::Client(job), ts, monotonic_ns(), video) {
+            Some(Work::Client(old)) => Some(old),
+            _ => None,
+        }
+    }
+
     /// The frame to run now with the skips its record carries (`None`: nothing waits), and
     /// the frames dropped for `--max-age`, for the caller to give back outside any lock.
-    fn pick(&mut self) -> (Option<(Job, Skipped)>, Vec<Job>) {
+    fn pick(&mut self) -> (Option<(Work, Skipped)>, Vec<Work>) {
         let mut expired = Vec::new();
         let picked = self.sched.pick(monotonic_ns(), &mut expired);
         for old in &expired {
-            self.carry.expired(old);
+            if let Work::Frame(f) = old {
+                self.carry.expired(f);
+            }
         }
         let picked = picked.map(|p| {
-            let skipped = self.carry.take(&p.item, p.waited);
+            let skipped = match &p.item {
+                Work::Frame(f) => self.carry.take(f, p.waited),
+                Work::Client(_) => Skipped::default(),
+            };
             (p.item, skipped)
         });
         (picked, expired)
@@ -624,8 +669,19 @@ fn infer_facts<T>(sched: &Scheduler<T>, meter: &BusyMeter, io: &Io<'_>) -> Facts
         cpu_us_per_frame: (inferred > 0).then(|| cpu as f64 / inferred as f64),
         wait_p50_us,
         wait_p99_us,
+        service: io.service.map(|s| s.stats(&sched.client_facts())),
     });
     f
+}
+
+/// Gives back what the scheduler let go (replaced, expired, drained): a frame's loan goes
+/// back to the scale stage, a client's job is answered `dropped` with `why`.
+fn release(items: Vec<Work>, why: zcpipe_core::service::DropReason) {
+    for w in items {
+        if let Work::Client(j) = w {
+            j.drop_with(why);
+        }
+    }
 }
 
 /// Whether the scheduler drops old frames (video) or runs every one in order (`block`).

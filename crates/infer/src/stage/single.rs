@@ -11,9 +11,10 @@ use zcpipe_core::metrics::FrameSpan;
 use zcpipe_core::stage::{Turn, IDLE_WAIT};
 use zcpipe_core::Result;
 
-use super::{bind, infer_facts, record, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue};
+use super::{bind, infer_facts, record, release, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue, Work};
 use crate::report::BusyMeter;
 use crate::Detector;
+use zcpipe_core::service::DropReason;
 
 /// The loop's state: the detections hop, frames in, frames out, the waiting frames, the
 /// engine's busy time, and whether the stream ended.
@@ -46,7 +47,7 @@ pub(super) fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopE
         },
         |st| turn(io, det, st, room),
     );
-    drop(st.queue.sched.drain()); // frames still waiting go back unrun
+    release(st.queue.sched.drain(), DropReason::Stopping); // frames still waiting go back unrun
     let facts = infer_facts(&st.queue.sched, &st.meter, io);
     LoopEnd { ended, out: st.out, n_in: st.n_in, span: st.span, facts }
 }
@@ -66,16 +67,22 @@ fn turn(io: &Io<'_>, det: &mut dyn Detector, st: &mut Single, room: usize) -> Re
         let (jobs, eos) = take_frames(io, super::room(io, held, room), wait, &mut rebind)?;
         if rejoined.get() {
             // Frames of the scale stage's old pool: the detector now reads the new one.
-            drop(st.queue.sched.drain());
+            release(st.queue.sched.drain(), DropReason::Stopping);
         }
         st.eos = eos;
         st.n_in += jobs.len() as u64;
-        drop(st.queue.admit(jobs, monotonic_ns()));
+        release(st.queue.admit(jobs, monotonic_ns()), DropReason::Newer);
     }
     let (picked, expired) = st.queue.pick();
-    drop(expired);
-    let Some((Job { frame, desc: d }, skipped)) = picked else {
-        return Ok(if st.eos { Turn::End("end of stream") } else { Turn::Next });
+    release(expired, DropReason::Age);
+    let (Job { frame, desc: d }, skipped) = match picked {
+        Some((Work::Frame(job), skipped)) => (job, skipped),
+        // The service runs with the lanes' loop: no client's job comes here.
+        Some((Work::Client(job), _)) => {
+            job.drop_with(DropReason::Stopping);
+            return Ok(Turn::Next);
+        }
+        None => return Ok(if st.eos { Turn::End("end of stream") } else { Turn::Next }),
     };
     det.before_frame(&d);
     let t0 = Instant::now();

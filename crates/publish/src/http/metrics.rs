@@ -49,6 +49,69 @@ fn histogram(o: &mut String, name: &str, labels: &str, b: &Buckets) {
     let _ = writeln!(o, "{name}_count{{{labels}}} {}", b.count);
 }
 
+/// The inference service's families, appended to `o` (from its numbers, asked at this
+/// scrape): totals, and per connected client (a client's counters start when it connects).
+pub fn service(o: &mut String, st: &zcpipe_core::service::ServiceStats) {
+    family(o, "zcpipe_service_clients", "gauge", "Clients of the inference service connected now.");
+    let _ = writeln!(o, "zcpipe_service_clients {}", st.clients);
+    family(o, "zcpipe_service_connections_total", "counter", "Connections the inference service accepted.");
+    let _ = writeln!(o, "zcpipe_service_connections_total {}", st.connections);
+    family(
+        o,
+        "zcpipe_service_refused_total",
+        "counter",
+        "Peers (another user, too many) and messages the inference service refused.",
+    );
+    let _ = writeln!(o, "zcpipe_service_refused_total{{what=\"peer\"}} {}", st.refused_peers);
+    let _ = writeln!(o, "zcpipe_service_refused_total{{what=\"message\"}} {}", st.refused_messages);
+    family(
+        o,
+        "zcpipe_service_requests_total",
+        "counter",
+        "A connected client's requests by fate: inferred, or not (newer: replaced by its newer video request; age: older than --max-age; rate: over its detect_fps; busy: its queue was full).",
+    );
+    for (name, c) in &st.per_client {
+        let n = escape(name);
+        for (result, v) in
+            [("inferred", c.inferred), ("newer", c.newer), ("age", c.age), ("rate", c.rate), ("busy", c.busy)]
+        {
+            let _ = writeln!(o, "zcpipe_service_requests_total{{client=\"{n}\",result=\"{result}\"}} {v}");
+        }
+    }
+    family(
+        o,
+        "zcpipe_service_answers_lost_total",
+        "counter",
+        "Answers a connected client did not read in time (dropped, never buffered).",
+    );
+    for (name, c) in &st.per_client {
+        let _ = writeln!(o, "zcpipe_service_answers_lost_total{{client=\"{}\"}} {}", escape(name), c.answers_lost);
+    }
+    family(o, "zcpipe_service_inferred_fps", "gauge", "A connected client's requests run per second.");
+    for (name, c) in &st.per_client {
+        let _ =
+            writeln!(o, "zcpipe_service_inferred_fps{{client=\"{}\"}} {}", escape(name), c.inferred_fps.unwrap_or(0.0));
+    }
+    family(
+        o,
+        "zcpipe_service_wait_seconds",
+        "gauge",
+        "A connected client's requests' wait for an NPU engine, median and 99th percentile.",
+    );
+    for (name, c) in &st.per_client {
+        for (q, v) in [("0.5", c.wait_p50_us), ("0.99", c.wait_p99_us)] {
+            if let Some(us) = v {
+                let _ = writeln!(
+                    o,
+                    "zcpipe_service_wait_seconds{{client=\"{}\",quantile=\"{q}\"}} {}",
+                    escape(name),
+                    us / 1e6
+                );
+            }
+        }
+    }
+}
+
 /// The whole `/metrics` text.
 pub fn render(s: &Stats, server: &ServerCounts) -> String {
     let mut o = String::new();
@@ -179,6 +242,28 @@ mod tests {
             assert!(t.lines().any(|x| x == l), "{l} in:\n{t}");
         }
         assert!(t.ends_with('\n'));
+        let mut svc = String::new();
+        let mut st =
+            zcpipe_core::service::ServiceStats { clients: 1, connections: 3, refused_peers: 1, ..Default::default() };
+        st.per_client.insert(
+            "robot pid 7".into(),
+            zcpipe_core::service::ClientStats {
+                inferred: 40,
+                busy: 2,
+                wait_p50_us: Some(1500.0),
+                ..Default::default()
+            },
+        );
+        service(&mut svc, &st);
+        for l in [
+            "zcpipe_service_clients 1",
+            "zcpipe_service_refused_total{what=\"peer\"} 1",
+            "zcpipe_service_requests_total{client=\"robot pid 7\",result=\"inferred\"} 40",
+            "zcpipe_service_requests_total{client=\"robot pid 7\",result=\"busy\"} 2",
+            "zcpipe_service_wait_seconds{client=\"robot pid 7\",quantile=\"0.5\"} 0.0015",
+        ] {
+            assert!(svc.lines().any(|x| x == l), "{l} in:\n{svc}");
+        }
         let sum: f64 = t
             .lines()
             .find_map(|l| l.strip_prefix("zcpipe_latency_seconds_sum{stage=\"total\",camera=\"cam0\"} "))

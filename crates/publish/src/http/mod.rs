@@ -52,6 +52,9 @@ pub struct HttpConfig {
     pub allow_remote: bool,
     /// The most JPEGs encoded per camera per second (`--view-fps`, 0.1 to 30).
     pub view_fps: f64,
+    /// The inference service whose numbers `/metrics` shows (asked at each scrape; `None`
+    /// or nothing listening: none shown).
+    pub service: Option<std::path::PathBuf>,
 }
 
 /// An address the web view cannot use, said in one line with its fix (`zcpipe` exits 2,
@@ -125,6 +128,8 @@ struct Shared {
     server: tiny_http::Server,
     addr: SocketAddr,
     view_fps: f64,
+    /// The inference service to ask for its numbers at `/metrics`.
+    service: Option<std::path::PathBuf>,
     stop: AtomicBool,
     requests: AtomicU64,
     /// Requests refused for a declared body over [`MAX_BODY`].
@@ -164,6 +169,7 @@ impl HttpOutput {
             server,
             addr,
             view_fps: http.view_fps,
+            service: http.service.clone(),
             stop: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             huge_bodies: AtomicU64::new(0),
@@ -420,7 +426,10 @@ fn route(s: &Arc<Shared>, rq: tiny_http::Request) {
         "/" | "/index.html" => respond(rq, 200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps).into_bytes()),
         "/api/stats" => respond(rq, 200, "application/json", stats_json(s).to_string().into_bytes()),
         "/metrics" => {
-            let body = metrics::render(&lock(&s.stats), &server_counts(s));
+            let mut body = metrics::render(&lock(&s.stats), &server_counts(s));
+            if let Some(st) = s.service.as_deref().and_then(service_stats) {
+                metrics::service(&mut body, &st);
+            }
             respond(rq, 200, metrics::CONTENT_TYPE, body.into_bytes())
         }
         "/api/detections" => stream(s, rq, Stream::Sse),
@@ -451,6 +460,14 @@ fn route(s: &Arc<Shared>, rq: tiny_http::Request) {
         },
         _ => text(rq, 404, format!("not found: {path}; the web view serves /, /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg, /stream/<camera>.mjpg\n")),
     }
+}
+
+/// The inference service's numbers, asked on its socket (at most 200 ms; `None` if it is off
+/// or does not answer: `/metrics` goes on without them).
+fn service_stats(path: &std::path::Path) -> Option<zcpipe_core::service::ServiceStats> {
+    use zcpipe_core::service::client::Client;
+    let mut c = Client::connect_within(path, "metrics", 0.0, Duration::from_millis(200)).ok()?;
+    c.stats().ok()
 }
 
 fn server_counts(s: &Shared) -> metrics::ServerCounts {
@@ -625,7 +642,8 @@ mod tests {
 
     #[test]
     fn a_slow_event_client_loses_its_oldest_lines_counted() {
-        let http = HttpConfig { addr: "127.0.0.1:0".parse().unwrap(), allow_remote: false, view_fps: 5.0 };
+        let http =
+            HttpConfig { addr: "127.0.0.1:0".parse().unwrap(), allow_remote: false, view_fps: 5.0, service: None };
         let cfg = PublishConfig {
             socket: "/nonexistent/d.sock".into(),
             print: crate::PrintMode::None,
@@ -663,7 +681,8 @@ mod tests {
 
     #[test]
     fn a_remote_address_needs_the_flag_and_a_taken_port_is_named() {
-        let cfg = |a: &str, allow| HttpConfig { addr: a.parse().unwrap(), allow_remote: allow, view_fps: 5.0 };
+        let cfg =
+            |a: &str, allow| HttpConfig { addr: a.parse().unwrap(), allow_remote: allow, view_fps: 5.0, service: None };
         let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
         assert!(
             e.starts_with("--http 0.0.0.0:8080: not a loopback address") && e.contains("--http-allow-remote"),

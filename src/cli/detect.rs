@@ -1,0 +1,59 @@
+//! `zcpipe detect`: one picture through a running pipeline's model, with the inference
+//! service's Rust client ([`zcpipe_core::service::client`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use zcpipe_core::config::{check_instance, run_dir};
+use zcpipe_core::schema::SocketLine;
+use zcpipe_core::service::client::{image_buffer, Client, ClientError};
+
+/// `zcpipe detect`.
+#[derive(Args, Debug, Clone)]
+pub struct DetectArgs {
+    /// A JPEG or PNG picture.
+    #[arg(long)]
+    pub image: PathBuf,
+    /// The pipeline to ask (its `zcpipe run --instance`).
+    #[arg(long, default_value = "default")]
+    pub instance: String,
+    /// The pipeline's run directory, if it was given one (`zcpipe run --run-dir`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// The service's socket, if it was put elsewhere (`--serve-socket`).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout: f64,
+}
+
+impl DetectArgs {
+    /// Sends the picture, waits for its detections and prints them as the frame line
+    /// `zcpipe run --json` prints (one JSON object). Exit 0; errors are one line.
+    pub fn run(&self) -> anyhow::Result<i32> {
+        check_instance(&self.instance)?;
+        if !(self.timeout > 0.0 && self.timeout <= 3600.0) {
+            anyhow::bail!("--timeout {}: use seconds above 0 up to 3600", self.timeout);
+        }
+        let bytes = std::fs::read(&self.image)
+            .map_err(|e| anyhow::anyhow!("cannot read image {}: {e}", self.image.display()))?;
+        let (fd, spec) = image_buffer(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", self.image.display()))?;
+        let socket = self
+            .socket
+            .clone()
+            .unwrap_or_else(|| zcpipe_core::service::socket_path(&run_dir(&self.instance, self.run_dir.as_deref())));
+        let run = || -> Result<String, ClientError> {
+            let mut client = Client::connect(&socket, "zcpipe-detect")?;
+            client.set_timeout(Duration::from_secs_f64(self.timeout));
+            let index = client.register(&[(&fd, spec)])?;
+            let frame = client.detect(index)?;
+            SocketLine::Frame(frame).to_line().map_err(|e| ClientError::Other(e.to_string()))
+        };
+        let line = run().map_err(anyhow::Error::new)?;
+        print!("{line}");
+        Ok(0)
+    }
+}
