@@ -173,7 +173,7 @@ pub(crate) fn serve_client(
 ) {
     let tv = nix::sys::time::TimeVal::new(0, POLL.as_micros() as i64);
     let _ = nix::sys::socket::setsockopt(&client.sock, nix::sys::socket::sockopt::ReceiveTimeout, &tv);
-    let mut reader = Reader { service, client, source: base + slot, sink, gate: None, said_hello: false };
+    let mut reader = Reader { service, client, source: base + slot, sink, gate: None, said_hello: false, requests: 0 };
     let started = std::time::Instant::now();
     let why = loop {
         if service.stopping(stop) {
@@ -208,12 +208,16 @@ pub(crate) fn serve_client(
         super::dropped(j, DropReason::Stopping);
     }
     let buffers = std::mem::take(&mut *client.buffers.lock().unwrap_or_else(|p| p.into_inner()));
-    if reader.said_hello {
+    // A client that only asked (a /metrics scrape asking for the numbers) leaves quietly.
+    if reader.said_hello && (reader.requests > 0 || !buffers.is_empty()) {
         log::info!(
-            "inference service: {} left ({why}): {n} waiting requests dropped, {} buffers released",
+            "inference service: {} left ({why}) after {} requests: {n} waiting dropped, {} buffers released",
             client.who(),
+            reader.requests,
             buffers.len()
         );
+    } else if reader.said_hello {
+        log::debug!("inference service: {} left ({why})", client.who());
     }
     drop(buffers);
     service.free(slot);
@@ -228,6 +232,8 @@ struct Reader<'a> {
     sink: &'a dyn Sink,
     gate: Option<RateGate>,
     said_hello: bool,
+    /// Detect requests it sent.
+    requests: u64,
 }
 
 impl Reader<'_> {
@@ -327,6 +333,7 @@ impl Reader<'_> {
 
     fn detect(&mut self, kind: Kind, index: u32, seq: u64) {
         let (service, client) = (self.service, self.client);
+        self.requests += 1;
         let buf = client.buffers.lock().unwrap_or_else(|p| p.into_inner()).get(index as usize).cloned();
         let Some(buffer) = buf else {
             let n = client.buffers.lock().unwrap_or_else(|p| p.into_inner()).len();

@@ -137,7 +137,10 @@ pub(super) fn run_lanes(io: &Io<'_>, lanes: Vec<Box<dyn DetectorLane + '_>>, out
                 .with_context(|| format!("cannot start the worker thread of {}", names[i]))?;
         }
         if let Some(service) = io.service {
-            service.serve(scope, &sink, CLIENT_BASE, io.stop)?;
+            // Without its thread the pipeline goes on, unserved (the lanes already run).
+            if let Err(e) = service.serve(scope, &sink, CLIENT_BASE, io.stop) {
+                log::warn!("{e:#}: the inference service is off for this run");
+            }
         }
         let r = dispatch(io, &shared, &cv, cap, (&mut n_in, &mut eos));
         // End of stream: the lanes run what waits; anything else: it goes back unrun.
