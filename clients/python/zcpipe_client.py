@@ -61,6 +61,18 @@ def sealed_memfd(data):
     return fd
 
 
+MAX_BUFFER_BYTES = 64 << 20
+
+
+def check_image(data):
+    """Refuses, before anything is sent, what the service would refuse: not a JPEG or PNG
+    file, or one over its size limit."""
+    image_format(data)
+    if len(data) > MAX_BUFFER_BYTES:
+        raise ServiceError("the picture is %d bytes; the inference service takes pictures up to %d bytes"
+                           % (len(data), MAX_BUFFER_BYTES))
+
+
 def image_format(data):
     if data[:3] == b"\xff\xd8\xff":
         return "jpeg"
@@ -87,13 +99,18 @@ class Client:
             sock.connect(path)
         except OSError as e:
             sock.close()
+            why = e.strerror or str(e)
+            if isinstance(e, FileNotFoundError) and os.path.exists(os.path.join(os.path.dirname(path), "infer.sock")):
+                why = "the pipeline there runs without its inference service (--no-serve)"
+            elif isinstance(e, ConnectionRefusedError):
+                why = "nothing listens there now (the infer stage may be restarting: try again in a second)"
             raise ServiceError("no inference service at %s: %s; start `zcpipe run` (for another instance: "
-                               "--instance NAME)" % (path, e.strerror or e)) from None
+                               "--instance NAME; with --run-dir DIR: --run-dir DIR here too)" % (path, why)) from None
         c = cls(sock, None)
         c._send({"type": "hello", "v": VERSION, "name": name, "detect_fps": detect_fps})
         m = c.recv()
         if m["type"] != "welcome":
-            raise ServiceError(m.get("reason", "expected a welcome, got %s" % m["type"]))
+            raise ServiceError("the inference service refused: " + m.get("reason", "expected a welcome, got %s" % m["type"]))
         c.welcome = m
         return c
 
@@ -127,12 +144,20 @@ class Client:
 
     def recv(self):
         """The service's next message, as a dict (`type`: frame, dropped, busy, refused, ...)."""
-        data, _fds, _flags, _addr = socket.recv_fds(self.sock, MAX_PACKET, 1)
-        for fd in _fds:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_PACKET, 1)
+        except socket.timeout:
+            raise ServiceError("no answer from the inference service within %s s" % self.sock.gettimeout()) from None
+        except ConnectionResetError:
+            data, fds = b"", []
+        for fd in fds:
             os.close(fd)
         if not data:
             raise ServiceError("the inference service hung up (the pipeline stopped or restarted)")
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ServiceError("an answer of the inference service this client cannot read") from None
 
     def register(self, fd, spec):
         """Registers one buffer (an fd: a sealed memfd or a dma-buf; `spec`: its format,
@@ -140,11 +165,12 @@ class Client:
         self._send({"type": "register", "v": VERSION, "buffers": [spec]}, [fd])
         m = self.recv()
         if m["type"] != "registered":
-            raise ServiceError(m.get("reason", "expected registered, got %s" % m["type"]))
+            raise ServiceError("the inference service refused: " + m.get("reason", "expected registered, got %s" % m["type"]))
         return m["first"]
 
     def register_image(self, data):
         """A JPEG or PNG file's bytes in a sealed memfd, registered; returns its index."""
+        check_image(data)
         fd = sealed_memfd(data)
         self.fds.append(fd)
         return self.register(fd, {"format": image_format(data), "size": len(data)})
@@ -197,10 +223,12 @@ def main(argv=None):
     try:
         with open(a.image, "rb") as f:
             data = f.read()
+        check_image(data)
         with Client.connect(a.instance, "zcpipe_client.py", a.socket, a.run_dir, a.timeout) as c:
             frame = c.detect(c.register_image(data))
     except (OSError, ServiceError) as e:
-        print("zcpipe_client.py: error: %s" % e, file=sys.stderr)
+        print("zcpipe_client.py: error: %s: %s" % (a.image, e) if isinstance(e, ServiceError) and "JPEG or PNG" in str(e)
+              else "zcpipe_client.py: error: %s" % e, file=sys.stderr)
         return 1
     # The frame line as `zcpipe run --json` prints it (the answer's own fields: buffer, v, left out).
     print(json.dumps({k: frame[k] for k in FRAME_FIELDS if k in frame}, separators=(",", ":")))

@@ -40,14 +40,22 @@ impl DetectArgs {
         }
         let bytes = std::fs::read(&self.image)
             .map_err(|e| anyhow::anyhow!("cannot read image {}: {e}", self.image.display()))?;
+        let max = zcpipe_core::service::MAX_BUFFER_BYTES;
+        if bytes.len() as u64 > max {
+            anyhow::bail!(
+                "{} is {} bytes; the inference service takes pictures up to {max} bytes",
+                self.image.display(),
+                bytes.len()
+            );
+        }
         let (fd, spec) = image_buffer(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", self.image.display()))?;
         let socket = self
             .socket
             .clone()
             .unwrap_or_else(|| zcpipe_core::service::socket_path(&run_dir(&self.instance, self.run_dir.as_deref())));
         let run = || -> Result<String, ClientError> {
-            let mut client = Client::connect(&socket, "zcpipe-detect")?;
-            client.set_timeout(Duration::from_secs_f64(self.timeout));
+            let mut client =
+                Client::connect_within(&socket, "zcpipe-detect", 0.0, Duration::from_secs_f64(self.timeout))?;
             let index = client.register(&[(&fd, spec)])?;
             let frame = client.detect(index)?;
             SocketLine::Frame(frame).to_line().map_err(|e| ClientError::Other(e.to_string()))

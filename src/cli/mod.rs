@@ -255,7 +255,11 @@ pub fn main() -> i32 {
         error_line(&tag, &e.to_string());
         return 2;
     }
-    signals::install_signal_handlers();
+    // `zcpipe detect` waits on one answer: a signal ends it at once (the default action),
+    // where the handlers would only set the stop flag for a loop it does not have.
+    if !matches!(cli.cmd, Command::Detect(_)) {
+        signals::install_signal_handlers();
+    }
     let result = match cli.cmd {
         Command::Run(a) => run::run(&a, &STOP),
         Command::Watch(a) => zcpipe_publish::watch::watch(a.into(), &STOP).map(|_| 0),

@@ -39,8 +39,10 @@ pub fn decode_rgb8_bytes(bytes: &[u8], max_alloc: u64) -> anyhow::Result<image::
     limits.max_image_width = Some(MAX_DIMENSION);
     limits.max_image_height = Some(MAX_DIMENSION);
     limits.max_alloc = Some(max_alloc);
-    let decode = || -> anyhow::Result<image::DynamicImage> {
-        let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format()?;
+    let decode = || -> image::ImageResult<image::DynamicImage> {
+        let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(image::ImageError::IoError)?;
         reader.limits(limits);
         let mut decoder = reader.into_decoder()?;
         let orientation = decoder.orientation()?;
@@ -48,7 +50,15 @@ pub fn decode_rgb8_bytes(bytes: &[u8], max_alloc: u64) -> anyhow::Result<image::
         img.apply_orientation(orientation);
         Ok(img)
     };
-    Ok(decode()?.to_rgb8())
+    // The image crate's errors say their cause in their own text: one line, not a chain.
+    let img = decode().map_err(|e| match e {
+        image::ImageError::Limits(_) => anyhow::anyhow!(
+            "the picture is over the decoder's limits ({MAX_DIMENSION} pixels a side, {} MiB decoded)",
+            max_alloc >> 20
+        ),
+        _ => anyhow::anyhow!("{e}"),
+    })?;
+    Ok(img.to_rgb8())
 }
 
 /// Converts a packed RGB24 image (`width x height`, rows of `3 * width` bytes) to NV12 in

@@ -245,8 +245,19 @@ fn service(o: &mut String, f: &InferFacts) {
     let Some(s) = &f.service else { return };
     let _ = writeln!(
         o,
-        "  inference service at {}: {} connections ({} refused), {} requests: {} answered, {} busy, {} over their rate; {} answers lost (client not reading), {} messages refused",
-        s.socket, s.connections, s.refused_peers, s.requests, s.answered, s.busy, s.dropped_rate, s.answers_lost, s.refused_messages
+        "  inference service at {}: {} connections ({} refused), {} requests: {} answered, {} busy, {} over their rate, {} replaced by a newer one, {} too old, {} not run (stop, client gone); {} answers lost (client not reading), {} messages refused",
+        s.socket,
+        s.connections,
+        s.refused_peers,
+        s.requests,
+        s.answered,
+        s.busy,
+        s.dropped_rate,
+        s.dropped_newer,
+        s.dropped_age,
+        s.dropped_stopping,
+        s.answers_lost,
+        s.refused_messages
     );
 }
 

@@ -30,7 +30,7 @@ use crate::schema::FrameJson;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nothing listens at the socket (no pipeline of that instance, or the service is off).
-    #[error("no inference service at {path}: {why}; start `zcpipe run` (for another instance: --instance NAME), or check --run-dir")]
+    #[error("no inference service at {path}: {why}; start `zcpipe run` (for another instance: --instance NAME; with --run-dir DIR: --run-dir DIR here too)")]
     Connect {
         /// The socket.
         path: PathBuf,
@@ -63,6 +63,21 @@ pub struct Client {
     welcome: Welcome,
     next_seq: u64,
     timeout: Duration,
+}
+
+/// Why nothing answered at `path`, in the user's terms: a pipeline that runs without its
+/// service, an infer stage restarting, or no pipeline.
+fn connect_failure(path: &Path, e: nix::errno::Errno) -> String {
+    let infer = path.parent().map(|d| d.join("infer.sock"));
+    match e {
+        nix::errno::Errno::ENOENT if infer.as_ref().is_some_and(|p| p.exists()) => {
+            "the pipeline there runs without its inference service (--no-serve)".into()
+        }
+        nix::errno::Errno::ECONNREFUSED => {
+            "nothing listens there now (the infer stage may be restarting: try again in a second)".into()
+        }
+        e => e.desc().to_string(),
+    }
 }
 
 /// A sealed memfd holding `bytes` (sealed against shrinking, growing and further seals, so
@@ -109,7 +124,7 @@ impl Client {
         let addr = UnixAddr::new(path).map_err(|e| err(e.to_string()))?;
         let sock = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
             .map_err(|e| err(format!("socket: {e}")))?;
-        connect(sock.as_raw_fd(), &addr).map_err(|e| err(e.desc().to_string()))?;
+        connect(sock.as_raw_fd(), &addr).map_err(|e| err(connect_failure(path, e)))?;
         let mut c = Client {
             sock,
             welcome: Welcome {

@@ -356,6 +356,12 @@ pub struct ServiceStats {
     pub busy: u64,
     /// Video requests dropped for their client's rate.
     pub dropped_rate: u64,
+    /// Video requests replaced by a newer one of their client.
+    pub dropped_newer: u64,
+    /// Video requests older than `--max-age` when an engine was free.
+    pub dropped_age: u64,
+    /// Requests not run because the service stopped or their client left.
+    pub dropped_stopping: u64,
     /// Answers lost because their client did not read them.
     pub answers_lost: u64,
     /// Buffers registered now, every client's.

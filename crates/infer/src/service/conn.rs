@@ -114,6 +114,23 @@ impl ClientState {
         self.reply(&Reply::Refused { v: VERSION, seq, reason, fatal });
     }
 
+    /// Whether its peer hung up (its thread is about to clear it out).
+    pub(crate) fn hung_up(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        if self.gone.load(Ordering::Relaxed) {
+            return true;
+        }
+        // A closed peer sets POLLHUP (unix(7): both directions shut), whatever is asked.
+        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::empty())];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+            && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP))
+    }
+
+    /// The service's counters, for a job's answer.
+    pub(crate) fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
     /// Its counts (`None` before hello); the scheduler's part is the caller's.
     pub(crate) fn stats(&self) -> Option<(String, ClientStats)> {
         let name = self.name.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
@@ -208,8 +225,9 @@ pub(crate) fn serve_client(
         super::dropped(j, DropReason::Stopping);
     }
     let buffers = std::mem::take(&mut *client.buffers.lock().unwrap_or_else(|p| p.into_inner()));
-    // A client that only asked (a /metrics scrape asking for the numbers) leaves quietly.
-    if reader.said_hello && (reader.requests > 0 || !buffers.is_empty()) {
+    // A client that leaves with nothing waiting (a `zcpipe detect`, a /metrics scrape) leaves
+    // quietly; one that left requests behind is said.
+    if reader.said_hello && n > 0 {
         log::info!(
             "inference service: {} left ({why}) after {} requests: {n} waiting dropped, {} buffers released",
             client.who(),
@@ -217,7 +235,7 @@ pub(crate) fn serve_client(
             buffers.len()
         );
     } else if reader.said_hello {
-        log::debug!("inference service: {} left ({why})", client.who());
+        log::debug!("inference service: {} left ({why}) after {} requests", client.who(), reader.requests);
     }
     drop(buffers);
     service.free(slot);

@@ -56,6 +56,18 @@ impl ClientJob {
 
     /// Answers that the job was not run.
     pub(crate) fn drop_with(self, reason: DropReason) {
+        let t = self.client.totals();
+        let counter = match reason {
+            DropReason::Newer => &t.dropped_newer,
+            DropReason::Age => &t.dropped_age,
+            DropReason::Stopping => &t.dropped_stopping,
+            DropReason::Rate => return self.answer(reason),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.answer(reason);
+    }
+
+    fn answer(self, reason: DropReason) {
         self.client.reply(&Reply::Dropped { v: VERSION, buffer: self.index, seq: self.seq, reason });
     }
 
@@ -79,7 +91,7 @@ impl ClientJob {
         let lb = match scratch.letterbox(&self.buffer, &input_layout, spec) {
             Ok(lb) => lb,
             Err(e) => {
-                let reason = format!("buffer {}: {e:#}", self.index);
+                let reason = format!("the picture in buffer {} cannot be used: {e:#}", self.index);
                 self.client.reply(&Reply::Refused { v: VERSION, seq: Some(self.seq), reason, fatal: false });
                 return Ok(None);
             }

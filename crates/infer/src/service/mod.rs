@@ -89,6 +89,9 @@ pub(crate) struct Totals {
     answered: AtomicU64,
     busy: AtomicU64,
     dropped_rate: AtomicU64,
+    pub(crate) dropped_newer: AtomicU64,
+    pub(crate) dropped_age: AtomicU64,
+    pub(crate) dropped_stopping: AtomicU64,
     answers_lost: AtomicU64,
 }
 
@@ -255,8 +258,12 @@ impl Service {
     /// `refused` message) otherwise, handing its socket back to linger (`Err`).
     fn admit_peer(&self, fd: OwnedFd) -> Result<Option<(usize, Arc<ClientState>)>, OwnedFd> {
         let refuse = |fd: &OwnedFd, why: String| {
-            self.totals.refused_peers.fetch_add(1, Ordering::Relaxed);
-            log::warn!("inference service: {why}");
+            let n = self.totals.refused_peers.fetch_add(1, Ordering::Relaxed) + 1;
+            // The 1st, 2nd, 4th, 8th, ... refusal is logged: a peer connecting in a loop
+            // cannot flood the log (every one is counted).
+            if n.is_power_of_two() {
+                log::warn!("inference service: {why} ({n} peers refused so far)");
+            }
             conn::send_now(fd, &Reply::Refused { v: VERSION, seq: None, reason: why, fatal: true });
         };
         let cred = match getsockopt(&fd, sockopt::PeerCredentials) {
@@ -277,13 +284,14 @@ impl Service {
             );
             return Err(fd);
         }
+        self.wait_for_departures();
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let Some(slot) = slots.iter().position(Option::is_none) else {
             drop(slots);
             refuse(
                 &fd,
                 format!(
-                    "refused pid {pid} uid {uid}: {} clients are connected, the most --serve-clients allows",
+                    "refused pid {pid} uid {uid}: {} clients are connected, the most --serve-clients allows; try again later, or raise --serve-clients",
                     self.cfg.max_clients
                 ),
             );
@@ -292,6 +300,21 @@ impl Service {
         let client = Arc::new(ClientState::new(fd, pid, uid, self.totals.clone()));
         slots[slot] = Some(client.clone());
         Ok(Some((slot, client)))
+    }
+
+    /// With every slot taken, waits a moment (at most 200 ms) for clients that have hung
+    /// up to be cleared out, so that a client reconnecting right after it closed is not
+    /// refused for its own old connection.
+    fn wait_for_departures(&self) {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            if slots.iter().any(Option::is_none) || !slots.iter().flatten().any(|c| c.hung_up()) {
+                return;
+            }
+            drop(slots);
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn free(&self, slot: usize) {
@@ -334,6 +357,9 @@ impl Service {
             answered: get(&t.answered),
             busy: get(&t.busy),
             dropped_rate: get(&t.dropped_rate),
+            dropped_newer: get(&t.dropped_newer),
+            dropped_age: get(&t.dropped_age),
+            dropped_stopping: get(&t.dropped_stopping),
             answers_lost: get(&t.answers_lost),
             buffers: per_client.values().map(|c| c.buffers).sum(),
             per_client,
