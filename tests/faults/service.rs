@@ -19,9 +19,19 @@ use zcpipe::core::service::BufferSpec;
 use crate::common::{root, stage_pid, wait_for, zcpipe_run};
 
 /// A running pipeline, its stderr read as it comes (a pipe nobody reads would stall it).
+/// Dropped unstopped (a failed assertion), it is killed, so no test leaves a pipeline behind.
 struct Run {
-    child: Child,
-    stderr: std::thread::JoinHandle<String>,
+    child: Option<Child>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// A pipeline (testsrc, no model) serving on `dir/run/npu.sock`, with `extra` flags.
@@ -45,12 +55,12 @@ fn start(dir: &Path, extra: &[&str]) -> (Run, PathBuf) {
         s
     });
     assert!(wait_for(Duration::from_secs(60), || sock.exists()), "no service socket at {}", sock.display());
-    (Run { child, stderr }, sock)
+    (Run { child: Some(child), stderr: Some(stderr) }, sock)
 }
 
 /// Stops the run (SIGINT) and returns its stderr and summary.
-fn stop(run: Run, dir: &Path) -> (String, Value) {
-    let Run { mut child, stderr } = run;
+fn stop(mut run: Run, dir: &Path) -> (String, Value) {
+    let (mut child, stderr) = (run.child.take().unwrap(), run.stderr.take().unwrap());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     let err = stderr.join().unwrap();

@@ -51,13 +51,24 @@ fn clients_get_the_detections_the_pipeline_prints() {
     // A pipeline that keeps running, serving, with its web view (for /metrics).
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let run_dir = dir.path().join("serve/run");
-    let mut serving = zcpipe_run(&dir.path().join("serve"))
+    let serving = zcpipe_run(&dir.path().join("serve"))
         .args(["--instance", "svc-test", "--source", &format!("image:{}", image.display()), "--fps", "5"])
         .args(["--stats-interval", "0", "--http", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Killed if an assertion fails before the end, so no pipeline is left behind.
+    struct Reap(Option<std::process::Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Some(mut c) = self.0.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut reap = Reap(Some(serving));
     let sock = run_dir.join("npu.sock");
     assert!(wait_for(Duration::from_secs(120), || sock.exists()), "no service at {}", sock.display());
 
@@ -111,6 +122,7 @@ fn clients_get_the_detections_the_pipeline_prints() {
     }
     drop(c);
 
+    let mut serving = reap.0.take().unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(serving.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     assert!(serving.wait().unwrap().success());
     assert!(!sock.exists(), "the service's socket is removed at the end");

@@ -37,6 +37,17 @@ fn service_clients_share_the_loaded_model_and_its_contexts() {
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
+    // Killed if an assertion fails before the end, so no pipeline is left behind.
+    struct Reap(Option<std::process::Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Some(mut c) = self.0.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut reap = Reap(Some(child));
     let run_dir = dir.path().join("run");
     let sock = run_dir.join("npu.sock");
     assert!(wait_for(Duration::from_secs(120), || sock.exists()), "no service at {}", sock.display());
@@ -47,6 +58,7 @@ fn service_clients_share_the_loaded_model_and_its_contexts() {
         assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
         answers.push(serde_json::from_slice::<Value>(&d.stdout).unwrap());
     }
+    let mut child = reap.0.take().unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     assert!(child.wait().unwrap().success(), "{}", err.join().unwrap());
     let stdout = out.join().unwrap();
