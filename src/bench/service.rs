@@ -131,8 +131,7 @@ fn connect(cfg: &ServiceConfig) -> Result<(Client, u32), ClientError> {
     let spec = BufferSpec::nv12(cfg.size.0, cfg.size.1);
     spec.layout().map_err(|e| ClientError::Other(format!("--size {}x{}: {e}", cfg.size.0, cfg.size.1)))?;
     let fd = memfd_with(&picture(&spec))?;
-    let mut client = Client::connect(&cfg.socket, "zcpipe-bench")?;
-    client.set_timeout(cfg.timeout);
+    let mut client = Client::connect_within(&cfg.socket, "zcpipe-bench", 0.0, cfg.timeout)?;
     let index = client.register(&[(&fd, spec)])?;
     drop(fd); // the service holds its own reference
     for _ in 0..WARMUP {

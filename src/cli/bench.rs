@@ -2,17 +2,14 @@
 //! ranges are checked by clap, the rest (duplicate sizes, `--cpus` count, a transport this
 //! build cannot measure, the service's socket) here, once.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
 use super::common::choice;
+use super::detect::ServiceTarget;
 use crate::bench::ipc::{parse_size, IpcConfig, MsgSize, Transport, NO_ICEORYX2};
 use crate::bench::service::ServiceConfig;
 use crate::bench::BenchConfig;
-use zcpipe_core::config::{check_instance, run_dir};
 use zcpipe_core::dmabuf::HeapChoice;
 
 /// `zcpipe bench`: which benchmark to run.
@@ -119,15 +116,9 @@ impl IpcArgs {
 /// `zcpipe bench service`: requests to a running pipeline's inference service, timed.
 #[derive(Args, Debug, Clone)]
 pub struct ServiceArgs {
-    /// The pipeline to ask (its `zcpipe run --instance`).
-    #[arg(long, default_value = "default")]
-    pub instance: String,
-    /// The pipeline's run directory, if it was given one (`zcpipe run --run-dir`).
-    #[arg(long)]
-    pub run_dir: Option<PathBuf>,
-    /// The service's socket, if it was put elsewhere (`--serve-socket`).
-    #[arg(long)]
-    pub socket: Option<PathBuf>,
+    /// The service to ask.
+    #[command(flatten)]
+    pub target: ServiceTarget,
     /// The registered NV12 picture's size, WxH (each 2 to 4096).
     #[arg(long, value_name = "WxH", value_parser = parse_wxh, default_value = "640x480")]
     pub size: (u32, u32),
@@ -138,9 +129,6 @@ pub struct ServiceArgs {
     /// this many seconds (to measure a client's memory) and exit 0.
     #[arg(long, value_name = "SECONDS")]
     pub hold: Option<f64>,
-    /// Seconds to wait for one answer.
-    #[arg(long, default_value_t = 30.0)]
-    pub timeout: f64,
     /// Print one JSON object instead of the markdown table.
     #[arg(long)]
     pub json: bool,
@@ -158,28 +146,21 @@ fn parse_wxh(s: &str) -> Result<(u32, u32), String> {
 }
 
 impl ServiceArgs {
-    /// The socket (from `--socket`, else the instance's run directory), and the ranges clap
-    /// does not check: `--instance`, `--timeout`, `--hold`.
+    /// The socket and the wait ([`ServiceTarget::resolve`]), and the range clap does not
+    /// check: `--hold`.
     pub fn config(&self) -> Result<ServiceConfig> {
-        check_instance(&self.instance)?;
-        if !(self.timeout > 0.0 && self.timeout <= 3600.0) {
-            bail!("--timeout {}: use seconds above 0 up to 3600", self.timeout);
-        }
+        let (socket, timeout) = self.target.resolve()?;
         if let Some(h) = self.hold {
             if !(0.0..=86_400.0).contains(&h) {
                 bail!("--hold {h}: use seconds from 0 up to 86400");
             }
         }
-        let socket = self
-            .socket
-            .clone()
-            .unwrap_or_else(|| zcpipe_core::service::socket_path(&run_dir(&self.instance, self.run_dir.as_deref())));
         Ok(ServiceConfig {
             socket,
             size: self.size,
             requests: self.requests,
             hold: self.hold,
-            timeout: Duration::from_secs_f64(self.timeout),
+            timeout,
             json: self.json,
         })
     }

@@ -222,7 +222,7 @@ pub(crate) fn serve_client(
     let waiting = sink.close(reader.source);
     let n = waiting.len();
     for j in waiting {
-        super::dropped(j, DropReason::Stopping);
+        j.drop_with(DropReason::Stopping);
     }
     let buffers = std::mem::take(&mut *client.buffers.lock().unwrap_or_else(|p| p.into_inner()));
     // A client that leaves with nothing waiting (a `zcpipe detect`, a /metrics scrape) leaves
@@ -352,9 +352,11 @@ impl Reader<'_> {
     fn detect(&mut self, kind: Kind, index: u32, seq: u64) {
         let (service, client) = (self.service, self.client);
         self.requests += 1;
-        let buf = client.buffers.lock().unwrap_or_else(|p| p.into_inner()).get(index as usize).cloned();
+        let (buf, n) = {
+            let bufs = client.buffers.lock().unwrap_or_else(|p| p.into_inner());
+            (bufs.get(index as usize).cloned(), bufs.len())
+        };
         let Some(buffer) = buf else {
-            let n = client.buffers.lock().unwrap_or_else(|p| p.into_inner()).len();
             let why = format!("buffer {index} was never registered (this client has {n})");
             return client.refuse("index", Some(seq), why, false);
         };
@@ -375,7 +377,7 @@ impl Reader<'_> {
         }
         let job = ClientJob::new(client.clone(), buffer, index, seq, kind, now, self.source);
         for (old, reason) in self.sink.submit(job) {
-            super::dropped(old, reason);
+            old.drop_with(reason);
         }
     }
 }

@@ -408,11 +408,6 @@ fn check_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("the inference service's directory {}", dir.display()))
 }
 
-/// The answer for a job not run.
-pub(crate) fn dropped(job: ClientJob, reason: DropReason) {
-    job.drop_with(reason);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
