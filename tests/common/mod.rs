@@ -7,7 +7,7 @@
 #![allow(dead_code)] // each test file uses part of this
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The package's folder (where `models/` and `tests/data/` are).
@@ -92,6 +92,17 @@ pub fn stage_pid(dir: &Path, stage: &str) -> Option<i32> {
             .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
         (is_stage && !zombie && args.iter().any(|a| a.contains(&needle))).then_some(pid)
     })
+}
+
+/// A process a test started, killed and reaped when dropped, so a test that fails half-way
+/// leaves nothing running (one that ended is unaffected: its kill fails, its wait returns).
+pub struct Reap(pub Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Waits up to `limit` (looking every 10 ms) for `f` to hold; whether it did.

@@ -14,21 +14,12 @@ use crate::common;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_no_orphans, stage_pid, wait_for, zcpipe_run};
+use common::{assert_no_orphans, stage_pid, wait_for, zcpipe_run, Reap};
 use serde_json::Value;
-
-/// Kills and reaps the run if the test fails half-way.
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Open fds of `pid` (`/proc/PID/fd`).
 fn fds(pid: i32) -> usize {

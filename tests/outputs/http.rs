@@ -14,22 +14,13 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{wait_for, zcpipe, zcpipe_run};
+use common::{wait_for, zcpipe, zcpipe_run, Reap};
 use serde_json::Value;
-
-/// Kills and reaps the run if the test fails half-way.
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Writes `GET path HTTP/1.0` and reads the response head: status, headers (names
 /// lower-case); the reader is left at the body.

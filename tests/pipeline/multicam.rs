@@ -8,23 +8,14 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_no_orphans, stage_pid, wait_for, zcpipe, zcpipe_run};
+use common::{assert_no_orphans, stage_pid, wait_for, zcpipe, zcpipe_run, Reap};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-
-/// Kills and reaps the run if the test fails half-way.
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The `zcpipe stage capture --camera NAME` process of the run in `dir`.
 fn camera_pid(dir: &std::path::Path, name: &str) -> Option<i32> {

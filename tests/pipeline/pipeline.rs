@@ -449,17 +449,10 @@ fn negative_values_are_refused_before_anything_starts() {
 #[test]
 fn a_killed_stage_leaves_the_final_reports_of_its_neighbours() {
     use std::io::{BufRead as _, BufReader, Read as _};
-    use std::process::{Child, Stdio};
+    use std::process::Stdio;
     use std::time::{Duration, Instant};
 
-    /// Kills and reaps the run if the test fails half-way.
-    struct Reap(Child);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
+    use crate::common::Reap;
 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

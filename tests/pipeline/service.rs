@@ -11,7 +11,7 @@ use zcpipe::core::frame::FrameLayout;
 use zcpipe::core::service::client::{memfd_with, Client};
 use zcpipe::core::service::{BufferSpec, PixelFormat, PlaneSpec};
 
-use crate::common::{root, wait_for, zcpipe, zcpipe_run};
+use crate::common::{root, wait_for, zcpipe, zcpipe_run, Reap};
 
 /// The frame line's picture size and detections (the parts that must be equal).
 fn detections(line: &str) -> (u64, u64, Value) {
@@ -58,27 +58,15 @@ fn clients_get_the_detections_the_pipeline_prints() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Killed if an assertion fails before the end, so no pipeline is left behind.
-    struct Reap(Option<std::process::Child>);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            if let Some(mut c) = self.0.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut reap = Reap(Some(serving));
+    let mut serving = Reap(serving);
     let sock = run_dir.join("npu.sock");
     assert!(wait_for(Duration::from_secs(120), || sock.exists()), "no service at {}", sock.display());
 
-    let detect = zcpipe()
-        .args(["detect", "--instance", "svc-test", "--run-dir"])
-        .arg(&run_dir)
-        .arg("--image")
-        .arg(&image)
-        .output()
-        .unwrap();
+    let detect_run = || {
+        let args = ["detect", "--instance", "svc-test", "--run-dir"];
+        zcpipe().args(args).arg(&run_dir).arg("--image").arg(&image).output().unwrap()
+    };
+    let detect = detect_run();
     assert!(detect.status.success(), "{}", String::from_utf8_lossy(&detect.stderr));
     assert_eq!(detections(&String::from_utf8_lossy(&detect.stdout)), want, "zcpipe detect");
 
@@ -122,19 +110,13 @@ fn clients_get_the_detections_the_pipeline_prints() {
     }
     drop(c);
 
-    let mut serving = reap.0.take().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(serving.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    assert!(serving.wait().unwrap().success());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(serving.0.id() as i32), nix::sys::signal::Signal::SIGINT)
+        .unwrap();
+    assert!(serving.0.wait().unwrap().success());
     assert!(!sock.exists(), "the service's socket is removed at the end");
 
     // No pipeline: one line naming the socket and the fix.
-    let none = zcpipe()
-        .args(["detect", "--instance", "svc-test", "--run-dir"])
-        .arg(&run_dir)
-        .arg("--image")
-        .arg(&image)
-        .output()
-        .unwrap();
+    let none = detect_run();
     let err = String::from_utf8_lossy(&none.stderr);
     assert_eq!(none.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{board_root, data};
-use crate::common::{fake_librknnrt, wait_for, zcpipe, zcpipe_run};
+use crate::common::{fake_librknnrt, wait_for, zcpipe, zcpipe_run, Reap};
 
 #[test]
 fn service_clients_share_the_loaded_model_and_its_contexts() {
@@ -37,17 +37,7 @@ fn service_clients_share_the_loaded_model_and_its_contexts() {
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
-    // Killed if an assertion fails before the end, so no pipeline is left behind.
-    struct Reap(Option<std::process::Child>);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            if let Some(mut c) = self.0.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut reap = Reap(Some(child));
+    let mut child = Reap(child);
     let run_dir = dir.path().join("run");
     let sock = run_dir.join("npu.sock");
     assert!(wait_for(Duration::from_secs(120), || sock.exists()), "no service at {}", sock.display());
@@ -58,9 +48,8 @@ fn service_clients_share_the_loaded_model_and_its_contexts() {
         assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
         answers.push(serde_json::from_slice::<Value>(&d.stdout).unwrap());
     }
-    let mut child = reap.0.take().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    assert!(child.wait().unwrap().success(), "{}", err.join().unwrap());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.0.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert!(child.0.wait().unwrap().success(), "{}", err.join().unwrap());
     let stdout = out.join().unwrap();
     let camera: Vec<Value> =
         stdout.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect();
