@@ -13,7 +13,7 @@ use zcpipe_infer::auto::{self, InferChoice};
 use zcpipe_infer::heads::{ChannelOrder, HeadKind};
 use zcpipe_infer::rknn::parse_npu_cores;
 use zcpipe_infer::sched::SchedConfig;
-use zcpipe_infer::service::ServiceConfig;
+use zcpipe_infer::service::{ServiceConfig, ServiceScaler};
 use zcpipe_infer::{DetectorKind, InferConfig};
 
 use super::common::{check_per_camera, choice, join};
@@ -111,6 +111,10 @@ pub struct InferArgs {
     /// Each client's share of the NPU, as a camera's --weight.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub serve_weight: f64,
+    /// What letterboxes a client's buffer into the model's input: RGA on a board (a
+    /// client's dma-buf converted in place), else the CPU.
+    #[arg(long, value_parser = choice::<ServiceScaler>(), default_value = "auto")]
+    pub serve_scaler: ServiceScaler,
 }
 
 /// The highest `--weight` taken.
@@ -206,6 +210,7 @@ impl InferArgs {
         let mut c = ServiceConfig::at(socket);
         c.group = self.serve_group;
         (c.max_clients, c.max_buffers, c.queue, c.weight) = (max_clients, max_buffers, queue, self.serve_weight);
+        c.scaler = self.serve_scaler;
         Ok(Some(c))
     }
 
@@ -270,6 +275,7 @@ impl InferArgs {
         v.push(format!("--serve-buffers={}", self.serve_buffers));
         v.push(format!("--serve-queue={}", self.serve_queue));
         v.push(format!("--serve-weight={}", self.serve_weight));
+        v.push(format!("--serve-scaler={}", self.serve_scaler.name()));
         v
     }
 }

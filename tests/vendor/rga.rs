@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use zcpipe::core::dmabuf::{Allocator, DmaBuf, HeapChoice};
 use zcpipe::core::frame::{Fourcc, FrameLayout, Letterbox, Placement, PlaneDesc, MAX_PLANES};
 use zcpipe::scale::cpu::CpuScaler;
-use zcpipe::scale::rga::{RgaCore, RgaScaler};
+use zcpipe::scale::rga::{RgaCore, RgaJobs, RgaScaler};
 use zcpipe::scale::Scaler;
 
 use crate::common;
@@ -563,4 +563,77 @@ fn rgb24_centred_letterbox_matches_cpu() {
     }
     let f: Vec<String> = s.calls("importbuffer_fd").iter().map(|l| field(l, "format").to_string()).collect();
     assert!(f.iter().filter(|x| *x == "0x200").count() == 2, "the model input imported as RK_FORMAT_RGB_888: {f:?}");
+}
+
+/// The inference service's jobs: a source imported once and used for frames of two sizes,
+/// the pad refilled only when the picture moves, the same pixels by address, and the
+/// handles released.
+#[test]
+fn one_off_jobs_import_once_refill_the_pad_and_release() {
+    let s = session();
+    let dl = model_input();
+    let (l1, f1) = nv12(&colour_bars(640, 480, false), 640, 480, 640);
+    let (l2, f2) = nv12(&colour_bars(640, 360, true), 640, 360, 640);
+    let mut src = source_pool(&[&f1]).remove(0).remove(0);
+    let mut out = output_pool(1, &dl).remove(0);
+    let mut jobs = RgaJobs::new(s.open(RgaCore::Auto));
+    let sh = jobs.import_source("a client's buffer", &src).unwrap();
+    let oh = jobs.import_output("the model input", &out, &dl).unwrap();
+    let lb = jobs.convert(sh, &l1, oh, &mut out, TOP_LEFT).unwrap();
+    assert_eq!(lb.picture(), (0, 0, 416, 312));
+    let got = out.read().unwrap().to_vec();
+    assert_letterbox(
+        &got,
+        &cpu_reference(&f1, &l1, &dl, TOP_LEFT),
+        416 * 3,
+        (0, 0, 416, 312),
+        114,
+        "jobs NV12 640x480",
+    );
+    // By address, into CPU memory: the same bytes.
+    let mut cpu = vec![0xEEu8; dl.bytes_needed() as usize];
+    jobs.convert_virtual(&f1, &l1, &mut cpu, &dl, TOP_LEFT).unwrap();
+    let diff: Vec<usize> = got.iter().zip(&cpu).enumerate().filter(|(_, (a, b))| a != b).map(|(i, _)| i).collect();
+    assert!(
+        diff.is_empty(),
+        "by handle and by address: the same pixels; {} differ, first {:?}",
+        diff.len(),
+        &diff[..diff.len().min(10)]
+    );
+    // A wider frame in the same buffer: the picture shrinks, the old pixels become pad.
+    src.write().unwrap()[..f2.len()].copy_from_slice(&f2);
+    let lb = jobs.convert(sh, &l2, oh, &mut out, TOP_LEFT).unwrap();
+    assert_eq!(lb.picture(), (0, 0, 416, 234));
+    let got = out.read().unwrap().to_vec();
+    assert_letterbox(
+        &got,
+        &cpu_reference(&f2, &l2, &dl, TOP_LEFT),
+        416 * 3,
+        (0, 0, 416, 234),
+        114,
+        "jobs NV12 640x360",
+    );
+    // Another client's portrait frame: the pad moves to the right.
+    let (l3, f3) = nv12(&colour_bars(480, 640, false), 480, 640, 480);
+    let src3 = source_pool(&[&f3]).remove(0).remove(0);
+    let sh3 = jobs.import_source("another client's buffer", &src3).unwrap();
+    let lb = jobs.convert(sh3, &l3, oh, &mut out, TOP_LEFT).unwrap();
+    assert_eq!(lb.picture(), (0, 0, 312, 416));
+    let got = out.read().unwrap().to_vec();
+    let want = cpu_reference(&f3, &l3, &dl, TOP_LEFT);
+    assert_letterbox(&got, &want, 416 * 3, (0, 0, 312, 416), 114, "jobs NV12 480x640");
+    // A frame larger than the buffer imported is refused before RGA sees it.
+    let big = FrameLayout::nv12(1920, 1080, 16);
+    let e = jobs.convert(sh, &big, oh, &mut out, TOP_LEFT).unwrap_err().to_string();
+    assert!(e.contains(&format!("needs 3110400 bytes; its buffer has {}", src.size())), "{e}");
+    assert_eq!(jobs.jobs(), 4);
+    let imports = s.calls("importbuffer_fd");
+    assert_eq!(imports.len(), 3, "each buffer imported once: {imports:?}");
+    jobs.release(sh);
+    jobs.release(sh3);
+    drop(jobs);
+    let released: HashSet<String> =
+        s.calls("releasebuffer_handle").iter().map(|l| field(l, "handle").to_string()).collect();
+    let handles: HashSet<String> = imports.iter().map(|l| field(l, "handle").to_string()).collect();
+    assert_eq!(released, handles, "every handle released (the sources by release, the output on drop)");
 }

@@ -1,12 +1,33 @@
-//! Pixels on the CPU, for the stages that need the same picture the same way: a still image
+//! Pixels converted, for the stages that need the same picture the same way: a still image
 //! decoded and turned into NV12 ([`still`]: the capture stage's `image:` source, the
-//! inference service's `jpeg` and `png` buffers) and the letterbox into a model's input
-//! ([`letterbox`]: the scale stage's `cpu` scaler, and the inference service bringing a
-//! client's buffer to the model). A pure library: it opens no device or socket and
-//! touches only the slices it is given (the caller maps buffers inside their sync guards).
+//! inference service's `jpeg` and `png` buffers), and the letterbox into a model's input on
+//! the CPU ([`letterbox`]) or on Rockchip's RGA ([`rga`], librga loaded at run time). The
+//! scale stage makes its `cpu` and `rga` scalers of them; the inference service brings a
+//! client's buffer to the model with them. It opens no socket and no stage's state: the CPU
+//! code touches only the slices it is given (the caller maps buffers inside their sync
+//! guards), and RGA only the buffers it is handed.
 
 pub mod letterbox;
+pub mod rga;
 pub mod still;
+
+use anyhow::Result;
+use zcpipe_core::frame::FrameLayout;
+use zcpipe_core::pool::{Frame, WriteLoan};
+
+/// For converters that map frames: runs `f(source planes' bytes, source layout, output
+/// bytes)` with `src` mapped through read guards and the output through a write guard
+/// (DMA_BUF_IOCTL_SYNC START on the way in, END on the way out).
+pub fn map_frame<T>(
+    src: &Frame,
+    dst: &mut WriteLoan<'_>,
+    f: impl FnOnce(&[&[u8]], &FrameLayout, &mut [u8]) -> Result<T>,
+) -> Result<T> {
+    let guards = src.read()?;
+    let srcs: Vec<&[u8]> = guards.iter().map(|g| g.bytes()).collect();
+    let mut out = dst.buffers_mut()[0].write()?;
+    f(&srcs, &src.desc().layout, &mut out)
+}
 
 /// Fills the letterbox area of a packed 3-byte-per-pixel image with `pad`: the part of
 /// each of the first `dh` rows of `dst` (rows of `bpl` bytes, `dw` pixels used) that lies

@@ -216,6 +216,17 @@ pub trait Detector: Send {
         )
     }
 
+    /// Runs the model input held in `buf` (laid out as `layout`, which must match
+    /// [`Detector::input_spec`] as for [`Detector::detect_bound`]), a buffer the caller keeps
+    /// for many runs (the inference service's model input): a backend whose device reads
+    /// dma-bufs in place imports it at its first run and reads it there. `Ok(None)`: this
+    /// backend reads CPU memory only, or cannot import `buf`; the caller maps it and calls
+    /// [`Detector::detect`].
+    fn detect_in(&mut self, buf: &DmaBuf, layout: &FrameLayout) -> anyhow::Result<Option<Vec<Detection>>> {
+        let _ = (buf, layout);
+        Ok(None)
+    }
+
     /// The backend's independent engines, one lane each, for running frames concurrently
     /// (RKNN: one context per `--npu-cores` entry). Called once, after
     /// [`Detector::bind_pool`]; the lanes borrow the detector, which releases the engines
@@ -246,6 +257,11 @@ pub trait DetectorLane: Send {
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> anyhow::Result<Vec<Detection>>;
     /// Runs `frame`, whose buffer the detector imported, as [`Detector::detect_bound`].
     fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>>;
+    /// Runs the model input in a buffer its caller keeps, as [`Detector::detect_in`].
+    fn detect_in(&mut self, buf: &DmaBuf, layout: &FrameLayout) -> anyhow::Result<Option<Vec<Detection>>> {
+        let _ = (buf, layout);
+        Ok(None)
+    }
     /// The NPU core the engine is pinned to (`None`: the runtime's choice, or the CPU).
     fn core(&self) -> Option<u32> {
         None
@@ -272,6 +288,9 @@ impl DetectorLane for OneLane<'_> {
     }
     fn detect_bound(&mut self, frame: &Frame) -> anyhow::Result<Vec<Detection>> {
         self.0.detect_bound(frame)
+    }
+    fn detect_in(&mut self, buf: &DmaBuf, layout: &FrameLayout) -> anyhow::Result<Option<Vec<Detection>>> {
+        self.0.detect_in(buf, layout)
     }
     fn last_run(&self) -> Option<(Instant, Instant)> {
         self.0.last_run()

@@ -170,21 +170,7 @@ pub trait Scaler: Send {
     fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams>;
 }
 
-/// For backends that map frames: runs `f(source planes' bytes, source layout, output
-/// bytes)` with `src` mapped through read guards and the output through a write guard
-/// (DMA_BUF_IOCTL_SYNC START on the way in, END on the way out).
-pub(crate) fn map_frame<T>(
-    src: &Frame,
-    dst: &mut WriteLoan<'_>,
-    f: impl FnOnce(&[&[u8]], &FrameLayout, &mut [u8]) -> Result<T>,
-) -> Result<T> {
-    let guards = src.read()?;
-    let srcs: Vec<&[u8]> = guards.iter().map(|g| g.bytes()).collect();
-    let mut out = dst.buffers_mut()[0].write()?;
-    f(&srcs, &src.desc().layout, &mut out)
-}
-
-pub(crate) use zcpipe_convert::fill_pad;
+pub(crate) use zcpipe_convert::map_frame;
 
 /// `--scaler none`: touches no pixels; forwards each frame's geometry as if letterboxed, so
 /// a run measures transport and glue alone (with `--infer none`).

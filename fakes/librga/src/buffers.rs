@@ -40,6 +40,17 @@ pub unsafe extern "C" fn importbuffer_fd(fd: c_int, param: *mut ImHandleParam) -
         fail(IM_STATUS_FAILED, format!("RGA_IOC_IMPORT_BUFFER fail! fd {fd}: errno {e}"));
         return 0;
     }
+    if dmabuf_only() && !is_dmabuf(dup) {
+        // The RGA driver takes dma-bufs only (rga_dma_buf.c: dma_buf_get fails on a memfd).
+        // SAFETY: closing our own duplicate.
+        unsafe { libc::close(dup) };
+        log(format!(
+            "importbuffer_fd fd={fd} width={} height={} format={:#x} not_dmabuf handle=0",
+            p.width, p.height, p.format
+        ));
+        fail(IM_STATUS_FAILED, format!("RGA_IOC_IMPORT_BUFFER fail! fd {fd}: not a dma-buf"));
+        return 0;
+    }
     let size = fd_size(dup).unwrap_or(0);
     let need = kind.image_bytes(p.width as u64, p.height as u64);
     if need == 0 || need > size {
@@ -186,4 +197,23 @@ pub extern "C" fn wrapbuffer_fd_t(
     b.fd = fd;
     log(format!("wrapbuffer_fd_t {}", buf_str(&b)));
     b
+}
+
+/// `$ZCPIPE_FAKE_RGA_DMABUF_ONLY=1`: imports refuse what is not a dma-buf, as the driver does.
+fn dmabuf_only() -> bool {
+    std::env::var_os("ZCPIPE_FAKE_RGA_DMABUF_ONLY").is_some_and(|v| v == "1")
+}
+
+/// Whether `fd` is a dma-buf: it answers `DMA_BUF_IOCTL_SYNC` (a memfd answers ENOTTY).
+fn is_dmabuf(fd: c_int) -> bool {
+    let start: u64 = DMA_BUF_SYNC_READ;
+    // SAFETY: `start` is a valid `struct dma_buf_sync` (one __u64) the kernel only reads.
+    let r = unsafe { libc::ioctl(fd, DMA_BUF_IOCTL_SYNC as _, &start as *const u64) };
+    if r != 0 {
+        return false;
+    }
+    let end: u64 = DMA_BUF_SYNC_READ | DMA_BUF_SYNC_END;
+    // SAFETY: as above.
+    unsafe { libc::ioctl(fd, DMA_BUF_IOCTL_SYNC as _, &end as *const u64) };
+    true
 }

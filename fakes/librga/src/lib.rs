@@ -20,6 +20,8 @@
 //!   `/dev/rga` cannot be opened: `imcheck_t` answers `IM_STATUS_NO_SESSION`,
 //!   `importbuffer_fd` 0, `improcess` `IM_STATUS_NO_SESSION`, and `querystring` crashes (the real one dereferences a null
 //!   session; here: abort).
+//! - With `$ZCPIPE_FAKE_RGA_DMABUF_ONLY=1`, `importbuffer_fd` refuses an fd that is not a
+//!   dma-buf (a memfd), as the RGA driver does: handle 0, `IM_STATUS_FAILED`.
 //! - Every call appends one line (`name key=value ...`) to the file named by
 //!   `$ZCPIPE_FAKE_RGA_LOG`, opened with O_APPEND and written with one write(2).
 //!

@@ -259,6 +259,16 @@ fn service(o: &mut String, f: &InferFacts) {
         s.answers_lost,
         s.refused_messages
     );
+    if s.answered > 0 {
+        let _ = writeln!(
+            o,
+            "  clients' pictures letterboxed ({}): {} by RGA in place (dma-buf to the NPU), {} by RGA by address, {} on the CPU",
+            if s.scaler.is_empty() { "cpu" } else { &s.scaler },
+            s.rga_in_place,
+            s.rga_by_address,
+            s.cpu_letterbox
+        );
+    }
 }
 
 /// The stage processes of a run, in pipeline order: its exit codes' ids (every process

@@ -366,6 +366,15 @@ pub struct ServiceStats {
     pub answers_lost: u64,
     /// Buffers registered now, every client's.
     pub buffers: u64,
+    /// What letterboxes clients' buffers: `rga` or `cpu` (`--serve-scaler`).
+    pub scaler: String,
+    /// Requests RGA letterboxed in place: a client's dma-buf, imported once, into a model
+    /// input the NPU reads in place.
+    pub rga_in_place: u64,
+    /// Requests RGA letterboxed through virtual addresses (a memfd, a decoded picture).
+    pub rga_by_address: u64,
+    /// Requests letterboxed on the CPU.
+    pub cpu_letterbox: u64,
     /// Each client connected now that said hello, by its name (`NAME pid N`).
     pub per_client: BTreeMap<String, ClientStats>,
 }

@@ -1,6 +1,7 @@
 //! One RKNN context with the scaler buffers imported into it and its own scratch buffers,
 //! and the lane that lends it to a worker thread.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
@@ -8,6 +9,7 @@ use anyhow::{ensure, Context, Result};
 use super::model::Model;
 use crate::heads::TensorRef;
 use crate::{Detection, DetectorLane};
+use zcpipe_core::dmabuf::DmaBuf;
 use zcpipe_core::frame::FrameLayout;
 use zcpipe_core::pool::Frame;
 use zcpipe_sys::rknn::{self as sys, Rknn, RknnContext, RknnTensorMem};
@@ -27,6 +29,17 @@ pub(super) struct Ctx {
     packed: Vec<u8>,
     /// When the last `rknn_run` began and returned.
     pub(super) last_run: Option<(Instant, Instant)>,
+    /// A model input its caller keeps (the inference service's), imported at its first run.
+    own: Option<OwnInput>,
+}
+
+/// A caller's model input imported into a context ([`Ctx::detect_in`]): the buffer's
+/// identity, a duplicate of its fd (kept open while the runtime holds the memory), and the
+/// memory, or `None` when the runtime could not import it.
+struct OwnInput {
+    id: (u64, u64),
+    _fd: OwnedFd,
+    mem: Option<*mut RknnTensorMem>,
 }
 
 // SAFETY: the `rknn_tensor_mem` pointers belong to this context alone; they are passed back
@@ -45,7 +58,62 @@ impl Ctx {
             raw: Vec::new(),
             packed: Vec::new(),
             last_run: None,
+            own: None,
         }
+    }
+
+    /// Destroys the caller's model input memory, if any (the next [`Ctx::detect_in`]
+    /// imports its buffer again).
+    pub(super) fn release_own(&mut self, rknn: &Rknn) {
+        if let Some(mem) = self.own.take().and_then(|o| o.mem) {
+            // SAFETY: made by create_mem_from_fd on this context, destroyed once (taken).
+            if let Err(e) = unsafe { rknn.destroy_mem(self.ctx, mem) } {
+                log::warn!("{e}");
+            }
+        }
+    }
+
+    /// Runs the model input in `buf`, a buffer its caller keeps for many runs: imported into
+    /// this context at its first run (`rknn_create_mem_from_fd`), bound with
+    /// `rknn_set_io_mem` as a scaler buffer is, and read in place. `Ok(None)` when the
+    /// runtime cannot import it (the caller maps it and uses [`Ctx::detect`]).
+    pub(super) fn detect_in(
+        &mut self,
+        rknn: &Rknn,
+        m: &Model,
+        buf: &DmaBuf,
+        layout: &FrameLayout,
+    ) -> Result<Option<Vec<Detection>>> {
+        m.check_bound_layout(layout)?;
+        let st = nix::sys::stat::fstat(buf.fd().as_raw_fd()).context("fstat of the model input buffer")?;
+        let id = (st.st_dev as u64, st.st_ino as u64);
+        if self.own.as_ref().map(|o| o.id) != Some(id) {
+            self.release_own(rknn);
+            let need = m.input_attr.size_with_stride;
+            let fd = buf.fd().try_clone_to_owned().context("dup of the model input buffer's fd for the NPU")?;
+            let mem = match rknn.create_mem_from_fd(self.ctx, fd.as_raw_fd(), need, 0) {
+                Ok(mem) if buf.size() >= u64::from(need) => Some(mem),
+                Ok(mem) => {
+                    // SAFETY: just made on this context, never used.
+                    let _ = unsafe { rknn.destroy_mem(self.ctx, mem) };
+                    None
+                }
+                Err(e) => {
+                    log::info!(
+                        "{e} for the service's model input ({}): clients' pictures go through rknn_inputs_set",
+                        buf.kind()
+                    );
+                    None
+                }
+            };
+            self.own = Some(OwnInput { id, _fd: fd, mem });
+        }
+        let Some(mem) = self.own.as_ref().and_then(|o| o.mem) else { return Ok(None) };
+        let mut attr = m.input_attr;
+        // SAFETY: `mem` is a live mem of this context (destroyed only by release_own, which
+        // needs `&mut self`).
+        unsafe { rknn.set_io_mem(self.ctx, mem, &mut attr) }.context("binding the service's model input to the NPU")?;
+        self.run_and_decode(rknn, m).map(Some)
     }
 
     /// The core it is pinned to (`None`: the runtime's choice).
@@ -155,6 +223,10 @@ impl DetectorLane for RknnLane<'_> {
 
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
         self.ctx.detect(self.rknn, self.model, input, layout)
+    }
+
+    fn detect_in(&mut self, buf: &DmaBuf, layout: &FrameLayout) -> Result<Option<Vec<Detection>>> {
+        self.ctx.detect_in(self.rknn, self.model, buf, layout)
     }
 
     fn core(&self) -> Option<u32> {

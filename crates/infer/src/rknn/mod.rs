@@ -168,6 +168,7 @@ impl RknnDetector {
     fn release_mems(&mut self) {
         let rknn = self.rknn.clone();
         for c in &mut self.ctxs {
+            c.release_own(&rknn);
             for mem in c.mems.drain(..) {
                 // SAFETY: made by create_mem_from_fd on this context, destroyed once (drained).
                 if let Err(e) = unsafe { rknn.destroy_mem(c.ctx, mem) } {
@@ -375,6 +376,11 @@ impl Detector for RknnDetector {
     fn detect(&mut self, input: &[u8], layout: &FrameLayout) -> Result<Vec<Detection>> {
         let i = self.next_ctx();
         self.ctxs[i].detect(&self.rknn, &self.model, input, layout)
+    }
+
+    fn detect_in(&mut self, buf: &DmaBuf, layout: &FrameLayout) -> Result<Option<Vec<Detection>>> {
+        let i = self.next_ctx();
+        self.ctxs[i].detect_in(&self.rknn, &self.model, buf, layout)
     }
 
     /// With more than one context (`--npu-cores`), one lane per context, in context order

@@ -4,19 +4,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use zcpipe_convert::letterbox::Letterboxer;
 use zcpipe_core::detections::{DetectionRecord, DetectionsDesc, MAX_DETECTIONS};
-use zcpipe_core::frame::{monotonic_ns, FrameLayout};
+use zcpipe_core::frame::monotonic_ns;
 use zcpipe_core::schema::FrameJson;
 use zcpipe_core::service::{DropReason, Kind, Reply, VERSION};
 
 use super::conn::{ClientBuf, ClientState};
+use super::scratch::Scratch;
 use super::Service;
 use crate::{DetectorLane, InputSpec};
-
-/// Most bytes the decoder of a client's encoded picture may allocate (a 4096x4096 RGBA
-/// picture and its RGB copy fit).
-const DECODE_ALLOC: u64 = 160 << 20;
 
 /// One request of a client, waiting in the scheduler or running. Dropping it (answered or
 /// not) gives its place in the client's `request` queue back.
@@ -88,8 +84,8 @@ impl ClientJob {
         }
         let t0 = Instant::now();
         let input_layout = scratch.prepare(spec);
-        let lb = match scratch.letterbox(&self.buffer, &input_layout, spec) {
-            Ok(lb) => lb,
+        let (lb, at) = match scratch.bring(&self.buffer, &input_layout, spec, service.rga, &service.totals) {
+            Ok(x) => x,
             Err(e) => {
                 let reason = format!("the picture in buffer {} cannot be used: {e:#}", self.index);
                 self.client.reply(&Reply::Refused { v: VERSION, seq: Some(self.seq), reason, fatal: false });
@@ -97,7 +93,7 @@ impl ClientJob {
             }
         };
         let t1 = Instant::now();
-        let dets = lane.detect(&scratch.input, &input_layout)?;
+        let dets = scratch.run(lane, at, &input_layout)?;
         let (start, end) = lane.last_run().filter(|r| r.0 >= t1).unwrap_or((t1, Instant::now()));
         let mut dd = DetectionsDesc {
             seq: self.seq,
@@ -127,44 +123,6 @@ impl Drop for ClientJob {
     fn drop(&mut self) {
         if self.kind == Kind::Request {
             self.client.requests.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// What an engine's thread keeps between clients' jobs: the letterbox's scratch and a
-/// model input buffer.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    lb: Letterboxer,
-    input: Vec<u8>,
-}
-
-impl Scratch {
-    /// The model input's layout, the buffer sized for it.
-    fn prepare(&mut self, spec: &InputSpec) -> FrameLayout {
-        let bpl = if spec.bytesperline > 0 { spec.bytesperline } else { spec.width * 3 };
-        let l = FrameLayout::packed24(spec.fourcc, spec.width, spec.height, bpl);
-        self.input.resize(l.bytes_needed() as usize, 0);
-        l
-    }
-
-    /// The client's picture into the model input, as the pipeline's CPU scaler does.
-    fn letterbox(
-        &mut self,
-        buf: &ClientBuf,
-        input: &FrameLayout,
-        spec: &InputSpec,
-    ) -> anyhow::Result<zcpipe_core::frame::LetterboxParams> {
-        let guard = buf.buf.read()?;
-        let bytes = guard.bytes().get(..buf.spec.size as usize).unwrap_or(guard.bytes());
-        match &buf.layout {
-            Some(l) => self.lb.scale_bytes(&[bytes], l, &mut self.input, input, spec.letterbox),
-            None => {
-                let rgb = zcpipe_convert::still::decode_rgb8_bytes(bytes, DECODE_ALLOC)?;
-                drop(guard);
-                let (l, nv12) = zcpipe_convert::still::rgb8_to_nv12(rgb.as_raw(), rgb.width(), rgb.height())?;
-                self.lb.scale_bytes(&[&nv12], &l, &mut self.input, input, spec.letterbox)
-            }
         }
     }
 }

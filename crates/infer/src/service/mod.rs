@@ -20,6 +20,7 @@
 
 mod conn;
 pub(crate) mod job;
+mod scratch;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -40,6 +41,7 @@ use crate::sched::CameraSched;
 
 pub(crate) use conn::ClientState;
 pub(crate) use job::ClientJob;
+pub(crate) use scratch::Scratch;
 
 /// The service's settings (`--serve`, `--serve-socket`, `--serve-*`), checked by the command line.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,13 +59,43 @@ pub struct ServiceConfig {
     pub queue: usize,
     /// Each client's weight in the scheduler.
     pub weight: f64,
+    /// What brings a client's buffer to the model's input (`--serve-scaler`).
+    pub scaler: ServiceScaler,
+}
+
+/// `--serve-scaler`: what converts and letterboxes a client's buffer into the model's input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServiceScaler {
+    /// RGA when librga loads and reaches the driver, else the CPU.
+    #[default]
+    Auto,
+    /// RGA (librga at run time); the stage does not start without it.
+    Rga,
+    /// The CPU, as the pipeline's `cpu` scaler.
+    Cpu,
+}
+
+impl zcpipe_core::config::Choice for ServiceScaler {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (ServiceScaler::Auto, "auto", "RGA when librga loads and reaches /dev/rga, else the CPU"),
+        (ServiceScaler::Rga, "rga", "RGA: a client's dma-buf imported once and converted in place into a model input the NPU reads in place; other memory by virtual addresses"),
+        (ServiceScaler::Cpu, "cpu", "The CPU letterbox the pipeline's `cpu` scaler uses"),
+    ];
 }
 
 impl ServiceConfig {
     /// The defaults for a socket at `socket`: owner only, 16 clients, 32 buffers and 4
     /// queued requests each, weight 1.
     pub fn at(socket: PathBuf) -> ServiceConfig {
-        ServiceConfig { socket, group: false, max_clients: 16, max_buffers: 32, queue: 4, weight: 1.0 }
+        ServiceConfig {
+            socket,
+            group: false,
+            max_clients: 16,
+            max_buffers: 32,
+            queue: 4,
+            weight: 1.0,
+            scaler: ServiceScaler::Auto,
+        }
     }
 }
 
@@ -93,6 +125,11 @@ pub(crate) struct Totals {
     pub(crate) dropped_age: AtomicU64,
     pub(crate) dropped_stopping: AtomicU64,
     answers_lost: AtomicU64,
+    /// Requests letterboxed by RGA in place (a dma-buf into the NPU's input), by RGA
+    /// through virtual addresses, and on the CPU.
+    pub(crate) rga_in_place: AtomicU64,
+    pub(crate) rga_by_address: AtomicU64,
+    pub(crate) cpu_letterbox: AtomicU64,
 }
 
 /// What a welcome tells a client of the model.
@@ -115,6 +152,8 @@ pub(crate) struct Service {
     totals: Arc<Totals>,
     /// Set when the frame loop ends: the threads return.
     shutdown: AtomicBool,
+    /// Whether clients' buffers go through RGA (`--serve-scaler`, resolved at bind).
+    pub(crate) rga: bool,
 }
 
 impl Service {
@@ -155,8 +194,10 @@ impl Service {
             cfg.max_buffers,
             cfg.queue
         );
+        let rga = scratch::resolve(cfg.scaler)?;
         let slots = Mutex::new(vec![None; cfg.max_clients]);
         Ok(Service {
+            rga,
             cfg,
             listener: fd,
             model,
@@ -362,6 +403,10 @@ impl Service {
             dropped_stopping: get(&t.dropped_stopping),
             answers_lost: get(&t.answers_lost),
             buffers: per_client.values().map(|c| c.buffers).sum(),
+            scaler: if self.rga { "rga" } else { "cpu" }.into(),
+            rga_in_place: get(&t.rga_in_place),
+            rga_by_address: get(&t.rga_by_address),
+            cpu_letterbox: get(&t.cpu_letterbox),
             per_client,
         }
     }

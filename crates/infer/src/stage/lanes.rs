@@ -30,7 +30,7 @@ use super::{
     infer_facts, record, release, send, serve_publish, take_frames, Io, Job, LoopEnd, Out, Queue, Work, CLIENT_BASE,
 };
 use crate::report::BusyMeter;
-use crate::service::job::Scratch;
+use crate::service::Scratch;
 use crate::service::{ClientJob, Service, Sink};
 use crate::DetectorLane;
 use zcpipe_core::service::DropReason;

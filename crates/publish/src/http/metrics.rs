@@ -66,6 +66,17 @@ pub fn service(o: &mut String, st: &zcpipe_core::service::ServiceStats) {
     let _ = writeln!(o, "zcpipe_service_refused_total{{what=\"message\"}} {}", st.refused_messages);
     family(
         o,
+        "zcpipe_service_letterbox_total",
+        "counter",
+        "Clients' pictures brought to the model's input: by RGA in place (a dma-buf into the NPU's input), by RGA by address, on the CPU.",
+    );
+    for (path, n) in
+        [("rga-in-place", st.rga_in_place), ("rga-by-address", st.rga_by_address), ("cpu", st.cpu_letterbox)]
+    {
+        let _ = writeln!(o, "zcpipe_service_letterbox_total{{path=\"{path}\"}} {n}");
+    }
+    family(
+        o,
         "zcpipe_service_requests_total",
         "counter",
         "A connected client's requests by fate: inferred, or not (newer: replaced by its newer video request; age: older than --max-age; rate: over its detect_fps; busy: its queue was full).",
@@ -243,8 +254,13 @@ mod tests {
         }
         assert!(t.ends_with('\n'));
         let mut svc = String::new();
-        let mut st =
-            zcpipe_core::service::ServiceStats { clients: 1, connections: 3, refused_peers: 1, ..Default::default() };
+        let mut st = zcpipe_core::service::ServiceStats {
+            clients: 1,
+            connections: 3,
+            refused_peers: 1,
+            rga_in_place: 5,
+            ..Default::default()
+        };
         st.per_client.insert(
             "robot pid 7".into(),
             zcpipe_core::service::ClientStats {
@@ -258,6 +274,8 @@ mod tests {
         for l in [
             "zcpipe_service_clients 1",
             "zcpipe_service_refused_total{what=\"peer\"} 1",
+            "zcpipe_service_letterbox_total{path=\"rga-in-place\"} 5",
+            "zcpipe_service_letterbox_total{path=\"cpu\"} 0",
             "zcpipe_service_requests_total{client=\"robot pid 7\",result=\"inferred\"} 40",
             "zcpipe_service_requests_total{client=\"robot pid 7\",result=\"busy\"} 2",
             "zcpipe_service_wait_seconds{client=\"robot pid 7\",quantile=\"0.5\"} 0.0015",

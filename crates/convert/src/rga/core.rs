@@ -40,7 +40,7 @@ impl zcpipe_core::config::Choice for RgaCore {
 
 impl RgaCore {
     /// Whether this pins an RGA3 core (which reaches all memory).
-    pub(crate) fn is_rga3(self) -> bool {
+    pub fn is_rga3(self) -> bool {
         matches!(self, RgaCore::Rga3Core0 | RgaCore::Rga3Core1)
     }
 

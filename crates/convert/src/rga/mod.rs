@@ -2,11 +2,11 @@
 //!
 //! librga is opened at run time ([`zcpipe_sys::rga`]; `$ZCPIPE_LIBRGA`, else `librga.so`),
 //! never linked, so one zcpipe binary runs on boards with and without it. The life of a
-//! [`RgaScaler`] follows [`Scaler`] (a backend that binds the pools; in `--copy-mode` one
-//! that maps frames, [`RgaScaler::use_virtual_addresses`]):
+//! [`RgaScaler`] follows the scale stage's `Scaler` (a backend that binds the pools; in
+//! `--copy-mode` one that maps frames, [`RgaScaler::use_virtual_addresses`]):
 //! - [`RgaScaler::open`] loads librga, logs its version (`querystring(RGA_VERSION)`) and
 //!   keeps the `--rga-core` choice;
-//! - [`Scaler::bind`] imports every source buffer and every output buffer once
+//! - [`RgaScaler::bind`] imports every source buffer and every output buffer once
 //!   (`importbuffer_fd`: the driver maps each dma-buf once and keeps it, so there is no
 //!   `wrapbuffer_fd`/`wrapbuffer_virtualaddr` per frame, which is also what hides the 4 GiB
 //!   limit until a job lands on RGA2: PITFALLS 14), builds each image's `rga_buffer_t` once
@@ -15,7 +15,7 @@
 //!   offsets for YUV, scale factor within 1/16..16: PITFALLS 8-11), pins the core
 //!   (`imconfig(IM_CONFIG_SCHEDULER_CORE)`: PITFALLS 15) and fills the letterbox pad of every
 //!   output buffer once through a CPU write guard (the device never writes it);
-//! - [`Scaler::scale`] is one `improcess` per frame: NV12/NV16/YUYV/RGB24/BGR24 ->
+//! - [`RgaScaler::scale`] is one `improcess` per frame: NV12/NV16/YUYV/RGB24/BGR24 ->
 //!   RGB24 or BGR24 (`RK_FORMAT_RGB_888` / `BGR_888`, the order the model wants; BT.601
 //!   limited range for YCbCr) resized into the picture's rectangle of the model input, at
 //!   the top-left or centred ([`Letterbox::params`]; librga refuses a rectangle offset of 1
@@ -28,7 +28,8 @@
 //!
 //! The module is split along those seams: `core` ([`RgaCore`], `--rga-core`), `image` (how
 //! a frame layout looks to RGA, and the job's rectangles), `diagnose` (an `imcheck_t` failure
-//! turned into the rule it broke), `heap` ([`rga_heap`]); this file holds [`RgaScaler`].
+//! turned into the rule it broke), `heap` ([`rga_heap`]), `jobs` ([`RgaJobs`]: one-off jobs
+//! on buffers that come and go, for the inference service); this file holds [`RgaScaler`].
 
 use std::ffi::c_int;
 use std::path::Path;
@@ -36,7 +37,7 @@ use std::thread::ThreadId;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::{fill_pad, map_frame, Scaler};
+use crate::{fill_pad, map_frame};
 use zcpipe_core::config::Choice;
 use zcpipe_core::dmabuf::{DmaBuf, HeapChoice};
 use zcpipe_core::frame::{Fourcc, FrameLayout, Letterbox, LetterboxParams};
@@ -48,13 +49,15 @@ mod core;
 mod diagnose;
 mod heap;
 mod image;
+mod jobs;
 #[cfg(test)]
 mod tests;
 
 pub use self::core::RgaCore;
 use diagnose::diagnose;
-pub use heap::rga_heap;
+pub use heap::{rga_heap, RgaHeap};
 use image::{dest_image, job_rects, source_image, whole_buffer_image, Image};
+pub use jobs::RgaJobs;
 
 /// One imported image: its handle and the `rga_buffer_t` librga built for it.
 #[derive(Debug)]
@@ -137,9 +140,19 @@ fn version_line(q: &str) -> Option<String> {
 
 impl RgaScaler {
     /// Loads librga (`library`, else `$ZCPIPE_LIBRGA`, else `librga.so` / `librga.so.2`)
-    /// and keeps `core` for [`Scaler::bind`]. Logs the librga and RGA versions.
+    /// and keeps `core` for [`RgaScaler::bind`]. Logs the librga and RGA versions.
     /// Errors name the library tried and the fix.
     pub fn open(library: Option<&Path>, core: RgaCore) -> Result<RgaScaler> {
+        RgaScaler::open_logged(library, core, log::Level::Info)
+    }
+
+    /// As [`RgaScaler::open`], the versions logged at debug level: one more instance in a
+    /// process that said them once.
+    pub fn open_quietly(library: Option<&Path>, core: RgaCore) -> Result<RgaScaler> {
+        RgaScaler::open_logged(library, core, log::Level::Debug)
+    }
+
+    fn open_logged(library: Option<&Path>, core: RgaCore, level: log::Level) -> Result<RgaScaler> {
         let lib = Librga::open(library)?;
         // Probe the driver before anything else: librga 1.10.3's querystring() dereferences
         // a null session and crashes when /dev/rga cannot be opened (seen with its aarch64
@@ -178,7 +191,7 @@ impl RgaScaler {
                 "librga, RGA unknown".to_string()
             }
         };
-        log::info!("rga: {} from {}; core {}", version, lib.path(), core.name());
+        log::log!(level, "rga: {} from {}; core {}", version, lib.path(), core.name());
         Ok(RgaScaler {
             lib,
             core,
@@ -198,7 +211,7 @@ impl RgaScaler {
 
     /// Whether this backend can turn `src` frames into `dst` at all (formats and the model
     /// input's plane), before any buffer exists; the error names both sides.
-    /// [`Scaler::bind`] checks the full geometry.
+    /// [`RgaScaler::bind`] checks the full geometry.
     pub fn check(src: Fourcc, dst: &FrameLayout) -> Result<()> {
         dest_image(dst)?;
         match src {
@@ -582,7 +595,7 @@ impl RgaScaler {
     /// Feeds RGA CPU memory through virtual addresses from now on (`--copy-mode`, as a
     /// plain pipeline does after copying each frame into its own buffer): nothing is
     /// imported at bind, and each frame is mapped for its job.
-    pub(crate) fn use_virtual_addresses(&mut self) {
+    pub fn use_virtual_addresses(&mut self) {
         log::info!("copy mode: RGA reads and writes CPU memory through virtual addresses (wrapbuffer_virtualaddr_t), nothing imported");
         self.virtual_addresses = Some(None);
     }
@@ -609,7 +622,7 @@ impl RgaScaler {
 
     /// One synchronous `improcess` of source buffer `src_index` into output buffer
     /// `dst_index` (after [`RgaScaler::bind_pools`]). This is below the pools' loans: the
-    /// caller must hold both buffers. The scale stage goes through [`Scaler::scale`], whose
+    /// caller must hold both buffers. The scale stage goes through [`RgaScaler::scale`], whose
     /// `Frame` and `WriteLoan` prove it; tests drive the device with indices.
     pub fn scale_index(&mut self, src_index: u32, dst_index: u32) -> Result<LetterboxParams> {
         let lb = self.letterbox.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
@@ -640,20 +653,24 @@ impl RgaScaler {
     }
 }
 
-impl Scaler for RgaScaler {
-    fn name(&self) -> String {
+/// What the scale stage's `Scaler` trait asks of a backend (`zcpipe_scale::rga` implements
+/// it with these).
+impl RgaScaler {
+    /// Its name in logs: the librga and RGA versions, or that it is fed virtual addresses.
+    pub fn describe(&self) -> String {
         match self.virtual_addresses {
             Some(_) => "rga (virtual addresses) scaler".into(),
             None => format!("rga ({})", self.version),
         }
     }
 
-    fn binds_pools(&self) -> bool {
+    /// Whether it imports the pools (not in copy mode).
+    pub fn binds_pools(&self) -> bool {
         self.virtual_addresses.is_none()
     }
 
     /// RGA2 reaches only the first 4 GiB: a dma32 or CMA heap for what it writes.
-    fn output_heap(&self, requested: HeapChoice) -> HeapChoice {
+    pub fn output_heap(&self, requested: HeapChoice) -> HeapChoice {
         let h = rga_heap(requested, &zcpipe_sys::board::path("/dev/dma_heap"), self.core.is_rga3());
         log::info!("rga: output pool heap: {}", h.reason);
         h.choice
@@ -661,7 +678,7 @@ impl Scaler for RgaScaler {
 
     /// With imported pools: [`RgaScaler::bind_pools`] for a fixed source layout, else
     /// [`RgaScaler::bind_variable`]. With virtual addresses: checks the formats only.
-    fn bind(
+    pub fn bind(
         &mut self,
         src: &[Vec<DmaBuf>],
         src_layout: Option<&FrameLayout>,
@@ -684,7 +701,7 @@ impl Scaler for RgaScaler {
 
     /// The device reads the source buffer and writes the output buffer in place (no
     /// mapping, no sync here), or in copy mode both are mapped for a virtual-address job.
-    fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
+    pub fn scale(&mut self, src: &Frame, dst: &mut WriteLoan<'_>) -> Result<LetterboxParams> {
         if let Some(v) = self.virtual_addresses {
             let (dl, letterbox) = v.ok_or_else(|| anyhow!("rga scaler: scale before bind"))?;
             return map_frame(src, dst, |s, sl, d| self.scale_virtual(s, sl, d, &dl, letterbox));
