@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use anyhow::Result;
 use clap::Args;
 
-use zcpipe_publish::http::{check_remote, HttpConfig};
+use zcpipe_publish::http::{check_remote, HttpConfig, DEFAULT_MAX_CONNECTIONS};
 
 /// Web view options.
 #[derive(Args, Debug, Clone)]
@@ -30,6 +30,17 @@ pub struct HttpArgs {
     /// directory; `zcpipe run` passes its --serve-socket).
     #[arg(long, value_name = "PATH", requires = "http")]
     pub service_socket: Option<std::path::PathBuf>,
+    /// The most connections the web view holds at once (1..=4096); one more waits in the
+    /// kernel's queue until one closes. Keep it under the process's fd limit (LimitNOFILE).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = max_connections)]
+    pub http_max_connections: usize,
+}
+
+fn max_connections(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(v) if (1..=4096).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: expected a number of connections from 1 to 4096")),
+    }
 }
 
 /// `HOST:PORT` with an IP address (`127.0.0.1:8080`, `[::1]:8080`), `localhost:PORT`, or a
@@ -61,7 +72,13 @@ impl HttpArgs {
     pub fn config(&self) -> Result<Option<HttpConfig>> {
         let Some(addr) = self.http else { return Ok(None) };
         let service = self.service_socket.clone();
-        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps, service };
+        let cfg = HttpConfig {
+            addr,
+            allow_remote: self.http_allow_remote,
+            view_fps: self.view_fps,
+            service,
+            max_connections: self.http_max_connections,
+        };
         check_remote(&cfg)?;
         Ok(Some(cfg))
     }
@@ -72,7 +89,13 @@ impl HttpArgs {
     /// again.
     pub fn check_usable(&self) -> std::result::Result<(), zcpipe_publish::http::AddrError> {
         let Some(addr) = self.http else { return Ok(()) };
-        let cfg = HttpConfig { addr, allow_remote: self.http_allow_remote, view_fps: self.view_fps, service: None };
+        let cfg = HttpConfig {
+            addr,
+            allow_remote: self.http_allow_remote,
+            view_fps: self.view_fps,
+            service: None,
+            max_connections: self.http_max_connections,
+        };
         zcpipe_publish::http::bind(&cfg).map(drop)
     }
 
@@ -87,7 +110,11 @@ impl HttpArgs {
     /// The same options as flags, for a stage's command line.
     pub fn flags(&self) -> Vec<String> {
         let Some(a) = self.http else { return vec![] };
-        let mut v = vec![format!("--http={a}"), format!("--view-fps={}", self.view_fps)];
+        let mut v = vec![
+            format!("--http={a}"),
+            format!("--view-fps={}", self.view_fps),
+            format!("--http-max-connections={}", self.http_max_connections),
+        ];
         if self.http_allow_remote {
             v.push("--http-allow-remote".into());
         }

@@ -155,6 +155,23 @@ fn init_logging(cli: &Cli, tag: &str) {
 
 impl Command {
     /// The web view's options of a command that starts one (`run`, `stage publish`).
+    /// The places of sockets the command line names, with their flags: each directory must
+    /// be one no other user can change ([`zcpipe_core::config::trusted_dir`]).
+    fn socket_places(&self) -> Vec<(&std::path::Path, &'static str)> {
+        let mut v = vec![];
+        if let Command::Run(a) = self {
+            v.extend(a.pipeline.common.run_dir.as_deref().map(|p| (p, "--run-dir")));
+            v.extend(a.publish.as_deref().map(|p| (p, "--publish")));
+            v.extend(a.pipeline.infer.serve_socket.as_deref().map(|p| (p, "--serve-socket")));
+        }
+        if let Command::Stage { stage } = self {
+            if let StageCmd::Publish { args, .. } = &**stage {
+                v.extend(args.publish.as_deref().map(|p| (p, "--publish")));
+            }
+        }
+        v
+    }
+
     fn http(&self) -> Option<&http::HttpArgs> {
         match self {
             Command::Run(a) => Some(&a.http),
@@ -254,6 +271,14 @@ pub fn main() -> i32 {
     if let Some(Err(e)) = cli.cmd.http().map(http::HttpArgs::check_usable) {
         error_line(&tag, &e.to_string());
         return 2;
+    }
+    // A socket where another user could replace it is a bad argument too.
+    for (path, flag) in cli.cmd.socket_places() {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        if let Err(e) = zcpipe_core::config::trusted_dir(parent, &format!("{flag} {}", path.display())) {
+            error_line(&tag, &e.to_string());
+            return 2;
+        }
     }
     // `zcpipe detect` waits on one answer: a signal ends it at once (the default action),
     // where the handlers would only set the stop flag for a loop it does not have.

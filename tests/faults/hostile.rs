@@ -490,3 +490,47 @@ fn a_foreign_user_is_refused_by_so_peercred() {
         assert_eq!(status.code(), Some(0), "the {} stage: {}", s.name, s.log());
     }
 }
+
+/// A socket where another user could replace it is refused before anything starts, with
+/// exit code 2 and one line naming the directory: `--publish` and `--run-dir` in a directory
+/// others can write (not sticky), or that another user owns. (A sticky one such as `/tmp`
+/// is fine: every test's temporary directory is in it.)
+#[test]
+fn socket_places_another_user_could_change_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cases = vec![
+        (
+            vec!["--publish".to_string(), open.join("d.sock").display().to_string()],
+            format!("--publish {}/d.sock: directory {} has mode 777", open.display(), open.display()),
+        ),
+        (
+            vec!["--run-dir".to_string(), open.join("run").display().to_string()],
+            format!("--run-dir {}/run: directory {} has mode 777", open.display(), open.display()),
+        ),
+    ];
+    if nix::unistd::geteuid().is_root() {
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        cases.push((
+            vec!["--publish".to_string(), theirs.join("d.sock").display().to_string()],
+            format!("directory {} belongs to uid 65534", theirs.display()),
+        ));
+    }
+    for (args, want) in cases {
+        let out = common::zcpipe()
+            .args(["run", "--source", "testsrc:320x240@5", "--infer", "none", "--stats-interval", "0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&want) && err.trim().lines().count() == 1, "{args:?}: {err}");
+        println!("EVIDENCE {}", err.trim());
+    }
+    assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0, "nothing was made there");
+}

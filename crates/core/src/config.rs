@@ -222,7 +222,7 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
             match std::fs::DirBuilder::new().mode(0o700).create(dir) {
                 // Made meanwhile by another process: checked below like any existing one.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                r => return r.with_context(|| format!("creating run directory {}", dir.display())),
+                r => r.with_context(|| format!("creating run directory {}", dir.display()))?,
             }
             private_dir(dir)
         }
@@ -253,9 +253,52 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
                     dir.display()
                 );
             }
+            // Nor may anyone else rename it away and put theirs in its place.
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                trusted_dir(parent, &format!("run directory {}", dir.display()))?;
+            }
             Ok(())
         }
     }
+}
+
+/// A place for a socket that another local user could take over: one line naming the
+/// directory, what is wrong and the fix (`zcpipe` exits 2, as for a bad argument).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlaceError(pub String);
+
+/// Checks that no other user can rename, remove or replace what is in `dir`: every
+/// directory from `dir` up to `/` (symbolic links resolved) must belong to this user or to
+/// root, and must not be writable by group or others unless it is sticky (as `/tmp` is:
+/// there only a file's owner may rename or remove it). `what` names the flag for the
+/// message (`--publish /x/y.sock`). A missing `dir` is checked from its nearest existing
+/// ancestor.
+pub fn trusted_dir(dir: &Path, what: &str) -> Result<(), PlaceError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::Uid::effective().as_raw();
+    let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(Path::new("/"));
+    let canon = std::fs::canonicalize(existing)
+        .map_err(|e| PlaceError(format!("{what}: cannot resolve {}: {e}", existing.display())))?;
+    let fix = "use a directory of your own that only you can write (mode 0700), or leave the flag out for zcpipe's runtime directory";
+    for d in canon.ancestors() {
+        let m = std::fs::metadata(d).map_err(|e| PlaceError(format!("{what}: {}: {e}", d.display())))?;
+        if m.uid() != me && m.uid() != 0 {
+            return Err(PlaceError(format!(
+                "{what}: directory {} belongs to uid {}, who could replace zcpipe's socket there; {fix}",
+                d.display(),
+                m.uid()
+            )));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(PlaceError(format!(
+                "{what}: directory {} has mode {:o}: other users can rename or replace what is in it, zcpipe's socket too; {fix}",
+                d.display(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The run directory of an instance: `explicit` if given, else `<runtime base>/<instance>`.
@@ -300,6 +343,23 @@ mod tests {
         };
         assert_eq!(d.flags(), ["--ring-policy=block", "--wait=spin", "--heap=dma32", "--copy-mode"]);
         assert_eq!(DataPath::default().flags(), ["--ring-policy=drop-oldest", "--wait=eventfd", "--heap=auto"]);
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_not_trusted_unless_sticky() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = trusted_dir(&open.join("sub"), "--publish x").unwrap_err().to_string();
+        assert!(e.contains("has mode 777: other users can rename or replace"), "{e}");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        trusted_dir(&open.join("sub"), "--publish x").unwrap();
+        // A run directory of ours, 0700, inside a directory anyone can write: refused.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = private_dir(&open.join("run")).unwrap_err().to_string();
+        assert!(e.contains("run directory") && e.contains("has mode 777"), "{e}");
     }
 
     #[test]

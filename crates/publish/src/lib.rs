@@ -190,8 +190,26 @@ pub(crate) const SERVICE_EVERY: Duration = Duration::from_millis(50);
 /// all of them (clients that do not read cannot hold the stage's exit up).
 pub(crate) const CLOSE_BUDGET: Duration = Duration::from_millis(500);
 
+/// After a bind: `dir` is still the directory `held` was opened as (no rename swapped it),
+/// and `path` is a socket of ours.
+fn same_place(held: &std::fs::File, dir: &Path, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let (was, now) = (held.metadata()?, std::fs::metadata(dir)?);
+    let sock = std::fs::symlink_metadata(path)?;
+    let me = nix::unistd::Uid::effective().as_raw();
+    if (was.dev(), was.ino()) != (now.dev(), now.ino()) {
+        return Err(std::io::Error::other(format!("{} is another directory than the one checked", dir.display())));
+    }
+    if !sock.file_type().is_socket() || sock.uid() != me {
+        return Err(std::io::Error::other(format!("{} is not our socket (uid {})", path.display(), sock.uid())));
+    }
+    Ok(())
+}
+
 impl DetectionServer {
     /// Binds `path` (SOCK_STREAM). A stale socket file is replaced; a live one is an error.
+    /// Its directory must be one no other user can change
+    /// ([`zcpipe_core::config::trusted_dir`]), checked before and after the bind.
     pub fn bind(path: &Path) -> Result<DetectionServer> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Only zcpipe's own runtime directory is created; elsewhere a missing folder is
@@ -202,10 +220,21 @@ impl DetectionServer {
                 bail!("--publish {}: folder {} does not exist", path.display(), dir.display());
             }
         }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let what = format!("--publish {}", path.display());
+        // The directory held open across the bind: the one checked is the one bound in.
+        let held = std::fs::File::open(dir).with_context(|| format!("{what}: opening {}", dir.display()))?;
+        zcpipe_core::config::trusted_dir(dir, &what)?;
         zcpipe_core::link::remove_stale_socket(path, |p| UnixStream::connect(p).ok().map(|_| ()))
             .map_err(|e| anyhow::anyhow!("{e}, or pass another --publish path"))?;
         let listener =
             UnixListener::bind(path).with_context(|| format!("binding detections socket {}", path.display()))?;
+        same_place(&held, dir, path).map_err(|e| {
+            let _ = std::fs::remove_file(path);
+            anyhow::anyhow!(
+                "{what}: {e}; the directory changed while the socket was made: keep it where only you can write"
+            )
+        })?;
         listener.set_nonblocking(true)?;
         Ok(DetectionServer {
             listener,

@@ -1,5 +1,6 @@
-//! The live web view (`--http ADDR`), an [`Output`] of the publish stage: a synchronous
-//! HTTP/1.1 server (`tiny_http`) on the stage's own threads, never on its frame loop.
+//! The live web view (`--http ADDR`), an [`Output`] of the publish stage: an HTTP/1.1
+//! server (hyper, on a small tokio runtime of its own: [`server`]) that outlasts hostile
+//! clients, never on the stage's frame loop.
 //!
 //! Endpoints (GET and HEAD):
 //! - `/`: a page with each camera's picture (its MJPEG stream), fps and drops (polled from
@@ -15,9 +16,11 @@
 //!
 //! The frame loop's [`Output::line`] only updates [`stats::Stats`] under a lock held for
 //! microseconds and pushes the line into each SSE client's bounded queue (dropping the
-//! oldest, counted). Requests are served by [`WORKERS`] threads; each SSE or MJPEG client
-//! gets a thread of its own (at most [`MAX_STREAMS`]). JPEGs are encoded on those threads,
-//! only while someone wants a picture.
+//! oldest, counted). Requests are routed on the runtime's blocking threads; each SSE or MJPEG
+//! client gets a thread of its own (at most [`MAX_STREAMS`]) writing into its connection
+//! through a bounded channel. JPEGs are encoded on those threads, only while someone wants
+//! a picture. The server's own bounds (connections, timeouts, head size, no bodies) are
+//! [`server`]'s.
 //!
 //! It binds to a loopback address unless `--http-allow-remote` is given (then the address
 //! is logged as reachable from other machines): the view shows the cameras, and has no
@@ -26,6 +29,7 @@
 pub mod draw;
 pub mod metrics;
 pub mod render;
+mod server;
 pub mod stats;
 
 use std::collections::VecDeque;
@@ -33,7 +37,6 @@ use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -55,7 +58,13 @@ pub struct HttpConfig {
     /// The inference service whose numbers `/metrics` shows (asked at each scrape; `None`
     /// or nothing listening: none shown).
     pub service: Option<std::path::PathBuf>,
+    /// The most connections at once (`--http-max-connections`); one more waits in the
+    /// kernel's backlog.
+    pub max_connections: usize,
 }
+
+/// `--http-max-connections`' default: well under the usual soft limit of 1,024 fds.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// An address the web view cannot use, said in one line with its fix (`zcpipe` exits 2,
 /// as for any bad argument).
@@ -90,9 +99,6 @@ pub fn bind(cfg: &HttpConfig) -> std::result::Result<TcpListener, AddrError> {
     })
 }
 
-/// Threads that take requests; SSE and MJPEG clients get their own.
-pub(crate) const WORKERS: usize = 2;
-
 /// The most SSE and MJPEG clients at once (one thread each); one more is answered 503.
 pub(crate) const MAX_STREAMS: u64 = 32;
 
@@ -125,14 +131,18 @@ struct Shared {
     sse: Mutex<Vec<Arc<SseClient>>>,
     renderer: render::Renderer,
     cameras: Vec<String>,
-    server: tiny_http::Server,
     addr: SocketAddr,
+    max_connections: usize,
     view_fps: f64,
     /// The inference service to ask for its numbers at `/metrics`.
     service: Option<std::path::PathBuf>,
     stop: AtomicBool,
     requests: AtomicU64,
-    /// Requests refused for a declared body over [`MAX_BODY`].
+    /// Connections accepted.
+    connections: AtomicU64,
+    /// accept(2) failures (EMFILE: the process is out of fds), waited out.
+    accept_errors: AtomicU64,
+    /// Requests refused for a body (declared over [`MAX_BODY`], or chunked).
     huge_bodies: AtomicU64,
     sse_clients: AtomicU64,
     mjpeg_clients: AtomicU64,
@@ -148,46 +158,44 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The web view as an output of the publish stage.
 pub(crate) struct HttpOutput {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    /// The server's runtime (taken at close).
+    rt: Option<tokio::runtime::Runtime>,
 }
 
 impl HttpOutput {
-    /// Listens as `http` says ([`bind`]) and starts the worker threads; pictures take their
+    /// Listens as `http` says ([`bind`]) and starts the server; pictures take their
     /// pixels from `pixels`. The address is logged (the port chosen, for port 0), as a
     /// warning when it is reachable from other machines. Errors: [`bind`]'s.
     pub fn start(cfg: &PublishConfig, http: &HttpConfig, pixels: Box<dyn ViewSource>) -> Result<HttpOutput> {
         let listener = bind(http)?;
         let addr = listener.local_addr()?;
-        let server = tiny_http::Server::from_listener(listener, None)
-            .map_err(|e| anyhow::anyhow!("--http {addr}: starting the server: {e}"))?;
         let shared = Arc::new(Shared {
             stats: Mutex::new(Stats::new(&cfg.cameras)),
             frame_ready: Condvar::new(),
             sse: Mutex::new(vec![]),
             renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps),
             cameras: cfg.cameras.clone(),
-            server,
             addr,
+            max_connections: http.max_connections.max(1),
             view_fps: http.view_fps,
             service: http.service.clone(),
             stop: AtomicBool::new(false),
             requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            accept_errors: AtomicU64::new(0),
             huge_bodies: AtomicU64::new(0),
             sse_clients: AtomicU64::new(0),
             mjpeg_clients: AtomicU64::new(0),
             sse_dropped: AtomicU64::new(0),
         });
-        let mut workers = vec![];
-        for i in 0..WORKERS {
-            let s = shared.clone();
-            workers.push(std::thread::Builder::new().name(format!("http-{i}")).spawn(move || serve(&s))?);
-        }
+        let rt = server::start(shared.clone(), listener)
+            .map_err(|e| anyhow::anyhow!("--http {addr}: starting the server: {e}"))?;
         if addr.ip().is_loopback() {
             log::info!("web view on http://{addr}/ (this machine only; /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg; at most {} JPEGs a second per camera)", http.view_fps);
         } else {
             log::warn!("web view on http://{addr}/, reachable from other machines (--http-allow-remote): whoever reaches this port sees the cameras and detections; at most {} JPEGs a second per camera", http.view_fps);
         }
-        Ok(HttpOutput { shared, workers })
+        Ok(HttpOutput { shared, rt: Some(rt) })
     }
 
     /// The address it listens on (the port chosen, for port 0).
@@ -282,22 +290,16 @@ impl Output for HttpOutput {
         for c in lock(&s.sse).iter() {
             c.ready.notify_all();
         }
-        for _ in 0..WORKERS {
-            s.server.unblock();
-        }
         // Streams send what they hold (the end line) and end; ones stuck writing to a client
         // that reads nothing are left behind after the budget (the process exits).
         let deadline = Instant::now() + CLOSE_BUDGET;
         while Instant::now() < deadline
-            && (s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) > 0
-                || self.workers.iter().any(|w| !w.is_finished()))
+            && s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) > 0
         {
             std::thread::sleep(Duration::from_millis(5));
         }
-        for w in std::mem::take(&mut self.workers) {
-            if w.is_finished() {
-                let _ = w.join();
-            }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(CLOSE_BUDGET);
         }
     }
 }
@@ -311,43 +313,37 @@ impl Drop for HttpOutput {
         for c in lock(&self.shared.sse).iter() {
             c.ready.notify_all();
         }
-    }
-}
-
-/// A worker: takes requests until the output closes.
-fn serve(s: &Arc<Shared>) {
-    while !s.stop.load(Ordering::SeqCst) {
-        match s.server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(rq)) => {
-                s.requests.fetch_add(1, Ordering::Relaxed);
-                route(s, rq);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                log::warn!("web view: taking a request: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
         }
     }
 }
 
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("header names and values here are ASCII")
+/// A response as the router makes it: whole (`body`), or a stream's channel.
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+    stream: Option<tokio::sync::mpsc::Receiver<hyper::body::Bytes>>,
 }
 
-/// A whole response: `status`, `content_type`, `body`.
-fn respond(rq: tiny_http::Request, status: u16, content_type: &str, body: Vec<u8>) {
-    let r = tiny_http::Response::from_data(body)
-        .with_status_code(status)
-        .with_header(header("Content-Type", content_type))
-        .with_header(header("Cache-Control", "no-cache"));
-    if let Err(e) = rq.respond(r) {
-        log::debug!("web view: answering: {e}");
+impl Reply {
+    /// `status` with `body` of `content_type`, not to be cached.
+    fn new(status: u16, content_type: &str, body: Vec<u8>) -> Reply {
+        let headers = vec![("Content-Type", content_type.to_string()), ("Cache-Control", "no-cache".to_string())];
+        Reply { status, headers, body, stream: None }
     }
-}
 
-fn text(rq: tiny_http::Request, status: u16, body: String) {
-    respond(rq, status, "text/plain; charset=utf-8", body.into_bytes());
+    /// Plain text.
+    fn text(status: u16, body: String) -> Reply {
+        Reply::new(status, "text/plain; charset=utf-8", body.into_bytes())
+    }
+
+    /// One more header.
+    fn header(mut self, name: &'static str, value: &str) -> Reply {
+        self.headers.push((name, value.to_string()));
+        self
+    }
 }
 
 /// `&`, `<`, `>`, `"` and `'` as HTML entities.
@@ -386,79 +382,64 @@ fn camera_of(s: &Shared, rest: &str, suffix: &str) -> Option<usize> {
     s.cameras.iter().position(|c| c == name)
 }
 
-/// The largest request body (bytes) the view lets tiny_http drop. The view takes no body,
-/// but tiny_http 0.12 reads what is left of a declared body when a request is dropped into
-/// one buffer of the declared size (`util/equal_reader.rs`), so a request claiming a body of
-/// 100 GB would abort the process; such a request is never dropped: it is leaked (one
-/// connection and about a kilobyte), refused and counted ([`refuse_body`]).
+/// The largest request body (bytes) the view lets a request declare; it reads none.
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 
-/// A request whose declared body is over [`MAX_BODY`]: left unanswered and unfreed (see
-/// there), counted, logged (the first, then every 100th).
-fn refuse_body(s: &Shared, rq: tiny_http::Request) {
-    let n = s.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
-    if n == 1 || n.is_multiple_of(100) {
-        log::warn!(
-            "web view: a request from {} declared a body of {} bytes (the view takes none): not answered ({n} so far)",
-            rq.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string()),
-            rq.body_length().unwrap_or(0)
-        );
+impl Shared {
+    /// A request that came with a body (over [`MAX_BODY`], or chunked): counted, logged
+    /// (the first, then every 100th); its connection is closed.
+    fn refused_body(&self, declared: Option<u64>) {
+        let n = self.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 || n.is_multiple_of(100) {
+            let what = declared.map_or_else(|| "a chunked body".to_string(), |b| format!("a body of {b} bytes"));
+            log::warn!("web view: a request declared {what} (the view takes none): answered 413 ({n} so far)");
+        }
     }
-    std::mem::forget(rq);
 }
 
-fn route(s: &Arc<Shared>, rq: tiny_http::Request) {
-    use tiny_http::Method;
-    if rq.body_length().is_some_and(|n| n > MAX_BODY) {
-        return refuse_body(s, rq);
-    }
-    if !matches!(rq.method(), Method::Get | Method::Head) {
-        let r = tiny_http::Response::from_string("the web view takes GET and HEAD only\n")
-            .with_status_code(405)
-            .with_header(header("Allow", "GET, HEAD"));
-        let _ = rq.respond(r);
-        return;
-    }
-    let url = rq.url().to_string();
-    let path = url.split(['?', '#']).next().unwrap_or("/");
+/// Routes a GET (or HEAD: `head`) of `path`; runs on a blocking thread.
+fn route(s: &Arc<Shared>, path: &str, head: bool) -> Reply {
     let not_a_camera = |what: &str| format!("no camera {what}; cameras: {}\n", s.cameras.join(", "));
     match path {
-        "/" | "/index.html" => respond(rq, 200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps).into_bytes()),
-        "/api/stats" => respond(rq, 200, "application/json", stats_json(s).to_string().into_bytes()),
+        "/" | "/index.html" => Reply::new(200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps).into_bytes()),
+        "/api/stats" => Reply::new(200, "application/json", stats_json(s).to_string().into_bytes()),
         "/metrics" => {
             let mut body = metrics::render(&lock(&s.stats), &server_counts(s));
             if let Some(st) = s.service.as_deref().and_then(service_stats) {
                 metrics::service(&mut body, &st);
             }
-            respond(rq, 200, metrics::CONTENT_TYPE, body.into_bytes())
+            Reply::new(200, metrics::CONTENT_TYPE, body.into_bytes())
         }
-        "/api/detections" => stream(s, rq, Stream::Sse),
+        "/api/detections" => stream(s, Stream::Sse, head),
         p if p.starts_with("/snapshot/") => match camera_of(s, &p["/snapshot/".len()..], ".jpg") {
-            Some(cam) => {
-                let frame = lock(&s.stats).cameras[cam].latest.clone();
-                match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
-                    Ok(p) if frame.is_some() => {
-                        // Which frame line's boxes are drawn, and on which pixels.
-                        let mut r = tiny_http::Response::from_data(p.jpeg.clone()).with_header(header("Content-Type", "image/jpeg")).with_header(header("Cache-Control", "no-cache"));
-                        r = r.with_header(header("X-Zcpipe-Seq", &p.det_seq.unwrap_or(0).to_string()));
-                        if let Some(px) = p.pixel_seq {
-                            r = r.with_header(header("X-Zcpipe-Pixel-Seq", &px.to_string()));
-                        }
-                        if let Err(e) = rq.respond(r) {
-                            log::debug!("web view: answering: {e}");
-                        }
-                    }
-                    Ok(_) => text(rq, 503, format!("camera {}: no frame yet; try again when the pipeline runs\n", s.cameras[cam])),
-                    Err(e) => text(rq, 500, format!("{e:#}\n")),
-                }
-            }
-            None => text(rq, 404, not_a_camera(&p["/snapshot/".len()..])),
+            Some(cam) => snapshot(s, cam),
+            None => Reply::text(404, not_a_camera(&p["/snapshot/".len()..])),
         },
         p if p.starts_with("/stream/") => match camera_of(s, &p["/stream/".len()..], ".mjpg") {
-            Some(cam) => stream(s, rq, Stream::Mjpeg(cam)),
-            None => text(rq, 404, not_a_camera(&p["/stream/".len()..])),
+            Some(cam) => stream(s, Stream::Mjpeg(cam), head),
+            None => Reply::text(404, not_a_camera(&p["/stream/".len()..])),
         },
-        _ => text(rq, 404, format!("not found: {path}; the web view serves /, /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg, /stream/<camera>.mjpg\n")),
+        _ => Reply::text(404, format!("not found: {path}; the web view serves /, /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg, /stream/<camera>.mjpg\n")),
+    }
+}
+
+/// `/snapshot/<camera>.jpg`: the latest frame line's boxes on its pixels.
+fn snapshot(s: &Shared, cam: usize) -> Reply {
+    let frame = lock(&s.stats).cameras[cam].latest.clone();
+    match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
+        Ok(p) if frame.is_some() => {
+            // Which frame line's boxes are drawn, and on which pixels.
+            let mut r = Reply::new(200, "image/jpeg", p.jpeg.to_vec())
+                .header("X-Zcpipe-Seq", &p.det_seq.unwrap_or(0).to_string());
+            if let Some(px) = p.pixel_seq {
+                r = r.header("X-Zcpipe-Pixel-Seq", &px.to_string());
+            }
+            r
+        }
+        Ok(_) => {
+            Reply::text(503, format!("camera {}: no frame yet; try again when the pipeline runs\n", s.cameras[cam]))
+        }
+        Err(e) => Reply::text(500, format!("{e:#}\n")),
     }
 }
 
@@ -495,6 +476,9 @@ fn stats_json(s: &Shared) -> serde_json::Value {
         "requests": c.requests,
         "sse_dropped": c.sse_dropped,
         "refused_bodies": s.huge_bodies.load(Ordering::Relaxed),
+        "connections": s.connections.load(Ordering::Relaxed),
+        "accept_errors": s.accept_errors.load(Ordering::Relaxed),
+        "max_connections": s.max_connections,
         "view_fps": s.view_fps,
         "no_pixels": pixels,
     });
@@ -506,23 +490,33 @@ enum Stream {
     Mjpeg(usize),
 }
 
-/// Hands a streaming client to a thread of its own (503 beyond [`MAX_STREAMS`]).
-fn stream(s: &Arc<Shared>, rq: tiny_http::Request, kind: Stream) {
+/// Hands a streaming client to a thread of its own, writing into its connection (503
+/// beyond [`MAX_STREAMS`]); a HEAD gets the head alone.
+fn stream(s: &Arc<Shared>, kind: Stream, head: bool) -> Reply {
+    let content_type = match kind {
+        Stream::Sse => "text/event-stream".to_string(),
+        Stream::Mjpeg(_) => format!("multipart/x-mixed-replace; boundary={BOUNDARY}"),
+    };
+    let mut reply = Reply::new(200, &content_type, vec![]).header("X-Accel-Buffering", "no");
+    reply.headers[1].1 = "no-cache, no-store".into();
+    if head {
+        return reply;
+    }
     let counter = match kind {
         Stream::Sse => &s.sse_clients,
         Stream::Mjpeg(_) => &s.mjpeg_clients,
     };
     if s.sse_clients.load(Ordering::SeqCst) + s.mjpeg_clients.load(Ordering::SeqCst) >= MAX_STREAMS {
-        return text(rq, 503, format!("the web view serves at most {MAX_STREAMS} streams at once; close one\n"));
+        return Reply::text(503, format!("the web view serves at most {MAX_STREAMS} streams at once; close one\n"));
     }
-    let head = *rq.method() == tiny_http::Method::Head;
     counter.fetch_add(1, Ordering::SeqCst);
+    let (w, rx) = server::channel();
     let s2 = s.clone();
     let spawned = std::thread::Builder::new().name("http-stream".into()).spawn(move || {
         let s = s2;
         let r = match kind {
-            Stream::Sse => sse(&s, rq, head),
-            Stream::Mjpeg(cam) => mjpeg(&s, rq, cam, head),
+            Stream::Sse => sse(&s, w),
+            Stream::Mjpeg(cam) => mjpeg(&s, w, cam),
         };
         if let Err(e) = r {
             log::debug!("web view: a stream ended: {e}");
@@ -532,29 +526,22 @@ fn stream(s: &Arc<Shared>, rq: tiny_http::Request, kind: Stream) {
             Stream::Mjpeg(_) => s.mjpeg_clients.fetch_sub(1, Ordering::SeqCst),
         };
     });
-    if let Err(e) = spawned {
-        counter.fetch_sub(1, Ordering::SeqCst);
-        log::warn!("web view: no thread for a stream: {e}");
+    match spawned {
+        Ok(_) => {
+            reply.stream = Some(rx);
+            reply
+        }
+        Err(e) => {
+            counter.fetch_sub(1, Ordering::SeqCst);
+            log::warn!("web view: no thread for a stream: {e}");
+            Reply::text(503, "the web view cannot start a stream now; try again\n".into())
+        }
     }
-}
-
-/// Writes a streaming response's head on the request's raw writer (tiny_http's own response
-/// writer buffers a body of unknown length into 8 KiB chunks; a stream must go out part by
-/// part). The body ends when the connection closes.
-fn stream_head(rq: tiny_http::Request, content_type: &str) -> std::io::Result<Box<dyn std::io::Write + Send>> {
-    let mut w = rq.into_writer();
-    write!(w, "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nCache-Control: no-cache, no-store\r\nConnection: close\r\nX-Accel-Buffering: no\r\n\r\n")?;
-    w.flush()?;
-    Ok(w)
 }
 
 /// `/api/detections`: every line from now on as an event, until the end line, the output
 /// closes or the client goes.
-fn sse(s: &Arc<Shared>, rq: tiny_http::Request, head: bool) -> std::io::Result<()> {
-    let mut w = stream_head(rq, "text/event-stream")?;
-    if head {
-        return Ok(());
-    }
+fn sse(s: &Arc<Shared>, mut w: server::ChunkWriter) -> std::io::Result<()> {
     let me = Arc::new(SseClient { queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
     lock(&s.sse).push(me.clone());
     let r = (|| {
@@ -591,11 +578,7 @@ fn sse(s: &Arc<Shared>, rq: tiny_http::Request, head: bool) -> std::io::Result<(
 
 /// `/stream/<camera>.mjpg`: a JPEG part per new frame line of camera `cam` (the first
 /// at once, a placeholder before any frame), at most `--view-fps` a second.
-fn mjpeg(s: &Arc<Shared>, rq: tiny_http::Request, cam: usize, head: bool) -> std::io::Result<()> {
-    let mut w = stream_head(rq, &format!("multipart/x-mixed-replace; boundary={BOUNDARY}"))?;
-    if head {
-        return Ok(());
-    }
+fn mjpeg(s: &Arc<Shared>, mut w: server::ChunkWriter, cam: usize) -> std::io::Result<()> {
     let period = s.renderer.period();
     let mut sent: Option<(Option<u64>, Instant)> = None;
     loop {
@@ -642,8 +625,13 @@ mod tests {
 
     #[test]
     fn a_slow_event_client_loses_its_oldest_lines_counted() {
-        let http =
-            HttpConfig { addr: "127.0.0.1:0".parse().unwrap(), allow_remote: false, view_fps: 5.0, service: None };
+        let http = HttpConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            allow_remote: false,
+            view_fps: 5.0,
+            service: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        };
         let cfg = PublishConfig {
             socket: "/nonexistent/d.sock".into(),
             print: crate::PrintMode::None,
@@ -681,8 +669,13 @@ mod tests {
 
     #[test]
     fn a_remote_address_needs_the_flag_and_a_taken_port_is_named() {
-        let cfg =
-            |a: &str, allow| HttpConfig { addr: a.parse().unwrap(), allow_remote: allow, view_fps: 5.0, service: None };
+        let cfg = |a: &str, allow| HttpConfig {
+            addr: a.parse().unwrap(),
+            allow_remote: allow,
+            view_fps: 5.0,
+            service: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        };
         let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
         assert!(
             e.starts_with("--http 0.0.0.0:8080: not a loopback address") && e.contains("--http-allow-remote"),
