@@ -274,8 +274,22 @@ pub fn main() -> i32 {
     }
     // A socket where another user could replace it is a bad argument too.
     for (path, flag) in cli.cmd.socket_places() {
+        let what = format!("{flag} {}", path.display());
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        if let Err(e) = zcpipe_core::config::trusted_dir(parent, &format!("{flag} {}", path.display())) {
+        // A socket's directory must be there (zcpipe makes only its own runtime directory);
+        // a run directory is made, and must be ours if it is there.
+        let place = if flag == "--run-dir" { path } else { parent };
+        if flag != "--run-dir" && !parent.is_dir() && !parent.starts_with(zcpipe_core::config::runtime_base()) {
+            error_line(
+                &tag,
+                &format!(
+                    "{what}: directory {} does not exist: make it (mode 0700) or pick another path",
+                    parent.display()
+                ),
+            );
+            return 2;
+        }
+        if let Err(e) = zcpipe_core::config::trusted_dir(place, &what) {
             error_line(&tag, &e.to_string());
             return 2;
         }

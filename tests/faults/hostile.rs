@@ -512,6 +512,10 @@ fn socket_places_another_user_could_change_are_refused() {
             format!("--run-dir {}/run: directory {} has mode 777", open.display(), open.display()),
         ),
     ];
+    cases.push((
+        vec!["--publish".to_string(), dir.path().join("missing/d.sock").display().to_string()],
+        format!("directory {}/missing does not exist", dir.path().display()),
+    ));
     if nix::unistd::geteuid().is_root() {
         let theirs = dir.path().join("theirs");
         std::fs::create_dir(&theirs).unwrap();

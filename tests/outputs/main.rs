@@ -6,5 +6,6 @@ mod common;
 
 mod bench_ipc;
 mod http;
+mod http_attacks;
 mod ipc;
 mod mqtt;

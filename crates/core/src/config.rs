@@ -277,6 +277,21 @@ pub struct PlaceError(pub String);
 pub fn trusted_dir(dir: &Path, what: &str) -> Result<(), PlaceError> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::Uid::effective().as_raw();
+    // A symbolic link on the way is as good as its owner: one of another user (in a sticky
+    // directory such as /tmp, where they may replace their own link) could point the path
+    // elsewhere at any time. Each link's target is then checked below, resolved.
+    let abs = std::path::absolute(dir).map_err(|e| PlaceError(format!("{what}: {}: {e}", dir.display())))?;
+    for a in abs.ancestors() {
+        if let Ok(m) = std::fs::symlink_metadata(a) {
+            if m.file_type().is_symlink() && m.uid() != me && m.uid() != 0 {
+                return Err(PlaceError(format!(
+                    "{what}: {} is a symbolic link of uid {}, who could point it elsewhere; use a directory of your own that only you can write (mode 0700)",
+                    a.display(),
+                    m.uid()
+                )));
+            }
+        }
+    }
     let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(Path::new("/"));
     let canon = std::fs::canonicalize(existing)
         .map_err(|e| PlaceError(format!("{what}: cannot resolve {}: {e}", existing.display())))?;
@@ -356,6 +371,18 @@ mod tests {
         assert!(e.contains("has mode 777: other users can rename or replace"), "{e}");
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
         trusted_dir(&open.join("sub"), "--publish x").unwrap();
+        // A link of another user's in a sticky directory, to a directory of ours: refused.
+        if nix::unistd::geteuid().is_root() {
+            let ours = t.path().join("ours");
+            std::fs::create_dir(&ours).unwrap();
+            let link = open.join("link");
+            std::os::unix::fs::symlink(&ours, &link).unwrap();
+            std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+            let e = trusted_dir(&link, "--publish x").unwrap_err().to_string();
+            assert!(e.contains("is a symbolic link of uid 65534"), "{e}");
+            std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
+            trusted_dir(&link, "--publish x").unwrap();
+        }
         // A run directory of ours, 0700, inside a directory anyone can write: refused.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = private_dir(&open.join("run")).unwrap_err().to_string();

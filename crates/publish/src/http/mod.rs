@@ -142,6 +142,8 @@ struct Shared {
     connections: AtomicU64,
     /// accept(2) failures (EMFILE: the process is out of fds), waited out.
     accept_errors: AtomicU64,
+    /// Connections closed without a request to make room at the connection limit.
+    evicted: AtomicU64,
     /// Requests refused for a body (declared over [`MAX_BODY`], or chunked).
     huge_bodies: AtomicU64,
     sse_clients: AtomicU64,
@@ -183,6 +185,7 @@ impl HttpOutput {
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             accept_errors: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
             huge_bodies: AtomicU64::new(0),
             sse_clients: AtomicU64::new(0),
             mjpeg_clients: AtomicU64::new(0),
@@ -324,7 +327,7 @@ struct Reply {
     status: u16,
     headers: Vec<(&'static str, String)>,
     body: Vec<u8>,
-    stream: Option<tokio::sync::mpsc::Receiver<hyper::body::Bytes>>,
+    stream: Option<server::StreamBody>,
 }
 
 impl Reply {
@@ -387,10 +390,10 @@ pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 impl Shared {
     /// A request that came with a body (over [`MAX_BODY`], or chunked): counted, logged
-    /// (the first, then every 100th); its connection is closed.
+    /// (the 1st, 2nd, 4th, 8th... time); its connection is closed.
     fn refused_body(&self, declared: Option<u64>) {
         let n = self.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
-        if n == 1 || n.is_multiple_of(100) {
+        if n.is_power_of_two() {
             let what = declared.map_or_else(|| "a chunked body".to_string(), |b| format!("a body of {b} bytes"));
             log::warn!("web view: a request declared {what} (the view takes none): answered 413 ({n} so far)");
         }
@@ -478,6 +481,7 @@ fn stats_json(s: &Shared) -> serde_json::Value {
         "refused_bodies": s.huge_bodies.load(Ordering::Relaxed),
         "connections": s.connections.load(Ordering::Relaxed),
         "accept_errors": s.accept_errors.load(Ordering::Relaxed),
+        "evicted_idle": s.evicted.load(Ordering::Relaxed),
         "max_connections": s.max_connections,
         "view_fps": s.view_fps,
         "no_pixels": pixels,

@@ -4,8 +4,10 @@
 //! - **The accept loop never ends while the stage runs.** An error from accept(2) (EMFILE
 //!   when the process is out of fds, ENFILE, ENOMEM) is counted, logged at its first time
 //!   and at powers of two, and waited out (100 ms); the loop goes on.
-//! - **At most `--http-max-connections` connections at once**: the loop takes a permit
-//!   before it accepts, so one more waits in the kernel's backlog and costs no fd here.
+//! - **At most `--http-max-connections` connections at once**: at the limit, the
+//!   connection that has waited longest without sending a request is closed to make room
+//!   (so idle connections cannot keep clients out); with none idle, a new one waits for a
+//!   place.
 //! - **A connection is bounded in time and memory**: its request head must arrive within
 //!   [`HEAD_TIMEOUT`], in at most [`MAX_HEAD`] bytes (hyper's buffer; more is answered 431),
 //!   it serves one request (no keep-alive: an idle connection cannot hold a permit), and a
@@ -14,13 +16,15 @@
 //! - **Work that blocks runs on blocking threads** (at most [`BLOCKING_THREADS`]): encoding
 //!   a snapshot, asking the inference service. Streams (event and MJPEG clients) keep their
 //!   own thread each, as before, writing through a bounded channel ([`ChunkWriter`]) that the
-//!   connection drains as the client reads.
+//!   connection drains as the client reads; a client that takes nothing for [`STREAM_STALL`]
+//!   loses its stream (and its place among the streams).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,7 +33,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{Reply, Shared};
 
@@ -45,6 +49,9 @@ pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// Threads for work that blocks (a snapshot's JPEG, the service's numbers).
 pub(crate) const BLOCKING_THREADS: usize = 4;
 
+/// Connections the kernel may queue for accept(2).
+const ACCEPT_QUEUE: i32 = 1024;
+
 /// Chunks a stream may have on its way to its client before its thread waits.
 const STREAM_CHUNKS: usize = 4;
 
@@ -58,6 +65,14 @@ pub(crate) fn start(s: Arc<Shared>, listener: std::net::TcpListener) -> io::Resu
         .enable_io()
         .enable_time()
         .build()?;
+    // A deep accept queue (listen(2) again: Linux takes the new backlog, capped by
+    // net.core.somaxconn): a flood of connections then waits there instead of making the
+    // kernel drop new SYNs, which a client would only retry a second later.
+    nix::sys::socket::listen(
+        &listener,
+        nix::sys::socket::Backlog::new(ACCEPT_QUEUE).unwrap_or(nix::sys::socket::Backlog::MAXCONN),
+    )
+    .map_err(io::Error::from)?;
     listener.set_nonblocking(true)?;
     let listener = {
         let _guard = rt.enter();
@@ -67,10 +82,37 @@ pub(crate) fn start(s: Arc<Shared>, listener: std::net::TcpListener) -> io::Resu
     Ok(rt)
 }
 
+/// Connections that have not sent a request yet, oldest first: at the connection limit the
+/// oldest makes room for a new one, so idle connections cannot keep clients out.
+#[derive(Default)]
+struct Waiting {
+    next: std::sync::atomic::AtomicU64,
+    queue: Mutex<VecDeque<(u64, Arc<Notify>)>>,
+}
+
+impl Waiting {
+    fn add(&self) -> (u64, Arc<Notify>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let kill = Arc::new(Notify::new());
+        lock(&self.queue).push_back((id, kill.clone()));
+        (id, kill)
+    }
+
+    fn remove(&self, id: u64) {
+        lock(&self.queue).retain(|(i, _)| *i != id);
+    }
+
+    /// Closes the connection that has waited longest for its request; false if none waits.
+    fn evict_oldest(&self) -> bool {
+        let oldest = lock(&self.queue).pop_front();
+        oldest.map(|(_, kill)| kill.notify_one()).is_some()
+    }
+}
+
 async fn accept_loop(s: Arc<Shared>, listener: tokio::net::TcpListener) {
     let permits = Arc::new(Semaphore::new(s.max_connections));
+    let waiting = Arc::new(Waiting::default());
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else { return };
         let tcp = loop {
             match listener.accept().await {
                 Ok((tcp, _)) => break tcp,
@@ -86,17 +128,41 @@ async fn accept_loop(s: Arc<Shared>, listener: tokio::net::TcpListener) {
                 }
             }
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // At the limit: the connection idle longest makes room; with none idle (every
+                // one busy or streaming) this one waits for a place.
+                if waiting.evict_oldest() {
+                    s.evicted.fetch_add(1, Ordering::Relaxed);
+                }
+                let Ok(p) = permits.clone().acquire_owned().await else { return };
+                p
+            }
+        };
         s.connections.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(serve(s.clone(), tcp, permit));
+        // Registered before its task runs, so the next accept can already evict it.
+        let (id, kill) = waiting.add();
+        tokio::spawn(serve(s.clone(), tcp, permit, waiting.clone(), (id, kill)));
     }
 }
 
 /// One connection: one request, its head in time, its whole response taken in time (a
-/// stream's as long as its client reads).
-async fn serve(s: Arc<Shared>, tcp: tokio::net::TcpStream, _permit: tokio::sync::OwnedSemaphorePermit) {
-    let streamed = Arc::new(AtomicBool::new(false));
-    let flag = streamed.clone();
-    let service = service_fn(move |rq| handle(s.clone(), rq, flag.clone()));
+/// stream's as long as its stream lasts); closed early when it is the oldest without a
+/// request at the connection limit.
+async fn serve(
+    s: Arc<Shared>,
+    tcp: tokio::net::TcpStream,
+    _permit: OwnedSemaphorePermit,
+    waiting: Arc<Waiting>,
+    (id, kill): (u64, Arc<Notify>),
+) {
+    let stream: StreamSlot = Arc::new(Mutex::new(None));
+    let (slot, w) = (stream.clone(), waiting.clone());
+    let service = service_fn(move |rq| {
+        w.remove(id);
+        handle(s.clone(), rq, slot.clone())
+    });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
@@ -104,14 +170,29 @@ async fn serve(s: Arc<Shared>, tcp: tokio::net::TcpStream, _permit: tokio::sync:
         .keep_alive(false)
         .serve_connection(TokioIo::new(tcp), service);
     let mut conn = std::pin::pin!(conn);
-    loop {
-        match tokio::time::timeout(WRITE_TIMEOUT, conn.as_mut()).await {
-            Ok(Err(e)) => return log::debug!("web view: a connection ended: {e}"),
-            Ok(Ok(())) => return,
-            Err(_) if streamed.load(Ordering::Relaxed) => continue,
-            Err(_) => return log::debug!("web view: a client took over {WRITE_TIMEOUT:?}: closed"),
+    let streaming = || lock(&stream).as_ref().is_some_and(|alive| alive.load(Ordering::Relaxed));
+    let served = async {
+        loop {
+            match tokio::time::timeout(WRITE_TIMEOUT, conn.as_mut()).await {
+                Ok(Err(e)) => return log::debug!("web view: a connection ended: {e}"),
+                Ok(Ok(())) => return,
+                Err(_) if streaming() => continue,
+                Err(_) => return log::debug!("web view: a client took over {WRITE_TIMEOUT:?}: closed"),
+            }
         }
+    };
+    tokio::select! {
+        () = served => {}
+        () = kill.notified() => log::debug!("web view: the connection idle longest was closed to make room"),
     }
+    waiting.remove(id);
+}
+
+/// A connection's stream, when its answer is one: `true` while the stream's thread writes.
+type StreamSlot = Arc<Mutex<Option<Arc<AtomicBool>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The soft limit on fds (`RLIMIT_NOFILE`), for the accept error's line.
@@ -122,12 +203,12 @@ fn nofile_limit() -> String {
 
 /// One request: refused (a method other than GET and HEAD, a body), or routed on a
 /// blocking thread.
-async fn handle(
-    s: Arc<Shared>,
-    rq: Request<Incoming>,
-    streamed: Arc<AtomicBool>,
-) -> Result<Response<ViewBody>, Infallible> {
+async fn handle(s: Arc<Shared>, rq: Request<Incoming>, stream: StreamSlot) -> Result<Response<ViewBody>, Infallible> {
     s.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(host) = foreign_host(&s, &rq) {
+        let r = Reply::text(403, format!("the web view answers to this machine's names only, not Host {host:?} (a web page's DNS rebinding); open it as http://{}/\n", s.addr));
+        return Ok(whole(r));
+    }
     let head = rq.method() == Method::HEAD;
     if !(head || rq.method() == Method::GET) {
         return Ok(whole(
@@ -148,8 +229,8 @@ async fn handle(
         Err(e) => Reply::text(500, format!("the web view failed on this request: {e}\n")),
     };
     Ok(match reply.stream {
-        Some(rx) if !head => {
-            streamed.store(true, Ordering::Relaxed);
+        Some((rx, alive)) if !head => {
+            *lock(&stream) = Some(alive);
             let mut r = Response::new(ViewBody::Stream(rx));
             *r.status_mut() = hyper::StatusCode::from_u16(reply.status).unwrap_or(hyper::StatusCode::OK);
             set_headers(&mut r, &reply.headers);
@@ -157,6 +238,23 @@ async fn handle(
         }
         _ => whole(reply),
     })
+}
+
+/// On a loopback address, the `Host` a request names when it is not this machine's
+/// (`localhost`, a loopback address): a page elsewhere whose name was pointed at 127.0.0.1
+/// (DNS rebinding) must not read the cameras. `None`: fine (or no `Host`, as HTTP/1.0 may).
+fn foreign_host(s: &Shared, rq: &Request<Incoming>) -> Option<String> {
+    if !s.addr.ip().is_loopback() {
+        return None;
+    }
+    let host = rq.headers().get(hyper::header::HOST)?.to_str().unwrap_or("?");
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    let local =
+        name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    (!local).then(|| host.to_string())
 }
 
 /// A whole response from `reply`.
@@ -205,16 +303,26 @@ impl Body for ViewBody {
 }
 
 /// A stream's writer, for its thread: each flush sends what was written as one chunk,
-/// waiting while [`STREAM_CHUNKS`] are on their way; an error once the client is gone.
+/// waiting while [`STREAM_CHUNKS`] are on their way; an error once the client is gone, or
+/// when it has taken nothing for [`STREAM_STALL`] (its place goes to another client).
 pub(crate) struct ChunkWriter {
     tx: mpsc::Sender<Bytes>,
     buf: Vec<u8>,
+    /// Set while this writer lives (its connection is then a stream's).
+    alive: Arc<AtomicBool>,
 }
 
+/// How long a stream waits for its client to take a chunk before it ends.
+pub(crate) const STREAM_STALL: Duration = Duration::from_secs(10);
+
+/// A stream's body, and whether its writer still lives.
+pub(crate) type StreamBody = (mpsc::Receiver<Bytes>, Arc<AtomicBool>);
+
 /// A writer for a stream's thread and the body its connection sends.
-pub(crate) fn channel() -> (ChunkWriter, mpsc::Receiver<Bytes>) {
+pub(crate) fn channel() -> (ChunkWriter, StreamBody) {
     let (tx, rx) = mpsc::channel(STREAM_CHUNKS);
-    (ChunkWriter { tx, buf: Vec::new() }, rx)
+    let alive = Arc::new(AtomicBool::new(true));
+    (ChunkWriter { tx, buf: Vec::new(), alive: alive.clone() }, (rx, alive))
 }
 
 impl io::Write for ChunkWriter {
@@ -227,7 +335,29 @@ impl io::Write for ChunkWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = Bytes::from(std::mem::take(&mut self.buf));
-        self.tx.blocking_send(chunk).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+        let mut chunk = Bytes::from(std::mem::take(&mut self.buf));
+        // Polled, not awaited: the thread needs no runtime (which may be gone at the end).
+        let deadline = std::time::Instant::now() + STREAM_STALL;
+        loop {
+            match self.tx.try_send(chunk) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+                }
+                Err(mpsc::error::TrySendError::Full(c)) if std::time::Instant::now() < deadline => {
+                    chunk = c;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the client took nothing for 10 s"))
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ChunkWriter {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::Relaxed);
     }
 }
