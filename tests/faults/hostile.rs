@@ -538,3 +538,70 @@ fn socket_places_another_user_could_change_are_refused() {
     }
     assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0, "nothing was made there");
 }
+
+/// Set in the child that runs a pipeline for [`a_png_bomb_is_refused_before_it_is_decoded`]:
+/// it waits for it and prints the largest resident size of its processes.
+const RSS_WRAPPER: &str = "ZCPIPE_TEST_RSS_OF";
+
+/// A real PNG bomb (30000x30000 grey, 875 KB of compressed zeros, 900 MB decoded, as
+/// another user could drop in a watched folder) is refused by its header: one line, and
+/// no process of the run grows past 100 MB.
+#[test]
+fn a_png_bomb_is_refused_before_it_is_decoded() {
+    if let Ok(args) = std::env::var(RSS_WRAPPER) {
+        // The wrapper: its children are the run's processes alone.
+        let args: Vec<String> = serde_json::from_str(&args).unwrap();
+        let out = common::zcpipe().args(&args).output().unwrap();
+        let max_kib = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap().max_rss();
+        println!("rss-wrapper code={:?} max_rss_kib={max_kib}", out.status.code());
+        println!("rss-wrapper stderr={}", serde_json::to_string(&String::from_utf8_lossy(&out.stderr)).unwrap());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = dir.path().join("bomb.png");
+    let script = r#"
+import sys, zlib, struct
+W = H = 30000
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+c = zlib.compressobj(9)
+row = b"\0" * (W + 1)
+data = b"".join(c.compress(row) for _ in range(H)) + c.flush()
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 0, 0, 0, 0)) + chunk(b"IDAT", data) + chunk(b"IEND", b""))
+"#;
+    let made = std::process::Command::new("python3").args(["-c", script]).arg(&bomb).status().unwrap();
+    assert!(made.success());
+    let size = std::fs::metadata(&bomb).unwrap().len();
+    let d = dir.path().display();
+    let args = serde_json::to_string(&[
+        "run".to_string(),
+        format!("--run-dir={d}/run"),
+        format!("--publish={d}/d.sock"),
+        format!("--source=image:{}", bomb.display()),
+        "--infer=none".into(),
+        "--stats-interval=0".into(),
+    ])
+    .unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "hostile::a_png_bomb_is_refused_before_it_is_decoded", "--nocapture", "--test-threads=1"])
+        .env(RSS_WRAPPER, args)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| {
+        let rest = said.split(k).nth(1).and_then(|r| r.lines().next()).unwrap_or_else(|| panic!("{k} in {said}"));
+        if k == "stderr=" {
+            rest
+        } else {
+            rest.split(' ').next().unwrap()
+        }
+    };
+    let max_kib: u64 = field("max_rss_kib=").parse().unwrap();
+    let stderr: String = serde_json::from_str(field("stderr=")).unwrap();
+    assert_eq!(field("code="), "Some(1)", "{stderr}");
+    assert!(
+        stderr.contains("the picture is over the decoder's limits (16384 pixels a side, 512 MiB decoded)"),
+        "{stderr}"
+    );
+    assert!(max_kib < 100 * 1024, "a process of the run reached {max_kib} KiB");
+    println!("EVIDENCE a {size}-byte PNG of 30000x30000 refused by its header; the run's largest process peaked at {max_kib} KiB");
+}
