@@ -23,12 +23,7 @@ use zcpipe_core::frame::FrameLayout;
 /// stream=width,height,r_frame_rate,avg_frame_rate -of json PATH` and parses its JSON.
 /// Errors name the path and the fix.
 pub fn probe(path: &Path) -> anyhow::Result<VideoProbe> {
-    if !path.is_file() {
-        bail!(
-            "cannot open video {}: no such file (check the path; `--source auto` plays the bundled clip)",
-            path.display()
-        );
-    }
+    check_file(path)?;
     let out = Command::new("ffprobe")
         .args(PROBE_ARGS)
         .arg(path)
@@ -45,6 +40,31 @@ pub fn probe(path: &Path) -> anyhow::Result<VideoProbe> {
         );
     }
     parse_probe(&out.stdout).map_err(|why| anyhow::anyhow!("cannot probe video {}: {why}", path.display()))
+}
+
+/// A `video:` path must name a file: there, readable, and a regular file (not a device such
+/// as `/dev/urandom`, a directory or a pipe). Errors name the path, what it is, and the fix.
+pub(crate) fn check_file(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let m = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "cannot open video {}: no such file (check the path; `--source auto` plays the bundled clip)",
+            path.display()
+        ),
+        Err(e) => bail!("cannot open video {}: {e}", path.display()),
+    };
+    let t = m.file_type();
+    let what = if t.is_dir() {
+        "a directory (for a folder of pictures use image:DIR)"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device, not a video file (a camera is v4l2:/dev/videoN)"
+    } else if t.is_fifo() || t.is_socket() {
+        "a pipe or socket, not a video file"
+    } else {
+        return Ok(());
+    };
+    bail!("cannot open video {}: it is {what}", path.display())
 }
 
 /// Frames decoded by an ffmpeg child process.
@@ -164,6 +184,18 @@ impl FrameSource for VideoSource {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_video_path_that_is_not_a_file_says_what_it_is() {
+        let e = check_file(Path::new("/dev/urandom")).unwrap_err().to_string();
+        assert!(e.contains("/dev/urandom: it is a device, not a video file"), "{e}");
+        let e = check_file(Path::new("/")).unwrap_err().to_string();
+        assert!(e.contains("it is a directory (for a folder of pictures use image:DIR)"), "{e}");
+        let e = check_file(Path::new("/nonexistent/x.mp4")).unwrap_err().to_string();
+        assert!(e.contains("no such file"), "{e}");
+        check_file(&std::env::current_exe().unwrap()).unwrap();
+    }
+
     use super::*;
 
     fn clip() -> PathBuf {

@@ -210,9 +210,7 @@ impl MppCapture {
             MppInput::Network(u) => redact_url(u),
         };
         if let MppInput::File(p) = &input {
-            if !p.is_file() {
-                bail!("cannot open video {}: no such file (check the path)", p.display());
-            }
+            crate::video::check_file(p)?;
         }
         let (probe, codec) = probe(&input, opts.transport, &shown, stop)?;
         mpp_takes(&codec).map_err(|why| anyhow!("{shown}: {why}; pass --decoder cpu for it"))?;
