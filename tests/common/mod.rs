@@ -190,3 +190,15 @@ pub fn log_field<'a>(line: &'a str, key: &str) -> &'a str {
     let i = line.find(&pat).unwrap_or_else(|| panic!("no {key}= in {line}")) + pat.len();
     line[i..].split([' ', ']']).next().unwrap()
 }
+
+/// A picture as the capture stage's image source makes it (NV12, 16-byte rows) in a sealed
+/// memfd, with the buffer spec a service client registers it under.
+pub fn nv12_memfd(image: &Path) -> (std::os::fd::OwnedFd, zcpipe::core::service::BufferSpec) {
+    use zcpipe::core::service::{BufferSpec, PixelFormat, PlaneSpec};
+    let rgb = zcpipe::capture::image::decode_rgb8(image).unwrap();
+    let (l, bytes) = zcpipe::capture::image::rgb8_to_nv12(rgb.as_raw(), rgb.width(), rgb.height()).unwrap();
+    let planes = l.planes().iter().map(|p| PlaneSpec { offset: p.offset, bytesperline: p.bytesperline }).collect();
+    let spec =
+        BufferSpec { format: PixelFormat::Nv12, width: l.width, height: l.height, planes, size: bytes.len() as u64 };
+    (zcpipe::core::service::client::memfd_with(&bytes).unwrap(), spec)
+}

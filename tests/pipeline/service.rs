@@ -2,33 +2,19 @@
 //! detect`, the Python client and a raw NV12 buffer through the Rust client all print, for
 //! a picture, the frame line `zcpipe run --source image:FILE --json` prints.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use zcpipe::core::frame::FrameLayout;
-use zcpipe::core::service::client::{memfd_with, Client};
-use zcpipe::core::service::{BufferSpec, PixelFormat, PlaneSpec};
+use zcpipe::core::service::client::Client;
 
-use crate::common::{root, wait_for, zcpipe, zcpipe_run, Reap};
+use crate::common::{nv12_memfd, root, wait_for, zcpipe, zcpipe_run, Reap};
 
 /// The frame line's picture size and detections (the parts that must be equal).
 fn detections(line: &str) -> (u64, u64, Value) {
     let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
     assert_eq!(v["type"], "frame", "{line}");
     (v["width"].as_u64().unwrap(), v["height"].as_u64().unwrap(), v["detections"].clone())
-}
-
-/// The picture as the capture stage's image source makes it: NV12, 16-byte rows.
-fn nv12_buffer(image: &Path) -> (std::os::fd::OwnedFd, BufferSpec) {
-    let rgb = zcpipe::capture::image::decode_rgb8(image).unwrap();
-    let (l, bytes): (FrameLayout, Vec<u8>) =
-        zcpipe::capture::image::rgb8_to_nv12(rgb.as_raw(), rgb.width(), rgb.height()).unwrap();
-    let planes = l.planes().iter().map(|p| PlaneSpec { offset: p.offset, bytesperline: p.bytesperline }).collect();
-    let spec =
-        BufferSpec { format: PixelFormat::Nv12, width: l.width, height: l.height, planes, size: bytes.len() as u64 };
-    (memfd_with(&bytes).unwrap(), spec)
 }
 
 #[test]
@@ -82,7 +68,7 @@ fn clients_get_the_detections_the_pipeline_prints() {
 
     // A raw NV12 buffer, as a camera's frame would be: the same boxes.
     let mut c = Client::connect(&sock, "raw").unwrap();
-    let (fd, spec) = nv12_buffer(&image);
+    let (fd, spec) = nv12_memfd(&image);
     let i = c.register(&[(&fd, spec)]).unwrap();
     let f = c.detect(i).unwrap();
     let line = zcpipe::core::schema::SocketLine::Frame(f).to_line().unwrap();

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,40 +14,18 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{board_root, data};
-use crate::common::{fake_librga, fake_librknnrt, wait_for, zcpipe, zcpipe_run, Reap};
-use zcpipe::core::service::client::{memfd_with, Client};
-use zcpipe::core::service::{BufferSpec, PixelFormat, PlaneSpec, ServiceStats};
+use crate::common::{fake_librga, fake_librknnrt, nv12_memfd, wait_for, zcpipe, zcpipe_run, Reap};
+use zcpipe::core::service::client::Client;
+use zcpipe::core::service::ServiceStats;
 
 #[test]
 fn service_clients_share_the_loaded_model_and_its_contexts() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("rknn.log");
     let image = data("tests/data/person.jpg");
-    let mut child = zcpipe_run(dir.path())
-        .env("ZCPIPE_LIBRKNNRT", fake_librknnrt())
-        .env("ZCPIPE_FAKE_RKNN_ONNX", data("models/yolox_nano.onnx"))
-        .env("ZCPIPE_FAKE_RKNN_LOG", &log)
-        .env("ZCPIPE_TEST_ROOT", board_root(dir.path(), "rk3588"))
-        .args(["--source", &format!("image:{}", image.display()), "--fps", "5", "--scaler", "cpu"])
-        .args(["--infer", "rknn", "--model", "models/yolox_nano_416_rk3588.rknn", "--npu-cores", "0,1,2"])
-        .args(["--npu-contexts-per-core", "2", "--json", "--stats-interval", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            r.read_to_string(&mut s).unwrap();
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let mut child = Reap(child);
-    let run_dir = dir.path().join("run");
-    let sock = run_dir.join("npu.sock");
-    assert!(wait_for(Duration::from_secs(120), || sock.exists()), "no service at {}", sock.display());
+    let args = ["--scaler", "cpu", "--npu-cores", "0,1,2", "--npu-contexts-per-core", "2"];
+    let s = serve(dir.path(), &image, &args, &[]);
+    let run_dir = s.run_dir.clone();
 
     let mut answers = vec![];
     for _ in 0..3 {
@@ -55,11 +33,7 @@ fn service_clients_share_the_loaded_model_and_its_contexts() {
         assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
         answers.push(serde_json::from_slice::<Value>(&d.stdout).unwrap());
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.0.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    assert!(child.0.wait().unwrap().success(), "{}", err.join().unwrap());
-    let stdout = out.join().unwrap();
-    let camera: Vec<Value> =
-        stdout.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["type"] == "frame").collect();
+    let (camera, _) = s.stop();
     assert!(!camera.is_empty());
     for a in &answers {
         assert_eq!(a["detections"], camera[0]["detections"], "a client's detections are the camera's for the picture");
@@ -152,19 +126,6 @@ fn calls(log: &Path, name: &str) -> Vec<HashMap<String, String>> {
         .collect()
 }
 
-/// The picture as the capture stage's image source makes it (NV12, 16-byte rows) in a
-/// sealed memfd, and its inode.
-fn nv12_memfd(image: &Path) -> (OwnedFd, BufferSpec, u64) {
-    let rgb = zcpipe::capture::image::decode_rgb8(image).unwrap();
-    let (l, bytes) = zcpipe::capture::image::rgb8_to_nv12(rgb.as_raw(), rgb.width(), rgb.height()).unwrap();
-    let planes = l.planes().iter().map(|p| PlaneSpec { offset: p.offset, bytesperline: p.bytesperline }).collect();
-    let spec =
-        BufferSpec { format: PixelFormat::Nv12, width: l.width, height: l.height, planes, size: bytes.len() as u64 };
-    let fd = memfd_with(&bytes).unwrap();
-    let ino = nix::sys::stat::fstat(fd.as_raw_fd()).unwrap().st_ino;
-    (fd, spec, ino)
-}
-
 /// A client's JPEG (`zcpipe detect`) and raw NV12 frame (the Rust client) through the
 /// service, and the service's numbers.
 fn ask(s: &Served, image: &Path) -> (Value, Value, ServiceStats, u64) {
@@ -173,7 +134,8 @@ fn ask(s: &Served, image: &Path) -> (Value, Value, ServiceStats, u64) {
     let jpeg: Value = serde_json::from_slice(&d.stdout).unwrap();
     let sock = s.run_dir.join("npu.sock");
     let mut c = Client::connect(&sock, "raw").unwrap();
-    let (fd, spec, ino) = nv12_memfd(image);
+    let (fd, spec) = nv12_memfd(image);
+    let ino = nix::sys::stat::fstat(fd.as_raw_fd()).unwrap().st_ino;
     let i = c.register(&[(&fd, spec)]).unwrap();
     let line = zcpipe::core::schema::SocketLine::Frame(c.detect(i).unwrap()).to_line().unwrap();
     let raw: Value = serde_json::from_str(line.trim()).unwrap();

@@ -231,15 +231,23 @@ impl Scratch {
         input: &FrameLayout,
         spec: &InputSpec,
     ) -> anyhow::Result<LetterboxParams> {
-        let guard = buf.buf.read()?;
-        let bytes = guard.bytes().get(..buf.spec.size as usize).unwrap_or(guard.bytes());
-        match &buf.layout {
-            Some(l) => self.lb.scale_bytes(&[bytes], l, &mut self.input, input, spec.letterbox),
-            None => {
-                let (l, nv12) = decode(bytes)?;
-                drop(guard);
-                self.lb.scale_bytes(&[&nv12], &l, &mut self.input, input, spec.letterbox)
-            }
+        let (lb, out) = (&mut self.lb, &mut self.input);
+        with_frame(buf, |bytes, l| lb.scale_bytes(&[bytes], l, out, input, spec.letterbox))?
+    }
+}
+
+/// Runs `f` on the client's picture as a raw frame and its layout: the buffer's bytes read
+/// under its guard, or its encoded picture decoded to NV12 (the guard dropped first). The
+/// error is the picture's (unreadable, undecodable); `f`'s result is returned as it is.
+fn with_frame<T>(buf: &ClientBuf, f: impl FnOnce(&[u8], &FrameLayout) -> T) -> anyhow::Result<T> {
+    let guard = buf.buf.read()?;
+    let bytes = guard.bytes().get(..buf.spec.size as usize).unwrap_or(guard.bytes());
+    match &buf.layout {
+        Some(l) => Ok(f(bytes, l)),
+        None => {
+            let (l, nv12) = decode(bytes)?;
+            drop(guard);
+            Ok(f(&nv12, &l))
         }
     }
 }
@@ -298,14 +306,5 @@ fn by_address(
     input: &FrameLayout,
     spec: &InputSpec,
 ) -> anyhow::Result<anyhow::Result<LetterboxParams>> {
-    let guard = buf.buf.read()?;
-    let bytes = guard.bytes().get(..buf.spec.size as usize).unwrap_or(guard.bytes());
-    Ok(match &buf.layout {
-        Some(l) => jobs.convert_virtual(bytes, l, cpu_input, input, spec.letterbox),
-        None => {
-            let (l, nv12) = decode(bytes)?;
-            drop(guard);
-            jobs.convert_virtual(&nv12, &l, cpu_input, input, spec.letterbox)
-        }
-    })
+    with_frame(buf, |bytes, l| jobs.convert_virtual(bytes, l, cpu_input, input, spec.letterbox))
 }

@@ -231,10 +231,7 @@ async fn handle(s: Arc<Shared>, rq: Request<Incoming>, stream: StreamSlot) -> Re
     Ok(match reply.stream {
         Some((rx, alive)) if !head => {
             *lock(&stream) = Some(alive);
-            let mut r = Response::new(ViewBody::Stream(rx));
-            *r.status_mut() = hyper::StatusCode::from_u16(reply.status).unwrap_or(hyper::StatusCode::OK);
-            set_headers(&mut r, &reply.headers);
-            r
+            response(reply.status, &reply.headers, ViewBody::Stream(rx))
         }
         _ => whole(reply),
     })
@@ -259,18 +256,19 @@ fn foreign_host(s: &Shared, rq: &Request<Incoming>) -> Option<String> {
 
 /// A whole response from `reply`.
 fn whole(reply: Reply) -> Response<ViewBody> {
-    let mut r = Response::new(ViewBody::Whole(Some(Bytes::from(reply.body))));
-    *r.status_mut() = hyper::StatusCode::from_u16(reply.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    set_headers(&mut r, &reply.headers);
-    r
+    response(reply.status, &reply.headers, ViewBody::Whole(Some(Bytes::from(reply.body))))
 }
 
-fn set_headers(r: &mut Response<ViewBody>, headers: &[(&'static str, String)]) {
+/// `body` with `status` and `headers` (a header value that is not one is left out).
+fn response(status: u16, headers: &[(&'static str, String)], body: ViewBody) -> Response<ViewBody> {
+    let mut r = Response::new(body);
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     for (k, v) in headers {
         if let Ok(v) = hyper::header::HeaderValue::from_str(v) {
             r.headers_mut().insert(*k, v);
         }
     }
+    r
 }
 
 /// A response body: whole, or a stream's chunks as its thread writes them.
