@@ -10,7 +10,8 @@ new session starts the file from its beginning: the stream loops from one sessio
 next (the bundled clip runs 139 s in one session; a client still connected at its end
 gets the end of the stream, and a reconnect starts it again). SPS/PPS go before every key
 frame, so a client that joins late decodes from the next one. --user/--password require
-RTSP basic authentication.
+RTSP basic authentication (the password from $RTSP_SERVER_PASSWORD when --password is not
+given, so that no command line holds it).
 
 (Not a concat of the file with itself for an endless session: with gst 1.22 a concat
 pipeline does not come down cleanly when its clients leave, and the next client gets
@@ -48,8 +49,10 @@ def main():
     ap.add_argument("--mount", default="/cam", help="mount path (default /cam)")
     ap.add_argument("--file", required=True, help="the H.264 MP4 file to serve")
     ap.add_argument("--user", help="require this user (RTSP basic auth)")
-    ap.add_argument("--password", help="and this password")
+    ap.add_argument("--password", help="and this password (else $RTSP_SERVER_PASSWORD: out of ps)")
     a = ap.parse_args()
+    if a.password is None:
+        a.password = os.environ.get("RTSP_SERVER_PASSWORD")
     if not os.path.isfile(a.file) or '"' in a.file:
         sys.exit(f"rtsp_server: {a.file}: not a file (or has a '\"' in its path)")
     if not a.mount.startswith("/"):
@@ -68,10 +71,13 @@ def main():
         token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, "user")
         auth.add_basic(GstRtspServer.RTSPAuth.make_basic(a.user, a.password or ""), token)
         server.set_auth(auth)
+        # The role as one structure: add_role_empty is not in Debian 12's GStreamer 1.22, and
+        # add_role's varargs are not reachable from Python.
+        role = Gst.Structure.new_empty("user")
+        role.set_value(GstRtspServer.RTSP_PERM_MEDIA_FACTORY_ACCESS, True)
+        role.set_value(GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, True)
         perms = GstRtspServer.RTSPPermissions()
-        perms.add_role_empty("user")
-        perms.add_permission_for_role("user", GstRtspServer.RTSP_PERM_MEDIA_FACTORY_ACCESS, True)
-        perms.add_permission_for_role("user", GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, True)
+        perms.add_role_from_structure(role)
         factory.set_permissions(perms)
     server.get_mount_points().add_factory(a.mount, factory)
     if server.attach(None) == 0:

@@ -22,6 +22,7 @@ pub mod run;
 pub mod scale;
 pub mod signals;
 pub mod snapshot;
+pub(crate) mod stage_args;
 pub mod track;
 
 use std::sync::atomic::Ordering;
@@ -234,7 +235,15 @@ pub fn main() -> i32 {
     // `zcpipe run`: the configuration file and the ZCPIPE_* variables are laid under the
     // command line as flags (precedence flag > environment > file > default).
     let env = config::process_env();
-    let layered = match config::layer(std::env::args_os().collect(), &env, std::path::Path::new(config::DEFAULT_PATH)) {
+    // A stage started by `zcpipe run` has its options in a memfd, not in its command line.
+    let argv = match stage_args::expand(std::env::args_os().collect()) {
+        Ok(a) => stage_args::source_from_env(a, std::env::var_os(stage_args::SOURCE_ENV)),
+        Err(e) => {
+            error_line("zcpipe stage", &e);
+            return 2;
+        }
+    };
+    let layered = match config::layer(argv, &env, std::path::Path::new(config::DEFAULT_PATH)) {
         Ok(l) => l,
         Err(e) => {
             error_line("zcpipe", &e);

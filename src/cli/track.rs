@@ -20,7 +20,7 @@ pub struct TrackArgs {
     /// A zone: a named polygon in source pixels, `NAME=x1,y1,x2,y2,x3,y3,...` (at least three
     /// points), `CAMERA:NAME=...` for one camera of several (without CAMERA: every camera).
     /// A tracked object is in a zone when its box's bottom centre is. Repeat for more zones.
-    #[arg(long = "zone", value_name = "[CAMERA:]NAME=x1,y1,...", value_parser = parse_zone)]
+    #[arg(long = "zone", value_name = "[CAMERA:]NAME=x1,y1,...", value_parser = ParseZone)]
     pub zones: Vec<ZoneSpec>,
     /// Frames in a row a new track must be seen in before it is confirmed (gets its id and a
     /// `new` event), 1 to 100.
@@ -43,8 +43,26 @@ pub struct TrackArgs {
     pub track_high: f32,
 }
 
-fn parse_zone(s: &str) -> Result<ZoneSpec, String> {
-    ZoneSpec::parse(s).map_err(|e| format!("{e:#}"))
+/// `--zone`'s parser: its error is [`ZoneSpec::parse`]'s line alone, which names the zone;
+/// clap's own ("invalid value '...'") would quote the whole value, a zone of a thousand
+/// points included.
+#[derive(Clone)]
+struct ParseZone;
+
+impl clap::builder::TypedValueParser for ParseZone {
+    type Value = ZoneSpec;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _: Option<&clap::Arg>,
+        v: &std::ffi::OsStr,
+    ) -> Result<ZoneSpec, clap::Error> {
+        let line =
+            |msg: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{msg}\n")).with_cmd(cmd);
+        let s = v.to_str().ok_or_else(|| line("--zone: the value is not UTF-8 text".into()))?;
+        ZoneSpec::parse(s).map_err(|e| line(format!("{e:#}")))
+    }
 }
 
 fn seconds(s: &str) -> Result<f64, String> {

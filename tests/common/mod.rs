@@ -122,6 +122,20 @@ pub fn wait_for(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool
 fn build(args: &[&str], file: &str) -> PathBuf {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root()).args(["build", "--locked"]).args(args);
+    // Without the variables cargo sets for a test process (CARGO_PKG_NAME, CARGO_MANIFEST_DIR,
+    // ...): build scripts that read them (ring's) would see them change, run again, and make
+    // this build and every later one from a shell rebuild ring, rustls and zcpipe in turn.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        let set_by_cargo = k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_")
+            || ["CARGO_MANIFEST_DIR", "CARGO_MANIFEST_PATH", "CARGO_MANIFEST_LINKS", "CARGO_CRATE_NAME"]
+                .contains(&k.as_str())
+            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k.as_str());
+        if set_by_cargo {
+            c.env_remove(&k);
+        }
+    }
     if !cfg!(debug_assertions) {
         c.arg("--release");
     }

@@ -605,3 +605,54 @@ open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(
     assert!(max_kib < 100 * 1024, "a process of the run reached {max_kib} KiB");
     println!("EVIDENCE a {size}-byte PNG of 30000x30000 refused by its header; the run's largest process peaked at {max_kib} KiB");
 }
+
+/// A zone of a thousand points (the most a zone may have) reaches the publish stage, which
+/// gets its options through a sealed memfd rather than its command line (where one
+/// argument is limited to 128 KiB and every local user reads it); a zone of ten thousand is
+/// refused before anything starts: exit 2, one line naming the zone (not quoting its 100
+/// KB), no socket left behind.
+#[test]
+fn a_huge_zone_is_one_line_and_the_largest_allowed_one_runs() {
+    // Whole pixels: ten thousand points stay under the 128 KiB one argument may have.
+    let circle = |n: usize| -> String {
+        let p: Vec<String> = (0..n)
+            .map(|i| {
+                let a = i as f64 * std::f64::consts::TAU / n as f64;
+                format!("{:.0},{:.0}", 200.0 + 150.0 * a.cos(), 200.0 + 150.0 * a.sin())
+            })
+            .collect();
+        p.join(",")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let big = format!("door={}", circle(10_000));
+    let out = common::zcpipe_run(dir.path())
+        .args(["--source", "testsrc", "--infer", "none", "--frames", "5", "--zone", &big])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.lines().next().unwrap_or(""),
+        format!(
+            "error: --zone door=... ({} bytes): 10000 points; a zone has at most 1000 (simplify the polygon)",
+            big.len()
+        )
+    );
+    assert!(err.len() < 300, "the zone quoted whole: {} bytes of stderr", err.len());
+    assert!(!dir.path().join("run").exists() && !dir.path().join("detections.sock").exists());
+    let most = format!("door={}", circle(1_000));
+    let out = common::zcpipe_run(dir.path())
+        .args(["--source", "testsrc", "--infer", "none", "--frames", "5", "--stats-interval", "0", "--zone", &most])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["stages"]["publish"]["frames_in"], 5, "{s}");
+    println!(
+        "EVIDENCE huge zone: {} bytes refused in one line; {} bytes (1000 points) ran 5 frames",
+        big.len(),
+        most.len()
+    );
+}

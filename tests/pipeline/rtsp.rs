@@ -70,12 +70,20 @@ impl Server {
     /// Starts the server on `port` at `/cam` serving `file` and waits for its `ready` line;
     /// retries while the port is still held by a server just killed.
     fn start(port: u16, file: &Path) -> Server {
+        Server::start_as(port, file, None)
+    }
+
+    /// As [`Server::start`], requiring RTSP basic authentication as `(user, password)`.
+    fn start_as(port: u16, file: &Path, auth: Option<(&str, &str)>) -> Server {
         let t = Instant::now();
         loop {
             let mut c = Command::new("/usr/bin/python3");
             c.arg(root().join("scripts/rtsp_server.py"))
                 .args(["--port", &port.to_string(), "--mount", "/cam", "--file"])
                 .arg(file);
+            if let Some((user, password)) = auth {
+                c.args(["--user", user]).env("RTSP_SERVER_PASSWORD", password);
+            }
             let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
             let mut line = String::new();
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
@@ -458,6 +466,60 @@ fn an_unreachable_camera_fails_in_one_line_without_its_password() {
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&plan.stdout), String::from_utf8_lossy(&plan.stderr));
     assert!(text.contains("rtsp://user:***@127.0.0.1:1/x") && !text.contains("secret"), "{text}");
+}
+
+/// A camera that requires a password, its URL given in the environment (as from a 0600
+/// environment file): frames flow, and while they do no process's command line holds the
+/// password, as another user sees them with `ps -eo args` (uid 65534 when the tests run as
+/// root): not `zcpipe run`'s, not the capture stage's, not ffmpeg's. A wrong password is
+/// one line with the server's 401, the password masked.
+#[test]
+fn an_authenticated_camera_streams_and_no_command_line_holds_its_password() {
+    need_gst!();
+    const PASSWORD: &str = "Pw-7f3a9c-secret";
+    let port = free_port();
+    let _server = Server::start_as(port, &root().join(CLIP), Some(("viewer", PASSWORD)));
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam");
+    let mut cmd = zcpipe_run(dir.path());
+    cmd.env("ZCPIPE_SOURCE", &url).args(["--infer", "none", "--frames", "200", "--json", "--stats-interval", "0"]);
+    let run = Run::spawn(&mut cmd);
+    assert!(run.wait_frames(20, Duration::from_secs(60)), "no frames from the authenticated camera");
+    let mut ps = Command::new("ps");
+    ps.args(["-eo", "args"]);
+    let other = nix::unistd::geteuid().is_root();
+    if other {
+        std::os::unix::process::CommandExt::uid(&mut ps, 65534);
+    }
+    let seen = String::from_utf8_lossy(&ps.output().unwrap().stdout).into_owned();
+    let (_, err, lines) = run.stop();
+    let ours: Vec<&str> =
+        seen.lines().filter(|l| l.contains(&*dir.path().to_string_lossy()) || l.starts_with("ffmpeg")).collect();
+    assert!(ours.iter().any(|l| l.contains(" stage capture ")), "the capture stage is not in ps:\n{seen}");
+    assert!(ours.iter().any(|l| l.starts_with("ffmpeg") && l.contains("-i pipe:0")), "no ffmpeg in ps:\n{seen}");
+    assert!(!seen.contains(PASSWORD) && !seen.contains("viewer:"), "a command line holds the password:\n{seen}");
+    assert!(!err.contains(PASSWORD), "{err}");
+    assert!(lines.iter().filter(|v| v["type"] == "frame").count() >= 20);
+    eprintln!(
+        "EVIDENCE rtsp auth: {} frames; ps -eo args as {}: {} zcpipe/ffmpeg lines, the password in none, e.g. {:?}",
+        lines.iter().filter(|v| v["type"] == "frame").count(),
+        if other { "uid 65534" } else { "the same user" },
+        ours.len(),
+        ours.iter().find(|l| l.starts_with("ffmpeg") && l.contains("-i pipe:0")).unwrap_or(&"")
+    );
+    // The wrong password: the server's answer in one line, the password not in it.
+    let wrong = format!("rtsp://viewer:Wrong-9b2d@127.0.0.1:{port}/cam");
+    let out = zcpipe_run(dir.path()).env("ZCPIPE_SOURCE", &wrong).args(["--infer", "none"]).output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !e.contains("Wrong-9b2d"), "{e}");
+    let errors: Vec<&str> = e.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{e}");
+    assert!(
+        errors[0].contains("rtsp://viewer:***@127.0.0.1") && errors[0].contains("401 Unauthorized"),
+        "{}",
+        errors[0]
+    );
+    eprintln!("EVIDENCE rtsp wrong password: {}", errors[0]);
 }
 
 /// `--wait-for-camera`: the run starts without the camera (no error, every stage up, none

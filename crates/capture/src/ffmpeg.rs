@@ -18,6 +18,10 @@ use zcpipe_core::frame::FrameLayout;
 /// How much of ffmpeg's stderr is kept for error messages, in bytes (the tail).
 pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
 
+/// The most bytes [`Child::spawn_fed`] writes to a tool's stdin (well within a pipe's
+/// buffer of 64 KiB).
+pub(crate) const FED_INPUT_MAX: usize = 16 * 1024;
+
 /// The hint every "ffmpeg/ffprobe is missing" error carries.
 pub(crate) const INSTALL_FFMPEG_HINT: &str = "install ffmpeg (apt-get install ffmpeg)";
 
@@ -50,13 +54,36 @@ impl Child {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        Child::spawn_fed(tool, args, None)
+    }
+
+    /// As [`Child::spawn`], with `input` (at most [`FED_INPUT_MAX`] bytes, so that it fits
+    /// the pipe's buffer and the write never waits on the tool) on the tool's stdin, which
+    /// is closed after it: how a network input reaches ffmpeg without its URL in the
+    /// command line ([`super::network::net_input`]).
+    pub(crate) fn spawn_fed<I, S>(tool: &str, args: I, input: Option<&[u8]>) -> anyhow::Result<Child>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        use std::io::Write;
+        if input.is_some_and(|i| i.len() > FED_INPUT_MAX) {
+            anyhow::bail!("the input given to {tool} is over {FED_INPUT_MAX} bytes: use a shorter URL");
+        }
         let mut child = Command::new(tool)
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| tool_error(tool, e))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            // Within the pipe's 64 KiB buffer: written at once whatever the tool is doing.
+            // A tool that died already gives EPIPE, seen when it is waited for.
+            if let Err(e) = stdin.write_all(input) {
+                log::debug!("writing {tool}'s input: {e}");
+            }
+        }
         let stdout = child.stdout.take();
         let tail = Arc::new(Mutex::new(Vec::new()));
         let thread = child.stderr.take().map(|mut err| {

@@ -24,9 +24,10 @@
 //! it); a larger one is scaled down by ffmpeg to fit, keeping its aspect ratio. Either way
 //! one line says so.
 //!
-//! The URL, credentials included, is on ffmpeg's and ffprobe's command line (readable by
-//! local users in /proc; README "IP cameras"); every message shows it redacted
-//! ([`redact_url`]) and quotes the tools' stderr scrubbed ([`scrub_secrets`]).
+//! The URL, which may hold a password or a token, is never on ffmpeg's or ffprobe's command
+//! line (every local user can read those in /proc): they read it from a concat list on
+//! their stdin ([`net_input`]). Every message shows it redacted ([`redact_url`]) and quotes
+//! the tools' stderr scrubbed ([`scrub_secrets`]).
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,23 +94,56 @@ pub fn is_rtsp(url: &str) -> bool {
     l.starts_with("rtsp://") || l.starts_with("rtsps://")
 }
 
-/// The input options ffmpeg and ffprobe both get before `-i URL`: low latency (no input
-/// buffering, low-delay decoding, a 1 s / 500 kB analysis), then the RTSP transport and
-/// socket timeout (µs), or the protocol read/write timeout for other schemes.
-pub(crate) fn input_args(url: &str, transport: RtspTransport) -> Vec<String> {
+/// A network input as ffmpeg and ffprobe get it: the URL, which may hold a password or a
+/// token, never in their command line (every local user can read a process's arguments in
+/// /proc). They read a one-entry concat list on stdin ([`Child::spawn_fed`]) naming the URL
+/// with its input options; the command line has only [`NetInput::args`].
+pub(crate) struct NetInput {
+    /// The options before and including `-i pipe:0`: low latency (no input buffering,
+    /// low-delay decoding, a 1 s / 500 kB analysis), the protocols a network stream may use,
+    /// and the concat list on stdin.
+    pub args: Vec<String>,
+    /// The list (`ffconcat version 1.0`, the URL quoted, then its options: the RTSP
+    /// transport and socket timeout in µs, or the protocol read/write timeout for other
+    /// schemes, and the low-latency input options again for the stream itself).
+    pub list: String,
+}
+
+/// The protocols ffmpeg may open for a network stream: the list on stdin (`pipe`), RTSP's
+/// and HTTP's transports; never `file`.
+const NET_PROTOCOLS: &str = "pipe,tcp,udp,rtp,srtp,tls,http,https,httpproxy,crypto,data";
+
+/// How ffmpeg and ffprobe open `url` with `transport` without it in their arguments.
+pub(crate) fn net_input(url: &str, transport: RtspTransport) -> NetInput {
     let us = IO_TIMEOUT.as_micros().to_string();
-    let mut v: Vec<String> = LOW_LATENCY.iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = LOW_LATENCY.iter().map(|s| s.to_string()).collect();
+    args.extend(["-protocol_whitelist", NET_PROTOCOLS, "-f", "concat", "-safe", "0", "-i", "pipe:0"].map(String::from));
+    let mut options: Vec<(&str, &str)> = vec![];
     if is_rtsp(url) {
-        v.extend(["-rtsp_transport".into(), transport.name().into(), "-timeout".into(), us]);
+        options.extend([("rtsp_transport", transport.name()), ("timeout", us.as_str())]);
     } else {
-        v.extend(["-rw_timeout".into(), us]);
+        options.push(("rw_timeout", us.as_str()));
     }
-    v
+    options.extend(LOW_LATENCY_FORMAT);
+    let mut list = format!("ffconcat version 1.0\nfile {}\n", concat_quote(url));
+    for (k, v) in options {
+        list.push_str(&format!("option {k} {v}\n"));
+    }
+    NetInput { args, list }
+}
+
+/// `s` as one token of a concat list: in single quotes, a quote in it written `'\''`.
+fn concat_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// ffmpeg's low-latency input options.
 const LOW_LATENCY: [&str; 8] =
     ["-fflags", "nobuffer", "-flags", "low_delay", "-probesize", "500000", "-analyzeduration", "1000000"];
+
+/// The stream's own low-latency options (those of [`LOW_LATENCY`] that its demuxer takes).
+const LOW_LATENCY_FORMAT: [(&str, &str); 3] =
+    [("fflags", "nobuffer"), ("probesize", "500000"), ("analyzeduration", "1000000")];
 
 /// The ffmpeg filter that makes every output frame exactly `out` pixels (padded to even
 /// sizes), whatever the input is: scaled to fit keeping its aspect ratio, then padded
@@ -297,12 +331,12 @@ impl NetworkSource {
             self.fps = p.fps;
         }
         let mut args: Vec<String> = ["-nostdin", "-loglevel", "error"].iter().map(|s| s.to_string()).collect();
-        args.extend(input_args(&self.url, self.opts.transport));
-        args.extend(["-i".into(), self.url.clone()]);
+        let input = net_input(&self.url, self.opts.transport);
+        args.extend(input.args);
         args.extend(["-an", "-f", "rawvideo", "-pix_fmt", "nv12", "-vf"].iter().map(|s| s.to_string()));
         args.push(filter(out, self.opts.fps));
         args.push("pipe:1".into());
-        let ffmpeg = Child::spawn("ffmpeg", &args)?;
+        let ffmpeg = Child::spawn_fed("ffmpeg", &args, Some(input.list.as_bytes()))?;
         let out = FrameLayout::nv12(out.0, out.1, STRIDE_ALIGN);
         self.state = State::Streaming { ffmpeg, out, since: Instant::now() };
         Ok(())
@@ -376,7 +410,8 @@ impl NetworkSource {
 }
 
 /// The last `n` of the ` | `-joined lines of a stderr tail ([`Child::stderr_tail`]), each
-/// without ffmpeg's `[context @ 0xADDRESS] ` prefix.
+/// without ffmpeg's `[context @ 0xADDRESS] ` prefix, and without what the concat list on
+/// stdin ([`net_input`]) adds: its name (`pipe:0: `) and its "Impossible to open" line.
 fn last_lines(tail: &str, n: usize) -> String {
     let v: Vec<&str> = tail
         .split(" | ")
@@ -384,16 +419,18 @@ fn last_lines(tail: &str, n: usize) -> String {
             (Some(inner), Some(end)) if inner[..end - 1].contains(" @ 0x") => &l[end + 2..],
             _ => l,
         })
+        .filter(|l| !l.starts_with("Impossible to open '"))
+        .map(|l| l.strip_prefix("pipe:0: ").unwrap_or(l))
         .collect();
     v[v.len().saturating_sub(n)..].join(" | ")
 }
 
-/// Starts ffprobe on `url` ([`PROBE_ARGS`], the [`input_args`] of `transport`).
+/// Starts ffprobe on `url` ([`PROBE_ARGS`], its [`net_input`] with `transport`).
 fn spawn_probe(url: &str, transport: RtspTransport) -> anyhow::Result<Child> {
     let mut args: Vec<String> = PROBE_ARGS.iter().map(|s| s.to_string()).collect();
-    args.extend(input_args(url, transport));
-    args.extend(["-i".into(), url.to_string()]);
-    Child::spawn("ffprobe", &args)
+    let input = net_input(url, transport);
+    args.extend(input.args);
+    Child::spawn_fed("ffprobe", &args, Some(input.list.as_bytes()))
 }
 
 /// Whether the probe started at `since` finished: `None` while it runs (killed, and an
@@ -594,17 +631,19 @@ mod tests {
     }
 
     #[test]
-    fn input_args_per_scheme() {
+    fn a_network_input_keeps_the_url_out_of_the_arguments() {
+        let i = net_input("rtsp://u:pa'ss@h/x", RtspTransport::Tcp);
+        assert!(!i.args.iter().any(|a| a.contains("pa") || a.contains("h/x")), "{:?}", i.args);
+        assert_eq!(i.args[..4], ["-fflags", "nobuffer", "-flags", "low_delay"]);
+        assert_eq!(i.args[i.args.len() - 6..], ["-f", "concat", "-safe", "0", "-i", "pipe:0"]);
         assert_eq!(
-            input_args("rtsp://h/x", RtspTransport::Tcp)[8..],
-            ["-rtsp_transport", "tcp", "-timeout", "5000000"]
+            i.list,
+            "ffconcat version 1.0\nfile 'rtsp://u:pa'\\''ss@h/x'\noption rtsp_transport tcp\noption timeout 5000000\n\
+             option fflags nobuffer\noption probesize 500000\noption analyzeduration 1000000\n"
         );
-        assert_eq!(
-            input_args("RTSPS://h/x", RtspTransport::Udp)[8..],
-            ["-rtsp_transport", "udp", "-timeout", "5000000"]
-        );
-        assert_eq!(input_args("http://h/x", RtspTransport::Tcp)[8..], ["-rw_timeout", "5000000"]);
-        assert_eq!(input_args("http://h/x", RtspTransport::Tcp)[..4], ["-fflags", "nobuffer", "-flags", "low_delay"]);
+        assert!(net_input("RTSPS://h/x", RtspTransport::Udp).list.contains("option rtsp_transport udp\n"));
+        let http = net_input("http://h/x", RtspTransport::Tcp).list;
+        assert!(http.contains("option rw_timeout 5000000\n") && !http.contains("rtsp"), "{http}");
     }
 
     #[test]
@@ -615,6 +654,11 @@ mod tests {
             "Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused"
         );
         assert_eq!(last_lines("(no stderr)", 3), "(no stderr)");
+        let t = "[rtsp @ 0x5] method DESCRIBE failed: 401 Unauthorized | [concat @ 0x6] Impossible to open 'rtsp://u:p@h/x' | pipe:0: Server returned 401 Unauthorized (authorization failed)";
+        assert_eq!(
+            last_lines(t, 3),
+            "method DESCRIBE failed: 401 Unauthorized | Server returned 401 Unauthorized (authorization failed)"
+        );
     }
 
     #[test]

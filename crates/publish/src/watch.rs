@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::schema::{NoticeJson, SocketLine};
 use super::stage::{human_event, human_line};
@@ -199,17 +199,25 @@ pub(crate) fn print_camera(
 /// within `reconnect_for`.
 pub fn watch(args: WatchConfig, stop: &AtomicBool) -> Result<()> {
     let path = args.path.clone().unwrap_or_else(|| default_socket_path(&args.instance));
-    let mut s = UnixStream::connect(&path).with_context(|| {
-        let run = if args.instance == "default" {
-            "zcpipe run".to_string()
-        } else {
-            format!("zcpipe run --instance {}", args.instance)
-        };
-        format!(
-            "no zcpipe is publishing at {}: start `{run}`, or pass the socket path given to --publish",
+    let mut s = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        // The socket is there, but not for us: its mode or its directory's keep this user out.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => anyhow::bail!(
+            "{}: permission denied: the run's user, or a member of its --socket-group, may connect; ask its owner to add you to that group",
             path.display()
-        )
-    })?;
+        ),
+        Err(e) => {
+            let run = if args.instance == "default" {
+                "zcpipe run".to_string()
+            } else {
+                format!("zcpipe run --instance {}", args.instance)
+            };
+            return Err(anyhow::Error::new(e).context(format!(
+                "no zcpipe is publishing at {}: start `{run}`, or pass the socket path given to --publish",
+                path.display()
+            )));
+        }
+    };
     let mut frames = 0u64;
     loop {
         if print_camera(

@@ -42,34 +42,54 @@ fn check_name(name: &str, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// The most points a zone may have: a polygon drawn by hand has tens, and every track of
+/// every frame is tested against it.
+pub const MAX_POINTS: usize = 1000;
+
+/// `text` if its count of numbers is within [`MAX_POINTS`] pairs, counted before anything
+/// is parsed or allocated; else one line naming the zone.
+fn text_checked<'a>(text: &'a str, shown: &str) -> Result<&'a str> {
+    let numbers = text.bytes().filter(|&b| b == b',').count() + 1;
+    if numbers > 2 * MAX_POINTS {
+        bail!("--zone {shown}: {} points; a zone has at most {MAX_POINTS} (simplify the polygon)", numbers / 2);
+    }
+    Ok(text)
+}
+
 impl ZoneSpec {
     /// Reads `[CAMERA:]NAME=x1,y1,x2,y2,x3,y3[,...]`. Errors (one line naming the flag and
     /// the fix): no `=`, a bad name, an odd count of numbers, fewer than three points, a
     /// number that is not a finite, non-negative pixel coordinate.
     pub fn parse(text: &str) -> Result<ZoneSpec> {
+        // A long zone is named by its head in messages, not quoted whole.
+        let shown = match text.split_once('=') {
+            Some((head, _)) if text.len() > 120 => format!("{head}=... ({} bytes)", text.len()),
+            _ => text.to_string(),
+        };
+        let text = text_checked(text, &shown)?;
         let Some((head, coords)) = text.split_once('=') else {
-            bail!("--zone {text}: expected NAME=x1,y1,x2,y2,x3,y3,... (source pixels; CAMERA:NAME=... for one camera of several)");
+            bail!("--zone {shown}: expected NAME=x1,y1,x2,y2,x3,y3,... (source pixels; CAMERA:NAME=... for one camera of several)");
         };
         let (camera, name) = match head.split_once(':') {
             Some((c, n)) => {
-                zcpipe_core::config::check_camera_name(c).map_err(|e| anyhow::anyhow!("--zone {text}: {e:#}"))?;
+                zcpipe_core::config::check_camera_name(c).map_err(|e| anyhow::anyhow!("--zone {shown}: {e:#}"))?;
                 (Some(c.to_string()), n)
             }
             None => (None, head),
         };
-        check_name(name, text)?;
+        check_name(name, &shown)?;
         let nums: Vec<f32> = coords
             .split(',')
             .map(|s| match s.trim().parse::<f32>() {
                 Ok(v) if (0.0..=MAX_COORD).contains(&v) => Ok(v),
-                _ => bail!("--zone {text}: {s:?} is not a pixel coordinate (a number from 0 to {MAX_COORD})"),
+                _ => bail!("--zone {shown}: {s:?} is not a pixel coordinate (a number from 0 to {MAX_COORD})"),
             })
             .collect::<Result<_>>()?;
         if !nums.len().is_multiple_of(2) {
-            bail!("--zone {text}: {} numbers; a zone is x,y pairs", nums.len());
+            bail!("--zone {shown}: {} numbers; a zone is x,y pairs", nums.len());
         }
         if nums.len() < 6 {
-            bail!("--zone {text}: {} point(s); a zone needs at least three (x1,y1,x2,y2,x3,y3)", nums.len() / 2);
+            bail!("--zone {shown}: {} point(s); a zone needs at least three (x1,y1,x2,y2,x3,y3)", nums.len() / 2);
         }
         let points: Vec<(f32, f32)> = nums.chunks(2).map(|p| (p[0], p[1])).collect();
         // Twice the signed area (the shoelace formula): a zone must enclose something.
@@ -80,7 +100,7 @@ impl ZoneSpec {
             })
             .sum();
         if area2.abs() < 1.0 {
-            bail!("--zone {text}: the polygon encloses no area (its points are on one line or the same); give its corners in order");
+            bail!("--zone {shown}: the polygon encloses no area (its points are on one line or the same); give its corners in order");
         }
         Ok(ZoneSpec { camera, zone: Zone { name: name.to_string(), points } })
     }
@@ -185,6 +205,19 @@ mod tests {
             let e = format!("{:#}", ZoneSpec::parse(bad).unwrap_err());
             assert!(e.contains(says) && !e.contains('\n'), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_zone_of_too_many_points_is_one_short_line() {
+        let coords: Vec<String> = (0..10_000).map(|i| format!("{},{}", i % 100, i / 100)).collect();
+        let e = ZoneSpec::parse(&format!("cam0:door={}", coords.join(","))).unwrap_err().to_string();
+        assert!(e.starts_with("--zone cam0:door=... ("), "{e}");
+        assert!(e.ends_with(": 10000 points; a zone has at most 1000 (simplify the polygon)"), "{e}");
+        assert!(e.len() < 160, "{e}");
+        let square = [(0, 0), (999, 0), (999, 999), (0, 999)];
+        let ok: Vec<String> =
+            (0..MAX_POINTS).map(|i| format!("{},{}", square[i % 4].0, square[i % 4].1 + i / 4)).collect();
+        assert!(ZoneSpec::parse(&format!("z={}", ok.join(","))).is_ok());
     }
 
     #[test]

@@ -65,9 +65,27 @@ impl ConfigFile {
 /// `PATH:LINE: key = value: why`, `PATH:LINE: unknown key ...`, `PATH:LINE: <TOML syntax error>`,
 /// `PATH: cannot read: ...`.
 pub fn load(path: &Path) -> Result<ConfigFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", path.display());
+    let f = std::fs::File::open(path).map_err(cannot)?;
+    let meta = f.metadata().map_err(cannot)?;
+    // Checked before reading: a device (/dev/zero) or a huge file is refused, not read.
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "{}: not a configuration file ({}); give a TOML file of at most {} KiB",
+            path.display(),
+            if meta.is_file() { format!("{} bytes", meta.len()) } else { "not a regular file".into() },
+            MAX_FILE_BYTES / 1024
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_FILE_BYTES).read_to_string(&mut text).map_err(cannot)?;
     parse(path, &text, &run_command())
 }
+
+/// The largest configuration file read, in bytes: a few cameras with their zones are a few
+/// KiB.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// The line (1-based) of byte offset `at` in `text`.
 fn line_of(text: &str, at: usize) -> usize {

@@ -246,3 +246,18 @@ fn every_flag_of_run_is_a_key() {
         assert!(!k.contains(&not.to_string()), "{not}");
     }
 }
+
+#[test]
+fn a_config_file_too_big_or_not_a_file_is_refused_before_it_is_read() {
+    let (_d, p) = file(&format!("# {}\n", "x".repeat(file::MAX_FILE_BYTES as usize)));
+    let e = file::load(&p).err().unwrap();
+    assert!(
+        e.ends_with(&format!(
+            "not a configuration file ({} bytes); give a TOML file of at most 1024 KiB",
+            file::MAX_FILE_BYTES + 3
+        )),
+        "{e}"
+    );
+    let e = file::load(Path::new("/dev/zero")).err().unwrap();
+    assert_eq!(e, "/dev/zero: not a configuration file (not a regular file); give a TOML file of at most 1024 KiB");
+}

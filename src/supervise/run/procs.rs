@@ -13,6 +13,7 @@ use zcpipe_core::frame::Stage;
 use zcpipe_core::id::{Role, StageId};
 
 use super::CAMERA_BACKOFF_MAX;
+use crate::cli::stage_args::{self, ARGS_FD};
 
 /// The fd number children find their report pipe at.
 pub(super) const REPORT_FD: i32 = 3;
@@ -132,7 +133,9 @@ pub(super) fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf
 }
 
 /// Starts stage process `id` of `exe` (`zcpipe stage <role> ARGS`) with the secrets `env`
-/// in its environment and `report_w` as its report pipe at [`REPORT_FD`].
+/// in its environment, `report_w` as its report pipe at [`REPORT_FD`], and its options
+/// `args` out of sight: only those that tell stages apart on its command line, the rest in
+/// a sealed memfd at [`ARGS_FD`] ([`crate::cli::stage_args`]).
 pub(super) fn spawn(
     exe: &std::path::Path,
     id: &StageId,
@@ -140,17 +143,20 @@ pub(super) fn spawn(
     env: &[(String, String)],
     report_w: &OwnedFd,
 ) -> Result<Child> {
+    let (visible, hidden) = stage_args::split(id.role.name(), &args);
+    let memfd = stage_args::sealed(&hidden).with_context(|| format!("starting the {id} stage"))?;
     let mut cmd = Command::new(exe);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    cmd.arg("stage").arg(id.role.name()).args(&args).stdin(Stdio::null()).stderr(Stdio::inherit());
+    cmd.arg("stage").arg(id.role.name()).args(&visible).arg(format!("--args-fd={ARGS_FD}"));
+    cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.stdout(if id.is(Stage::Publish) { Stdio::inherit() } else { Stdio::null() });
     if std::env::var_os("RUST_LOG").is_none() {
         let lvl = log::max_level().to_string().to_lowercase();
         cmd.env("RUST_LOG", format!("zcpipe={lvl},warn"));
     }
-    let w = report_w.as_raw_fd();
+    let (w, m) = (report_w.as_raw_fd(), memfd.as_raw_fd());
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setpgid, prctl, dup2, fcntl) on fds we own.
+    // async-signal-safe system calls (setpgid, prctl, getppid, fcntl, dup2) on fds we own.
     unsafe {
         cmd.pre_exec(move || {
             // Own process group: a terminal's Ctrl-C goes to the supervisor alone.
@@ -160,24 +166,34 @@ pub(super) fn spawn(
             if libc::getppid() == 1 {
                 return Err(std::io::Error::other("supervisor already gone"));
             }
-            if w == REPORT_FD {
-                libc::fcntl(REPORT_FD, libc::F_SETFD, 0);
-            } else if libc::dup2(w, REPORT_FD) < 0 {
+            // Both fds first above the targets (one may sit on the other's number), then
+            // onto them without close-on-exec.
+            let (w, m) = (libc::fcntl(w, libc::F_DUPFD_CLOEXEC, 10), libc::fcntl(m, libc::F_DUPFD_CLOEXEC, 10));
+            if w < 0 || m < 0 || libc::dup2(w, REPORT_FD) < 0 || libc::dup2(m, ARGS_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    // A camera's URL may hold its password: never in a log line.
-    let shown: Vec<String> = args
+    // The options on fd 4 in this process's own log, a camera's URL with its password masked.
+    let shown: Vec<String> = hidden
+        .args
         .iter()
         .map(|a| {
             a.strip_prefix("--source=")
                 .map_or_else(|| a.clone(), |u| format!("--source={}", zcpipe_capture::spec::redact_url(u)))
         })
         .collect();
-    log::debug!("starting: {} stage {} {} ({id})", exe.display(), id.role.name(), shown.join(" "));
-    cmd.spawn().with_context(|| format!("starting the {id} stage ({})", exe.display()))
+    log::debug!(
+        "starting: {} stage {} {} --args-fd={ARGS_FD} with {} ({id})",
+        exe.display(),
+        id.role.name(),
+        visible.join(" "),
+        shown.join(" ")
+    );
+    let child = cmd.spawn().with_context(|| format!("starting the {id} stage ({})", exe.display()));
+    drop(memfd);
+    child
 }
 
 /// Decides what follows the death (`s`) of `p`, a stage whose run was not stopping: a

@@ -83,6 +83,8 @@ impl<'a> Supervisor<'a> {
                         let _ = p.child.kill();
                         let _ = p.child.wait();
                     }
+                    // The stages started had bound their sockets: none is left behind.
+                    remove_leftovers(a);
                     return Err(e);
                 }
             }

@@ -45,18 +45,18 @@ pub(super) fn probe(
     stop: &AtomicBool,
 ) -> Result<(VideoProbe, CodecProbe)> {
     let mut args: Vec<String> = PROBE_ARGS.iter().map(|s| s.to_string()).collect();
-    let url = match input {
+    let (url, list) = match input {
         MppInput::File(p) => {
             args.push(p.display().to_string());
-            ""
+            ("", None)
         }
         MppInput::Network(u) => {
-            args.extend(input_args(u, transport));
-            args.extend(["-i".into(), u.clone()]);
-            u.as_str()
+            let input = net_input(u, transport);
+            args.extend(input.args);
+            (u.as_str(), Some(input.list))
         }
     };
-    let mut child = Child::spawn("ffprobe", &args)?;
+    let mut child = Child::spawn_fed("ffprobe", &args, list.as_deref().map(str::as_bytes))?;
     let t = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().context("waiting for ffprobe")? {

@@ -174,18 +174,21 @@ impl MppCapture {
     /// ffmpeg demuxing the input to the raw elementary stream on its stdout.
     pub(super) fn spawn_demuxer(&self) -> Result<Child> {
         let mut args: Vec<String> = ["-nostdin", "-loglevel", "error"].iter().map(|s| s.to_string()).collect();
-        match &self.input {
+        let list = match &self.input {
             MppInput::File(p) => {
                 args.push("-i".into());
                 args.push(p.display().to_string());
+                None
             }
             MppInput::Network(u) => {
-                args.extend(input_args(u, self.opts.transport));
-                args.extend(["-i".into(), u.clone()]);
+                let input = net_input(u, self.opts.transport);
+                args.extend(input.args);
+                Some(input.list)
             }
-        }
+        };
         args.extend(["-an", "-sn", "-dn", "-c:v", "copy", "-f", self.muxer, "pipe:1"].iter().map(|s| s.to_string()));
-        Child::spawn("ffmpeg", &args).map_err(|e| anyhow!("{}: {e:#}", self.shown))
+        Child::spawn_fed("ffmpeg", &args, list.as_deref().map(str::as_bytes))
+            .map_err(|e| anyhow!("{}: {e:#}", self.shown))
     }
 
     /// The demuxer's last words (scrubbed), or that it is not running.

@@ -53,7 +53,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::ffmpeg::{parse_codec, parse_probe, Child, CodecProbe, VideoProbe, PROBE_ARGS};
 use super::network::{
-    input_args, is_rtsp, readable, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE,
+    is_rtsp, net_input, readable, RtspTransport, BACKOFF_FIRST, BACKOFF_MAX, IO_TIMEOUT, STALL_GRACE,
 };
 use super::spec::{redact_url, scrub_secrets};
 use zcpipe_core::config::Choice;
