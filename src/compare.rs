@@ -75,9 +75,16 @@ pub struct Comparison {
 fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<RunSummary> {
     let summary = dir.join(format!("summary-{i}.json"));
     let exe = std::env::current_exe()?;
+    // The run's options (a camera's URL with its password among them) in a sealed memfd, not
+    // on its command line; the fd is inherited by this child alone (made inheritable just
+    // for the spawn, closed after it).
+    use crate::cli::stage_args::{sealed, StageArgs, VERSION};
+    let memfd = sealed(&StageArgs { version: VERSION, stage: "run".into(), args: flags.to_vec() })?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&memfd);
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
     let out = Command::new(exe)
         .arg("run")
-        .args(flags)
+        .arg(format!("--args-fd={fd}"))
         .args(copy.then_some("--copy-mode"))
         .args(["--no-print", "--stats-interval=0", "--quiet"])
         .arg(format!("--run-dir={}", dir.join(format!("run-{i}")).display()))
@@ -87,7 +94,9 @@ fn one_run(flags: &[String], copy: bool, dir: &Path, i: usize) -> Result<RunSumm
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .context("starting zcpipe run")?;
+        .context("starting zcpipe run");
+    drop(memfd);
+    let out = out?;
     if !out.status.success() {
         bail!(
             "zcpipe run{} failed: {}",

@@ -70,18 +70,23 @@ pub fn sealed(a: &StageArgs) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// A `zcpipe stage ROLE ... --args-fd=N ...` command line with the options of fd N put in
-/// place of `--args-fd=N` (after the role, before the visible options); any other command
-/// line as it is. Errors are one line: the fd is missing or not a sealed memfd, its
+/// A `zcpipe stage ROLE ... --args-fd=N ...` (or `zcpipe run ... --args-fd=N ...`) command
+/// line with the options of fd N put in place of `--args-fd=N` (after the role or `run`,
+/// before the visible options); any other command line as it is. Errors are one line: the fd is missing or not a sealed memfd, its
 /// options are too big, of another version or for another stage.
 pub fn expand(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
-    let is_stage = argv.get(1).is_some_and(|a| a == "stage");
     let Some(at) = argv.iter().position(|a| a.to_str().is_some_and(|s| s.starts_with("--args-fd="))) else {
         return Ok(argv);
     };
-    let role = argv.get(2).and_then(|r| r.to_str()).unwrap_or_default().to_string();
-    if !is_stage || at < 3 {
-        return Err("--args-fd is for `zcpipe stage ROLE`, as `zcpipe run` starts it".into());
+    // `zcpipe stage ROLE ...` (as `zcpipe run` starts it) or `zcpipe run ...` (as `zcpipe
+    // compare` does): the options go after the role, or after `run`.
+    let (role, head) = match argv.get(1).and_then(|a| a.to_str()) {
+        Some("stage") => (argv.get(2).and_then(|r| r.to_str()).unwrap_or_default().to_string(), 3),
+        Some("run") => ("run".to_string(), 2),
+        _ => (String::new(), usize::MAX),
+    };
+    if at < head {
+        return Err("--args-fd is for `zcpipe stage ROLE` and `zcpipe run`, as zcpipe starts them".into());
     }
     let n: i32 = argv[at]
         .to_str()
@@ -95,9 +100,9 @@ pub fn expand(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
             a.stage
         ));
     }
-    let mut out: Vec<OsString> = argv[..3].to_vec();
+    let mut out: Vec<OsString> = argv[..head].to_vec();
     out.extend(a.args.into_iter().map(OsString::from));
-    out.extend(argv[3..].iter().enumerate().filter(|(i, _)| i + 3 != at).map(|(_, a)| a.clone()));
+    out.extend(argv[head..].iter().enumerate().filter(|(i, _)| i + head != at).map(|(_, a)| a.clone()));
     Ok(out)
 }
 
@@ -198,7 +203,11 @@ mod tests {
         let e = expand(os(&["zcpipe", "stage", "capture", "--args-fd=1"])).unwrap_err();
         assert!(e.contains("above 2"), "{e}");
         let e = expand(os(&["zcpipe", "watch", "--args-fd=5"])).unwrap_err();
-        assert!(e.contains("is for `zcpipe stage ROLE`"), "{e}");
+        assert!(e.contains("is for `zcpipe stage ROLE` and `zcpipe run`"), "{e}");
+        let run = split("run", &["--source=rtsp://u:p@h/x".to_string()]).1;
+        let n = nix::unistd::dup(sealed(&run).unwrap().as_raw_fd()).unwrap();
+        let got = expand(os(&["zcpipe", "run", &format!("--args-fd={n}"), "--quiet"])).unwrap();
+        assert_eq!(got, os(&["zcpipe", "run", "--source=rtsp://u:p@h/x", "--quiet"]));
         let plain = std::fs::File::open("/proc/self/status").unwrap();
         let n = nix::unistd::dup(plain.as_raw_fd()).unwrap();
         let e = expand(os(&["zcpipe", "stage", "capture", &format!("--args-fd={n}")])).unwrap_err();
