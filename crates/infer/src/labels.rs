@@ -44,6 +44,7 @@ pub(crate) fn load_labels(path: &Path) -> Result<Vec<String>> {
 /// a dict from class index to name, `{0: 'person', 1: 'bicycle', 2: "driver's seat"}`
 /// (single or double quotes, backslash escapes). The indices must be 0, 1, ... in any
 /// order, each once; the result is in index order.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))] // the ONNX backend's
 pub(crate) fn parse_names_dict(text: &str) -> Result<Vec<String>> {
     let mut p = text.trim().chars().peekable();
     let fail = |what: &str| anyhow::anyhow!("model names `{}` are not a {{index: 'name'}} dict: {what}", short(text));
@@ -108,6 +109,7 @@ pub(crate) fn parse_names_dict(text: &str) -> Result<Vec<String>> {
 }
 
 /// The first 60 characters of a text, for messages.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))] // the ONNX backend's
 fn short(text: &str) -> String {
     let mut s: String = text.chars().take(60).collect();
     if text.chars().count() > 60 {

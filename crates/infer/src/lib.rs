@@ -333,6 +333,7 @@ pub struct DetectorOptions {
 
 /// The input size of an ONNX model with a dynamic input when `--input-size` is not given:
 /// Ultralytics' default `imgsz` (640).
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))] // the ONNX backend's
 pub(crate) const DEFAULT_DYNAMIC_SIZE: (u32, u32) = (640, 640);
 
 impl DetectorOptions {
