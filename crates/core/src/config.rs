@@ -208,6 +208,16 @@ pub fn runtime_base() -> PathBuf {
 /// by another user with mode 1777). Errors name the directory, what is wrong (owner uid,
 /// mode) and the fix.
 pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    private_place(
+        dir,
+        "run directory",
+        "remove it, or pass --run-dir (and --publish) to a directory of your own with mode 0700",
+    )
+}
+
+/// [`private_dir`] for a directory the user named with another flag: errors say `what` it is
+/// (`--serve-socket directory`) and end with `fix`.
+pub fn private_place(dir: &Path, what: &str, fix: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let base = runtime_base();
     if dir != base && dir.starts_with(&base) {
@@ -222,32 +232,31 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
             match std::fs::DirBuilder::new().mode(0o700).create(dir) {
                 // Made meanwhile by another process: checked below like any existing one.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                r => r.with_context(|| format!("creating run directory {}", dir.display()))?,
+                r => r.with_context(|| format!("creating {what} {}", dir.display()))?,
             }
-            private_dir(dir)
+            private_place(dir, what, fix)
         }
-        Err(e) => Err(anyhow::anyhow!("run directory {}: {e}", dir.display())),
+        Err(e) => Err(anyhow::anyhow!("{what} {}: {e}", dir.display())),
         Ok(m) => {
-            let fix = "remove it, or pass --run-dir (and --publish) to a directory of your own with mode 0700";
             if m.file_type().is_symlink() {
                 anyhow::bail!(
-                    "run directory {} is a symbolic link: zcpipe does not follow links for its sockets; {fix}",
+                    "{what} {} is a symbolic link: zcpipe does not follow links for its sockets; {fix}",
                     dir.display()
                 );
             }
             if !m.is_dir() {
-                anyhow::bail!("run directory {} is not a directory; {fix}", dir.display());
+                anyhow::bail!("{what} {} is not a directory; {fix}", dir.display());
             }
             if m.uid() != me {
                 anyhow::bail!(
-                    "run directory {} belongs to uid {}, not to you (uid {me}): its owner could replace zcpipe's sockets; {fix}",
+                    "{what} {} belongs to uid {}, not to you (uid {me}): its owner could replace zcpipe's sockets; {fix}",
                     dir.display(),
                     m.uid()
                 );
             }
             if m.mode() & 0o022 != 0 {
                 anyhow::bail!(
-                    "run directory {} has mode {:o}: other users can write in it and replace zcpipe's sockets; chmod 700 {}, or {fix}",
+                    "{what} {} has mode {:o}: other users can write in it and replace zcpipe's sockets; chmod 700 {}, or {fix}",
                     dir.display(),
                     m.mode() & 0o7777,
                     dir.display()
@@ -255,7 +264,7 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
             }
             // Nor may anyone else rename it away and put theirs in its place.
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                trusted_dir(parent, &format!("run directory {}", dir.display()))?;
+                trusted_dir(parent, &format!("{what} {}", dir.display()))?;
             }
             Ok(())
         }

@@ -449,8 +449,11 @@ const MAX_LINGERING: usize = 64;
 /// The socket's directory must be ours and not writable by others (who could replace the
 /// socket); it is made (0700) if missing.
 fn check_dir(dir: &Path) -> anyhow::Result<()> {
-    zcpipe_core::config::private_dir(dir)
-        .with_context(|| format!("the inference service's directory {}", dir.display()))
+    zcpipe_core::config::private_place(
+        dir,
+        "--serve-socket directory",
+        "remove it, or give --serve-socket a path in a directory of your own with mode 0700",
+    )
 }
 
 #[cfg(test)]
