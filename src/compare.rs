@@ -266,7 +266,15 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
             }
         })
         .collect();
-    let cmp = Comparison { run_flags: flags, rounds: a.rounds, frames, rows, runs };
+    // Shown in the table, the report and the JSON: a camera's password masked.
+    let shown: Vec<String> = flags
+        .iter()
+        .map(|f| match f.strip_prefix("--source=") {
+            Some(u) => format!("--source={}", zcpipe_capture::spec::redact_url(u)),
+            None => f.clone(),
+        })
+        .collect();
+    let cmp = Comparison { run_flags: shown, rounds: a.rounds, frames, rows, runs };
     if let Some(path) = &a.report {
         draw(&cmp, path)?;
         log::info!("report drawn to {}", path.display());

@@ -112,10 +112,12 @@ pub fn expand(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
 /// proc(5)).
 pub const SOURCE_ENV: &str = "ZCPIPE_SOURCE";
 
-/// `argv` of `zcpipe stage capture` without `--source`, with `--source=` the value of
+/// `argv` of `zcpipe stage capture` or `zcpipe compare` without `--source`, with `--source=` the value of
 /// `source` (the [`SOURCE_ENV`] variable) added, in memory only; any other `argv` as it is.
 pub fn source_from_env(mut argv: Vec<OsString>, source: Option<OsString>) -> Vec<OsString> {
-    let capture = argv.get(1).is_some_and(|a| a == "stage") && argv.get(2).is_some_and(|a| a == "capture");
+    // `zcpipe compare` too: it has no configuration file, and its command line is as public.
+    let capture = argv.get(1).is_some_and(|a| a == "stage") && argv.get(2).is_some_and(|a| a == "capture")
+        || argv.get(1).is_some_and(|a| a == "compare");
     let given = argv.iter().any(|a| a == "--source" || a.to_str().is_some_and(|s| s.starts_with("--source=")));
     if let (true, false, Some(v)) = (capture, given, source.filter(|v| !v.is_empty())) {
         let mut flag = OsString::from("--source=");
@@ -146,7 +148,11 @@ fn read(n: i32) -> Result<StageArgs> {
     }
     let mut buf = vec![0u8; size as usize];
     f.read_exact_at(&mut buf, 0).context("reading the options")?;
-    let a: StageArgs = serde_json::from_slice(&buf).context("the options are not a stage's")?;
+    // The parser's category and place only: its message would quote the text, which may
+    // be huge or hold a password.
+    let a: StageArgs = serde_json::from_slice(&buf).map_err(|e| {
+        anyhow!("the options are not a stage's ({:?} at line {} column {})", e.classify(), e.line(), e.column())
+    })?;
     if a.version != VERSION {
         anyhow::bail!(
             "options of version {}, this zcpipe reads version {VERSION}: the supervisor and the stage are different builds",
@@ -222,6 +228,8 @@ mod tests {
         assert_eq!(got, os(&["zcpipe", "stage", "capture", "--camera=a", "--source=rtsp://u:p@h/x"]));
         let given = os(&["zcpipe", "stage", "capture", "--source", "testsrc"]);
         assert_eq!(source_from_env(given.clone(), url.clone()), given);
+        let compare = source_from_env(os(&["zcpipe", "compare", "--frames", "40"]), url.clone());
+        assert_eq!(compare, os(&["zcpipe", "compare", "--frames", "40", "--source=rtsp://u:p@h/x"]));
         let publish = os(&["zcpipe", "stage", "publish"]);
         assert_eq!(source_from_env(publish.clone(), url), publish);
         let none = os(&["zcpipe", "stage", "capture"]);

@@ -221,7 +221,13 @@ fn userinfo_span(url: &str) -> Option<(usize, usize)> {
     if let Some(at) = rest[..authority_end].rfind('@') {
         return Some((start, start + at));
     }
-    let at = rest[..before_query].rfind('@')?;
+    // A password with a '/' in it: the last '@' before any '?' or '#'.
+    if let Some(at) = rest[..before_query].rfind('@').filter(|&at| rest[..at].contains(':')) {
+        return Some((start, start + at));
+    }
+    // A password with a raw '#' or '?' in it: the last '@' before the first '/'.
+    let slash = rest.find('/').unwrap_or(rest.len());
+    let at = rest[..slash].rfind('@')?;
     rest[..at].contains(':').then_some((start, start + at))
 }
 
@@ -537,6 +543,17 @@ mod tests {
         assert!(e.contains("rtsp://u:***@/x") && !e.contains("topsecret"), "{e}");
         let d = format!("{:?}", parse("rtsp://u:topsecret@cam/x"));
         assert_eq!(d, "Network(\"rtsp://u:***@cam/x\")");
+    }
+
+    #[test]
+    fn a_password_with_a_raw_hash_or_question_mark_is_masked_whole() {
+        assert_eq!(redact_url("rtsp://viewer:S3c#retPw@h:554/cam"), "rtsp://viewer:***@h:554/cam");
+        assert_eq!(redact_url("rtsp://viewer:S3c?retPw@h/cam"), "rtsp://viewer:***@h/cam");
+        let text = "cannot open rtsp://viewer:S3c#retPw@h:554/cam: S3c#retPw";
+        assert_eq!(
+            scrub_secrets(text, "rtsp://viewer:S3c#retPw@h:554/cam"),
+            "cannot open rtsp://viewer:***@h:554/cam: ***"
+        );
     }
 
     #[test]
