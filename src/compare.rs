@@ -267,13 +267,7 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
         })
         .collect();
     // Shown in the table, the report and the JSON: a camera's password masked.
-    let shown: Vec<String> = flags
-        .iter()
-        .map(|f| match f.strip_prefix("--source=") {
-            Some(u) => format!("--source={}", zcpipe_capture::spec::redact_url(u)),
-            None => f.clone(),
-        })
-        .collect();
+    let shown = crate::cli::stage_args::shown(&flags);
     let cmp = Comparison { run_flags: shown, rounds: a.rounds, frames, rows, runs };
     if let Some(path) = &a.report {
         draw(&cmp, path)?;

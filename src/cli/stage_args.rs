@@ -52,6 +52,18 @@ pub fn split(stage: &str, args: &[String]) -> (Vec<String>, StageArgs) {
     (visible, StageArgs { version: VERSION, stage: stage.to_string(), args: hidden })
 }
 
+/// `flags` as they may be shown (a log line, compare's table): each `--source=` URL with its
+/// password masked.
+pub fn shown(flags: &[String]) -> Vec<String> {
+    flags
+        .iter()
+        .map(|f| match f.strip_prefix("--source=") {
+            Some(u) => format!("--source={}", zcpipe_capture::spec::redact_url(u)),
+            None => f.clone(),
+        })
+        .collect()
+}
+
 /// A memfd holding `a` as JSON, sealed so that nothing can change it (`F_SEAL_WRITE`,
 /// `SHRINK`, `GROW`, `SEAL`), close-on-exec (the supervisor's `pre_exec` moves it to
 /// [`ARGS_FD`] for the stage alone).
@@ -72,8 +84,9 @@ pub fn sealed(a: &StageArgs) -> Result<OwnedFd> {
 
 /// A `zcpipe stage ROLE ... --args-fd=N ...` (or `zcpipe run ... --args-fd=N ...`) command
 /// line with the options of fd N put in place of `--args-fd=N` (after the role or `run`,
-/// before the visible options); any other command line as it is. Errors are one line: the fd is missing or not a sealed memfd, its
-/// options are too big, of another version or for another stage.
+/// before the visible options); any other command line as it is. Errors are one line: the
+/// fd is missing or not a sealed memfd, its options are too big, of another version or for
+/// another stage.
 pub fn expand(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let Some(at) = argv.iter().position(|a| a.to_str().is_some_and(|s| s.starts_with("--args-fd="))) else {
         return Ok(argv);
@@ -112,14 +125,15 @@ pub fn expand(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
 /// proc(5)).
 pub const SOURCE_ENV: &str = "ZCPIPE_SOURCE";
 
-/// `argv` of `zcpipe stage capture` or `zcpipe compare` without `--source`, with `--source=` the value of
-/// `source` (the [`SOURCE_ENV`] variable) added, in memory only; any other `argv` as it is.
+/// `argv` of `zcpipe stage capture` or `zcpipe compare` without `--source`, with
+/// `--source=` the value of `source` (the [`SOURCE_ENV`] variable) added, in memory only;
+/// any other `argv` as it is.
 pub fn source_from_env(mut argv: Vec<OsString>, source: Option<OsString>) -> Vec<OsString> {
     // `zcpipe compare` too: it has no configuration file, and its command line is as public.
-    let capture = argv.get(1).is_some_and(|a| a == "stage") && argv.get(2).is_some_and(|a| a == "capture")
+    let takes_env = argv.get(1).is_some_and(|a| a == "stage") && argv.get(2).is_some_and(|a| a == "capture")
         || argv.get(1).is_some_and(|a| a == "compare");
     let given = argv.iter().any(|a| a == "--source" || a.to_str().is_some_and(|s| s.starts_with("--source=")));
-    if let (true, false, Some(v)) = (capture, given, source.filter(|v| !v.is_empty())) {
+    if let (true, false, Some(v)) = (takes_env, given, source.filter(|v| !v.is_empty())) {
         let mut flag = OsString::from("--source=");
         flag.push(v);
         argv.push(flag);
@@ -219,6 +233,12 @@ mod tests {
         let e = expand(os(&["zcpipe", "stage", "capture", &format!("--args-fd={n}")])).unwrap_err();
         assert!(e.contains("not a memfd") || e.contains("not sealed"), "{e}");
         assert_eq!(expand(os(&["zcpipe", "run", "--frames", "2"])).unwrap(), os(&["zcpipe", "run", "--frames", "2"]));
+    }
+
+    #[test]
+    fn flags_are_shown_with_the_password_masked() {
+        let flags = ["--source=rtsp://u:secret@h/x", "--frames=5"].map(String::from);
+        assert_eq!(shown(&flags), ["--source=rtsp://u:***@h/x", "--frames=5"]);
     }
 
     #[test]

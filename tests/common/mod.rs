@@ -127,11 +127,16 @@ fn build(args: &[&str], file: &str) -> PathBuf {
     // this build and every later one from a shell rebuild ring, rustls and zcpipe in turn.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        let set_by_cargo = k.starts_with("CARGO_PKG_")
-            || k.starts_with("CARGO_BIN_")
-            || ["CARGO_MANIFEST_DIR", "CARGO_MANIFEST_PATH", "CARGO_MANIFEST_LINKS", "CARGO_CRATE_NAME"]
-                .contains(&k.as_str())
-            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k.as_str());
+        const SET: [&str; 7] = [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_MANIFEST_LINKS",
+            "CARGO_CRATE_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "OUT_DIR",
+        ];
+        let set_by_cargo = k.starts_with("CARGO_PKG_") || k.starts_with("CARGO_BIN_") || SET.contains(&k.as_str());
         if set_by_cargo {
             c.env_remove(&k);
         }

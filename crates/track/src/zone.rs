@@ -44,16 +44,16 @@ fn check_name(name: &str, text: &str) -> Result<()> {
 
 /// The most points a zone may have: a polygon drawn by hand has tens, and every track of
 /// every frame is tested against it.
-pub const MAX_POINTS: usize = 1000;
+const MAX_POINTS: usize = 1000;
 
-/// `text` if its count of numbers is within [`MAX_POINTS`] pairs, counted before anything
-/// is parsed or allocated; else one line naming the zone.
-fn text_checked<'a>(text: &'a str, shown: &str) -> Result<&'a str> {
+/// Whether `text` holds at most [`MAX_POINTS`] pairs of numbers, counted before anything is
+/// parsed or allocated; else one line naming the zone (`shown`).
+fn check_points(text: &str, shown: &str) -> Result<()> {
     let numbers = text.bytes().filter(|&b| b == b',').count() + 1;
     if numbers > 2 * MAX_POINTS {
         bail!("--zone {shown}: {} points; a zone has at most {MAX_POINTS} (simplify the polygon)", numbers / 2);
     }
-    Ok(text)
+    Ok(())
 }
 
 impl ZoneSpec {
@@ -66,7 +66,7 @@ impl ZoneSpec {
             Some((head, _)) if text.len() > 120 => format!("{head}=... ({} bytes)", text.len()),
             _ => text.to_string(),
         };
-        let text = text_checked(text, &shown)?;
+        check_points(text, &shown)?;
         let Some((head, coords)) = text.split_once('=') else {
             bail!("--zone {shown}: expected NAME=x1,y1,x2,y2,x3,y3,... (source pixels; CAMERA:NAME=... for one camera of several)");
         };

@@ -176,14 +176,7 @@ pub(super) fn spawn(
         });
     }
     // The options on fd 4 in this process's own log, a camera's URL with its password masked.
-    let shown: Vec<String> = hidden
-        .args
-        .iter()
-        .map(|a| {
-            a.strip_prefix("--source=")
-                .map_or_else(|| a.clone(), |u| format!("--source={}", zcpipe_capture::spec::redact_url(u)))
-        })
-        .collect();
+    let shown = stage_args::shown(&hidden.args);
     log::debug!(
         "starting: {} stage {} {} --args-fd={ARGS_FD} with {} ({id})",
         exe.display(),
