@@ -2,10 +2,16 @@
 CARGO ?= cargo
 ZCPIPE := target/release/zcpipe
 
-.PHONY: test-browser setup build run test lint clean aarch64 test-aarch64 test-faults test-service-crashes
+.PHONY: test-browser setup setup-test build run test lint clean aarch64 test-aarch64 test-faults test-service-crashes docs docs-check
 
+# What the main job needs (ffmpeg) and the release build: scripts/setup.sh.
 setup:
 	bash scripts/setup.sh
+
+# The tests' tools besides (mosquitto, the RTSP server's GStreamer packages, the onnxruntime
+# venv, lintian, Chromium): scripts/setup-test.sh. `make test` runs it; idempotent.
+setup-test: setup
+	bash scripts/setup-test.sh
 
 build:
 	$(CARGO) build --release --locked
@@ -20,12 +26,12 @@ run: setup
 # ZCPIPE_ABI_REQUIRE=probe: the C compiler for the target must build the layout probe
 # (crates/sys/abi/README.md); headers given in $$ZCPIPE_*_HEADER_DIR are compiled against.
 export ZCPIPE_ABI_REQUIRE ?= probe
-test:
+test: setup-test
 	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked
 
 # The web view in a real browser (tests/browser.rs, ignored by `make test`): a run on the bundled
-# clip with --http, the page in headless Chromium (Debian's chromium, installed by setup.sh), its
+# clip with --http, the page in headless Chromium (Debian's chromium, installed by scripts/setup-test.sh), its
 # screenshot checked (the camera's picture, the boxes where the detections say); the screenshot is
 # left in target/browser/web-view.png.
 test-browser:
@@ -53,7 +59,7 @@ aarch64:
 test-aarch64:
 	CARGO="$(CARGO)" bash scripts/aarch64.sh test
 
-# Debian packages (scripts/deb.sh, README "Install from a package"), built with dpkg-deb from the
+# Debian packages (scripts/deb.sh, docs/src/user/install.md "Install from a package"), built with dpkg-deb from the
 # project's own files: build/deb/zcpipe_<version>-1_{amd64,arm64}.deb. amd64 packages the host
 # release build (`make build`), arm64 the cross build of `make aarch64` (onnx included, so the
 # package runs the default job). `deb-test` (CI) installs the amd64 package on this machine with
@@ -74,7 +80,7 @@ deb-test: deb-amd64
 deb-lint:
 	bash scripts/deb.sh lint
 
-# The same with cross (cross-rs) in Docker, as users with a container registry build (README
+# The same with cross (cross-rs) in Docker, as users with a container registry build (docs/src/dev/cross.md
 # "Cross-compiling for aarch64"). No registry here, so `make cross-image` builds a local
 # stand-in for cross's aarch64 image from Debian's packages (debootstrap, docker import,
 # deploy/cross/Dockerfile; a no-op when it exists), and `make cross-test` installs the pinned
@@ -88,7 +94,7 @@ cross-test:
 	CARGO="$(CARGO)" bash scripts/cross.sh test
 
 # Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/, scripts/fuzz.sh,
-# README "Fuzzing"): `make fuzz` runs each target for FUZZ_RUNS executions (optimised build),
+# docs/src/dev/testing.md "Fuzzing"): `make fuzz` runs each target for FUZZ_RUNS executions (optimised build),
 # `make fuzz-ci` for FUZZ_CI_SECONDS each (quick unoptimised build). Installs cargo-fuzz if missing.
 FUZZ_RUNS ?= 10000000
 FUZZ_CI_SECONDS ?= 20
@@ -112,7 +118,7 @@ lint:
 
 # Soak, a long run (not in CI): 10^6 frames through the four stages transport-only, then 3000
 # with the CPU scaler and ONNX, every stage's RSS, Pss, fds and memfds sampled each second;
-# fails if a count moved or RSS grew by 1 MiB (benches/soak.sh, README "Soak"). soak-short
+# fails if a count moved or RSS grew by 1 MiB (benches/soak.sh, docs/src/dev/testing.md "Soak"). soak-short
 # (CI): the transport-only run of 300000 frames, under a minute. Its ONNX run is left to
 # `make soak`: tract's infer takes one 1.3-1.7 MiB allocator step at a frame count that
 # varies from run to run (between frames 50 and 120 here), which a run of a few hundred
@@ -136,12 +142,24 @@ track-eval: build
 clean:
 	$(CARGO) clean
 
+# The book (docs/): `make docs` writes the pages generated from the argument parser (the
+# command-line reference docs/src/user/cli.md and the man pages in packaging/man/; `make test`
+# fails when they are out of date). `make docs-check` (CI) builds the book with mdbook (installed
+# into build/tools by scripts/docs.sh when missing) and checks every link of the book, the
+# README and ARCHITECTURE.md offline (scripts/doc-links.py): no broken link, no page outside
+# docs/src/SUMMARY.md.
+docs:
+	ZCPIPE_WRITE_DOCS=1 $(CARGO) test --release --locked --test pipeline -- docs::the_cli_reference
+
+docs-check:
+	bash scripts/docs.sh
+
 include vm/Makefile.inc
 
 # Rebuild the YOLOX-Nano .rknn models (recipe: models/PROVENANCE.md) with rknn-toolkit2
 # 2.5.0 into build/rknn/ (never over models/), each checked on the toolkit's simulator
 # against tests/data/golden/ before it is written. NOT part of CI or `make test`: the
-# toolkit's venv (build/rknn-venv) is several GB. See README "Rebuilding the .rknn models".
+# toolkit's venv (build/rknn-venv) is several GB. See docs/src/user/models.md "Rebuilding the .rknn models".
 RKNN_PLATFORMS ?= rk3588 rk3566 rk3576
 
 .PHONY: rknn-models

@@ -7,7 +7,7 @@
 #   bash scripts/deb.sh lint [ARCH]   lintian on the packages in build/deb/ (both, or ARCH's)
 #   ZCPIPE_DEB_BIN=path               package that binary instead (it must be built for ARCH)
 #   ZCPIPE_DEB_MAINTAINER="Name <mail>"  the Maintainer field
-# What goes where (README "Install from a package"):
+# What goes where (docs/src/user/install.md "Install from a package"):
 #   /usr/bin/zcpipe                          stripped
 #   /usr/share/zcpipe/models/                the ONNX and .rknn models, coco80.txt, PROVENANCE.md
 #   /usr/share/zcpipe/one-by-one-person-detection.mp4 (+ .PROVENANCE.md): what --source auto plays
@@ -17,7 +17,7 @@
 #   /etc/zcpipe/zcpipe.toml                  deploy/zcpipe.toml with every setting commented out, a conffile
 #   /usr/share/doc/zcpipe/examples/zcpipe.toml   deploy/zcpipe.toml as it is
 #   /usr/share/doc/zcpipe/                   copyright (machine-readable), changelog.Debian.gz
-#   /usr/share/man/man1/zcpipe.1.gz
+#   /usr/share/man/man1/zcpipe*.1.gz
 # Depends: dpkg-shlibdeps where it can resolve the binary's libraries (the host's architecture),
 # else the glibc and libgcc symbol versions the binary needs (objdump); plus ffmpeg (the video and
 # network sources run it) and adduser (postinst).
@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 log() { echo "deb: $*" >&2; }
 die() { echo "deb: error: $*" >&2; exit 1; }
 
-# lintian on the packages built (README "Install from a package" explains each override):
+# lintian on the packages built (docs/src/user/install.md "Install from a package" explains each override):
 # fails on an error or a warning that is not overridden; prints the overridden ones too.
 lint() {
     local debs=() a
@@ -50,7 +50,7 @@ lint() {
     if grep -q '^[EW]: ' <<<"$out"; then
         die "lintian: an error or warning above is neither fixed nor overridden (packaging/deb/lintian-overrides)"
     fi
-    log "lintian: no error or warning left; the O: lines are overridden in packaging/deb/lintian-overrides (README \"Install from a package\")"
+    log "lintian: no error or warning left; the O: lines are overridden in packaging/deb/lintian-overrides (docs/src/user/install.md \"Install from a package\")"
 }
 if [ "${1:-}" = lint ]; then
     shift
@@ -143,11 +143,15 @@ chmod 0644 "$root/etc/zcpipe/zcpipe.toml"
 install -D -m 0644 "$config" "$root/usr/share/doc/zcpipe/examples/zcpipe.toml"
 echo /etc/zcpipe/zcpipe.toml >"$root/DEBIAN/conffiles"
 
-# Documentation: copyright, changelog, manual page.
+# Documentation: copyright, changelog, manual pages (packaging/man/: zcpipe.1 and one page per
+# subcommand, written from the argument parser by `make docs`).
 doc=$root/usr/share/doc/zcpipe
 install -D -m 0644 packaging/deb/copyright "$doc/copyright"
 install -d "$root/usr/share/man/man1"
-gzip -9n <packaging/deb/zcpipe.1 >"$root/usr/share/man/man1/zcpipe.1.gz"
+for page in packaging/man/*.1; do
+    gzip -9n <"$page" >"$root/usr/share/man/man1/$(basename "$page").gz"
+    chmod 0644 "$root/usr/share/man/man1/$(basename "$page").gz"
+done
 {
     echo "zcpipe ($debversion) unstable; urgency=medium"
     echo
@@ -156,7 +160,7 @@ gzip -9n <packaging/deb/zcpipe.1 >"$root/usr/share/man/man1/zcpipe.1.gz"
     echo
     echo " -- $maintainer  $(date -u -R -d "@$SOURCE_DATE_EPOCH")"
 } | gzip -9n >"$doc/changelog.Debian.gz"
-chmod 0644 "$doc/changelog.Debian.gz" "$root/usr/share/man/man1/zcpipe.1.gz"
+chmod 0644 "$doc/changelog.Debian.gz"
 install -D -m 0644 packaging/deb/lintian-overrides "$root/usr/share/lintian/overrides/zcpipe"
 
 # Depends. dpkg-shlibdeps maps each library the binary needs to its package and version (it

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/; README "Fuzzing"):
+# Coverage-guided fuzzing of the decoders of what a peer sends (fuzz/; docs/src/dev/testing.md "Fuzzing"):
 # control messages (control_msg), frame descriptors (frame_desc), the detections-socket
 # reader of `zcpipe watch` (watch_lines) and the inference service's messages (service_msg).
 #

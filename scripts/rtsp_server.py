@@ -22,7 +22,7 @@ stop it.
 
 Needs Debian's /usr/bin/python3 with python3-gi, gir1.2-gst-rtsp-server-1.0,
 gstreamer1.0-plugins-good (qtdemux, rtph264pay) and gstreamer1.0-plugins-bad (h264parse):
-scripts/setup.sh installs them.
+scripts/setup-test.sh installs them.
 """
 
 import argparse

@@ -41,7 +41,7 @@ pub struct CommonArgs {
     /// How consumers wait for frames: sleep on an eventfd, or spin.
     #[arg(long, value_parser = choice::<WaitMode>(), default_value = "eventfd")]
     pub wait: WaitMode,
-    /// With --wait eventfd: microseconds a consumer spins on its ring before it sleeps, only while frames have lately come that fast (adaptive). 0 (default): never spin; a spin takes CPU another stage on the same core may need (see README "Throughput").
+    /// With --wait eventfd: microseconds a consumer spins on its ring before it sleeps, only while frames have lately come that fast (adaptive). 0 (default): never spin; a spin takes CPU another stage on the same core may need (see docs/src/dev/performance.md "Throughput").
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub spin_us: u32,
     /// Where buffers come from.

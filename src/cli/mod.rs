@@ -18,6 +18,7 @@ pub mod http;
 pub mod infer;
 pub mod mqtt;
 pub mod publish;
+pub mod reference;
 pub mod run;
 pub mod scale;
 pub mod signals;

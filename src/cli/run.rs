@@ -50,7 +50,7 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
 pub struct RunArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
-    /// The configuration file (TOML; README "Configuration file"): its keys are these flags,
+    /// The configuration file (TOML; docs/src/user/config.md): its keys are these flags,
     /// below the command line and the ZCPIPE_* variables. Default: /etc/zcpipe/zcpipe.toml when
     /// it exists, or $ZCPIPE_CONFIG; `none`: no file.
     #[arg(long, value_name = "FILE")]

@@ -82,7 +82,7 @@ fn models() -> &'static Path {
             let python = root().join("build/py-venv/bin/python");
             assert!(
                 python.exists(),
-                "{} is missing: run scripts/setup.sh (it makes the venv with the pinned onnx and onnxruntime of scripts/models/requirements.txt)",
+                "{} is missing: run scripts/setup-test.sh (it makes the venv with the pinned onnx and onnxruntime of scripts/models/requirements.txt)",
                 python.display()
             );
             let out = std::process::Command::new(&python)

@@ -9,6 +9,7 @@ mod config;
 mod cpu_scaler;
 mod deploy;
 mod display;
+mod docs;
 mod doctor;
 mod fanout;
 mod heads;

@@ -9,7 +9,7 @@
 //! password nowhere.
 //!
 //! Every test skips, saying why, when the GStreamer packages are missing
-//! (`scripts/setup.sh` installs them; CI runs it).
+//! (`scripts/setup-test.sh` installs them; `make test` and CI run it).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ macro_rules! need_gst {
     () => {
         if let Some(why) = gst_missing() {
             eprintln!(
-                "SKIP: no GStreamer RTSP server for /usr/bin/python3 ({why}); run scripts/setup.sh (apt-get install python3-gi \
+                "SKIP: no GStreamer RTSP server for /usr/bin/python3 ({why}); run scripts/setup-test.sh (apt-get install python3-gi \
                  gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-good gstreamer1.0-plugins-bad)"
             );
             return;

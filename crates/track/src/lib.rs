@@ -56,7 +56,7 @@ impl zcpipe_core::config::Choice for TrackerKind {
     ];
 }
 
-/// A tracker's parameters (`zcpipe run --help`, README "Tracking" gives the defaults).
+/// A tracker's parameters (`zcpipe run --help`, docs/src/user/tracking.md gives the defaults).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrackParams {
     /// The tracker.

@@ -211,3 +211,25 @@ fn toml_value(raw: &str) -> String {
         _ => quote(&redact_url(raw)),
     }
 }
+
+/// The configuration file's keys as the reference lists them: each key, the flag it stands
+/// for, its environment variable, and what it takes (`switch`, `value` or `list`).
+pub fn reference_keys() -> Vec<(String, String, &'static str)> {
+    keys(&run_command())
+        .into_iter()
+        .map(|k| {
+            let takes = match k.kind {
+                Kind::Switch => "switch: `true` or `false`",
+                Kind::One => "one value",
+                Kind::Many => "a list (or one value)",
+            };
+            let env = env_name(&k.long);
+            (k.long, env, takes)
+        })
+        .collect()
+}
+
+/// The keys a `[camera.NAME]` section takes besides `source` and `zone`.
+pub fn reference_camera_keys() -> Vec<&'static str> {
+    PER_CAMERA.iter().chain(super::cameras::PER_CAMERA_SCHED.iter()).map(|f| f.trim_start_matches("--")).collect()
+}

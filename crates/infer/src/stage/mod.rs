@@ -43,7 +43,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let no_detector = det.kind() == DetectorKind::None;
     describe_model(&cfg, &model, &*det, &spec, no_detector);
 
-    let Joined { listener, down, input, bound } = join_chain(&ctx, &spec, &mut *det)?;
+    let (listener, down) = accept_publish(&ctx)?;
     let what = if no_detector {
         "frames without detections (--infer none)".to_string()
     } else {
@@ -57,6 +57,9 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let out = Out::offer(down, 8, ctx.data.ring_policy, what, labels)?;
     // Bound before the stage says it is ready: a client that sees the pipeline up finds it.
     let service = cfg.service.clone().map(|c| Service::bind(c, model_info)).transpose()?;
+    // Last: scale's frames flow from here on, so nothing else may be left to set up (a
+    // frame that waited for it would be replaced by a newer one).
+    let (input, bound) = join_scale(&ctx, &spec, &mut *det)?;
     let fds_setup = open_fd_count();
     ctx.ready(Instant::now());
     log::info!(
@@ -233,26 +236,20 @@ fn describe_model(cfg: &InferConfig, model: &std::path::Path, det: &dyn Detector
     }
 }
 
-/// The stage's place in the chain once set up: see [`join_chain`].
-struct Joined {
-    /// The listening socket a restarted publish stage joins again on.
-    listener: Listener,
-    /// The publish stage's connection (its hello taken).
-    down: Conn,
-    /// The scale stage's hop.
-    input: Upstream,
-    /// Whether the detector imported the scale stage's pool (reads frames in place).
-    bound: bool,
+/// The set-up's first link: binds the stage's socket and waits for the publish stage
+/// (downstream first: frames start flowing only once the whole chain is connected); returns
+/// the listener a restarted publish stage joins again on, and publish's connection.
+fn accept_publish(ctx: &StageCtx<'_>) -> Result<(Listener, Conn)> {
+    let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
+    let (down, _) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
+    Ok((listener, down))
 }
 
-/// The set-up's last step: binds the stage's socket and waits for the publish stage, joins
-/// the scale stage asking for exactly the model's input (`spec`), then lets the detector
-/// import the scale stage's pool unless in copy mode.
-fn join_chain(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> Result<Joined> {
+/// The set-up's last step: joins the scale stage asking for exactly the model's input
+/// (`spec`), then lets the detector import the scale stage's pool unless in copy mode;
+/// returns the hop and whether the detector imported the pool (reads frames in place).
+fn join_scale(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> Result<(Upstream, bool)> {
     let lb = spec.letterbox;
-    let mut listener = Listener::bind(&ctx.data.socket(&ctx.id))?;
-    // Downstream first: frames start flowing only once the whole chain is connected.
-    let (down, _) = accept_hello(&mut listener, ctx.stop, ctx.data.connect_timeout, "publish")?;
     // An NPU reading the buffer in place needs its own row stride (spec.bytesperline); the
     // channel order is the fourcc, the placement and pad are the family's (or the flags').
     let want = WantedInput {
@@ -279,7 +276,7 @@ fn join_chain(ctx: &StageCtx<'_>, spec: &InputSpec, det: &mut dyn Detector) -> R
     log::info!("joined scale: {} ({} buffers, {})", first.offer.description, first.buffers().len(), first.offer.memory);
     // Zero-copy backends import the pool once; copy mode stays a plain pipeline (CPU reads).
     let bound = !ctx.data.copy_mode && bind(det, first)?;
-    Ok(Joined { listener, down, input, bound })
+    Ok((input, bound))
 }
 
 /// Ends the detections hop after a clean end: tells publish the stream ended, then waits
