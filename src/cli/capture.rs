@@ -28,7 +28,7 @@ pub struct CaptureArgs {
     /// Buffers in the capture pool.
     #[arg(long, default_value_t = 4)]
     pub buffers: usize,
-    /// V4L2 pixel format: NV12, NV16, NV12M, YUYV, RGB24, BGR24 or XR24 (default: the first of those the camera offers; XR24 is what a display scans out without a copy).
+    /// V4L2 pixel format: NV12, NV16, NV12M, YUYV, RGB24, BGR24 or XR24 (default: the first of those the camera offers; XR24 is what a display scans out without a copy), or MJPG (a UVC webcam's Motion JPEG, decoded by MPP on a board or on the CPU).
     #[arg(long)]
     pub format: Option<String>,
     /// V4L2 frame size, WxH (default: the camera's current size). For a network stream: the largest frame the pool holds (default: the stream's size at start-up); a larger stream is scaled down to it (with --decoder mpp: re-opened at its new size). For a video: file with --decoder mpp: the largest picture the pool holds.

@@ -259,7 +259,22 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let mut cli = Cli::parse_from(args);
+    let mut cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        // --help, --version and a missing subcommand print the help and end as clap does.
+        Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
+        // A bad flag or value is one line, as every other error: `zcpipe: error: ...`.
+        Err(e) => {
+            let line = config::clap_line(&e);
+            use clap::error::ErrorKind as K;
+            let lost = matches!(e.kind(), K::UnknownArgument | K::InvalidSubcommand | K::MissingRequiredArgument);
+            let hint = if lost && !line.contains("tip:") { " (`--help` lists the flags)" } else { "" };
+            error_line("zcpipe", &format!("{line}{hint}"));
+            return 2;
+        }
+    };
     match &mut cli.cmd {
         Command::Run(a) => a.pipeline.cameras = cameras,
         Command::Compare(a) => a.pipeline.cameras = cameras,

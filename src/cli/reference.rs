@@ -166,8 +166,12 @@ fn config_keys(out: &mut String) {
         let _ = writeln!(out, "| `{key}` | [`--{key}`](#zcpipe-run) | `{env}` | {takes} |");
     }
     let cam: Vec<String> = super::config::reference_camera_keys().iter().map(|k| format!("`{k}`")).collect();
-    let _ =
-        writeln!(out, "\nA `[camera.NAME]` section takes `source` (required), `zone` (a list) and {}.", cam.join(", "));
+    let _ = writeln!(
+        out,
+        "\nA `[camera.NAME]` section takes `source` (required), `zone` (a list) and {}. `detect-fps` and \
+         `weight` are per camera on the command line (after a `--source`), one value for every camera in the file.",
+        cam.join(", ")
+    );
 }
 
 /// The first line of a help text.

@@ -634,7 +634,7 @@ fn a_huge_zone_is_one_line_and_the_largest_allowed_one_runs() {
     assert_eq!(
         err.lines().next().unwrap_or(""),
         format!(
-            "error: --zone door=... ({} bytes): 10000 points; a zone has at most 1000 (simplify the polygon)",
+            "zcpipe: error: --zone door=... ({} bytes): 10000 points; a zone has at most 1000 (simplify the polygon)",
             big.len()
         )
     );

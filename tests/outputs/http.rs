@@ -430,9 +430,21 @@ impl View {
     /// against its stdout: [`Ended::the_snapshot_has_its_boxes`]).
     fn a_snapshot(&self) -> Snapshot {
         let (addr, seen) = (self.addr, &self.seen);
-        // The capture pool's tap joins when a picture is first wanted: until its first frame
-        // the picture is a dark canvas. Wanted: one with pixels, of a frame line with
-        // detections (the SSE client has its line).
+        // The capture pool's tap joins when a picture is first wanted; the first snapshot
+        // waits for its pixels, so even the run's first one is the camera's picture, never
+        // the dark canvas (asked once the pipeline runs: the SSE client has a frame line).
+        assert!(wait_for(Duration::from_secs(60), || seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("\"type\":\"frame\""))));
+        let (code, h, first) = get(addr, "/snapshot/cam0.jpg");
+        assert_eq!(code, 200, "the first snapshot: {h:?}");
+        assert!(h.contains_key("x-zcpipe-pixel-seq") && !h.contains_key("x-zcpipe-no-pixels"), "{h:?}");
+        let img = image::load_from_memory_with_format(&first, image::ImageFormat::Jpeg).unwrap().to_rgb8();
+        let dark = img.pixels().filter(|p| p.0.iter().all(|v| v.abs_diff(24) < 10)).count();
+        assert!(dark * 2 < 768 * 432, "the first snapshot has the clip's pixels: {dark} dark pixels");
+        // Wanted for the boxes: one of a frame line with detections.
         let mut snap = None;
         let got_pixels = wait_for(Duration::from_secs(60), || {
             let (code, h, jpeg) = get(addr, "/snapshot/cam0.jpg");

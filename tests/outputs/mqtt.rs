@@ -429,6 +429,7 @@ fn check_stats_and_topics(
         "zcpipe-mqtt-run/cam0/detections",
         "zcpipe-mqtt-run/cam0/events",
         "homeassistant/sensor/zc-test/cam0_fps/config",
+        "homeassistant/event/zc-test/cam0_events/config",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -438,6 +439,10 @@ fn check_stats_and_topics(
         known.insert(format!("homeassistant/binary_sensor/zc-test/cam0_{l}/config"));
     }
     assert_eq!(topics, known);
+    // As Home Assistant reads discovery today: default_entity_id, never object_id.
+    for (t, p) in msgs.iter().filter(|(t, _)| t.starts_with("homeassistant/")) {
+        assert!(p.contains("\"default_entity_id\":") && !p.contains("\"object_id\""), "{t}: {p}");
+    }
 }
 
 /// (b) The last will: the publish stage killed with SIGKILL says nothing, and the broker

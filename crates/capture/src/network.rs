@@ -409,6 +409,45 @@ impl NetworkSource {
     }
 }
 
+/// What ended a stream that had been up `secs`, in words: named from ffmpeg's last lines
+/// (`tail`) where they say (refused, timed out, reset, credentials, no such stream, bad
+/// data), else from how its output ended (`why`: the end of its output is the server
+/// closing the stream). ffmpeg's own lines follow only where they are the reason (a
+/// decoder's warnings before the server closed the stream are not).
+fn drop_cause(why: &str, secs: f64, status: &str, tail: &str) -> String {
+    let t = tail.to_ascii_lowercase();
+    let (cause, say_tail) = match named_cause(tail) {
+        Some(c) => (c, false),
+        None if why == "the stream ended" => ("the server closed the stream", false),
+        None if ["invalid data", "error while decoding", "decode_slice", "corrupt"].iter().any(|w| t.contains(w)) => {
+            ("a decoder error", true)
+        }
+        None => (why, true),
+    };
+    let detail = if say_tail && !tail.is_empty() { format!(": {tail}") } else { String::new() };
+    format!("{cause} after {secs:.1} s (ffmpeg {status}){detail}")
+}
+
+/// What ffmpeg's last lines (`tail`) say went wrong with the connection, in words, if they
+/// name it: refused, timed out, reset, credentials refused, no such stream.
+fn named_cause(tail: &str) -> Option<&'static str> {
+    let t = tail.to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| t.contains(w));
+    if has(&["connection refused"]) {
+        Some("the camera refused the connection")
+    } else if has(&["timed out", "timeout"]) && !has(&["timeout="]) || has(&["operation timed out"]) {
+        Some("the connection timed out")
+    } else if has(&["connection reset", "broken pipe"]) {
+        Some("the connection was reset")
+    } else if has(&["401", "unauthorized"]) {
+        Some("the camera refused the credentials (401)")
+    } else if has(&["404", "not found"]) {
+        Some("the camera has no such stream (404)")
+    } else {
+        None
+    }
+}
+
 /// The last `n` of the ` | `-joined lines of a stderr tail ([`Child::stderr_tail`]), each
 /// without ffmpeg's `[context @ 0xADDRESS] ` prefix, and without what the concat list on
 /// stdin ([`net_input`]) adds: its name (`pipe:0: `) and its "Impossible to open" line.
@@ -446,10 +485,11 @@ fn finish_probe(probe: &mut Child, url: &str, since: Instant) -> anyhow::Result<
     };
     let out = probe.read_stdout();
     if !status.success() {
-        return Ok(Some(Err(format!(
-            "ffprobe failed ({status}): {}",
-            scrub_secrets(&last_lines(&probe.stderr_tail(), 3), url)
-        ))));
+        let tail = scrub_secrets(&last_lines(&probe.stderr_tail(), 3), url);
+        return Ok(Some(Err(match named_cause(&tail) {
+            Some(cause) => cause.to_string(),
+            None => format!("ffprobe failed ({status}): {tail}"),
+        })));
     }
     Ok(Some(parse_probe(&out).map_err(|why| scrub_secrets(&why, url))))
 }
@@ -578,10 +618,7 @@ impl FrameSource for NetworkSource {
             }
         };
         let tail = last_lines(&ffmpeg.stderr_tail(), 3);
-        self.stream_lost(
-            &format!("{why} after {:.1} s; ffmpeg {status}: {tail}", since.elapsed().as_secs_f64()),
-            since,
-        );
+        self.stream_lost(&drop_cause(&why, since.elapsed().as_secs_f64(), &status, &tail), since);
         Ok(None)
     }
 
@@ -647,6 +684,28 @@ mod tests {
     }
 
     #[test]
+    fn a_drop_is_named_for_what_happened() {
+        let closed = drop_cause("the stream ended", 12.34, "exit status: 0", "co located POCs unavailable");
+        assert_eq!(closed, "the server closed the stream after 12.3 s (ffmpeg exit status: 0)");
+        let refused = drop_cause("the stream ended", 0.5, "exit status: 1", "rtsp://cam: Connection refused");
+        assert_eq!(refused, "the camera refused the connection after 0.5 s (ffmpeg exit status: 1)");
+        let reset = drop_cause("reading ffmpeg's output: x", 3.0, "killed", "Connection reset by peer");
+        assert!(reset.starts_with("the connection was reset after 3.0 s"), "{reset}");
+        let bad = drop_cause(
+            "a frame cut short at 5 of 10 bytes",
+            1.0,
+            "exit status: 1",
+            "Invalid data found when processing input",
+        );
+        assert_eq!(
+            bad,
+            "a decoder error after 1.0 s (ffmpeg exit status: 1): Invalid data found when processing input"
+        );
+        let other = drop_cause("a frame cut short at 5 of 10 bytes", 1.0, "killed", "");
+        assert_eq!(other, "a frame cut short at 5 of 10 bytes after 1.0 s (ffmpeg killed)");
+    }
+
+    #[test]
     fn last_lines_drops_ffmpeg_context_prefixes() {
         let t = "a | [tcp @ 0x55] Connection to tcp://h:1 failed: Connection refused | [x] y | rtsp://h:1/x: Connection refused";
         assert_eq!(
@@ -673,8 +732,8 @@ mod tests {
         );
     }
 
-    /// An unreachable camera: one line naming the URL without its password, and ffprobe's
-    /// reason, within a few seconds (port 1 on 127.0.0.1 refuses at once).
+    /// An unreachable camera: one line naming the URL without its password, and the reason
+    /// ffprobe gave, in words, within a few seconds (port 1 on 127.0.0.1 refuses at once).
     #[test]
     fn unreachable_camera_is_one_line_without_the_password() {
         let stop = AtomicBool::new(false);
@@ -682,7 +741,7 @@ mod tests {
         let e = NetworkSource::open(url, &NetworkOptions::default(), &stop).err().expect("unreachable");
         let msg = format!("{e:#}");
         println!("{msg}");
-        assert!(msg.contains("rtsp://user:***@127.0.0.1:1/x") && msg.contains("ffprobe failed"), "{msg}");
+        assert!(msg.contains("rtsp://user:***@127.0.0.1:1/x: the camera refused the connection;"), "{msg}");
         assert!(!msg.contains("secret") && !msg.contains('\n'), "{msg}");
     }
 

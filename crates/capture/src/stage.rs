@@ -278,7 +278,7 @@ impl HostLoop<'_> {
         desc.stamps[2 * Stage::Capture as usize] = ts;
         if let Some(lost) = self.source.take_gap() {
             // The stream came back: the first frame tells the clients what the gap cost.
-            desc.flags = RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
+            desc.flags = RestartMark::reconnect(lost).mark(desc.flags);
         }
         self.seq += 1;
         ctx.hand_off(loan, desc, Stage::Capture, &mut self.span, self.start)

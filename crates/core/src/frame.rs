@@ -277,30 +277,55 @@ impl LetterboxParams {
 /// back after it died, and `lost` frames went missing meanwhile. Set by the neighbour that
 /// saw the restart (the upstream of a restarted stage counts the frames it dropped while no
 /// consumer was there plus those the dead stage held; for capture, its downstream counts
-/// the frames the source did not make while it was down, at its nominal rate). Bits 0-3:
-/// the stage index + 1 (0: no notice); bits 4-7: the camera ([`camera_of`]); bits 8-31: `lost`, saturating at 2^24 - 1.
+/// the frames the source did not make while it was down, at its nominal rate). A network
+/// camera that came back after its stream dropped is the same notice with `reconnected`
+/// set: nothing restarted. Bits 0-2: the stage index + 1 (0: no notice); bit 3:
+/// `reconnected`; bits 4-7: the camera ([`camera_of`]); bits 8-31: `lost`, saturating at
+/// 2^24 - 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RestartMark {
     /// The stage that restarted.
     pub stage: Stage,
     /// Frames lost while it was gone.
     pub lost: u32,
+    /// The capture stage's source reconnected (a network camera came back); the stage
+    /// itself did not restart.
+    pub reconnected: bool,
 }
 
 impl RestartMark {
     /// Largest `lost` the flags word holds.
     pub(crate) const MAX_LOST: u32 = (1 << 24) - 1;
 
+    /// A restart of `stage` that cost `lost` frames.
+    pub fn restart(stage: Stage, lost: u64) -> RestartMark {
+        RestartMark { stage, lost: lost.min(u32::MAX as u64) as u32, reconnected: false }
+    }
+
+    /// The capture stage's network source came back after a gap that cost `lost` frames.
+    pub fn reconnect(lost: u64) -> RestartMark {
+        RestartMark { reconnected: true, ..RestartMark::restart(Stage::Capture, lost) }
+    }
+
+    /// What happened, as the notice line's `event` says it: `restarted` or `reconnected`.
+    pub fn event(self) -> &'static str {
+        if self.reconnected {
+            "reconnected"
+        } else {
+            "restarted"
+        }
+    }
+
     /// The flags word carrying this notice.
     pub(crate) fn to_flags(self) -> u32 {
-        (self.stage as u32 + 1) | (self.lost.min(Self::MAX_LOST) << 8)
+        (self.stage as u32 + 1) | (u32::from(self.reconnected) << 3) | (self.lost.min(Self::MAX_LOST) << 8)
     }
 
     /// The notice in a flags word, if any (a stage index out of range is none).
     pub fn from_flags(flags: u32) -> Option<RestartMark> {
-        let i = (flags & 0xf) as usize;
+        let i = (flags & 0x7) as usize;
         let stage = *Stage::ALL.get(i.checked_sub(1)?)?;
-        Some(RestartMark { stage, lost: flags >> 8 })
+        Some(RestartMark { stage, lost: flags >> 8, reconnected: flags & 0x8 != 0 })
     }
 
     /// `flags` with this notice, unless it already carries one (the first notice wins;
@@ -428,13 +453,13 @@ mod tests {
 
     #[test]
     fn the_camera_index_shares_the_flags_word_with_a_restart_notice() {
-        let m = RestartMark { stage: Stage::Capture, lost: 1000 };
+        let m = RestartMark::restart(Stage::Capture, 1000);
         let f = with_camera(m.to_flags(), 11);
         assert_eq!((camera_of(f), RestartMark::from_flags(f)), (11, Some(m)));
-        let marked = RestartMark { stage: Stage::Infer, lost: 3 }.mark(with_camera(0, 7));
+        let marked = RestartMark::restart(Stage::Infer, 3).mark(with_camera(0, 7));
         assert_eq!(
             (camera_of(marked), RestartMark::from_flags(marked)),
-            (7, Some(RestartMark { stage: Stage::Infer, lost: 3 }))
+            (7, Some(RestartMark::restart(Stage::Infer, 3)))
         );
         assert_eq!(camera_of(with_camera(f, 2)), 2);
         assert_eq!(camera_of(0), 0);
@@ -443,20 +468,21 @@ mod tests {
     #[test]
     fn a_restart_mark_round_trips_through_the_flags_word() {
         assert_eq!(RestartMark::from_flags(0), None);
-        let m = RestartMark { stage: Stage::Infer, lost: 57 };
+        let m = RestartMark::restart(Stage::Infer, 57);
         assert_eq!(m.to_flags(), 3 | 57 << 8);
         assert_eq!(RestartMark::from_flags(m.to_flags()), Some(m));
-        let big = RestartMark { stage: Stage::Capture, lost: u32::MAX };
+        let big = RestartMark::restart(Stage::Capture, u32::MAX.into());
         assert_eq!(
             RestartMark::from_flags(big.to_flags()),
-            Some(RestartMark { stage: Stage::Capture, lost: RestartMark::MAX_LOST })
+            Some(RestartMark::restart(Stage::Capture, RestartMark::MAX_LOST.into()))
         );
         assert_eq!(RestartMark::from_flags(0xf), None, "stage index out of range");
-        assert_eq!(
-            RestartMark { stage: Stage::Scale, lost: 1 }.mark(m.to_flags()),
-            m.to_flags(),
-            "the first notice wins"
-        );
+        let back = RestartMark::reconnect(192);
+        let f = back.mark(with_camera(0, 3));
+        assert_eq!((camera_of(f), RestartMark::from_flags(f)), (3, Some(back)));
+        assert_eq!((back.stage, back.lost, back.event()), (Stage::Capture, 192, "reconnected"));
+        assert_eq!(RestartMark::restart(Stage::Capture, 192).event(), "restarted");
+        assert_eq!(RestartMark::restart(Stage::Scale, 1).mark(m.to_flags()), m.to_flags(), "the first notice wins");
     }
 
     #[test]

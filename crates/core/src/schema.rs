@@ -16,11 +16,12 @@
 //!   of the frame it happened in: `{"type": "event", "event": "new" | "entered_zone" |
 //!   "left_zone" | "stationary" | "end", "camera": str, "track_id": u64, "label": str,
 //!   "class_id": u32, "score": f32, "zone": str | null, "first_seen_ns": u64,
-//!   "last_seen_ns": u64, "timestamp_ns": u64, "box": [x1, y1, x2, y2]}` (see
+//!   "last_seen_ns": u64, "timestamp_ns": u64, "seq": u64 (left out without a frame),
+//!   "box": [x1, y1, x2, y2]}` (see
 //!   the zcpipe-track crate for when each happens);
 //! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
-//!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted",
-//!   "frames_lost": u64, "seq": u64}` (`seq`: the frame that follows; `frames_lost`: see
+//!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted"
+//!   | "reconnected", "frames_lost": u64, "seq": u64, "gap_s": f64}` (`seq`: the frame that follows; `frames_lost`: see
 //!   [`crate::frame::RestartMark`]);
 //! - `"end"`: the last line before EOF ([`EndJson`]):
 //!   `{"type": "end", "end": true, "frames": u64, "reason": str}`.
@@ -280,22 +281,29 @@ pub struct EventJson {
     /// When this happened: the capture time of the frame it happened in, or (an `end` when
     /// no frame came) the clock's time, ns.
     pub timestamp_ns: u64,
+    /// The frame it happened in (its `seq`); left out for an `end` no frame brought (the
+    /// camera went quiet, or the stream ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
     /// Its last box, `[x1, y1, x2, y2]` source pixels.
     #[serde(rename = "box", deserialize_with = "f32x4_in_range")]
     pub bbox: [f32; 4],
 }
 
-/// The `"notice"` line: a stage of the pipeline died and was restarted, and the stream
-/// goes on; sent before the first frame after it.
+/// The `"notice"` line: a stage of the pipeline died and was restarted, or a network
+/// camera's stream dropped and came back, and the stream goes on; sent before the first
+/// frame after it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct NoticeJson {
-    /// The stage that restarted (`capture`, `scale`, `infer`, `publish`).
+    /// The stage that restarted (`capture`, `scale`, `infer`, `publish`); `capture` for a
+    /// reconnect.
     pub stage: String,
-    /// With several cameras, for a capture restart: the camera whose capture stage
-    /// restarted (its frame follows); empty (left out) for a stage that serves every camera.
+    /// With several cameras, for a capture restart or a reconnect: the camera (its frame
+    /// follows); empty (left out) for a stage that serves every camera.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub camera: String,
-    /// What happened: `restarted`.
+    /// What happened: `restarted` (the stage's process died and a new one took over) or
+    /// `reconnected` (the capture stage's network source came back; nothing restarted).
     pub event: String,
     /// Frames lost while it was gone (counted by its upstream neighbour: dropped while no
     /// consumer was there, and those it held when it died; for capture, the frames the
@@ -303,6 +311,10 @@ pub struct NoticeJson {
     pub frames_lost: u64,
     /// The sequence number of the frame that follows.
     pub seq: u64,
+    /// Seconds between the camera's last frame before and the one that follows (left out
+    /// when the camera had no frame before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gap_s: Option<f64>,
 }
 
 /// The `"end"` line: the stream ended (the source ended, a signal, or a stage hung up).
@@ -387,6 +399,7 @@ mod tests {
             event: "restarted".into(),
             frames_lost: 12,
             seq: 99,
+            gap_s: None,
         })
         .to_line()
         .unwrap();
@@ -449,17 +462,18 @@ mod tests {
             first_seen_ns: 10,
             last_seen_ns: 20,
             timestamp_ns: 20,
+            seq: Some(41),
             bbox: [1.0, 2.0, 3.0, 4.0],
         };
         let line = SocketLine::Event(e.clone()).to_line().unwrap();
         assert_eq!(
             line,
             "{\"type\":\"event\",\"event\":\"entered_zone\",\"camera\":\"front\",\"track_id\":7,\"label\":\"person\",\"class_id\":0,\"score\":0.91,\
-             \"zone\":\"door\",\"first_seen_ns\":10,\"last_seen_ns\":20,\"timestamp_ns\":20,\"box\":[1.0,2.0,3.0,4.0]}\n"
+             \"zone\":\"door\",\"first_seen_ns\":10,\"last_seen_ns\":20,\"timestamp_ns\":20,\"seq\":41,\"box\":[1.0,2.0,3.0,4.0]}\n"
         );
         assert_eq!(SocketLine::parse(&line).unwrap(), SocketLine::Event(e.clone()));
-        let end = SocketLine::Event(EventJson { event: "end".into(), zone: None, ..e }).to_line().unwrap();
-        assert!(end.contains("\"zone\":null"), "a zone-less event says so: {end}");
+        let end = SocketLine::Event(EventJson { event: "end".into(), zone: None, seq: None, ..e }).to_line().unwrap();
+        assert!(end.contains("\"zone\":null") && !end.contains("\"seq\""), "a zone-less event says so: {end}");
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct TapClient {
     backoff: Duration,
     /// Why the last join failed, said once until it changes (at debug level after that).
     last_error: Option<String>,
+    /// The producer ended its stream or hung up, which was said: failed joins until the
+    /// next one succeeds are expected (it is shutting down or restarting), at debug level.
+    rejoining: bool,
     counters: TapCounters,
     /// Frames it asks to hold at once ([`tap_hello_holding`]).
     hold: usize,
@@ -69,6 +72,7 @@ impl TapClient {
             next_try: Instant::now(),
             backoff: Duration::from_millis(100),
             last_error: None,
+            rejoining: false,
             counters: TapCounters::default(),
             hold: 1,
             past_copies: CopyCounters::default(),
@@ -136,10 +140,11 @@ impl TapClient {
                 self.counters.joins += 1;
                 self.backoff = Duration::from_millis(100);
                 self.last_error = None;
+                self.rejoining = false;
             }
             Err(e) => {
                 let why = format!("{e:#}");
-                if self.last_error.as_deref() != Some(why.as_str()) {
+                if self.last_error.as_deref() != Some(why.as_str()) && !self.rejoining {
                     log::info!(
                         "tap `{}`: cannot join {} yet ({why}); trying again every {:.1} s at most",
                         self.name,
@@ -177,6 +182,7 @@ impl TapClient {
             Ok(Recv::Eos) => {
                 log::info!("tap `{}`: {} ended its stream; joining again when it is back", self.name, self.upstream);
                 self.leave();
+                self.rejoining = true;
                 self.counters.ends += 1;
                 Ok(None)
             }
@@ -187,6 +193,7 @@ impl TapClient {
                     self.upstream
                 );
                 self.leave();
+                self.rejoining = true;
                 Ok(None)
             }
             Err(crate::Error::PeerGone { .. }) => {

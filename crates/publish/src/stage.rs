@@ -10,7 +10,7 @@ use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::{Receiver, Recv};
 use zcpipe_core::detections::DetectionsDesc;
-use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage};
+use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage, MAX_CAMERAS};
 use zcpipe_core::link::Offer;
 use zcpipe_core::link::{Conn, ControlMsg, Listener};
 use zcpipe_core::metrics::{latencies_us, open_fd_count, Facts, FrameSpan, LatencySet, StageReport};
@@ -34,6 +34,8 @@ pub struct Tracking {
     /// found longer than the keep-alive (said once).
     arrived: Vec<Option<Instant>>,
     slow_said: Vec<bool>,
+    /// Per camera: its next frame follows a gap a notice explained ([`Tracking::gap`]).
+    after_gap: Vec<bool>,
     /// Where the next id of each camera is kept for a restarted publish stage
     /// (`publish.track-ids` in the run directory; `None`: not kept).
     ids_file: Option<std::path::PathBuf>,
@@ -61,6 +63,7 @@ impl Tracking {
             trackers: cameras.iter().map(|_| None).collect(),
             arrived: vec![None; cameras.len()],
             slow_said: vec![false; cameras.len()],
+            after_gap: vec![false; cameras.len()],
             cameras: cameras.to_vec(),
             ids_file: None,
             cfg,
@@ -114,6 +117,14 @@ impl Tracking {
         }
     }
 
+    /// Camera `cam`'s next frame comes after a gap a notice explained (a restart or a
+    /// reconnect): the advice about frames further apart than the keep-alive is not for it.
+    pub fn gap(&mut self, cam: usize) {
+        if let Some(g) = self.after_gap.get_mut(cam) {
+            *g = true;
+        }
+    }
+
     /// Whether a tracker runs at all (`--tracker` is not `none`).
     pub fn on(&self) -> bool {
         self.cfg.params.kind != TrackerKind::None
@@ -154,7 +165,8 @@ impl Tracking {
             Tracker::new(self.cfg.params.clone(), zones).first_id(kept.unwrap_or(1))
         });
         let interval = tracker.last_frame_ns().map(|l| t_ns.saturating_sub(l));
-        if let Some(i) = interval.filter(|&i| i > self.cfg.params.keepalive_ns && !self.slow_said[cam]) {
+        let explained = std::mem::take(&mut self.after_gap[cam]);
+        if let Some(i) = interval.filter(|&i| i > self.cfg.params.keepalive_ns && !self.slow_said[cam] && !explained) {
             self.slow_said[cam] = true;
             log::warn!(
                 "camera {}: {:.2} s between frames, more than --track-keepalive {:.2} s: a track missed in one frame ends; raise --track-keepalive to a few frame intervals",
@@ -185,7 +197,7 @@ impl Tracking {
         if tracker.next_id() != next_id {
             self.keep_ids();
         }
-        self.lines(cam, events, labels)
+        self.lines(cam, events, labels, Some(f.seq))
     }
 
     /// For each camera whose frames stopped coming (none for the keep-alive plus
@@ -203,7 +215,7 @@ impl Tracking {
                 let now = t.last_frame_ns().unwrap_or(0).saturating_add(since.as_nanos() as u64);
                 t.expire(now, &mut events);
             }
-            out.extend(self.lines(cam, events, labels));
+            out.extend(self.lines(cam, events, labels, None));
         }
         out
     }
@@ -216,12 +228,13 @@ impl Tracking {
             if let Some(t) = &mut self.trackers[cam] {
                 t.finish(now_ns, &mut events);
             }
-            out.extend(self.lines(cam, events, labels));
+            out.extend(self.lines(cam, events, labels, None));
         }
         out
     }
 
-    fn lines(&mut self, cam: usize, events: Vec<TrackEvent>, labels: &[String]) -> Vec<EventJson> {
+    /// Camera `cam`'s `events` as lines; `seq`: the frame they happened in, if a frame brought them.
+    fn lines(&mut self, cam: usize, events: Vec<TrackEvent>, labels: &[String], seq: Option<u64>) -> Vec<EventJson> {
         let zones = self.trackers[cam].as_ref().map(|t| t.zones()).unwrap_or_default();
         events
             .into_iter()
@@ -238,6 +251,7 @@ impl Tracking {
                     first_seen_ns: e.first_seen_ns,
                     last_seen_ns: e.last_seen_ns,
                     timestamp_ns: e.at_ns,
+                    seq,
                     bbox: e.bbox.map(|v| (v * 10.0).round() / 10.0),
                 }
             })
@@ -282,10 +296,33 @@ impl TrackingReport {
     }
 }
 
-/// One readable line for an event: `event new: person #3 (0.91)`, `event entered_zone door: person #3 (0.91)`.
+/// One readable line for an event, with the local time it happened (its capture time on
+/// this machine's clock) and its frame: `event new: person #3 (0.91) at 14:03:07.412, frame 41`,
+/// `event entered_zone door: person #3 (0.91) at ...`.
 pub fn human_event(e: &EventJson) -> String {
     let zone = e.zone.as_ref().map(|z| format!(" {z}")).unwrap_or_default();
-    format!("event {}{zone}: {} #{} ({:.2})", e.event, e.label, e.track_id, e.score)
+    let frame = e.seq.map(|s| format!(", frame {s}")).unwrap_or_default();
+    format!(
+        "event {}{zone}: {} #{} ({:.2}) at {}{frame}",
+        e.event,
+        e.label,
+        e.track_id,
+        e.score,
+        local_time(
+            e.timestamp_ns,
+            zcpipe_core::frame::monotonic_ns(),
+            jiff::Timestamp::now(),
+            &jiff::tz::TimeZone::system()
+        )
+    )
+}
+
+/// The wall-clock time (`HH:MM:SS.mmm` in time zone `tz`) of `at_ns` on CLOCK_MONOTONIC,
+/// given the monotonic and wall clocks read now.
+fn local_time(at_ns: u64, mono_now_ns: u64, wall_now: jiff::Timestamp, tz: &jiff::tz::TimeZone) -> String {
+    let ago = jiff::SignedDuration::from_nanos(mono_now_ns.saturating_sub(at_ns).min(i64::MAX as u64) as i64);
+    let at = wall_now.checked_sub(ago).unwrap_or(wall_now);
+    at.to_zoned_datetime(tz.clone()).strftime("%H:%M:%S%.3f").to_string()
 }
 
 /// Builds the published object of one frame ([`FrameJson::of_record`]).
@@ -337,6 +374,8 @@ struct PublishStage<'s> {
     outputs: Outputs,
     /// Per camera (several only): its frames and latencies, for the report's `cameras`.
     per_cam: Vec<(LatencySet, FrameSpan)>,
+    /// Each camera's last frame's capture time (the gap a notice reports).
+    last_ts: Vec<Option<u64>>,
     /// Latencies of every frame, by stage.
     lat: LatencySet,
     /// The detections hop from the infer stage.
@@ -388,6 +427,7 @@ impl<'s> PublishStage<'s> {
             start: Instant::now(),
             lat: LatencySet::default(),
             per_cam: cfg.cameras.iter().map(|_| Default::default()).collect(),
+            last_ts: vec![None; MAX_CAMERAS],
             several: cfg.cameras.len() > 1,
             n_in: 0,
             stdout: std::io::stdout(),
@@ -448,24 +488,42 @@ impl<'s> PublishStage<'s> {
         Ok(Turn::Next)
     }
 
-    /// Says that the stage `m` names restarted before frame `d` of `camera`: in the log, and
-    /// as a notice line to every client and output.
+    /// Says that the stage `m` names restarted (or, `m.reconnected`, that the camera's
+    /// network stream came back) before frame `d` of `camera`: in the log, and as a notice
+    /// line to every client and output.
     fn notice_restart(&mut self, m: RestartMark, d: &DetectionsDesc, camera: &str) -> anyhow::Result<()> {
-        log::info!(
-            "the {} stage restarted; {} frames lost; frame {} of camera {camera} follows",
-            m.stage.name(),
-            m.lost,
-            d.seq
-        );
+        let cam = camera_of(d.flags);
+        let gap_s = self
+            .last_ts
+            .get(cam)
+            .copied()
+            .flatten()
+            .map(|t| (d.timestamp_ns.saturating_sub(t) as f64 / 1e9 * 10.0).round() / 10.0);
+        if m.reconnected {
+            log::info!(
+                "camera {camera} reconnected{}; {} frames lost; frame {} follows",
+                gap_s.map(|g| format!(" after {g:.1} s")).unwrap_or_default(),
+                m.lost,
+                d.seq
+            );
+        } else {
+            log::info!(
+                "the {} stage restarted; {} frames lost; frame {} of camera {camera} follows",
+                m.stage.name(),
+                m.lost,
+                d.seq
+            );
+        }
         // A capture stage is one camera's; any other stage serves every camera, so
         // its notice names none (`zcpipe watch --camera` shows it whatever the camera).
         let about = if m.stage == Stage::Capture && self.several { camera.to_string() } else { String::new() };
         let n = NoticeJson {
             stage: m.stage.name().into(),
             camera: about,
-            event: "restarted".into(),
+            event: m.event().into(),
             frames_lost: m.lost.into(),
             seq: d.seq,
+            gap_s,
         };
         let typed = SocketLine::Notice(n.clone());
         let line = typed.to_line()?;
@@ -473,14 +531,19 @@ impl<'s> PublishStage<'s> {
         // Frames lost by a stage after capture were never looked at: the gap does
         // not count against the camera's tracks (a camera that was away does).
         if m.stage != Stage::Capture {
-            self.tracking.pause(camera_of(d.flags), d.timestamp_ns);
+            self.tracking.pause(cam, d.timestamp_ns);
         }
+        // Either way the gap is explained: the tracker's advice about slow frames is not for it.
+        self.tracking.gap(cam);
         Ok(())
     }
 
     /// Publishes frame `d` of `camera`: tracks its detections, sends its line, then the
     /// events of its tracks.
     fn publish_frame(&mut self, d: &DetectionsDesc, camera: &str) -> anyhow::Result<()> {
+        if let Some(t) = self.last_ts.get_mut(camera_of(d.flags)) {
+            *t = Some(d.timestamp_ns);
+        }
         let mut f = frame_json(d, camera, &self.labels, &latencies_us(d.timestamp_ns, &d.stamps));
         let events = self.tracking.frame(camera_of(d.flags), d.timestamp_ns, &mut f, &self.labels);
         let frame = SocketLine::Frame(f);
@@ -702,5 +765,22 @@ impl Infer {
             Err(e) => self.refuse(&path, &format!("{peer}: {e:#}")),
         }
         Ok(Recv::Idle)
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn an_events_monotonic_time_is_its_wall_clock_time() {
+        let now: jiff::Timestamp = "2026-12-06T14:03:10Z".parse().unwrap();
+        let utc = jiff::tz::TimeZone::UTC;
+        // Captured 2.588 s before the clocks were read.
+        assert_eq!(local_time(10_000_000_000, 12_588_000_000, now, &utc), "14:03:07.412");
+        // A time after "now" (another clock's read) is now, never a panic.
+        assert_eq!(local_time(20_000_000_000, 12_588_000_000, now, &utc), "14:03:10.000");
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap_or(utc);
+        assert!(local_time(10_000_000_000, 12_588_000_000, now, &berlin).ends_with(":03:07.412"));
     }
 }

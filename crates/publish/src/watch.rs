@@ -57,10 +57,16 @@ pub enum StreamEnd {
     Eof,
 }
 
-/// The readable line of a restart notice: `notice: the infer stage restarted (7 frames
-/// lost); frame 1234 follows`.
+/// The readable line of a notice: `notice: the infer stage restarted (7 frames lost);
+/// frame 1234 follows`, or for a network camera that came back, `notice: the camera
+/// reconnected after 12.3 s (192 frames lost); frame 1234 follows`.
 pub fn notice_line(n: &NoticeJson) -> String {
     let of = if n.camera.is_empty() { String::new() } else { format!(" of camera {}", n.camera) };
+    if n.event == "reconnected" {
+        let who = if n.camera.is_empty() { "the camera".to_string() } else { format!("camera {}", n.camera) };
+        let after = n.gap_s.map(|g| format!(" after {g:.1} s")).unwrap_or_default();
+        return format!("notice: {who} reconnected{after} ({} frames lost); frame {} follows", n.frames_lost, n.seq);
+    }
     format!("notice: the {} stage {} ({} frames lost); frame {}{of} follows", n.stage, n.event, n.frames_lost, n.seq)
 }
 
@@ -257,6 +263,29 @@ mod tests {
     use super::super::DetectionServer;
     use super::*;
 
+    #[test]
+    fn a_reconnect_is_said_as_one_with_its_gap() {
+        let n = NoticeJson {
+            stage: "capture".into(),
+            camera: "front".into(),
+            event: "reconnected".into(),
+            frames_lost: 192,
+            seq: 1234,
+            gap_s: Some(12.3),
+        };
+        assert_eq!(
+            notice_line(&n),
+            "notice: camera front reconnected after 12.3 s (192 frames lost); frame 1234 follows"
+        );
+        let one = NoticeJson { camera: String::new(), gap_s: None, ..n.clone() };
+        assert_eq!(notice_line(&one), "notice: the camera reconnected (192 frames lost); frame 1234 follows");
+        let restart = NoticeJson { event: "restarted".into(), ..n };
+        assert_eq!(
+            notice_line(&restart),
+            "notice: the capture stage restarted (192 frames lost); frame 1234 of camera front follows"
+        );
+    }
+
     /// Waits until `srv` has a client.
     fn wait_client(srv: &mut DetectionServer) {
         let t = Instant::now();
@@ -322,6 +351,7 @@ mod tests {
                 first_seen_ns: 1,
                 last_seen_ns: 2,
                 timestamp_ns: 2,
+                seq: Some(7),
                 bbox: [1.0, 2.0, 3.0, 4.0],
             };
             SocketLine::Event(e).to_line().unwrap()
@@ -332,6 +362,7 @@ mod tests {
             event: "restarted".into(),
             frames_lost: 2,
             seq: 5,
+            gap_s: None,
         })
         .to_line()
         .unwrap();
@@ -350,10 +381,15 @@ mod tests {
         let only = Filter { camera: Some("front"), events_only: true };
         let r = print_camera(input.as_bytes(), &mut out, false, Some(2), &mut n, &NEVER, only).unwrap();
         assert_eq!((r, n), (StreamEnd::Count, 2), "--count counts events");
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "front: event new: person #3 (0.91)\nnotice: the infer stage restarted (2 frames lost); frame 5 follows\nfront: event entered_zone gate: person #3 (0.91)\n"
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[0].starts_with("front: event new: person #3 (0.91) at ") && lines[0].ends_with(", frame 7"),
+            "{out}"
         );
+        assert_eq!(lines[1], "notice: the infer stage restarted (2 frames lost); frame 5 follows");
+        assert!(lines[2].starts_with("front: event entered_zone gate: person #3 (0.91) at "), "{out}");
         let mut out = Vec::new();
         let mut n = 0;
         print_camera(
@@ -402,6 +438,7 @@ mod tests {
                 event: "restarted".into(),
                 frames_lost: 2,
                 seq: 5,
+                gap_s: None,
             })
             .to_line()
             .unwrap()
@@ -460,6 +497,7 @@ mod tests {
             event: "restarted".into(),
             frames_lost: 4,
             seq: 9,
+            gap_s: None,
         })
         .to_line()
         .unwrap();

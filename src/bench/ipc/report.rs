@@ -181,7 +181,7 @@ pub(super) fn goals(rows: &[Row]) -> Vec<Goal> {
             "needs size 1080p and transports ring, unix",
         ),
         goal(
-            "ring-desc / unix at 64 B (issue 18: a descriptor hop as cheap as a socket's send and receive)",
+            "ring-desc / unix at 64 B (a descriptor hop as cheap as a socket's send and receive)",
             "<= 1.1x",
             ratio(median_of(rows, Transport::RingDesc, 64), median_of(rows, Transport::Unix, 64)),
             |v| v <= 1.1,
@@ -390,7 +390,7 @@ impl IpcReport {
                 }
             }
         }
-        let _ = writeln!(o, "\nGoals (issues 5 and 18):\n");
+        let _ = writeln!(o, "\nGoals:\n");
         for g in &self.goals {
             match (g.value, g.met) {
                 (Some(v), Some(met)) => {

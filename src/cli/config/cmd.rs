@@ -111,6 +111,9 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
             m.get_raw(&k.id).map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect()).unwrap_or_default();
         let line = match (origin(&k.id), k.kind) {
             (None, Kind::Many) => format!("# {} = []  # unset", k.long),
+            (None, _) if k.long == "scale-buffers" => {
+                "# scale-buffers  # unset: zcpipe run sizes the pool (3 for one camera and one engine, more for more cameras and NPU contexts)".to_string()
+            }
             (None, _) => format!("# {}  # unset", k.long),
             (Some(o), Kind::Switch) => {
                 format!("{} = {}  # {o}", k.long, raw.first().map(|s| s == "true").unwrap_or(false))
@@ -119,7 +122,14 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
                 format!("{} = [{}]  # {o}", k.long, raw.iter().map(|s| toml_value(s)).collect::<Vec<_>>().join(", "))
             }
             (Some(o), Kind::One) => {
-                format!("{} = {}  # {o}", k.long, raw.first().map(|s| toml_value(s)).unwrap_or_default())
+                let value = raw.first().map(String::as_str).unwrap_or_default();
+                // A true|false value (`snapshot-new`) is a TOML boolean, not a string.
+                let value = if is_bool(&run, &k.id) && matches!(value, "true" | "false") {
+                    value.to_string()
+                } else {
+                    toml_value(value)
+                };
+                format!("{} = {value}  # {o}", k.long)
             }
         };
         out += &line;
@@ -149,4 +159,12 @@ pub fn print(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
         }
     }
     Ok(out)
+}
+
+/// Whether the flag `id` of `run` takes `true` or `false` as its value.
+fn is_bool(run: &clap::Command, id: &str) -> bool {
+    run.get_arguments().find(|a| a.get_id() == id).is_some_and(|a| {
+        let names: Vec<String> = a.get_possible_values().iter().map(|p| p.get_name().to_string()).collect();
+        names == ["true", "false"]
+    })
 }

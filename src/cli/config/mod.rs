@@ -141,7 +141,7 @@ fn conflicts(run: &clap::Command) -> BTreeSet<(String, String)> {
 }
 
 /// The first line of a clap error without `error: `, with its possible values or tip.
-fn clap_line(e: &clap::Error) -> String {
+pub(crate) fn clap_line(e: &clap::Error) -> String {
     let text = e.to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut out = lines.next().unwrap_or_default().trim_start_matches("error: ").to_string();
@@ -229,7 +229,8 @@ pub fn reference_keys() -> Vec<(String, String, &'static str)> {
         .collect()
 }
 
-/// The keys a `[camera.NAME]` section takes besides `source` and `zone`.
+/// The keys a `[camera.NAME]` section takes besides `source` and `zone` (the file's
+/// per-camera keys: [`PER_CAMERA`]).
 pub fn reference_camera_keys() -> Vec<&'static str> {
-    PER_CAMERA.iter().chain(super::cameras::PER_CAMERA_SCHED.iter()).map(|f| f.trim_start_matches("--")).collect()
+    PER_CAMERA.iter().map(|f| f.trim_start_matches("--")).collect()
 }

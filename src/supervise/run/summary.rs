@@ -110,6 +110,8 @@ impl StatsLines {
             let publish = StageId::from(Stage::Publish);
             let (publ, publ_fps) = part(&publish);
             let publ = publ + carried.frames(&publish);
+            // The cameras' reports may be older than publish's: they captured at least that.
+            let total = total.max(publ);
             let line = stats_line(total, &format!("{total_fps:.1}"), publ, &publ_fps, latest);
             return Some(format!("{line} | cameras: {}", per.join(", ")));
         }

@@ -467,7 +467,7 @@ impl MppCapture {
         let mut desc = FrameDesc { seq: self.seq, timestamp_ns: now, layout, ..Default::default() };
         desc.stamps[2 * Stage::Capture as usize] = now;
         if let Some(lost) = self.pending_gap.take() {
-            desc.flags = RestartMark { stage: Stage::Capture, lost: lost.min(u32::MAX as u64) as u32 }.mark(desc.flags);
+            desc.flags = RestartMark::reconnect(lost).mark(desc.flags);
         }
         desc.stamp_out(Stage::Capture);
         let wl = prod.claim(loan)?;

@@ -150,7 +150,7 @@ impl PoolProducer {
         let peer = conn.peer();
         self.sender = Link::offer(conn, &self.bufs, &self.spec)?;
         self.away = None;
-        self.mark = Some((RestartMark { stage: consumer, lost: lost.min(u32::MAX as u64) as u32 }, None));
+        self.mark = Some((RestartMark::restart(consumer, lost), None));
         log::info!(
             "the {} stage ({peer}) joined again after {:.1} s: offered the same {} buffers on a fresh ring; {lost} frames lost meanwhile",
             consumer.name(),

@@ -325,10 +325,7 @@ fn a_producer_that_keeps_serving_frees_a_dead_consumers_buffers_and_serves_the_n
     publish(&mut prod, 6);
     let first = take(&mut rx);
     // Lost: the queued frame and the held one at the death (2), and the 3 dropped since.
-    assert_eq!(
-        (first.seq, RestartMark::from_flags(first.flags)),
-        (5, Some(RestartMark { stage: Stage::Scale, lost: 5 }))
-    );
+    assert_eq!((first.seq, RestartMark::from_flags(first.flags)), (5, Some(RestartMark::restart(Stage::Scale, 5))));
     let second = take(&mut rx);
     assert_eq!((second.seq, second.flags), (6, 0), "only the first frame carries the notice");
     assert_eq!(prod.counters().produced, 7);

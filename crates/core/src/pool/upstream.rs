@@ -280,7 +280,7 @@ impl Upstream {
                     // since its last frame (it may have hung before it hung up).
                     let gap = self.last_item.map_or(down, |t| t.elapsed().max(down));
                     let lost = (c.offer.fps * gap.as_secs_f64()).floor() as u32;
-                    self.mark = Some(RestartMark { stage: Stage::Capture, lost });
+                    self.mark = Some(RestartMark::restart(Stage::Capture, lost.into()));
                 }
                 if !first {
                     log::info!(

@@ -399,7 +399,7 @@ impl Out {
         let peer = conn.peer();
         self.tx = Some(offer_items(conn, self.capacity, self.policy, self.what.clone(), self.labels.clone())?);
         self.away = None;
-        self.mark = Some(RestartMark { stage: Stage::Publish, lost: lost.min(u32::MAX as u64) as u32 });
+        self.mark = Some(RestartMark::restart(Stage::Publish, lost));
         log::info!("the publish stage ({peer}) joined again after {:.1} s: a fresh detections ring; {lost} records lost meanwhile", since.elapsed().as_secs_f64());
         Ok(())
     }

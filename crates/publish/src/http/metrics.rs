@@ -232,6 +232,7 @@ mod tests {
             event: "restarted".into(),
             frames_lost: 2,
             seq: 3,
+            gap_s: None,
         }));
         let t = render(&s, &ServerCounts { sse_clients: 1, mjpeg_clients: 2, sse_dropped: 0, requests: 9 });
         for l in [

@@ -426,23 +426,45 @@ fn route(s: &Arc<Shared>, path: &str, head: bool) -> Reply {
     }
 }
 
-/// `/snapshot/<camera>.jpg`: the latest frame line's boxes on its pixels.
+/// How long a snapshot waits for a camera's first picture (a frame line and pixels) before
+/// it answers without one: a snapshot asked just after the start gets the camera's pixels.
+const FIRST_PICTURE_WAIT: Duration = Duration::from_secs(2);
+
+/// `/snapshot/<camera>.jpg`: the latest frame line's boxes on its pixels. Before the
+/// camera's first picture it waits up to [`FIRST_PICTURE_WAIT`]; a camera still without one
+/// then gets 503: the text "no frame yet" before any frame line, else the dark placeholder
+/// JPEG with the reason in `X-Zcpipe-No-Pixels`.
 fn snapshot(s: &Shared, cam: usize) -> Reply {
-    let frame = lock(&s.stats).cameras[cam].latest.clone();
-    match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
-        Ok(p) if frame.is_some() => {
-            // Which frame line's boxes are drawn, and on which pixels.
-            let mut r = Reply::new(200, "image/jpeg", p.jpeg.to_vec())
-                .header("X-Zcpipe-Seq", &p.det_seq.unwrap_or(0).to_string());
-            if let Some(px) = p.pixel_seq {
-                r = r.header("X-Zcpipe-Pixel-Seq", &px.to_string());
+    let deadline = Instant::now() + FIRST_PICTURE_WAIT;
+    loop {
+        let frame = lock(&s.stats).cameras[cam].latest.clone();
+        let p = match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return Reply::text(500, format!("{e:#}\n")),
+        };
+        let whole = frame.is_some() && p.pixel_seq.is_some();
+        if !whole && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        if frame.is_none() {
+            return Reply::text(
+                503,
+                format!("camera {}: no frame yet; try again when the pipeline runs\n", s.cameras[cam]),
+            );
+        }
+        // Which frame line's boxes are drawn, and on which pixels.
+        let status = if whole { 200 } else { 503 };
+        let mut r = Reply::new(status, "image/jpeg", p.jpeg.to_vec())
+            .header("X-Zcpipe-Seq", &p.det_seq.unwrap_or(0).to_string());
+        match p.pixel_seq {
+            Some(px) => r = r.header("X-Zcpipe-Pixel-Seq", &px.to_string()),
+            None => {
+                let why = s.renderer.unavailable(cam).unwrap_or_else(|| "no pixels".into());
+                r = r.header("X-Zcpipe-No-Pixels", &why);
             }
-            r
         }
-        Ok(_) => {
-            Reply::text(503, format!("camera {}: no frame yet; try again when the pipeline runs\n", s.cameras[cam]))
-        }
-        Err(e) => Reply::text(500, format!("{e:#}\n")),
+        return r;
     }
 }
 

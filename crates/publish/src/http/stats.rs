@@ -290,6 +290,7 @@ mod tests {
             event: "restarted".into(),
             frames_lost: 4,
             seq: 1,
+            gap_s: None,
         }));
         let c = &s.cameras[0];
         assert_eq!((c.frames, c.drops, c.last_seq), (7, 2 + 3, Some(0)));

@@ -166,6 +166,13 @@ impl MqttOutput {
             cfg.topic_prefix,
             cfg.queue
         );
+        if cfg.discovery_prefix.is_some() && cfg.node_id() != cfg.client_id {
+            log::info!(
+                "mqtt: Home Assistant node id {} (client id {} has characters discovery topics do not allow: only letters, digits, _ and -)",
+                cfg.node_id(),
+                cfg.client_id
+            );
+        }
         let (done_tx, done) = mpsc::channel();
         let (feeder_tx, feeder_done) = mpsc::channel();
         let net = NetLoop {

@@ -267,6 +267,13 @@ impl MqttConfig {
         format!("{}/stats", self.topic_prefix)
     }
 
+    /// Home Assistant's node id: the client id with every character but ASCII letters,
+    /// digits, `_` and `-` made `_` (HA's discovery topics allow only those, and ignore a
+    /// config under any other without a word).
+    pub fn node_id(&self) -> String {
+        ha_id(&self.client_id)
+    }
+
     /// The `device` of camera `camera` in its discovery configs: one Home Assistant device per
     /// camera and client id.
     fn device(&self, camera: &str) -> serde_json::Value {
@@ -279,57 +286,94 @@ impl MqttConfig {
         })
     }
 
+    /// A discovery config of `component` (`sensor`, `binary_sensor`, `event`) for camera
+    /// `camera` at `<prefix>/<component>/<node id>/<object>/config` (`object` made of
+    /// `[a-zA-Z0-9_-]`), its entity named by `id` (its unique id and default entity id):
+    /// `fields` with the ids, availability, device and origin every config carries. `None`
+    /// without discovery.
+    fn discovery(
+        &self,
+        component: &str,
+        camera: &str,
+        object: &str,
+        id: &str,
+        mut fields: serde_json::Value,
+    ) -> Option<Msg> {
+        let h = self.discovery_prefix.as_ref()?;
+        let node = self.node_id();
+        let object = ha_id(object);
+        let id = ha_id(id);
+        let common = serde_json::json!({
+            "unique_id": format!("{}_{id}", level(&self.client_id)),
+            // HA 2025.10 replaced `object_id` with this (`object_id` is gone in 2026.4).
+            "default_entity_id": format!("{component}.zcpipe_{}", id.to_lowercase().replace('-', "_")),
+            "availability_topic": self.availability_topic(),
+            "payload_available": "online",
+            "payload_not_available": "offline",
+            "device": self.device(camera),
+            "origin": {
+                "name": "zcpipe",
+                "sw_version": env!("CARGO_PKG_VERSION"),
+            },
+        });
+        if let (Some(f), serde_json::Value::Object(c)) = (fields.as_object_mut(), common) {
+            f.extend(c);
+        }
+        Some(Msg {
+            topic: format!("{h}/{component}/{node}/{object}/config"),
+            payload: fields.to_string(),
+            retain: true,
+        })
+    }
+
+    /// The discovery config of camera `camera`'s event entity: one Home Assistant event per
+    /// tracker event (`new`, `entered_zone`, ...) on its events topic, with the label, track
+    /// and zone as attributes. `None` without discovery.
+    pub(crate) fn events_discovery(&self, camera: &str) -> Option<Msg> {
+        let fields = serde_json::json!({
+            "name": "events",
+            "state_topic": self.camera_topic(camera, "events"),
+            "event_types": ["new", "entered_zone", "left_zone", "stationary", "end"],
+            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.label, 'track_id': value_json.track_id, 'zone': value_json.zone} | to_json }}",
+        });
+        let object = format!("{}_events", level(camera));
+        self.discovery("event", camera, &object, &object, fields)
+    }
+
     /// The discovery config of camera `camera`'s occupancy binary sensor for `label`: ON
     /// while the label's count topic is above 0. `None` without discovery.
     pub(crate) fn occupancy_discovery(&self, camera: &str, label: &str) -> Option<Msg> {
-        let h = self.discovery_prefix.as_ref()?;
-        let object = format!("{}_{}", level(camera), level(label));
-        let unique = format!("{}_{object}_occupancy", level(&self.client_id));
-        let payload = serde_json::json!({
+        let fields = serde_json::json!({
             "name": format!("{label} occupancy"),
-            "unique_id": unique,
-            "object_id": format!("zcpipe_{object}_occupancy"),
             "device_class": "occupancy",
             "state_topic": self.camera_topic(camera, label),
             "value_template": "{{ 'ON' if (value | int(0)) > 0 else 'OFF' }}",
             "payload_on": "ON",
             "payload_off": "OFF",
-            "availability_topic": self.availability_topic(),
-            "payload_available": "online",
-            "payload_not_available": "offline",
-            "device": self.device(camera),
         });
-        Some(Msg {
-            topic: format!("{h}/binary_sensor/{}/{object}/config", level(&self.client_id)),
-            payload: payload.to_string(),
-            retain: true,
-        })
+        let object = format!("{}_{}", level(camera), level(label));
+        self.discovery("binary_sensor", camera, &object, &format!("{object}_occupancy"), fields)
     }
 
     /// The discovery config of camera `camera`'s fps sensor (from `P/stats`). `None` without
     /// discovery.
     pub(crate) fn fps_discovery(&self, camera: &str) -> Option<Msg> {
-        let h = self.discovery_prefix.as_ref()?;
-        let object = format!("{}_fps", level(camera));
-        let payload = serde_json::json!({
+        let fields = serde_json::json!({
             "name": "fps",
-            "unique_id": format!("{}_{object}", level(&self.client_id)),
-            "object_id": format!("zcpipe_{object}"),
             "state_topic": self.stats_topic(),
             "value_template": format!("{{{{ value_json.cameras['{camera}'].fps }}}}"),
             "unit_of_measurement": "fps",
             "state_class": "measurement",
-            "availability_topic": self.availability_topic(),
-            "payload_available": "online",
-            "payload_not_available": "offline",
-            "device": self.device(camera),
         });
-        Some(Msg {
-            topic: format!("{h}/sensor/{}/{object}/config", level(&self.client_id)),
-            payload: payload.to_string(),
-            retain: true,
-        })
+        let object = format!("{}_fps", level(camera));
+        self.discovery("sensor", camera, &object, &object, fields)
     }
+}
+
+/// `s` as a Home Assistant discovery id (a node or object id): ASCII letters, digits, `_`
+/// and `-` kept, anything else `_`.
+pub fn ha_id(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
 }
 
 /// A bounded FIFO that drops its oldest element to make room, and counts what it dropped.
@@ -464,6 +508,7 @@ impl Translator {
         let cam = self.cameras.entry(f.camera.clone()).or_default();
         if first {
             out.extend(cfg.fps_discovery(&f.camera).map(Out::Announce));
+            out.extend(cfg.events_discovery(&f.camera).map(Out::Announce));
         }
         cam.frames += 1;
         if !f.detections.is_empty() {

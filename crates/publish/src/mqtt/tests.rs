@@ -162,6 +162,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
         topics,
         [
             ("announce", "homeassistant/sensor/zcpipe-box/front_fps/config"),
+            ("announce", "homeassistant/event/zcpipe-box/front_events/config"),
             ("once", "zcpipe/front/detections"),
             ("announce", "homeassistant/binary_sensor/zcpipe-box/front_dog/config"),
             ("state", "zcpipe/front/dog"),
@@ -169,7 +170,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
             ("state", "zcpipe/front/person"),
         ]
     );
-    let Out::Once(d) = &out[1] else { panic!() };
+    let Out::Once(d) = &out[2] else { panic!() };
     let v: serde_json::Value = serde_json::from_str(&d.payload).unwrap();
     assert_eq!(
         (v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()),
@@ -178,7 +179,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
     assert_eq!(v["detections"].as_array().unwrap().len(), 3);
     assert!(v.get("type").is_none() && !d.retain);
     assert!(d.payload.contains("\"score\":0.9,\"box\":[1.0,2.0,3.0,4.0]"), "f32 as on the socket: {}", d.payload);
-    let Out::State(p) = &out[5] else { panic!() };
+    let Out::State(p) = &out[6] else { panic!() };
     assert_eq!((p.payload.as_str(), p.retain), ("2", true));
     // The same counts: nothing but the detections. Then the dog leaves: 0 for dog.
     out.clear();
@@ -227,6 +228,7 @@ fn events_go_to_the_events_topic_with_wall_time() {
         first_seen_ns: 1,
         last_seen_ns: 2,
         timestamp_ns: 2_000_000,
+        seq: Some(5),
         bbox: [1.0, 2.0, 3.0, 4.0],
     };
     let mut out = vec![];
@@ -243,4 +245,109 @@ fn wall_time_of_a_monotonic_stamp_is_now_less_its_age() {
     let w = wall_ms(now.saturating_sub(2_000_000_000));
     let u = unix_ms();
     assert!(u - w >= 2000 && u - w < 3000, "{u} - {w}");
+}
+
+/// Home Assistant's rules for an MQTT discovery message, as its documentation states them
+/// (MQTT integration, "MQTT Discovery": https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery,
+/// read for Home Assistant 2026.11; the entity pages for binary_sensor, sensor and event):
+/// the topic is `<discovery_prefix>/<component>/[<node_id>/]<object_id>/config` with node and
+/// object ids of `[a-zA-Z0-9_-]`; `object_id` in the payload is deprecated since 2025.10 and
+/// removed in 2026.4, `default_entity_id` (`<component>.<object id>`, lower case) takes its
+/// place; each component has its own options (others are an error for HA's schema); an
+/// `origin` names who published it. Returns every rule the message breaks.
+fn ha_discovery_violations(m: &Msg) -> Vec<String> {
+    const COMMON: &[&str] = &[
+        "name",
+        "unique_id",
+        "default_entity_id",
+        "availability_topic",
+        "payload_available",
+        "payload_not_available",
+        "device",
+        "origin",
+        "state_topic",
+        "value_template",
+    ];
+    let own: &[&str] = match m.topic.split('/').nth(1) {
+        Some("binary_sensor") => &["device_class", "payload_on", "payload_off"],
+        Some("sensor") => &["device_class", "unit_of_measurement", "state_class"],
+        Some("event") => &["device_class", "event_types"],
+        other => return vec![format!("component {other:?} is not one zcpipe announces")],
+    };
+    let mut bad = vec![];
+    let id_ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let parts: Vec<&str> = m.topic.split('/').collect();
+    if parts.len() != 5 || parts[4] != "config" || !id_ok(parts[2]) || !id_ok(parts[3]) {
+        bad.push(format!(
+            "topic {} is not <prefix>/<component>/<node_id>/<object_id>/config with ids of [a-zA-Z0-9_-]",
+            m.topic
+        ));
+    }
+    if !m.retain {
+        bad.push("not retained".into());
+    }
+    let v: serde_json::Value = match serde_json::from_str(&m.payload) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("payload is not JSON: {e}")],
+    };
+    let Some(o) = v.as_object() else { return vec!["payload is not an object".into()] };
+    for k in o.keys() {
+        if !COMMON.contains(&k.as_str()) && !own.contains(&k.as_str()) {
+            bad.push(format!("option {k} is not one of {}'s", parts[1]));
+        }
+    }
+    for k in ["unique_id", "default_entity_id", "state_topic", "availability_topic", "device", "origin"] {
+        if !o.contains_key(k) {
+            bad.push(format!("{k} missing"));
+        }
+    }
+    let entity = o.get("default_entity_id").and_then(|e| e.as_str()).unwrap_or("");
+    let slug_ok = entity
+        .strip_prefix(&format!("{}.", parts[1]))
+        .is_some_and(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+    if !slug_ok {
+        bad.push(format!("default_entity_id {entity:?} is not {}.<lower-case object id>", parts[1]));
+    }
+    if v["device"]["identifiers"].as_array().is_none_or(|a| a.is_empty()) || !v["device"]["name"].is_string() {
+        bad.push("device without identifiers or name".into());
+    }
+    if !v["origin"]["name"].is_string() {
+        bad.push("origin without name".into());
+    }
+    if parts[1] == "event"
+        && v["event_types"].as_array().is_none_or(|a| a.is_empty() || !a.iter().all(|t| t.is_string()))
+    {
+        bad.push("an event entity without event_types".into());
+    }
+    bad
+}
+
+#[test]
+fn every_discovery_message_follows_home_assistants_rules() {
+    // A client id HA's topics do not allow (a hostname with a dot) and a label with a space.
+    let c = MqttConfig { client_id: "Rock.5B".into(), ..cfg() };
+    assert_eq!(c.node_id(), "Rock_5B");
+    let mut t = Translator::new(c);
+    let mut out = vec![];
+    let wall = |ns: u64| ns / 1_000_000;
+    t.line(&frame("Front-Door", 1, &["person", "traffic light"]), wall, &mut out);
+    let announced: Vec<&Msg> =
+        out.iter().filter_map(|o| if let Out::Announce(m) = o { Some(m) } else { None }).collect();
+    assert_eq!(announced.len(), 4, "fps, events and two occupancy sensors: {announced:?}");
+    for m in &announced {
+        assert_eq!(ha_discovery_violations(m), Vec::<String>::new(), "{} {}", m.topic, m.payload);
+        assert!(!m.payload.contains("\"object_id\""), "the deprecated object_id: {}", m.payload);
+    }
+    let topics: Vec<&str> = announced.iter().map(|m| m.topic.as_str()).collect();
+    assert!(topics.contains(&"homeassistant/binary_sensor/Rock_5B/Front-Door_traffic_light/config"), "{topics:?}");
+    let occupancy: serde_json::Value = serde_json::from_str(&announced[2].payload).unwrap();
+    assert_eq!(occupancy["default_entity_id"], "binary_sensor.zcpipe_front_door_person_occupancy");
+    // The rules catch what HA would ignore or refuse.
+    let broken = Msg {
+        topic: "homeassistant/sensor/Rock.5B/x/config".into(),
+        payload: r#"{"object_id":"x","state_topic":"t"}"#.into(),
+        retain: true,
+    };
+    let v = ha_discovery_violations(&broken);
+    assert!(v.iter().any(|e| e.starts_with("topic")) && v.iter().any(|e| e.contains("object_id")), "{v:?}");
 }
