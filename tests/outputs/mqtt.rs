@@ -234,8 +234,8 @@ fn summary(dir: &Path) -> Value {
 const TESTSRC: [&str; 6] = ["--source", "testsrc:320x240@30", "--infer", "none", "--stats-interval", "0"];
 
 /// (a) The bundled clip, 40 frames: the topics, the detections' schema, one detections message
-/// per frame line with detections on the socket, the counts as the frames give them
-/// (labels that leave are sent as 0), discovery configs, events, stats, availability.
+/// per frame line with detections on the socket, the counts as the tracks give them (one rise
+/// and one fall per track), discovery configs, events, stats, availability.
 #[test]
 fn a_run_publishes_detections_counts_events_and_discovery() {
     if !have_mosquitto() {
@@ -317,8 +317,8 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
         assert!(d.get("type").is_none(), "{d}");
     }
 
-    // Counts: for every label, the changes of its count frame by frame (0 when it leaves).
-    let expected = check_counts(&frames, &sub);
+    // Counts: for every label, its live confirmed tracks (0 when the last one ends).
+    let expected = check_counts(&lines, &sub);
 
     // Discovery: an occupancy binary sensor per label seen, an fps sensor for the camera.
     check_discovery(&sub, &expected, &msgs);
@@ -357,33 +357,31 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     );
 }
 
-/// The count topics of a run whose frames are `frames`: for every label, the changes of its
-/// count frame by frame (0 when it leaves). Returns them by label.
-fn check_counts(frames: &[&Value], sub: &Sub) -> BTreeMap<String, Vec<String>> {
+/// The count topics of a run whose socket lines are `lines`, a tracker on: a label's count
+/// is its confirmed tracks alive, so it changes only at a track's `new` and `end` events,
+/// never because one frame missed a detection: every track is one rise and one fall. Returns
+/// the changes by label.
+fn check_counts(lines: &[Value], sub: &Sub) -> BTreeMap<String, Vec<String>> {
     let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut last: BTreeMap<String, u32> = BTreeMap::new();
-    for f in frames {
-        let mut now: BTreeMap<String, u32> = BTreeMap::new();
-        for d in f["detections"].as_array().unwrap() {
-            *now.entry(d["label"].as_str().unwrap().replace(' ', "_")).or_default() += 1;
-        }
-        let labels: BTreeSet<String> = last.keys().chain(now.keys()).cloned().collect();
-        for l in labels {
-            let n = now.get(&l).copied().unwrap_or(0);
-            if last.get(&l) != Some(&n) {
-                expected.entry(l.clone()).or_default().push(n.to_string());
-                last.insert(l, n);
+    let mut live: BTreeMap<String, u32> = BTreeMap::new();
+    let mut tracks: BTreeMap<String, u32> = BTreeMap::new();
+    for e in lines.iter().filter(|v| v["type"] == "event") {
+        let label = e["label"].as_str().unwrap().replace(' ', "_");
+        let n = live.entry(label.clone()).or_default();
+        match e["event"].as_str().unwrap() {
+            "new" => {
+                *n += 1;
+                *tracks.entry(label.clone()).or_default() += 1;
             }
+            "end" => *n -= 1,
+            _ => continue,
         }
+        expected.entry(label).or_default().push(n.to_string());
     }
-    // At the end of the stream nothing is in view: every count still above 0 goes to 0.
-    for (l, n) in &last {
-        if *n > 0 {
-            expected.get_mut(l).unwrap().push("0".into());
-        }
-    }
+    assert!(live.values().all(|n| *n == 0), "every track ended with the stream: {live:?}");
     for (label, changes) in &expected {
         assert_eq!(&sub.payloads(&format!("zcpipe-mqtt-run/cam0/{label}")), changes, "count topic of {label}");
+        assert_eq!(changes.len() as u32, 2 * tracks[label], "{label}: one rise and one fall per track: {changes:?}");
     }
     expected
 }

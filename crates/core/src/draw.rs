@@ -175,6 +175,38 @@ impl Canvas<'_> {
         self.text(x + 2, y + 1, text, [0, 0, 0]);
     }
 
+    /// A line from `a` to `b` (pixels; non-finite ends draw nothing), `thickness` pixels
+    /// wide, in `c`: a square of that size at each step along the longer axis.
+    pub fn line(&mut self, a: (f32, f32), b: (f32, f32), thickness: u32, c: [u8; 3]) {
+        if ![a.0, a.1, b.0, b.1].iter().all(|v| v.is_finite()) {
+            return;
+        }
+        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+        // At most the picture's diagonal in steps, however far outside the ends lie.
+        let limit = (self.width + self.height) as f32 * 2.0;
+        let steps = dx.abs().max(dy.abs()).ceil().clamp(1.0, limit) as i64;
+        let (t, h) = (thickness as i64, thickness as i64 / 2);
+        for i in 0..=steps {
+            let f = i as f32 / steps as f32;
+            let (x, y) = ((a.0 + dx * f).round() as i64, (a.1 + dy * f).round() as i64);
+            self.fill(x - h, y - h, x - h + t, y - h + t, c);
+        }
+    }
+
+    /// A zone: its polygon `points` (pixels) closed and outlined in [`ZONE_COLOUR`], and a tag
+    /// with `text` (its name and counts) at its first vertex.
+    pub fn zone(&mut self, points: &[(f32, f32)], text: &str) {
+        for (i, &a) in points.iter().enumerate() {
+            self.line(a, points[(i + 1) % points.len()], ZONE_THICKNESS, ZONE_COLOUR);
+        }
+        if let Some(&(x, y)) = points.first().filter(|p| p.0.is_finite() && p.1.is_finite()) {
+            let (w, h) = text_size(text);
+            let x = (x.round() as i64).min(self.width as i64 - w - 4).max(0);
+            let y = (y.round() as i64).min(self.height as i64 - h - 2).max(0);
+            self.tag(x, y, text, ZONE_COLOUR);
+        }
+    }
+
     /// Draws `dets`: boxes first, then their tags (so a tag is never hidden under another
     /// box's outline); a tag sits above its box when it fits, else inside its top edge, and
     /// moves left to fit the picture.
@@ -192,6 +224,12 @@ impl Canvas<'_> {
         }
     }
 }
+
+/// The colour of zones, their own (no class has it): amber.
+pub const ZONE_COLOUR: [u8; 3] = [255, 176, 0];
+
+/// A zone's outline width, pixels.
+pub const ZONE_THICKNESS: u32 = 2;
 
 /// Width and height in pixels of `text` drawn by [`Canvas::text`].
 pub fn text_size(text: &str) -> (i64, i64) {
@@ -256,6 +294,25 @@ mod tests {
         assert_eq!(200 - tw - 4, 20);
         // (The third box, all outside or NaN, draws its tag at the top left over rows 0..17: the second's shows right of it.)
         assert_eq!(word(&bytes, pitch, 199, th as usize - 1), opaque([255, 0, 255]));
+    }
+
+    #[test]
+    fn a_zone_is_an_amber_outline_with_its_tag_and_odd_points_never_panic() {
+        let (w, h) = (64u32, 48u32);
+        let mut rgb = vec![0u8; (w * h * 3) as usize];
+        let mut c = Canvas::rgb24(&mut rgb, w, h);
+        c.zone(&[(10.0, 30.0), (50.0, 30.0), (50.0, 45.0), (10.0, 45.0)], "d");
+        let px = |x: u32, y: u32| -> [u8; 3] {
+            let i = ((y * w + x) * 3) as usize;
+            [rgb[i], rgb[i + 1], rgb[i + 2]]
+        };
+        assert_eq!(px(30, 45), ZONE_COLOUR, "the bottom edge");
+        assert_eq!(px(50, 38), ZONE_COLOUR, "the right edge");
+        assert_eq!(px(30, 38), [0, 0, 0], "inside is untouched");
+        assert_eq!(px(12, 31), ZONE_COLOUR, "the tag at the first vertex");
+        let mut c = Canvas::rgb24(&mut rgb, w, h);
+        c.zone(&[(-1e9, 5.0), (f32::NAN, 1.0), (1e9, 1e9)], "far");
+        c.line((0.0, 0.0), (f32::INFINITY, 3.0), 2, [1, 2, 3]);
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub struct PublishConfig {
 pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::DataPath) -> Result<output::Outputs> {
     let mut outputs = output::Outputs::default();
     if let Some(m) = &cfg.mqtt {
-        outputs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone())?));
+        let tracks = cfg.track.params.kind != track::TrackerKind::None;
+        outputs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone(), tracks)?));
     }
     // One tap per camera serves the web view and the snapshots alike.
     let pixels = (cfg.http.is_some() || cfg.snapshots.is_some())
@@ -61,7 +62,7 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
         outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
     }
     if let (Some(s), Some(p)) = (&cfg.snapshots, &pixels) {
-        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, p.clone())?));
+        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, cfg.track.zones.clone(), p.clone())?));
     }
     Ok(outputs)
 }

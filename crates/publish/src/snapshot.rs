@@ -88,7 +88,12 @@ pub struct Snapshots {
 impl Snapshots {
     /// Starts the output for `cameras` (the run's names, in order) with pixels from
     /// `pixels`. Errors: the folder cannot be created (named, with the fix).
-    pub fn start(cfg: &SnapshotConfig, cameras: &[String], pixels: Arc<Pixels>) -> Result<Snapshots> {
+    pub fn start(
+        cfg: &SnapshotConfig,
+        cameras: &[String],
+        zones: Vec<Vec<crate::track::Zone>>,
+        pixels: Arc<Pixels>,
+    ) -> Result<Snapshots> {
         for c in cameras {
             let d = cfg.dir.join(c);
             std::fs::create_dir_all(&d).with_context(|| {
@@ -98,10 +103,11 @@ impl Snapshots {
         let (tx, rx) = sync_channel(QUEUE);
         let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
         let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
-        let (l, c, names, dir, keep) = (latest.clone(), counters.clone(), cameras.to_vec(), cfg.dir.clone(), cfg.keep);
+        let (l, c, names) = (latest.clone(), counters.clone(), cameras.to_vec());
+        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, zones };
         let thread = std::thread::Builder::new()
             .name("snapshots".into())
-            .spawn(move || worker(rx, &dir, keep, &names, &pixels, &l, &c))
+            .spawn(move || worker(rx, &place, &names, &pixels, &l, &c))
             .context("starting the snapshot thread")?;
         log::info!(
             "snapshots in {}: {}{}, newest {} per camera",
@@ -197,10 +203,19 @@ fn unix_ms() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
+/// Where the worker writes, and what it draws besides the boxes.
+struct Place {
+    /// `--snapshot-dir`: a folder per camera in it.
+    dir: PathBuf,
+    /// `--snapshot-keep`.
+    keep: usize,
+    /// Each camera's zones, drawn on its snapshots.
+    zones: Vec<Vec<crate::track::Zone>>,
+}
+
 fn worker(
     rx: Receiver<Request>,
-    dir: &Path,
-    keep: usize,
+    place: &Place,
     cameras: &[String],
     pixels: &Pixels,
     latest: &Mutex<Vec<Option<FrameJson>>>,
@@ -228,12 +243,14 @@ fn worker(
             continue;
         };
         let mut rgb = (*px.rgb).clone();
-        if let Some(f) = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].clone() {
-            let mut canvas = draw::Canvas::rgb24(&mut rgb, px.width, px.height);
+        let f = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].clone();
+        let mut canvas = draw::Canvas::rgb24(&mut rgb, px.width, px.height);
+        draw::zones(&mut canvas, place.zones.get(cam).map_or(&[][..], Vec::as_slice), f.as_ref());
+        if let Some(f) = f {
             draw::detections(&mut canvas, &f);
         }
         let written = render::jpeg(&rgb, px.width, px.height).and_then(|jpeg| {
-            let folder = dir.join(&cameras[cam]);
+            let folder = place.dir.join(&cameras[cam]);
             let name = format!("{:013}-{}.jpg", unix_ms(), req.why);
             let tmp = folder.join(format!(".{name}.tmp"));
             let res = std::fs::write(&tmp, &jpeg).and_then(|()| std::fs::rename(&tmp, folder.join(&name)));
@@ -245,7 +262,7 @@ fn worker(
         match written {
             Ok(()) => {
                 count(&|c| c.written += 1);
-                let removed = prune(&dir.join(&cameras[cam]), keep);
+                let removed = prune(&place.dir.join(&cameras[cam]), place.keep);
                 count(&|c| c.removed += removed);
             }
             Err(e) => {

@@ -32,6 +32,24 @@ pub fn detections(canvas: &mut Canvas<'_>, f: &FrameJson) {
     canvas.detections(&dets);
 }
 
+/// Draws camera's `zones` (their polygons in `f`'s frame pixels, scaled to the canvas as
+/// boxes are) with each one's name and, from `f`'s `zones`, its counts (`door: person 1`).
+pub fn zones(canvas: &mut Canvas<'_>, zones: &[zcpipe_track::Zone], f: Option<&FrameJson>) {
+    let (fw, fh) = f.map_or((canvas.width, canvas.height), |f| (f.width, f.height));
+    let sx = if fw > 0 { canvas.width as f32 / fw as f32 } else { 1.0 };
+    let sy = if fh > 0 { canvas.height as f32 / fh as f32 } else { 1.0 };
+    for z in zones {
+        let pts: Vec<(f32, f32)> = z.points.iter().map(|&(x, y)| (x * sx, y * sy)).collect();
+        let counts: Vec<String> = f
+            .and_then(|f| f.zones.as_ref())
+            .and_then(|zs| zs.get(&z.name))
+            .map(|by| by.iter().filter(|(_, n)| **n > 0).map(|(l, n)| format!("{l} {n}")).collect())
+            .unwrap_or_default();
+        let text = if counts.is_empty() { z.name.clone() } else { format!("{}: {}", z.name, counts.join(", ")) };
+        canvas.zone(&pts, &text);
+    }
+}
+
 /// A dark canvas of `width` x `height` with `note` written at its bottom-left corner: what the
 /// view shows when it has no pixels for a camera (the boxes are drawn on it all the same).
 pub fn blank(width: u32, height: u32, note: &str) -> Vec<u8> {

@@ -175,7 +175,8 @@ impl HttpOutput {
             stats: Mutex::new(Stats::new(&cfg.cameras)),
             frame_ready: Condvar::new(),
             sse: Mutex::new(vec![]),
-            renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps),
+            renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps)
+                .with_zones(cfg.track.zones.clone()),
             cameras: cfg.cameras.clone(),
             addr,
             max_connections: http.max_connections.max(1),
@@ -360,7 +361,7 @@ pub fn page(cameras: &[String], view_fps: f64) -> String {
         .iter()
         .map(|c| {
             let c = html_escape(c);
-            format!("<figure class=\"cam\" data-camera=\"{c}\"><img id=\"img-{c}\" src=\"/stream/{c}.mjpg\" alt=\"camera {c}\"><figcaption><b>{c}</b> <span class=\"fps\">-</span> fps, <span class=\"drops\">-</span> dropped, <span class=\"frames\">-</span> frames <a href=\"/snapshot/{c}.jpg\">snapshot</a></figcaption></figure>\n")
+            format!("<figure class=\"cam\" data-camera=\"{c}\"><img id=\"img-{c}\" src=\"/stream/{c}.mjpg\" alt=\"camera {c}\"><figcaption><b>{c}</b> <span class=\"fps\">-</span> fps, <span class=\"drops\">-</span> dropped, <span class=\"frames\">-</span> frames <a href=\"/snapshot/{c}.jpg\">snapshot</a> <span class=\"size\"></span> <span class=\"xy\"></span></figcaption></figure>\n")
         })
         .collect();
     PAGE.replace("<!--CAMERAS-->", &figs).replace("__VIEW_FPS__", &format!("{view_fps}"))

@@ -50,6 +50,8 @@ pub(crate) struct Renderer {
     /// the frame loop while a picture may be encoding).
     encoded: Vec<AtomicU64>,
     period: Duration,
+    /// Each camera's zones, drawn under the boxes.
+    zones: Vec<Vec<crate::track::Zone>>,
 }
 
 /// Encodes tight RGB24 rows as a JPEG of quality [`JPEG_QUALITY`].
@@ -73,7 +75,14 @@ impl Renderer {
             slots: (0..cameras).map(|_| Mutex::default()).collect(),
             encoded: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
             period: Duration::from_secs_f64(1.0 / fps),
+            zones: vec![],
         }
+    }
+
+    /// Draws each camera's `zones` (in camera order) on its pictures.
+    pub fn with_zones(mut self, zones: Vec<Vec<crate::track::Zone>>) -> Renderer {
+        self.zones = zones;
+        self
     }
 
     /// The shortest time between two encodings of one camera.
@@ -146,8 +155,10 @@ impl Renderer {
                 draw::blank(width, height, &note)
             }
         };
+        let mut canvas = draw::Canvas::rgb24(&mut rgb, width, height);
+        draw::zones(&mut canvas, self.zones.get(cam).map_or(&[][..], Vec::as_slice), frame);
         if let Some(f) = frame {
-            draw::detections(&mut draw::Canvas::rgb24(&mut rgb, width, height), f);
+            draw::detections(&mut canvas, f);
         }
         let jpeg = jpeg(&rgb, width, height)?;
         self.encoded[cam].fetch_add(1, Ordering::Relaxed);
@@ -229,6 +240,28 @@ mod tests {
         let again = r.picture(0, "cam0", Some(&frame(7))).unwrap();
         assert!(Arc::ptr_eq(&p, &again));
         assert_eq!(r.encoded(0), 1);
+    }
+
+    #[test]
+    fn zones_are_drawn_in_their_colour_with_their_counts_scaled_as_boxes() {
+        let door = crate::track::Zone {
+            name: "door".into(),
+            points: vec![(220.0, 20.0), (300.0, 20.0), (300.0, 220.0), (220.0, 220.0)],
+        };
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0).with_zones(vec![vec![door]]);
+        let mut f = frame(3);
+        f.detections.clear();
+        f.zones = Some([("door".to_string(), [("person".to_string(), 1)].into())].into());
+        let img = decode(&r.picture(0, "cam0", Some(&f)).unwrap());
+        // The pixels are half the frame's size: the zone's right edge (x 300) is at 150.
+        let amber = |p: [u8; 3]| p[0] > 200 && (130..220).contains(&p[1]) && p[2] < 80;
+        let edge = img.get_pixel(150, 60).0;
+        assert!(amber(edge), "the zone's edge is amber after JPEG: {edge:?}");
+        let inside = img.get_pixel(130, 80).0;
+        assert!(inside.iter().all(|v| v.abs_diff(128) < 8), "inside the zone, the camera's pixels: {inside:?}");
+        // Its tag ("door: person 1") at the first vertex, (110, 10) scaled, moved left to fit.
+        let tag = (0..160).filter(|&x| amber(img.get_pixel(x, 12).0)).count();
+        assert!(tag > 20, "the tag's band: {tag} amber pixels");
     }
 
     #[test]

@@ -140,7 +140,7 @@ impl MqttOutput {
     /// Starts the bridge to `cfg.broker`: its threads run and connect in the background (a
     /// broker that is away is said in the log and retried, never an error here). Errors: a
     /// TLS set-up that cannot work (`--mqtt-ca`), a thread that cannot start.
-    pub fn start(cfg: MqttConfig) -> Result<MqttOutput> {
+    pub fn start(cfg: MqttConfig, tracks: bool) -> Result<MqttOutput> {
         let opts = options(&cfg)?;
         let (client, connection) = Client::new(opts, REQUEST_CHANNEL);
         let online = Msg { topic: cfg.availability_topic(), payload: "online".into(), retain: true };
@@ -196,7 +196,7 @@ impl MqttOutput {
             let _ = feeder_tx.send(());
         })?;
         Ok(MqttOutput {
-            tr: Translator::new(cfg),
+            tr: Translator::new(cfg).counting_tracks(tracks),
             shared,
             client,
             done,
@@ -218,6 +218,9 @@ impl MqttOutput {
                 Out::Once(m) => st.queue.push(m),
                 Out::State(m) => {
                     st.latest.insert(m.topic.clone(), m.clone());
+                    // Only a state's newest value waits: after a broker outage the flushed
+                    // queue never replays an older count after the current one.
+                    st.queue.remove_if(|q| q.topic == m.topic);
                     st.queue.push(m);
                 }
                 Out::Announce(m) => {

@@ -370,6 +370,33 @@ impl MqttConfig {
     }
 }
 
+/// Camera `camera`'s counts are `now` (labels not in it: 0): a state message for each label
+/// whose count changed (and its occupancy sensor's discovery the first time), remembered in
+/// `cam`.
+fn counts_changed(
+    cfg: &MqttConfig,
+    camera: &str,
+    cam: &mut CameraState,
+    now: &BTreeMap<String, u32>,
+    out: &mut Vec<Out>,
+) {
+    let labels: BTreeSet<String> = cam.counts.keys().chain(now.keys()).cloned().collect();
+    for label in labels {
+        let n = now.get(&label).copied().unwrap_or(0);
+        match cam.counts.get(&label) {
+            Some(&last) if last == n => continue,
+            Some(_) => {}
+            None => out.extend(cfg.occupancy_discovery(camera, &label).map(Out::Announce)),
+        }
+        out.push(Out::State(Msg {
+            topic: cfg.camera_topic(camera, &label),
+            payload: n.to_string(),
+            retain: cfg.retain,
+        }));
+        cam.counts.insert(label, n);
+    }
+}
+
 /// `s` as a Home Assistant discovery id (a node or object id): ASCII letters, digits, `_`
 /// and `-` kept, anything else `_`.
 pub fn ha_id(s: &str) -> String {
@@ -421,6 +448,10 @@ impl<T> DropOldest<T> {
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
+    /// Removes the waiting elements `f` says are stale (not counted as dropped).
+    pub fn remove_if(&mut self, f: impl Fn(&T) -> bool) {
+        self.items.retain(|i| !f(i));
+    }
 }
 
 /// Where a message built from a line goes.
@@ -441,6 +472,9 @@ pub enum Out {
 struct CameraState {
     /// The last count sent per label (labels seen at least once).
     counts: BTreeMap<String, u32>,
+    /// With a tracker: the confirmed tracks alive now (from `new` to `end`), by id, with
+    /// their label.
+    live: BTreeMap<u64, String>,
     /// Frames seen, and frames with detections (detection messages made).
     frames: u64,
     detection_msgs: u64,
@@ -454,6 +488,8 @@ pub(crate) struct Translator {
     cfg: MqttConfig,
     cameras: BTreeMap<String, CameraState>,
     last_stats: Instant,
+    /// Counts are live confirmed tracks (a tracker runs), not a frame's detections.
+    tracks: bool,
 }
 
 /// Now as Unix time, ms.
@@ -484,7 +520,16 @@ fn with_time<T: serde::Serialize>(line: &T, time_ms: u64) -> String {
 impl Translator {
     /// A translator for `cfg`.
     pub fn new(cfg: MqttConfig) -> Translator {
-        Translator { cfg, cameras: BTreeMap::new(), last_stats: Instant::now() }
+        Translator { cfg, cameras: BTreeMap::new(), last_stats: Instant::now(), tracks: false }
+    }
+
+    /// Counts from tracks (`tracks`: a tracker runs): a label's count is its confirmed tracks
+    /// alive now, from the track's `new` event to its `end`, so a detection missed in one
+    /// frame (which the tracker's keep-alive bridges) never turns a sensor off. Without a
+    /// tracker, a frame's detections.
+    pub fn counting_tracks(mut self, tracks: bool) -> Translator {
+        self.tracks = tracks;
+        self
     }
 
     /// The configuration.
@@ -519,25 +564,14 @@ impl Translator {
                 retain: false,
             }));
         }
-        let mut now: BTreeMap<&str, u32> = BTreeMap::new();
+        if self.tracks {
+            return;
+        }
+        let mut now: BTreeMap<String, u32> = BTreeMap::new();
         for d in &f.detections {
-            *now.entry(d.label.as_str()).or_default() += 1;
+            *now.entry(d.label.clone()).or_default() += 1;
         }
-        let labels: BTreeSet<String> = cam.counts.keys().cloned().chain(now.keys().map(|l| l.to_string())).collect();
-        for label in labels {
-            let n = now.get(label.as_str()).copied().unwrap_or(0);
-            match cam.counts.get(&label) {
-                Some(&last) if last == n => continue,
-                Some(_) => {}
-                None => out.extend(cfg.occupancy_discovery(&f.camera, &label).map(Out::Announce)),
-            }
-            out.push(Out::State(Msg {
-                topic: cfg.camera_topic(&f.camera, &label),
-                payload: n.to_string(),
-                retain: cfg.retain,
-            }));
-            cam.counts.insert(label, n);
-        }
+        counts_changed(cfg, &f.camera, cam, &now, out);
     }
 
     /// The stream ended: every count above 0 goes to 0 (so a retained count does not keep
@@ -563,6 +597,20 @@ impl Translator {
             payload: with_time(e, time_ms),
             retain: false,
         }));
+        if !self.tracks || !matches!(e.event.as_str(), "new" | "end") {
+            return;
+        }
+        let cam = self.cameras.entry(e.camera.clone()).or_default();
+        if e.event == "new" {
+            cam.live.insert(e.track_id, e.label.clone());
+        } else {
+            cam.live.remove(&e.track_id);
+        }
+        let mut now: BTreeMap<String, u32> = BTreeMap::new();
+        for label in cam.live.values() {
+            *now.entry(label.clone()).or_default() += 1;
+        }
+        counts_changed(&self.cfg, &e.camera, cam, &now, out);
     }
 
     /// Whether the next stats message is due (`--mqtt-stats-interval` since the last).

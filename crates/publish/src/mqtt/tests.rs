@@ -351,3 +351,79 @@ fn every_discovery_message_follows_home_assistants_rules() {
     let v = ha_discovery_violations(&broken);
     assert!(v.iter().any(|e| e.starts_with("topic")) && v.iter().any(|e| e.contains("object_id")), "{v:?}");
 }
+
+/// An event line of camera `front`.
+fn event(kind: &str, track_id: u64, label: &str) -> SocketLine {
+    SocketLine::Event(EventJson {
+        event: kind.into(),
+        camera: "front".into(),
+        track_id,
+        label: label.into(),
+        class_id: 0,
+        score: 0.8,
+        zone: None,
+        first_seen_ns: 1,
+        last_seen_ns: 2,
+        timestamp_ns: 3,
+        seq: Some(1),
+        bbox: [1.0, 2.0, 3.0, 4.0],
+    })
+}
+
+#[test]
+fn with_a_tracker_occupancy_is_live_tracks_not_a_frames_detections() {
+    let mut t = Translator::new(cfg()).counting_tracks(true);
+    let wall = |ns: u64| ns / 1_000_000;
+    let states = |out: &[Out]| -> Vec<(String, String)> {
+        out.iter()
+            .filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.payload.clone())) } else { None })
+            .collect()
+    };
+    let mut out = vec![];
+    // Detected before its track is confirmed, then missed, then seen again: no count yet.
+    for labels in [&["person"][..], &[], &["person"]] {
+        t.line(&frame("front", 1, labels), wall, &mut out);
+    }
+    assert_eq!(states(&out), []);
+    out.clear();
+    t.line(&event("new", 1, "person"), wall, &mut out);
+    assert_eq!(states(&out), [("zcpipe/front/person".to_string(), "1".to_string())]);
+    assert!(out.iter().any(|o| matches!(o, Out::Announce(m) if m.topic.ends_with("/front_person/config"))));
+    // A second person, frames that miss both, a zone event: counts follow the tracks only.
+    out.clear();
+    t.line(&event("new", 2, "person"), wall, &mut out);
+    for _ in 0..5 {
+        t.line(&frame("front", 2, &[]), wall, &mut out);
+    }
+    t.line(&event("entered_zone", 2, "person"), wall, &mut out);
+    assert_eq!(states(&out), [("zcpipe/front/person".to_string(), "2".to_string())]);
+    out.clear();
+    t.line(&event("end", 1, "person"), wall, &mut out);
+    t.line(&event("end", 2, "person"), wall, &mut out);
+    assert_eq!(
+        states(&out),
+        [("zcpipe/front/person".to_string(), "1".to_string()), ("zcpipe/front/person".to_string(), "0".to_string())],
+        "one on/off per presence"
+    );
+}
+
+#[test]
+fn a_queued_state_keeps_only_its_newest_value() {
+    let mut q = DropOldest::new(10);
+    let m = |topic: &str, payload: &str| Msg { topic: topic.into(), payload: payload.into(), retain: true };
+    q.push(m("zcpipe/front/person", "1"));
+    q.push(m("zcpipe/front/detections", "{}"));
+    // What the bridge does with a new state while the broker is away.
+    let newer = m("zcpipe/front/person", "0");
+    q.remove_if(|x| x.topic == newer.topic);
+    q.push(newer);
+    let left: Vec<(String, String)> = std::iter::from_fn(|| q.pop()).map(|x| (x.topic, x.payload)).collect();
+    assert_eq!(
+        left,
+        [
+            ("zcpipe/front/detections".to_string(), "{}".to_string()),
+            ("zcpipe/front/person".to_string(), "0".to_string())
+        ]
+    );
+    assert_eq!(q.dropped(), 0, "a replaced state is not a drop");
+}
