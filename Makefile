@@ -30,7 +30,7 @@ test: setup-test
 	$(CARGO) build --release --locked --lib -p zcpipe -p zcpipe-fake-librknnrt
 	$(CARGO) test --release --locked
 
-# The web view in a real browser (tests/browser.rs, ignored by `make test`): a run on the bundled
+# The web view and compare's chart in a real browser (tests/browser.rs, ignored by `make test`): a run on the bundled
 # clip with --http, the page in headless Chromium (Debian's chromium, installed by scripts/setup-test.sh), its
 # screenshot checked (the camera's picture, the boxes where the detections say); the screenshot is
 # left in target/browser/web-view.png.

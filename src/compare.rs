@@ -197,7 +197,61 @@ pub fn metrics(s: &RunSummary) -> BTreeMap<String, f64> {
     if let Some(d) = s.stages.get(&Role::Display.into()) {
         display_metrics(&mut m, d);
     }
+    // The headline's sums: what a frame costs in all.
+    let sum = |m: &BTreeMap<String, f64>, prefix: &str| {
+        m.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum::<f64>()
+    };
+    let cpu = sum(&m, "cpu µs/frame ");
+    let copied = sum(&m, "copied bytes/frame ");
+    let pss = sum(&m, "Pss MiB ");
+    m.insert("cpu µs/frame, all stages".into(), cpu);
+    m.insert("copied bytes/frame, all hops".into(), copied);
+    m.insert("Pss MiB, all stages".into(), pss);
     m
+}
+
+/// The headline rows, first in the table, in this order.
+const HEADLINE: [&str; 7] = [
+    "latency p50 total (µs)",
+    "latency p99 total (µs)",
+    "cpu µs/frame, all stages",
+    "copied bytes/frame, all hops",
+    "Pss MiB, all stages",
+    "fps published",
+    "fps captured",
+];
+
+/// Where `metric` goes in the table: its rank (the headline first, then each stage and the
+/// hop after it in the frame's order) and the part it belongs to.
+fn part_of(metric: &str) -> (usize, &'static str) {
+    if let Some(i) = HEADLINE.iter().position(|h| *h == metric) {
+        return (i, "headline");
+    }
+    const PARTS: [&str; 8] =
+        ["capture->scale", "scale->infer", "capture->display", "capture", "scale", "infer", "publish", "display"];
+    const ORDER: [usize; 8] = [2, 4, 8, 1, 3, 5, 6, 7];
+    for (name, rank) in PARTS.iter().zip(ORDER) {
+        // A hop is named as such; a stage is its name's last word (`cpu µs/frame infer`).
+        let hit = if name.contains("->") {
+            metric.contains(name)
+        } else {
+            metric.ends_with(name) || metric.contains(&format!(" {name} "))
+        };
+        if hit {
+            return (HEADLINE.len() + rank, name);
+        }
+    }
+    (HEADLINE.len() + 9, "end to end")
+}
+
+/// A value as the table shows it: to one decimal, and a whole number without one.
+fn number(v: f64) -> String {
+    let r = (v * 10.0).round() / 10.0;
+    if r.fract() == 0.0 && r.abs() < 1e15 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
 }
 
 /// With `--display`: what showing the camera costs in each mode (zero-copy scanout imports
@@ -245,7 +299,8 @@ pub fn compare(a: CompareConfig, stop: &AtomicBool) -> Result<i32> {
     if frames.iter().any(|f| *f != frames[0]) {
         bail!("runs captured different frame counts {frames:?}: use a finite source with --frames");
     }
-    let keys: Vec<String> = per_mode[0][0].keys().cloned().collect();
+    let mut keys: Vec<String> = per_mode[0][0].keys().cloned().collect();
+    keys.sort_by_key(|k| part_of(k).0);
     let rows: Vec<Row> = keys
         .iter()
         .map(|k| {
@@ -292,20 +347,21 @@ pub fn table(c: &Comparison) -> String {
         c.frames.first().unwrap_or(&0),
         c.run_flags.join(" ")
     );
-    let _ = writeln!(o, "\n| metric | zero-copy | copy mode | copy / zero | zero-copy spread | copy spread |");
-    let _ = writeln!(o, "|---|---:|---:|---:|---|---|");
+    let _ = writeln!(o, "\n| part | metric | zero-copy | copy mode | copy / zero | zero-copy spread | copy spread |");
+    let _ = writeln!(o, "|---|---|---:|---:|---:|---|---|");
     for r in &c.rows {
         let ratio = r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             o,
-            "| {} | {:.1} | {:.1} | {ratio} | {:.1}..{:.1} | {:.1}..{:.1} |",
+            "| {} | {} | {} | {} | {ratio} | {}..{} | {}..{} |",
+            part_of(&r.metric).1,
             r.metric,
-            r.zero_copy,
-            r.copy_mode,
-            r.zero_copy_spread[0],
-            r.zero_copy_spread[1],
-            r.copy_mode_spread[0],
-            r.copy_mode_spread[1]
+            number(r.zero_copy),
+            number(r.copy_mode),
+            number(r.zero_copy_spread[0]),
+            number(r.zero_copy_spread[1]),
+            number(r.copy_mode_spread[0]),
+            number(r.copy_mode_spread[1])
         );
     }
     o
@@ -327,8 +383,9 @@ fn draw(c: &Comparison, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// One chart of `(zero-copy, copy mode)` bar pairs, one pair per label, on `area`; with a
-/// legend if `legend`.
+/// One chart of `(zero-copy, copy mode)` bar pairs, one pair per label, on `area`, its y
+/// axis in µs; with a legend if `legend`. Each pair's label is drawn under it (the mesh's own
+/// x labels are off: plotters would place them at round tick values, not under the pairs).
 fn pair_chart(
     area: &plotters::drawing::DrawingArea<plotters::backend::SVGBackend<'_>, plotters::coord::Shift>,
     caption: &str,
@@ -337,31 +394,34 @@ fn pair_chart(
     legend: bool,
 ) -> Result<()> {
     use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
-    let ymax = pairs.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.15;
+    let ymax = pairs.iter().flat_map(|(a, b)| [*a, *b]).fold(1.0, f64::max) * 1.25;
     let mut ch = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
         .build_cartesian_2d(0f64..labels.len() as f64, 0f64..ymax)
         .map_err(|e| err(&e))?;
     ch.configure_mesh()
         .disable_x_mesh()
-        .x_labels(labels.len() * 2)
-        .x_label_formatter(&|x| {
-            labels
-                .get(x.floor() as usize)
-                .filter(|_| (x.fract() - 0.5).abs() < 0.01)
-                .map(|s| s.to_string())
-                .unwrap_or_default()
-        })
+        .x_labels(0)
+        .y_desc("latency (µs)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| err(&e))?;
     for (i, (z, cp)) in pairs.iter().enumerate() {
         let x = i as f64;
         ch.draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.48, *z)], BLUE.filled())]).map_err(|e| err(&e))?;
         ch.draw_series([Rectangle::new([(x + 0.52, 0.0), (x + 0.9, *cp)], RED.filled())]).map_err(|e| err(&e))?;
+    }
+    // The labels under the pairs, in the area's own pixels.
+    let base = area.get_base_pixel();
+    let style = ("sans-serif", 15).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
+    for (i, label) in labels.iter().enumerate() {
+        let (px, py) = ch.backend_coord(&(i as f64 + 0.5, 0.0));
+        area.draw(&Text::new(label.to_string(), (px - base.0, py - base.1 + 8), style.clone())).map_err(|e| err(&e))?;
     }
     if legend {
         for (name, colour) in [("zero-copy", BLUE), ("copy mode", RED)] {
@@ -370,7 +430,12 @@ fn pair_chart(
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
         }
-        ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| err(&e))?;
+        ch.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()
+            .map_err(|e| err(&e))?;
     }
     Ok(())
 }
@@ -407,5 +472,37 @@ mod tests {
         .unwrap();
         let none = metrics(&none);
         assert!(!none.keys().any(|k| k.contains("display")), "{none:?}");
+    }
+
+    #[test]
+    fn the_table_leads_with_the_headline_then_goes_stage_by_stage() {
+        let mut names: Vec<&str> = vec![
+            "RSS MiB publish",
+            "copied bytes/frame capture->scale",
+            "latency p50 total (µs)",
+            "cpu µs/frame capture",
+            "latency p50 infer (µs)",
+            "dropped scale->infer",
+            "copied bytes/frame, all hops",
+            "latency max total (µs)",
+        ];
+        names.sort_by_key(|k| part_of(k).0);
+        assert_eq!(
+            names,
+            [
+                "latency p50 total (µs)",
+                "copied bytes/frame, all hops",
+                "cpu µs/frame capture",
+                "copied bytes/frame capture->scale",
+                "dropped scale->infer",
+                "latency p50 infer (µs)",
+                "RSS MiB publish",
+                "latency max total (µs)",
+            ]
+        );
+        assert_eq!(
+            (number(6_220_800.0), number(12.34), number(12.04), number(0.0)),
+            ("6220800".into(), "12.3".into(), "12".into(), "0".into())
+        );
     }
 }

@@ -254,3 +254,63 @@ fn check_boxes(
     );
     ((best.0, best.1), moved)
 }
+
+/// `zcpipe compare`'s chart in a real browser (`make test-browser`): every text of the SVG
+/// (captions, axis names and ticks, the stages under their bars, the legend) is there, none
+/// is empty, and no two overlap as Chromium lays them out.
+#[test]
+#[ignore = "needs chromium: make test-browser"]
+fn the_compare_chart_reads_in_a_real_browser() {
+    let bin = chromium().expect("chromium is not installed: make setup-test installs it (Debian's chromium package)");
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("chart.svg");
+    let out = zcpipe()
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .args([
+            "compare",
+            "--source",
+            "testsrc:320x240@30",
+            "--frames",
+            "30",
+            "--infer",
+            "none",
+            "--rounds",
+            "1",
+            "--report",
+        ])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The chart inline in a page whose script writes each text's box into the DOM.
+    let script = "const out = []; for (const t of document.querySelectorAll('svg text')) { \
+                  const r = t.getBoundingClientRect(); out.push([t.textContent.trim(), r.left, r.top, r.width, r.height]); } \
+                  document.getElementById('boxes').textContent = JSON.stringify(out);";
+    let page = dir.path().join("chart.html");
+    let html = format!(
+        "<!doctype html><html><body style=\"margin:0\">{}<pre id=\"boxes\"></pre><script>{script}</script></body></html>",
+        std::fs::read_to_string(&svg).unwrap()
+    );
+    std::fs::write(&page, html).unwrap();
+    let dom = chrome(&bin, &format!("file://{}", page.display()), "--dump-dom", &dir.path().join("chromium"));
+    let start = dom.find("<pre id=\"boxes\">").expect("the page's script ran") + "<pre id=\"boxes\">".len();
+    let json = dom[start..start + dom[start..].find("</pre>").unwrap()].replace("&quot;", "\"").replace("&amp;", "&");
+    let texts: Vec<(String, f64, f64, f64, f64)> = serde_json::from_str(&json).unwrap();
+    let words: Vec<&str> = texts.iter().map(|t| t.0.as_str()).collect();
+    for want in
+        ["capture", "scale", "infer", "publish", "total", "p50", "p99", "zero-copy", "copy mode", "latency (µs)"]
+    {
+        assert!(words.contains(&want), "no {want:?} among the chart's texts: {words:?}");
+    }
+    for (t, _, _, w, h) in &texts {
+        assert!(!t.is_empty() && *w > 0.0 && *h > 0.0, "an empty or invisible text in the chart: {texts:?}");
+    }
+    for (i, a) in texts.iter().enumerate() {
+        for b in &texts[i + 1..] {
+            let dx = (a.1 + a.3).min(b.1 + b.3) - a.1.max(b.1);
+            let dy = (a.2 + a.4).min(b.2 + b.4) - a.2.max(b.2);
+            assert!(dx <= 1.0 || dy <= 1.0, "{:?} and {:?} overlap ({dx:.1} x {dy:.1} px)", a.0, b.0);
+        }
+    }
+    eprintln!("EVIDENCE compare chart: {} texts, none empty, none overlapping: {words:?}", texts.len());
+}

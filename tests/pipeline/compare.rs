@@ -107,7 +107,16 @@ fn compare_table_and_report_are_written() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("| metric | zero-copy | copy mode | copy / zero |"), "{text}");
-    assert!(text.lines().filter(|l| l.starts_with("| latency p50")).count() >= 5, "{text}");
+    assert!(text.lines().filter(|l| l.contains("| latency p50")).count() >= 5, "{text}");
+    // The headline first: end-to-end latency, then what a frame costs in all.
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| part")).collect();
+    assert!(rows[0].starts_with("| headline | latency p50 total (µs) |"), "{text}");
+    assert!(rows[3].starts_with("| headline | copied bytes/frame, all hops |"), "{text}");
+    let decimal_zero =
+        |t: &str| t.len() > 2 && t.ends_with(".0") && t[..t.len() - 2].chars().all(|c| c.is_ascii_digit());
+    let cells = text.lines().skip(1).flat_map(|l| l.split(['|', ' '])).flat_map(|c| c.split(".."));
+    let mut cells = cells;
+    assert!(!cells.any(decimal_zero), "whole numbers print without decimals: {text}");
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.starts_with("<svg") && s.contains("zero-copy") && s.contains("copy mode"), "{}", &s[..s.len().min(200)]);
 }
