@@ -264,24 +264,7 @@ fn the_compare_chart_reads_in_a_real_browser() {
     let bin = chromium().expect("chromium is not installed: make setup-test installs it (Debian's chromium package)");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("chart.svg");
-    let out = zcpipe()
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .args([
-            "compare",
-            "--source",
-            "testsrc:320x240@30",
-            "--frames",
-            "30",
-            "--infer",
-            "none",
-            "--rounds",
-            "1",
-            "--report",
-        ])
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    compare_one_round(dir.path(), "320x240@30", 30, &svg);
     // The chart inline in a page whose script writes each text's box into the DOM.
     let script = "const out = []; for (const t of document.querySelectorAll('svg text')) { \
                   const r = t.getBoundingClientRect(); out.push([t.textContent.trim(), r.left, r.top, r.width, r.height]); } \

@@ -221,3 +221,18 @@ pub fn nv12_memfd(image: &Path) -> (std::os::fd::OwnedFd, zcpipe::core::service:
         BufferSpec { format: PixelFormat::Nv12, width: l.width, height: l.height, planes, size: bytes.len() as u64 };
     (zcpipe::core::service::client::memfd_with(&bytes).unwrap(), spec)
 }
+
+/// `zcpipe compare` of one round of `testsrc:SOURCE` (`WxH@FPS`), `frames` frames, no
+/// detector, its report drawn to `svg`, its runs' sockets under `dir`: the table on stdout.
+/// Fails the test if it does not succeed.
+pub fn compare_one_round(dir: &Path, source: &str, frames: u32, svg: &Path) -> String {
+    let out = zcpipe()
+        .env("XDG_RUNTIME_DIR", dir)
+        .args(["compare", "--source", &format!("testsrc:{source}"), "--frames", &frames.to_string()])
+        .args(["--infer", "none", "--rounds", "1", "--report"])
+        .arg(svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

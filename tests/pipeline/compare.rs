@@ -88,24 +88,7 @@ fn compare_takes_several_cameras() {
 fn compare_table_and_report_are_written() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("report.svg");
-    let out = zcpipe()
-        .args([
-            "compare",
-            "--source",
-            "testsrc:160x120@200",
-            "--frames",
-            "10",
-            "--infer",
-            "none",
-            "--rounds",
-            "1",
-            "--report",
-        ])
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = common::compare_one_round(dir.path(), "160x120@200", 10, &svg);
     assert!(text.contains("| metric | zero-copy | copy mode | copy / zero |"), "{text}");
     assert!(text.lines().filter(|l| l.contains("| latency p50")).count() >= 5, "{text}");
     // The headline first: end-to-end latency, then what a frame costs in all.
