@@ -457,6 +457,13 @@ impl<T: Pod> Receiver<T> {
         self.ring.own_counts()
     }
 
+    /// Whether [`Receiver::recv`] sleeps on the eventfd without spinning first (`--wait
+    /// eventfd` and no `--spin-us`): then a caller may as well sleep in [`wait_any`] and take
+    /// with a zero timeout, which is the same wait.
+    pub fn sleeps_plainly(&self) -> bool {
+        matches!(self.wait, WaitMode::Eventfd) && self.spin.is_zero()
+    }
+
     /// Takes the next valid item, waiting up to `timeout`. Items failing `validate` are
     /// counted, logged with the producer's pid and uid (the first [`REJECTS_LOGGED`], then
     /// at powers of two) and handed to `salvage` (e.g. to return their buffer).

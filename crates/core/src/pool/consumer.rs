@@ -333,7 +333,24 @@ impl PoolConsumer {
                 let _ = rx.push_return(token(&d));
             }
         };
-        let r = rx.lock().unwrap_or_else(|p| p.into_inner()).recv(&validate, &mut salvage, timeout)?;
+        let lock = || rx.lock().unwrap_or_else(|p| p.into_inner());
+        let plain = !timeout.is_zero() && lock().sleeps_plainly();
+        let r = if plain {
+            // The receiver's lock is not held while sleeping: a frame given back meanwhile (a
+            // worker thread dropping its loan) takes the same lock, and would wait for the
+            // whole sleep. So: look, sleep on the doorbell unlocked ([`wait_any`]), look again.
+            let deadline = std::time::Instant::now() + timeout;
+            loop {
+                let r = lock().recv(&validate, &mut salvage, Duration::ZERO)?;
+                let now = std::time::Instant::now();
+                match r {
+                    Recv::Idle if now < deadline => super::super::channel::wait_any(&[self], deadline - now)?,
+                    r => break r,
+                }
+            }
+        } else {
+            lock().recv(&validate, &mut salvage, timeout)?
+        };
         Ok(match r {
             Recv::Item(desc) => {
                 let ret: Arc<dyn ReturnPath> = rx.clone();
