@@ -433,16 +433,19 @@ fn drop_cause(why: &str, secs: f64, status: &str, tail: &str) -> String {
 fn named_cause(tail: &str) -> Option<&'static str> {
     let t = tail.to_ascii_lowercase();
     let has = |words: &[&str]| words.iter().any(|w| t.contains(w));
+    // Whole phrases only: ffmpeg's packet-loss lines hold numbers like 401 and 1404.
     if has(&["connection refused"]) {
         Some("the camera refused the connection")
-    } else if has(&["timed out", "timeout"]) && !has(&["timeout="]) || has(&["operation timed out"]) {
+    } else if has(&["connection timed out", "operation timed out", "timed out"]) {
         Some("the connection timed out")
     } else if has(&["connection reset", "broken pipe"]) {
         Some("the connection was reset")
-    } else if has(&["401", "unauthorized"]) {
+    } else if has(&["401 unauthorized", "server returned 401"]) {
         Some("the camera refused the credentials (401)")
-    } else if has(&["404", "not found"]) {
+    } else if has(&["404 not found", "server returned 404"]) {
         Some("the camera has no such stream (404)")
+    } else if has(&["protocol not found"]) {
+        Some("ffmpeg does not know the URL's scheme (a typo in rtsp://?)")
     } else {
         None
     }
@@ -701,6 +704,10 @@ mod tests {
             bad,
             "a decoder error after 1.0 s (ffmpeg exit status: 1): Invalid data found when processing input"
         );
+        // Packet-loss lines with 401 or 404 in their numbers are not a cause.
+        let lossy =
+            drop_cause("the stream ended", 9.0, "exit status: 0", "RTP: missed 401 packets | concealing 1404 DC");
+        assert_eq!(lossy, "the server closed the stream after 9.0 s (ffmpeg exit status: 0)");
         let other = drop_cause("a frame cut short at 5 of 10 bytes", 1.0, "killed", "");
         assert_eq!(other, "a frame cut short at 5 of 10 bytes after 1.0 s (ffmpeg killed)");
     }

@@ -178,7 +178,7 @@ impl Canvas<'_> {
     /// A line from `a` to `b` (pixels; non-finite ends draw nothing), `thickness` pixels
     /// wide, in `c`: a square of that size at each step along the longer axis.
     pub fn line(&mut self, a: (f32, f32), b: (f32, f32), thickness: u32, c: [u8; 3]) {
-        if ![a.0, a.1, b.0, b.1].iter().all(|v| v.is_finite()) {
+        if ![a.0, a.1, b.0, b.1].iter().all(|v| v.is_finite()) || self.width == 0 || self.height == 0 {
             return;
         }
         let (dx, dy) = (b.0 - a.0, b.1 - a.1);
@@ -189,7 +189,8 @@ impl Canvas<'_> {
         for i in 0..=steps {
             let f = i as f32 / steps as f32;
             let (x, y) = ((a.0 + dx * f).round() as i64, (a.1 + dy * f).round() as i64);
-            self.fill(x - h, y - h, x - h + t, y - h + t, c);
+            let (x0, y0) = (x.saturating_sub(h), y.saturating_sub(h));
+            self.fill(x0, y0, x0.saturating_add(t), y0.saturating_add(t), c);
         }
     }
 
@@ -313,6 +314,8 @@ mod tests {
         let mut c = Canvas::rgb24(&mut rgb, w, h);
         c.zone(&[(-1e9, 5.0), (f32::NAN, 1.0), (1e9, 1e9)], "far");
         c.line((0.0, 0.0), (f32::INFINITY, 3.0), 2, [1, 2, 3]);
+        c.line((-f32::MAX, 0.0), (f32::MAX, 3.0), 2, [1, 2, 3]);
+        Canvas::rgb24(&mut [], 0, 0).zone(&[(0.0, 0.0), (1.0, 1.0), (0.0, 1.0)], "empty");
     }
 
     #[test]

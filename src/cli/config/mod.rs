@@ -145,8 +145,12 @@ pub(crate) fn clap_line(e: &clap::Error) -> String {
     let text = e.to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut out = lines.next().unwrap_or_default().trim_start_matches("error: ").to_string();
+    // `the following required arguments were not provided:` names them on the next lines.
+    let list = out.ends_with(':');
     for l in lines {
-        if l.starts_with("[possible values") {
+        if list && l.starts_with('-') {
+            out += &format!(" {l}");
+        } else if l.starts_with("[possible values") {
             out += &format!("; {}", l.trim_start_matches('[').trim_end_matches(']'));
         } else if l.starts_with("tip:") {
             out += &format!("; {l}");
