@@ -436,7 +436,7 @@ fn named_cause(tail: &str) -> Option<&'static str> {
     // Whole phrases only: ffmpeg's packet-loss lines hold numbers like 401 and 1404.
     if has(&["connection refused"]) {
         Some("the camera refused the connection")
-    } else if has(&["connection timed out", "operation timed out", "timed out"]) {
+    } else if has(&["timed out"]) {
         Some("the connection timed out")
     } else if has(&["connection reset", "broken pipe"]) {
         Some("the connection was reset")

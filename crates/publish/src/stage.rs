@@ -308,20 +308,15 @@ pub fn human_event(e: &EventJson) -> String {
         e.label,
         e.track_id,
         e.score,
-        local_time(
-            e.timestamp_ns,
-            zcpipe_core::frame::monotonic_ns(),
-            jiff::Timestamp::now(),
-            &jiff::tz::TimeZone::system()
-        )
+        local_time(crate::mqtt::wall_ms(e.timestamp_ns), &jiff::tz::TimeZone::system())
     )
 }
 
-/// The wall-clock time (`HH:MM:SS.mmm` in time zone `tz`) of `at_ns` on CLOCK_MONOTONIC,
-/// given the monotonic and wall clocks read now.
-fn local_time(at_ns: u64, mono_now_ns: u64, wall_now: jiff::Timestamp, tz: &jiff::tz::TimeZone) -> String {
-    let ago = jiff::SignedDuration::from_nanos(mono_now_ns.saturating_sub(at_ns).min(i64::MAX as u64) as i64);
-    let at = wall_now.checked_sub(ago).unwrap_or(wall_now);
+/// The time `unix_ms` (Unix time, ms: [`crate::mqtt::wall_ms`] of a capture time) as
+/// `HH:MM:SS.mmm` in time zone `tz`.
+fn local_time(unix_ms: u64, tz: &jiff::tz::TimeZone) -> String {
+    let at =
+        jiff::Timestamp::from_millisecond(unix_ms.min(i64::MAX as u64) as i64).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     at.to_zoned_datetime(tz.clone()).strftime("%H:%M:%S%.3f").to_string()
 }
 
@@ -774,13 +769,15 @@ mod time_tests {
 
     #[test]
     fn an_events_monotonic_time_is_its_wall_clock_time() {
-        let now: jiff::Timestamp = "2026-12-06T14:03:10Z".parse().unwrap();
+        let at: jiff::Timestamp = "2026-12-06T14:03:07.412Z".parse().unwrap();
+        let ms = at.as_millisecond() as u64;
         let utc = jiff::tz::TimeZone::UTC;
-        // Captured 2.588 s before the clocks were read.
-        assert_eq!(local_time(10_000_000_000, 12_588_000_000, now, &utc), "14:03:07.412");
-        // A time after "now" (another clock's read) is now, never a panic.
-        assert_eq!(local_time(20_000_000_000, 12_588_000_000, now, &utc), "14:03:10.000");
-        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap_or(utc);
-        assert!(local_time(10_000_000_000, 12_588_000_000, now, &berlin).ends_with(":03:07.412"));
+        assert_eq!(local_time(ms, &utc), "14:03:07.412");
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap_or(utc.clone());
+        assert!(local_time(ms, &berlin).ends_with(":03:07.412"));
+        // A capture time after "now" (another clock's read) is now, never a panic.
+        let future = crate::mqtt::wall_ms(monotonic_ns() + 10_000_000_000);
+        assert!(future <= crate::mqtt::unix_ms() + 1, "{future}");
+        assert_eq!(local_time(u64::MAX, &utc), local_time(i64::MAX as u64, &utc));
     }
 }
