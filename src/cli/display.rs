@@ -10,7 +10,7 @@ use zcpipe_display::{DisplayConfig, DisplayTarget};
 /// The options `zcpipe run` and `zcpipe stage display` share.
 #[derive(Args, Debug, Clone)]
 pub struct RunDisplayArgs {
-    /// Show the camera (the first one) on a display with its boxes: `auto` (the first DRM
+    /// Show the camera (the first one) on a display with its boxes and zones: `auto` (the first DRM
     /// card), a card (`/dev/dri/card0`), or `none` (the default). A fifth stage process; a
     /// display that is missing or fails never stops the pipeline.
     #[arg(long, default_value = "none", value_parser = clap::value_parser!(DisplayTarget))]
@@ -65,6 +65,11 @@ pub struct DisplayArgs {
     /// Stop after this many frames shown (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub frames: Option<u64>,
+    /// A zone of the camera shown, `NAME=x1,y1,x2,y2,x3,y3,...` in source pixels (as the
+    /// publish stage's `--zone`): drawn in amber with the boxes, with its counts from the
+    /// detections socket. `zcpipe run` passes the camera's zones itself. Repeat for more zones.
+    #[arg(long = "zone", value_name = "[CAMERA:]NAME=x1,y1,...", value_parser = super::track::ParseZone)]
+    pub zones: Vec<zcpipe_track::ZoneSpec>,
 }
 
 impl DisplayArgs {
@@ -91,6 +96,67 @@ impl DisplayArgs {
             force_compose: self.display.display_compose,
             legacy: self.display.display_legacy,
             frames: self.frames,
+            // A zone naming another camera is that camera's, not drawn here.
+            zones: zcpipe_track::zone::per_camera(
+                &self
+                    .zones
+                    .iter()
+                    .filter(|z| z.camera.is_none() || z.camera == self.camera)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                &[self.camera.clone().unwrap_or_else(|| "cam0".into())],
+            )?
+            .remove(0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        t: super::super::track::TrackArgs,
+    }
+
+    #[derive(Parser)]
+    struct D {
+        #[command(flatten)]
+        d: DisplayArgs,
+    }
+
+    /// The display stage of camera `front` gets its zones and those of every camera, never
+    /// another camera's, and draws them at the same points.
+    #[test]
+    fn the_display_gets_the_zones_of_the_camera_it_shows() {
+        let run = T::parse_from([
+            "t",
+            "--zone",
+            "front:door=1,2,30,4,5,60.5",
+            "--zone",
+            "back:gate=1,1,9,1,9,9",
+            "--zone",
+            "all=0,0,10,0,10,10",
+        ])
+        .t;
+        let flags = run.zone_flags_of("front");
+        assert_eq!(flags, ["--zone=door=1,2,30,4,5,60.5", "--zone=all=0,0,10,0,10,10"]);
+        let args = ["d", "--display", "/dev/dri/card0", "--camera", "front"].map(String::from);
+        let d = D::parse_from(args.into_iter().chain(flags)).d;
+        let cfg = d.config("default").unwrap();
+        let names: Vec<&str> = cfg.zones.iter().map(|z| z.name.as_str()).collect();
+        assert_eq!(names, ["door", "all"]);
+        assert_eq!(cfg.zones[0].points, [(1.0, 2.0), (30.0, 4.0), (5.0, 60.5)]);
+        // A zone given by hand for another camera is not this display's.
+        let d =
+            D::parse_from(["d", "--display", "/dev/dri/card0", "--camera", "front", "--zone", "back:gate=1,1,9,1,9,9"])
+                .d;
+        assert!(d.config("default").unwrap().zones.is_empty());
+        // A bad zone is the zone's one line.
+        let Err(e) = D::try_parse_from(["d", "--display", "auto", "--zone", "door=1,2,3,4"]) else { panic!() };
+        assert!(e.to_string().contains("--zone door=1,2,3,4: 2 point(s)"), "{e}");
     }
 }

@@ -47,7 +47,7 @@ pub struct TrackArgs {
 /// clap's own ("invalid value '...'") would quote the whole value, a zone of a thousand
 /// points included.
 #[derive(Clone)]
-struct ParseZone;
+pub(crate) struct ParseZone;
 
 impl clap::builder::TypedValueParser for ParseZone {
     type Value = ZoneSpec;
@@ -137,17 +137,26 @@ impl TrackArgs {
             format!("--stationary-move={}", self.stationary_move),
             format!("--track-high={}", self.track_high),
         ];
-        v.extend(self.zones.iter().map(|z| {
-            let pts: Vec<String> = z.zone.points.iter().map(|(x, y)| format!("{x},{y}")).collect();
-            format!(
-                "--zone={}{}={}",
-                z.camera.as_ref().map(|c| format!("{c}:")).unwrap_or_default(),
-                z.zone.name,
-                pts.join(",")
-            )
-        }));
+        v.extend(self.zones.iter().map(|z| zone_flag(z.camera.as_deref(), &z.zone)));
         v
     }
+
+    /// The `--zone` flags of the zones camera `camera` has (those naming it or no camera),
+    /// without the camera: what the display stage showing it draws.
+    pub fn zone_flags_of(&self, camera: &str) -> Vec<String> {
+        self.zones
+            .iter()
+            .filter(|z| z.camera.as_deref().is_none_or(|c| c == camera))
+            .map(|z| zone_flag(None, &z.zone))
+            .collect()
+    }
+}
+
+/// `--zone=[CAMERA:]NAME=x1,y1,...` for `zone` (coordinates as Rust prints an f32: they read
+/// back as the same numbers).
+pub(crate) fn zone_flag(camera: Option<&str>, zone: &zcpipe_track::Zone) -> String {
+    let pts: Vec<String> = zone.points.iter().map(|(x, y)| format!("{x},{y}")).collect();
+    format!("--zone={}{}={}", camera.map(|c| format!("{c}:")).unwrap_or_default(), zone.name, pts.join(","))
 }
 
 #[cfg(test)]

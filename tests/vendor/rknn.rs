@@ -397,13 +397,16 @@ fn npu_cores_run_one_context_per_core_concurrently_in_frame_order() {
     let ends = r.named("rknn_run_end");
     assert_eq!((runs.len(), ends.len()), (FRAMES, FRAMES));
     assert!(ends.iter().all(|e| e["code"] == "0"), "{ends:?}");
-    // One worker thread per context: each context's runs on one thread, three threads, none
-    // of them the one that loaded the model.
+    // One worker thread per context: each context's runs on one thread (a context a free
+    // neighbour always beat to the next frame has none), no thread shared by two contexts,
+    // none of them the one that loaded the model.
     let tids: Vec<BTreeSet<&str>> =
         ctxs.iter().map(|c| runs.iter().filter(|m| &m["ctx"] == c).map(|m| m["tid"].as_str()).collect()).collect();
-    assert!(tids.iter().all(|t| t.len() == 1), "a context ran on several threads: {tids:?}");
+    assert!(tids.iter().all(|t| t.len() <= 1), "a context ran on several threads: {tids:?}");
     let lane_tids: BTreeSet<&str> = tids.iter().flatten().copied().collect();
-    assert_eq!(lane_tids.len(), 3, "{tids:?}");
+    let working = tids.iter().filter(|t| !t.is_empty()).count();
+    assert!(working >= 2, "{tids:?}");
+    assert_eq!(lane_tids.len(), working, "two contexts shared a thread: {tids:?}");
     assert!(!lane_tids.contains(r.named("rknn_init")[0]["tid"].as_str()), "runs on the stage's own thread: {tids:?}");
     // Any free context takes the next frame: every frame ran exactly once, on some context.
     let mut ran: Vec<&str> = runs.iter().map(|m| m["input_hash"].as_str()).collect();

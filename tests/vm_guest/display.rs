@@ -9,6 +9,30 @@ use super::*;
 /// The detections line the fake publisher sends: one `person` box in 640x480 frame pixels.
 const DISPLAY_BOX: [f32; 4] = [100.0, 50.0, 300.0, 250.0];
 
+/// A zone of the 640x480 frame away from the box and the bars the checks read:
+/// `--zone` of the display stage.
+const DISPLAY_ZONE: &str = "gate=400,40,600,40,600,200,400,200";
+
+/// Checks the zone [`DISPLAY_ZONE`] on a writeback picture (`at`: a pixel's RGB) whose
+/// picture is at (`x0`, `y0`) scaled by `s`: amber on its right and bottom edges, the
+/// camera inside it, and its outline in the sidecar.
+fn check_zone(at: &dyn Fn(usize, usize) -> [u8; 3], meta: &Value, x0: f32, y0: f32, s: f32) -> String {
+    let amber = [255, 176, 0];
+    let sx = |x: f32| (x0 + x * s).round() as usize;
+    let sy = |y: f32| (y0 + y * s).round() as usize;
+    for (x, y, edge) in
+        [(sx(600.0), sy(120.0), "right"), (sx(500.0), sy(200.0), "bottom"), (sx(400.0), sy(120.0), "left")]
+    {
+        assert_eq!(at(x, y), amber, "the zone's {edge} edge at ({x}, {y})");
+    }
+    assert_ne!(at(sx(500.0), sy(120.0)), amber, "inside the zone: the camera");
+    let z = &meta["zones"][0];
+    assert_eq!(z["text"], "gate", "{meta}");
+    let p: Vec<f64> = z["points"][2].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(p, [(x0 + 600.0 * s) as f64, (y0 + 200.0 * s) as f64], "{meta}");
+    format!("zone gate amber on 3 edges at x {}..{}", sx(400.0), sx(600.0))
+}
+
 /// A replay file (`--infer replay:FILE`) whose one frame line, looped, puts [`DISPLAY_BOX`]
 /// (a person) on every 640x480 frame: the boxes the display draws come out of the whole
 /// pipeline (infer -> publish -> the detections socket), as a detector's would.
@@ -63,8 +87,8 @@ const BARS_RGB: [[bool; 3]; 8] = [
 
 /// Checks a writeback picture against its sidecar and what the test expects: the picture
 /// at `want_pic` (x, y, w, h) on the mode, black outside it, vivid's bars inside it (lower
-/// half, below the box), and the box's outline pure green along its edges at `want_box`.
-/// Returns one line of evidence.
+/// half, below the box), the box's outline pure green along its edges at `want_box`, and
+/// the zone ([`check_zone`]). Returns one line of evidence.
 fn check_writeback(dir: &Path, want_way: &str, want_pic: [u64; 4], want_box: [f32; 4]) -> String {
     let meta: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("wb-000.json")).expect("wb-000.json written")).unwrap();
@@ -110,8 +134,10 @@ fn check_writeback(dir: &Path, want_way: &str, want_pic: [u64; 4], want_box: [f3
     let b = &meta["boxes"][0];
     let sidecar: Vec<f64> = (0..4).map(|i| b[i].as_f64().unwrap()).collect();
     assert_eq!(sidecar, want_box.map(|v| v as f64), "{meta}");
+    let scale = pw as f32 / 640.0;
+    let zone = check_zone(&at, &meta, px0 as f32, py0 as f32, scale);
     format!(
-        "{want_way}: {w}x{h} written back, picture {want_pic:?}, bars {}, box {want_box:?} green on all 4 edges",
+        "{want_way}: {w}x{h} written back, picture {want_pic:?}, bars {}, box {want_box:?} green on all 4 edges, {zone}",
         got.join(" ")
     )
 }
@@ -161,6 +187,8 @@ fn display_beside_a_run(test: &str, format: &str, extra: &[&str]) -> (Vec<String
         "2",
         "--stats-interval",
         "0",
+        "--zone",
+        DISPLAY_ZONE,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -315,7 +343,9 @@ fn run_with_display(format: &str, frames: u32, extra: &[&str]) -> (Value, String
 #[test]
 #[ignore = "runs in the VM guest: make vm-test"]
 fn run_with_a_display_is_a_fifth_process_and_buffers_come_home() {
-    let (s, stderr) = run_with_display("XR24", 150, &[]);
+    let (s, stderr) = run_with_display("XR24", 150, &["--zone", DISPLAY_ZONE]);
+    // `zcpipe run` hands the camera's zones to the display stage.
+    assert!(stderr.contains("display: zones drawn with the boxes: gate"), "{stderr}");
     let disp = &s["stages"]["display"];
     let x = &disp["extra"]["display"];
     assert_eq!(x["way"], "zero-copy scanout", "{x}");

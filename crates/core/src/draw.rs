@@ -237,6 +237,18 @@ pub fn text_size(text: &str) -> (i64, i64) {
     (text.chars().count() as i64 * 8 * TEXT_SCALE as i64, 8 * TEXT_SCALE as i64)
 }
 
+/// A zone's tag as drawn: its name, and its tracked objects by label when any are in it
+/// (`door: person 1, car 2`).
+pub fn zone_text(name: &str, counts: Option<&std::collections::BTreeMap<String, u32>>) -> String {
+    let in_it: Vec<String> =
+        counts.into_iter().flatten().filter(|(_, n)| **n > 0).map(|(l, n)| format!("{l} {n}")).collect();
+    if in_it.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}: {}", in_it.join(", "))
+    }
+}
+
 /// A detection's tag as drawn: `person 0.89 #3` (the track id when it has one).
 pub fn label_text(label: &str, score: f32, track_id: Option<u64>) -> String {
     match track_id {

@@ -5,6 +5,7 @@
 //! 2 s), and keeps the newest frame's detections of the camera shown, with a generation
 //! that changes only when they do (the overlay is redrawn then).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,12 +17,14 @@ use zcpipe_core::schema::{connect_retrying, DetectionJson, SocketLine};
 /// The newest detections of the camera shown.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Latest {
-    /// Changes whenever `dets` or the frame size does (0: none yet).
+    /// Changes whenever `dets`, the zones' counts or the frame size do (0: none yet).
     pub generation: u64,
     /// The frame size the boxes are in.
     pub frame: (u32, u32),
     /// The detections.
     pub dets: Vec<DetectionJson>,
+    /// Each zone's tracked objects by label (frame lines of a camera with zones).
+    pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
     /// Frame lines read (of this camera).
     pub lines: u64,
 }
@@ -37,9 +40,10 @@ impl Latest {
         }
         self.lines += 1;
         let frame = (l.width, l.height);
-        if l.detections != self.dets || frame != self.frame || self.generation == 0 {
+        if l.detections != self.dets || frame != self.frame || l.zones != self.zones || self.generation == 0 {
             self.dets = l.detections;
             self.frame = frame;
+            self.zones = l.zones;
             self.generation += 1;
         }
         true

@@ -88,6 +88,8 @@ pub struct DisplayConfig {
     pub legacy: bool,
     /// Stop after this many frames shown (tests).
     pub frames: Option<u64>,
+    /// The camera's zones (source pixels), drawn with the boxes and their counts.
+    pub zones: Vec<zcpipe_track::Zone>,
 }
 
 /// The DRM card `--display auto` uses: the first `/dev/dri/card*` (under the system root,

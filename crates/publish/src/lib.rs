@@ -46,14 +46,18 @@ pub struct PublishConfig {
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,
-/// snapshots; `data`: where the capture stages the web view taps listen), each started (its threads running) and ready for lines. Errors: an output
+/// snapshots, which MQTT also sends as Home Assistant images; `data`: where the capture stages the web view taps listen), each started (its threads running) and ready for lines. Errors: an output
 /// that cannot start at all (a bad address); a broker or disk that is away is not an error
 /// (the output says so and keeps trying).
 pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::DataPath) -> Result<output::Outputs> {
     let mut outputs = output::Outputs::default();
+    let mut pictures = None;
     if let Some(m) = &cfg.mqtt {
         let tracks = cfg.track.params.kind != track::TrackerKind::None;
-        outputs.0.push(Box::new(mqtt::bridge::MqttOutput::start(m.clone(), tracks)?));
+        let bridge = mqtt::bridge::MqttOutput::start(m.clone(), tracks)?;
+        // The snapshots, when taken, are also each camera's image entity.
+        pictures = cfg.snapshots.is_some().then(|| bridge.picture_sink());
+        outputs.0.push(Box::new(bridge));
     }
     // One tap per camera serves the web view and the snapshots alike.
     let pixels = (cfg.http.is_some() || cfg.snapshots.is_some())
@@ -62,7 +66,8 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
         outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
     }
     if let (Some(s), Some(p)) = (&cfg.snapshots, &pixels) {
-        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, cfg.track.zones.clone(), p.clone())?));
+        let zones = cfg.track.zones.clone();
+        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, zones, p.clone(), pictures)?));
     }
     Ok(outputs)
 }

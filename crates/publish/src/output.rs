@@ -26,6 +26,11 @@ pub trait Output {
     fn close(&mut self, end: &EndJson);
 }
 
+/// Where one output hands another a picture it took: the snapshot output gives the MQTT
+/// bridge each snapshot (camera name, JPEG) for Home Assistant's image entity. Called on the
+/// giver's own thread; must not block.
+pub type PictureSink = Box<dyn Fn(&str, &[u8]) + Send>;
+
 /// Every output of a run, called in order.
 #[derive(Default)]
 pub struct Outputs(pub Vec<Box<dyn Output>>);
@@ -49,9 +54,10 @@ impl Outputs {
             facts.add(o.report());
         }
     }
-    /// Ends every output.
+    /// Ends every output, the last opened first: an output may feed one opened before it
+    /// (the snapshots' last pictures go to the MQTT bridge), never one after it.
     pub fn close(&mut self, end: &EndJson) {
-        for o in &mut self.0 {
+        for o in self.0.iter_mut().rev() {
             o.close(end);
         }
     }

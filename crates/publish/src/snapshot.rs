@@ -10,6 +10,9 @@
 //! folder that cannot be written is a warning (the first, then every 100th) and a count;
 //! the pipeline never waits for the disk.
 //!
+//! With MQTT on, each picture is also the camera's latest snapshot for Home Assistant (an
+//! `image` entity; [`super::output::PictureSink`]), whether the disk took it or not.
+//!
 //! Files: `DIR/CAMERA/UNIX_MS-WHY.jpg` (`WHY`: `every`, or `new-LABEL-ID`), written to a
 //! temporary name and renamed, so a reader never sees half a file. File names sort by time.
 
@@ -93,6 +96,7 @@ impl Snapshots {
         cameras: &[String],
         zones: Vec<Vec<crate::track::Zone>>,
         pixels: Arc<Pixels>,
+        sink: Option<super::output::PictureSink>,
     ) -> Result<Snapshots> {
         for c in cameras {
             let d = cfg.dir.join(c);
@@ -104,7 +108,7 @@ impl Snapshots {
         let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
         let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
         let (l, c, names) = (latest.clone(), counters.clone(), cameras.to_vec());
-        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, zones };
+        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, zones, sink };
         let thread = std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || worker(rx, &place, &names, &pixels, &l, &c))
@@ -211,6 +215,8 @@ struct Place {
     keep: usize,
     /// Each camera's zones, drawn on its snapshots.
     zones: Vec<Vec<crate::track::Zone>>,
+    /// Who else gets each picture (the MQTT bridge), written to disk or not.
+    sink: Option<super::output::PictureSink>,
 }
 
 fn worker(
@@ -250,6 +256,9 @@ fn worker(
             draw::detections(&mut canvas, &f);
         }
         let written = render::jpeg(&rgb, px.width, px.height).and_then(|jpeg| {
+            if let Some(sink) = &place.sink {
+                sink(&cameras[cam], &jpeg);
+            }
             let folder = place.dir.join(&cameras[cam]);
             let name = format!("{:013}-{}.jpg", unix_ms(), req.why);
             let tmp = folder.join(format!(".{name}.tmp"));

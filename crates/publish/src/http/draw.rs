@@ -40,13 +40,8 @@ pub fn zones(canvas: &mut Canvas<'_>, zones: &[zcpipe_track::Zone], f: Option<&F
     let sy = if fh > 0 { canvas.height as f32 / fh as f32 } else { 1.0 };
     for z in zones {
         let pts: Vec<(f32, f32)> = z.points.iter().map(|&(x, y)| (x * sx, y * sy)).collect();
-        let counts: Vec<String> = f
-            .and_then(|f| f.zones.as_ref())
-            .and_then(|zs| zs.get(&z.name))
-            .map(|by| by.iter().filter(|(_, n)| **n > 0).map(|(l, n)| format!("{l} {n}")).collect())
-            .unwrap_or_default();
-        let text = if counts.is_empty() { z.name.clone() } else { format!("{}: {}", z.name, counts.join(", ")) };
-        canvas.zone(&pts, &text);
+        let counts = f.and_then(|f| f.zones.as_ref()).and_then(|zs| zs.get(&z.name));
+        canvas.zone(&pts, &zcpipe_core::draw::zone_text(&z.name, counts));
     }
 }
 

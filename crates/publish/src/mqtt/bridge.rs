@@ -36,6 +36,12 @@ pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between two connection attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// The largest packet sent or received (a snapshot's JPEG is the largest message).
+const MAX_PACKET: usize = 4 << 20;
+
+/// The largest snapshot sent: a packet's room less its topic and header.
+const MAX_PICTURE: usize = MAX_PACKET - (64 << 10);
+
 /// Capacity of rumqttc's request channel (messages handed over but not yet written).
 const REQUEST_CHANNEL: usize = 64;
 
@@ -51,6 +57,35 @@ struct Shared {
     connections: AtomicU64,
     /// Connection attempts or connections that failed.
     errors: AtomicU64,
+    /// Snapshots queued for the image entities.
+    pictures: AtomicU64,
+    /// Snapshots too big for one message ([`MAX_PICTURE`]), not sent.
+    pictures_too_big: AtomicU64,
+}
+
+impl Shared {
+    /// Queues `outs` (the lock is held for pushes only) and wakes the feeder.
+    fn push(&self, outs: impl Iterator<Item = Out>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for o in outs {
+            match o {
+                Out::Once(m) => st.queue.push(m),
+                Out::State(m) => {
+                    st.latest.insert(m.topic.clone(), m.clone());
+                    // Only a state's newest value waits: after a broker outage the flushed
+                    // queue never replays an older count after the current one.
+                    st.queue.remove_if(|q| q.topic == m.topic);
+                    st.queue.push(m);
+                }
+                Out::Announce(m) => {
+                    st.announce.push(m.clone());
+                    st.first.push_back(m);
+                }
+            }
+        }
+        drop(st);
+        self.wake.notify_all();
+    }
 }
 
 struct State {
@@ -119,12 +154,12 @@ fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
 }
 
 /// The rumqttc options of `cfg`: client id, credentials, the last will (`offline`,
-/// retained, on `P/available`), keep-alive 30 s, packets up to 1 MiB, TLS for `mqtts://`.
+/// retained, on `P/available`), keep-alive 30 s, packets up to 4 MiB (a snapshot), TLS for `mqtts://`.
 pub fn options(cfg: &MqttConfig) -> Result<MqttOptions> {
     let mut o = MqttOptions::new(cfg.client_id.clone(), cfg.broker.host.clone(), cfg.broker.port);
     o.set_keep_alive(Duration::from_secs(30));
     o.set_clean_session(true);
-    o.set_max_packet_size(1 << 20, 1 << 20);
+    o.set_max_packet_size(MAX_PACKET, MAX_PACKET);
     o.set_request_channel_capacity(REQUEST_CHANNEL);
     o.set_last_will(LastWill::new(cfg.availability_topic(), "offline", qos(cfg.qos), true));
     if let Some(u) = &cfg.broker.user {
@@ -143,7 +178,7 @@ impl MqttOutput {
     pub fn start(cfg: MqttConfig, tracks: bool) -> Result<MqttOutput> {
         let opts = options(&cfg)?;
         let (client, connection) = Client::new(opts, REQUEST_CHANNEL);
-        let online = Msg { topic: cfg.availability_topic(), payload: "online".into(), retain: true };
+        let online = Msg { topic: cfg.availability_topic(), payload: b"online".to_vec(), retain: true };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: DropOldest::new(cfg.queue),
@@ -158,6 +193,8 @@ impl MqttOutput {
             sent: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            pictures: AtomicU64::new(0),
+            pictures_too_big: AtomicU64::new(0),
         });
         log::info!(
             "mqtt: publishing to {} as client {} under {}/ (queue {} messages)",
@@ -209,28 +246,33 @@ impl MqttOutput {
 
     /// Queues what `out` holds (the lock is held for pushes only).
     fn enqueue(&mut self) {
-        if self.scratch.is_empty() {
-            return;
+        if !self.scratch.is_empty() {
+            self.shared.push(self.scratch.drain(..));
         }
-        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        for o in self.scratch.drain(..) {
-            match o {
-                Out::Once(m) => st.queue.push(m),
-                Out::State(m) => {
-                    st.latest.insert(m.topic.clone(), m.clone());
-                    // Only a state's newest value waits: after a broker outage the flushed
-                    // queue never replays an older count after the current one.
-                    st.queue.remove_if(|q| q.topic == m.topic);
-                    st.queue.push(m);
+    }
+
+    /// Where the snapshot output hands each picture it takes (its camera's name and the
+    /// JPEG): the camera's latest snapshot for Home Assistant's image entity.
+    pub(crate) fn picture_sink(&self) -> crate::output::PictureSink {
+        let shared = self.shared.clone();
+        let cfg = self.tr.config().clone();
+        let announced = Mutex::new(std::collections::BTreeSet::<String>::new());
+        Box::new(move |camera: &str, jpeg: &[u8]| {
+            if jpeg.len() > MAX_PICTURE {
+                let n = shared.pictures_too_big.fetch_add(1, Ordering::Relaxed) + 1;
+                if n == 1 {
+                    log::warn!(
+                        "mqtt: a snapshot of {camera} is {} KiB, over the {} KiB a message may hold: not sent (snapshots of a smaller --view-size fit)",
+                        jpeg.len() / 1024,
+                        MAX_PICTURE / 1024
+                    );
                 }
-                Out::Announce(m) => {
-                    st.announce.push(m.clone());
-                    st.first.push_back(m);
-                }
+                return;
             }
-        }
-        drop(st);
-        self.shared.wake.notify_all();
+            let first = announced.lock().unwrap_or_else(|e| e.into_inner()).insert(camera.to_string());
+            shared.pictures.fetch_add(1, Ordering::Relaxed);
+            shared.push(cfg.snapshot_msgs(camera, jpeg.to_vec(), first).into_iter());
+        })
     }
 
     /// The counters: `broker` (no credentials), `connected` (after `close`: when the stream
@@ -251,6 +293,8 @@ impl MqttOutput {
             connections,
             reconnects: connections.saturating_sub(1),
             errors: self.shared.errors.load(Ordering::Relaxed),
+            pictures: self.shared.pictures.load(Ordering::Relaxed),
+            pictures_too_big: self.shared.pictures_too_big.load(Ordering::Relaxed),
         }
     }
 
@@ -280,13 +324,22 @@ pub struct MqttReport {
     pub reconnects: u64,
     /// Errors seen.
     pub errors: u64,
+    /// Snapshots queued for Home Assistant's image entities.
+    pub pictures: u64,
+    /// Snapshots too big for one message, not sent.
+    pub pictures_too_big: u64,
 }
 
 impl MqttReport {
     /// Its line of the end-of-run summary.
     pub fn summary_line(&self) -> String {
+        let pictures = match (self.pictures, self.pictures_too_big) {
+            (0, 0) => String::new(),
+            (n, 0) => format!("; {n} snapshots for Home Assistant"),
+            (n, big) => format!("; {n} snapshots for Home Assistant, {big} too big to send"),
+        };
         format!(
-            "  mqtt: {}: {} messages sent, {} dropped (queue full while the broker was slow or away), {} left queued, {} reconnects; {} when the stream ended",
+            "  mqtt: {}: {} messages sent, {} dropped (queue full while the broker was slow or away), {} left queued, {} reconnects; {} when the stream ended{pictures}",
             self.broker,
             self.sent,
             self.dropped,

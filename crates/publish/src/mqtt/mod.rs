@@ -247,10 +247,17 @@ pub fn level(s: &str) -> String {
 pub struct Msg {
     /// Its topic.
     pub topic: String,
-    /// Its payload (UTF-8 text or JSON).
-    pub payload: String,
+    /// Its payload: UTF-8 text or JSON, or a picture's bytes (a snapshot's JPEG).
+    pub payload: Vec<u8>,
     /// Whether the broker keeps it for later subscribers.
     pub retain: bool,
+}
+
+impl Msg {
+    /// The payload as text (a picture's bytes shown lossily).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.payload)
+    }
 }
 
 impl MqttConfig {
@@ -286,7 +293,7 @@ impl MqttConfig {
         })
     }
 
-    /// A discovery config of `component` (`sensor`, `binary_sensor`, `event`) for camera
+    /// A discovery config of `component` (`sensor`, `binary_sensor`, `event`, `image`) for camera
     /// `camera` at `<prefix>/<component>/<node id>/<object>/config` (`object` made of
     /// `[a-zA-Z0-9_-]`), its entity named by `id` (its unique id and default entity id):
     /// `fields` with the ids, availability, device and origin every config carries. `None`
@@ -321,7 +328,7 @@ impl MqttConfig {
         }
         Some(Msg {
             topic: format!("{h}/{component}/{node}/{object}/config"),
-            payload: fields.to_string(),
+            payload: fields.to_string().into_bytes(),
             retain: true,
         })
     }
@@ -353,6 +360,31 @@ impl MqttConfig {
         });
         let object = format!("{}_{}", level(camera), level(label));
         self.discovery("binary_sensor", camera, &object, &format!("{object}_occupancy"), fields)
+    }
+
+    /// The discovery config of camera `camera`'s image entity: its latest snapshot, the JPEG
+    /// itself on `P/<camera>/snapshot` (retained, so HA shows it after a restart).
+    /// `None` without discovery.
+    pub(crate) fn snapshot_discovery(&self, camera: &str) -> Option<Msg> {
+        let fields = serde_json::json!({
+            "name": "snapshot",
+            "image_topic": self.camera_topic(camera, "snapshot"),
+            "content_type": "image/jpeg",
+        });
+        let object = format!("{}_snapshot", level(camera));
+        self.discovery("image", camera, &object, &object, fields)
+    }
+
+    /// Camera `camera`'s latest snapshot (`jpeg`): its image entity's discovery config the
+    /// first time (`first`), then the picture as the retained state of `P/<camera>/snapshot`
+    /// (a newer picture replaces one still queued).
+    pub(crate) fn snapshot_msgs(&self, camera: &str, jpeg: Vec<u8>, first: bool) -> Vec<Out> {
+        let mut out = vec![];
+        if first {
+            out.extend(self.snapshot_discovery(camera).map(Out::Announce));
+        }
+        out.push(Out::State(Msg { topic: self.camera_topic(camera, "snapshot"), payload: jpeg, retain: true }));
+        out
     }
 
     /// The discovery config of camera `camera`'s fps sensor (from `P/stats`). `None` without
@@ -390,7 +422,7 @@ fn counts_changed(
         }
         out.push(Out::State(Msg {
             topic: cfg.camera_topic(camera, &label),
-            payload: n.to_string(),
+            payload: n.to_string().into_bytes(),
             retain: cfg.retain,
         }));
         cam.counts.insert(label, n);
@@ -560,7 +592,7 @@ impl Translator {
             cam.detection_msgs += 1;
             out.push(Out::Once(Msg {
                 topic: cfg.camera_topic(&f.camera, "detections"),
-                payload: with_time(f, time_ms),
+                payload: with_time(f, time_ms).into_bytes(),
                 retain: false,
             }));
         }
@@ -583,7 +615,7 @@ impl Translator {
                     *n = 0;
                     out.push(Out::State(Msg {
                         topic: self.cfg.camera_topic(camera, label),
-                        payload: "0".into(),
+                        payload: b"0".to_vec(),
                         retain: self.cfg.retain,
                     }));
                 }
@@ -594,7 +626,7 @@ impl Translator {
     fn event(&mut self, e: &EventJson, time_ms: u64, out: &mut Vec<Out>) {
         out.push(Out::Once(Msg {
             topic: self.cfg.camera_topic(&e.camera, "events"),
-            payload: with_time(e, time_ms),
+            payload: with_time(e, time_ms).into_bytes(),
             retain: false,
         }));
         if !self.tracks || !matches!(e.event.as_str(), "new" | "end") {
@@ -636,7 +668,7 @@ impl Translator {
             })
             .collect();
         let payload = serde_json::json!({"time_ms": unix_ms(), "cameras": cams, "mqtt": bridge});
-        Msg { topic: self.cfg.stats_topic(), payload: payload.to_string(), retain: self.cfg.retain }
+        Msg { topic: self.cfg.stats_topic(), payload: payload.to_string().into_bytes(), retain: self.cfg.retain }
     }
 }
 

@@ -120,7 +120,7 @@ fn discovery_payloads_name_topics_availability_and_device() {
     let m = c.occupancy_discovery("front", "traffic light").unwrap();
     assert_eq!(m.topic, "homeassistant/binary_sensor/zcpipe-box/front_traffic_light/config");
     assert!(m.retain);
-    let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
     assert_eq!(v["unique_id"], "zcpipe-box_front_traffic_light_occupancy");
     assert_eq!(v["state_topic"], "zcpipe/front/traffic_light");
     assert_eq!(v["device_class"], "occupancy");
@@ -134,7 +134,7 @@ fn discovery_payloads_name_topics_availability_and_device() {
     assert_eq!(v["value_template"], "{{ 'ON' if (value | int(0)) > 0 else 'OFF' }}");
     let f = c.fps_discovery("front").unwrap();
     assert_eq!(f.topic, "homeassistant/sensor/zcpipe-box/front_fps/config");
-    let v: serde_json::Value = serde_json::from_str(&f.payload).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&f.payload).unwrap();
     assert_eq!(
         (v["state_topic"].as_str(), v["value_template"].as_str()),
         (Some("zcpipe/stats"), Some("{{ value_json.cameras['front'].fps }}"))
@@ -171,16 +171,16 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
         ]
     );
     let Out::Once(d) = &out[2] else { panic!() };
-    let v: serde_json::Value = serde_json::from_str(&d.payload).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
     assert_eq!(
         (v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()),
         (Some("front"), Some(1), Some(1_700_000_000_005))
     );
     assert_eq!(v["detections"].as_array().unwrap().len(), 3);
     assert!(v.get("type").is_none() && !d.retain);
-    assert!(d.payload.contains("\"score\":0.9,\"box\":[1.0,2.0,3.0,4.0]"), "f32 as on the socket: {}", d.payload);
+    assert!(d.text().contains("\"score\":0.9,\"box\":[1.0,2.0,3.0,4.0]"), "f32 as on the socket: {}", d.text());
     let Out::State(p) = &out[6] else { panic!() };
-    assert_eq!((p.payload.as_str(), p.retain), ("2", true));
+    assert_eq!((&*p.text(), p.retain), ("2", true));
     // The same counts: nothing but the detections. Then the dog leaves: 0 for dog.
     out.clear();
     t.line(&frame("front", 2, &["dog", "person", "person"]), wall, &mut out);
@@ -189,7 +189,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
     t.line(&frame("front", 3, &["person"]), wall, &mut out);
     let states: Vec<(String, String)> = out
         .iter()
-        .filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.payload.clone())) } else { None })
+        .filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.text().into_owned())) } else { None })
         .collect();
     assert_eq!(
         states,
@@ -200,12 +200,12 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
     t.line(&frame("front", 4, &[]), wall, &mut out);
     let all: Vec<(String, String)> = out
         .iter()
-        .map(|o| if let Out::State(m) = o { (m.topic.clone(), m.payload.clone()) } else { panic!("{o:?}") })
+        .map(|o| if let Out::State(m) = o { (m.topic.clone(), m.text().into_owned()) } else { panic!("{o:?}") })
         .collect();
     assert_eq!(all, [("zcpipe/front/person".to_string(), "0".to_string())]);
     // Stats: per camera frames and detection messages.
     let s = t.stats(serde_json::json!({"sent": 1}));
-    let v: serde_json::Value = serde_json::from_str(&s.payload).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&s.payload).unwrap();
     assert_eq!(
         (v["cameras"]["front"]["frames"].as_u64(), v["cameras"]["front"]["detection_messages"].as_u64()),
         (Some(4), Some(3))
@@ -235,7 +235,7 @@ fn events_go_to_the_events_topic_with_wall_time() {
     t.line(&SocketLine::Event(e), |ns| ns / 1_000_000, &mut out);
     let [Out::Once(m)] = &out[..] else { panic!("{out:?}") };
     assert_eq!(m.topic, "zcpipe/door/events");
-    let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
     assert_eq!((v["event"].as_str(), v["track_id"].as_u64(), v["time_ms"].as_u64()), (Some("new"), Some(3), Some(2)));
 }
 
@@ -265,15 +265,18 @@ fn ha_discovery_violations(m: &Msg) -> Vec<String> {
         "payload_not_available",
         "device",
         "origin",
-        "state_topic",
-        "value_template",
     ];
-    let own: &[&str] = match m.topic.split('/').nth(1) {
-        Some("binary_sensor") => &["device_class", "payload_on", "payload_off"],
-        Some("sensor") => &["device_class", "unit_of_measurement", "state_class"],
-        Some("event") => &["device_class", "event_types"],
+    const STATE: &[&str] = &["state_topic", "value_template"];
+    let (own, needs): (&[&str], &str) = match m.topic.split('/').nth(1) {
+        Some("binary_sensor") => (&["device_class", "payload_on", "payload_off"], "state_topic"),
+        Some("sensor") => (&["device_class", "unit_of_measurement", "state_class"], "state_topic"),
+        Some("event") => (&["device_class", "event_types"], "state_topic"),
+        // https://www.home-assistant.io/integrations/image.mqtt/: `image_topic` (the picture's
+        // bytes) or `url_topic`, never both, and no state topic.
+        Some("image") => (&["image_topic", "content_type", "image_encoding"], "image_topic"),
         other => return vec![format!("component {other:?} is not one zcpipe announces")],
     };
+    let own: Vec<&str> = own.iter().chain(if needs == "state_topic" { STATE } else { &[] }).copied().collect();
     let mut bad = vec![];
     let id_ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     let parts: Vec<&str> = m.topic.split('/').collect();
@@ -286,7 +289,7 @@ fn ha_discovery_violations(m: &Msg) -> Vec<String> {
     if !m.retain {
         bad.push("not retained".into());
     }
-    let v: serde_json::Value = match serde_json::from_str(&m.payload) {
+    let v: serde_json::Value = match serde_json::from_slice(&m.payload) {
         Ok(v) => v,
         Err(e) => return vec![format!("payload is not JSON: {e}")],
     };
@@ -296,7 +299,7 @@ fn ha_discovery_violations(m: &Msg) -> Vec<String> {
             bad.push(format!("option {k} is not one of {}'s", parts[1]));
         }
     }
-    for k in ["unique_id", "default_entity_id", "state_topic", "availability_topic", "device", "origin"] {
+    for k in ["unique_id", "default_entity_id", needs, "availability_topic", "device", "origin"] {
         if !o.contains_key(k) {
             bad.push(format!("{k} missing"));
         }
@@ -335,21 +338,53 @@ fn every_discovery_message_follows_home_assistants_rules() {
         out.iter().filter_map(|o| if let Out::Announce(m) = o { Some(m) } else { None }).collect();
     assert_eq!(announced.len(), 4, "fps, events and two occupancy sensors: {announced:?}");
     for m in &announced {
-        assert_eq!(ha_discovery_violations(m), Vec::<String>::new(), "{} {}", m.topic, m.payload);
-        assert!(!m.payload.contains("\"object_id\""), "the deprecated object_id: {}", m.payload);
+        assert_eq!(ha_discovery_violations(m), Vec::<String>::new(), "{} {}", m.topic, m.text());
+        assert!(!m.text().contains("\"object_id\""), "the deprecated object_id: {}", m.text());
     }
     let topics: Vec<&str> = announced.iter().map(|m| m.topic.as_str()).collect();
     assert!(topics.contains(&"homeassistant/binary_sensor/Rock_5B/Front-Door_traffic_light/config"), "{topics:?}");
-    let occupancy: serde_json::Value = serde_json::from_str(&announced[2].payload).unwrap();
+    let occupancy: serde_json::Value = serde_json::from_slice(&announced[2].payload).unwrap();
     assert_eq!(occupancy["default_entity_id"], "binary_sensor.zcpipe_front_door_person_occupancy");
     // The rules catch what HA would ignore or refuse.
     let broken = Msg {
         topic: "homeassistant/sensor/Rock.5B/x/config".into(),
-        payload: r#"{"object_id":"x","state_topic":"t"}"#.into(),
+        payload: br#"{"object_id":"x","state_topic":"t"}"#.to_vec(),
         retain: true,
     };
     let v = ha_discovery_violations(&broken);
     assert!(v.iter().any(|e| e.starts_with("topic")) && v.iter().any(|e| e.contains("object_id")), "{v:?}");
+    let image_with_state = Msg {
+        topic: "homeassistant/image/n/x/config".into(),
+        payload: br#"{"state_topic":"t","unique_id":"u"}"#.to_vec(),
+        retain: true,
+    };
+    let v = ha_discovery_violations(&image_with_state);
+    assert!(v.iter().any(|e| e.contains("state_topic")) && v.iter().any(|e| e == "image_topic missing"), "{v:?}");
+}
+
+#[test]
+fn a_snapshot_is_an_image_entity_whose_picture_is_retained() {
+    let c = MqttConfig { client_id: "Rock.5B".into(), ..cfg() };
+    let jpeg = vec![0xff, 0xd8, 0xff, 0xe0, 0, 0x10, b'J', b'F', 0xff, 0xd9];
+    let first = c.snapshot_msgs("Front-Door", jpeg.clone(), true);
+    let Out::Announce(d) = &first[0] else { panic!("{first:?}") };
+    assert_eq!(d.topic, "homeassistant/image/Rock_5B/Front-Door_snapshot/config");
+    assert_eq!(ha_discovery_violations(d), Vec::<String>::new(), "{}", d.text());
+    let v: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
+    assert_eq!(
+        (v["image_topic"].as_str(), v["content_type"].as_str(), v["default_entity_id"].as_str()),
+        (Some("zcpipe/Front-Door/snapshot"), Some("image/jpeg"), Some("image.zcpipe_front_door_snapshot"))
+    );
+    // The picture is the retained state of its topic, its bytes untouched.
+    let Out::State(p) = &first[1] else { panic!("{first:?}") };
+    assert_eq!((p.topic.as_str(), &p.payload, p.retain), ("zcpipe/Front-Door/snapshot", &jpeg, true));
+    assert_eq!(first.len(), 2);
+    // Later pictures: the state alone.
+    let later = c.snapshot_msgs("Front-Door", jpeg.clone(), false);
+    assert!(matches!(&later[..], [Out::State(m)] if m.payload == jpeg), "{later:?}");
+    // Without discovery, no entity but the picture all the same.
+    let c = MqttConfig { discovery_prefix: None, ..cfg() };
+    assert!(matches!(&c.snapshot_msgs("cam0", jpeg, true)[..], [Out::State(_)]));
 }
 
 /// An event line of camera `front`.
@@ -376,7 +411,7 @@ fn with_a_tracker_occupancy_is_live_tracks_not_a_frames_detections() {
     let wall = |ns: u64| ns / 1_000_000;
     let states = |out: &[Out]| -> Vec<(String, String)> {
         out.iter()
-            .filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.payload.clone())) } else { None })
+            .filter_map(|o| if let Out::State(m) = o { Some((m.topic.clone(), m.text().into_owned())) } else { None })
             .collect()
     };
     let mut out = vec![];
@@ -410,14 +445,16 @@ fn with_a_tracker_occupancy_is_live_tracks_not_a_frames_detections() {
 #[test]
 fn a_queued_state_keeps_only_its_newest_value() {
     let mut q = DropOldest::new(10);
-    let m = |topic: &str, payload: &str| Msg { topic: topic.into(), payload: payload.into(), retain: true };
+    let m =
+        |topic: &str, payload: &str| Msg { topic: topic.into(), payload: payload.as_bytes().to_vec(), retain: true };
     q.push(m("zcpipe/front/person", "1"));
     q.push(m("zcpipe/front/detections", "{}"));
     // What the bridge does with a new state while the broker is away.
     let newer = m("zcpipe/front/person", "0");
     q.remove_if(|x| x.topic == newer.topic);
     q.push(newer);
-    let left: Vec<(String, String)> = std::iter::from_fn(|| q.pop()).map(|x| (x.topic, x.payload)).collect();
+    let left: Vec<(String, String)> =
+        std::iter::from_fn(|| q.pop()).map(|x| (x.topic.clone(), x.text().into_owned())).collect();
     assert_eq!(
         left,
         [
