@@ -15,11 +15,13 @@ LAYERS = {
     "zcpipe-core": 1,
     "zcpipe-track": 2,
     "zcpipe-convert": 2,
+    "zcpipe-clips": 2,
     "zcpipe-capture": 3,
     "zcpipe-scale": 3,
     "zcpipe-infer": 3,
     "zcpipe-publish": 3,
     "zcpipe-display": 3,
+    "zcpipe-record": 3,
     "zcpipe": 4,
 }
 FAKES = ("zcpipe-fake-",)

@@ -297,3 +297,99 @@ fn the_compare_chart_reads_in_a_real_browser() {
     }
     eprintln!("EVIDENCE compare chart: {} texts, none empty, none overlapping: {words:?}", texts.len());
 }
+
+/// `GET path` with a `Range` header (when given) from the web view at `port`: status,
+/// headers (names lower-case), body.
+fn get_range(port: u16, path: &str, range: Option<&str>) -> (u16, BTreeMap<String, String>, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let range = range.map(|r| format!("Range: {r}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{range}\r\n").unwrap();
+    let mut all = vec![];
+    s.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&all[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, all[split + 4..].to_vec())
+}
+
+/// A recorded clip in the web view: listed at `/api/clips`, served in byte ranges, and
+/// played by a real browser's `<video>` from the web view (its time advances, its picture
+/// has the clip's size).
+#[test]
+#[ignore = "needs chromium: make test-browser"]
+fn a_recorded_clip_plays_from_the_web_view_in_a_real_browser() {
+    let bin = chromium().expect("chromium is not installed: make setup-test installs it (Debian's chromium package)");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let clips = dir.path().join("clips");
+    let run = zcpipe_run(dir.path())
+        .args(["--instance", "browser-clips", "--no-print", "--http", &format!("127.0.0.1:{port}"), "--frames", "600"])
+        .args(["--record-dir", clips.to_str().unwrap(), "--record-pre", "1", "--record-post", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _run = Reap(run);
+    // Person 1 leaves the bundled clip after 19.5 s: their clip closes a second later.
+    let mut clip = Value::Null;
+    let listed = wait_for(Duration::from_secs(120), || {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            return false;
+        }
+        let (code, _, body) = get_range(port, "/api/clips", None);
+        let list: Value = if code == 200 { serde_json::from_slice(&body).unwrap_or_default() } else { Value::Null };
+        if let Some(c) = list.as_array().and_then(|a| a.iter().find(|c| c["state"] == "complete")) {
+            clip = c.clone();
+        }
+        !clip.is_null()
+    });
+    assert!(listed, "no complete clip listed at /api/clips");
+    let url = clip["url"].as_str().unwrap().to_string();
+    assert_eq!((clip["camera"].as_str(), clip["labels"][0].as_str()), (Some("cam0"), Some("person")), "{clip}");
+    let (code, _, page) = get_range(port, "/", None);
+    let page = String::from_utf8_lossy(&page);
+    assert!(code == 200 && page.contains("id=\"clips-section\"") && page.contains("const CLIPS = true;"), "{page}");
+    // A byte range: 206 with its Content-Range; the file starts with its ftyp box.
+    let (code, h, body) = get_range(port, &url, Some("bytes=0-99"));
+    let len = clip["bytes"].as_u64().unwrap();
+    assert_eq!((code, h.get("content-range").cloned(), body.len()), (206, Some(format!("bytes 0-99/{len}")), 100));
+    assert_eq!(&body[4..8], b"ftyp");
+    let (code, h, _) = get_range(port, &url, Some(&format!("bytes={len}-")));
+    assert_eq!((code, h.get("content-range").cloned()), (416, Some(format!("bytes */{len}"))));
+    // The browser plays it from the web view (virtual time: the 2.5 s pass at once).
+    let html = format!(
+        "<!doctype html><html><body><video id=\"v\" src=\"http://127.0.0.1:{port}{url}\" muted playsinline></video><pre id=\"out\">none</pre>\
+         <script>const v = document.getElementById('v'); v.play().catch(e => document.getElementById('out').textContent = 'play: ' + e);\
+         setTimeout(() => document.getElementById('out').textContent = JSON.stringify({{t: v.currentTime, ready: v.readyState, w: v.videoWidth, h: v.videoHeight, error: v.error && v.error.code}}), 2500);</script></body></html>"
+    );
+    let file = dir.path().join("play.html");
+    std::fs::write(&file, html).unwrap();
+    let out = Command::new(&bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--autoplay-policy=no-user-gesture-required",
+        ])
+        .args(["--virtual-time-budget=6000", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", dir.path().join("chromium").display()))
+        .arg(format!("file://{}", file.display()))
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let start = dom.find("<pre id=\"out\">").expect("the page loaded") + "<pre id=\"out\">".len();
+    let text = dom[start..start + dom[start..].find("</pre>").unwrap()].replace("&quot;", "\"");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("the video did not report: {text}"));
+    assert!(v["t"].as_f64().unwrap() >= 1.0, "the video's time advanced: {v}");
+    assert_eq!((v["w"].as_u64(), v["h"].as_u64(), &v["error"]), (Some(768), Some(432), &Value::Null), "{v}");
+    eprintln!("EVIDENCE clip in a real browser: {url} ({len} bytes) played to {} s, {}x{}", v["t"], v["w"], v["h"]);
+}

@@ -99,3 +99,40 @@ write("service_msg", "register-jpeg-nv12", bytes([2]) + js({"type": "register", 
                                             planes=[{"offset": 0, "bytesperline": 464}, {"offset": 464 * 302, "bytesperline": 464}])]}))
 write("service_msg", "detect", bytes([0]) + js({"type": "detect", "v": 1, "kind": "request", "buffer": 0, "seq": 7}))
 write("service_msg", "reply-frame", bytes([0]) + js({"type": "frame", "v": 1, "buffer": 0, **dict(frame, camera="doorbell pid 7")}))
+
+
+# packet_stream: the messages a capture stage sends the recorder (hello, tables, units),
+# and the MPEG-TS they carry (a PAT, a PMT naming an H.264 stream on PID 0x100, PES starts
+# with a PTS and an IDR or a P slice).
+def ts_packet(pid, start, payload, rai=False):
+    head = bytes([0x47, (0x40 if start else 0) | (pid >> 8), pid & 0xFF])
+    room = 184 - len(payload)
+    if room == 0:
+        return head + b"\x10" + payload
+    af = bytes([room - 1]) + ((b"\x40" if rai else b"\x00") + b"\xff" * (room - 2) if room > 1 else b"")
+    return head + b"\x30" + af + payload
+
+
+def section(table, body):
+    s = bytes([table, 0xB0 | ((len(body) + 4) >> 8), (len(body) + 4) & 0xFF]) + body + b"\0\0\0\0"
+    return b"\0" + s
+
+
+def pes(pts, nal):
+    p = bytes([0x21 | ((pts >> 29) & 0x0E), (pts >> 22) & 0xFF, 0x01 | ((pts >> 14) & 0xFE), (pts >> 7) & 0xFF, 0x01 | ((pts << 1) & 0xFE)])
+    return b"\0\0\x01\xe0\0\0\x80\x80\x05" + p + bytes([0, 0, 0, 1, nal, 0x88, 0x84])
+
+
+pat = ts_packet(0, True, section(0x00, b"\0\x01\xc1\0\0\0\x01\xf0\x00"))
+pmt = ts_packet(0x1000, True, section(0x02, b"\0\x01\xc1\0\0\xe1\x00\xf0\x00\x1b\xe1\x00\xf0\x00"))
+units = [ts_packet(0x100, True, pes(90000 + 3000 * k, 0x65 if k % 10 == 0 else 0x41), rai=k % 10 == 0) for k in range(12)]
+write("packet_stream", "ts", pat + pmt + b"".join(units))
+
+
+def msg(kind, body, flags=0, mono=0, pts=0):
+    return b"ZCPK" + bytes([kind, flags, 0, 0]) + struct.pack("<IQQ", len(body), mono, pts) + body
+
+
+hello = js({"version": 1, "camera": "cam0", "codec": "h264", "width": 768, "height": 432})
+stream = msg(1, hello) + msg(2, pat + pmt) + b"".join(msg(3, u, 3 if k % 10 == 0 else 2, 1000 + k, 90000 + 3000 * k) for k, u in enumerate(units))
+write("packet_stream", "messages", stream)

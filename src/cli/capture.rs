@@ -123,6 +123,7 @@ impl CaptureArgs {
             rtsp_transport: self.rtsp_transport,
             wait_for_camera: self.wait_for_camera,
             decoder: self.decoder,
+            record: false,
         })
     }
 

@@ -34,6 +34,10 @@ pub struct HttpArgs {
     /// kernel's queue until one closes. Keep it under the process's fd limit (LimitNOFILE).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = max_connections)]
     pub http_max_connections: usize,
+    /// The record folder whose clips the page lists and plays (/api/clips, /clips/ID.mp4 with
+    /// range requests). `zcpipe run` sets it from --record-dir.
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub http_clips: Option<std::path::PathBuf>,
 }
 
 fn max_connections(s: &str) -> Result<usize, String> {
@@ -78,6 +82,7 @@ impl HttpArgs {
             view_fps: self.view_fps,
             service,
             max_connections: self.http_max_connections,
+            clips: self.http_clips.clone(),
         };
         check_remote(&cfg)?;
         Ok(Some(cfg))
@@ -95,6 +100,7 @@ impl HttpArgs {
             view_fps: self.view_fps,
             service: None,
             max_connections: self.http_max_connections,
+            clips: None,
         };
         zcpipe_publish::http::bind(&cfg).map(drop)
     }
@@ -119,6 +125,7 @@ impl HttpArgs {
             v.push("--http-allow-remote".into());
         }
         v.extend(self.service_socket.as_ref().map(|p| format!("--service-socket={}", p.display())));
+        v.extend(self.http_clips.as_ref().map(|p| format!("--http-clips={}", p.display())));
         v
     }
 }

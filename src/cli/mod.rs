@@ -18,6 +18,7 @@ pub mod http;
 pub mod infer;
 pub mod mqtt;
 pub mod publish;
+pub mod record;
 pub mod reference;
 pub mod run;
 pub mod scale;
@@ -103,6 +104,10 @@ pub enum StageCmd {
         common: CommonArgs,
         #[command(flatten)]
         args: CaptureArgs,
+        /// Send the camera's encoded stream (its H.264 or H.265 packets, untouched) to the
+        /// run's recorder too (`zcpipe stage record`, at record.sock in the run directory).
+        #[arg(long)]
+        record: bool,
     },
     /// Letterbox capture frames into the model input (connects to capture.sock, listens on scale.sock).
     Scale {
@@ -132,6 +137,14 @@ pub enum StageCmd {
         common: CommonArgs,
         #[command(flatten)]
         args: display::DisplayArgs,
+    },
+    /// Record event clips of the cameras' own packets (listens on record.sock for the
+    /// capture stages' streams, a client of the detections socket; optional).
+    Record {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        args: record::RecordStageArgs,
     },
 }
 
@@ -196,6 +209,7 @@ impl StageCmd {
             StageCmd::Infer { .. } => Stage::Infer.into(),
             StageCmd::Publish { .. } => Stage::Publish.into(),
             StageCmd::Display { .. } => Role::Display.into(),
+            StageCmd::Record { .. } => Role::Record.into(),
         }
     }
 
@@ -205,12 +219,15 @@ impl StageCmd {
         | StageCmd::Scale { common, .. }
         | StageCmd::Infer { common, .. }
         | StageCmd::Publish { common, .. }
-        | StageCmd::Display { common, .. }) = &self;
+        | StageCmd::Display { common, .. }
+        | StageCmd::Record { common, .. }) = &self;
         let data = common.data_path()?;
         let instance = data.instance.clone();
         let ctx = StageCtx { id: self.id(), stop: &STOP, reporter: Reporter::new(common.report_fd), data };
         match self {
-            StageCmd::Capture { args, .. } => zcpipe_capture::stage::run(args.config()?, ctx),
+            StageCmd::Capture { args, record, .. } => {
+                zcpipe_capture::stage::run(zcpipe_capture::CaptureConfig { record, ..args.config()? }, ctx)
+            }
             StageCmd::Scale { args, .. } => zcpipe_scale::stage::run(args.config()?, ctx),
             StageCmd::Infer { args, .. } => {
                 let mut cfg = args.config()?;
@@ -227,6 +244,7 @@ impl StageCmd {
                 zcpipe_publish::stage::run(cfg, ctx)
             }
             StageCmd::Display { args, .. } => zcpipe_display::stage::run(args.config(&instance)?, ctx),
+            StageCmd::Record { args, .. } => zcpipe_record::stage::run(args.config(&instance)?, ctx),
         }
     }
 }

@@ -15,6 +15,7 @@ use super::display::RunDisplayArgs;
 use super::http::HttpArgs;
 use super::mqtt::MqttArgs;
 use super::publish::PublishArgs;
+use super::record::RecordArgs;
 use super::snapshot::SnapshotArgs;
 use super::track::TrackArgs;
 
@@ -101,6 +102,8 @@ pub struct RunArgs {
     pub mqtt: MqttArgs,
     #[command(flatten)]
     pub display: RunDisplayArgs,
+    #[command(flatten)]
+    pub record: RecordArgs,
 }
 
 impl RunArgs {
@@ -132,6 +135,9 @@ impl RunArgs {
         // will: one line each (the web view's address was checked free before: `cli::main`).
         publish.config(&data.instance)?;
         let socket = publish.socket(&data.instance);
+        let tracking = self.track.tracker != zcpipe_track::TrackerKind::None;
+        let zone_names: Vec<String> = self.track.zones.iter().map(|z| z.zone.name.clone()).collect();
+        self.record.config(&socket, tracking, &zone_names)?;
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);
         let mut plan = first.plan(socket.clone())?;
@@ -163,6 +169,7 @@ impl RunArgs {
         if let Some(card) = &display_card {
             self.display_stage(&mut stage_flags, &mut plan, card, &common, &names, &socket);
         }
+        self.record_stage(&mut stage_flags, &mut plan, &common, &socket);
         let cameras: Vec<(String, String)> = names
             .iter()
             .zip(&captures)
@@ -254,6 +261,9 @@ impl RunArgs {
             if several {
                 v.push(format!("--camera={name}"));
             }
+            if self.record.record_dir.is_some() {
+                v.push("--record".into());
+            }
             stage_flags.push((StageId::capture(several.then_some(name.as_str())), v));
         }
     }
@@ -286,6 +296,11 @@ impl RunArgs {
                     v.push(format!("--cameras={}", names.join(",")));
                     v.extend(self.track.flags());
                     v.extend(self.http.flags());
+                    // The web view lists and plays the recorder's clips.
+                    if let (Some(_), Some(dir), None) = (self.http.http, &self.record.record_dir, &self.http.http_clips)
+                    {
+                        v.push(format!("--http-clips={}", dir.display()));
+                    }
                     // /metrics asks the inference service where the infer stage puts it.
                     if let (Some(p), true, None) =
                         (&p.infer.serve_socket, self.http.http.is_some(), &self.http.service_socket)
@@ -329,6 +344,26 @@ impl RunArgs {
         plan.outputs.push(crate::plan::Step {
             what: format!("display on {} (camera {})", card.display(), names[0]),
             why: why.into(),
+        });
+    }
+
+    /// The record stage's command line (with `--record-dir`), and its step in the plan.
+    fn record_stage(
+        &self,
+        stage_flags: &mut Vec<(StageId, Vec<String>)>,
+        plan: &mut crate::plan::Plan,
+        common: &[String],
+        socket: &std::path::Path,
+    ) {
+        let Some(what) = self.record.describe() else { return };
+        let mut v = common.to_vec();
+        v.extend(self.record.flags());
+        v.push(format!("--detections={}", socket.display()));
+        stage_flags.push((Role::Record.into(), v));
+        plan.outputs.push(crate::plan::Step {
+            what,
+            why: "--record-dir (the cameras' own H.264/H.265 packets remuxed, never re-encoded; a process of its own)"
+                .into(),
         });
     }
 

@@ -236,3 +236,29 @@ pub fn compare_one_round(dir: &Path, source: &str, frames: u32, svg: &Path) -> S
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A tmpfs of `size` (`16k`, `700k`) mounted on `dir` (made if missing) for a full-disk
+/// test, unmounted when dropped; `None` where this process may not mount (not root, no
+/// CAP_SYS_ADMIN), said on stderr: the test then skips.
+pub fn small_tmpfs(dir: &Path, size: &str) -> Option<Unmount> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "zcpipe-test-full"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN)");
+        return None;
+    }
+    Some(Unmount(dir.to_path_buf()))
+}
+
+/// A mount point unmounted on drop.
+pub struct Unmount(pub PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}

@@ -16,6 +16,7 @@ mod heads;
 mod multicam;
 mod pipeline;
 mod plan;
+mod record;
 mod replay;
 mod rtsp;
 #[cfg(feature = "onnx")]

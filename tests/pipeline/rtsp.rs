@@ -25,11 +25,11 @@ use common::{
     zcpipe_run,
 };
 
-const CLIP: &str = "tests/data/one-by-one-person-detection.mp4";
+pub(crate) const CLIP: &str = "tests/data/one-by-one-person-detection.mp4";
 
 /// Whether `/usr/bin/python3` has GStreamer's RTSP server and the elements the server
 /// script uses; if not, why (the tests skip then).
-fn gst_missing() -> Option<String> {
+pub(crate) fn gst_missing() -> Option<String> {
     let check = r#"import sys, gi
 gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")
 from gi.repository import Gst, GstRtspServer
@@ -57,19 +57,19 @@ macro_rules! need_gst {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then let go).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A running `scripts/rtsp_server.py`; killed (SIGKILL, by its pid) and reaped on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
 }
 
 impl Server {
     /// Starts the server on `port` at `/cam` serving `file` and waits for its `ready` line;
     /// retries while the port is still held by a server just killed.
-    fn start(port: u16, file: &Path) -> Server {
+    pub(crate) fn start(port: u16, file: &Path) -> Server {
         Server::start_as(port, file, None)
     }
 
@@ -120,7 +120,7 @@ impl Drop for Server {
 
 /// A `zcpipe run` in the background: its JSON lines on stdout collected by a thread, its
 /// stderr read to the end by another; SIGKILLed on drop if still running.
-struct Run {
+pub(crate) struct Run {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
     out: Option<std::thread::JoinHandle<()>>,
@@ -128,7 +128,7 @@ struct Run {
 }
 
 impl Run {
-    fn start(dir: &Path, args: &[&str]) -> Run {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> Run {
         Run::spawn(zcpipe_run(dir).args(args))
     }
 
@@ -171,7 +171,7 @@ impl Run {
     }
 
     /// Waits for the run to end by itself.
-    fn finish(&mut self) -> (std::process::ExitStatus, String, Vec<Value>) {
+    pub(crate) fn finish(&mut self) -> (std::process::ExitStatus, String, Vec<Value>) {
         let status = self.child.wait().unwrap();
         self.out.take().unwrap().join().unwrap();
         let err = self.err.take().unwrap().join().unwrap();

@@ -86,23 +86,7 @@ fn snapshots_on_new_objects_and_every_n_seconds_with_boxes_drawn_and_the_oldest_
 fn a_full_disk_is_a_warning_and_the_pipeline_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let snaps = dir.path().join("full");
-    std::fs::create_dir(&snaps).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16k", "zcpipe-test-full"])
-        .arg(&snaps)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN)");
-        return;
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _u = Unmount(&snaps);
+    let Some(_u) = small_tmpfs(&snaps, "16k") else { return };
     let (c, stderr) =
         run(dir.path(), "snap-full", &["--snapshot-dir", snaps.to_str().unwrap(), "--snapshot-every", "1"]);
     assert!(c["failed"].as_u64().unwrap() >= 1, "{c}");

@@ -66,17 +66,53 @@ impl Child {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        Child::spawn_teed(tool, args, input, None)
+    }
+
+    /// As [`Child::spawn_fed`], and with `tee` the write end of a pipe the tool gets as its
+    /// fd 3 (`pipe:3`: ffmpeg's second output, the camera's encoded stream for the
+    /// recorder). The tool's end is closed here once it started.
+    pub(crate) fn spawn_teed<I, S>(
+        tool: &str,
+        args: I,
+        input: Option<&[u8]>,
+        tee: Option<std::os::fd::OwnedFd>,
+    ) -> anyhow::Result<Child>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         use std::io::Write;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
         if input.is_some_and(|i| i.len() > FED_INPUT_MAX) {
             anyhow::bail!("the input given to {tool} is over {FED_INPUT_MAX} bytes: use a shorter URL");
         }
-        let mut child = Command::new(tool)
-            .args(args)
+        let mut cmd = Command::new(tool);
+        cmd.args(args)
             .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| tool_error(tool, e))?;
+            .stderr(Stdio::piped());
+        if let Some(fd) = tee.as_ref().map(|t| t.as_raw_fd()) {
+            // SAFETY: between fork and exec only dup2(2), which is async-signal-safe, runs;
+            // `fd` stays open in the parent until spawn returns. dup2 to 3 clears
+            // close-on-exec on the copy, so the tool inherits fd 3 and nothing else of ours.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if fd == 3 {
+                        let flags = libc::fcntl(3, libc::F_GETFD);
+                        if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    } else if libc::dup2(fd, 3) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| tool_error(tool, e))?;
+        drop(tee);
         if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
             // Within the pipe's 64 KiB buffer: written at once whatever the tool is doing.
             // A tool that died already gives EPIPE, seen when it is waited for.
@@ -208,6 +244,8 @@ pub struct VideoProbe {
     /// `r_frame_rate` (or `avg_frame_rate` when that is the saner one) as frames per
     /// second (0 if ffprobe gave none, e.g. `0/0`).
     pub fps: f64,
+    /// The codec, when it is one a clip can hold without re-encoding (H.264, H.265).
+    pub codec: Option<zcpipe_core::ts::Codec>,
 }
 
 /// The ffprobe arguments that print the first video stream's size and rates as JSON; the
@@ -267,7 +305,8 @@ pub(crate) fn parse_probe(json: &[u8]) -> Result<VideoProbe, String> {
         (None, Some(a)) => a,
         (None, None) => 0.0,
     };
-    Ok(VideoProbe { width, height, fps })
+    let codec = stream.codec_name.as_deref().and_then(zcpipe_core::ts::Codec::from_name);
+    Ok(VideoProbe { width, height, fps, codec })
 }
 
 /// A video stream's codec and pixel format, as ffprobe names them.
@@ -394,7 +433,7 @@ mod tests {
         let p =
             parse_probe(br#"{"streams":[{"width":768,"height":432,"r_frame_rate":"10/1","avg_frame_rate":"10/1"}]}"#)
                 .unwrap();
-        assert_eq!(p, VideoProbe { width: 768, height: 432, fps: 10.0 });
+        assert_eq!(p, VideoProbe { width: 768, height: 432, fps: 10.0, codec: None });
         // A live stream's time-base guess gives way to the average rate.
         let p =
             parse_probe(br#"{"streams":[{"width":64,"height":48,"r_frame_rate":"90000/1","avg_frame_rate":"25/1"}]}"#)

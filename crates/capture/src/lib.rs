@@ -21,6 +21,7 @@ pub mod image;
 pub mod mjpeg;
 pub mod mpp;
 pub mod network;
+pub mod record;
 pub mod report;
 pub mod spec;
 pub mod stage;
@@ -62,6 +63,9 @@ pub struct CaptureConfig {
     /// Who decodes a compressed source (`--decoder`; `None`: auto). Applies to `video:`
     /// files, network streams and MJPEG cameras.
     pub decoder: Option<decoder::DecoderChoice>,
+    /// The camera is recorded: its encoded stream goes to the run's recorder too
+    /// ([`record`]).
+    pub record: bool,
 }
 
 /// What a source produces, known before the first frame (used to size the pool).

@@ -179,8 +179,9 @@ enum State {
     Down { at: Instant },
     /// ffprobe is looking at the stream.
     Probing { probe: Child, since: Instant },
-    /// ffmpeg is decoding; frames go out at `out` pixels.
-    Streaming { ffmpeg: Child, out: FrameLayout, since: Instant },
+    /// ffmpeg is decoding; frames go out at `out` pixels. `tee` reads its copy of the
+    /// encoded stream for the recorder (declared after `ffmpeg`: dropped after it ended).
+    Streaming { ffmpeg: Child, out: FrameLayout, since: Instant, _tee: Option<super::record::Tee> },
 }
 
 /// The counters a network source reports.
@@ -223,6 +224,8 @@ pub(crate) struct NetworkSource {
     /// Frames lost in the gap the last frame closed, until taken.
     pending_gap: Option<u64>,
     stats: NetStats,
+    /// The link to the run's recorder, when this camera is recorded.
+    record: Option<std::sync::Arc<super::record::Recording>>,
 }
 
 impl NetworkSource {
@@ -230,7 +233,13 @@ impl NetworkSource {
     /// naming the URL (redacted) and ffprobe's reason, unless `opts.wait_for_camera`: then
     /// the source starts without it (pool sized by `opts.size` or [`WAIT_DEFAULT_SIZE`]) and
     /// connects when it can. Returns early with an error if `stop` is set while probing.
-    pub fn open(url: &str, opts: &NetworkOptions, stop: &AtomicBool) -> anyhow::Result<NetworkSource> {
+    /// `record`: the camera's link to the recorder (each stream's packets go to it too).
+    pub fn open(
+        url: &str,
+        opts: &NetworkOptions,
+        stop: &AtomicBool,
+        record: Option<std::sync::Arc<super::record::Recording>>,
+    ) -> anyhow::Result<NetworkSource> {
         let shown = redact_url(url);
         let mut probe = spawn_probe(url, opts.transport)?;
         let since = Instant::now();
@@ -285,6 +294,7 @@ impl NetworkSource {
             gap: None,
             pending_gap: None,
             stats: NetStats::default(),
+            record,
         };
         if let (Ok(p), Some(_)) = (first, stream) {
             s.start_stream(p)?;
@@ -336,9 +346,16 @@ impl NetworkSource {
         args.extend(["-an", "-f", "rawvideo", "-pix_fmt", "nv12", "-vf"].iter().map(|s| s.to_string()));
         args.push(filter(out, self.opts.fps));
         args.push("pipe:1".into());
-        let ffmpeg = Child::spawn_fed("ffmpeg", &args, Some(input.list.as_bytes()))?;
+        let (fd, tee) = match super::record::tee_for(self.record.as_deref(), &self.shown, &p)? {
+            Some((fd, tee)) => {
+                args.extend(super::record::TEE_ARGS.iter().map(|s| s.to_string()));
+                (Some(fd), Some(tee))
+            }
+            None => (None, None),
+        };
+        let ffmpeg = Child::spawn_teed("ffmpeg", &args, Some(input.list.as_bytes()), fd)?;
         let out = FrameLayout::nv12(out.0, out.1, STRIDE_ALIGN);
-        self.state = State::Streaming { ffmpeg, out, since: Instant::now() };
+        self.state = State::Streaming { ffmpeg, out, since: Instant::now(), _tee: tee };
         Ok(())
     }
 
@@ -581,7 +598,7 @@ impl FrameSource for NetworkSource {
     /// frame now (not streaming, or the stream just dropped: logged, reconnecting); a live
     /// source never ends by itself.
     fn fill(&mut self, dst: &mut [u8]) -> anyhow::Result<Option<FrameLayout>> {
-        let State::Streaming { ffmpeg, out, since } = &mut self.state else { return Ok(None) };
+        let State::Streaming { ffmpeg, out, since, .. } = &mut self.state else { return Ok(None) };
         let l = *out;
         let need = l.bytes_needed() as usize;
         if dst.len() < need {
@@ -745,7 +762,7 @@ mod tests {
     fn unreachable_camera_is_one_line_without_the_password() {
         let stop = AtomicBool::new(false);
         let url = "rtsp://user:secret@127.0.0.1:1/x";
-        let e = NetworkSource::open(url, &NetworkOptions::default(), &stop).err().expect("unreachable");
+        let e = NetworkSource::open(url, &NetworkOptions::default(), &stop, None).err().expect("unreachable");
         let msg = format!("{e:#}");
         println!("{msg}");
         assert!(msg.contains("rtsp://user:***@127.0.0.1:1/x: the camera refused the connection;"), "{msg}");
@@ -758,7 +775,7 @@ mod tests {
     fn wait_for_camera_starts_down_and_retries() {
         let stop = AtomicBool::new(false);
         let opts = NetworkOptions { wait_for_camera: true, size: Some((64, 48)), ..Default::default() };
-        let mut s = NetworkSource::open("rtsp://u:pw@127.0.0.1:1/x", &opts, &stop).unwrap();
+        let mut s = NetworkSource::open("rtsp://u:pw@127.0.0.1:1/x", &opts, &stop, None).unwrap();
         assert_eq!((s.info().max_width, s.info().max_height), (64, 48));
         assert!(!s.info().description.contains("pw@"), "{}", s.info().description);
         let mut buf = vec![0u8; s.info().max_frame_bytes as usize];

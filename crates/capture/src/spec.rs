@@ -344,7 +344,13 @@ pub(crate) fn scrub_secrets(text: &str, url: &str) -> String {
 /// its [`SourceInfo`](super::SourceInfo). `Auto` opens the bundled clip found by
 /// [`find_data_file`](zcpipe_core::data::find_data_file). `V4l2` is an error here: a camera fills its own buffers, so the
 /// capture stage drives it with [`super::v4l2::V4l2Capture`] instead of a [`FrameSource`].
-pub(crate) fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyhow::Result<Box<dyn FrameSource>> {
+///
+/// `record`: the camera's link to the recorder; a compressed file's packets go to it.
+pub(crate) fn open_source(
+    spec: &SourceSpec,
+    fps_override: Option<f64>,
+    record: Option<&super::record::Recording>,
+) -> anyhow::Result<Box<dyn FrameSource>> {
     if let Some(fps) = fps_override {
         check_fps(fps)?;
     }
@@ -359,10 +365,10 @@ pub(crate) fn open_source(spec: &SourceSpec, fps_override: Option<f64>) -> anyho
                     zcpipe_core::data::source_root().display()
                 )
             })?;
-            Box::new(VideoSource::open(&clip, fps_override)?)
+            Box::new(VideoSource::open(&clip, fps_override, record)?)
         }
         SourceSpec::Image(p) => Box::new(ImageSource::open(p, fps_override)?),
-        SourceSpec::Video(p) => Box::new(VideoSource::open(p, fps_override)?),
+        SourceSpec::Video(p) => Box::new(VideoSource::open(p, fps_override, record)?),
         SourceSpec::TestSrc { width, height, fps } => {
             Box::new(TestSource::new(*width, *height, fps_override.unwrap_or(*fps))?)
         }
@@ -605,16 +611,16 @@ mod tests {
 
     #[test]
     fn open_source_leaves_v4l2_to_the_capture_stage() {
-        let e = open_source(&SourceSpec::V4l2(None), None).err().expect("error");
+        let e = open_source(&SourceSpec::V4l2(None), None, None).err().expect("error");
         assert!(e.to_string().contains("V4l2Capture"), "{e}");
     }
 
     #[test]
     fn open_source_testsrc_honours_fps_override() {
-        let s = open_source(&parse("testsrc:64x48@5"), Some(12.0)).unwrap();
+        let s = open_source(&parse("testsrc:64x48@5"), Some(12.0), None).unwrap();
         assert_eq!((s.info().max_width, s.info().max_height, s.info().fps), (64, 48, 12.0));
-        assert!(open_source(&parse("testsrc"), Some(0.0)).is_err());
-        let s = open_source(&parse("testsrc:64x48"), Some(FPS_MAX)).unwrap();
+        assert!(open_source(&parse("testsrc"), Some(0.0), None).is_err());
+        let s = open_source(&parse("testsrc:64x48"), Some(FPS_MAX), None).unwrap();
         assert!(s.reusable() && s.info().description.ends_with("@maxfps"), "{}", s.info().description);
     }
 
@@ -632,7 +638,7 @@ mod tests {
 
     #[test]
     fn open_source_auto_opens_bundled_clip() {
-        let s = open_source(&SourceSpec::Auto, None).unwrap();
+        let s = open_source(&SourceSpec::Auto, None, None).unwrap();
         assert_eq!((s.info().max_width, s.info().max_height), (768, 432));
         assert_eq!(s.info().fps, 10.0);
     }

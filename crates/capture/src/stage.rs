@@ -67,6 +67,7 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             return run_mpp(&cfg, ctx, &spec, lib);
         }
     }
+    let record = recording(&cfg, &ctx, &spec)?;
     let source = match (mjpeg, &spec) {
         (Some(s), _) => s,
         (None, SourceSpec::Network(url)) => {
@@ -76,18 +77,43 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
                 size: cfg.size,
                 fps: cfg.fps,
             };
-            Box::new(NetworkSource::open(url, &opts, ctx.stop)?) as Box<dyn super::FrameSource>
+            Box::new(NetworkSource::open(url, &opts, ctx.stop, record.clone())?) as Box<dyn super::FrameSource>
         }
         (None, SourceSpec::V4l2(device)) => Box::new(super::v4l2::mjpg::MjpgCamera::open(&cfg, device.clone())?),
-        (None, _) => open_source(&spec, cfg.fps)?,
+        (None, _) => open_source(&spec, cfg.fps, record.as_deref())?,
     };
-    run_host(&cfg, ctx, source)
+    run_host(&cfg, ctx, source, record)
+}
+
+/// The camera's link to the run's recorder (`cfg.record`), for a source whose packets a
+/// clip can hold (a video file, a network stream); another source is said once and not
+/// recorded.
+fn recording(
+    cfg: &CaptureConfig,
+    ctx: &StageCtx<'_>,
+    spec: &SourceSpec,
+) -> Result<Option<std::sync::Arc<super::record::Recording>>> {
+    if !cfg.record {
+        return Ok(None);
+    }
+    let camera = ctx.id.camera.clone().unwrap_or_else(|| "cam0".into());
+    if !matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_) | SourceSpec::Auto) {
+        log::warn!("camera {camera}: {spec} is a raw source: it is not recorded (clips are the camera's own H.264 or H.265 packets; record a video file or a network camera)");
+        return Ok(None);
+    }
+    let socket = zcpipe_core::packets::socket_path(&ctx.data.run_dir);
+    Ok(Some(std::sync::Arc::new(super::record::Recording::new(socket, &camera)?)))
 }
 
 /// The capture stage on a host source (test pattern, image, video file, network stream, a
 /// decoded MJPG camera): size the pool from the source, offer it to scale, then run the
 /// frame loop ([`HostLoop`]), paced or as a live source sends; at the end drain and report.
-fn run_host(cfg: &CaptureConfig, ctx: StageCtx<'_>, mut source: Box<dyn super::FrameSource>) -> Result<i32> {
+fn run_host(
+    cfg: &CaptureConfig,
+    ctx: StageCtx<'_>,
+    mut source: Box<dyn super::FrameSource>,
+    record: Option<std::sync::Arc<super::record::Recording>>,
+) -> Result<i32> {
     let info = source.info().clone();
     let live = source.live();
     let fps = cfg.fps.unwrap_or(info.fps);
@@ -132,6 +158,7 @@ fn run_host(cfg: &CaptureConfig, ctx: StageCtx<'_>, mut source: Box<dyn super::F
         due: start,
         seq: 0,
         span: FrameSpan::default(),
+        record,
     };
     let ended = ctx.run_loop(&mut st, |st| st.report(&ctx, false, st.facts().into()), |st| st.turn(&ctx));
     let seq = st.seq;
@@ -143,8 +170,7 @@ fn run_host(cfg: &CaptureConfig, ctx: StageCtx<'_>, mut source: Box<dyn super::F
         // A dead scale stage frees what it held: the drain returns at once then.
         |st, end| drain_pool(&mut st.prod, end.clean, "").0,
         |st, mut extras| {
-            extras.extend(st.down.facts());
-            extras.extend(st.source.facts());
+            extras.extend(st.facts());
             st.report(&ctx, true, extras)
         },
     )
@@ -218,13 +244,19 @@ struct HostLoop<'s> {
     seq: u64,
     /// When the frames out went.
     span: FrameSpan,
+    /// The camera's link to the recorder, when it is recorded.
+    record: Option<std::sync::Arc<super::record::Recording>>,
 }
 
 impl HostLoop<'_> {
-    /// The facts of a periodic report: the downstream listener's, then the source's.
+    /// The facts of a periodic report: the downstream listener's, the source's, and what
+    /// went to the recorder.
     fn facts(&self) -> Extras {
         let mut extra = self.down.facts();
         extra.extend(self.source.facts());
+        if let Some(r) = &self.record {
+            extra.push(("record", serde_json::to_value(r.counters()).unwrap_or_default()));
+        }
         extra
     }
 

@@ -73,6 +73,8 @@ pub(crate) struct VideoSource {
     path: PathBuf,
     layout: FrameLayout,
     child: Child,
+    /// The reader of the file's packets for the recorder (after `child`: dropped after it).
+    _tee: Option<super::record::Tee>,
     /// Frames delivered so far.
     frames: u64,
     /// Set once the stream ended (cleanly or not); later fills return `Ok(None)`.
@@ -82,7 +84,12 @@ pub(crate) struct VideoSource {
 impl VideoSource {
     /// Probes `path` and starts ffmpeg on it. `fps` overrides the probed `r_frame_rate`
     /// (a stream without one reports 30).
-    pub fn open(path: &Path, fps: Option<f64>) -> anyhow::Result<VideoSource> {
+    /// `record`: the camera's link to the recorder (the file's packets go to it too).
+    pub fn open(
+        path: &Path,
+        fps: Option<f64>,
+        record: Option<&super::record::Recording>,
+    ) -> anyhow::Result<VideoSource> {
         let p = probe(path)?;
         let layout = FrameLayout::nv12(p.width, p.height, STRIDE_ALIGN);
         let mut args: Vec<std::ffi::OsString> =
@@ -95,7 +102,15 @@ impl VideoSource {
                 .iter()
                 .map(Into::into),
         );
-        let child = Child::spawn("ffmpeg", args)?;
+        let tee = super::record::tee_for(record, &path.display().to_string(), &p)?;
+        let (fd, tee) = match tee {
+            Some((fd, tee)) => {
+                args.extend(super::record::TEE_ARGS.iter().map(Into::into));
+                (Some(fd), Some(tee))
+            }
+            None => (None, None),
+        };
+        let child = Child::spawn_teed("ffmpeg", args, None, fd)?;
         let fps = fps.unwrap_or(if p.fps > 0.0 { p.fps } else { 30.0 });
         let info = SourceInfo {
             description: format!("video:{} {}x{} NV12 @{}fps", path.display(), p.width, p.height, fps),
@@ -104,7 +119,7 @@ impl VideoSource {
             fps,
             max_frame_bytes: layout.bytes_needed(),
         };
-        Ok(VideoSource { info, path: path.to_path_buf(), layout, child, frames: 0, finished: false })
+        Ok(VideoSource { info, path: path.to_path_buf(), layout, child, _tee: tee, frames: 0, finished: false })
     }
 
     /// Frames delivered so far.
@@ -204,7 +219,7 @@ mod tests {
 
     #[test]
     fn video_source_reads_clip_first_frames() {
-        let mut s = VideoSource::open(&clip(), None).unwrap();
+        let mut s = VideoSource::open(&clip(), None, None).unwrap();
         let info = s.info().clone();
         println!("{}", info.description);
         assert_eq!((info.max_width, info.max_height, info.fps), (768, 432, 10.0));
@@ -249,7 +264,7 @@ mod tests {
     fn video_source_tiny_clip_gives_exactly_3_frames_then_none() {
         let dir = tempfile::tempdir().unwrap();
         let p = make_clip(dir.path(), "tiny.mp4", "64x48", 3);
-        let mut s = VideoSource::open(&p, None).unwrap();
+        let mut s = VideoSource::open(&p, None, None).unwrap();
         assert_eq!((s.info().max_width, s.info().max_height, s.info().fps), (64, 48, 5.0));
         let mut buf = vec![0u8; s.info().max_frame_bytes as usize];
         assert_eq!(buf.len(), 64 * 48 * 3 / 2);
@@ -266,7 +281,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // 75x45 (odd both ways): ffmpeg pads to 76x46 and the frame lands at bytesperline 80.
         let p = make_clip(dir.path(), "odd.mkv", "75x45", 2);
-        let mut s = VideoSource::open(&p, None).unwrap();
+        let mut s = VideoSource::open(&p, None, None).unwrap();
         assert_eq!(s.info().max_frame_bytes, 80 * 46 * 3 / 2);
         let mut buf = vec![0xAAu8; s.info().max_frame_bytes as usize];
         let l = s.fill(&mut buf).unwrap().unwrap();
@@ -283,7 +298,7 @@ mod tests {
 
     #[test]
     fn video_source_missing_file_names_path() {
-        let e = VideoSource::open(Path::new("/nonexistent/clip.mp4"), None).err().unwrap();
+        let e = VideoSource::open(Path::new("/nonexistent/clip.mp4"), None, None).err().unwrap();
         println!("{e:#}");
         let msg = format!("{e:#}");
         assert!(msg.contains("/nonexistent/clip.mp4") && msg.contains("no such file"), "{msg}");
@@ -292,7 +307,7 @@ mod tests {
     #[test]
     fn video_source_not_a_video_names_path() {
         let (_dir, p) = zcpipe_core::testing::file_with("junk.mp4", b"definitely not a video");
-        let e = VideoSource::open(&p, None).err().unwrap();
+        let e = VideoSource::open(&p, None, None).err().unwrap();
         let msg = format!("{e:#}");
         println!("{msg}");
         assert!(msg.contains("cannot probe video") && msg.contains(&p.display().to_string()), "{msg}");
@@ -301,7 +316,7 @@ mod tests {
 
     #[test]
     fn video_source_ffmpeg_killed_mid_stream_is_an_error() {
-        let mut s = VideoSource::open(&clip(), None).unwrap();
+        let mut s = VideoSource::open(&clip(), None, None).unwrap();
         let mut buf = vec![0u8; s.info().max_frame_bytes as usize];
         s.fill(&mut buf).unwrap().unwrap();
         // Kill the ffmpeg this source started (by its pid): what is left in the pipe (less
@@ -323,7 +338,7 @@ mod tests {
 
     #[test]
     fn video_source_drop_reaps_ffmpeg() {
-        let mut s = VideoSource::open(&clip(), None).unwrap();
+        let mut s = VideoSource::open(&clip(), None, None).unwrap();
         let mut buf = vec![0u8; s.info().max_frame_bytes as usize];
         s.fill(&mut buf).unwrap().unwrap();
         let pid = s.child.id() as i32;

@@ -1,5 +1,5 @@
-//! Which process of a run is speaking: [`Role`] (a pipeline [`Stage`] or the display
-//! sink) and [`StageId`] (the role, and the camera for one capture stage of several).
+//! Which process of a run is speaking: [`Role`] (a pipeline [`Stage`], the display sink or
+//! the recorder) and [`StageId`] (the role, and the camera for one capture stage of several).
 //!
 //! A stage process is named by its [`StageId`] in its reports, its socket's file name, its
 //! log lines and the run summary. On the wire and in JSON the id is the text users see
@@ -13,32 +13,43 @@ use serde::{Deserialize, Serialize};
 
 use crate::frame::Stage;
 
-/// What a process of a run is: one of the four pipeline stages, or the display sink
-/// (`zcpipe stage display`), a pure consumer whose failure never stops the run.
+/// What a process of a run is: one of the four pipeline stages, or a sink, a pure consumer
+/// whose failure never stops the run: the display (`zcpipe stage display`) or the recorder
+/// (`zcpipe stage record`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
     /// A pipeline stage.
     Stage(Stage),
     /// The display sink.
     Display,
+    /// The recorder (event clips).
+    Record,
 }
 
 impl Role {
     /// Every role, in start order.
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Stage(Stage::Capture),
         Role::Stage(Stage::Scale),
         Role::Stage(Stage::Infer),
         Role::Stage(Stage::Publish),
         Role::Display,
+        Role::Record,
     ];
 
-    /// The word after `zcpipe stage`: `capture`, `scale`, `infer`, `publish`, `display`.
+    /// The word after `zcpipe stage`: `capture`, `scale`, `infer`, `publish`, `display`,
+    /// `record`.
     pub fn name(self) -> &'static str {
         match self {
             Role::Stage(s) => s.name(),
             Role::Display => "display",
+            Role::Record => "record",
         }
+    }
+
+    /// Whether it is a sink (the display, the recorder): its death never stops the run.
+    pub fn is_sink(self) -> bool {
+        matches!(self, Role::Display | Role::Record)
     }
 
     /// The role named `name` (as [`Role::name`] spells it).
@@ -127,7 +138,7 @@ impl fmt::Display for StageId {
 
 /// A text that names no stage process, with the text.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` names no stage (capture, capture@CAMERA, scale, infer, publish or display)")]
+#[error("`{0}` names no stage (capture, capture@CAMERA, scale, infer, publish, display or record)")]
 pub struct UnknownStage(pub String);
 
 impl FromStr for StageId {

@@ -18,6 +18,7 @@ pub mod hooks;
 pub mod id;
 pub mod link;
 pub mod metrics;
+pub mod packets;
 pub mod pool;
 pub mod rate;
 pub mod ring;
@@ -26,6 +27,7 @@ pub mod secret;
 pub mod service;
 pub mod stage;
 pub mod tap;
+pub mod ts;
 
 #[doc(hidden)]
 pub use anyhow as __anyhow;

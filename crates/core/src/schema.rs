@@ -329,6 +329,40 @@ pub struct EndJson {
     pub reason: String,
 }
 
+/// Follows the detections socket at `path` for as long as the publish stage runs, and
+/// again after it restarts (connecting as [`connect_retrying`] does, 100 ms doubling to
+/// 2 s): each line read goes to `on_line`, which returns `false` to stop following. Ends
+/// then, or when `stop` is set (looked at every 200 ms while the socket is quiet). What the
+/// display and the recorder read the tracker's lines with.
+pub fn follow_lines(
+    path: &std::path::Path,
+    stop: &std::sync::atomic::AtomicBool,
+    mut on_line: impl FnMut(&str) -> bool,
+) {
+    use std::io::BufRead;
+    let (first, max) = (std::time::Duration::from_millis(100), std::time::Duration::from_secs(2));
+    while let Some(s) = connect_retrying(path, None, first, max, stop) {
+        // A read timeout, so the stop flag is looked at while the stream is quiet.
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_millis(200)));
+        let mut r = std::io::BufReader::new(s);
+        let mut line = String::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match r.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if !on_line(&line) {
+                        return;
+                    }
+                    line.clear();
+                }
+                // A timeout keeps what was read of a line so far.
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
+
 /// Connects to a detections socket at `path`, at once and then again after back-off
 /// (`first`, doubling up to `max`), until it connects, `within` has passed since the call
 /// (`None`: no limit) or `stop` is set; `None` then. What every reader does when the

@@ -6,13 +6,11 @@
 //! that changes only when they do (the overlay is redrawn then).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use zcpipe_core::schema::{connect_retrying, DetectionJson, SocketLine};
+use zcpipe_core::schema::{DetectionJson, SocketLine};
 
 /// The newest detections of the camera shown.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -92,25 +90,10 @@ impl Drop for Detections {
 
 fn read_loop(socket: &std::path::Path, camera: &str, latest: &Mutex<Latest>, stop: &AtomicBool) {
     log::info!("display: boxes from {} (they appear once the publish stage is up)", socket.display());
-    while let Some(s) = connect_retrying(socket, None, Duration::from_millis(100), Duration::from_secs(2), stop) {
-        log::info!("display: reading detections from {}", socket.display());
-        // A read timeout, so the stop flag is looked at while the stream is quiet.
-        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-        let mut r = BufReader::new(s);
-        let mut line = String::new();
-        while !stop.load(Ordering::Relaxed) {
-            match r.read_line(&mut line) {
-                Ok(0) => break,
-                Ok(_) => {
-                    latest.lock().unwrap_or_else(|p| p.into_inner()).take_line(&line, camera);
-                    line.clear();
-                }
-                // A timeout keeps what was read of a line so far.
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(_) => break,
-            }
-        }
-    }
+    zcpipe_core::schema::follow_lines(socket, stop, |line| {
+        latest.lock().unwrap_or_else(|p| p.into_inner()).take_line(line, camera);
+        true
+    });
 }
 
 #[cfg(test)]

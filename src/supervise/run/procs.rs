@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 
 use zcpipe_core::frame::Stage;
-use zcpipe_core::id::{Role, StageId};
+use zcpipe_core::id::StageId;
 
 use super::CAMERA_BACKOFF_MAX;
 use crate::cli::stage_args::{self, ARGS_FD};
@@ -72,9 +72,9 @@ impl Proc {
         self.id.is(Stage::Capture)
     }
 
-    /// Whether this is the display sink.
-    pub(super) fn is_display(&self) -> bool {
-        self.id.role == Role::Display
+    /// Whether this is a sink (the display, the recorder).
+    pub(super) fn is_sink(&self) -> bool {
+        self.id.role.is_sink()
     }
 
     /// Its process id, for signals.

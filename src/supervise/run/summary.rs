@@ -282,6 +282,7 @@ fn stage_ids(s: &RunSummary) -> Vec<StageId> {
     let order = |id: &StageId| match id.role {
         Role::Stage(st) => st as usize,
         Role::Display => Stage::ALL.len(),
+        Role::Record => Stage::ALL.len() + 1,
     };
     let mut v: Vec<StageId> = s.exit_codes.keys().cloned().collect();
     v.sort_by_key(order);
@@ -297,6 +298,11 @@ pub fn summary_text(s: &RunSummary) -> String {
         let _ = writeln!(o, "  fps: captured {}, published {} (first to last frame)", rate(fps(c)), rate(fps(p)));
     }
     if let Some(line) = of(&s.stages, Role::Display).and_then(|r| r.extra.view::<DisplayFacts>().summary_line()) {
+        let _ = writeln!(o, "{line}");
+    }
+    if let Some(line) =
+        of(&s.stages, Role::Record).and_then(|r| r.extra.view::<zcpipe_record::report::RecordFacts>().summary_line())
+    {
         let _ = writeln!(o, "{line}");
     }
     // Each part of the publish stage (its clients, each output) writes its own line.

@@ -234,21 +234,23 @@ impl<'a> Supervisor<'a> {
         // (exit 3) is secondary: the neighbour's own failure stops the run, and its
         // error line must not be cut short by stopping the run here.
         let secondary = c == EXIT_PEER_GONE && p.up_since.is_none() && p.restarted == 0;
-        // The display is a pure consumer: its death never stops the run. It is
-        // restarted like a stage while the policy allows, then left dead.
-        if p.is_display() && c != 0 && !stopping {
+        // A sink (the display, the recorder) is a pure consumer: its death never stops the
+        // run. It is restarted like a stage while the policy allows, then left dead.
+        if p.is_sink() && c != 0 && !stopping {
+            let (role, without) =
+                if p.id.role == Role::Record { ("record", "recording") } else { ("display", "a display") };
             match plan_restart(p, &policy, &s) {
                 Ok(delay) => log::warn!(
-                    "the display stage (pid {}) {}; restarting it in {} ms; the pipeline keeps running",
+                    "the {role} stage (pid {}) {}; restarting it in {} ms; the pipeline keeps running",
                     p.child.id(),
                     p.last_death,
                     delay.as_millis()
                 ),
                 Err(why) if why.is_empty() => log::warn!(
-                    "the display stage could not start (its error is above); the pipeline runs on without a display"
+                    "the {role} stage could not start (its error is above); the pipeline runs on without {without}"
                 ),
                 Err(_) => log::warn!(
-                    "the display stage died {} times (last: {}); the pipeline runs on without a display",
+                    "the {role} stage died {} times (last: {}); the pipeline runs on without {without}",
                     p.restarts.len() + 1,
                     p.last_death
                 ),
@@ -256,7 +258,7 @@ impl<'a> Supervisor<'a> {
             return false;
         }
         if c == 0 || stopping || secondary {
-            if c != 0 && c != EXIT_PEER_GONE && self.failed_at.is_none() && !self.termed && !p.is_display() {
+            if c != 0 && c != EXIT_PEER_GONE && self.failed_at.is_none() && !self.termed && !p.is_sink() {
                 self.failed_at = Some(Instant::now());
             }
             return p.is_capture();
@@ -397,8 +399,8 @@ impl<'a> Supervisor<'a> {
             camera_order: names,
         };
         say_summary(&summary, self.fatal.as_deref(), self.a.summary_json.as_deref())?;
-        // The display's failure is said, never the run's (it is a pure consumer).
-        let failed = summary.exit_codes.iter().any(|(s, c)| *c != 0 && *c != EXIT_PEER_GONE && s.role != Role::Display);
+        // A sink's failure (the display's, the recorder's) is said, never the run's (it is a pure consumer).
+        let failed = summary.exit_codes.iter().any(|(s, c)| *c != 0 && *c != EXIT_PEER_GONE && !s.role.is_sink());
         if failed {
             // The failing stage printed its own one-line error.
             return Ok(1);

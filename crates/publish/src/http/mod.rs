@@ -26,6 +26,7 @@
 //! is logged as reachable from other machines): the view shows the cameras, and has no
 //! authentication of its own.
 
+mod clips;
 pub mod draw;
 pub mod metrics;
 pub mod render;
@@ -61,6 +62,9 @@ pub struct HttpConfig {
     /// The most connections at once (`--http-max-connections`); one more waits in the
     /// kernel's backlog.
     pub max_connections: usize,
+    /// The record folder whose clips the page lists and plays (`--http-clips`; `None`: no
+    /// clips).
+    pub clips: Option<std::path::PathBuf>,
 }
 
 /// `--http-max-connections`' default: well under the usual soft limit of 1,024 fds.
@@ -136,6 +140,8 @@ struct Shared {
     view_fps: f64,
     /// The inference service to ask for its numbers at `/metrics`.
     service: Option<std::path::PathBuf>,
+    /// The record folder of the clips served.
+    clips: Option<std::path::PathBuf>,
     stop: AtomicBool,
     requests: AtomicU64,
     /// Connections accepted.
@@ -182,6 +188,7 @@ impl HttpOutput {
             max_connections: http.max_connections.max(1),
             view_fps: http.view_fps,
             service: http.service.clone(),
+            clips: http.clips.clone(),
             stop: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
@@ -355,8 +362,9 @@ pub(crate) fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
 }
 
-/// The page for `cameras`: a figure per camera with its stream.
-pub fn page(cameras: &[String], view_fps: f64) -> String {
+/// The page for `cameras`: a figure per camera with its stream (and, with `clips`, the
+/// recorded clips' list and player).
+pub fn page(cameras: &[String], view_fps: f64, clips: bool) -> String {
     let figs: String = cameras
         .iter()
         .map(|c| {
@@ -364,7 +372,9 @@ pub fn page(cameras: &[String], view_fps: f64) -> String {
             format!("<figure class=\"cam\" data-camera=\"{c}\"><img id=\"img-{c}\" src=\"/stream/{c}.mjpg\" alt=\"camera {c}\"><figcaption><b>{c}</b> <span class=\"fps\">-</span> fps, <span class=\"drops\">-</span> dropped, <span class=\"frames\">-</span> frames <a href=\"/snapshot/{c}.jpg\">snapshot</a> <span class=\"size\"></span> <span class=\"xy\"></span></figcaption></figure>\n")
         })
         .collect();
-    PAGE.replace("<!--CAMERAS-->", &figs).replace("__VIEW_FPS__", &format!("{view_fps}"))
+    PAGE.replace("<!--CAMERAS-->", &figs)
+        .replace("__VIEW_FPS__", &format!("{view_fps}"))
+        .replace("__CLIPS__", if clips { "true" } else { "false" })
 }
 
 /// One server-sent event carrying `data` (each of its lines a `data:` line; a blank line
@@ -401,11 +411,19 @@ impl Shared {
     }
 }
 
-/// Routes a GET (or HEAD: `head`) of `path`; runs on a blocking thread.
-fn route(s: &Arc<Shared>, path: &str, head: bool) -> Reply {
+/// Routes a GET (or HEAD: `head`) of `path` (a clip's byte `range`); runs on a blocking
+/// thread.
+fn route(s: &Arc<Shared>, path: &str, head: bool, range: Option<&str>) -> Reply {
     let not_a_camera = |what: &str| format!("no camera {what}; cameras: {}\n", s.cameras.join(", "));
+    match (path, &s.clips) {
+        ("/api/clips", Some(dir)) => return clips::list(dir),
+        (p, Some(dir)) if p.starts_with("/clips/") => return clips::file(dir, &p["/clips/".len()..], range, head),
+        _ => {}
+    }
     match path {
-        "/" | "/index.html" => Reply::new(200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps).into_bytes()),
+        "/" | "/index.html" => {
+            Reply::new(200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps, s.clips.is_some()).into_bytes())
+        }
         "/api/stats" => Reply::new(200, "application/json", stats_json(s).to_string().into_bytes()),
         "/metrics" => {
             let mut body = metrics::render(&lock(&s.stats), &server_counts(s));
@@ -658,6 +676,7 @@ mod tests {
             view_fps: 5.0,
             service: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            clips: None,
         };
         let cfg = PublishConfig {
             socket: "/nonexistent/d.sock".into(),
@@ -702,6 +721,7 @@ mod tests {
             view_fps: 5.0,
             service: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            clips: None,
         };
         let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
         assert!(
@@ -723,7 +743,7 @@ mod tests {
 
     #[test]
     fn the_page_has_an_escaped_figure_per_camera() {
-        let p = page(&["cam0".into(), "a<b".into()], 5.0);
+        let p = page(&["cam0".into(), "a<b".into()], 5.0, false);
         assert!(p.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\""), "{p}");
         assert!(p.contains("data-camera=\"a&lt;b\"") && !p.contains("a<b"));
         assert!(!p.contains("<!--CAMERAS-->") && !p.contains("__VIEW_FPS__"));

@@ -223,8 +223,10 @@ async fn handle(s: Arc<Shared>, rq: Request<Incoming>, stream: StreamSlot) -> Re
         return Ok(whole(r));
     }
     let path = rq.uri().path().to_string();
+    // A clip's byte range (a `<video>` seeking); the header's size is bounded by MAX_HEAD.
+    let range = rq.headers().get(hyper::header::RANGE).and_then(|v| v.to_str().ok()).map(String::from);
     let s2 = s.clone();
-    let reply = match tokio::task::spawn_blocking(move || super::route(&s2, &path, head)).await {
+    let reply = match tokio::task::spawn_blocking(move || super::route(&s2, &path, head, range.as_deref())).await {
         Ok(r) => r,
         Err(e) => Reply::text(500, format!("the web view failed on this request: {e}\n")),
     };

@@ -1,0 +1,221 @@
+//! One clip being written: an ffmpeg child remuxes the camera's TS packets (`-c copy`) into
+//! fragmented MP4, a fragment at each keyframe and at least every second
+//! ([`FFMPEG_ARGS`]), so a file cut short plays up to its last whole fragment.
+//!
+//! The recorder's loop never waits for the disk: [`ClipWriter::unit`] hands a unit (shared
+//! with the pre-roll, not copied) to the clip's own thread through a bounded queue
+//! ([`QUEUE_UNITS`]); a unit that does not fit (ffmpeg or the disk too slow) is dropped,
+//! counted, and so is everything up to the next keyframe (a picture whose references are
+//! gone would only show garbage). The thread writes the stream's tables, then the units, to
+//! ffmpeg's stdin; [`ClipWriter::finish`] closes it and waits for ffmpeg.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use zcpipe_core::packets::Unit;
+
+/// Units waiting for a clip's thread at most (tens of seconds of video).
+pub const QUEUE_UNITS: usize = 1024;
+
+/// How long [`ClipWriter::finish`] waits for ffmpeg to write the last fragment.
+pub const FINISH_WAIT: Duration = Duration::from_secs(10);
+
+/// ffmpeg's remux, the output path after: TS in on stdin, fragmented MP4 out, no decoding,
+/// timestamps starting at 0.
+pub const FFMPEG_ARGS: [&str; 22] = [
+    "-hide_banner",
+    "-nostats",
+    "-loglevel",
+    "error",
+    "-f",
+    "mpegts",
+    "-i",
+    "pipe:0",
+    "-map",
+    "0:v:0",
+    "-c",
+    "copy",
+    "-avoid_negative_ts",
+    "make_zero",
+    "-movflags",
+    "+frag_keyframe+empty_moov+default_base_moof",
+    "-frag_duration",
+    "1000000",
+    "-f",
+    "mp4",
+    "-y",
+    "-nostdin",
+];
+
+/// How a clip's writing ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// ffmpeg exited 0 after it read every unit.
+    pub ok: bool,
+    /// The disk (or the file system's quota) is full.
+    pub disk_full: bool,
+    /// ffmpeg's last words, for the log (empty when it said nothing).
+    pub said: String,
+}
+
+/// One clip being written (see the module's documentation).
+pub struct ClipWriter {
+    tx: Option<SyncSender<Arc<Unit>>>,
+    thread: Option<JoinHandle<Outcome>>,
+    /// Units dropped (the queue full).
+    pub dropped: u64,
+    /// Dropping until the next keyframe.
+    skipping: bool,
+    /// Units handed over.
+    pub units: u64,
+    /// The newest unit's arrival, CLOCK_MONOTONIC ns.
+    pub last_ns: u64,
+    /// The first unit's arrival.
+    pub first_ns: u64,
+    path: PathBuf,
+}
+
+impl ClipWriter {
+    /// Starts writing `path` with the stream's `tables` (PAT and PMT) first. Errors: ffmpeg
+    /// cannot start (missing: the fix named).
+    pub fn start(path: &Path, tables: Vec<u8>) -> anyhow::Result<ClipWriter> {
+        let mut child = Command::new("ffmpeg")
+            .args(FFMPEG_ARGS)
+            .arg(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    anyhow::anyhow!("record: ffmpeg not found in PATH: install ffmpeg (apt-get install ffmpeg)")
+                } else {
+                    anyhow::anyhow!("record: cannot run ffmpeg: {e}")
+                }
+            })?;
+        let (tx, rx) = sync_channel::<Arc<Unit>>(QUEUE_UNITS);
+        let mut stdin = child.stdin.take().context("ffmpeg's stdin")?;
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        let drain = child.stderr.take().map(|mut err| {
+            let tail = tail.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 1024];
+                while let Ok(n) = err.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                    t.extend_from_slice(&chunk[..n]);
+                    let excess = t.len().saturating_sub(4096);
+                    t.drain(..excess);
+                }
+            })
+        });
+        let thread = std::thread::Builder::new()
+            .name("record-clip".into())
+            .spawn(move || {
+                let wrote = stdin.write_all(&tables).is_ok() && feed(&rx, &mut stdin);
+                drop(stdin);
+                drop(rx);
+                let status = wait_for(&mut child, FINISH_WAIT);
+                if let Some(d) = drain {
+                    let _ = d.join();
+                }
+                let said = String::from_utf8_lossy(&tail.lock().unwrap_or_else(|p| p.into_inner())).trim().to_string();
+                let disk_full = said.contains("No space left on device") || said.contains("Disk quota exceeded");
+                Outcome { ok: wrote && status == Some(0), disk_full, said }
+            })
+            .context("starting a clip's thread")?;
+        Ok(ClipWriter {
+            tx: Some(tx),
+            thread: Some(thread),
+            dropped: 0,
+            skipping: false,
+            units: 0,
+            last_ns: 0,
+            first_ns: 0,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Hands over the next unit (never waits).
+    pub fn unit(&mut self, u: Arc<Unit>) {
+        if self.units == 0 {
+            self.first_ns = u.mono_ns;
+        }
+        self.last_ns = u.mono_ns;
+        if self.skipping && !u.key {
+            self.dropped += 1;
+            return;
+        }
+        let Some(tx) = &self.tx else { return };
+        match tx.try_send(u) {
+            Ok(()) => {
+                self.skipping = false;
+                self.units += 1;
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped += 1;
+                self.skipping = true;
+            }
+        }
+    }
+
+    /// Whether the clip's ffmpeg is gone already (it failed: the disk, the stream).
+    pub fn failed(&self) -> bool {
+        self.thread.as_ref().is_some_and(JoinHandle::is_finished)
+    }
+
+    /// Ends the clip: what was queued is written, ffmpeg finishes the file (within
+    /// [`FINISH_WAIT`], else it is killed); returns how it went and the file's size.
+    pub fn finish(mut self) -> (Outcome, u64) {
+        self.tx = None;
+        let outcome = self.thread.take().and_then(|t| t.join().ok()).unwrap_or(Outcome {
+            ok: false,
+            disk_full: false,
+            said: "the clip's thread panicked".into(),
+        });
+        let bytes = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        (outcome, bytes)
+    }
+}
+
+/// Writes each unit from `rx` to ffmpeg until the writer hangs up; `false` if ffmpeg stopped
+/// reading (it died: the disk, a stream it refused).
+fn feed(rx: &Receiver<Arc<Unit>>, stdin: &mut impl Write) -> bool {
+    while let Ok(u) = rx.recv() {
+        if stdin.write_all(&u.bytes).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// `child`'s exit code within `wait` (killed after it); `None` if killed or by a signal.
+fn wait_for(child: &mut std::process::Child, wait: Duration) -> Option<i32> {
+    let t = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return st.code(),
+            Ok(None) if t.elapsed() < wait => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Bytes free for this user on the file system of `dir` (statvfs(3)); `None` if unknown.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+}

@@ -1,0 +1,151 @@
+//! What the record stage's loop reads, from threads of their own: each capture stage's
+//! packet stream (a listener on `<run dir>/record.sock` and a reader per connection) and
+//! the publish stage's detections socket (the tracker's events). Everything comes to the
+//! loop through one bounded channel: a reader that finds it full waits, so its socket
+//! fills and the capture stage's own queue drops its oldest (counted there), never the
+//! loop's memory.
+
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use zcpipe_core::packets::{Message, ReadError};
+use zcpipe_core::schema::{follow_lines, EventJson, SocketLine};
+
+/// Capture stages connected at once, at most (each a camera).
+pub const MAX_STREAMS: usize = 64;
+
+/// Messages waiting for the loop, at most.
+pub const CHANNEL: usize = 4096;
+
+/// One input of the loop.
+#[derive(Debug)]
+pub enum Input {
+    /// Connection `conn` sent `msg`.
+    Packet(u64, Message),
+    /// Connection `conn` ended (`why`).
+    Gone(u64, String),
+    /// A tracker event.
+    Event(EventJson),
+    /// The detections socket's end line: the run's stream ended.
+    End,
+}
+
+/// Binds the recorder's socket at `path` (in the private run directory, owner only; a stale
+/// socket replaced) and accepts capture stages on a thread until `stop`.
+pub fn listen(
+    path: &Path,
+    tx: SyncSender<Input>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    if let Some(dir) = path.parent() {
+        zcpipe_core::config::private_dir(dir)?;
+    }
+    if UnixStream::connect(path).is_ok() {
+        anyhow::bail!(
+            "{}: another recorder listens there; stop it, or choose another --instance or --run-dir",
+            path.display()
+        );
+    }
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .with_context(|| format!("chmod 600 {}", path.display()))?;
+    l.set_nonblocking(true)?;
+    let path = path.to_path_buf();
+    Ok(std::thread::Builder::new().name("record-accept".into()).spawn(move || accept_loop(&l, &path, &tx, &stop))?)
+}
+
+fn accept_loop(l: &UnixListener, path: &PathBuf, tx: &SyncSender<Input>, stop: &Arc<AtomicBool>) {
+    let live = Arc::new(AtomicUsize::new(0));
+    let mut next = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let s = match l.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => {
+                log::warn!("record: accepting on {}: {e}", path.display());
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        if let Err(why) = check_peer(&s) {
+            log::warn!("record: refused a connection on {}: {why}", path.display());
+            continue;
+        }
+        if live.load(Ordering::Relaxed) >= MAX_STREAMS {
+            log::warn!("record: refused a connection on {}: {MAX_STREAMS} cameras already send", path.display());
+            continue;
+        }
+        next += 1;
+        let (conn, tx, stop, live) = (next, tx.clone(), stop.clone(), live.clone());
+        live.fetch_add(1, Ordering::Relaxed);
+        let spawned = std::thread::Builder::new().name("record-read".into()).spawn(move || {
+            let why = read_stream(s, conn, &tx, &stop);
+            let _ = tx.send(Input::Gone(conn, why));
+            live.fetch_sub(1, Ordering::Relaxed);
+        });
+        if spawned.is_err() {
+            log::warn!("record: no thread for a camera's stream; it is not recorded");
+        }
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+/// Only this user (or root) may send a camera's stream: SO_PEERCRED, unix(7).
+fn check_peer(s: &UnixStream) -> Result<(), String> {
+    let cred = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if cred.uid() != me && cred.uid() != 0 {
+        return Err(format!("pid {} runs as uid {}, the recorder as uid {me}", cred.pid(), cred.uid()));
+    }
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Reads one capture stage's messages to its end (blocking: a camera may be quiet for a
+/// while, reconnecting); returns why it ended.
+fn read_stream(s: UnixStream, conn: u64, tx: &SyncSender<Input>, stop: &AtomicBool) -> String {
+    let mut r = std::io::BufReader::with_capacity(256 << 10, s);
+    while !stop.load(Ordering::Relaxed) {
+        match Message::read(&mut r) {
+            Ok(m) => {
+                if tx.send(Input::Packet(conn, m)).is_err() {
+                    return "the recorder is stopping".into();
+                }
+            }
+            Err(ReadError::Closed) => return "the capture stage closed the stream".into(),
+            Err(e) => return format!("{e}"),
+        }
+    }
+    "the recorder is stopping".into()
+}
+
+/// Reads the tracker's events from the detections socket at `socket` on a thread: joins
+/// again when the publish stage restarts; ends at the end line or `stop`.
+pub fn events(
+    socket: PathBuf,
+    tx: SyncSender<Input>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("record-events".into()).spawn(move || {
+        follow_lines(&socket, &stop, |line| {
+            let input = match SocketLine::parse(line) {
+                Ok(SocketLine::Event(e)) => Input::Event(e),
+                Ok(SocketLine::End(_)) => Input::End,
+                _ => return true,
+            };
+            let end = matches!(input, Input::End);
+            tx.send(input).is_ok() && !end
+        })
+    })
+}

@@ -1,0 +1,505 @@
+//! The record stage process (module docs of [`super`]): its inputs come from threads
+//! ([`super::inputs`]); its loop keeps each camera's pre-roll, follows the tracker's events,
+//! opens and closes clips, and keeps the index and the disk in step.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zcpipe_core::metrics::{open_fd_count, Facts, StageReport};
+use zcpipe_core::packets::{Message, StreamHello, Unit};
+use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
+
+use super::clip::{free_bytes, ClipWriter};
+use super::index::{file_name, unix_ms, Closed, Index, NewClip, State as ClipState};
+use super::inputs::{self, Input};
+use super::plan::{Action, Filters, Planner};
+use super::preroll::PreRoll;
+use super::report::{CameraRecord, RecordFacts, RecordReport};
+use super::RecordConfig;
+
+/// Below this many free bytes no clip starts (and recording pauses as for a full disk).
+pub const MIN_FREE: u64 = 256 << 10;
+/// A file of this size (`DIR/.reserve`) holds room for the index: removed when the disk
+/// fills, so the clip cut short is still marked in the index; made again when recording
+/// resumes.
+pub const RESERVE: u64 = 256 << 10;
+const RESERVE_FILE: &str = ".reserve";
+/// How often a paused recorder looks for room again.
+const ROOM_CHECK: Duration = Duration::from_secs(2);
+/// How often retention runs besides after each clip.
+const RETAIN_EVERY: Duration = Duration::from_secs(60);
+
+struct OpenClip {
+    writer: ClipWriter,
+    id: i64,
+    rel: String,
+    start_ms: i64,
+}
+
+struct Camera {
+    name: String,
+    conn: Option<u64>,
+    hello: Option<StreamHello>,
+    tables: Option<Vec<u8>>,
+    preroll: PreRoll,
+    planner: Planner,
+    clip: Option<OpenClip>,
+    /// A clip asked for (its start) waiting for the stream's first keyframe.
+    pending: Option<u64>,
+    facts: CameraRecord,
+}
+
+struct State {
+    cfg: RecordConfig,
+    filters: Filters,
+    index: Index,
+    cameras: BTreeMap<String, Camera>,
+    conns: HashMap<u64, String>,
+    rx: Receiver<Input>,
+    stop: Arc<AtomicBool>,
+    report: RecordReport,
+    /// Recording stopped (the disk full) since; looked at every [`ROOM_CHECK`].
+    paused: Option<Instant>,
+    last_retain: Instant,
+    ended: bool,
+    start: Instant,
+}
+
+/// Runs the record stage until the detections socket's end line, the stop flag, or an
+/// error of set-up (one line: the folder cannot be written, the socket is taken).
+pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
+    let start = Instant::now();
+    std::fs::create_dir_all(&cfg.dir).map_err(|e| {
+        anyhow::anyhow!(
+            "--record-dir {}: cannot create it ({}): pick a folder this user can write",
+            cfg.dir.display(),
+            e
+        )
+    })?;
+    if !cfg.dir.is_dir() {
+        return Err(
+            anyhow::anyhow!("--record-dir {}: exists and is not a folder; pick a folder", cfg.dir.display()).into()
+        );
+    }
+    let (index, opened) = Index::open(&cfg.dir)
+        .map_err(|e| anyhow::anyhow!("--record-dir {}: {e:#}; pick a folder this user can write", cfg.dir.display()))?;
+    if opened.interrupted > 0 {
+        log::info!(
+            "record: {} clips a recorder that stopped left unfinished are marked incomplete (their files play up to their last fragment)",
+            opened.interrupted
+        );
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(inputs::CHANNEL);
+    let stop = Arc::new(AtomicBool::new(false));
+    let socket = zcpipe_core::packets::socket_path(&ctx.data.run_dir);
+    inputs::listen(&socket, tx.clone(), stop.clone())?;
+    inputs::events(cfg.detections.clone(), tx, stop.clone()).map_err(anyhow::Error::from)?;
+    let filters = Filters { labels: cfg.labels.clone(), zones: cfg.zones.clone() };
+    log::info!(
+        "record: clips of tracked objects into {} ({} s before, {} s after{}{}); cameras send their streams to {}",
+        cfg.dir.display(),
+        cfg.pre.as_secs_f64(),
+        cfg.post.as_secs_f64(),
+        filters.labels.as_ref().map_or(String::new(), |l| format!(", labels {}", join(l))),
+        filters.zones.as_ref().map_or(String::new(), |z| format!(", zones {}", join(z))),
+        socket.display()
+    );
+    let fds_setup = open_fd_count();
+    ctx.ready(start);
+    let report = RecordReport { dir: cfg.dir.display().to_string(), ..Default::default() };
+    let mut st = State {
+        cfg,
+        filters,
+        index,
+        cameras: BTreeMap::new(),
+        conns: HashMap::new(),
+        rx,
+        stop,
+        report,
+        paused: None,
+        last_retain: Instant::now(),
+        ended: false,
+        start,
+    };
+    st.retain();
+    st.reserve(true);
+    let ended = ctx.run_loop(&mut st, |st| ctx.reporter.send(&st.stage_report(&ctx, false, vec![])), |st| st.turn());
+    let what = format!("{} clips", st.report.clips);
+    ctx.close(
+        &mut st,
+        ended,
+        what,
+        fds_setup,
+        |st, _| st.drain(),
+        |st, extras| ctx.reporter.send(&st.stage_report(&ctx, true, extras)),
+    )
+}
+
+fn join(s: &std::collections::BTreeSet<String>) -> String {
+    s.iter().cloned().collect::<Vec<_>>().join(",")
+}
+
+/// The Unix time (ms) of CLOCK_MONOTONIC time `mono_ns`.
+fn wall_ms(mono_ns: u64) -> i64 {
+    let age_ns = zcpipe_core::frame::monotonic_ns().saturating_sub(mono_ns);
+    unix_ms() - (age_ns / 1_000_000) as i64
+}
+
+impl State {
+    fn turn(&mut self) -> zcpipe_core::Result<Turn> {
+        match self.rx.recv_timeout(IDLE_WAIT) {
+            Ok(i) => {
+                self.input(i);
+                // What else is waiting, without waiting (bounded, so the loop reports).
+                for _ in 0..1024 {
+                    match self.rx.try_recv() {
+                        Ok(i) => self.input(i),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
+        }
+        self.check_writers();
+        if self.paused.is_some_and(|p| p.elapsed() >= ROOM_CHECK) {
+            self.look_for_room();
+        }
+        if self.last_retain.elapsed() >= RETAIN_EVERY {
+            self.retain();
+        }
+        Ok(if self.ended { Turn::End("end of stream") } else { Turn::Next })
+    }
+
+    fn camera(&mut self, name: &str) -> &mut Camera {
+        let (buffer, pre, post) = (self.cfg.buffer_bytes, self.cfg.pre, self.cfg.post);
+        self.cameras.entry(name.to_string()).or_insert_with(|| Camera {
+            name: name.to_string(),
+            conn: None,
+            hello: None,
+            tables: None,
+            preroll: PreRoll::new(buffer),
+            planner: Planner::new(pre, post),
+            clip: None,
+            pending: None,
+            facts: CameraRecord::default(),
+        })
+    }
+
+    fn input(&mut self, i: Input) {
+        match i {
+            Input::Packet(conn, Message::Hello(h)) => self.hello(conn, h),
+            Input::Packet(conn, Message::Tables(t)) => {
+                if let Some(name) = self.conns.get(&conn).cloned() {
+                    self.camera(&name).tables = Some(t);
+                }
+            }
+            Input::Packet(conn, Message::Unit(u)) => {
+                if let Some(name) = self.conns.get(&conn).cloned() {
+                    self.unit(&name, u);
+                }
+            }
+            Input::Gone(conn, why) => {
+                let Some(name) = self.conns.remove(&conn) else { return };
+                let cam = self.camera(&name);
+                if cam.conn == Some(conn) {
+                    cam.conn = None;
+                    cam.facts.connected = false;
+                    log::info!("record: camera {name}: its stream ended ({why})");
+                    if cam.clip.is_some() {
+                        self.close(&name, None);
+                    }
+                }
+            }
+            Input::Event(e) => {
+                self.report.events += 1;
+                let name = e.camera.clone();
+                let filters = self.filters.clone();
+                let action = self.camera(&name).planner.event(&e, &filters);
+                if let Some(Action::Open { from_ns }) = action {
+                    self.open(&name, from_ns);
+                }
+            }
+            Input::End => self.ended = true,
+        }
+    }
+
+    /// A camera's (new) stream: a clip open on the old one closes; if its tracks go on, the
+    /// next clip starts at the new stream's first keyframe.
+    fn hello(&mut self, conn: u64, h: StreamHello) {
+        let name = h.camera.clone();
+        self.conns.insert(conn, name.clone());
+        let cam = self.camera(&name);
+        let changed =
+            cam.hello.as_ref().filter(|old| (old.codec, old.width, old.height) != (h.codec, h.width, h.height));
+        if let Some(old) = changed {
+            log::info!(
+                "record: camera {name}: the stream is now {} {}x{} (was {} {}x{}): a clip open goes on in a new file",
+                h.codec.name(),
+                h.width,
+                h.height,
+                old.codec.name(),
+                old.width,
+                old.height
+            );
+        }
+        cam.conn = Some(conn);
+        cam.facts.connected = true;
+        cam.hello = Some(h);
+        cam.tables = None;
+        cam.preroll.clear();
+        if cam.clip.is_some() {
+            self.close(&name, None);
+            let cam = self.camera(&name);
+            if cam.planner.resume() {
+                cam.pending = Some(0);
+            }
+        }
+    }
+
+    fn unit(&mut self, name: &str, u: Unit) {
+        let u = Arc::new(u);
+        let cam = self.camera(name);
+        cam.facts.units += 1;
+        cam.facts.gaps += u.gap as u64;
+        cam.preroll.push(u.clone());
+        cam.facts.preroll_bytes = cam.preroll.bytes() as u64;
+        if let Some(c) = cam.clip.as_mut() {
+            c.writer.unit(u.clone());
+        } else if let Some(from) = cam.pending.filter(|_| !cam.preroll.is_empty()) {
+            cam.pending = None;
+            self.open(name, from);
+            return;
+        }
+        if self.camera(name).planner.due(u.mono_ns) {
+            self.close(name, None);
+        }
+    }
+
+    /// Opens camera `name`'s clip from `from_ns` (keyframe-aligned by the pre-roll).
+    fn open(&mut self, name: &str, from_ns: u64) {
+        if self.paused.is_some() {
+            self.report.missed += 1;
+            return;
+        }
+        let dir = self.cfg.dir.clone();
+        let cam = self.camera(name);
+        let (Some(hello), Some(tables)) = (cam.hello.clone(), cam.tables.clone()) else {
+            cam.pending = Some(from_ns);
+            return;
+        };
+        let (units, reached) = cam.preroll.since(from_ns);
+        let Some(first) = units.first() else {
+            cam.pending = Some(from_ns);
+            return;
+        };
+        if !reached && from_ns > 0 {
+            log::info!(
+                "record: camera {name}: the clip starts at the oldest keyframe held, {:.1} s after the asked start (no keyframe in the pre-roll before it)",
+                first.mono_ns.saturating_sub(from_ns) as f64 / 1e9
+            );
+        }
+        if free_bytes(&dir).is_some_and(|f| f < MIN_FREE) {
+            self.disk_full(&format!("less than {} MiB free", MIN_FREE >> 20));
+            self.report.missed += 1;
+            return;
+        }
+        let start_ms = wall_ms(first.mono_ns);
+        let mut rel = format!("{name}/{}", file_name(start_ms));
+        if dir.join(&rel).exists() {
+            rel = format!("{name}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
+        }
+        if let Err(e) = std::fs::create_dir_all(dir.join(name)) {
+            log::warn!("record: camera {name}: cannot make {}: {e}; no clip", dir.join(name).display());
+            return;
+        }
+        let new = NewClip {
+            camera: name,
+            start_ms,
+            path: &rel,
+            codec: hello.codec.name(),
+            size: (hello.width, hello.height),
+        };
+        let id = match self.index.open_clip(&new) {
+            Ok(id) => id,
+            Err(e) => {
+                self.disk_full(&format!("the index could not be written: {e:#}"));
+                self.report.missed += 1;
+                return;
+            }
+        };
+        let writer = match ClipWriter::start(&dir.join(&rel), tables) {
+            Ok(w) => w,
+            Err(e) => {
+                log::warn!("{e:#}; camera {name} is not recorded");
+                let _ = self.index.close_clip(id, &incomplete(start_ms, &format!("{e:#}")));
+                return;
+            }
+        };
+        let cam = self.camera(name);
+        let mut c = OpenClip { writer, id, rel, start_ms };
+        for u in units {
+            c.writer.unit(u);
+        }
+        cam.clip = Some(c);
+        cam.facts.clips += 1;
+        self.report.clips += 1;
+        self.report.open += 1;
+    }
+
+    /// Closes camera `name`'s clip (`cut`: why it is cut short, else the outcome says).
+    fn close(&mut self, name: &str, cut: Option<&str>) {
+        let cam = self.camera(name);
+        let meta = cam.planner.closed();
+        let Some(c) = cam.clip.take() else { return };
+        let (first_ns, last_ns, dropped) = (c.writer.first_ns, c.writer.last_ns, c.writer.dropped);
+        cam.facts.clip_drops += dropped;
+        let (outcome, bytes) = c.writer.finish();
+        cam.facts.bytes += bytes;
+        let reason = cut.map(String::from).or_else(|| {
+            (!outcome.ok).then(|| {
+                if outcome.disk_full {
+                    "the disk is full".to_string()
+                } else {
+                    format!(
+                        "ffmpeg stopped: {}",
+                        if outcome.said.is_empty() { "(it said nothing)" } else { &outcome.said }
+                    )
+                }
+            })
+        });
+        if outcome.disk_full {
+            // Before the index is written: the reserve makes its room.
+            self.disk_full("a clip could not be written");
+        }
+        let state = if reason.is_none() { ClipState::Complete } else { ClipState::Incomplete };
+        let end_ms = c.start_ms + (last_ns.saturating_sub(first_ns) / 1_000_000) as i64;
+        let tracks: Vec<String> = meta.tracks.iter().map(|t| format!("#{t}")).collect();
+        let labels = join(&meta.labels);
+        let closed = Closed { end_ms, state, reason: reason.clone(), bytes, meta };
+        if let Err(e) = self.index.close_clip(c.id, &closed) {
+            log::warn!("record: the index could not record the end of {}: {e:#}", c.rel);
+        }
+        self.report.open = self.report.open.saturating_sub(1);
+        self.report.bytes += bytes;
+        match state {
+            ClipState::Complete => self.report.complete += 1,
+            _ => self.report.incomplete += 1,
+        }
+        log::info!(
+            "record: camera {name}: clip {} ({:.1} s, {labels} {}, {:.1} MB{}{})",
+            c.rel,
+            (end_ms - c.start_ms) as f64 / 1000.0,
+            tracks.join(" "),
+            bytes as f64 / 1e6,
+            if dropped > 0 { format!(", {dropped} units dropped") } else { String::new() },
+            reason.as_ref().map_or(String::new(), |r| format!("; incomplete: {r}"))
+        );
+        self.retain();
+    }
+
+    /// Closes the clips whose ffmpeg stopped (the disk, a stream it refused).
+    fn check_writers(&mut self) {
+        let failed: Vec<String> = self
+            .cameras
+            .values()
+            .filter(|c| c.clip.as_ref().is_some_and(|c| c.writer.failed()))
+            .map(|c| c.name.clone())
+            .collect();
+        for name in failed {
+            self.close(&name, None);
+        }
+    }
+
+    /// Makes (`true`) or removes the index's reserve of room.
+    fn reserve(&self, make: bool) {
+        let path = self.cfg.dir.join(RESERVE_FILE);
+        if !make {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        if let Err(e) = std::fs::write(&path, vec![0u8; RESERVE as usize]) {
+            let _ = std::fs::remove_file(&path);
+            log::debug!("record: no reserve of room for the index ({e})");
+        }
+    }
+
+    fn disk_full(&mut self, why: &str) {
+        // The reserve goes first: the index then has room to say what happened.
+        self.reserve(false);
+        if self.paused.is_none() {
+            self.report.disk_full += 1;
+            log::warn!(
+                "record: {}: the disk is full ({why}); recording stops until there is room again (detection and every other output go on)",
+                self.cfg.dir.display()
+            );
+        }
+        self.paused = Some(Instant::now());
+    }
+
+    fn look_for_room(&mut self) {
+        self.retain();
+        if free_bytes(&self.cfg.dir).is_some_and(|f| f >= RESERVE + 2 * MIN_FREE) {
+            log::info!("record: {}: there is room on the disk again; recording resumes", self.cfg.dir.display());
+            self.paused = None;
+            self.reserve(true);
+        } else {
+            self.paused = Some(Instant::now());
+        }
+    }
+
+    /// Removes clips past `--record-keep` and beyond `--record-max-size`.
+    fn retain(&mut self) {
+        self.last_retain = Instant::now();
+        if self.cfg.keep.is_none() && self.cfg.max_bytes.is_none() {
+            return;
+        }
+        let before = self.cfg.keep.map(|k| unix_ms() - k.as_millis() as i64);
+        match self.index.retain(before, self.cfg.max_bytes) {
+            Ok((0, _)) => {}
+            Ok((n, bytes)) => {
+                self.report.removed += n;
+                self.report.removed_bytes += bytes;
+                log::info!("record: {n} old clips removed ({:.1} MB)", bytes as f64 / 1e6);
+            }
+            Err(e) => log::warn!("record: retention: {e:#}"),
+        }
+    }
+
+    /// At the end: the threads stop, every open clip closes with what it has.
+    fn drain(&mut self) -> Drained {
+        self.stop.store(true, Ordering::Relaxed);
+        let open: Vec<String> = self.cameras.values().filter(|c| c.clip.is_some()).map(|c| c.name.clone()).collect();
+        for name in &open {
+            self.close(name, None);
+        }
+        Drained {
+            said: format!("{} clips open at the end closed; ", open.len()),
+            extras: vec![("clips_closed_at_end", open.len().into())],
+            result: Ok(()),
+        }
+    }
+
+    fn stage_report(&self, ctx: &StageCtx, final_report: bool, extras: impl Into<Facts>) -> StageReport {
+        let mut report = self.report.clone();
+        report.cameras = self.cameras.iter().map(|(n, c)| (n.clone(), c.facts.clone())).collect();
+        let mut facts: Facts = extras.into();
+        facts.put(&RecordFacts { record: Some(report) });
+        // Its "frames" are the access units it took (the summary's CPU per frame).
+        let units = self.cameras.values().map(|c| c.facts.units).sum();
+        StageReport { frames_in: units, ..ctx.report(self.start, final_report, facts) }
+    }
+}
+
+/// The close of a clip that never got going.
+fn incomplete(start_ms: i64, why: &str) -> Closed {
+    Closed {
+        end_ms: start_ms,
+        state: ClipState::Incomplete,
+        reason: Some(why.to_string()),
+        bytes: 0,
+        meta: Default::default(),
+    }
+}
