@@ -45,6 +45,9 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
         ref s => s.clone(),
     };
+    if cfg.record && matches!(spec, SourceSpec::V4l2(_)) {
+        log::warn!("camera {}: a V4L2 camera's frames are raw: it is not recorded (clips are a camera's own H.264 or H.265 packets; encoding raw cameras is not built yet)", ctx.id.camera.as_deref().unwrap_or("cam0"));
+    }
     if let SourceSpec::V4l2(device) = &spec {
         if cfg.fps == Some(FPS_MAX) {
             fail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
@@ -64,10 +67,13 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             log::info!("decoder: {why}");
         }
         if let Decoder::Mpp(lib) = decoder {
+            if cfg.record {
+                log::warn!("camera {}: recording with the MPP decoder is not built yet: this camera is not recorded (--decoder cpu records it)", ctx.id.camera.as_deref().unwrap_or("cam0"));
+            }
             return run_mpp(&cfg, ctx, &spec, lib);
         }
     }
-    let record = recording(&cfg, &ctx, &spec)?;
+    let record = recording(&cfg, &ctx, &spec, mjpeg.is_some())?;
     let source = match (mjpeg, &spec) {
         (Some(s), _) => s,
         (None, SourceSpec::Network(url)) => {
@@ -92,11 +98,16 @@ fn recording(
     cfg: &CaptureConfig,
     ctx: &StageCtx<'_>,
     spec: &SourceSpec,
+    mjpeg: bool,
 ) -> Result<Option<std::sync::Arc<super::record::Recording>>> {
     if !cfg.record {
         return Ok(None);
     }
     let camera = ctx.id.camera.clone().unwrap_or_else(|| "cam0".into());
+    if mjpeg {
+        log::warn!("camera {camera}: {spec} is Motion JPEG: it is not recorded (clips are a camera's own H.264 or H.265 packets)");
+        return Ok(None);
+    }
     if !matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_) | SourceSpec::Auto) {
         log::warn!("camera {camera}: {spec} is a raw source: it is not recorded (clips are the camera's own H.264 or H.265 packets; record a video file or a network camera)");
         return Ok(None);

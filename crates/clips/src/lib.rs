@@ -153,6 +153,17 @@ pub struct ClipMeta {
     pub zones: std::collections::BTreeSet<String>,
 }
 
+/// Why a clip's row could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another row has this path.
+    #[error("the clip file {0} is another clip's")]
+    NameTaken(String),
+    /// The database refused (a full disk, a read-only folder).
+    #[error("the index: {0}")]
+    Db(#[from] rusqlite::Error),
+}
+
 /// What [`Index::open`] found and did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Opened {
@@ -177,21 +188,25 @@ impl Index {
         let mut opened = Opened::default();
         let db = match connect(&path) {
             Ok(db) => db,
-            Err(e) => {
+            Err(Connect::Failed(e)) => return Err(e),
+            Err(Connect::Damaged(e)) => {
                 let aside = dir.join(format!("{FILE}.corrupt-{}", unix_ms()));
                 std::fs::rename(&path, &aside).with_context(|| {
-                    format!("{}: {e:#}; and it cannot be moved aside: check the folder's permissions", path.display())
+                    format!("{}: {e}; and it cannot be moved aside: check the folder's permissions", path.display())
                 })?;
                 for ext in ["-wal", "-shm"] {
                     let side = dir.join(format!("{FILE}{ext}"));
                     let _ = std::fs::rename(&side, dir.join(format!("{}{ext}", aside.display())));
                 }
                 log::warn!(
-                    "record: the index {} is damaged ({e:#}); moved aside to {} and rebuilt from the clip files",
+                    "record: the index {} is damaged ({e}); moved aside to {} and rebuilt from the clip files",
                     path.display(),
                     aside.display()
                 );
-                let db = connect(&path)?;
+                let db = connect(&path).map_err(|c| match c {
+                    Connect::Damaged(e) => anyhow::anyhow!("{e}"),
+                    Connect::Failed(e) => e,
+                })?;
                 let mut ix = Index { db, dir: dir.to_path_buf() };
                 let n = ix.rebuild()?;
                 opened.rebuilt = Some((aside, n));
@@ -257,13 +272,19 @@ impl Index {
         Ok(n)
     }
 
-    /// A clip opened: its row, `recording`. Returns its id.
-    pub fn open_clip(&mut self, c: &NewClip<'_>) -> Result<i64> {
+    /// A clip opened: its row, `recording`. Returns its id. Errors: its path is another
+    /// row's ([`OpenError::NameTaken`]: name it again), or the database's (a full disk).
+    pub fn open_clip(&mut self, c: &NewClip<'_>) -> std::result::Result<i64, OpenError> {
         let tx = self.db.transaction()?;
-        tx.execute(
+        match tx.execute(
             "INSERT INTO clips (camera, start_ms, state, path, codec, width, height) VALUES (?1, ?2, 'recording', ?3, ?4, ?5, ?6)",
             params![c.camera, c.start_ms, c.path, c.codec, c.size.0, c.size.1],
-        )?;
+        ) {
+            Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+                return Err(OpenError::NameTaken(c.path.to_string()));
+            }
+            r => r?,
+        };
         let id = tx.last_insert_rowid();
         tx.commit()?;
         Ok(id)
@@ -380,22 +401,45 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Clip> {
     })
 }
 
+/// Why the database could not be opened: damaged (it is rebuilt), or anything else (an
+/// error: a folder that cannot be written, a newer zcpipe's schema, a busy or full disk).
+enum Connect {
+    Damaged(String),
+    Failed(anyhow::Error),
+}
+
+/// `e` from SQLite while doing `what`: damage (corrupt, not a database) or another failure.
+fn classify(e: rusqlite::Error, what: &str) -> Connect {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) =>
+        {
+            Connect::Damaged(format!("{what}: {e}"))
+        }
+        _ => Connect::Failed(anyhow::Error::new(e).context(what.to_string())),
+    }
+}
+
 /// Opens the database at `path` in WAL mode, checks it (`quick_check`) and makes the schema.
-fn connect(path: &Path) -> Result<Connection> {
-    let db = Connection::open(path).with_context(|| format!("opening the index {}", path.display()))?;
-    db.busy_timeout(std::time::Duration::from_secs(5))?;
-    let check: String = db.query_row("PRAGMA quick_check", [], |r| r.get(0)).context("checking the index")?;
+fn connect(path: &Path) -> std::result::Result<Connection, Connect> {
+    let what = format!("opening the index {}", path.display());
+    let db = Connection::open(path).map_err(|e| classify(e, &what))?;
+    db.busy_timeout(std::time::Duration::from_secs(5)).map_err(|e| classify(e, &what))?;
+    let check: String = db.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| classify(e, &what))?;
     if check != "ok" {
-        anyhow::bail!("SQLite's quick_check says: {check}");
+        return Err(Connect::Damaged(format!("SQLite's quick_check says: {check}")));
     }
-    db.pragma_update(None, "journal_mode", "WAL")?;
-    db.pragma_update(None, "synchronous", "NORMAL")?;
-    let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    db.pragma_update(None, "journal_mode", "WAL").map_err(|e| classify(e, &what))?;
+    db.pragma_update(None, "synchronous", "NORMAL").map_err(|e| classify(e, &what))?;
+    let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| classify(e, &what))?;
     if version > SCHEMA_VERSION {
-        anyhow::bail!("the index was written by a newer zcpipe (schema {version}, this one reads {SCHEMA_VERSION})");
+        return Err(Connect::Failed(anyhow::anyhow!(
+            "the index {} was written by a newer zcpipe (schema {version}, this one reads {SCHEMA_VERSION}): use that zcpipe, or another --record-dir",
+            path.display()
+        )));
     }
-    db.execute_batch(SCHEMA).context("making the index's tables")?;
-    db.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    db.execute_batch(SCHEMA).map_err(|e| classify(e, "making the index's tables"))?;
+    db.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(|e| classify(e, &what))?;
     Ok(db)
 }
 

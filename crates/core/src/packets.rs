@@ -296,7 +296,8 @@ impl Sender {
     }
 
     /// Queues an access unit (never waits): the oldest units go when the queue is over
-    /// its bound, and a unit is dropped at once while nobody listens.
+    /// its bound (also while the recorder is away: the queue then holds the stream's newest
+    /// units); a unit before any stream was announced is dropped.
     pub fn unit(&self, mut u: Unit) {
         let mut q = self.lock();
         if !self.shared.connected.load(Ordering::Relaxed) && q.preamble.is_empty() {
@@ -330,8 +331,16 @@ impl Sender {
     }
 }
 
+/// How long a sender being dropped keeps writing what is queued (the stream's last units)
+/// to a connected recorder.
+const DRAIN: Duration = Duration::from_secs(2);
+
 impl Drop for Sender {
     fn drop(&mut self) {
+        let t = std::time::Instant::now();
+        while t.elapsed() < DRAIN && self.connected() && !self.lock().items.is_empty() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
@@ -388,6 +397,11 @@ fn writer(s: &Shared, socket: &Path) {
                 item
             };
             let Some((m, unit)) = next else { break };
+            // At the end the sender stops, whatever is left (a slow recorder must not hold
+            // the capture stage's exit).
+            if s.stop.load(Ordering::Relaxed) {
+                return;
+            }
             if conn.write_all(&m).is_err() {
                 if unit {
                     let mut q = s.q.lock().unwrap_or_else(|p| p.into_inner());

@@ -65,6 +65,32 @@ pub struct Outcome {
     pub said: String,
 }
 
+/// A clip closed on a thread of its own (ffmpeg finishing the file must not hold the
+/// recorder's loop): what the loop then writes into the index.
+#[derive(Debug)]
+pub struct Done {
+    /// The camera.
+    pub camera: String,
+    /// Its row.
+    pub id: i64,
+    /// Its file, relative to the record folder.
+    pub rel: String,
+    /// Its start, Unix ms.
+    pub start_ms: i64,
+    /// Its first and last units' arrival, CLOCK_MONOTONIC ns.
+    pub span_ns: (u64, u64),
+    /// Units it dropped.
+    pub dropped: u64,
+    /// Its tracks, labels and zones.
+    pub meta: zcpipe_clips::ClipMeta,
+    /// Why it was cut short, if it was.
+    pub cut: Option<String>,
+    /// How ffmpeg ended.
+    pub outcome: Outcome,
+    /// Its file's size.
+    pub bytes: u64,
+}
+
 /// One clip being written (see the module's documentation).
 pub struct ClipWriter {
     tx: Option<SyncSender<Arc<Unit>>>,
@@ -83,9 +109,10 @@ pub struct ClipWriter {
 }
 
 impl ClipWriter {
-    /// Starts writing `path` with the stream's `tables` (PAT and PMT) first. Errors: ffmpeg
-    /// cannot start (missing: the fix named).
-    pub fn start(path: &Path, tables: Vec<u8>) -> anyhow::Result<ClipWriter> {
+    /// Starts writing `path` with the stream's `tables` (PAT and PMT) first, then the
+    /// pre-roll's `units` (handed to the clip's thread whole, never through the bounded
+    /// queue). Errors: ffmpeg cannot start (missing: the fix named).
+    pub fn start(path: &Path, tables: Vec<u8>, units: Vec<Arc<Unit>>) -> anyhow::Result<ClipWriter> {
         let mut child = Command::new("ffmpeg")
             .args(FFMPEG_ARGS)
             .arg(path)
@@ -101,6 +128,9 @@ impl ClipWriter {
                 }
             })?;
         let (tx, rx) = sync_channel::<Arc<Unit>>(QUEUE_UNITS);
+        let (first_ns, last_ns, n) =
+            (units.first().map_or(0, |u| u.mono_ns), units.last().map_or(0, |u| u.mono_ns), units.len() as u64);
+        let preroll = units;
         let mut stdin = child.stdin.take().context("ffmpeg's stdin")?;
         let tail = Arc::new(Mutex::new(Vec::new()));
         let drain = child.stderr.take().map(|mut err| {
@@ -121,7 +151,9 @@ impl ClipWriter {
         let thread = std::thread::Builder::new()
             .name("record-clip".into())
             .spawn(move || {
-                let wrote = stdin.write_all(&tables).is_ok() && feed(&rx, &mut stdin);
+                let wrote = stdin.write_all(&tables).is_ok()
+                    && preroll.iter().all(|u| stdin.write_all(&u.bytes).is_ok())
+                    && feed(&rx, &mut stdin);
                 drop(stdin);
                 drop(rx);
                 let status = wait_for(&mut child, FINISH_WAIT);
@@ -138,19 +170,23 @@ impl ClipWriter {
             thread: Some(thread),
             dropped: 0,
             skipping: false,
-            units: 0,
-            last_ns: 0,
-            first_ns: 0,
+            units: n,
+            last_ns,
+            first_ns,
             path: path.to_path_buf(),
         })
     }
 
-    /// Hands over the next unit (never waits).
+    /// Hands over the next unit (never waits). After a gap (units the capture stage
+    /// dropped) the clip skips to the next keyframe, as after a unit of its own it dropped.
     pub fn unit(&mut self, u: Arc<Unit>) {
         if self.units == 0 {
             self.first_ns = u.mono_ns;
         }
         self.last_ns = u.mono_ns;
+        if u.gap && !u.key {
+            self.skipping = true;
+        }
         if self.skipping && !u.key {
             self.dropped += 1;
             return;

@@ -23,6 +23,31 @@ pub const MAX_STREAMS: usize = 64;
 /// Messages waiting for the loop, at most.
 pub const CHANNEL: usize = 4096;
 
+/// Bytes of packet messages waiting for the loop, at most: a reader past it waits (and so
+/// its camera's socket fills, and the capture stage drops its oldest).
+pub const CHANNEL_BYTES: usize = 64 << 20;
+
+/// The bytes of packet messages on their way to the loop: readers add, the loop takes off
+/// ([`InFlight::done`]).
+#[derive(Clone, Debug, Default)]
+pub struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    /// The loop took a message of `bytes`.
+    pub fn done(&self, bytes: usize) {
+        self.0.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The bytes a packet message holds.
+pub fn size(m: &Message) -> usize {
+    match m {
+        Message::Hello(_) => 0,
+        Message::Tables(t) => t.len(),
+        Message::Unit(u) => u.bytes.len(),
+    }
+}
+
 /// One input of the loop.
 #[derive(Debug)]
 pub enum Input {
@@ -34,6 +59,8 @@ pub enum Input {
     Event(EventJson),
     /// The detections socket's end line: the run's stream ended.
     End,
+    /// A clip's ffmpeg finished (on a closer thread).
+    Closed(Box<crate::clip::Done>),
 }
 
 /// Binds the recorder's socket at `path` (in the private run directory, owner only; a stale
@@ -42,6 +69,7 @@ pub fn listen(
     path: &Path,
     tx: SyncSender<Input>,
     stop: Arc<AtomicBool>,
+    inflight: InFlight,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     if let Some(dir) = path.parent() {
         zcpipe_core::config::private_dir(dir)?;
@@ -58,12 +86,15 @@ pub fn listen(
         .with_context(|| format!("chmod 600 {}", path.display()))?;
     l.set_nonblocking(true)?;
     let path = path.to_path_buf();
-    Ok(std::thread::Builder::new().name("record-accept".into()).spawn(move || accept_loop(&l, &path, &tx, &stop))?)
+    Ok(std::thread::Builder::new()
+        .name("record-accept".into())
+        .spawn(move || accept_loop(&l, &path, &tx, &stop, &inflight))?)
 }
 
-fn accept_loop(l: &UnixListener, path: &PathBuf, tx: &SyncSender<Input>, stop: &Arc<AtomicBool>) {
+fn accept_loop(l: &UnixListener, path: &PathBuf, tx: &SyncSender<Input>, stop: &Arc<AtomicBool>, inflight: &InFlight) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut next = 0u64;
+    let mut refused = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let s = match l.accept() {
             Ok((s, _)) => s,
@@ -77,23 +108,28 @@ fn accept_loop(l: &UnixListener, path: &PathBuf, tx: &SyncSender<Input>, stop: &
                 continue;
             }
         };
-        if let Err(why) = check_peer(&s) {
-            log::warn!("record: refused a connection on {}: {why}", path.display());
-            continue;
-        }
-        if live.load(Ordering::Relaxed) >= MAX_STREAMS {
-            log::warn!("record: refused a connection on {}: {MAX_STREAMS} cameras already send", path.display());
+        let why = check_peer(&s).err().or_else(|| {
+            (live.load(Ordering::Relaxed) >= MAX_STREAMS).then(|| format!("{MAX_STREAMS} cameras already send"))
+        });
+        if let Some(why) = why {
+            // A refused sender retries every half second: said the first time, then every 100th.
+            refused += 1;
+            if refused == 1 || refused.is_multiple_of(100) {
+                log::warn!("record: refused a connection on {} ({refused} so far): {why}", path.display());
+            }
             continue;
         }
         next += 1;
-        let (conn, tx, stop, live) = (next, tx.clone(), stop.clone(), live.clone());
+        let (conn, tx, stop, live, inflight) = (next, tx.clone(), stop.clone(), live.clone(), inflight.clone());
         live.fetch_add(1, Ordering::Relaxed);
+        let l2 = live.clone();
         let spawned = std::thread::Builder::new().name("record-read".into()).spawn(move || {
-            let why = read_stream(s, conn, &tx, &stop);
+            let why = read_stream(s, conn, &tx, &stop, &inflight);
             let _ = tx.send(Input::Gone(conn, why));
             live.fetch_sub(1, Ordering::Relaxed);
         });
         if spawned.is_err() {
+            l2.fetch_sub(1, Ordering::Relaxed);
             log::warn!("record: no thread for a camera's stream; it is not recorded");
         }
     }
@@ -114,11 +150,16 @@ fn check_peer(s: &UnixStream) -> Result<(), String> {
 
 /// Reads one capture stage's messages to its end (blocking: a camera may be quiet for a
 /// while, reconnecting); returns why it ended.
-fn read_stream(s: UnixStream, conn: u64, tx: &SyncSender<Input>, stop: &AtomicBool) -> String {
+fn read_stream(s: UnixStream, conn: u64, tx: &SyncSender<Input>, stop: &AtomicBool, inflight: &InFlight) -> String {
     let mut r = std::io::BufReader::with_capacity(256 << 10, s);
     while !stop.load(Ordering::Relaxed) {
         match Message::read(&mut r) {
             Ok(m) => {
+                // At most CHANNEL_BYTES wait for the loop: this reader waits, not the memory.
+                while inflight.0.load(Ordering::Relaxed) > CHANNEL_BYTES && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                inflight.0.fetch_add(size(&m), Ordering::Relaxed);
                 if tx.send(Input::Packet(conn, m)).is_err() {
                     return "the recorder is stopping".into();
                 }

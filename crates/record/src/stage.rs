@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,9 @@ use zcpipe_core::metrics::{open_fd_count, Facts, StageReport};
 use zcpipe_core::packets::{Message, StreamHello, Unit};
 use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
 
-use super::clip::{free_bytes, ClipWriter};
+use super::clip::{free_bytes, ClipWriter, Done};
 use super::index::{file_name, unix_ms, Closed, Index, NewClip, State as ClipState};
-use super::inputs::{self, Input};
+use super::inputs::{self, InFlight, Input};
 use super::plan::{Action, Filters, Planner};
 use super::preroll::PreRoll;
 use super::report::{CameraRecord, RecordFacts, RecordReport};
@@ -31,6 +31,14 @@ const RESERVE_FILE: &str = ".reserve";
 const ROOM_CHECK: Duration = Duration::from_secs(2);
 /// How often retention runs besides after each clip.
 const RETAIN_EVERY: Duration = Duration::from_secs(60);
+/// The longest clip: a clip whose objects stay in view longer (a parked car) goes on in a
+/// new file.
+pub const MAX_CLIP: Duration = Duration::from_secs(30 * 60);
+/// A clip due to end closes this long after its end even when no more units came (a camera
+/// gone quiet), so it never stays open.
+const LATE: Duration = Duration::from_secs(1);
+/// How long the end waits for the clips being closed.
+const CLOSE_WAIT: Duration = Duration::from_secs(20);
 
 struct OpenClip {
     writer: ClipWriter,
@@ -59,6 +67,12 @@ struct State {
     cameras: BTreeMap<String, Camera>,
     conns: HashMap<u64, String>,
     rx: Receiver<Input>,
+    /// For the closer threads to post their clips' ends.
+    tx: SyncSender<Input>,
+    /// The bytes of packet messages the readers sent and the loop has not taken.
+    inflight: InFlight,
+    /// Clips being closed on their threads.
+    closing: usize,
     stop: Arc<AtomicBool>,
     report: RecordReport,
     /// Recording stopped (the disk full) since; looked at every [`ROOM_CHECK`].
@@ -95,8 +109,9 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
     let (tx, rx) = std::sync::mpsc::sync_channel(inputs::CHANNEL);
     let stop = Arc::new(AtomicBool::new(false));
     let socket = zcpipe_core::packets::socket_path(&ctx.data.run_dir);
-    inputs::listen(&socket, tx.clone(), stop.clone())?;
-    inputs::events(cfg.detections.clone(), tx, stop.clone()).map_err(anyhow::Error::from)?;
+    let inflight = InFlight::default();
+    inputs::listen(&socket, tx.clone(), stop.clone(), inflight.clone())?;
+    inputs::events(cfg.detections.clone(), tx.clone(), stop.clone()).map_err(anyhow::Error::from)?;
     let filters = Filters { labels: cfg.labels.clone(), zones: cfg.zones.clone() };
     log::info!(
         "record: clips of tracked objects into {} ({} s before, {} s after{}{}); cameras send their streams to {}",
@@ -117,6 +132,9 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
         cameras: BTreeMap::new(),
         conns: HashMap::new(),
         rx,
+        tx,
+        inflight,
+        closing: 0,
         stop,
         report,
         paused: None,
@@ -164,6 +182,7 @@ impl State {
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
         }
         self.check_writers();
+        self.check_ends();
         if self.paused.is_some_and(|p| p.elapsed() >= ROOM_CHECK) {
             self.look_for_room();
         }
@@ -190,17 +209,23 @@ impl State {
 
     fn input(&mut self, i: Input) {
         match i {
-            Input::Packet(conn, Message::Hello(h)) => self.hello(conn, h),
-            Input::Packet(conn, Message::Tables(t)) => {
-                if let Some(name) = self.conns.get(&conn).cloned() {
-                    self.camera(&name).tables = Some(t);
+            Input::Packet(conn, m) => {
+                self.inflight.done(inputs::size(&m));
+                if let Message::Hello(h) = m {
+                    return self.hello(conn, h);
+                }
+                // Only the camera's current stream: a connection a newer one replaced may
+                // still have messages on their way.
+                let Some(name) = self.conns.get(&conn).cloned().filter(|n| self.cameras[n].conn == Some(conn)) else {
+                    return;
+                };
+                match m {
+                    Message::Tables(t) => self.camera(&name).tables = Some(t),
+                    Message::Unit(u) => self.unit(&name, u),
+                    Message::Hello(_) => {}
                 }
             }
-            Input::Packet(conn, Message::Unit(u)) => {
-                if let Some(name) = self.conns.get(&conn).cloned() {
-                    self.unit(&name, u);
-                }
-            }
+            Input::Closed(done) => self.closed(*done),
             Input::Gone(conn, why) => {
                 let Some(name) = self.conns.remove(&conn) else { return };
                 let cam = self.camera(&name);
@@ -230,6 +255,12 @@ impl State {
     /// next clip starts at the new stream's first keyframe.
     fn hello(&mut self, conn: u64, h: StreamHello) {
         let name = h.camera.clone();
+        // The name becomes a folder: only a camera name zcpipe accepts (never `..`, `/`).
+        if let Err(e) = zcpipe_core::config::check_camera_name(&name) {
+            log::warn!("record: a stream named {name:?} is refused ({e:#}); it is not recorded");
+            self.conns.remove(&conn);
+            return;
+        }
         self.conns.insert(conn, name.clone());
         let cam = self.camera(&name);
         let changed =
@@ -251,10 +282,31 @@ impl State {
         cam.tables = None;
         cam.preroll.clear();
         if cam.clip.is_some() {
-            self.close(&name, None);
+            self.close(&name, Some("the camera's stream restarted"));
             let cam = self.camera(&name);
             if cam.planner.resume() {
                 cam.pending = Some(0);
+            }
+        }
+    }
+
+    /// Closes the clips whose end came with no unit after it (a camera gone quiet), and
+    /// those over [`MAX_CLIP`], which go on in a new file while their objects stay.
+    fn check_ends(&mut self) {
+        let now = zcpipe_core::frame::monotonic_ns();
+        let late = LATE.as_nanos() as u64;
+        let names: Vec<String> = self.cameras.keys().cloned().collect();
+        for name in names {
+            let cam = &self.cameras[&name];
+            let Some(c) = &cam.clip else { continue };
+            if cam.planner.due(now.saturating_sub(late)) {
+                self.close(&name, None);
+            } else if now.saturating_sub(c.writer.first_ns) > MAX_CLIP.as_nanos() as u64 {
+                self.close(&name, None);
+                let cam = self.camera(&name);
+                if cam.planner.resume() {
+                    cam.pending = Some(now);
+                }
             }
         }
     }
@@ -302,35 +354,43 @@ impl State {
             );
         }
         if free_bytes(&dir).is_some_and(|f| f < MIN_FREE) {
-            self.disk_full(&format!("less than {} MiB free", MIN_FREE >> 20));
+            self.disk_full(&format!("less than {} KiB free", MIN_FREE >> 10));
             self.report.missed += 1;
             return;
         }
         let start_ms = wall_ms(first.mono_ns);
-        let mut rel = format!("{name}/{}", file_name(start_ms));
-        if dir.join(&rel).exists() {
-            rel = format!("{name}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
-        }
         if let Err(e) = std::fs::create_dir_all(dir.join(name)) {
             log::warn!("record: camera {name}: cannot make {}: {e}; no clip", dir.join(name).display());
             return;
         }
-        let new = NewClip {
-            camera: name,
-            start_ms,
-            path: &rel,
-            codec: hello.codec.name(),
-            size: (hello.width, hello.height),
-        };
-        let id = match self.index.open_clip(&new) {
-            Ok(id) => id,
-            Err(e) => {
-                self.disk_full(&format!("the index could not be written: {e:#}"));
-                self.report.missed += 1;
-                return;
+        let (codec, size) = (hello.codec.name(), (hello.width, hello.height));
+        // Named by its start; a name taken (two clips in one ms, a row whose file never
+        // came) gets the time now after it.
+        let mut rel = format!("{name}/{}", file_name(start_ms));
+        let mut id = None;
+        for _ in 0..2 {
+            if dir.join(&rel).exists() {
+                rel = format!("{name}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
             }
+            match self.index.open_clip(&NewClip { camera: name, start_ms, path: &rel, codec, size }) {
+                Ok(i) => {
+                    id = Some(i);
+                    break;
+                }
+                Err(zcpipe_clips::OpenError::NameTaken(_)) => {
+                    rel = format!("{name}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
+                }
+                Err(e) => {
+                    self.disk_full(&format!("{e}"));
+                    break;
+                }
+            }
+        }
+        let Some(id) = id else {
+            self.report.missed += 1;
+            return;
         };
-        let writer = match ClipWriter::start(&dir.join(&rel), tables) {
+        let writer = match ClipWriter::start(&dir.join(&rel), tables, units) {
             Ok(w) => w,
             Err(e) => {
                 log::warn!("{e:#}; camera {name} is not recorded");
@@ -339,26 +399,50 @@ impl State {
             }
         };
         let cam = self.camera(name);
-        let mut c = OpenClip { writer, id, rel, start_ms };
-        for u in units {
-            c.writer.unit(u);
-        }
-        cam.clip = Some(c);
+        cam.clip = Some(OpenClip { writer, id, rel, start_ms });
         cam.facts.clips += 1;
         self.report.clips += 1;
         self.report.open += 1;
     }
 
-    /// Closes camera `name`'s clip (`cut`: why it is cut short, else the outcome says).
+    /// Closes camera `name`'s clip (`cut`: why it is cut short, else the outcome says): its
+    /// ffmpeg finishes the file on a thread of its own, which posts [`Input::Closed`].
     fn close(&mut self, name: &str, cut: Option<&str>) {
         let cam = self.camera(name);
         let meta = cam.planner.closed();
         let Some(c) = cam.clip.take() else { return };
-        let (first_ns, last_ns, dropped) = (c.writer.first_ns, c.writer.last_ns, c.writer.dropped);
-        cam.facts.clip_drops += dropped;
-        let (outcome, bytes) = c.writer.finish();
+        let done = Done {
+            camera: name.to_string(),
+            id: c.id,
+            rel: c.rel,
+            start_ms: c.start_ms,
+            span_ns: (c.writer.first_ns, c.writer.last_ns),
+            dropped: c.writer.dropped,
+            meta,
+            cut: cut.map(String::from),
+            outcome: crate::clip::Outcome { ok: false, disk_full: false, said: String::new() },
+            bytes: 0,
+        };
+        let (writer, tx) = (c.writer, self.tx.clone());
+        self.closing += 1;
+        let spawned = std::thread::Builder::new().name("record-close".into()).spawn(move || {
+            let (outcome, bytes) = writer.finish();
+            let _ = tx.send(Input::Closed(Box::new(Done { outcome, bytes, ..done })));
+        });
+        if spawned.is_err() {
+            self.closing -= 1;
+            log::warn!("record: no thread to close camera {name}'s clip; it stays marked recording");
+        }
+    }
+
+    /// A clip's ffmpeg finished: its row, the counters, one line.
+    fn closed(&mut self, d: Done) {
+        self.closing = self.closing.saturating_sub(1);
+        let (outcome, bytes) = (&d.outcome, d.bytes);
+        let cam = self.camera(&d.camera);
+        cam.facts.clip_drops += d.dropped;
         cam.facts.bytes += bytes;
-        let reason = cut.map(String::from).or_else(|| {
+        let reason = d.cut.clone().or_else(|| {
             (!outcome.ok).then(|| {
                 if outcome.disk_full {
                     "the disk is full".to_string()
@@ -375,12 +459,12 @@ impl State {
             self.disk_full("a clip could not be written");
         }
         let state = if reason.is_none() { ClipState::Complete } else { ClipState::Incomplete };
-        let end_ms = c.start_ms + (last_ns.saturating_sub(first_ns) / 1_000_000) as i64;
-        let tracks: Vec<String> = meta.tracks.iter().map(|t| format!("#{t}")).collect();
-        let labels = join(&meta.labels);
-        let closed = Closed { end_ms, state, reason: reason.clone(), bytes, meta };
-        if let Err(e) = self.index.close_clip(c.id, &closed) {
-            log::warn!("record: the index could not record the end of {}: {e:#}", c.rel);
+        let end_ms = d.start_ms + (d.span_ns.1.saturating_sub(d.span_ns.0) / 1_000_000) as i64;
+        let tracks: Vec<String> = d.meta.tracks.iter().map(|t| format!("#{t}")).collect();
+        let labels = join(&d.meta.labels);
+        let row = Closed { end_ms, state, reason: reason.clone(), bytes, meta: d.meta };
+        if let Err(e) = self.index.close_clip(d.id, &row) {
+            log::warn!("record: the index could not record the end of {}: {e:#}", d.rel);
         }
         self.report.open = self.report.open.saturating_sub(1);
         self.report.bytes += bytes;
@@ -389,12 +473,13 @@ impl State {
             _ => self.report.incomplete += 1,
         }
         log::info!(
-            "record: camera {name}: clip {} ({:.1} s, {labels} {}, {:.1} MB{}{})",
-            c.rel,
-            (end_ms - c.start_ms) as f64 / 1000.0,
+            "record: camera {}: clip {} ({:.1} s, {labels} {}, {:.1} MB{}{})",
+            d.camera,
+            d.rel,
+            (end_ms - d.start_ms) as f64 / 1000.0,
             tracks.join(" "),
             bytes as f64 / 1e6,
-            if dropped > 0 { format!(", {dropped} units dropped") } else { String::new() },
+            if d.dropped > 0 { format!(", {} units dropped", d.dropped) } else { String::new() },
             reason.as_ref().map_or(String::new(), |r| format!("; incomplete: {r}"))
         );
         self.retain();
@@ -474,6 +559,13 @@ impl State {
         let open: Vec<String> = self.cameras.values().filter(|c| c.clip.is_some()).map(|c| c.name.clone()).collect();
         for name in &open {
             self.close(name, None);
+        }
+        // Each clip's end into the index (its ffmpeg finishing), for at most CLOSE_WAIT.
+        let t = Instant::now();
+        while self.closing > 0 && t.elapsed() < CLOSE_WAIT {
+            if let Ok(Input::Closed(d)) = self.rx.recv_timeout(IDLE_WAIT) {
+                self.closed(*d);
+            }
         }
         Drained {
             said: format!("{} clips open at the end closed; ", open.len()),

@@ -5,17 +5,21 @@
 //!
 //! The index is opened read-only per request ([`zcpipe_clips::Index::open_read`]); a file is
 //! served only by the id of its row, and only when the row's path stays inside the record
-//! folder. A response holds at most [`MAX_RANGE`] bytes: a larger or open-ended range is
-//! answered with its first [`MAX_RANGE`] bytes, as a server may, and the browser asks for
-//! the rest.
+//! folder. A range response holds at most [`MAX_RANGE`] bytes: a larger or open-ended range
+//! is answered with its first [`MAX_RANGE`] bytes, as a server may, and the browser asks for
+//! the rest; a request without a range gets the whole clip (up to [`MAX_WHOLE`]).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 
 use super::Reply;
 
-/// The most bytes of a clip one response carries.
+/// The most bytes of a clip one range response carries.
 pub(crate) const MAX_RANGE: u64 = 4 << 20;
+
+/// The largest clip sent whole (a request without a range: `curl`, "save as"); a larger one
+/// is refused with 413 and asked for in ranges.
+pub(crate) const MAX_WHOLE: u64 = 256 << 20;
 
 /// Rows `/api/clips` lists at most (the newest).
 pub(crate) const LIST: u32 = 200;
@@ -56,13 +60,22 @@ pub(super) fn file(dir: &Path, rest: &str, range: Option<&str>, head: bool) -> R
         return Reply::text(404, format!("clip {id}: its file is gone (removed by retention?)\n"));
     };
     let len = f.metadata().map_or(0, |m| m.len());
-    let (start, end, partial) = match range.map(|r| parse_range(r, len)) {
-        None => (0, len.min(MAX_RANGE), len > MAX_RANGE),
-        Some(Some((a, b))) => (a, b.min(a + MAX_RANGE), true),
-        Some(None) => {
+    // A range header that is not one byte range is ignored (RFC 9110 14.2); one past the
+    // end is 416.
+    let (start, end, partial) = match range.and_then(|r| parse_range(r, len)) {
+        Some(Ranged::Bytes(a, b)) => (a, b.min(a + MAX_RANGE), true),
+        Some(Ranged::Unsatisfiable) => {
             return Reply::text(416, format!("range {} is not in the clip's {len} bytes\n", range.unwrap_or("")))
                 .header("Content-Range", &format!("bytes */{len}"));
         }
+        None if len > MAX_WHOLE => {
+            return Reply::text(
+                413,
+                format!("clip {id} is {len} bytes, more than is sent whole: ask for byte ranges (a browser's video player does)\n"),
+            )
+            .header("Accept-Ranges", "bytes");
+        }
+        None => (0, len, false),
     };
     let mut body = vec![0u8; if head { 0 } else { (end - start) as usize }];
     if !head && (f.seek(SeekFrom::Start(start)).is_err() || f.read_exact(&mut body).is_err()) {
@@ -77,9 +90,18 @@ pub(super) fn file(dir: &Path, rest: &str, range: Option<&str>, head: bool) -> R
     r
 }
 
+/// What a `Range` header asks of a file.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ranged {
+    /// The bytes `[start, end)`.
+    Bytes(u64, u64),
+    /// A range wholly past the file's end (416).
+    Unsatisfiable,
+}
+
 /// One byte range of RFC 9110 (`bytes=A-B`, `bytes=A-`, `bytes=-N`) in a file of `len`
-/// bytes, as `[start, end)`; `None` if it is not satisfiable or not one range.
-pub(crate) fn parse_range(h: &str, len: u64) -> Option<(u64, u64)> {
+/// bytes; `None` for a header that is not one byte range (ignored, as the RFC says).
+pub(crate) fn parse_range(h: &str, len: u64) -> Option<Ranged> {
     let spec = h.trim().strip_prefix("bytes=")?;
     if spec.contains(',') {
         return None;
@@ -91,10 +113,13 @@ pub(crate) fn parse_range(h: &str, len: u64) -> Option<(u64, u64)> {
         (len.saturating_sub(n), len)
     } else {
         let start: u64 = a.parse().ok()?;
-        let end = if b.is_empty() { len } else { b.parse::<u64>().ok()?.saturating_add(1).min(len) };
-        (start, end)
+        let last = if b.is_empty() { None } else { Some(b.parse::<u64>().ok()?) };
+        if last.is_some_and(|l| l < start) {
+            return None;
+        }
+        (start, last.map_or(len, |l| l.saturating_add(1).min(len)))
     };
-    (start < end && start < len).then_some((start, end))
+    Some(if start < end && start < len { Ranged::Bytes(start, end) } else { Ranged::Unsatisfiable })
 }
 
 #[cfg(test)]
@@ -103,13 +128,15 @@ mod tests {
 
     #[test]
     fn ranges_read_as_rfc_9110_says() {
-        assert_eq!(parse_range("bytes=0-99", 1000), Some((0, 100)));
-        assert_eq!(parse_range("bytes=900-", 1000), Some((900, 1000)));
-        assert_eq!(parse_range("bytes=-100", 1000), Some((900, 1000)));
-        assert_eq!(parse_range("bytes=990-5000", 1000), Some((990, 1000)));
-        assert_eq!(parse_range("bytes=1000-", 1000), None, "past the end");
+        use Ranged::*;
+        assert_eq!(parse_range("bytes=0-99", 1000), Some(Bytes(0, 100)));
+        assert_eq!(parse_range("bytes=900-", 1000), Some(Bytes(900, 1000)));
+        assert_eq!(parse_range("bytes=-100", 1000), Some(Bytes(900, 1000)));
+        assert_eq!(parse_range("bytes=990-5000", 1000), Some(Bytes(990, 1000)));
+        assert_eq!(parse_range("bytes=1000-", 1000), Some(Unsatisfiable), "past the end");
+        // Not one byte range: ignored.
         assert_eq!(parse_range("bytes=5-2", 1000), None);
-        assert_eq!(parse_range("bytes=0-1,5-6", 1000), None, "one range only");
+        assert_eq!(parse_range("bytes=0-1,5-6", 1000), None);
         assert_eq!(parse_range("items=0-1", 1000), None);
         assert_eq!(parse_range("bytes=x-1", 1000), None);
     }
