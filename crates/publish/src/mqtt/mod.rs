@@ -529,11 +529,25 @@ pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// The wall-clock time (Unix ms) of CLOCK_MONOTONIC time `mono_ns`: now's Unix time less
-/// how long ago `mono_ns` was (the socket's lines carry only CLOCK_MONOTONIC).
+/// The wall-clock time (Unix ms) of CLOCK_MONOTONIC time `mono_ns` (the socket's lines
+/// carry only CLOCK_MONOTONIC): `mono_ns` plus the clocks' offset, which is read at most
+/// every 10 s (so a clock set by NTP is followed) and is the same between, so one line's
+/// time reads the same wherever it is shown.
 pub(crate) fn wall_ms(mono_ns: u64) -> u64 {
-    let ago_ms = zcpipe_core::frame::monotonic_ns().saturating_sub(mono_ns) / 1_000_000;
-    unix_ms().saturating_sub(ago_ms)
+    use std::sync::{Mutex, OnceLock};
+    static OFFSET: OnceLock<Mutex<Option<(Instant, i128)>>> = OnceLock::new();
+    let mut o = OFFSET.get_or_init(|| Mutex::new(None)).lock().unwrap_or_else(|p| p.into_inner());
+    let offset = match *o {
+        Some((at, off)) if at.elapsed() < Duration::from_secs(10) => off,
+        _ => {
+            let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+            let off = unix_ns - zcpipe_core::frame::monotonic_ns() as i128;
+            *o = Some((Instant::now(), off));
+            off
+        }
+    };
+    // A time after now (another clock's read) is now.
+    (((mono_ns as i128 + offset).max(0) / 1_000_000) as u64).min(unix_ms())
 }
 
 /// A line's fields plus `time_ms`, as compact JSON. Serialised straight from the line (not
