@@ -345,8 +345,10 @@ fn crashing_clients_leak_nothing() {
         c.wait().unwrap();
     }
     let secs = t.elapsed().as_secs_f64();
+    // The requests the dead clients left are inferred first (on a busy machine, with the
+    // other tests, that takes a while); then their buffers and sockets are gone.
     assert!(
-        wait_for(Duration::from_secs(10), || fd_count(infer) <= fds0),
+        wait_for(Duration::from_secs(60), || fd_count(infer) <= fds0),
         "{} fds after {crashes} crashes, {fds0} before",
         fd_count(infer)
     );
