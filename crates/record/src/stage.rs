@@ -39,6 +39,8 @@ pub const MAX_CLIP: Duration = Duration::from_secs(30 * 60);
 const LATE: Duration = Duration::from_secs(1);
 /// How long the end waits for the clips being closed.
 const CLOSE_WAIT: Duration = Duration::from_secs(20);
+/// How long after the detections' end line the recorder waits for the cameras' last units.
+const END_WAIT: Duration = Duration::from_secs(10);
 
 struct OpenClip {
     writer: ClipWriter,
@@ -78,7 +80,9 @@ struct State {
     /// Recording stopped (the disk full) since; looked at every [`ROOM_CHECK`].
     paused: Option<Instant>,
     last_retain: Instant,
-    ended: bool,
+    /// The detections socket's end line came: the run ends once every camera's stream has
+    /// ended too (its last units are still on their way), or after [`END_WAIT`].
+    ended: Option<Instant>,
     start: Instant,
 }
 
@@ -139,7 +143,7 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
         report,
         paused: None,
         last_retain: Instant::now(),
-        ended: false,
+        ended: None,
         start,
     };
     st.retain();
@@ -189,7 +193,13 @@ impl State {
         if self.last_retain.elapsed() >= RETAIN_EVERY {
             self.retain();
         }
-        Ok(if self.ended { Turn::End("end of stream") } else { Turn::Next })
+        // The end line comes before the cameras' last units do: those still on their way
+        // end their clips.
+        let streaming = self.cameras.values().any(|c| c.conn.is_some());
+        Ok(match self.ended {
+            Some(t) if !streaming || t.elapsed() >= END_WAIT => Turn::End("end of stream"),
+            _ => Turn::Next,
+        })
     }
 
     fn camera(&mut self, name: &str) -> &mut Camera {
@@ -247,7 +257,7 @@ impl State {
                     self.open(&name, from_ns);
                 }
             }
-            Input::End => self.ended = true,
+            Input::End => self.ended = self.ended.or(Some(Instant::now())),
         }
     }
 
