@@ -25,7 +25,6 @@ struct Probe {
     first_key: bool,
     frames: usize,
     largest_step_s: f64,
-    pts: Vec<f64>,
 }
 
 fn probe(path: &Path) -> Probe {
@@ -46,7 +45,6 @@ fn probe(path: &Path) -> Probe {
         first_key: frames.first().is_some_and(|f| f["key_frame"] == 1),
         frames: frames.len(),
         largest_step_s: pts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max),
-        pts,
     }
 }
 
