@@ -9,7 +9,8 @@
 # process's user + system time (the stages, their ffmpeg children, the recorder's remuxing
 # ffmpeg: `/usr/bin/time` counts what the run waited for); recording's cost is the
 # difference, over the run's wall time, as a share of one core. Goal: under 2% of one core
-# per 1080p camera.
+# per 1080p camera. Then the same for a raw camera (the 1080p30 test pattern), whose frames
+# are encoded on the CPU for its clip (libx264 through an ffmpeg child).
 #
 #   bash benches/record.sh [SECONDS]      default 40 (of the 60 s stream)
 # Needs GStreamer's RTSP server for python3 (scripts/setup-test.sh) and ffmpeg with libx264
@@ -52,6 +53,27 @@ run() {
 read -r u0 s0 e0 < <(run plain)
 read -r u1 s1 e1 < <(run record --record-dir "$work/clips" --record-pre 5 --record-post 5)
 bytes=$(du -sb "$work/clips" | cut -f1)
+# A raw camera: the 1080p30 test pattern, its frames encoded on the CPU (libx264) for the clip.
+raw=(--source testsrc:1920x1080@30)
+read -r u2 s2 e2 < <(run rawplain "${raw[@]}")
+read -r u3 s3 e3 < <(run rawrecord "${raw[@]}" --record-dir "$work/rawclips" --record-pre 5 --record-post 5)
+rawbytes=$(du -sb "$work/rawclips" | cut -f1)
+python3 - "$u2" "$s2" "$e2" "$u3" "$s3" "$e3" "$rawbytes" "$work/rawrecord.json" > "$work/raw.md" <<'PY'
+import json, sys
+u0, s0, e0, u1, s1, e1 = map(float, sys.argv[1:7])
+written, summary = int(sys.argv[7]), json.load(open(sys.argv[8]))
+rec = summary["stages"]["record"]["extra"]["record"]
+sent = summary["stages"]["capture"]["extra"].get("record", {})
+cost = (u1 + s1) - (u0 + s0)
+print()
+print("| 1080p raw test pattern, 30 fps | without recording | with recording (encoded on the CPU, a clip the whole run) |")
+print("|---|---|---|")
+print(f"| wall time | {e0:.1f} s | {e1:.1f} s |")
+print(f"| CPU, every process | {u0 + s0:.2f} s ({100 * (u0 + s0) / e0:.1f}% of a core) | {u1 + s1:.2f} s ({100 * (u1 + s1) / e1:.1f}% of a core) |")
+print(f"| recording's cost | | {cost:.2f} s: **{100 * cost / e1:.1f}% of one core** (libx264 ultrafast) |")
+print(f"| frames encoded | | {sent.get('units_sent', 0)} of the run's {int(e1 * 30)} or so (the tap drops what the encoder cannot take) |")
+print(f"| written | | {written / e1 / 1e6:.2f} MB/s ({written / 1e6:.1f} MB, {rec['clips']} clips, {rec['complete']} complete) |")
+PY
 python3 - "$u0" "$s0" "$e0" "$u1" "$s1" "$e1" "$bytes" "$work/record.json" <<'PY'
 import json, sys
 u0, s0, e0, u1, s1, e1 = map(float, sys.argv[1:7])
@@ -65,3 +87,4 @@ print(f"| CPU, every process | {u0 + s0:.2f} s ({100 * (u0 + s0) / e0:.1f}% of a
 print(f"| recording's cost | | {cost:.2f} s: **{100 * cost / e1:.2f}% of one core** (goal: under 2%) |")
 print(f"| written | | {written / e1 / 1e6:.2f} MB/s ({written / 1e6:.1f} MB, {rec['clips']} clips, {rec['complete']} complete) |")
 PY
+cat "$work/raw.md"

@@ -34,10 +34,12 @@ pub struct HttpArgs {
     /// kernel's queue until one closes. Keep it under the process's fd limit (LimitNOFILE).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = max_connections)]
     pub http_max_connections: usize,
-    /// The record folder whose clips the page lists and plays (/api/clips, /clips/ID.mp4 with
-    /// range requests). `zcpipe run` sets it from --record-dir.
-    #[arg(long, value_name = "DIR", requires = "http")]
-    pub http_clips: Option<std::path::PathBuf>,
+    /// The recorder's folder (its --record-dir): each clip it closes is announced (a `clip`
+    /// line on the detections socket, an MQTT event with its id and URL), and with --http
+    /// the page lists and plays them (/api/clips, /clips/ID.mp4 with range requests) and
+    /// /metrics counts them. `zcpipe run` sets it from --record-dir.
+    #[arg(long, value_name = "DIR", alias = "http-clips")]
+    pub clips: Option<std::path::PathBuf>,
 }
 
 fn max_connections(s: &str) -> Result<usize, String> {
@@ -82,7 +84,7 @@ impl HttpArgs {
             view_fps: self.view_fps,
             service,
             max_connections: self.http_max_connections,
-            clips: self.http_clips.clone(),
+            clips: self.clips.clone(),
         };
         check_remote(&cfg)?;
         Ok(Some(cfg))
@@ -125,7 +127,6 @@ impl HttpArgs {
             v.push("--http-allow-remote".into());
         }
         v.extend(self.service_socket.as_ref().map(|p| format!("--service-socket={}", p.display())));
-        v.extend(self.http_clips.as_ref().map(|p| format!("--http-clips={}", p.display())));
         v
     }
 }

@@ -56,6 +56,7 @@ impl PublishArgs {
             http: self.http.config()?,
             snapshots: self.snapshot.config(self.track.tracker != zcpipe_track::TrackerKind::None)?,
             mqtt: self.mqtt.config(instance)?,
+            clips: self.http.clips.clone(),
         })
     }
 

@@ -14,9 +14,10 @@ use zcpipe_record::RecordConfig;
 #[derive(Args, Debug, Clone)]
 pub struct RecordArgs {
     /// Record event clips into this folder (DIR/CAMERA/START.mp4, and the index
-    /// DIR/index.sqlite3): the camera's own H.264 or H.265 packets, remuxed into fragmented
-    /// MP4 without re-encoding, from --record-pre seconds before a tracked object was first
-    /// seen to --record-post seconds after the last one left. A sixth process, `zcpipe stage
+    /// DIR/index.sqlite3): a network camera's or video file's own H.264 or H.265 packets,
+    /// remuxed into fragmented MP4 without re-encoding (a raw camera's frames are encoded to
+    /// H.264 on the CPU), from --record-pre seconds before a tracked object was first seen
+    /// to --record-post seconds after the last one left. A sixth process, `zcpipe stage
     /// record`; a full disk stops recording, never detection.
     #[arg(long, value_name = "DIR")]
     pub record_dir: Option<PathBuf>,

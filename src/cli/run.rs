@@ -296,10 +296,9 @@ impl RunArgs {
                     v.push(format!("--cameras={}", names.join(",")));
                     v.extend(self.track.flags());
                     v.extend(self.http.flags());
-                    // The web view lists and plays the recorder's clips.
-                    if let (Some(_), Some(dir), None) = (self.http.http, &self.record.record_dir, &self.http.http_clips)
-                    {
-                        v.push(format!("--http-clips={}", dir.display()));
+                    // The recorder's clips are announced, and listed and played in the web view.
+                    if let Some(dir) = self.http.clips.as_ref().or(self.record.record_dir.as_ref()) {
+                        v.push(format!("--clips={}", dir.display()));
                     }
                     // /metrics asks the inference service where the infer stage puts it.
                     if let (Some(p), true, None) =
@@ -362,7 +361,7 @@ impl RunArgs {
         stage_flags.push((Role::Record.into(), v));
         plan.outputs.push(crate::plan::Step {
             what,
-            why: "--record-dir (the cameras' own H.264/H.265 packets remuxed, never re-encoded; a process of its own)"
+            why: "--record-dir (compressed cameras' own H.264/H.265 packets remuxed, never re-encoded; raw cameras encoded on the CPU; a process of its own)"
                 .into(),
         });
     }

@@ -126,7 +126,9 @@ fn each_person_is_one_clip_of_the_sources_own_packets_covering_the_event() {
         assert!(p.first_key, "a clip starts at a keyframe: {p:?}");
         assert!(p.largest_step_s <= 0.11, "no gap in the timestamps (10 fps): {p:?}");
         let wall_s = (end - row.start_ms) as f64 / 1000.0;
-        assert!((p.duration_s - wall_s).abs() < 0.6, "{p:?} for {wall_s} s of the run");
+        // The index's times are the units' arrivals, which a busy machine delays by up to a
+        // few hundred ms; the clip's own duration is its timestamps'.
+        assert!((p.duration_s - wall_s).abs() < 1.0, "{p:?} for {wall_s} s of the run");
         println!(
             "EVIDENCE record clip of person #{track}: {} {} {} frames {:.1} s, first frame a keyframe, starts {} ms before first seen (asked 2000), ends {} ms after last seen",
             p.codec,
@@ -149,6 +151,58 @@ fn each_person_is_one_clip_of_the_sources_own_packets_covering_the_event() {
         stderr.contains(&format!("  record: {}: 2 clips (2 complete, 0 incomplete)", clips_dir.display())),
         "{stderr}"
     );
+    // The first clip closed while the stream went on: the publish stage announced it on the
+    // detections socket (read from the index), with its file.
+    let announced: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "clip")
+        .collect();
+    let first = &rows[0];
+    assert!(!announced.is_empty(), "the first clip's line: {stderr}");
+    let line = &announced[0];
+    assert_eq!((line["id"].as_i64(), line["camera"].as_str()), (Some(first.id), Some("cam0")), "{line}");
+    assert_eq!(line["path"], clips_dir.join(&first.path).display().to_string(), "{line}");
+    assert_eq!((line["tracks"][0].as_u64(), line["complete"].as_bool()), (Some(people[0].0), Some(true)), "{line}");
+    assert!(line.get("url").is_none(), "no web view, no URL: {line}");
+    assert_no_orphans(dir.path());
+}
+
+/// A raw source (a still image with a person, NV12 in the capture pool) is recorded: its
+/// frames encoded to H.264 on the CPU by a tap of the capture pool; the clip plays, starts
+/// with a keyframe and covers the run.
+#[test]
+fn a_raw_cameras_frames_are_encoded_into_its_clip() {
+    let dir = tempfile::tempdir().unwrap();
+    let clips_dir = dir.path().join("clips");
+    let image = root().join("tests/data/person.jpg");
+    let out = zcpipe_run(dir.path())
+        .args(["--instance", "rec-raw", "--source", &format!("image:{}", image.display())])
+        .args(["--frames", "60", "--fps", "10", "--json"])
+        .args(["--record-dir", clips_dir.to_str().unwrap(), "--record-pre", "1", "--record-post", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let rows = clips(&clips_dir);
+    assert_eq!(rows.len(), 1, "one clip of the person: {rows:?}\n{stderr}");
+    let row = &rows[0];
+    assert_eq!(row.state, zcpipe_record::index::State::Complete, "{row:?}");
+    assert_eq!((row.codec.as_deref(), row.width, row.height), (Some("h264"), Some(640), Some(424)), "{row:?}");
+    assert!(row.labels.iter().any(|l| l == "person"), "{row:?}");
+    let p = probe(&clips_dir.join(&row.path));
+    assert_eq!(p.codec, "h264", "{p:?}");
+    assert!(p.first_key, "a clip starts at a keyframe: {p:?}");
+    // The person is there from the first frames to the end: the clip is most of the 6 s run.
+    assert!(p.frames >= 35 && p.duration_s >= 3.5 && p.duration_s <= 7.0, "{p:?}");
+    assert!(p.largest_step_s <= 0.35, "frames come every 0.1 s, none lost: {p:?}");
+    println!(
+        "EVIDENCE raw source encoded: {} {} {} frames {:.1} s, first frame a keyframe",
+        p.codec, p.profile, p.frames, p.duration_s
+    );
+    let sent = &summary(dir.path())["stages"]["capture"]["extra"]["record"];
+    assert!(sent["units_sent"].as_u64().unwrap_or(0) >= 40, "{sent}");
+    assert!(stderr.contains("encoded to H.264 on the CPU"), "{stderr}");
     assert_no_orphans(dir.path());
 }
 
@@ -160,7 +214,7 @@ fn a_killed_recorder_leaves_a_playable_clip_marked_incomplete_and_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let clips_dir = dir.path().join("clips");
     let mut run = zcpipe_run(dir.path())
-        .args(["--instance", "rec-kill", "--frames", "300", "--no-print"])
+        .args(["--instance", "rec-kill", "--frames", "300", "--no-print", "--ring-policy", "block"])
         .args(["--record-dir", clips_dir.to_str().unwrap(), "--record-pre", "1", "--record-post", "1"])
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -34,6 +34,17 @@ pub(crate) fn tool_error(tool: &str, e: std::io::Error) -> anyhow::Error {
     }
 }
 
+/// What a child's stdin is.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// /dev/null.
+    Null,
+    /// These bytes, then closed.
+    Fed(&'a [u8]),
+    /// A pipe the caller writes.
+    Piped,
+}
+
 /// An ffmpeg/ffprobe child process: stdin closed, stdout piped (taken by [`Child::stdout`]),
 /// stderr read to its end by a thread that keeps the last [`STDERR_TAIL_BYTES`] (a tool
 /// must never block on a full stderr pipe). Dropping it kills and reaps the process and
@@ -69,6 +80,22 @@ impl Child {
         Child::spawn_teed(tool, args, input, None)
     }
 
+    /// An encoder: `tool` with `args`, its stdin a pipe the caller writes raw frames to
+    /// (returned), its fd 3 the write end `tee` (as [`Child::spawn_teed`]).
+    pub(crate) fn spawn_encoder<I, S>(
+        tool: &str,
+        args: I,
+        tee: std::os::fd::OwnedFd,
+    ) -> anyhow::Result<(Child, std::process::ChildStdin)>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut child = Child::spawn_with(tool, args, Input::Piped, Some(tee))?;
+        let stdin = child.child.stdin.take().ok_or_else(|| anyhow::anyhow!("{tool} has no stdin pipe"))?;
+        Ok((child, stdin))
+    }
+
     /// As [`Child::spawn_fed`], and with `tee` the write end of a pipe the tool gets as its
     /// fd 3 (`pipe:3`: ffmpeg's second output, the camera's encoded stream for the
     /// recorder). The tool's end is closed here once it started.
@@ -82,15 +109,28 @@ impl Child {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        Child::spawn_with(tool, args, input.map_or(Input::Null, Input::Fed), tee)
+    }
+
+    fn spawn_with<I, S>(
+        tool: &str,
+        args: I,
+        input: Input<'_>,
+        tee: Option<std::os::fd::OwnedFd>,
+    ) -> anyhow::Result<Child>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         use std::io::Write;
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
-        if input.is_some_and(|i| i.len() > FED_INPUT_MAX) {
+        if matches!(input, Input::Fed(i) if i.len() > FED_INPUT_MAX) {
             anyhow::bail!("the input given to {tool} is over {FED_INPUT_MAX} bytes: use a shorter URL");
         }
         let mut cmd = Command::new(tool);
         cmd.args(args)
-            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if matches!(input, Input::Null) { Stdio::null() } else { Stdio::piped() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(fd) = tee.as_ref().map(|t| t.as_raw_fd()) {
@@ -113,7 +153,8 @@ impl Child {
         }
         let mut child = cmd.spawn().map_err(|e| tool_error(tool, e))?;
         drop(tee);
-        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        if let Input::Fed(input) = input {
+            let Some(mut stdin) = child.stdin.take() else { anyhow::bail!("{tool} has no stdin pipe") };
             // Within the pipe's 64 KiB buffer: written at once whatever the tool is doing.
             // A tool that died already gives EPIPE, seen when it is waited for.
             if let Err(e) = stdin.write_all(input) {

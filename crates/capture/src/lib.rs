@@ -16,6 +16,7 @@
 
 pub mod auto;
 pub mod decoder;
+mod encode;
 pub mod ffmpeg;
 pub mod image;
 pub mod mjpeg;

@@ -45,9 +45,6 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         }
         ref s => s.clone(),
     };
-    if cfg.record && matches!(spec, SourceSpec::V4l2(_)) {
-        log::warn!("camera {}: a V4L2 camera's frames are raw: it is not recorded (clips are a camera's own H.264 or H.265 packets; encoding raw cameras is not built yet)", ctx.id.camera.as_deref().unwrap_or("cam0"));
-    }
     if let SourceSpec::V4l2(device) = &spec {
         if cfg.fps == Some(FPS_MAX) {
             fail!("--fps max is for host sources (testsrc, image:, video:); the V4L2 camera found for --source auto paces itself: pass a number");
@@ -67,13 +64,14 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
             log::info!("decoder: {why}");
         }
         if let Decoder::Mpp(lib) = decoder {
-            if cfg.record {
-                log::warn!("camera {}: recording with the MPP decoder is not built yet: this camera is not recorded (--decoder cpu records it)", ctx.id.camera.as_deref().unwrap_or("cam0"));
-            }
             return run_mpp(&cfg, ctx, &spec, lib);
         }
     }
-    let record = recording(&cfg, &ctx, &spec, mjpeg.is_some())?;
+    let record = recording(&cfg, &ctx)?;
+    // A raw source's frames are encoded for the recorder; a compressed one's packets go as
+    // they are.
+    // (`auto` here is the bundled clip: a video file.)
+    let encode = mjpeg.is_some() || !matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_) | SourceSpec::Auto);
     let source = match (mjpeg, &spec) {
         (Some(s), _) => s,
         (None, SourceSpec::Network(url)) => {
@@ -88,32 +86,33 @@ pub fn run(cfg: CaptureConfig, ctx: StageCtx<'_>) -> Result<i32> {
         (None, SourceSpec::V4l2(device)) => Box::new(super::v4l2::mjpg::MjpgCamera::open(&cfg, device.clone())?),
         (None, _) => open_source(&spec, cfg.fps, record.as_deref())?,
     };
-    run_host(&cfg, ctx, source, record)
+    run_host(&cfg, ctx, source, record, encode)
 }
 
-/// The camera's link to the run's recorder (`cfg.record`), for a source whose packets a
-/// clip can hold (a video file, a network stream); another source is said once and not
-/// recorded.
-fn recording(
-    cfg: &CaptureConfig,
-    ctx: &StageCtx<'_>,
-    spec: &SourceSpec,
-    mjpeg: bool,
-) -> Result<Option<std::sync::Arc<super::record::Recording>>> {
+/// The camera's link to the run's recorder, when it is recorded (`cfg.record`).
+fn recording(cfg: &CaptureConfig, ctx: &StageCtx<'_>) -> Result<Option<std::sync::Arc<super::record::Recording>>> {
     if !cfg.record {
         return Ok(None);
     }
-    let camera = ctx.id.camera.clone().unwrap_or_else(|| "cam0".into());
-    if mjpeg {
-        log::warn!("camera {camera}: {spec} is Motion JPEG: it is not recorded (clips are a camera's own H.264 or H.265 packets)");
-        return Ok(None);
-    }
-    if !matches!(spec, SourceSpec::Video(_) | SourceSpec::Network(_) | SourceSpec::Auto) {
-        log::warn!("camera {camera}: {spec} is a raw source: it is not recorded (clips are the camera's own H.264 or H.265 packets; record a video file or a network camera)");
-        return Ok(None);
-    }
     let socket = zcpipe_core::packets::socket_path(&ctx.data.run_dir);
-    Ok(Some(std::sync::Arc::new(super::record::Recording::new(socket, &camera)?)))
+    Ok(Some(std::sync::Arc::new(super::record::Recording::new(socket, &camera_name(ctx))?)))
+}
+
+/// The camera's name (`cam0` for a single unnamed camera).
+fn camera_name(ctx: &StageCtx<'_>) -> String {
+    ctx.id.camera.clone().unwrap_or_else(|| "cam0".into())
+}
+
+/// A raw camera's encoder for the recorder (a tap of the pool served on the stage's
+/// socket), when the camera is recorded.
+fn start_encoder(
+    ctx: &StageCtx<'_>,
+    record: Option<&std::sync::Arc<super::record::Recording>>,
+    fps: f64,
+) -> Result<Option<super::encode::EncoderTap>> {
+    let Some(r) = record else { return Ok(None) };
+    let tap = super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), camera_name(ctx), fps)?;
+    Ok(Some(tap))
 }
 
 /// The capture stage on a host source (test pattern, image, video file, network stream, a
@@ -124,6 +123,7 @@ fn run_host(
     ctx: StageCtx<'_>,
     mut source: Box<dyn super::FrameSource>,
     record: Option<std::sync::Arc<super::record::Recording>>,
+    encode: bool,
 ) -> Result<i32> {
     let info = source.info().clone();
     let live = source.live();
@@ -150,6 +150,8 @@ fn run_host(
     );
     let n_bufs = pool.len();
     let (prod, down, fds_setup) = serve_host_pool(&ctx, pool, &alloc, fps, &info.description)?;
+    let encoder =
+        if encode { start_encoder(&ctx, record.as_ref(), if fps == FPS_MAX { 30.0 } else { fps })? } else { None };
     ctx.ready(Instant::now());
 
     // Unpaced (`--fps max`): no period; a reusable source fills each buffer once.
@@ -173,7 +175,7 @@ fn run_host(
     };
     let ended = ctx.run_loop(&mut st, |st| st.report(&ctx, false, st.facts().into()), |st| st.turn(&ctx));
     let seq = st.seq;
-    ctx.close(
+    let code = ctx.close(
         &mut st,
         ended,
         format!("{seq} frames"),
@@ -184,7 +186,12 @@ fn run_host(
             extras.extend(st.facts());
             st.report(&ctx, true, extras)
         },
-    )
+    );
+    // The encoder writes its last frames for the recorder after the pool's end, and after
+    // the listener closed (a tap joining then is refused, never left waiting).
+    drop(st);
+    drop(encoder);
+    code
 }
 
 /// The refusal line of a scale stage that does not take the host sources' NV12.
@@ -403,6 +410,9 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         sizes.join("+")
     );
     let (prod, down, fds_setup) = serve_camera_pool(&ctx, &mut cam, pool, &memory)?;
+    let record = recording(cfg, &ctx)?;
+    let fps = Some(cam.granted().fps()).filter(|f| *f > 0.0).or(cfg.fps).unwrap_or(30.0);
+    let encoder = start_encoder(&ctx, record.as_ref(), fps)?;
     ctx.ready(Instant::now());
 
     let start = Instant::now();
@@ -430,7 +440,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         "{} frames ({} dequeued, {} dropped by the driver, {} flagged corrupt)",
         s.published, s.dequeued, s.driver_drops, s.error_frames
     );
-    ctx.close(
+    let code = ctx.close(
         &mut st,
         ended,
         frames,
@@ -438,9 +448,15 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
         |st, end| st.drain(end.clean),
         |st, mut extras| {
             extras.extend(st.down.facts());
+            if let Some(r) = &record {
+                extras.push(("record", serde_json::to_value(r.counters()).unwrap_or_default()));
+            }
             st.report(&ctx, true, extras)
         },
-    )
+    );
+    drop(st);
+    drop(encoder);
+    code
 }
 
 /// The V4L2 set-up's first step: opens and negotiates the camera, then the allocator of
@@ -663,7 +679,8 @@ fn run_mpp(
 ) -> Result<i32> {
     let input = mpp_input(cfg, spec)?;
     let opts = MppOptions { transport: cfg.rtsp_transport.unwrap_or_default(), size: cfg.size };
-    let mut cap = MppCapture::open(input, lib, &opts, cfg.fps, ctx.stop)?;
+    let record = recording(cfg, &ctx)?;
+    let mut cap = MppCapture::open(input, lib, &opts, cfg.fps, ctx.stop, record)?;
     let live = cap.live();
     let fps = cap.fps();
     let alloc = open_heap(ctx.data.heap)?;

@@ -47,7 +47,28 @@ CREATE TABLE IF NOT EXISTS clips (
 );
 CREATE INDEX IF NOT EXISTS clips_by_camera ON clips (camera, start_ms);
 CREATE INDEX IF NOT EXISTS clips_by_start ON clips (start_ms);
+CREATE TABLE IF NOT EXISTS cameras (
+    camera     TEXT PRIMARY KEY,
+    units      INTEGER NOT NULL DEFAULT 0,
+    gaps       INTEGER NOT NULL DEFAULT 0,
+    drops      INTEGER NOT NULL DEFAULT 0,
+    updated_ms INTEGER NOT NULL
+);
 ";
+
+/// A camera's recording counters, as the recorder last wrote them (`cameras` table; since
+/// the recorder started).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CameraStats {
+    /// The camera.
+    pub camera: String,
+    /// Access units received from its capture stage.
+    pub units: u64,
+    /// Units its capture stage dropped before they came (the recorder was slow or away).
+    pub gaps: u64,
+    /// Units a clip dropped (ffmpeg or the disk too slow).
+    pub drops: u64,
+}
 
 /// A clip's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -321,6 +342,64 @@ impl Index {
         Ok(rows)
     }
 
+    /// Clips whose id is above `id`, lowest first, at most `limit`: what came since a
+    /// reader last looked.
+    pub fn after(&self, id: i64, limit: u32) -> Result<Vec<Clip>> {
+        let mut q = self.db.prepare(
+            "SELECT id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height
+             FROM clips WHERE id > ?1 ORDER BY id ASC LIMIT ?2",
+        )?;
+        let rows = q.query_map(params![id, limit], row)?.collect::<rusqlite::Result<Vec<Clip>>>()?;
+        Ok(rows)
+    }
+
+    /// Writes each camera's counters (one transaction).
+    pub fn put_camera_stats(&mut self, stats: &[CameraStats]) -> Result<()> {
+        let now = unix_ms();
+        let tx = self.db.transaction()?;
+        for c in stats {
+            tx.execute(
+                "INSERT INTO cameras (camera, units, gaps, drops, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (camera) DO UPDATE SET units = ?2, gaps = ?3, drops = ?4, updated_ms = ?5",
+                params![c.camera, c.units as i64, c.gaps as i64, c.drops as i64, now],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Per camera: its clips in the folder now and their bytes, by camera name.
+    pub fn totals_by_camera(&self) -> Result<Vec<(String, u64, u64)>> {
+        let mut q = self
+            .db
+            .prepare("SELECT camera, COUNT(*), COALESCE(SUM(bytes), 0) FROM clips GROUP BY camera ORDER BY camera")?;
+        let rows = q
+            .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Each camera's counters as the recorder last wrote them, by camera name (none from an
+    /// index written before the table existed).
+    pub fn camera_stats(&self) -> Result<Vec<CameraStats>> {
+        let mut q = match self.db.prepare("SELECT camera, units, gaps, drops FROM cameras ORDER BY camera") {
+            Ok(q) => q,
+            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => return Ok(vec![]),
+            Err(e) => return Err(e.into()),
+        };
+        let rows = q
+            .query_map([], |r| {
+                Ok(CameraStats {
+                    camera: r.get(0)?,
+                    units: r.get::<_, i64>(1)? as u64,
+                    gaps: r.get::<_, i64>(2)? as u64,
+                    drops: r.get::<_, i64>(3)? as u64,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// One clip.
     pub fn get(&self, id: i64) -> Result<Option<Clip>> {
         let mut q = self.db.prepare(
@@ -331,7 +410,7 @@ impl Index {
     }
 
     /// Removes the oldest closed clips: those that started before `before_ms`, then, while
-    /// all clips take more than `max_bytes`, the oldest. A file is removed before its row.
+    /// all clips take more than `max_bytes`, the oldest but the newest closed one. A file is removed before its row.
     /// Returns (clips removed, their bytes).
     pub fn retain(&mut self, before_ms: Option<i64>, max_bytes: Option<u64>) -> Result<(u64, u64)> {
         let mut victims: Vec<(i64, String, i64)> = vec![];
@@ -343,9 +422,12 @@ impl Index {
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
                 .collect::<rusqlite::Result<_>>()?;
             let mut left = self.total_bytes()? as i64;
-            for (id, path, bytes, start) in closed {
+            let newest = closed.len().saturating_sub(1);
+            for (k, (id, path, bytes, start)) in closed.into_iter().enumerate() {
                 let old = before_ms.is_some_and(|b| start < b);
-                let over = max_bytes.is_some_and(|m| left > m as i64);
+                // The newest clip stays, even alone over the bound: a bound smaller than one
+                // clip keeps the latest event, never none.
+                let over = k < newest && max_bytes.is_some_and(|m| left > m as i64);
                 if !old && !over {
                     break;
                 }
@@ -561,5 +643,24 @@ mod tests {
         assert_eq!(ix.total_bytes().unwrap(), 100, "the closed clip left; the live one counts at its close");
         let files = std::fs::read_dir(d.path().join("cam0")).unwrap().count();
         assert_eq!(files, 2, "each removed row's file went with it");
+    }
+
+    #[test]
+    fn a_reader_sees_what_came_after_its_last_id_and_each_camera_s_counters() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut ix, _) = Index::open(d.path()).unwrap();
+        let a = new_clip(&mut ix, d.path(), "cam0", 1000, 10);
+        let b = new_clip(&mut ix, d.path(), "cam1", 2000, 10);
+        ix.close_clip(b, &closed(2500, 10)).unwrap();
+        let reader = Index::open_read(d.path()).unwrap();
+        let got: Vec<(i64, State)> = reader.after(0, 10).unwrap().iter().map(|c| (c.id, c.state)).collect();
+        assert_eq!(got, [(a, State::Recording), (b, State::Complete)]);
+        assert!(reader.after(b, 10).unwrap().is_empty());
+        assert_eq!(reader.camera_stats().unwrap(), []);
+        let s = |camera: &str, units| CameraStats { camera: camera.into(), units, gaps: 1, drops: 2 };
+        ix.put_camera_stats(&[s("cam1", 5), s("cam0", 7)]).unwrap();
+        ix.put_camera_stats(&[s("cam0", 9)]).unwrap();
+        assert_eq!(reader.camera_stats().unwrap(), [s("cam0", 9), s("cam1", 5)]);
+        assert_eq!(reader.totals_by_camera().unwrap(), [("cam0".into(), 1, 0), ("cam1".into(), 1, 10)]);
     }
 }

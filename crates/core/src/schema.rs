@@ -46,6 +46,8 @@ pub enum SocketLine {
     Event(EventJson),
     /// `"type": "end"`: the stream ended; EOF follows.
     End(EndJson),
+    /// `"type": "clip"`: the recorder closed a clip (with `--record-dir`).
+    Clip(ClipJson),
 }
 
 impl SocketLine {
@@ -315,6 +317,40 @@ pub struct NoticeJson {
     /// when the camera had no frame before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_s: Option<f64>,
+}
+
+/// The `"clip"` line: the recorder (`zcpipe stage record`) closed a clip, read from its index
+/// by the publish stage within about a second.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ClipJson {
+    /// The camera.
+    pub camera: String,
+    /// The clip's id in the record folder's index (the web view's `/clips/<id>.mp4`).
+    pub id: i64,
+    /// Its first picture, Unix ms.
+    pub start_ms: i64,
+    /// Its last picture, Unix ms.
+    pub end_ms: i64,
+    /// It was written whole; `false`: it is cut short (`reason` says why) and plays up to
+    /// its last whole fragment.
+    pub complete: bool,
+    /// Why it is incomplete (left out when complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its tracks' labels.
+    pub labels: Vec<String>,
+    /// Its tracks' ids (as in the event lines).
+    pub tracks: Vec<u64>,
+    /// The zones its tracks entered.
+    pub zones: Vec<String>,
+    /// The file's size, bytes.
+    pub bytes: u64,
+    /// The file on the recording machine (the record folder joined with the index's path).
+    pub path: String,
+    /// Its address in the web view (`/clips/<id>.mp4`, below the web view's own address),
+    /// when the publish stage serves the web view; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// The `"end"` line: the stream ended (the source ended, a signal, or a stage hung up).

@@ -237,6 +237,56 @@ pub fn frame_to_rgb(frame: &Frame, out: &mut Vec<u8>) -> Result<(u32, u32)> {
     Ok((w, h))
 }
 
+/// The rows of each plane a frame of `layout` packs to: (plane, rows, bytes per row), or
+/// `None` for a fourcc [`frame_to_packed`] does not read.
+fn packed_rows(layout: &FrameLayout) -> Option<Vec<(usize, usize, usize)>> {
+    let (w, h) = (layout.width as usize, layout.height as usize);
+    let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
+    Some(match layout.fourcc {
+        Fourcc::NV12 | Fourcc::NV12M => vec![(0, h, w), (1, ch, 2 * cw)],
+        Fourcc::NV16 => vec![(0, h, w), (1, h, 2 * cw)],
+        Fourcc::YUYV => vec![(0, h, 4 * cw)],
+        Fourcc::RGB24 | Fourcc::BGR24 => vec![(0, h, 3 * w)],
+        Fourcc::XR24 => vec![(0, h, 4 * w)],
+        _ => return None,
+    })
+}
+
+/// Copies `frame`'s pixels into `out` packed tight (no padding after a row, plane after
+/// plane: the layout of ffmpeg's `rawvideo` of the same format), reading its dma-bufs
+/// through read guards held only for the copy: the input of a raw-video encoder. Reads
+/// NV12, NV12M, NV16, YUYV, RGB24, BGR24 and XR24. Returns the frame's layout. Errors:
+/// another fourcc (named), or a plane too short for its rows.
+pub fn frame_to_packed(frame: &Frame, out: &mut Vec<u8>) -> Result<FrameLayout> {
+    let layout = frame.desc().layout;
+    if packed_rows(&layout).is_none() {
+        bail!("cannot pack {} frames (NV12, NV12M, NV16, YUYV, RGB24, BGR24 and XR24 can be)", layout.fourcc)
+    }
+    let guards = frame.read()?;
+    let bufs: Vec<&[u8]> = guards.iter().map(|g| &g[..]).collect();
+    layout_to_packed(&layout, &bufs, out)?;
+    Ok(layout)
+}
+
+/// [`frame_to_packed`] on bytes already mapped: `bufs[fd_index]` per plane.
+fn layout_to_packed(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
+    let Some(rows) = packed_rows(layout) else { bail!("cannot pack {} frames", layout.fourcc) };
+    if layout.num_planes as usize <= rows.iter().map(|r| r.0).max().unwrap_or(0) {
+        bail!("{}: {} plane(s) where {} are read", layout.fourcc, layout.num_planes, rows.len());
+    }
+    out.clear();
+    for (i, n, row) in rows {
+        let (p, bpl) = plane(bufs, layout, i)?;
+        if n > 0 && (bpl < row || p.len() < bpl * (n - 1) + row) {
+            bail!("{}: plane {i} has {} bytes of {bpl} per row; {n} rows of {row} need more", layout.fourcc, p.len());
+        }
+        for r in 0..n {
+            out.extend_from_slice(&p[r * bpl..r * bpl + row]);
+        }
+    }
+    Ok(())
+}
+
 /// [`frame_to_rgb`] on bytes already mapped: `bufs[fd_index]` per plane.
 pub(crate) fn layout_to_rgb(layout: &FrameLayout, bufs: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
     use yuv::{YuvBiPlanarImage, YuvConversionMode, YuvPackedImage, YuvRange, YuvStandardMatrix};
@@ -344,5 +394,24 @@ mod tests {
         let l = FrameLayout { fourcc: Fourcc::XR24, ..l };
         layout_to_rgb(&l, &[&[1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, 10, 11, 12, 0]], &mut out).unwrap();
         assert_eq!(out, [3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
+    }
+
+    #[test]
+    fn packing_drops_row_padding_and_keeps_an_odd_size_s_chroma() {
+        // 5x3 NV12 in rows of 16: Y rows of 5, then 2 CbCr rows of 6 (3 pairs).
+        let (mut l, _) = nv12(5, 3, 16);
+        l.planes[1].offset = 16 * 4;
+        let b: Vec<u8> = (0..16 * 6).map(|i| (i % 16) as u8).collect();
+        let mut out = vec![];
+        layout_to_packed(&l, &[&b], &mut out).unwrap();
+        let y = [0u8, 1, 2, 3, 4];
+        let uv = [0u8, 1, 2, 3, 4, 5];
+        let want: Vec<u8> = [&y[..], &y, &y, &uv, &uv].concat();
+        assert_eq!(out, want);
+        // A plane cut short, and a format it does not read, are errors.
+        let e = layout_to_packed(&l, &[&b[..70]], &mut out).unwrap_err().to_string();
+        assert!(e.contains("plane 1 has"), "{e}");
+        let l = FrameLayout { fourcc: Fourcc::new(b"AR24"), ..l };
+        assert!(layout_to_packed(&l, &[&b], &mut out).is_err());
     }
 }

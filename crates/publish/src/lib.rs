@@ -18,6 +18,7 @@ pub mod snapshot;
 pub mod stage;
 pub use zcpipe_track as track;
 pub mod pixels;
+pub mod recorded;
 pub mod view;
 pub mod watch;
 
@@ -43,6 +44,9 @@ pub struct PublishConfig {
     pub snapshots: Option<snapshot::SnapshotConfig>,
     /// The MQTT bridge (`--mqtt`), if asked for ([`mqtt`]).
     pub mqtt: Option<mqtt::MqttConfig>,
+    /// The recorder's folder (`--clips`): its clips are announced as they close
+    /// ([`recorded`]) and, with the web view, listed and played there.
+    pub clips: Option<PathBuf>,
 }
 
 /// The outputs `cfg` asks for besides the detections socket (MQTT, the web view,

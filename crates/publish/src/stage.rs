@@ -393,6 +393,8 @@ struct PublishStage<'s> {
     n_in: u64,
     /// Frames out are the span's frames: `span.tick` counts each one handed out.
     span: FrameSpan,
+    /// The recorder's index, read for the clips it closes (`--clips`).
+    clips: Option<crate::recorded::ClipWatch>,
 }
 
 impl<'s> PublishStage<'s> {
@@ -432,10 +434,24 @@ impl<'s> PublishStage<'s> {
             outputs,
             input,
             labels,
+            clips: cfg.clips.clone().map(|d| crate::recorded::ClipWatch::new(d, cfg.http.is_some())),
             cfg,
             ctx,
             fds_setup,
         })
+    }
+
+    /// Sends a `clip` line for each clip the recorder closed since the last look (about
+    /// once a second).
+    fn announce_clips(&mut self) -> anyhow::Result<()> {
+        let Some(w) = &mut self.clips else { return Ok(()) };
+        for c in w.poll() {
+            let human = format!("{}: {}", c.camera, crate::recorded::human_clip(&c));
+            log::info!("{human}");
+            let typed = SocketLine::Clip(c);
+            self.send(&typed, &typed.to_line()?, &|| human.clone());
+        }
+        Ok(())
     }
 
     /// The name of the camera of `d`.
@@ -449,6 +465,7 @@ impl<'s> PublishStage<'s> {
     fn turn(&mut self) -> Result<Turn> {
         self.server.service_due();
         self.outputs.tick();
+        self.announce_clips()?;
         let validate = |d: &DetectionsDesc| d.validate();
         let mut d = match incoming(self.input.recv(&validate, self.ctx, &self.labels)?, "infer", "", || false)? {
             Incoming::Item(d) => d,

@@ -103,7 +103,7 @@ pub(crate) struct Filter<'a> {
 
 /// [`print_stream`] of the lines `filter` keeps: with a camera, frames, notices and events
 /// of other cameras are skipped and not counted (a notice about a stage that serves every
-/// camera is kept); with `events_only`, only event lines and notices are written, and
+/// camera is kept); with `events_only`, only event lines, clip lines and notices are written, and
 /// `count` (and `frames`) count events instead of frames.
 pub(crate) fn print_camera(
     input: impl BufRead,
@@ -153,6 +153,7 @@ pub(crate) fn print_camera(
             continue;
         }
         if matches!(&parsed, Ok(SocketLine::Event(e)) if other_camera(&e.camera))
+            || matches!(&parsed, Ok(SocketLine::Clip(c)) if other_camera(&c.camera))
             || (filter.events_only && matches!(&parsed, Ok(SocketLine::Frame(_))))
         {
             continue;
@@ -174,6 +175,7 @@ pub(crate) fn print_camera(
             Ok(SocketLine::Notice(n)) => writeln!(out, "{}", notice_line(&n)),
             Ok(SocketLine::Event(e)) if e.camera.is_empty() => writeln!(out, "{}", human_event(&e)),
             Ok(SocketLine::Event(e)) => writeln!(out, "{}: {}", e.camera, human_event(&e)),
+            Ok(SocketLine::Clip(c)) => writeln!(out, "{}: {}", c.camera, crate::recorded::human_clip(&c)),
             Err(e) => {
                 log::warn!("unreadable line ({e}): {line}");
                 Ok(())
@@ -465,6 +467,34 @@ mod tests {
         let mut n = 0;
         print_camera(input.as_bytes(), &mut all, true, Some(3), &mut n, &NEVER, Filter::default()).unwrap();
         assert_eq!(n, 3, "no filter: every camera's frames count");
+    }
+
+    #[test]
+    fn events_shows_a_closed_clip_s_file_and_the_camera_filter_keeps_other_cameras_clips_out() {
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        let clip = |camera: &str| {
+            SocketLine::Clip(super::super::schema::ClipJson {
+                camera: camera.into(),
+                id: 7,
+                start_ms: 1_000,
+                end_ms: 13_500,
+                complete: true,
+                reason: None,
+                labels: vec!["person".into()],
+                tracks: vec![4],
+                zones: vec![],
+                bytes: 2_500_000,
+                path: format!("/clips/{camera}/a.mp4"),
+                url: None,
+            })
+            .to_line()
+            .unwrap()
+        };
+        let input = [clip("door"), clip("front")].concat();
+        let mut out = Vec::new();
+        let filter = Filter { camera: Some("front"), events_only: true };
+        print_camera(input.as_bytes(), &mut out, false, None, &mut 0, &NEVER, filter).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "front: clip /clips/front/a.mp4 (12.5 s, 2.5 MB; person #4)\n");
     }
 
     #[test]

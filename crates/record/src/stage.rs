@@ -13,7 +13,7 @@ use zcpipe_core::packets::{Message, StreamHello, Unit};
 use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
 
 use super::clip::{free_bytes, ClipWriter, Done};
-use super::index::{file_name, unix_ms, Closed, Index, NewClip, State as ClipState};
+use super::index::{file_name, unix_ms, CameraStats, Closed, Index, NewClip, State as ClipState};
 use super::inputs::{self, InFlight, Input};
 use super::plan::{Action, Filters, Planner};
 use super::preroll::PreRoll;
@@ -31,6 +31,8 @@ const RESERVE_FILE: &str = ".reserve";
 const ROOM_CHECK: Duration = Duration::from_secs(2);
 /// How often retention runs besides after each clip.
 const RETAIN_EVERY: Duration = Duration::from_secs(60);
+/// How often each camera's counters go into the index (when they changed).
+const STATS_EVERY: Duration = Duration::from_secs(5);
 /// The longest clip: a clip whose objects stay in view longer (a parked car) goes on in a
 /// new file.
 pub const MAX_CLIP: Duration = Duration::from_secs(30 * 60);
@@ -80,6 +82,8 @@ struct State {
     /// Recording stopped (the disk full) since; looked at every [`ROOM_CHECK`].
     paused: Option<Instant>,
     last_retain: Instant,
+    /// When each camera's counters were last written to the index, and what they were.
+    last_stats: (Instant, Vec<CameraStats>),
     /// The detections socket's end line came: the run ends once every camera's stream has
     /// ended too (its last units are still on their way), or after [`END_WAIT`].
     ended: Option<Instant>,
@@ -143,12 +147,14 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
         report,
         paused: None,
         last_retain: Instant::now(),
+        last_stats: (Instant::now(), vec![]),
         ended: None,
         start,
     };
     st.retain();
     st.reserve(true);
     let ended = ctx.run_loop(&mut st, |st| ctx.reporter.send(&st.stage_report(&ctx, false, vec![])), |st| st.turn());
+    st.write_stats();
     let what = format!("{} clips", st.report.clips);
     ctx.close(
         &mut st,
@@ -171,6 +177,28 @@ fn wall_ms(mono_ns: u64) -> i64 {
 }
 
 impl State {
+    /// Writes each camera's counters into the index when they changed (the publish stage
+    /// shows them in `/metrics`); a failure (a full disk) is only logged at debug level: the
+    /// next write says the same.
+    fn write_stats(&mut self) {
+        let now: Vec<CameraStats> = self
+            .cameras
+            .values()
+            .map(|c| CameraStats {
+                camera: c.name.clone(),
+                units: c.facts.units,
+                gaps: c.facts.gaps,
+                drops: c.facts.clip_drops,
+            })
+            .collect();
+        if now != self.last_stats.1 {
+            if let Err(e) = self.index.put_camera_stats(&now) {
+                log::debug!("record: writing the cameras' counters into the index: {e:#}");
+            }
+        }
+        self.last_stats = (Instant::now(), now);
+    }
+
     fn turn(&mut self) -> zcpipe_core::Result<Turn> {
         match self.rx.recv_timeout(IDLE_WAIT) {
             Ok(i) => {
@@ -192,6 +220,9 @@ impl State {
         }
         if self.last_retain.elapsed() >= RETAIN_EVERY {
             self.retain();
+        }
+        if self.last_stats.0.elapsed() >= STATS_EVERY {
+            self.write_stats();
         }
         // The end line comes before the cameras' last units do: those still on their way
         // end their clips.

@@ -41,7 +41,7 @@ impl MppCapture {
         }
         let live = self.live();
         let url = self.url().to_string();
-        let Link::Up { ffmpeg, last_data, since } = &mut self.link else {
+        let Link::Up { ffmpeg, last_data, since, .. } = &mut self.link else {
             self.reconnect_due()?;
             return Ok(None);
         };
@@ -126,8 +126,8 @@ impl MppCapture {
     fn reconnect_due(&mut self) -> Result<()> {
         if let Link::Down { at } = self.link {
             if Instant::now() >= at {
-                let ffmpeg = self.spawn_demuxer()?;
-                self.link = Link::Up { ffmpeg, since: Instant::now(), last_data: Instant::now() };
+                let (ffmpeg, tee) = self.spawn_demuxer()?;
+                self.link = Link::Up { ffmpeg, since: Instant::now(), last_data: Instant::now(), _tee: tee };
             }
         }
         Ok(())
@@ -171,8 +171,10 @@ impl MppCapture {
         }
     }
 
-    /// ffmpeg demuxing the input to the raw elementary stream on its stdout.
-    pub(super) fn spawn_demuxer(&self) -> Result<Child> {
+    /// ffmpeg demuxing the input to the raw elementary stream on its stdout and, when the
+    /// camera is recorded, to MPEG-TS on its fd 3 for the recorder (the packets as they
+    /// came: [`crate::record::TEE_ARGS`]), with the reader of that pipe.
+    pub(super) fn spawn_demuxer(&self) -> Result<(Child, Option<crate::record::Tee>)> {
         let mut args: Vec<String> = ["-nostdin", "-loglevel", "error"].iter().map(|s| s.to_string()).collect();
         let list = match &self.input {
             MppInput::File(p) => {
@@ -187,8 +189,17 @@ impl MppCapture {
             }
         };
         args.extend(["-an", "-sn", "-dn", "-c:v", "copy", "-f", self.muxer, "pipe:1"].iter().map(|s| s.to_string()));
-        Child::spawn_fed("ffmpeg", &args, list.as_deref().map(str::as_bytes))
-            .map_err(|e| anyhow!("{}: {e:#}", self.shown))
+        let teed = crate::record::tee_for(self.record.as_deref(), &self.shown, &self.probe)?;
+        let (write, tee) = match teed {
+            Some((w, t)) => {
+                args.extend(crate::record::TEE_ARGS.iter().map(|s| s.to_string()));
+                (Some(w), Some(t))
+            }
+            None => (None, None),
+        };
+        let child = Child::spawn_teed("ffmpeg", &args, list.as_deref().map(str::as_bytes), write)
+            .map_err(|e| anyhow!("{}: {e:#}", self.shown))?;
+        Ok((child, tee))
     }
 
     /// The demuxer's last words (scrubbed), or that it is not running.

@@ -144,8 +144,9 @@ pub(crate) enum MppNext {
 
 /// The network state of the demuxer.
 enum Link {
-    /// ffmpeg is demuxing.
-    Up { ffmpeg: Child, since: Instant, last_data: Instant },
+    /// ffmpeg is demuxing (and, when the camera is recorded, writing the stream's packets
+    /// to `_tee`'s reader too). `ffmpeg` is dropped (killed, reaped) before `_tee` is joined.
+    Up { ffmpeg: Child, since: Instant, last_data: Instant, _tee: Option<crate::record::Tee> },
     /// Waiting for `at` before re-opening.
     Down { at: Instant },
 }
@@ -157,6 +158,10 @@ pub(crate) struct MppCapture {
     opts: MppOptions,
     muxer: &'static str,
     codec: String,
+    /// The probe's answer: the stream the recorder is told of.
+    probe: VideoProbe,
+    /// The camera's link to the recorder, when it is recorded.
+    record: Option<Arc<crate::record::Recording>>,
     mpp: Mpp,
     link: Link,
     backoff: Duration,
@@ -198,12 +203,14 @@ impl MppCapture {
     /// each one line naming the input (URL redacted): the input cannot be probed, its codec
     /// is not H.264/H.265 (use `--decoder cpu`), MPP refuses it, or no picture size within
     /// [`START_LIMIT`] (junk, or a stream MPP cannot parse). `stop` ends the wait early.
+    /// With `record`, the demuxer also writes the stream's packets for the recorder.
     pub fn open(
         input: MppInput,
         lib: Arc<Libmpp>,
         opts: &MppOptions,
         fps: Option<f64>,
         stop: &AtomicBool,
+        record: Option<Arc<crate::record::Recording>>,
     ) -> Result<MppCapture> {
         let shown = match &input {
             MppInput::File(p) => format!("video:{}", p.display()),
@@ -231,6 +238,8 @@ impl MppCapture {
             opts: opts.clone(),
             muxer,
             codec,
+            probe,
+            record,
             mpp,
             link: Link::Down { at: Instant::now() },
             backoff: BACKOFF_FIRST,
@@ -255,7 +264,8 @@ impl MppCapture {
             stats: MppStats::default(),
             input,
         };
-        cap.link = Link::Up { ffmpeg: cap.spawn_demuxer()?, since: Instant::now(), last_data: Instant::now() };
+        let (ffmpeg, tee) = cap.spawn_demuxer()?;
+        cap.link = Link::Up { ffmpeg, since: Instant::now(), last_data: Instant::now(), _tee: tee };
         let t = Instant::now();
         while cap.first_info.is_none() {
             if stop.load(Ordering::Relaxed) {

@@ -123,6 +123,45 @@ pub fn service(o: &mut String, st: &zcpipe_core::service::ServiceStats) {
     }
 }
 
+/// The recorder's families, appended to `o` (read from the record folder's index at this
+/// scrape): each camera's clips in the folder and their bytes, and the recorder's counters
+/// since it started.
+pub fn recording(o: &mut String, ix: &zcpipe_clips::Index) -> anyhow::Result<()> {
+    let totals = ix.totals_by_camera()?;
+    let stats = ix.camera_stats()?;
+    family(o, "zcpipe_clips", "gauge", "Recorded clips in the record folder now, per camera.");
+    for (camera, n, _) in &totals {
+        let _ = writeln!(o, "zcpipe_clips{{camera=\"{}\"}} {n}", escape(camera));
+    }
+    family(o, "zcpipe_clip_bytes", "gauge", "Bytes of the recorded clips in the record folder now, per camera.");
+    for (camera, _, bytes) in &totals {
+        let _ = writeln!(o, "zcpipe_clip_bytes{{camera=\"{}\"}} {bytes}", escape(camera));
+    }
+    for (name, help, get) in [
+        (
+            "zcpipe_record_units_total",
+            "Access units (pictures) the recorder received, per camera.",
+            (|c: &zcpipe_clips::CameraStats| c.units) as fn(&zcpipe_clips::CameraStats) -> u64,
+        ),
+        (
+            "zcpipe_record_gaps_total",
+            "Units the capture stage dropped before the recorder took them, per camera.",
+            |c| c.gaps,
+        ),
+        (
+            "zcpipe_record_dropped_units_total",
+            "Units a clip dropped because ffmpeg or the disk was too slow, per camera.",
+            |c| c.drops,
+        ),
+    ] {
+        family(o, name, "counter", help);
+        for c in &stats {
+            let _ = writeln!(o, "{name}{{camera=\"{}\"}} {}", escape(&c.camera), get(c));
+        }
+    }
+    Ok(())
+}
+
 /// The whole `/metrics` text.
 pub fn render(s: &Stats, server: &ServerCounts) -> String {
     let mut o = String::new();

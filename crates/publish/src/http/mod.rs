@@ -430,6 +430,10 @@ fn route(s: &Arc<Shared>, path: &str, head: bool, range: Option<&str>) -> Reply 
             if let Some(st) = s.service.as_deref().and_then(service_stats) {
                 metrics::service(&mut body, &st);
             }
+            if let Some(dir) = &s.clips {
+                // No index yet (the recorder has not started): no recording families.
+                let _ = zcpipe_clips::Index::open_read(dir).and_then(|ix| metrics::recording(&mut body, &ix));
+            }
             Reply::new(200, metrics::CONTENT_TYPE, body.into_bytes())
         }
         "/api/detections" => stream(s, Stream::Sse, head),
@@ -687,6 +691,7 @@ mod tests {
             http: Some(http.clone()),
             snapshots: None,
             mqtt: None,
+            clips: None,
         };
         let mut out = HttpOutput::start(&cfg, &http, Box::new(crate::view::NoPixels)).unwrap();
         assert!(out.addr().port() != 0, "the port chosen is known");

@@ -207,6 +207,8 @@ impl Stats {
                 self.frames_lost_in_restarts += n.frames_lost;
             }
             SocketLine::End(_) => self.ended = true,
+            // Clips are counted from the record folder's index (`/metrics`).
+            SocketLine::Clip(_) => {}
         }
     }
 

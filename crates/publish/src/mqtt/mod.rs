@@ -10,7 +10,9 @@
 //! - `P/<camera>/<label>`: the number of `label` in the camera's latest frame, as text, sent
 //!   when it changes (so a label that leaves the picture is sent as `0`); retained with
 //!   `--mqtt-retain`.
-//! - `P/<camera>/events`: the tracker's events (the event line's fields plus `time_ms`).
+//! - `P/<camera>/events`: the tracker's events (the event line's fields plus `time_ms`), and
+//!   each recorded clip once it closed (`"event": "clip"`, the clip line's fields: id, URL,
+//!   path, start, end, labels, tracks, plus `time_ms`, its end).
 //! - `P/stats`: every `--mqtt-stats-interval` s and at the end: each camera's fps, frames and
 //!   detection messages, and the bridge's counters; retained with `--mqtt-retain`.
 //! - `H/binary_sensor/<node>/<camera>_<label>/config`: an occupancy binary sensor per camera
@@ -34,7 +36,7 @@ use anyhow::{bail, Result};
 
 use zcpipe_core::secret::{redact_password, Secret};
 
-use super::schema::{EventJson, FrameJson, SocketLine};
+use super::schema::{ClipJson, EventJson, FrameJson, SocketLine};
 
 /// A broker address: `mqtt://[user[:password]@]host[:port]` or `mqtts://...` (`--mqtt`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -335,13 +337,14 @@ impl MqttConfig {
 
     /// The discovery config of camera `camera`'s event entity: one Home Assistant event per
     /// tracker event (`new`, `entered_zone`, ...) on its events topic, with the label, track
-    /// and zone as attributes. `None` without discovery.
+    /// and zone as attributes, and one per recorded clip (`clip`, with its id, URL and
+    /// labels). `None` without discovery.
     pub(crate) fn events_discovery(&self, camera: &str) -> Option<Msg> {
         let fields = serde_json::json!({
             "name": "events",
             "state_topic": self.camera_topic(camera, "events"),
-            "event_types": ["new", "entered_zone", "left_zone", "stationary", "end"],
-            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.label, 'track_id': value_json.track_id, 'zone': value_json.zone} | to_json }}",
+            "event_types": ["new", "entered_zone", "left_zone", "stationary", "end", "clip"],
+            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'labels': value_json.get('labels')} | to_json }}",
         });
         let object = format!("{}_events", level(camera));
         self.discovery("event", camera, &object, &object, fields)
@@ -589,8 +592,25 @@ impl Translator {
         match line {
             SocketLine::Frame(f) => self.frame(f, wall(f.timestamp_ns), out),
             SocketLine::Event(e) => self.event(e, wall(e.timestamp_ns), out),
+            SocketLine::Clip(c) => self.clip(c, out),
             SocketLine::Notice(_) | SocketLine::End(_) => {}
         }
+    }
+
+    /// A closed clip, on its camera's events topic as an event of type `clip` (Home
+    /// Assistant's event entity gets its id and URL): the clip line's fields plus `event`
+    /// and `time_ms` (its end).
+    fn clip(&mut self, c: &ClipJson, out: &mut Vec<Out>) {
+        let mut v = serde_json::to_value(c).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("event".into(), "clip".into());
+            o.insert("time_ms".into(), c.end_ms.into());
+        }
+        out.push(Out::Once(Msg {
+            topic: self.cfg.camera_topic(&c.camera, "events"),
+            payload: v.to_string().into_bytes(),
+            retain: false,
+        }));
     }
 
     fn frame(&mut self, f: &FrameJson, time_ms: u64, out: &mut Vec<Out>) {

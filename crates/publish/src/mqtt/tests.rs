@@ -240,6 +240,40 @@ fn events_go_to_the_events_topic_with_wall_time() {
 }
 
 #[test]
+fn a_closed_clip_is_an_event_of_type_clip_with_its_id_and_url() {
+    let mut t = Translator::new(cfg());
+    let c = zcpipe_core::schema::ClipJson {
+        camera: "door".into(),
+        id: 42,
+        start_ms: 1_000,
+        end_ms: 9_000,
+        complete: true,
+        reason: None,
+        labels: vec!["person".into()],
+        tracks: vec![3],
+        zones: vec![],
+        bytes: 12_345,
+        path: "/var/lib/zcpipe/clips/door/x.mp4".into(),
+        url: Some("/clips/42.mp4".into()),
+    };
+    let mut out = vec![];
+    t.line(&SocketLine::Clip(c), |ns| ns, &mut out);
+    let [Out::Once(m)] = &out[..] else { panic!("{out:?}") };
+    assert_eq!(m.topic, "zcpipe/door/events");
+    let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+    assert_eq!(
+        (v["event"].as_str(), v["id"].as_i64(), v["url"].as_str(), v["time_ms"].as_i64()),
+        (Some("clip"), Some(42), Some("/clips/42.mp4"), Some(9_000))
+    );
+    // Home Assistant's event entity knows the type and passes the id and URL on.
+    let d = cfg().events_discovery("door").unwrap();
+    let d: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
+    assert!(d["event_types"].as_array().unwrap().iter().any(|t| t == "clip"), "{d}");
+    let template = d["value_template"].as_str().unwrap();
+    assert!(template.contains("'clip_id': value_json.get('id')") && template.contains("'url': value_json.get('url')"));
+}
+
+#[test]
 fn wall_time_of_a_monotonic_stamp_is_now_less_its_age() {
     let now = zcpipe_core::frame::monotonic_ns();
     let w = wall_ms(now.saturating_sub(2_000_000_000));
