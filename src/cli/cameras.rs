@@ -25,9 +25,38 @@ pub const PER_CAMERA: [&str; 4] = ["--fps", "--size", "--format", "--capture-io"
 /// (`--weight`) as one value per camera ([`sched_values`]).
 pub const PER_CAMERA_SCHED: [&str; 2] = ["--detect-fps", "--weight"];
 
+/// The per-camera options that are the recorder's: given after a `--source`, they record
+/// that camera (`--record-dir`) or give it rules of its own ([`record_flags`]).
+pub const PER_CAMERA_RECORD: [&str; 7] = [
+    "--record-dir",
+    "--record-pre",
+    "--record-post",
+    "--record-labels",
+    "--record-zones",
+    "--record-keep-days",
+    "--record-max-gb",
+];
+
+/// The keys a configuration file's `[camera.NAME]` section takes besides `source` and
+/// `zone`: the capture options and the recorder's ([`PER_CAMERA`], [`PER_CAMERA_RECORD`]).
+pub fn section_keys() -> Vec<&'static str> {
+    PER_CAMERA.iter().chain(&PER_CAMERA_RECORD).map(|f| f.trim_start_matches("--")).collect()
+}
+
 /// Whether a group's `--key=value` flag is one of [`PER_CAMERA_SCHED`].
 fn is_sched(flag: &str) -> bool {
     flag.split_once('=').is_some_and(|(k, _)| PER_CAMERA_SCHED.contains(&k))
+}
+
+/// Whether a group's `--key=value` flag is one of [`PER_CAMERA_RECORD`].
+fn is_record(flag: &str) -> bool {
+    flag.split_once('=').is_some_and(|(k, _)| PER_CAMERA_RECORD.contains(&k))
+}
+
+/// Each camera's recording options given after its `--source`, as `--key=value` (one list
+/// per group, in order).
+pub fn record_flags(groups: &[CameraGroup]) -> Vec<Vec<String>> {
+    groups.iter().map(|g| g.flags.iter().filter(|f| is_record(f)).cloned().collect()).collect()
 }
 
 /// Each camera's value of scheduler option `key` (`--detect-fps`, `--weight`) given after
@@ -104,7 +133,9 @@ pub fn split(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<CameraGroup>)> {
         };
         let is_source = key == "--source";
         // A per-camera option belongs to the camera before it; before the first, to all.
-        let for_a_camera = (PER_CAMERA.contains(&key) || PER_CAMERA_SCHED.contains(&key)) && !groups.is_empty();
+        let for_a_camera =
+            (PER_CAMERA.contains(&key) || PER_CAMERA_SCHED.contains(&key) || PER_CAMERA_RECORD.contains(&key))
+                && !groups.is_empty();
         if !is_source && !for_a_camera {
             out.push(a.clone());
             continue;
@@ -149,7 +180,7 @@ pub fn camera_args(shared: &CaptureArgs, groups: &[CameraGroup]) -> Result<Vec<(
     let mut cams: Vec<(String, CaptureArgs)> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
         let name = g.name.clone().unwrap_or_else(|| format!("cam{i}"));
-        let own = g.flags.iter().filter(|f| !is_sched(f)).cloned();
+        let own = g.flags.iter().filter(|f| !is_sched(f) && !is_record(f)).cloned();
         let argv = base.iter().cloned().chain([format!("--source={}", g.source)]).chain(own);
         let one = OneCamera::try_parse_from(argv).map_err(|e| {
             let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();

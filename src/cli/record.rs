@@ -1,14 +1,45 @@
 //! `--record-dir` and the `--record-*` flags (`zcpipe run`, `zcpipe stage record`), and
 //! their checked form, [`zcpipe_record::RecordConfig`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::Args;
+use clap::{Args, Parser};
 
-use zcpipe_record::RecordConfig;
+use zcpipe_record::{CameraRules, RecordConfig};
+
+/// The run's recording, camera by camera ([`RecordArgs::per_camera`]).
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// The recording options with the run's folder (given once, or after a camera's
+    /// `--source`).
+    pub args: RecordArgs,
+    /// Per camera, in the run's order: whether it is recorded.
+    pub recorded: Vec<bool>,
+    /// The cameras with rules of their own.
+    pub rules: BTreeMap<String, CameraRules>,
+}
+
+impl Recording {
+    /// The record stage's flags: the options, and the cameras' own rules as JSON.
+    pub fn stage_flags(&self) -> Vec<String> {
+        let mut v = self.args.flags();
+        if !self.rules.is_empty() {
+            v.push(format!("--record-cameras={}", serde_json::to_string(&self.rules).unwrap_or_default()));
+        }
+        v
+    }
+}
+
+/// One camera's recording options: the run's with its own on top.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, args_override_self = true)]
+struct OneCamera {
+    #[command(flatten)]
+    record: RecordArgs,
+}
 
 /// Recording options.
 #[derive(Args, Debug, Clone)]
@@ -76,6 +107,23 @@ impl RecordArgs {
     /// events at `detections`. Errors (one line): a path that is not a folder; a filter
     /// that could never match (a zone no camera has, labels or zones without a tracker).
     pub fn config(&self, detections: &Path, tracking: bool, zones: &[String]) -> Result<Option<RecordConfig>> {
+        self.config_with(detections, tracking, zones, BTreeMap::new())
+    }
+
+    /// [`RecordArgs::config`] with the cameras' own rules (`cameras`), whose zones are
+    /// checked too.
+    pub fn config_with(
+        &self,
+        detections: &Path,
+        tracking: bool,
+        zones: &[String],
+        cameras: BTreeMap<String, CameraRules>,
+    ) -> Result<Option<RecordConfig>> {
+        for (camera, r) in &cameras {
+            if let Some(z) = r.zones.iter().flatten().find(|z| !zones.contains(z)) {
+                bail!("camera {camera}: --record-zones {z}: no camera has a zone of that name (--zone {z}=x1,y1,...)");
+            }
+        }
         let Some(dir) = &self.record_dir else {
             if !self.record_labels.is_empty() || !self.record_zones.is_empty() {
                 bail!("--record-labels and --record-zones choose what --record-dir records: add --record-dir DIR");
@@ -108,6 +156,7 @@ impl RecordArgs {
             max_bytes: self.record_max_gb.map(|g| (g * 1e9) as u64),
             buffer_bytes: self.record_buffer_mb as usize * (1 << 20),
             detections: detections.to_path_buf(),
+            cameras,
         }))
     }
 
@@ -128,6 +177,73 @@ impl RecordArgs {
             what.push(format!("at most {g} GB"));
         }
         Some(format!("clips in {} ({})", dir.display(), what.join("; ")))
+    }
+
+    /// Each camera's recording: `own[i]` are the recording options given after camera
+    /// `names[i]`'s `--source` (`--key=value`). A camera is recorded when `--record-dir`
+    /// is given once (every camera) or after its `--source`; one folder serves the run. A
+    /// camera with options of its own gets [`CameraRules`]. Errors (one line naming the
+    /// camera): two folders, a bad value, rules without a folder.
+    pub fn per_camera(&self, names: &[String], own: &[Vec<String>]) -> Result<Recording> {
+        let mut args = self.clone();
+        let mut recorded = vec![self.record_dir.is_some(); names.len()];
+        let mut rules = BTreeMap::new();
+        let shared = self.all_flags();
+        for (i, name) in names.iter().enumerate() {
+            let Some(flags) = own.get(i).filter(|f| !f.is_empty()) else { continue };
+            let argv = shared.iter().chain(flags.iter());
+            let one = OneCamera::try_parse_from(argv).map_err(|e| {
+                let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+                anyhow::anyhow!("camera {name}: {first}")
+            })?;
+            let r = one.record;
+            if let Some(dir) = &r.record_dir {
+                match &args.record_dir {
+                    Some(d) if d != dir => bail!(
+                        "camera {name}: --record-dir {}: the run records into {} already; one folder serves every camera (give --record-dir once)",
+                        dir.display(),
+                        d.display()
+                    ),
+                    _ => args.record_dir = Some(dir.clone()),
+                }
+                recorded[i] = true;
+            } else if !recorded[i] {
+                bail!("camera {name}: {} chooses how a recorded camera records: add --record-dir DIR (after its --source, or once for every camera)", flags[0].split('=').next().unwrap_or(""));
+            }
+            if flags.iter().any(|f| !f.starts_with("--record-dir=")) {
+                let set = |v: &[String]| (!v.is_empty()).then(|| v.iter().cloned().collect::<BTreeSet<String>>());
+                let cam = CameraRules {
+                    pre_s: r.record_pre,
+                    post_s: r.record_post,
+                    labels: set(&r.record_labels),
+                    zones: set(&r.record_zones),
+                    keep_days: r.record_keep_days,
+                    max_gb: r.record_max_gb,
+                };
+                cam.check(name)?;
+                rules.insert(name.clone(), cam);
+            }
+        }
+        Ok(Recording { args, recorded, rules })
+    }
+
+    /// Every option given, as flags (the folder too), for a camera's own to go on top of.
+    fn all_flags(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--record-pre={}", self.record_pre),
+            format!("--record-post={}", self.record_post),
+            format!("--record-buffer-mb={}", self.record_buffer_mb),
+        ];
+        v.extend(self.record_dir.as_ref().map(|d| format!("--record-dir={}", d.display())));
+        if !self.record_labels.is_empty() {
+            v.push(format!("--record-labels={}", self.record_labels.join(",")));
+        }
+        if !self.record_zones.is_empty() {
+            v.push(format!("--record-zones={}", self.record_zones.join(",")));
+        }
+        v.extend(self.record_keep_days.map(|d| format!("--record-keep-days={d}")));
+        v.extend(self.record_max_gb.map(|g| format!("--record-max-gb={g}")));
+        v
     }
 
     /// The same options as flags, for the record stage's command line.
@@ -160,6 +276,11 @@ pub struct RecordStageArgs {
     /// instance's).
     #[arg(long)]
     pub detections: Option<PathBuf>,
+    /// Cameras with rules of their own, as JSON: `{"door":{"pre_s":2,"post_s":10,
+    /// "labels":["person"],"zones":null,"keep_days":7,"max_gb":null}}` (what `zcpipe run`
+    /// passes for the options given after a camera's --source).
+    #[arg(long, value_name = "JSON")]
+    pub record_cameras: Option<String>,
 }
 
 impl RecordStageArgs {
@@ -168,8 +289,18 @@ impl RecordStageArgs {
         let detections =
             self.detections.clone().unwrap_or_else(|| zcpipe_core::config::default_detections_socket(instance));
         // The zones are the publish stage's: a stage started alone trusts its flags.
-        let zones: Vec<String> = self.record.record_zones.clone();
-        match self.record.config(&detections, true, &zones)? {
+        let cameras: BTreeMap<String, CameraRules> = match &self.record_cameras {
+            Some(j) => serde_json::from_str(j).map_err(|e| {
+                anyhow::anyhow!("--record-cameras: {e}; expected {{\"CAMERA\":{{\"pre_s\":5,\"post_s\":5,...}}}}")
+            })?,
+            None => BTreeMap::new(),
+        };
+        for (camera, r) in &cameras {
+            r.check(camera)?;
+        }
+        let mut zones: Vec<String> = self.record.record_zones.clone();
+        zones.extend(cameras.values().flat_map(|r| r.zones.iter().flatten().cloned()));
+        match self.record.config_with(&detections, true, &zones, cameras)? {
             Some(c) => Ok(c),
             None => bail!("zcpipe stage record needs --record-dir DIR"),
         }
@@ -231,5 +362,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("exists and is not a folder"), "{e}");
+    }
+
+    #[test]
+    fn options_after_a_source_record_that_camera_with_its_own_rules() {
+        let names: Vec<String> = ["door", "yard", "lawn"].iter().map(|s| s.to_string()).collect();
+        let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let shared = T::parse_from(["t", "--record-post", "7"]).r;
+        let r = shared
+            .per_camera(
+                &names,
+                &[
+                    own(&["--record-dir=/clips", "--record-pre=2", "--record-labels=person"]),
+                    own(&[]),
+                    own(&["--record-dir=/clips"]),
+                ],
+            )
+            .unwrap();
+        assert_eq!(r.recorded, [true, false, true]);
+        assert_eq!(r.args.record_dir.as_deref(), Some(Path::new("/clips")));
+        let door = &r.rules["door"];
+        assert_eq!((door.pre_s, door.post_s), (2.0, 7.0), "its own pre, the run's post");
+        assert_eq!(door.labels, Some(["person".to_string()].into()));
+        assert!(!r.rules.contains_key("lawn"), "a folder alone is no rule of its own");
+        let flags = r.stage_flags();
+        assert!(flags.iter().any(|f| f.starts_with("--record-cameras={\"door\":{\"pre_s\":2.0")), "{flags:?}");
+        // Given once, every camera is recorded.
+        let all = T::parse_from(["t", "--record-dir", "/clips"]).r.per_camera(&names, &[own(&[]), own(&[]), own(&[])]);
+        assert_eq!(all.unwrap().recorded, [true, true, true]);
+        let err = |o: Vec<Vec<String>>| shared.per_camera(&names, &o).unwrap_err().to_string();
+        let e = err(vec![own(&["--record-dir=/a"]), own(&["--record-dir=/b"]), own(&[])]);
+        assert!(e.starts_with("camera yard: --record-dir /b: the run records into /a already"), "{e}");
+        let e = err(vec![own(&[]), own(&["--record-pre=3"]), own(&[])]);
+        assert!(e.starts_with("camera yard: --record-pre chooses how a recorded camera records"), "{e}");
+        let e = err(vec![own(&["--record-dir=/a", "--record-pre=99"]), own(&[]), own(&[])]);
+        assert!(e.starts_with("camera door: ") && e.contains("99"), "{e}");
     }
 }

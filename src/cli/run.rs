@@ -137,7 +137,13 @@ impl RunArgs {
         let socket = publish.socket(&data.instance);
         let tracking = self.track.tracker != zcpipe_track::TrackerKind::None;
         let zone_names: Vec<String> = self.track.zones.iter().map(|z| z.zone.name.clone()).collect();
-        self.record.config(&socket, tracking, &zone_names)?;
+        let own = if self.pipeline.cameras.is_empty() {
+            vec![vec![]; names.len()]
+        } else {
+            super::cameras::record_flags(&self.pipeline.cameras)
+        };
+        let recording = self.record.per_camera(&names, &own)?;
+        recording.args.config_with(&socket, tracking, &zone_names, recording.rules.clone())?;
         // The plan is the first camera's; every other camera's `auto` is resolved by the same rule.
         let first = self.pipeline.for_camera(&cams[0].1);
         let mut plan = first.plan(socket.clone())?;
@@ -162,14 +168,14 @@ impl RunArgs {
         let common = resolved.common.flags(&data);
         let mut stage_flags: Vec<(StageId, Vec<String>)> = vec![];
         let display_card = self.display_card(&mut plan);
-        self.capture_flags(&mut stage_flags, &common, &names, &captures, display_card.is_some());
+        self.capture_flags(&mut stage_flags, &common, &names, &captures, display_card.is_some(), &recording.recorded);
         let resolved =
             PipelineArgs { cameras: self.pipeline.cameras.clone(), ..resolved }.with_cameras(&names, lanes)?;
-        self.stage_flags(&mut stage_flags, &common, &names, &resolved);
+        self.stage_flags(&mut stage_flags, &common, &names, &resolved, recording.args.record_dir.as_deref());
         if let Some(card) = &display_card {
             self.display_stage(&mut stage_flags, &mut plan, card, &common, &names, &socket);
         }
-        self.record_stage(&mut stage_flags, &mut plan, &common, &socket);
+        record_stage(&recording, &names, &mut stage_flags, &mut plan, &common, &socket);
         let cameras: Vec<(String, String)> = names
             .iter()
             .zip(&captures)
@@ -247,6 +253,7 @@ impl RunArgs {
         names: &[String],
         captures: &[CaptureArgs],
         display: bool,
+        recorded: &[bool],
     ) {
         let several = names.len() > 1;
         for (k, (name, cap)) in names.iter().zip(captures).enumerate() {
@@ -261,7 +268,7 @@ impl RunArgs {
             if several {
                 v.push(format!("--camera={name}"));
             }
-            if self.record.record_dir.is_some() {
+            if recorded.get(k).copied().unwrap_or(false) {
                 v.push("--record".into());
             }
             stage_flags.push((StageId::capture(several.then_some(name.as_str())), v));
@@ -275,6 +282,7 @@ impl RunArgs {
         common: &[String],
         names: &[String],
         p: &PipelineArgs,
+        record_dir: Option<&std::path::Path>,
     ) {
         let print = if self.json {
             "json"
@@ -297,7 +305,7 @@ impl RunArgs {
                     v.extend(self.track.flags());
                     v.extend(self.http.flags());
                     // The recorder's clips are announced, and listed and played in the web view.
-                    if let Some(dir) = self.http.clips.as_ref().or(self.record.record_dir.as_ref()) {
+                    if let Some(dir) = self.http.clips.as_deref().or(record_dir) {
                         v.push(format!("--clips={}", dir.display()));
                     }
                     // /metrics asks the inference service where the infer stage puts it.
@@ -346,26 +354,6 @@ impl RunArgs {
         });
     }
 
-    /// The record stage's command line (with `--record-dir`), and its step in the plan.
-    fn record_stage(
-        &self,
-        stage_flags: &mut Vec<(StageId, Vec<String>)>,
-        plan: &mut crate::plan::Plan,
-        common: &[String],
-        socket: &std::path::Path,
-    ) {
-        let Some(what) = self.record.describe() else { return };
-        let mut v = common.to_vec();
-        v.extend(self.record.flags());
-        v.push(format!("--detections={}", socket.display()));
-        stage_flags.push((Role::Record.into(), v));
-        plan.outputs.push(crate::plan::Step {
-            what,
-            why: "--record-dir (compressed cameras' own H.264/H.265 packets remuxed, never re-encoded; raw cameras encoded on the CPU; a process of its own)"
-                .into(),
-        });
-    }
-
     /// `--restart-max`, `--restart-window`, `--restart-reset` and `--watchdog`.
     fn restart_policy(&self) -> crate::supervise::RestartPolicy {
         crate::supervise::RestartPolicy {
@@ -375,4 +363,33 @@ impl RunArgs {
             watchdog: (self.watchdog > 0).then(|| std::time::Duration::from_secs(self.watchdog)),
         }
     }
+}
+
+/// The record stage's command line (with `--record-dir`), and its step in the plan: which
+/// cameras are recorded when not all are, and those with rules of their own.
+fn record_stage(
+    r: &super::record::Recording,
+    names: &[String],
+    stage_flags: &mut Vec<(StageId, Vec<String>)>,
+    plan: &mut crate::plan::Plan,
+    common: &[String],
+    socket: &std::path::Path,
+) {
+    let Some(mut what) = r.args.describe() else { return };
+    if r.recorded.iter().any(|x| !x) {
+        let of: Vec<&str> = names.iter().zip(&r.recorded).filter(|(_, x)| **x).map(|(n, _)| n.as_str()).collect();
+        what += &format!(" of {}", of.join(", "));
+    }
+    for (camera, rules) in &r.rules {
+        what += &format!("; {camera}: {} s before, {} s after", rules.pre_s, rules.post_s);
+    }
+    let mut v = common.to_vec();
+    v.extend(r.stage_flags());
+    v.push(format!("--detections={}", socket.display()));
+    stage_flags.push((Role::Record.into(), v));
+    plan.outputs.push(crate::plan::Step {
+        what,
+        why: "--record-dir (compressed cameras' own H.264/H.265 packets remuxed, never re-encoded; raw cameras encoded on the CPU; a process of its own)"
+            .into(),
+    });
 }

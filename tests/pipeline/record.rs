@@ -170,23 +170,30 @@ fn each_person_is_one_clip_of_the_sources_own_packets_covering_the_event() {
 
 /// A raw source (a still image with a person, NV12 in the capture pool) is recorded: its
 /// frames encoded to H.264 on the CPU by a tap of the capture pool; the clip plays, starts
-/// with a keyframe and covers the run.
+/// with a keyframe and covers the run. `--record-dir` after one camera's `--source` records
+/// that camera only, with its own rules.
 #[test]
 fn a_raw_cameras_frames_are_encoded_into_its_clip() {
     let dir = tempfile::tempdir().unwrap();
     let clips_dir = dir.path().join("clips");
     let image = root().join("tests/data/person.jpg");
+    let other = dir.path().join("person-again.jpg");
+    std::fs::copy(&image, &other).unwrap();
     let out = zcpipe_run(dir.path())
-        .args(["--instance", "rec-raw", "--source", &format!("image:{}", image.display())])
-        .args(["--frames", "60", "--fps", "10", "--json"])
+        .args(["--instance", "rec-raw", "--frames", "60", "--fps", "10", "--json"])
+        .args(["--source", &format!("door=image:{}", image.display())])
         .args(["--record-dir", clips_dir.to_str().unwrap(), "--record-pre", "1", "--record-post", "1"])
+        .args(["--source", &format!("yard=image:{}", other.display())])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("of door; door: 1 s before, 1 s after"), "the plan says which camera: {stderr}");
     let rows = clips(&clips_dir);
-    assert_eq!(rows.len(), 1, "one clip of the person: {rows:?}\n{stderr}");
+    assert_eq!(rows.len(), 1, "one clip of the person at the door, none of the yard: {rows:?}\n{stderr}");
+    assert!(!clips_dir.join("yard").exists(), "the yard is not recorded");
     let row = &rows[0];
+    assert_eq!(row.camera, "door");
     assert_eq!(row.state, zcpipe_record::index::State::Complete, "{row:?}");
     assert_eq!((row.codec.as_deref(), row.width, row.height), (Some("h264"), Some(640), Some(424)), "{row:?}");
     assert!(row.labels.iter().any(|l| l == "person"), "{row:?}");
@@ -200,7 +207,7 @@ fn a_raw_cameras_frames_are_encoded_into_its_clip() {
         "EVIDENCE raw source encoded: {} {} {} frames {:.1} s, first frame a keyframe",
         p.codec, p.profile, p.frames, p.duration_s
     );
-    let sent = &summary(dir.path())["stages"]["capture"]["extra"]["record"];
+    let sent = &summary(dir.path())["stages"]["capture@door"]["extra"]["record"];
     assert!(sent["units_sent"].as_u64().unwrap_or(0) >= 40, "{sent}");
     assert!(stderr.contains("encoded to H.264 on the CPU"), "{stderr}");
     assert_no_orphans(dir.path());

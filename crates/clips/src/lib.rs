@@ -133,6 +133,27 @@ pub struct Clip {
     pub height: Option<u32>,
 }
 
+/// Which cameras' clips [`Index::retain`] looks at.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    /// Every camera's.
+    All,
+    /// One camera's.
+    Camera(&'a str),
+    /// Every camera's but these (those with rules of their own).
+    AllBut(&'a [String]),
+}
+
+impl Scope<'_> {
+    fn holds(&self, camera: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Camera(c) => *c == camera,
+            Scope::AllBut(v) => !v.iter().any(|c| c == camera),
+        }
+    }
+}
+
 /// What a clip is when it opens.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewClip<'a> {
@@ -409,21 +430,23 @@ impl Index {
         Ok(q.query_row(params![id], row).optional()?)
     }
 
-    /// Removes the oldest closed clips: those that started before `before_ms`, then, while
-    /// all clips take more than `max_bytes`, the oldest but the newest closed one. A file is removed before its row.
-    /// Returns (clips removed, their bytes).
-    pub fn retain(&mut self, before_ms: Option<i64>, max_bytes: Option<u64>) -> Result<(u64, u64)> {
+    /// Removes the oldest closed clips of `scope`: those that started before `before_ms`,
+    /// then, while the scope's clips take more than `max_bytes`, the oldest but the newest
+    /// closed one. A file is removed before its row. Returns (clips removed, their bytes).
+    pub fn retain(&mut self, scope: Scope<'_>, before_ms: Option<i64>, max_bytes: Option<u64>) -> Result<(u64, u64)> {
         let mut victims: Vec<(i64, String, i64)> = vec![];
         {
-            let mut q = self.db.prepare(
-                "SELECT id, path, bytes, start_ms FROM clips WHERE state != 'recording' ORDER BY start_ms ASC, id ASC",
-            )?;
-            let closed: Vec<(i64, String, i64, i64)> = q
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            let mut q = self
+                .db
+                .prepare("SELECT id, path, bytes, start_ms, camera, state FROM clips ORDER BY start_ms ASC, id ASC")?;
+            let rows: Vec<(i64, String, i64, i64, String, String)> = q
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            let mut left = self.total_bytes()? as i64;
+            let rows: Vec<_> = rows.into_iter().filter(|r| scope.holds(&r.4)).collect();
+            let mut left: i64 = rows.iter().map(|r| r.2).sum();
+            let closed: Vec<_> = rows.into_iter().filter(|r| r.5 != State::Recording.name()).collect();
             let newest = closed.len().saturating_sub(1);
-            for (k, (id, path, bytes, start)) in closed.into_iter().enumerate() {
+            for (k, (id, path, bytes, start, _, _)) in closed.into_iter().enumerate() {
                 let old = before_ms.is_some_and(|b| start < b);
                 // The newest clip stays, even alone over the bound: a bound smaller than one
                 // clip keeps the latest event, never none.
@@ -634,10 +657,10 @@ mod tests {
         }
         let live = new_clip(&mut ix, d.path(), "cam0", 9000, 100);
         // By age: the two that started before 3000.
-        assert_eq!(ix.retain(Some(3000), None).unwrap(), (2, 200));
+        assert_eq!(ix.retain(Scope::All, Some(3000), None).unwrap(), (2, 200));
         // By size: 300 bytes of closed clips (the one being recorded counts once it closes),
         // at most 150: the two oldest go; the clip being recorded never does.
-        assert_eq!(ix.retain(None, Some(150)).unwrap(), (2, 200));
+        assert_eq!(ix.retain(Scope::All, None, Some(150)).unwrap(), (2, 200));
         let left: Vec<i64> = ix.list(None, 10).unwrap().iter().map(|c| c.id).collect();
         assert_eq!(left, [live, ids[4]]);
         assert_eq!(ix.total_bytes().unwrap(), 100, "the closed clip left; the live one counts at its close");
@@ -662,5 +685,22 @@ mod tests {
         ix.put_camera_stats(&[s("cam0", 9)]).unwrap();
         assert_eq!(reader.camera_stats().unwrap(), [s("cam0", 9), s("cam1", 5)]);
         assert_eq!(reader.totals_by_camera().unwrap(), [("cam0".into(), 1, 0), ("cam1".into(), 1, 10)]);
+    }
+
+    #[test]
+    fn retention_by_camera_touches_only_its_scope_and_keeps_the_newest_clip() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut ix, _) = Index::open(d.path()).unwrap();
+        for (k, cam) in ["door", "yard", "door", "yard"].iter().enumerate() {
+            let start = 1000 * (k as i64 + 1);
+            let id = new_clip(&mut ix, d.path(), cam, start, 100);
+            ix.close_clip(id, &closed(start + 500, 100)).unwrap();
+        }
+        // Everything is old for the door: its newest is not spared by age, both go.
+        assert_eq!(ix.retain(Scope::Camera("door"), Some(10_000), None).unwrap(), (2, 200));
+        // A bound under one clip: the yard keeps its newest.
+        assert_eq!(ix.retain(Scope::AllBut(&["door".into()]), None, Some(10)).unwrap(), (1, 100));
+        let left: Vec<(String, i64)> = ix.list(None, 10).unwrap().into_iter().map(|c| (c.camera, c.start_ms)).collect();
+        assert_eq!(left, [("yard".to_string(), 4000)]);
     }
 }

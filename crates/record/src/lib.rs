@@ -1,6 +1,7 @@
 //! Stage 6 (optional): the recorder. Event clips of each camera, made of the camera's own
-//! encoded packets (H.264 or H.265, as the camera or the file sent them), never decoded or
-//! re-encoded.
+//! encoded packets (H.264 or H.265, as the camera or the file sent them, never decoded or
+//! re-encoded; a raw camera's frames encoded by its capture stage). Each camera may have
+//! rules of its own ([`CameraRules`]).
 //!
 //! A capture stage whose camera is recorded sends its stream's access units here
 //! ([`zcpipe_core::packets`]: the units ffmpeg's `-c:v copy` output carries, each stamped
@@ -19,9 +20,11 @@
 //! never detection's. The capture stages queue their units for it (bounded, drop-oldest)
 //! and never wait; the recorder is a pure consumer, restarted alone when it dies.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 pub mod clip;
 /// The index of clips (its own crate: the web view reads it too).
@@ -54,6 +57,71 @@ pub struct RecordConfig {
     pub buffer_bytes: usize,
     /// The publish stage's detections socket (the tracker's events).
     pub detections: PathBuf,
+    /// Cameras with rules of their own (options given after their `--source`), which
+    /// replace the ones above for them.
+    pub cameras: BTreeMap<String, CameraRules>,
+}
+
+/// One camera's own recording rules, in place of the run's (`zcpipe run --source door=...
+/// --record-pre 2 --record-labels person`). They travel from `zcpipe run` to the record
+/// stage as JSON (`zcpipe stage record --record-cameras '{"door":{...}}'`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CameraRules {
+    /// Seconds before a tracked object was first seen (0 to 60).
+    pub pre_s: f64,
+    /// Seconds after the last one left (0 to 300).
+    pub post_s: f64,
+    /// Only these labels (`None`: every label).
+    #[serde(default)]
+    pub labels: Option<BTreeSet<String>>,
+    /// Only tracks entering one of these zones (`None`: no zone needed).
+    #[serde(default)]
+    pub zones: Option<BTreeSet<String>>,
+    /// The camera's clips older than this many days are removed (`None`: the run's rule).
+    #[serde(default)]
+    pub keep_days: Option<f64>,
+    /// The camera's clips take at most this many GB (`None`: only the run's bound).
+    #[serde(default)]
+    pub max_gb: Option<f64>,
+}
+
+impl CameraRules {
+    /// Checks the values as the command line does; the error names the camera.
+    pub fn check(&self, camera: &str) -> anyhow::Result<()> {
+        let bad = |what: &str| anyhow::anyhow!("camera {camera}: {what}");
+        if !(0.0..=60.0).contains(&self.pre_s) {
+            return Err(bad(&format!("--record-pre {}: expected seconds from 0 to 60", self.pre_s)));
+        }
+        if !(0.0..=300.0).contains(&self.post_s) {
+            return Err(bad(&format!("--record-post {}: expected seconds from 0 to 300", self.post_s)));
+        }
+        if self.keep_days.is_some_and(|d| !(0.01..=3650.0).contains(&d)) {
+            return Err(bad("--record-keep-days: expected days from 0.01 to 3650"));
+        }
+        if self.max_gb.is_some_and(|g| !(0.0001..=100_000.0).contains(&g)) {
+            return Err(bad("--record-max-gb: expected GB from 0.0001 to 100000"));
+        }
+        Ok(())
+    }
+}
+
+impl RecordConfig {
+    /// Camera `camera`'s pre-roll and post-roll.
+    pub fn pre_post(&self, camera: &str) -> (Duration, Duration) {
+        match self.cameras.get(camera) {
+            Some(r) => (Duration::from_secs_f64(r.pre_s), Duration::from_secs_f64(r.post_s)),
+            None => (self.pre, self.post),
+        }
+    }
+
+    /// Which of camera `camera`'s events record.
+    pub fn filters(&self, camera: &str) -> plan::Filters {
+        match self.cameras.get(camera) {
+            Some(r) => plan::Filters { labels: r.labels.clone(), zones: r.zones.clone() },
+            None => plan::Filters { labels: self.labels.clone(), zones: self.zones.clone() },
+        }
+    }
 }
 
 /// The default `--record-pre` and `--record-post`.

@@ -13,7 +13,7 @@ use zcpipe_core::packets::{Message, StreamHello, Unit};
 use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
 
 use super::clip::{free_bytes, ClipWriter, Done};
-use super::index::{file_name, unix_ms, CameraStats, Closed, Index, NewClip, State as ClipState};
+use super::index::{file_name, unix_ms, CameraStats, Closed, Index, NewClip, Scope, State as ClipState};
 use super::inputs::{self, InFlight, Input};
 use super::plan::{Action, Filters, Planner};
 use super::preroll::PreRoll;
@@ -66,7 +66,6 @@ struct Camera {
 
 struct State {
     cfg: RecordConfig,
-    filters: Filters,
     index: Index,
     cameras: BTreeMap<String, Camera>,
     conns: HashMap<u64, String>,
@@ -121,6 +120,9 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
     inputs::listen(&socket, tx.clone(), stop.clone(), inflight.clone())?;
     inputs::events(cfg.detections.clone(), tx.clone(), stop.clone()).map_err(anyhow::Error::from)?;
     let filters = Filters { labels: cfg.labels.clone(), zones: cfg.zones.clone() };
+    for (camera, r) in &cfg.cameras {
+        log::info!("record: camera {camera}: rules of its own: {}", serde_json::to_string(r).unwrap_or_default());
+    }
     log::info!(
         "record: clips of tracked objects into {} ({} s before, {} s after{}{}); cameras send their streams to {}",
         cfg.dir.display(),
@@ -135,7 +137,6 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
     let report = RecordReport { dir: cfg.dir.display().to_string(), ..Default::default() };
     let mut st = State {
         cfg,
-        filters,
         index,
         cameras: BTreeMap::new(),
         conns: HashMap::new(),
@@ -234,7 +235,8 @@ impl State {
     }
 
     fn camera(&mut self, name: &str) -> &mut Camera {
-        let (buffer, pre, post) = (self.cfg.buffer_bytes, self.cfg.pre, self.cfg.post);
+        let buffer = self.cfg.buffer_bytes;
+        let (pre, post) = self.cfg.pre_post(name);
         self.cameras.entry(name.to_string()).or_insert_with(|| Camera {
             name: name.to_string(),
             conn: None,
@@ -282,7 +284,7 @@ impl State {
             Input::Event(e) => {
                 self.report.events += 1;
                 let name = e.camera.clone();
-                let filters = self.filters.clone();
+                let filters = self.cfg.filters(&name);
                 let action = self.camera(&name).planner.event(&e, &filters);
                 if let Some(Action::Open { from_ns }) = action {
                     self.open(&name, from_ns);
@@ -579,18 +581,33 @@ impl State {
     /// Removes clips past `--record-keep` and beyond `--record-max-size`.
     fn retain(&mut self) {
         self.last_retain = Instant::now();
-        if self.cfg.keep.is_none() && self.cfg.max_bytes.is_none() {
-            return;
+        let before = |days: f64| Some(unix_ms() - (days * 86_400_000.0) as i64);
+        // Cameras with an age of their own follow it; the others the run's. The run's size
+        // bound is every clip's together; a camera's own bound, its clips'.
+        let own_age: Vec<String> =
+            self.cfg.cameras.iter().filter(|(_, r)| r.keep_days.is_some()).map(|(c, _)| c.clone()).collect();
+        let mut passes: Vec<(Scope, Option<i64>, Option<u64>)> = vec![];
+        if let Some(k) = self.cfg.keep {
+            passes.push((Scope::AllBut(&own_age), before(k.as_secs_f64() / 86_400.0), None));
         }
-        let before = self.cfg.keep.map(|k| unix_ms() - k.as_millis() as i64);
-        match self.index.retain(before, self.cfg.max_bytes) {
-            Ok((0, _)) => {}
-            Ok((n, bytes)) => {
-                self.report.removed += n;
-                self.report.removed_bytes += bytes;
-                log::info!("record: {n} old clips removed ({:.1} MB)", bytes as f64 / 1e6);
+        if let Some(m) = self.cfg.max_bytes {
+            passes.push((Scope::All, None, Some(m)));
+        }
+        for (camera, r) in &self.cfg.cameras {
+            if r.keep_days.is_some() || r.max_gb.is_some() {
+                passes.push((Scope::Camera(camera), r.keep_days.and_then(before), r.max_gb.map(|g| (g * 1e9) as u64)));
             }
-            Err(e) => log::warn!("record: retention: {e:#}"),
+        }
+        for (scope, before, max) in passes {
+            match self.index.retain(scope, before, max) {
+                Ok((0, _)) => {}
+                Ok((n, bytes)) => {
+                    self.report.removed += n;
+                    self.report.removed_bytes += bytes;
+                    log::info!("record: {n} old clips removed ({:.1} MB)", bytes as f64 / 1e6);
+                }
+                Err(e) => log::warn!("record: retention: {e:#}"),
+            }
         }
     }
 

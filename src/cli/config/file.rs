@@ -233,7 +233,7 @@ fn tokens(
 
 /// The `[camera.NAME]` sections: each a table with `source`, per-camera keys and `zone`.
 fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command) -> Result<Vec<FileCamera>, String> {
-    let per_camera: Vec<&str> = PER_CAMERA.iter().map(|f| f.trim_start_matches("--")).collect();
+    let per_camera: Vec<&str> = super::super::cameras::section_keys();
     let Some(table) = v.get_ref().as_table() else {
         return Err(format!(
             "{file}:{}: camera = {}: expected [camera.NAME] sections, found {}",

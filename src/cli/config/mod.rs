@@ -12,7 +12,7 @@
 //!   line (or conflicts with one there) is not taken from the environment or the file; a key
 //!   whose variable is set is not taken from the file.
 //! - a TOML table `[camera.NAME]` is `--source NAME=...` followed by its per-camera options
-//!   ([`super::cameras::PER_CAMERA`]); its `zone` entries are `--zone NAME:...`. The file's
+//!   ([`super::cameras::section_keys`]: the capture options and the recorder's); its `zone` entries are `--zone NAME:...`. The file's
 //!   cameras are appended after the user's arguments, so options given once on the command
 //!   line apply to every camera, and a camera's own keys beat them, as on a command line.
 //!   A `--source` on the command line (or `ZCPIPE_SOURCE`) replaces the file's cameras.
@@ -39,8 +39,6 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use zcpipe_capture::spec::redact_url;
-
-use super::cameras::PER_CAMERA;
 
 /// The file `zcpipe run` reads when `--config` and `$ZCPIPE_CONFIG` are not given and it exists.
 pub const DEFAULT_PATH: &str = "/etc/zcpipe/zcpipe.toml";
@@ -234,7 +232,7 @@ pub fn reference_keys() -> Vec<(String, String, &'static str)> {
 }
 
 /// The keys a `[camera.NAME]` section takes besides `source` and `zone` (the file's
-/// per-camera keys: [`PER_CAMERA`]).
+/// per-camera keys: [`super::cameras::section_keys`]).
 pub fn reference_camera_keys() -> Vec<&'static str> {
-    PER_CAMERA.iter().map(|f| f.trim_start_matches("--")).collect()
+    super::cameras::section_keys()
 }
