@@ -246,24 +246,13 @@ impl RecordArgs {
         v
     }
 
-    /// The same options as flags, for the record stage's command line.
+    /// The same options as flags, for the record stage's command line (none without
+    /// `--record-dir`).
     pub fn flags(&self) -> Vec<String> {
-        let Some(dir) = &self.record_dir else { return vec![] };
-        let mut v = vec![
-            format!("--record-dir={}", dir.display()),
-            format!("--record-pre={}", self.record_pre),
-            format!("--record-post={}", self.record_post),
-            format!("--record-buffer-mb={}", self.record_buffer_mb),
-        ];
-        if !self.record_labels.is_empty() {
-            v.push(format!("--record-labels={}", self.record_labels.join(",")));
+        if self.record_dir.is_none() {
+            return vec![];
         }
-        if !self.record_zones.is_empty() {
-            v.push(format!("--record-zones={}", self.record_zones.join(",")));
-        }
-        v.extend(self.record_keep_days.map(|d| format!("--record-keep-days={d}")));
-        v.extend(self.record_max_gb.map(|g| format!("--record-max-gb={g}")));
-        v
+        self.all_flags()
     }
 }
 
