@@ -27,8 +27,9 @@ pub const PER_CAMERA_SCHED: [&str; 2] = ["--detect-fps", "--weight"];
 
 /// The per-camera options that are the recorder's: given after a `--source`, they record
 /// that camera (`--record-dir`) or give it rules of its own ([`record_flags`]).
-pub const PER_CAMERA_RECORD: [&str; 7] = [
+pub const PER_CAMERA_RECORD: [&str; 8] = [
     "--record-dir",
+    "--record-continuous",
     "--record-pre",
     "--record-post",
     "--record-labels",

@@ -76,6 +76,11 @@ pub struct RecordArgs {
     /// pre-roll and the keyframe before it.
     #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub record_buffer_mb: u32,
+    /// Record continuously too: the whole stream in segments of about this many seconds
+    /// (5 to 3600), each from a keyframe (DIR/CAMERA/segments/START.mp4), besides the event
+    /// clips; retention removes them with the clips, oldest first.
+    #[arg(long, value_name = "S", value_parser = continuous)]
+    pub record_continuous: Option<f64>,
 }
 
 /// A number of `unit` from `lo` to `hi`, or the one-line reason.
@@ -96,6 +101,10 @@ fn post(s: &str) -> Result<f64, String> {
 
 fn days(s: &str) -> Result<f64, String> {
     ranged(s, 0.01, 3650.0, "days")
+}
+
+fn continuous(s: &str) -> Result<f64, String> {
+    ranged(s, zcpipe_record::CONTINUOUS_MIN_S, zcpipe_record::CONTINUOUS_MAX_S, "seconds")
 }
 
 fn gigabytes(s: &str) -> Result<f64, String> {
@@ -156,6 +165,7 @@ impl RecordArgs {
             max_bytes: self.record_max_gb.map(|g| (g * 1e9) as u64),
             buffer_bytes: self.record_buffer_mb as usize * (1 << 20),
             detections: detections.to_path_buf(),
+            continuous: self.record_continuous.map(Duration::from_secs_f64),
             cameras,
         }))
     }
@@ -175,6 +185,9 @@ impl RecordArgs {
         }
         if let Some(g) = self.record_max_gb {
             what.push(format!("at most {g} GB"));
+        }
+        if let Some(c) = self.record_continuous {
+            what.push(format!("continuous in {c} s segments"));
         }
         Some(format!("clips in {} ({})", dir.display(), what.join("; ")))
     }
@@ -219,6 +232,7 @@ impl RecordArgs {
                     zones: set(&r.record_zones),
                     keep_days: r.record_keep_days,
                     max_gb: r.record_max_gb,
+                    continuous_s: r.record_continuous,
                 };
                 cam.check(name)?;
                 rules.insert(name.clone(), cam);
@@ -243,6 +257,7 @@ impl RecordArgs {
         }
         v.extend(self.record_keep_days.map(|d| format!("--record-keep-days={d}")));
         v.extend(self.record_max_gb.map(|g| format!("--record-max-gb={g}")));
+        v.extend(self.record_continuous.map(|c| format!("--record-continuous={c}")));
         v
     }
 

@@ -213,6 +213,42 @@ fn a_raw_cameras_frames_are_encoded_into_its_clip() {
     assert_no_orphans(dir.path());
 }
 
+/// `--record-continuous`: besides event clips, the whole stream in segments from keyframe
+/// to keyframe, each one following the last with no picture between them (a test pattern,
+/// encoded on the CPU with a keyframe every 2 s: 6 s segments of a 15 s run).
+#[test]
+fn continuous_segments_cover_the_stream_one_after_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let clips_dir = dir.path().join("clips");
+    let out = zcpipe_run(dir.path())
+        .args(["--instance", "rec-cont", "--source", "testsrc:320x240@20", "--frames", "300", "--no-print"])
+        .args(["--record-dir", clips_dir.to_str().unwrap(), "--record-continuous", "6"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let mut rows = clips(&clips_dir);
+    rows.reverse();
+    let segs: Vec<_> = rows.iter().filter(|c| c.kind == zcpipe_record::index::Kind::Segment).collect();
+    assert!(segs.len() >= 2 && segs.len() <= 4, "{rows:?}\n{stderr}");
+    for (a, b) in segs.iter().zip(segs.iter().skip(1)) {
+        let (end, next) = (a.end_ms.unwrap(), b.start_ms);
+        // The next starts with the picture after the last one: one frame (50 ms) later.
+        assert!(next > end && next - end <= 250, "{a:?} then {b:?}");
+        let len = end - a.start_ms;
+        assert!((5_500..=8_500).contains(&len), "a segment ends at the first keyframe after 6 s: {a:?}");
+    }
+    for s in &segs {
+        assert_eq!(s.state, zcpipe_record::index::State::Complete, "{s:?}");
+        assert!(s.path.starts_with("cam0/segments/"), "{s:?}");
+        let p = probe(&clips_dir.join(&s.path));
+        assert!(p.first_key && p.codec == "h264", "{p:?}");
+    }
+    let total: i64 = segs.iter().map(|s| s.end_ms.unwrap() - s.start_ms).sum();
+    assert!(total >= 13_000, "the segments cover the 15 s run: {total} ms in {segs:?}");
+    assert!(stderr.contains("continuous segments"), "{stderr}");
+}
+
 /// The recorder killed with SIGKILL mid-clip: the run goes on, the recorder comes back,
 /// its clip is `incomplete` in the index and plays up to its last fragment; the next person
 /// is a clip of its own. Retention by size removes the oldest.

@@ -26,7 +26,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 pub const FILE: &str = "index.sqlite3";
 
 /// The schema's version (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS clips (
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS clips (
     path     TEXT NOT NULL UNIQUE,
     codec    TEXT,
     width    INTEGER,
-    height   INTEGER
+    height   INTEGER,
+    kind     TEXT NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'segment'))
 );
 CREATE INDEX IF NOT EXISTS clips_by_camera ON clips (camera, start_ms);
 CREATE INDEX IF NOT EXISTS clips_by_start ON clips (start_ms);
@@ -69,6 +70,31 @@ pub struct CameraStats {
     /// Units a clip dropped (ffmpeg or the disk too slow).
     pub drops: u64,
 }
+
+/// What a clip is: an event's (from the tracker's events, with pre- and post-roll) or a
+/// continuous recording's segment (`--record-continuous`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// An event clip.
+    #[default]
+    Event,
+    /// A segment of continuous recording.
+    Segment,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Event => "event",
+            Kind::Segment => "segment",
+        }
+    }
+}
+
+/// The columns a [`Clip`] is read from, in [`row`]'s order.
+const COLUMNS: &str =
+    "id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height, kind";
 
 /// A clip's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -131,6 +157,9 @@ pub struct Clip {
     pub width: Option<u32>,
     /// Its picture size.
     pub height: Option<u32>,
+    /// An event's clip or a continuous segment.
+    #[serde(default)]
+    pub kind: Kind,
 }
 
 /// Which cameras' clips [`Index::retain`] looks at.
@@ -167,6 +196,8 @@ pub struct NewClip<'a> {
     pub codec: &'a str,
     /// Its picture size.
     pub size: (u32, u32),
+    /// An event's clip or a continuous segment.
+    pub kind: Kind,
 }
 
 /// What a clip is when it closes.
@@ -319,8 +350,8 @@ impl Index {
     pub fn open_clip(&mut self, c: &NewClip<'_>) -> std::result::Result<i64, OpenError> {
         let tx = self.db.transaction()?;
         match tx.execute(
-            "INSERT INTO clips (camera, start_ms, state, path, codec, width, height) VALUES (?1, ?2, 'recording', ?3, ?4, ?5, ?6)",
-            params![c.camera, c.start_ms, c.path, c.codec, c.size.0, c.size.1],
+            "INSERT INTO clips (camera, start_ms, state, path, codec, width, height, kind) VALUES (?1, ?2, 'recording', ?3, ?4, ?5, ?6, ?7)",
+            params![c.camera, c.start_ms, c.path, c.codec, c.size.0, c.size.1, c.kind.name()],
         ) {
             Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
                 return Err(OpenError::NameTaken(c.path.to_string()));
@@ -355,10 +386,9 @@ impl Index {
 
     /// Clips, newest first: of `camera` (every camera with `None`), at most `limit`.
     pub fn list(&self, camera: Option<&str>, limit: u32) -> Result<Vec<Clip>> {
-        let mut q = self.db.prepare(
-            "SELECT id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height
-             FROM clips WHERE (?1 IS NULL OR camera = ?1) ORDER BY start_ms DESC, id DESC LIMIT ?2",
-        )?;
+        let mut q = self.db.prepare(&format!(
+            "SELECT {COLUMNS} FROM clips WHERE (?1 IS NULL OR camera = ?1) ORDER BY start_ms DESC, id DESC LIMIT ?2"
+        ))?;
         let rows = q.query_map(params![camera, limit], row)?.collect::<rusqlite::Result<Vec<Clip>>>()?;
         Ok(rows)
     }
@@ -366,10 +396,7 @@ impl Index {
     /// Clips whose id is above `id`, lowest first, at most `limit`: what came since a
     /// reader last looked.
     pub fn after(&self, id: i64, limit: u32) -> Result<Vec<Clip>> {
-        let mut q = self.db.prepare(
-            "SELECT id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height
-             FROM clips WHERE id > ?1 ORDER BY id ASC LIMIT ?2",
-        )?;
+        let mut q = self.db.prepare(&format!("SELECT {COLUMNS} FROM clips WHERE id > ?1 ORDER BY id ASC LIMIT ?2"))?;
         let rows = q.query_map(params![id, limit], row)?.collect::<rusqlite::Result<Vec<Clip>>>()?;
         Ok(rows)
     }
@@ -423,10 +450,7 @@ impl Index {
 
     /// One clip.
     pub fn get(&self, id: i64) -> Result<Option<Clip>> {
-        let mut q = self.db.prepare(
-            "SELECT id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height
-             FROM clips WHERE id = ?1",
-        )?;
+        let mut q = self.db.prepare(&format!("SELECT {COLUMNS} FROM clips WHERE id = ?1"))?;
         Ok(q.query_row(params![id], row).optional()?)
     }
 
@@ -503,6 +527,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Clip> {
         codec: r.get(11)?,
         width: r.get(12)?,
         height: r.get(13)?,
+        kind: if r.get::<_, String>(14)? == "segment" { Kind::Segment } else { Kind::Event },
     })
 }
 
@@ -543,6 +568,13 @@ fn connect(path: &Path) -> std::result::Result<Connection, Connect> {
             path.display()
         )));
     }
+    if version == 1 {
+        // Version 2 adds continuous segments: every clip of a version 1 index is an event's.
+        db.execute_batch(
+            "ALTER TABLE clips ADD COLUMN kind TEXT NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'segment'))",
+        )
+        .map_err(|e| classify(e, "adding the kind of clip to the index"))?;
+    }
     db.execute_batch(SCHEMA).map_err(|e| classify(e, "making the index's tables"))?;
     db.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(|e| classify(e, &what))?;
     Ok(db)
@@ -579,7 +611,15 @@ mod tests {
         let path = format!("{cam}/{}", file_name(start));
         std::fs::create_dir_all(dir.join(cam)).unwrap();
         std::fs::write(dir.join(&path), vec![0u8; size]).unwrap();
-        ix.open_clip(&NewClip { camera: cam, start_ms: start, path: &path, codec: "h264", size: (768, 432) }).unwrap()
+        ix.open_clip(&NewClip {
+            camera: cam,
+            start_ms: start,
+            path: &path,
+            codec: "h264",
+            size: (768, 432),
+            kind: Kind::Event,
+        })
+        .unwrap()
     }
 
     fn closed(end_ms: i64, bytes: u64) -> Closed {
@@ -702,5 +742,36 @@ mod tests {
         assert_eq!(ix.retain(Scope::AllBut(&["door".into()]), None, Some(10)).unwrap(), (1, 100));
         let left: Vec<(String, i64)> = ix.list(None, 10).unwrap().into_iter().map(|c| (c.camera, c.start_ms)).collect();
         assert_eq!(left, [("yard".to_string(), 4000)]);
+    }
+
+    #[test]
+    fn a_version_1_index_gains_the_kind_of_clip_and_keeps_its_rows() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let db = Connection::open(d.path().join(FILE)).unwrap();
+            db.execute_batch(
+                "CREATE TABLE clips (id INTEGER PRIMARY KEY, camera TEXT NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER,
+                 state TEXT NOT NULL, reason TEXT, labels TEXT NOT NULL DEFAULT '[]', tracks TEXT NOT NULL DEFAULT '[]',
+                 zones TEXT NOT NULL DEFAULT '[]', bytes INTEGER NOT NULL DEFAULT 0, path TEXT NOT NULL UNIQUE, codec TEXT,
+                 width INTEGER, height INTEGER);
+                 INSERT INTO clips (camera, start_ms, end_ms, state, path) VALUES ('cam0', 1000, 2000, 'complete', 'cam0/a.mp4');
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        let (mut ix, _) = Index::open(d.path()).unwrap();
+        assert_eq!(ix.list(None, 10).unwrap()[0].kind, Kind::Event);
+        let seg = NewClip {
+            camera: "cam0",
+            start_ms: 3000,
+            path: "cam0/b.mp4",
+            codec: "h264",
+            size: (8, 8),
+            kind: Kind::Segment,
+        };
+        let id = ix.open_clip(&seg).unwrap();
+        assert_eq!(ix.get(id).unwrap().unwrap().kind, Kind::Segment);
+        let v: i64 = ix.db.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 2);
     }
 }

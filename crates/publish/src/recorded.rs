@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use zcpipe_clips::{Clip, Index, State};
+use zcpipe_clips::{Clip, Index, Kind, State};
 use zcpipe_core::schema::ClipJson;
 
 /// How often the index is read.
@@ -82,12 +82,15 @@ impl ClipWatch {
                 // The first look: what is recording now is announced when it closes.
                 let newest = ix.list(None, BATCH)?;
                 self.seen = Some(newest.iter().map(|c| c.id).max().unwrap_or(0));
-                self.open.extend(newest.iter().filter(|c| c.state == State::Recording).map(|c| c.id));
+                self.open.extend(
+                    newest.iter().filter(|c| c.state == State::Recording && c.kind == Kind::Event).map(|c| c.id),
+                );
             }
             Some(seen) => {
                 let new = ix.after(seen, BATCH)?;
                 self.seen = Some(new.iter().map(|c| c.id).max().unwrap_or(seen));
-                for c in new {
+                // Continuous segments are not announced (one a minute says nothing).
+                for c in new.into_iter().filter(|c| c.kind == Kind::Event) {
                     if c.state == State::Recording {
                         self.open.insert(c.id);
                     } else {
@@ -154,7 +157,15 @@ mod tests {
         let path = format!("{cam}/{}", zcpipe_clips::file_name(start));
         std::fs::create_dir_all(dir.join(cam)).unwrap();
         std::fs::write(dir.join(&path), b"0123").unwrap();
-        ix.open_clip(&NewClip { camera: cam, start_ms: start, path: &path, codec: "h264", size: (64, 48) }).unwrap()
+        ix.open_clip(&NewClip {
+            camera: cam,
+            start_ms: start,
+            path: &path,
+            codec: "h264",
+            size: (64, 48),
+            kind: zcpipe_clips::Kind::Event,
+        })
+        .unwrap()
     }
 
     fn close(ix: &mut Index, id: i64, end: i64) {

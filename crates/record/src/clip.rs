@@ -83,6 +83,8 @@ pub struct Done {
     pub dropped: u64,
     /// Its tracks, labels and zones.
     pub meta: zcpipe_clips::ClipMeta,
+    /// An event clip or a continuous segment.
+    pub kind: zcpipe_clips::Kind,
     /// Why it was cut short, if it was.
     pub cut: Option<String>,
     /// How ffmpeg ended.

@@ -57,6 +57,9 @@ pub struct RecordConfig {
     pub buffer_bytes: usize,
     /// The publish stage's detections socket (the tracker's events).
     pub detections: PathBuf,
+    /// Continuous segments of this length besides the event clips (`--record-continuous`;
+    /// `None`: event clips only).
+    pub continuous: Option<Duration>,
     /// Cameras with rules of their own (options given after their `--source`), which
     /// replace the ones above for them.
     pub cameras: BTreeMap<String, CameraRules>,
@@ -84,6 +87,9 @@ pub struct CameraRules {
     /// The camera's clips take at most this many GB (`None`: only the run's bound).
     #[serde(default)]
     pub max_gb: Option<f64>,
+    /// Continuous segments of this many seconds besides the event clips (`None`: none).
+    #[serde(default)]
+    pub continuous_s: Option<f64>,
 }
 
 impl CameraRules {
@@ -102,6 +108,11 @@ impl CameraRules {
         if self.max_gb.is_some_and(|g| !(0.0001..=100_000.0).contains(&g)) {
             return Err(bad("--record-max-gb: expected GB from 0.0001 to 100000"));
         }
+        if self.continuous_s.is_some_and(|c| !(CONTINUOUS_MIN_S..=CONTINUOUS_MAX_S).contains(&c)) {
+            return Err(bad(&format!(
+                "--record-continuous: expected seconds from {CONTINUOUS_MIN_S} to {CONTINUOUS_MAX_S}"
+            )));
+        }
         Ok(())
     }
 }
@@ -115,6 +126,14 @@ impl RecordConfig {
         }
     }
 
+    /// Camera `camera`'s continuous segments' length (`None`: none).
+    pub fn continuous(&self, camera: &str) -> Option<Duration> {
+        match self.cameras.get(camera) {
+            Some(r) => r.continuous_s.map(Duration::from_secs_f64),
+            None => self.continuous,
+        }
+    }
+
     /// Which of camera `camera`'s events record.
     pub fn filters(&self, camera: &str) -> plan::Filters {
         match self.cameras.get(camera) {
@@ -123,6 +142,11 @@ impl RecordConfig {
         }
     }
 }
+
+/// The shortest `--record-continuous` segment, seconds.
+pub const CONTINUOUS_MIN_S: f64 = 5.0;
+/// The longest `--record-continuous` segment, seconds.
+pub const CONTINUOUS_MAX_S: f64 = 3600.0;
 
 /// The default `--record-pre` and `--record-post`.
 pub const DEFAULT_PRE_POST: Duration = Duration::from_secs(5);

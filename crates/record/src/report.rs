@@ -33,6 +33,8 @@ pub struct RecordReport {
     pub dir: String,
     /// Clips opened.
     pub clips: u64,
+    /// Continuous segments opened (`--record-continuous`).
+    pub segments: u64,
     /// Clips closed complete.
     pub complete: u64,
     /// Clips closed incomplete (the disk, ffmpeg, a stream cut).
@@ -76,6 +78,9 @@ impl RecordFacts {
             r.incomplete,
             r.bytes as f64 / 1e6
         );
+        if r.segments > 0 {
+            s += &format!("; {} continuous segments", r.segments);
+        }
         if r.removed > 0 {
             s += &format!("; {} old clips removed ({:.1} MB)", r.removed, r.removed_bytes as f64 / 1e6);
         }

@@ -13,12 +13,16 @@ use zcpipe_core::packets::{Message, StreamHello, Unit};
 use zcpipe_core::stage::{Drained, StageCtx, Turn, IDLE_WAIT};
 
 use super::clip::{free_bytes, ClipWriter, Done};
-use super::index::{file_name, unix_ms, CameraStats, Closed, Index, NewClip, Scope, State as ClipState};
+use super::index::{
+    file_name, unix_ms, CameraStats, ClipMeta, Closed, Index, Kind, NewClip, Scope, State as ClipState,
+};
 use super::inputs::{self, InFlight, Input};
 use super::plan::{Action, Filters, Planner};
 use super::preroll::PreRoll;
 use super::report::{CameraRecord, RecordFacts, RecordReport};
 use super::RecordConfig;
+
+mod segments;
 
 /// Below this many free bytes no clip starts (and recording pauses as for a full disk).
 pub const MIN_FREE: u64 = 256 << 10;
@@ -49,6 +53,7 @@ struct OpenClip {
     id: i64,
     rel: String,
     start_ms: i64,
+    kind: Kind,
 }
 
 struct Camera {
@@ -59,6 +64,8 @@ struct Camera {
     preroll: PreRoll,
     planner: Planner,
     clip: Option<OpenClip>,
+    /// The continuous recording's segment being written (`--record-continuous`).
+    segment: Option<OpenClip>,
     /// A clip asked for (its start) waiting for the stream's first keyframe.
     pending: Option<u64>,
     facts: CameraRecord,
@@ -216,6 +223,7 @@ impl State {
         }
         self.check_writers();
         self.check_ends();
+        self.check_segments(zcpipe_core::frame::monotonic_ns());
         if self.paused.is_some_and(|p| p.elapsed() >= ROOM_CHECK) {
             self.look_for_room();
         }
@@ -245,6 +253,7 @@ impl State {
             preroll: PreRoll::new(buffer),
             planner: Planner::new(pre, post),
             clip: None,
+            segment: None,
             pending: None,
             facts: CameraRecord::default(),
         })
@@ -279,6 +288,7 @@ impl State {
                     if cam.clip.is_some() {
                         self.close(&name, None);
                     }
+                    self.close_segment(&name, None);
                 }
             }
             Input::Event(e) => {
@@ -324,6 +334,8 @@ impl State {
         cam.hello = Some(h);
         cam.tables = None;
         cam.preroll.clear();
+        self.close_segment(&name, None);
+        let cam = self.camera(&name);
         if cam.clip.is_some() {
             self.close(&name, Some("the camera's stream restarted"));
             let cam = self.camera(&name);
@@ -361,6 +373,8 @@ impl State {
         cam.facts.gaps += u.gap as u64;
         cam.preroll.push(u.clone());
         cam.facts.preroll_bytes = cam.preroll.bytes() as u64;
+        self.segment_unit(name, &u);
+        let cam = self.camera(name);
         if let Some(c) = cam.clip.as_mut() {
             c.writer.unit(u.clone());
         } else if let Some(from) = cam.pending.filter(|_| !cam.preroll.is_empty()) {
@@ -379,7 +393,6 @@ impl State {
             self.report.missed += 1;
             return;
         }
-        let dir = self.cfg.dir.clone();
         let cam = self.camera(name);
         let (Some(hello), Some(tables)) = (cam.hello.clone(), cam.tables.clone()) else {
             cam.pending = Some(from_ns);
@@ -396,32 +409,55 @@ impl State {
                 first.mono_ns.saturating_sub(from_ns) as f64 / 1e9
             );
         }
+        if let Some(c) = self.start_file(name, &hello, tables, units, Kind::Event) {
+            let cam = self.camera(name);
+            cam.clip = Some(c);
+            cam.facts.clips += 1;
+            self.report.clips += 1;
+            self.report.open += 1;
+        }
+    }
+
+    /// Starts a file of camera `name` (stream `hello`, its `tables`) with `units` (from a
+    /// keyframe): its row in the index, its ffmpeg. `None` (said, counted as missed): the
+    /// disk is full, the folder or the index refused.
+    fn start_file(
+        &mut self,
+        name: &str,
+        hello: &StreamHello,
+        tables: Vec<u8>,
+        units: Vec<Arc<Unit>>,
+        kind: Kind,
+    ) -> Option<OpenClip> {
+        let dir = self.cfg.dir.clone();
         if free_bytes(&dir).is_some_and(|f| f < MIN_FREE) {
             self.disk_full(&format!("less than {} KiB free", MIN_FREE >> 10));
             self.report.missed += 1;
-            return;
+            return None;
         }
-        let start_ms = wall_ms(first.mono_ns);
-        if let Err(e) = std::fs::create_dir_all(dir.join(name)) {
-            log::warn!("record: camera {name}: cannot make {}: {e}; no clip", dir.join(name).display());
-            return;
+        let start_ms = wall_ms(units.first()?.mono_ns);
+        // Segments apart from the event clips: `CAMERA/segments/START.mp4`.
+        let folder = if kind == Kind::Segment { format!("{name}/segments") } else { name.to_string() };
+        if let Err(e) = std::fs::create_dir_all(dir.join(&folder)) {
+            log::warn!("record: camera {name}: cannot make {}: {e}; no clip", dir.join(&folder).display());
+            return None;
         }
         let (codec, size) = (hello.codec.name(), (hello.width, hello.height));
         // Named by its start; a name taken (two clips in one ms, a row whose file never
         // came) gets the time now after it.
-        let mut rel = format!("{name}/{}", file_name(start_ms));
+        let mut rel = format!("{folder}/{}", file_name(start_ms));
         let mut id = None;
         for _ in 0..2 {
             if dir.join(&rel).exists() {
-                rel = format!("{name}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
+                rel = format!("{folder}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
             }
-            match self.index.open_clip(&NewClip { camera: name, start_ms, path: &rel, codec, size }) {
+            match self.index.open_clip(&NewClip { camera: name, start_ms, path: &rel, codec, size, kind }) {
                 Ok(i) => {
                     id = Some(i);
                     break;
                 }
                 Err(zcpipe_clips::OpenError::NameTaken(_)) => {
-                    rel = format!("{name}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
+                    rel = format!("{folder}/{}-{}.mp4", file_name(start_ms).trim_end_matches(".mp4"), unix_ms());
                 }
                 Err(e) => {
                     self.disk_full(&format!("{e}"));
@@ -431,21 +467,16 @@ impl State {
         }
         let Some(id) = id else {
             self.report.missed += 1;
-            return;
+            return None;
         };
-        let writer = match ClipWriter::start(&dir.join(&rel), tables, units) {
-            Ok(w) => w,
+        match ClipWriter::start(&dir.join(&rel), tables, units) {
+            Ok(writer) => Some(OpenClip { writer, id, rel, start_ms, kind }),
             Err(e) => {
                 log::warn!("{e:#}; camera {name} is not recorded");
                 let _ = self.index.close_clip(id, &incomplete(start_ms, &format!("{e:#}")));
-                return;
+                None
             }
-        };
-        let cam = self.camera(name);
-        cam.clip = Some(OpenClip { writer, id, rel, start_ms });
-        cam.facts.clips += 1;
-        self.report.clips += 1;
-        self.report.open += 1;
+        }
     }
 
     /// Closes camera `name`'s clip (`cut`: why it is cut short, else the outcome says): its
@@ -454,6 +485,12 @@ impl State {
         let cam = self.camera(name);
         let meta = cam.planner.closed();
         let Some(c) = cam.clip.take() else { return };
+        self.finish_file(name, c, meta, cut);
+    }
+
+    /// Finishes file `c` of camera `name` (with `meta`; `cut`: why it is cut short) on a
+    /// thread of its own, which posts [`Input::Closed`].
+    fn finish_file(&mut self, name: &str, c: OpenClip, meta: ClipMeta, cut: Option<&str>) {
         let done = Done {
             camera: name.to_string(),
             id: c.id,
@@ -462,6 +499,7 @@ impl State {
             span_ns: (c.writer.first_ns, c.writer.last_ns),
             dropped: c.writer.dropped,
             meta,
+            kind: c.kind,
             cut: cut.map(String::from),
             outcome: crate::clip::Outcome { ok: false, disk_full: false, said: String::new() },
             bytes: 0,
@@ -511,16 +549,18 @@ impl State {
         }
         self.report.open = self.report.open.saturating_sub(1);
         self.report.bytes += bytes;
-        match state {
-            ClipState::Complete => self.report.complete += 1,
+        match (d.kind, state) {
+            (Kind::Segment, _) => {}
+            (_, ClipState::Complete) => self.report.complete += 1,
             _ => self.report.incomplete += 1,
         }
+        let what = if tracks.is_empty() { String::new() } else { format!("{labels} {}, ", tracks.join(" ")) };
         log::info!(
-            "record: camera {}: clip {} ({:.1} s, {labels} {}, {:.1} MB{}{})",
+            "record: camera {}: {} {} ({:.1} s, {what}{:.1} MB{}{})",
             d.camera,
+            if d.kind == Kind::Segment { "segment" } else { "clip" },
             d.rel,
             (end_ms - d.start_ms) as f64 / 1000.0,
-            tracks.join(" "),
             bytes as f64 / 1e6,
             if d.dropped > 0 { format!(", {} units dropped", d.dropped) } else { String::new() },
             reason.as_ref().map_or(String::new(), |r| format!("; incomplete: {r}"))
@@ -617,6 +657,10 @@ impl State {
         let open: Vec<String> = self.cameras.values().filter(|c| c.clip.is_some()).map(|c| c.name.clone()).collect();
         for name in &open {
             self.close(name, None);
+        }
+        let names: Vec<String> = self.cameras.keys().cloned().collect();
+        for name in &names {
+            self.close_segment(name, None);
         }
         // Each clip's end into the index (its ffmpeg finishing), for at most CLOSE_WAIT.
         let t = Instant::now();

@@ -148,7 +148,14 @@ mod tests {
         std::fs::create_dir(d.path().join("cam0")).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         std::fs::write(d.path().join("cam0/a.mp4"), &data).unwrap();
-        let new = |path| zcpipe_clips::NewClip { camera: "cam0", start_ms: 5, path, codec: "h264", size: (8, 8) };
+        let new = |path| zcpipe_clips::NewClip {
+            camera: "cam0",
+            start_ms: 5,
+            path,
+            codec: "h264",
+            size: (8, 8),
+            kind: zcpipe_clips::Kind::Event,
+        };
         let id = ix.open_clip(&new("cam0/a.mp4")).unwrap();
         let evil = ix.open_clip(&new("../secret.mp4")).unwrap();
         let whole = file(d.path(), &format!("{id}.mp4"), None, false);
