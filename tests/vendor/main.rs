@@ -5,6 +5,7 @@
 mod common;
 
 mod mjpeg;
+mod mpp_encode;
 mod mpp_fake;
 mod mpp_pipeline;
 mod rga;

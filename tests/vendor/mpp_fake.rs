@@ -66,7 +66,8 @@ fn fake() -> &'static Fake {
         let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("zcpipe-fake-mpp-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&log);
         std::env::set_var("ZCPIPE_LIBMPP", &lib);
-        std::env::set_var("ZCPIPE_FAKE_MPP_LOG", &log);
+        // ZCPIPE_FAKE_MPP_LOG is set by `session`, under the turn: set here, before the turn,
+        // it would take the log lines of another module's test that holds the turn.
         std::env::remove_var("ZCPIPE_FAKE_MPP_INPUT_SLOTS");
         // The fake's default: the last 3 pictures stay the decoder's references.
         std::env::remove_var("ZCPIPE_FAKE_MPP_REFS");

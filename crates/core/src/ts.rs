@@ -11,6 +11,12 @@
 //! first packet). Everything read from the stream is bounds-checked: a corrupt or hostile
 //! stream gives errors counted and skipped bytes, never a panic, and an access unit never
 //! grows past [`MAX_ACCESS_UNIT`].
+//!
+//! [`TsMuxer`] does the opposite for a stream zcpipe encodes itself: access units (Annex B,
+//! with their PTS and keyframe flag) into PES packets and TS packets, with the PAT and PMT.
+
+mod mux;
+pub use mux::{crc32_mpeg2, TsMuxer, PMT_PID, VIDEO_PID};
 
 /// A TS packet's size.
 pub const TS_PACKET: usize = 188;

@@ -228,6 +228,8 @@ fn mpp() -> Items {
     types!(v, "MppCtx" = MppHandle, "MppParam" = *mut c_void, "MppFrame" = MppHandle, "MppPacket" = MppHandle);
     types!(v, "MppBuffer" = MppHandle, "MppBufferGroup" = MppHandle, "MppTask" = MppHandle);
     types!(v, "RK_U32" = u32, "RK_S32" = i32, "RK_S64" = i64);
+    types!(v, "MppMeta" = MppHandle, "MppEncCfg" = MppHandle, "MppEncHeaderMode" = c_int, "MppEncRcMode" = i32);
+    types!(v, "MppEncRcDropFrmMode" = u32);
     layout!(v, MppApi as "MppApi" {
         size, version, decode, decode_put_packet, decode_get_frame, encode, encode_put_frame, encode_get_packet,
         isp, isp_put_frame, isp_get_frame, poll, dequeue, enqueue, reset, control, reserv,
@@ -247,6 +249,9 @@ fn mpp() -> Items {
     values!(v, MPP_BUFFER_TYPE_EXT_DMA, MPP_BUFFER_TYPE_DRM, MPP_BUFFER_TYPE_DMA_HEAP);
     values!(v, MPP_FMT_YUV420SP, MPP_FMT_YUV420SP_10BIT, MPP_FMT_YUV422SP, MPP_FRAME_FMT_MASK, MPP_FRAME_FBC_MASK);
     values!(v, MPP_PORT_INPUT, MPP_PORT_OUTPUT, KEY_INPUT_PACKET, KEY_OUTPUT_FRAME);
+    values!(v, MPP_ENC_SET_CFG, MPP_ENC_GET_CFG, MPP_ENC_SET_IDR_FRAME, MPP_ENC_SET_HEADER_MODE, KEY_OUTPUT_INTRA);
+    values!(v, MPP_ENC_HEADER_MODE_DEFAULT, MPP_ENC_HEADER_MODE_EACH_IDR, MPP_ENC_RC_DROP_FRM_DISABLED);
+    values!(v, MPP_ENC_RC_MODE_VBR, MPP_ENC_RC_MODE_CBR, MPP_ENC_RC_MODE_FIXQP, MPP_ENC_RC_MODE_AVBR);
     v
 }
 

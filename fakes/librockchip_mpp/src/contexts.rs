@@ -1,5 +1,5 @@
-//! Decoder contexts: `mpp_create`, `mpp_init` (which spawns the ffmpeg decoder),
-//! `mpp_destroy`, the context state, and `get_mpp_version`.
+//! Contexts: `mpp_create`, `mpp_init` (which spawns the ffmpeg decoder, or sets up an
+//! encoder: [`encode`]), `mpp_destroy`, the context state, and `get_mpp_version`.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int};
@@ -113,8 +113,16 @@ pub unsafe extern "C" fn mpp_init(h: Opaque, type_: c_int, coding: c_int) -> Mpp
         _ => "",
     };
     let mut st = lock(&c.shared.st);
+    if type_ == MPP_CTX_ENC && !st.inited && coding == CODING_AVC {
+        // The encoder starts ffmpeg with its first frame, once MPP_ENC_SET_CFG said the size.
+        st.inited = true;
+        st.coding = coding;
+        encode::init(c.id);
+        log(format!("mpp_init ctx={} type={type_} coding={coding} encoder=1 ret=0", c.id));
+        return MPP_OK;
+    }
     if st.inited || type_ != MPP_CTX_DEC || demuxer.is_empty() {
-        log(format!("mpp_init ctx={} type={type_} coding={coding} ret={MPP_NOK} reason=already-inited-or-not-a-decoder-the-fake-has", c.id));
+        log(format!("mpp_init ctx={} type={type_} coding={coding} ret={MPP_NOK} reason=already-inited-or-not-a-decoder-or-encoder-the-fake-has", c.id));
         return MPP_NOK;
     }
     if coding == CODING_MJPEG {
@@ -245,7 +253,7 @@ pub unsafe extern "C" fn mpp_destroy(h: Opaque) -> MppRet {
     for t in std::mem::take(&mut *lock(&c.threads)) {
         let _ = t.join();
     }
-    let tasks = task::destroy(c.id);
+    let tasks = task::destroy(c.id) + &encode::destroy(c.id);
     let unreleased = lock(&FRAMES).values().filter(|f| f.ctx == c.id && f.buffer.is_some()).count();
     let held_buffers = group.as_deref().map_or(0, held);
     log(format!("mpp_destroy ctx={} frames_out={frames_out} unreleased_frames={unreleased} buffers_held={held_buffers}{tasks} ret=0", c.id));
@@ -256,5 +264,5 @@ pub unsafe extern "C" fn mpp_destroy(h: Opaque) -> MppRet {
 #[no_mangle]
 pub extern "C" fn get_mpp_version() -> *const c_char {
     log("get_mpp_version".into());
-    c"zcpipe fake librockchip_mpp 0.1.0 (ffmpeg decoder)".as_ptr()
+    c"zcpipe fake librockchip_mpp 0.1.0 (ffmpeg decoder and encoder)".as_ptr()
 }

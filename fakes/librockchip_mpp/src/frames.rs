@@ -1,5 +1,5 @@
-//! Frames: the registry of decoded and user frames, their getters, `mpp_frame_get_buffer` and
-//! `mpp_frame_deinit`.
+//! Frames: the registry of decoded and user frames, their getters, the setters an encoder's
+//! user frames need, `mpp_frame_get_buffer` and `mpp_frame_deinit`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -67,6 +67,35 @@ frame_getter!(mpp_frame_get_errinfo, u32, |f| f.errinfo, 0);
 frame_getter!(mpp_frame_get_discard, u32, |_| 0, 0);
 frame_getter!(mpp_frame_get_pts, i64, |f| f.pts, 0);
 frame_getter!(mpp_frame_get_buf_size, usize, |f| f.buf_size, 0);
+
+macro_rules! frame_setter {
+    ($name:ident, $ty:ty, $field:ident) => {
+        #[doc = concat!("`void ", stringify!($name), "(MppFrame frame, ...)` (mpp_frame.h).")]
+        ///
+        /// # Safety
+        /// Pointer arguments are null or valid for what MPP's header says the call reads or writes;
+        /// handles are looked up in the fake's registries, never dereferenced.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(f: Opaque, v: $ty) {
+            let seq = lock(&FRAMES).get_mut(&(f as usize)).map(|fr| {
+                fr.$field = v;
+                fr.seq
+            });
+            match seq {
+                Some(seq) => log(format!("{} frame={seq} value={v}", stringify!($name))),
+                None => violation("frame-set-unknown-frame", format!("call={}", stringify!($name))),
+            }
+        }
+    };
+}
+
+frame_setter!(mpp_frame_set_width, u32, width);
+frame_setter!(mpp_frame_set_height, u32, height);
+frame_setter!(mpp_frame_set_hor_stride, u32, hor_stride);
+frame_setter!(mpp_frame_set_ver_stride, u32, ver_stride);
+frame_setter!(mpp_frame_set_fmt, u32, fmt);
+frame_setter!(mpp_frame_set_eos, u32, eos);
+frame_setter!(mpp_frame_set_pts, i64, pts);
 
 /// `MppBuffer mpp_frame_get_buffer(const MppFrame frame)`.
 ///

@@ -1,10 +1,25 @@
-//! A test-only fake of Rockchip's `librockchip_mpp.so`: the MPP decoder C API, decoding on
-//! the CPU with an `ffmpeg` child process.
+//! A test-only fake of Rockchip's `librockchip_mpp.so`: the MPP decoder and H.264 encoder C
+//! API, decoding and encoding on the CPU with `ffmpeg` child processes.
 //!
-//! It exports the symbols zcpipe's binding (`src/sys/mpp.rs`) resolves, with the layouts and
-//! values of MPP's headers (`inc/rk_mpi.h`, `rk_mpi_cmd.h`, `rk_type.h`, `mpp_err.h`,
-//! `mpp_frame.h`, `mpp_packet.h`, `mpp_buffer.h`), and enforces the rules of MPP that bite
-//! its users:
+//! It exports the symbols zcpipe's binding (`crates/sys/src/mpp/`) resolves, with the layouts
+//! and values of MPP's headers (`inc/rk_mpi.h`, `rk_mpi_cmd.h`, `rk_type.h`, `mpp_err.h`,
+//! `mpp_frame.h`, `mpp_packet.h`, `mpp_buffer.h`, `mpp_meta.h`, `rk_venc_cfg.h`,
+//! `rk_venc_cmd.h`), and enforces the rules of MPP that bite its users.
+//!
+//! The encoder ([`encode`]): `mpp_init(MPP_CTX_ENC, MPP_VIDEO_CodingAVC)`, the
+//! `mpp_enc_cfg_*` configuration (unknown entries refused as MPP does) checked at
+//! `MPP_ENC_SET_CFG` (sizes, strides, NV12, fps: `violation what=cfg-...`),
+//! `MPP_ENC_SET_HEADER_MODE`, `MPP_ENC_SET_IDR_FRAME` (ffmpeg restarted, so the next picture
+//! is an IDR), and `encode_put_frame` reading the frame's imported dma-buf (mmap between
+//! `DMA_BUF_IOCTL_SYNC` START and END) as NV12 at its strides, cropped, into `ffmpeg -f
+//! rawvideo -pix_fmt nv12 ... -c:v libx264 -preset ultrafast -tune zerolatency -bf 0 -g GOP
+//! -x264-params repeat-headers=1:aud=1 ... -f mpjpeg pipe:1` (each encoded access unit
+//! framed by its length, so a frame's packet is there as soon as it is encoded; its AUD is
+//! stripped). `encode_get_packet` gives exactly one packet per frame, in order, blocking until
+//! ffmpeg wrote it: Annex B, the frame's pts, `KEY_OUTPUT_INTRA` meta set when it holds an
+//! IDR slice. A frame without a buffer, or an EOS frame, flushes.
+//!
+//! The decoder's rules:
 //!
 //! - `decode_put_packet` copies the packet into an input queue of 4 packets (the size is
 //!   `$ZCPIPE_FAKE_MPP_INPUT_SLOTS` if set) and returns `MPP_ERR_BUFFER_FULL` when it is
@@ -68,6 +83,8 @@ use std::sync::{Mutex, MutexGuard};
 mod buffers;
 mod contexts;
 mod decode;
+mod enc_cfg;
+mod encode;
 mod frames;
 mod mpi;
 mod packets;
@@ -76,6 +93,7 @@ mod task;
 use buffers::*;
 use contexts::*;
 use decode::*;
+use enc_cfg::*;
 use frames::*;
 use mpi::*;
 use packets::*;
@@ -92,6 +110,7 @@ const MPP_ERR_INIT: MppRet = -1002;
 const MPP_ERR_BUFFER_FULL: MppRet = -1012;
 
 const MPP_CTX_DEC: c_int = 0;
+const MPP_CTX_ENC: c_int = 1;
 const CODING_AVC: c_int = 7;
 const CODING_MJPEG: c_int = 8;
 const CODING_HEVC: c_int = 0x0100_0004;
@@ -106,6 +125,14 @@ const MPP_DEC_SET_PARSER_FAST_MODE: c_int = 0x0031_0006;
 const MPP_DEC_SET_OUTPUT_FORMAT: c_int = 0x0031_000a;
 const MPP_DEC_SET_DISABLE_ERROR: c_int = 0x0031_000b;
 const MPP_DEC_SET_IMMEDIATE_OUT: c_int = 0x0031_000c;
+const MPP_ENC_SET_CFG: c_int = 0x0032_0001;
+const MPP_ENC_GET_CFG: c_int = 0x0032_0002;
+const MPP_ENC_SET_IDR_FRAME: c_int = 0x0032_0009;
+const MPP_ENC_SET_HEADER_MODE: c_int = 0x0032_8001;
+/// `MPP_ENC_HEADER_MODE_DEFAULT` (rk_venc_cmd.h): SPS/PPS on the first picture only.
+const MPP_ENC_HEADER_MODE_DEFAULT: i32 = 0;
+/// `FOURCC_META('o','i','d','r')` (mpp_meta.h): an encoded packet's intra flag.
+const KEY_OUTPUT_INTRA: u32 = 0x6f69_6472;
 
 const MPP_POLL_MAX: i32 = 8000;
 const MPP_BUFFER_EXTERNAL: c_int = 1;
@@ -140,9 +167,14 @@ pub struct MppApi {
     pub decode_put_packet: unsafe extern "C" fn(Opaque, Opaque) -> MppRet,
     /// `decode_get_frame`.
     pub decode_get_frame: unsafe extern "C" fn(Opaque, *mut Opaque) -> MppRet,
-    /// `encode`, `encode_put_frame`, `encode_get_packet`, `isp`, `isp_put_frame`,
-    /// `isp_get_frame`.
-    pub unsupported: [unsafe extern "C" fn() -> MppRet; 6],
+    /// `encode`.
+    pub encode: unsafe extern "C" fn() -> MppRet,
+    /// `encode_put_frame(ctx, MppFrame)` (the encoder: [`encode`]).
+    pub encode_put_frame: unsafe extern "C" fn(Opaque, Opaque) -> MppRet,
+    /// `encode_get_packet(ctx, MppPacket *)`.
+    pub encode_get_packet: unsafe extern "C" fn(Opaque, *mut Opaque) -> MppRet,
+    /// `isp`, `isp_put_frame`, `isp_get_frame`.
+    pub unsupported: [unsafe extern "C" fn() -> MppRet; 3],
     /// `poll(ctx, MppPortType, MppPollType)` (the task API: [`task`]).
     pub poll: unsafe extern "C" fn(Opaque, c_int, c_int) -> MppRet,
     /// `dequeue(ctx, MppPortType, MppTask *)`.
@@ -181,7 +213,10 @@ static API: MppApi = MppApi {
     decode: unsupported,
     decode_put_packet: mpi_decode_put_packet,
     decode_get_frame: mpi_decode_get_frame,
-    unsupported: [unsupported; 6],
+    encode: unsupported,
+    encode_put_frame: encode::mpi_encode_put_frame,
+    encode_get_packet: encode::mpi_encode_get_packet,
+    unsupported: [unsupported; 3],
     poll: task::mpi_poll,
     dequeue: task::mpi_dequeue,
     enqueue: task::mpi_enqueue,

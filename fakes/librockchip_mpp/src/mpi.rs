@@ -1,5 +1,6 @@
-//! The [`MppApi`] table's entries: `decode_put_packet`, `decode_get_frame`, `control`,
-//! `reset`, and the stub every other entry points to.
+//! The [`MppApi`] table's entries: `decode_put_packet`, `decode_get_frame`, `control` (the
+//! encoder's commands go to [`encode`]), `reset`, and the stub every other entry points to
+//! (`encode_put_frame`/`encode_get_packet` are in [`encode`]).
 
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
@@ -150,6 +151,10 @@ fn cmd_name(cmd: c_int) -> &'static str {
         MPP_DEC_SET_OUTPUT_FORMAT => "MPP_DEC_SET_OUTPUT_FORMAT",
         MPP_DEC_SET_DISABLE_ERROR => "MPP_DEC_SET_DISABLE_ERROR",
         MPP_DEC_SET_IMMEDIATE_OUT => "MPP_DEC_SET_IMMEDIATE_OUT",
+        MPP_ENC_SET_CFG => "MPP_ENC_SET_CFG",
+        MPP_ENC_GET_CFG => "MPP_ENC_GET_CFG",
+        MPP_ENC_SET_IDR_FRAME => "MPP_ENC_SET_IDR_FRAME",
+        MPP_ENC_SET_HEADER_MODE => "MPP_ENC_SET_HEADER_MODE",
         _ => "unknown",
     }
 }
@@ -245,6 +250,9 @@ pub(super) unsafe extern "C" fn mpi_control(h: Opaque, cmd: c_int, param: Opaque
         }
         MPP_DEC_SET_PARSER_FAST_MODE | MPP_DEC_SET_DISABLE_ERROR | MPP_DEC_SET_IMMEDIATE_OUT => {
             (MPP_OK, format!("value={}", read_u32(param)))
+        }
+        MPP_ENC_SET_CFG | MPP_ENC_GET_CFG | MPP_ENC_SET_IDR_FRAME | MPP_ENC_SET_HEADER_MODE => {
+            encode::control(c.id, cmd, param)
         }
         _ => (MPP_NOK, "unsupported=1".into()),
     };

@@ -307,6 +307,8 @@ pub unsafe extern "C" fn mpp_packet_init_with_buffer(out: *mut Opaque, buf: Opaq
             pts: 0,
             eos: false,
             buffer: Some(Arc::clone(&b)),
+            owned: Vec::new(),
+            meta: 0,
         }),
         out,
     );
@@ -669,7 +671,7 @@ fn decode(c: u64, pkt: usize, frm: usize) {
             violation("output-frame-without-buffer", format!("ctx={c} jpeg={n}"));
             return Err("output-frame-without-buffer".into());
         };
-        let jpeg = read_packet(&in_buf, length)?;
+        let jpeg = read_buffer(&in_buf, length)?;
         let (w, h, pic) = decode_jpeg(&jpeg)?;
         let (hor, ver) = (align16(w), align16(h));
         let need = (hor * ver * 3 / 2) as usize;
@@ -709,9 +711,10 @@ fn decode(c: u64, pkt: usize, frm: usize) {
     }
 }
 
-/// The first `length` bytes of a packet's buffer: an internal buffer's memory, or a
-/// dma-buf mapped read-only between `DMA_BUF_IOCTL_SYNC` START and END.
-fn read_packet(b: &Buffer, length: usize) -> Result<Vec<u8>, String> {
+/// The first `length` bytes of a buffer (a packet's, or an encoder's input frame's): an
+/// internal buffer's memory, or a dma-buf mapped read-only between `DMA_BUF_IOCTL_SYNC`
+/// START and END.
+pub(crate) fn read_buffer(b: &Buffer, length: usize) -> Result<Vec<u8>, String> {
     if length > b.size {
         return Err(format!("packet-length-past-buffer length={length} size={}", b.size));
     }

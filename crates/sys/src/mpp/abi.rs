@@ -129,6 +129,37 @@ pub const MPP_DEC_SET_DISABLE_ERROR: MpiCmd = 0x0031_000b;
 /// `MPP_DEC_SET_IMMEDIATE_OUT`: `MPP_DEC_CMD_BASE` + 12.
 pub const MPP_DEC_SET_IMMEDIATE_OUT: MpiCmd = 0x0031_000c;
 
+/// `MPP_ENC_SET_CFG`: `MPP_ENC_CMD_BASE` (`CMD_MODULE_CODEC | CMD_CTX_ID_ENC` = 0x320000)
+/// plus 1. Parameter: the `MppEncCfg` itself (from `mpp_enc_cfg_init`, filled with
+/// `mpp_enc_cfg_set_*`); MPP applies the fields set, after `mpp_init`.
+pub const MPP_ENC_SET_CFG: MpiCmd = 0x0032_0001;
+/// `MPP_ENC_GET_CFG`: `MPP_ENC_CMD_BASE` + 2 (the encoder's current configuration into an
+/// `MppEncCfg`; not called by zcpipe, named for the fake and the header check).
+pub const MPP_ENC_GET_CFG: MpiCmd = 0x0032_0002;
+/// `MPP_ENC_SET_IDR_FRAME`: `MPP_ENC_CMD_BASE` + 9 (after SET/GET_CFG and the deprecated
+/// SET/GET_PREP_CFG, RC_CFG, CODEC_CFG), no parameter: "next frame will be encoded as intra
+/// frame".
+pub const MPP_ENC_SET_IDR_FRAME: MpiCmd = 0x0032_0009;
+/// `MPP_ENC_SET_HEADER_MODE`: `MPP_ENC_CFG_MISC` (`CMD_MODULE_CODEC | CMD_CTX_ID_ENC |
+/// CMD_ENC_CFG_MISC` = 0x328000) + 1. Parameter: a pointer to an `MppEncHeaderMode`.
+pub const MPP_ENC_SET_HEADER_MODE: MpiCmd = 0x0032_8001;
+
+/// `MppEncHeaderMode` (`rk_venc_cmd.h`), a C enum: `MPP_ENC_HEADER_MODE_DEFAULT`, SPS/PPS on
+/// the first frame only.
+pub const MPP_ENC_HEADER_MODE_DEFAULT: c_int = 0;
+/// `MPP_ENC_HEADER_MODE_EACH_IDR`: SPS/PPS before every IDR picture, in the IDR's packet
+/// (`mpp/codec/mpp_enc_impl.cpp` adds them when `hdr_mode` is this and the frame is intra).
+pub const MPP_ENC_HEADER_MODE_EACH_IDR: c_int = 1;
+
+/// `MppEncRcMode` (`rk_venc_rc.h`), a C enum: `MPP_ENC_RC_MODE_VBR`.
+pub const MPP_ENC_RC_MODE_VBR: i32 = 0;
+/// `MPP_ENC_RC_MODE_CBR`: constant bit rate, between `rc:bps_min` and `rc:bps_max`.
+pub const MPP_ENC_RC_MODE_CBR: i32 = 1;
+/// `MPP_ENC_RC_MODE_FIXQP`.
+pub const MPP_ENC_RC_MODE_FIXQP: i32 = 2;
+/// `MPP_ENC_RC_MODE_AVBR`.
+pub const MPP_ENC_RC_MODE_AVBR: i32 = 3;
+
 /// `MppPollType` (`mpp_task.h`) `MPP_POLL_BLOCK`: wait without limit.
 pub const MPP_POLL_BLOCK: i64 = -1;
 /// `MPP_POLL_NON_BLOCK`: return at once (the decoder's default for both directions).
@@ -172,9 +203,9 @@ pub const MPP_FRAME_FBC_MASK: u32 = 0x00f0_0000;
 pub type MppHandle = *mut c_void;
 
 /// `MppApi` (`rk_mpi.h`): the function table `mpp_create` hands out, 184 bytes on LP64 (two
-/// `RK_U32`, 14 function pointers, `RK_U32 reserv[16]`). zcpipe calls only
-/// `decode_put_packet`, `decode_get_frame`, `reset` and `control`; the other entries are
-/// kept as untyped pointers to hold the layout.
+/// `RK_U32`, 14 function pointers, `RK_U32 reserv[16]`). The entries zcpipe's stream
+/// decoder and encoder call are typed; the task API's (`poll`, `dequeue`, `enqueue`: see
+/// `task.rs`) and the unused ones are kept as untyped pointers to hold the layout.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MppApi {
@@ -193,10 +224,14 @@ pub struct MppApi {
     pub decode_get_frame: Option<unsafe extern "C" fn(MppHandle, *mut MppHandle) -> MppRet>,
     /// `encode`.
     pub encode: *const c_void,
-    /// `encode_put_frame`.
-    pub encode_put_frame: *const c_void,
-    /// `encode_get_packet`.
-    pub encode_get_packet: *const c_void,
+    /// `MPP_RET (*encode_put_frame)(MppCtx ctx, MppFrame frame)`: hands a frame to the
+    /// encoder. With the encoder's default input timeout (`MPP_POLL_BLOCK`, `mpp.cpp`) it
+    /// returns once the encoder has given the input task back, i.e. after the frame was read.
+    pub encode_put_frame: Option<unsafe extern "C" fn(MppHandle, MppHandle) -> MppRet>,
+    /// `MPP_RET (*encode_get_packet)(MppCtx ctx, MppPacket *packet)`: the next encoded packet
+    /// (the caller's to `mpp_packet_deinit`), or NULL with `MPP_OK` when none came within the
+    /// output timeout.
+    pub encode_get_packet: Option<unsafe extern "C" fn(MppHandle, *mut MppHandle) -> MppRet>,
     /// `isp`.
     pub isp: *const c_void,
     /// `isp_put_frame`.
@@ -287,3 +322,43 @@ pub(crate) type MppBufferGroupUnusedFn = unsafe extern "C" fn(MppHandle) -> i32;
 /// `const char *get_mpp_version(void)` (`mpp/inc/mpp_info.h`: not a public header, but
 /// `extern "C"` and exported by every build).
 pub(crate) type GetMppVersionFn = unsafe extern "C" fn() -> *const c_char;
+
+// ---------------------------------------------------------------------------------------
+// The H.264 encoder (`Encoder`): `rk_venc_cfg.h`, the frame setters and packet getters.
+
+/// `MppMetaKey` `KEY_OUTPUT_INTRA` = `FOURCC_META('o', 'i', 'd', 'r')` (`mpp_meta.h`, "output
+/// intra frame indicator"): an `RK_S32` in an encoded packet's meta, nonzero when the picture
+/// is intra (`mpp/codec/mpp_enc_impl.cpp` sets it on every H.264/H.265 packet).
+pub const KEY_OUTPUT_INTRA: u32 = super::fourcc_meta(b"oidr");
+
+/// `MPP_RET mpp_enc_cfg_init(MppEncCfg *cfg)` (`rk_venc_cfg.h`; `MppEncCfg` is a `void *`).
+pub type MppEncCfgInitFn = unsafe extern "C" fn(*mut MppHandle) -> MppRet;
+/// `MPP_RET mpp_enc_cfg_deinit(MppEncCfg cfg)` (`rk_venc_cfg.h`).
+pub type MppEncCfgDeinitFn = unsafe extern "C" fn(MppHandle) -> MppRet;
+/// `MPP_RET mpp_enc_cfg_set_s32(MppEncCfg cfg, const char *name, RK_S32 val)`
+/// (`rk_venc_cfg.h`): `MPP_NOK` for a name MPP does not know (or of another size).
+pub type MppEncCfgSetS32Fn = unsafe extern "C" fn(MppHandle, *const c_char, i32) -> MppRet;
+/// `MPP_RET mpp_enc_cfg_set_u32(MppEncCfg cfg, const char *name, RK_U32 val)` (`rk_venc_cfg.h`).
+pub type MppEncCfgSetU32Fn = unsafe extern "C" fn(MppHandle, *const c_char, u32) -> MppRet;
+/// `void mpp_frame_set_width(MppFrame frame, RK_U32 width)` and `_height`, `_hor_stride`,
+/// `_ver_stride`, `_eos` (`mpp_frame.h`); also `mpp_frame_set_fmt(MppFrame, MppFrameFormat)`,
+/// whose C enum is the same 4-byte argument.
+pub type MppFrameSetU32Fn = unsafe extern "C" fn(MppHandle, u32);
+/// `void mpp_frame_set_pts(MppFrame frame, RK_S64 pts)` (`mpp_frame.h`).
+pub type MppFrameSetPtsFn = unsafe extern "C" fn(MppHandle, i64);
+/// `void *mpp_packet_get_pos(const MppPacket packet)` (`mpp_packet.h`): where the packet's
+/// bytes start.
+pub type MppPacketGetPosFn = unsafe extern "C" fn(MppHandle) -> *mut c_void;
+/// `size_t mpp_packet_get_length(const MppPacket packet)` (`mpp_packet.h`): bytes from `pos`.
+pub type MppPacketGetLengthFn = unsafe extern "C" fn(MppHandle) -> usize;
+/// `RK_S64 mpp_packet_get_pts(const MppPacket packet)` (`mpp_packet.h`): the encoder copies
+/// the frame's pts.
+pub type MppPacketGetPtsFn = unsafe extern "C" fn(MppHandle) -> i64;
+/// `RK_S32 mpp_packet_has_meta(const MppPacket packet)` (`mpp_packet.h`).
+pub type MppPacketHasMetaFn = unsafe extern "C" fn(MppHandle) -> i32;
+/// `MppMeta mpp_packet_get_meta(const MppPacket packet)` (`mpp_packet.h`; `MppMeta` is a
+/// `void *`, owned by the packet).
+pub type MppPacketGetMetaFn = unsafe extern "C" fn(MppHandle) -> MppHandle;
+/// `MPP_RET mpp_meta_get_s32(MppMeta meta, MppMetaKey key, RK_S32 *val)` (`mpp_meta.h`):
+/// `MPP_NOK` when the key is not set.
+pub type MppMetaGetS32Fn = unsafe extern "C" fn(MppHandle, u32, *mut i32) -> MppRet;

@@ -3,10 +3,10 @@
 //! dma-bufs.
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 use super::*;
 
@@ -328,17 +328,7 @@ impl Mpp {
         self.group = Some(ExtGroup { group, fds: Arc::new(Vec::with_capacity(buffers.len())) });
         let g = self.group.as_mut().expect("just set");
         for (i, fd) in buffers.iter().enumerate() {
-            let own = fd.try_clone_to_owned().map_err(|e| {
-                anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), crate::errno_words(&e))
-            })?;
-            let mut info = MppBufferInfo {
-                type_: MPP_BUFFER_TYPE_EXT_DMA,
-                size,
-                ptr: std::ptr::null_mut(),
-                hnd: std::ptr::null_mut(),
-                fd: own.as_raw_fd(),
-                index: i as c_int,
-            };
+            let (own, mut info) = ext_dma_info(*fd, size, i as c_int)?;
             // No frame exists before the group is set: the Arc is not shared yet.
             Arc::get_mut(&mut g.fds).expect("not shared before the group is set").push(own);
             // SAFETY: the group just got; `info` lives for the call (MPP copies it); NULL

@@ -2,7 +2,7 @@
 //! and [`MppJpeg`], the one-whole-JPEG-per-task decoder into imported dma-bufs.
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
@@ -185,14 +185,6 @@ fn with_dmabuf_bytes<R>(fd: BorrowedFd<'_>, len: usize, f: impl FnOnce(&[u8]) ->
     Ok(r)
 }
 
-/// One imported dma-buf: the `MppBuffer` (one reference, put on drop of the decoder) and the
-/// binding's own duplicate of the fd (MPP keeps `MPP_BUFFER_TYPE_EXT_DMA` fds as given).
-struct Imported {
-    buffer: MppHandle,
-    size: usize,
-    _fd: OwnedFd,
-}
-
 /// An MPP MJPEG decoder on the task API (the "advanced" path of Rockchip's
 /// `test/mpi_dec_test.c`; `mpp_dec_advanced_thread` in `mpp/codec/mpp_dec_normal.cpp`): one
 /// whole JPEG per packet, the packet backed by an `MppBuffer`, and each packet's output frame
@@ -237,7 +229,7 @@ pub struct MppJpeg {
     /// The input buffer (JPEG bytes are copied into it) and its size.
     input: Option<(MppHandle, usize)>,
     /// Imported dma-bufs by (st_dev, st_ino): pool buffers (outputs) and camera buffers (inputs).
-    imported: std::collections::HashMap<(u64, u64), Imported>,
+    imported: Imports,
     decoded: u64,
     /// Why the decoder is out of service (a failure after an input task was enqueued).
     poisoned: Option<String>,
@@ -257,14 +249,6 @@ impl std::fmt::Debug for MppJpeg {
             .field("decoded", &self.decoded)
             .finish()
     }
-}
-
-/// (st_dev, st_ino) of an fd: the key a dma-buf is imported under (a dup or a re-received fd
-/// of the same buffer finds the same import).
-fn fd_inode(fd: BorrowedFd<'_>) -> Result<(u64, u64)> {
-    let st =
-        nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| anyhow!("fstat of dma-buf fd {}: {e}", fd.as_raw_fd()))?;
-    Ok((st.st_dev, st.st_ino))
 }
 
 impl MppJpeg {
@@ -289,7 +273,7 @@ impl MppJpeg {
             timeout_ms,
             group: std::ptr::null_mut(),
             input: None,
-            imported: Default::default(),
+            imported: Imports::new(usize::MAX),
             decoded: 0,
             poisoned: None,
             stranded: Vec::new(),
@@ -403,54 +387,14 @@ impl MppJpeg {
         check(&format!("enqueue({name} port)"), unsafe { enqueue(self.ctx, port, task) })
     }
 
-    /// The `MppBuffer` of dma-buf `fd` (`size` bytes): `mpp_buffer_import` (type
-    /// `MPP_BUFFER_TYPE_EXT_DMA`, a duplicate of the fd kept open) on first sight, cached by
-    /// inode after.
+    /// The `MppBuffer` of dma-buf `fd` (`size` bytes): imported on first sight, cached by
+    /// inode after ([`Imports::get`]).
     fn import(&mut self, fd: BorrowedFd<'_>, size: usize) -> Result<MppHandle> {
-        let key = fd_inode(fd)?;
-        if let Some(i) = self.imported.get(&key) {
-            if i.size >= size {
-                return Ok(i.buffer);
-            }
-        }
-        let own = fd
-            .try_clone_to_owned()
-            .map_err(|e| anyhow!("duplicating dma-buf fd {} for MPP: {}", fd.as_raw_fd(), crate::errno_words(&e)))?;
-        let mut info = MppBufferInfo {
-            type_: MPP_BUFFER_TYPE_EXT_DMA,
-            size,
-            ptr: std::ptr::null_mut(),
-            hnd: std::ptr::null_mut(),
-            fd: own.as_raw_fd(),
-            index: self.imported.len() as c_int,
-        };
-        let mut buffer: MppHandle = std::ptr::null_mut();
-        // SAFETY: NULL group + a buffer out-pointer = `mpp_buffer_import` (mpp_buffer.h);
-        // `info` lives for the call (MPP copies it); static C strings.
-        check("mpp_buffer_import(EXT_DMA)", unsafe {
-            (self.lib.mpp_buffer_import_with_tag)(
-                std::ptr::null_mut(),
-                &mut info,
-                &mut buffer,
-                TAG.as_ptr(),
-                TAG.as_ptr(),
-            )
-        })?;
-        if buffer.is_null() {
-            bail!("MPP mpp_buffer_import gave no buffer: the library at {} is broken", self.lib.path);
-        }
-        if let Some(old) = self.imported.insert(key, Imported { buffer, size, _fd: own }) {
-            // The same inode, now bigger (cannot happen for a dma-buf, whose size is fixed).
-            self.put(old.buffer);
-        }
-        Ok(buffer)
+        self.imported.get(&self.lib, self.syms.buffer_put, fd, size)
     }
 
     fn put(&self, buffer: MppHandle) {
-        // SAFETY: a buffer this decoder got or imported, put once.
-        if let Err(e) = check("mpp_buffer_put", unsafe { (self.syms.buffer_put)(buffer, TAG.as_ptr()) }) {
-            log::warn!("{e}");
-        }
+        put_buffer(self.syms.buffer_put, buffer);
     }
 
     /// The input buffer, at least `len` bytes (a new one, 64 KiB-rounded, when it is smaller),
@@ -621,9 +565,7 @@ impl MppJpeg {
             // SAFETY: as above, its packet.
             first = first.and(check("mpp_packet_deinit", unsafe { (self.lib.mpp_packet_deinit)(&mut pkt) }));
         }
-        for (_, i) in std::mem::take(&mut self.imported) {
-            self.put(i.buffer);
-        }
+        self.imported.clear(self.syms.buffer_put);
         if let Some((b, _)) = self.input.take() {
             self.put(b);
         }

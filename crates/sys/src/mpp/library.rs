@@ -61,6 +61,17 @@ impl std::fmt::Debug for Libmpp {
     }
 }
 
+/// `lib_sym!(lib, lacks, "name", Type)`: [`Libmpp::symbol`] of `name` as `Type`, `?` applied
+/// (for the entry points a decoder or encoder resolves when it is made).
+macro_rules! lib_sym {
+    ($lib:expr, $lacks:expr, $name:literal, $ty:ty) => {
+        // SAFETY: `$ty` spells the header's signature of the symbol (see the type's doc); the
+        // decoder or encoder holding the pointer keeps its `Arc<Libmpp>`.
+        unsafe { $lib.symbol::<$ty>(concat!($name, "\0"), $lacks) }?
+    };
+}
+pub(super) use lib_sym;
+
 /// `Err` naming `call` and its `MPP_RET` unless it is `MPP_OK`.
 pub(super) fn check(call: &str, r: MppRet) -> Result<()> {
     if r == MPP_OK {
@@ -132,6 +143,23 @@ impl Libmpp {
             path,
             _lib: lib,
         })
+    }
+
+    /// The exported function `name` (NUL-terminated) as fn pointer type `T`, for the entry
+    /// points resolved when a decoder or encoder needs them ([`TaskSyms`], the encoder's);
+    /// `lacks` says in the error what the library then cannot do, and the fix.
+    ///
+    /// # Safety
+    /// `T` is exactly the C signature MPP's headers give `name`. The copied pointer is valid
+    /// while the library is loaded: the caller uses it only while it holds this `Libmpp`.
+    pub(super) unsafe fn symbol<T: Copy>(&self, name: &str, lacks: &str) -> Result<T> {
+        // SAFETY: the caller's contract: `T` is the symbol's signature.
+        let s = unsafe { self._lib.get::<T>(name.as_bytes()) };
+        let s = s.map_err(|e| {
+            let bare = name.trim_end_matches('\0');
+            anyhow!("{} has no symbol `{bare}` ({e}): {lacks}", self.path)
+        })?;
+        Ok(*s)
     }
 
     /// `mpp_create`, checked: a context and MPP's `MppApi` table, whose size must be this

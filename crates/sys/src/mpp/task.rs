@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use super::*;
 
@@ -90,28 +90,21 @@ pub(super) struct TaskSyms {
 
 impl TaskSyms {
     pub(super) fn resolve(lib: &Libmpp) -> Result<TaskSyms> {
-        macro_rules! sym {
-            ($name:literal, $ty:ty) => {{
-                // SAFETY: the symbol is declared extern "C" by MPP's headers with exactly the
-                // signature `$ty` spells (see the type's doc); the copied fn pointer is used only
-                // while the `Arc<Libmpp>` the decoder holds keeps the library loaded.
-                let s: Result<libloading::Symbol<'_, $ty>, _> = unsafe { lib._lib.get(concat!($name, "\0").as_bytes()) };
-                *s.map_err(|e| anyhow!("{} has no symbol `{}` ({e}): it cannot decode MJPEG through MPP's task API; install Rockchip's current MPP or use --decoder cpu", lib.path, $name))?
-            }};
-        }
+        const LACKS: &str =
+            "it cannot decode MJPEG through MPP's task API; install Rockchip's current MPP or use --decoder cpu";
         Ok(TaskSyms {
-            frame_init: sym!("mpp_frame_init", MppFrameInitFn),
-            frame_set_buffer: sym!("mpp_frame_set_buffer", MppFrameSetBufferFn),
-            packet_init_with_buffer: sym!("mpp_packet_init_with_buffer", MppPacketInitWithBufferFn),
-            packet_set_length: sym!("mpp_packet_set_length", MppPacketSetLengthFn),
-            packet_set_size: sym!("mpp_packet_set_size", MppPacketSetLengthFn),
-            buffer_get: sym!("mpp_buffer_get_with_tag", MppBufferGetWithTagFn),
-            buffer_put: sym!("mpp_buffer_put_with_caller", MppBufferPutFn),
-            buffer_ptr: sym!("mpp_buffer_get_ptr_with_caller", MppBufferGetPtrFn),
-            meta_set_packet: sym!("mpp_task_meta_set_packet", MppTaskMetaSetFn),
-            meta_set_frame: sym!("mpp_task_meta_set_frame", MppTaskMetaSetFn),
-            meta_get_packet: sym!("mpp_task_meta_get_packet", MppTaskMetaGetFn),
-            meta_get_frame: sym!("mpp_task_meta_get_frame", MppTaskMetaGetFn),
+            frame_init: lib_sym!(lib, LACKS, "mpp_frame_init", MppFrameInitFn),
+            frame_set_buffer: lib_sym!(lib, LACKS, "mpp_frame_set_buffer", MppFrameSetBufferFn),
+            packet_init_with_buffer: lib_sym!(lib, LACKS, "mpp_packet_init_with_buffer", MppPacketInitWithBufferFn),
+            packet_set_length: lib_sym!(lib, LACKS, "mpp_packet_set_length", MppPacketSetLengthFn),
+            packet_set_size: lib_sym!(lib, LACKS, "mpp_packet_set_size", MppPacketSetLengthFn),
+            buffer_get: lib_sym!(lib, LACKS, "mpp_buffer_get_with_tag", MppBufferGetWithTagFn),
+            buffer_put: lib_sym!(lib, LACKS, "mpp_buffer_put_with_caller", MppBufferPutFn),
+            buffer_ptr: lib_sym!(lib, LACKS, "mpp_buffer_get_ptr_with_caller", MppBufferGetPtrFn),
+            meta_set_packet: lib_sym!(lib, LACKS, "mpp_task_meta_set_packet", MppTaskMetaSetFn),
+            meta_set_frame: lib_sym!(lib, LACKS, "mpp_task_meta_set_frame", MppTaskMetaSetFn),
+            meta_get_packet: lib_sym!(lib, LACKS, "mpp_task_meta_get_packet", MppTaskMetaGetFn),
+            meta_get_frame: lib_sym!(lib, LACKS, "mpp_task_meta_get_frame", MppTaskMetaGetFn),
         })
     }
 }

@@ -80,6 +80,71 @@ fn task_api_values_match_mpp_task_h_and_mpp_meta_h() {
 }
 
 #[test]
+fn encoder_values_match_rk_mpi_cmd_h_rk_venc_cmd_h_rk_venc_rc_h_and_mpp_meta_h() {
+    // MPP_ENC_CMD_BASE = CMD_MODULE_CODEC | CMD_CTX_ID_ENC = 0x320000: SET_CFG + 1, GET_CFG + 2,
+    // SET_IDR_FRAME + 9; MPP_ENC_CFG_MISC = 0x320000 | CMD_ENC_CFG_MISC (0x8000): HEADER_MODE + 1.
+    assert_eq!((MPP_ENC_SET_CFG, MPP_ENC_GET_CFG, MPP_ENC_SET_IDR_FRAME), (0x320001, 0x320002, 0x320009));
+    assert_eq!(MPP_ENC_SET_HEADER_MODE, 0x328001);
+    assert_eq!((MPP_ENC_HEADER_MODE_DEFAULT, MPP_ENC_HEADER_MODE_EACH_IDR), (0, 1));
+    assert_eq!((MPP_ENC_RC_MODE_VBR, MPP_ENC_RC_MODE_CBR, MPP_ENC_RC_MODE_FIXQP, MPP_ENC_RC_MODE_AVBR), (0, 1, 2, 3));
+    assert_eq!(MPP_ENC_RC_DROP_FRM_DISABLED, 0);
+    // SZ_1K and SZ_1M * 200 (osal's mpp_common.h).
+    assert_eq!((MPP_ENC_MIN_BPS, MPP_ENC_MAX_BPS), (1024, 209_715_200));
+    // FOURCC_META('o','i','d','r'), worked out by hand.
+    assert_eq!(KEY_OUTPUT_INTRA, 0x6f69_6472);
+    // encode_put_frame and encode_get_packet: the 5th and 6th function pointers after the two
+    // RK_U32 (a nullable fn pointer is a plain pointer).
+    assert_eq!(size_of::<Option<unsafe extern "C" fn(MppHandle, MppHandle) -> MppRet>>(), size_of::<*const u8>());
+    #[cfg(target_pointer_width = "64")]
+    assert_eq!((offset_of!(MppApi, encode_put_frame), offset_of!(MppApi, encode_get_packet)), (40, 48));
+    #[cfg(target_pointer_width = "32")]
+    assert_eq!((offset_of!(MppApi, encode_put_frame), offset_of!(MppApi, encode_get_packet)), (24, 28));
+}
+
+fn enc_opts() -> EncoderOptions {
+    EncoderOptions { width: 320, height: 240, hor_stride: 336, ver_stride: 240, fps: 30, gop: 10, bitrate: 1_000_000 }
+}
+
+#[test]
+fn encoder_options_make_mpi_enc_tests_configuration() {
+    let o = enc_opts();
+    assert_eq!(o.frame_bytes(), 336 * 240 * 3 / 2);
+    let cfg = o.cfg();
+    let get = |k: &str| cfg.iter().find(|(n, _)| n.to_str() == Ok(k)).map(|(_, v)| *v);
+    assert_eq!((get("prep:width"), get("prep:hor_stride"), get("prep:ver_stride")), (Some(320), Some(336), Some(240)));
+    assert_eq!((get("prep:format"), get("rc:mode"), get("rc:gop")), (Some(0), Some(MPP_ENC_RC_MODE_CBR), Some(10)));
+    // CBR's narrow bound, as mpi_enc_test.c: 15/16 and 17/16 of the target.
+    assert_eq!(
+        (get("rc:bps_min"), get("rc:bps_target"), get("rc:bps_max")),
+        (Some(937_500), Some(1_000_000), Some(1_062_500))
+    );
+    assert_eq!((get("rc:fps_in_num"), get("rc:fps_out_num"), get("rc:fps_out_denom")), (Some(30), Some(30), Some(1)));
+    assert_eq!((get("codec:type"), get("h264:profile"), get("h264:level")), (Some(7), Some(100), Some(40)));
+    assert!(o.check().is_ok());
+    for (bad, what) in [
+        (EncoderOptions { hor_stride: 318, ..o }, "strides"),
+        (EncoderOptions { ver_stride: 200, ..o }, "strides"),
+        (EncoderOptions { width: 0, ..o }, "size"),
+        (EncoderOptions { width: 321, ..o }, "even"),
+        (EncoderOptions { fps: 0, ..o }, "fps"),
+        (EncoderOptions { gop: 0, ..o }, "gop"),
+        (EncoderOptions { bitrate: 100, ..o }, "bit rate"),
+    ] {
+        let e = bad.check().unwrap_err().to_string();
+        assert!(e.contains(what) && !e.contains('\n'), "{what}: {e}");
+    }
+}
+
+#[test]
+fn idr_slices_are_found_in_annex_b() {
+    // SPS (7), PPS (8), IDR slice (0x65: type 5), with 4- and 3-byte start codes.
+    assert!(h264_has_idr(&[0, 0, 0, 1, 0x67, 1, 2, 0, 0, 1, 0x68, 3, 0, 0, 1, 0x65, 0x88]));
+    // A non-IDR slice (0x41: type 1), and bytes that only look like a type-5 header.
+    assert!(!h264_has_idr(&[0, 0, 0, 1, 0x41, 0x9a, 0x05, 0x65]));
+    assert!(!h264_has_idr(&[]));
+}
+
+#[test]
 fn jpeg_sof_reads_size_and_sampling_past_other_segments() {
     // SOI, APP0 (len 4), fill FF, SOF0 (len 17): 8-bit, 1080 lines, 1920 px, 3 components.
     let sof = |y: u8, nf: u8| {
