@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 
 use zcpipe_capture::decoder::DecoderChoice;
+use zcpipe_capture::encode::EncoderChoice;
 use zcpipe_capture::network::{is_rtsp, RtspTransport};
 use zcpipe_capture::spec::{check_fps, check_v4l2_only_flags, fps_name, parse_fps, SourceSpec, FPS_MAX};
 use zcpipe_capture::v4l2::{parse_format, parse_size, CaptureIo};
@@ -51,6 +52,12 @@ pub struct CaptureArgs {
     /// Who decodes a compressed source (a video: file, a network stream, an MJPEG camera): mpp (Rockchip's hardware decoder, into the pool's dma-bufs without a copy), cpu (ffmpeg, or a JPEG crate for MJPEG cameras), or auto (mpp when librockchip_mpp loads and /dev/mpp_service exists; the default).
     #[arg(long, value_parser = choice::<DecoderChoice>())]
     pub decoder: Option<DecoderChoice>,
+    /// Who encodes a recorded raw camera's frames (a V4L2 camera, a test pattern, an image,
+    /// MJPEG) for --record-dir: mpp (Rockchip's hardware encoder, reading the pool's dma-buf
+    /// in place), cpu (ffmpeg's libx264), or auto (mpp when librockchip_mpp loads and
+    /// /dev/mpp_service exists; the default).
+    #[arg(long, value_parser = choice::<EncoderChoice>())]
+    pub encoder: Option<EncoderChoice>,
 }
 
 /// `--frames`: a whole number of at least 1.
@@ -124,6 +131,7 @@ impl CaptureArgs {
             wait_for_camera: self.wait_for_camera,
             decoder: self.decoder,
             record: false,
+            encoder: self.encoder.unwrap_or_default(),
         })
     }
 
@@ -141,6 +149,7 @@ impl CaptureArgs {
         v.extend(self.rtsp_transport.map(|t| format!("--rtsp-transport={}", t.name())));
         v.extend(self.wait_for_camera.then(|| "--wait-for-camera".to_string()));
         v.extend(self.decoder.map(|d| format!("--decoder={}", d.name())));
+        v.extend(self.encoder.map(|e| format!("--encoder={}", e.name())));
         v
     }
 }

@@ -213,6 +213,41 @@ fn a_raw_cameras_frames_are_encoded_into_its_clip() {
     assert_no_orphans(dir.path());
 }
 
+/// On a board a raw camera's frames are encoded by MPP reading the pool's dma-bufs in place
+/// (`--encoder mpp`, here the ABI fake of librockchip_mpp, which really encodes): each
+/// pool buffer is imported once, every frame goes through `encode_put_frame`, and the clip
+/// is MPP's High-profile H.264 starting with a keyframe.
+#[test]
+fn a_raw_camera_is_encoded_by_mpp_reading_the_pool_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let clips_dir = dir.path().join("clips");
+    let log = dir.path().join("mpp.log");
+    let image = root().join("tests/data/person.jpg");
+    let out = zcpipe_run(dir.path())
+        .env("ZCPIPE_LIBMPP", common::fake_librockchip_mpp())
+        .env("ZCPIPE_FAKE_MPP_LOG", &log)
+        .args(["--instance", "rec-mpp", "--source", &format!("image:{}", image.display())])
+        .args(["--frames", "60", "--fps", "10", "--no-print", "--encoder", "mpp", "--buffers", "4"])
+        .args(["--record-dir", clips_dir.to_str().unwrap(), "--record-pre", "1", "--record-post", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("encoded to H.264 by MPP's encoder in place"), "{stderr}");
+    let rows = clips(&clips_dir);
+    assert_eq!(rows.len(), 1, "{rows:?}\n{stderr}");
+    let p = probe(&clips_dir.join(&rows[0].path));
+    assert_eq!((p.codec.as_str(), p.profile.as_str()), ("h264", "High"), "{p:?}");
+    assert!(p.first_key && p.frames >= 35, "{p:?}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let count = |name: &str| calls.lines().filter(|l| l.split_whitespace().nth(1) == Some(name)).count();
+    let (put, imported) = (count("encode_put_frame"), count("mpp_buffer_import"));
+    assert!(put >= 45, "every frame through MPP: {put}");
+    assert!(imported <= 4, "each pool buffer imported once, never a copy per frame: {imported}");
+    assert!(!calls.contains("violation"), "{calls}");
+    println!("EVIDENCE MPP encode in place: {put} frames encoded from {imported} imported dma-bufs; clip {p:?}");
+}
+
 /// `--record-continuous`: besides event clips, the whole stream in segments from keyframe
 /// to keyframe, each one following the last with no picture between them (a test pattern,
 /// encoded on the CPU with a keyframe every 2 s: 6 s segments of a 15 s run).

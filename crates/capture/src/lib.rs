@@ -16,7 +16,7 @@
 
 pub mod auto;
 pub mod decoder;
-mod encode;
+pub mod encode;
 pub mod ffmpeg;
 pub mod image;
 pub mod mjpeg;
@@ -67,6 +67,8 @@ pub struct CaptureConfig {
     /// The camera is recorded: its encoded stream goes to the run's recorder too
     /// ([`record`]).
     pub record: bool,
+    /// Who encodes a raw camera's frames for the recorder (`--encoder`; [`encode`]).
+    pub encoder: encode::EncoderChoice,
 }
 
 /// What a source produces, known before the first frame (used to size the pool).

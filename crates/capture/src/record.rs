@@ -76,6 +76,18 @@ impl Recording {
         Ok((write, Tee { thread: Some(thread) }))
     }
 
+    /// A stream this process encodes itself (MPP's encoder, [`super::encode`]): its hello
+    /// and program `tables`; its units follow through [`Recording::unit`].
+    pub(crate) fn announce(&self, codec: Codec, width: u32, height: u32, tables: Vec<u8>) {
+        let hello = StreamHello { version: VERSION, camera: self.camera.clone(), codec, width, height };
+        self.sender.stream(hello, tables);
+    }
+
+    /// One access unit of the stream [`Recording::announce`] began.
+    pub(crate) fn unit(&self, u: Unit) {
+        self.sender.unit(u);
+    }
+
     /// What was sent and dropped so far.
     pub fn counters(&self) -> SenderCounters {
         self.sender.counters()

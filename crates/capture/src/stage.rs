@@ -109,9 +109,10 @@ fn start_encoder(
     ctx: &StageCtx<'_>,
     record: Option<&std::sync::Arc<super::record::Recording>>,
     fps: f64,
+    choice: super::encode::EncoderChoice,
 ) -> Result<Option<super::encode::EncoderTap>> {
     let Some(r) = record else { return Ok(None) };
-    let tap = super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), camera_name(ctx), fps)?;
+    let tap = super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), camera_name(ctx), fps, choice)?;
     Ok(Some(tap))
 }
 
@@ -150,8 +151,11 @@ fn run_host(
     );
     let n_bufs = pool.len();
     let (prod, down, fds_setup) = serve_host_pool(&ctx, pool, &alloc, fps, &info.description)?;
-    let encoder =
-        if encode { start_encoder(&ctx, record.as_ref(), if fps == FPS_MAX { 30.0 } else { fps })? } else { None };
+    let encoder = if encode {
+        start_encoder(&ctx, record.as_ref(), if fps == FPS_MAX { 30.0 } else { fps }, cfg.encoder)?
+    } else {
+        None
+    };
     ctx.ready(Instant::now());
 
     // Unpaced (`--fps max`): no period; a reusable source fills each buffer once.
@@ -412,7 +416,7 @@ fn run_v4l2(cfg: &CaptureConfig, ctx: StageCtx<'_>, device: Option<std::path::Pa
     let (prod, down, fds_setup) = serve_camera_pool(&ctx, &mut cam, pool, &memory)?;
     let record = recording(cfg, &ctx)?;
     let fps = Some(cam.granted().fps()).filter(|f| *f > 0.0).or(cfg.fps).unwrap_or(30.0);
-    let encoder = start_encoder(&ctx, record.as_ref(), fps)?;
+    let encoder = start_encoder(&ctx, record.as_ref(), fps, cfg.encoder)?;
     ctx.ready(Instant::now());
 
     let start = Instant::now();

@@ -5,7 +5,8 @@
 //! The encoder joins the capture stage's pool as any tap does
 //! ([`zcpipe_core::tap::TapClient`], its own one-slot drop-oldest ring): it sees the newest
 //! frame, holds one at most, and a slow encoder or disk drops its own frames, never the
-//! pipeline's. On the host it is the CPU: an ffmpeg child (`libx264`, `ultrafast`,
+//! pipeline's. On a board it is MPP's H.264 encoder reading the pool's dma-buf in place
+//! ([`mpp`]; `--encoder`, [`EncoderChoice`]). Elsewhere it is the CPU: an ffmpeg child (`libx264`, `ultrafast`,
 //! `zerolatency`, no B pictures, a keyframe every [`GOP_SECONDS`]) reads the frames, packed
 //! tight, on its stdin, stamped with the time they reached it (so a frame the tap dropped
 //! leaves its gap in the clip's timeline), and writes MPEG-TS on its fd 3 to the same reader
@@ -25,8 +26,59 @@ use zcpipe_core::frame::{Fourcc, FrameLayout};
 use zcpipe_core::tap::{frame_to_packed, TapClient};
 use zcpipe_core::ts::Codec;
 
+use zcpipe_core::config::Choice;
+use zcpipe_sys::mpp::Libmpp;
+
 use super::ffmpeg::Child;
 use super::record::{Recording, Tee, TEE_ARGS};
+
+mod mpp;
+
+/// Who encodes a raw camera's frames for the recorder (`--encoder`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EncoderChoice {
+    /// MPP when its library loads and `/dev/mpp_service` exists, else the CPU.
+    #[default]
+    Auto,
+    /// Rockchip MPP's H.264 encoder, reading the pool's dma-bufs in place.
+    Mpp,
+    /// ffmpeg's libx264 on the CPU.
+    Cpu,
+}
+
+impl Choice for EncoderChoice {
+    const ALL: &'static [(Self, &'static str, &'static str)] = &[
+        (EncoderChoice::Auto, "auto", "MPP when librockchip_mpp loads and /dev/mpp_service exists, else the CPU"),
+        (
+            EncoderChoice::Mpp,
+            "mpp",
+            "Rockchip MPP's H.264 encoder reads the capture pool's dma-buf in place, no CPU copy",
+        ),
+        (EncoderChoice::Cpu, "cpu", "ffmpeg's libx264 on the CPU, from a copy of each frame"),
+    ];
+}
+
+/// The MPP library `choice` asks for (`None`: the CPU), and the reason in a few words.
+/// Errors: `mpp` asked for and librockchip_mpp does not load.
+pub fn resolve(choice: EncoderChoice) -> anyhow::Result<(Option<Arc<Libmpp>>, String)> {
+    let service = zcpipe_sys::board::path(super::decoder::MPP_SERVICE);
+    match choice {
+        EncoderChoice::Cpu => Ok((None, "--encoder cpu".into())),
+        EncoderChoice::Mpp => {
+            let lib = Libmpp::open(None).map_err(|e| anyhow::anyhow!("--encoder mpp: {e:#}"))?;
+            let why = format!("--encoder mpp: {} loads", lib.path());
+            Ok((Some(Arc::new(lib)), why))
+        }
+        EncoderChoice::Auto if !service.exists() => Ok((None, "auto: not a Rockchip BSP kernel".into())),
+        EncoderChoice::Auto => match Libmpp::open(None) {
+            Ok(lib) => {
+                let why = format!("auto: {} loads", lib.path());
+                Ok((Some(Arc::new(lib)), why))
+            }
+            Err(e) => Ok((None, format!("auto: librockchip_mpp does not load ({e:#})"))),
+        },
+    }
+}
 
 /// The tap's name on the capture stage's socket.
 pub const TAP_NAME: &str = "recorder";
@@ -51,24 +103,26 @@ pub(crate) struct EncoderTap {
 impl EncoderTap {
     /// Starts the encoder of camera `camera` on the pool served at `socket`, its stream to
     /// `record`; `fps` is the camera's nominal rate (the encoder's rate control).
+    /// `choice` says who encodes. Errors: `--encoder mpp` and MPP does not load, no thread.
     pub(crate) fn start(
         record: Arc<Recording>,
         socket: PathBuf,
         camera: String,
         fps: f64,
+        choice: EncoderChoice,
     ) -> anyhow::Result<EncoderTap> {
+        let (mpp, why) = resolve(choice)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let who = if mpp.is_some() { "by MPP's encoder in place" } else { "on the CPU (ffmpeg, libx264)" };
         let thread = std::thread::Builder::new()
             .name("record-encode".into())
             .spawn(move || {
                 let tap = TapClient::new(socket, TAP_NAME, "capture");
-                Encoding { tap, record, camera, fps, encoder: None, failed_at: None, said: None }.run(&flag)
+                Encoding { tap, record, camera, fps, mpp, encoder: None, failed_at: None, said: None }.run(&flag)
             })
             .context("starting the camera's encoder thread")?;
-        log::info!(
-            "recording: this camera's frames are encoded to H.264 on the CPU (ffmpeg, libx264) from a tap of its pool"
-        );
+        log::info!("recording: this camera's frames are encoded to H.264 {who} from a tap of its pool ({why})");
         Ok(EncoderTap { stop, thread: Some(thread) })
     }
 }
@@ -88,7 +142,9 @@ struct Encoding {
     record: Arc<Recording>,
     camera: String,
     fps: f64,
-    encoder: Option<CpuEncoder>,
+    /// MPP, when it encodes (else the CPU).
+    mpp: Option<Arc<Libmpp>>,
+    encoder: Option<Backend>,
     /// When the encoder last failed (it is started again [`RETRY_AFTER`] later).
     failed_at: Option<Instant>,
     /// The last problem said (said once until another one comes).
@@ -116,15 +172,28 @@ impl Encoding {
                     break;
                 }
             };
-            // The frame goes back to the pool as soon as its pixels are copied.
-            let layout = frame_to_packed(&frame, &mut packed);
-            drop(frame);
-            match layout {
-                Ok(l) => self.encode(&l, &packed),
-                Err(e) => self.say(format!("{e:#}")),
+            let layout = frame.desc().layout;
+            if !self.ready_for(&layout) {
+                continue;
+            }
+            let done = match self.encoder.as_mut() {
+                // MPP reads the frame in place: it goes back once the access unit is out.
+                Some(Backend::Mpp(m)) => m.encode(&frame).map_err(|e| format!("MPP's encoder: {e:#}")),
+                // The frame goes back to the pool as soon as its pixels are copied.
+                Some(Backend::Cpu(c)) => {
+                    let packed_ok = frame_to_packed(&frame, &mut packed);
+                    drop(frame);
+                    packed_ok.map_err(|e| format!("{e:#}")).and_then(|_| c.write(&packed))
+                }
+                None => Ok(()),
+            };
+            if let Err(why) = done {
+                self.encoder = None;
+                self.failed_at = Some(Instant::now());
+                self.say(why);
             }
         }
-        if let Some(e) = self.encoder.take() {
+        if let Some(Backend::Cpu(e)) = self.encoder.take() {
             e.finish(&self.camera);
         }
     }
@@ -138,44 +207,68 @@ impl Encoding {
         }
     }
 
-    /// Encodes one frame of `layout` (`packed`): a frame of another format or size ends
-    /// the encoder's stream and starts another (a clip does not cross it).
-    fn encode(&mut self, layout: &FrameLayout, packed: &[u8]) {
+    /// Whether an encoder for frames of `layout` runs, starting one if needed: a frame of
+    /// another format or size ends the encoder's stream and starts another (a clip does
+    /// not cross it). MPP encodes what it takes; the CPU the rest.
+    fn ready_for(&mut self, layout: &FrameLayout) -> bool {
         let key = (layout.fourcc, layout.width, layout.height);
-        if self.encoder.as_ref().is_some_and(|e| e.key != key) {
-            let old = self.encoder.take().map(|e| (e.key, e.finish(&self.camera)));
-            if let Some(((f, w, h), ())) = old {
-                log::info!(
-                    "camera {}: its frames went from {f} {w}x{h} to {} {}x{}: a new encoded stream starts",
-                    self.camera,
-                    layout.fourcc,
-                    layout.width,
-                    layout.height
-                );
+        if let Some(old) = self.encoder.as_ref().map(Backend::key).filter(|k| *k != key) {
+            if let Some(Backend::Cpu(e)) = self.encoder.take() {
+                e.finish(&self.camera);
             }
-        }
-        if self.encoder.is_none() {
-            if self.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER) {
-                return;
-            }
-            match CpuEncoder::start(&self.record, key, self.fps) {
-                Ok(e) => {
-                    self.encoder = Some(e);
-                    self.failed_at = None;
-                }
-                Err(e) => {
-                    self.failed_at = Some(Instant::now());
-                    self.say(format!("{e:#}"));
-                    return;
-                }
-            }
-        }
-        let Some(enc) = &mut self.encoder else { return };
-        if let Err(e) = enc.stdin.as_mut().map_or(Ok(()), |s| s.write_all(packed)) {
-            let tail = enc.child.stderr_tail();
             self.encoder = None;
-            self.failed_at = Some(Instant::now());
-            self.say(format!("the encoder (ffmpeg) stopped: {e}; it said: {}", super::ffmpeg::last_line(&tail)));
+            log::info!(
+                "camera {}: its frames went from {} {}x{} to {} {}x{}: a new encoded stream starts",
+                self.camera,
+                old.0,
+                old.1,
+                old.2,
+                layout.fourcc,
+                layout.width,
+                layout.height
+            );
+        }
+        if self.encoder.is_some() {
+            return true;
+        }
+        if self.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+            return false;
+        }
+        if let Some(lib) = &self.mpp {
+            match mpp::MppEncoder::start(lib, &self.record, layout, self.fps) {
+                Ok(m) => {
+                    self.encoder = Some(Backend::Mpp(m));
+                    return true;
+                }
+                Err(e) => log::warn!("camera {}: MPP cannot encode these frames ({e:#}); the CPU does", self.camera),
+            }
+        }
+        match CpuEncoder::start(&self.record, key, self.fps) {
+            Ok(e) => {
+                self.encoder = Some(Backend::Cpu(e));
+                self.failed_at = None;
+                true
+            }
+            Err(e) => {
+                self.failed_at = Some(Instant::now());
+                self.say(format!("{e:#}"));
+                false
+            }
+        }
+    }
+}
+
+/// The encoder running.
+enum Backend {
+    Mpp(mpp::MppEncoder),
+    Cpu(CpuEncoder),
+}
+
+impl Backend {
+    fn key(&self) -> (Fourcc, u32, u32) {
+        match self {
+            Backend::Mpp(m) => m.key,
+            Backend::Cpu(c) => c.key,
         }
     }
 }
@@ -259,6 +352,17 @@ impl CpuEncoder {
         let (write, tee) = record.tee(Codec::H264, key.1, key.2)?;
         let (child, stdin) = Child::spawn_encoder("ffmpeg", &args, write)?;
         Ok(CpuEncoder { key, child, stdin: Some(stdin), tee: Some(tee) })
+    }
+
+    /// Writes one packed frame. Errors: the encoder stopped (with its last words).
+    fn write(&mut self, packed: &[u8]) -> Result<(), String> {
+        let r = self.stdin.as_mut().map_or(Ok(()), |s| s.write_all(packed));
+        r.map_err(|e| {
+            format!(
+                "the encoder (ffmpeg) stopped: {e}; it said: {}",
+                super::ffmpeg::last_line(&self.child.stderr_tail())
+            )
+        })
     }
 
     /// Closes the encoder's input and gives it [`FINISH_WAIT`] to write its last frames,
