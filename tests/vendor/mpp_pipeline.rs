@@ -238,6 +238,40 @@ fn an_h264_file_goes_from_mpp_to_rga_to_rknn_without_a_copy() {
     );
 }
 
+/// Recorded while MPP decodes: the demuxer that feeds MPP also writes the stream's packets
+/// for the recorder, so the clip is the file's own H.264 (its profile, no re-encode).
+#[test]
+fn a_camera_decoded_by_mpp_is_recorded_from_its_own_packets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(file) = clip(tmp.path(), "libx264", "clip.mp4") else {
+        eprintln!("SKIP: this ffmpeg has no libx264");
+        return;
+    };
+    let clips = tmp.path().join("clips");
+    let d = tmp.path().join("run");
+    std::fs::create_dir_all(&d).unwrap();
+    let source = format!("video:{}", file.display());
+    let flags = ["--record-dir", clips.to_str().unwrap(), "--record-pre", "0", "--record-post", "0"];
+    let m = run(&d, &source, "mpp", &flags);
+    assert!(m.ok, "{}", m.err);
+    assert!(m.err.contains("decoded by MPP"), "{}", m.err);
+    let rows = zcpipe_record::index::Index::open_read(&clips).unwrap().list(None, 10).unwrap();
+    assert_eq!(rows.len(), 1, "the person's clip: {rows:?}\n{}", m.err);
+    let probe = |f: &Path| {
+        let out = Command::new("ffprobe")
+            .args(["-v", "error", "-select_streams", "v:0", "-show_entries", "stream=codec_name,profile,width,height"])
+            .args(["-of", "csv=p=0"])
+            .arg(f)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (got, want) = (probe(&clips.join(&rows[0].path)), probe(&file));
+    assert_eq!(got, want, "the file's own stream, not re-encoded");
+    assert!(got.starts_with("h264,High,640,360"), "{got}");
+    assert!(!calls(&m.mpp, "decode_put_packet").is_empty(), "MPP decoded the frames");
+}
+
 /// `--copy-mode` with the hardware decoder: each decoded picture is copied out over the socket
 /// (one CPU access per frame in capture), RGA imports none of the capture buffers, and MPP's
 /// frames are all released.

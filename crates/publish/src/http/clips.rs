@@ -83,6 +83,10 @@ pub(super) fn file(dir: &Path, rest: &str, range: Option<&str>, head: bool) -> R
     }
     let status = if partial { 206 } else { 200 };
     let mut r = Reply::new(status, "video/mp4", body).header("Accept-Ranges", "bytes");
+    if head {
+        // What a GET would carry (RFC 9110 9.3.2), the body left out.
+        r = r.header("Content-Length", &(end - start).to_string());
+    }
     // A clip being recorded grows: it is not cached.
     if partial {
         r = r.header("Content-Range", &format!("bytes {start}-{}/{len}", end.saturating_sub(1)));
@@ -163,6 +167,12 @@ mod tests {
         let part = file(d.path(), &format!("{id}.mp4"), Some("bytes=100-199"), false);
         assert_eq!((part.status, &part.body[..]), (206, &data[100..200]));
         assert!(part.headers.contains(&("Content-Range", "bytes 100-199/10000".to_string())), "{:?}", part.headers);
+        let head = file(d.path(), &format!("{id}.mp4"), Some("bytes=100-199"), true);
+        assert!(
+            head.body.is_empty() && head.headers.contains(&("Content-Length", "100".to_string())),
+            "{:?}",
+            head.headers
+        );
         let bad = file(d.path(), &format!("{id}.mp4"), Some("bytes=20000-"), false);
         assert_eq!(bad.status, 416);
         assert_eq!(file(d.path(), &format!("{evil}.mp4"), None, false).status, 404);
