@@ -32,31 +32,32 @@ work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 /usr/bin/python3 scripts/rtsp_server.py --port "$port" --mount /cam --file "$clip" > "$work/server.out" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $server 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 for _ in $(seq 100); do grep -q '^ready' "$work/server.out" && break; sleep 0.1; done
 grep -q '^ready' "$work/server.out" || { cat "$work/server.out" >&2; exit 1; }
 printf '{"type":"frame","width":1920,"height":1080,"detections":[{"class_id":0,"label":"person","score":0.9,"box":[600,200,1000,1000]}]}\n' > "$work/box.jsonl"
 frames=$(( secs * 30 ))
 
-# run NAME [FLAGS...]: CPU seconds (user + system, children included) and wall seconds.
+# run NAME SOURCE [FLAGS...]: CPU seconds (user + system, children included) and wall seconds.
 run() {
-    local name=$1
-    shift
+    local name=$1 source=$2
+    shift 2
     /usr/bin/time -f '%U %S %e' -o "$work/$name.time" \
         "$bin" run --instance "bench-rec-$name" --run-dir "$work/run-$name" --publish "$work/$name.sock" \
-        --source "rtsp://127.0.0.1:$port/cam" --scaler cpu --infer "replay:$work/box.jsonl" \
+        --source "$source" --scaler cpu --infer "replay:$work/box.jsonl" \
         --frames "$frames" --no-print --stats-interval 0 --summary-json "$work/$name.json" "$@" \
         2> "$work/$name.log" || { tail -20 "$work/$name.log" >&2; exit 1; }
     read -r u s e < "$work/$name.time"
     echo "$u $s $e"
 }
-read -r u0 s0 e0 < <(run plain)
-read -r u1 s1 e1 < <(run record --record-dir "$work/clips" --record-pre 5 --record-post 5)
+cam="rtsp://127.0.0.1:$port/cam"
+read -r u0 s0 e0 < <(run plain "$cam")
+read -r u1 s1 e1 < <(run record "$cam" --record-dir "$work/clips" --record-pre 5 --record-post 5)
 bytes=$(du -sb "$work/clips" | cut -f1)
 # A raw camera: the 1080p30 test pattern, its frames encoded on the CPU (libx264) for the clip.
-raw=(--source testsrc:1920x1080@30)
-read -r u2 s2 e2 < <(run rawplain "${raw[@]}")
-read -r u3 s3 e3 < <(run rawrecord "${raw[@]}" --record-dir "$work/rawclips" --record-pre 5 --record-post 5)
+raw=testsrc:1920x1080@30
+read -r u2 s2 e2 < <(run rawplain "$raw")
+read -r u3 s3 e3 < <(run rawrecord "$raw" --record-dir "$work/rawclips" --record-pre 5 --record-post 5)
 rawbytes=$(du -sb "$work/rawclips" | cut -f1)
 python3 - "$u2" "$s2" "$e2" "$u3" "$s3" "$e3" "$rawbytes" "$work/rawrecord.json" > "$work/raw.md" <<'PY'
 import json, sys

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::common;
 
-const UNITS: [&str; 4] = ["capture", "scale", "infer", "publish"];
+const UNITS: [&str; 5] = ["capture", "scale", "infer", "publish", "record"];
 
 fn unit(stage: &str) -> (std::path::PathBuf, String) {
     let p = common::root().join(format!("deploy/zcpipe-{stage}.service"));
@@ -45,11 +45,12 @@ fn every_unit_keeps_its_hardening() {
 
 #[test]
 fn each_stage_may_open_its_devices_only() {
-    let want: [(&str, &[&str]); 4] = [
+    let want: [(&str, &[&str]); 5] = [
         ("capture", &["char-video4linux rw", "char-dma_heap rw", "/dev/udmabuf rw"]),
         ("scale", &["/dev/rga rw", "char-video4linux rw", "char-dma_heap rw", "/dev/udmabuf rw"]),
         ("infer", &["char-drm rw", "char-dma_heap rw"]),
         ("publish", &[]),
+        ("record", &[]),
     ];
     for (stage, devices) in want {
         let (_, t) = unit(stage);
@@ -59,6 +60,14 @@ fn each_stage_may_open_its_devices_only() {
     let (_, t) = unit("infer");
     let exec = values(&t, "ExecStart")[0];
     assert!(exec.contains("--infer auto") && !exec.contains("--model"), "{exec}");
+    // The record unit writes its clips into its state directory, and its command line is
+    // one zcpipe accepts (clap reads every option before it acts on --help).
+    let (_, t) = unit("record");
+    assert_eq!(values(&t, "StateDirectory"), ["zcpipe"]);
+    let exec = values(&t, "ExecStart")[0];
+    assert!(exec.contains("--record-dir /var/lib/zcpipe/clips"), "{exec}");
+    let out = common::zcpipe().args(exec.split_whitespace().skip(1)).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{exec}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
