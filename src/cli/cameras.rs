@@ -134,9 +134,10 @@ pub fn split(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<CameraGroup>)> {
         };
         let is_source = key == "--source";
         // A per-camera option belongs to the camera before it; before the first, to all.
+        // (`compare` records nothing: a recording option stays where clap refuses it.)
+        let recording = PER_CAMERA_RECORD.contains(&key) && args[cmd] == "run";
         let for_a_camera =
-            (PER_CAMERA.contains(&key) || PER_CAMERA_SCHED.contains(&key) || PER_CAMERA_RECORD.contains(&key))
-                && !groups.is_empty();
+            (PER_CAMERA.contains(&key) || PER_CAMERA_SCHED.contains(&key) || recording) && !groups.is_empty();
         if !is_source && !for_a_camera {
             out.push(a.clone());
             continue;

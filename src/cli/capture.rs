@@ -132,6 +132,7 @@ impl CaptureArgs {
             decoder: self.decoder,
             record: false,
             encoder: self.encoder.unwrap_or_default(),
+            record_camera: None,
         })
     }
 

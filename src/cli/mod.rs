@@ -108,6 +108,11 @@ pub enum StageCmd {
         /// run's recorder too (`zcpipe stage record`, at record.sock in the run directory).
         #[arg(long)]
         record: bool,
+        /// The camera's name for the recorder (its clips' folder, the tracker's events it
+        /// matches): `zcpipe run` passes the name of a camera given as `--source NAME=...`.
+        /// Default: --camera, else cam0.
+        #[arg(long, value_name = "NAME", requires = "record", value_parser = record_camera)]
+        record_camera: Option<String>,
     },
     /// Letterbox capture frames into the model input (connects to capture.sock, listens on scale.sock).
     Scale {
@@ -225,9 +230,10 @@ impl StageCmd {
         let instance = data.instance.clone();
         let ctx = StageCtx { id: self.id(), stop: &STOP, reporter: Reporter::new(common.report_fd), data };
         match self {
-            StageCmd::Capture { args, record, .. } => {
-                zcpipe_capture::stage::run(zcpipe_capture::CaptureConfig { record, ..args.config()? }, ctx)
-            }
+            StageCmd::Capture { args, record, record_camera, .. } => zcpipe_capture::stage::run(
+                zcpipe_capture::CaptureConfig { record, record_camera, ..args.config()? },
+                ctx,
+            ),
             StageCmd::Scale { args, .. } => zcpipe_scale::stage::run(args.config()?, ctx),
             StageCmd::Infer { args, .. } => {
                 let mut cfg = args.config()?;
@@ -387,4 +393,9 @@ fn error_line(tag: &str, msg: &str) {
     use std::io::Write;
     let line = format!("{tag}: error: {msg}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// `--record-camera`: a camera name zcpipe accepts (it becomes a folder).
+fn record_camera(s: &str) -> Result<String, String> {
+    zcpipe_core::config::check_camera_name(s).map(|_| s.to_string()).map_err(|e| format!("{e:#}"))
 }

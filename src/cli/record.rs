@@ -204,7 +204,11 @@ impl RecordArgs {
         let shared = self.all_flags();
         for (i, name) in names.iter().enumerate() {
             let Some(flags) = own.get(i).filter(|f| !f.is_empty()) else { continue };
-            let argv = shared.iter().chain(flags.iter());
+            // A list the camera gives (labels, zones) replaces the run's: clap would add to it.
+            let gives = |key: &str| flags.iter().any(|f| f.starts_with(key));
+            let lists = ["--record-labels=", "--record-zones="];
+            let argv =
+                shared.iter().filter(|f| !lists.iter().any(|k| f.starts_with(k) && gives(k))).chain(flags.iter());
             let one = OneCamera::try_parse_from(argv).map_err(|e| {
                 let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
                 anyhow::anyhow!("camera {name}: {first}")
@@ -372,7 +376,7 @@ mod tests {
     fn options_after_a_source_record_that_camera_with_its_own_rules() {
         let names: Vec<String> = ["door", "yard", "lawn"].iter().map(|s| s.to_string()).collect();
         let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
-        let shared = T::parse_from(["t", "--record-post", "7"]).r;
+        let shared = T::parse_from(["t", "--record-post", "7", "--record-labels", "car"]).r;
         let r = shared
             .per_camera(
                 &names,
@@ -387,7 +391,7 @@ mod tests {
         assert_eq!(r.args.record_dir.as_deref(), Some(Path::new("/clips")));
         let door = &r.rules["door"];
         assert_eq!((door.pre_s, door.post_s), (2.0, 7.0), "its own pre, the run's post");
-        assert_eq!(door.labels, Some(["person".to_string()].into()));
+        assert_eq!(door.labels, Some(["person".to_string()].into()), "its labels replace the run's");
         assert!(!r.rules.contains_key("lawn"), "a folder alone is no rule of its own");
         let flags = r.stage_flags();
         assert!(flags.iter().any(|f| f.starts_with("--record-cameras={\"door\":{\"pre_s\":2.0")), "{flags:?}");

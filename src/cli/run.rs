@@ -264,12 +264,19 @@ impl RunArgs {
                 // next flip): the pool gets them on top, so the pipeline keeps its own.
                 cap.buffers = (cap.buffers + zcpipe_display::stage::DISPLAY_HOLD).min(64);
             }
+            let record = recorded.get(k).copied().unwrap_or(false);
+            if record {
+                // The recorder's tap (a raw camera's encoder reading a frame) holds a buffer.
+                cap.buffers = (cap.buffers + 1).min(64);
+            }
             v.extend(cap.flags());
             if several {
                 v.push(format!("--camera={name}"));
             }
-            if recorded.get(k).copied().unwrap_or(false) {
+            if record {
+                // The recorder knows the camera by the name its events carry.
                 v.push("--record".into());
+                v.push(format!("--record-camera={name}"));
             }
             stage_flags.push((StageId::capture(several.then_some(name.as_str())), v));
         }

@@ -252,7 +252,7 @@ fn vendor_library_versions_come_from_the_libraries() {
     // service node, which is no problem off a Rockchip board.
     let m = lib("librockchip_mpp.so");
     assert_eq!(m["loaded"].as_bool(), Some(true), "{m}");
-    assert_eq!(m["version"].as_str(), Some("zcpipe fake librockchip_mpp 0.1.0 (ffmpeg decoder)"), "{m}");
+    assert_eq!(m["version"].as_str(), Some("zcpipe fake librockchip_mpp 0.1.0 (ffmpeg decoder and encoder)"), "{m}");
     assert_eq!(
         (j["mpp_service"]["path"].as_str(), j["mpp_service"]["present"].as_bool()),
         (Some("/dev/mpp_service"), Some(false)),

@@ -69,6 +69,8 @@ pub struct CaptureConfig {
     pub record: bool,
     /// Who encodes a raw camera's frames for the recorder (`--encoder`; [`encode`]).
     pub encoder: encode::EncoderChoice,
+    /// The camera's name for the recorder (`None`: the stage's camera, else `cam0`).
+    pub record_camera: Option<String>,
 }
 
 /// What a source produces, known before the first frame (used to size the pool).

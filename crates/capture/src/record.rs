@@ -88,6 +88,11 @@ impl Recording {
         self.sender.unit(u);
     }
 
+    /// The camera's name for the recorder.
+    pub fn camera(&self) -> &str {
+        &self.camera
+    }
+
     /// What was sent and dropped so far.
     pub fn counters(&self) -> SenderCounters {
         self.sender.counters()

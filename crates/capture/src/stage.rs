@@ -95,7 +95,8 @@ fn recording(cfg: &CaptureConfig, ctx: &StageCtx<'_>) -> Result<Option<std::sync
         return Ok(None);
     }
     let socket = zcpipe_core::packets::socket_path(&ctx.data.run_dir);
-    Ok(Some(std::sync::Arc::new(super::record::Recording::new(socket, &camera_name(ctx))?)))
+    let camera = cfg.record_camera.clone().unwrap_or_else(|| camera_name(ctx));
+    Ok(Some(std::sync::Arc::new(super::record::Recording::new(socket, &camera)?)))
 }
 
 /// The camera's name (`cam0` for a single unnamed camera).
@@ -112,7 +113,8 @@ fn start_encoder(
     choice: super::encode::EncoderChoice,
 ) -> Result<Option<super::encode::EncoderTap>> {
     let Some(r) = record else { return Ok(None) };
-    let tap = super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), camera_name(ctx), fps, choice)?;
+    let tap =
+        super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), r.camera().to_string(), fps, choice)?;
     Ok(Some(tap))
 }
 

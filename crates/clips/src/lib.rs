@@ -30,7 +30,7 @@ const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS clips (
-    id       INTEGER PRIMARY KEY,
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
     camera   TEXT NOT NULL,
     start_ms INTEGER NOT NULL,
     end_ms   INTEGER,
@@ -95,6 +95,42 @@ impl Kind {
 /// The columns a [`Clip`] is read from, in [`row`]'s order.
 const COLUMNS: &str =
     "id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height, kind";
+/// The same from a version 1 index (read-only: a recorder that upgrades it is not there),
+/// whose clips are all events'.
+const COLUMNS_V1: &str =
+    "id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height, 'event' AS kind";
+
+/// Version 1 to 2, in one transaction: continuous segments (`kind`), and ids never reused
+/// (`AUTOINCREMENT`: a clip's id, and so its URL, is never another clip's after retention
+/// removed the newest). The table is made again, as SQLite adds neither in place.
+const MIGRATE_V1: &str = "
+BEGIN;
+ALTER TABLE clips RENAME TO clips_v1;
+DROP INDEX IF EXISTS clips_by_camera;
+DROP INDEX IF EXISTS clips_by_start;
+CREATE TABLE clips (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    camera   TEXT NOT NULL,
+    start_ms INTEGER NOT NULL,
+    end_ms   INTEGER,
+    state    TEXT NOT NULL CHECK (state IN ('recording', 'complete', 'incomplete')),
+    reason   TEXT,
+    labels   TEXT NOT NULL DEFAULT '[]',
+    tracks   TEXT NOT NULL DEFAULT '[]',
+    zones    TEXT NOT NULL DEFAULT '[]',
+    bytes    INTEGER NOT NULL DEFAULT 0,
+    path     TEXT NOT NULL UNIQUE,
+    codec    TEXT,
+    width    INTEGER,
+    height   INTEGER,
+    kind     TEXT NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'segment'))
+);
+INSERT INTO clips (id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height)
+    SELECT id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height FROM clips_v1;
+DROP TABLE clips_v1;
+PRAGMA user_version = 2;
+COMMIT;
+";
 
 /// A clip's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -250,6 +286,8 @@ pub struct Opened {
 pub struct Index {
     db: Connection,
     dir: PathBuf,
+    /// [`COLUMNS`], or [`COLUMNS_V1`] for a version 1 index opened to read.
+    columns: &'static str,
 }
 
 impl Index {
@@ -280,13 +318,13 @@ impl Index {
                     Connect::Damaged(e) => anyhow::anyhow!("{e}"),
                     Connect::Failed(e) => e,
                 })?;
-                let mut ix = Index { db, dir: dir.to_path_buf() };
+                let mut ix = Index { db, dir: dir.to_path_buf(), columns: COLUMNS };
                 let n = ix.rebuild()?;
                 opened.rebuilt = Some((aside, n));
                 return Ok((ix, opened));
             }
         };
-        let ix = Index { db, dir: dir.to_path_buf() };
+        let ix = Index { db, dir: dir.to_path_buf(), columns: COLUMNS };
         opened.interrupted = ix.interrupted()?;
         Ok((ix, opened))
     }
@@ -301,7 +339,10 @@ impl Index {
         )
         .with_context(|| format!("opening the index {}", path.display()))?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
-        Ok(Index { db, dir: dir.to_path_buf() })
+        let has_kind: i64 =
+            db.query_row("SELECT COUNT(*) FROM pragma_table_info('clips') WHERE name = 'kind'", [], |r| r.get(0))?;
+        let columns = if has_kind > 0 { COLUMNS } else { COLUMNS_V1 };
+        Ok(Index { db, dir: dir.to_path_buf(), columns })
     }
 
     /// Rows left `recording` become `incomplete` with their file's size.
@@ -330,15 +371,18 @@ impl Index {
                 continue;
             }
             let camera = cam.file_name().to_string_lossy().into_owned();
-            for f in std::fs::read_dir(cam.path()).into_iter().flatten().flatten() {
-                let name = f.file_name().to_string_lossy().into_owned();
-                let Some(start_ms) = start_of(&name) else { continue };
-                let bytes = f.metadata().map_or(0, |m| m.len());
-                tx.execute(
-                    "INSERT OR IGNORE INTO clips (camera, start_ms, state, reason, bytes, path) VALUES (?1, ?2, 'incomplete', 'recovered from its file after the index was lost', ?3, ?4)",
-                    params![camera, start_ms, bytes as i64, format!("{camera}/{name}")],
-                )?;
-                n += 1;
+            // Its event clips, then its continuous segments.
+            for (sub, kind) in [("", Kind::Event), ("segments/", Kind::Segment)] {
+                for f in std::fs::read_dir(cam.path().join(sub)).into_iter().flatten().flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    let Some(start_ms) = start_of(&name) else { continue };
+                    let bytes = f.metadata().map_or(0, |m| m.len());
+                    tx.execute(
+                        "INSERT OR IGNORE INTO clips (camera, start_ms, state, reason, bytes, path, kind) VALUES (?1, ?2, 'incomplete', 'recovered from its file after the index was lost', ?3, ?4, ?5)",
+                        params![camera, start_ms, bytes as i64, format!("{camera}/{sub}{name}"), kind.name()],
+                    )?;
+                    n += 1;
+                }
             }
         }
         tx.commit()?;
@@ -386,17 +430,38 @@ impl Index {
 
     /// Clips, newest first: of `camera` (every camera with `None`), at most `limit`.
     pub fn list(&self, camera: Option<&str>, limit: u32) -> Result<Vec<Clip>> {
+        self.list_kind(camera, None, limit)
+    }
+
+    /// [`Index::list`] of one kind (`None`: both).
+    pub fn list_kind(&self, camera: Option<&str>, kind: Option<Kind>, limit: u32) -> Result<Vec<Clip>> {
         let mut q = self.db.prepare(&format!(
-            "SELECT {COLUMNS} FROM clips WHERE (?1 IS NULL OR camera = ?1) ORDER BY start_ms DESC, id DESC LIMIT ?2"
+            "SELECT * FROM (SELECT {} FROM clips) WHERE (?1 IS NULL OR camera = ?1) AND (?2 IS NULL OR kind = ?2)
+             ORDER BY start_ms DESC, id DESC LIMIT ?3",
+            self.columns
         ))?;
-        let rows = q.query_map(params![camera, limit], row)?.collect::<rusqlite::Result<Vec<Clip>>>()?;
+        let rows =
+            q.query_map(params![camera, kind.map(Kind::name), limit], row)?.collect::<rusqlite::Result<Vec<Clip>>>()?;
         Ok(rows)
+    }
+
+    /// The highest id given so far (0: none), and the ids of the event clips being recorded:
+    /// where a reader of new clips starts.
+    pub fn watermark(&self) -> Result<(i64, Vec<i64>)> {
+        let max: i64 = self.db.query_row("SELECT COALESCE(MAX(id), 0) FROM clips", [], |r| r.get(0))?;
+        let mut q = self.db.prepare(&format!(
+            "SELECT id FROM (SELECT {} FROM clips) WHERE state = 'recording' AND kind = 'event' ORDER BY id",
+            self.columns
+        ))?;
+        let open = q.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
+        Ok((max, open))
     }
 
     /// Clips whose id is above `id`, lowest first, at most `limit`: what came since a
     /// reader last looked.
     pub fn after(&self, id: i64, limit: u32) -> Result<Vec<Clip>> {
-        let mut q = self.db.prepare(&format!("SELECT {COLUMNS} FROM clips WHERE id > ?1 ORDER BY id ASC LIMIT ?2"))?;
+        let mut q =
+            self.db.prepare(&format!("SELECT {} FROM clips WHERE id > ?1 ORDER BY id ASC LIMIT ?2", self.columns))?;
         let rows = q.query_map(params![id, limit], row)?.collect::<rusqlite::Result<Vec<Clip>>>()?;
         Ok(rows)
     }
@@ -416,13 +481,18 @@ impl Index {
         Ok(())
     }
 
-    /// Per camera: its clips in the folder now and their bytes, by camera name.
-    pub fn totals_by_camera(&self) -> Result<Vec<(String, u64, u64)>> {
-        let mut q = self
-            .db
-            .prepare("SELECT camera, COUNT(*), COALESCE(SUM(bytes), 0) FROM clips GROUP BY camera ORDER BY camera")?;
+    /// Per camera and kind: its clips in the folder now and their bytes, by camera name.
+    pub fn totals_by_camera(&self) -> Result<Vec<(String, Kind, u64, u64)>> {
+        let mut q = self.db.prepare(&format!(
+            "SELECT camera, kind, COUNT(*), COALESCE(SUM(bytes), 0) FROM (SELECT {} FROM clips)
+             GROUP BY camera, kind ORDER BY camera, kind",
+            self.columns
+        ))?;
         let rows = q
-            .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)))?
+            .query_map([], |r| {
+                let kind = if r.get::<_, String>(1)? == "segment" { Kind::Segment } else { Kind::Event };
+                Ok((r.get(0)?, kind, r.get::<_, i64>(2)? as u64, r.get::<_, i64>(3)? as u64))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -450,7 +520,7 @@ impl Index {
 
     /// One clip.
     pub fn get(&self, id: i64) -> Result<Option<Clip>> {
-        let mut q = self.db.prepare(&format!("SELECT {COLUMNS} FROM clips WHERE id = ?1"))?;
+        let mut q = self.db.prepare(&format!("SELECT {} FROM clips WHERE id = ?1", self.columns))?;
         Ok(q.query_row(params![id], row).optional()?)
     }
 
@@ -460,21 +530,24 @@ impl Index {
     pub fn retain(&mut self, scope: Scope<'_>, before_ms: Option<i64>, max_bytes: Option<u64>) -> Result<(u64, u64)> {
         let mut victims: Vec<(i64, String, i64)> = vec![];
         {
-            let mut q = self
-                .db
-                .prepare("SELECT id, path, bytes, start_ms, camera, state FROM clips ORDER BY start_ms ASC, id ASC")?;
-            let rows: Vec<(i64, String, i64, i64, String, String)> = q
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
+            let mut q = self.db.prepare(
+                "SELECT id, path, bytes, start_ms, camera, state, kind FROM clips ORDER BY start_ms ASC, id ASC",
+            )?;
+            #[allow(clippy::type_complexity)]
+            let rows: Vec<(i64, String, i64, i64, String, String, String)> = q
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))?
                 .collect::<rusqlite::Result<_>>()?;
             let rows: Vec<_> = rows.into_iter().filter(|r| scope.holds(&r.4)).collect();
             let mut left: i64 = rows.iter().map(|r| r.2).sum();
             let closed: Vec<_> = rows.into_iter().filter(|r| r.5 != State::Recording.name()).collect();
-            let newest = closed.len().saturating_sub(1);
-            for (k, (id, path, bytes, start, _, _)) in closed.into_iter().enumerate() {
+            // The newest event clip (else the newest clip) is the one a size bound spares.
+            let newest =
+                closed.iter().rposition(|r| r.6 == Kind::Event.name()).unwrap_or(closed.len().saturating_sub(1));
+            for (k, (id, path, bytes, start, _, _, _)) in closed.into_iter().enumerate() {
                 let old = before_ms.is_some_and(|b| start < b);
                 // The newest clip stays, even alone over the bound: a bound smaller than one
                 // clip keeps the latest event, never none.
-                let over = k < newest && max_bytes.is_some_and(|m| left > m as i64);
+                let over = k != newest && max_bytes.is_some_and(|m| left > m as i64);
                 if !old && !over {
                     break;
                 }
@@ -485,7 +558,10 @@ impl Index {
         let mut removed = (0, 0);
         for (id, path, bytes) in victims {
             match std::fs::remove_file(self.dir.join(&path)) {
-                Ok(()) => {}
+                Ok(()) => {
+                    // Its thumbnail, if it has one.
+                    let _ = std::fs::remove_file(self.dir.join(&path).with_extension("jpg"));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
                     log::warn!("record: cannot remove old clip {}: {e}; it stays in the index", path);
@@ -569,11 +645,10 @@ fn connect(path: &Path) -> std::result::Result<Connection, Connect> {
         )));
     }
     if version == 1 {
-        // Version 2 adds continuous segments: every clip of a version 1 index is an event's.
-        db.execute_batch(
-            "ALTER TABLE clips ADD COLUMN kind TEXT NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'segment'))",
-        )
-        .map_err(|e| classify(e, "adding the kind of clip to the index"))?;
+        db.execute_batch(MIGRATE_V1).map_err(|e| {
+            let _ = db.execute_batch("ROLLBACK");
+            classify(e, "upgrading the index to schema 2")
+        })?;
     }
     db.execute_batch(SCHEMA).map_err(|e| classify(e, "making the index's tables"))?;
     db.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(|e| classify(e, &what))?;
@@ -604,174 +679,4 @@ pub fn unix_ms() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn new_clip(ix: &mut Index, dir: &Path, cam: &str, start: i64, size: usize) -> i64 {
-        let path = format!("{cam}/{}", file_name(start));
-        std::fs::create_dir_all(dir.join(cam)).unwrap();
-        std::fs::write(dir.join(&path), vec![0u8; size]).unwrap();
-        ix.open_clip(&NewClip {
-            camera: cam,
-            start_ms: start,
-            path: &path,
-            codec: "h264",
-            size: (768, 432),
-            kind: Kind::Event,
-        })
-        .unwrap()
-    }
-
-    fn closed(end_ms: i64, bytes: u64) -> Closed {
-        let meta = ClipMeta {
-            labels: ["person".to_string()].into(),
-            tracks: [3, 4].into(),
-            zones: ["door".to_string()].into(),
-        };
-        Closed { end_ms, state: State::Complete, reason: None, bytes, meta }
-    }
-
-    #[test]
-    fn names_carry_the_start_and_read_back() {
-        assert_eq!(file_name(1_796_224_363_099), "2026-12-02T15-12-43.099Z.mp4");
-        assert_eq!(start_of("2026-12-02T15-12-43.099Z.mp4"), Some(1_796_224_363_099));
-        assert_eq!(start_of("holiday.mp4"), None);
-        assert_eq!(start_of("2026-12-02T13-52-43.099Z.mkv"), None);
-    }
-
-    #[test]
-    fn a_clip_is_recording_then_complete_and_a_dead_recorders_clip_becomes_incomplete() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut ix, o) = Index::open(d.path()).unwrap();
-        assert_eq!(o, Opened::default());
-        let a = new_clip(&mut ix, d.path(), "cam0", 1_000_000, 100);
-        assert_eq!(ix.get(a).unwrap().unwrap().state, State::Recording);
-        ix.close_clip(a, &closed(1_010_000, 100)).unwrap();
-        let c = ix.get(a).unwrap().unwrap();
-        assert_eq!(
-            (c.state, c.end_ms, c.labels.clone(), c.tracks.clone(), c.zones.clone(), c.bytes),
-            (State::Complete, Some(1_010_000), vec!["person".to_string()], vec![3, 4], vec!["door".to_string()], 100)
-        );
-        // Killed mid-clip: the next start marks it, with its file's size then.
-        let b = new_clip(&mut ix, d.path(), "cam0", 2_000_000, 4096);
-        drop(ix);
-        let (ix, o) = Index::open(d.path()).unwrap();
-        assert_eq!(o.interrupted, 1);
-        let c = ix.get(b).unwrap().unwrap();
-        assert_eq!((c.state, c.bytes), (State::Incomplete, 4096));
-        assert_eq!(c.reason.as_deref(), Some("the recorder stopped before the clip ended"));
-        assert_eq!(ix.list(Some("cam0"), 10).unwrap().iter().map(|c| c.id).collect::<Vec<_>>(), [b, a]);
-    }
-
-    #[test]
-    fn a_damaged_index_is_moved_aside_and_rebuilt_from_the_files() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut ix, _) = Index::open(d.path()).unwrap();
-        let a = new_clip(&mut ix, d.path(), "front", 1_796_224_363_099, 300);
-        ix.close_clip(a, &closed(1_796_224_373_099, 300)).unwrap();
-        drop(ix);
-        for ext in ["-wal", "-shm"] {
-            let _ = std::fs::remove_file(d.path().join(format!("{FILE}{ext}")));
-        }
-        std::fs::write(d.path().join(FILE), b"this is not a database, it is a file that lost its head").unwrap();
-        let (ix, o) = Index::open(d.path()).unwrap();
-        let (aside, n) = o.rebuilt.unwrap();
-        assert_eq!(n, 1);
-        assert!(aside.file_name().unwrap().to_string_lossy().starts_with("index.sqlite3.corrupt-"));
-        let c = &ix.list(None, 10).unwrap()[0];
-        assert_eq!(
-            (c.camera.as_str(), c.start_ms, c.bytes, c.state),
-            ("front", 1_796_224_363_099, 300, State::Incomplete)
-        );
-    }
-
-    #[test]
-    fn retention_removes_the_oldest_by_age_then_by_size_file_and_row_together() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut ix, _) = Index::open(d.path()).unwrap();
-        let mut ids = vec![];
-        for k in 0..5 {
-            let id = new_clip(&mut ix, d.path(), "cam0", 1000 * (k + 1), 100);
-            ix.close_clip(id, &closed(1000 * (k + 1) + 500, 100)).unwrap();
-            ids.push(id);
-        }
-        let live = new_clip(&mut ix, d.path(), "cam0", 9000, 100);
-        // By age: the two that started before 3000.
-        assert_eq!(ix.retain(Scope::All, Some(3000), None).unwrap(), (2, 200));
-        // By size: 300 bytes of closed clips (the one being recorded counts once it closes),
-        // at most 150: the two oldest go; the clip being recorded never does.
-        assert_eq!(ix.retain(Scope::All, None, Some(150)).unwrap(), (2, 200));
-        let left: Vec<i64> = ix.list(None, 10).unwrap().iter().map(|c| c.id).collect();
-        assert_eq!(left, [live, ids[4]]);
-        assert_eq!(ix.total_bytes().unwrap(), 100, "the closed clip left; the live one counts at its close");
-        let files = std::fs::read_dir(d.path().join("cam0")).unwrap().count();
-        assert_eq!(files, 2, "each removed row's file went with it");
-    }
-
-    #[test]
-    fn a_reader_sees_what_came_after_its_last_id_and_each_camera_s_counters() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut ix, _) = Index::open(d.path()).unwrap();
-        let a = new_clip(&mut ix, d.path(), "cam0", 1000, 10);
-        let b = new_clip(&mut ix, d.path(), "cam1", 2000, 10);
-        ix.close_clip(b, &closed(2500, 10)).unwrap();
-        let reader = Index::open_read(d.path()).unwrap();
-        let got: Vec<(i64, State)> = reader.after(0, 10).unwrap().iter().map(|c| (c.id, c.state)).collect();
-        assert_eq!(got, [(a, State::Recording), (b, State::Complete)]);
-        assert!(reader.after(b, 10).unwrap().is_empty());
-        assert_eq!(reader.camera_stats().unwrap(), []);
-        let s = |camera: &str, units| CameraStats { camera: camera.into(), units, gaps: 1, drops: 2 };
-        ix.put_camera_stats(&[s("cam1", 5), s("cam0", 7)]).unwrap();
-        ix.put_camera_stats(&[s("cam0", 9)]).unwrap();
-        assert_eq!(reader.camera_stats().unwrap(), [s("cam0", 9), s("cam1", 5)]);
-        assert_eq!(reader.totals_by_camera().unwrap(), [("cam0".into(), 1, 0), ("cam1".into(), 1, 10)]);
-    }
-
-    #[test]
-    fn retention_by_camera_touches_only_its_scope_and_keeps_the_newest_clip() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut ix, _) = Index::open(d.path()).unwrap();
-        for (k, cam) in ["door", "yard", "door", "yard"].iter().enumerate() {
-            let start = 1000 * (k as i64 + 1);
-            let id = new_clip(&mut ix, d.path(), cam, start, 100);
-            ix.close_clip(id, &closed(start + 500, 100)).unwrap();
-        }
-        // Everything is old for the door: its newest is not spared by age, both go.
-        assert_eq!(ix.retain(Scope::Camera("door"), Some(10_000), None).unwrap(), (2, 200));
-        // A bound under one clip: the yard keeps its newest.
-        assert_eq!(ix.retain(Scope::AllBut(&["door".into()]), None, Some(10)).unwrap(), (1, 100));
-        let left: Vec<(String, i64)> = ix.list(None, 10).unwrap().into_iter().map(|c| (c.camera, c.start_ms)).collect();
-        assert_eq!(left, [("yard".to_string(), 4000)]);
-    }
-
-    #[test]
-    fn a_version_1_index_gains_the_kind_of_clip_and_keeps_its_rows() {
-        let d = tempfile::tempdir().unwrap();
-        {
-            let db = Connection::open(d.path().join(FILE)).unwrap();
-            db.execute_batch(
-                "CREATE TABLE clips (id INTEGER PRIMARY KEY, camera TEXT NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER,
-                 state TEXT NOT NULL, reason TEXT, labels TEXT NOT NULL DEFAULT '[]', tracks TEXT NOT NULL DEFAULT '[]',
-                 zones TEXT NOT NULL DEFAULT '[]', bytes INTEGER NOT NULL DEFAULT 0, path TEXT NOT NULL UNIQUE, codec TEXT,
-                 width INTEGER, height INTEGER);
-                 INSERT INTO clips (camera, start_ms, end_ms, state, path) VALUES ('cam0', 1000, 2000, 'complete', 'cam0/a.mp4');
-                 PRAGMA user_version = 1;",
-            )
-            .unwrap();
-        }
-        let (mut ix, _) = Index::open(d.path()).unwrap();
-        assert_eq!(ix.list(None, 10).unwrap()[0].kind, Kind::Event);
-        let seg = NewClip {
-            camera: "cam0",
-            start_ms: 3000,
-            path: "cam0/b.mp4",
-            codec: "h264",
-            size: (8, 8),
-            kind: Kind::Segment,
-        };
-        let id = ix.open_clip(&seg).unwrap();
-        assert_eq!(ix.get(id).unwrap().unwrap().kind, Kind::Segment);
-        let v: i64 = ix.db.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 2);
-    }
-}
+mod tests;

@@ -351,6 +351,10 @@ pub struct ClipJson {
     /// when the publish stage serves the web view; left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Its thumbnail in the web view (`/clips/<id>.jpg`: its picture at the event), when the
+    /// recorder made one and the publish stage serves the web view; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thumbnail: Option<String>,
 }
 
 /// The `"end"` line: the stream ended (the source ended, a signal, or a stage hung up).

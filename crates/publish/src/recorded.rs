@@ -76,42 +76,42 @@ impl ClipWatch {
             self.index = Some(Index::open_read(&self.dir)?);
         }
         let Some(ix) = &self.index else { return Ok(vec![]) };
-        let mut closed = vec![];
-        match self.seen {
+        // Worked on copies: a read that fails leaves the state as it was, for the next poll.
+        let (mut seen, mut open, mut closed) = (self.seen, self.open.clone(), vec![]);
+        match seen {
             None => {
                 // The first look: what is recording now is announced when it closes.
-                let newest = ix.list(None, BATCH)?;
-                self.seen = Some(newest.iter().map(|c| c.id).max().unwrap_or(0));
-                self.open.extend(
-                    newest.iter().filter(|c| c.state == State::Recording && c.kind == Kind::Event).map(|c| c.id),
-                );
+                let (max, recording) = ix.watermark()?;
+                seen = Some(max);
+                open.extend(recording);
             }
-            Some(seen) => {
-                let new = ix.after(seen, BATCH)?;
-                self.seen = Some(new.iter().map(|c| c.id).max().unwrap_or(seen));
+            Some(last) => {
+                let new = ix.after(last, BATCH)?;
+                seen = Some(new.iter().map(|c| c.id).max().unwrap_or(last));
                 // Continuous segments are not announced (one a minute says nothing).
                 for c in new.into_iter().filter(|c| c.kind == Kind::Event) {
                     if c.state == State::Recording {
-                        self.open.insert(c.id);
+                        open.insert(c.id);
                     } else {
                         closed.push(c);
                     }
                 }
             }
         }
-        for id in self.open.clone() {
+        for id in open.clone() {
             match ix.get(id)? {
                 Some(c) if c.state == State::Recording => {}
                 Some(c) => {
-                    self.open.remove(&id);
+                    open.remove(&id);
                     closed.push(c);
                 }
                 // Removed (retention, or a rebuilt index) before it was seen closed.
                 None => {
-                    self.open.remove(&id);
+                    open.remove(&id);
                 }
             }
         }
+        (self.seen, self.open) = (seen, open);
         closed.sort_by_key(|c| c.id);
         Ok(closed.into_iter().map(|c| self.line(c)).collect())
     }
@@ -130,6 +130,8 @@ impl ClipWatch {
             bytes: c.bytes,
             path: self.dir.join(&c.path).display().to_string(),
             url: self.urls.then(|| format!("/clips/{}.mp4", c.id)),
+            thumbnail: (self.urls && self.dir.join(&c.path).with_extension("jpg").exists())
+                .then(|| format!("/clips/{}.jpg", c.id)),
         }
     }
 }

@@ -486,6 +486,7 @@ mod tests {
                 bytes: 2_500_000,
                 path: format!("/clips/{camera}/a.mp4"),
                 url: None,
+                thumbnail: None,
             })
             .to_line()
             .unwrap()

@@ -85,6 +85,8 @@ pub struct Done {
     pub meta: zcpipe_clips::ClipMeta,
     /// An event clip or a continuous segment.
     pub kind: zcpipe_clips::Kind,
+    /// An event clip's thumbnail: the second into the clip it shows (`None`: none made).
+    pub thumb_at_s: Option<f64>,
     /// Why it was cut short, if it was.
     pub cut: Option<String>,
     /// How ffmpeg ended.
@@ -248,6 +250,37 @@ fn wait_for(child: &mut std::process::Child, wait: Duration) -> Option<i32> {
                 let _ = child.wait();
                 return None;
             }
+        }
+    }
+}
+
+/// The width of a clip's thumbnail, pixels (its height keeps the picture's aspect).
+pub const THUMB_WIDTH: u32 = 320;
+
+/// How long making a thumbnail may take.
+const THUMB_WAIT: Duration = Duration::from_secs(10);
+
+/// A thumbnail of the finished clip `clip`: its picture `at_s` seconds in (the moment of the
+/// event), [`THUMB_WIDTH`] wide, as `clip` with the extension `jpg` (the web view's
+/// `/clips/<id>.jpg`). ffmpeg decodes from the keyframe before it: a few pictures, once per
+/// clip, on the clip's closing thread. Errors: ffmpeg's last words.
+pub fn thumbnail(clip: &Path, at_s: f64) -> Result<(), String> {
+    let out = clip.with_extension("jpg");
+    let mut child = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-loglevel", "error", "-ss", &format!("{:.3}", at_s.max(0.0)), "-i"])
+        .arg(clip)
+        .args(["-frames:v", "1", "-vf", &format!("scale={THUMB_WIDTH}:-2"), "-q:v", "5", "-y"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("ffmpeg: {e}"))?;
+    match wait_for(&mut child, THUMB_WAIT) {
+        Some(0) if out.exists() => Ok(()),
+        code => {
+            let _ = std::fs::remove_file(&out);
+            Err(format!("ffmpeg made no thumbnail of {} (exit {code:?})", clip.display()))
         }
     }
 }

@@ -54,6 +54,8 @@ struct OpenClip {
     rel: String,
     start_ms: i64,
     kind: Kind,
+    /// An event clip: when its first event happened (its thumbnail's moment), CLOCK_MONOTONIC ns.
+    event_ns: Option<u64>,
 }
 
 struct Camera {
@@ -409,7 +411,9 @@ impl State {
                 first.mono_ns.saturating_sub(from_ns) as f64 / 1e9
             );
         }
-        if let Some(c) = self.start_file(name, &hello, tables, units, Kind::Event) {
+        let pre = self.cfg.pre_post(name).0.as_nanos() as u64;
+        if let Some(mut c) = self.start_file(name, &hello, tables, units, Kind::Event) {
+            c.event_ns = Some(from_ns.saturating_add(pre));
             let cam = self.camera(name);
             cam.clip = Some(c);
             cam.facts.clips += 1;
@@ -470,7 +474,7 @@ impl State {
             return None;
         };
         match ClipWriter::start(&dir.join(&rel), tables, units) {
-            Ok(writer) => Some(OpenClip { writer, id, rel, start_ms, kind }),
+            Ok(writer) => Some(OpenClip { writer, id, rel, start_ms, kind, event_ns: None }),
             Err(e) => {
                 log::warn!("{e:#}; camera {name} is not recorded");
                 let _ = self.index.close_clip(id, &incomplete(start_ms, &format!("{e:#}")));
@@ -500,14 +504,20 @@ impl State {
             dropped: c.writer.dropped,
             meta,
             kind: c.kind,
+            thumb_at_s: c.event_ns.map(|e| e.saturating_sub(c.writer.first_ns) as f64 / 1e9),
             cut: cut.map(String::from),
             outcome: crate::clip::Outcome { ok: false, disk_full: false, said: String::new() },
             bytes: 0,
         };
-        let (writer, tx) = (c.writer, self.tx.clone());
+        let (writer, tx, file) = (c.writer, self.tx.clone(), self.cfg.dir.join(&done.rel));
         self.closing += 1;
         let spawned = std::thread::Builder::new().name("record-close".into()).spawn(move || {
             let (outcome, bytes) = writer.finish();
+            if let Some(at) = done.thumb_at_s.filter(|_| bytes > 0) {
+                if let Err(e) = crate::clip::thumbnail(&file, at) {
+                    log::debug!("record: {e}");
+                }
+            }
             let _ = tx.send(Input::Closed(Box::new(Done { outcome, bytes, ..done })));
         });
         if spawned.is_err() {

@@ -119,7 +119,18 @@ impl EncoderTap {
             .name("record-encode".into())
             .spawn(move || {
                 let tap = TapClient::new(socket, TAP_NAME, "capture");
-                Encoding { tap, record, camera, fps, mpp, encoder: None, failed_at: None, said: None }.run(&flag)
+                let enc = Encoding {
+                    tap,
+                    record,
+                    camera,
+                    fps,
+                    mpp,
+                    encoder: None,
+                    failed_at: None,
+                    said: None,
+                    mpp_refused: None,
+                };
+                enc.run(&flag)
             })
             .context("starting the camera's encoder thread")?;
         log::info!("recording: this camera's frames are encoded to H.264 {who} from a tap of its pool ({why})");
@@ -149,6 +160,8 @@ struct Encoding {
     failed_at: Option<Instant>,
     /// The last problem said (said once until another one comes).
     said: Option<String>,
+    /// Frames of this format and size MPP failed on: the CPU encodes them.
+    mpp_refused: Option<(Fourcc, u32, u32)>,
 }
 
 impl Encoding {
@@ -158,18 +171,17 @@ impl Encoding {
             let frame = match self.tap.next(Duration::from_millis(100)) {
                 Ok(Some(f)) => f,
                 Ok(None) => {
-                    // The pool is this process's own: once it ended its stream (or hung
-                    // up), the stage is ending; a tap that joined again would wait on a
-                    // socket nobody serves any more.
-                    let c = self.tap.counters();
-                    if c.joins > 0 && !c.joined {
+                    // The pool is this process's own: once it ended its stream, the stage
+                    // is ending. A hang-up mid-run (a tap too slow in copy mode, a broken
+                    // ring) is joined again.
+                    if self.tap.counters().ends > 0 {
                         break;
                     }
                     continue;
                 }
                 Err(e) => {
-                    self.say(format!("its pool: {e:#}"));
-                    break;
+                    self.say(format!("its pool: {e:#}; joining it again"));
+                    continue;
                 }
             };
             let layout = frame.desc().layout;
@@ -188,8 +200,12 @@ impl Encoding {
                 None => Ok(()),
             };
             if let Err(why) = done {
-                self.encoder = None;
-                self.failed_at = Some(Instant::now());
+                // MPP that failed leaves these frames to the CPU at once; the CPU that
+                // failed is tried again after a while.
+                match self.encoder.take() {
+                    Some(Backend::Mpp(m)) => self.mpp_refused = Some(m.key),
+                    _ => self.failed_at = Some(Instant::now()),
+                }
                 self.say(why);
             }
         }
@@ -234,7 +250,9 @@ impl Encoding {
         if self.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER) {
             return false;
         }
-        if let Some(lib) = &self.mpp {
+        // A tap in copy mode gets copies in memfds, which MPP cannot import.
+        let copies = self.tap.copy_mode() == Some(true);
+        if let Some(lib) = self.mpp.as_ref().filter(|_| !copies && self.mpp_refused != Some(key)) {
             match mpp::MppEncoder::start(lib, &self.record, layout, self.fps) {
                 Ok(m) => {
                     self.encoder = Some(Backend::Mpp(m));

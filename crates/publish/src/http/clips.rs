@@ -12,6 +12,8 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 
+use zcpipe_clips::Kind;
+
 use super::Reply;
 
 /// The most bytes of a clip one range response carries.
@@ -26,7 +28,8 @@ pub(crate) const LIST: u32 = 200;
 
 /// `/api/clips`: the newest clips, each with its URL.
 pub(super) fn list(dir: &Path) -> Reply {
-    let rows = match zcpipe_clips::Index::open_read(dir).and_then(|ix| ix.list(None, LIST)) {
+    // The event clips: continuous segments, one a minute, would push them off the list.
+    let rows = match zcpipe_clips::Index::open_read(dir).and_then(|ix| ix.list_kind(None, Some(Kind::Event), LIST)) {
         Ok(r) => r,
         Err(e) => return Reply::text(503, format!("no clips yet ({e:#})\n")),
     };
@@ -35,14 +38,46 @@ pub(super) fn list(dir: &Path) -> Reply {
         .map(|c| {
             let mut o = serde_json::to_value(c).unwrap_or_default();
             o["url"] = format!("/clips/{}.mp4", c.id).into();
+            o["thumbnail"] = format!("/clips/{}.jpg", c.id).into();
             o
         })
         .collect();
     Reply::new(200, "application/json", serde_json::Value::Array(v).to_string().into_bytes())
 }
 
-/// `/clips/<id>.mp4` (`rest`: what follows `/clips/`), the part `range` asks for.
+/// `/clips/<id>.jpg`: an event clip's thumbnail (its picture at the event, made by the
+/// recorder when the clip closed), whole.
+fn thumbnail(dir: &Path, id: i64, head: bool) -> Reply {
+    let row = match zcpipe_clips::Index::open_read(dir).and_then(|ix| ix.get(id)) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Reply::text(404, format!("no clip {id}\n")),
+        Err(e) => return Reply::text(503, format!("the clips' index cannot be read ({e:#})\n")),
+    };
+    let rel = Path::new(&row.path);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Reply::text(404, format!("no clip {id}\n"));
+    }
+    let path = dir.join(rel).with_extension("jpg");
+    match std::fs::metadata(&path) {
+        Ok(m) if m.len() <= MAX_THUMB => {}
+        _ => return Reply::text(404, format!("clip {id} has no thumbnail\n")),
+    }
+    match std::fs::read(&path) {
+        Ok(b) if head => Reply::new(200, "image/jpeg", vec![]).header("Content-Length", &b.len().to_string()),
+        Ok(b) => Reply::new(200, "image/jpeg", b),
+        Err(_) => Reply::text(404, format!("clip {id} has no thumbnail\n")),
+    }
+}
+
+/// The largest thumbnail served, bytes (one is a few tens of KB).
+const MAX_THUMB: u64 = 1 << 20;
+
+/// `/clips/<id>.mp4` (`rest`: what follows `/clips/`), the part `range` asks for; or
+/// `/clips/<id>.jpg`, its thumbnail.
 pub(super) fn file(dir: &Path, rest: &str, range: Option<&str>, head: bool) -> Reply {
+    if let Some(id) = rest.strip_suffix(".jpg").and_then(|i| i.parse::<i64>().ok()) {
+        return thumbnail(dir, id, head);
+    }
     let Some(id) = rest.strip_suffix(".mp4").and_then(|i| i.parse::<i64>().ok()) else {
         return Reply::text(404, format!("not a clip: {rest}; clips are /clips/<id>.mp4 (ids in /api/clips)\n"));
     };

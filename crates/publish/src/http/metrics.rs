@@ -129,13 +129,24 @@ pub fn service(o: &mut String, st: &zcpipe_core::service::ServiceStats) {
 pub fn recording(o: &mut String, ix: &zcpipe_clips::Index) -> anyhow::Result<()> {
     let totals = ix.totals_by_camera()?;
     let stats = ix.camera_stats()?;
-    family(o, "zcpipe_clips", "gauge", "Recorded clips in the record folder now, per camera.");
-    for (camera, n, _) in &totals {
-        let _ = writeln!(o, "zcpipe_clips{{camera=\"{}\"}} {n}", escape(camera));
+    let kind = |k: &zcpipe_clips::Kind| if *k == zcpipe_clips::Kind::Segment { "segment" } else { "event" };
+    family(
+        o,
+        "zcpipe_clips",
+        "gauge",
+        "Recorded clips in the record folder now, per camera and kind (event, segment).",
+    );
+    for (camera, k, n, _) in &totals {
+        let _ = writeln!(o, "zcpipe_clips{{camera=\"{}\",kind=\"{}\"}} {n}", escape(camera), kind(k));
     }
-    family(o, "zcpipe_clip_bytes", "gauge", "Bytes of the recorded clips in the record folder now, per camera.");
-    for (camera, _, bytes) in &totals {
-        let _ = writeln!(o, "zcpipe_clip_bytes{{camera=\"{}\"}} {bytes}", escape(camera));
+    family(
+        o,
+        "zcpipe_clip_bytes",
+        "gauge",
+        "Bytes of the recorded clips in the record folder now, per camera and kind.",
+    );
+    for (camera, k, _, bytes) in &totals {
+        let _ = writeln!(o, "zcpipe_clip_bytes{{camera=\"{}\",kind=\"{}\"}} {bytes}", escape(camera), kind(k));
     }
     for (name, help, get) in [
         (

@@ -344,7 +344,7 @@ impl MqttConfig {
             "name": "events",
             "state_topic": self.camera_topic(camera, "events"),
             "event_types": ["new", "entered_zone", "left_zone", "stationary", "end", "clip"],
-            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'labels': value_json.get('labels')} | to_json }}",
+            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'thumbnail': value_json.get('thumbnail'), 'labels': value_json.get('labels')} | to_json }}",
         });
         let object = format!("{}_events", level(camera));
         self.discovery("event", camera, &object, &object, fields)

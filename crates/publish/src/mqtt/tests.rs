@@ -255,6 +255,7 @@ fn a_closed_clip_is_an_event_of_type_clip_with_its_id_and_url() {
         bytes: 12_345,
         path: "/var/lib/zcpipe/clips/door/x.mp4".into(),
         url: Some("/clips/42.mp4".into()),
+        thumbnail: Some("/clips/42.jpg".into()),
     };
     let mut out = vec![];
     t.line(&SocketLine::Clip(c), |ns| ns, &mut out);
