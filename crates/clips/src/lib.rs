@@ -28,8 +28,10 @@ pub const FILE: &str = "index.sqlite3";
 /// The schema's version (`PRAGMA user_version`).
 const SCHEMA_VERSION: i64 = 2;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS clips (
+/// The clips table's columns (its schema 2), for [`SCHEMA`] and [`MIGRATE_V1`].
+macro_rules! clips_columns {
+    () => {
+        "(
     id       INTEGER PRIMARY KEY AUTOINCREMENT,
     camera   TEXT NOT NULL,
     start_ms INTEGER NOT NULL,
@@ -45,7 +47,15 @@ CREATE TABLE IF NOT EXISTS clips (
     width    INTEGER,
     height   INTEGER,
     kind     TEXT NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'segment'))
-);
+)"
+    };
+}
+
+const SCHEMA: &str = concat!(
+    "
+CREATE TABLE IF NOT EXISTS clips ",
+    clips_columns!(),
+    ";
 CREATE INDEX IF NOT EXISTS clips_by_camera ON clips (camera, start_ms);
 CREATE INDEX IF NOT EXISTS clips_by_start ON clips (start_ms);
 CREATE TABLE IF NOT EXISTS cameras (
@@ -55,7 +65,8 @@ CREATE TABLE IF NOT EXISTS cameras (
     drops      INTEGER NOT NULL DEFAULT 0,
     updated_ms INTEGER NOT NULL
 );
-";
+"
+);
 
 /// A camera's recording counters, as the recorder last wrote them (`cameras` table; since
 /// the recorder started).
@@ -103,34 +114,18 @@ const COLUMNS_V1: &str =
 /// Version 1 to 2, in one transaction: continuous segments (`kind`), and ids never reused
 /// (`AUTOINCREMENT`: a clip's id, and so its URL, is never another clip's after retention
 /// removed the newest). The table is made again, as SQLite adds neither in place.
-const MIGRATE_V1: &str = "
+const MIGRATE_V1: &str = concat!("
 BEGIN;
 ALTER TABLE clips RENAME TO clips_v1;
 DROP INDEX IF EXISTS clips_by_camera;
 DROP INDEX IF EXISTS clips_by_start;
-CREATE TABLE clips (
-    id       INTEGER PRIMARY KEY AUTOINCREMENT,
-    camera   TEXT NOT NULL,
-    start_ms INTEGER NOT NULL,
-    end_ms   INTEGER,
-    state    TEXT NOT NULL CHECK (state IN ('recording', 'complete', 'incomplete')),
-    reason   TEXT,
-    labels   TEXT NOT NULL DEFAULT '[]',
-    tracks   TEXT NOT NULL DEFAULT '[]',
-    zones    TEXT NOT NULL DEFAULT '[]',
-    bytes    INTEGER NOT NULL DEFAULT 0,
-    path     TEXT NOT NULL UNIQUE,
-    codec    TEXT,
-    width    INTEGER,
-    height   INTEGER,
-    kind     TEXT NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'segment'))
-);
+CREATE TABLE clips ", clips_columns!(), ";
 INSERT INTO clips (id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height)
     SELECT id, camera, start_ms, end_ms, state, reason, labels, tracks, zones, bytes, path, codec, width, height FROM clips_v1;
 DROP TABLE clips_v1;
 PRAGMA user_version = 2;
 COMMIT;
-";
+");
 
 /// A clip's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -48,16 +48,10 @@ pub(super) fn list(dir: &Path) -> Reply {
 /// `/clips/<id>.jpg`: an event clip's thumbnail (its picture at the event, made by the
 /// recorder when the clip closed), whole.
 fn thumbnail(dir: &Path, id: i64, head: bool) -> Reply {
-    let row = match zcpipe_clips::Index::open_read(dir).and_then(|ix| ix.get(id)) {
-        Ok(Some(r)) => r,
-        Ok(None) => return Reply::text(404, format!("no clip {id}\n")),
-        Err(e) => return Reply::text(503, format!("the clips' index cannot be read ({e:#})\n")),
+    let path = match clip_file(dir, id) {
+        Ok(p) => p.with_extension("jpg"),
+        Err(r) => return r,
     };
-    let rel = Path::new(&row.path);
-    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Reply::text(404, format!("no clip {id}\n"));
-    }
-    let path = dir.join(rel).with_extension("jpg");
     match std::fs::metadata(&path) {
         Ok(m) if m.len() <= MAX_THUMB => {}
         _ => return Reply::text(404, format!("clip {id} has no thumbnail\n")),
@@ -67,6 +61,22 @@ fn thumbnail(dir: &Path, id: i64, head: bool) -> Reply {
         Ok(b) => Reply::new(200, "image/jpeg", b),
         Err(_) => Reply::text(404, format!("clip {id} has no thumbnail\n")),
     }
+}
+
+/// Clip `id`'s file in the record folder `dir`, by its row; only a plain relative path below
+/// the folder (`CAMERA/NAME.mp4`). Errors: the answer (404: no such clip, or a path that
+/// would leave the folder; 503: the index cannot be read).
+fn clip_file(dir: &Path, id: i64) -> Result<std::path::PathBuf, Reply> {
+    let row = match zcpipe_clips::Index::open_read(dir).and_then(|ix| ix.get(id)) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(Reply::text(404, format!("no clip {id}\n"))),
+        Err(e) => return Err(Reply::text(503, format!("the clips' index cannot be read ({e:#})\n"))),
+    };
+    let rel = Path::new(&row.path);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(Reply::text(404, format!("no clip {id}\n")));
+    }
+    Ok(dir.join(rel))
 }
 
 /// The largest thumbnail served, bytes (one is a few tens of KB).
@@ -81,17 +91,11 @@ pub(super) fn file(dir: &Path, rest: &str, range: Option<&str>, head: bool) -> R
     let Some(id) = rest.strip_suffix(".mp4").and_then(|i| i.parse::<i64>().ok()) else {
         return Reply::text(404, format!("not a clip: {rest}; clips are /clips/<id>.mp4 (ids in /api/clips)\n"));
     };
-    let row = match zcpipe_clips::Index::open_read(dir).and_then(|ix| ix.get(id)) {
-        Ok(Some(r)) => r,
-        Ok(None) => return Reply::text(404, format!("no clip {id}\n")),
-        Err(e) => return Reply::text(503, format!("the clips' index cannot be read ({e:#})\n")),
+    let path = match clip_file(dir, id) {
+        Ok(p) => p,
+        Err(r) => return r,
     };
-    // Only a plain relative path below the record folder (`CAMERA/NAME.mp4`).
-    let rel = Path::new(&row.path);
-    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Reply::text(404, format!("no clip {id}\n"));
-    }
-    let Ok(mut f) = std::fs::File::open(dir.join(rel)) else {
+    let Ok(mut f) = std::fs::File::open(path) else {
         return Reply::text(404, format!("clip {id}: its file is gone (removed by retention?)\n"));
     };
     let len = f.metadata().map_or(0, |m| m.len());
