@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use libfuzzer_sys::fuzz_target;
 use zcpipe_core::schema::SocketLine;
+use zcpipe_publish::recorded::human_clip;
 use zcpipe_publish::stage::{human_event, human_line};
 use zcpipe_publish::watch::{notice_line, print_stream, StreamEnd};
 
@@ -55,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(SocketLine::Notice(x)) => writeln!(want, "{}", notice_line(&x)),
             Ok(SocketLine::Event(e)) if e.camera.is_empty() => writeln!(want, "{}", human_event(&e)),
             Ok(SocketLine::Event(e)) => writeln!(want, "{}: {}", e.camera, human_event(&e)),
+            Ok(SocketLine::Clip(c)) => writeln!(want, "{}: {}", c.camera, human_clip(&c)),
             Err(_) => Ok(()),
         }
         .unwrap();

@@ -355,8 +355,12 @@ fn retention_keeps_the_clips_under_their_size() {
     assert_eq!(r["clips"], 2, "{r}");
     assert_eq!(r["removed"], 1, "{r}");
     assert_eq!(rows.len(), 1, "{rows:?}");
-    let files: Vec<PathBuf> = std::fs::read_dir(clips_dir.join("cam0")).unwrap().flatten().map(|e| e.path()).collect();
-    assert_eq!(files, [clips_dir.join(&rows[0].path)], "the index and the folder agree");
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(clips_dir.join("cam0")).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    // The clip kept and its thumbnail; the removed clip's thumbnail went with it.
+    let kept = clips_dir.join(&rows[0].path);
+    assert_eq!(files, [kept.with_extension("jpg"), kept], "the index and the folder agree");
     assert!(stderr.contains("1 old clips removed"), "{stderr}");
 }
 
