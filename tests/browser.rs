@@ -352,6 +352,7 @@ fn a_recorded_clip_plays_from_the_web_view_in_a_real_browser() {
     });
     assert!(listed, "no complete clip listed at /api/clips");
     let url = clip["url"].as_str().unwrap().to_string();
+    let thumb = clip["thumbnail"].as_str().unwrap().to_string();
     assert_eq!((clip["camera"].as_str(), clip["labels"][0].as_str()), (Some("cam0"), Some("person")), "{clip}");
     let (code, _, page) = get_range(port, "/", None);
     let page = String::from_utf8_lossy(&page);
@@ -365,9 +366,9 @@ fn a_recorded_clip_plays_from_the_web_view_in_a_real_browser() {
     assert_eq!((code, h.get("content-range").cloned()), (416, Some(format!("bytes */{len}"))));
     // The browser plays it from the web view (virtual time: the 2.5 s pass at once).
     let html = format!(
-        "<!doctype html><html><body><video id=\"v\" src=\"http://127.0.0.1:{port}{url}\" muted playsinline></video><pre id=\"out\">none</pre>\
+        "<!doctype html><html><body><video id=\"v\" src=\"http://127.0.0.1:{port}{url}\" muted playsinline></video><img id=\"i\" src=\"http://127.0.0.1:{port}{thumb}\"><pre id=\"out\">none</pre>\
          <script>const v = document.getElementById('v'); v.play().catch(e => document.getElementById('out').textContent = 'play: ' + e);\
-         setTimeout(() => document.getElementById('out').textContent = JSON.stringify({{t: v.currentTime, ready: v.readyState, w: v.videoWidth, h: v.videoHeight, error: v.error && v.error.code}}), 2500);</script></body></html>"
+         setTimeout(() => document.getElementById('out').textContent = JSON.stringify({{t: v.currentTime, ready: v.readyState, w: v.videoWidth, h: v.videoHeight, error: v.error && v.error.code, tw: document.getElementById('i').naturalWidth, th: document.getElementById('i').naturalHeight}}), 2500);</script></body></html>"
     );
     let file = dir.path().join("play.html");
     std::fs::write(&file, html).unwrap();
@@ -391,5 +392,10 @@ fn a_recorded_clip_plays_from_the_web_view_in_a_real_browser() {
     let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("the video did not report: {text}"));
     assert!(v["t"].as_f64().unwrap() >= 1.0, "the video's time advanced: {v}");
     assert_eq!((v["w"].as_u64(), v["h"].as_u64(), &v["error"]), (Some(768), Some(432), &Value::Null), "{v}");
-    eprintln!("EVIDENCE clip in a real browser: {url} ({len} bytes) played to {} s, {}x{}", v["t"], v["w"], v["h"]);
+    // Its thumbnail, the picture at the event, 320 wide with the clip's aspect.
+    assert_eq!((v["tw"].as_u64(), v["th"].as_u64()), (Some(320), Some(180)), "{v}");
+    eprintln!(
+        "EVIDENCE clip in a real browser: {url} ({len} bytes) played to {} s, {}x{}; thumbnail {thumb} {}x{}",
+        v["t"], v["w"], v["h"], v["tw"], v["th"]
+    );
 }
