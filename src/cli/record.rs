@@ -47,7 +47,7 @@ pub struct RecordArgs {
     /// Record event clips into this folder (DIR/CAMERA/START.mp4, and the index
     /// DIR/index.sqlite3): a network camera's or video file's own H.264 or H.265 packets,
     /// remuxed into fragmented MP4 without re-encoding (a raw camera's frames are encoded to
-    /// H.264 on the CPU), from --record-pre seconds before a tracked object was first seen
+    /// H.264: by MPP on a board, else on the CPU; --encoder), from --record-pre seconds before a tracked object was first seen
     /// to --record-post seconds after the last one left. A sixth process, `zcpipe stage
     /// record`; a full disk stops recording, never detection.
     #[arg(long, value_name = "DIR")]
@@ -103,6 +103,19 @@ fn days(s: &str) -> Result<f64, String> {
     ranged(s, 0.01, 3650.0, "days")
 }
 
+/// Whether this user can make `dir` and write into it (checked before anything starts: a
+/// recorder that cannot would only warn, and the cameras would encode for nothing).
+fn writable(dir: &Path) -> Result<()> {
+    let fail = |e: std::io::Error| {
+        anyhow::anyhow!("--record-dir {}: cannot write there ({e}); pick a folder this user can write", dir.display())
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(format!(".zcpipe-write-test-{}", std::process::id()));
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(fail)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 fn continuous(s: &str) -> Result<f64, String> {
     ranged(s, zcpipe_record::CONTINUOUS_MIN_S, zcpipe_record::CONTINUOUS_MAX_S, "seconds")
 }
@@ -145,6 +158,7 @@ impl RecordArgs {
                 dir.display()
             );
         }
+        writable(dir)?;
         if !tracking {
             bail!(
                 "--record-dir {}: clips follow tracked objects: leave --tracker at bytetrack (or sort, iou)",

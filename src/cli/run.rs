@@ -388,7 +388,21 @@ fn record_stage(
         what += &format!(" of {}", of.join(", "));
     }
     for (camera, rules) in &r.rules {
-        what += &format!("; {camera}: {} s before, {} s after", rules.pre_s, rules.post_s);
+        let list = |v: &Option<std::collections::BTreeSet<String>>, what: &str| {
+            v.as_ref()
+                .map(|l| format!(", {what} {}", l.iter().cloned().collect::<Vec<_>>().join(",")))
+                .unwrap_or_default()
+        };
+        what += &format!(
+            "; {camera}: {} s before, {} s after{}{}{}{}{}",
+            rules.pre_s,
+            rules.post_s,
+            list(&rules.labels, "labels"),
+            list(&rules.zones, "zones"),
+            rules.keep_days.map(|d| format!(", kept {d} days")).unwrap_or_default(),
+            rules.max_gb.map(|g| format!(", at most {g} GB")).unwrap_or_default(),
+            rules.continuous_s.map(|c| format!(", continuous in {c} s segments")).unwrap_or_default()
+        );
     }
     let mut v = common.to_vec();
     v.extend(r.stage_flags());

@@ -289,8 +289,8 @@ fn continuous_segments_cover_the_stream_one_after_the_other() {
 }
 
 /// The recorder killed with SIGKILL mid-clip: the run goes on, the recorder comes back,
-/// its clip is `incomplete` in the index and plays up to its last fragment; the next person
-/// is a clip of its own. Retention by size removes the oldest.
+/// its clip is `incomplete` in the index and plays up to its last fragment; the restarted
+/// recorder goes on recording the person still in view; the next person is a clip of its own. Retention by size removes the oldest.
 #[test]
 fn a_killed_recorder_leaves_a_playable_clip_marked_incomplete_and_comes_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -323,13 +323,22 @@ fn a_killed_recorder_leaves_a_playable_clip_marked_incomplete_and_comes_back() {
     );
     let mut rows = clips(&clips_dir);
     rows.reverse();
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    // The cut clip; person 1 again, taken up by the restarted recorder from the frame lines
+    // (it missed their `new`); person 2.
+    assert_eq!(rows.len(), 3, "{rows:?}");
     let killed = &rows[0];
     assert_eq!(killed.state, zcpipe_record::index::State::Incomplete, "{killed:?}");
     assert_eq!(killed.reason.as_deref(), Some("the recorder stopped before the clip ended"));
     let p = probe(&clips_dir.join(&killed.path));
     assert!(p.first_key && p.frames >= 20, "the cut clip plays up to its last fragment: {p:?}");
-    assert_eq!(rows[1].state, zcpipe_record::index::State::Complete, "{:?}", rows[1]);
+    let (resumed, next) = (&rows[1], &rows[2]);
+    assert_eq!(
+        (resumed.state, resumed.tracks.as_slice()),
+        (zcpipe_record::index::State::Complete, &[1][..]),
+        "{resumed:?}"
+    );
+    assert!(resumed.start_ms - killed.start_ms < 12_000, "person 1's video goes on soon after the kill: {rows:?}");
+    assert_eq!((next.state, next.tracks.as_slice()), (zcpipe_record::index::State::Complete, &[2][..]), "{next:?}");
     assert!(stderr.contains("clips a recorder that stopped left unfinished are marked incomplete"), "{stderr}");
     println!(
         "EVIDENCE record kill -9: the cut clip has {} frames ({:.1} s), first a keyframe; the next clip complete",

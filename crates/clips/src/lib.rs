@@ -84,7 +84,7 @@ pub struct CameraStats {
 
 /// What a clip is: an event's (from the tracker's events, with pre- and post-roll) or a
 /// continuous recording's segment (`--record-continuous`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// An event clip.
@@ -275,6 +275,8 @@ pub struct Opened {
     pub interrupted: u64,
     /// Where a corrupt database was moved, and how many clips were recovered from files.
     pub rebuilt: Option<(PathBuf, u64)>,
+    /// Clips found in the folder when its index was missing (deleted), now indexed.
+    pub found: u64,
 }
 
 /// The index (see the module's documentation).
@@ -292,6 +294,7 @@ impl Index {
     pub fn open(dir: &Path) -> Result<(Index, Opened)> {
         let path = dir.join(FILE);
         let mut opened = Opened::default();
+        let missing = !path.exists();
         let db = match connect(&path) {
             Ok(db) => db,
             Err(Connect::Failed(e)) => return Err(e),
@@ -319,8 +322,12 @@ impl Index {
                 return Ok((ix, opened));
             }
         };
-        let ix = Index { db, dir: dir.to_path_buf(), columns: COLUMNS };
+        let mut ix = Index { db, dir: dir.to_path_buf(), columns: COLUMNS };
         opened.interrupted = ix.interrupted()?;
+        if missing {
+            // An index deleted by hand: the folder's clips are indexed again.
+            opened.found = ix.rebuild()?;
+        }
         Ok((ix, opened))
     }
 
@@ -359,8 +366,7 @@ impl Index {
 
     /// A row per clip file (`CAMERA/*.mp4`) with what its name and size tell.
     fn rebuild(&mut self) -> Result<u64> {
-        let mut n = 0;
-        let tx = self.db.transaction()?;
+        let mut found = vec![];
         for cam in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             if !cam.path().is_dir() {
                 continue;
@@ -372,16 +378,21 @@ impl Index {
                     let name = f.file_name().to_string_lossy().into_owned();
                     let Some(start_ms) = start_of(&name) else { continue };
                     let bytes = f.metadata().map_or(0, |m| m.len());
-                    tx.execute(
-                        "INSERT OR IGNORE INTO clips (camera, start_ms, state, reason, bytes, path, kind) VALUES (?1, ?2, 'incomplete', 'recovered from its file after the index was lost', ?3, ?4, ?5)",
-                        params![camera, start_ms, bytes as i64, format!("{camera}/{sub}{name}"), kind.name()],
-                    )?;
-                    n += 1;
+                    found.push((start_ms, format!("{camera}/{sub}{name}"), camera.clone(), bytes, kind));
                 }
             }
         }
+        // Ids in the order of time, as the recorder gave them.
+        found.sort();
+        let tx = self.db.transaction()?;
+        for (start_ms, rel, camera, bytes, kind) in &found {
+            tx.execute(
+                "INSERT OR IGNORE INTO clips (camera, start_ms, state, reason, bytes, path, kind) VALUES (?1, ?2, 'incomplete', 'recovered from its file after the index was lost', ?3, ?4, ?5)",
+                params![camera, start_ms, *bytes as i64, rel, kind.name()],
+            )?;
+        }
         tx.commit()?;
-        Ok(n)
+        Ok(found.len() as u64)
     }
 
     /// A clip opened: its row, `recording`. Returns its id. Errors: its path is another

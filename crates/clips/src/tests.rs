@@ -177,3 +177,23 @@ fn a_version_1_index_gains_the_kind_of_clip_and_keeps_its_rows() {
     let r = Index::open_read(old.path()).unwrap();
     assert_eq!(r.list_kind(None, Some(Kind::Event), 10).unwrap().len(), 1);
 }
+
+#[test]
+fn a_deleted_index_is_made_again_from_the_folder_s_clips_in_time_order() {
+    let d = tempfile::tempdir().unwrap();
+    {
+        let (mut ix, _) = Index::open(d.path()).unwrap();
+        for start in [5_000, 1_000] {
+            let id = new_clip(&mut ix, d.path(), "cam0", start, 10);
+            ix.close_clip(id, &closed(start + 500, 10)).unwrap();
+        }
+    }
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(d.path().join(format!("{FILE}{ext}")));
+    }
+    let (ix, opened) = Index::open(d.path()).unwrap();
+    assert_eq!(opened.found, 2);
+    let mut rows: Vec<(i64, i64)> = ix.list(None, 10).unwrap().iter().map(|c| (c.id, c.start_ms)).collect();
+    rows.sort();
+    assert_eq!(rows, [(1, 1_000), (2, 5_000)], "ids follow the clips' times");
+}

@@ -19,6 +19,10 @@ use zcpipe_core::schema::ClipJson;
 /// How often the index is read.
 pub const POLL: Duration = Duration::from_secs(1);
 
+/// How long the stream's end waits for the clips being recorded to close (under the
+/// supervisor's 5 s watchdog).
+pub const LAST_WAIT: Duration = Duration::from_secs(4);
+
 /// Rows read at one look at most (more wait for the next).
 const BATCH: u32 = 256;
 
@@ -65,6 +69,22 @@ impl ClipWatch {
                 self.index = None;
                 vec![]
             }
+        }
+    }
+
+    /// At the stream's end: the clips that closed, waiting up to [`LAST_WAIT`] for those
+    /// still being recorded (the recorder closes a camera's clip when its stream ends, just
+    /// before), so a run's last clip is announced too.
+    pub fn last(&mut self) -> Vec<ClipJson> {
+        let until = Instant::now() + LAST_WAIT;
+        let mut out = vec![];
+        loop {
+            self.next = Instant::now();
+            out.extend(self.poll());
+            if self.open.is_empty() || Instant::now() >= until {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 

@@ -441,11 +441,10 @@ impl<'s> PublishStage<'s> {
         })
     }
 
-    /// Sends a `clip` line for each clip the recorder closed since the last look (about
-    /// once a second).
-    fn announce_clips(&mut self) -> anyhow::Result<()> {
+    /// Sends a `clip` line for each clip the recorder closed since the last look (`last`: the stream's end's).
+    fn announce_clips(&mut self, last: bool) -> anyhow::Result<()> {
         let Some(w) = &mut self.clips else { return Ok(()) };
-        for c in w.poll() {
+        for c in if last { w.last() } else { w.poll() } {
             let human = format!("{}: {}", c.camera, crate::recorded::human_clip(&c));
             log::info!("{human}");
             let typed = SocketLine::Clip(c);
@@ -465,7 +464,7 @@ impl<'s> PublishStage<'s> {
     fn turn(&mut self) -> Result<Turn> {
         self.server.service_due();
         self.outputs.tick();
-        self.announce_clips()?;
+        self.announce_clips(false)?;
         let validate = |d: &DetectionsDesc| d.validate();
         let mut d = match incoming(self.input.recv(&validate, self.ctx, &self.labels)?, "infer", "", || false)? {
             Incoming::Item(d) => d,
@@ -646,7 +645,7 @@ impl<'s> PublishStage<'s> {
             |s, end| {
                 // Every track ends with the stream, before the end line.
                 let ended = s.tracking.finish(monotonic_ns(), &s.labels);
-                if let Err(e) = s.send_events(ended) {
+                if let Err(e) = s.send_events(ended).and_then(|_| s.announce_clips(true)) {
                     log::warn!("the last events: {e:#}");
                 }
                 s.server.close_all(&end.reason, s.span.frames);

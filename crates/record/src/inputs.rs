@@ -179,14 +179,58 @@ pub fn events(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("record-events".into()).spawn(move || {
+        let started = std::time::Instant::now();
+        let mut known: std::collections::HashSet<(String, u64)> = Default::default();
         follow_lines(&socket, &stop, |line| {
             let input = match SocketLine::parse(line) {
-                Ok(SocketLine::Event(e)) => Input::Event(e),
+                Ok(SocketLine::Event(e)) => {
+                    known.insert((e.camera.clone(), e.track_id));
+                    Input::Event(e)
+                }
                 Ok(SocketLine::End(_)) => Input::End,
+                // A recorder that (re)started mid-run missed the `new` of the tracks alive:
+                // the first frame lines' tracked objects are taken as new ones, so a clip
+                // of them goes on in a new file.
+                Ok(SocketLine::Frame(f)) if started.elapsed() < RESUME => {
+                    for e in resumed(&f, &mut known) {
+                        if tx.send(Input::Event(e)).is_err() {
+                            return false;
+                        }
+                    }
+                    return true;
+                }
                 _ => return true,
             };
             let end = matches!(input, Input::End);
             tx.send(input).is_ok() && !end
         })
     })
+}
+
+/// How long after the recorder starts the tracked objects of frame lines count as new (see
+/// [`events`]).
+pub const RESUME: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `new` events for the tracked objects of frame `f` no event named yet (added to `known`).
+fn resumed(f: &zcpipe_core::schema::FrameJson, known: &mut std::collections::HashSet<(String, u64)>) -> Vec<EventJson> {
+    f.detections
+        .iter()
+        .filter_map(|d| {
+            let id = d.track_id?;
+            known.insert((f.camera.clone(), id)).then(|| EventJson {
+                event: "new".into(),
+                camera: f.camera.clone(),
+                track_id: id,
+                label: d.label.clone(),
+                class_id: d.class_id,
+                score: d.score,
+                zone: None,
+                first_seen_ns: f.timestamp_ns,
+                last_seen_ns: f.timestamp_ns,
+                timestamp_ns: f.timestamp_ns,
+                seq: Some(f.seq),
+                bbox: d.bbox,
+            })
+        })
+        .collect()
 }

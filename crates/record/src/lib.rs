@@ -15,6 +15,9 @@
 //! fragment; [`clip`]). Each clip is a row of an SQLite index (`DIR/index.sqlite3`,
 //! [`zcpipe_clips`]), written when the clip opens (`recording`) and when it closes (`complete`,
 //! or `incomplete` with the reason); old clips go by age and total size ([`zcpipe_clips::Index::retain`]).
+//! When an event clip closes, its thumbnail (its picture at the event) is made beside it
+//! ([`clip::thumbnail`]). With `--record-continuous`, each camera's whole stream is also
+//! kept in segments from keyframe to keyframe (`stage/segments.rs`).
 //!
 //! Why a process of its own: a disk that is full, slow or gone is the recorder's failure,
 //! never detection's. The capture stages queue their units for it (bounded, drop-oldest)

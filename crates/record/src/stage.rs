@@ -116,6 +116,13 @@ pub fn run(cfg: RecordConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
     }
     let (index, opened) = Index::open(&cfg.dir)
         .map_err(|e| anyhow::anyhow!("--record-dir {}: {e:#}; pick a folder this user can write", cfg.dir.display()))?;
+    if opened.found > 0 {
+        log::warn!(
+            "record: the index of {} was missing: {} clips found in the folder are indexed again (incomplete: their times are their files' names)",
+            cfg.dir.display(),
+            opened.found
+        );
+    }
     if opened.interrupted > 0 {
         log::info!(
             "record: {} clips a recorder that stopped left unfinished are marked incomplete (their files play up to their last fragment)",

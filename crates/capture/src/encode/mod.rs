@@ -65,7 +65,12 @@ pub fn resolve(choice: EncoderChoice) -> anyhow::Result<(Option<Arc<Libmpp>>, St
     match choice {
         EncoderChoice::Cpu => Ok((None, "--encoder cpu".into())),
         EncoderChoice::Mpp => {
-            let lib = Libmpp::open(None).map_err(|e| anyhow::anyhow!("--encoder mpp: {e:#}"))?;
+            let lib = Libmpp::open(None).map_err(|e| {
+                // The library's own advice ends with decoding's alternative: encoding's instead.
+                let why = format!("{e:#}");
+                let why = why.strip_suffix("; or decode on the CPU").unwrap_or(&why);
+                anyhow::anyhow!("--encoder mpp: {why}; or pass --encoder cpu to encode on the CPU")
+            })?;
             let why = format!("--encoder mpp: {} loads", lib.path());
             Ok((Some(Arc::new(lib)), why))
         }

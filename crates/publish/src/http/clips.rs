@@ -38,7 +38,10 @@ pub(super) fn list(dir: &Path) -> Reply {
         .map(|c| {
             let mut o = serde_json::to_value(c).unwrap_or_default();
             o["url"] = format!("/clips/{}.mp4", c.id).into();
-            o["thumbnail"] = format!("/clips/{}.jpg", c.id).into();
+            // A thumbnail is made when its clip closes.
+            if c.state != zcpipe_clips::State::Recording {
+                o["thumbnail"] = format!("/clips/{}.jpg", c.id).into();
+            }
             o
         })
         .collect();

@@ -22,7 +22,9 @@ impl State {
         let len_ns = len.as_nanos() as u64;
         let cam = self.camera(name);
         if let Some(seg) = cam.segment.as_mut() {
-            if !(u.key && u.mono_ns.saturating_sub(seg.writer.first_ns) >= len_ns) {
+            // A keyframe due at the length that came a little early still ends the segment.
+            let due = len_ns.saturating_sub(len_ns / 20);
+            if !(u.key && u.mono_ns.saturating_sub(seg.writer.first_ns) >= due) {
                 seg.writer.unit(u.clone());
                 return;
             }
