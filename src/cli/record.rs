@@ -22,7 +22,41 @@ pub struct Recording {
     pub rules: BTreeMap<String, CameraRules>,
 }
 
+/// The parts of the plan's words for recording rules: `5 s before, 5 s after` (`pre_post`),
+/// `labels person,car`, `zones door` (`lists`, in their order; empty: none), `kept 14 days`,
+/// `at most 50 GB`, `continuous in 60 s segments` (`extra`: keep days, max GB, segment s).
+fn rules_text(pre_post: (f64, f64), lists: [&[String]; 2], extra: [Option<f64>; 3]) -> Vec<String> {
+    let mut what = vec![format!("{} s before, {} s after", pre_post.0, pre_post.1)];
+    for (name, l) in ["labels", "zones"].into_iter().zip(lists).filter(|(_, l)| !l.is_empty()) {
+        what.push(format!("{name} {}", l.join(",")));
+    }
+    let [keep, max, continuous] = extra;
+    what.extend(keep.map(|d| format!("kept {d} days")));
+    what.extend(max.map(|g| format!("at most {g} GB")));
+    what.extend(continuous.map(|c| format!("continuous in {c} s segments")));
+    what
+}
+
 impl Recording {
+    /// For the plan: the run's rules (`clips in DIR (...)`), the cameras recorded when not
+    /// all are (`of door`), and each camera's own rules (`; door: 2 s before, ...`); `None`
+    /// without recording.
+    pub fn describe(&self, names: &[String]) -> Option<String> {
+        let mut what = self.args.describe()?;
+        if self.recorded.iter().any(|x| !x) {
+            let of: Vec<&str> =
+                names.iter().zip(&self.recorded).filter(|(_, x)| **x).map(|(n, _)| n.as_str()).collect();
+            what += &format!(" of {}", of.join(", "));
+        }
+        for (camera, r) in &self.rules {
+            let set = |s: &Option<BTreeSet<String>>| s.iter().flatten().cloned().collect::<Vec<String>>();
+            let lists = [&set(&r.labels)[..], &set(&r.zones)[..]];
+            let text = rules_text((r.pre_s, r.post_s), lists, [r.keep_days, r.max_gb, r.continuous_s]);
+            what += &format!("; {camera}: {}", text.join(", "));
+        }
+        Some(what)
+    }
+
     /// The record stage's flags: the options, and the cameras' own rules as JSON.
     pub fn stage_flags(&self) -> Vec<String> {
         let mut v = self.args.flags();
@@ -187,22 +221,9 @@ impl RecordArgs {
     /// For the plan: `clips in DIR (5 s before, 5 s after; person,car; keep 30 days)`.
     pub fn describe(&self) -> Option<String> {
         let dir = self.record_dir.as_ref()?;
-        let mut what = vec![format!("{} s before, {} s after", self.record_pre, self.record_post)];
-        if !self.record_labels.is_empty() {
-            what.push(format!("labels {}", self.record_labels.join(",")));
-        }
-        if !self.record_zones.is_empty() {
-            what.push(format!("zones {}", self.record_zones.join(",")));
-        }
-        if let Some(d) = self.record_keep_days {
-            what.push(format!("kept {d} days"));
-        }
-        if let Some(g) = self.record_max_gb {
-            what.push(format!("at most {g} GB"));
-        }
-        if let Some(c) = self.record_continuous {
-            what.push(format!("continuous in {c} s segments"));
-        }
+        let lists = [&self.record_labels[..], &self.record_zones[..]];
+        let extra = [self.record_keep_days, self.record_max_gb, self.record_continuous];
+        let what = rules_text((self.record_pre, self.record_post), lists, extra);
         Some(format!("clips in {} ({})", dir.display(), what.join("; ")))
     }
 

@@ -382,35 +382,14 @@ fn record_stage(
     common: &[String],
     socket: &std::path::Path,
 ) {
-    let Some(mut what) = r.args.describe() else { return };
-    if r.recorded.iter().any(|x| !x) {
-        let of: Vec<&str> = names.iter().zip(&r.recorded).filter(|(_, x)| **x).map(|(n, _)| n.as_str()).collect();
-        what += &format!(" of {}", of.join(", "));
-    }
-    for (camera, rules) in &r.rules {
-        let list = |v: &Option<std::collections::BTreeSet<String>>, what: &str| {
-            v.as_ref()
-                .map(|l| format!(", {what} {}", l.iter().cloned().collect::<Vec<_>>().join(",")))
-                .unwrap_or_default()
-        };
-        what += &format!(
-            "; {camera}: {} s before, {} s after{}{}{}{}{}",
-            rules.pre_s,
-            rules.post_s,
-            list(&rules.labels, "labels"),
-            list(&rules.zones, "zones"),
-            rules.keep_days.map(|d| format!(", kept {d} days")).unwrap_or_default(),
-            rules.max_gb.map(|g| format!(", at most {g} GB")).unwrap_or_default(),
-            rules.continuous_s.map(|c| format!(", continuous in {c} s segments")).unwrap_or_default()
-        );
-    }
+    let Some(what) = r.describe(names) else { return };
     let mut v = common.to_vec();
     v.extend(r.stage_flags());
     v.push(format!("--detections={}", socket.display()));
     stage_flags.push((Role::Record.into(), v));
     plan.outputs.push(crate::plan::Step {
         what,
-        why: "--record-dir (compressed cameras' own H.264/H.265 packets remuxed, never re-encoded; raw cameras encoded on the CPU; a process of its own)"
+        why: "--record-dir (compressed cameras' own H.264/H.265 packets remuxed, never re-encoded; raw cameras encoded, by MPP on a board, else on the CPU; a process of its own)"
             .into(),
     });
 }

@@ -67,7 +67,7 @@ impl Recording {
     pub fn tee(&self, codec: Codec, width: u32, height: u32) -> anyhow::Result<(OwnedFd, Tee)> {
         let (read, write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("a pipe for the camera's encoded stream")?;
-        let hello = StreamHello { version: VERSION, camera: self.camera.clone(), codec, width, height };
+        let hello = self.hello(codec, width, height);
         let sender = self.sender.clone();
         let thread = std::thread::Builder::new()
             .name("record-tee".into())
@@ -79,13 +79,17 @@ impl Recording {
     /// A stream this process encodes itself (MPP's encoder, [`super::encode`]): its hello
     /// and program `tables`; its units follow through [`Recording::unit`].
     pub(crate) fn announce(&self, codec: Codec, width: u32, height: u32, tables: Vec<u8>) {
-        let hello = StreamHello { version: VERSION, camera: self.camera.clone(), codec, width, height };
-        self.sender.stream(hello, tables);
+        self.sender.stream(self.hello(codec, width, height), tables);
     }
 
     /// One access unit of the stream [`Recording::announce`] began.
     pub(crate) fn unit(&self, u: Unit) {
         self.sender.unit(u);
+    }
+
+    /// The hello of this camera's stream of `codec` at `width` x `height`.
+    fn hello(&self, codec: Codec, width: u32, height: u32) -> StreamHello {
+        StreamHello { version: VERSION, camera: self.camera.clone(), codec, width, height }
     }
 
     /// The camera's name for the recorder.

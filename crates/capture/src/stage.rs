@@ -113,8 +113,7 @@ fn start_encoder(
     choice: super::encode::EncoderChoice,
 ) -> Result<Option<super::encode::EncoderTap>> {
     let Some(r) = record else { return Ok(None) };
-    let tap =
-        super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), r.camera().to_string(), fps, choice)?;
+    let tap = super::encode::EncoderTap::start(r.clone(), ctx.data.socket(&ctx.id), fps, choice)?;
     Ok(Some(tap))
 }
 

@@ -95,10 +95,19 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    /// Its name in the index (and in `/metrics`): `event`, `segment`.
+    pub fn name(self) -> &'static str {
         match self {
             Kind::Event => "event",
             Kind::Segment => "segment",
+        }
+    }
+
+    fn from_name(s: &str) -> Kind {
+        if s == Kind::Segment.name() {
+            Kind::Segment
+        } else {
+            Kind::Event
         }
     }
 }
@@ -496,7 +505,7 @@ impl Index {
         ))?;
         let rows = q
             .query_map([], |r| {
-                let kind = if r.get::<_, String>(1)? == "segment" { Kind::Segment } else { Kind::Event };
+                let kind = Kind::from_name(&r.get::<_, String>(1)?);
                 Ok((r.get(0)?, kind, r.get::<_, i64>(2)? as u64, r.get::<_, i64>(3)? as u64))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -609,7 +618,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Clip> {
         codec: r.get(11)?,
         width: r.get(12)?,
         height: r.get(13)?,
-        kind: if r.get::<_, String>(14)? == "segment" { Kind::Segment } else { Kind::Event },
+        kind: Kind::from_name(&r.get::<_, String>(14)?),
     })
 }
 

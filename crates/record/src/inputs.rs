@@ -184,7 +184,13 @@ pub fn events(
         follow_lines(&socket, &stop, |line| {
             let input = match SocketLine::parse(line) {
                 Ok(SocketLine::Event(e)) => {
-                    known.insert((e.camera.clone(), e.track_id));
+                    // Only the first seconds need to know which tracks events named: the
+                    // set is let go after them, so it never grows with a long run.
+                    if started.elapsed() < RESUME {
+                        known.insert((e.camera.clone(), e.track_id));
+                    } else if known.capacity() > 0 {
+                        known = Default::default();
+                    }
                     Input::Event(e)
                 }
                 Ok(SocketLine::End(_)) => Input::End,

@@ -252,15 +252,18 @@ impl State {
     }
 
     fn camera(&mut self, name: &str) -> &mut Camera {
-        let buffer = self.cfg.buffer_bytes;
-        let (pre, post) = self.cfg.pre_post(name);
+        let cfg = &self.cfg;
+        // The camera's rules are looked up once, when it first shows up (this runs per unit).
         self.cameras.entry(name.to_string()).or_insert_with(|| Camera {
             name: name.to_string(),
             conn: None,
             hello: None,
             tables: None,
-            preroll: PreRoll::new(buffer),
-            planner: Planner::new(pre, post),
+            preroll: PreRoll::new(cfg.buffer_bytes),
+            planner: {
+                let (pre, post) = cfg.pre_post(name);
+                Planner::new(pre, post)
+            },
             clip: None,
             segment: None,
             pending: None,

@@ -106,13 +106,12 @@ pub(crate) struct EncoderTap {
 }
 
 impl EncoderTap {
-    /// Starts the encoder of camera `camera` on the pool served at `socket`, its stream to
+    /// Starts the encoder of `record`'s camera on the pool served at `socket`, its stream to
     /// `record`; `fps` is the camera's nominal rate (the encoder's rate control).
     /// `choice` says who encodes. Errors: `--encoder mpp` and MPP does not load, no thread.
     pub(crate) fn start(
         record: Arc<Recording>,
         socket: PathBuf,
-        camera: String,
         fps: f64,
         choice: EncoderChoice,
     ) -> anyhow::Result<EncoderTap> {
@@ -126,8 +125,8 @@ impl EncoderTap {
                 let tap = TapClient::new(socket, TAP_NAME, "capture");
                 let enc = Encoding {
                     tap,
+                    camera: record.camera().to_string(),
                     record,
-                    camera,
                     fps,
                     mpp,
                     encoder: None,
@@ -214,6 +213,12 @@ impl Encoding {
                 self.say(why);
             }
         }
+        self.end_stream();
+    }
+
+    /// Ends the encoder's stream, if one runs: ffmpeg writes its last frames (MPP's encoder
+    /// has none waiting: one frame in, one access unit out).
+    fn end_stream(&mut self) {
         if let Some(Backend::Cpu(e)) = self.encoder.take() {
             e.finish(&self.camera);
         }
@@ -234,10 +239,7 @@ impl Encoding {
     fn ready_for(&mut self, layout: &FrameLayout) -> bool {
         let key = (layout.fourcc, layout.width, layout.height);
         if let Some(old) = self.encoder.as_ref().map(Backend::key).filter(|k| *k != key) {
-            if let Some(Backend::Cpu(e)) = self.encoder.take() {
-                e.finish(&self.camera);
-            }
-            self.encoder = None;
+            self.end_stream();
             log::info!(
                 "camera {}: its frames went from {} {}x{} to {} {}x{}: a new encoded stream starts",
                 self.camera,

@@ -129,7 +129,6 @@ pub fn service(o: &mut String, st: &zcpipe_core::service::ServiceStats) {
 pub fn recording(o: &mut String, ix: &zcpipe_clips::Index) -> anyhow::Result<()> {
     let totals = ix.totals_by_camera()?;
     let stats = ix.camera_stats()?;
-    let kind = |k: &zcpipe_clips::Kind| if *k == zcpipe_clips::Kind::Segment { "segment" } else { "event" };
     family(
         o,
         "zcpipe_clips",
@@ -137,7 +136,7 @@ pub fn recording(o: &mut String, ix: &zcpipe_clips::Index) -> anyhow::Result<()>
         "Recorded clips in the record folder now, per camera and kind (event, segment).",
     );
     for (camera, k, n, _) in &totals {
-        let _ = writeln!(o, "zcpipe_clips{{camera=\"{}\",kind=\"{}\"}} {n}", escape(camera), kind(k));
+        let _ = writeln!(o, "zcpipe_clips{{camera=\"{}\",kind=\"{}\"}} {n}", escape(camera), k.name());
     }
     family(
         o,
@@ -146,7 +145,7 @@ pub fn recording(o: &mut String, ix: &zcpipe_clips::Index) -> anyhow::Result<()>
         "Bytes of the recorded clips in the record folder now, per camera and kind.",
     );
     for (camera, k, _, bytes) in &totals {
-        let _ = writeln!(o, "zcpipe_clip_bytes{{camera=\"{}\",kind=\"{}\"}} {bytes}", escape(camera), kind(k));
+        let _ = writeln!(o, "zcpipe_clip_bytes{{camera=\"{}\",kind=\"{}\"}} {bytes}", escape(camera), k.name());
     }
     for (name, help, get) in [
         (
