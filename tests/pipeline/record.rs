@@ -127,7 +127,7 @@ fn each_person_is_one_clip_of_the_sources_own_packets_covering_the_event() {
             "not re-encoded"
         );
         assert!(p.first_key, "a clip starts at a keyframe: {p:?}");
-        assert!(p.largest_step_s <= 0.11, "no gap in the timestamps (10 fps): {p:?}");
+        assert!(p.largest_step_s <= 0.11, "no gap in the timestamps (10 fps): {p:?}\n{stderr}");
         let wall_s = (end - row.start_ms) as f64 / 1000.0;
         // The index's times are the units' arrivals, which a busy machine delays by up to a
         // few hundred ms; the clip's own duration is its timestamps'.

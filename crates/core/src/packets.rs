@@ -358,13 +358,43 @@ fn mark_gap(q: &mut Queue) {
     }
 }
 
+/// How often a write the recorder does not take checks whether the sender is stopping.
+const WRITE_POLL: Duration = Duration::from_millis(200);
+
+/// A recorder that takes no byte for this long is hung: the connection is dropped (and made
+/// again). A slow one only makes the queue drop its oldest units, never a unit half sent.
+const HUNG: Duration = Duration::from_secs(30);
+
+/// Writes message `m` whole, however slowly the recorder reads; errors: the connection
+/// failed, the recorder took nothing for [`HUNG`], or the sender is stopping.
+fn write_message(conn: &mut std::os::unix::net::UnixStream, m: &[u8], stop: &AtomicBool) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    let (mut off, mut progress) = (0, std::time::Instant::now());
+    while off < m.len() {
+        match conn.write(&m[off..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                off += n;
+                progress = std::time::Instant::now();
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                if stop.load(Ordering::Relaxed) || progress.elapsed() > HUNG {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// The sender's thread: connects (every 500 ms while the recorder is away), sends the
 /// preamble, then whatever is queued; a write error drops the connection and starts over.
 fn writer(s: &Shared, socket: &Path) {
     let (first, max) = (Duration::from_millis(100), Duration::from_millis(500));
     while !s.stop.load(Ordering::Relaxed) {
         let Some(mut conn) = crate::schema::connect_retrying(socket, None, first, max, &s.stop) else { return };
-        let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+        let _ = conn.set_write_timeout(Some(WRITE_POLL));
         s.reconnects.fetch_add(1, Ordering::Relaxed);
         {
             let mut q = s.q.lock().unwrap_or_else(|p| p.into_inner());
@@ -402,7 +432,7 @@ fn writer(s: &Shared, socket: &Path) {
             if s.stop.load(Ordering::Relaxed) {
                 return;
             }
-            if conn.write_all(&m).is_err() {
+            if write_message(&mut conn, &m, &s.stop).is_err() {
                 if unit {
                     let mut q = s.q.lock().unwrap_or_else(|p| p.into_inner());
                     q.counters.units_dropped += 1;

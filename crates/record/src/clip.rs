@@ -21,6 +21,8 @@ use anyhow::Context;
 
 use zcpipe_core::packets::Unit;
 
+use crate::tail::Tail;
+
 /// Units waiting for a clip's thread at most (tens of seconds of video).
 pub const QUEUE_UNITS: usize = 1024;
 
@@ -103,6 +105,8 @@ pub struct ClipWriter {
     pub dropped: u64,
     /// Dropping until the next keyframe.
     skipping: bool,
+    /// The units after the last point where the clip may end complete.
+    tail: Tail,
     /// Units handed over.
     pub units: u64,
     /// The newest unit's arrival, CLOCK_MONOTONIC ns.
@@ -132,9 +136,11 @@ impl ClipWriter {
                 }
             })?;
         let (tx, rx) = sync_channel::<Arc<Unit>>(QUEUE_UNITS);
-        let (first_ns, last_ns, n) =
-            (units.first().map_or(0, |u| u.mono_ns), units.last().map_or(0, |u| u.mono_ns), units.len() as u64);
-        let preroll = units;
+        let (first_ns, last_ns) = (units.first().map_or(0, |u| u.mono_ns), units.last().map_or(0, |u| u.mono_ns));
+        // The pre-roll's last group may still wait for its B pictures: it stays in the tail.
+        let mut held = Tail::default();
+        let preroll: Vec<Arc<Unit>> = units.into_iter().flat_map(|u| held.push(u)).collect();
+        let n = preroll.len() as u64;
         let mut stdin = child.stdin.take().context("ffmpeg's stdin")?;
         let tail = Arc::new(Mutex::new(Vec::new()));
         let drain = child.stderr.take().map(|mut err| {
@@ -174,6 +180,7 @@ impl ClipWriter {
             thread: Some(thread),
             dropped: 0,
             skipping: false,
+            tail: held,
             units: n,
             last_ns,
             first_ns,
@@ -183,29 +190,58 @@ impl ClipWriter {
 
     /// Hands over the next unit (never waits). After a gap (units the capture stage
     /// dropped) the clip skips to the next keyframe, as after a unit of its own it dropped.
+    /// A unit goes to ffmpeg once the pictures shown before it are all there ([`Tail`]).
     pub fn unit(&mut self, u: Arc<Unit>) {
-        if self.units == 0 {
+        if self.first_ns == 0 {
             self.first_ns = u.mono_ns;
         }
         self.last_ns = u.mono_ns;
         if u.gap && !u.key {
-            self.skipping = true;
+            self.skip();
         }
-        if self.skipping && !u.key {
+        if self.skipping {
+            if !u.key {
+                self.dropped += 1;
+                return;
+            }
+            self.skipping = false;
+        }
+        for w in self.tail.push(u) {
+            self.send(w);
+        }
+    }
+
+    /// Whether the clip, ended before `u`, ends with every picture it shows.
+    pub fn boundary(&self, u: &Unit) -> bool {
+        self.tail.boundary(u)
+    }
+
+    /// The clip ends here, before a unit that starts a new group: what is held goes in.
+    pub fn seal(&mut self) {
+        for w in self.tail.release() {
+            self.send(w);
+        }
+    }
+
+    fn send(&mut self, w: Arc<Unit>) {
+        if self.skipping {
             self.dropped += 1;
             return;
         }
         let Some(tx) = &self.tx else { return };
-        match tx.try_send(u) {
-            Ok(()) => {
-                self.skipping = false;
-                self.units += 1;
-            }
+        match tx.try_send(w) {
+            Ok(()) => self.units += 1,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.dropped += 1;
-                self.skipping = true;
+                self.skip();
             }
         }
+    }
+
+    /// Drops until the next keyframe, and what is held (it continued what was lost).
+    fn skip(&mut self) {
+        self.skipping = true;
+        self.dropped += self.tail.clear();
     }
 
     /// Whether the clip's ffmpeg is gone already (it failed: the disk, the stream).
@@ -216,7 +252,16 @@ impl ClipWriter {
     /// Ends the clip: what was queued is written, ffmpeg finishes the file (within
     /// [`FINISH_WAIT`], else it is killed); returns how it went and the file's size.
     pub fn finish(mut self) -> (Outcome, u64) {
-        self.tx = None;
+        // No unit after the held ones: they go in if no picture between is missing. The
+        // thread is the closer's own: it may wait for room.
+        if let Some(tx) = self.tx.take() {
+            for w in self.tail.finish() {
+                if self.skipping || tx.send(w).is_err() {
+                    break;
+                }
+                self.units += 1;
+            }
+        }
         let outcome = self.thread.take().and_then(|t| t.join().ok()).unwrap_or(Outcome {
             ok: false,
             disk_full: false,

@@ -37,6 +37,7 @@ pub mod plan;
 pub mod preroll;
 pub mod report;
 pub mod stage;
+mod tail;
 
 /// What the record stage is asked to do (`--record-dir` and the `--record-*` flags),
 /// checked by the command line.

@@ -386,16 +386,20 @@ impl State {
         cam.preroll.push(u.clone());
         cam.facts.preroll_bytes = cam.preroll.bytes() as u64;
         self.segment_unit(name, &u);
+        // A clip past its end closes before the first unit that starts a new group of
+        // pictures: it ends with every picture it shows (B pictures come after the P
+        // picture they are shown before).
+        let cam = self.camera(name);
+        if let Some(c) = cam.clip.as_mut().filter(|c| cam.planner.due(u.mono_ns) && c.writer.boundary(&u)) {
+            c.writer.seal();
+            self.close(name, None);
+        }
         let cam = self.camera(name);
         if let Some(c) = cam.clip.as_mut() {
-            c.writer.unit(u.clone());
+            c.writer.unit(u);
         } else if let Some(from) = cam.pending.filter(|_| !cam.preroll.is_empty()) {
             cam.pending = None;
             self.open(name, from);
-            return;
-        }
-        if self.camera(name).planner.due(u.mono_ns) {
-            self.close(name, None);
         }
     }
 

@@ -28,6 +28,8 @@ impl State {
                 seg.writer.unit(u.clone());
                 return;
             }
+            // A keyframe starts a new group: what the segment holds is complete.
+            seg.writer.seal();
             self.close_segment(name, None);
         }
         if u.key && self.paused.is_none() {
