@@ -13,6 +13,14 @@
 # a box there is a false positive; boxes on other frames are dropped). Matching: IoU >= 0.5.
 # The table goes to stdout and build/track-eval/table.md, every number to results.json.
 #
+# Line crossings: a clip with tests/data/track/<clip>.crossings.json (hand-made, see the README
+# there) also gets its line (`eval track --line NAME=x1,y1,...`) and `--crossings
+# build/track-eval/<clip>.<tracker>.crossings.jsonl`, when this build's `eval track` has
+# --crossings. Predicted crossings are matched one-to-one to the true ones of the same
+# direction within CROSS_WINDOW_S (round(fps * CROSS_WINDOW_S) frames), greedily by the
+# smallest frame difference; the table gains their precision and recall and the counting
+# error per direction (predicted count minus true count).
+#
 #   track_eval.py [--zcpipe PATH] [--clips a,b] [--trackers a,b] [--rerun]
 #   track_eval.py --hyp CLIP=FILE [--hyp ...]   score existing results files only
 #   track_eval.py --selftest                     check the scorer on hypotheses made from the GT
@@ -55,6 +63,12 @@ LABELS = {
 }
 CLIPS = ["person", "cars", "two-people", "misses"]
 
+# A predicted line crossing matches a true one of the same direction at most this far away,
+# seconds (round(fps * CROSS_WINDOW_S) frames: 10 at 10 fps, 12 at 12.5 fps, which is 1.0 s
+# exactly for whole frames).
+CROSS_WINDOW_S = 1.0
+DIRECTIONS = ("in", "out")
+
 
 # ---------------------------------------------------------------------------------------
 # files
@@ -91,6 +105,48 @@ def load_gt(clip):
     if stray:
         raise SystemExit("%s.gt.txt has boxes on frames missing from %s.frames.txt: %s" % (clip, clip, stray[:5]))
     return frames, gt
+
+
+def load_crossings(clip):
+    """tests/data/track/<clip>.crossings.json (None when the clip has none), checked."""
+    path = os.path.join(GT_DIR, clip + ".crossings.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        t = json.load(f)
+    pts = t["line"]["points"]
+    if len(pts) < 2 or any(len(p) != 2 for p in pts):
+        raise SystemExit("%s: the line needs two or more [x, y] points" % path)
+    frames = [c["frame"] for c in t["crossings"]]
+    if frames != sorted(frames) or any(c["direction"] not in DIRECTIONS for c in t["crossings"]):
+        raise SystemExit("%s: crossings must be sorted by frame, direction in or out" % path)
+    return t
+
+
+def line_flag(truth):
+    """`eval track --line` of a crossings.json: NAME=x1,y1,x2,y2[,...][,point=...]."""
+    spec = "%s=%s" % (truth["line"]["name"], ",".join("%g" % v for p in truth["line"]["points"] for v in p))
+    if truth.get("point", "bottom") != "bottom":
+        spec += ",point=" + truth["point"]
+    return spec
+
+
+def read_crossings(path, line):
+    """`eval track --crossings` JSON lines -> [(frame, direction)] of the line named `line`."""
+    out = []
+    with open(path) as f:
+        for ln, text in enumerate(f, 1):
+            text = text.strip()
+            if not text:
+                continue
+            o = json.loads(text)
+            if "direction" not in o:
+                continue
+            if o["direction"] not in DIRECTIONS:
+                raise SystemExit("%s:%d: direction %r is neither in nor out" % (path, ln, o["direction"]))
+            if o.get("line") == line:
+                out.append((int(o["frame"]), o["direction"]))
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,6 +202,32 @@ def score(frames, gt, hyp):
     return r
 
 
+def match_crossings(truth, pred, fps, window_s=CROSS_WINDOW_S):
+    """Scores predicted crossings `pred` against `truth`, both [(frame, direction)]: pairs of
+    the same direction at most round(fps * window_s) frames apart, matched one-to-one greedily
+    by the smallest frame difference (ties: earlier true, then earlier predicted crossing)."""
+    window = int(round(fps * window_s))
+    pairs = sorted((abs(pf - tf), tf, pf, i, j) for i, (tf, td) in enumerate(truth)
+                   for j, (pf, pd) in enumerate(pred) if pd == td and abs(pf - tf) <= window)
+    used_t, used_p, diffs = set(), set(), []
+    for d, _, _, i, j in pairs:
+        if i not in used_t and j not in used_p:
+            used_t.add(i)
+            used_p.add(j)
+            diffs.append(d)
+    tp = len(diffs)
+    r = {"window_frames": window, "true": len(truth), "predicted": len(pred), "matched": tp,
+         "false_positives": len(pred) - tp, "misses": len(truth) - tp,
+         "precision": tp / len(pred) if pred else float("nan"),
+         "recall": tp / len(truth) if truth else float("nan"),
+         "mean_frame_error": float(np.mean(diffs)) if diffs else float("nan")}
+    for dr in DIRECTIONS:
+        r["true_" + dr] = sum(1 for _, d in truth if d == dr)
+        r["predicted_" + dr] = sum(1 for _, d in pred if d == dr)
+        r["count_error_" + dr] = r["predicted_" + dr] - r["true_" + dr]
+    return r
+
+
 def fmt(x, pct=False):
     if isinstance(x, float):
         if x != x:
@@ -154,17 +236,29 @@ def fmt(x, pct=False):
     return str(x)
 
 
-HEADER = ["clip", "tracker", "MOTA", "IDF1", "ID switches", "HOTA", "GT ids", "hyp ids", "FP", "FN", "GT boxes", "frames"]
+def signed(n):
+    return "%+d" % n if n else "0"
+
+
+HEADER = ["clip", "tracker", "MOTA", "IDF1", "ID switches", "HOTA", "GT ids", "hyp ids", "FP", "FN", "GT boxes", "frames",
+          "crossings P", "crossings R", "count err in", "count err out"]
+
+
+def cross_cells(c):
+    """The crossing columns of a match_crossings result (`-` for a clip without truth)."""
+    if c is None:
+        return ["-", "-", "-", "-"]
+    return [fmt(c["precision"]), fmt(c["recall"]), signed(c["count_error_in"]), signed(c["count_error_out"])]
 
 
 def row(clip, name, r):
     return [clip, name, fmt(r["mota"]), fmt(r["idf1"]), str(r["num_switches"]), fmt(r["HOTA"]),
             str(r["num_unique_objects"]), str(r["hyp_ids"]), str(r["num_false_positives"]), str(r["num_misses"]),
-            str(r["num_objects"]), str(r["frames"])]
+            str(r["num_objects"]), str(r["frames"])] + cross_cells(r.get("crossings"))
 
 
-def table(rows):
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+def table(rows, header=HEADER):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -260,19 +354,33 @@ def label_counts(jsonl):
     return dict(sorted(c.items(), key=lambda kv: -kv[1]))
 
 
-def track(zcpipe, clip, jsonl, tracker, eval_help):
+def track(zcpipe, clip, jsonl, tracker, eval_help, truth=None):
+    """Runs `eval track`: (its MOTChallenge file, its crossings file or None)."""
     out = os.path.join(OUT_DIR, "%s.%s.txt" % (clip, tracker))
     cmd = [zcpipe, "eval", "track", "--detections", os.path.relpath(jsonl, ROOT), "--tracker", tracker,
            "--labels", LABELS[clip], "--mot", os.path.relpath(out, ROOT) + ".tmp"]
     # The detections were made unpaced (--fps max): their capture times are closer together
     # than the scene's, so the tracker's clock (keep-alive) runs on seq / rate.
     cmd += ["--fps", "%g" % frame_rate(os.path.join(CLIP_DIR, clip + ".mp4"))]
+    # The clip's hand-made line, when it has one and this build counts crossings.
+    cross = None
+    if truth is not None and "--crossings" in eval_help:
+        cross = os.path.join(OUT_DIR, "%s.%s.crossings.jsonl" % (clip, tracker))
+        cmd += ["--line", line_flag(truth), "--crossings", os.path.relpath(cross, ROOT) + ".tmp"]
+        if os.path.exists(cross + ".tmp"):
+            os.remove(cross + ".tmp")
     print("track_eval: " + " ".join(cmd), file=sys.stderr)
     p = subprocess.run(cmd, cwd=ROOT)
     if p.returncode != 0:
         raise SystemExit("track_eval: zcpipe eval track failed (exit %d) on %s/%s" % (p.returncode, clip, tracker))
     os.replace(out + ".tmp", out)
-    return out
+    if cross is not None:
+        if not os.path.exists(cross + ".tmp"):  # no crossing at all may leave no file
+            print("track_eval: %s/%s: eval track wrote no %s: no crossings" % (clip, tracker, cross + ".tmp"),
+                  file=sys.stderr)
+            open(cross + ".tmp", "w").close()
+        os.replace(cross + ".tmp", cross)
+    return out, cross
 
 
 def score_file(clip, path):
@@ -280,6 +388,32 @@ def score_file(clip, path):
     fs = set(frames)
     hyp = read_mot(path, fs)
     return score(frames, gt, hyp)
+
+
+def score_crossings(truth, path):
+    """An `eval track --crossings` file against a crossings.json."""
+    true = [(c["frame"], c["direction"]) for c in truth["crossings"]]
+    return match_crossings(true, read_crossings(path, truth["line"]["name"]), truth["fps"])
+
+
+def side(seg, p):
+    """(P2 - P1) x (p - P1) for the segment seg = (P1, P2), as zcpipe's geom::cross: > 0 when p is
+    on its right-hand side walking from P1 to P2 on screen (image y grows downward), < 0 left."""
+    (ax, ay), (bx, by) = seg
+    return (bx - ax) * (p[1] - ay) - (by - ay) * (p[0] - ax)
+
+
+def crossing_dirs(points, a, b):
+    """The directions in which the straight move a -> b crosses the polyline `points`, one per
+    segment crossed: `in` from the segment's left-hand side to its right-hand side (side < 0 to
+    side > 0), `out` the other way."""
+    out = []
+    for seg in zip(points, points[1:]):
+        da, db = side(seg, a), side(seg, b)
+        ea, eb = side((a, b), seg[0]), side((a, b), seg[1])
+        if da * db < 0 and ea * eb < 0:
+            out.append("in" if da < 0 else "out")
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,6 +428,8 @@ def selftest():
         for k, v in want.items():
             got = r[k]
             good = abs(got - v) < 1e-9 if isinstance(v, float) else got == v
+            if isinstance(v, float) and v != v:
+                good = got != got  # nan: no predictions, or no truth
             if not good:
                 ok = False
                 print("selftest FAIL %s: %s = %r, expected %r" % (name, k, got, v), file=sys.stderr)
@@ -333,6 +469,67 @@ def selftest():
         expect(clip + "/none", r, num_misses=n_boxes, mota=0.0, num_false_positives=0)
         rows.append(row(clip, "selftest: no output", r))
     print(table(rows))
+
+    # Line crossings: the matching on synthetic cases (at 10 fps the window is 10 frames).
+    nan = float("nan")
+    cases = [
+        ("exact match", [(100, "in")], [(100, "in")], 10,
+         dict(matched=1, precision=1.0, recall=1.0, count_error_in=0, count_error_out=0, mean_frame_error=0.0)),
+        ("wrong direction", [(100, "in")], [(100, "out")], 10,
+         dict(matched=0, precision=0.0, recall=0.0, false_positives=1, misses=1, count_error_in=-1, count_error_out=1)),
+        ("outside the window (+11)", [(100, "in")], [(111, "in")], 10,
+         dict(matched=0, precision=0.0, recall=0.0, count_error_in=0, count_error_out=0)),
+        ("window edge (-10) is in", [(100, "out")], [(90, "out")], 10,
+         dict(matched=1, precision=1.0, recall=1.0, mean_frame_error=10.0)),
+        ("12.5 fps: 12 frames in, 13 out", [(100, "in"), (200, "in")], [(112, "in"), (187, "in")], 12.5,
+         dict(window_frames=12, matched=1, precision=0.5, recall=0.5, count_error_in=0)),
+        ("double count", [(100, "in")], [(100, "in"), (103, "in")], 10,
+         dict(matched=1, false_positives=1, misses=0, precision=0.5, recall=1.0, count_error_in=1, count_error_out=0)),
+        ("nearest first, one-to-one", [(100, "in"), (106, "in")], [(104, "in")], 10,
+         dict(matched=1, misses=1, precision=1.0, recall=0.5, mean_frame_error=2.0, count_error_in=-1)),
+        ("greedy keeps both", [(100, "in"), (108, "in")], [(103, "in"), (111, "in")], 10,
+         dict(matched=2, precision=1.0, recall=1.0, mean_frame_error=3.0)),
+        ("mixed", [(50, "in"), (80, "out"), (300, "out")], [(52, "in"), (79, "in"), (81, "out"), (400, "out")], 10,
+         dict(matched=2, false_positives=2, misses=1, precision=0.5, recall=2 / 3, count_error_in=1, count_error_out=0)),
+        ("no predictions", [(100, "in")], [], 10, dict(matched=0, precision=nan, recall=0.0, count_error_in=-1)),
+    ]
+    crows = []
+    for name, true, pred, fps, want in cases:
+        c = match_crossings(true, pred, fps)
+        expect("crossings/" + name, c, **want)
+        crows.append([name, str(c["true"]), str(c["predicted"]), str(c["matched"])] + cross_cells(c))
+    # The hand-made truth files: read back as predictions they score 1.0; each crossing lies
+    # within its id's annotated frames, and the ground truth boxes of that id just before and
+    # at/after it have their bottom centres on the two sides, the move between them crossing
+    # the line once, in the stated direction.
+    for clip in CLIPS:
+        truth = load_crossings(clip)
+        if truth is None:
+            continue
+        _, gt = load_gt(clip)
+        true = [(c["frame"], c["direction"]) for c in truth["crossings"]]
+        c = match_crossings(true, list(true), truth["fps"])
+        expect(clip + "/crossings itself", c, matched=len(true), precision=1.0, recall=1.0, count_error_in=0,
+               count_error_out=0)
+        crows.append(["%s.crossings.json itself" % clip, str(c["true"]), str(c["predicted"]), str(c["matched"])]
+                     + cross_cells(c))
+        pts = [tuple(p) for p in truth["line"]["points"]]
+        for x in truth["crossings"]:
+            boxes = sorted((f, b) for f, v in gt.items() for i, b, _ in v if i == x["id"])
+            before = [(f, b) for f, b in boxes if f < x["frame"]]
+            after = [(f, b) for f, b in boxes if f >= x["frame"]]
+            if not before or not after:
+                ok = False
+                print("selftest FAIL %s: crossing %r is not between two boxes of id %d" % (clip, x, x["id"]), file=sys.stderr)
+                continue
+            ref = [((b[0] + b[2] / 2.0), b[1] + b[3]) for b in (before[-1][1], after[0][1])]
+            dirs = crossing_dirs(pts, ref[0], ref[1])
+            if dirs != [x["direction"]]:
+                ok = False
+                print("selftest FAIL %s: id %d from frame %d %s to %d %s crosses %s, expected [%r]"
+                      % (clip, x["id"], before[-1][0], ref[0], after[0][0], ref[1], dirs, x["direction"]), file=sys.stderr)
+    print(table(crows, ["crossings case", "true", "predicted", "matched", "crossings P", "crossings R", "count err in",
+                        "count err out"]))
     print("selftest: %s" % ("all metrics as expected" if ok else "FAILED"))
     return 0 if ok else 1
 
@@ -370,14 +567,24 @@ def main():
     has_eval = eval_help is not None
     if not has_eval:
         print("track_eval: `%s eval track` does not exist in this build: only the detections are made" % zc, file=sys.stderr)
+    elif "--crossings" not in eval_help:
+        print("track_eval: this build's `eval track` has no --crossings: line crossings are not scored", file=sys.stderr)
     for clip in a.clips.split(","):
         jsonl = detections(zc, clip, a.rerun)
         results[clip + "/labels"] = label_counts(jsonl)
         print("track_eval: %s: detections by label: %s" % (clip, json.dumps(results[clip + "/labels"])), file=sys.stderr)
         if not has_eval:
             continue
+        truth = load_crossings(clip)
+        if truth is not None:
+            rate = frame_rate(os.path.join(CLIP_DIR, clip + ".mp4"))
+            if abs(rate - truth["fps"]) > 1e-6:
+                raise SystemExit("track_eval: %s.crossings.json says %g fps, the clip has %g" % (clip, truth["fps"], rate))
         for t in a.trackers.split(","):
-            r = score_file(clip, track(zc, clip, jsonl, t, eval_help))
+            out, cross = track(zc, clip, jsonl, t, eval_help, truth)
+            r = score_file(clip, out)
+            if cross is not None:
+                r["crossings"] = score_crossings(truth, cross)
             results["%s/%s" % (clip, t)] = r
             rows.append(row(clip, t, r))
     if not rows:
@@ -385,7 +592,8 @@ def main():
     t = table(rows)
     print(t)
     with open(os.path.join(OUT_DIR, "table.md"), "w") as f:
-        f.write("Tracker evaluation (benches/track_eval.py; ground truth tests/data/track/, IoU >= 0.5, annotated frames only)\n\n" + t)
+        f.write("Tracker evaluation (benches/track_eval.py; ground truth tests/data/track/, IoU >= 0.5, annotated frames only;"
+                " crossings: same direction within %g s, one-to-one)\n\n" % CROSS_WINDOW_S + t)
     with open(os.path.join(OUT_DIR, "results.json"), "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     return 0

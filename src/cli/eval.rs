@@ -45,6 +45,10 @@ pub struct EvalTrackArgs {
     /// rate, are closer together than the scene's); 0.01 to 1000.
     #[arg(long, allow_negative_numbers = true)]
     pub fps: Option<f64>,
+    /// Where to write the crossings of the `--line`s, one JSON line each: `{"frame": seq + 1,
+    /// "track_id", "line", "direction": "in" | "out", "label"}`.
+    #[arg(long, value_name = "FILE")]
+    pub crossings: Option<PathBuf>,
     #[command(flatten)]
     pub track: TrackArgs,
 }
@@ -60,6 +64,22 @@ impl EvalArgs {
         if !a.track.zones.is_empty() {
             anyhow::bail!("--zone: eval track writes tracks, not zone events; leave --zone out");
         }
+        let scene = &a.track.scene;
+        if !(scene.loiter.is_empty()
+            && scene.masks.is_empty()
+            && scene.filters.is_empty()
+            && scene.calibrations.is_empty())
+        {
+            anyhow::bail!(
+                "eval track takes --line (with --crossings); leave --loiter, --mask, --filter and --calibration out"
+            );
+        }
+        if a.crossings.is_some() == scene.lines.is_empty() {
+            anyhow::bail!("--line and --crossings go together: the crossings of the lines are written to the file");
+        }
+        if let Some(l) = scene.lines.iter().find(|l| l.spec.camera.is_some()) {
+            anyhow::bail!("--line {}: eval track replays one camera; leave the camera out", l.text);
+        }
         if a.track.tracker == zcpipe_track::TrackerKind::None {
             anyhow::bail!("--tracker none tracks nothing: pick bytetrack, sort or iou");
         }
@@ -68,6 +88,7 @@ impl EvalArgs {
             labels: a.labels.clone(),
             camera: a.camera.clone(),
             fps: a.fps,
+            lines: scene.lines.iter().map(|l| l.spec.line.clone()).collect(),
         };
         let input: Box<dyn std::io::BufRead> = if a.detections.as_os_str() == "-" {
             Box::new(BufReader::new(std::io::stdin()))
@@ -100,9 +121,21 @@ impl EvalArgs {
                 return Err(e);
             }
         };
+        if let Some(path) = &a.crossings {
+            let mut text = String::new();
+            for c in &st.crossings {
+                text += &serde_json::to_string(c)?;
+                text.push('\n');
+            }
+            std::fs::write(path, text).with_context(|| format!("--crossings {}", path.display()))?;
+        }
         eprintln!(
-            "{} frames, {} detections tracked, {} tracks confirmed, {} result lines",
-            st.frames, st.detections, st.tracks, st.boxes
+            "{} frames, {} detections tracked, {} tracks confirmed, {} result lines{}",
+            st.frames,
+            st.detections,
+            st.tracks,
+            st.boxes,
+            if a.crossings.is_some() { format!(", {} crossings", st.crossings.len()) } else { String::new() }
         );
         Ok(0)
     }

@@ -22,6 +22,7 @@ pub mod record;
 pub mod reference;
 pub mod run;
 pub mod scale;
+pub mod scene;
 pub mod signals;
 pub mod snapshot;
 pub(crate) mod stage_args;

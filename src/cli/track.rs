@@ -8,6 +8,7 @@ use zcpipe_publish::TrackConfig;
 use zcpipe_track::{zone, TrackParams, TrackerKind, ZoneSpec};
 
 use super::common::choice;
+use super::scene::SceneArgs;
 
 /// Tracking options.
 #[derive(Args, Debug, Clone)]
@@ -41,6 +42,8 @@ pub struct TrackArgs {
     /// ByteTrack's second association takes the lower ones down to --score-threshold (0.05 to 0.95).
     #[arg(long, default_value_t = 0.5, value_parser = high_score, allow_negative_numbers = true)]
     pub track_high: f32,
+    #[command(flatten)]
+    pub scene: SceneArgs,
 }
 
 /// `--zone`'s parser: its error is [`ZoneSpec::parse`]'s line alone, which names the zone;
@@ -106,7 +109,23 @@ impl TrackArgs {
         if self.tracker == TrackerKind::None && !self.zones.is_empty() {
             bail!("--zone needs a tracker (zones count tracked objects): leave --tracker at bytetrack, or drop --zone");
         }
-        Ok(TrackConfig { params: self.params(), zones: zone::per_camera(&self.zones, cameras)? })
+        if let Some(flag) = self.scene.needing_a_tracker().filter(|_| self.tracker == TrackerKind::None) {
+            bail!("{flag} needs a tracker (it measures tracked objects): leave --tracker at bytetrack, or drop {flag}");
+        }
+        let zones = zone::per_camera(&self.zones, cameras)?;
+        let s = &self.scene;
+        let loiter: Vec<_> = s.loiter.iter().map(|g| g.spec.clone()).collect();
+        let lines: Vec<_> = s.lines.iter().map(|g| g.spec.clone()).collect();
+        let masks: Vec<_> = s.masks.iter().map(|g| g.spec.clone()).collect();
+        let filters: Vec<_> = s.filters.iter().map(|g| g.spec.clone()).collect();
+        Ok(TrackConfig {
+            params: self.params(),
+            loiter_ns: zone::loiter_per_camera(&loiter, cameras, &zones)?,
+            zones,
+            lines: zcpipe_track::line::per_camera(&lines, cameras)?,
+            gates: zcpipe_track::filter::per_camera(&masks, &filters, cameras)?,
+            calibrations: s.calibrations(cameras)?,
+        })
     }
 
     /// For the plan: `bytetrack tracks, zones door, front:gate` or `no tracking`.
@@ -123,6 +142,9 @@ impl TrackArgs {
                 .collect();
             s += &format!(", zones {}", z.join(", "));
         }
+        for part in self.scene.describe() {
+            s += &format!(", {part}");
+        }
         s
     }
 
@@ -138,6 +160,7 @@ impl TrackArgs {
             format!("--track-high={}", self.track_high),
         ];
         v.extend(self.zones.iter().map(|z| zone_flag(z.camera.as_deref(), &z.zone)));
+        v.extend(self.scene.flags());
         v
     }
 

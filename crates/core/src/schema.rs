@@ -76,7 +76,7 @@ impl SocketLine {
 }
 
 /// One detection as published.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
 pub struct DetectionJson {
     /// Class index.
     pub class_id: u32,
@@ -92,6 +92,41 @@ pub struct DetectionJson {
     /// `--tracker none` and on detections of no confirmed track.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub track_id: Option<u64>,
+    /// Its track's ground speed, km/h: only on a camera with a `--calibration`, for a track
+    /// seen long enough to have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_kmh: Option<f32>,
+}
+
+/// A line crossing's direction: along the line from its first point to its last as drawn
+/// on the screen, `in` is from its left-hand side to its right-hand side, `out` back.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// From the line's left-hand side to its right-hand side.
+    In,
+    /// From its right-hand side to its left-hand side.
+    Out,
+}
+
+impl Direction {
+    /// `in` or `out`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+}
+
+/// A line's crossings by one label, since the run started.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct CrossingsJson {
+    /// Crossings `in`.
+    #[serde(rename = "in")]
+    pub into: u64,
+    /// Crossings `out`.
+    pub out: u64,
 }
 
 /// Reads an `f32` from a JSON number, refusing one beyond `f32`'s range: serde would read it
@@ -137,7 +172,7 @@ pub struct LatencyJson {
 }
 
 /// The `"frame"` line: one frame's detections.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
 pub struct FrameJson {
     /// The camera the frame came from: its name in `zcpipe run --source NAME=...` (`cam0`,
     /// `cam1`, ... for unnamed ones). Empty from a publisher older than the field.
@@ -159,6 +194,10 @@ pub struct FrameJson {
     /// than the keep-alive), by label; absent for a camera without zones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
+    /// For a camera with lines: each line's crossings by label since the run started
+    /// (`{}` for a line nothing crossed yet); absent for a camera without lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<BTreeMap<String, BTreeMap<String, CrossingsJson>>>,
     /// Frames of this camera passed over since its previous line, by cause (absent when
     /// none was): with `--detect-fps` the sequence numbers have gaps that are not drops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,11 +246,13 @@ impl FrameJson {
                     score: (x.score * 1000.0).round() / 1000.0,
                     bbox: x.bbox.map(|v| (v * 10.0).round() / 10.0),
                     track_id: None,
+                    ..Default::default()
                 })
                 .collect(),
             zones: None,
             skipped: SkippedJson::of(&d.skipped),
             npu: NpuFacts { wait_us: d.skipped.wait_us, busy_us: d.npu_busy_us },
+            ..Default::default()
         }
     }
 }
@@ -257,10 +298,11 @@ impl SkippedJson {
 }
 
 /// The `"event"` line: something happened to a tracked object (the zcpipe-track crate says when).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
 pub struct EventJson {
-    /// `new` (the track was confirmed), `entered_zone`, `left_zone`, `stationary`, `end`
-    /// (unseen for longer than the keep-alive, or the stream ended).
+    /// `new` (the track was confirmed), `entered_zone`, `left_zone`, `loitering`,
+    /// `crossed_line`, `stationary`, `end` (unseen for longer than the keep-alive, or the
+    /// stream ended).
     pub event: String,
     /// The camera (as in the frame lines).
     pub camera: String,
@@ -273,9 +315,22 @@ pub struct EventJson {
     /// The best score of its detections so far, 0..1.
     #[serde(deserialize_with = "f32_in_range")]
     pub score: f32,
-    /// The zone, for `entered_zone` and `left_zone`; `null` otherwise.
+    /// The zone, for `entered_zone`, `left_zone` and `loitering`; `null` otherwise.
     #[serde(default)]
     pub zone: Option<String>,
+    /// The line, for `crossed_line`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<String>,
+    /// The direction, for `crossed_line`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+    /// For `left_zone` and `loitering`: how long the track has been in the zone, seconds
+    /// (capture time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// Its ground speed, km/h (a camera with a `--calibration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_kmh: Option<f32>,
     /// When the track was first seen (capture time, CLOCK_MONOTONIC ns).
     pub first_seen_ns: u64,
     /// When it was last seen, ns.
@@ -451,10 +506,12 @@ mod tests {
                 score: 0.5,
                 bbox: [1.0, 2.0, 3.0, 4.0],
                 track_id: None,
+                ..Default::default()
             }],
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         };
         let frame = SocketLine::Frame(f).to_line().unwrap();
         assert_eq!(
@@ -500,6 +557,7 @@ mod tests {
             score: 0.9,
             bbox: [1.0, 2.0, 3.0, 4.0],
             track_id: Some(7),
+            ..Default::default()
         };
         let zones = BTreeMap::from([
             ("door".to_string(), BTreeMap::from([("person".to_string(), 1)])),
@@ -516,6 +574,7 @@ mod tests {
             zones: Some(zones),
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         };
         let line = SocketLine::Frame(f).to_line().unwrap();
         assert!(
@@ -538,6 +597,7 @@ mod tests {
             timestamp_ns: 20,
             seq: Some(41),
             bbox: [1.0, 2.0, 3.0, 4.0],
+            ..Default::default()
         };
         let line = SocketLine::Event(e.clone()).to_line().unwrap();
         assert_eq!(
@@ -589,6 +649,7 @@ mod tests {
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         });
         assert_eq!(SocketLine::parse(&line.to_line().unwrap()).unwrap(), line);
     }

@@ -16,6 +16,7 @@ pub mod report;
 pub use zcpipe_core::schema;
 pub mod snapshot;
 pub mod stage;
+pub mod tracking;
 pub use zcpipe_track as track;
 pub mod pixels;
 pub mod recorded;
@@ -76,13 +77,22 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
     Ok(outputs)
 }
 
-/// What the publish stage's tracker does ([`track`]).
-#[derive(Clone, Debug, PartialEq)]
+/// What the publish stage's tracker does ([`track`]); every list is per camera, in the
+/// order of [`PublishConfig::cameras`] (a shorter list: nothing for the cameras after).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrackConfig {
     /// The tracker and its parameters.
     pub params: track::TrackParams,
-    /// Each camera's zones, in the order of [`PublishConfig::cameras`].
+    /// Each camera's zones.
     pub zones: Vec<Vec<track::Zone>>,
+    /// Each camera's loitering time per zone, ns (in the order of its zones).
+    pub loiter_ns: Vec<Vec<Option<u64>>>,
+    /// Each camera's lines.
+    pub lines: Vec<Vec<track::Line>>,
+    /// Each camera's masks and label filters (applied with or without a tracker).
+    pub gates: Vec<track::filter::Gate>,
+    /// Each camera's ground calibration, for speeds.
+    pub calibrations: Vec<Option<track::speed::CalibrationSpec>>,
 }
 
 /// The group `--socket-group` names (`name`), else the `zcpipe` group when it exists

@@ -12,7 +12,7 @@ use zcpipe_core::metrics::{FrameSpan, LatencySummary};
 use super::http::HttpReport;
 use super::mqtt::bridge::MqttReport;
 use super::snapshot::SnapshotCounters;
-use super::stage::TrackingReport;
+use super::tracking::TrackingReport;
 use super::ServerStats;
 
 /// One camera's numbers in the publish stage's report (a run with several cameras).

@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::schema::{NoticeJson, SocketLine};
-use super::stage::{human_event, human_line};
+use super::stage::human_line;
+use super::tracking::human_event;
 use zcpipe_core::config::default_detections_socket as default_socket_path;
 
 /// What `zcpipe watch` watches, and how it prints it.
@@ -337,6 +338,7 @@ mod tests {
                 zones: None,
                 skipped: None,
                 npu: Default::default(),
+                ..Default::default()
             })
             .to_line()
             .unwrap()
@@ -355,6 +357,7 @@ mod tests {
                 timestamp_ns: 2,
                 seq: Some(7),
                 bbox: [1.0, 2.0, 3.0, 4.0],
+                ..Default::default()
             };
             SocketLine::Event(e).to_line().unwrap()
         };
@@ -429,6 +432,7 @@ mod tests {
                 zones: None,
                 skipped: None,
                 npu: Default::default(),
+                ..Default::default()
             })
             .to_line()
             .unwrap()
@@ -515,10 +519,12 @@ mod tests {
                 score: 0.5,
                 bbox: [1.0, 2.0, 3.0, 4.0],
                 track_id: None,
+                ..Default::default()
             }],
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         })
         .to_line()
         .unwrap();

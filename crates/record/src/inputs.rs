@@ -236,6 +236,7 @@ fn resumed(f: &zcpipe_core::schema::FrameJson, known: &mut std::collections::Has
                 timestamp_ns: f.timestamp_ns,
                 seq: Some(f.seq),
                 bbox: d.bbox,
+                ..Default::default()
             })
         })
         .collect()

@@ -160,6 +160,7 @@ mod tests {
             timestamp_ns: last,
             seq: None,
             bbox: [0.0; 4],
+            ..Default::default()
         }
     }
 

@@ -23,10 +23,28 @@ pub struct Replay {
     /// lines' capture timestamps: a clip decoded faster than its rate (`--fps max`) has
     /// timestamps closer together than the scene's, which would stretch the keep-alive.
     pub fps: Option<f64>,
+    /// Lines whose crossings are reported ([`ReplayStats::crossings`]).
+    pub lines: Vec<super::Line>,
+}
+
+/// One crossing of a line in a replay (`zcpipe eval track --crossings FILE`, one JSON line
+/// each): scored against hand-made crossings by `benches/track_eval.py`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Crossing {
+    /// The frame it happened in, MOTChallenge's 1-based number (`seq + 1`).
+    pub frame: u64,
+    /// The track.
+    pub track_id: u64,
+    /// The line's name.
+    pub line: String,
+    /// Its direction.
+    pub direction: super::Direction,
+    /// The track's label.
+    pub label: String,
 }
 
 /// What a replay counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayStats {
     /// Frame lines of the camera read.
     pub frames: u64,
@@ -36,6 +54,8 @@ pub struct ReplayStats {
     pub boxes: u64,
     /// Confirmed tracks (ids given).
     pub tracks: u64,
+    /// The lines' crossings, in order.
+    pub crossings: Vec<Crossing>,
 }
 
 /// Reads the frame lines of `input` (a detections stream as `zcpipe run --json` prints it;
@@ -44,7 +64,9 @@ pub struct ReplayStats {
 /// (pixels, one decimal). Errors: an unreadable line (with its line number), frames of the
 /// camera out of order, no frame of the camera.
 pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<ReplayStats> {
-    let mut tracker = Tracker::new(r.params.clone(), vec![]);
+    let scene = super::Scene { lines: r.lines.clone(), ..super::Scene::default() };
+    let mut tracker = Tracker::with_scene(r.params.clone(), scene);
+    let mut label_of: std::collections::BTreeMap<u32, String> = Default::default();
     let mut st = ReplayStats::default();
     let mut camera = r.camera.clone();
     let mut last_seq: Option<u64> = None;
@@ -79,6 +101,9 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
             None => f.timestamp_ns,
         };
         seen.extend(f.detections.iter().map(|d| d.label.clone()));
+        for d in &f.detections {
+            label_of.entry(d.class_id).or_insert_with(|| d.label.clone());
+        }
         let dets: Vec<&zcpipe_core::schema::DetectionJson> =
             f.detections.iter().filter(|d| r.labels.is_empty() || r.labels.contains(&d.label)).collect();
         let obs: Vec<Observation> =
@@ -87,6 +112,16 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
         events.clear();
         let ids = tracker.update(t_ns, &obs, &mut events);
         st.tracks += events.iter().filter(|e| e.kind == super::EventKind::New).count() as u64;
+        st.crossings.extend(events.iter().filter_map(|e| {
+            let (line, direction) = e.line?;
+            Some(Crossing {
+                frame: f.seq + 1,
+                track_id: e.track_id,
+                line: r.lines[line].name.clone(),
+                direction,
+                label: label_of.get(&e.class_id).cloned().unwrap_or_default(),
+            })
+        }));
         for (d, id) in dets.iter().zip(ids) {
             let Some(id) = id else { continue };
             let [x1, y1, x2, y2] = d.bbox;
@@ -138,6 +173,7 @@ mod tests {
             score: 0.9,
             bbox: [x, 10.0, x + 20.0, 60.0],
             track_id: None,
+            ..Default::default()
         };
         let cat = DetectionJson {
             class_id: 15,
@@ -145,6 +181,7 @@ mod tests {
             score: 0.9,
             bbox: [300.0, 10.0, 340.0, 60.0],
             track_id: None,
+            ..Default::default()
         };
         SocketLine::Frame(FrameJson {
             camera: "cam0".into(),
@@ -157,6 +194,7 @@ mod tests {
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         })
         .to_line()
         .unwrap()
@@ -165,10 +203,16 @@ mod tests {
     #[test]
     fn writes_motchallenge_lines_of_confirmed_tracks() {
         let input: String = (0..4).map(|s| line(s, 100.0 + 2.0 * s as f32)).collect();
-        let r = Replay { params: TrackParams::default(), labels: vec!["person".into()], camera: None, fps: Some(10.0) };
+        let r = Replay {
+            params: TrackParams::default(),
+            labels: vec!["person".into()],
+            camera: None,
+            fps: Some(10.0),
+            lines: vec![],
+        };
         let mut out = Vec::new();
         let st = replay(input.as_bytes(), &mut out, &r).unwrap();
-        assert_eq!(st, ReplayStats { frames: 4, detections: 4, boxes: 2, tracks: 1 });
+        assert_eq!(st, ReplayStats { frames: 4, detections: 4, boxes: 2, tracks: 1, crossings: vec![] });
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "3,1,104.0,10.0,20.0,50.0,0.900,-1,-1,-1\n4,1,106.0,10.0,20.0,50.0,0.900,-1,-1,-1\n"

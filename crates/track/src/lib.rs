@@ -25,12 +25,18 @@
 //! found again by the first association; unseen for longer than `keepalive_ns` it ends
 //! (`end`). Times are the frames' capture timestamps (CLOCK_MONOTONIC ns).
 
+mod analytics;
 pub mod assign;
 pub mod eval;
+pub mod filter;
+pub mod geom;
 pub mod kalman;
+pub mod line;
+pub mod speed;
 pub mod zone;
 
 use kalman::Kalman;
+pub use line::{Direction, Line, LineSpec};
 use zcpipe_core::detections::iou;
 pub use zone::{Zone, ZoneSpec};
 
@@ -115,6 +121,10 @@ pub enum EventKind {
     Stationary,
     /// Unseen for longer than `keepalive_ns`, or the stream ended.
     End,
+    /// Its reference point crossed a line (with the direction).
+    CrossedLine,
+    /// It has been in a zone with a loitering time for that long (once per visit).
+    Loitering,
 }
 
 impl EventKind {
@@ -126,6 +136,8 @@ impl EventKind {
             EventKind::LeftZone => "left_zone",
             EventKind::Stationary => "stationary",
             EventKind::End => "end",
+            EventKind::CrossedLine => "crossed_line",
+            EventKind::Loitering => "loitering",
         }
     }
 }
@@ -141,8 +153,14 @@ pub struct TrackEvent {
     pub class_id: u32,
     /// The best score of its detections so far.
     pub best_score: f32,
-    /// For `entered_zone` / `left_zone`: the zone's index in the camera's zones.
+    /// For `entered_zone`, `left_zone` and `loitering`: the zone's index in the camera's zones.
     pub zone: Option<usize>,
+    /// For `crossed_line`: the line's index in the camera's lines, and the direction.
+    pub line: Option<(usize, Direction)>,
+    /// For `left_zone` and `loitering`: how long it has been in the zone, ns.
+    pub duration_ns: Option<u64>,
+    /// Its ground speed now, km/h (a camera with a calibration).
+    pub speed_kmh: Option<f32>,
     /// When it was first and last seen (capture time, ns).
     pub first_seen_ns: u64,
     /// When it was last matched to a detection, ns.
@@ -180,6 +198,17 @@ struct Track {
     anchor: (f32, f32),
     anchor_ns: u64,
     stationary: bool,
+    /// The box of its first detection (where its lines start from when it is confirmed).
+    first_box: [f32; 4],
+    /// Where it stands with each line of the camera.
+    lines: Vec<line::LineState>,
+    /// When it entered each zone it is in, ns (index: the zone).
+    zone_since: Vec<u64>,
+    /// The zones it has loitered in this visit (bit i: zone i).
+    loitered: u64,
+    /// Its ground positions (a camera with a calibration), and its speed now.
+    odometer: speed::Odometer,
+    speed_kmh: Option<f32>,
 }
 
 impl Track {
@@ -194,6 +223,9 @@ impl Track {
             class_id: self.class_id,
             best_score: self.best_score,
             zone,
+            line: None,
+            duration_ns: None,
+            speed_kmh: self.speed_kmh,
             first_seen_ns: self.first_seen_ns,
             last_seen_ns: self.last_seen_ns,
             bbox: self.det_box,
@@ -207,10 +239,37 @@ impl Track {
     }
 }
 
+/// What a camera's tracker watches besides its tracks' ids.
+#[derive(Clone, Debug, Default)]
+pub struct Scene {
+    /// Its zones (at most 64).
+    pub zones: Vec<Zone>,
+    /// Each zone's loitering time, ns (`None`: not watched); as long as `zones` or shorter.
+    pub loiter_ns: Vec<Option<u64>>,
+    /// Its lines.
+    pub lines: Vec<Line>,
+    /// Its ground calibration, for speeds.
+    pub calibration: Option<speed::Calibration>,
+}
+
+/// Crossings of one line by one class: `[in, out]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineCount {
+    /// The line's index in the camera's lines.
+    pub line: usize,
+    /// The class.
+    pub class_id: u32,
+    /// Crossings in, out.
+    pub counts: [u64; 2],
+}
+
 /// The tracker of one camera: its tracks, its zones, its next id.
 pub struct Tracker {
     params: TrackParams,
     zones: Vec<Zone>,
+    scene: Scene,
+    /// Crossings so far, by line then class.
+    line_counts: Vec<LineCount>,
     tracks: Vec<Track>,
     next_id: u64,
     /// The capture time of the last frame, ns.
@@ -220,9 +279,18 @@ pub struct Tracker {
 impl Tracker {
     /// A tracker with `params` for a camera with `zones` (at most [`zone::MAX_ZONES`]; more
     /// are ignored).
-    pub fn new(params: TrackParams, mut zones: Vec<Zone>) -> Tracker {
-        zones.truncate(zone::MAX_ZONES);
-        Tracker { params, zones, tracks: vec![], next_id: 1, last_frame_ns: None }
+    pub fn new(params: TrackParams, zones: Vec<Zone>) -> Tracker {
+        Tracker::with_scene(params, Scene { zones, ..Scene::default() })
+    }
+
+    /// A tracker with `params` for a camera with `scene` (at most [`zone::MAX_ZONES`] zones
+    /// and [`line::MAX_LINES`] lines; more are ignored).
+    pub fn with_scene(params: TrackParams, mut scene: Scene) -> Tracker {
+        scene.zones.truncate(zone::MAX_ZONES);
+        scene.lines.truncate(line::MAX_LINES);
+        scene.loiter_ns.resize(scene.zones.len(), None);
+        let zones = std::mem::take(&mut scene.zones);
+        Tracker { params, zones, scene, line_counts: vec![], tracks: vec![], next_id: 1, last_frame_ns: None }
     }
 
     /// Ids from `first` on (a restarted publish stage goes on from where the last one got,
@@ -255,6 +323,22 @@ impl Tracker {
     /// The camera's zones.
     pub fn zones(&self) -> &[Zone] {
         &self.zones
+    }
+
+    /// The camera's lines.
+    pub fn lines(&self) -> &[Line] {
+        &self.scene.lines
+    }
+
+    /// Crossings so far, by line then class (only pairs that crossed).
+    pub fn line_counts(&self) -> &[LineCount] {
+        &self.line_counts
+    }
+
+    /// Track `id`'s ground speed now, km/h (a camera with a calibration, a track seen long
+    /// enough).
+    pub fn speed_kmh(&self, id: u64) -> Option<f32> {
+        self.tracks.iter().find(|t| t.id == id).and_then(|t| t.speed_kmh)
     }
 
     /// Confirmed tracks now, seen or lost.
@@ -449,6 +533,12 @@ impl Tracker {
                     anchor: c,
                     anchor_ns: t_ns,
                     stationary: false,
+                    first_box: det.bbox,
+                    lines: vec![line::LineState::default(); self.scene.lines.len()],
+                    zone_since: vec![0; self.zones.len()],
+                    loitered: 0,
+                    odometer: speed::Odometer::default(),
+                    speed_kmh: None,
                 });
                 keep.push(true);
             }
@@ -471,7 +561,8 @@ impl Tracker {
         for (d, t) in det_track.iter().enumerate() {
             let Some(t) = *t else { continue };
             let tr = &mut self.tracks[t];
-            if !tr.confirmed() {
+            let confirmed_now = !tr.confirmed();
+            if confirmed_now {
                 if tr.hits < p.confirm_frames {
                     continue;
                 }
@@ -481,20 +572,9 @@ impl Tracker {
                 tr.anchor_ns = t_ns;
                 events.push(tr.event(EventKind::New, None, t_ns));
             }
-            // Zones by the detection's own box: where the feet were seen.
-            let b = &dets[d].bbox;
-            let foot = ((b[0] + b[2]) / 2.0, b[3]);
-            for (z, zone) in self.zones.iter().enumerate() {
-                let inside = zone.contains(foot.0, foot.1);
-                if inside != (tr.zones & (1 << z) != 0) {
-                    tr.zones ^= 1 << z;
-                    events.push(tr.event(
-                        if inside { EventKind::EnteredZone } else { EventKind::LeftZone },
-                        Some(z),
-                        t_ns,
-                    ));
-                }
-            }
+            // Zones, loitering, lines and speed by the detection's own box: where the feet were seen.
+            let mut seen = analytics::Seen { zones: &self.zones, scene: &self.scene, counts: &mut self.line_counts };
+            seen.observe(tr, t_ns, &dets[d].bbox, confirmed_now, events);
             let c = centre(&tr.bbox);
             let diag = ((tr.bbox[2] - tr.bbox[0]).powi(2) + (tr.bbox[3] - tr.bbox[1]).powi(2)).sqrt();
             if ((c.0 - tr.anchor.0).powi(2) + (c.1 - tr.anchor.1).powi(2)).sqrt() > p.stationary_move * diag {
@@ -529,7 +609,9 @@ impl Tracker {
             if t.confirmed() {
                 for z in 0..self.zones.len() {
                     if t.zones & (1 << z) != 0 {
-                        events.push(t.event(EventKind::LeftZone, Some(z), now_ns));
+                        let mut e = t.event(EventKind::LeftZone, Some(z), now_ns);
+                        e.duration_ns = Some(now_ns.saturating_sub(t.zone_since[z]));
+                        events.push(e);
                     }
                 }
                 events.push(t.event(EventKind::End, None, now_ns));
@@ -545,3 +627,5 @@ fn centre(b: &[f32; 4]) -> (f32, f32) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_scene;

@@ -6,11 +6,10 @@
 
 use anyhow::{bail, Result};
 
+use crate::geom::{polygon_contains, Shape, ShapeRules};
+
 /// The most zones one camera may have (a track keeps the zones it is in as a bit set).
 pub(crate) const MAX_ZONES: usize = 64;
-
-/// The largest coordinate a zone may have, pixels (the largest frame side zcpipe takes).
-pub(crate) const MAX_COORD: f32 = 16384.0;
 
 /// One zone: its name and its polygon, vertices in order, source pixels.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,78 +30,34 @@ pub struct ZoneSpec {
     pub zone: Zone,
 }
 
-/// Checks a zone's name: `[a-z0-9_-]{1,32}` (it becomes a JSON key and, later, an MQTT topic).
-fn check_name(name: &str, text: &str) -> Result<()> {
-    if name.is_empty()
-        || name.len() > 32
-        || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-    {
-        bail!("--zone {text}: the zone name {name:?} must be 1 to 32 of a-z, 0-9, '_' and '-' (e.g. --zone door=100,200,400,200,400,430,100,430)");
-    }
-    Ok(())
-}
+const RULES: ShapeRules = ShapeRules {
+    flag: "--zone",
+    noun: "zone",
+    shape: "polygon",
+    named: true,
+    min_points: 3,
+    example: "door=100,200,400,200,400,430,100,430",
+    keys: &[],
+};
 
-/// The most points a zone may have: a polygon drawn by hand has tens, and every track of
-/// every frame is tested against it.
-const MAX_POINTS: usize = 1000;
-
-/// Whether `text` holds at most [`MAX_POINTS`] pairs of numbers, counted before anything is
-/// parsed or allocated; else one line naming the zone (`shown`).
-fn check_points(text: &str, shown: &str) -> Result<()> {
-    let numbers = text.bytes().filter(|&b| b == b',').count() + 1;
-    if numbers > 2 * MAX_POINTS {
-        bail!("--zone {shown}: {} points; a zone has at most {MAX_POINTS} (simplify the polygon)", numbers / 2);
-    }
-    Ok(())
-}
+const LOITER: ShapeRules = ShapeRules {
+    flag: "--loiter",
+    noun: "zone",
+    shape: "polygon",
+    named: true,
+    min_points: 0,
+    example: "gate=30",
+    keys: &[],
+};
 
 impl ZoneSpec {
     /// Reads `[CAMERA:]NAME=x1,y1,x2,y2,x3,y3[,...]`. Errors (one line naming the flag and
     /// the fix): no `=`, a bad name, an odd count of numbers, fewer than three points, a
-    /// number that is not a finite, non-negative pixel coordinate.
+    /// number that is not a finite, non-negative pixel coordinate, a polygon of no area.
     pub fn parse(text: &str) -> Result<ZoneSpec> {
-        // A long zone is named by its head in messages, not quoted whole.
-        let shown = match text.split_once('=') {
-            Some((head, _)) if text.len() > 120 => format!("{head}=... ({} bytes)", text.len()),
-            _ => text.to_string(),
-        };
-        check_points(text, &shown)?;
-        let Some((head, coords)) = text.split_once('=') else {
-            bail!("--zone {shown}: expected NAME=x1,y1,x2,y2,x3,y3,... (source pixels; CAMERA:NAME=... for one camera of several)");
-        };
-        let (camera, name) = match head.split_once(':') {
-            Some((c, n)) => {
-                zcpipe_core::config::check_camera_name(c).map_err(|e| anyhow::anyhow!("--zone {shown}: {e:#}"))?;
-                (Some(c.to_string()), n)
-            }
-            None => (None, head),
-        };
-        check_name(name, &shown)?;
-        let nums: Vec<f32> = coords
-            .split(',')
-            .map(|s| match s.trim().parse::<f32>() {
-                Ok(v) if (0.0..=MAX_COORD).contains(&v) => Ok(v),
-                _ => bail!("--zone {shown}: {s:?} is not a pixel coordinate (a number from 0 to {MAX_COORD})"),
-            })
-            .collect::<Result<_>>()?;
-        if !nums.len().is_multiple_of(2) {
-            bail!("--zone {shown}: {} numbers; a zone is x,y pairs", nums.len());
-        }
-        if nums.len() < 6 {
-            bail!("--zone {shown}: {} point(s); a zone needs at least three (x1,y1,x2,y2,x3,y3)", nums.len() / 2);
-        }
-        let points: Vec<(f32, f32)> = nums.chunks(2).map(|p| (p[0], p[1])).collect();
-        // Twice the signed area (the shoelace formula): a zone must enclose something.
-        let area2: f32 = (0..points.len())
-            .map(|i| {
-                let ((ax, ay), (bx, by)) = (points[i], points[(i + 1) % points.len()]);
-                ax * by - bx * ay
-            })
-            .sum();
-        if area2.abs() < 1.0 {
-            bail!("--zone {shown}: the polygon encloses no area (its points are on one line or the same); give its corners in order");
-        }
-        Ok(ZoneSpec { camera, zone: Zone { name: name.to_string(), points } })
+        let s = Shape::parse(text, &RULES)?;
+        s.check_area(&RULES)?;
+        Ok(ZoneSpec { camera: s.camera, zone: Zone { name: s.name, points: s.points } })
     }
 }
 
@@ -110,73 +65,127 @@ impl ZoneSpec {
 /// naming none goes to every camera. Errors: a camera not in `cameras`, a zone named
 /// twice for one camera, more than [`MAX_ZONES`] for one camera.
 pub fn per_camera(specs: &[ZoneSpec], cameras: &[String]) -> Result<Vec<Vec<Zone>>> {
-    let mut out: Vec<Vec<Zone>> = vec![vec![]; cameras.len()];
-    for s in specs {
-        let targets: Vec<usize> = match &s.camera {
+    let named = specs.iter().map(|s| (s.camera.clone(), s.zone.name.clone(), s.zone.clone())).collect();
+    spread("--zone", "zone", named, cameras, MAX_ZONES)
+}
+
+/// Named items (`(camera, name, item)`) to their cameras: one naming a camera goes to it,
+/// one naming none to every camera. Errors (one line, naming `flag`): a camera not in
+/// `cameras`, a name given twice for one camera, more than `max` for one camera.
+pub(crate) fn spread<T: Clone>(
+    flag: &str,
+    noun: &str,
+    named: Vec<(Option<String>, String, T)>,
+    cameras: &[String],
+    max: usize,
+) -> Result<Vec<Vec<T>>> {
+    let mut out: Vec<Vec<(String, T)>> = vec![vec![]; cameras.len()];
+    for (camera, name, item) in named {
+        let targets: Vec<usize> = match &camera {
             Some(c) => match cameras.iter().position(|n| n == c) {
                 Some(i) => vec![i],
-                None => bail!("--zone {c}:{}: no camera named {c} (cameras: {})", s.zone.name, cameras.join(", ")),
+                None => bail!("{flag} {c}:{name}: no camera named {c} (cameras: {})", cameras.join(", ")),
             },
             None => (0..cameras.len()).collect(),
         };
         for i in targets {
-            if out[i].iter().any(|z| z.name == s.zone.name) {
+            if out[i].iter().any(|(n, _)| *n == name) {
                 bail!(
-                    "--zone {}: camera {} already has a zone named {}; give each zone its own name",
-                    s.zone.name,
-                    cameras[i],
-                    s.zone.name
+                    "{flag} {name}: camera {} already has a {noun} named {name}; give each {noun} its own name",
+                    cameras[i]
                 );
             }
-            if out[i].len() == MAX_ZONES {
-                bail!("--zone {}: camera {} has {MAX_ZONES} zones, the most it may have", s.zone.name, cameras[i]);
+            if out[i].len() == max {
+                bail!("{flag} {name}: camera {} has {max} {noun}s, the most it may have", cameras[i]);
             }
-            out[i].push(s.zone.clone());
+            out[i].push((name.clone(), item.clone()));
         }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|v| v.into_iter().map(|(_, t)| t).collect()).collect())
 }
 
 impl Zone {
     /// Whether `(x, y)` is inside (even-odd rule) or on an edge (within 0.01 px): a box
     /// clamped to the frame's bottom row has its feet on the edge of a zone drawn to it.
     pub fn contains(&self, x: f32, y: f32) -> bool {
-        let n = self.points.len();
-        let on_edge = (0..n).any(|i| {
-            let ((ax, ay), (bx, by)) = (self.points[i], self.points[(i + 1) % n]);
-            let (dx, dy) = (bx - ax, by - ay);
-            let len2 = dx * dx + dy * dy;
-            let t = if len2 > 0.0 { (((x - ax) * dx + (y - ay) * dy) / len2).clamp(0.0, 1.0) } else { 0.0 };
-            let (px, py) = (ax + t * dx - x, ay + t * dy - y);
-            px * px + py * py <= 1e-4
-        });
-        if on_edge {
-            return true;
-        }
-        let mut inside = false;
-        for i in 0..n {
-            let (xi, yi) = self.points[i];
-            let (xj, yj) = self.points[(i + n - 1) % n];
-            if (yi > y) != (yj > y) && x < (xj - xi) * (y - yi) / (yj - yi) + xi {
-                inside = !inside;
-            }
-        }
-        inside
+        polygon_contains(&self.points, x, y)
     }
 
     /// Errors (one line) when a vertex lies outside a `width` x `height` frame of camera
     /// `camera`: x must be <= width and y <= height.
     pub fn check_inside(&self, camera: &str, width: u32, height: u32) -> Result<()> {
-        if let Some(&(x, y)) = self.points.iter().find(|&&(x, y)| x > width as f32 || y > height as f32) {
-            bail!("--zone {}: point ({x}, {y}) is outside camera {camera}'s {width}x{height} frame; zone points are source pixels", self.name);
-        }
-        Ok(())
+        crate::geom::check_inside(&self.points, &format!("--zone {}", self.name), camera, width, height)
     }
+}
+
+/// A `--loiter [CAMERA:]ZONE=SECONDS`: a track in the zone that long is loitering.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoiterSpec {
+    /// `CAMERA:` before the zone, if given.
+    pub camera: Option<String>,
+    /// The zone's name.
+    pub zone: String,
+    /// How long, ns (capture time).
+    pub after_ns: u64,
+}
+
+impl LoiterSpec {
+    /// Reads `[CAMERA:]ZONE=SECONDS` (0.1 to 86400 s). Errors: one line naming the item.
+    pub fn parse(text: &str) -> Result<LoiterSpec> {
+        let Some((head, secs)) = text.split_once('=') else {
+            bail!("--loiter {text}: expected ZONE=SECONDS (e.g. --loiter gate=30; CAMERA:ZONE=... for one camera)");
+        };
+        let (camera, zone) = match head.split_once(':') {
+            Some((c, z)) => {
+                zcpipe_core::config::check_camera_name(c).map_err(|e| anyhow::anyhow!("--loiter {text}: {e:#}"))?;
+                (Some(c.to_string()), z)
+            }
+            None => (None, head),
+        };
+        crate::geom::check_name(zone, &LOITER, text)?;
+        let after_ns = match secs.trim().parse::<f64>() {
+            Ok(v) if (0.1..=86400.0).contains(&v) => (v * 1e9) as u64,
+            _ => bail!("--loiter {text}: {secs:?} is not a time in seconds from 0.1 to 86400"),
+        };
+        Ok(LoiterSpec { camera, zone: zone.to_string(), after_ns })
+    }
+}
+
+/// Each camera's loitering time per zone (`None`: not watched), in the order of its
+/// `zones`. Errors (one line): a camera not in `cameras`, a zone the camera does not
+/// have, a zone given twice.
+pub fn loiter_per_camera(
+    specs: &[LoiterSpec],
+    cameras: &[String],
+    zones: &[Vec<Zone>],
+) -> Result<Vec<Vec<Option<u64>>>> {
+    let named = specs.iter().map(|s| (s.camera.clone(), s.zone.clone(), s.after_ns)).collect();
+    let per = spread("--loiter", "loitering time for zone", named, cameras, MAX_ZONES)?;
+    let mut out = vec![];
+    for (c, times) in per.iter().enumerate() {
+        let mut v = vec![None; zones[c].len()];
+        let names: Vec<&String> =
+            specs.iter().filter(|s| s.camera.as_ref().is_none_or(|n| *n == cameras[c])).map(|s| &s.zone).collect();
+        for (name, t) in names.into_iter().zip(times) {
+            let Some(z) = zones[c].iter().position(|z| z.name == *name) else {
+                let have: Vec<&str> = zones[c].iter().map(|z| z.name.as_str()).collect();
+                bail!(
+                    "--loiter {name}: camera {} has no zone named {name} (its zones: {}); add it with --zone",
+                    cameras[c],
+                    if have.is_empty() { "none".to_string() } else { have.join(", ") }
+                );
+            };
+            v[z] = Some(*t);
+        }
+        out.push(v);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geom::MAX_POINTS;
 
     #[test]
     fn parses_and_refuses_with_one_line() {
@@ -256,6 +265,6 @@ mod tests {
         );
         assert!(l.check_inside("cam0", 10, 10).is_ok());
         let e = format!("{:#}", l.check_inside("cam0", 8, 10).unwrap_err());
-        assert_eq!(e, "--zone l: point (10, 0) is outside camera cam0's 8x10 frame; zone points are source pixels");
+        assert_eq!(e, "--zone l: point (10, 0) is outside camera cam0's 8x10 frame; points are source pixels");
     }
 }

@@ -25,9 +25,21 @@ pub struct FileCamera {
     pub source: String,
     /// Its per-camera keys (`fps`, ...): key, value, line.
     pub keys: Vec<(String, String, usize)>,
-    /// Its zones, each with the camera prefix (`NAME:door=...`), and the line.
-    pub zones: Vec<(String, usize)>,
+    /// Its zones, lines, loitering times, masks, filters and calibration ([`SCOPED`]), each
+    /// with the camera prefix (`NAME:door=...`): key, value, line.
+    pub scoped: Vec<(&'static str, String, usize)>,
 }
+
+/// The keys a camera section may repeat that become the flag with the camera's name in
+/// front (`zone = ["door=..."]` is `--zone NAME:door=...`), and their clap ids.
+pub const SCOPED: [(&str, &str); 6] = [
+    ("zone", "zones"),
+    ("line", "lines"),
+    ("loiter", "loiter"),
+    ("mask", "masks"),
+    ("filter", "filters"),
+    ("calibration", "calibrations"),
+];
 
 /// A checked configuration file.
 #[derive(Clone, Debug)]
@@ -47,7 +59,7 @@ impl ConfigFile {
     pub fn key_count(&self) -> usize {
         self.entries.len()
             + self.source.is_some() as usize
-            + self.cameras.iter().map(|c| 1 + c.keys.len() + c.zones.len().min(1)).sum::<usize>()
+            + self.cameras.iter().map(|c| 1 + c.keys.len() + c.scoped.len().min(1)).sum::<usize>()
     }
 
     /// How many cameras it defines: its sections, or one for a top-level `source`.
@@ -253,10 +265,10 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
                 type_name(section.get_ref())
             ));
         };
-        let mut cam = FileCamera { name: n.clone(), line, source: String::new(), keys: vec![], zones: vec![] };
+        let mut cam = FileCamera { name: n.clone(), line, source: String::new(), keys: vec![], scoped: vec![] };
         for (k, v) in section.iter() {
             let (key, kline, val) = (k.get_ref().as_ref(), line_of(text, k.span().start), v.get_ref());
-            if key == "zone" {
+            if let Some(&(key, _)) = SCOPED.iter().find(|(k, _)| *k == key) {
                 let items: Vec<&DeValue<'_>> = match val {
                     DeValue::Array(a) => a.iter().map(|i| i.get_ref()).collect(),
                     v => vec![v],
@@ -264,14 +276,14 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
                 for item in items {
                     let Some(z) = item.as_str() else {
                         return Err(format!(
-                            "{file}:{kline}: zone = {}: expected zones as strings (\"NAME=x1,y1,x2,y2,...\"), found {}",
+                            "{file}:{kline}: {key} = {}: expected {key} values as strings (as --{key} takes them), found {}",
                             shown(item),
                             type_name(item)
                         ));
                     };
                     let z = format!("{n}:{z}");
-                    check_value(run, "zone", &z).map_err(|e| format!("{file}:{kline}: zone = {}: {e}", shown(item)))?;
-                    cam.zones.push((z, kline));
+                    check_value(run, key, &z).map_err(|e| format!("{file}:{kline}: {key} = {}: {e}", shown(item)))?;
+                    cam.scoped.push((key, z, kline));
                 }
                 continue;
             }
@@ -283,7 +295,7 @@ fn cameras(file: &str, text: &str, v: &Spanned<DeValue<'_>>, run: &clap::Command
                     format!("unknown key `{key}`")
                 };
                 return Err(format!(
-                    "{file}:{kline}: [camera.{n}] {why} (a camera's keys: source, {}, zone)",
+                    "{file}:{kline}: [camera.{n}] {why} (a camera's keys: source, {}, zone, line, loiter, mask, filter, calibration)",
                     per_camera.join(", ")
                 ));
             }

@@ -152,7 +152,8 @@ pub fn layer(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
             file_tokens.extend(e.tokens.iter().cloned());
             out.origins.insert(e.id.clone(), Origin::File(e.line));
         }
-        let zones_free = !blocked("zones", &above);
+        let free: Vec<&str> =
+            super::file::SCOPED.iter().filter(|(_, id)| !blocked(id, &above)).map(|(k, _)| *k).collect();
         if !blocked("source", &above) {
             if let Some((s, line)) = &f.source {
                 camera_tokens.push(format!("--source={s}"));
@@ -161,11 +162,10 @@ pub fn layer(args: Vec<OsString>, env: &BTreeMap<String, String>, default: &Path
             for c in &f.cameras {
                 camera_tokens.push(format!("--source={}={}", c.name, c.source));
                 camera_tokens.extend(c.keys.iter().map(|(k, v, _)| format!("--{k}={v}")));
-                if zones_free {
-                    file_tokens.extend(c.zones.iter().map(|(z, _)| format!("--zone={z}")));
-                    if let Some((_, line)) = c.zones.first() {
-                        out.origins.entry("zones".into()).or_insert(Origin::File(*line));
-                    }
+                for (key, value, line) in c.scoped.iter().filter(|(k, _, _)| free.contains(k)) {
+                    file_tokens.push(format!("--{key}={value}"));
+                    let id = super::file::SCOPED.iter().find(|(k, _)| k == key).map_or(*key, |(_, id)| *id);
+                    out.origins.entry(id.into()).or_insert(Origin::File(*line));
                 }
                 out.cameras = Some(Origin::File(f.cameras[0].line));
             }

@@ -173,7 +173,7 @@ fn errors_name_the_file_and_line() {
     );
     let e = err("[camera.front]\nsource = \"testsrc\"\nfps = \"x\"\n");
     assert!(e.starts_with("3: fps = \"x\": invalid value 'x' for '--fps <FPS>'"), "{e}");
-    assert_eq!(err("[camera.front]\nsource = \"testsrc\"\nbuffers = 3\n"), "3: [camera.front] `buffers` cannot differ per camera: put it at the top of the file (a camera's keys: source, fps, size, format, capture-io, record-dir, record-continuous, record-pre, record-post, record-labels, record-zones, record-keep-days, record-max-gb, zone)");
+    assert_eq!(err("[camera.front]\nsource = \"testsrc\"\nbuffers = 3\n"), "3: [camera.front] `buffers` cannot differ per camera: put it at the top of the file (a camera's keys: source, fps, size, format, capture-io, record-dir, record-continuous, record-pre, record-post, record-labels, record-zones, record-keep-days, record-max-gb, zone, line, loiter, mask, filter, calibration)");
     assert_eq!(err("x = 1\n[camera.front]\nfps = 3\n"), "1: unknown key `x` (`zcpipe config print` lists every key)");
     assert_eq!(
         err("[camera.front]\nfps = 3\n"),

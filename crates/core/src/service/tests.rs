@@ -60,6 +60,7 @@ fn a_frame_answer_is_a_frame_line_with_the_buffer() {
         zones: None,
         skipped: None,
         npu: Default::default(),
+        ..Default::default()
     };
     let r = Reply::Frame { v: 1, buffer: 2, frame: frame.clone() };
     let bytes = r.to_bytes();

@@ -76,14 +76,21 @@ mod tests {
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         }
     }
 
     #[test]
     fn a_box_edge_has_its_class_colour_and_its_inside_is_untouched() {
         let mut rgb = blank(200, 100, "");
-        let det =
-            |class_id, bbox| DetectionJson { class_id, label: "person".into(), score: 0.891, bbox, track_id: Some(3) };
+        let det = |class_id, bbox| DetectionJson {
+            class_id,
+            label: "person".into(),
+            score: 0.891,
+            bbox,
+            track_id: Some(3),
+            ..Default::default()
+        };
         let mut c = Canvas::rgb24(&mut rgb, 200, 100);
         detections(&mut c, &frame(vec![det(0, [20.0, 40.0, 80.0, 90.0]), det(2, [120.0, 30.0, 190.0, 99.0])]));
         // Every pixel of each edge's three rows/columns, on the left and right edges and the bottom.
@@ -128,6 +135,7 @@ mod tests {
                 score: 0.5,
                 bbox: [180.0, 50.0, 199.0, 90.0],
                 track_id: None,
+                ..Default::default()
             }]),
         );
         let (w, _) = text_size("person 0.50");
@@ -143,6 +151,7 @@ mod tests {
                 score: 0.5,
                 bbox: [20.0, 40.0, 80.0, 90.0],
                 track_id: None,
+                ..Default::default()
             }]),
         );
         assert_eq!(px(&small, 100, 10, 30), [0, 255, 0], "left edge at x 10, class 8 wraps to green");

@@ -687,7 +687,7 @@ mod tests {
             print: crate::PrintMode::None,
             socket_group: None,
             cameras: vec!["cam0".into()],
-            track: crate::TrackConfig { params: Default::default(), zones: vec![vec![]] },
+            track: crate::TrackConfig { zones: vec![vec![]], ..Default::default() },
             http: Some(http.clone()),
             snapshots: None,
             mqtt: None,

@@ -206,6 +206,7 @@ mod tests {
             score: 0.9,
             bbox: [40.0, 40.0, 200.0, 200.0],
             track_id: None,
+            ..Default::default()
         };
         FrameJson {
             camera: "cam0".into(),
@@ -218,6 +219,7 @@ mod tests {
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         }
     }
 

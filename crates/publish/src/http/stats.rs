@@ -267,6 +267,7 @@ pub(crate) mod tests_support {
             zones: None,
             skipped: None,
             npu: Default::default(),
+            ..Default::default()
         })
     }
 }

@@ -10,6 +10,8 @@
 //! - `P/<camera>/<label>`: the number of `label` in the camera's latest frame, as text, sent
 //!   when it changes (so a label that leaves the picture is sent as `0`); retained with
 //!   `--mqtt-retain`.
+//! - `P/<camera>/lines/<line>/<label>/in` and `.../out`: a line's crossings by label since
+//!   the run started, as text, sent when they change; retained with `--mqtt-retain`.
 //! - `P/<camera>/events`: the tracker's events (the event line's fields plus `time_ms`), and
 //!   each recorded clip once it closed (`"event": "clip"`, the clip line's fields: id, URL,
 //!   path, start, end, labels, tracks, plus `time_ms`, its end).
@@ -17,7 +19,9 @@
 //!   detection messages, and the bridge's counters; retained with `--mqtt-retain`.
 //! - `H/binary_sensor/<node>/<camera>_<label>/config`: an occupancy binary sensor per camera
 //!   and label (announced when the label is first seen on the camera), and
-//!   `H/sensor/<node>/<camera>_fps/config`: an fps sensor per camera (at its first frame);
+//!   `H/sensor/<node>/<camera>_fps/config`: an fps sensor per camera (at its first frame),
+//!   `H/sensor/<node>/<camera>_<line>_<label>_<in|out>/config`: a crossings counter per
+//!   line, label and direction (when the label first crosses the line);
 //!   retained (<https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery>).
 //!
 //! The bridge never slows the pipeline: [`bridge::MqttOutput::line`] builds the messages and
@@ -27,6 +31,7 @@
 //! every reconnection, so a broker that restarted without persistence gets them back.
 
 pub mod bridge;
+mod lines;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -343,8 +348,8 @@ impl MqttConfig {
         let fields = serde_json::json!({
             "name": "events",
             "state_topic": self.camera_topic(camera, "events"),
-            "event_types": ["new", "entered_zone", "left_zone", "stationary", "end", "clip"],
-            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'thumbnail': value_json.get('thumbnail'), 'labels': value_json.get('labels')} | to_json }}",
+            "event_types": ["new", "entered_zone", "left_zone", "loitering", "crossed_line", "stationary", "end", "clip"],
+            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'line': value_json.get('line'), 'direction': value_json.get('direction'), 'duration_s': value_json.get('duration_s'), 'speed_kmh': value_json.get('speed_kmh'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'thumbnail': value_json.get('thumbnail'), 'labels': value_json.get('labels')} | to_json }}",
         });
         let object = format!("{}_events", level(camera));
         self.discovery("event", camera, &object, &object, fields)
@@ -515,6 +520,8 @@ struct CameraState {
     detection_msgs: u64,
     /// Frames at the last stats message, for its fps.
     frames_at_stats: u64,
+    /// The line crossings last sent.
+    crossings: lines::Sent,
 }
 
 /// Turns socket lines into MQTT messages (on the publish stage's frame loop: no I/O).
@@ -629,6 +636,9 @@ impl Translator {
                 payload: with_time(f, time_ms).into_bytes(),
                 retain: false,
             }));
+        }
+        if let Some(now) = &f.lines {
+            lines::crossings_changed(cfg, &f.camera, &mut cam.crossings, now, out);
         }
         if self.tracks {
             return;

@@ -22,6 +22,7 @@ fn det(label: &str) -> DetectionJson {
         score: 0.9,
         bbox: [1.0, 2.0, 3.0, 4.0],
         track_id: None,
+        ..Default::default()
     }
 }
 
@@ -37,6 +38,7 @@ fn frame(camera: &str, seq: u64, labels: &[&str]) -> SocketLine {
         zones: None,
         skipped: None,
         npu: Default::default(),
+        ..Default::default()
     })
 }
 
@@ -230,6 +232,7 @@ fn events_go_to_the_events_topic_with_wall_time() {
         timestamp_ns: 2_000_000,
         seq: Some(5),
         bbox: [1.0, 2.0, 3.0, 4.0],
+        ..Default::default()
     };
     let mut out = vec![];
     t.line(&SocketLine::Event(e), |ns| ns / 1_000_000, &mut out);
@@ -437,6 +440,7 @@ fn event(kind: &str, track_id: u64, label: &str) -> SocketLine {
         timestamp_ns: 3,
         seq: Some(1),
         bbox: [1.0, 2.0, 3.0, 4.0],
+        ..Default::default()
     })
 }
 
