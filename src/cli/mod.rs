@@ -134,7 +134,7 @@ pub enum StageCmd {
         #[command(flatten)]
         common: CommonArgs,
         #[command(flatten)]
-        args: PublishArgs,
+        args: Box<PublishArgs>,
     },
     /// Show the camera on a KMS display with its boxes (a tap of capture.sock and a client of
     /// the detections socket; optional).

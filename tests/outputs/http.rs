@@ -66,14 +66,14 @@ pub(crate) fn get_json(addr: SocketAddr, path: &str) -> Value {
 type Labels = Vec<(String, String)>;
 
 /// One sample of the Prometheus text: metric name, labels, value.
-type Sample = (String, BTreeMap<String, String>, f64);
+pub(crate) type Sample = (String, BTreeMap<String, String>, f64);
 
 /// Parses Prometheus text format 0.0.4 strictly: `# HELP` and `# TYPE` once per family
 /// before its samples, a family's samples together, names and label names of the allowed
 /// characters, label values with only `\\`, `\"`, `\n` escapes, numeric values; each
 /// histogram's buckets per label set in increasing `le`, cumulative, the last `+Inf` and
 /// equal to its `_count`, with its `_sum`. Panics naming the line otherwise.
-fn parse_prometheus(text: &str) -> Vec<Sample> {
+pub(crate) fn parse_prometheus(text: &str) -> Vec<Sample> {
     let name_ok = |n: &str| {
         !n.is_empty()
             && n.chars()
@@ -189,7 +189,7 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
     samples
 }
 
-fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     samples
         .iter()
         .find(|s| {

@@ -8,4 +8,5 @@ mod bench_ipc;
 mod http;
 mod http_attacks;
 mod ipc;
+mod lines;
 mod mqtt;

@@ -16,7 +16,7 @@ use common::{stage_pid, wait_for, zcpipe_run};
 use serde_json::Value;
 
 /// Whether mosquitto and its clients are installed; says so when not.
-fn have_mosquitto() -> bool {
+pub(crate) fn have_mosquitto() -> bool {
     let ok = ["mosquitto", "mosquitto_sub", "mosquitto_pub", "mosquitto_passwd"].iter().all(|b| {
         std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin")]).any(|d| d.join(b).is_file()))
@@ -35,12 +35,12 @@ fn mosquitto_bin() -> PathBuf {
 }
 
 /// A port nobody listens on now.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A mosquitto of this test (killed on drop).
-struct Broker {
+pub(crate) struct Broker {
     child: Option<Child>,
     port: u16,
     conf: PathBuf,
@@ -50,7 +50,7 @@ struct Broker {
 impl Broker {
     /// Starts mosquitto on a free port with a config in `dir`; with `user`, only that user
     /// with that password may connect.
-    fn start(dir: &Path, user: Option<(&str, &str)>) -> Broker {
+    pub(crate) fn start(dir: &Path, user: Option<(&str, &str)>) -> Broker {
         let port = free_port();
         let conf = dir.join("mosquitto.conf");
         let mut text = format!("listener {port} 127.0.0.1\npersistence false\nlog_dest stderr\n");
@@ -101,7 +101,7 @@ impl Broker {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("mqtt://127.0.0.1:{}", self.port)
     }
 }
@@ -114,14 +114,14 @@ impl Drop for Broker {
 
 /// A `mosquitto_sub` on every topic (it reconnects and subscribes again by itself), its
 /// messages gathered as `(topic, payload)` by a thread.
-struct Sub {
+pub(crate) struct Sub {
     child: Child,
     got: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl Sub {
     /// Subscribes to `#` on `b` (as `user`), and waits until a probe message comes through.
-    fn start(b: &Broker, user: Option<(&str, &str)>) -> Sub {
+    pub(crate) fn start(b: &Broker, user: Option<(&str, &str)>) -> Sub {
         let auth: Vec<String> =
             user.map(|(u, p)| vec!["-u".into(), u.into(), "-P".into(), p.into()]).unwrap_or_default();
         let mut child = Command::new("mosquitto_sub")
@@ -154,7 +154,7 @@ impl Sub {
     }
 
     /// The messages so far, without the probes.
-    fn msgs(&self) -> Vec<(String, String)> {
+    pub(crate) fn msgs(&self) -> Vec<(String, String)> {
         self.got.lock().unwrap().iter().filter(|(t, _)| t != "probe").cloned().collect()
     }
 
@@ -164,7 +164,7 @@ impl Sub {
     }
 
     /// The payloads of `topic`, in order.
-    fn payloads(&self, topic: &str) -> Vec<String> {
+    pub(crate) fn payloads(&self, topic: &str) -> Vec<String> {
         self.msgs().into_iter().filter(|(t, _)| t == topic).map(|(_, p)| p).collect()
     }
 }

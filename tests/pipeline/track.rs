@@ -222,6 +222,14 @@ fn bad_tracking_options_are_one_line_each() {
         (&["--zone", "door=0,0,9,0,9,9", "--zone", "door=1,1,5,1,5,5"], "camera cam0 already has a zone named door"),
         (&["--zone", "side:door=0,0,9,0,9,9"], "no camera named side (cameras: cam0)"),
         (&["--tracker", "none", "--zone", "door=0,0,9,0,9,9"], "--zone needs a tracker"),
+        (&["--line", "door=5,5"], "--line door=5,5: 1 point(s); a line needs at least two"),
+        (&["--line", "door=5,5,5,5"], "the line has no length"),
+        (&["--tracker", "none", "--line", "door=0,0,9,9"], "--line needs a tracker"),
+        (&["--loiter", "gate=30"], "--loiter gate: camera cam0 has no zone named gate (its zones: none)"),
+        (&["--mask", "0,0,5,5,10,10"], "--mask 0,0,5,5,10,10: the polygon encloses no area"),
+        (&["--filter", "person:min_area=9,max_area=1"], "min_area=9 is above max_area=1; nothing would pass"),
+        (&["--filter", "person:size=3"], "unknown key `size`"),
+        (&["--calibration", "0,0,10,0,20,0,0,10=4,20"], "collinear"),
     ] {
         let out = zcpipe().args(["run", "--dry-run"]).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -243,12 +251,27 @@ fn bad_tracking_options_are_one_line_each() {
             "--json",
             "--zone",
             "far=700,0,900,0,900,100",
+            "--line",
+            "wide=0,10,900,10",
+            "--mask",
+            "0,0,800,0,800,50",
         ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let said: Vec<&str> = err.lines().filter(|l| l.contains("outside camera cam0's 768x432 frame")).collect();
-    assert_eq!(said.len(), 1, "{err}");
+    assert_eq!(said.len(), 3, "the zone, the line, the mask: {err}");
+    let said: Vec<&str> = said.into_iter().filter(|l| l.contains("--zone")).collect();
     assert!(said[0].contains("--zone far: point (900, 0)") && said[0].contains("zone far is left out"), "{err}");
+    // Lines and masks outside the frame alike: one line each, left out, the run goes on.
+    assert!(
+        err.lines()
+            .any(|l| l.contains("--line wide: point (900, 10) is outside") && l.contains("line wide is left out")),
+        "{err}"
+    );
+    assert!(
+        err.lines().any(|l| l.contains("--mask: point (800, 0) is outside") && l.contains("masks are left out")),
+        "{err}"
+    );
 }

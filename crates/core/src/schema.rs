@@ -4,18 +4,23 @@
 //! - `"frame"`: one per published frame ([`FrameJson`]):
 //!   `{"type": "frame", "camera": str, "seq": u64, "timestamp_ns": u64, "width": u32, "height": u32,
 //!   "latency_us": {"capture": f64, "scale": f64, "infer": f64, "publish": f64, "total": f64},
-//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2], "track_id": u64}],
-//!   "zones": {zone: {label: count}}, "skipped": {"rate": u64, "still": u64, "age": u64, "newer": u64}}`
+//!   "detections": [{"class_id": u32, "label": str, "score": f32, "box": [x1, y1, x2, y2], "track_id": u64,
+//!   "speed_kmh": f32}], "zones": {zone: {label: count}}, "lines": {line: {label: {"in": u64, "out": u64}}},
+//!   "dropped": {"masked": u32, "filtered": u32}, "skipped": {"rate": u64, "still": u64, "age": u64, "newer": u64}}`
 //!   with `timestamp_ns` the capture time (CLOCK_MONOTONIC) and boxes in source-frame pixels;
 //!   `track_id` only on a detection that is part of a confirmed track (never with
 //!   `--tracker none`), `zones` only for a camera with zones (each zone's tracked objects
-//!   by label; `{}` for an empty zone), `skipped` only after frames of the camera were passed
+//!   by label; `{}` for an empty zone), `lines` only for a camera with lines (each line's
+//!   crossings by label since the run started), `speed_kmh` only with a calibration,
+//!   `dropped` only when a mask or filter dropped detections of the frame, `skipped` only after frames of the camera were passed
 //!   over on purpose since its previous line (by `--detect-fps`, `--motion`, `--max-age`, or for a newer
 //!   frame: [`SkippedJson`]), so a gap in `seq` that it covers is not a drop;
 //! - `"event"`: something happened to a tracked object ([`EventJson`]), after the frame line
 //!   of the frame it happened in: `{"type": "event", "event": "new" | "entered_zone" |
-//!   "left_zone" | "stationary" | "end", "camera": str, "track_id": u64, "label": str,
-//!   "class_id": u32, "score": f32, "zone": str | null, "first_seen_ns": u64,
+//!   "left_zone" | "loitering" | "crossed_line" | "stationary" | "end", "camera": str,
+//!   "track_id": u64, "label": str, "class_id": u32, "score": f32, "zone": str | null,
+//!   "line": str, "direction": "in" | "out", "duration_s": f64, "speed_kmh": f32 (each only
+//!   where it applies), "first_seen_ns": u64,
 //!   "last_seen_ns": u64, "timestamp_ns": u64, "seq": u64 (left out without a frame),
 //!   "box": [x1, y1, x2, y2]}` (see
 //!   the zcpipe-track crate for when each happens);
@@ -119,6 +124,16 @@ impl Direction {
     }
 }
 
+/// Detections of a frame dropped before tracking.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct DroppedJson {
+    /// By a mask (their box's bottom centre in it).
+    pub masked: u32,
+    /// By their label's filter (area, score, ratio).
+    pub filtered: u32,
+}
+
 /// A line's crossings by one label, since the run started.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct CrossingsJson {
@@ -198,6 +213,10 @@ pub struct FrameJson {
     /// (`{}` for a line nothing crossed yet); absent for a camera without lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lines: Option<BTreeMap<String, BTreeMap<String, CrossingsJson>>>,
+    /// Detections of this frame dropped before tracking by a `--mask` or a `--filter`
+    /// (absent when none was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<DroppedJson>,
     /// Frames of this camera passed over since its previous line, by cause (absent when
     /// none was): with `--detect-fps` the sequence numbers have gaps that are not drops.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::schema::{CrossingsJson, EventJson, FrameJson};
+use super::schema::{CrossingsJson, DroppedJson, EventJson, FrameJson};
 use super::track::filter::{Dropped, Gate};
 use super::track::{EventKind, Observation, Scene, TrackEvent, Tracker, TrackerKind, Zone};
 use super::TrackConfig;
@@ -34,6 +34,8 @@ pub struct Tracking {
     /// Detections dropped by a mask, and by a filter.
     masked: u64,
     filtered: u64,
+    /// The model's labels, as the last frame gave them (for the report's crossings).
+    labels: Vec<String>,
 }
 
 /// How long past the keep-alive a camera's tracks wait for its next frame before they end
@@ -71,6 +73,7 @@ impl Tracking {
             counts: [0; EVENT_KINDS.len()],
             masked: 0,
             filtered: 0,
+            labels: vec![],
         }
     }
 
@@ -167,8 +170,11 @@ impl Tracking {
                 false
             }
         });
-        self.masked += masked;
-        self.filtered += filtered;
+        self.masked += masked as u64;
+        self.filtered += filtered as u64;
+        if masked + filtered > 0 {
+            f.dropped = Some(DroppedJson { masked, filtered });
+        }
     }
 
     /// Camera `cam`'s tracker, made at its first frame (`f`): its zones, lines and
@@ -219,6 +225,9 @@ impl Tracking {
     /// camera's first frame makes its tracker ([`Tracking::make_tracker`]).
     pub fn frame(&mut self, cam: usize, t_ns: u64, f: &mut FrameJson, labels: &[String]) -> Vec<EventJson> {
         self.gate(cam, f, labels);
+        if self.labels.len() != labels.len() {
+            self.labels = labels.to_vec();
+        }
         if !self.on() || cam >= self.trackers.len() {
             return vec![];
         }
@@ -352,7 +361,29 @@ impl Tracking {
             tracker: zcpipe_core::config::Choice::name(self.cfg.params.kind).to_string(),
             events: EVENT_KINDS.iter().zip(self.counts).map(|(k, n)| (k.name().to_string(), n)).collect(),
             live_tracks: self.trackers.iter().flatten().map(|t| t.live()).sum(),
+            masked: self.masked,
+            filtered: self.filtered,
+            crossings: self.crossings(),
         }
+    }
+
+    /// Every camera's crossings so far: camera, line, label, counts.
+    fn crossings(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<String, CrossingsJson>>> {
+        let mut out: BTreeMap<String, BTreeMap<String, BTreeMap<String, CrossingsJson>>> = BTreeMap::new();
+        for (camera, t) in self.cameras.iter().zip(&self.trackers) {
+            let Some(t) = t.as_ref().filter(|t| !t.lines().is_empty()) else { continue };
+            let cam = out.entry(camera.clone()).or_default();
+            for l in t.lines() {
+                cam.entry(l.name.clone()).or_default();
+            }
+            for c in t.line_counts() {
+                let label = zcpipe_core::schema::label_of(&self.labels, c.class_id);
+                cam.entry(t.lines()[c.line].name.clone())
+                    .or_default()
+                    .insert(label, CrossingsJson { into: c.counts[0], out: c.counts[1] });
+            }
+        }
+        out
     }
 }
 
@@ -366,13 +397,20 @@ pub struct TrackingReport {
     pub events: BTreeMap<String, u64>,
     /// Tracks live now.
     pub live_tracks: usize,
+    /// Detections dropped before tracking by a mask.
+    pub masked: u64,
+    /// Detections dropped before tracking by their label's filter.
+    pub filtered: u64,
+    /// Each camera's lines' crossings by label: camera, line, label.
+    pub crossings: BTreeMap<String, BTreeMap<String, BTreeMap<String, CrossingsJson>>>,
 }
 
 impl TrackingReport {
-    /// Its line of the end-of-run summary.
+    /// Its lines of the end-of-run summary: the tracking line, then one per line of a
+    /// camera: `  line cam0/door: 3 in, 2 out (person 3 in, 1 out; car 0 in, 1 out)`.
     pub fn summary_line(&self) -> String {
         let n = |k: &str| self.events.get(k).copied().unwrap_or(0);
-        format!(
+        let mut s = format!(
             "  tracking: {}: {} tracks confirmed, {} ended; zones: {} entries, {} exits; {} stationary",
             self.tracker,
             n("new"),
@@ -380,7 +418,25 @@ impl TrackingReport {
             n("entered_zone"),
             n("left_zone"),
             n("stationary")
-        )
+        );
+        if n("loitering") > 0 {
+            s += &format!("; {} loitering", n("loitering"));
+        }
+        if self.masked + self.filtered > 0 {
+            s += &format!("; dropped before tracking: {} masked, {} filtered", self.masked, self.filtered);
+        }
+        for (camera, lines) in &self.crossings {
+            for (line, labels) in lines {
+                let sum = labels.values().fold((0, 0), |a, c| (a.0 + c.into, a.1 + c.out));
+                let per: Vec<String> =
+                    labels.iter().map(|(l, c)| format!("{l} {} in, {} out", c.into, c.out)).collect();
+                s += &format!("\n  line {camera}/{line}: {} in, {} out", sum.0, sum.1);
+                if !per.is_empty() {
+                    s += &format!(" ({})", per.join("; "));
+                }
+            }
+        }
+        s
     }
 }
 

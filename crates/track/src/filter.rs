@@ -174,7 +174,7 @@ impl Gate {
     pub fn keep_known_labels(&mut self, camera: &str, labels: &[String]) -> Vec<String> {
         let mut out = vec![];
         self.filters.retain(|f| {
-            let known = labels.iter().any(|l| *l == f.label);
+            let known = labels.contains(&f.label);
             if !known {
                 let some: Vec<&str> = labels.iter().take(8).map(String::as_str).collect();
                 out.push(format!(

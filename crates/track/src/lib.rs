@@ -1,5 +1,8 @@
 //! Multi-object tracking: detections become tracked objects with stable ids, and tracks
-//! become events (`new`, `entered_zone`, `left_zone`, `stationary`, `end`).
+//! become events (`new`, `entered_zone`, `left_zone`, `loitering`, `crossed_line`,
+//! `stationary`, `end`). What a track means for a camera's zones, loitering times, lines
+//! and ground calibration is [`analytics`] over [`geom`], [`line`], [`speed`]; masks and
+//! label filters in front of the tracker are [`filter`].
 //!
 //! One [`Tracker`] per camera, fed that camera's frames in order. Three trackers share one
 //! skeleton (tracks, the IoU assignment of [`assign::match_iou`], confirmation, zones,

@@ -106,11 +106,12 @@ fn solve(mut a: [[f64; 9]; 8]) -> [f64; 8] {
         if d.abs() < 1e-12 {
             continue;
         }
-        for row in 0..8 {
+        let pivot_row = a[col];
+        for (row, r) in a.iter_mut().enumerate() {
             if row != col {
-                let f = a[row][col] / d;
-                for k in col..9 {
-                    a[row][k] -= f * a[col][k];
+                let f = r[col] / d;
+                for (x, p) in r.iter_mut().zip(pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }

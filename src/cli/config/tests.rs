@@ -121,6 +121,31 @@ fn camera_sections_are_the_same_run_as_the_command_line() {
 }
 
 #[test]
+fn a_camera_sections_lines_masks_and_filters_are_its_own() {
+    let (_d, p) = file(
+        "line = [\"all=0,5,9,5\"]\n[camera.front]\nsource = \"testsrc\"\nline = [\"door=0,0,9,9\"]\nmask = \"0,0,5,0,5,5\"\nfilter = [\"person:min_score=0.6\"]\nzone = [\"gate=0,0,9,0,9,9\"]\nloiter = [\"gate=30\"]\ncalibration = \"0,0,9,0,9,9,0,9=2,3\"\n",
+    );
+    let (a, _) = run_with(&p, &[], &[]).unwrap();
+    let s = &a.track.scene;
+    let lines: Vec<(Option<String>, String)> =
+        s.lines.iter().map(|l| (l.spec.camera.clone(), l.spec.line.name.clone())).collect();
+    assert_eq!(lines, [(None, "all".to_string()), (Some("front".to_string()), "door".to_string())]);
+    assert_eq!(s.masks[0].spec.camera.as_deref(), Some("front"));
+    assert_eq!(
+        (s.filters[0].spec.camera.as_deref(), s.filters[0].spec.filter.label.as_str()),
+        (Some("front"), "person")
+    );
+    assert_eq!(s.loiter[0].spec.camera.as_deref(), Some("front"));
+    assert_eq!(s.calibrations[0].spec.camera.as_deref(), Some("front"));
+    let c = a.track.config(&["front".to_string()]).unwrap();
+    assert_eq!((c.lines[0].len(), c.gates[0].masks.len(), c.loiter_ns[0][0]), (2, 1, Some(30_000_000_000)));
+    // A bad one names the file, its line and the key.
+    let (_d, p) = file("[camera.front]\nsource = \"testsrc\"\nline = [\"door=1,1\"]\n");
+    let e = run_with(&p, &[], &[]).unwrap_err();
+    assert!(e.contains(":3: line = \"door=1,1\": --line front:door=1,1: 1 point(s); a line needs at least two"), "{e}");
+}
+
+#[test]
 fn repeated_flags_are_arrays() {
     let (_d, p) = file("zone = [\"a=0,0,9,0,9,9\", \"front:b=1,1,8,1,8,8\"]\n");
     let (a, _) = run_with(&p, &[], &[]).unwrap();

@@ -172,6 +172,48 @@ pub fn recording(o: &mut String, ix: &zcpipe_clips::Index) -> anyhow::Result<()>
     Ok(())
 }
 
+/// What masks, filters and lines counted, per camera: `zcpipe_dropped_detections_total`
+/// and `zcpipe_line_crossings_total` (from the latest frame line's counts).
+fn analytics(o: &mut String, s: &Stats) {
+    family(
+        o,
+        "zcpipe_dropped_detections_total",
+        "counter",
+        "Detections dropped before tracking, per camera and reason: mask (--mask), filter (--filter).",
+    );
+    for c in &s.cameras {
+        for (reason, n) in [("mask", c.masked), ("filter", c.filtered)] {
+            let _ = writeln!(
+                o,
+                "zcpipe_dropped_detections_total{{camera=\"{}\",reason=\"{reason}\"}} {n}",
+                escape(&c.name)
+            );
+        }
+    }
+    family(
+        o,
+        "zcpipe_line_crossings_total",
+        "counter",
+        "Tracked objects that crossed a line (--line) since the run started, per camera, line, label and direction.",
+    );
+    for c in &s.cameras {
+        let Some(lines) = c.latest.as_ref().and_then(|f| f.lines.as_ref()) else { continue };
+        for (line, labels) in lines {
+            for (label, n) in labels {
+                for (dir, v) in [("in", n.into), ("out", n.out)] {
+                    let _ = writeln!(
+                        o,
+                        "zcpipe_line_crossings_total{{camera=\"{}\",line=\"{}\",label=\"{}\",direction=\"{dir}\"}} {v}",
+                        escape(&c.name),
+                        escape(line),
+                        escape(label)
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The whole `/metrics` text.
 pub fn render(s: &Stats, server: &ServerCounts) -> String {
     let mut o = String::new();
@@ -206,6 +248,7 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
     for c in &s.cameras {
         let _ = writeln!(o, "zcpipe_events_total{{camera=\"{}\"}} {}", escape(&c.name), c.events);
     }
+    analytics(&mut o, s);
     family(
         &mut o,
         "zcpipe_fps",
@@ -268,6 +311,32 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
 mod tests {
     use super::*;
     use zcpipe_core::schema::{NoticeJson, SocketLine};
+
+    #[test]
+    fn line_crossings_and_dropped_detections_are_counted() {
+        use zcpipe_core::schema::{CrossingsJson, DroppedJson};
+        let mut s = Stats::new(&["cam0".into()]);
+        for (seq, masked) in [(0, 2), (1, 1)] {
+            let SocketLine::Frame(mut f) = super::super::stats::tests_support::frame("cam0", seq, 1000.0) else {
+                unreachable!()
+            };
+            f.dropped = Some(DroppedJson { masked, filtered: 1 });
+            f.lines = Some(
+                [("exit".to_string(), [("person".to_string(), CrossingsJson { into: seq, out: 4 })].into())].into(),
+            );
+            s.line(&SocketLine::Frame(f));
+        }
+        let t = render(&s, &ServerCounts::default());
+        for l in [
+            "# TYPE zcpipe_line_crossings_total counter",
+            "zcpipe_line_crossings_total{camera=\"cam0\",line=\"exit\",label=\"person\",direction=\"in\"} 1",
+            "zcpipe_line_crossings_total{camera=\"cam0\",line=\"exit\",label=\"person\",direction=\"out\"} 4",
+            "zcpipe_dropped_detections_total{camera=\"cam0\",reason=\"mask\"} 3",
+            "zcpipe_dropped_detections_total{camera=\"cam0\",reason=\"filter\"} 2",
+        ] {
+            assert!(t.lines().any(|x| x == l), "{l} in:\n{t}");
+        }
+    }
 
     #[test]
     fn the_text_has_every_family_and_cumulative_buckets() {

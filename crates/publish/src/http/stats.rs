@@ -64,6 +64,10 @@ pub struct CameraStats {
     pub latest: Option<Arc<FrameJson>>,
     /// Event lines seen.
     pub events: u64,
+    /// Detections dropped before tracking: by a mask, by a filter (the frame lines' `dropped`).
+    pub masked: u64,
+    /// See `masked`.
+    pub filtered: u64,
     /// When its last [`FPS_WINDOW`] frame lines arrived.
     arrivals: VecDeque<Instant>,
     /// Latencies for the percentiles of `/api/stats`, µs, per series ([`SERIES`]).
@@ -84,6 +88,8 @@ impl CameraStats {
             last_seq: None,
             latest: None,
             events: 0,
+            masked: 0,
+            filtered: 0,
             arrivals: VecDeque::new(),
             latency: LatencySet::default(),
             buckets: Default::default(),
@@ -177,6 +183,9 @@ impl Stats {
                 c.skipped.still += skipped.still;
                 c.skipped.age += skipped.age;
                 c.skipped.newer += skipped.newer;
+                let dropped = f.dropped.unwrap_or_default();
+                c.masked += dropped.masked as u64;
+                c.filtered += dropped.filtered as u64;
                 c.last_seq = Some(f.seq);
                 if c.arrivals.len() == FPS_WINDOW {
                     c.arrivals.pop_front();

@@ -503,3 +503,52 @@ fn a_queued_state_keeps_only_its_newest_value() {
     );
     assert_eq!(q.dropped(), 0, "a replaced state is not a drop");
 }
+
+#[test]
+fn line_crossings_are_counters_with_a_sensor_each() {
+    use zcpipe_core::schema::CrossingsJson;
+    let mut t = Translator::new(cfg()).counting_tracks(true);
+    let with = |seq: u64, out_n: u64| {
+        let SocketLine::Frame(mut f) = frame("front", seq, &[]) else { unreachable!() };
+        f.lines =
+            Some([("exit".to_string(), [("person".to_string(), CrossingsJson { into: 0, out: out_n })].into())].into());
+        SocketLine::Frame(f)
+    };
+    let mut out = vec![];
+    t.line(&with(0, 1), |_| 7, &mut out);
+    let states: Vec<(String, String)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Out::State(m) => Some((m.topic.clone(), String::from_utf8_lossy(&m.payload).to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("zcpipe/front/lines/exit/person/in".to_string(), "0".to_string()),
+            ("zcpipe/front/lines/exit/person/out".to_string(), "1".to_string())
+        ]
+    );
+    let sensor = out
+        .iter()
+        .find_map(|o| match o {
+            Out::Announce(m) if m.topic == "homeassistant/sensor/zcpipe-box/front_exit_person_out/config" => {
+                Some(serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap())
+            }
+            _ => None,
+        })
+        .expect("a sensor for exits");
+    assert_eq!(sensor["state_topic"], "zcpipe/front/lines/exit/person/out");
+    assert_eq!(sensor["state_class"], "total_increasing");
+    // The same counts again: nothing; one more out: that counter only, no new sensor.
+    let mut out = vec![];
+    t.line(&with(1, 1), |_| 8, &mut out);
+    assert!(!out.iter().any(|o| matches!(o, Out::State(_) | Out::Announce(_))), "{out:?}");
+    t.line(&with(2, 2), |_| 9, &mut out);
+    let states: Vec<&Out> = out.iter().filter(|o| matches!(o, Out::State(_) | Out::Announce(_))).collect();
+    assert!(
+        matches!(states[..], [Out::State(m)] if m.topic.ends_with("/out") && m.payload == b"2" && m.retain),
+        "{states:?}"
+    );
+}
