@@ -242,8 +242,10 @@ fn hostile_clients_are_refused_and_the_others_served() {
     assert!(mute.answers_lost > 0 && mute.newer > 0, "{mute:?}");
     drop(good);
     drop(flooder.join().unwrap());
+    // A wait for the service to see the clients' hang-ups, not a speed goal: generous for a
+    // loaded machine.
     assert!(
-        wait_for(Duration::from_secs(5), || fd_count(infer) <= fds0),
+        wait_for(Duration::from_secs(30), || fd_count(infer) <= fds0),
         "{} fds, {fds0} at the start",
         fd_count(infer)
     );

@@ -45,7 +45,7 @@ fn check_says_ok_or_names_the_line() {
         ("# settings\nfps = 10\nfsp = 5\n", "3: unknown key `fsp`: did you mean `fps`? (`zcpipe config print` lists every key)"),
         ("\njson = \"yes\"\n", "2: json = \"yes\": expected true or false, found a string"),
         ("restart-max = 5000\n", "1: restart-max = 5000: invalid value '5000' for '--restart-max <RESTART_MAX>': 5000 is not in 0..=1000"),
-        ("[camera.front]\nsource = \"testsrc\"\nbuffers = 3\n", "3: [camera.front] `buffers` cannot differ per camera: put it at the top of the file (a camera's keys: source, fps, size, format, capture-io, record-dir, record-continuous, record-pre, record-post, record-labels, record-zones, record-keep-days, record-max-gb, zone)"),
+        ("[camera.front]\nsource = \"testsrc\"\nbuffers = 3\n", "3: [camera.front] `buffers` cannot differ per camera: put it at the top of the file (a camera's keys: source, fps, size, format, capture-io, record-dir, record-continuous, record-pre, record-post, record-labels, record-zones, record-keep-days, record-max-gb, zone, line, loiter, mask, filter, calibration)"),
     ];
     for (text, want) in bad {
         let (_d, p) = file(text);

@@ -442,12 +442,17 @@ impl TrackingReport {
 
 /// One readable line for an event, with the local time it happened (its capture time on
 /// this machine's clock) and its frame: `event new: person #3 (0.91) at 14:03:07.412, frame 41`,
-/// `event entered_zone door: person #3 (0.91) at ...`.
+/// `event entered_zone door: person #3 (0.91) at ...`, `event crossed_line exit out: ...`,
+/// `event loitering gate after 30.0 s: ...`, with the speed when there is one.
 pub fn human_event(e: &EventJson) -> String {
     let zone = e.zone.as_ref().map(|z| format!(" {z}")).unwrap_or_default();
+    let line = e.line.as_ref().map(|l| format!(" {l}")).unwrap_or_default();
+    let dir = e.direction.map(|d| format!(" {}", d.name())).unwrap_or_default();
+    let stayed = e.duration_s.map(|d| format!(" after {d:.1} s")).unwrap_or_default();
+    let speed = e.speed_kmh.map(|v| format!(", {v:.1} km/h")).unwrap_or_default();
     let frame = e.seq.map(|s| format!(", frame {s}")).unwrap_or_default();
     format!(
-        "event {}{zone}: {} #{} ({:.2}) at {}{frame}",
+        "event {}{zone}{line}{dir}{stayed}: {} #{} ({:.2}) at {}{frame}{speed}",
         e.event,
         e.label,
         e.track_id,
@@ -468,6 +473,35 @@ fn local_time(unix_ms: u64, tz: &jiff::tz::TimeZone) -> String {
 mod time_tests {
     use super::*;
     use zcpipe_core::frame::monotonic_ns;
+
+    #[test]
+    fn a_crossing_and_a_loitering_read_as_lines() {
+        let e = EventJson {
+            event: "crossed_line".into(),
+            track_id: 1,
+            label: "person".into(),
+            score: 0.9,
+            line: Some("exit".into()),
+            direction: Some(zcpipe_core::schema::Direction::Out),
+            speed_kmh: Some(4.84),
+            seq: Some(191),
+            ..Default::default()
+        };
+        let s = human_event(&e);
+        assert!(
+            s.starts_with("event crossed_line exit out: person #1 (0.90) at ") && s.ends_with(", frame 191, 4.8 km/h"),
+            "{s}"
+        );
+        let l = EventJson {
+            event: "loitering".into(),
+            zone: Some("gate".into()),
+            line: None,
+            direction: None,
+            duration_s: Some(30.04),
+            ..e
+        };
+        assert!(human_event(&l).starts_with("event loitering gate after 30.0 s: person #1"), "{}", human_event(&l));
+    }
 
     #[test]
     fn an_events_monotonic_time_is_its_wall_clock_time() {
