@@ -29,7 +29,8 @@ pub struct WatchArgs {
     /// cameras are cam0, cam1, ...).
     #[arg(long, value_parser = camera_name)]
     pub camera: Option<String>,
-    /// Only the tracker's events (new, entered_zone, left_zone, stationary, end), the
+    /// Only the tracker's events (new, entered_zone, left_zone, loitering, crossed_line,
+    /// stationary, end), the
     /// recorded clips as they close (with --record-dir: the clip's file) and restart
     /// notices, not the frames; --count then counts events.
     #[arg(long)]

@@ -72,7 +72,7 @@ fn a_lines_count_reaches_the_socket_metrics_and_mqtt() {
     );
     assert_eq!(sub.payloads("zcpipe-lines-e2e/cam0/lines/exit/person/in"), ["0"]);
     let config: Vec<Value> = sub
-        .payloads("homeassistant/sensor/zc-lines/cam0_exit_person_out/config")
+        .payloads("homeassistant/sensor/zc-lines/cam0_L_exit_L_person_out/config")
         .iter()
         .map(|p| serde_json::from_str(p).unwrap())
         .collect();

@@ -308,7 +308,8 @@ impl<'s> PublishStage<'s> {
     /// and the server's facts, and each camera's with several.
     fn report(&self, final_report: bool, mut extra: Facts) {
         let mut facts = PublishFacts::default();
-        if self.tracking.on() {
+        // Masks and filters count without a tracker too.
+        if self.tracking.on() || self.tracking.dropped_any() {
             facts.tracking = Some(self.tracking.report());
         }
         self.outputs.report(&mut facts);

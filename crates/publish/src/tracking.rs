@@ -48,6 +48,22 @@ pub(crate) const IDLE_GRACE: std::time::Duration = std::time::Duration::from_sec
 /// again; removed when the stage ends normally.
 pub const TRACK_IDS_FILE: &str = "publish.track-ids";
 
+/// Beside it, each camera's line crossings so far (JSON `{"camera": [{"line", "class_id",
+/// "in", "out"}]}`), so that a restarted publish stage's counters go on from there (Home
+/// Assistant's `total_increasing` sensors and Prometheus counters must not go back);
+/// removed when the stage ends normally.
+pub const LINE_COUNTS_FILE: &str = "publish.line-counts";
+
+/// One line's crossings by one class, as kept in [`LINE_COUNTS_FILE`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptCount {
+    line: String,
+    class_id: u32,
+    #[serde(rename = "in")]
+    into: u64,
+    out: u64,
+}
+
 const EVENT_KINDS: [EventKind; 7] = [
     EventKind::New,
     EventKind::EnteredZone,
@@ -108,11 +124,54 @@ impl Tracking {
         }
     }
 
-    /// Removes the ids file (the stage ends normally: the next run starts from 1).
+    /// Removes the ids file and the line counts (the stage ends normally: the next run
+    /// starts from 1, its counters from 0).
     pub(crate) fn forget_ids(&self) {
         if let Some(f) = &self.ids_file {
             let _ = std::fs::remove_file(f);
+            let _ = std::fs::remove_file(f.with_file_name(LINE_COUNTS_FILE));
         }
+    }
+
+    /// Every camera's line crossings, to [`LINE_COUNTS_FILE`] (through a temporary file
+    /// and a rename).
+    fn keep_counts(&self) {
+        let Some(f) = self.ids_file.as_ref().map(|f| f.with_file_name(LINE_COUNTS_FILE)) else { return };
+        let all: BTreeMap<&str, Vec<KeptCount>> = self
+            .cameras
+            .iter()
+            .zip(&self.trackers)
+            .filter_map(|(c, t)| {
+                let t = t.as_ref()?;
+                let kept = t.line_counts().iter().map(|k| KeptCount {
+                    line: t.lines()[k.line].name.clone(),
+                    class_id: k.class_id,
+                    into: k.counts[0],
+                    out: k.counts[1],
+                });
+                Some((c.as_str(), kept.collect()))
+            })
+            .collect();
+        let tmp = f.with_extension("line-counts.tmp");
+        let text = serde_json::to_string(&all).unwrap_or_default();
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &f)) {
+            log::warn!("keeping the line counts in {}: {e}", f.display());
+        }
+    }
+
+    /// Camera `cam`'s line counts kept by an earlier publish stage of this run, for
+    /// `lines` (by name).
+    fn kept_counts(&self, cam: usize, lines: &[crate::track::Line]) -> Vec<crate::track::LineCount> {
+        let Some(f) = self.ids_file.as_ref().map(|f| f.with_file_name(LINE_COUNTS_FILE)) else { return vec![] };
+        let Ok(text) = std::fs::read_to_string(f) else { return vec![] };
+        let mut all: BTreeMap<String, Vec<KeptCount>> = serde_json::from_str(&text).unwrap_or_default();
+        let kept = all.remove(&self.cameras[cam]).unwrap_or_default();
+        kept.into_iter()
+            .filter_map(|k| {
+                let line = lines.iter().position(|l| l.name == k.line)?;
+                Some(crate::track::LineCount { line, class_id: k.class_id, counts: [k.into, k.out] })
+            })
+            .collect()
     }
 
     /// The frames of camera `cam` up to the one captured at `t_ns` were lost by a stage after
@@ -129,6 +188,11 @@ impl Tracking {
         if let Some(g) = self.after_gap.get_mut(cam) {
             *g = true;
         }
+    }
+
+    /// Whether a mask or filter dropped a detection yet.
+    pub fn dropped_any(&self) -> bool {
+        self.masked + self.filtered > 0
     }
 
     /// Whether a tracker runs at all (`--tracker` is not `none`).
@@ -197,7 +261,7 @@ impl Tracking {
             })
             .unzip();
         let lines = self.cfg.lines.get(cam).cloned().unwrap_or_default();
-        let lines = lines
+        let lines: Vec<crate::track::Line> = lines
             .into_iter()
             .filter(|l| match l.check_inside(camera, w, h) {
                 Ok(()) => true,
@@ -215,8 +279,12 @@ impl Tracking {
                     None
                 }
             });
+        let counts = self.kept_counts(cam, &lines);
+        if !counts.is_empty() {
+            log::info!("camera {camera}: line counts go on from those the publish stage before this one kept");
+        }
         let scene = Scene { zones, loiter_ns, lines, calibration };
-        Tracker::with_scene(self.cfg.params.clone(), scene).first_id(kept.unwrap_or(1))
+        Tracker::with_scene(self.cfg.params.clone(), scene).first_id(kept.unwrap_or(1)).restore_line_counts(counts)
     }
 
     /// Tracks the detections of frame `f` of camera index `cam` (captured at `t_ns`), after
@@ -288,6 +356,9 @@ impl Tracking {
         }
         if tracker.next_id() != next_id {
             self.keep_ids();
+        }
+        if events.iter().any(|e| e.kind == EventKind::CrossedLine) {
+            self.keep_counts();
         }
         self.lines(cam, events, labels, Some(f.seq))
     }
@@ -410,6 +481,9 @@ impl TrackingReport {
     /// camera: `  line cam0/door: 3 in, 2 out (person 3 in, 1 out; car 0 in, 1 out)`.
     pub fn summary_line(&self) -> String {
         let n = |k: &str| self.events.get(k).copied().unwrap_or(0);
+        if self.tracker == "none" {
+            return format!("  dropped before tracking: {} masked, {} filtered", self.masked, self.filtered);
+        }
         let mut s = format!(
             "  tracking: {}: {} tracks confirmed, {} ended; zones: {} entries, {} exits; {} stationary",
             self.tracker,
@@ -473,6 +547,45 @@ fn local_time(unix_ms: u64, tz: &jiff::tz::TimeZone) -> String {
 mod time_tests {
     use super::*;
     use zcpipe_core::frame::monotonic_ns;
+
+    /// Frames of a person walking down through `door=0,200,400,200` (10 fps from `t0`).
+    fn walk(t: &mut Tracking, t0: u64) -> Vec<EventJson> {
+        let labels = vec!["person".to_string()];
+        let mut events = vec![];
+        for i in 0..12u64 {
+            let y = 150.0 + 10.0 * i as f32;
+            let d = zcpipe_core::schema::DetectionJson {
+                label: "person".into(),
+                score: 0.9,
+                bbox: [80.0, y - 100.0, 120.0, y],
+                ..Default::default()
+            };
+            let mut f =
+                FrameJson { camera: "cam0".into(), seq: i, width: 400, height: 400, detections: vec![d], ..Default::default() };
+            events.extend(t.frame(0, t0 + i * 100_000_000, &mut f, &labels));
+        }
+        events
+    }
+
+    #[test]
+    fn a_restarted_publish_stage_counts_on_from_the_kept_line_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TrackConfig {
+            zones: vec![vec![]],
+            lines: vec![vec![crate::track::LineSpec::parse("door=0,200,400,200").unwrap().line]],
+            ..TrackConfig::default()
+        };
+        let cams = ["cam0".to_string()];
+        let mut first = Tracking::new(cfg.clone(), &cams).keep_ids_in(dir.path().join(TRACK_IDS_FILE));
+        assert_eq!(walk(&mut first, 0).iter().filter(|e| e.event == "crossed_line").count(), 1);
+        // The stage dies (no forget_ids): the next one goes on from 1.
+        let mut second = Tracking::new(cfg, &cams).keep_ids_in(dir.path().join(TRACK_IDS_FILE));
+        walk(&mut second, 10_000_000_000);
+        let r = second.report();
+        assert_eq!(r.crossings["cam0"]["door"]["person"], CrossingsJson { into: 2, out: 0 });
+        second.forget_ids();
+        assert!(!dir.path().join(LINE_COUNTS_FILE).exists());
+    }
 
     #[test]
     fn a_crossing_and_a_loitering_read_as_lines() {

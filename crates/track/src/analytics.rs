@@ -28,10 +28,15 @@ impl Seen<'_> {
             }
         }
         let foot = ((b[0] + b[2]) / 2.0, b[3]);
+        // A track in a zone leaves it only once its feet are farther out than the band
+        // lines use: feet jittering on a zone's edge are not a stream of entries and exits.
+        let band = (crate::line::BAND_OF_HEIGHT * (b[3] - b[1])).max(crate::line::MIN_BAND);
         for (z, zone) in self.zones.iter().enumerate() {
             let bit = 1u64 << z;
-            let inside = zone.contains(foot.0, foot.1);
-            if inside != (tr.zones & bit != 0) {
+            let was = tr.zones & bit != 0;
+            let inside =
+                zone.contains(foot.0, foot.1) || (was && crate::geom::polygon_distance(&zone.points, foot) <= band);
+            if inside != was {
                 tr.zones ^= bit;
                 let mut e = tr.event(if inside { EventKind::EnteredZone } else { EventKind::LeftZone }, Some(z), t_ns);
                 if inside {

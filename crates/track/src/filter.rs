@@ -115,6 +115,9 @@ impl FilterSpec {
                 _ => &mut f.max_ratio,
             } = Some(value);
         }
+        if f.max_area == Some(0.0) {
+            bail!("--filter {text}: max_area=0: no box has no area, so nothing would pass");
+        }
         for (what, lo, hi) in [("area", f.min_area, f.max_area), ("ratio", f.min_ratio, f.max_ratio)] {
             if let (Some(lo), Some(hi)) = (lo, hi) {
                 if lo > hi {

@@ -81,6 +81,12 @@ fn segment_distance2(a: Point, b: Point, p: Point) -> f32 {
     qx * qx + qy * qy
 }
 
+/// How far `p` is from the outline of polygon `points` (its closed edges).
+pub fn polygon_distance(points: &[Point], p: Point) -> f32 {
+    let n = points.len();
+    (0..n).map(|i| segment_distance2(points[i], points[(i + 1) % n], p)).fold(f32::INFINITY, f32::min).sqrt()
+}
+
 /// `(b - a) x (p - a)`: positive when `p` is on the right of `a`->`b` as seen on screen
 /// (image y grows downward), negative on its left, 0 on its line.
 pub fn cross(a: Point, b: Point, p: Point) -> f32 {
@@ -242,6 +248,9 @@ impl Shape {
         for item in coords.split(',') {
             let item = item.trim();
             if let Some((k, v)) = item.split_once('=') {
+                if options.iter().any(|(o, _): &(String, String)| o == k) {
+                    bail!("{flag} {shown}: `{k}` is given twice");
+                }
                 if !rules.keys.contains(&k) {
                     let keys = if rules.keys.is_empty() { "none".to_string() } else { rules.keys.join(", ") };
                     bail!("{flag} {shown}: unknown key `{k}` (keys after the points: {keys})");

@@ -338,6 +338,20 @@ impl Tracker {
         &self.line_counts
     }
 
+    /// Counts kept by an earlier tracker of this camera go on from there (a restarted
+    /// publish stage: its counters must not go back). Pairs of a line it does not have, or
+    /// counted twice, are left out.
+    pub fn restore_line_counts(mut self, counts: impl IntoIterator<Item = LineCount>) -> Tracker {
+        for c in counts {
+            let known = c.line < self.scene.lines.len();
+            if known && !self.line_counts.iter().any(|k| (k.line, k.class_id) == (c.line, c.class_id)) {
+                let at = self.line_counts.partition_point(|k| (k.line, k.class_id) < (c.line, c.class_id));
+                self.line_counts.insert(at, c);
+            }
+        }
+        self
+    }
+
     /// Track `id`'s ground speed now, km/h (a camera with a calibration, a track seen long
     /// enough).
     pub fn speed_kmh(&self, id: u64) -> Option<f32> {

@@ -121,6 +121,19 @@ fn loitering_once_per_visit_with_its_duration_and_the_time_in_the_zone_at_exit()
 }
 
 #[test]
+fn feet_jittering_on_a_zones_edge_enter_once_and_loiter() {
+    // The zone's top edge is y = 250; the feet stand on it, 3 px above and below in turn,
+    // for 6 s (a 5 px band: 5% of the 100 px box).
+    let gate =
+        Zone { name: "gate".into(), points: vec![(150.0, 250.0), (500.0, 250.0), (500.0, 432.0), (150.0, 432.0)] };
+    let frames: Vec<Vec<Observation>> =
+        (0..60).map(|i| vec![feet(300.0, if i % 2 == 0 { 253.0 } else { 247.0 })]).collect();
+    let scene = Scene { zones: vec![gate], loiter_ns: vec![Some(3_000_000_000)], ..Scene::default() };
+    let (ev, _) = run(scene, &frames);
+    assert_eq!(ev, vec![(2, "entered_zone", 1, "0".to_string()), (32, "loitering", 1, "0:3.0".to_string())]);
+}
+
+#[test]
 fn a_calibrated_camera_gives_each_track_its_ground_speed() {
     // Top-down: 100 px = 1 m; the person walks 15 px a frame at 10 fps: 1.5 m/s, 5.4 km/h.
     let c = speed::CalibrationSpec::parse("0,0,100,0,100,100,0,100=1,1").unwrap().calibration();

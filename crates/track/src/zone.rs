@@ -152,32 +152,48 @@ impl LoiterSpec {
 }
 
 /// Each camera's loitering time per zone (`None`: not watched), in the order of its
-/// `zones`. Errors (one line): a camera not in `cameras`, a zone the camera does not
-/// have, a zone given twice.
+/// `zones`: one naming a camera is that camera's, one naming none every camera's, and a
+/// camera's own replaces, for it, the one for every camera. Errors (one line): a camera not
+/// in `cameras`, a zone the camera does not have, a zone given twice.
 pub fn loiter_per_camera(
     specs: &[LoiterSpec],
     cameras: &[String],
     zones: &[Vec<Zone>],
 ) -> Result<Vec<Vec<Option<u64>>>> {
-    let named = specs.iter().map(|s| (s.camera.clone(), s.zone.clone(), s.after_ns)).collect();
-    let per = spread("--loiter", "loitering time for zone", named, cameras, MAX_ZONES)?;
-    let mut out = vec![];
-    for (c, times) in per.iter().enumerate() {
-        let mut v = vec![None; zones[c].len()];
-        let names: Vec<&String> =
-            specs.iter().filter(|s| s.camera.as_ref().is_none_or(|n| *n == cameras[c])).map(|s| &s.zone).collect();
-        for (name, t) in names.into_iter().zip(times) {
-            let Some(z) = zones[c].iter().position(|z| z.name == *name) else {
-                let have: Vec<&str> = zones[c].iter().map(|z| z.name.as_str()).collect();
-                bail!(
-                    "--loiter {name}: camera {} has no zone named {name} (its zones: {}); add it with --zone",
-                    cameras[c],
-                    if have.is_empty() { "none".to_string() } else { have.join(", ") }
-                );
+    let mut out: Vec<Vec<Option<u64>>> = zones.iter().map(|z| vec![None; z.len()]).collect();
+    let mut own: Vec<Vec<bool>> = zones.iter().map(|z| vec![false; z.len()]).collect();
+    for mine in [false, true] {
+        for s in specs.iter().filter(|s| s.camera.is_some() == mine) {
+            let targets: Vec<usize> = match &s.camera {
+                Some(c) => match cameras.iter().position(|n| n == c) {
+                    Some(i) => vec![i],
+                    None => bail!("--loiter {c}:{}: no camera named {c} (cameras: {})", s.zone, cameras.join(", ")),
+                },
+                None => (0..cameras.len()).collect(),
             };
-            v[z] = Some(*t);
+            for c in targets {
+                let Some(z) = zones[c].iter().position(|z| z.name == s.zone) else {
+                    let have: Vec<&str> = zones[c].iter().map(|z| z.name.as_str()).collect();
+                    bail!(
+                        "--loiter {}: camera {} has no zone named {} (its zones: {}); add it with --zone",
+                        s.zone,
+                        cameras[c],
+                        s.zone,
+                        if have.is_empty() { "none".to_string() } else { have.join(", ") }
+                    );
+                };
+                if (!mine && out[c][z].is_some()) || own[c][z] {
+                    bail!(
+                        "--loiter {}: camera {} has a loitering time for zone {} already; give one",
+                        s.zone,
+                        cameras[c],
+                        s.zone
+                    );
+                }
+                out[c][z] = Some(s.after_ns);
+                own[c][z] = mine;
+            }
         }
-        out.push(v);
     }
     Ok(out)
 }
@@ -227,6 +243,20 @@ mod tests {
         let ok: Vec<String> =
             (0..MAX_POINTS).map(|i| format!("{},{}", square[i % 4].0, square[i % 4].1 + i / 4)).collect();
         assert!(ZoneSpec::parse(&format!("z={}", ok.join(","))).is_ok());
+    }
+
+    #[test]
+    fn a_cameras_own_loitering_time_replaces_the_general_one() {
+        let cams = vec!["front".to_string(), "back".to_string()];
+        let gate = Zone { name: "gate".into(), points: vec![(0.0, 0.0), (9.0, 0.0), (9.0, 9.0)] };
+        let zones = vec![vec![gate.clone()], vec![gate]];
+        let specs: Vec<LoiterSpec> =
+            ["gate=30", "front:gate=5"].iter().map(|s| LoiterSpec::parse(s).unwrap()).collect();
+        let t = loiter_per_camera(&specs, &cams, &zones).unwrap();
+        assert_eq!(t, vec![vec![Some(5_000_000_000)], vec![Some(30_000_000_000)]]);
+        let twice: Vec<LoiterSpec> = ["gate=30", "gate=5"].iter().map(|s| LoiterSpec::parse(s).unwrap()).collect();
+        let e = format!("{:#}", loiter_per_camera(&twice, &cams, &zones).unwrap_err());
+        assert_eq!(e, "--loiter gate: camera front has a loitering time for zone gate already; give one");
     }
 
     #[test]

@@ -416,6 +416,7 @@ impl<'a> Supervisor<'a> {
 fn remove_leftovers(a: &RunConfig) {
     let run_dir = &a.data.run_dir;
     let _ = std::fs::remove_file(run_dir.join(zcpipe_publish::tracking::TRACK_IDS_FILE));
+    let _ = std::fs::remove_file(run_dir.join(zcpipe_publish::tracking::LINE_COUNTS_FILE));
     let mut leftovers: Vec<PathBuf> = std::fs::read_dir(run_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
         .unwrap_or_default();

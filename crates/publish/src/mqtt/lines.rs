@@ -1,7 +1,7 @@
 //! A camera's line crossings on MQTT: `P/<camera>/lines/<line>/<label>/in` and `.../out`,
 //! each the count since the run started as text, sent when it changes (retained with
 //! `--mqtt-retain`), and a Home Assistant sensor for each (`total_increasing`), announced
-//! when the label first crosses the line.
+//! when the label first crosses the line (`H/sensor/<node>/<camera>_L_<line>_L_<label>_<in|out>`).
 
 use std::collections::BTreeMap;
 
@@ -27,7 +27,9 @@ impl MqttConfig {
             "unit_of_measurement": label,
             "icon": if dir == Direction::In { "mdi:login" } else { "mdi:logout" },
         });
-        let object = format!("{}_{}_{}_{}", level(camera), level(line), level(label), dir.name());
+        // Camera and line names are lower case: `_L_` cannot occur in them, so no two
+        // cameras' lines share an id (`front` + `door_main` against `front_door` + `main`).
+        let object = format!("{}_L_{}_L_{}_{}", level(camera), level(line), level(label), dir.name());
         self.discovery("sensor", camera, &object, &object, fields)
     }
 }

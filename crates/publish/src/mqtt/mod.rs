@@ -20,7 +20,7 @@
 //! - `H/binary_sensor/<node>/<camera>_<label>/config`: an occupancy binary sensor per camera
 //!   and label (announced when the label is first seen on the camera), and
 //!   `H/sensor/<node>/<camera>_fps/config`: an fps sensor per camera (at its first frame),
-//!   `H/sensor/<node>/<camera>_<line>_<label>_<in|out>/config`: a crossings counter per
+//!   `H/sensor/<node>/<camera>_L_<line>_L_<label>_<in|out>/config`: a crossings counter per
 //!   line, label and direction (when the label first crosses the line);
 //!   retained (<https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery>).
 //!

@@ -533,7 +533,7 @@ fn line_crossings_are_counters_with_a_sensor_each() {
     let sensor = out
         .iter()
         .find_map(|o| match o {
-            Out::Announce(m) if m.topic == "homeassistant/sensor/zcpipe-box/front_exit_person_out/config" => {
+            Out::Announce(m) if m.topic == "homeassistant/sensor/zcpipe-box/front_L_exit_L_person_out/config" => {
                 Some(serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap())
             }
             _ => None,
