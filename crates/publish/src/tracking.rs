@@ -560,8 +560,14 @@ mod time_tests {
                 bbox: [80.0, y - 100.0, 120.0, y],
                 ..Default::default()
             };
-            let mut f =
-                FrameJson { camera: "cam0".into(), seq: i, width: 400, height: 400, detections: vec![d], ..Default::default() };
+            let mut f = FrameJson {
+                camera: "cam0".into(),
+                seq: i,
+                width: 400,
+                height: 400,
+                detections: vec![d],
+                ..Default::default()
+            };
             events.extend(t.frame(0, t0 + i * 100_000_000, &mut f, &labels));
         }
         events
