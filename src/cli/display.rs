@@ -6,13 +6,17 @@ use std::path::PathBuf;
 use clap::Args;
 
 use zcpipe_display::{DisplayConfig, DisplayTarget};
+use zcpipe_track::filter::MaskSpec;
+use zcpipe_track::LineSpec;
+
+use super::scene::{Given, Read};
 
 /// The options `zcpipe run` and `zcpipe stage display` share.
 #[derive(Args, Debug, Clone)]
 pub struct RunDisplayArgs {
-    /// Show the camera (the first one) on a display with its boxes and zones: `auto` (the first DRM
-    /// card), a card (`/dev/dri/card0`), or `none` (the default). A fifth stage process; a
-    /// display that is missing or fails never stops the pipeline.
+    /// Show the camera (the first one) on a display with its boxes, zones, lines and masks:
+    /// `auto` (the first DRM card), a card (`/dev/dri/card0`), or `none` (the default). A
+    /// fifth stage process; a display that is missing or fails never stops the pipeline.
     #[arg(long, default_value = "none", value_parser = clap::value_parser!(DisplayTarget))]
     pub display: DisplayTarget,
     /// Diagnostic: write the composed output of the first frames shown with boxes (read back
@@ -70,6 +74,17 @@ pub struct DisplayArgs {
     /// detections socket. `zcpipe run` passes the camera's zones itself. Repeat for more zones.
     #[arg(long = "zone", value_name = "[CAMERA:]NAME=x1,y1,...", value_parser = super::track::ParseZone)]
     pub zones: Vec<zcpipe_track::ZoneSpec>,
+    /// A line of the camera shown, `NAME=x1,y1,x2,y2,...` in source pixels (as the publish
+    /// stage's `--line`): drawn in pale blue with the boxes, with an arrow from the middle of
+    /// its longest segment to its `in` side and its crossings from the detections socket.
+    /// `zcpipe run` passes the camera's lines itself. Repeat for more lines.
+    #[arg(long = "line", value_name = "[CAMERA:]NAME=x1,y1,x2,y2,...", value_parser = Read("--line", LineSpec::parse))]
+    pub lines: Vec<Given<LineSpec>>,
+    /// A mask of the camera shown, `x1,y1,x2,y2,x3,y3,...` in source pixels (as the publish
+    /// stage's `--mask`): outlined and hatched in dark grey under the boxes. `zcpipe run`
+    /// passes the camera's masks itself. Repeat for more masks.
+    #[arg(long = "mask", value_name = "[CAMERA:]x1,y1,...", value_parser = Read("--mask", MaskSpec::parse))]
+    pub masks: Vec<Given<MaskSpec>>,
 }
 
 impl DisplayArgs {
@@ -86,6 +101,11 @@ impl DisplayArgs {
             Some(p) => Some(p.clone()),
             None => Some(zcpipe_core::config::default_detections_socket(instance)),
         };
+        // A zone, line or mask naming another camera is that camera's, not drawn here.
+        let ours = |c: &Option<String>| c.is_none() || *c == self.camera;
+        let cameras = [self.camera.clone().unwrap_or_else(|| "cam0".into())];
+        let lines: Vec<LineSpec> = self.lines.iter().map(|g| g.spec.clone()).filter(|l| ours(&l.camera)).collect();
+        let masks: Vec<MaskSpec> = self.masks.iter().map(|g| g.spec.clone()).filter(|m| ours(&m.camera)).collect();
         Ok(DisplayConfig {
             target: self.display.display.clone(),
             upstream: zcpipe_core::id::StageId::capture(self.camera.as_deref()),
@@ -96,17 +116,13 @@ impl DisplayArgs {
             force_compose: self.display.display_compose,
             legacy: self.display.display_legacy,
             frames: self.frames,
-            // A zone naming another camera is that camera's, not drawn here.
             zones: zcpipe_track::zone::per_camera(
-                &self
-                    .zones
-                    .iter()
-                    .filter(|z| z.camera.is_none() || z.camera == self.camera)
-                    .cloned()
-                    .collect::<Vec<_>>(),
-                &[self.camera.clone().unwrap_or_else(|| "cam0".into())],
+                &self.zones.iter().filter(|z| ours(&z.camera)).cloned().collect::<Vec<_>>(),
+                &cameras,
             )?
             .remove(0),
+            lines: zcpipe_track::line::per_camera(&lines, &cameras)?.remove(0),
+            masks: zcpipe_track::filter::per_camera(&masks, &[], &cameras)?.remove(0).masks,
         })
     }
 }
@@ -158,5 +174,77 @@ mod tests {
         // A bad zone is the zone's one line.
         let Err(e) = D::try_parse_from(["d", "--display", "auto", "--zone", "door=1,2,3,4"]) else { panic!() };
         assert!(e.to_string().contains("--zone door=1,2,3,4: 2 point(s)"), "{e}");
+    }
+
+    /// The display stage of camera `front` gets its lines and masks and those of every
+    /// camera, never another camera's, as the run was given them (a line's `point=` and
+    /// `band=` too), and reads them back as the same shapes.
+    #[test]
+    fn the_display_gets_the_lines_and_masks_of_the_camera_it_shows() {
+        let run = T::parse_from([
+            "t",
+            "--zone",
+            "front:door=1,2,30,4,5,60.5",
+            "--line",
+            "front:walk=10,20,300.5,20,300.5,200,point=center,band=4",
+            "--line",
+            "back:gate=1,1,9,9",
+            "--line",
+            "all=0,100,640,100",
+            "--mask",
+            "front:0,0,50,0,50,40",
+            "--mask",
+            "back:1,1,9,1,9,9",
+            "--mask",
+            "600,400,640,400,640,480",
+        ])
+        .t;
+        let flags = run.display_flags_of("front");
+        assert_eq!(
+            flags,
+            [
+                "--zone=door=1,2,30,4,5,60.5",
+                "--line=walk=10,20,300.5,20,300.5,200,point=center,band=4",
+                "--line=all=0,100,640,100",
+                "--mask=0,0,50,0,50,40",
+                "--mask=600,400,640,400,640,480",
+            ]
+        );
+        let args = ["d", "--display", "/dev/dri/card0", "--camera", "front"].map(String::from);
+        let cfg = D::parse_from(args.into_iter().chain(flags)).d.config("default").unwrap();
+        let names: Vec<&str> = cfg.lines.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["walk", "all"]);
+        let walk = &run.scene.lines[0].spec.line;
+        assert_eq!(&cfg.lines[0], walk, "the same line, its point and band too");
+        assert_eq!(cfg.lines[0].points, [(10.0, 20.0), (300.5, 20.0), (300.5, 200.0)]);
+        assert_eq!(
+            cfg.masks,
+            [vec![(0.0, 0.0), (50.0, 0.0), (50.0, 40.0)], vec![(600.0, 400.0), (640.0, 400.0), (640.0, 480.0)]]
+        );
+        // The other camera's own; the single camera of a run without names gets the unnamed ones.
+        assert_eq!(
+            run.display_flags_of("back"),
+            ["--line=gate=1,1,9,9", "--line=all=0,100,640,100", "--mask=1,1,9,1,9,9", "--mask=600,400,640,400,640,480"]
+        );
+        // Given by hand for another camera: not this display's.
+        let d = D::parse_from([
+            "d",
+            "--display",
+            "/dev/dri/card0",
+            "--camera",
+            "front",
+            "--line",
+            "back:gate=1,1,9,9",
+            "--mask",
+            "back:1,1,9,1,9,9",
+        ])
+        .d;
+        let cfg = d.config("default").unwrap();
+        assert!(cfg.lines.is_empty() && cfg.masks.is_empty());
+        // A bad line or mask is its one line.
+        let Err(e) = D::try_parse_from(["d", "--display", "auto", "--line", "door=5,5"]) else { panic!() };
+        assert!(e.to_string().contains("--line door=5,5: 1 point(s); a line needs at least two"), "{e}");
+        let Err(e) = D::try_parse_from(["d", "--display", "auto", "--mask", "0,0,1,1"]) else { panic!() };
+        assert!(e.to_string().contains("--mask 0,0,1,1: 2 point(s); a mask needs at least three"), "{e}");
     }
 }

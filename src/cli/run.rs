@@ -348,7 +348,7 @@ impl RunArgs {
             v.push(format!("--camera={}", names[0]));
         }
         v.push(format!("--detections={}", socket.display()));
-        v.extend(self.track.zone_flags_of(&names[0]));
+        v.extend(self.track.display_flags_of(&names[0]));
         stage_flags.push((Role::Display.into(), v));
         let why = if self.pipeline.common.copy_mode {
             "--display (--copy-mode: a CPU copy of each frame, as a plain viewer)"

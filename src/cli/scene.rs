@@ -131,6 +131,30 @@ impl SceneArgs {
             .collect()
     }
 
+    /// The `--line` and `--mask` flags of the lines and masks camera `camera` has (those
+    /// naming it or no camera), as given but without the camera: what the display stage
+    /// showing it draws.
+    pub fn shape_flags_of(&self, camera: &str) -> Vec<String> {
+        fn of<'a, T>(
+            flag: &'static str,
+            v: &'a [Given<T>],
+            cam: impl Fn(&T) -> Option<&str> + 'a,
+            camera: &'a str,
+        ) -> impl Iterator<Item = String> + 'a {
+            v.iter().filter_map(move |g| match cam(&g.spec) {
+                None => Some(format!("--{flag}={}", g.text)),
+                // The text starts with `CAMERA:` when the spec names a camera.
+                Some(c) if c == camera => {
+                    Some(format!("--{flag}={}", g.text.strip_prefix(&format!("{c}:")).unwrap_or(&g.text)))
+                }
+                Some(_) => None,
+            })
+        }
+        of("line", &self.lines, |s: &LineSpec| s.camera.as_deref(), camera)
+            .chain(of("mask", &self.masks, |s: &MaskSpec| s.camera.as_deref(), camera))
+            .collect()
+    }
+
     /// For the plan: `lines door, front:gate; loitering gate 30 s; 2 masks; filters person`.
     pub fn describe(&self) -> Vec<String> {
         let cam = |c: &Option<String>| c.as_ref().map(|c| format!("{c}:")).unwrap_or_default();

@@ -173,6 +173,15 @@ impl TrackArgs {
             .map(|z| zone_flag(None, &z.zone))
             .collect()
     }
+
+    /// The `--zone`, `--line` and `--mask` flags of camera `camera` ([`TrackArgs::zone_flags_of`],
+    /// [`SceneArgs::shape_flags_of`]): everything the display stage showing it draws under
+    /// the boxes.
+    pub fn display_flags_of(&self, camera: &str) -> Vec<String> {
+        let mut v = self.zone_flags_of(camera);
+        v.extend(self.scene.shape_flags_of(camera));
+        v
+    }
 }
 
 /// `--zone=[CAMERA:]NAME=x1,y1,...` for `zone` (coordinates as Rust prints an f32: they read

@@ -4,7 +4,10 @@
 //! pixels thick, inside the box's edges, and a tag (`person 0.89 #3`) in black on the
 //! class's colour above the box (inside its top edge when the box touches the top; moved
 //! left to stay on the picture). Text is the public-domain 8x8 bitmap font of the
-//! `font8x8` crate, drawn [`TEXT_SCALE`] times its size.
+//! `font8x8` crate, drawn [`TEXT_SCALE`] times its size. Under the boxes, a camera's masks
+//! (a dark grey outline, hatched: [`Canvas::mask`]), zones (an amber outline and a tag:
+//! [`Canvas::zone`]) and lines (a pale blue polyline with an arrow to its `in` side and a
+//! tag: [`Canvas::crossing_line`]).
 //!
 //! A [`Canvas`] is rows of `pitch` bytes in one of two layouts ([`Layout`]): tight or padded
 //! RGB24 (R, G, B), or 32-bit DRM words `[31:0] A:R:G:B` little-endian (drm_fourcc.h
@@ -208,6 +211,82 @@ impl Canvas<'_> {
         }
     }
 
+    /// A counted line: its polyline `points` (pixels) in [`LINE_COLOUR`], [`LINE_THICKNESS`]
+    /// wide; at the middle of its longest segment an arrow [`ARROW_LENGTH`] long pointing to
+    /// its `in` side (the right-hand side walking from its first point to its last, image y
+    /// down: the side where `(b - a) x (p - a) > 0` for the segment `a`-`b`), and a tag with
+    /// `text` (its name and crossings, [`line_text`]) just past the arrow's tip, moved to
+    /// stay on the picture. Points that are not finite draw nothing of their segments; a
+    /// line with no segment of 1 px or more has no arrow and no tag.
+    pub fn crossing_line(&mut self, points: &[(f32, f32)], text: &str) {
+        for w in points.windows(2) {
+            self.line(w[0], w[1], LINE_THICKNESS, LINE_COLOUR);
+        }
+        let Some((mid, (ux, uy))) = longest_segment(points) else { return };
+        // The right-hand normal of the segment's direction (ux, uy), y down: (-uy, ux).
+        let (nx, ny) = (-uy, ux);
+        let tip = (mid.0 + nx * ARROW_LENGTH, mid.1 + ny * ARROW_LENGTH);
+        self.line(mid, tip, LINE_THICKNESS, LINE_COLOUR);
+        let head = ARROW_LENGTH * 0.4;
+        for side in [-1.0, 1.0] {
+            let end = (tip.0 - (nx - side * ux) * head, tip.1 - (ny - side * uy) * head);
+            self.line(tip, end, LINE_THICKNESS, LINE_COLOUR);
+        }
+        // The tag's centre past the tip, far enough along the normal for its nearest edge to
+        // clear the tip by 4 px.
+        let (w, h) = text_size(text);
+        let (tw, th) = ((w + 4) as f32, (h + 2) as f32);
+        let reach = 4.0 + (nx.abs() * tw + ny.abs() * th) / 2.0;
+        let (cx, cy) = (tip.0 + nx * reach - tw / 2.0, tip.1 + ny * reach - th / 2.0);
+        let x = (cx.round() as i64).min(self.width as i64 - tw as i64).max(0);
+        let y = (cy.round() as i64).min(self.height as i64 - th as i64).max(0);
+        self.tag(x, y, text, LINE_COLOUR);
+    }
+
+    /// A mask: its polygon `points` (pixels) closed and outlined in [`MASK_COLOUR`], and
+    /// hatched inside with 1 px diagonal lines [`MASK_HATCH`] pixels apart (what the tracker
+    /// never sees shows through between them). The hatch costs a pass over the polygon's
+    /// edges per hatch line and the hatch's own pixels, never a pass over the picture; a
+    /// polygon with a point that is not finite gets its outline only.
+    pub fn mask(&mut self, points: &[(f32, f32)]) {
+        for (i, &a) in points.iter().enumerate() {
+            self.line(a, points[(i + 1) % points.len()], ZONE_THICKNESS, MASK_COLOUR);
+        }
+        if points.len() < 3 || !points.iter().all(|p| p.0.is_finite() && p.1.is_finite()) {
+            return;
+        }
+        // Lines x + y = c, c a multiple of the spacing (the hatch stays put as the polygon
+        // moves), only where they cross the picture.
+        let s: Vec<f32> = points.iter().map(|p| p.0 + p.1).collect();
+        let lo = s.iter().copied().fold(f32::INFINITY, f32::min).max(0.0);
+        let hi = s.iter().copied().fold(f32::NEG_INFINITY, f32::max).min(self.width as f32 + self.height as f32);
+        let step = MASK_HATCH as f32;
+        let mut c = (lo / step).ceil() * step;
+        let mut xs: Vec<f32> = Vec::with_capacity(8);
+        while c <= hi {
+            // Where the line meets each edge (by x), paired in order: inside between (even-odd).
+            xs.clear();
+            for i in 0..points.len() {
+                let j = (i + 1) % points.len();
+                let (da, db) = (s[i] - c, s[j] - c);
+                if (da > 0.0) != (db > 0.0) {
+                    let t = da / (da - db);
+                    xs.push(points[i].0 + (points[j].0 - points[i].0) * t);
+                }
+            }
+            xs.sort_by(f32::total_cmp);
+            // The part of the line on the picture: x in c - height ..= c and 0 ..= width.
+            let (x_lo, x_hi) = ((c - self.height as f32).max(0.0), c.min(self.width as f32));
+            for p in xs.chunks_exact(2) {
+                let (a, b) = (p[0].max(x_lo), p[1].min(x_hi));
+                if a <= b {
+                    self.line((a, c - a), (b, c - b), 1, MASK_COLOUR);
+                }
+            }
+            c += step;
+        }
+    }
+
     /// Draws `dets`: boxes first, then their tags (so a tag is never hidden under another
     /// box's outline); a tag sits above its box when it fits, else inside its top edge, and
     /// moves left to fit the picture.
@@ -229,8 +308,35 @@ impl Canvas<'_> {
 /// The colour of zones, their own (no class has it): amber.
 pub const ZONE_COLOUR: [u8; 3] = [255, 176, 0];
 
-/// A zone's outline width, pixels.
+/// A zone's outline width, pixels (a mask's too).
 pub const ZONE_THICKNESS: u32 = 2;
+
+/// The colour of lines, their own (no class has it, nor zones): a pale sky blue, paler
+/// than the cyan of class 2 and the azure of class 5.
+pub const LINE_COLOUR: [u8; 3] = [128, 224, 255];
+
+/// A line's width, pixels (as a zone's outline).
+pub const LINE_THICKNESS: u32 = ZONE_THICKNESS;
+
+/// How far a line's direction arrow reaches from the line, pixels.
+pub const ARROW_LENGTH: f32 = 20.0;
+
+/// The colour of masks: a dark grey (what the tracker never sees is shaded, not lit).
+pub const MASK_COLOUR: [u8; 3] = [56, 56, 56];
+
+/// The distance between a mask's hatch lines along each axis, pixels.
+pub const MASK_HATCH: u32 = 10;
+
+/// The middle of the longest segment of `points` of at least 1 px (finite ends), and its
+/// unit direction.
+fn longest_segment(points: &[(f32, f32)]) -> Option<((f32, f32), (f32, f32))> {
+    points
+        .windows(2)
+        .map(|w| (w[0], w[1], ((w[1].0 - w[0].0).powi(2) + (w[1].1 - w[0].1).powi(2)).sqrt()))
+        .filter(|&(_, _, len)| len.is_finite() && len >= 1.0)
+        .max_by(|a, b| a.2.total_cmp(&b.2))
+        .map(|(a, b, len)| (((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0), ((b.0 - a.0) / len, (b.1 - a.1) / len)))
+}
 
 /// Width and height in pixels of `text` drawn by [`Canvas::text`].
 pub fn text_size(text: &str) -> (i64, i64) {
@@ -246,6 +352,21 @@ pub fn zone_text(name: &str, counts: Option<&std::collections::BTreeMap<String, 
         name.to_string()
     } else {
         format!("{name}: {}", in_it.join(", "))
+    }
+}
+
+/// A line's tag as drawn: its name, and when its crossings are known (`counts`, the frame
+/// line's for it) their totals over every label, `door: in 3 out 2`.
+pub fn line_text(
+    name: &str,
+    counts: Option<&std::collections::BTreeMap<String, crate::schema::CrossingsJson>>,
+) -> String {
+    match counts {
+        None => name.to_string(),
+        Some(c) => {
+            let (i, o) = c.values().fold((0u64, 0u64), |(i, o), x| (i.saturating_add(x.into), o.saturating_add(x.out)));
+            format!("{name}: in {i} out {o}")
+        }
     }
 }
 
@@ -328,6 +449,80 @@ mod tests {
         c.line((0.0, 0.0), (f32::INFINITY, 3.0), 2, [1, 2, 3]);
         c.line((-f32::MAX, 0.0), (f32::MAX, 3.0), 2, [1, 2, 3]);
         Canvas::rgb24(&mut [], 0, 0).zone(&[(0.0, 0.0), (1.0, 1.0), (0.0, 1.0)], "empty");
+    }
+
+    /// Tight RGB24 pixel (x, y) of a `w`-wide picture.
+    fn rgb(bytes: &[u8], w: u32, x: u32, y: u32) -> [u8; 3] {
+        let i = ((y * w + x) * 3) as usize;
+        [bytes[i], bytes[i + 1], bytes[i + 2]]
+    }
+
+    #[test]
+    fn a_line_is_its_polyline_with_an_arrow_to_its_in_side_and_its_tag() {
+        let (w, h) = (100u32, 80u32);
+        let mut px = vec![0u8; (w * h * 3) as usize];
+        // Drawn left to right: walking along it, the right-hand side (in) is below.
+        Canvas::rgb24(&mut px, w, h).crossing_line(&[(10.0, 40.0), (90.0, 40.0)], "d");
+        assert_eq!(rgb(&px, w, 20, 40), LINE_COLOUR, "on the line");
+        assert_eq!(rgb(&px, w, 20, 42), [0, 0, 0], "2 px wide");
+        assert_eq!(rgb(&px, w, 50, 52), LINE_COLOUR, "the arrow at the middle, below: in");
+        assert_eq!(rgb(&px, w, 50, 28), [0, 0, 0], "nothing above: out");
+        // The arrow's head at its tip (50, 60), its barbs going back up to either side.
+        assert_eq!(rgb(&px, w, 46, 56), LINE_COLOUR, "a barb");
+        assert_eq!(rgb(&px, w, 54, 56), LINE_COLOUR, "the other barb");
+        // The tag ("d", 20x18) past the tip, moved up to stay on the picture: rows 62..80.
+        assert_eq!(rgb(&px, w, 41, 79), LINE_COLOUR, "the tag's bottom-left corner");
+        assert_eq!(rgb(&px, w, 39, 79), [0, 0, 0], "left of the tag");
+        // Drawn top to bottom on a polyline whose longest segment is the vertical one: in is left.
+        let mut px = vec![0u8; (w * h * 3) as usize];
+        Canvas::rgb24(&mut px, w, h).crossing_line(&[(50.0, 10.0), (50.0, 70.0), (60.0, 70.0)], "d");
+        assert_eq!(rgb(&px, w, 38, 40), LINE_COLOUR, "the arrow, left: in");
+        assert_eq!(rgb(&px, w, 62, 40), [0, 0, 0], "the mirror pixel, right: out");
+        assert_eq!(rgb(&px, w, 58, 70), LINE_COLOUR, "the polyline's last segment");
+        // Segments under 1 px, a single point, points that are not finite: no arrow, no tag, no panic.
+        let mut c = Canvas::rgb24(&mut px, w, h);
+        c.crossing_line(&[(5.0, 5.0), (5.2, 5.0)], "short");
+        c.crossing_line(&[(5.0, 5.0)], "one");
+        c.crossing_line(&[(f32::NAN, 5.0), (1e9, -1e9), (-f32::MAX, f32::MAX)], "odd");
+        Canvas::rgb24(&mut [], 0, 0).crossing_line(&[(0.0, 0.0), (10.0, 0.0)], "empty");
+    }
+
+    #[test]
+    fn a_line_tag_sums_its_crossings_over_labels() {
+        use crate::schema::CrossingsJson;
+        let c = std::collections::BTreeMap::from([
+            ("person".to_string(), CrossingsJson { into: 2, out: 1 }),
+            ("car".to_string(), CrossingsJson { into: 1, out: 1 }),
+        ]);
+        assert_eq!(line_text("door", Some(&c)), "door: in 3 out 2");
+        assert_eq!(line_text("door", Some(&Default::default())), "door: in 0 out 0");
+        assert_eq!(line_text("door", None), "door");
+    }
+
+    #[test]
+    fn a_mask_is_a_grey_outline_hatched_inside_only() {
+        let (w, h) = (64u32, 64u32);
+        let mut px = vec![0u8; (w * h * 3) as usize];
+        Canvas::rgb24(&mut px, w, h).mask(&[(10.0, 10.0), (50.0, 10.0), (50.0, 50.0), (10.0, 50.0)]);
+        assert_eq!(rgb(&px, w, 30, 10), MASK_COLOUR, "the top edge");
+        assert_eq!(rgb(&px, w, 50, 33), MASK_COLOUR, "the right edge");
+        // Hatch lines x + y = 10 k inside; the pixels between them untouched.
+        assert_eq!(rgb(&px, w, 25, 25), MASK_COLOUR, "a hatch line inside (x + y = 50)");
+        assert_eq!(rgb(&px, w, 40, 30), MASK_COLOUR, "another (x + y = 70)");
+        assert_eq!(rgb(&px, w, 26, 25), [0, 0, 0], "between hatch lines");
+        assert_eq!(rgb(&px, w, 30, 35), [0, 0, 0], "between hatch lines");
+        assert_eq!(rgb(&px, w, 5, 5), [0, 0, 0], "outside, on a hatch line's x + y");
+        assert_eq!(rgb(&px, w, 57, 53), [0, 0, 0], "outside, on a hatch line's x + y");
+        let inside = (12..49).flat_map(|y| (12..49).map(move |x| (x, y)));
+        let hatched = inside.filter(|&(x, y)| rgb(&px, w, x, y) == MASK_COLOUR).count();
+        assert!((100..300).contains(&hatched), "about a tenth of the inside is hatch: {hatched} of 1369");
+        // A mask partly off the picture, huge, not finite, or too short: what fits, no panic.
+        let mut c = Canvas::rgb24(&mut px, w, h);
+        c.mask(&[(-1e9, -1e9), (1e9, -1e9), (1e9, 1e9)]);
+        c.mask(&[(0.0, 0.0), (f32::NAN, 3.0), (9.0, 9.0)]);
+        c.mask(&[(0.0, 0.0), (9.0, 9.0)]);
+        c.mask(&[]);
+        Canvas::rgb24(&mut [], 0, 0).mask(&[(0.0, 0.0), (10.0, 0.0), (0.0, 10.0)]);
     }
 
     #[test]

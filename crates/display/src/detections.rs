@@ -10,12 +10,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use zcpipe_core::schema::{DetectionJson, SocketLine};
+use zcpipe_core::schema::{CrossingsJson, DetectionJson, SocketLine};
 
 /// The newest detections of the camera shown.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Latest {
-    /// Changes whenever `dets`, the zones' counts or the frame size do (0: none yet).
+    /// Changes whenever `dets`, the zones' or lines' counts or the frame size do (0: none yet).
     pub generation: u64,
     /// The frame size the boxes are in.
     pub frame: (u32, u32),
@@ -23,6 +23,8 @@ pub struct Latest {
     pub dets: Vec<DetectionJson>,
     /// Each zone's tracked objects by label (frame lines of a camera with zones).
     pub zones: Option<BTreeMap<String, BTreeMap<String, u32>>>,
+    /// Each line's crossings by label (frame lines of a camera with lines).
+    pub crossings: Option<BTreeMap<String, BTreeMap<String, CrossingsJson>>>,
     /// Frame lines read (of this camera).
     pub lines: u64,
 }
@@ -38,10 +40,16 @@ impl Latest {
         }
         self.lines += 1;
         let frame = (l.width, l.height);
-        if l.detections != self.dets || frame != self.frame || l.zones != self.zones || self.generation == 0 {
+        if l.detections != self.dets
+            || frame != self.frame
+            || l.zones != self.zones
+            || l.lines != self.crossings
+            || self.generation == 0
+        {
             self.dets = l.detections;
             self.frame = frame;
             self.zones = l.zones;
+            self.crossings = l.lines;
             self.generation += 1;
         }
         true
@@ -115,9 +123,14 @@ mod tests {
         assert!(!l.take_line(r#"{"type":"notice","stage":"infer"}"#, ""));
         assert!(!l.take_line("not json", ""));
         // No boxes any more: a change.
-        assert!(
-            l.take_line(&line.replace(r#"{"class_id":0,"label":"person","score":0.9,"box":[100,50,300,250]}"#, ""), "")
-        );
+        let no_box = line.replace(r#"{"class_id":0,"label":"person","score":0.9,"box":[100,50,300,250]}"#, "");
+        assert!(l.take_line(&no_box, ""));
         assert_eq!((l.generation, l.dets.len()), (2, 0));
+        // A line's crossings moved, the boxes the same: a change (the tag's counts).
+        let crossed =
+            no_box.replace(r#","detections""#, r#","lines":{"door":{"person":{"in":1,"out":0}}},"detections""#);
+        assert!(l.take_line(&crossed, ""));
+        assert_eq!(l.generation, 3);
+        assert_eq!(l.crossings.as_ref().unwrap()["door"]["person"], CrossingsJson { into: 1, out: 0 });
     }
 }

@@ -3,7 +3,9 @@
 //! queued to replace it) and a client of the publish stage's detections socket, as
 //! `zcpipe watch` is. It scans each frame out on a KMS plane (`kms.rs`: the camera's
 //! dma-buf imported once per buffer with PRIME, a framebuffer per pool buffer) and draws the
-//! boxes on a second, ARGB8888 plane (drawn by `core::draw`, as the web view draws), redrawn only when the detections change;
+//! boxes, with the camera's masks, zones and lines under them (`shapes.rs`), on a second,
+//! ARGB8888 plane (drawn by `core::draw`, as the web view draws), redrawn only when the
+//! detections or the counts change;
 //! where no plane takes the camera's format or size, where the driver has no overlay plane
 //! or no atomic modesetting, and in copy mode, it composes each frame into a DRM dumb buffer
 //! with the CPU instead (`compose.rs`), reading the frame through the read guard and
@@ -25,6 +27,7 @@ pub mod compose;
 pub mod detections;
 pub mod kms;
 pub mod report;
+mod shapes;
 pub mod stage;
 
 /// `--display`: where the frames go.
@@ -90,6 +93,11 @@ pub struct DisplayConfig {
     pub frames: Option<u64>,
     /// The camera's zones (source pixels), drawn with the boxes and their counts.
     pub zones: Vec<zcpipe_track::Zone>,
+    /// The camera's lines (source pixels), drawn with the boxes, their direction and their
+    /// crossings.
+    pub lines: Vec<zcpipe_track::Line>,
+    /// The camera's masks' polygons (source pixels), drawn outlined and hatched.
+    pub masks: Vec<Vec<(f32, f32)>>,
 }
 
 /// The DRM card `--display auto` uses: the first `/dev/dri/card*` (under the system root,

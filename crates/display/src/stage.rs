@@ -11,6 +11,7 @@ use drm::control::framebuffer;
 
 use super::detections::Detections;
 use super::kms::{drm_format, Dumb, Output, Scanout};
+use super::shapes::OnScreen;
 use super::{box_on_screen, letterbox, DisplayConfig, Rect};
 use zcpipe_core::draw::{Canvas, Drawn};
 use zcpipe_core::frame::FrameLayout;
@@ -121,9 +122,15 @@ pub fn run(cfg: DisplayConfig, ctx: StageCtx) -> zcpipe_core::Result<i32> {
             log::warn!("display: --display-writeback: {} has no writeback connector (or no atomic modesetting); nothing is written", card.display());
         }
     }
-    if !cfg.zones.is_empty() {
-        let names: Vec<&str> = cfg.zones.iter().map(|z| z.name.as_str()).collect();
-        log::info!("display: zones drawn with the boxes: {}", names.join(", "));
+    if !cfg.zones.is_empty() || !cfg.lines.is_empty() || !cfg.masks.is_empty() {
+        let zones: Vec<&str> = cfg.zones.iter().map(|z| z.name.as_str()).collect();
+        let lines: Vec<&str> = cfg.lines.iter().map(|l| l.name.as_str()).collect();
+        log::info!(
+            "display: drawn with the boxes: zones {}; lines {}; {} masks",
+            if zones.is_empty() { "none".into() } else { zones.join(", ") },
+            if lines.is_empty() { "none".into() } else { lines.join(", ") },
+            cfg.masks.len()
+        );
     }
     let socket = ctx.data.socket(&cfg.upstream);
     let tap = TapClient::new(socket, "display", &cfg.upstream.to_string()).holding(DISPLAY_HOLD);
@@ -343,7 +350,7 @@ impl State {
                 let frame = self.way.as_ref().map(|w| (w.0.width, w.0.height)).unwrap_or_default();
                 let latest = dets.latest();
                 let drawn = drawn(&latest, frame, pic);
-                let zones = zones_on_screen(&self.cfg.zones, Some(&latest), frame, pic);
+                let shapes = OnScreen::of(&self.cfg, Some(&latest), frame, pic);
                 let back = self.overlay_front.map_or(0, |f| 1 - f);
                 let d = &mut self.overlay[back];
                 let (w, h, pitch) = (d.size.0, d.size.1, d.pitch as usize);
@@ -352,7 +359,7 @@ impl State {
                     .with_mapped(d, |bytes| {
                         let mut c = Canvas::argb8888(bytes, pitch, w, h);
                         c.clear();
-                        draw_zones(&mut c, &zones);
+                        shapes.draw(&mut c);
                         c.detections(&drawn);
                     })
                     .is_ok()
@@ -389,7 +396,7 @@ impl State {
                     over,
                     wb,
                 )?;
-                let meta = wb.then(|| meta(&self.cfg.zones, "zero-copy", &layout, seq, mode, pic, with_boxes.as_ref()));
+                let meta = wb.then(|| meta(&self.cfg, "zero-copy", &layout, seq, mode, pic, with_boxes.as_ref()));
                 self.pending = Some(Pending { frame: Some(frame), seq, fence, meta, since: Instant::now() });
             }
             Way::Compose { pic, .. } => {
@@ -404,13 +411,13 @@ impl State {
                     }
                 }
                 let drawn = with_boxes.as_ref().map(|l| drawn(l, size, pic)).unwrap_or_default();
-                let zones = zones_on_screen(&self.cfg.zones, with_boxes.as_ref(), size, pic);
+                let shapes = OnScreen::of(&self.cfg, with_boxes.as_ref(), size, pic);
                 let d = &mut self.compose[self.compose_next];
                 let (w, h, pitch) = (d.size.0, d.size.1, d.pitch as usize);
                 self.out.with_mapped(d, |bytes| {
                     let mut c = Canvas::argb8888(bytes, pitch, w, h);
                     super::compose::rgb_into(&rgb, size, &mut c, pic);
-                    draw_zones(&mut c, &zones);
+                    shapes.draw(&mut c);
                     c.detections(&drawn);
                 })?;
                 self.rgb = rgb;
@@ -419,8 +426,7 @@ impl State {
                 let fb = self.compose[self.compose_next].fb;
                 self.compose_next = 1 - self.compose_next;
                 let fence = self.out.show(Scanout { fb, src: full, dst: full }, None, wb)?;
-                let meta =
-                    wb.then(|| meta(&self.cfg.zones, "composition", &layout, seq, mode, pic, with_boxes.as_ref()));
+                let meta = wb.then(|| meta(&self.cfg, "composition", &layout, seq, mode, pic, with_boxes.as_ref()));
                 self.pending = Some(Pending { frame: None, seq, fence, meta, since: Instant::now() });
             }
         }
@@ -556,48 +562,10 @@ fn drawn(latest: &super::detections::Latest, frame: (u32, u32), pic: Rect) -> Ve
         .collect()
 }
 
-/// A zone as drawn: its outline on the screen and its tag.
-struct ZoneOnScreen {
-    points: Vec<(f32, f32)>,
-    text: String,
-}
-
-/// `zones` (source pixels: `latest`'s frame, else `frame`) on the screen with the picture at
-/// `pic`, each tagged with its name and `latest`'s counts.
-fn zones_on_screen(
-    zones: &[zcpipe_track::Zone],
-    latest: Option<&super::detections::Latest>,
-    frame: (u32, u32),
-    pic: Rect,
-) -> Vec<ZoneOnScreen> {
-    let f = latest.map(|l| l.frame).filter(|f| f.0 > 0 && f.1 > 0).unwrap_or(frame);
-    zones
-        .iter()
-        .map(|z| {
-            let points = z
-                .points
-                .iter()
-                .map(|&(x, y)| {
-                    let [sx, sy, ..] = box_on_screen([x, y, x, y], f, pic);
-                    (sx, sy)
-                })
-                .collect();
-            let counts = latest.and_then(|l| l.zones.as_ref()).and_then(|zs| zs.get(&z.name));
-            ZoneOnScreen { points, text: zcpipe_core::draw::zone_text(&z.name, counts) }
-        })
-        .collect()
-}
-
-fn draw_zones(c: &mut Canvas<'_>, zones: &[ZoneOnScreen]) {
-    for z in zones {
-        c.zone(&z.points, &z.text);
-    }
-}
-
-/// The sidecar of a writeback picture: how it was made and where the picture, the zones and
-/// the boxes are on it.
+/// The sidecar of a writeback picture: how it was made and where the picture, the zones,
+/// lines and masks, and the boxes are on it.
 fn meta(
-    zones: &[zcpipe_track::Zone],
+    cfg: &DisplayConfig,
     way: &str,
     layout: &FrameLayout,
     seq: u64,
@@ -608,48 +576,17 @@ fn meta(
     let boxes: Vec<[f32; 4]> = latest
         .map(|l| drawn(l, (layout.width, layout.height), pic).into_iter().map(|d| d.bbox).collect())
         .unwrap_or_default();
-    let zones: Vec<serde_json::Value> = zones_on_screen(zones, latest, (layout.width, layout.height), pic)
-        .into_iter()
-        .map(|z| serde_json::json!({"text": z.text, "points": z.points}))
-        .collect();
-    serde_json::json!({
+    let mut meta = serde_json::json!({
         "way": way,
-        "zones": zones,
         "seq": seq,
         "fourcc": layout.fourcc.to_string(),
         "frame": [layout.width, layout.height],
         "mode": [mode.0, mode.1],
         "picture": pic,
         "boxes": boxes,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A zone on the screen: its points where the picture puts them, its tag with the
-    /// counts, and its outline amber on an ARGB overlay.
-    #[test]
-    fn zones_go_where_the_picture_is_with_their_counts() {
-        let zones =
-            [zcpipe_track::Zone { name: "door".into(), points: vec![(100.0, 50.0), (300.0, 50.0), (300.0, 250.0)] }];
-        let mut latest = super::super::detections::Latest { frame: (640, 480), ..Default::default() };
-        latest.zones = Some([("door".to_string(), [("person".to_string(), 2u32)].into())].into());
-        // A 640x480 frame shown at 2x from (10, 20).
-        let pic = Rect { x: 10, y: 20, w: 1280, h: 960 };
-        let on = zones_on_screen(&zones, Some(&latest), (1, 1), pic);
-        assert_eq!(on[0].points, [(210.0, 120.0), (610.0, 120.0), (610.0, 520.0)]);
-        assert_eq!(on[0].text, "door: person 2");
-        let (w, h) = (1300u32, 1000u32);
-        let mut bytes = vec![0u8; (w * h * 4) as usize];
-        let mut c = Canvas::argb8888(&mut bytes, w as usize * 4, w, h);
-        draw_zones(&mut c, &on);
-        // ARGB8888 little-endian: B, G, R, A.
-        let at = |x: usize, y: usize| &bytes[(y * w as usize + x) * 4..][..4];
-        assert_eq!(at(610, 300), [0, 176, 255, 255], "the right edge, amber");
-        assert_eq!(at(500, 300), [0, 0, 0, 0], "inside: clear, the camera shows through");
-        // Without counts, the name alone.
-        assert_eq!(zones_on_screen(&zones, None, (640, 480), pic)[0].text, "door");
+    });
+    for (k, v) in OnScreen::of(cfg, latest, (layout.width, layout.height), pic).meta() {
+        meta[k] = v;
     }
+    meta
 }

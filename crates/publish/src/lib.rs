@@ -71,8 +71,8 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
         outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
     }
     if let (Some(s), Some(p)) = (&cfg.snapshots, &pixels) {
-        let zones = cfg.track.zones.clone();
-        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, zones, p.clone(), pictures)?));
+        let shapes = http::draw::Shapes::per_camera(&cfg.track);
+        outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, shapes, p.clone(), pictures)?));
     }
     Ok(outputs)
 }

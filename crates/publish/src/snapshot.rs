@@ -94,7 +94,7 @@ impl Snapshots {
     pub fn start(
         cfg: &SnapshotConfig,
         cameras: &[String],
-        zones: Vec<Vec<crate::track::Zone>>,
+        shapes: Vec<draw::Shapes>,
         pixels: Arc<Pixels>,
         sink: Option<super::output::PictureSink>,
     ) -> Result<Snapshots> {
@@ -108,7 +108,7 @@ impl Snapshots {
         let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
         let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
         let (l, c, names) = (latest.clone(), counters.clone(), cameras.to_vec());
-        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, zones, sink };
+        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, shapes, sink };
         let thread = std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || worker(rx, &place, &names, &pixels, &l, &c))
@@ -213,8 +213,8 @@ struct Place {
     dir: PathBuf,
     /// `--snapshot-keep`.
     keep: usize,
-    /// Each camera's zones, drawn on its snapshots.
-    zones: Vec<Vec<crate::track::Zone>>,
+    /// Each camera's masks, zones and lines, drawn on its snapshots.
+    shapes: Vec<draw::Shapes>,
     /// Who else gets each picture (the MQTT bridge), written to disk or not.
     sink: Option<super::output::PictureSink>,
 }
@@ -251,7 +251,9 @@ fn worker(
         let mut rgb = (*px.rgb).clone();
         let f = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].clone();
         let mut canvas = draw::Canvas::rgb24(&mut rgb, px.width, px.height);
-        draw::zones(&mut canvas, place.zones.get(cam).map_or(&[][..], Vec::as_slice), f.as_ref());
+        if let Some(s) = place.shapes.get(cam) {
+            draw::shapes(&mut canvas, s, f.as_ref());
+        }
         if let Some(f) = f {
             draw::detections(&mut canvas, &f);
         }

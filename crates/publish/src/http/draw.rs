@@ -1,6 +1,7 @@
 //! The web view's and snapshots' drawing: a frame's detections on an RGB24 picture, with
 //! the look every view shares ([`zcpipe_core::draw`]: boxes in their class's colour, tags
-//! above them), and the dark canvas shown when a camera has no pixels.
+//! above them; under them the camera's masks, zones and lines, [`Shapes`]), and the dark
+//! canvas shown when a camera has no pixels.
 //!
 //! Pictures are tight RGB24 rows (`width * 3` bytes a row); everything outside the picture is
 //! clipped, so boxes partly or wholly outside it (they are clamped by infer, but a view frame
@@ -32,16 +33,78 @@ pub fn detections(canvas: &mut Canvas<'_>, f: &FrameJson) {
     canvas.detections(&dets);
 }
 
-/// Draws camera's `zones` (their polygons in `f`'s frame pixels, scaled to the canvas as
-/// boxes are) with each one's name and, from `f`'s `zones`, its counts (`door: person 1`).
-pub fn zones(canvas: &mut Canvas<'_>, zones: &[zcpipe_track::Zone], f: Option<&FrameJson>) {
+/// What is drawn under one camera's boxes: its masks, zones and lines, in source pixels.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Shapes {
+    /// Its zones (`--zone`).
+    pub zones: Vec<zcpipe_track::Zone>,
+    /// Its lines (`--line`).
+    pub lines: Vec<zcpipe_track::Line>,
+    /// Its masks' polygons (`--mask`).
+    pub masks: Vec<Vec<(f32, f32)>>,
+}
+
+impl Shapes {
+    /// Each camera's shapes from the tracking configuration (as long as its longest list: a
+    /// camera past the end of it has none).
+    pub fn per_camera(track: &crate::TrackConfig) -> Vec<Shapes> {
+        let n = track.zones.len().max(track.lines.len()).max(track.gates.len());
+        (0..n)
+            .map(|i| Shapes {
+                zones: track.zones.get(i).cloned().unwrap_or_default(),
+                lines: track.lines.get(i).cloned().unwrap_or_default(),
+                masks: track.gates.get(i).map(|g| g.masks.clone()).unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
+/// The factors from `f`'s frame pixels to the canvas's (1 without a frame, or for a side of 0).
+fn scale(canvas: &Canvas<'_>, f: Option<&FrameJson>) -> (f32, f32) {
     let (fw, fh) = f.map_or((canvas.width, canvas.height), |f| (f.width, f.height));
     let sx = if fw > 0 { canvas.width as f32 / fw as f32 } else { 1.0 };
     let sy = if fh > 0 { canvas.height as f32 / fh as f32 } else { 1.0 };
+    (sx, sy)
+}
+
+/// Draws a camera's `shapes` (in `f`'s frame pixels, scaled to the canvas as boxes are):
+/// masks first, then zones, then lines, all before the boxes go on top ([`detections`]).
+pub fn shapes(canvas: &mut Canvas<'_>, shapes: &Shapes, f: Option<&FrameJson>) {
+    masks(canvas, &shapes.masks, f);
+    zones(canvas, &shapes.zones, f);
+    lines(canvas, &shapes.lines, f);
+}
+
+/// Draws camera's `zones` (their polygons in `f`'s frame pixels, scaled to the canvas as
+/// boxes are) with each one's name and, from `f`'s `zones`, its counts (`door: person 1`).
+pub fn zones(canvas: &mut Canvas<'_>, zones: &[zcpipe_track::Zone], f: Option<&FrameJson>) {
+    let (sx, sy) = scale(canvas, f);
     for z in zones {
         let pts: Vec<(f32, f32)> = z.points.iter().map(|&(x, y)| (x * sx, y * sy)).collect();
         let counts = f.and_then(|f| f.zones.as_ref()).and_then(|zs| zs.get(&z.name));
         canvas.zone(&pts, &zcpipe_core::draw::zone_text(&z.name, counts));
+    }
+}
+
+/// Draws camera's `lines` (their polylines in `f`'s frame pixels, scaled as zones are), each
+/// with its arrow to its `in` side, its name and, from `f`'s `lines`, its crossings (`door:
+/// in 3 out 2`).
+pub fn lines(canvas: &mut Canvas<'_>, lines: &[zcpipe_track::Line], f: Option<&FrameJson>) {
+    let (sx, sy) = scale(canvas, f);
+    for l in lines {
+        let pts: Vec<(f32, f32)> = l.points.iter().map(|&(x, y)| (x * sx, y * sy)).collect();
+        let counts = f.and_then(|f| f.lines.as_ref()).and_then(|ls| ls.get(&l.name));
+        canvas.crossing_line(&pts, &zcpipe_core::draw::line_text(&l.name, counts));
+    }
+}
+
+/// Draws camera's `masks` (polygons in `f`'s frame pixels, scaled as zones are): outlined
+/// and hatched in dark grey.
+pub fn masks(canvas: &mut Canvas<'_>, masks: &[Vec<(f32, f32)>], f: Option<&FrameJson>) {
+    let (sx, sy) = scale(canvas, f);
+    for m in masks {
+        let pts: Vec<(f32, f32)> = m.iter().map(|&(x, y)| (x * sx, y * sy)).collect();
+        canvas.mask(&pts);
     }
 }
 
@@ -156,6 +219,55 @@ mod tests {
         );
         assert_eq!(px(&small, 100, 10, 30), [0, 255, 0], "left edge at x 10, class 8 wraps to green");
         assert_eq!(px(&small, 100, 9, 30), CANVAS);
+    }
+
+    /// A camera's masks, zones and lines, in frame pixels, on a canvas of half the frame's
+    /// size: each where the scale puts it, in its colour, the line's arrow on its `in` side.
+    #[test]
+    fn shapes_are_scaled_to_the_canvas_in_their_colours() {
+        use zcpipe_core::draw::{LINE_COLOUR, MASK_COLOUR, ZONE_COLOUR};
+        let track = crate::TrackConfig {
+            zones: vec![vec![zcpipe_track::Zone {
+                name: "z".into(),
+                points: vec![(20.0, 20.0), (100.0, 20.0), (100.0, 60.0), (20.0, 60.0)],
+            }]],
+            lines: vec![
+                vec![zcpipe_track::Line {
+                    name: "l".into(),
+                    // Drawn bottom to top: walking along it, the right-hand side (in) is right.
+                    points: vec![(300.0, 180.0), (300.0, 20.0)],
+                    point: Default::default(),
+                    band: None,
+                }],
+                vec![],
+            ],
+            gates: vec![zcpipe_track::filter::Gate {
+                masks: vec![vec![(20.0, 120.0), (180.0, 120.0), (180.0, 190.0), (20.0, 190.0)]],
+                filters: vec![],
+            }],
+            ..Default::default()
+        };
+        let all = Shapes::per_camera(&track);
+        assert_eq!(all.len(), 2, "as many as the longest list");
+        assert_eq!((all[1].lines.len(), all[1].zones.len(), all[1].masks.len()), (0, 0, 0));
+        let (w, h) = (200u32, 100u32);
+        let mut rgb = blank(w, h, "");
+        let mut f = frame(vec![]);
+        (f.width, f.height) = (400, 200);
+        shapes(&mut Canvas::rgb24(&mut rgb, w, h), &all[0], Some(&f));
+        assert_eq!(px(&rgb, w, 50, 10), ZONE_COLOUR, "the zone's top edge, (100, 20) / 2");
+        assert_eq!(px(&rgb, w, 150, 70), LINE_COLOUR, "the line at x 150");
+        assert_eq!(px(&rgb, w, 162, 50), LINE_COLOUR, "its arrow, right of its middle: in");
+        assert_eq!(px(&rgb, w, 138, 50), CANVAS, "the mirror pixel left of it: out");
+        assert_eq!(px(&rgb, w, 50, 95), MASK_COLOUR, "the mask's bottom edge, 190 / 2");
+        assert_eq!(px(&rgb, w, 89, 80), MASK_COLOUR, "the mask's right edge, 180 / 2");
+        assert_eq!(px(&rgb, w, 40, 70), MASK_COLOUR, "a hatch line inside (x + y = 110)");
+        assert_eq!(px(&rgb, w, 41, 70), CANVAS, "between hatch lines");
+        assert_eq!(px(&rgb, w, 100, 70), CANVAS, "past the mask's edge, on a hatch line's x + y");
+        // Without a frame line: the canvas's own pixels, names alone.
+        let mut rgb = blank(w, h, "");
+        shapes(&mut Canvas::rgb24(&mut rgb, w, h), &all[0], None);
+        assert_eq!(px(&rgb, w, 100, 20), ZONE_COLOUR, "the zone's top edge at frame scale");
     }
 
     #[test]

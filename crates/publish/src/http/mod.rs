@@ -182,7 +182,7 @@ impl HttpOutput {
             frame_ready: Condvar::new(),
             sse: Mutex::new(vec![]),
             renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps)
-                .with_zones(cfg.track.zones.clone()),
+                .with_shapes(draw::Shapes::per_camera(&cfg.track)),
             cameras: cfg.cameras.clone(),
             addr,
             max_connections: http.max_connections.max(1),

@@ -50,8 +50,8 @@ pub(crate) struct Renderer {
     /// the frame loop while a picture may be encoding).
     encoded: Vec<AtomicU64>,
     period: Duration,
-    /// Each camera's zones, drawn under the boxes.
-    zones: Vec<Vec<crate::track::Zone>>,
+    /// Each camera's masks, zones and lines, drawn under the boxes.
+    shapes: Vec<draw::Shapes>,
 }
 
 /// Encodes tight RGB24 rows as a JPEG of quality [`JPEG_QUALITY`].
@@ -75,13 +75,13 @@ impl Renderer {
             slots: (0..cameras).map(|_| Mutex::default()).collect(),
             encoded: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
             period: Duration::from_secs_f64(1.0 / fps),
-            zones: vec![],
+            shapes: vec![],
         }
     }
 
-    /// Draws each camera's `zones` (in camera order) on its pictures.
-    pub fn with_zones(mut self, zones: Vec<Vec<crate::track::Zone>>) -> Renderer {
-        self.zones = zones;
+    /// Draws each camera's `shapes` (masks, zones and lines; in camera order) on its pictures.
+    pub fn with_shapes(mut self, shapes: Vec<draw::Shapes>) -> Renderer {
+        self.shapes = shapes;
         self
     }
 
@@ -156,7 +156,9 @@ impl Renderer {
             }
         };
         let mut canvas = draw::Canvas::rgb24(&mut rgb, width, height);
-        draw::zones(&mut canvas, self.zones.get(cam).map_or(&[][..], Vec::as_slice), frame);
+        if let Some(s) = self.shapes.get(cam) {
+            draw::shapes(&mut canvas, s, frame);
+        }
         if let Some(f) = frame {
             draw::detections(&mut canvas, f);
         }
@@ -250,7 +252,8 @@ mod tests {
             name: "door".into(),
             points: vec![(220.0, 20.0), (300.0, 20.0), (300.0, 220.0), (220.0, 220.0)],
         };
-        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0).with_zones(vec![vec![door]]);
+        let shapes = draw::Shapes { zones: vec![door], ..Default::default() };
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0).with_shapes(vec![shapes]);
         let mut f = frame(3);
         f.detections.clear();
         f.zones = Some([("door".to_string(), [("person".to_string(), 1)].into())].into());
@@ -264,6 +267,54 @@ mod tests {
         // Its tag ("door: person 1") at the first vertex, (110, 10) scaled, moved left to fit.
         let tag = (0..160).filter(|&x| amber(img.get_pixel(x, 12).0)).count();
         assert!(tag > 20, "the tag's band: {tag} amber pixels");
+    }
+
+    #[test]
+    fn lines_and_masks_are_drawn_scaled_as_boxes_with_the_lines_counts() {
+        use zcpipe_core::schema::CrossingsJson;
+        // A line drawn left to right at y 40 (in: below), a mask lower down; frame pixels.
+        let door = crate::track::Line {
+            name: "door".into(),
+            points: vec![(40.0, 40.0), (280.0, 40.0)],
+            point: Default::default(),
+            band: None,
+        };
+        let mask = vec![(20.0, 140.0), (140.0, 140.0), (140.0, 220.0), (20.0, 220.0)];
+        let shapes = draw::Shapes { lines: vec![door], masks: vec![mask], ..Default::default() };
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0).with_shapes(vec![shapes]);
+        let mut f = frame(3);
+        f.detections.clear();
+        f.lines =
+            Some([("door".to_string(), [("person".to_string(), CrossingsJson { into: 3, out: 2 })].into())].into());
+        let img = decode(&r.picture(0, "cam0", Some(&f)).unwrap());
+        // Half the frame's size: the line at y 20 from x 20 to 140, its arrow (20 px on the
+        // picture) from (80, 20) down to (80, 40).
+        let pale = |p: [u8; 3]| p[2] > 190 && p[1] > 170 && p[2] > p[0].saturating_add(30);
+        let grey = |p: [u8; 3]| p.iter().all(|v| v.abs_diff(128) < 10);
+        let on = img.get_pixel(40, 20).0;
+        assert!(pale(on), "the line is pale blue after JPEG: {on:?}");
+        let into = img.get_pixel(80, 26).0;
+        assert!(pale(into), "the arrow below the line (in): {into:?}");
+        let out = img.get_pixel(80, 14).0;
+        assert!(grey(out), "nothing above it (out): {out:?}");
+        // Its tag ("door: in 3 out 2") past the arrow's tip, rows 44..62, as wide as the picture.
+        let tag = (0..160).filter(|&x| pale(img.get_pixel(x, 46).0)).count();
+        assert!(tag > 40, "the tag's band: {tag} pale pixels");
+        // The mask: (10, 70) to (70, 110), outlined in dark grey, hatched inside, nothing outside.
+        let edge = img.get_pixel(40, 110).0;
+        assert!(edge.iter().all(|v| *v < 90), "the mask's bottom edge is dark: {edge:?}");
+        // A block of 52 x 32 pixels: a tenth of them on hatch lines inside the mask.
+        let dark = |x0: u32, y0: u32| {
+            (y0..y0 + 32)
+                .flat_map(|y| (x0..x0 + 52).map(move |x| (x, y)))
+                .filter(|&(x, y)| img.get_pixel(x, y).0[1] < 108)
+                .count()
+        };
+        let (inside, beside) = (dark(14, 74), dark(96, 74));
+        assert!(
+            (80..400).contains(&inside) && beside == 0,
+            "hatched inside the mask only: {inside} dark pixels inside, {beside} beside"
+        );
     }
 
     #[test]
