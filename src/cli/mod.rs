@@ -154,6 +154,14 @@ pub enum StageCmd {
     },
 }
 
+/// Writes `text` to stdout; a reader that went away (`zcpipe run --dry-run | head -1`) is
+/// not an error: what it did not want is not written (println! would panic).
+pub(crate) fn print_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 fn init_logging(cli: &Cli, tag: &str) {
     let level = if cli.verbose {
         "debug"

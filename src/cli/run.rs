@@ -23,16 +23,13 @@ use super::track::TrackArgs;
 pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<i32> {
     let cfg = a.config()?;
     if a.dry_run {
-        if a.json {
-            println!("{}", serde_json::to_string(&cfg.plan)?);
-        } else {
-            print!("{}", cfg.plan.text());
-            if cfg.cameras.len() > 1 {
-                for (name, source) in &cfg.cameras {
-                    println!("camera {name}: {source} (its own capture stage, {})", StageId::camera(name));
-                }
+        let mut text = if a.json { serde_json::to_string(&cfg.plan)? + "\n" } else { cfg.plan.text() };
+        if !a.json && cfg.cameras.len() > 1 {
+            for (name, source) in &cfg.cameras {
+                text += &format!("camera {name}: {source} (its own capture stage, {})\n", StageId::camera(name));
             }
         }
+        super::print_out(&text);
         return Ok(0);
     }
     for line in cfg.plan.text().lines() {

@@ -387,3 +387,21 @@ fn the_plan_names_the_decoder_of_a_compressed_source() {
     assert!(!line(&p).contains("decoded by"), "a test pattern has no decoder: {p}");
     eprintln!("EVIDENCE plan decoder: {}", line(&plan(&["--source", &src])));
 }
+
+/// A reader that goes away (`zcpipe run --dry-run | head -0`) is no panic: what it did not
+/// want is not written, and the exit code is 0.
+#[test]
+fn a_plan_printed_to_a_closed_pipe_is_no_panic() {
+    for args in [&["run", "--dry-run", "--instance", "closed-pipe"][..], &["config", "print"]] {
+        let mut child = common::zcpipe()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !err.contains("panicked"), "{args:?}: {}: {err}", out.status);
+    }
+}

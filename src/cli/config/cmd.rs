@@ -33,7 +33,7 @@ impl ConfigArgs {
         match self.cmd {
             ConfigCmd::Check { file } => match check(&file) {
                 Ok(line) => {
-                    println!("{line}");
+                    crate::cli::print_out(&format!("{line}\n"));
                     Ok(0)
                 }
                 Err(e) => {
@@ -45,7 +45,7 @@ impl ConfigArgs {
                 let argv: Vec<OsString> = ["zcpipe", "run"].into_iter().map(OsString::from).chain(args).collect();
                 match print(argv, env, Path::new(DEFAULT_PATH)) {
                     Ok(text) => {
-                        print!("{text}");
+                        crate::cli::print_out(&text);
                         Ok(0)
                     }
                     Err(e) => {
