@@ -94,6 +94,12 @@ pub fn replay(input: impl BufRead, mut out: impl Write, r: &Replay) -> Result<Re
                 last_seq.unwrap_or(0)
             );
         }
+        if last_seq.is_none() {
+            // A line off the picture would count nothing, silently: say so now.
+            for l in &r.lines {
+                l.check_inside(&f.camera, f.width, f.height)?;
+            }
+        }
         last_seq = Some(f.seq);
         st.frames += 1;
         let t_ns = match r.fps {
@@ -227,6 +233,28 @@ mod tests {
         assert_eq!(
             format!("{:#}", replay(input.as_bytes(), Vec::new(), &typo).unwrap_err()),
             "--labels: no detection labelled persn in the input (labels seen: cat, person)"
+        );
+        // A line off the 640x480 picture is refused at the first frame; one on it gives its crossings.
+        let off = Replay { lines: vec![super::super::LineSpec::parse("off=700,0,700,480").unwrap().line], ..r.clone() };
+        assert_eq!(
+            format!("{:#}", replay(input.as_bytes(), Vec::new(), &off).unwrap_err()),
+            "--line off: point (700, 0) is outside camera cam0's 640x480 frame; points are source pixels"
+        );
+        // The person walks right 10 px a frame (feet at x = 20, 30, ...): across x = 45 at seq 3;
+        // the line drawn downward, walking right is `out`.
+        let walk: String = (0..10).map(|i| line(i, 10.0 + 10.0 * i as f32)).collect();
+        let across =
+            Replay { lines: vec![super::super::LineSpec::parse("mid=45,0,45,480").unwrap().line], ..r.clone() };
+        let st = replay(walk.as_bytes(), Vec::new(), &across).unwrap();
+        assert_eq!(
+            st.crossings,
+            [Crossing {
+                frame: 4,
+                track_id: 1,
+                line: "mid".into(),
+                direction: super::super::Direction::Out,
+                label: "person".into()
+            }]
         );
     }
 }
