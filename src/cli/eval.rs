@@ -114,8 +114,9 @@ impl EvalArgs {
         let st = match done {
             Ok(st) => st,
             Err(e) => {
-                // No half-written results file left behind to be scored.
-                if a.mot.as_os_str() != "-" {
+                // No half-written results file left behind to be scored; only a regular file
+                // goes (never `--mot /dev/null`).
+                if a.mot.as_os_str() != "-" && std::fs::symlink_metadata(&a.mot).is_ok_and(|m| m.is_file()) {
                     let _ = std::fs::remove_file(&a.mot);
                 }
                 return Err(e);

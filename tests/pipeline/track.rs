@@ -275,3 +275,32 @@ fn bad_tracking_options_are_one_line_each() {
         "{err}"
     );
 }
+
+/// `zcpipe eval track` that fails leaves no half-written results file behind, but never
+/// removes what is not a regular file it could have written: `--mot` naming a device (as
+/// `/dev/null` would) stays.
+#[test]
+fn a_failed_eval_removes_only_a_regular_results_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"type\":\"frame\"}\n").unwrap();
+    let file = dir.path().join("out.txt");
+    let device = dir.path().join("null");
+    let have_device = nix::sys::stat::mknod(
+        &device,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .is_ok();
+    for (mot, stays) in [(&file, false), (&device, true)] {
+        if mot == &device && !have_device {
+            eprintln!("SKIPPED: cannot make a device node here (not root)");
+            continue;
+        }
+        let out = zcpipe().args(["eval", "track", "--detections"]).arg(&bad).arg("--mot").arg(mot).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("not a detections-socket line"), "{err}");
+        assert_eq!(mot.exists(), stays, "{}", mot.display());
+    }
+}
