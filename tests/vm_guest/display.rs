@@ -345,7 +345,7 @@ fn run_with_display(format: &str, frames: u32, extra: &[&str]) -> (Value, String
 fn run_with_a_display_is_a_fifth_process_and_buffers_come_home() {
     let (s, stderr) = run_with_display("XR24", 150, &["--zone", DISPLAY_ZONE]);
     // `zcpipe run` hands the camera's zones to the display stage.
-    assert!(stderr.contains("display: zones drawn with the boxes: gate"), "{stderr}");
+    assert!(stderr.contains("display: drawn with the boxes: zones gate; lines none; 0 masks"), "{stderr}");
     let disp = &s["stages"]["display"];
     let x = &disp["extra"]["display"];
     assert_eq!(x["way"], "zero-copy scanout", "{x}");
