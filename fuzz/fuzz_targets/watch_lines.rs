@@ -15,7 +15,8 @@ use std::sync::atomic::AtomicBool;
 use libfuzzer_sys::fuzz_target;
 use zcpipe_core::schema::SocketLine;
 use zcpipe_publish::recorded::human_clip;
-use zcpipe_publish::stage::{human_event, human_line};
+use zcpipe_publish::stage::human_line;
+use zcpipe_publish::tracking::human_event;
 use zcpipe_publish::watch::{notice_line, print_stream, StreamEnd};
 
 static NEVER: AtomicBool = AtomicBool::new(false);
