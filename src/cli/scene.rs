@@ -93,16 +93,7 @@ impl SceneArgs {
         let mut own = vec![false; cameras.len()];
         for general in [true, false] {
             for c in self.calibrations.iter().filter(|c| c.spec.camera.is_none() == general) {
-                let targets: Vec<usize> = match &c.spec.camera {
-                    Some(n) => match cameras.iter().position(|x| x == n) {
-                        Some(i) => vec![i],
-                        None => {
-                            bail!("--calibration {}: no camera named {n} (cameras: {})", c.text, cameras.join(", "))
-                        }
-                    },
-                    None => (0..cameras.len()).collect(),
-                };
-                for i in targets {
+                for i in zcpipe_track::zone::targets("--calibration", &c.text, c.spec.camera.as_deref(), cameras)? {
                     if (general && out[i].is_some()) || own[i] {
                         bail!(
                             "--calibration {}: camera {} has a calibration already; give one per camera",

@@ -11,7 +11,7 @@ use crate::geom::{polygon_contains, Point, RefPoint, Shape, ShapeRules};
 /// The most masks one camera may have.
 pub const MAX_MASKS: usize = 64;
 
-const MASK: ShapeRules = ShapeRules {
+pub(crate) const MASK: ShapeRules = ShapeRules {
     flag: "--mask",
     noun: "mask",
     shape: "polygon",
@@ -208,14 +208,8 @@ impl Gate {
 /// for one camera, more than [`MAX_MASKS`] masks.
 pub fn per_camera(masks: &[MaskSpec], filters: &[FilterSpec], cameras: &[String]) -> Result<Vec<Gate>> {
     let mut out = vec![Gate::default(); cameras.len()];
-    let index = |flag: &str, c: &Option<String>| -> Result<Vec<usize>> {
-        match c {
-            Some(c) => match cameras.iter().position(|n| n == c) {
-                Some(i) => Ok(vec![i]),
-                None => bail!("{flag} {c}:...: no camera named {c} (cameras: {})", cameras.join(", ")),
-            },
-            None => Ok((0..cameras.len()).collect()),
-        }
+    let index = |flag: &str, c: &Option<String>| {
+        crate::zone::targets(flag, &format!("{}:...", c.as_deref().unwrap_or_default()), c.as_deref(), cameras)
     };
     for m in masks {
         for i in index("--mask", &m.camera)? {

@@ -346,24 +346,9 @@ mod tests {
         assert_eq!(RefPoint::Top.of(&b), (20.0, 20.0));
     }
 
-    const LINE: ShapeRules = ShapeRules {
-        flag: "--line",
-        noun: "line",
-        shape: "polyline",
-        named: true,
-        min_points: 2,
-        example: "door=100,300,500,300",
-        keys: &["point", "band"],
-    };
-    const MASK: ShapeRules = ShapeRules {
-        flag: "--mask",
-        noun: "mask",
-        shape: "polygon",
-        named: false,
-        min_points: 3,
-        example: "0,0,200,0,200,100",
-        keys: &[],
-    };
+    // The flags' own rules.
+    use crate::filter::MASK;
+    use crate::line::RULES as LINE;
 
     #[test]
     fn shapes_parse_with_their_keys_and_refuse_in_one_line() {

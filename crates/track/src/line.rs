@@ -34,7 +34,7 @@ pub const BAND_OF_HEIGHT: f32 = 0.05;
 /// The smallest default band, pixels.
 pub const MIN_BAND: f32 = 2.0;
 
-const RULES: ShapeRules = ShapeRules {
+pub(crate) const RULES: ShapeRules = ShapeRules {
     flag: "--line",
     noun: "line",
     shape: "polyline",

@@ -69,6 +69,18 @@ pub fn per_camera(specs: &[ZoneSpec], cameras: &[String]) -> Result<Vec<Vec<Zone
     spread("--zone", "zone", named, cameras, MAX_ZONES)
 }
 
+/// The cameras an item naming `camera` applies to: that one, or every camera for none.
+/// Error (one line): `{flag} {what}: no camera named ... (cameras: ...)`.
+pub fn targets(flag: &str, what: &str, camera: Option<&str>, cameras: &[String]) -> Result<Vec<usize>> {
+    match camera {
+        Some(c) => match cameras.iter().position(|n| n == c) {
+            Some(i) => Ok(vec![i]),
+            None => bail!("{flag} {what}: no camera named {c} (cameras: {})", cameras.join(", ")),
+        },
+        None => Ok((0..cameras.len()).collect()),
+    }
+}
+
 /// Named items (`(camera, name, item)`) to their cameras: one naming a camera goes to it,
 /// one naming none to every camera. Errors (one line, naming `flag`): a camera not in
 /// `cameras`, a name given twice for one camera, more than `max` for one camera.
@@ -81,14 +93,8 @@ pub(crate) fn spread<T: Clone>(
 ) -> Result<Vec<Vec<T>>> {
     let mut out: Vec<Vec<(String, T)>> = vec![vec![]; cameras.len()];
     for (camera, name, item) in named {
-        let targets: Vec<usize> = match &camera {
-            Some(c) => match cameras.iter().position(|n| n == c) {
-                Some(i) => vec![i],
-                None => bail!("{flag} {c}:{name}: no camera named {c} (cameras: {})", cameras.join(", ")),
-            },
-            None => (0..cameras.len()).collect(),
-        };
-        for i in targets {
+        let what = format!("{}:{name}", camera.as_deref().unwrap_or_default());
+        for i in targets(flag, &what, camera.as_deref(), cameras)? {
             if out[i].iter().any(|(n, _)| *n == name) {
                 bail!(
                     "{flag} {name}: camera {} already has a {noun} named {name}; give each {noun} its own name",
@@ -164,14 +170,8 @@ pub fn loiter_per_camera(
     let mut own: Vec<Vec<bool>> = zones.iter().map(|z| vec![false; z.len()]).collect();
     for mine in [false, true] {
         for s in specs.iter().filter(|s| s.camera.is_some() == mine) {
-            let targets: Vec<usize> = match &s.camera {
-                Some(c) => match cameras.iter().position(|n| n == c) {
-                    Some(i) => vec![i],
-                    None => bail!("--loiter {c}:{}: no camera named {c} (cameras: {})", s.zone, cameras.join(", ")),
-                },
-                None => (0..cameras.len()).collect(),
-            };
-            for c in targets {
+            let what = format!("{}:{}", s.camera.as_deref().unwrap_or_default(), s.zone);
+            for c in targets("--loiter", &what, s.camera.as_deref(), cameras)? {
                 let Some(z) = zones[c].iter().position(|z| z.name == s.zone) else {
                     let have: Vec<&str> = zones[c].iter().map(|z| z.name.as_str()).collect();
                     bail!(
