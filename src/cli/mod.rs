@@ -48,8 +48,10 @@ mod watch;
 pub use watch::WatchArgs;
 
 mod bench;
+mod ctl;
 mod doctor;
 mod eval;
+mod live;
 
 /// zcpipe: camera frames to an NPU without copying them.
 #[derive(Parser, Debug)]
@@ -77,6 +79,9 @@ pub enum Command {
     },
     /// Print the detections published on a socket.
     Watch(WatchArgs),
+    /// Change a running `zcpipe run`: add, remove or restart cameras, set zones, lines and
+    /// loitering times, change settings, read its configuration file again.
+    Ctl(ctl::CtlArgs),
     /// Detect objects in one picture with a running pipeline's model (its inference
     /// service) and print the frame line `zcpipe run --json` would.
     Detect(detect::DetectArgs),
@@ -316,6 +321,7 @@ pub fn main() -> i32 {
     let tag = match &cli.cmd {
         Command::Run(_) => "zcpipe".to_string(),
         Command::Watch(_) => "zcpipe watch".to_string(),
+        Command::Ctl(_) => "zcpipe ctl".to_string(),
         Command::Detect(_) => "zcpipe detect".to_string(),
         Command::Bench(_) => "zcpipe bench".to_string(),
         Command::Compare(_) => "zcpipe compare".to_string(),
@@ -355,11 +361,14 @@ pub fn main() -> i32 {
     // `zcpipe detect` waits on one answer: a signal ends it at once (the default action),
     // where the handlers would only set the stop flag for a loop it does not have.
     if !matches!(cli.cmd, Command::Detect(_)) {
+        // `zcpipe run` reads its configuration file again on SIGHUP, as daemons do.
+        signals::HUP_RELOADS.store(matches!(cli.cmd, Command::Run(_)), std::sync::atomic::Ordering::SeqCst);
         signals::install_signal_handlers();
     }
     let result = match cli.cmd {
         Command::Run(a) => run::run(&a, &STOP),
         Command::Watch(a) => zcpipe_publish::watch::watch(a.into(), &STOP).map(|_| 0),
+        Command::Ctl(a) => a.run(),
         Command::Detect(a) => a.run(),
         Command::Bench(a) => a.config().and_then(crate::bench::run),
         Command::Compare(a) => a.config().and_then(|c| crate::compare::compare(c, &STOP)),

@@ -40,7 +40,14 @@ pub fn run(a: &RunArgs, stop: &'static std::sync::atomic::AtomicBool) -> Result<
             log::info!("camera {name}: {source} (its own capture stage, {})", StageId::camera(name));
         }
     }
-    crate::supervise::run::run(cfg, stop)
+    // A run started by `zcpipe compare` (its options in a memfd) cannot read them again.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let live: Option<Box<dyn crate::supervise::run::Reconfigure>> =
+        match argv.iter().any(|x| x.to_str().is_some_and(|s| s.starts_with("--args-fd="))) {
+            true => None,
+            false => Some(Box::new(super::live::Live::new(a.clone(), argv, super::config::process_env()))),
+        };
+    crate::supervise::run::run(cfg, live, stop, &super::signals::RELOAD)
 }
 
 /// `zcpipe run`.

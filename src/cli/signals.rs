@@ -7,15 +7,25 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set by SIGINT/SIGTERM/SIGHUP; handed to every loop as its stop flag.
+/// Set by SIGINT/SIGTERM (and SIGHUP, unless [`HUP_RELOADS`]); handed to every loop as its stop flag.
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+/// Set by SIGHUP when [`HUP_RELOADS`]: `zcpipe run` reads its configuration file again.
+pub static RELOAD: AtomicBool = AtomicBool::new(false);
+
+/// Whether SIGHUP asks for a reload (`zcpipe run`, as daemons do) rather than a stop.
+pub static HUP_RELOADS: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    if sig == libc::SIGHUP && HUP_RELOADS.load(Ordering::SeqCst) {
+        RELOAD.store(true, Ordering::SeqCst);
+    } else {
+        STOP.store(true, Ordering::SeqCst);
+    }
 }
 
-/// Installs SIGINT/SIGTERM/SIGHUP handlers that set [`STOP`] (async-signal-safe: one atomic
-/// store). SIGPIPE is ignored so a vanished client is an `EPIPE`, not a death.
+/// Installs SIGINT/SIGTERM/SIGHUP handlers that set [`STOP`] or [`RELOAD`] (async-signal-safe:
+/// atomic loads and stores). SIGPIPE is ignored so a vanished client is an `EPIPE`, not a death.
 pub fn install_signal_handlers() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());

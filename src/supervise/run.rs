@@ -197,8 +197,31 @@ pub struct RunConfig {
     pub secret_env: Vec<(String, String)>,
 }
 
-/// Runs the pipeline; returns the exit code (0 if every stage ended cleanly).
-pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
+/// How a running pipeline is changed, the command line's side: it holds the run's options,
+/// turns each request into a whole new run checked as the command line checks one, and
+/// keeps it once the supervisor applied it.
+pub trait Reconfigure {
+    /// The run after `request` (a change of options, or a reload), and the change in words.
+    /// Error: the answer that refuses it (nothing is changed).
+    fn change(
+        &mut self,
+        request: &zcpipe_core::control::Request,
+    ) -> std::result::Result<(RunConfig, String), zcpipe_core::control::Reply>;
+    /// The change [`Reconfigure::change`] returned last was applied: it is the run's now.
+    fn commit(&mut self);
+    /// Each camera's zones, lines and loitering times now (`camera`: that one).
+    fn scene(
+        &self,
+        camera: Option<&str>,
+    ) -> std::result::Result<Vec<zcpipe_core::control::CameraScene>, zcpipe_core::control::Reply>;
+    /// Each camera's zones, lines and loitering times after the change returned last.
+    fn next_scene(&self) -> Vec<zcpipe_core::control::CameraScene>;
+}
+
+/// Runs the pipeline; returns the exit code (0 if every stage ended cleanly). With `live`,
+/// it takes changes while it runs: on its control socket, and a reload when `reload` is set
+/// (SIGHUP).
+pub fn run(a: RunConfig, live: Option<Box<dyn Reconfigure>>, stop: &AtomicBool, reload: &AtomicBool) -> Result<i32> {
     let run_dir = &a.data.run_dir;
     zcpipe_core::config::private_dir(run_dir)?;
     if let Some(live) = procs::live_socket_in(run_dir) {
@@ -208,8 +231,8 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
             live.display()
         );
     }
-    let mut sup = supervisor::Supervisor::start(&a)?;
-    while sup.turn(stop) {}
+    let mut sup = supervisor::Supervisor::start(a, live)?;
+    while sup.turn(stop, reload) {}
     sup.finish()
 }
 
@@ -217,6 +240,7 @@ pub fn run(a: RunConfig, stop: &AtomicBool) -> Result<i32> {
 /// that is gone is retried this often at most).
 pub const CAMERA_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+mod control;
 mod procs;
 mod summary;
 mod supervisor;

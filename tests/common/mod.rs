@@ -94,6 +94,53 @@ pub fn stage_pid(dir: &Path, stage: &str) -> Option<i32> {
     })
 }
 
+/// The pid of camera `name`'s `zcpipe stage capture --camera NAME` process of the run in
+/// `dir` (one camera of several), if one runs (a zombie does not count).
+pub fn camera_pid(dir: &Path, name: &str) -> Option<i32> {
+    let needle = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+        let zombie = std::fs::read_to_string(e.path().join("stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+        (cmd.contains(" stage capture ")
+            && cmd.contains(&format!("--camera={name} "))
+            && cmd.contains(&needle)
+            && !zombie)
+            .then_some(pid)
+    })
+}
+
+/// A detections client on `path` that connects again (as `zcpipe watch` does) whenever the
+/// socket closes, until the end line or `done`: each line goes to `line` with when it came,
+/// and each close before the end to `closed`.
+pub fn reconnecting_client(
+    path: PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mut line: impl FnMut(std::time::Instant, serde_json::Value) + Send + 'static,
+    mut closed: impl FnMut() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok(s) = std::os::unix::net::UnixStream::connect(&path) else {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            };
+            for l in std::io::BufReader::new(s).lines() {
+                let Ok(l) = l else { break };
+                let v: serde_json::Value = serde_json::from_str(&l).unwrap_or(serde_json::Value::Null);
+                let end = v["type"] == "end";
+                line(std::time::Instant::now(), v);
+                if end {
+                    return;
+                }
+            }
+            closed();
+        }
+    })
+}
+
 /// A process a test started, killed and reaped when dropped, so a test that fails half-way
 /// leaves nothing running (one that ended is unaffected: its kill fails, its wait returns).
 pub struct Reap(pub Child);

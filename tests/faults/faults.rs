@@ -11,8 +11,6 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -40,24 +38,13 @@ fn client(
     seen: Arc<Mutex<Seen>>,
     done: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
-            let Ok(s) = UnixStream::connect(&path) else {
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            };
-            for line in BufReader::new(s).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                let end = v["type"] == "end";
-                seen.lock().unwrap().lines.push((Instant::now(), v));
-                if end {
-                    return;
-                }
-            }
-            seen.lock().unwrap().disconnects += 1;
-        }
-    })
+    let s2 = seen.clone();
+    common::reconnecting_client(
+        path,
+        done,
+        move |t, v| seen.lock().unwrap().lines.push((t, v)),
+        move || s2.lock().unwrap().disconnects += 1,
+    )
 }
 
 /// Whether a frame line came after `t`.

@@ -6,6 +6,7 @@ mod common;
 
 mod compare;
 mod config;
+mod control;
 mod cpu_scaler;
 mod deploy;
 mod display;

@@ -12,26 +12,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_no_orphans, stage_pid, wait_for, zcpipe, zcpipe_run, Reap};
+use common::{assert_no_orphans, camera_pid, stage_pid, wait_for, zcpipe, zcpipe_run, Reap};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-
-/// The `zcpipe stage capture --camera NAME` process of the run in `dir`.
-fn camera_pid(dir: &std::path::Path, name: &str) -> Option<i32> {
-    let needle = dir.to_string_lossy().to_string();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
-        let zombie = std::fs::read_to_string(e.path().join("stat"))
-            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
-        (cmd.contains(" stage capture ")
-            && cmd.contains(&format!("--camera={name}"))
-            && cmd.contains(&needle)
-            && !zombie)
-            .then_some(pid)
-    })
-}
 
 #[test]
 fn three_cameras_each_get_their_own_results_in_order() {

@@ -6,6 +6,7 @@
 
 pub mod channel;
 pub mod config;
+pub mod control;
 pub mod copy;
 pub mod data;
 pub mod detections;

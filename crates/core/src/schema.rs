@@ -27,7 +27,9 @@
 //! - `"notice"`: a stage of the pipeline died and came back ([`NoticeJson`]), before the
 //!   first frame after it: `{"type": "notice", "stage": str, "camera": str, "event": "restarted"
 //!   | "reconnected", "frames_lost": u64, "seq": u64, "gap_s": f64}` (`seq`: the frame that follows; `frames_lost`: see
-//!   [`crate::frame::RestartMark`]);
+//!   [`crate::frame::RestartMark`]); or the running pipeline was changed (`zcpipe ctl`, a
+//!   reload: [`crate::control`]): `"event": "config_changed"` with `"change": str` (in words),
+//!   `"stage": "run"`, `frames_lost` and `seq` 0;
 //! - `"end"`: the last line before EOF ([`EndJson`]):
 //!   `{"type": "end", "end": true, "frames": u64, "reason": str}`.
 //!
@@ -391,6 +393,10 @@ pub struct NoticeJson {
     /// when the camera had no frame before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_s: Option<f64>,
+    /// With `event` `config_changed`: what changed, in words (`camera door: zone in
+    /// replaced`); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<String>,
 }
 
 /// The `"clip"` line: the recorder (`zcpipe stage record`) closed a clip, read from its index
@@ -550,6 +556,7 @@ mod tests {
             frames_lost: 12,
             seq: 99,
             gap_s: None,
+            change: None,
         })
         .to_line()
         .unwrap();

@@ -8,6 +8,7 @@ use std::time::Instant;
 use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::{Receiver, Recv};
+use zcpipe_core::control::StageRequest;
 use zcpipe_core::detections::DetectionsDesc;
 use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage, MAX_CAMERAS};
 use zcpipe_core::link::Offer;
@@ -97,6 +98,8 @@ struct PublishStage<'s> {
     span: FrameSpan,
     /// The recorder's index, read for the clips it closes (`--clips`).
     clips: Option<crate::recorded::ClipWatch>,
+    /// Where the supervisor hands over changes taken live.
+    control: Option<crate::control::StageControl>,
 }
 
 impl<'s> PublishStage<'s> {
@@ -109,6 +112,10 @@ impl<'s> PublishStage<'s> {
         // Outputs start with the set-up: one that cannot (an address in use) stops the stage
         // before it is ready, so it is not restarted over and over.
         let outputs = super::open_outputs(cfg, &ctx.data)?;
+        // Without it the stage runs as before, only without live changes.
+        let control = crate::control::StageControl::bind(&ctx.data.run_dir)
+            .map_err(|e| log::warn!("no live changes for this publish stage: {e:#}"))
+            .ok();
         let up = Conn::connect_retry(
             &ctx.data.socket(&Stage::Infer.into()),
             "infer stage",
@@ -137,6 +144,7 @@ impl<'s> PublishStage<'s> {
             input,
             labels,
             clips: cfg.clips.clone().map(|d| crate::recorded::ClipWatch::new(d, cfg.http.is_some())),
+            control,
             cfg,
             ctx,
             fds_setup,
@@ -155,6 +163,48 @@ impl<'s> PublishStage<'s> {
         Ok(())
     }
 
+    /// Takes the supervisor's changes waiting: a scene changed live, a change to announce,
+    /// a camera removed (its tracks end now).
+    fn serve_control(&mut self) -> anyhow::Result<()> {
+        let Some(c) = self.control.as_mut() else { return Ok(()) };
+        for (ch, request) in c.poll() {
+            let (camera, change) = match request {
+                StageRequest::Scene { cameras, change } => match self.tracking.set_scenes(&cameras) {
+                    Ok(changed) if changed.len() == 1 => (changed[0].clone(), change),
+                    Ok(_) => (String::new(), change),
+                    Err(e) => {
+                        crate::control::answer(&ch, Err(e));
+                        continue;
+                    }
+                },
+                StageRequest::Announce { camera, change } => (camera, change),
+                StageRequest::CameraRemoved { camera } => {
+                    let ended = self.tracking.end_camera(&camera, monotonic_ns(), &self.labels);
+                    crate::control::answer(&ch, Ok(()));
+                    self.send_events(ended)?;
+                    continue;
+                }
+            };
+            crate::control::answer(&ch, Ok(()));
+            log::info!("changed: {change}");
+            let n = NoticeJson {
+                stage: "run".into(),
+                camera: if self.several { camera } else { String::new() },
+                event: "config_changed".into(),
+                frames_lost: 0,
+                seq: 0,
+                gap_s: None,
+                change: Some(change),
+            };
+            let typed = SocketLine::Notice(n.clone());
+            self.send(&typed, &typed.to_line()?, &|| super::watch::notice_line(&n));
+            if let Some(c) = self.control.as_mut() {
+                c.changes += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// The name of the camera of `d`.
     fn camera_name(&self, d: &DetectionsDesc) -> String {
         self.cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)))
@@ -167,6 +217,7 @@ impl<'s> PublishStage<'s> {
         self.server.service_due();
         self.outputs.tick();
         self.announce_clips(false)?;
+        self.serve_control()?;
         let validate = |d: &DetectionsDesc| d.validate();
         let mut d = match incoming(self.input.recv(&validate, self.ctx, &self.labels)?, "infer", "", || false)? {
             Incoming::Item(d) => d,
@@ -237,6 +288,7 @@ impl<'s> PublishStage<'s> {
             frames_lost: m.lost.into(),
             seq: d.seq,
             gap_s,
+            change: None,
         };
         let typed = SocketLine::Notice(n.clone());
         let line = typed.to_line()?;

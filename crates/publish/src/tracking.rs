@@ -36,7 +36,12 @@ pub struct Tracking {
     filtered: u64,
     /// The model's labels, as the last frame gave them (for the report's crossings).
     labels: Vec<String>,
+    /// Per camera: its picture's size, from its first frame (a zone changed while the
+    /// stage runs is checked against it).
+    sizes: Vec<Option<(u32, u32)>>,
 }
+
+mod live;
 
 /// How long past the keep-alive a camera's tracks wait for its next frame before they end
 /// without one ([`Tracking::expire`]): frames in flight, and a stage after capture being
@@ -90,6 +95,7 @@ impl Tracking {
             masked: 0,
             filtered: 0,
             labels: vec![],
+            sizes: vec![None; cameras.len()],
         }
     }
 
@@ -308,6 +314,7 @@ impl Tracking {
         }
         self.arrived[cam] = Some(Instant::now());
         if self.trackers[cam].is_none() {
+            self.sizes[cam] = Some((f.width, f.height));
             self.trackers[cam] = Some(self.make_tracker(cam, f, kept));
         }
         let Some(tracker) = self.trackers[cam].as_mut() else { return vec![] };

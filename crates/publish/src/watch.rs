@@ -62,6 +62,9 @@ pub enum StreamEnd {
 /// frame 1234 follows`, or for a network camera that came back, `notice: the camera
 /// reconnected after 12.3 s (192 frames lost); frame 1234 follows`.
 pub fn notice_line(n: &NoticeJson) -> String {
+    if n.event == "config_changed" {
+        return format!("notice: changed: {}", n.change.as_deref().unwrap_or("the run's configuration"));
+    }
     let of = if n.camera.is_empty() { String::new() } else { format!(" of camera {}", n.camera) };
     if n.event == "reconnected" {
         let who = if n.camera.is_empty() { "the camera".to_string() } else { format!("camera {}", n.camera) };
@@ -275,6 +278,7 @@ mod tests {
             frames_lost: 192,
             seq: 1234,
             gap_s: Some(12.3),
+            change: None,
         };
         assert_eq!(
             notice_line(&n),
@@ -368,6 +372,7 @@ mod tests {
             frames_lost: 2,
             seq: 5,
             gap_s: None,
+            change: None,
         })
         .to_line()
         .unwrap();
@@ -445,6 +450,7 @@ mod tests {
                 frames_lost: 2,
                 seq: 5,
                 gap_s: None,
+                change: None,
             })
             .to_line()
             .unwrap()
@@ -535,6 +541,7 @@ mod tests {
             frames_lost: 4,
             seq: 9,
             gap_s: None,
+            change: None,
         })
         .to_line()
         .unwrap();

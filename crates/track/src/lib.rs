@@ -35,6 +35,7 @@ pub mod filter;
 pub mod geom;
 pub mod kalman;
 pub mod line;
+mod rescene;
 pub mod speed;
 pub mod zone;
 

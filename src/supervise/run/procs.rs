@@ -46,6 +46,11 @@ pub(super) struct Proc {
     pub(super) last_report: Instant,
     /// Why the watchdog killed this process, if it did.
     pub(super) watchdog: Option<String>,
+    /// Its death was asked for by a change to the run (new options, a camera restarted):
+    /// it is started again at once, the restart not counted against the policy.
+    pub(super) planned: bool,
+    /// Stopped for good by a change to the run (its camera or stage removed).
+    pub(super) retired: bool,
 }
 
 impl Proc {
@@ -64,6 +69,8 @@ impl Proc {
             last_death: String::new(),
             last_report: Instant::now(),
             watchdog: None,
+            planned: false,
+            retired: false,
         }
     }
 

@@ -24,8 +24,8 @@ use super::summary::{summary_text, StatsLines};
 use super::{camera_summaries, Carried, RunConfig, RunSummary};
 
 /// A run in progress: its processes, their latest reports, and where its stop stands.
-pub(super) struct Supervisor<'a> {
-    a: &'a RunConfig,
+pub(super) struct Supervisor {
+    a: RunConfig,
     exe: PathBuf,
     start: Instant,
     procs: Vec<Proc>,
@@ -44,7 +44,15 @@ pub(super) struct Supervisor<'a> {
     stats: StatsLines,
     /// Why the run stopped early, when a stage died and was not restarted.
     fatal: Option<String>,
+    /// The control socket (`None`: this run takes no changes).
+    control: Option<super::control::ControlServer>,
+    /// The command line's side of a change (`None`: this run takes no changes).
+    live: Option<Box<dyn super::Reconfigure>>,
+    /// Cameras removed while the run goes on (each keeps its place).
+    removed: std::collections::BTreeSet<String>,
 }
+
+mod apply;
 
 /// Reads the stages' report lines from the pipe's read end into `tx`, until every writer
 /// has closed it.
@@ -61,10 +69,10 @@ fn read_reports(report_r: OwnedFd, tx: mpsc::Sender<StageReport>) {
     }
 }
 
-impl<'a> Supervisor<'a> {
+impl Supervisor {
     /// Starts every stage of `a` in order (if one cannot start, those started are killed
     /// and the error returned) and the thread that reads their reports.
-    pub(super) fn start(a: &'a RunConfig) -> Result<Supervisor<'a>> {
+    pub(super) fn start(a: RunConfig, live: Option<Box<dyn super::Reconfigure>>) -> Result<Supervisor> {
         let exe = std::env::current_exe().context("finding the zcpipe binary")?;
         let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
         let start = Instant::now();
@@ -84,14 +92,25 @@ impl<'a> Supervisor<'a> {
                         let _ = p.child.wait();
                     }
                     // The stages started had bound their sockets: none is left behind.
-                    remove_leftovers(a);
+                    remove_leftovers(&a);
                     return Err(e);
                 }
             }
         }
         let (tx, reports) = mpsc::channel::<StageReport>();
         let reader = std::thread::spawn(move || read_reports(report_r, tx));
+        // Changes come only to a run that can take them; one that cannot bind its socket
+        // runs on without them.
+        let control = match live.is_some() {
+            true => super::control::ControlServer::bind(&a.data.run_dir)
+                .map_err(|e| log::warn!("no control socket, so no changes while the run goes on: {e:#}"))
+                .ok(),
+            false => None,
+        };
         Ok(Supervisor {
+            control,
+            live,
+            removed: Default::default(),
             a,
             exe,
             start,
@@ -113,8 +132,12 @@ impl<'a> Supervisor<'a> {
 
     /// One turn of the loop; `false` once every process has ended (and none is due for
     /// a restart).
-    pub(super) fn turn(&mut self, stop: &AtomicBool) -> bool {
+    pub(super) fn turn(&mut self, stop: &AtomicBool, reload: &AtomicBool) -> bool {
         self.take_reports();
+        self.serve_control();
+        if reload.swap(false, Ordering::Relaxed) && !self.stopping() {
+            self.reload_on_signal();
+        }
         if stop.load(Ordering::Relaxed) && self.signalled_at.is_none() {
             self.pass_stop_on();
         }
@@ -230,6 +253,16 @@ impl<'a> Supervisor<'a> {
         let p = &mut self.procs[i];
         let c = code(&s);
         p.status = Some(s);
+        if p.retired {
+            log::info!("the {} stage (pid {}) stopped: it was removed from the run", p.id, p.child.id());
+            return false;
+        }
+        if std::mem::take(&mut p.planned) && !stopping {
+            // A change asked for this death: started again at once, with its new options.
+            p.restart_at = Some(std::time::Instant::now());
+            p.up_since = None;
+            return false;
+        }
         // A stage that stopped during set-up because a neighbour refused it or died
         // (exit 3) is secondary: the neighbour's own failure stops the run, and its
         // error line must not be cut short by stopping the run here.
@@ -380,7 +413,9 @@ impl<'a> Supervisor<'a> {
             self.carried.absorb(&self.latest, &r);
             self.latest.insert(r.stage.clone(), r);
         }
-        remove_leftovers(self.a);
+        // The control socket goes first: no change is taken once the run has ended.
+        drop(self.control.take());
+        remove_leftovers(&self.a);
         let exit_codes: BTreeMap<StageId, i32> =
             self.procs.iter().map(|p| (p.id.clone(), p.status.as_ref().map(code).unwrap_or(-1))).collect();
         let restarts: BTreeMap<StageId, u32> =

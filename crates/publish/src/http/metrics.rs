@@ -267,6 +267,13 @@ pub fn render(s: &Stats, server: &ServerCounts) -> String {
     for (stage, n) in &s.restarts {
         let _ = writeln!(o, "zcpipe_stage_restarts_total{{stage=\"{}\"}} {n}", escape(stage));
     }
+    family(
+        &mut o,
+        "zcpipe_config_changes_total",
+        "counter",
+        "Changes made to the running pipeline (zcpipe ctl, a reload), from the config_changed notices.",
+    );
+    let _ = writeln!(o, "zcpipe_config_changes_total {}", s.config_changes);
     family(&mut o, "zcpipe_latency_seconds", "histogram", "Latency of each stage (from the previous stage's exit, its input wait included) and in total (from capture), per camera.");
     for c in &s.cameras {
         for (series, b) in SERIES.iter().zip(&c.buckets) {
@@ -351,6 +358,7 @@ mod tests {
             frames_lost: 2,
             seq: 3,
             gap_s: None,
+            change: None,
         }));
         let t = render(&s, &ServerCounts { sse_clients: 1, mjpeg_clients: 2, sse_dropped: 0, requests: 9 });
         for l in [

@@ -126,6 +126,8 @@ pub struct Stats {
     /// Frames the notices said were lost while a stage was away (their sum; these are also
     /// gaps in the sequence numbers, except for a capture stage that starts counting again).
     pub(crate) frames_lost_in_restarts: u64,
+    /// Changes made to the running pipeline (`config_changed` notices).
+    pub config_changes: u64,
     /// Lines seen (frames, events, notices).
     pub lines: u64,
     /// Bumped with every frame line: what a stream waiting for a new frame waits on.
@@ -143,6 +145,7 @@ impl Stats {
             cameras: cameras.iter().map(|c| CameraStats::new(c)).collect(),
             restarts: STAGES.iter().map(|s| (s.to_string(), 0)).collect(),
             frames_lost_in_restarts: 0,
+            config_changes: 0,
             lines: 0,
             generation: 0,
             ended: false,
@@ -211,6 +214,7 @@ impl Stats {
                 let i = self.camera(&e.camera);
                 self.cameras[i].events += 1;
             }
+            SocketLine::Notice(n) if n.event == "config_changed" => self.config_changes += 1,
             SocketLine::Notice(n) => {
                 *self.restarts.entry(n.stage.clone()).or_default() += 1;
                 self.frames_lost_in_restarts += n.frames_lost;
@@ -250,6 +254,7 @@ impl Stats {
             "camera_order": self.cameras.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
             "restarts": self.restarts,
             "frames_lost_in_restarts": self.frames_lost_in_restarts,
+            "config_changes": self.config_changes,
             "lines": self.lines,
             "ended": self.ended,
             "latency_series": SERIES,
@@ -303,6 +308,7 @@ mod tests {
             frames_lost: 4,
             seq: 1,
             gap_s: None,
+            change: None,
         }));
         let c = &s.cameras[0];
         assert_eq!((c.frames, c.drops, c.last_seq), (7, 2 + 3, Some(0)));

@@ -1,0 +1,154 @@
+//! The run's control socket ([`zcpipe_core::control::SOCKET`] in the run directory): a
+//! thread accepts clients (`zcpipe ctl`, the web view's control route), refuses another
+//! user's (SO_PEERCRED), reads each one's request with a deadline, and hands it to the
+//! supervisor's loop, which applies requests one at a time, in the order they came, between
+//! two turns ([`super::supervisor::Supervisor::serve_control`]); the client waits for the
+//! answer on its own thread, so a slow or silent client never holds the loop.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{accept4, bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+
+use zcpipe_core::control::{self, Answer, Channel, Refusal, Reply, Request, VERSION};
+
+/// Clients served at once; more are told the run is busy.
+const MAX_CLIENTS: usize = 8;
+/// How long a client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client waits for the loop's answer (a reload plans the whole run again).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A request for the supervisor's loop and where its answer goes.
+pub(super) struct Pending {
+    pub(super) request: Request,
+    /// The client's pid, for the log line.
+    pub(super) peer_pid: i32,
+    pub(super) answer: mpsc::Sender<Reply>,
+}
+
+/// The control socket and its accepting thread; the socket file goes when this is dropped.
+pub(super) struct ControlServer {
+    rx: mpsc::Receiver<Pending>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl ControlServer {
+    /// Binds the control socket in `run_dir` (mode 0600) and starts accepting.
+    pub(super) fn bind(run_dir: &Path) -> Result<ControlServer> {
+        let path = run_dir.join(control::SOCKET);
+        let addr = UnixAddr::new(&path).with_context(|| format!("socket path {}", path.display()))?;
+        // The run directory is ours and checked free of live sockets: a file left here
+        // by a killed run is stale.
+        let _ = std::fs::remove_file(&path);
+        let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+            .context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
+        bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .with_context(|| format!("chmod 600 {}", path.display()))?;
+        listen(&fd, Backlog::new(16).expect("16 is a valid backlog")).context("listen")?;
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || accept_loop(fd, tx, &s))
+            .context("starting the control thread")?;
+        Ok(ControlServer { rx, stop, thread: Some(thread), path })
+    }
+
+    /// The next request waiting, if any.
+    pub(super) fn next(&self) -> Option<Pending> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Accepts clients until `stop`, each served on its own thread (at most [`MAX_CLIENTS`]).
+fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool) {
+    let live = Arc::new(AtomicUsize::new(0));
+    let mut refused = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let mut p = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        if !matches!(poll(&mut p, PollTimeout::from(200u16)), Ok(n) if n > 0) {
+            continue;
+        }
+        let Ok(raw) = accept4(fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) else { continue };
+        // SAFETY: accept4 returned a new descriptor that nothing else owns.
+        let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
+        let Ok(ch) = Channel::from_fd(conn, REQUEST_TIMEOUT) else { continue };
+        if !ch.peer_allowed() {
+            refused += 1;
+            if refused <= 20 || refused.is_power_of_two() {
+                log::warn!(
+                    "control: refused pid {} of uid {}: only this run's user (or root) may change it ({refused} refused so far)",
+                    ch.peer_pid,
+                    ch.peer_uid
+                );
+            }
+            continue;
+        }
+        if live.load(Ordering::Relaxed) >= MAX_CLIENTS {
+            answer(&ch, busy(&format!("{MAX_CLIENTS} control clients are being served; try again")));
+            continue;
+        }
+        live.fetch_add(1, Ordering::Relaxed);
+        let (tx, live) = (tx.clone(), live.clone());
+        let spawned = std::thread::Builder::new().name("control-client".into()).spawn(move || {
+            serve(ch, &tx);
+            live.fetch_sub(1, Ordering::Relaxed);
+        });
+        if spawned.is_err() {
+            log::warn!("control: cannot start a thread for a client; it was dropped");
+        }
+    }
+}
+
+/// One client: its request read (within [`REQUEST_TIMEOUT`]), handed to the loop, the
+/// loop's answer sent back.
+fn serve(ch: Channel, tx: &mpsc::Sender<Pending>) {
+    let bytes = match ch.recv_bytes() {
+        Ok(Some(b)) => b,
+        Ok(None) => return,
+        Err(e) => {
+            log::info!("control: pid {} sent no request ({e:#})", ch.peer_pid);
+            return;
+        }
+    };
+    let request = match control::parse_ask(&bytes) {
+        Ok(r) => r,
+        Err(refusal) => return answer(&ch, refusal),
+    };
+    let (atx, arx) = mpsc::channel();
+    if tx.send(Pending { request, peer_pid: ch.peer_pid, answer: atx }).is_err() {
+        return answer(&ch, busy("the run is stopping"));
+    }
+    let reply = arx.recv_timeout(ANSWER_TIMEOUT).unwrap_or_else(|_| busy("the run did not answer in time"));
+    answer(&ch, reply);
+}
+
+fn busy(why: &str) -> Reply {
+    Reply::Refused { error: Refusal::Busy, message: why.to_string() }
+}
+
+fn answer(ch: &Channel, reply: Reply) {
+    if let Err(e) = ch.send(&Answer { version: VERSION, reply }) {
+        log::info!("control: could not answer pid {}: {e:#}", ch.peer_pid);
+    }
+}

@@ -1,0 +1,348 @@
+//! Changes to a running pipeline, applied by the supervisor between two turns of its loop:
+//! the control socket's requests ([`super::super::control`]) and SIGHUP's reload.
+//!
+//! A change of options is checked whole by the command line's side first
+//! ([`Reconfigure::change`]: a new [`RunConfig`]); then each stage process's options are
+//! compared with its new ones. A stage whose options did not change is left alone; the
+//! publish stage, when only its zones, lines and loitering times changed, takes them live
+//! (its tracks go on); any other stage whose options changed is restarted alone with its
+//! new ones, as after a crash (its neighbours wait and it re-joins); a camera new to the run
+//! gets its capture stage started. A camera removed on request keeps its place in the run
+//! (every other camera keeps its index), its capture stage stopped for good.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+
+use zcpipe_core::control::{
+    self, CameraRun, CameraState, Channel, Refusal, Reply, Request, StageAsk, StageRequest, VERSION,
+};
+use zcpipe_core::frame::Stage;
+use zcpipe_core::id::StageId;
+
+use super::super::procs::{spawn, Proc, REPORT_FD};
+use super::super::RunConfig;
+use super::Supervisor;
+
+/// How long the publish stage has to take a live change.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The flags the publish stage takes live.
+const LIVE_FLAGS: [&str; 3] = ["--zone=", "--line=", "--loiter="];
+
+fn refused(error: Refusal, message: impl Into<String>) -> Reply {
+    Reply::Refused { error, message: message.into() }
+}
+
+/// Whether `old` and `new` differ only in [`LIVE_FLAGS`].
+fn only_live_flags_differ(old: &[String], new: &[String]) -> bool {
+    let rest = |v: &[String]| -> Vec<String> {
+        v.iter().filter(|f| !LIVE_FLAGS.iter().any(|l| f.starts_with(l))).cloned().collect()
+    };
+    rest(old) == rest(new)
+}
+
+/// A stage's options without the report fd the supervisor adds.
+fn without_report_fd(args: &[String]) -> Vec<String> {
+    args.iter().filter(|a| !a.starts_with("--report-fd=")).cloned().collect()
+}
+
+impl Supervisor {
+    /// Answers the control requests waiting, one at a time in the order they came.
+    pub(in crate::supervise::run) fn serve_control(&mut self) {
+        let waiting: Vec<_> = match &self.control {
+            Some(c) => std::iter::from_fn(|| c.next()).collect(),
+            None => return,
+        };
+        for p in waiting {
+            log::debug!("control: a request from pid {}", p.peer_pid);
+            let reply = self.handle(p.request);
+            let _ = p.answer.send(reply);
+        }
+    }
+
+    /// The reload SIGHUP asked for.
+    pub(in crate::supervise::run) fn reload_on_signal(&mut self) {
+        match self.handle(Request::Reload) {
+            Reply::Refused { message, .. } => log::error!("reload refused, nothing changed: {message}"),
+            Reply::Unchanged => log::info!("reload: the configuration file changes nothing"),
+            _ => {}
+        }
+    }
+
+    /// What `request` gives.
+    fn handle(&mut self, request: Request) -> Reply {
+        match request {
+            Request::Cameras => return Reply::Cameras { cameras: self.camera_states() },
+            Request::Scene { camera } => {
+                return match self.live.as_ref().map(|l| l.scene(camera.as_deref())) {
+                    Some(Ok(cameras)) => Reply::Scene { cameras },
+                    Some(Err(r)) => r,
+                    None => refused(Refusal::Busy, "this run takes no changes"),
+                }
+            }
+            _ => {}
+        }
+        if self.stopping() {
+            return refused(Refusal::Busy, "the run is stopping");
+        }
+        let reply = match request {
+            Request::RestartCamera { camera } => self.restart_camera(&camera),
+            Request::RemoveCamera { camera } => self.remove_camera(&camera),
+            Request::AddCamera { camera, source, .. } if self.removed.contains(&camera) => {
+                self.add_back(&camera, &source)
+            }
+            r => self.change(r),
+        };
+        if let Reply::Done { change, restarted, started, stopped } = &reply {
+            let list = |what: &str, v: &[String]| {
+                if v.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {what} {}", v.join(", "))
+                }
+            };
+            log::info!(
+                "changed: {change}{}{}{}",
+                list("restarted", restarted),
+                list("started", started),
+                list("stopped", stopped)
+            );
+        }
+        reply
+    }
+
+    /// A change of the run's options: checked, then applied ([`Supervisor::apply`]).
+    fn change(&mut self, request: Request) -> Reply {
+        let Some(live) = self.live.as_mut() else { return refused(Refusal::Busy, "this run takes no changes") };
+        let (cfg, change) = match live.change(&request) {
+            Ok(c) => c,
+            Err(r) => return r,
+        };
+        let reply = self.apply(cfg, change);
+        if matches!(reply, Reply::Done { .. } | Reply::Unchanged) {
+            if let Some(l) = self.live.as_mut() {
+                l.commit();
+            }
+        }
+        reply
+    }
+
+    /// The capture stage process of camera `name`.
+    fn capture_of(&self, name: &str) -> Option<usize> {
+        let several = self.a.cameras.len() > 1;
+        let id = StageId::capture(several.then_some(name));
+        self.procs.iter().position(|p| p.id == id)
+    }
+
+    fn camera_states(&self) -> Vec<CameraState> {
+        self.a
+            .cameras
+            .iter()
+            .map(|(name, source)| {
+                let p = self.capture_of(name).map(|i| &self.procs[i]);
+                let state = match p {
+                    _ if self.removed.contains(name) => CameraRun::Stopped,
+                    Some(p) if p.status.is_none() && p.up_since.is_some() => CameraRun::Streaming,
+                    Some(p) if p.status.is_none() => CameraRun::Starting,
+                    Some(p) if p.restart_at.is_some() => CameraRun::Reconnecting,
+                    _ => CameraRun::Stopped,
+                };
+                CameraState {
+                    name: name.clone(),
+                    source: source.clone(),
+                    state,
+                    pid: p.filter(|p| p.status.is_none()).map(|p| p.child.id() as i32),
+                    restarts: p.map_or(0, |p| p.restarted),
+                    frames: p.and_then(|p| self.latest.get(&p.id)).map_or(0, |r| r.frames_out),
+                }
+            })
+            .collect()
+    }
+
+    fn unknown_camera(&self, camera: &str) -> Reply {
+        let names: Vec<&str> = self.a.cameras.iter().map(|(n, _)| n.as_str()).collect();
+        refused(
+            Refusal::UnknownCamera,
+            format!("no camera {camera} in this run (it has {}); `zcpipe ctl cameras` lists them", names.join(", ")),
+        )
+    }
+
+    fn restart_camera(&mut self, camera: &str) -> Reply {
+        let Some(i) = self.capture_of(camera).filter(|_| !self.removed.contains(camera)) else {
+            return self.unknown_camera(camera);
+        };
+        let p = &mut self.procs[i];
+        p.planned = true;
+        if p.status.is_none() {
+            let _ = p.child.kill();
+        } else {
+            p.restart_at = Some(Instant::now());
+        }
+        let id = p.id.to_string();
+        self.announce(camera, &format!("camera {camera} restarted on request"));
+        Reply::Done {
+            change: format!("camera {camera} restarted"),
+            restarted: vec![id],
+            started: vec![],
+            stopped: vec![],
+        }
+    }
+
+    fn remove_camera(&mut self, camera: &str) -> Reply {
+        let Some(i) = self.capture_of(camera).filter(|_| !self.removed.contains(camera)) else {
+            return self.unknown_camera(camera);
+        };
+        if self.a.cameras.len() - self.removed.len() <= 1 {
+            return refused(Refusal::Invalid, format!("camera {camera} is the run's last: stop the run instead"));
+        }
+        self.removed.insert(camera.to_string());
+        let p = &mut self.procs[i];
+        p.restart_at = None;
+        if p.status.is_none() {
+            // The stream ends at capture: the camera's last frames go through.
+            let _ = kill(p.pid(), Signal::SIGTERM);
+            let _ = kill(p.pid(), Signal::SIGCONT);
+        }
+        let id = p.id.to_string();
+        if let Err(e) = self.tell_publish(StageRequest::CameraRemoved { camera: camera.to_string() }) {
+            log::warn!(
+                "the publish stage was not told that camera {camera} is gone ({e}); its tracks end on their own"
+            );
+        }
+        self.announce(camera, &format!("camera {camera} removed"));
+        Reply::Done {
+            change: format!("camera {camera} removed"),
+            restarted: vec![],
+            started: vec![],
+            stopped: vec![id],
+        }
+    }
+
+    /// A camera removed earlier, added back with the source it had.
+    fn add_back(&mut self, camera: &str, source: &str) -> Reply {
+        let had = self.a.cameras.iter().find(|(n, _)| n == camera).map(|(_, s)| s.clone()).unwrap_or_default();
+        let given = zcpipe_capture::spec::redact_url(source);
+        if given != had {
+            return refused(
+                Refusal::Duplicate,
+                format!("camera {camera} was removed from this run with source {had}: add it back with that source, or under another name"),
+            );
+        }
+        let Some(i) = self.capture_of(camera) else { return self.unknown_camera(camera) };
+        if self.procs[i].status.is_none() {
+            return refused(Refusal::Busy, format!("camera {camera} is still stopping; try again in a moment"));
+        }
+        self.removed.remove(camera);
+        let p = &mut self.procs[i];
+        p.planned = true;
+        p.restart_at = Some(Instant::now());
+        let id = p.id.to_string();
+        self.announce(camera, &format!("camera {camera} added back"));
+        Reply::Done {
+            change: format!("camera {camera} added back"),
+            restarted: vec![],
+            started: vec![id],
+            stopped: vec![],
+        }
+    }
+
+    /// Applies run `new` (checked): see the module's documentation.
+    fn apply(&mut self, new: RunConfig, change: String) -> Reply {
+        let old: BTreeMap<StageId, Vec<String>> = self.a.stage_flags.iter().cloned().collect();
+        if old == new.stage_flags.iter().cloned().collect() {
+            return Reply::Unchanged;
+        }
+        // The publish stage first: a live change it refuses leaves everything as it was.
+        let publish: StageId = Stage::Publish.into();
+        let (old_pub, new_pub) = (old.get(&publish), new.stage_flags.iter().find(|(id, _)| *id == publish));
+        let mut publish_live = false;
+        if let (Some(o), Some((_, n))) = (old_pub, new_pub) {
+            if o != n && only_live_flags_differ(o, n) {
+                let cameras = self.live.as_ref().map(|l| l.next_scene()).unwrap_or_default();
+                if let Err(e) = self.tell_publish(StageRequest::Scene { cameras, change: change.clone() }) {
+                    return refused(
+                        Refusal::Failed,
+                        format!("the publish stage did not take the change ({e}); nothing was changed"),
+                    );
+                }
+                publish_live = true;
+            }
+        }
+        let (mut restarted, mut started, mut stopped) = (vec![], vec![], vec![]);
+        let several = new.cameras.len() > 1;
+        for (id, flags) in &new.stage_flags {
+            let mut args = flags.clone();
+            args.push(format!("--report-fd={REPORT_FD}"));
+            match self.procs.iter().position(|p| p.id == *id) {
+                None => match self.report_w.as_ref().map(|w| spawn(&self.exe, id, args.clone(), &self.a.secret_env, w))
+                {
+                    Some(Ok(child)) => {
+                        let forever = several && id.is(Stage::Capture);
+                        self.procs.push(Proc::new(id.clone(), child, args, forever));
+                        started.push(id.to_string());
+                    }
+                    Some(Err(e)) => log::error!("could not start the {id} stage: {e:#}"),
+                    None => {}
+                },
+                Some(i) => {
+                    let p = &mut self.procs[i];
+                    p.forever = several && id.is(Stage::Capture);
+                    if without_report_fd(&p.args) == *flags {
+                        continue;
+                    }
+                    p.args = args;
+                    let camera = id.camera.clone().unwrap_or_default();
+                    if (id == &publish && publish_live) || self.removed.contains(&camera) {
+                        continue;
+                    }
+                    p.planned = true;
+                    if p.status.is_none() {
+                        let _ = p.child.kill();
+                    } else {
+                        p.restart_at = Some(Instant::now());
+                    }
+                    restarted.push(id.to_string());
+                }
+            }
+        }
+        for p in self.procs.iter_mut().filter(|p| !new.stage_flags.iter().any(|(id, _)| *id == p.id)) {
+            if p.retired {
+                continue;
+            }
+            p.retired = true;
+            p.restart_at = None;
+            if p.status.is_none() {
+                let _ = kill(p.pid(), Signal::SIGTERM);
+                let _ = kill(p.pid(), Signal::SIGCONT);
+            }
+            stopped.push(p.id.to_string());
+        }
+        self.a = new;
+        if !publish_live && !restarted.iter().any(|r| *r == publish.to_string()) {
+            self.announce("", &change);
+        }
+        Reply::Done { change, restarted, started, stopped }
+    }
+
+    /// Tells the clients of the detections socket about `change` (through the publish stage).
+    fn announce(&self, camera: &str, change: &str) {
+        let r = StageRequest::Announce { camera: camera.to_string(), change: change.to_string() };
+        if let Err(e) = self.tell_publish(r) {
+            log::info!("the detections socket's clients were not told ({e})");
+        }
+    }
+
+    /// Sends `request` to the publish stage and waits for its answer.
+    fn tell_publish(&self, request: StageRequest) -> Result<(), String> {
+        let path = self.a.data.run_dir.join(control::STAGE_SOCKET);
+        let ch = Channel::connect(&path, STAGE_TIMEOUT).map_err(|e| format!("{e:#}"))?;
+        ch.send(&StageAsk { version: VERSION, request }).map_err(|e| format!("{e:#}"))?;
+        let bytes = ch
+            .recv_bytes()
+            .map_err(|e| format!("{e:#}"))?
+            .ok_or_else(|| "the publish stage hung up without an answer".to_string())?;
+        serde_json::from_slice::<control::StageAnswer>(&bytes).map_err(|e| format!("its answer: {e}"))?
+    }
+}

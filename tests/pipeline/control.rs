@@ -1,0 +1,276 @@
+//! Changing a running pipeline (`zcpipe ctl`, SIGHUP): a run of two cameras (the bundled
+//! clip and a test pattern) is changed while a detections client watches; each change says
+//! what it restarted, and the stages it did not name keep their pids.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{assert_no_orphans, camera_pid, stage_pid, wait_for, zcpipe, zcpipe_run, Reap};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// The lines a detections client saw, with when; it connects again when the socket closes
+/// (a restarted publish stage) until the end line.
+type Lines = Arc<Mutex<Vec<(Instant, Value)>>>;
+
+fn client(path: PathBuf, seen: Lines) -> std::thread::JoinHandle<()> {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    common::reconnecting_client(path, done, move |t, v| seen.lock().unwrap().push((t, v)), || {})
+}
+
+fn count(seen: &Lines, since: Instant, f: impl Fn(&Value) -> bool) -> usize {
+    seen.lock().unwrap().iter().filter(|(t, v)| *t > since && f(v)).count()
+}
+
+fn frames(seen: &Lines, since: Instant, cam: &str) -> usize {
+    count(seen, since, |v| v["type"] == "frame" && v["camera"] == cam)
+}
+
+/// `zcpipe ctl --run-dir RUN ARGS`: exit code, stdout, stderr.
+fn ctl(run: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = zcpipe().args(["ctl", "--run-dir"]).arg(run).args(args).output().unwrap();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    (out.status.code().unwrap_or(-1), s(&out.stdout), s(&out.stderr))
+}
+
+/// The pids of the scale, infer and publish stages.
+fn pids(dir: &Path) -> [Option<i32>; 3] {
+    ["scale", "infer", "publish"].map(|s| stage_pid(dir, s))
+}
+
+/// A run under change: its folder, its detections client's lines, and the pids it started with.
+struct Run<'a> {
+    d: &'a Path,
+    run_dir: PathBuf,
+    seen: Lines,
+    door: i32,
+    yard: i32,
+    scale: Option<i32>,
+    infer: Option<i32>,
+    publish: Option<i32>,
+}
+
+#[test]
+fn a_running_pipeline_is_changed_without_restarting_what_did_not_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run_dir = d.join("run");
+    let cfg = d.join("zcpipe.toml");
+    let clip = common::root().join("tests/data/one-by-one-person-detection.mp4");
+    let file = |yard_zone: &str| {
+        format!(
+            "scaler = \"cpu\"\n[camera.door]\nsource = \"video:{}\"\n[camera.yard]\nsource = \"testsrc:320x240@10\"\n{yard_zone}",
+            clip.display()
+        )
+    };
+    std::fs::write(&cfg, file("")).unwrap();
+    let mut cmd = zcpipe_run(d);
+    cmd.args(["--instance", "ctl-e2e", "--no-print", "--watchdog", "0", "--config"]).arg(&cfg);
+    let mut run = Reap(cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let seen: Lines = Arc::default();
+    let watcher = client(d.join("detections.sock"), seen.clone());
+    let t0 = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(60), || frames(&seen, t0, "door") > 5 && frames(&seen, t0, "yard") > 5),
+        "both cameras flow"
+    );
+    let (door, yard) = (camera_pid(d, "door").unwrap(), camera_pid(d, "yard").unwrap());
+    let [scale, infer, publish] = pids(d);
+
+    let r = Run { d, run_dir: run_dir.clone(), seen: seen.clone(), door, yard, scale, infer, publish };
+    cameras_listed(&r);
+    shapes_change_live(&r);
+    bad_changes_change_nothing(&r);
+    let r = Run { yard: restarts_are_the_changed_stages_alone(&r), ..r };
+    reloaded_on_sighup(&r, &cfg, &file("zone = [\"gate=0,0,100,0,100,100,0,100\"]\n"), run.0.id() as i32);
+    another_user_is_refused(&r);
+    removed_and_added(&r);
+    kill(Pid::from_raw(run.0.id() as i32), Signal::SIGINT).unwrap();
+    let status = run.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    watcher.join().unwrap();
+    for want in ["changed: camera door: zone whole added", "changed: --score-threshold 0.5; restarted infer"] {
+        assert!(stderr.contains(want), "the log says each change once: {want}\n{stderr}");
+    }
+    if nix::unistd::geteuid().is_root() {
+        assert!(stderr.contains("control: refused pid") && stderr.contains("of uid 65534"), "{stderr}");
+    }
+    println!(
+        "EVIDENCE control: {} config_changed notices; door's capture pid {door} throughout; infer {infer:?} -> {:?} for the threshold",
+        count(&seen, t0, |v| v["event"] == "config_changed"),
+        "restarted"
+    );
+    assert_no_orphans(d);
+}
+
+fn cameras_listed(r: &Run) {
+    // The cameras and their state.
+    let (code, out, err) = ctl(&r.run_dir, &["--json", "cameras"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["result"], "cameras");
+    let states: Vec<(&str, &str)> = v["cameras"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("door", "streaming"), ("yard", "streaming")]);
+    assert_eq!(v["cameras"][0]["pid"], r.door);
+}
+
+fn shapes_change_live(r: &Run) {
+    // A zone over the whole picture, live: the next person enters it; nothing restarted.
+    let t_zone = Instant::now();
+    let (code, out, err) = ctl(&r.run_dir, &["zones", "set", "door", "whole=0,0,768,0,768,432,0,432"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "done: camera door: zone whole added (applied live, nothing restarted)"),
+        "{err}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || count(&r.seen, t_zone, |v| v["event"] == "config_changed"
+            && v["change"] == "camera door: zone whole added"
+            && v["camera"] == "door")
+            == 1),
+        "the clients are told"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || count(&r.seen, t_zone, |v| v["type"] == "frame"
+            && v["camera"] == "door"
+            && v["zones"].get("whole").is_some())
+            > 0),
+        "door's frame lines carry the new zone"
+    );
+    // A line, live too.
+    let (code, out, _) = ctl(&r.run_dir, &["lines", "set", "door", "exit=600,200,600,432"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera door: line exit added (applied live, nothing restarted)"));
+    let t_line = Instant::now();
+    assert!(wait_for(Duration::from_secs(5), || count(&r.seen, t_line, |v| v["type"] == "frame"
+        && v["camera"] == "door"
+        && v["lines"].get("exit").is_some())
+        > 0));
+    let (code, out, _) = ctl(&r.run_dir, &["zones", "list", "door"]);
+    assert_eq!((code, out.as_str()), (0, "door:\n  zone whole=0,0,768,0,768,432,0,432\n  line exit=600,200,600,432"));
+    assert_eq!(pids(r.d), [r.scale, r.infer, r.publish], "a live change restarts nothing");
+    assert_eq!((camera_pid(r.d, "door"), camera_pid(r.d, "yard")), (Some(r.door), Some(r.yard)));
+}
+
+fn bad_changes_change_nothing(r: &Run) {
+    // Bad changes: one line each, nothing changed.
+    for (args, want) in [
+        (&["zones", "set", "door", "bad=1,2"][..], "refused: --zone door:bad=1,2: 1 point(s)"),
+        (&["zones", "set", "nope", "z=0,0,9,0,9,9"], "refused: no camera nope in this run (it has door, yard)"),
+        (&["zones", "remove", "door", "nosuch"], "refused: camera door has no zone nosuch"),
+        (&["zones", "set", "door", "far=0,0,9000,0,9000,9,0,9"], "failed: the publish stage did not take the change"),
+        (&["set", "score-threshold", "7"], "refused: --score-threshold 7"),
+        (&["cameras", "add", "door=testsrc"], "refused: camera door exists already"),
+        (
+            &["cameras", "add", "back=testsrc:320x240@10", "--fps=9", "--bogus=1"],
+            "refused: camera back: option --bogus",
+        ),
+    ] {
+        let (code, out, _) = ctl(&r.run_dir, args);
+        assert_eq!(code, 1, "{args:?}: {out}");
+        assert!(out.starts_with(want) && out.lines().count() == 1, "{args:?}: {out}");
+    }
+    let (_, out, _) = ctl(&r.run_dir, &["zones", "list", "door"]);
+    assert!(out.contains("zone whole=") && !out.contains("far") && !out.contains("bad"), "{out}");
+}
+
+/// The infer stage restarted for a setting, camera yard on request: its new pid.
+fn restarts_are_the_changed_stages_alone(r: &Run) -> i32 {
+    // A setting of the infer stage: it alone restarts; the cameras and publish keep theirs.
+    let (code, out, _) = ctl(&r.run_dir, &["set", "score-threshold", "0.5"]);
+    assert_eq!((code, out.as_str()), (0, "done: --score-threshold 0.5 (restarted infer)"));
+    let t_infer = Instant::now();
+    assert!(wait_for(Duration::from_secs(30), || frames(&r.seen, t_infer, "door") > 5
+        && frames(&r.seen, t_infer, "yard") > 5));
+    assert_ne!(stage_pid(r.d, "infer"), r.infer);
+    assert_eq!((stage_pid(r.d, "scale"), stage_pid(r.d, "publish")), (r.scale, r.publish));
+    assert_eq!((camera_pid(r.d, "door"), camera_pid(r.d, "yard")), (Some(r.door), Some(r.yard)));
+
+    // One camera restarted: the other keeps its pid and its frames.
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "restart", "yard"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera yard restarted (restarted capture@yard)"));
+    let t_restart = Instant::now();
+    assert!(wait_for(Duration::from_secs(30), || frames(&r.seen, t_restart, "yard") > 5));
+    assert_ne!(camera_pid(r.d, "yard"), Some(r.yard));
+    assert_eq!(camera_pid(r.d, "door"), Some(r.door));
+
+    camera_pid(r.d, "yard").unwrap()
+}
+
+fn reloaded_on_sighup(r: &Run, cfg: &Path, text: &str, pid: i32) {
+    // The configuration file changed and read again on SIGHUP: yard's zone from the file,
+    // door's zone and line (made with ctl, not in the file) gone, the threshold back.
+    std::fs::write(cfg, text).unwrap();
+    let t_reload = Instant::now();
+    kill(Pid::from_raw(pid), Signal::SIGHUP).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || count(&r.seen, t_reload, |v| v["event"] == "config_changed"
+            && v["change"] == "the configuration file read again")
+            >= 1),
+        "the reload is announced"
+    );
+    let (_, out, _) = ctl(&r.run_dir, &["zones"]);
+    assert_eq!(out, "door:\n  (no zones, lines or loitering times)\nyard:\n  zone gate=0,0,100,0,100,100,0,100");
+    assert!(wait_for(Duration::from_secs(30), || frames(&r.seen, Instant::now() - Duration::from_secs(1), "yard") > 0
+        && count(&r.seen, t_reload, |v| v["type"] == "frame"
+            && v["camera"] == "yard"
+            && v["zones"].get("gate").is_some())
+            > 0));
+    assert_eq!(camera_pid(r.d, "door"), Some(r.door), "the reload left door's capture stage alone");
+    assert_eq!(stage_pid(r.d, "publish"), r.publish, "and publish");
+}
+
+fn another_user_is_refused(r: &Run) {
+    // Another user is refused, even with the socket opened to everyone.
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let open = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        open(&r.run_dir, 0o755);
+        open(&r.run_dir.join("control.sock"), 0o666);
+        let out =
+            zcpipe().args(["ctl", "--run-dir"]).arg(&r.run_dir).arg("cameras").uid(65534).gid(65534).output().unwrap();
+        open(&r.run_dir, 0o700);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let runs = !err.contains("Permission denied") || err.contains("control.sock");
+        if runs {
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains("hung up without an answer"), "{err}");
+        }
+    }
+}
+
+fn removed_and_added(r: &Run) {
+    // A camera removed: its capture stage stops for good, its tracks end; door goes on.
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "remove", "yard"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera yard removed (stopped capture@yard)"));
+    assert!(wait_for(Duration::from_secs(10), || camera_pid(r.d, "yard").is_none()));
+    let t_removed = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(frames(&r.seen, t_removed, "yard"), 0);
+    assert!(frames(&r.seen, t_removed, "door") > 5);
+    let (_, out, _) = ctl(&r.run_dir, &["--json", "cameras"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cameras"][1]["state"], "stopped");
+    assert_eq!((camera_pid(r.d, "door"), stage_pid(r.d, "publish")), (Some(r.door), r.publish));
+
+    // A camera added: its capture stage starts and its frames come (the stages serving
+    // every camera take it by restarting).
+    let (code, out, err) = ctl(&r.run_dir, &["cameras", "add", "back=testsrc:320x240@10"]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.starts_with("done: camera back added (") && out.contains("started capture@back"), "{out}");
+    let t_added = Instant::now();
+    assert!(wait_for(Duration::from_secs(60), || frames(&r.seen, t_added, "back") > 5), "the new camera's frames come");
+    assert_eq!(camera_pid(r.d, "door"), Some(r.door), "the other camera's capture stage kept its pid");
+}
