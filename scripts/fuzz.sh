@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 CARGO=${CARGO:-cargo}
 CARGO_FUZZ_VERSION=0.13.2
-ALL_TARGETS=(control_msg frame_desc watch_lines service_msg packet_stream)
+ALL_TARGETS=(control_msg frame_desc watch_lines service_msg packet_stream run_control)
 # FUZZ_BUILD=release (`make fuzz`): optimised, 10^5-10^6 executions per second per target.
 # FUZZ_BUILD=dev (`make fuzz-ci`): unoptimised (fuzz/Cargo.toml's dev profile), about half
 # the build time, 10^3-10^4 executions per second: enough for a short run.

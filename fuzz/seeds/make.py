@@ -136,3 +136,20 @@ def msg(kind, body, flags=0, mono=0, pts=0):
 hello = js({"version": 1, "camera": "cam0", "codec": "h264", "width": 768, "height": 432})
 stream = msg(1, hello) + msg(2, pat + pmt) + b"".join(msg(3, u, 3 if k % 10 == 0 else 2, 1000 + k, 90000 + 3000 * k) for k, u in enumerate(units))
 write("packet_stream", "messages", stream)
+
+
+# run_control: a byte (even: the run's control socket, odd: the publish stage's), then the datagram.
+def ask(request):
+    return bytes([0]) + js({"version": 1, "request": request})
+
+
+write("run_control", "cameras", ask({"op": "cameras"}))
+write("run_control", "add", ask({"op": "add_camera", "camera": "back", "source": "rtsp://u:secret@10.0.0.2/x", "options": ["--fps=10"]}))
+write("run_control", "zone", ask({"op": "set_shape", "camera": "door", "kind": "zone", "spec": "in=0,0,9,0,9,9"}))
+write("run_control", "remove", ask({"op": "remove_shape", "camera": "door", "kind": "line", "name": "exit"}))
+write("run_control", "set", ask({"op": "set", "camera": None, "setting": {"name": "score-threshold", "value": 0.5}}))
+write("run_control", "reload", ask({"op": "reload"}))
+write("run_control", "version", bytes([0]) + js({"version": 2, "request": {"op": "cameras"}}))
+scene = {"camera": "door", "zones": ["in=0,0,9,0,9,9"], "lines": ["exit=0,5,9,5"], "loiter": ["in=10"]}
+write("run_control", "stage-scene", bytes([1]) + js({"version": 1, "request": {"op": "scene", "cameras": [scene], "change": "camera door: zone in added"}}))
+write("run_control", "stage-announce", bytes([1]) + js({"version": 1, "request": {"op": "announce", "camera": "", "change": "camera back added"}}))

@@ -194,6 +194,18 @@ fn restarts_are_the_changed_stages_alone(r: &Run) -> i32 {
     assert!(wait_for(Duration::from_secs(30), || frames(&r.seen, t_infer, "door") > 5
         && frames(&r.seen, t_infer, "yard") > 5));
     assert_ne!(stage_pid(r.d, "infer"), r.infer);
+    // Its effect: no detection under the new threshold from the new infer stage's first frame on.
+    let notice = |v: &Value| v["type"] == "notice" && v["stage"] == "infer" && v["event"] == "restarted";
+    assert!(wait_for(Duration::from_secs(10), || count(&r.seen, t_infer, notice) > 0), "the restart is noticed");
+    let t_infer = r.seen.lock().unwrap().iter().find(|(t, v)| *t > t_infer && notice(v)).unwrap().0;
+    std::thread::sleep(Duration::from_secs(2));
+    let low = count(&r.seen, t_infer, |v| {
+        v["type"] == "frame"
+            && v["detections"].as_array().is_some_and(|d| d.iter().any(|d| d["score"].as_f64() < Some(0.5)))
+    });
+    let scored =
+        count(&r.seen, t_infer, |v| v["type"] == "frame" && v["detections"].as_array().is_some_and(|d| !d.is_empty()));
+    assert_eq!(low, 0, "{scored} frames with detections after the change, none under 0.5");
     assert_eq!((stage_pid(r.d, "scale"), stage_pid(r.d, "publish")), (r.scale, r.publish));
     assert_eq!((camera_pid(r.d, "door"), camera_pid(r.d, "yard")), (Some(r.door), Some(r.yard)));
 
@@ -265,12 +277,30 @@ fn removed_and_added(r: &Run) {
     assert_eq!(v["cameras"][1]["state"], "stopped");
     assert_eq!((camera_pid(r.d, "door"), stage_pid(r.d, "publish")), (Some(r.door), r.publish));
 
-    // A camera added: its capture stage starts and its frames come (the stages serving
-    // every camera take it by restarting).
-    let (code, out, err) = ctl(&r.run_dir, &["cameras", "add", "back=testsrc:320x240@10"]);
+    // An RTSP camera added (the real RTSP server): its capture stage starts, its frames and
+    // detections come (the stages serving every camera take it by restarting); then it is
+    // removed again.
+    if let Some(why) = crate::rtsp::gst_missing() {
+        println!("skipped the RTSP camera: {why}");
+        return;
+    }
+    let port = crate::rtsp::free_port();
+    let _server = crate::rtsp::Server::start(port, &common::root().join(crate::rtsp::CLIP));
+    let url = format!("back=rtsp://127.0.0.1:{port}/cam");
+    let (code, out, err) = ctl(&r.run_dir, &["cameras", "add", &url, "--fps=10"]);
     assert_eq!(code, 0, "{out} {err}");
     assert!(out.starts_with("done: camera back added (") && out.contains("started capture@back"), "{out}");
     let t_added = Instant::now();
-    assert!(wait_for(Duration::from_secs(60), || frames(&r.seen, t_added, "back") > 5), "the new camera's frames come");
+    let detected = |v: &Value| {
+        v["type"] == "frame" && v["camera"] == "back" && v["detections"].as_array().is_some_and(|d| !d.is_empty())
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), || frames(&r.seen, t_added, "back") > 5
+            && count(&r.seen, t_added, detected) > 0),
+        "the RTSP camera's frames and detections come"
+    );
     assert_eq!(camera_pid(r.d, "door"), Some(r.door), "the other camera's capture stage kept its pid");
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "remove", "back"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera back removed (stopped capture@back)"));
+    assert!(wait_for(Duration::from_secs(10), || camera_pid(r.d, "back").is_none()));
 }

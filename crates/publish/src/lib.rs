@@ -72,7 +72,7 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
         outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
     }
     if let (Some(s), Some(p)) = (&cfg.snapshots, &pixels) {
-        let shapes = http::draw::Shapes::per_camera(&cfg.track);
+        let shapes = std::sync::Arc::new(std::sync::RwLock::new(http::draw::Shapes::per_camera(&cfg.track)));
         outputs.0.push(Box::new(snapshot::Snapshots::start(s, &cfg.cameras, shapes, p.clone(), pictures)?));
     }
     Ok(outputs)

@@ -21,6 +21,9 @@ pub trait Output {
     fn tick(&mut self) {}
     /// Counters for the stage's report (its `extra` under [`Output::name`]).
     fn report(&self) -> OutputReport;
+    /// Each camera's masks, zones and lines changed while the stage runs: what is drawn
+    /// from now on (the outputs that draw them keep them).
+    fn shapes(&mut self, _shapes: &[crate::http::draw::Shapes]) {}
     /// The stream ended (`end` is the end line clients get): flush within a bounded time
     /// and stop the output's threads.
     fn close(&mut self, end: &EndJson);
@@ -46,6 +49,12 @@ impl Outputs {
     pub fn tick(&mut self) {
         for o in &mut self.0 {
             o.tick();
+        }
+    }
+    /// Each camera's new masks, zones and lines, for every output that draws them.
+    pub fn shapes(&mut self, shapes: &[crate::http::draw::Shapes]) {
+        for o in &mut self.0 {
+            o.shapes(shapes);
         }
     }
     /// Each output's counters, for the stage's report.

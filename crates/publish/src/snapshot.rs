@@ -86,6 +86,8 @@ pub struct Snapshots {
     tx: Option<SyncSender<Request>>,
     counters: Arc<Mutex<SnapshotCounters>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// What the worker draws under the boxes, shared with it.
+    shapes: draw::LiveShapes,
 }
 
 impl Snapshots {
@@ -94,7 +96,7 @@ impl Snapshots {
     pub fn start(
         cfg: &SnapshotConfig,
         cameras: &[String],
-        shapes: Vec<draw::Shapes>,
+        shapes: draw::LiveShapes,
         pixels: Arc<Pixels>,
         sink: Option<super::output::PictureSink>,
     ) -> Result<Snapshots> {
@@ -108,7 +110,7 @@ impl Snapshots {
         let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
         let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
         let (l, c, names) = (latest.clone(), counters.clone(), cameras.to_vec());
-        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, shapes, sink };
+        let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, shapes: shapes.clone(), sink };
         let thread = std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || worker(rx, &place, &names, &pixels, &l, &c))
@@ -137,6 +139,7 @@ impl Snapshots {
             tx: Some(tx),
             counters,
             thread: Some(thread),
+            shapes,
         })
     }
 
@@ -154,6 +157,10 @@ impl Snapshots {
 impl Output for Snapshots {
     fn name(&self) -> &'static str {
         "snapshots"
+    }
+
+    fn shapes(&mut self, shapes: &[draw::Shapes]) {
+        *self.shapes.write().unwrap_or_else(|p| p.into_inner()) = shapes.to_vec();
     }
 
     fn line(&mut self, line: &SocketLine) {
@@ -214,7 +221,7 @@ struct Place {
     /// `--snapshot-keep`.
     keep: usize,
     /// Each camera's masks, zones and lines, drawn on its snapshots.
-    shapes: Vec<draw::Shapes>,
+    shapes: draw::LiveShapes,
     /// Who else gets each picture (the MQTT bridge), written to disk or not.
     sink: Option<super::output::PictureSink>,
 }
@@ -251,7 +258,7 @@ fn worker(
         let mut rgb = (*px.rgb).clone();
         let f = latest.lock().unwrap_or_else(|p| p.into_inner())[cam].clone();
         let mut canvas = draw::Canvas::rgb24(&mut rgb, px.width, px.height);
-        if let Some(s) = place.shapes.get(cam) {
+        if let Some(s) = place.shapes.read().unwrap_or_else(|p| p.into_inner()).get(cam) {
             draw::shapes(&mut canvas, s, f.as_ref());
         }
         if let Some(f) = f {

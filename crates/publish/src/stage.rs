@@ -170,8 +170,10 @@ impl<'s> PublishStage<'s> {
         for (ch, request) in c.poll() {
             let (camera, change) = match request {
                 StageRequest::Scene { cameras, change } => match self.tracking.set_scenes(&cameras) {
-                    Ok(changed) if changed.len() == 1 => (changed[0].clone(), change),
-                    Ok(_) => (String::new(), change),
+                    Ok(changed) => {
+                        self.outputs.shapes(&crate::http::draw::Shapes::per_camera(self.tracking.config()));
+                        (if changed.len() == 1 { changed[0].clone() } else { String::new() }, change)
+                    }
                     Err(e) => {
                         crate::control::answer(&ch, Err(e));
                         continue;

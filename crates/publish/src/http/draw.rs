@@ -44,6 +44,10 @@ pub struct Shapes {
     pub masks: Vec<Vec<(f32, f32)>>,
 }
 
+/// Each camera's shapes as the drawers share them: replaced whole when a camera's zones or
+/// lines change while the stage runs.
+pub type LiveShapes = std::sync::Arc<std::sync::RwLock<Vec<Shapes>>>;
+
 impl Shapes {
     /// Each camera's shapes from the tracking configuration (as long as its longest list: a
     /// camera past the end of it has none).

@@ -182,7 +182,7 @@ impl HttpOutput {
             frame_ready: Condvar::new(),
             sse: Mutex::new(vec![]),
             renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps)
-                .with_shapes(draw::Shapes::per_camera(&cfg.track)),
+                .with_shapes(std::sync::Arc::new(std::sync::RwLock::new(draw::Shapes::per_camera(&cfg.track)))),
             cameras: cfg.cameras.clone(),
             addr,
             max_connections: http.max_connections.max(1),
@@ -265,6 +265,10 @@ impl HttpOutput {
 impl Output for HttpOutput {
     fn name(&self) -> &'static str {
         "http"
+    }
+
+    fn shapes(&mut self, shapes: &[draw::Shapes]) {
+        self.shared.renderer.set_shapes(shapes.to_vec());
     }
 
     fn line(&mut self, line: &SocketLine) {

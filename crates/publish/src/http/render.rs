@@ -51,7 +51,7 @@ pub(crate) struct Renderer {
     encoded: Vec<AtomicU64>,
     period: Duration,
     /// Each camera's masks, zones and lines, drawn under the boxes.
-    shapes: Vec<draw::Shapes>,
+    shapes: draw::LiveShapes,
 }
 
 /// Encodes tight RGB24 rows as a JPEG of quality [`JPEG_QUALITY`].
@@ -75,12 +75,17 @@ impl Renderer {
             slots: (0..cameras).map(|_| Mutex::default()).collect(),
             encoded: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
             period: Duration::from_secs_f64(1.0 / fps),
-            shapes: vec![],
+            shapes: draw::LiveShapes::default(),
         }
     }
 
+    /// Each camera's shapes from now on (a camera's zones or lines changed while the stage runs).
+    pub(crate) fn set_shapes(&self, shapes: Vec<draw::Shapes>) {
+        *self.shapes.write().unwrap_or_else(|p| p.into_inner()) = shapes;
+    }
+
     /// Draws each camera's `shapes` (masks, zones and lines; in camera order) on its pictures.
-    pub fn with_shapes(mut self, shapes: Vec<draw::Shapes>) -> Renderer {
+    pub fn with_shapes(mut self, shapes: draw::LiveShapes) -> Renderer {
         self.shapes = shapes;
         self
     }
@@ -156,7 +161,7 @@ impl Renderer {
             }
         };
         let mut canvas = draw::Canvas::rgb24(&mut rgb, width, height);
-        if let Some(s) = self.shapes.get(cam) {
+        if let Some(s) = self.shapes.read().unwrap_or_else(|p| p.into_inner()).get(cam) {
             draw::shapes(&mut canvas, s, frame);
         }
         if let Some(f) = frame {
@@ -253,7 +258,8 @@ mod tests {
             points: vec![(220.0, 20.0), (300.0, 20.0), (300.0, 220.0), (220.0, 220.0)],
         };
         let shapes = draw::Shapes { zones: vec![door], ..Default::default() };
-        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0).with_shapes(vec![shapes]);
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0)
+            .with_shapes(std::sync::Arc::new(std::sync::RwLock::new(vec![shapes])));
         let mut f = frame(3);
         f.detections.clear();
         f.zones = Some([("door".to_string(), [("person".to_string(), 1)].into())].into());
@@ -281,7 +287,8 @@ mod tests {
         };
         let mask = vec![(20.0, 140.0), (140.0, 140.0), (140.0, 220.0), (20.0, 220.0)];
         let shapes = draw::Shapes { lines: vec![door], masks: vec![mask], ..Default::default() };
-        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0).with_shapes(vec![shapes]);
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0)
+            .with_shapes(std::sync::Arc::new(std::sync::RwLock::new(vec![shapes])));
         let mut f = frame(3);
         f.detections.clear();
         f.lines =

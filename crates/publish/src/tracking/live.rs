@@ -24,6 +24,11 @@ fn read<T>(texts: &[String], parse: fn(&str) -> anyhow::Result<T>) -> Result<Vec
 }
 
 impl Tracking {
+    /// The tracking configuration now (with the changes made while the stage runs).
+    pub(crate) fn config(&self) -> &super::super::TrackConfig {
+        &self.cfg
+    }
+
     /// Gives the cameras of `scenes` their new zones, lines and loitering times (the others
     /// keep theirs); the cameras whose scene changed. Error (nothing changed): one line
     /// naming the camera and what is wrong with it.
