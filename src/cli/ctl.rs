@@ -144,12 +144,12 @@ impl CtlArgs {
         let request = self.request()?;
         let dir = zcpipe_core::config::run_dir(&self.instance, self.run_dir.as_deref());
         let path = dir.join(control::SOCKET);
+        let which = match &self.run_dir {
+            Some(d) => format!("the `zcpipe run --run-dir {}`", d.display()),
+            None => format!("`zcpipe run --instance {}`", self.instance),
+        };
         let reply = control::call(&path, request, Duration::from_secs(150)).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach the run at {} ({e:#}): is `zcpipe run --instance {}` running, as this user?",
-                path.display(),
-                self.instance
-            )
+            anyhow::anyhow!("cannot reach the run at {} ({e:#}): is {which} running, as this user?", path.display())
         })?;
         let text = if self.json { serde_json::to_string(&reply)? + "\n" } else { human(&reply) };
         super::print_out(&text);

@@ -258,7 +258,8 @@ fn another_user_is_refused(r: &Run) {
         let runs = !err.contains("Permission denied") || err.contains("control.sock");
         if runs {
             assert_eq!(out.status.code(), Some(1), "{err}");
-            assert!(err.contains("hung up without an answer"), "{err}");
+            // Closed unanswered: the send or the wait for an answer fails, as it happens.
+            assert!(err.starts_with("zcpipe ctl: error: cannot reach the run at "), "{err}");
         }
     }
 }
@@ -300,6 +301,21 @@ fn removed_and_added(r: &Run) {
         "the RTSP camera's frames and detections come"
     );
     assert_eq!(camera_pid(r.d, "door"), Some(r.door), "the other camera's capture stage kept its pid");
+    // What the restarts of the stages serving every camera cost the other camera: the
+    // longest wait between two of its frame lines around the change.
+    let door: Vec<Instant> = r
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, v)| *t + Duration::from_secs(2) > t_added && v["type"] == "frame" && v["camera"] == "door")
+        .map(|(t, _)| *t)
+        .collect();
+    let gap = door.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+    println!(
+        "EVIDENCE control: adding an RTSP camera held camera door's frame lines for at most {} ms",
+        gap.as_millis()
+    );
     let (code, out, _) = ctl(&r.run_dir, &["cameras", "remove", "back"]);
     assert_eq!((code, out.as_str()), (0, "done: camera back removed (stopped capture@back)"));
     assert!(wait_for(Duration::from_secs(10), || camera_pid(r.d, "back").is_none()));
