@@ -396,7 +396,7 @@ pub fn parse_ask(bytes: &[u8]) -> std::result::Result<Request, Reply> {
         None => {
             return Err(Reply::Refused {
                 error: Refusal::Malformed,
-                message: "a request needs \"version\" and \"request\"".into(),
+                message: "not a control request: it needs a version and a request".into(),
             })
         }
     }
@@ -404,9 +404,23 @@ pub fn parse_ask(bytes: &[u8]) -> std::result::Result<Request, Reply> {
 }
 
 fn refused_malformed(e: &serde_json::Error) -> Reply {
-    // serde's message names the field or variant it did not know, never the values.
-    let what = e.to_string();
-    let what = what.split(" at line ").next().unwrap_or("").chars().take(200).collect::<String>();
+    // serde's message quotes what it did not take (`unknown variant \`rtsp://u:pw@...\``,
+    // `invalid type: string "..."`), unescaped: only its kind is kept, and what was
+    // expected (the contract's own words, after serde's last ", expected ").
+    let text = e.to_string();
+    let text = text.split(" at line ").next().unwrap_or("");
+    // The words before the first quote or colon: `unknown variant`, `invalid type`.
+    let kind = |s: &str| -> String {
+        let head = s.split(['`', '"', ':', '(']).next().unwrap_or("");
+        head.split_whitespace().take(4).collect::<Vec<_>>().join(" ")
+    };
+    let what = match text.rsplit_once(", expected ") {
+        Some((given, expected)) => format!("{}, expected {expected}", kind(given)),
+        // Names of the contract's own fields.
+        None if text.starts_with("missing field") || text.starts_with("duplicate field") => text.to_string(),
+        None => kind(text),
+    };
+    let what: String = what.chars().take(250).collect();
     Reply::Refused { error: Refusal::Malformed, message: format!("not a control request: {what}") }
 }
 
@@ -454,7 +468,19 @@ mod tests {
             panic!("an unknown op read")
         };
         assert_eq!(error, Refusal::Malformed);
-        assert!(message.contains("drop_tables") && !message.contains("hunter2"), "{message}");
+        assert!(message.starts_with("not a control request: unknown variant, expected one of `cameras`"), "{message}");
+        let Err(Reply::Refused { message, .. }) =
+            parse_ask(br#"{"version":1,"request":{"op":"rtsp://u:hunter2@h/x"}}"#)
+        else {
+            panic!("a URL read as an op")
+        };
+        assert!(!message.contains("hunter2"), "{message}");
+        let Err(Reply::Refused { message, .. }) =
+            parse_ask(br#"{"version":1,"request":{"op":"restart_camera","camera":"a","x":"rtsp://u:hunter2@h/x"}}"#)
+        else {
+            panic!("an unknown field read")
+        };
+        assert!(!message.contains("hunter2") && message.contains("unknown field"), "{message}");
         assert!(matches!(parse_ask(b"\xff"), Err(Reply::Refused { error: Refusal::Malformed, .. })));
     }
 }
