@@ -97,7 +97,7 @@ fn a_running_pipeline_is_changed_without_restarting_what_did_not_change() {
     assert!(status.success(), "{stderr}");
     watcher.join().unwrap();
     for want in ["changed: camera door: zone whole added", "changed: --score-threshold 0.5; restarted infer"] {
-        assert!(stderr.contains(want), "the log says each change once: {want}\n{stderr}");
+        assert_eq!(stderr.matches(want).count(), 1, "the log says each change once: {want}\n{stderr}");
     }
     if nix::unistd::geteuid().is_root() {
         assert!(stderr.contains("control: refused pid") && stderr.contains("of uid 65534"), "{stderr}");
@@ -183,6 +183,18 @@ fn bad_changes_change_nothing(r: &Run) {
     }
     let (_, out, _) = ctl(&r.run_dir, &["zones", "list", "door"]);
     assert!(out.contains("zone whole=") && !out.contains("far") && !out.contains("bad"), "{out}");
+    // Two clients at once: each change is applied whole, one after the other.
+    let two: Vec<_> = ["left=0,0,300,0,300,432,0,432", "right=400,0,768,0,768,432,400,432"]
+        .map(|z| {
+            let run = r.run_dir.clone();
+            std::thread::spawn(move || ctl(&run, &["zones", "set", "door", z]).0)
+        })
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(two, [0, 0]);
+    let (_, out, _) = ctl(&r.run_dir, &["zones", "list", "door"]);
+    assert!(out.contains("zone left=") && out.contains("zone right="), "{out}");
 }
 
 /// The infer stage restarted for a setting, camera yard on request: its new pid.

@@ -187,8 +187,8 @@ impl<'s> PublishStage<'s> {
                     continue;
                 }
             };
+            // The supervisor logs the change once; here it goes to the clients.
             crate::control::answer(&ch, Ok(()));
-            log::info!("changed: {change}");
             let n = NoticeJson {
                 stage: "run".into(),
                 camera: if self.several { camera } else { String::new() },
