@@ -336,6 +336,11 @@ pub fn main() -> i32 {
         error_line(&tag, &e.to_string());
         return 2;
     }
+    // So is a token file that is missing, open to other users, or holds a short token.
+    if let Some(Err(e)) = cli.cmd.http().map(http::HttpArgs::token) {
+        error_line(&tag, &e);
+        return 2;
+    }
     // A socket where another user could replace it is a bad argument too.
     for (path, flag) in cli.cmd.socket_places() {
         let what = format!("{flag} {}", path.display());

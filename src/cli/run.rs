@@ -194,7 +194,7 @@ impl RunArgs {
             plan,
             restart,
             cameras,
-            secret_env: self.mqtt.secret_env(),
+            secret_env: [self.mqtt.secret_env(), self.http.secret_env()].concat(),
         })
     }
 

@@ -193,7 +193,7 @@ pub struct RunConfig {
     pub cameras: Vec<(String, String)>,
     /// Secrets the stages get in their environment, never on their command lines (which
     /// every local user reads in `/proc/PID/cmdline`; a process's environment only its own
-    /// user, proc(5)): (variable, value), e.g. the MQTT password.
+    /// user, proc(5)): (variable, value), e.g. the MQTT password, the web view's token.
     pub secret_env: Vec<(String, String)>,
 }
 

@@ -1,4 +1,4 @@
-//! Integration tests of the outputs: the MQTT bridge, the web view, the detections socket and the IPC benchmark.
+//! Integration tests of the outputs: the MQTT bridge, the web view (and its control route), the detections socket and the IPC benchmark.
 //! One test binary (`cargo test --test outputs`): each module is a former `tests/<module>.rs`.
 
 #[path = "../common/mod.rs"]
@@ -7,6 +7,7 @@ mod common;
 mod bench_ipc;
 mod http;
 mod http_attacks;
+mod http_control;
 mod ipc;
 mod lines;
 mod mqtt;

@@ -69,7 +69,12 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
     let pixels = (cfg.http.is_some() || cfg.snapshots.is_some())
         .then(|| view::pixels(cfg, data, cfg.http.as_ref().map_or(view::SNAPSHOT_FPS, |h| h.view_fps)));
     if let (Some(h), Some(p)) = (&cfg.http, &pixels) {
-        outputs.0.push(Box::new(http::HttpOutput::start(cfg, h, Box::new(view::TapPixels::new(p.clone(), cfg)))?));
+        outputs.0.push(Box::new(http::HttpOutput::start(
+            cfg,
+            h,
+            Box::new(view::TapPixels::new(p.clone(), cfg)),
+            &data.run_dir,
+        )?));
     }
     if let (Some(s), Some(p)) = (&cfg.snapshots, &pixels) {
         let shapes = std::sync::Arc::new(std::sync::RwLock::new(http::draw::Shapes::per_camera(&cfg.track)));

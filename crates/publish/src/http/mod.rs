@@ -12,7 +12,9 @@
 //!   detections socket carries (frames, events, notices, the end line);
 //! - `/api/stats`: JSON, per camera frames, fps, drops, latency percentiles; restarts;
 //!   the server's clients ([`stats::Stats::json`]);
-//! - `/metrics`: Prometheus text format 0.0.4 ([`metrics`]).
+//! - `/metrics`: Prometheus text format 0.0.4 ([`metrics`]);
+//! - `POST /api/control`, only with a token (`--http-token-file`, `$ZCPIPE_HTTP_TOKEN`): the
+//!   run's control API over HTTP, behind `Authorization: Bearer` ([`control`]).
 //!
 //! The frame loop's [`Output::line`] only updates [`stats::Stats`] under a lock held for
 //! microseconds and pushes the line into each SSE client's bounded queue (dropping the
@@ -23,10 +25,11 @@
 //! [`server`]'s.
 //!
 //! It binds to a loopback address unless `--http-allow-remote` is given (then the address
-//! is logged as reachable from other machines): the view shows the cameras, and has no
-//! authentication of its own.
+//! is logged as reachable from other machines): the view shows the cameras to whoever
+//! reaches it; only changing the run needs the token.
 
 mod clips;
+mod control;
 pub mod draw;
 pub mod metrics;
 pub mod render;
@@ -65,7 +68,13 @@ pub struct HttpConfig {
     /// The record folder whose clips the page lists and plays (`--http-clips`; `None`: no
     /// clips).
     pub clips: Option<std::path::PathBuf>,
+    /// The bearer token of `POST /api/control` (`--http-token-file`, `$ZCPIPE_HTTP_TOKEN`;
+    /// `None`: no such route, 404).
+    pub token: Option<zcpipe_core::secret::Secret>,
 }
+
+/// The fewest characters a token of `POST /api/control` may have.
+pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// `--http-max-connections`' default: well under the usual soft limit of 1,024 fds.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
@@ -152,6 +161,8 @@ struct Shared {
     evicted: AtomicU64,
     /// Requests refused for a body (declared over [`MAX_BODY`], or chunked).
     huge_bodies: AtomicU64,
+    /// `POST /api/control`, with a token.
+    control: Option<control::Control>,
     sse_clients: AtomicU64,
     mjpeg_clients: AtomicU64,
     sse_dropped: AtomicU64,
@@ -172,9 +183,15 @@ pub(crate) struct HttpOutput {
 
 impl HttpOutput {
     /// Listens as `http` says ([`bind`]) and starts the server; pictures take their
-    /// pixels from `pixels`. The address is logged (the port chosen, for port 0), as a
+    /// pixels from `pixels`; `POST /api/control` (with a token) asks the run whose run
+    /// directory is `run_dir`. The address is logged (the port chosen, for port 0), as a
     /// warning when it is reachable from other machines. Errors: [`bind`]'s.
-    pub fn start(cfg: &PublishConfig, http: &HttpConfig, pixels: Box<dyn ViewSource>) -> Result<HttpOutput> {
+    pub fn start(
+        cfg: &PublishConfig,
+        http: &HttpConfig,
+        pixels: Box<dyn ViewSource>,
+        run_dir: &std::path::Path,
+    ) -> Result<HttpOutput> {
         let listener = bind(http)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -195,16 +212,19 @@ impl HttpOutput {
             accept_errors: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             huge_bodies: AtomicU64::new(0),
+            control: http.token.clone().map(|t| control::Control::new(t, run_dir)),
             sse_clients: AtomicU64::new(0),
             mjpeg_clients: AtomicU64::new(0),
             sse_dropped: AtomicU64::new(0),
         });
         let rt = server::start(shared.clone(), listener)
             .map_err(|e| anyhow::anyhow!("--http {addr}: starting the server: {e}"))?;
+        let control = if http.token.is_some() { "; POST /api/control with the token" } else { "" };
         if addr.ip().is_loopback() {
-            log::info!("web view on http://{addr}/ (this machine only; /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg; at most {} JPEGs a second per camera)", http.view_fps);
+            log::info!("web view on http://{addr}/ (this machine only; /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg{control}; at most {} JPEGs a second per camera)", http.view_fps);
         } else {
-            log::warn!("web view on http://{addr}/, reachable from other machines (--http-allow-remote): whoever reaches this port sees the cameras and detections; at most {} JPEGs a second per camera", http.view_fps);
+            let change = if http.token.is_some() { ", and whoever has the token may change the run" } else { "" };
+            log::warn!("web view on http://{addr}/, reachable from other machines (--http-allow-remote): whoever reaches this port sees the cameras and detections{change}; at most {} JPEGs a second per camera", http.view_fps);
         }
         Ok(HttpOutput { shared, rt: Some(rt) })
     }
@@ -410,7 +430,7 @@ impl Shared {
         let n = self.huge_bodies.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
             let what = declared.map_or_else(|| "a chunked body".to_string(), |b| format!("a body of {b} bytes"));
-            log::warn!("web view: a request declared {what} (the view takes none): answered 413 ({n} so far)");
+            log::warn!("web view: a request declared {what} (the view reads none, but a control request's of at most {MAX_BODY} bytes with a Content-Length): answered 413 ({n} so far)");
         }
     }
 }
@@ -449,8 +469,13 @@ fn route(s: &Arc<Shared>, path: &str, head: bool, range: Option<&str>) -> Reply 
             Some(cam) => stream(s, Stream::Mjpeg(cam), head),
             None => Reply::text(404, not_a_camera(&p["/stream/".len()..])),
         },
-        _ => Reply::text(404, format!("not found: {path}; the web view serves /, /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg, /stream/<camera>.mjpg\n")),
+        _ => not_found(path),
     }
+}
+
+/// The answer to a path the view does not serve.
+fn not_found(path: &str) -> Reply {
+    Reply::text(404, format!("not found: {path}; the web view serves /, /api/detections, /api/stats, /metrics, /snapshot/<camera>.jpg, /stream/<camera>.mjpg\n"))
 }
 
 /// How long a snapshot waits for a camera's first picture (a frame line and pixels) before
@@ -531,6 +556,8 @@ fn stats_json(s: &Shared) -> serde_json::Value {
         "connections": s.connections.load(Ordering::Relaxed),
         "accept_errors": s.accept_errors.load(Ordering::Relaxed),
         "evicted_idle": s.evicted.load(Ordering::Relaxed),
+        "control_requests": s.control.as_ref().map_or(0, |c| c.changed.load(Ordering::Relaxed)),
+        "control_refused": s.control.as_ref().map_or(0, |c| c.refused.load(Ordering::Relaxed)),
         "max_connections": s.max_connections,
         "view_fps": s.view_fps,
         "no_pixels": pixels,
@@ -685,6 +712,7 @@ mod tests {
             service: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             clips: None,
+            token: None,
         };
         let cfg = PublishConfig {
             socket: "/nonexistent/d.sock".into(),
@@ -697,7 +725,9 @@ mod tests {
             mqtt: None,
             clips: None,
         };
-        let mut out = HttpOutput::start(&cfg, &http, Box::new(crate::view::NoPixels)).unwrap();
+        let mut out =
+            HttpOutput::start(&cfg, &http, Box::new(crate::view::NoPixels), std::path::Path::new("/nonexistent"))
+                .unwrap();
         assert!(out.addr().port() != 0, "the port chosen is known");
         // A client that takes nothing: its queue only.
         let slow = Arc::new(SseClient { queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
@@ -731,6 +761,7 @@ mod tests {
             service: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             clips: None,
+            token: None,
         };
         let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
         assert!(

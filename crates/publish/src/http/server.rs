@@ -11,8 +11,11 @@
 //! - **A connection is bounded in time and memory**: its request head must arrive within
 //!   [`HEAD_TIMEOUT`], in at most [`MAX_HEAD`] bytes (hyper's buffer; more is answered 431),
 //!   it serves one request (no keep-alive: an idle connection cannot hold a permit), and a
-//!   whole response must be taken within [`WRITE_TIMEOUT`]. No request body is read: one
-//!   declared over [`super::MAX_BODY`] is answered 413 and the connection closed.
+//!   whole response must be taken within [`WRITE_TIMEOUT`] (the run's answer to a control
+//!   request is waited for first, within the route's own bound). No request body is read but
+//!   `POST /api/control`'s ([`super::control`]: a `Content-Length` of at most
+//!   [`super::MAX_BODY`], within 5 s, with the token); one declared over
+//!   [`super::MAX_BODY`], or chunked, is answered 413 and the connection closed.
 //! - **Work that blocks runs on blocking threads** (at most [`BLOCKING_THREADS`]): encoding
 //!   a snapshot, asking the inference service. Streams (event and MJPEG clients) keep their
 //!   own thread each, as before, writing through a bounded channel ([`ChunkWriter`]) that the
@@ -46,7 +49,8 @@ pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most bytes of a request head (hyper's read buffer; its smallest setting is 8 KiB).
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
 
-/// Threads for work that blocks (a snapshot's JPEG, the service's numbers).
+/// Threads for work that blocks (a snapshot's JPEG, the service's numbers, a control
+/// request).
 pub(crate) const BLOCKING_THREADS: usize = 4;
 
 /// Connections the kernel may queue for accept(2).
@@ -113,9 +117,9 @@ async fn accept_loop(s: Arc<Shared>, listener: tokio::net::TcpListener) {
     let permits = Arc::new(Semaphore::new(s.max_connections));
     let waiting = Arc::new(Waiting::default());
     loop {
-        let tcp = loop {
+        let (tcp, peer) = loop {
             match listener.accept().await {
-                Ok((tcp, _)) => break tcp,
+                Ok(accepted) => break accepted,
                 Err(e) => {
                     let n = s.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
                     if n.is_power_of_two() {
@@ -143,7 +147,7 @@ async fn accept_loop(s: Arc<Shared>, listener: tokio::net::TcpListener) {
         s.connections.fetch_add(1, Ordering::Relaxed);
         // Registered before its task runs, so the next accept can already evict it.
         let (id, kill) = waiting.add();
-        tokio::spawn(serve(s.clone(), tcp, permit, waiting.clone(), (id, kill)));
+        tokio::spawn(serve(s.clone(), (tcp, peer), permit, waiting.clone(), (id, kill)));
     }
 }
 
@@ -152,7 +156,7 @@ async fn accept_loop(s: Arc<Shared>, listener: tokio::net::TcpListener) {
 /// request at the connection limit.
 async fn serve(
     s: Arc<Shared>,
-    tcp: tokio::net::TcpStream,
+    (tcp, peer): (tokio::net::TcpStream, std::net::SocketAddr),
     _permit: OwnedSemaphorePermit,
     waiting: Arc<Waiting>,
     (id, kill): (u64, Arc<Notify>),
@@ -161,7 +165,7 @@ async fn serve(
     let (slot, w) = (stream.clone(), waiting.clone());
     let service = service_fn(move |rq| {
         w.remove(id);
-        handle(s.clone(), rq, slot.clone())
+        handle(s.clone(), rq, slot.clone(), peer.ip().to_canonical())
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -188,7 +192,8 @@ async fn serve(
     waiting.remove(id);
 }
 
-/// A connection's stream, when its answer is one: `true` while the stream's thread writes.
+/// A connection's stream, when its answer is one: `true` while the stream's thread writes
+/// (or while a control request waits for the run's answer).
 type StreamSlot = Arc<Mutex<Option<Arc<AtomicBool>>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -201,13 +206,28 @@ fn nofile_limit() -> String {
         .map_or_else(|_| "?".to_string(), |(soft, _)| soft.to_string())
 }
 
-/// One request: refused (a method other than GET and HEAD, a body), or routed on a
-/// blocking thread.
-async fn handle(s: Arc<Shared>, rq: Request<Incoming>, stream: StreamSlot) -> Result<Response<ViewBody>, Infallible> {
+/// One request from `peer`: refused (a method other than GET and HEAD, a body), or routed
+/// on a blocking thread; `/api/control` is [`super::control`]'s (404 without a token).
+async fn handle(
+    s: Arc<Shared>,
+    rq: Request<Incoming>,
+    stream: StreamSlot,
+    peer: std::net::IpAddr,
+) -> Result<Response<ViewBody>, Infallible> {
     s.requests.fetch_add(1, Ordering::Relaxed);
     if let Some(host) = foreign_host(&s, &rq) {
         let r = Reply::text(403, format!("the web view answers to this machine's names only, not Host {host:?} (a web page's DNS rebinding); open it as http://{}/\n", s.addr));
         return Ok(whole(r));
+    }
+    if rq.uri().path() == super::control::PATH {
+        let Some(c) = &s.control else { return Ok(whole(super::not_found(super::control::PATH))) };
+        // The run may take longer to answer than a whole response's budget: meanwhile the
+        // connection waits as a stream's does (what the route awaits is bounded on its own).
+        let asking = Arc::new(AtomicBool::new(true));
+        *lock(&stream) = Some(asking.clone());
+        let reply = super::control::serve(&s, c, rq, peer).await;
+        asking.store(false, Ordering::Relaxed);
+        return Ok(whole(reply));
     }
     let head = rq.method() == Method::HEAD;
     if !(head || rq.method() == Method::GET) {
