@@ -103,14 +103,15 @@ pub enum ShapeOp {
         /// One camera.
         camera: Option<String>,
     },
-    /// Adds one, or replaces the one of its name: `zcpipe ctl zones set cam0 door=100,100,400,100,400,300`.
+    /// Adds one, or replaces the one of its name (`zones set cam0 door=100,100,400,100,400,300`,
+    /// `lines set cam0 exit=600,200,600,432`, `loiter set cam0 door=10`).
     Set {
         /// The camera.
         camera: String,
         /// As its flag takes it, without the camera.
         spec: String,
     },
-    /// Removes one (a zone's loitering time with it).
+    /// Removes one (a zone takes its loitering time with it).
     Remove {
         /// The camera.
         camera: String,
@@ -122,15 +123,15 @@ pub enum ShapeOp {
 /// The settings `zcpipe ctl set` changes.
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum SettingName {
-    /// --score-threshold (0.05 to 0.95).
+    /// --score-threshold (0 to 1).
     ScoreThreshold,
     /// --nms-iou.
     NmsIou,
     /// --detect-fps, per camera with --camera.
     DetectFps,
-    /// --track-high.
+    /// --track-high (0.05 to 0.95).
     TrackHigh,
-    /// --track-keepalive, seconds.
+    /// --track-keepalive, seconds (0.05 to 3600).
     TrackKeepalive,
     /// MQTT on or off.
     Mqtt,
@@ -141,7 +142,22 @@ pub enum SettingName {
 impl CtlArgs {
     /// Sends the request and prints the answer; the exit code (0 done, 1 refused).
     pub fn run(self) -> anyhow::Result<i32> {
-        let request = self.request()?;
+        // A command ctl cannot read is exit 2, as a bad flag is.
+        let request = match self.request() {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("zcpipe ctl: error: {e:#}");
+                return Ok(2);
+            }
+        };
+        let size = serde_json::to_vec(&control::Ask { version: control::VERSION, request: request.clone() })?.len();
+        if size > control::MAX_MESSAGE {
+            eprintln!(
+                "zcpipe ctl: error: the request is {size} bytes, over the {} a request may have: give fewer points",
+                control::MAX_MESSAGE
+            );
+            return Ok(2);
+        }
         let dir = zcpipe_core::config::run_dir(&self.instance, self.run_dir.as_deref());
         let path = dir.join(control::SOCKET);
         let which = match &self.run_dir {
@@ -188,12 +204,13 @@ impl CtlArgs {
 
 impl SettingName {
     fn with(self, value: &str) -> anyhow::Result<Setting> {
+        let name = self.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default();
         let num = |v: &str| -> anyhow::Result<f64> {
             v.trim()
                 .parse::<f64>()
                 .ok()
                 .filter(|x| x.is_finite())
-                .ok_or_else(|| anyhow::anyhow!("{v:.40}: not a number"))
+                .ok_or_else(|| anyhow::anyhow!("set {name} {v:.40}: not a number"))
         };
         Ok(match self {
             SettingName::ScoreThreshold => Setting::ScoreThreshold(num(value)? as f32),
@@ -205,7 +222,7 @@ impl SettingName {
             SettingName::Mqtt => Setting::Mqtt(match value {
                 "on" | "true" | "1" => true,
                 "off" | "false" | "0" => false,
-                v => anyhow::bail!("mqtt {v:.40}: say on or off"),
+                v => anyhow::bail!("set mqtt {v:.40}: say on or off"),
             }),
         })
     }

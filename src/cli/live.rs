@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::Parser as _;
 use zcpipe_core::control::{CameraScene, Refusal, Reply, Request, Setting, ShapeKind};
 use zcpipe_track::zone::LoiterSpec;
 use zcpipe_track::{LineSpec, ZoneSpec};
@@ -97,7 +98,7 @@ impl Reconfigure for Live {
         let (args, change) = match request {
             Request::Reload => {
                 let (a, _) = super::config::parse_run(self.argv.clone(), &self.env, &self.default_file)
-                    .map_err(|e| invalid(format!("reload: {e}; nothing was changed")))?;
+                    .map_err(|e| invalid(format!("reload: {e}")))?;
                 (a, "the configuration file read again".to_string())
             }
             r => self.edit(r)?,
@@ -298,7 +299,7 @@ fn remove_shape(a: &mut RunArgs, names: &[String], camera: &str, kind: ShapeKind
         true => Ok(format!("camera {camera}: {} {name} removed", noun(kind))),
         false => Err(refused(
             Refusal::UnknownName,
-            format!("camera {camera} has no {} {name}; `zcpipe ctl zones {camera}` lists them", noun(kind)),
+            format!("camera {camera} has no {} {name}; `zcpipe ctl zones list {camera}` lists them", noun(kind)),
         )),
     }
 }
@@ -363,29 +364,42 @@ fn set(
         None => Ok(()),
     };
     let flag = setting.flag();
+    // The value as `zcpipe run`'s own parser reads it: the same ranges, the same one line.
+    let read = |value: String, extra: &[String]| -> Result<RunArgs, Reply> {
+        let mut argv = vec!["zcpipe".to_string(), "run".to_string(), format!("{flag}={value}")];
+        argv.extend(extra.iter().cloned());
+        match super::Cli::try_parse_from(argv) {
+            Ok(super::Cli { cmd: super::Command::Run(r), .. }) => Ok(*r),
+            Ok(_) => Err(invalid(format!("{flag}: not a setting of zcpipe run"))),
+            Err(e) => Err(invalid(super::config::clap_line(&e))),
+        }
+    };
     match *setting {
         Setting::ScoreThreshold(v) => {
             per_run(flag)?;
-            a.pipeline.infer.score_threshold = v;
+            a.pipeline.infer.score_threshold = read(v.to_string(), &[])?.pipeline.infer.score_threshold;
         }
         Setting::NmsIou(v) => {
             per_run(flag)?;
-            a.pipeline.infer.nms_iou = v;
+            a.pipeline.infer.nms_iou = read(v.to_string(), &[])?.pipeline.infer.nms_iou;
         }
         Setting::TrackHigh(v) => {
             per_run(flag)?;
-            a.track.track_high = v;
+            a.track.track_high = read(v.to_string(), &[])?.track.track_high;
         }
         Setting::TrackKeepalive(v) => {
             per_run(flag)?;
-            a.track.track_keepalive = v;
+            a.track.track_keepalive = read(v.to_string(), &[])?.track.track_keepalive;
         }
         Setting::SnapshotEvery(v) => {
             per_run(flag)?;
-            if a.snapshot.snapshot_dir.is_none() {
+            let Some(dir) = a.snapshot.snapshot_dir.clone() else {
                 return Err(invalid("--snapshot-every needs --snapshot-dir, which this run was not started with"));
-            }
-            a.snapshot.snapshot_every = (v > 0.0).then_some(v);
+            };
+            a.snapshot.snapshot_every = match v == 0.0 {
+                true => None,
+                false => read(v.to_string(), &[format!("--snapshot-dir={}", dir.display())])?.snapshot.snapshot_every,
+            };
         }
         Setting::Mqtt(on) => {
             per_run(flag)?;

@@ -171,6 +171,8 @@ fn bad_changes_change_nothing(r: &Run) {
         (&["zones", "remove", "door", "nosuch"], "refused: camera door has no zone nosuch"),
         (&["zones", "set", "door", "far=0,0,9000,0,9000,9,0,9"], "failed: the publish stage did not take the change"),
         (&["set", "score-threshold", "7"], "refused: --score-threshold 7"),
+        (&["set", "track-keepalive", "99999999"], "refused: invalid value '99999999' for '--track-keepalive"),
+        (&["set", "track-high", "1"], "refused: invalid value '1' for '--track-high"),
         (&["cameras", "add", "door=testsrc"], "refused: camera door exists already"),
         (
             &["cameras", "add", "back=testsrc:320x240@10", "--fps=9", "--bogus=1"],
@@ -291,6 +293,34 @@ fn removed_and_added(r: &Run) {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["cameras"][1]["state"], "stopped");
     assert_eq!((camera_pid(r.d, "door"), stage_pid(r.d, "publish")), (Some(r.door), r.publish));
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "restart", "yard"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (1, "refused: camera yard was removed; add it back with `zcpipe ctl cameras add yard=testsrc:320x240@10`")
+    );
+    // Added back with its source: its frames come again, nothing else restarted.
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "add", "yard=testsrc:320x240@10"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera yard added back (started capture@yard)"));
+    let t_back = Instant::now();
+    assert!(wait_for(Duration::from_secs(30), || frames(&r.seen, t_back, "yard") > 5), "yard streams again");
+    assert_eq!((camera_pid(r.d, "door"), stage_pid(r.d, "publish")), (Some(r.door), r.publish));
+
+    // A camera whose source is not there: retried as a camera that went away, the others go on.
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "add", "gone=video:/nonexistent.mp4"]);
+    assert_eq!(code, 0, "{out}");
+    std::thread::sleep(Duration::from_secs(3));
+    let t_gone = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(20), || frames(&r.seen, t_gone, "door") > 5
+            && frames(&r.seen, t_gone, "yard") > 5),
+        "the others go on"
+    );
+    let (_, out, _) = ctl(&r.run_dir, &["--json", "cameras"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let gone = v["cameras"].as_array().unwrap().iter().find(|c| c["name"] == "gone").unwrap().clone();
+    assert!(gone["state"] == "reconnecting" || gone["state"] == "starting", "{gone}");
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "remove", "gone"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera gone removed (stopped capture@gone)"));
 
     // An RTSP camera added (the real RTSP server): its capture stage starts, its frames and
     // detections come (the stages serving every camera take it by restarting); then it is

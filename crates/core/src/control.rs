@@ -427,8 +427,16 @@ fn refused_malformed(e: &serde_json::Error) -> Reply {
 /// Asks the run listening at `path` and waits up to `timeout` for its answer.
 pub fn call(path: &Path, request: Request, timeout: Duration) -> Result<Reply> {
     let ch = Channel::connect(path, timeout)?;
-    ch.send(&Ask { version: VERSION, request })?;
-    let bytes = ch.recv_bytes()?.ok_or_else(|| anyhow!("{} hung up without an answer", path.display()))?;
+    // A run too busy to take the request answers before reading it and hangs up: the
+    // send may fail, and the answer is still there to read.
+    let sent = ch.send(&Ask { version: VERSION, request });
+    let bytes = match ch.recv_bytes() {
+        Ok(Some(b)) => b,
+        _ => {
+            sent?;
+            bail!("{} hung up without an answer", path.display())
+        }
+    };
     let a: Answer = serde_json::from_slice(&bytes).context("reading the run's answer")?;
     if a.version != VERSION {
         bail!("the run answered in version {} of the control contract; this zcpipe reads {VERSION}", a.version);

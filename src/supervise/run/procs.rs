@@ -51,6 +51,9 @@ pub(super) struct Proc {
     pub(super) planned: bool,
     /// Stopped for good by a change to the run (its camera or stage removed).
     pub(super) retired: bool,
+    /// Started by a change to the running pipeline (a camera added): one that cannot start
+    /// is retried like a camera that went away, never the end of the run.
+    pub(super) added: bool,
 }
 
 impl Proc {
@@ -71,6 +74,7 @@ impl Proc {
             watchdog: None,
             planned: false,
             retired: false,
+            added: false,
         }
     }
 
@@ -210,7 +214,7 @@ pub(super) fn plan_restart(
         None => death(s),
     };
     let name = p.id.clone();
-    if p.up_since.is_none() && p.restarted == 0 {
+    if p.up_since.is_none() && p.restarted == 0 && !(p.added && p.forever) {
         // A stage that cannot start is not restarted. An exit code comes with the stage's
         // own error line, which says it all; a signal is news.
         use std::os::unix::process::ExitStatusExt;

@@ -50,6 +50,8 @@ pub(super) struct Supervisor {
     live: Option<Box<dyn super::Reconfigure>>,
     /// Cameras removed while the run goes on (each keeps its place).
     removed: std::collections::BTreeSet<String>,
+    /// Changes to tell the detections socket's clients once the restarted publish stage is up.
+    untold: Vec<String>,
 }
 
 mod apply;
@@ -111,6 +113,7 @@ impl Supervisor {
             control,
             live,
             removed: Default::default(),
+            untold: vec![],
             a,
             exe,
             start,
@@ -135,6 +138,7 @@ impl Supervisor {
     pub(super) fn turn(&mut self, stop: &AtomicBool, reload: &AtomicBool) -> bool {
         self.take_reports();
         self.serve_control();
+        self.tell_untold();
         if reload.swap(false, Ordering::Relaxed) && !self.stopping() {
             self.reload_on_signal();
         }
@@ -435,7 +439,12 @@ impl Supervisor {
         };
         say_summary(&summary, self.fatal.as_deref(), self.a.summary_json.as_deref())?;
         // A sink's failure (the display's, the recorder's) is said, never the run's (it is a pure consumer).
-        let failed = summary.exit_codes.iter().any(|(s, c)| *c != 0 && *c != EXIT_PEER_GONE && !s.role.is_sink());
+        // Nor is a camera's removed while the run went on (it was killed on purpose).
+        let removed: Vec<&StageId> = self.procs.iter().filter(|p| p.retired).map(|p| &p.id).collect();
+        let failed = summary
+            .exit_codes
+            .iter()
+            .any(|(s, c)| *c != 0 && *c != EXIT_PEER_GONE && !s.role.is_sink() && !removed.contains(&s));
         if failed {
             // The failing stage printed its own one-line error.
             return Ok(1);

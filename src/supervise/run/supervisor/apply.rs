@@ -65,7 +65,7 @@ impl Supervisor {
     /// The reload SIGHUP asked for.
     pub(in crate::supervise::run) fn reload_on_signal(&mut self) {
         match self.handle(Request::Reload) {
-            Reply::Refused { message, .. } => log::error!("reload refused, nothing changed: {message}"),
+            Reply::Refused { message, .. } => log::error!("reload refused, the run goes on as it was: {message}"),
             Reply::Unchanged => log::info!("reload: the configuration file changes nothing"),
             _ => {}
         }
@@ -120,10 +120,25 @@ impl Supervisor {
             Ok(c) => c,
             Err(r) => return r,
         };
-        let reply = self.apply(cfg, change);
+        let mut reply = self.apply(cfg, change);
         if matches!(reply, Reply::Done { .. } | Reply::Unchanged) {
             if let Some(l) = self.live.as_mut() {
                 l.commit();
+            }
+        }
+        // A reload goes back to what the file says: a camera removed here that the file
+        // has runs again.
+        if request == Request::Reload {
+            let back: Vec<String> =
+                self.removed.iter().filter(|c| self.a.cameras.iter().any(|(n, _)| n == *c)).cloned().collect();
+            for c in back {
+                let Ok(id) = self.start_removed(&c) else { continue };
+                if let Reply::Done { started, .. } = &mut reply {
+                    started.push(id);
+                } else {
+                    let change = "the configuration file read again".to_string();
+                    reply = Reply::Done { change, restarted: vec![], started: vec![id], stopped: vec![] };
+                }
             }
         }
         reply
@@ -161,6 +176,14 @@ impl Supervisor {
             .collect()
     }
 
+    fn was_removed(&self, camera: &str) -> Reply {
+        let source = self.a.cameras.iter().find(|(n, _)| n == camera).map(|(_, s)| s.as_str()).unwrap_or("SOURCE");
+        refused(
+            Refusal::UnknownCamera,
+            format!("camera {camera} was removed; add it back with `zcpipe ctl cameras add {camera}={source}`"),
+        )
+    }
+
     fn unknown_camera(&self, camera: &str) -> Reply {
         let names: Vec<&str> = self.a.cameras.iter().map(|(n, _)| n.as_str()).collect();
         refused(
@@ -170,9 +193,10 @@ impl Supervisor {
     }
 
     fn restart_camera(&mut self, camera: &str) -> Reply {
-        let Some(i) = self.capture_of(camera).filter(|_| !self.removed.contains(camera)) else {
-            return self.unknown_camera(camera);
-        };
+        if self.removed.contains(camera) {
+            return self.was_removed(camera);
+        }
+        let Some(i) = self.capture_of(camera) else { return self.unknown_camera(camera) };
         let p = &mut self.procs[i];
         p.planned = true;
         if p.status.is_none() {
@@ -191,19 +215,21 @@ impl Supervisor {
     }
 
     fn remove_camera(&mut self, camera: &str) -> Reply {
-        let Some(i) = self.capture_of(camera).filter(|_| !self.removed.contains(camera)) else {
-            return self.unknown_camera(camera);
-        };
+        if self.removed.contains(camera) {
+            return self.was_removed(camera);
+        }
+        let Some(i) = self.capture_of(camera) else { return self.unknown_camera(camera) };
         if self.a.cameras.len() - self.removed.len() <= 1 {
             return refused(Refusal::Invalid, format!("camera {camera} is the run's last: stop the run instead"));
         }
         self.removed.insert(camera.to_string());
         let p = &mut self.procs[i];
         p.restart_at = None;
+        p.retired = true;
         if p.status.is_none() {
-            // The stream ends at capture: the camera's last frames go through.
-            let _ = kill(p.pid(), Signal::SIGTERM);
-            let _ = kill(p.pid(), Signal::SIGCONT);
+            // Killed, not stopped: the scale stage keeps the camera's place (a stream that
+            // ended would be over for good there), so it can be added back.
+            let _ = p.child.kill();
         }
         let id = p.id.to_string();
         if let Err(e) = self.tell_publish(StageRequest::CameraRemoved { camera: camera.to_string() }) {
@@ -230,22 +256,28 @@ impl Supervisor {
                 format!("camera {camera} was removed from this run with source {had}: add it back with that source, or under another name"),
             );
         }
-        let Some(i) = self.capture_of(camera) else { return self.unknown_camera(camera) };
+        match self.start_removed(camera) {
+            Ok(id) => {
+                self.announce(camera, &format!("camera {camera} added back"));
+                let change = format!("camera {camera} added back");
+                Reply::Done { change, restarted: vec![], started: vec![id], stopped: vec![] }
+            }
+            Err(r) => r,
+        }
+    }
+
+    /// Starts removed camera `camera`'s capture stage again; its id.
+    fn start_removed(&mut self, camera: &str) -> Result<String, Reply> {
+        let Some(i) = self.capture_of(camera) else { return Err(self.unknown_camera(camera)) };
         if self.procs[i].status.is_none() {
-            return refused(Refusal::Busy, format!("camera {camera} is still stopping; try again in a moment"));
+            return Err(refused(Refusal::Busy, format!("camera {camera} is still stopping; try again in a moment")));
         }
         self.removed.remove(camera);
         let p = &mut self.procs[i];
+        p.retired = false;
         p.planned = true;
         p.restart_at = Some(Instant::now());
-        let id = p.id.to_string();
-        self.announce(camera, &format!("camera {camera} added back"));
-        Reply::Done {
-            change: format!("camera {camera} added back"),
-            restarted: vec![],
-            started: vec![id],
-            stopped: vec![],
-        }
+        Ok(p.id.to_string())
     }
 
     /// Applies run `new` (checked): see the module's documentation.
@@ -280,7 +312,9 @@ impl Supervisor {
                 {
                     Some(Ok(child)) => {
                         let forever = several && id.is(Stage::Capture);
-                        self.procs.push(Proc::new(id.clone(), child, args, forever));
+                        let mut p = Proc::new(id.clone(), child, args, forever);
+                        p.added = true;
+                        self.procs.push(p);
                         started.push(id.to_string());
                     }
                     Some(Err(e)) => log::error!("could not start the {id} stage: {e:#}"),
@@ -320,10 +354,26 @@ impl Supervisor {
             stopped.push(p.id.to_string());
         }
         self.a = new;
-        if !publish_live && !restarted.iter().any(|r| *r == publish.to_string()) {
-            self.announce("", &change);
+        match restarted.iter().any(|r| *r == publish.to_string()) {
+            // The publish stage that would say it is being replaced: its successor will.
+            true => self.untold.push(change.clone()),
+            false if !publish_live => self.announce("", &change),
+            false => {}
         }
         Reply::Done { change, restarted, started, stopped }
+    }
+
+    /// Tells the clients the changes that restarted the publish stage, once its successor is
+    /// set up (its first report).
+    pub(in crate::supervise::run) fn tell_untold(&mut self) {
+        let publish: StageId = Stage::Publish.into();
+        let up = self.procs.iter().any(|p| p.id == publish && p.status.is_none() && p.up_since.is_some());
+        if self.untold.is_empty() || !up {
+            return;
+        }
+        for change in std::mem::take(&mut self.untold) {
+            self.announce("", &change);
+        }
     }
 
     /// Tells the clients of the detections socket about `change` (through the publish stage).
