@@ -99,7 +99,8 @@ impl Reconfigure for Live {
             Request::Reload => {
                 let (a, _) = super::config::parse_run(self.argv.clone(), &self.env, &self.default_file)
                     .map_err(|e| invalid(format!("reload: {e}")))?;
-                (a, "the configuration file read again".to_string())
+                let what = reloaded(&self.args, &a);
+                (a, what)
             }
             r => self.edit(r)?,
         };
@@ -433,4 +434,76 @@ fn set(
         Some(c) => format!("camera {c}: {flag} {on}"),
         None => format!("{flag} {on}"),
     })
+}
+
+/// A reload in words: `the configuration file read again`, then what it changed (cameras,
+/// each camera's zones, lines and loitering times by name, the settings `zcpipe ctl set`
+/// changes).
+fn reloaded(old: &RunArgs, new: &RunArgs) -> String {
+    let names =
+        |a: &RunArgs| a.pipeline.cams().map(|c| c.into_iter().map(|(n, _)| n).collect()).unwrap_or_else(|_| vec![]);
+    let (was, now): (Vec<String>, Vec<String>) = (names(old), names(new));
+    let mut parts = vec![];
+    let added: Vec<&String> = now.iter().filter(|n| !was.contains(n)).collect();
+    let gone: Vec<&String> = was.iter().filter(|n| !now.contains(n)).collect();
+    for (what, v) in [("added", added), ("removed", gone)] {
+        if !v.is_empty() {
+            parts.push(format!("cameras {} {what}", v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+    }
+    for cam in now.iter().filter(|n| was.contains(n)) {
+        let (a, b) = (scene_of(old, cam), scene_of(new, cam));
+        let mut own = vec![];
+        for (kind, x, y) in
+            [("zone", &a.zones, &b.zones), ("line", &a.lines, &b.lines), ("loitering time", &a.loiter, &b.loiter)]
+        {
+            let by_name = |v: &Vec<String>| -> Vec<(String, String)> {
+                v.iter().map(|t| (name_of(t).to_string(), t.clone())).collect()
+            };
+            let (x, y) = (by_name(x), by_name(y));
+            for (n, t) in &y {
+                match x.iter().find(|(m, _)| m == n) {
+                    None => own.push(format!("{kind} {n} added")),
+                    Some((_, u)) if u != t => own.push(format!("{kind} {n} replaced")),
+                    Some(_) => {}
+                }
+            }
+            own.extend(
+                x.iter().filter(|(m, _)| !y.iter().any(|(n, _)| n == m)).map(|(m, _)| format!("{kind} {m} removed")),
+            );
+        }
+        if !own.is_empty() {
+            parts.push(format!("camera {cam}: {}", own.join(", ")));
+        }
+    }
+    let settings = [
+        (
+            "--score-threshold",
+            old.pipeline.infer.score_threshold.to_string(),
+            new.pipeline.infer.score_threshold.to_string(),
+        ),
+        ("--nms-iou", old.pipeline.infer.nms_iou.to_string(), new.pipeline.infer.nms_iou.to_string()),
+        ("--track-high", old.track.track_high.to_string(), new.track.track_high.to_string()),
+        ("--track-keepalive", old.track.track_keepalive.to_string(), new.track.track_keepalive.to_string()),
+        (
+            "--detect-fps",
+            format!("{:?}", old.pipeline.scale.detect_fps),
+            format!("{:?}", new.pipeline.scale.detect_fps),
+        ),
+        ("--mqtt", on(old.mqtt.mqtt.is_some()), on(new.mqtt.mqtt.is_some())),
+        (
+            "--snapshot-every",
+            format!("{:?}", old.snapshot.snapshot_every),
+            format!("{:?}", new.snapshot.snapshot_every),
+        ),
+    ];
+    parts.extend(settings.into_iter().filter(|(_, a, b)| a != b).map(|(f, a, b)| format!("{f} {a} -> {b}")));
+    match parts.is_empty() {
+        true => "the configuration file read again".to_string(),
+        false => format!("the configuration file read again: {}", parts.join("; ")),
+    }
+}
+
+fn on(b: bool) -> String {
+    if b { "on" } else { "off" }.to_string()
 }

@@ -241,10 +241,19 @@ fn reloaded_on_sighup(r: &Run, cfg: &Path, text: &str, pid: i32) {
     let t_reload = Instant::now();
     kill(Pid::from_raw(pid), Signal::SIGHUP).unwrap();
     assert!(
-        wait_for(Duration::from_secs(30), || count(&r.seen, t_reload, |v| v["event"] == "config_changed"
-            && v["change"] == "the configuration file read again")
-            >= 1),
-        "the reload is announced"
+        wait_for(Duration::from_secs(30), || count(&r.seen, t_reload, |v| {
+            v["event"] == "config_changed"
+            && v["change"]
+                == "the configuration file read again: camera door: zone whole removed, zone left removed, zone right removed, line exit removed; camera yard: zone gate added; --score-threshold 0.5 -> 0.3"
+        }) >= 1),
+        "the reload is announced with what it changed: {:?}",
+        r.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, v)| *t > t_reload && v["event"] == "config_changed")
+            .map(|(_, v)| v["change"].clone())
+            .collect::<Vec<_>>()
     );
     let (_, out, _) = ctl(&r.run_dir, &["zones"]);
     assert_eq!(out, "door:\n  (no zones, lines or loitering times)\nyard:\n  zone gate=0,0,100,0,100,100,0,100");
