@@ -47,45 +47,25 @@ impl Live {
         Live { args, next: None, argv, env, default_file: PathBuf::from(super::config::DEFAULT_PATH), mqtt_off: None }
     }
 
-    /// The cameras' names, in the run's order.
-    fn names(&self) -> Vec<String> {
-        self.args.pipeline.cams().map(|c| c.into_iter().map(|(n, _)| n).collect()).unwrap_or_default()
-    }
-
-    /// `camera`, if the run has it.
-    fn known(&self, camera: &str) -> Result<(), Reply> {
-        match self.names().iter().any(|n| n == camera) {
-            true => Ok(()),
-            false => Err(refused(
-                Refusal::UnknownCamera,
-                format!(
-                    "no camera {camera} in this run (it has {}); `zcpipe ctl cameras` lists them",
-                    self.names().join(", ")
-                ),
-            )),
-        }
-    }
-
     /// The options after `request`, and the change in words.
     fn edit(&self, request: &Request) -> Result<(RunArgs, String), Reply> {
         let mut a = self.args.clone();
+        let names = camera_names(&self.args);
         let change = match request {
-            Request::AddCamera { camera, source, options } => {
-                add_camera(&mut a, &self.names(), camera, source, options)?
-            }
+            Request::AddCamera { camera, source, options } => add_camera(&mut a, &names, camera, source, options)?,
             Request::SetShape { camera, kind, spec } => {
-                self.known(camera)?;
-                set_shape(&mut a, &self.names(), camera, *kind, spec)?
+                known(&names, camera)?;
+                set_shape(&mut a, &names, camera, *kind, spec)?
             }
             Request::RemoveShape { camera, kind, name } => {
-                self.known(camera)?;
-                remove_shape(&mut a, &self.names(), camera, *kind, name)?
+                known(&names, camera)?;
+                remove_shape(&mut a, &names, camera, *kind, name)?
             }
             Request::Set { camera, setting } => {
                 if let Some(c) = camera {
-                    self.known(c)?;
+                    known(&names, c)?;
                 }
-                set(&mut a, &self.names(), camera.as_deref(), setting, &self.mqtt_off)?
+                set(&mut a, &names, camera.as_deref(), setting, &self.mqtt_off)?
             }
             _ => return Err(invalid("not a change of the run's options")),
         };
@@ -125,20 +105,15 @@ impl Reconfigure for Live {
 
     fn next_scene(&self) -> Vec<CameraScene> {
         let a = self.next.as_ref().unwrap_or(&self.args);
-        let names = a.pipeline.cams().map(|c| c.into_iter().map(|(n, _)| n).collect::<Vec<_>>()).unwrap_or_default();
-        names.iter().map(|n| scene_of(a, n)).collect()
+        camera_names(a).iter().map(|n| scene_of(a, n)).collect()
     }
 
     fn scene(&self, camera: Option<&str>) -> Result<Vec<CameraScene>, Reply> {
+        let names = camera_names(&self.args);
         if let Some(c) = camera {
-            self.known(c)?;
+            known(&names, c)?;
         }
-        Ok(self
-            .names()
-            .into_iter()
-            .filter(|n| camera.is_none_or(|c| c == n))
-            .map(|n| scene_of(&self.args, &n))
-            .collect())
+        Ok(names.iter().filter(|n| camera.is_none_or(|c| c == *n)).map(|n| scene_of(&self.args, n)).collect())
     }
 }
 
@@ -146,6 +121,22 @@ impl Live {
     fn run_dir(&self) -> PathBuf {
         self.args.pipeline.check().map(|d| d.run_dir).unwrap_or_default()
     }
+}
+
+/// `camera`, if it is one of `names`.
+fn known(names: &[String], camera: &str) -> Result<(), Reply> {
+    match names.iter().any(|n| n == camera) {
+        true => Ok(()),
+        false => Err(refused(
+            Refusal::UnknownCamera,
+            format!("no camera {camera} in this run (it has {}); `zcpipe ctl cameras` lists them", names.join(", ")),
+        )),
+    }
+}
+
+/// The cameras of `a`, in the run's order (none if its camera options do not read).
+fn camera_names(a: &RunArgs) -> Vec<String> {
+    a.pipeline.cams().map(|c| c.into_iter().map(|(n, _)| n).collect()).unwrap_or_default()
 }
 
 /// Camera `camera`'s zones, lines and loitering times, each as its flag without the camera.
@@ -440,9 +431,7 @@ fn set(
 /// each camera's zones, lines and loitering times by name, the settings `zcpipe ctl set`
 /// changes).
 fn reloaded(old: &RunArgs, new: &RunArgs) -> String {
-    let names =
-        |a: &RunArgs| a.pipeline.cams().map(|c| c.into_iter().map(|(n, _)| n).collect()).unwrap_or_else(|_| vec![]);
-    let (was, now): (Vec<String>, Vec<String>) = (names(old), names(new));
+    let (was, now) = (camera_names(old), camera_names(new));
     let mut parts = vec![];
     let added: Vec<&String> = now.iter().filter(|n| !was.contains(n)).collect();
     let gone: Vec<&String> = was.iter().filter(|n| !now.contains(n)).collect();

@@ -17,7 +17,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use nix::sys::socket::{connect, getsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
+use nix::sys::socket::{
+    bind, connect, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+};
 use serde::{Deserialize, Serialize};
 
 use super::fdpass;
@@ -377,6 +379,22 @@ impl Channel {
             Err(e) => Err(anyhow!("{e:#}")),
         }
     }
+}
+
+/// A control socket listening at `path` (`SOCK_SEQPACKET`, mode 0600, `backlog` deep;
+/// `nonblocking` for a listener polled without waiting). The path is in the run's own
+/// private directory, so a file left there is a killed process's and is replaced.
+pub fn listen_at(path: &Path, nonblocking: bool, backlog: i32) -> Result<OwnedFd> {
+    let addr = UnixAddr::new(path).with_context(|| format!("socket path {}", path.display()))?;
+    let _ = std::fs::remove_file(path);
+    let flags = if nonblocking { SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK } else { SockFlag::SOCK_CLOEXEC };
+    let fd =
+        socket(AddressFamily::Unix, SockType::SeqPacket, flags, None).context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
+    bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .with_context(|| format!("chmod 600 {}", path.display()))?;
+    listen(&fd, Backlog::new(backlog).map_err(|e| anyhow!("backlog {backlog}: {e}"))?).context("listen")?;
+    Ok(fd)
 }
 
 /// Reads a request's bytes: its [`Ask`], or the refusal to answer with (nothing is quoted

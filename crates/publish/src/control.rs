@@ -7,9 +7,9 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{accept4, bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+use nix::sys::socket::{accept4, SockFlag};
 
 use zcpipe_core::control::{Channel, StageAnswer, StageAsk, StageRequest, STAGE_SOCKET, VERSION};
 
@@ -22,26 +22,15 @@ const PER_TURN: usize = 4;
 pub(crate) struct StageControl {
     fd: OwnedFd,
     path: PathBuf,
-    /// Changes taken (live or announced), for the report and `/metrics`.
-    pub(crate) changes: u64,
 }
 
 impl StageControl {
-    /// Binds the socket in `run_dir` (mode 0600).
+    /// Binds the socket in `run_dir` (mode 0600; a file left there by a killed publish
+    /// stage is replaced).
     pub(crate) fn bind(run_dir: &Path) -> Result<StageControl> {
         let path = run_dir.join(STAGE_SOCKET);
-        let addr = UnixAddr::new(&path).with_context(|| format!("socket path {}", path.display()))?;
-        // The run directory is ours and its detections hop is bound before this: a file
-        // here is a killed publish stage's.
-        let _ = std::fs::remove_file(&path);
-        let fd =
-            socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK, None)
-                .context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
-        bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .with_context(|| format!("chmod 600 {}", path.display()))?;
-        listen(&fd, Backlog::new(4).expect("4 is a valid backlog")).context("listen")?;
-        Ok(StageControl { fd, path, changes: 0 })
+        let fd = zcpipe_core::control::listen_at(&path, true, 4)?;
+        Ok(StageControl { fd, path })
     }
 
     /// The requests waiting now (at most [`PER_TURN`]), each with the channel its answer goes on.

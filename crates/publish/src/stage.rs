@@ -200,9 +200,6 @@ impl<'s> PublishStage<'s> {
             };
             let typed = SocketLine::Notice(n.clone());
             self.send(&typed, &typed.to_line()?, &|| super::watch::notice_line(&n));
-            if let Some(c) = self.control.as_mut() {
-                c.changes += 1;
-            }
         }
         Ok(())
     }

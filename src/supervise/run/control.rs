@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{accept4, bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+use nix::sys::socket::{accept4, SockFlag};
 
 use zcpipe_core::control::{self, Answer, Channel, Refusal, Reply, Request, VERSION};
 
@@ -44,16 +44,7 @@ impl ControlServer {
     /// Binds the control socket in `run_dir` (mode 0600) and starts accepting.
     pub(super) fn bind(run_dir: &Path) -> Result<ControlServer> {
         let path = run_dir.join(control::SOCKET);
-        let addr = UnixAddr::new(&path).with_context(|| format!("socket path {}", path.display()))?;
-        // The run directory is ours and checked free of live sockets: a file left here
-        // by a killed run is stale.
-        let _ = std::fs::remove_file(&path);
-        let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
-            .context("socket(AF_UNIX, SOCK_SEQPACKET)")?;
-        bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .with_context(|| format!("chmod 600 {}", path.display()))?;
-        listen(&fd, Backlog::new(16).expect("16 is a valid backlog")).context("listen")?;
+        let fd = control::listen_at(&path, false, 16)?;
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();

@@ -88,6 +88,18 @@ impl Proc {
         self.id.role.is_sink()
     }
 
+    /// Restarts it at once for a change to the run: a live process is killed (its death is
+    /// planned: [`Proc::planned`]), a dead one is started now.
+    pub(super) fn restart_on_request(&mut self) {
+        self.planned = true;
+        match self.status {
+            None => {
+                let _ = self.child.kill();
+            }
+            Some(_) => self.restart_at = Some(Instant::now()),
+        }
+    }
+
     /// Its process id, for signals.
     pub(super) fn pid(&self) -> nix::unistd::Pid {
         nix::unistd::Pid::from_raw(self.child.id() as i32)

@@ -65,11 +65,11 @@ impl Tracking {
             }
         }
         let n = self.cameras.len();
+        self.cfg.zones.resize(n, vec![]);
+        self.cfg.loiter_ns.resize(n, vec![]);
+        self.cfg.lines.resize(n, vec![]);
         let mut changed = vec![];
         for s in new {
-            self.cfg.zones.resize(n, vec![]);
-            self.cfg.loiter_ns.resize(n, vec![]);
-            self.cfg.lines.resize(n, vec![]);
             self.cfg.zones[s.cam] = s.zones.clone();
             self.cfg.loiter_ns[s.cam] = s.loiter_ns.clone();
             self.cfg.lines[s.cam] = s.lines.clone();

@@ -11,7 +11,7 @@
 //! (every other camera keeps its index), its capture stage stopped for good.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 
@@ -120,7 +120,7 @@ impl Supervisor {
             Ok(c) => c,
             Err(r) => return r,
         };
-        let mut reply = self.apply(cfg, change);
+        let mut reply = self.apply(cfg, change.clone());
         if matches!(reply, Reply::Done { .. } | Reply::Unchanged) {
             if let Some(l) = self.live.as_mut() {
                 l.commit();
@@ -136,8 +136,8 @@ impl Supervisor {
                 if let Reply::Done { started, .. } = &mut reply {
                     started.push(id);
                 } else {
-                    let change = "the configuration file read again".to_string();
-                    reply = Reply::Done { change, restarted: vec![], started: vec![id], stopped: vec![] };
+                    reply =
+                        Reply::Done { change: change.clone(), restarted: vec![], started: vec![id], stopped: vec![] };
                 }
             }
         }
@@ -198,12 +198,7 @@ impl Supervisor {
         }
         let Some(i) = self.capture_of(camera) else { return self.unknown_camera(camera) };
         let p = &mut self.procs[i];
-        p.planned = true;
-        if p.status.is_none() {
-            let _ = p.child.kill();
-        } else {
-            p.restart_at = Some(Instant::now());
-        }
+        p.restart_on_request();
         let id = p.id.to_string();
         self.announce(camera, &format!("camera {camera} restarted on request"));
         Reply::Done {
@@ -275,8 +270,7 @@ impl Supervisor {
         self.removed.remove(camera);
         let p = &mut self.procs[i];
         p.retired = false;
-        p.planned = true;
-        p.restart_at = Some(Instant::now());
+        p.restart_on_request();
         Ok(p.id.to_string())
     }
 
@@ -331,12 +325,7 @@ impl Supervisor {
                     if (id == &publish && publish_live) || self.removed.contains(&camera) {
                         continue;
                     }
-                    p.planned = true;
-                    if p.status.is_none() {
-                        let _ = p.child.kill();
-                    } else {
-                        p.restart_at = Some(Instant::now());
-                    }
+                    p.restart_on_request();
                     restarted.push(id.to_string());
                 }
             }
@@ -366,9 +355,11 @@ impl Supervisor {
     /// Tells the clients the changes that restarted the publish stage, once its successor is
     /// set up (its first report).
     pub(in crate::supervise::run) fn tell_untold(&mut self) {
+        if self.untold.is_empty() {
+            return;
+        }
         let publish: StageId = Stage::Publish.into();
-        let up = self.procs.iter().any(|p| p.id == publish && p.status.is_none() && p.up_since.is_some());
-        if self.untold.is_empty() || !up {
+        if !self.procs.iter().any(|p| p.id == publish && p.status.is_none() && p.up_since.is_some()) {
             return;
         }
         for change in std::mem::take(&mut self.untold) {
