@@ -5,7 +5,6 @@
 //! answer as it came, for scripts.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -164,7 +163,7 @@ impl CtlArgs {
             Some(d) => format!("the `zcpipe run --run-dir {}`", d.display()),
             None => format!("`zcpipe run --instance {}`", self.instance),
         };
-        let reply = control::call(&path, request, Duration::from_secs(150)).map_err(|e| {
+        let reply = control::call(&path, request, control::ANSWER_WAIT).map_err(|e| {
             anyhow::anyhow!("cannot reach the run at {} ({e:#}): is {which} running, as this user?", path.display())
         })?;
         let text = if self.json { serde_json::to_string(&reply)? + "\n" } else { human(&reply) };

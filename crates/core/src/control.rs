@@ -30,6 +30,10 @@ pub const VERSION: u32 = 1;
 pub const SOCKET: &str = "control.sock";
 /// The publish stage's control socket, in the run directory (its supervisor's alone).
 pub const STAGE_SOCKET: &str = "publish-control.sock";
+/// How long a client waits for the run's answer (`zcpipe ctl`, the web view's control
+/// route): longer than the run takes to give up on a request (it answers `busy` after 120 s;
+/// a reload plans the whole run again).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(150);
 /// The largest message either way, in bytes (a zone of 1,000 points is about 14 KB).
 pub const MAX_MESSAGE: usize = 60 * 1024;
 

@@ -49,10 +49,6 @@ const MAX_ADDRESSES: usize = 4096;
 /// How long a client may take to send the body it declared.
 const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long the run has to answer: as long as `zcpipe ctl` waits (the run itself answers
-/// `busy` after 120 s). The connection waits meanwhile ([`super::server`]).
-const CALL_TIMEOUT: Duration = Duration::from_secs(150);
-
 /// Requests asked of the run at once (each holds one of the server's blocking threads).
 const MAX_CALLS: usize = 2;
 
@@ -220,7 +216,8 @@ pub(crate) async fn serve(s: &Shared, c: &Control, rq: Request<Incoming>, ip: Ip
     let socket = c.socket.clone();
     let called = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        control::call(&socket, request, CALL_TIMEOUT)
+        // The connection waits meanwhile ([`super::server`]).
+        control::call(&socket, request, control::ANSWER_WAIT)
     })
     .await;
     match called {
