@@ -34,6 +34,7 @@ files=(
     /usr/share/zcpipe/one-by-one-person-detection.PROVENANCE.md
     /usr/lib/udev/rules.d/99-zcpipe.rules
     /usr/lib/systemd/system/zcpipe.target
+    /usr/lib/systemd/system/zcpipe.service
     /usr/lib/systemd/system/zcpipe-capture.service
     /usr/lib/systemd/system/zcpipe-capture@.service
     /usr/lib/systemd/system/zcpipe-infer.service

@@ -77,8 +77,10 @@ impl Reconfigure for Live {
     fn change(&mut self, request: &Request) -> Result<(RunConfig, String), Reply> {
         let (args, change) = match request {
             Request::Reload => {
-                let (a, _) = super::config::parse_run(self.argv.clone(), &self.env, &self.default_file)
+                let (a, layered) = super::config::parse_run(self.argv.clone(), &self.env, &self.default_file)
                     .map_err(|e| invalid(format!("reload: {e}")))?;
+                // A value the file gives that the run refuses: the file's line named.
+                a.config().map_err(|e| invalid(format!("reload: {}", layered.locate(&format!("{e:#}")))))?;
                 let what = reloaded(&self.args, &a);
                 (a, what)
             }

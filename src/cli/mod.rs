@@ -289,6 +289,8 @@ pub fn main() -> i32 {
             return 2;
         }
     };
+    // Where the file and the environment set each flag, for an error about its value.
+    let origins = config::Layered { args: vec![], ..layered.clone() };
     // Several `--source`s (each with its own options) are split off before clap reads the rest.
     let (args, cameras) = match cameras::split(layered.args) {
         Ok(v) => v,
@@ -371,7 +373,7 @@ pub fn main() -> i32 {
         signals::install_signal_handlers();
     }
     let result = match cli.cmd {
-        Command::Run(a) => run::run(&a, &STOP),
+        Command::Run(a) => run::run(&a, &STOP).map_err(|e| anyhow::anyhow!(origins.locate(&format!("{e:#}")))),
         Command::Watch(a) => zcpipe_publish::watch::watch(a.into(), &STOP).map(|_| 0),
         Command::Ctl(a) => a.run(),
         Command::Detect(a) => a.run(),

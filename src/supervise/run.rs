@@ -191,6 +191,9 @@ pub struct RunConfig {
     pub restart: super::RestartPolicy,
     /// The cameras: name and source (credentials redacted), in order; one for a single camera.
     pub cameras: Vec<(String, String)>,
+    /// The cameras as the stages after capture take them live: name, detection rate and
+    /// weight, in order.
+    pub live_cameras: Vec<zcpipe_core::control::LiveCamera>,
     /// Secrets the stages get in their environment, never on their command lines (which
     /// every local user reads in `/proc/PID/cmdline`; a process's environment only its own
     /// user, proc(5)): (variable, value), e.g. the MQTT password, the web view's token.

@@ -22,10 +22,10 @@ use serde_json::{json, Value};
 
 use super::http::{get_json, web_view_address};
 
-const TOKEN: &str = "Zk3vQ9-control-token-for-tests";
+pub(crate) const TOKEN: &str = "Zk3vQ9-control-token-for-tests";
 
 /// A response: status, headers (names lower-case), body.
-type Response = (u16, BTreeMap<String, String>, String);
+pub(crate) type Response = (u16, BTreeMap<String, String>, String);
 
 /// A TCP connection to `to` from local address `from` (another loopback address is another
 /// client to the rate limit).
@@ -55,7 +55,7 @@ fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
 }
 
 /// Sends `head` (and `body`) from `from` and reads the whole response.
-fn send(addr: SocketAddr, from: Ipv4Addr, head: &str, body: &str) -> Response {
+pub(crate) fn send(addr: SocketAddr, from: Ipv4Addr, head: &str, body: &str) -> Response {
     let mut s = connect_from(from, addr);
     // A guard against a test hanging forever, not a timed assertion.
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -74,7 +74,7 @@ fn send(addr: SocketAddr, from: Ipv4Addr, head: &str, body: &str) -> Response {
 }
 
 /// `POST /api/control` of `body` from `from`, with `Authorization: Bearer <token>` if any.
-fn post(addr: SocketAddr, from: Ipv4Addr, token: Option<&str>, body: &str) -> Response {
+pub(crate) fn post(addr: SocketAddr, from: Ipv4Addr, token: Option<&str>, body: &str) -> Response {
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let head = format!(
         "POST /api/control HTTP/1.1\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n",
@@ -89,11 +89,11 @@ fn answer(r: &Response) -> Value {
     serde_json::from_str(&r.2).unwrap()
 }
 
-const LOCAL: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+pub(crate) const LOCAL: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const OTHER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const CAMERAS: &str = r#"{"version":1,"request":{"op":"cameras"}}"#;
 
-fn run_with(dir: &std::path::Path, extra: &[&str]) -> Reap {
+pub(crate) fn run_with(dir: &std::path::Path, extra: &[&str]) -> Reap {
     let mut cmd = zcpipe_run(dir);
     cmd.args(["--source", "testsrc:320x240@10", "--infer", "none", "--stats-interval", "0"])
         .args(["--http", "127.0.0.1:0"])
@@ -141,6 +141,7 @@ fn the_run_is_changed_over_http_with_the_token_only() {
     // The right one: the camera, streaming.
     let v = answer(&post(addr, LOCAL, Some(TOKEN), CAMERAS));
     let capture = stage_pid(dir.path(), "capture").expect("the capture stage");
+    let publish = stage_pid(dir.path(), "publish");
     let cam = &v["reply"]["cameras"][0];
     assert_eq!((&v["version"], &v["reply"]["result"]), (&json!(1), &json!("cameras")), "{v}");
     assert_eq!(
@@ -200,6 +201,16 @@ fn the_run_is_changed_over_http_with_the_token_only() {
         st["server"]
     );
     assert_eq!(st["server"]["refused_bodies"], 1);
+
+    // A change that restarts the publish stage (the web view's own process) is answered
+    // before the stage goes; its successor serves the detections socket again.
+    let high = r#"{"version":1,"request":{"op":"set","setting":{"name":"track-high","value":0.6}}}"#;
+    let v = answer(&post(addr, LOCAL, Some(TOKEN), high));
+    assert_eq!((&v["reply"]["result"], &v["reply"]["restarted"]), (&json!("done"), &json!(["publish"])), "{v}");
+    assert!(
+        wait_for(Duration::from_secs(20), || stage_pid(dir.path(), "publish").is_some_and(|p| Some(p) != publish)),
+        "the publish stage restarted"
+    );
 
     // Without a token there is no such route.
     let (bare_addr, bare_err) = web_view_address(&mut without);

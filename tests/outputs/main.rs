@@ -11,3 +11,4 @@ mod http_control;
 mod ipc;
 mod lines;
 mod mqtt;
+mod openapi;

@@ -396,7 +396,12 @@ fn check_discovery(sub: &Sub, expected: &BTreeMap<String, Vec<String>>, msgs: &[
         let v: Value = serde_json::from_str(&p[0]).unwrap();
         assert_eq!(v["unique_id"], format!("zc-test_cam0_{label}_occupancy"));
         assert_eq!(v["state_topic"], format!("zcpipe-mqtt-run/cam0/{label}"));
-        assert_eq!(v["availability_topic"], "zcpipe-mqtt-run/available");
+        assert_eq!(
+            (v["availability"][0]["topic"].as_str(), v["availability"][1]["topic"].as_str()),
+            (Some("zcpipe-mqtt-run/available"), Some("zcpipe-mqtt-run/cam0/available")),
+            "available while the run is up and the camera part of it"
+        );
+        assert_eq!(v["availability_mode"], "all");
         assert_eq!(v["device_class"], "occupancy");
         assert_eq!(v["device"]["identifiers"][0], "zc-test_cam0");
         assert_eq!(v["device"]["manufacturer"], "zcpipe");
@@ -407,6 +412,7 @@ fn check_discovery(sub: &Sub, expected: &BTreeMap<String, Vec<String>>, msgs: &[
         (Some("zcpipe-mqtt-run/stats"), Some("zc-test_cam0_fps"))
     );
     assert_eq!(fps["value_template"], "{{ value_json.cameras['cam0'].fps }}");
+    assert_eq!(sub.payloads("zcpipe-mqtt-run/cam0/available"), ["online"], "the camera is up from its first frame");
 }
 
 /// The last stats message, availability, and no topic but the known ones.
@@ -714,4 +720,47 @@ fn each_snapshot_is_the_cameras_image_in_home_assistant() {
     assert_eq!((m["pictures_too_big"].as_u64(), m["dropped"].as_u64()), (Some(0), Some(0)), "{m}");
     assert!(stderr.contains("snapshots for Home Assistant"), "{stderr}");
     println!("EVIDENCE mqtt image: {} snapshots, the newest {} bytes retained", written, picture.len());
+}
+
+/// A camera removed from a running pipeline (`zcpipe ctl cameras remove`) goes unavailable
+/// in Home Assistant: `P/<camera>/available` is `offline` (retained) while the other camera
+/// stays `online`; added back, it is `online` again. Nothing else restarts.
+#[test]
+fn a_camera_removed_while_running_goes_unavailable_and_comes_back() {
+    if !have_mosquitto() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), None);
+    let sub = Sub::start(&b, None);
+    let two = ["--source", "a=testsrc:320x240@10", "--source", "b=testsrc:320x240@10", "--infer", "none"];
+    let run = Running::start(dir.path(), &[&two[..], &["--instance", "mqtt-ctl", "--mqtt", &b.url()]].concat());
+    let up = |cam: &str| format!("zcpipe-mqtt-ctl/{cam}/available");
+    assert!(
+        wait_for(Duration::from_secs(60), || sub.seen(&up("a"), |p| p == "online")
+            && sub.seen(&up("b"), |p| p == "online")),
+        "the cameras never online: {}",
+        run.stderr()
+    );
+    let publish = stage_pid(dir.path(), "publish");
+    let ctl = |args: &[&str]| {
+        let out = common::zcpipe().args(["ctl", "--run-dir"]).arg(dir.path().join("run")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    assert_eq!(ctl(&["cameras", "remove", "b"]), (Some(0), "done: camera b removed (stopped capture@b)".into()));
+    assert!(
+        wait_for(Duration::from_secs(10), || sub.payloads(&up("b")) == ["online", "offline"]),
+        "{:?}",
+        sub.payloads(&up("b"))
+    );
+    assert_eq!(retained(&b, &up("b")), b"offline", "what Home Assistant finds when it subscribes");
+    assert_eq!(retained(&b, &up("a")), b"online", "the other camera stays available");
+    assert_eq!(ctl(&["cameras", "add", "b=testsrc:320x240@10"]).0, Some(0));
+    assert!(
+        wait_for(Duration::from_secs(30), || sub.payloads(&up("b")) == ["online", "offline", "online"]),
+        "{:?}",
+        sub.payloads(&up("b"))
+    );
+    assert_eq!(stage_pid(dir.path(), "publish"), publish, "the publish stage took it all live");
+    run.stop();
 }

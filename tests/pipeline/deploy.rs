@@ -15,6 +15,20 @@ fn unit(stage: &str) -> (std::path::PathBuf, String) {
     (p, text)
 }
 
+/// `systemd-analyze security --offline=true` of unit file `p`: its score and its line
+/// (`None`: systemd-analyze is not installed).
+fn exposure(p: &std::path::Path) -> Option<(f64, String)> {
+    Command::new("systemd-analyze").arg("--version").output().ok()?;
+    let out =
+        Command::new("systemd-analyze").args(["security", "--offline=true", "--no-pager"]).arg(p).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let line =
+        text.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("no score in:\n{text}"));
+    let score = line.split(": ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok());
+    eprintln!("EVIDENCE {}: {line}", p.file_name().unwrap().to_string_lossy());
+    Some((score.unwrap_or_else(|| panic!("{line}")), line.to_string()))
+}
+
 /// The values of `key=` lines in the [Service] section.
 fn values<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
     text.lines().filter_map(|l| l.strip_prefix(key)?.strip_prefix('=')).collect()
@@ -78,23 +92,7 @@ fn systemd_analyze_scores_every_unit_ok() {
     }
     for stage in UNITS {
         let (p, _) = unit(stage);
-        let out = Command::new("systemd-analyze")
-            .args(["security", "--offline=true", "--no-pager"])
-            .arg(&p)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        let line = text
-            .lines()
-            .find(|l| l.contains("Overall exposure level"))
-            .unwrap_or_else(|| panic!("{stage}: no score in:\n{text}"));
-        let score: f64 = line
-            .split(": ")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("{line}"));
-        eprintln!("EVIDENCE {line}");
+        let (score, line) = exposure(&p).unwrap();
         assert!(score <= 2.0, "{stage}: {line}");
     }
 }
@@ -135,21 +133,52 @@ fn the_capture_template_is_the_capture_unit_with_a_camera_and_the_network() {
         .unwrap();
     assert!(out.status.success(), "{argv}: {}", String::from_utf8_lossy(&out.stderr));
     // Its offline score, as an instance (`systemd-analyze` scores units, not templates).
-    if Command::new("systemd-analyze").arg("--version").output().is_err() {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let inst = dir.path().join("zcpipe-capture@front.service");
     std::fs::write(&inst, &t).unwrap();
-    let out =
-        Command::new("systemd-analyze").args(["security", "--offline=true", "--no-pager"]).arg(&inst).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    let line =
-        text.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("no score in:\n{text}"));
-    let score: f64 =
-        line.split(": ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap();
-    eprintln!("EVIDENCE {line}");
-    assert!(score <= 2.0, "{line}");
+    if let Some((score, line)) = exposure(&inst) {
+        assert!(score <= 2.0, "{line}");
+    }
+}
+
+/// The pipeline under one supervisor (`zcpipe.service`, `zcpipe run` with its control socket):
+/// the per-stage units' hardening, every stage's devices and the network; `systemctl reload`
+/// is `zcpipe ctl reload` on its run directory; it and `zcpipe.target` never run together;
+/// both command lines are ones zcpipe accepts.
+#[test]
+fn the_supervised_unit_reloads_with_zcpipe_ctl() {
+    let p = common::root().join("deploy/zcpipe.service");
+    let t = std::fs::read_to_string(&p).unwrap();
+    for (key, want) in [
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("ProtectSystem", "strict"),
+        ("PrivateTmp", "yes"),
+        ("PrivateNetwork", "no"),
+        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+        ("DevicePolicy", "closed"),
+        ("UMask", "0077"),
+        ("Restart", "always"),
+        ("Conflicts", "zcpipe.target"),
+    ] {
+        assert_eq!(values(&t, key), [want], "{key}");
+    }
+    assert_eq!(
+        values(&t, "DeviceAllow"),
+        ["char-video4linux rw", "char-dma_heap rw", "/dev/udmabuf rw", "/dev/rga rw", "char-drm rw"]
+    );
+    let target = std::fs::read_to_string(common::root().join("deploy/zcpipe.target")).unwrap();
+    assert_eq!(values(&target, "Conflicts"), ["zcpipe.service"]);
+    let (exec, reload) = (values(&t, "ExecStart")[0], values(&t, "ExecReload")[0]);
+    assert!(exec.starts_with("/usr/bin/zcpipe run ") && exec.contains("--run-dir /run/zcpipe/default"), "{exec}");
+    assert_eq!(reload, "/usr/bin/zcpipe ctl --run-dir /run/zcpipe/default reload");
+    for argv in [exec, reload] {
+        let out = common::zcpipe().args(argv.split_whitespace().skip(1)).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{argv}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    if let Some((score, line)) = exposure(&p) {
+        assert!(score <= 2.0, "{line}");
+    }
 }
 
 /// Every unit runs the binary where the package puts it (`scripts/deb.sh`: `/usr/bin/zcpipe`),

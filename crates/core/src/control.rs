@@ -5,8 +5,9 @@
 //! `zcpipe run` listens on [`SOCKET`] in its run directory (a `SOCK_SEQPACKET` socket, mode
 //! 0600 in the 0700 run directory; a peer of another uid, root aside, is refused by
 //! `SO_PEERCRED`). A client sends one [`Ask`] and gets one [`Answer`], each a JSON message of
-//! at most [`MAX_MESSAGE`] bytes; then the connection closes. The publish stage listens on
-//! [`STAGE_SOCKET`] for the [`StageAsk`]s of its supervisor alone.
+//! at most [`MAX_MESSAGE`] bytes; then the connection closes. The scale, infer and publish
+//! stages each listen on their own socket ([`stage_socket`]) for the [`StageAsk`]s of their
+//! supervisor alone: the changes they take without a restart.
 //!
 //! Every change is checked as the command line checks it (one line naming what is wrong,
 //! nothing applied), applied whole, and announced to the detections socket's clients as a
@@ -24,12 +25,13 @@ use serde::{Deserialize, Serialize};
 
 use super::fdpass;
 
+mod stage;
+pub use stage::{reply, stage_socket, tell_stage, LiveCamera, StageAnswer, StageAsk, StageControl, StageRequest};
+
 /// The version of [`Ask`], [`Answer`] and [`StageAsk`] this build speaks.
 pub const VERSION: u32 = 1;
 /// The run's control socket, in its run directory.
 pub const SOCKET: &str = "control.sock";
-/// The publish stage's control socket, in the run directory (its supervisor's alone).
-pub const STAGE_SOCKET: &str = "publish-control.sock";
 /// How long a client waits for the run's answer (`zcpipe ctl`, the web view's control
 /// route): longer than the run takes to give up on a request (it answers `busy` after 120 s;
 /// a reload plans the whole run again).
@@ -286,46 +288,6 @@ pub struct CameraScene {
     /// `ZONE=SECONDS`.
     pub loiter: Vec<String>,
 }
-
-/// What `zcpipe run` tells the publish stage, with [`VERSION`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StageAsk {
-    /// [`VERSION`].
-    pub version: u32,
-    /// What to do.
-    pub request: StageRequest,
-}
-
-/// A change the publish stage applies live.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum StageRequest {
-    /// These cameras' zones, lines and loitering times from now on (the others' stay);
-    /// the tracks go on, each keeping what it had in a zone or line of the same name.
-    Scene {
-        /// Each camera's whole scene.
-        cameras: Vec<CameraScene>,
-        /// The change in words, for the notice.
-        change: String,
-    },
-    /// Announce a change applied elsewhere (a camera added, a stage restarted for a new
-    /// setting) to the clients, and count it.
-    Announce {
-        /// The camera it is about (empty: the run).
-        camera: String,
-        /// The change in words.
-        change: String,
-    },
-    /// The camera was removed: its tracks end now and its outputs say it is gone.
-    CameraRemoved {
-        /// The camera.
-        camera: String,
-    },
-}
-
-/// The publish stage's answer: `Ok(())` applied, `Err(message)` refused (nothing applied).
-pub type StageAnswer = std::result::Result<(), String>;
 
 /// A connected control socket: one message each way.
 #[derive(Debug)]

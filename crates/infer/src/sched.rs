@@ -170,6 +170,25 @@ impl<T> Scheduler<T> {
         &mut self.sources[i]
     }
 
+    /// The cameras' names, by camera index (empty: one unnamed camera).
+    pub fn cameras(&self) -> &[String] {
+        &self.cfg.cameras
+    }
+
+    /// The run's cameras from now on (`names`, each with its weight in `weights`): a
+    /// camera's weight applies from its next frame; a camera new to the run starts level
+    /// with the others (at the scheduler's clock), with no credit for the time before.
+    pub fn set_cameras(&mut self, names: Vec<String>, weights: Vec<f64>) {
+        self.cfg.cameras = names;
+        self.cfg.weights = weights;
+        for i in 0..self.cfg.cameras.len() {
+            let (name, weight) = (self.cfg.name(i), self.cfg.weight(i));
+            let s = self.source(i);
+            s.name = name;
+            s.weight = weight;
+        }
+    }
+
     /// Takes in frame `item` of camera `camera`, captured at `ts_ns`, taken from the ring at
     /// `now_ns`. Returns the frame it replaced (video: the camera's older waiting frame), for
     /// the caller to give back.
@@ -418,6 +437,34 @@ mod tests {
         let got: Vec<u64> = (0..5).map(|_| s.pick(10_000 * MS, &mut exp).unwrap().item).collect();
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
         assert!(exp.is_empty());
+    }
+
+    #[test]
+    fn a_camera_added_gets_its_name_and_weight_and_starts_level() {
+        let cfg = SchedConfig { cameras: vec!["a".into(), "b".into()], weights: vec![1.0, 1.0], max_age: None };
+        let mut s: Scheduler<u32> = Scheduler::new(cfg, true);
+        for t in 0..10u64 {
+            s.admit(0, 1, t, t);
+            s.admit(1, 2, t, t);
+            let mut expired = vec![];
+            while s.pick(t, &mut expired).is_some() {}
+        }
+        s.set_cameras(vec!["a".into(), "b".into(), "c".into()], vec![1.0, 1.0, 2.0]);
+        assert_eq!(s.cameras(), ["a", "b", "c"]);
+        // From now on c has twice the share of a or b, and no credit for the time before.
+        let mut ran = [0u32; 3];
+        for t in 10..130u64 {
+            for cam in 0..3 {
+                s.admit(cam, cam as u32, t, t);
+            }
+            let mut expired = vec![];
+            let p = s.pick(t, &mut expired).expect("a frame waits");
+            ran[p.camera] += 1;
+        }
+        assert_eq!(ran, [30, 30, 60], "weights 1:1:2");
+        let f = s.facts();
+        assert_eq!(f["c"].weight, 2.0);
+        assert!(!f.contains_key("cam2"), "the new camera is named");
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //!
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
-mod control;
 pub mod http;
 pub mod mqtt;
 pub mod output;
@@ -72,7 +71,7 @@ pub(crate) fn open_outputs(cfg: &PublishConfig, data: &zcpipe_core::config::Data
         outputs.0.push(Box::new(http::HttpOutput::start(
             cfg,
             h,
-            Box::new(view::TapPixels::new(p.clone(), cfg)),
+            Box::new(view::TapPixels::new(p.clone())),
             &data.run_dir,
         )?));
     }

@@ -24,6 +24,11 @@ pub trait Output {
     /// Each camera's masks, zones and lines changed while the stage runs: what is drawn
     /// from now on (the outputs that draw them keep them).
     fn shapes(&mut self, _shapes: &[crate::http::draw::Shapes]) {}
+    /// Camera `camera` joined the run while the stage runs (the next camera index); its
+    /// lines follow.
+    fn camera_added(&mut self, _camera: &str) {}
+    /// Camera `camera` was removed from the run (its place stays; its tracks ended).
+    fn camera_removed(&mut self, _camera: &str) {}
     /// The stream ended (`end` is the end line clients get): flush within a bounded time
     /// and stop the output's threads.
     fn close(&mut self, end: &EndJson);
@@ -55,6 +60,18 @@ impl Outputs {
     pub fn shapes(&mut self, shapes: &[crate::http::draw::Shapes]) {
         for o in &mut self.0 {
             o.shapes(shapes);
+        }
+    }
+    /// Camera `camera` joined the run, for every output.
+    pub fn camera_added(&mut self, camera: &str) {
+        for o in &mut self.0 {
+            o.camera_added(camera);
+        }
+    }
+    /// Camera `camera` left the run, for every output.
+    pub fn camera_removed(&mut self, camera: &str) {
+        for o in &mut self.0 {
+            o.camera_removed(camera);
         }
     }
     /// Each output's counters, for the stage's report.

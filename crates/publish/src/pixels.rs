@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use zcpipe_core::tap::{frame_to_rgb, TapClient};
@@ -49,6 +49,8 @@ pub struct PixelCounters {
 }
 
 struct Slot {
+    /// The capture stage's name (`capture@door`).
+    upstream: String,
     latest: Mutex<Option<RgbFrame>>,
     /// Until when (ms since `epoch`) someone wants this camera's pixels.
     wanted_until_ms: AtomicU64,
@@ -58,9 +60,13 @@ struct Slot {
 /// The pixels of every camera of a run (see the module's documentation).
 pub struct Pixels {
     epoch: Instant,
-    slots: Vec<Arc<Slot>>,
+    /// One per camera, by camera index (a camera added while the stage runs gets the next).
+    slots: RwLock<Vec<Arc<Slot>>>,
     stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    period: Duration,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Where a camera added while the stage runs has its capture stage's socket.
+    data: Option<zcpipe_core::config::DataPath>,
 }
 
 impl Pixels {
@@ -68,35 +74,73 @@ impl Pixels {
     /// messages, its listening socket). `max_fps`: conversions per second per camera, at
     /// most (> 0).
     pub fn start(cameras: Vec<(String, PathBuf)>, max_fps: f64) -> Pixels {
-        let epoch = Instant::now();
-        let stop = Arc::new(AtomicBool::new(false));
-        let period = Duration::from_secs_f64(1.0 / max_fps.max(0.01));
-        let mut slots = vec![];
-        let mut threads = vec![];
+        let p = Pixels {
+            epoch: Instant::now(),
+            slots: RwLock::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+            period: Duration::from_secs_f64(1.0 / max_fps.max(0.01)),
+            threads: Mutex::default(),
+            data: None,
+        };
         for (upstream, socket) in cameras {
-            let slot = Arc::new(Slot {
-                latest: Mutex::new(None),
-                wanted_until_ms: AtomicU64::new(0),
-                counters: Mutex::new(PixelCounters::default()),
-            });
-            slots.push(slot.clone());
-            let stop = stop.clone();
-            let name = upstream.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("view-{upstream}"))
-                .spawn(move || camera_loop(&upstream, socket, &slot, &stop, epoch, period));
-            match t {
-                Ok(t) => threads.push(t),
-                Err(e) => log::warn!("web view: no thread for the pixels of {name}: {e}"),
-            }
+            p.add(upstream, socket);
         }
-        Pixels { epoch, slots, stop, threads }
+        p
+    }
+
+    /// These pixels are those of the run on data path `data` (a camera added later is
+    /// found there).
+    pub fn for_run(mut self, data: zcpipe_core::config::DataPath) -> Pixels {
+        self.data = Some(data);
+        self
+    }
+
+    /// Camera `camera` joined the run (after the others): its tap, at its capture stage's
+    /// socket. Once only: the web view and the snapshots share these pixels and both ask.
+    pub fn add_camera(&self, camera: &str) {
+        let Some(data) = &self.data else { return };
+        let stage = zcpipe_core::id::StageId::camera(camera);
+        let upstream = stage.to_string();
+        if self.slots.read().unwrap_or_else(|p| p.into_inner()).iter().any(|s| s.upstream == upstream) {
+            return;
+        }
+        self.add(upstream, data.socket(&stage));
+    }
+
+    /// Capture stage `camera`'s name (`capture@door`), for what a picture says.
+    pub fn upstream(&self, camera: usize) -> Option<String> {
+        self.slot(camera).map(|s| s.upstream.clone())
+    }
+
+    /// The next camera: `upstream` (its capture stage's name, for messages) listening at
+    /// `socket`; its thread joins the tap when someone wants its pixels.
+    fn add(&self, upstream: String, socket: PathBuf) {
+        let slot = Arc::new(Slot {
+            upstream: upstream.clone(),
+            latest: Mutex::new(None),
+            wanted_until_ms: AtomicU64::new(0),
+            counters: Mutex::new(PixelCounters::default()),
+        });
+        self.slots.write().unwrap_or_else(|p| p.into_inner()).push(slot.clone());
+        let (stop, epoch, period) = (self.stop.clone(), self.epoch, self.period);
+        let name = upstream.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("view-{upstream}"))
+            .spawn(move || camera_loop(&upstream, socket, &slot, &stop, epoch, period));
+        match t {
+            Ok(t) => self.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t),
+            Err(e) => log::warn!("web view: no thread for the pixels of {name}: {e}"),
+        }
+    }
+
+    fn slot(&self, camera: usize) -> Option<Arc<Slot>> {
+        self.slots.read().unwrap_or_else(|p| p.into_inner()).get(camera).cloned()
     }
 
     /// Someone wants camera `camera`'s pixels (a view or a snapshot): its tap joins if it
     /// is not joined, and stays for [`IDLE_LEAVE`] after the last call.
     pub fn want(&self, camera: usize) {
-        if let Some(s) = self.slots.get(camera) {
+        if let Some(s) = self.slot(camera) {
             let until = (self.epoch.elapsed() + IDLE_LEAVE).as_millis() as u64;
             s.wanted_until_ms.fetch_max(until, Ordering::Relaxed);
         }
@@ -105,20 +149,20 @@ impl Pixels {
     /// Camera `camera`'s newest converted frame, if one is newer than `newer_than` (a
     /// sequence number; `None`: any).
     pub fn latest(&self, camera: usize, newer_than: Option<u64>) -> Option<RgbFrame> {
-        let s = self.slots.get(camera)?;
+        let s = self.slot(camera)?;
         let f = s.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
         (newer_than.is_none_or(|n| f.seq > n)).then_some(f)
     }
 
     /// Counters of camera `camera`.
     pub fn counters(&self, camera: usize) -> PixelCounters {
-        self.slots.get(camera).map(|s| *s.counters.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default()
+        self.slot(camera).map(|s| *s.counters.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default()
     }
 
     /// Stops the threads (each within its 200 ms wait).
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
+        for t in self.threads.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
             let _ = t.join();
         }
     }

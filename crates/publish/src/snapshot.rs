@@ -73,6 +73,8 @@ impl SnapshotCounters {
 
 struct Request {
     camera: usize,
+    /// The camera's name (its folder).
+    name: String,
     why: String,
 }
 
@@ -88,6 +90,10 @@ pub struct Snapshots {
     thread: Option<std::thread::JoinHandle<()>>,
     /// What the worker draws under the boxes, shared with it.
     shapes: draw::LiveShapes,
+    /// The pixels the worker reads (a camera added joins them).
+    pixels: Arc<Pixels>,
+    /// `--snapshot-dir`.
+    dir: PathBuf,
 }
 
 impl Snapshots {
@@ -109,11 +115,11 @@ impl Snapshots {
         let (tx, rx) = sync_channel(QUEUE);
         let latest = Arc::new(Mutex::new(vec![None; cameras.len()]));
         let counters = Arc::new(Mutex::new(SnapshotCounters::default()));
-        let (l, c, names) = (latest.clone(), counters.clone(), cameras.to_vec());
+        let (l, c, px) = (latest.clone(), counters.clone(), pixels.clone());
         let place = Place { dir: cfg.dir.clone(), keep: cfg.keep, shapes: shapes.clone(), sink };
         let thread = std::thread::Builder::new()
             .name("snapshots".into())
-            .spawn(move || worker(rx, &place, &names, &pixels, &l, &c))
+            .spawn(move || worker(rx, &place, &px, &l, &c))
             .context("starting the snapshot thread")?;
         log::info!(
             "snapshots in {}: {}{}, newest {} per camera",
@@ -140,12 +146,15 @@ impl Snapshots {
             counters,
             thread: Some(thread),
             shapes,
+            pixels,
+            dir: cfg.dir.clone(),
         })
     }
 
     fn request(&mut self, camera: usize, why: String) {
         let Some(tx) = &self.tx else { return };
-        match tx.try_send(Request { camera, why }) {
+        let name = self.cameras[camera].clone();
+        match tx.try_send(Request { camera, name, why }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.counters.lock().unwrap_or_else(|p| p.into_inner()).dropped += 1
@@ -161,6 +170,17 @@ impl Output for Snapshots {
 
     fn shapes(&mut self, shapes: &[draw::Shapes]) {
         *self.shapes.write().unwrap_or_else(|p| p.into_inner()) = shapes.to_vec();
+    }
+
+    fn camera_added(&mut self, camera: &str) {
+        let d = self.dir.join(camera);
+        if let Err(e) = std::fs::create_dir_all(&d) {
+            log::warn!("snapshots of camera {camera}: cannot create {}: {e}; it gets none", d.display());
+        }
+        self.pixels.add_camera(camera);
+        self.cameras.push(camera.to_string());
+        self.last.push(None);
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).push(None);
     }
 
     fn line(&mut self, line: &SocketLine) {
@@ -229,7 +249,6 @@ struct Place {
 fn worker(
     rx: Receiver<Request>,
     place: &Place,
-    cameras: &[String],
     pixels: &Pixels,
     latest: &Mutex<Vec<Option<FrameJson>>>,
     counters: &Mutex<SnapshotCounters>,
@@ -252,7 +271,7 @@ fn worker(
         };
         let Some(px) = frame else {
             count(&|c| c.no_pixels += 1);
-            log::debug!("snapshot of {}: no pixels within {PIXEL_WAIT:?}", cameras[cam]);
+            log::debug!("snapshot of {}: no pixels within {PIXEL_WAIT:?}", req.name);
             continue;
         };
         let mut rgb = (*px.rgb).clone();
@@ -266,9 +285,9 @@ fn worker(
         }
         let written = render::jpeg(&rgb, px.width, px.height).and_then(|jpeg| {
             if let Some(sink) = &place.sink {
-                sink(&cameras[cam], &jpeg);
+                sink(&req.name, &jpeg);
             }
-            let folder = place.dir.join(&cameras[cam]);
+            let folder = place.dir.join(&req.name);
             let name = format!("{:013}-{}.jpg", unix_ms(), req.why);
             let tmp = folder.join(format!(".{name}.tmp"));
             let res = std::fs::write(&tmp, &jpeg).and_then(|()| std::fs::rename(&tmp, folder.join(&name)));
@@ -280,7 +299,7 @@ fn worker(
         match written {
             Ok(()) => {
                 count(&|c| c.written += 1);
-                let removed = prune(&place.dir.join(&cameras[cam]), place.keep);
+                let removed = prune(&place.dir.join(&req.name), place.keep);
                 count(&|c| c.removed += removed);
             }
             Err(e) => {

@@ -8,7 +8,7 @@ use std::time::Instant;
 use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::{Receiver, Recv};
-use zcpipe_core::control::StageRequest;
+use zcpipe_core::control::{reply, LiveCamera, StageControl, StageRequest};
 use zcpipe_core::detections::DetectionsDesc;
 use zcpipe_core::frame::{camera_of, monotonic_ns, RestartMark, Stage, MAX_CAMERAS};
 use zcpipe_core::link::Offer;
@@ -99,7 +99,12 @@ struct PublishStage<'s> {
     /// The recorder's index, read for the clips it closes (`--clips`).
     clips: Option<crate::recorded::ClipWatch>,
     /// Where the supervisor hands over changes taken live.
-    control: Option<crate::control::StageControl>,
+    control: Option<StageControl>,
+    /// The cameras' names by camera index (cameras added live included).
+    cameras: Vec<String>,
+    /// Per camera removed from the run: when (CLOCK_MONOTONIC ns), and its frames in flight
+    /// then that were not published since. A frame captured later is of the camera added back.
+    removed: Vec<Option<(u64, u64)>>,
 }
 
 impl<'s> PublishStage<'s> {
@@ -113,7 +118,7 @@ impl<'s> PublishStage<'s> {
         // before it is ready, so it is not restarted over and over.
         let outputs = super::open_outputs(cfg, &ctx.data)?;
         // Without it the stage runs as before, only without live changes.
-        let control = crate::control::StageControl::bind(&ctx.data.run_dir)
+        let control = StageControl::bind(&ctx.data.run_dir, "publish")
             .map_err(|e| log::warn!("no live changes for this publish stage: {e:#}"))
             .ok();
         let up = Conn::connect_retry(
@@ -145,6 +150,8 @@ impl<'s> PublishStage<'s> {
             labels,
             clips: cfg.clips.clone().map(|d| crate::recorded::ClipWatch::new(d, cfg.http.is_some())),
             control,
+            cameras: cfg.cameras.clone(),
+            removed: vec![None; MAX_CAMERAS],
             cfg,
             ctx,
             fds_setup,
@@ -175,20 +182,28 @@ impl<'s> PublishStage<'s> {
                         (if changed.len() == 1 { changed[0].clone() } else { String::new() }, change)
                     }
                     Err(e) => {
-                        crate::control::answer(&ch, Err(e));
+                        reply(&ch, Err(e));
                         continue;
                     }
                 },
                 StageRequest::Announce { camera, change } => (camera, change),
                 StageRequest::CameraRemoved { camera } => {
+                    if let Some(i) = self.cameras.iter().position(|c| *c == camera) {
+                        self.removed[i] = Some((monotonic_ns(), 0));
+                    }
                     let ended = self.tracking.end_camera(&camera, monotonic_ns(), &self.labels);
-                    crate::control::answer(&ch, Ok(()));
+                    self.outputs.camera_removed(&camera);
+                    reply(&ch, Ok(()));
                     self.send_events(ended)?;
+                    continue;
+                }
+                StageRequest::Cameras { cameras } => {
+                    reply(&ch, self.add_cameras(&cameras));
                     continue;
                 }
             };
             // The supervisor logs the change once; here it goes to the clients.
-            crate::control::answer(&ch, Ok(()));
+            reply(&ch, Ok(()));
             let n = NoticeJson {
                 stage: "run".into(),
                 camera: if self.several { camera } else { String::new() },
@@ -204,9 +219,43 @@ impl<'s> PublishStage<'s> {
         Ok(())
     }
 
+    /// The cameras past the stage's own in `cameras` join: each is tracked, published and
+    /// shown from its first frame (its zones come with the next scene).
+    fn add_cameras(&mut self, cameras: &[LiveCamera]) -> std::result::Result<(), String> {
+        if !self.several {
+            return Err("this publish stage serves one unnamed camera; it is restarted for more".into());
+        }
+        for i in LiveCamera::added(&self.cameras, cameras)? {
+            let name = &cameras[i].name;
+            self.tracking.add_camera(name);
+            self.outputs.camera_added(name);
+            self.per_cam.push(Default::default());
+            self.cameras.push(name.clone());
+            log::info!("camera {name} joined the publish stage");
+        }
+        Ok(())
+    }
+
+    /// Whether `d` is a frame of a camera removed from the run, captured before its
+    /// removal (in flight then): it is not published (its tracks ended, its outputs said it
+    /// is gone). Counted, and said once the camera is back.
+    fn of_removed_camera(&mut self, d: &DetectionsDesc) -> bool {
+        let cam = camera_of(d.flags);
+        let Some(Some((at, n))) = self.removed.get_mut(cam) else { return false };
+        if d.timestamp_ns <= *at {
+            *n += 1;
+            return true;
+        }
+        if *n > 0 {
+            log::info!("camera {}: {n} frames in flight at its removal were not published", self.cameras[cam]);
+        }
+        self.removed[cam] = None;
+        false
+    }
+
     /// The name of the camera of `d`.
     fn camera_name(&self, d: &DetectionsDesc) -> String {
-        self.cfg.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)))
+        self.cameras.get(camera_of(d.flags)).cloned().unwrap_or_else(|| format!("cam{}", camera_of(d.flags)))
     }
 
     /// One turn of the frame loop: services the clients and the outputs, then publishes the
@@ -229,6 +278,9 @@ impl<'s> PublishStage<'s> {
             }
         };
         self.n_in += 1;
+        if self.of_removed_camera(&d) {
+            return Ok(Turn::Next);
+        }
         d.stamps[2 * Stage::Publish as usize] = monotonic_ns();
         // The line carries the latencies up to now, when it is built: it cannot carry
         // the time it takes to serialise and send itself (LatencyJson).
@@ -367,7 +419,6 @@ impl<'s> PublishStage<'s> {
         facts.server = Some(self.server.stats());
         if self.several {
             let cams = self
-                .cfg
                 .cameras
                 .iter()
                 .zip(&self.per_cam)

@@ -56,6 +56,9 @@ pub(crate) trait ViewSource: Send {
     /// Why camera `camera` has no pixels now, in a few words written on its picture (`no
     /// pixels (fan-out not connected)`, `capture@door not reachable`); `None` when it has.
     fn unavailable(&self, camera: usize) -> Option<String>;
+
+    /// Camera `camera` joined the run (the next camera index): its pixels from now on.
+    fn add_camera(&mut self, _camera: &str) {}
 }
 
 /// The words on a picture drawn without pixels while no provider is connected.
@@ -67,15 +70,13 @@ pub(crate) const NO_PIXELS: &str = "no pixels (fan-out not connected)";
 /// while someone watches.
 pub(crate) struct TapPixels {
     pixels: std::sync::Arc<Pixels>,
-    /// Each camera's capture stage (`capture`, `capture@door`), for what the picture says.
-    stages: Vec<StageId>,
 }
 
 impl TapPixels {
-    /// The view's source over `pixels` (shared with the snapshots), the taps of `cfg`'s
+    /// The view's source over `pixels` (shared with the snapshots), the taps of the run's
     /// cameras ([`pixels`]).
-    pub fn new(pixels: std::sync::Arc<Pixels>, cfg: &super::PublishConfig) -> TapPixels {
-        TapPixels { pixels, stages: StageId::captures(&cfg.cameras) }
+    pub fn new(pixels: std::sync::Arc<Pixels>) -> TapPixels {
+        TapPixels { pixels }
     }
 }
 
@@ -90,13 +91,20 @@ pub fn pixels(
     data: &zcpipe_core::config::DataPath,
     max_fps: f64,
 ) -> std::sync::Arc<Pixels> {
-    std::sync::Arc::new(Pixels::start(
-        StageId::captures(&cfg.cameras).into_iter().map(|s| (s.to_string(), data.socket(&s))).collect(),
-        max_fps,
-    ))
+    std::sync::Arc::new(
+        Pixels::start(
+            StageId::captures(&cfg.cameras).into_iter().map(|s| (s.to_string(), data.socket(&s))).collect(),
+            max_fps,
+        )
+        .for_run(data.clone()),
+    )
 }
 
 impl ViewSource for TapPixels {
+    fn add_camera(&mut self, camera: &str) {
+        self.pixels.add_camera(camera);
+    }
+
     fn latest(&mut self, camera: usize, newer_than: Option<u64>) -> Option<ViewFrame> {
         self.pixels.want(camera);
         let f = self.pixels.latest(camera, newer_than)?;
@@ -107,7 +115,7 @@ impl ViewSource for TapPixels {
         if self.pixels.latest(camera, None).is_some() {
             return None;
         }
-        let stage = self.stages.get(camera).cloned().unwrap_or_default();
+        let stage = self.pixels.upstream(camera).unwrap_or_default();
         let c = self.pixels.counters(camera);
         Some(if c.errors > 0 {
             format!("no pixels: {stage}'s frames cannot be shown (see the log)")

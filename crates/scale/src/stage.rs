@@ -10,6 +10,7 @@ use zcpipe_core::{fail, Result};
 
 use zcpipe_core::channel::{wait_any, Recv, Waitable};
 use zcpipe_core::config::Choice;
+use zcpipe_core::control::StageControl;
 use zcpipe_core::copy::CopyCounters;
 use zcpipe_core::dmabuf::{Allocator, DmaBuf};
 use zcpipe_core::frame::{with_camera, Fourcc, FrameDesc, FrameLayout, Letterbox, Stage};
@@ -75,7 +76,9 @@ struct Camera {
     skipped: u64,
     /// Frames of this camera handed on.
     frames_out: u64,
-    /// Its detection rate (`--detect-fps`): frames it passes over are never scaled.
+    /// Its detection rate (`--detect-fps`, 0: every frame), and the gate that keeps it:
+    /// frames it passes over are never scaled.
+    detect_fps: f64,
     gate: Option<RateGate>,
     /// Frames passed over by the rate gate (their buffer went straight back).
     skipped_rate: u64,
@@ -91,6 +94,29 @@ struct Camera {
 }
 
 impl Camera {
+    /// Camera `name` on `input`, at detection rate `detect_fps`; `(i, n)`: its index of the
+    /// `n` cameras (the cameras' rate gates take turns over the interval).
+    fn new(name: String, input: Upstream, cfg: &ScaleConfig, detect_fps: f64, (i, n): (usize, usize)) -> Camera {
+        Camera {
+            name,
+            input,
+            scaler: None,
+            bound_joins: 0,
+            fixed_layout: None,
+            frames_in: 0,
+            skipped: 0,
+            frames_out: 0,
+            detect_fps,
+            gate: RateGate::with_phase(detect_fps, i as f64 / n.max(1) as f64),
+            skipped_rate: 0,
+            rate_since: 0,
+            motion: cfg.motion.map(|(t, k)| MotionGate::new(t, k)),
+            skipped_still: 0,
+            still_since: 0,
+            ended: false,
+        }
+    }
+
     /// Binds a newly joined (or re-joined) pool: the first time with `bind` (the output pool
     /// as well); returns whether this was the camera's first join. After a restart of its capture stage, a scaler that imported the old pool
     /// (a device) is replaced by a fresh one from `reopen`, bound like the first (`dst` holds
@@ -212,6 +238,16 @@ fn accept_infer(listener: &mut Listener, ctx: &StageCtx<'_>) -> Result<(Conn, Wa
     Ok((down, want))
 }
 
+/// What the scale stage says when it joins a capture stage.
+fn capture_hello(ctx: &StageCtx<'_>) -> ControlMsg {
+    ControlMsg::Hello {
+        stage: "scale".into(),
+        accept: ACCEPTED.iter().map(|f| f.0).collect(),
+        want: None,
+        wait: ctx.data.wait,
+    }
+}
+
 /// Joins the cameras' capture stages on `sockets` (the first now, the others when they are
 /// up) and gives each camera its scaler, taken from `scalers` in the same order.
 fn join_cameras(
@@ -220,12 +256,7 @@ fn join_cameras(
     cfg: &ScaleConfig,
     ctx: &StageCtx<'_>,
 ) -> Result<Vec<Camera>> {
-    let hello = ControlMsg::Hello {
-        stage: "scale".into(),
-        accept: ACCEPTED.iter().map(|f| f.0).collect(),
-        want: None,
-        wait: ctx.data.wait,
-    };
+    let hello = capture_hello(ctx);
     let mut cams: Vec<Camera> = Vec::with_capacity(sockets.len());
     let n = sockets.len().max(1);
     for (i, (name, path)) in sockets.into_iter().enumerate() {
@@ -245,24 +276,7 @@ fn join_cameras(
             // open, or waiting for the network): none waits for another.
             Upstream::pending(path, Stage::Capture, hello.clone(), ctx.data.wait, ctx.data.spin, ctx.data.copy_mode)
         };
-        cams.push(Camera {
-            name,
-            input,
-            scaler: None,
-            bound_joins: 0,
-            fixed_layout: None,
-            frames_in: 0,
-            skipped: 0,
-            frames_out: 0,
-            // Phases spread over the interval: cameras at one rate take turns.
-            gate: RateGate::with_phase(cfg.detect_fps(i), i as f64 / n as f64),
-            skipped_rate: 0,
-            rate_since: 0,
-            motion: cfg.motion.map(|(t, k)| MotionGate::new(t, k)),
-            skipped_still: 0,
-            still_since: 0,
-            ended: false,
-        });
+        cams.push(Camera::new(name, input, cfg, cfg.detect_fps(i), (i, n)));
     }
     for (cam, scaler) in cams.iter_mut().zip(scalers.drain(..)) {
         cam.scaler = Some(scaler);
@@ -404,7 +418,13 @@ struct ScaleStage<'s> {
     span: FrameSpan,
     /// The camera to look at first in the next turn (round-robin).
     next: usize,
+    /// Where the supervisor hands over the changes taken live ([`live`]), and when it was
+    /// last looked at.
+    control: Option<StageControl>,
+    control_at: Instant,
 }
+
+mod live;
 
 impl<'s> ScaleStage<'s> {
     /// Set-up: opens every camera's scaler, connects the infer stage (downstream) and learns
@@ -431,6 +451,10 @@ impl<'s> ScaleStage<'s> {
         let fps = first.offer.fps;
         let pool = OutputPool::offer(cfg, ctx, down, &want, &mut cams, fps)?;
         let down = Downstream::new(listener);
+        // Without it the stage runs as before, only without live changes.
+        let control = StageControl::bind(&ctx.data.run_dir, "scale")
+            .map_err(|e| log::warn!("no live changes for this scale stage: {e:#}"))
+            .ok();
         let fds_setup = open_fd_count();
         ctx.ready(Instant::now());
         log::info!(
@@ -456,6 +480,8 @@ impl<'s> ScaleStage<'s> {
             start: Instant::now(),
             span: FrameSpan::default(),
             next: 0,
+            control,
+            control_at: Instant::now(),
         })
     }
 
@@ -463,6 +489,7 @@ impl<'s> ScaleStage<'s> {
     /// kept from the last turn, or else the newest frame of the first camera (round-robin)
     /// that has one; with several cameras and nothing from any, sleeps on all of them.
     fn turn(&mut self) -> Result<Turn> {
+        self.serve_control();
         let want = &self.want;
         serve_pool(&mut self.down, &mut self.pool.prod, Stage::Infer, |h| check_want(want, h));
         if let Some((i, frame, desc)) = self.pending.take() {

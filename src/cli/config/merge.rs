@@ -16,6 +16,24 @@ pub struct Layered {
     pub cameras: Option<Origin>,
 }
 
+impl Layered {
+    /// `message`, an error about a flag's value (`--score-threshold 7: use a value in
+    /// 0..=1`), with where the flag was set in front when the file or the environment set it
+    /// (`zcpipe.toml:4: --score-threshold 7: ...`, `ZCPIPE_FPS=...`); any other message as it is.
+    pub fn locate(&self, message: &str) -> String {
+        let Some(long) = message.strip_prefix("--").and_then(|r| r.split([' ', ':', '=']).next()) else {
+            return message.to_string();
+        };
+        let run = run_command();
+        let Some(arg) = run.get_arguments().find(|a| a.get_long() == Some(long)) else { return message.to_string() };
+        match (self.origins.get(arg.get_id().as_str()), &self.file) {
+            (Some(Origin::File(line)), Some(f)) => format!("{}:{line}: {message}", f.path.display()),
+            (Some(Origin::Env(var)), _) => format!("{var}: {message}"),
+            _ => message.to_string(),
+        }
+    }
+}
+
 /// The flags the user's own arguments (after `run`) give, by clap id, and `--config`'s value.
 fn given(run: &clap::Command, user: &[OsString]) -> (BTreeSet<String>, Option<String>) {
     let mut ids = BTreeSet::new();

@@ -40,6 +40,8 @@ pub(super) struct Proc {
     pub(super) backoff: Duration,
     /// A restart due at this time.
     pub(super) restart_at: Option<Instant>,
+    /// A planned kill due at this time ([`Proc::restart_on_request_in`]).
+    pub(super) kill_at: Option<Instant>,
     /// How the last process ended (`killed by signal 9 (SIGKILL)`, `exit code 1`).
     pub(super) last_death: String,
     /// When this process last reported (its heartbeat).
@@ -69,6 +71,7 @@ impl Proc {
             restarted: 0,
             backoff: crate::supervise::BACKOFF_FIRST,
             restart_at: None,
+            kill_at: None,
             last_death: String::new(),
             last_report: Instant::now(),
             watchdog: None,
@@ -97,6 +100,26 @@ impl Proc {
                 let _ = self.child.kill();
             }
             Some(_) => self.restart_at = Some(Instant::now()),
+        }
+    }
+
+    /// [`Proc::restart_on_request`] in `delay` (the publish stage's web view answers the
+    /// request that restarts it first).
+    pub(super) fn restart_on_request_in(&mut self, delay: Duration) {
+        self.planned = true;
+        match self.status {
+            None => self.kill_at = Some(Instant::now() + delay),
+            Some(_) => self.restart_at = Some(Instant::now() + delay),
+        }
+    }
+
+    /// Kills it if a planned kill is due.
+    pub(super) fn kill_if_due(&mut self) {
+        if self.kill_at.is_some_and(|t| Instant::now() >= t) {
+            self.kill_at = None;
+            if self.status.is_none() {
+                let _ = self.child.kill();
+            }
         }
     }
 

@@ -343,6 +343,7 @@ impl Supervisor {
 
     /// Starts the restarts that are due (none once the run is stopping).
     fn start_due_restarts(&mut self) {
+        self.procs.iter_mut().for_each(Proc::kill_if_due);
         let stopping = self.stopping();
         for p in self.procs.iter_mut().filter(|p| p.restart_at.is_some_and(|t| Instant::now() >= t)) {
             p.restart_at = None;

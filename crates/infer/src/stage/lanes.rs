@@ -191,6 +191,9 @@ fn dispatch(
         },
         |n_in| {
             serve_publish(io, &mut lock(shared).out);
+            if let Some(asked) = io.control.due() {
+                io.control.answer(asked, &mut lock(shared).queue.sched);
+            }
             let (held, room) = {
                 let s = lock(shared);
                 if s.error.is_some() {

@@ -68,6 +68,8 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     );
     let input = RefCell::new(input);
     let down = RefCell::new(Downstream::new(listener));
+    // Without it the stage runs as before, only without live changes.
+    let control = live::Control::bind(&ctx.data.run_dir);
 
     let start = Instant::now();
     // Frames out are the span's frames: `span.tick` counts each record sent.
@@ -102,6 +104,7 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
         contexts_per_core: cfg.contexts_per_core,
         cpu0_us: zcpipe_core::metrics::cpu_us(),
         service: service.as_ref(),
+        control: &control,
     };
     // Both loops end here however they end (end, signal, hang-up, error), so the final
     // report goes out every time; then the error, if any, ends the stage.
@@ -316,6 +319,8 @@ struct Io<'a> {
     cpu0_us: u64,
     /// The inference service, when on.
     service: Option<&'a Service>,
+    /// Where the supervisor hands over the changes taken live.
+    control: &'a live::Control,
 }
 
 /// How a frame loop ended: why (or the error that ended it), the detections sender (to
@@ -704,6 +709,7 @@ fn room(io: &Io<'_>, held: usize, cap: usize) -> usize {
 }
 
 mod lanes;
+mod live;
 mod single;
 use lanes::run_lanes;
 use single::run_single;

@@ -56,6 +56,7 @@ pub(super) fn run_single(io: &Io<'_>, det: &mut dyn Detector, out: Out) -> LoopE
 /// only when nothing waits here), then runs the frame the scheduler picks.
 fn turn(io: &Io<'_>, det: &mut dyn Detector, st: &mut Single, room: usize) -> Result<Turn> {
     serve_publish(io, &mut st.out);
+    io.control.serve(&mut st.queue.sched);
     if !st.eos {
         let held = st.queue.sched.held();
         let wait = if held > 0 { std::time::Duration::ZERO } else { IDLE_WAIT };

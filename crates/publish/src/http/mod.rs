@@ -40,7 +40,7 @@ use std::collections::VecDeque;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -143,7 +143,8 @@ struct Shared {
     frame_ready: Condvar,
     sse: Mutex<Vec<Arc<SseClient>>>,
     renderer: render::Renderer,
-    cameras: Vec<String>,
+    /// The cameras' names by camera index (cameras added while the stage runs too).
+    cameras: RwLock<Vec<String>>,
     addr: SocketAddr,
     max_connections: usize,
     view_fps: f64,
@@ -198,9 +199,9 @@ impl HttpOutput {
             stats: Mutex::new(Stats::new(&cfg.cameras)),
             frame_ready: Condvar::new(),
             sse: Mutex::new(vec![]),
-            renderer: render::Renderer::new(pixels, cfg.cameras.len(), http.view_fps)
+            renderer: render::Renderer::new(pixels, http.view_fps)
                 .with_shapes(std::sync::Arc::new(std::sync::RwLock::new(draw::Shapes::per_camera(&cfg.track)))),
-            cameras: cfg.cameras.clone(),
+            cameras: RwLock::new(cfg.cameras.clone()),
             addr,
             max_connections: http.max_connections.max(1),
             view_fps: http.view_fps,
@@ -277,7 +278,7 @@ impl HttpOutput {
             sse_clients: s.sse_clients.load(Ordering::Relaxed),
             mjpeg_clients: s.mjpeg_clients.load(Ordering::Relaxed),
             sse_dropped: s.sse_dropped.load(Ordering::Relaxed),
-            jpegs: s.cameras.iter().enumerate().map(|(i, c)| (c.clone(), s.renderer.encoded(i))).collect(),
+            jpegs: s.names().into_iter().enumerate().map(|(i, c)| (c, s.renderer.encoded(i))).collect(),
         }
     }
 }
@@ -289,6 +290,13 @@ impl Output for HttpOutput {
 
     fn shapes(&mut self, shapes: &[draw::Shapes]) {
         self.shared.renderer.set_shapes(shapes.to_vec());
+    }
+
+    fn camera_added(&mut self, camera: &str) {
+        let s = &self.shared;
+        s.cameras.write().unwrap_or_else(|p| p.into_inner()).push(camera.to_string());
+        lock(&s.stats).add_camera(camera);
+        s.renderer.add_camera(camera);
     }
 
     fn line(&mut self, line: &SocketLine) {
@@ -417,13 +425,23 @@ pub(crate) fn sse_event(data: &str) -> String {
 /// The camera named by `rest` with its `suffix` (`cam0.jpg`), as an index.
 fn camera_of(s: &Shared, rest: &str, suffix: &str) -> Option<usize> {
     let name = rest.strip_suffix(suffix)?;
-    s.cameras.iter().position(|c| c == name)
+    s.names().iter().position(|c| c == name)
 }
 
 /// The largest request body (bytes) the view lets a request declare; it reads none.
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 impl Shared {
+    /// The cameras' names, by camera index.
+    fn names(&self) -> Vec<String> {
+        self.cameras.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Camera `cam`'s name.
+    fn name(&self, cam: usize) -> String {
+        self.cameras.read().unwrap_or_else(|p| p.into_inner()).get(cam).cloned().unwrap_or_default()
+    }
+
     /// A request that came with a body (over [`MAX_BODY`], or chunked): counted, logged
     /// (the 1st, 2nd, 4th, 8th... time); its connection is closed.
     fn refused_body(&self, declared: Option<u64>) {
@@ -438,7 +456,7 @@ impl Shared {
 /// Routes a GET (or HEAD: `head`) of `path` (a clip's byte `range`); runs on a blocking
 /// thread.
 fn route(s: &Arc<Shared>, path: &str, head: bool, range: Option<&str>) -> Reply {
-    let not_a_camera = |what: &str| format!("no camera {what}; cameras: {}\n", s.cameras.join(", "));
+    let not_a_camera = |what: &str| format!("no camera {what}; cameras: {}\n", s.names().join(", "));
     match (path, &s.clips) {
         ("/api/clips", Some(dir)) => return clips::list(dir),
         (p, Some(dir)) if p.starts_with("/clips/") => return clips::file(dir, &p["/clips/".len()..], range, head),
@@ -446,7 +464,7 @@ fn route(s: &Arc<Shared>, path: &str, head: bool, range: Option<&str>) -> Reply 
     }
     match path {
         "/" | "/index.html" => {
-            Reply::new(200, "text/html; charset=utf-8", page(&s.cameras, s.view_fps, s.clips.is_some()).into_bytes())
+            Reply::new(200, "text/html; charset=utf-8", page(&s.names(), s.view_fps, s.clips.is_some()).into_bytes())
         }
         "/api/stats" => Reply::new(200, "application/json", stats_json(s).to_string().into_bytes()),
         "/metrics" => {
@@ -490,7 +508,7 @@ fn snapshot(s: &Shared, cam: usize) -> Reply {
     let deadline = Instant::now() + FIRST_PICTURE_WAIT;
     loop {
         let frame = lock(&s.stats).cameras[cam].latest.clone();
-        let p = match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
+        let p = match s.renderer.picture(cam, &s.name(cam), frame.as_deref()) {
             Ok(p) => p,
             Err(e) => return Reply::text(500, format!("{e:#}\n")),
         };
@@ -502,7 +520,7 @@ fn snapshot(s: &Shared, cam: usize) -> Reply {
         if frame.is_none() {
             return Reply::text(
                 503,
-                format!("camera {}: no frame yet; try again when the pipeline runs\n", s.cameras[cam]),
+                format!("camera {}: no frame yet; try again when the pipeline runs\n", s.name(cam)),
             );
         }
         // Which frame line's boxes are drawn, and on which pixels.
@@ -542,10 +560,10 @@ fn stats_json(s: &Shared) -> serde_json::Value {
     let mut v = lock(&s.stats).json();
     let c = server_counts(s);
     let pixels: serde_json::Map<String, serde_json::Value> = s
-        .cameras
-        .iter()
+        .names()
+        .into_iter()
         .enumerate()
-        .map(|(i, n)| (n.clone(), s.renderer.unavailable(i).map_or(serde_json::Value::Null, Into::into)))
+        .map(|(i, n)| (n, s.renderer.unavailable(i).map_or(serde_json::Value::Null, Into::into)))
         .collect();
     v["server"] = serde_json::json!({
         "url": format!("http://{}/", s.addr),
@@ -683,7 +701,7 @@ fn mjpeg(s: &Arc<Shared>, mut w: server::ChunkWriter, cam: usize) -> std::io::Re
                 st = s.frame_ready.wait_timeout(st, Duration::from_secs(1)).unwrap_or_else(|p| p.into_inner()).0;
             }
         };
-        let pic = match s.renderer.picture(cam, &s.cameras[cam], frame.as_deref()) {
+        let pic = match s.renderer.picture(cam, &s.name(cam), frame.as_deref()) {
             Ok(p) => p,
             Err(e) => {
                 log::warn!("web view: {e:#}");
@@ -700,92 +718,4 @@ fn mjpeg(s: &Arc<Shared>, mut w: server::ChunkWriter, cam: usize) -> std::io::Re
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slow_event_client_loses_its_oldest_lines_counted() {
-        let http = HttpConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            allow_remote: false,
-            view_fps: 5.0,
-            service: None,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            clips: None,
-            token: None,
-        };
-        let cfg = PublishConfig {
-            socket: "/nonexistent/d.sock".into(),
-            print: crate::PrintMode::None,
-            socket_group: None,
-            cameras: vec!["cam0".into()],
-            track: crate::TrackConfig { zones: vec![vec![]], ..Default::default() },
-            http: Some(http.clone()),
-            snapshots: None,
-            mqtt: None,
-            clips: None,
-        };
-        let mut out =
-            HttpOutput::start(&cfg, &http, Box::new(crate::view::NoPixels), std::path::Path::new("/nonexistent"))
-                .unwrap();
-        assert!(out.addr().port() != 0, "the port chosen is known");
-        // A client that takes nothing: its queue only.
-        let slow = Arc::new(SseClient { queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
-        lock(&out.shared.sse).push(slow.clone());
-        for seq in 0..SSE_QUEUE as u64 + 8 {
-            out.line(&stats::tests_support::frame("cam0", seq, 1000.0));
-        }
-        let q = lock(&slow.queue);
-        assert_eq!((q.len(), out.shared.sse_dropped.load(Ordering::Relaxed)), (SSE_QUEUE, 8));
-        assert!(q[0].starts_with("{\"type\":\"frame\",\"camera\":\"cam0\",\"seq\":8,"), "the oldest went: {}", q[0]);
-        assert!(!q[0].ends_with('\n'), "a line without its newline (the event frames it)");
-        drop(q);
-        assert_eq!(out.counters().sse_dropped, 8);
-        assert_eq!(lock(&out.shared.stats).cameras[0].frames, SSE_QUEUE as u64 + 8, "every line counted");
-        out.close(&EndJson { end: true, frames: 520, reason: "test".into() });
-        assert!(lock(&slow.queue).back().unwrap().starts_with("{\"type\":\"end\""), "the end line is the last");
-    }
-
-    #[test]
-    fn sse_framing() {
-        assert_eq!(sse_event("{\"type\":\"frame\"}"), "data: {\"type\":\"frame\"}\n\n");
-        assert_eq!(sse_event("a\nb\r\nc"), "data: a\ndata: b\ndata: c\n\n", "each line its own data line");
-    }
-
-    #[test]
-    fn a_remote_address_needs_the_flag_and_a_taken_port_is_named() {
-        let cfg = |a: &str, allow| HttpConfig {
-            addr: a.parse().unwrap(),
-            allow_remote: allow,
-            view_fps: 5.0,
-            service: None,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            clips: None,
-            token: None,
-        };
-        let e = check_remote(&cfg("0.0.0.0:8080", false)).unwrap_err().to_string();
-        assert!(
-            e.starts_with("--http 0.0.0.0:8080: not a loopback address") && e.contains("--http-allow-remote"),
-            "{e}"
-        );
-        assert!(check_remote(&cfg("0.0.0.0:8080", true)).is_ok());
-        assert!(check_remote(&cfg("[::1]:8080", false)).is_ok());
-        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-        let e = bind(&cfg(&taken.local_addr().unwrap().to_string(), false)).unwrap_err().to_string();
-        assert_eq!(
-            e,
-            format!(
-                "--http {}: address in use (another zcpipe or web server?): pick another port",
-                taken.local_addr().unwrap()
-            )
-        );
-    }
-
-    #[test]
-    fn the_page_has_an_escaped_figure_per_camera() {
-        let p = page(&["cam0".into(), "a<b".into()], 5.0, false);
-        assert!(p.contains("<img id=\"img-cam0\" src=\"/stream/cam0.mjpg\""), "{p}");
-        assert!(p.contains("data-camera=\"a&lt;b\"") && !p.contains("a<b"));
-        assert!(!p.contains("<!--CAMERAS-->") && !p.contains("__VIEW_FPS__"));
-    }
-}
+mod tests;

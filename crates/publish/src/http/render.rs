@@ -11,6 +11,7 @@ use anyhow::{bail, Result};
 
 use super::draw;
 use crate::view::{ViewFrame, ViewSource};
+use zcpipe_core::frame::MAX_CAMERAS;
 use zcpipe_core::schema::FrameJson;
 
 /// JPEG quality of the view's pictures (1..=100).
@@ -67,13 +68,13 @@ pub fn jpeg(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>> {
 }
 
 impl Renderer {
-    /// A renderer for `cameras` cameras taking pixels from `source`, encoding each camera at
-    /// most `fps` times a second.
-    pub fn new(source: Box<dyn ViewSource>, cameras: usize, fps: f64) -> Renderer {
+    /// A renderer taking pixels from `source`, encoding each camera at most `fps` times a
+    /// second (room for every camera a run may have, cameras added while it runs too).
+    pub fn new(source: Box<dyn ViewSource>, fps: f64) -> Renderer {
         Renderer {
             source: Mutex::new(source),
-            slots: (0..cameras).map(|_| Mutex::default()).collect(),
-            encoded: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
+            slots: (0..MAX_CAMERAS).map(|_| Mutex::default()).collect(),
+            encoded: (0..MAX_CAMERAS).map(|_| AtomicU64::new(0)).collect(),
             period: Duration::from_secs_f64(1.0 / fps),
             shapes: draw::LiveShapes::default(),
         }
@@ -93,6 +94,11 @@ impl Renderer {
     /// The shortest time between two encodings of one camera.
     pub fn period(&self) -> Duration {
         self.period
+    }
+
+    /// Camera `camera` joined the run: its pixels from now on.
+    pub(crate) fn add_camera(&self, camera: &str) {
+        self.source.lock().unwrap_or_else(|p| p.into_inner()).add_camera(camera);
     }
 
     /// Why camera `cam` has no pixels now, if it has none.
@@ -236,14 +242,14 @@ mod tests {
 
     #[test]
     fn without_pixels_the_boxes_go_on_a_canvas_of_the_frame_size() {
-        let r = Renderer::new(Box::new(NoPixels), 1, 1000.0);
+        let r = Renderer::new(Box::new(NoPixels), 1000.0);
         let p = r.picture(0, "cam0", Some(&frame(7))).unwrap();
         assert_eq!((p.width, p.height, p.det_seq, p.pixel_seq), (320, 240, Some(7), None));
         let img = decode(&p);
         assert_eq!(img.dimensions(), (320, 240));
         let g = img.get_pixel(41, 120).0;
         assert!(g[1] > 200 && g[0] < 60 && g[2] < 60, "the left edge is green after JPEG: {g:?}");
-        assert!(r.picture(1, "cam1", None).is_err(), "an unknown camera");
+        assert!(r.picture(MAX_CAMERAS, "cam16", None).is_err(), "past the cameras a run may have");
         // Nothing new (same frame line, no pixels to come): the same picture, not encoded again.
         std::thread::sleep(Duration::from_millis(2));
         let again = r.picture(0, "cam0", Some(&frame(7))).unwrap();
@@ -258,7 +264,7 @@ mod tests {
             points: vec![(220.0, 20.0), (300.0, 20.0), (300.0, 220.0), (220.0, 220.0)],
         };
         let shapes = draw::Shapes { zones: vec![door], ..Default::default() };
-        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0)
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1000.0)
             .with_shapes(std::sync::Arc::new(std::sync::RwLock::new(vec![shapes])));
         let mut f = frame(3);
         f.detections.clear();
@@ -287,7 +293,7 @@ mod tests {
         };
         let mask = vec![(20.0, 140.0), (140.0, 140.0), (140.0, 220.0), (20.0, 220.0)];
         let shapes = draw::Shapes { lines: vec![door], masks: vec![mask], ..Default::default() };
-        let r = Renderer::new(Box::new(Grey(Arc::default())), 1, 1000.0)
+        let r = Renderer::new(Box::new(Grey(Arc::default())), 1000.0)
             .with_shapes(std::sync::Arc::new(std::sync::RwLock::new(vec![shapes])));
         let mut f = frame(3);
         f.detections.clear();
@@ -327,7 +333,7 @@ mod tests {
     #[test]
     fn pixels_are_read_only_when_a_picture_is_due() {
         let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let r = Renderer::new(Box::new(Grey(calls.clone())), 1, 0.5);
+        let r = Renderer::new(Box::new(Grey(calls.clone())), 0.5);
         let p = r.picture(0, "cam0", Some(&frame(1))).unwrap();
         assert_eq!((p.width, p.height, p.pixel_seq), (160, 120, Some(4)), "the pixels' size; boxes scaled to it");
         let img = decode(&p);

@@ -164,6 +164,11 @@ impl Stats {
         }
     }
 
+    /// Camera `name` joined the run (after the others).
+    pub fn add_camera(&mut self, name: &str) {
+        self.camera(name);
+    }
+
     /// The index of camera `name`, if the view knows it.
     pub fn find(&self, name: &str) -> Option<usize> {
         self.cameras.iter().position(|c| c.name == name)

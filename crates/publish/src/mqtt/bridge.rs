@@ -362,6 +362,13 @@ impl Output for MqttOutput {
         self.enqueue();
     }
 
+    fn camera_removed(&mut self, camera: &str) {
+        let mut out = std::mem::take(&mut self.scratch);
+        self.tr.camera_removed(camera, &mut out);
+        self.scratch = out;
+        self.enqueue();
+    }
+
     fn tick(&mut self) {
         if self.tr.stats_due() {
             let m = self.tr.stats(self.counters_json());

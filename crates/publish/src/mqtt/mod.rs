@@ -276,6 +276,12 @@ impl MqttConfig {
     pub(crate) fn camera_topic(&self, camera: &str, leaf: &str) -> String {
         format!("{}/{}/{}", self.topic_prefix, level(camera), level(leaf))
     }
+    /// `P/<camera>/available`: `online` from the camera's first frame, `offline` once it is
+    /// removed from the run (retained).
+    pub(crate) fn camera_availability(&self, camera: &str, online: bool) -> Msg {
+        let payload = if online { "online" } else { "offline" };
+        Msg { topic: self.camera_topic(camera, "available"), payload: payload.as_bytes().to_vec(), retain: true }
+    }
     /// `P/stats`.
     pub(crate) fn stats_topic(&self) -> String {
         format!("{}/stats", self.topic_prefix)
@@ -314,6 +320,9 @@ impl MqttConfig {
         mut fields: serde_json::Value,
     ) -> Option<Msg> {
         let h = self.discovery_prefix.as_ref()?;
+        let availability = [self.availability_topic(), self.camera_topic(camera, "available")].map(|topic| {
+            serde_json::json!({"topic": topic, "payload_available": "online", "payload_not_available": "offline"})
+        });
         let node = self.node_id();
         let object = ha_id(object);
         let id = ha_id(id);
@@ -321,9 +330,9 @@ impl MqttConfig {
             "unique_id": format!("{}_{id}", level(&self.client_id)),
             // HA 2025.10 replaced `object_id` with this (`object_id` is gone in 2026.4).
             "default_entity_id": format!("{component}.zcpipe_{}", id.to_lowercase().replace('-', "_")),
-            "availability_topic": self.availability_topic(),
-            "payload_available": "online",
-            "payload_not_available": "offline",
+            // Available while the run is up and the camera is part of it.
+            "availability": availability,
+            "availability_mode": "all",
             "device": self.device(camera),
             "origin": {
                 "name": "zcpipe",
@@ -524,6 +533,20 @@ struct CameraState {
     crossings: lines::Sent,
 }
 
+/// Every count of camera `camera` above 0 to 0, each a state message.
+fn zero_counts(cfg: &MqttConfig, camera: &str, cam: &mut CameraState, out: &mut Vec<Out>) {
+    for (label, n) in &mut cam.counts {
+        if *n > 0 {
+            *n = 0;
+            out.push(Out::State(Msg {
+                topic: cfg.camera_topic(camera, label),
+                payload: b"0".to_vec(),
+                retain: cfg.retain,
+            }));
+        }
+    }
+}
+
 /// Turns socket lines into MQTT messages (on the publish stage's frame loop: no I/O).
 #[derive(Debug)]
 pub(crate) struct Translator {
@@ -627,6 +650,7 @@ impl Translator {
         if first {
             out.extend(cfg.fps_discovery(&f.camera).map(Out::Announce));
             out.extend(cfg.events_discovery(&f.camera).map(Out::Announce));
+            out.push(Out::State(cfg.camera_availability(&f.camera, true)));
         }
         cam.frames += 1;
         if !f.detections.is_empty() {
@@ -654,17 +678,16 @@ impl Translator {
     /// a Home Assistant occupancy sensor on after the run; the next run starts from 0).
     pub fn end(&mut self, out: &mut Vec<Out>) {
         for (camera, cam) in &mut self.cameras {
-            for (label, n) in &mut cam.counts {
-                if *n > 0 {
-                    *n = 0;
-                    out.push(Out::State(Msg {
-                        topic: self.cfg.camera_topic(camera, label),
-                        payload: b"0".to_vec(),
-                        retain: self.cfg.retain,
-                    }));
-                }
-            }
+            zero_counts(&self.cfg, camera, cam, out);
         }
+    }
+
+    /// Camera `camera` was removed from the run: its counts go to 0 and its entities
+    /// unavailable (`P/<camera>/available` `offline`, retained) until it is added back.
+    pub fn camera_removed(&mut self, camera: &str, out: &mut Vec<Out>) {
+        let Some(mut cam) = self.cameras.remove(camera) else { return };
+        zero_counts(&self.cfg, camera, &mut cam, out);
+        out.push(Out::State(self.cfg.camera_availability(camera, false)));
     }
 
     fn event(&mut self, e: &EventJson, time_ms: u64, out: &mut Vec<Out>) {

@@ -126,11 +126,15 @@ fn discovery_payloads_name_topics_availability_and_device() {
     assert_eq!(v["unique_id"], "zcpipe-box_front_traffic_light_occupancy");
     assert_eq!(v["state_topic"], "zcpipe/front/traffic_light");
     assert_eq!(v["device_class"], "occupancy");
-    assert_eq!(v["availability_topic"], "zcpipe/available");
     assert_eq!(
-        (v["payload_available"].as_str(), v["payload_not_available"].as_str()),
-        (Some("online"), Some("offline"))
+        v["availability"],
+        serde_json::json!([
+            {"topic": "zcpipe/available", "payload_available": "online", "payload_not_available": "offline"},
+            {"topic": "zcpipe/front/available", "payload_available": "online", "payload_not_available": "offline"},
+        ]),
+        "the run and the camera both up"
     );
+    assert_eq!(v["availability_mode"], "all");
     assert_eq!(v["device"]["identifiers"][0], "zcpipe-box_front");
     assert_eq!(v["device"]["name"], "zcpipe front");
     assert_eq!(v["value_template"], "{{ 'ON' if (value | int(0)) > 0 else 'OFF' }}");
@@ -165,6 +169,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
         [
             ("announce", "homeassistant/sensor/zcpipe-box/front_fps/config"),
             ("announce", "homeassistant/event/zcpipe-box/front_events/config"),
+            ("state", "zcpipe/front/available"),
             ("once", "zcpipe/front/detections"),
             ("announce", "homeassistant/binary_sensor/zcpipe-box/front_dog/config"),
             ("state", "zcpipe/front/dog"),
@@ -172,7 +177,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
             ("state", "zcpipe/front/person"),
         ]
     );
-    let Out::Once(d) = &out[2] else { panic!() };
+    let Out::Once(d) = &out[3] else { panic!() };
     let v: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
     assert_eq!(
         (v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()),
@@ -181,7 +186,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
     assert_eq!(v["detections"].as_array().unwrap().len(), 3);
     assert!(v.get("type").is_none() && !d.retain);
     assert!(d.text().contains("\"score\":0.9,\"box\":[1.0,2.0,3.0,4.0]"), "f32 as on the socket: {}", d.text());
-    let Out::State(p) = &out[6] else { panic!() };
+    let Out::State(p) = &out[7] else { panic!() };
     assert_eq!((&*p.text(), p.retain), ("2", true));
     // The same counts: nothing but the detections. Then the dog leaves: 0 for dog.
     out.clear();
@@ -294,16 +299,8 @@ fn wall_time_of_a_monotonic_stamp_is_now_less_its_age() {
 /// place; each component has its own options (others are an error for HA's schema); an
 /// `origin` names who published it. Returns every rule the message breaks.
 fn ha_discovery_violations(m: &Msg) -> Vec<String> {
-    const COMMON: &[&str] = &[
-        "name",
-        "unique_id",
-        "default_entity_id",
-        "availability_topic",
-        "payload_available",
-        "payload_not_available",
-        "device",
-        "origin",
-    ];
+    const COMMON: &[&str] =
+        &["name", "unique_id", "default_entity_id", "availability", "availability_mode", "device", "origin"];
     const STATE: &[&str] = &["state_topic", "value_template"];
     let (own, needs): (&[&str], &str) = match m.topic.split('/').nth(1) {
         Some("binary_sensor") => (&["device_class", "payload_on", "payload_off"], "state_topic"),
@@ -337,7 +334,7 @@ fn ha_discovery_violations(m: &Msg) -> Vec<String> {
             bad.push(format!("option {k} is not one of {}'s", parts[1]));
         }
     }
-    for k in ["unique_id", "default_entity_id", needs, "availability_topic", "device", "origin"] {
+    for k in ["unique_id", "default_entity_id", needs, "availability", "device", "origin"] {
         if !o.contains_key(k) {
             bad.push(format!("{k} missing"));
         }
@@ -458,7 +455,7 @@ fn with_a_tracker_occupancy_is_live_tracks_not_a_frames_detections() {
     for labels in [&["person"][..], &[], &["person"]] {
         t.line(&frame("front", 1, labels), wall, &mut out);
     }
-    assert_eq!(states(&out), []);
+    assert_eq!(states(&out), [("zcpipe/front/available".to_string(), "online".to_string())], "no count, the camera up");
     out.clear();
     t.line(&event("new", 1, "person"), wall, &mut out);
     assert_eq!(states(&out), [("zcpipe/front/person".to_string(), "1".to_string())]);
@@ -526,6 +523,7 @@ fn line_crossings_are_counters_with_a_sensor_each() {
     assert_eq!(
         states,
         [
+            ("zcpipe/front/available".to_string(), "online".to_string()),
             ("zcpipe/front/lines/exit/person/in".to_string(), "0".to_string()),
             ("zcpipe/front/lines/exit/person/out".to_string(), "1".to_string())
         ]
@@ -550,5 +548,37 @@ fn line_crossings_are_counters_with_a_sensor_each() {
     assert!(
         matches!(states[..], [Out::State(m)] if m.topic.ends_with("/out") && m.payload == b"2" && m.retain),
         "{states:?}"
+    );
+}
+
+#[test]
+fn a_camera_removed_goes_unavailable_with_its_counts_at_zero_and_comes_back() {
+    let mut t = Translator::new(cfg());
+    let wall = |ns: u64| ns / 1_000_000;
+    let mut out = vec![];
+    t.line(&frame("front", 1, &["person"]), wall, &mut out);
+    out.clear();
+    t.camera_removed("front", &mut out);
+    let states: Vec<(String, String, bool)> = out
+        .iter()
+        .map(|o| match o {
+            Out::State(m) => (m.topic.clone(), m.text().into_owned(), m.retain),
+            other => panic!("only states: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("zcpipe/front/person".to_string(), "0".to_string(), true),
+            ("zcpipe/front/available".to_string(), "offline".to_string(), true)
+        ]
+    );
+    out.clear();
+    t.camera_removed("nosuch", &mut out);
+    assert!(out.is_empty(), "a camera never seen: nothing");
+    t.line(&frame("front", 2, &[]), wall, &mut out);
+    assert!(
+        out.iter().any(|o| matches!(o, Out::State(m) if m.topic == "zcpipe/front/available" && m.text() == "online")),
+        "back: online again"
     );
 }

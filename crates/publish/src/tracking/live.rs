@@ -81,6 +81,18 @@ impl Tracking {
         Ok(changed)
     }
 
+    /// Camera `name` joins the run, after the cameras there: tracked from its first frame,
+    /// with no zones or lines until a scene gives it some.
+    pub(crate) fn add_camera(&mut self, name: &str) {
+        self.cameras.push(name.to_string());
+        self.trackers.push(None);
+        self.arrived.push(None);
+        self.slow_said.push(false);
+        self.after_gap.push(false);
+        self.gates.push(None);
+        self.sizes.push(None);
+    }
+
     /// Camera `camera` was removed from the run: its tracks end now (their `end` events).
     pub(crate) fn end_camera(
         &mut self,

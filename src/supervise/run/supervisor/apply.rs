@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 
-use zcpipe_core::control::{
-    self, CameraRun, CameraState, Channel, Refusal, Reply, Request, StageAsk, StageRequest, VERSION,
-};
+use zcpipe_core::control::{self, CameraRun, CameraState, Refusal, Reply, Request, StageRequest};
 use zcpipe_core::frame::Stage;
 use zcpipe_core::id::StageId;
 
@@ -28,6 +26,10 @@ use super::Supervisor;
 /// How long the publish stage has to take a live change.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a publish stage restarted by a change lives on: its web view answers the
+/// request (`POST /api/control`) that restarted it.
+const ANSWER_GRACE: Duration = Duration::from_millis(500);
+
 /// The flags the publish stage takes live.
 const LIVE_FLAGS: [&str; 3] = ["--zone=", "--line=", "--loiter="];
 
@@ -35,10 +37,15 @@ fn refused(error: Refusal, message: impl Into<String>) -> Reply {
     Reply::Refused { error, message: message.into() }
 }
 
-/// Whether `old` and `new` differ only in [`LIVE_FLAGS`].
-fn only_live_flags_differ(old: &[String], new: &[String]) -> bool {
+/// The flags the scale, infer and publish stages take live with the cameras
+/// ([`StageRequest::Cameras`]): the cameras' list, rates and weights (a camera added after
+/// the others; the scale stage's pool keeps the size it was made with until it restarts).
+const CAMERA_FLAGS: [&str; 4] = ["--cameras=", "--detect-fps=", "--weight=", "--scale-buffers="];
+
+/// Whether `old` and `new` differ only in flags starting with one of `live`.
+fn differ_only_in(old: &[String], new: &[String], live: &[&str]) -> bool {
     let rest = |v: &[String]| -> Vec<String> {
-        v.iter().filter(|f| !LIVE_FLAGS.iter().any(|l| f.starts_with(l))).cloned().collect()
+        v.iter().filter(|f| !live.iter().any(|l| f.starts_with(l))).cloned().collect()
     };
     rest(old) == rest(new)
 }
@@ -227,7 +234,7 @@ impl Supervisor {
             let _ = p.child.kill();
         }
         let id = p.id.to_string();
-        if let Err(e) = self.tell_publish(StageRequest::CameraRemoved { camera: camera.to_string() }) {
+        if let Err(e) = self.tell("publish", StageRequest::CameraRemoved { camera: camera.to_string() }) {
             log::warn!(
                 "the publish stage was not told that camera {camera} is gone ({e}); its tracks end on their own"
             );
@@ -280,22 +287,11 @@ impl Supervisor {
         if old == new.stage_flags.iter().cloned().collect() {
             return Reply::Unchanged;
         }
-        // The publish stage first: a live change it refuses leaves everything as it was.
+        let (live, told) = match self.take_live(&old, &new, &change) {
+            Ok(l) => l,
+            Err(r) => return r,
+        };
         let publish: StageId = Stage::Publish.into();
-        let (old_pub, new_pub) = (old.get(&publish), new.stage_flags.iter().find(|(id, _)| *id == publish));
-        let mut publish_live = false;
-        if let (Some(o), Some((_, n))) = (old_pub, new_pub) {
-            if o != n && only_live_flags_differ(o, n) {
-                let cameras = self.live.as_ref().map(|l| l.next_scene()).unwrap_or_default();
-                if let Err(e) = self.tell_publish(StageRequest::Scene { cameras, change: change.clone() }) {
-                    return refused(
-                        Refusal::Failed,
-                        format!("the publish stage did not take the change ({e}); nothing was changed"),
-                    );
-                }
-                publish_live = true;
-            }
-        }
         let (mut restarted, mut started, mut stopped) = (vec![], vec![], vec![]);
         let several = new.cameras.len() > 1;
         for (id, flags) in &new.stage_flags {
@@ -320,12 +316,17 @@ impl Supervisor {
                     if without_report_fd(&p.args) == *flags {
                         continue;
                     }
+                    // Restarted later (a crash), it starts with the new options.
                     p.args = args;
                     let camera = id.camera.clone().unwrap_or_default();
-                    if (id == &publish && publish_live) || self.removed.contains(&camera) {
+                    if live.contains(id) || self.removed.contains(&camera) {
                         continue;
                     }
-                    p.restart_on_request();
+                    match *id == publish {
+                        // Its web view may be serving this very request: the answer goes first.
+                        true => p.restart_on_request_in(ANSWER_GRACE),
+                        false => p.restart_on_request(),
+                    }
                     restarted.push(id.to_string());
                 }
             }
@@ -346,10 +347,78 @@ impl Supervisor {
         match restarted.iter().any(|r| *r == publish.to_string()) {
             // The publish stage that would say it is being replaced: its successor will.
             true => self.untold.push(change.clone()),
-            false if !publish_live => self.announce("", &change),
+            false if !told => self.announce("", &change),
             false => {}
         }
         Reply::Done { change, restarted, started, stopped }
+    }
+
+    /// Hands the stages after capture what they take live from run `new`: the publish
+    /// stage its zones, lines and loitering times, and the scale, infer and publish stages
+    /// the cameras (a camera added, a camera's rate or weight) when nothing else of theirs
+    /// changed. The stages that took it all (none of them is restarted), and whether the
+    /// publish stage was handed the change in words (it tells the clients). A scene the
+    /// publish stage refuses refuses the whole change (nothing is changed); a stage that
+    /// cannot take the cameras is restarted with them instead.
+    fn take_live(
+        &self,
+        old: &BTreeMap<StageId, Vec<String>>,
+        new: &RunConfig,
+        change: &str,
+    ) -> Result<(Vec<StageId>, bool), Reply> {
+        let publish: StageId = Stage::Publish.into();
+        let flags_of = |id: &StageId| new.stage_flags.iter().find(|(i, _)| i == id).map(|(_, f)| f);
+        let had: Vec<&str> = self.a.live_cameras.iter().map(|c| c.name.as_str()).collect();
+        // The scene of the cameras the publish stage has, first: refused, nothing changed.
+        let (mut scene_new, mut scene_changed) = (vec![], false);
+        if let (Some(o), Some(n)) = (old.get(&publish), flags_of(&publish)) {
+            let both: Vec<&str> = LIVE_FLAGS.iter().chain(&CAMERA_FLAGS).copied().collect();
+            scene_changed = differ_only_in(o, n, &both) && !differ_only_in(o, n, &CAMERA_FLAGS);
+            if scene_changed {
+                let all = self.live.as_ref().map(|l| l.next_scene()).unwrap_or_default();
+                let (known, added): (Vec<_>, Vec<_>) = all.into_iter().partition(|s| had.contains(&s.camera.as_str()));
+                scene_new = added;
+                let r = StageRequest::Scene { cameras: known, change: change.to_string() };
+                if let Err(e) = self.tell("publish", r) {
+                    let e = format!("the publish stage did not take the change ({e}); nothing was changed");
+                    return Err(refused(Refusal::Failed, e));
+                }
+            }
+        }
+        let cameras_changed = self.a.live_cameras != new.live_cameras;
+        let mut live = vec![];
+        // Downstream first: a camera's first frame finds its name there.
+        for stage in [Stage::Publish, Stage::Infer, Stage::Scale] {
+            let id: StageId = stage.into();
+            let (Some(o), Some(n)) = (old.get(&id), flags_of(&id)) else { continue };
+            let takes: Vec<&str> = match stage {
+                Stage::Publish => LIVE_FLAGS.iter().chain(&CAMERA_FLAGS).copied().collect(),
+                _ => CAMERA_FLAGS.to_vec(),
+            };
+            if o == n || !differ_only_in(o, n, &takes) {
+                continue;
+            }
+            if cameras_changed && !differ_only_in(o, n, &LIVE_FLAGS) {
+                let r = StageRequest::Cameras { cameras: new.live_cameras.clone() };
+                if let Err(e) = self.tell(stage.name(), r) {
+                    log::warn!(
+                        "the {} stage did not take the cameras live ({e}); it is restarted with them",
+                        stage.name()
+                    );
+                    continue;
+                }
+            }
+            live.push(id);
+        }
+        // The scene of the cameras new to the publish stage (their pictures' size is not
+        // known yet: nothing to refuse).
+        if live.contains(&publish) && scene_changed && !scene_new.is_empty() {
+            let r = StageRequest::Scene { cameras: scene_new, change: change.to_string() };
+            if let Err(e) = self.tell("publish", r) {
+                log::warn!("the publish stage did not take the new cameras' zones and lines ({e})");
+            }
+        }
+        Ok((live, scene_changed))
     }
 
     /// Tells the clients the changes that restarted the publish stage, once its successor is
@@ -359,7 +428,9 @@ impl Supervisor {
             return;
         }
         let publish: StageId = Stage::Publish.into();
-        if !self.procs.iter().any(|p| p.id == publish && p.status.is_none() && p.up_since.is_some()) {
+        // Its successor: the one to be killed for the change is not.
+        let up = |p: &Proc| p.status.is_none() && p.up_since.is_some() && !p.planned;
+        if !self.procs.iter().any(|p| p.id == publish && up(p)) {
             return;
         }
         for change in std::mem::take(&mut self.untold) {
@@ -370,20 +441,13 @@ impl Supervisor {
     /// Tells the clients of the detections socket about `change` (through the publish stage).
     fn announce(&self, camera: &str, change: &str) {
         let r = StageRequest::Announce { camera: camera.to_string(), change: change.to_string() };
-        if let Err(e) = self.tell_publish(r) {
+        if let Err(e) = self.tell("publish", r) {
             log::info!("the detections socket's clients were not told ({e})");
         }
     }
 
-    /// Sends `request` to the publish stage and waits for its answer.
-    fn tell_publish(&self, request: StageRequest) -> Result<(), String> {
-        let path = self.a.data.run_dir.join(control::STAGE_SOCKET);
-        let ch = Channel::connect(&path, STAGE_TIMEOUT).map_err(|e| format!("{e:#}"))?;
-        ch.send(&StageAsk { version: VERSION, request }).map_err(|e| format!("{e:#}"))?;
-        let bytes = ch
-            .recv_bytes()
-            .map_err(|e| format!("{e:#}"))?
-            .ok_or_else(|| "the publish stage hung up without an answer".to_string())?;
-        serde_json::from_slice::<control::StageAnswer>(&bytes).map_err(|e| format!("its answer: {e}"))?
+    /// Sends `request` to stage `stage` and waits for its answer.
+    fn tell(&self, stage: &str, request: StageRequest) -> Result<(), String> {
+        control::tell_stage(&self.a.data.run_dir, stage, request, STAGE_TIMEOUT)
     }
 }
