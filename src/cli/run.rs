@@ -63,8 +63,9 @@ pub struct RunArgs {
     /// Detections socket (default $XDG_RUNTIME_DIR/zcpipe/detections.sock, /run/zcpipe/... for root; detections-<instance>.sock for an --instance other than default).
     #[arg(long)]
     pub publish: Option<PathBuf>,
-    /// Group whose members may connect to the detections socket (mode 660). Default: the
-    /// zcpipe group when it exists, else only this user.
+    /// Group whose members may connect to the detections socket (mode 660) and change the run
+    /// with zcpipe ctl (its control socket). Default: the zcpipe group when it exists, else
+    /// only this user.
     #[arg(long)]
     pub socket_group: Option<String>,
     /// Print the JSON lines on stdout instead of readable lines (logs, stats, summary stay on stderr).
@@ -210,6 +211,7 @@ impl RunArgs {
             restart,
             cameras,
             live_cameras,
+            control_group: zcpipe_publish::socket_group(self.socket_group.as_deref())?.map(|g| g.gid.as_raw()),
             secret_env: [self.mqtt.secret_env(), self.http.secret_env()].concat(),
         })
     }

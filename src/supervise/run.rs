@@ -194,6 +194,9 @@ pub struct RunConfig {
     /// The cameras as the stages after capture take them live: name, detection rate and
     /// weight, in order.
     pub live_cameras: Vec<zcpipe_core::control::LiveCamera>,
+    /// The group whose members may change the run through its control socket besides its
+    /// user (`--socket-group`, else the `zcpipe` group where the run may use it).
+    pub control_group: Option<u32>,
     /// Secrets the stages get in their environment, never on their command lines (which
     /// every local user reads in `/proc/PID/cmdline`; a process's environment only its own
     /// user, proc(5)): (variable, value), e.g. the MQTT password, the web view's token.

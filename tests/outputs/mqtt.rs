@@ -430,6 +430,7 @@ fn check_stats_and_topics(
     let mut known: BTreeSet<String> = [
         "zcpipe-mqtt-run/available",
         "zcpipe-mqtt-run/stats",
+        "zcpipe-mqtt-run/cam0/available",
         "zcpipe-mqtt-run/cam0/detections",
         "zcpipe-mqtt-run/cam0/events",
         "homeassistant/sensor/zc-test/cam0_fps/config",

@@ -430,3 +430,49 @@ fn removed_and_added(r: &Run) {
     assert_eq!((code, out.as_str()), (0, "done: camera back removed (stopped capture@back)"));
     assert!(wait_for(Duration::from_secs(10), || camera_pid(r.d, "back").is_none()));
 }
+
+/// A member of the run's group (`--socket-group`) may change the run; a user outside it may
+/// not, and is logged.
+#[test]
+fn the_runs_group_may_change_it_and_no_one_else() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: acting as another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Other users pass through the test's folder (never write): the run directory is the gate.
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let mut cmd = zcpipe_run(d);
+    cmd.args(["--instance", "ctl-group", "--source", "testsrc:320x240@10", "--infer", "none", "--no-print"]);
+    cmd.args(["--socket-group", "nogroup"]);
+    let mut run = Reap(cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let sock = d.join("run/control.sock");
+    assert!(wait_for(Duration::from_secs(30), || sock.exists()
+        && camera_pid(d, "cam0").or(stage_pid(d, "capture")).is_some()));
+    let mode = |p: &Path| std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(p).unwrap()) & 0o777;
+    assert_eq!((mode(&d.join("run")), mode(&sock)), (0o710, 0o660), "the group passes through and may connect");
+    let as_user = |gid: u32| {
+        let out = zcpipe().args(["ctl", "--run-dir"]).arg(d.join("run")).arg("cameras").uid(65534).gid(gid).output();
+        let out = out.unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = as_user(65534);
+    assert_eq!(code, Some(0), "a member of nogroup: {out} {err}");
+    assert!(out.starts_with("cam0") && out.contains("streaming"), "{out}");
+    let (code, _, err) = as_user(65533);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot reach the run") || err.contains("Permission denied"), "{err}");
+    kill(Pid::from_raw(run.0.id() as i32), Signal::SIGINT).unwrap();
+    let status = run.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    println!("EVIDENCE control: uid 65534 in group nogroup answered, outside it refused: {code:?}");
+}

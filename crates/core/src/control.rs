@@ -297,6 +297,8 @@ pub struct Channel {
     pub peer_uid: u32,
     /// The peer's pid.
     pub peer_pid: i32,
+    /// The peer's effective gid.
+    pub peer_gid: u32,
 }
 
 impl Channel {
@@ -318,13 +320,26 @@ impl Channel {
         });
         nix::sys::socket::setsockopt(&fd, sockopt::ReceiveTimeout, &tv).context("SO_RCVTIMEO")?;
         nix::sys::socket::setsockopt(&fd, sockopt::SendTimeout, &tv).context("SO_SNDTIMEO")?;
-        Ok(Channel { fd, peer_uid: cred.uid(), peer_pid: cred.pid() })
+        Ok(Channel { fd, peer_uid: cred.uid(), peer_pid: cred.pid(), peer_gid: cred.gid() })
     }
 
     /// Whether the peer may control this run: our uid, or root.
     pub fn peer_allowed(&self) -> bool {
         let me = nix::unistd::geteuid().as_raw();
         self.peer_uid == me || self.peer_uid == 0
+    }
+
+    /// Whether the peer is in group `gid`: its effective group, or one of its supplementary
+    /// groups (`Groups:` of `/proc/PID/status`, read while it is connected).
+    pub fn peer_in_group(&self, gid: u32) -> bool {
+        if self.peer_gid == gid {
+            return true;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.peer_pid)).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
     }
 
     /// Sends `msg` as one JSON message (at most [`MAX_MESSAGE`] bytes).

@@ -41,16 +41,25 @@ pub(super) struct ControlServer {
 }
 
 impl ControlServer {
-    /// Binds the control socket in `run_dir` (mode 0600) and starts accepting.
-    pub(super) fn bind(run_dir: &Path) -> Result<ControlServer> {
+    /// Binds the control socket in `run_dir` (mode 0600; with `group`, that group's members
+    /// may change the run too: the socket is 0660 of that group, and the run directory lets
+    /// the group through, 0710) and starts accepting.
+    pub(super) fn bind(run_dir: &Path, group: Option<u32>) -> Result<ControlServer> {
         let path = run_dir.join(control::SOCKET);
         let fd = control::listen_at(&path, false, 16)?;
+        let group = group.filter(|&g| match share(run_dir, &path, g) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("control: the run's socket stays its user's only: {e:#}");
+                false
+            }
+        });
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || accept_loop(fd, tx, &s))
+            .spawn(move || accept_loop(fd, tx, &s, group))
             .context("starting the control thread")?;
         Ok(ControlServer { rx, stop, thread: Some(thread), path })
     }
@@ -71,8 +80,23 @@ impl Drop for ControlServer {
     }
 }
 
-/// Accepts clients until `stop`, each served on its own thread (at most [`MAX_CLIENTS`]).
-fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool) {
+/// Gives group `gid` the control socket at `path` (0660) and a way through `run_dir` (0710).
+fn share(run_dir: &Path, path: &Path, gid: u32) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let gid = nix::unistd::Gid::from_raw(gid);
+    for p in [run_dir, path] {
+        nix::unistd::chown(p, None, Some(gid)).with_context(|| format!("chgrp {gid} {}", p.display()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("chmod 660 {}", path.display()))?;
+    let mode = std::fs::metadata(run_dir)?.mode() & 0o7777;
+    std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(mode | 0o010))
+        .with_context(|| format!("chmod g+x {}", run_dir.display()))
+}
+
+/// Accepts clients until `stop`, each served on its own thread (at most [`MAX_CLIENTS`]):
+/// this run's user, root, and with `group` that group's members.
+fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool, group: Option<u32>) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut refused = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -84,11 +108,12 @@ fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool) {
         // SAFETY: accept4 returned a new descriptor that nothing else owns.
         let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
         let Ok(ch) = Channel::from_fd(conn, REQUEST_TIMEOUT) else { continue };
-        if !ch.peer_allowed() {
+        if !ch.peer_allowed() && !group.is_some_and(|g| ch.peer_in_group(g)) {
             refused += 1;
             if refused <= 20 || refused.is_power_of_two() {
+                let who = group.map_or(String::new(), |g| format!(", the members of group {g}"));
                 log::warn!(
-                    "control: refused pid {} of uid {}: only this run's user (or root) may change it ({refused} refused so far)",
+                    "control: refused pid {} of uid {}: only this run's user{who} (or root) may change it ({refused} refused so far)",
                     ch.peer_pid,
                     ch.peer_uid
                 );

@@ -57,6 +57,8 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     let out = Out::offer(down, 8, ctx.data.ring_policy, what, labels)?;
     // Bound before the stage says it is ready: a client that sees the pipeline up finds it.
     let service = cfg.service.clone().map(|c| Service::bind(c, model_info)).transpose()?;
+    // Without it the stage runs as before, only without live changes.
+    let control = live::Control::bind(&ctx.data.run_dir);
     // Last: scale's frames flow from here on, so nothing else may be left to set up (a
     // frame that waited for it would be replaced by a newer one).
     let (input, bound) = join_scale(&ctx, &spec, &mut *det)?;
@@ -68,8 +70,6 @@ pub fn run(cfg: InferConfig, ctx: StageCtx<'_>) -> Result<i32> {
     );
     let input = RefCell::new(input);
     let down = RefCell::new(Downstream::new(listener));
-    // Without it the stage runs as before, only without live changes.
-    let control = live::Control::bind(&ctx.data.run_dir);
 
     let start = Instant::now();
     // Frames out are the span's frames: `span.tick` counts each record sent.
