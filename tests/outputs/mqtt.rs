@@ -332,6 +332,10 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     for (m, e) in mq.iter().zip(&events) {
         assert_eq!((&m["event"], &m["track_id"], &m["label"]), (&e["event"], &e["track_id"], &e["label"]));
         assert!(m["time_ms"].is_u64());
+        // Its stable id: board (the machine id's, without --board-id), camera, track, kind, time.
+        let board = m["board"].as_str().unwrap();
+        let id = format!("{board}/cam0/{}/{}/{}", e["track_id"], e["event"].as_str().unwrap(), m["time_ms"]);
+        assert_eq!((m["v"].as_u64(), m["event_id"].as_str()), (Some(1), Some(id.as_str())), "{m}");
     }
 
     // Stats (the last at the end: every frame), availability, and nothing else.
@@ -420,10 +424,18 @@ fn check_stats_and_topics(
     assert_eq!(stats["cameras"]["cam0"]["frames"], 40);
     assert_eq!(stats["cameras"]["cam0"]["detection_messages"].as_u64().unwrap() as usize, with_dets);
     assert_eq!(sub.payloads("zcpipe-mqtt-run/available"), ["online", "offline"]);
+    // The board's status (retained, the last at the end): the same frames, and its events.
+    let status: Value = serde_json::from_str(sub.payloads("zcpipe-mqtt-run/status").last().unwrap()).unwrap();
+    assert_eq!((status["v"].as_u64(), &status["cameras"]["cam0"]["frames"]), (Some(1), &Value::from(40)));
+    assert_eq!(
+        status["cameras"]["cam0"]["events"].as_u64().unwrap() as usize,
+        sub.payloads("zcpipe-mqtt-run/cam0/events").len()
+    );
     let topics: BTreeSet<String> = msgs.iter().map(|(t, _)| t.clone()).collect();
     let mut known: BTreeSet<String> = [
         "zcpipe-mqtt-run/available",
         "zcpipe-mqtt-run/stats",
+        "zcpipe-mqtt-run/status",
         "zcpipe-mqtt-run/cam0/detections",
         "zcpipe-mqtt-run/cam0/events",
         "homeassistant/sensor/zc-test/cam0_fps/config",

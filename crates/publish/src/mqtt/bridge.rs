@@ -123,12 +123,12 @@ fn qos(n: u8) -> QoS {
 }
 
 #[cfg(feature = "mqtt-tls")]
-fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
+fn tls_transport(_broker: &super::BrokerUrl, ca: Option<&std::path::Path>) -> Result<rumqttc::Transport> {
     use anyhow::Context as _;
     use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(ca) = &cfg.ca_file {
+    if let Some(ca) = ca {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
             .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
             .map_err(|e| anyhow::anyhow!("--mqtt-ca {}: {e}; give a PEM file of CA certificates", ca.display()))?;
@@ -149,25 +149,33 @@ fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
 }
 
 #[cfg(not(feature = "mqtt-tls"))]
-fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
-    anyhow::bail!("--mqtt {}: this zcpipe was built without TLS (cargo feature mqtt-tls); use mqtt:// or rebuild with --features mqtt-tls", cfg.broker.address())
+fn tls_transport(broker: &super::BrokerUrl, _ca: Option<&std::path::Path>) -> Result<rumqttc::Transport> {
+    anyhow::bail!("--mqtt {}: this zcpipe was built without TLS (cargo feature mqtt-tls); use mqtt:// or rebuild with --features mqtt-tls", broker.address())
 }
 
-/// The rumqttc options of `cfg`: client id, credentials, the last will (`offline`,
-/// retained, on `P/available`), keep-alive 30 s, packets up to 4 MiB (a snapshot), TLS for `mqtts://`.
-pub fn options(cfg: &MqttConfig) -> Result<MqttOptions> {
-    let mut o = MqttOptions::new(cfg.client_id.clone(), cfg.broker.host.clone(), cfg.broker.port);
+/// The rumqttc options of a client `client_id` of `broker`: credentials, keep-alive 30 s,
+/// a clean session, packets up to 4 MiB (a snapshot), TLS for `mqtts://` (CA certificates
+/// of `ca` trusted besides the built-in roots).
+pub fn base_options(broker: &super::BrokerUrl, client_id: &str, ca: Option<&std::path::Path>) -> Result<MqttOptions> {
+    let mut o = MqttOptions::new(client_id, broker.host.clone(), broker.port);
     o.set_keep_alive(Duration::from_secs(30));
     o.set_clean_session(true);
     o.set_max_packet_size(MAX_PACKET, MAX_PACKET);
     o.set_request_channel_capacity(REQUEST_CHANNEL);
+    if let Some(u) = &broker.user {
+        o.set_credentials(u.clone(), broker.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
+    }
+    if broker.tls {
+        o.set_transport(tls_transport(broker, ca)?);
+    }
+    Ok(o)
+}
+
+/// The rumqttc options of `cfg` ([`base_options`]) with its last will (`offline`,
+/// retained, on `P/available`).
+pub fn options(cfg: &MqttConfig) -> Result<MqttOptions> {
+    let mut o = base_options(&cfg.broker, &cfg.client_id, cfg.ca_file.as_deref())?;
     o.set_last_will(LastWill::new(cfg.availability_topic(), "offline", qos(cfg.qos), true));
-    if let Some(u) = &cfg.broker.user {
-        o.set_credentials(u.clone(), cfg.broker.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
-    }
-    if cfg.broker.tls {
-        o.set_transport(tls_transport(cfg)?);
-    }
     Ok(o)
 }
 
@@ -366,6 +374,8 @@ impl Output for MqttOutput {
         if self.tr.stats_due() {
             let m = self.tr.stats(self.counters_json());
             self.scratch.push(Out::Once(m));
+            let s = self.tr.status(self.counters());
+            self.scratch.push(Out::State(s));
             self.enqueue();
         }
     }
@@ -387,6 +397,8 @@ impl Output for MqttOutput {
         self.enqueue();
         let m = self.tr.stats(self.counters_json());
         self.scratch.push(Out::Once(m));
+        let s = self.tr.status(self.counters());
+        self.scratch.push(Out::State(s));
         self.enqueue();
         let start = Instant::now();
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).closing = Some(start + CLOSE_BUDGET * 7 / 10);

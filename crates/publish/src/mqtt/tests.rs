@@ -1,7 +1,7 @@
 use super::*;
 use zcpipe_core::schema::{DetectionJson, LatencyJson};
 
-fn cfg() -> MqttConfig {
+pub(super) fn cfg() -> MqttConfig {
     MqttConfig {
         broker: BrokerUrl::parse("mqtt://alice:s3cret@broker.lan").unwrap(),
         client_id: "zcpipe-box".into(),
@@ -12,6 +12,8 @@ fn cfg() -> MqttConfig {
         queue: 10,
         stats_every: Duration::from_secs(10),
         ca_file: None,
+        board: "box1".into(),
+        board_url: None,
     }
 }
 
