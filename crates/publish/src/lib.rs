@@ -9,6 +9,7 @@
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
 mod control;
+pub mod fleet;
 pub mod http;
 pub mod mqtt;
 pub mod output;
