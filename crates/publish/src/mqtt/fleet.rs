@@ -248,30 +248,6 @@ mod tests {
     }
 
     #[test]
-    fn a_clip_has_its_own_id_and_keeps_its_number_for_home_assistant() {
-        let mut t = Translator::new(cfg());
-        let c = ClipJson {
-            camera: "door".into(),
-            id: 42,
-            start_ms: 1_000,
-            end_ms: 9_000,
-            complete: true,
-            reason: None,
-            labels: vec!["person".into()],
-            tracks: vec![3],
-            zones: vec![],
-            bytes: 1,
-            path: "/x.mp4".into(),
-            url: Some("/clips/42.mp4".into()),
-            thumbnail: None,
-        };
-        let (text, e) = read(&mut t, &SocketLine::Clip(c));
-        assert_eq!((e.event_id.as_str(), e.event.as_str(), e.time_ms), ("box1/door/clip/42/9000", "clip", 9000));
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!((v["id"].as_i64(), v["url"].as_str()), (Some(42), Some("/clips/42.mp4")));
-    }
-
-    #[test]
     fn board_ids_are_checked_and_the_machine_id_gives_a_short_one() {
         assert_eq!(check_board_id("barn-2_b").unwrap(), "barn-2_b");
         for bad in ["", "a/b", "a b", "x+", &"x".repeat(65)] {

@@ -271,6 +271,11 @@ fn a_closed_clip_is_an_event_of_type_clip_with_its_id_and_url() {
         (v["event"].as_str(), v["id"].as_i64(), v["url"].as_str(), v["time_ms"].as_i64()),
         (Some("clip"), Some(42), Some("/clips/42.mp4"), Some(9_000))
     );
+    // Its stable id for a fleet: the clip's own `id` stays its number.
+    assert_eq!(
+        (v["v"].as_u64(), v["board"].as_str(), v["event_id"].as_str()),
+        (Some(1), Some("box1"), Some("box1/door/clip/42/9000"))
+    );
     // Home Assistant's event entity knows the type and passes the id and URL on.
     let d = cfg().events_discovery("door").unwrap();
     let d: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
