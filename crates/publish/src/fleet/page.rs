@@ -201,9 +201,9 @@ pub fn html(f: &Fleet, now: Instant) -> String {
         "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\"><title>zcpipe fleet</title><style>body{font-family:sans-serif;margin:1em}.board{border:1px solid #999;padding:.5em;margin:.5em 0}.on{color:#080}.off{color:#b00}table{border-collapse:collapse}td,th{padding:0 .6em;text-align:left}</style></head><body>",
     );
     let online = f.boards().values().filter(|b| b.online(now)).count();
-    let _ = write!(
+    let _ = writeln!(
         o,
-        "<h1>zcpipe fleet: <span id=\"online\">{online}</span> of <span id=\"boards\">{}</span> boards online</h1>\n",
+        "<h1>zcpipe fleet: <span id=\"online\">{online}</span> of <span id=\"boards\">{}</span> boards online</h1>",
         f.boards().len()
     );
     for b in f.boards().values() {
