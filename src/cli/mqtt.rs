@@ -43,6 +43,11 @@ pub struct MqttArgs {
     /// QoS of every message (0, 1 or 2).
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub mqtt_qos: u8,
+    /// QoS of the detections messages (0, 1 or 2; default --mqtt-qos). 0 with --mqtt-qos 1:
+    /// a board's bridge queues events, counts and status while its uplink is down, not
+    /// every frame's detections.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub mqtt_detections_qos: Option<u8>,
     /// Retain the per-label count topics and stats (availability and discovery are always
     /// retained; detections and events never).
     #[arg(long)]
@@ -116,6 +121,7 @@ impl MqttArgs {
             topic_prefix,
             discovery_prefix: (!self.mqtt_no_discovery).then(|| self.mqtt_discovery_prefix.clone()),
             qos: self.mqtt_qos,
+            detections_qos: self.mqtt_detections_qos.unwrap_or(self.mqtt_qos),
             retain: self.mqtt_retain,
             queue: self.mqtt_queue as usize,
             stats_every: Duration::from_secs(self.mqtt_stats_interval as u64),
@@ -182,6 +188,7 @@ impl MqttArgs {
             v.push("--mqtt-no-discovery".into());
         }
         v.push(format!("--mqtt-qos={}", self.mqtt_qos));
+        v.extend(self.mqtt_detections_qos.iter().map(|q| format!("--mqtt-detections-qos={q}")));
         if self.mqtt_retain {
             v.push("--mqtt-retain".into());
         }
@@ -213,6 +220,8 @@ mod tests {
             "mqtt://alice:p%40ss@broker.lan",
             "--mqtt-qos",
             "1",
+            "--mqtt-detections-qos",
+            "0",
             "--mqtt-retain",
             "--mqtt-queue",
             "7",
@@ -229,8 +238,8 @@ mod tests {
         );
         assert_eq!(c.broker.password.as_ref().unwrap().expose(), "p@ss");
         assert_eq!(
-            (c.qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()),
-            (1, true, 7, "home/zc", "zc1")
+            (c.qos, c.detections_qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()),
+            (1, 0, true, 7, "home/zc", "zc1")
         );
         // The stage's command line has no password: its environment has it.
         assert!(!a.flags().concat().contains("p%40ss") && !a.flags().concat().contains("p@ss"), "{:?}", a.flags());

@@ -48,6 +48,9 @@ const REQUEST_CHANNEL: usize = 64;
 /// What the frame loop and the two threads share.
 struct Shared {
     state: Mutex<State>,
+    /// The QoS of every message but the detections', and theirs.
+    qos: QoS,
+    detections_qos: QoS,
     wake: Condvar,
     connected: AtomicBool,
     stop: AtomicBool,
@@ -69,13 +72,14 @@ impl Shared {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         for o in outs {
             match o {
-                Out::Once(m) => st.queue.push(m),
+                Out::Once(m) => st.queue.push((m, self.qos)),
+                Out::Detections(m) => st.queue.push((m, self.detections_qos)),
                 Out::State(m) => {
                     st.latest.insert(m.topic.clone(), m.clone());
                     // Only a state's newest value waits: after a broker outage the flushed
                     // queue never replays an older count after the current one.
-                    st.queue.remove_if(|q| q.topic == m.topic);
-                    st.queue.push(m);
+                    st.queue.remove_if(|q| q.0.topic == m.topic);
+                    st.queue.push((m, self.qos));
                 }
                 Out::Announce(m) => {
                     st.announce.push(m.clone());
@@ -89,7 +93,8 @@ impl Shared {
 }
 
 struct State {
-    queue: DropOldest<Msg>,
+    /// Each message with its QoS.
+    queue: DropOldest<(Msg, QoS)>,
     /// Discovery configs and `online`, in order: sent after every connection.
     announce: Vec<Msg>,
     /// The latest message of each state topic (counts): sent again after a reconnection.
@@ -196,6 +201,8 @@ impl MqttOutput {
                 closing: None,
             }),
             wake: Condvar::new(),
+            qos: qos(cfg.qos),
+            detections_qos: qos(cfg.detections_qos),
             connected: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             sent: AtomicU64::new(0),
@@ -454,21 +461,21 @@ impl Feeder {
                     return;
                 }
             }
-            let (from_first, m) = match st.first.pop_front() {
-                Some(m) => (true, m),
+            let (from_first, (m, q)) = match st.first.pop_front() {
+                Some(m) => (true, (m, self.qos)),
                 None => match st.queue.pop() {
                     Some(m) => (false, m),
                     None => continue,
                 },
             };
             drop(st);
-            if self.client.try_publish(m.topic.clone(), self.qos, m.retain, m.payload.clone()).is_err() {
+            if self.client.try_publish(m.topic.clone(), q, m.retain, m.payload.clone()).is_err() {
                 // rumqttc's channel is full (the broker is slow): put it back and wait a little.
                 let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
                 if from_first {
                     st.first.push_front(m);
                 } else {
-                    st.queue.unpop(m);
+                    st.queue.unpop((m, q));
                 }
                 drop(st);
                 std::thread::sleep(Duration::from_millis(5));

@@ -222,8 +222,11 @@ pub struct MqttConfig {
     /// Home Assistant's discovery prefix (`--mqtt-discovery-prefix`, `homeassistant`);
     /// `None`: no discovery (`--mqtt-no-discovery`).
     pub discovery_prefix: Option<String>,
-    /// QoS of every message, 0, 1 or 2 (`--mqtt-qos`).
+    /// QoS of every message, 0, 1 or 2 (`--mqtt-qos`), but detections'.
     pub qos: u8,
+    /// QoS of the detections messages (`--mqtt-detections-qos`, default `--mqtt-qos`): 0 keeps
+    /// them out of a bridge's queue while its uplink is down, where events wait at QoS 1.
+    pub detections_qos: u8,
     /// Retain the count topics and `stats` (`--mqtt-retain`); `available` and discovery
     /// configs are always retained, detections and events never.
     pub retain: bool,
@@ -511,8 +514,10 @@ impl<T> DropOldest<T> {
 /// Where a message built from a line goes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Out {
-    /// Sent once, in order with the others (detections, events, stats): queued.
+    /// Sent once, in order with the others (events, stats): queued.
     Once(Msg),
+    /// A frame's detections: queued as [`Out::Once`], sent at the detections' QoS.
+    Detections(Msg),
     /// A state (a count): queued, and also kept as its topic's latest value, sent again
     /// after every reconnection.
     State(Msg),
@@ -668,7 +673,7 @@ impl Translator {
         self.board.frame(f);
         if !f.detections.is_empty() {
             cam.detection_msgs += 1;
-            out.push(Out::Once(Msg {
+            out.push(Out::Detections(Msg {
                 topic: cfg.camera_topic(&f.camera, "detections"),
                 payload: with_time(f, time_ms).into_bytes(),
                 retain: false,

@@ -8,6 +8,7 @@ pub(super) fn cfg() -> MqttConfig {
         topic_prefix: "zcpipe".into(),
         discovery_prefix: Some("homeassistant".into()),
         qos: 0,
+        detections_qos: 0,
         retain: true,
         queue: 10,
         stats_every: Duration::from_secs(10),
@@ -158,6 +159,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
         .iter()
         .map(|o| match o {
             Out::Once(m) => ("once", m.topic.as_str()),
+            Out::Detections(m) => ("detections", m.topic.as_str()),
             Out::State(m) => ("state", m.topic.as_str()),
             Out::Announce(m) => ("announce", m.topic.as_str()),
         })
@@ -167,14 +169,14 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
         [
             ("announce", "homeassistant/sensor/zcpipe-box/front_fps/config"),
             ("announce", "homeassistant/event/zcpipe-box/front_events/config"),
-            ("once", "zcpipe/front/detections"),
+            ("detections", "zcpipe/front/detections"),
             ("announce", "homeassistant/binary_sensor/zcpipe-box/front_dog/config"),
             ("state", "zcpipe/front/dog"),
             ("announce", "homeassistant/binary_sensor/zcpipe-box/front_person/config"),
             ("state", "zcpipe/front/person"),
         ]
     );
-    let Out::Once(d) = &out[2] else { panic!() };
+    let Out::Detections(d) = &out[2] else { panic!() };
     let v: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
     assert_eq!(
         (v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()),
