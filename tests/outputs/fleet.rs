@@ -477,8 +477,8 @@ fn check_every_event(c: &Centre, boards: &[Board]) {
     for (b, i) in boards.iter().zip(1..) {
         let id = format!("b{i}");
         let truth = events(&b.local.as_ref().unwrap().all());
+        // Its own broker may deliver one twice too (QoS 1 after its restart): the ids count.
         let want: BTreeSet<String> = truth.iter().map(|e| e.0.clone()).collect();
-        assert_eq!(want.len(), truth.len(), "{id}: one id per event on its own broker");
         let wait = || {
             let got: BTreeSet<String> =
                 events(&c.sub.all()).into_iter().filter(|e| e.0.starts_with(&format!("{id}/"))).map(|e| e.0).collect();
@@ -513,6 +513,10 @@ fn check_flow_and_queue(c: &Centre, boards: &[Board], from: Instant, to: Instant
     let centre = c.sub.all();
     for i in (1..=BOARDS).filter(|&i| i != CUT) {
         let gap = longest_gap(&centre, i, from, to);
+        eprintln!(
+            "fleet test: b{i}: the longest time between two of its statuses at the centre during the cut: {:.1} s",
+            gap.as_secs_f64()
+        );
         assert!(gap < Duration::from_secs(5), "b{i} paused {gap:?} during the cut");
     }
     let sys = boards[(CUT - 1) as usize].sys.as_ref().unwrap().all();

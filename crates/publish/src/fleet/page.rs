@@ -213,7 +213,16 @@ pub fn html(f: &Fleet, now: Instant) -> String {
     for e in f.recent().iter().rev().take(PAGE_EVENTS) {
         let web = f.boards().get(&e.board).and_then(web_of);
         let link = match (web, &e.url) {
-            (Some(w), Some(u)) if u.starts_with('/') => format!("<a href=\"{}{}\">clip</a>", esc(w), esc(u)),
+            (Some(w), Some(u)) if u.starts_with('/') => {
+                // A clip: its thumbnail (its picture at the event) when the recorder made one.
+                let thumb = match &e.thumbnail {
+                    Some(t) if t.starts_with('/') => {
+                        format!("<img src=\"{}{}\" height=\"48\" alt=\"\"> ", esc(w), esc(t))
+                    }
+                    _ => String::new(),
+                };
+                format!("{thumb}<a href=\"{}{}\">clip</a>", esc(w), esc(u))
+            }
             (Some(w), _) => format!("<a href=\"{}/snapshot/{}.jpg\">snapshot</a>", esc(w), esc(&e.camera)),
             _ => String::new(),
         };
@@ -370,6 +379,9 @@ mod tests {
             "event": "new", "time_ms": 1000, "track_id": 4, "label": "person"});
         f.event("zcpipe/b1/door/events", Some("b1"), e.to_string().as_bytes()).unwrap();
         f.event("zcpipe/b1/door/events", Some("b1"), e.to_string().as_bytes()).unwrap();
+        let clip = serde_json::json!({"v": 1, "event_id": "b1/door/clip/7/900", "board": "b1", "camera": "door",
+            "event": "clip", "time_ms": 900, "id": 7, "url": "/clips/7.mp4", "thumbnail": "/clips/7.jpg"});
+        f.event("zcpipe/b1/door/events", Some("b1"), clip.to_string().as_bytes()).unwrap();
         f
     }
 
@@ -382,6 +394,7 @@ mod tests {
         assert!(h.contains("data-board=\"b1\" data-online=\"true\""), "{h}");
         assert!(h.contains("<a href=\"http://10.0.0.5:8080/\">its web view</a>"), "{h}");
         assert!(!h.contains("javascript:"), "only http(s) links: {h}");
+        assert!(h.contains("<td>clip</td><td></td><td></td><td><img src=\"http://10.0.0.5:8080/clips/7.jpg\" height=\"48\" alt=\"\"> <a href=\"http://10.0.0.5:8080/clips/7.mp4\">clip</a>"), "{h}");
         assert!(h.contains("<td>door</td><td>streaming</td><td>12.5</td>") && h.contains("<td>person 2</td>"), "{h}");
         assert!(h.contains("<td>b1</td><td>door</td><td>new</td><td>person</td><td>4</td><td><a href=\"http://10.0.0.5:8080/snapshot/door.jpg\">snapshot</a>"), "{h}");
         let a = api(&f, now + Duration::from_secs(31));
@@ -390,13 +403,13 @@ mod tests {
             (Some(0), Some(false)),
             "stale after 3 periods"
         );
-        assert_eq!((a["boards"][0]["events"].as_u64(), a["boards"][0]["duplicates"].as_u64()), (Some(1), Some(1)));
+        assert_eq!((a["boards"][0]["events"].as_u64(), a["boards"][0]["duplicates"].as_u64()), (Some(2), Some(1)));
         assert_eq!(a["rejected"]["wrong_board"].as_u64(), Some(1));
         let m = metrics(&f, now);
         for line in [
             "zcpipe_fleet_boards 2",
             "zcpipe_fleet_board_online{board=\"b1\"} 1",
-            "zcpipe_fleet_events_total{board=\"b1\"} 1",
+            "zcpipe_fleet_events_total{board=\"b1\"} 2",
             "zcpipe_fleet_duplicates_total{board=\"b1\"} 1",
             "zcpipe_fleet_camera_fps{board=\"b1\",camera=\"door\"} 12.5",
             "zcpipe_fleet_camera_objects{board=\"b1\",camera=\"door\",label=\"person\"} 2",
