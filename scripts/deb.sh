@@ -16,6 +16,7 @@
 #   /usr/lib/systemd/system/                 deploy/'s units (installed, not enabled)
 #   /etc/zcpipe/zcpipe.toml                  deploy/zcpipe.toml with every setting commented out, a conffile
 #   /usr/share/doc/zcpipe/examples/zcpipe.toml   deploy/zcpipe.toml as it is
+#   /usr/share/doc/zcpipe/examples/mosquitto/zcpipe-bridge.conf   deploy/mosquitto/'s bridge
 #   /usr/share/doc/zcpipe/                   copyright (machine-readable), changelog.Debian.gz
 #   /usr/share/man/man1/zcpipe*.1.gz
 # Depends: dpkg-shlibdeps where it can resolve the binary's libraries (the host's architecture),
@@ -141,6 +142,9 @@ install -d -m 0755 "$root/etc/zcpipe"
 } >"$root/etc/zcpipe/zcpipe.toml"
 chmod 0644 "$root/etc/zcpipe/zcpipe.toml"
 install -D -m 0644 "$config" "$root/usr/share/doc/zcpipe/examples/zcpipe.toml"
+# A board's mosquitto bridged to a fleet's central broker (docs/src/user/fleet.md): an
+# example to copy into /etc/mosquitto/conf.d/ and fill in, not active as installed.
+install -D -m 0644 deploy/mosquitto/zcpipe-bridge.conf "$root/usr/share/doc/zcpipe/examples/mosquitto/zcpipe-bridge.conf"
 echo /etc/zcpipe/zcpipe.toml >"$root/DEBIAN/conffiles"
 
 # Documentation: copyright, changelog, manual pages (packaging/man/: zcpipe.1 and one page per
@@ -218,7 +222,7 @@ Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $installed_size
 Depends: $depends
-Suggests: udev, systemd
+Suggests: udev, systemd, mosquitto
 Section: video
 Priority: optional
 Description: zero-copy camera to NPU pipeline for Rockchip boards

@@ -11,6 +11,7 @@
 #     scripts/models/requirements.txt, for the head tests' models (tests/pipeline/heads.rs).
 #   lintian: `make deb-test` (CI) checks the package with it.
 #   chromium: headless Chromium for `make test-browser` (tests/browser.rs: the web view in a real browser).
+#   iproute2: ip netns and veth pairs for `make test-fleet` (tests/outputs/fleet.rs: boards in namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,7 @@ command -v ps >/dev/null 2>&1 || need_apt+=(procps)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 /usr/bin/python3 -c 'import sys, gi; gi.require_version("Gst", "1.0"); gi.require_version("GstRtspServer", "1.0")
 from gi.repository import Gst, GstRtspServer; Gst.init(None)
 sys.exit(any(Gst.ElementFactory.find(e) is None for e in ("qtdemux", "h264parse", "rtph264pay")))' >/dev/null 2>&1 ||

@@ -14,6 +14,7 @@ pub mod compare;
 pub mod config;
 pub mod detect;
 pub mod display;
+pub mod fleet;
 pub mod http;
 pub mod infer;
 pub mod mqtt;
@@ -99,6 +100,9 @@ pub enum Command {
     /// The configuration file of `zcpipe run`: `zcpipe config check FILE` validates one,
     /// `zcpipe config print [RUN FLAGS]` prints the effective configuration with each value's origin.
     Config(config::ConfigArgs),
+    /// One view of many boards from the broker they all reach: a web page of every board,
+    /// its cameras and latest events, /api/fleet and a fleet-wide /metrics.
+    Fleet(fleet::FleetArgs),
 }
 
 /// One stage, for `zcpipe stage <name>`.
@@ -330,6 +334,7 @@ pub fn main() -> i32 {
         Command::Doctor(_) => "zcpipe doctor".to_string(),
         Command::Eval(_) => "zcpipe eval".to_string(),
         Command::Config(_) => "zcpipe config".to_string(),
+        Command::Fleet(_) => "zcpipe fleet".to_string(),
         Command::Stage { stage } => format!("zcpipe {}", stage.id()),
     };
     init_logging(&cli, &tag);
@@ -382,6 +387,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => crate::doctor::run(a.into(), doctor::default_plan),
         Command::Eval(a) => a.run(),
         Command::Config(a) => a.run(&env),
+        Command::Fleet(a) => a.run(&STOP),
         Command::Stage { stage } => match stage.run() {
             // A neighbour went away (it refused us, or died during set-up): its own error
             // line says why; this stage stops quietly with its own exit code.

@@ -8,7 +8,11 @@ use anyhow::Result;
 use clap::Args;
 
 use zcpipe_core::secret::Secret;
+use zcpipe_publish::mqtt::fleet::{board_id_from_machine_id, board_id_of, check_board_id};
 use zcpipe_publish::mqtt::{check_prefix, level, BrokerUrl, MqttConfig};
+
+/// Where the default board id comes from (the first that exists).
+const MACHINE_ID: [&str; 2] = ["/etc/machine-id", "/var/lib/dbus/machine-id"];
 
 /// The environment variable that gives the broker's password when `--mqtt` names a user
 /// without one (so the password need not be on a command line: systemd's
@@ -39,6 +43,11 @@ pub struct MqttArgs {
     /// QoS of every message (0, 1 or 2).
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub mqtt_qos: u8,
+    /// QoS of the detections messages (0, 1 or 2; default --mqtt-qos). 0 with --mqtt-qos 1:
+    /// a board's bridge queues events, counts and status while its uplink is down, not
+    /// every frame's detections.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub mqtt_detections_qos: Option<u8>,
     /// Retain the per-label count topics and stats (availability and discovery are always
     /// retained; detections and events never).
     #[arg(long)]
@@ -53,6 +62,16 @@ pub struct MqttArgs {
     /// PEM file of CA certificates to trust for mqtts:// (besides the built-in public roots).
     #[arg(long, value_name = "FILE", requires = "mqtt")]
     pub mqtt_ca: Option<PathBuf>,
+    /// This board's id in a fleet (letters, digits, - and _, up to 64): in every event's id
+    /// and the board's status; given, it is also a topic level (default prefix
+    /// zcpipe/<ID>, client id zcpipe-<ID>). Default: the first 12 letters and digits of
+    /// /etc/machine-id, with topics as without it.
+    #[arg(long, value_name = "ID")]
+    pub board_id: Option<String>,
+    /// This board's web view as the fleet view reaches it (http://board.lan:8080/), in the
+    /// board's status: the fleet page links to it.
+    #[arg(long, value_name = "URL")]
+    pub board_url: Option<String>,
 }
 
 /// This machine's host name (`/proc/sys/kernel/hostname`), as a client id part.
@@ -74,14 +93,22 @@ impl MqttArgs {
         if broker.user.is_some() && broker.password.is_none() {
             broker.password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()).map(Secret::new);
         }
+        let board = self.board_id()?;
         let topic_prefix = self.topic_prefix(instance);
         check_prefix("--mqtt-topic-prefix", &topic_prefix)?;
         check_prefix("--mqtt-discovery-prefix", &self.mqtt_discovery_prefix)?;
+        let host = match &self.board_id {
+            Some(b) => b.clone(),
+            None => level(&hostname()),
+        };
         let client_id = match &self.mqtt_client_id {
             Some(id) => id.clone(),
-            None if instance == "default" => format!("zcpipe-{}", level(&hostname())),
-            None => format!("zcpipe-{}-{instance}", level(&hostname())),
+            None if instance == "default" => format!("zcpipe-{host}"),
+            None => format!("zcpipe-{host}-{instance}"),
         };
+        if let Some(u) = self.board_url.as_ref().filter(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
+            anyhow::bail!("--board-url {u:?}: give the board's web view as http://HOST:PORT/ (or https://)");
+        }
         if client_id.is_empty() || client_id.len() > 128 || !client_id.bytes().all(|b| b.is_ascii_graphic()) {
             anyhow::bail!("--mqtt-client-id {client_id:?}: use 1 to 128 printable ASCII characters without spaces");
         }
@@ -94,11 +121,25 @@ impl MqttArgs {
             topic_prefix,
             discovery_prefix: (!self.mqtt_no_discovery).then(|| self.mqtt_discovery_prefix.clone()),
             qos: self.mqtt_qos,
+            detections_qos: self.mqtt_detections_qos.unwrap_or(self.mqtt_qos),
             retain: self.mqtt_retain,
             queue: self.mqtt_queue as usize,
             stats_every: Duration::from_secs(self.mqtt_stats_interval as u64),
             ca_file: self.mqtt_ca.clone(),
+            board,
+            board_url: self.board_url.clone(),
         }))
+    }
+
+    /// The board id: `--board-id`, checked, else from the machine id, else (a container
+    /// without one) from the host name. Error: a bad `--board-id`, in one line with the fix.
+    pub fn board_id(&self) -> Result<String> {
+        if let Some(b) = &self.board_id {
+            return Ok(check_board_id(b)?);
+        }
+        let found =
+            MACHINE_ID.iter().find_map(|p| std::fs::read_to_string(p).ok().and_then(|t| board_id_from_machine_id(&t)));
+        Ok(found.unwrap_or_else(|| board_id_of(&hostname())))
     }
 
     /// For the plan: `mqtt mqtt://host:1883 (user alice, password ***)`; `None` without `--mqtt`
@@ -109,12 +150,17 @@ impl MqttArgs {
     }
 
     /// The topic prefix of instance `instance`: `--mqtt-topic-prefix`, else `zcpipe` for the
-    /// default instance and `zcpipe-<instance>` for another.
+    /// default instance and `zcpipe-<instance>` for another, followed by `/<board>` with
+    /// `--board-id`.
     pub fn topic_prefix(&self, instance: &str) -> String {
-        match &self.mqtt_topic_prefix {
-            Some(p) => p.clone(),
-            None if instance == "default" => "zcpipe".into(),
+        let root = match &self.mqtt_topic_prefix {
+            Some(p) => return p.clone(),
+            None if instance == "default" => "zcpipe".to_string(),
             None => format!("zcpipe-{instance}"),
+        };
+        match &self.board_id {
+            Some(b) => format!("{root}/{}", level(b)),
+            None => root,
         }
     }
 
@@ -142,12 +188,15 @@ impl MqttArgs {
             v.push("--mqtt-no-discovery".into());
         }
         v.push(format!("--mqtt-qos={}", self.mqtt_qos));
+        v.extend(self.mqtt_detections_qos.iter().map(|q| format!("--mqtt-detections-qos={q}")));
         if self.mqtt_retain {
             v.push("--mqtt-retain".into());
         }
         v.push(format!("--mqtt-queue={}", self.mqtt_queue));
         v.push(format!("--mqtt-stats-interval={}", self.mqtt_stats_interval));
         v.extend(self.mqtt_ca.iter().map(|c| format!("--mqtt-ca={}", c.display())));
+        v.extend(self.board_id.iter().map(|b| format!("--board-id={b}")));
+        v.extend(self.board_url.iter().map(|u| format!("--board-url={u}")));
         v
     }
 }
@@ -171,6 +220,8 @@ mod tests {
             "mqtt://alice:p%40ss@broker.lan",
             "--mqtt-qos",
             "1",
+            "--mqtt-detections-qos",
+            "0",
             "--mqtt-retain",
             "--mqtt-queue",
             "7",
@@ -187,8 +238,8 @@ mod tests {
         );
         assert_eq!(c.broker.password.as_ref().unwrap().expose(), "p@ss");
         assert_eq!(
-            (c.qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()),
-            (1, true, 7, "home/zc", "zc1")
+            (c.qos, c.detections_qos, c.retain, c.queue, c.topic_prefix.as_str(), c.client_id.as_str()),
+            (1, 0, true, 7, "home/zc", "zc1")
         );
         // The stage's command line has no password: its environment has it.
         assert!(!a.flags().concat().contains("p%40ss") && !a.flags().concat().contains("p@ss"), "{:?}", a.flags());

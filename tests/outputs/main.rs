@@ -5,6 +5,8 @@
 mod common;
 
 mod bench_ipc;
+mod fleet;
+mod fleet_view;
 mod http;
 mod http_attacks;
 mod http_control;

@@ -28,7 +28,7 @@ pub(crate) fn have_mosquitto() -> bool {
 }
 
 /// `mosquitto` wherever it is (Debian puts it in /usr/sbin, not on a user's PATH).
-fn mosquitto_bin() -> PathBuf {
+pub(crate) fn mosquitto_bin() -> PathBuf {
     std::env::var_os("PATH")
         .and_then(|p| std::env::split_paths(&p).map(|d| d.join("mosquitto")).find(|f| f.is_file()))
         .unwrap_or_else(|| PathBuf::from("/usr/sbin/mosquitto"))
@@ -112,11 +112,27 @@ impl Drop for Broker {
     }
 }
 
+/// What a `mosquitto_sub -v` printed: each message's topic and payload, with when it came.
+pub(crate) type Gathered = Arc<Mutex<Vec<(std::time::Instant, String, String)>>>;
+
+/// Reads `out`, a `mosquitto_sub -v`'s output, on a thread of its own.
+pub(crate) fn gather(out: std::process::ChildStdout) -> Gathered {
+    let got: Gathered = Arc::new(Mutex::new(vec![]));
+    let g = got.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            let (t, p) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+            g.lock().unwrap().push((std::time::Instant::now(), t.to_string(), p.to_string()));
+        }
+    });
+    got
+}
+
 /// A `mosquitto_sub` on every topic (it reconnects and subscribes again by itself), its
 /// messages gathered as `(topic, payload)` by a thread.
 pub(crate) struct Sub {
     child: Child,
-    got: Arc<Mutex<Vec<(String, String)>>>,
+    got: Gathered,
 }
 
 impl Sub {
@@ -131,15 +147,7 @@ impl Sub {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let out = child.stdout.take().unwrap();
-        let got = Arc::new(Mutex::new(vec![]));
-        let g = got.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-                let (t, p) = line.split_once(' ').unwrap_or((line.as_str(), ""));
-                g.lock().unwrap().push((t.to_string(), p.to_string()));
-            }
-        });
+        let got = gather(child.stdout.take().unwrap());
         let s = Sub { child, got };
         // A readiness wait, not a speed goal: generous for a loaded machine.
         let ready = wait_for(Duration::from_secs(30), || {
@@ -155,12 +163,18 @@ impl Sub {
 
     /// The messages so far, without the probes.
     pub(crate) fn msgs(&self) -> Vec<(String, String)> {
-        self.got.lock().unwrap().iter().filter(|(t, _)| t != "probe").cloned().collect()
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, t, _)| t != "probe")
+            .map(|(_, t, p)| (t.clone(), p.clone()))
+            .collect()
     }
 
     /// Whether a message on `topic` whose payload passes `f` came.
     fn seen(&self, topic: &str, f: impl Fn(&str) -> bool) -> bool {
-        self.got.lock().unwrap().iter().any(|(t, p)| t == topic && f(p))
+        self.got.lock().unwrap().iter().any(|(_, t, p)| t == topic && f(p))
     }
 
     /// The payloads of `topic`, in order.
@@ -332,6 +346,10 @@ fn a_run_publishes_detections_counts_events_and_discovery() {
     for (m, e) in mq.iter().zip(&events) {
         assert_eq!((&m["event"], &m["track_id"], &m["label"]), (&e["event"], &e["track_id"], &e["label"]));
         assert!(m["time_ms"].is_u64());
+        // Its stable id: board (the machine id's, without --board-id), camera, track, kind, time.
+        let board = m["board"].as_str().unwrap();
+        let id = format!("{board}/cam0/{}/{}/{}", e["track_id"], e["event"].as_str().unwrap(), m["time_ms"]);
+        assert_eq!((m["v"].as_u64(), m["event_id"].as_str()), (Some(1), Some(id.as_str())), "{m}");
     }
 
     // Stats (the last at the end: every frame), availability, and nothing else.
@@ -426,10 +444,18 @@ fn check_stats_and_topics(
     assert_eq!(stats["cameras"]["cam0"]["frames"], 40);
     assert_eq!(stats["cameras"]["cam0"]["detection_messages"].as_u64().unwrap() as usize, with_dets);
     assert_eq!(sub.payloads("zcpipe-mqtt-run/available"), ["online", "offline"]);
+    // The board's status (retained, the last at the end): the same frames, and its events.
+    let status: Value = serde_json::from_str(sub.payloads("zcpipe-mqtt-run/status").last().unwrap()).unwrap();
+    assert_eq!((status["v"].as_u64(), &status["cameras"]["cam0"]["frames"]), (Some(1), &Value::from(40)));
+    assert_eq!(
+        status["cameras"]["cam0"]["events"].as_u64().unwrap() as usize,
+        sub.payloads("zcpipe-mqtt-run/cam0/events").len()
+    );
     let topics: BTreeSet<String> = msgs.iter().map(|(t, _)| t.clone()).collect();
     let mut known: BTreeSet<String> = [
         "zcpipe-mqtt-run/available",
         "zcpipe-mqtt-run/stats",
+        "zcpipe-mqtt-run/status",
         "zcpipe-mqtt-run/cam0/available",
         "zcpipe-mqtt-run/cam0/detections",
         "zcpipe-mqtt-run/cam0/events",

@@ -8,6 +8,7 @@
 //!
 //! One line per frame (`{"type": "frame", ...}`); [`schema`] defines every kind of line.
 
+pub mod fleet;
 pub mod http;
 pub mod mqtt;
 pub mod output;

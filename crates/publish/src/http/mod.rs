@@ -34,6 +34,8 @@ pub mod draw;
 pub mod metrics;
 pub mod render;
 mod server;
+/// A whole or streamed response body (the fleet view answers with it too).
+pub(crate) use server::ViewBody;
 pub mod stats;
 
 use std::collections::VecDeque;

@@ -48,6 +48,9 @@ const REQUEST_CHANNEL: usize = 64;
 /// What the frame loop and the two threads share.
 struct Shared {
     state: Mutex<State>,
+    /// The QoS of every message but the detections', and theirs.
+    qos: QoS,
+    detections_qos: QoS,
     wake: Condvar,
     connected: AtomicBool,
     stop: AtomicBool,
@@ -69,13 +72,14 @@ impl Shared {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         for o in outs {
             match o {
-                Out::Once(m) => st.queue.push(m),
+                Out::Once(m) => st.queue.push((m, self.qos)),
+                Out::Detections(m) => st.queue.push((m, self.detections_qos)),
                 Out::State(m) => {
                     st.latest.insert(m.topic.clone(), m.clone());
                     // Only a state's newest value waits: after a broker outage the flushed
                     // queue never replays an older count after the current one.
-                    st.queue.remove_if(|q| q.topic == m.topic);
-                    st.queue.push(m);
+                    st.queue.remove_if(|q| q.0.topic == m.topic);
+                    st.queue.push((m, self.qos));
                 }
                 Out::Announce(m) => {
                     st.announce.push(m.clone());
@@ -89,7 +93,8 @@ impl Shared {
 }
 
 struct State {
-    queue: DropOldest<Msg>,
+    /// Each message with its QoS.
+    queue: DropOldest<(Msg, QoS)>,
     /// Discovery configs and `online`, in order: sent after every connection.
     announce: Vec<Msg>,
     /// The latest message of each state topic (counts): sent again after a reconnection.
@@ -123,12 +128,12 @@ fn qos(n: u8) -> QoS {
 }
 
 #[cfg(feature = "mqtt-tls")]
-fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
+fn tls_transport(_broker: &super::BrokerUrl, ca: Option<&std::path::Path>) -> Result<rumqttc::Transport> {
     use anyhow::Context as _;
     use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(ca) = &cfg.ca_file {
+    if let Some(ca) = ca {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
             .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
             .map_err(|e| anyhow::anyhow!("--mqtt-ca {}: {e}; give a PEM file of CA certificates", ca.display()))?;
@@ -149,25 +154,33 @@ fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
 }
 
 #[cfg(not(feature = "mqtt-tls"))]
-fn tls_transport(cfg: &MqttConfig) -> Result<rumqttc::Transport> {
-    anyhow::bail!("--mqtt {}: this zcpipe was built without TLS (cargo feature mqtt-tls); use mqtt:// or rebuild with --features mqtt-tls", cfg.broker.address())
+fn tls_transport(broker: &super::BrokerUrl, _ca: Option<&std::path::Path>) -> Result<rumqttc::Transport> {
+    anyhow::bail!("--mqtt {}: this zcpipe was built without TLS (cargo feature mqtt-tls); use mqtt:// or rebuild with --features mqtt-tls", broker.address())
 }
 
-/// The rumqttc options of `cfg`: client id, credentials, the last will (`offline`,
-/// retained, on `P/available`), keep-alive 30 s, packets up to 4 MiB (a snapshot), TLS for `mqtts://`.
-pub fn options(cfg: &MqttConfig) -> Result<MqttOptions> {
-    let mut o = MqttOptions::new(cfg.client_id.clone(), cfg.broker.host.clone(), cfg.broker.port);
+/// The rumqttc options of a client `client_id` of `broker`: credentials, keep-alive 30 s,
+/// a clean session, packets up to 4 MiB (a snapshot), TLS for `mqtts://` (CA certificates
+/// of `ca` trusted besides the built-in roots).
+pub fn base_options(broker: &super::BrokerUrl, client_id: &str, ca: Option<&std::path::Path>) -> Result<MqttOptions> {
+    let mut o = MqttOptions::new(client_id, broker.host.clone(), broker.port);
     o.set_keep_alive(Duration::from_secs(30));
     o.set_clean_session(true);
     o.set_max_packet_size(MAX_PACKET, MAX_PACKET);
     o.set_request_channel_capacity(REQUEST_CHANNEL);
+    if let Some(u) = &broker.user {
+        o.set_credentials(u.clone(), broker.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
+    }
+    if broker.tls {
+        o.set_transport(tls_transport(broker, ca)?);
+    }
+    Ok(o)
+}
+
+/// The rumqttc options of `cfg` ([`base_options`]) with its last will (`offline`,
+/// retained, on `P/available`).
+pub fn options(cfg: &MqttConfig) -> Result<MqttOptions> {
+    let mut o = base_options(&cfg.broker, &cfg.client_id, cfg.ca_file.as_deref())?;
     o.set_last_will(LastWill::new(cfg.availability_topic(), "offline", qos(cfg.qos), true));
-    if let Some(u) = &cfg.broker.user {
-        o.set_credentials(u.clone(), cfg.broker.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
-    }
-    if cfg.broker.tls {
-        o.set_transport(tls_transport(cfg)?);
-    }
     Ok(o)
 }
 
@@ -188,6 +201,8 @@ impl MqttOutput {
                 closing: None,
             }),
             wake: Condvar::new(),
+            qos: qos(cfg.qos),
+            detections_qos: qos(cfg.detections_qos),
             connected: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             sent: AtomicU64::new(0),
@@ -373,6 +388,8 @@ impl Output for MqttOutput {
         if self.tr.stats_due() {
             let m = self.tr.stats(self.counters_json());
             self.scratch.push(Out::Once(m));
+            let s = self.tr.status(self.counters());
+            self.scratch.push(Out::State(s));
             self.enqueue();
         }
     }
@@ -394,6 +411,8 @@ impl Output for MqttOutput {
         self.enqueue();
         let m = self.tr.stats(self.counters_json());
         self.scratch.push(Out::Once(m));
+        let s = self.tr.status(self.counters());
+        self.scratch.push(Out::State(s));
         self.enqueue();
         let start = Instant::now();
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).closing = Some(start + CLOSE_BUDGET * 7 / 10);
@@ -449,21 +468,21 @@ impl Feeder {
                     return;
                 }
             }
-            let (from_first, m) = match st.first.pop_front() {
-                Some(m) => (true, m),
+            let (from_first, (m, q)) = match st.first.pop_front() {
+                Some(m) => (true, (m, self.qos)),
                 None => match st.queue.pop() {
                     Some(m) => (false, m),
                     None => continue,
                 },
             };
             drop(st);
-            if self.client.try_publish(m.topic.clone(), self.qos, m.retain, m.payload.clone()).is_err() {
+            if self.client.try_publish(m.topic.clone(), q, m.retain, m.payload.clone()).is_err() {
                 // rumqttc's channel is full (the broker is slow): put it back and wait a little.
                 let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
                 if from_first {
                     st.first.push_front(m);
                 } else {
-                    st.queue.unpop(m);
+                    st.queue.unpop((m, q));
                 }
                 drop(st);
                 std::thread::sleep(Duration::from_millis(5));

@@ -14,7 +14,10 @@
 //!   the run started, as text, sent when they change; retained with `--mqtt-retain`.
 //! - `P/<camera>/events`: the tracker's events (the event line's fields plus `time_ms`), and
 //!   each recorded clip once it closed (`"event": "clip"`, the clip line's fields: id, URL,
-//!   path, start, end, labels, tracks, plus `time_ms`, its end).
+//!   path, start, end, labels, tracks, plus `time_ms`, its end); each also with `v`, `board`
+//!   and its stable `event_id` ([`fleet`]).
+//! - `P/status`: the board's status ([`fleet::BoardStatus`]), with every stats message;
+//!   retained. With `--board-id`, `P` is `zcpipe/<board id>` unless given.
 //! - `P/stats`: every `--mqtt-stats-interval` s and at the end: each camera's fps, frames and
 //!   detection messages, and the bridge's counters; retained with `--mqtt-retain`.
 //! - `H/binary_sensor/<node>/<camera>_<label>/config`: an occupancy binary sensor per camera
@@ -31,7 +34,9 @@
 //! every reconnection, so a broker that restarted without persistence gets them back.
 
 pub mod bridge;
+pub mod fleet;
 mod lines;
+mod status;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -217,8 +222,11 @@ pub struct MqttConfig {
     /// Home Assistant's discovery prefix (`--mqtt-discovery-prefix`, `homeassistant`);
     /// `None`: no discovery (`--mqtt-no-discovery`).
     pub discovery_prefix: Option<String>,
-    /// QoS of every message, 0, 1 or 2 (`--mqtt-qos`).
+    /// QoS of every message, 0, 1 or 2 (`--mqtt-qos`), but detections'.
     pub qos: u8,
+    /// QoS of the detections messages (`--mqtt-detections-qos`, default `--mqtt-qos`): 0 keeps
+    /// them out of a bridge's queue while its uplink is down, where events wait at QoS 1.
+    pub detections_qos: u8,
     /// Retain the count topics and `stats` (`--mqtt-retain`); `available` and discovery
     /// configs are always retained, detections and events never.
     pub retain: bool,
@@ -230,6 +238,11 @@ pub struct MqttConfig {
     /// A PEM file of CA certificates trusted for `mqtts://` besides the built-in roots
     /// (`--mqtt-ca`).
     pub ca_file: Option<PathBuf>,
+    /// The board's id (`--board-id`, else from the machine id): in every event id and the
+    /// status ([`fleet`]).
+    pub board: String,
+    /// The board's web view as a fleet view reaches it (`--board-url`), in the status.
+    pub board_url: Option<String>,
 }
 
 /// Checks a topic prefix (`--mqtt-topic-prefix`, `--mqtt-discovery-prefix`): one or more
@@ -285,6 +298,10 @@ impl MqttConfig {
     /// `P/stats`.
     pub(crate) fn stats_topic(&self) -> String {
         format!("{}/stats", self.topic_prefix)
+    }
+    /// `P/status` (retained: [`fleet::BoardStatus`]).
+    pub fn status_topic(&self) -> String {
+        format!("{}/status", self.topic_prefix)
     }
 
     /// Home Assistant's node id: the client id with every character but ASCII letters,
@@ -506,8 +523,10 @@ impl<T> DropOldest<T> {
 /// Where a message built from a line goes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Out {
-    /// Sent once, in order with the others (detections, events, stats): queued.
+    /// Sent once, in order with the others (events, stats): queued.
     Once(Msg),
+    /// A frame's detections: queued as [`Out::Once`], sent at the detections' QoS.
+    Detections(Msg),
     /// A state (a count): queued, and also kept as its topic's latest value, sent again
     /// after every reconnection.
     State(Msg),
@@ -531,6 +550,8 @@ struct CameraState {
     frames_at_stats: u64,
     /// The line crossings last sent.
     crossings: lines::Sent,
+    /// What the board's status counts ([`status`]).
+    status: status::CameraTally,
 }
 
 /// Every count of camera `camera` above 0 to 0, each a state message.
@@ -555,6 +576,8 @@ pub(crate) struct Translator {
     last_stats: Instant,
     /// Counts are live confirmed tracks (a tracker runs), not a frame's detections.
     tracks: bool,
+    /// The board's status between two messages ([`status`]).
+    board: status::BoardTally,
 }
 
 /// Now as Unix time, ms.
@@ -596,10 +619,29 @@ fn with_time<T: serde::Serialize>(line: &T, time_ms: u64) -> String {
     serde_json::to_string(&WithTime { line, time_ms }).unwrap_or_default()
 }
 
+/// An events message: the line's fields, `time_ms` and the fleet's `v`, `board` and
+/// `event_id` ([`fleet::Stamped`]), as compact JSON.
+fn stamped<T: serde::Serialize>(
+    line: &T,
+    event: Option<&'static str>,
+    time_ms: u64,
+    board: &str,
+    id: String,
+) -> Vec<u8> {
+    let m = fleet::Stamped { line, event, time_ms, v: fleet::WIRE_VERSION, board, event_id: id };
+    serde_json::to_vec(&m).unwrap_or_default()
+}
+
 impl Translator {
     /// A translator for `cfg`.
     pub fn new(cfg: MqttConfig) -> Translator {
-        Translator { cfg, cameras: BTreeMap::new(), last_stats: Instant::now(), tracks: false }
+        Translator {
+            cfg,
+            cameras: BTreeMap::new(),
+            last_stats: Instant::now(),
+            tracks: false,
+            board: status::BoardTally::new(),
+        }
     }
 
     /// Counts from tracks (`tracks`: a tracker runs): a label's count is its confirmed tracks
@@ -631,14 +673,12 @@ impl Translator {
     /// Assistant's event entity gets its id and URL): the clip line's fields plus `event`
     /// and `time_ms` (its end).
     fn clip(&mut self, c: &ClipJson, out: &mut Vec<Out>) {
-        let mut v = serde_json::to_value(c).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("event".into(), "clip".into());
-            o.insert("time_ms".into(), c.end_ms.into());
-        }
+        let end = c.end_ms.max(0) as u64;
+        let id = fleet::clip_event_id(&self.cfg.board, c);
+        self.counted_event(&c.camera, end);
         out.push(Out::Once(Msg {
             topic: self.cfg.camera_topic(&c.camera, "events"),
-            payload: v.to_string().into_bytes(),
+            payload: stamped(c, Some("clip"), end, &self.cfg.board, id),
             retain: false,
         }));
     }
@@ -653,9 +693,11 @@ impl Translator {
             out.push(Out::State(cfg.camera_availability(&f.camera, true)));
         }
         cam.frames += 1;
+        cam.status.frame(f);
+        self.board.frame(f);
         if !f.detections.is_empty() {
             cam.detection_msgs += 1;
-            out.push(Out::Once(Msg {
+            out.push(Out::Detections(Msg {
                 topic: cfg.camera_topic(&f.camera, "detections"),
                 payload: with_time(f, time_ms).into_bytes(),
                 retain: false,
@@ -691,9 +733,12 @@ impl Translator {
     }
 
     fn event(&mut self, e: &EventJson, time_ms: u64, out: &mut Vec<Out>) {
+        let place = e.zone.as_deref().or(e.line.as_deref());
+        let id = fleet::event_id(&self.cfg.board, &e.camera, e.track_id, &e.event, place, time_ms);
+        self.counted_event(&e.camera, time_ms);
         out.push(Out::Once(Msg {
             topic: self.cfg.camera_topic(&e.camera, "events"),
-            payload: with_time(e, time_ms).into_bytes(),
+            payload: stamped(e, None, time_ms, &self.cfg.board, id),
             retain: false,
         }));
         if !self.tracks || !matches!(e.event.as_str(), "new" | "end") {

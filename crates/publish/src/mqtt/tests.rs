@@ -1,17 +1,20 @@
 use super::*;
 use zcpipe_core::schema::{DetectionJson, LatencyJson};
 
-fn cfg() -> MqttConfig {
+pub(super) fn cfg() -> MqttConfig {
     MqttConfig {
         broker: BrokerUrl::parse("mqtt://alice:s3cret@broker.lan").unwrap(),
         client_id: "zcpipe-box".into(),
         topic_prefix: "zcpipe".into(),
         discovery_prefix: Some("homeassistant".into()),
         qos: 0,
+        detections_qos: 0,
         retain: true,
         queue: 10,
         stats_every: Duration::from_secs(10),
         ca_file: None,
+        board: "box1".into(),
+        board_url: None,
     }
 }
 
@@ -160,6 +163,7 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
         .iter()
         .map(|o| match o {
             Out::Once(m) => ("once", m.topic.as_str()),
+            Out::Detections(m) => ("detections", m.topic.as_str()),
             Out::State(m) => ("state", m.topic.as_str()),
             Out::Announce(m) => ("announce", m.topic.as_str()),
         })
@@ -170,14 +174,14 @@ fn frames_become_detections_counts_that_go_to_zero_and_announcements() {
             ("announce", "homeassistant/sensor/zcpipe-box/front_fps/config"),
             ("announce", "homeassistant/event/zcpipe-box/front_events/config"),
             ("state", "zcpipe/front/available"),
-            ("once", "zcpipe/front/detections"),
+            ("detections", "zcpipe/front/detections"),
             ("announce", "homeassistant/binary_sensor/zcpipe-box/front_dog/config"),
             ("state", "zcpipe/front/dog"),
             ("announce", "homeassistant/binary_sensor/zcpipe-box/front_person/config"),
             ("state", "zcpipe/front/person"),
         ]
     );
-    let Out::Once(d) = &out[3] else { panic!() };
+    let Out::Detections(d) = &out[3] else { panic!() };
     let v: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
     assert_eq!(
         (v["camera"].as_str(), v["seq"].as_u64(), v["time_ms"].as_u64()),
@@ -273,6 +277,11 @@ fn a_closed_clip_is_an_event_of_type_clip_with_its_id_and_url() {
     assert_eq!(
         (v["event"].as_str(), v["id"].as_i64(), v["url"].as_str(), v["time_ms"].as_i64()),
         (Some("clip"), Some(42), Some("/clips/42.mp4"), Some(9_000))
+    );
+    // Its stable id for a fleet: the clip's own `id` stays its number.
+    assert_eq!(
+        (v["v"].as_u64(), v["board"].as_str(), v["event_id"].as_str()),
+        (Some(1), Some("box1"), Some("box1/door/clip/42/9000"))
     );
     // Home Assistant's event entity knows the type and passes the id and URL on.
     let d = cfg().events_discovery("door").unwrap();
