@@ -149,7 +149,7 @@ fn take(root: &str, shared: &Shared, topic: &str, payload: &[u8]) {
             }
         }
         Topic::Bridge(b) => match word().as_str() {
-            w @ ("0" | "1") => f.bridge(topic, b, w == "1").map(|_| vec![]),
+            w @ ("0" | "1") => f.bridge(topic, b, w == "1").map(|n| n.into_iter().collect()),
             w => {
                 let n = f.rejected.entry("malformed").and_modify(|n| *n += 1).or_insert(1);
                 say(*n, format_args!("{topic}: {w:?} is not a bridge's 0 or 1: not taken"));
@@ -167,6 +167,10 @@ fn take(root: &str, shared: &Shared, topic: &str, payload: &[u8]) {
                         sessions.0,
                         sessions.1
                     ),
+                    Notice::Bridge { board, up: false } => log::warn!(
+                        "board {board}: its bridge to this broker is down: its events wait on the board until it is back; if it stays down, the board's mosquitto log (journalctl -u mosquitto) says why (a login or certificate the centre refuses, the network)"
+                    ),
+                    Notice::Bridge { board, up: true } => log::info!("board {board}: its bridge is back"),
                     Notice::Unknown { board } => log::info!(
                         "events from board {board}, which has sent no status yet (its status comes with its stats, every --mqtt-stats-interval)"
                     ),

@@ -118,6 +118,13 @@ pub enum Notice {
         /// The board id.
         board: String,
     },
+    /// A board's bridge to this broker went down (`false`) or came back (`true`).
+    Bridge {
+        /// The board id.
+        board: String,
+        /// Up or down.
+        up: bool,
+    },
 }
 
 /// One board as the fleet knows it.
@@ -326,10 +333,13 @@ impl Fleet {
     }
 
     /// A board's bridge notification (`1`, `0`) on `topic`.
-    pub fn bridge(&mut self, topic: &str, board: &str, up: bool) -> Result<(), Rejected> {
+    pub fn bridge(&mut self, topic: &str, board: &str, up: bool) -> Result<Option<Notice>, Rejected> {
         self.check_board(topic, None, board)?;
-        self.board(board)?.bridge = Some(up);
-        Ok(())
+        let b = self.board(board)?;
+        // Said when it changes (a retained `0` read at start is a change from unknown).
+        let changed = b.bridge != Some(up) && (b.bridge.is_some() || !up);
+        b.bridge = Some(up);
+        Ok(changed.then(|| Notice::Bridge { board: board.to_string(), up }))
     }
 
     /// An events message on `topic`: taken once per id (a copy is counted, not kept).

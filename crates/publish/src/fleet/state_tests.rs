@@ -118,9 +118,14 @@ fn a_board_is_offline_when_it_says_so_its_bridge_is_down_or_its_status_is_stale(
     let b = |f: &Fleet, at: Instant| f.boards()["b1"].online(at);
     assert!(b(&f, t0 + Duration::from_millis(2900)));
     assert!(!b(&f, t0 + Duration::from_secs(3)), "three periods of 1 s without a status");
-    f.bridge("zcpipe/b1/bridge", "b1", false).unwrap();
+    let down = Some(Notice::Bridge { board: "b1".into(), up: false });
+    assert_eq!(f.bridge("zcpipe/b1/bridge", "b1", false).unwrap(), down, "said once, when it goes down");
+    assert_eq!(f.bridge("zcpipe/b1/bridge", "b1", false).unwrap(), None);
     assert!(!b(&f, t0));
-    f.bridge("zcpipe/b1/bridge", "b1", true).unwrap();
+    assert_eq!(
+        f.bridge("zcpipe/b1/bridge", "b1", true).unwrap(),
+        Some(Notice::Bridge { board: "b1".into(), up: true })
+    );
     f.available("zcpipe/b1/available", "b1", false).unwrap();
     assert!(!b(&f, t0));
     f.available("zcpipe/b1/available", "b1", true).unwrap();
