@@ -211,7 +211,7 @@ impl RunArgs {
             restart,
             cameras,
             live_cameras,
-            control_group: zcpipe_publish::socket_group(self.socket_group.as_deref())?.map(|g| g.gid.as_raw()),
+            control_group: self.control_group()?,
             secret_env: [self.mqtt.secret_env(), self.http.secret_env()].concat(),
         })
     }
@@ -381,6 +381,19 @@ impl RunArgs {
             what: format!("display on {} (camera {})", card.display(), names[0]),
             why: why.into(),
         });
+    }
+
+    /// The group whose members may change the run besides its user: `--socket-group`, or the
+    /// `zcpipe` group by default, except for a run as root: who may change a run may have it
+    /// read any file as a source and write where `--record-dir` points, as its user, so a root
+    /// run gives that to a group only when told to (and says so when it binds the socket).
+    fn control_group(&self) -> Result<Option<u32>> {
+        let root = nix::unistd::geteuid().is_root();
+        let g = match (&self.socket_group, root) {
+            (None, true) => None,
+            (name, _) => zcpipe_publish::socket_group(name.as_deref())?,
+        };
+        Ok(g.map(|g| g.gid.as_raw()))
     }
 
     /// `--restart-max`, `--restart-window`, `--restart-reset` and `--watchdog`.

@@ -202,6 +202,15 @@ fn the_run_is_changed_over_http_with_the_token_only() {
     );
     assert_eq!(st["server"]["refused_bodies"], 1);
 
+    // A request within the view's 64 KiB but over what the run's socket takes (60 KiB): 413.
+    let big = format!(
+        r#"{{"version":1,"request":{{"op":"set_shape","camera":"cam0","kind":"zone","spec":"z={}"}}}}"#,
+        "1,".repeat(31_000)
+    );
+    let (code, _, body) = post(addr, LOCAL, Some(TOKEN), &big);
+    assert_eq!(code, 413, "{body}");
+    assert!(body.contains("over the 61440 bytes the run reads"), "{body}");
+
     // A change that restarts the publish stage (the web view's own process) is answered
     // before the stage goes; its successor serves the detections socket again.
     let high = r#"{"version":1,"request":{"op":"set","setting":{"name":"track-high","value":0.6}}}"#;

@@ -192,6 +192,7 @@ fn bad_changes_change_nothing(r: &Run) {
         (&["set", "track-keepalive", "99999999"], "refused: invalid value '99999999' for '--track-keepalive"),
         (&["set", "track-high", "1"], "refused: invalid value '1' for '--track-high"),
         (&["cameras", "add", "door=testsrc"], "refused: camera door exists already"),
+        (&["cameras", "add", "x=/dev/video99"], "refused: camera x: bad source \"/dev/video99\": unknown source kind"),
         (
             &["cameras", "add", "back=testsrc:320x240@10", "--fps=9", "--bogus=1"],
             "refused: camera back: option --bogus",
@@ -201,6 +202,13 @@ fn bad_changes_change_nothing(r: &Run) {
         assert_eq!(code, 1, "{args:?}: {out}");
         assert!(out.starts_with(want) && out.lines().count() == 1, "{args:?}: {out}");
     }
+    // A source already in use (door's clip): refused, naming both cameras.
+    let clip = common::root().join("tests/data/one-by-one-person-detection.mp4");
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "add", &format!("twin=video:{}", clip.display())]);
+    assert_eq!(
+        (code, out.as_str()),
+        (1, "refused: camera twin: its source is camera door's already; one source feeds one camera")
+    );
     let (_, out, _) = ctl(&r.run_dir, &["zones", "list", "door"]);
     assert!(out.contains("zone whole=") && !out.contains("far") && !out.contains("bad"), "{out}");
     // Two clients at once: each change is applied whole, one after the other.
@@ -262,6 +270,7 @@ fn rates_change_live(r: &Run) {
     std::thread::sleep(Duration::from_secs(5));
     let (yard, door) = (frames(&r.seen, t, "yard"), frames(&r.seen, t, "door"));
     assert!((8..=11).contains(&yard), "yard at 2 fps: {yard} frames in 5 s (door: {door})");
+    println!("EVIDENCE control: --detect-fps 2 for yard, live: {yard} of its frame lines in 5 s (door's {door}); no stage restarted");
     assert_eq!(pids(r.d), [r.scale, r.infer, r.publish], "a rate is taken live");
     let (code, out, _) = ctl(&r.run_dir, &["set", "--camera", "yard", "detect-fps", "0"]);
     assert_eq!((code, out.as_str()), (0, "done: camera yard: --detect-fps 0 (applied live, nothing restarted)"));
@@ -429,6 +438,24 @@ fn removed_and_added(r: &Run) {
     let (code, out, _) = ctl(&r.run_dir, &["cameras", "remove", "back"]);
     assert_eq!((code, out.as_str()), (0, "done: camera back removed (stopped capture@back)"));
     assert!(wait_for(Duration::from_secs(10), || camera_pid(r.d, "back").is_none()));
+
+    // A reload goes back to the file: the cameras added with ctl leave the run (the stages
+    // after capture restart once, the cameras' places change); one of them added again
+    // streams, and the file's cameras can still be removed.
+    let (code, out, _) = ctl(&r.run_dir, &["reload"]);
+    assert!(code == 0 && out.contains("cameras gone, back removed"), "{out}");
+    let t_reload = Instant::now();
+    assert!(wait_for(Duration::from_secs(30), || frames(&r.seen, t_reload, "door") > 5), "the restarted stages are up");
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "add", &url, "--fps=10"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera back added (started capture@back)"), "{out}");
+    let t_again = Instant::now();
+    assert!(wait_for(Duration::from_secs(60), || frames(&r.seen, t_again, "back") > 5), "back streams again");
+    let (_, out, _) = ctl(&r.run_dir, &["--json", "cameras"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v["cameras"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["door", "yard", "back"]);
+    let (code, out, _) = ctl(&r.run_dir, &["cameras", "remove", "yard"]);
+    assert_eq!((code, out.as_str()), (0, "done: camera yard removed (stopped capture@yard)"));
 }
 
 /// A member of the run's group (`--socket-group`) may change the run; a user outside it may

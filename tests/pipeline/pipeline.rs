@@ -623,7 +623,9 @@ fn sockets_are_private_and_shared_only_with_the_socket_group() {
     assert_no_orphans(dir.path());
     let (sock_mode, sock_gid, stage_mode, run_mode) = seen.expect("sockets appeared");
     assert_eq!((sock_mode, sock_gid), (0o660, me.gid.as_raw()), "detections socket");
-    assert_eq!((stage_mode, run_mode), (0o600, 0o700), "stage socket and run directory");
+    // The group passes through the run directory to the control socket (0660), never to a
+    // stage's socket (0600).
+    assert_eq!((stage_mode, run_mode), (0o600, 0o710), "stage socket and run directory");
 }
 
 /// A full disk for `--summary-json` (`/dev/full`: every write fails with ENOSPC): the text

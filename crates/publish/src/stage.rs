@@ -192,9 +192,11 @@ impl<'s> PublishStage<'s> {
                         self.removed[i] = Some((monotonic_ns(), 0));
                     }
                     let ended = self.tracking.end_camera(&camera, monotonic_ns(), &self.labels);
-                    self.outputs.camera_removed(&camera);
                     reply(&ch, Ok(()));
+                    // Its tracks' `end` events first: then the outputs forget the camera
+                    // (MQTT: its counts to 0, unavailable) until it is added back.
                     self.send_events(ended)?;
+                    self.outputs.camera_removed(&camera);
                     continue;
                 }
                 StageRequest::Cameras { cameras } => {

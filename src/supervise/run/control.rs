@@ -48,6 +48,10 @@ impl ControlServer {
         let path = run_dir.join(control::SOCKET);
         let fd = control::listen_at(&path, false, 16)?;
         let group = group.filter(|&g| match share(run_dir, &path, g) {
+            Ok(()) if nix::unistd::geteuid().is_root() => {
+                log::warn!("control: the members of group {g} may change this run, which runs as root: they may have it read any file as a source and write where --record-dir points; give that group to administrators only, or run zcpipe as its own user (zcpipe.service)");
+                true
+            }
             Ok(()) => true,
             Err(e) => {
                 log::warn!("control: the run's socket stays its user's only: {e:#}");

@@ -206,6 +206,15 @@ pub(crate) async fn serve(s: &Shared, c: &Control, rq: Request<Incoming>, ip: Ip
         Ok(r) => r,
         Err(refusal) => return answer(refusal),
     };
+    // As it goes to the run: what the control socket takes at most.
+    let size = serde_json::to_vec(&control::Ask { version: control::VERSION, request: request.clone() })
+        .map_or(0, |v| v.len());
+    if size > control::MAX_MESSAGE {
+        return error(
+            413,
+            &format!("a control request of {size} bytes is over the {} bytes the run reads", control::MAX_MESSAGE),
+        );
+    }
     let Ok(permit) = c.calls.clone().try_acquire_owned() else {
         return answer(control::Reply::Refused {
             error: Refusal::Busy,

@@ -744,7 +744,10 @@ impl Translator {
         if !self.tracks || !matches!(e.event.as_str(), "new" | "end") {
             return;
         }
-        let cam = self.cameras.entry(e.camera.clone()).or_default();
+        // A camera's first line is a frame; an event of a camera the bridge does not know
+        // (removed from the run) makes no entry, which would skip its discovery and
+        // availability when it is back.
+        let Some(cam) = self.cameras.get_mut(&e.camera) else { return };
         if e.event == "new" {
             cam.live.insert(e.track_id, e.label.clone());
         } else {

@@ -562,10 +562,11 @@ fn line_crossings_are_counters_with_a_sensor_each() {
 
 #[test]
 fn a_camera_removed_goes_unavailable_with_its_counts_at_zero_and_comes_back() {
-    let mut t = Translator::new(cfg());
+    let mut t = Translator::new(cfg()).counting_tracks(true);
     let wall = |ns: u64| ns / 1_000_000;
     let mut out = vec![];
     t.line(&frame("front", 1, &["person"]), wall, &mut out);
+    t.line(&event("new", 1, "person"), wall, &mut out);
     out.clear();
     t.camera_removed("front", &mut out);
     let states: Vec<(String, String, bool)> = out
@@ -585,6 +586,10 @@ fn a_camera_removed_goes_unavailable_with_its_counts_at_zero_and_comes_back() {
     out.clear();
     t.camera_removed("nosuch", &mut out);
     assert!(out.is_empty(), "a camera never seen: nothing");
+    // Its last track's end, sent after: on its events topic, nothing remembered of it.
+    t.line(&event("end", 1, "person"), wall, &mut out);
+    assert!(out.iter().all(|o| matches!(o, Out::Once(m) if m.topic == "zcpipe/front/events")), "{out:?}");
+    out.clear();
     t.line(&frame("front", 2, &[]), wall, &mut out);
     assert!(
         out.iter().any(|o| matches!(o, Out::State(m) if m.topic == "zcpipe/front/available" && m.text() == "online")),

@@ -311,14 +311,23 @@ impl Supervisor {
                     None => {}
                 },
                 Some(i) => {
+                    let camera = id.camera.clone().unwrap_or_default();
                     let p = &mut self.procs[i];
                     p.forever = several && id.is(Stage::Capture);
+                    // A stage stopped by an earlier change (a camera a reload dropped) that
+                    // is back in the run: started again.
+                    if p.retired && !self.removed.contains(&camera) {
+                        p.retired = false;
+                        p.args = args;
+                        p.restart_on_request();
+                        started.push(id.to_string());
+                        continue;
+                    }
                     if without_report_fd(&p.args) == *flags {
                         continue;
                     }
                     // Restarted later (a crash), it starts with the new options.
                     p.args = args;
-                    let camera = id.camera.clone().unwrap_or_default();
                     if live.contains(id) || self.removed.contains(&camera) {
                         continue;
                     }
@@ -344,6 +353,10 @@ impl Supervisor {
             stopped.push(p.id.to_string());
         }
         self.a = new;
+        // A camera removed with zcpipe ctl that the run no longer has (a reload dropped it)
+        // is not the run's any more: its name is free.
+        let names: Vec<String> = self.a.cameras.iter().map(|(n, _)| n.clone()).collect();
+        self.removed.retain(|c| names.contains(c));
         match restarted.iter().any(|r| *r == publish.to_string()) {
             // The publish stage that would say it is being replaced: its successor will.
             true => self.untold.push(change.clone()),
