@@ -186,19 +186,13 @@ impl RunArgs {
             .zip(&captures)
             .map(|(n, c)| (n.clone(), zcpipe_capture::spec::redact_url(&c.source)))
             .collect();
-        // One value is every camera's; none: the default.
-        let nth = |v: &[f64], i: usize, default: f64| match v {
-            [] => default,
-            [one] => *one,
-            all => all.get(i).copied().unwrap_or(default),
-        };
         let live_cameras = names
             .iter()
             .enumerate()
             .map(|(i, name)| zcpipe_core::control::LiveCamera {
                 name: name.clone(),
-                detect_fps: nth(&resolved.scale.detect_fps, i, 0.0),
-                weight: nth(&resolved.infer.weight, i, 1.0),
+                detect_fps: zcpipe_core::config::per_camera(&resolved.scale.detect_fps, i, 0.0),
+                weight: zcpipe_core::config::per_camera(&resolved.infer.weight, i, 1.0),
             })
             .collect();
         let restart = self.restart_policy();

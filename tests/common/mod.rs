@@ -6,6 +6,9 @@
 
 #![allow(dead_code)] // each test file uses part of this
 
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -308,4 +311,39 @@ impl Drop for Unmount {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
     }
+}
+
+/// The web view over plain HTTP (tests of the outputs and of the pipeline).
+/// Writes `GET path HTTP/1.0` and reads the response head: status, headers (names
+/// lower-case); the reader is left at the body.
+pub fn http_request(addr: SocketAddr, path: &str) -> (u16, BTreeMap<String, String>, BufReader<TcpStream>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    // A guard against a test hanging forever, not a timed assertion.
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    let code: u16 =
+        status.split(' ').nth(1).unwrap_or_else(|| panic!("{path}: status line {status:?}")).parse().unwrap();
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        let l = l.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l.split_once(':').unwrap();
+        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+    }
+    (code, headers, r)
+}
+
+/// A whole response: status, headers, body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, BTreeMap<String, String>, Vec<u8>) {
+    let (code, headers, mut r) = http_request(addr, path);
+    let mut body = vec![];
+    r.read_to_end(&mut body).unwrap();
+    (code, headers, body)
 }

@@ -22,39 +22,7 @@ use std::time::Duration;
 use common::{wait_for, zcpipe, zcpipe_run, Reap};
 use serde_json::Value;
 
-/// Writes `GET path HTTP/1.0` and reads the response head: status, headers (names
-/// lower-case); the reader is left at the body.
-fn request(addr: SocketAddr, path: &str) -> (u16, BTreeMap<String, String>, BufReader<TcpStream>) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    // A guard against a test hanging forever, not a timed assertion.
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut r = BufReader::new(s);
-    let mut status = String::new();
-    r.read_line(&mut status).unwrap();
-    let code: u16 =
-        status.split(' ').nth(1).unwrap_or_else(|| panic!("{path}: status line {status:?}")).parse().unwrap();
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut l = String::new();
-        r.read_line(&mut l).unwrap();
-        let l = l.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        let (k, v) = l.split_once(':').unwrap();
-        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-    }
-    (code, headers, r)
-}
-
-/// A whole response: status, headers, body.
-pub(crate) fn get(addr: SocketAddr, path: &str) -> (u16, BTreeMap<String, String>, Vec<u8>) {
-    let (code, headers, mut r) = request(addr, path);
-    let mut body = vec![];
-    r.read_to_end(&mut body).unwrap();
-    (code, headers, body)
-}
+pub(crate) use common::{http_get as get, http_request as request};
 
 pub(crate) fn get_json(addr: SocketAddr, path: &str) -> Value {
     let (code, h, body) = get(addr, path);

@@ -57,19 +57,6 @@ struct Run<'a> {
     http: u16,
 }
 
-/// `GET path` of the web view on `port`: the status and the body.
-fn get(port: u16, path: &str) -> (u16, Vec<u8>) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
-    let mut all = vec![];
-    c.read_to_end(&mut all).unwrap();
-    let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let status = String::from_utf8_lossy(&all[9..12]).parse().unwrap();
-    (status, all[head_end + 4..].to_vec())
-}
-
 #[test]
 fn a_running_pipeline_is_changed_without_restarting_what_did_not_change() {
     let dir = tempfile::tempdir().unwrap();
@@ -414,11 +401,12 @@ fn removed_and_added(r: &Run) {
     let restarted = |v: &Value| v["type"] == "notice" && v["event"] == "restarted";
     assert_eq!(count(&r.seen, t_added, restarted), 0, "no restart noticed");
     // The web view shows it: in its cameras, and its picture (the camera's pixels).
-    let (status, body) = get(r.http, "/api/stats");
+    let web = std::net::SocketAddr::from(([127, 0, 0, 1], r.http));
+    let (status, _, body) = common::http_get(web, "/api/stats");
     let stats: Value =
         serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&body)));
     assert_eq!((status, stats["camera_order"].clone()), (200, serde_json::json!(["door", "yard", "gone", "back"])));
-    let (status, jpeg) = get(r.http, "/snapshot/back.jpg");
+    let (status, _, jpeg) = common::http_get(web, "/snapshot/back.jpg");
     assert_eq!((status, &jpeg[..3]), (200, &[0xff, 0xd8, 0xff][..]), "a JPEG of back's pixels");
     // What adding a camera cost the other camera: the longest wait between two of its
     // frame lines around the change.

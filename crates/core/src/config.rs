@@ -325,6 +325,17 @@ pub fn trusted_dir(dir: &Path, what: &str) -> Result<(), PlaceError> {
     Ok(())
 }
 
+/// Camera `i`'s value of a per-camera setting given as a list (`--detect-fps`, `--weight`):
+/// none is every camera's `default`, one is every camera's, more are each camera's (a camera
+/// past the list gets `default`).
+pub fn per_camera(values: &[f64], i: usize, default: f64) -> f64 {
+    match values {
+        [] => default,
+        [one] => *one,
+        all => all.get(i).copied().unwrap_or(default),
+    }
+}
+
 /// The run directory of an instance: `explicit` if given, else `<runtime base>/<instance>`.
 pub fn run_dir(instance: &str, explicit: Option<&Path>) -> PathBuf {
     explicit.map(Path::to_path_buf).unwrap_or_else(|| runtime_base().join(instance))

@@ -18,8 +18,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
-    bind, connect, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+    accept4, bind, connect, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
 use serde::{Deserialize, Serialize};
 
@@ -376,6 +377,19 @@ pub fn listen_at(path: &Path, nonblocking: bool, backlog: i32) -> Result<OwnedFd
         .with_context(|| format!("chmod 600 {}", path.display()))?;
     listen(&fd, Backlog::new(backlog).map_err(|e| anyhow!("backlog {backlog}: {e}"))?).context("listen")?;
     Ok(fd)
+}
+
+/// The next client of control socket `listener` within `wait`, its receives bounded by
+/// `timeout`; `None` when none came (or it left before it could be read).
+pub fn accept_channel(listener: &OwnedFd, wait: PollTimeout, timeout: Duration) -> Option<Channel> {
+    let mut p = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+    if !matches!(poll(&mut p, wait), Ok(n) if n > 0) {
+        return None;
+    }
+    let raw = accept4(listener.as_raw_fd(), SockFlag::SOCK_CLOEXEC).ok()?;
+    // SAFETY: accept4 returned a new descriptor that nothing else owns.
+    let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
+    Channel::from_fd(conn, timeout).ok()
 }
 
 /// Reads a request's bytes: its [`Ask`], or the refusal to answer with (nothing is quoted

@@ -48,11 +48,7 @@ impl SchedConfig {
     }
 
     fn weight(&self, i: usize) -> f64 {
-        let w = match self.weights.as_slice() {
-            [] => 1.0,
-            [one] => *one,
-            all => all.get(i).copied().unwrap_or(1.0),
-        };
+        let w = zcpipe_core::config::per_camera(&self.weights, i, 1.0);
         if w.is_finite() && w > 0.0 {
             w
         } else {

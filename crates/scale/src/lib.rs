@@ -55,11 +55,7 @@ pub struct ScaleConfig {
 impl ScaleConfig {
     /// Camera `i`'s detection rate (0: every frame).
     pub fn detect_fps(&self, i: usize) -> f64 {
-        match self.detect_fps.as_slice() {
-            [] => 0.0,
-            [one] => *one,
-            all => all.get(i).copied().unwrap_or(0.0),
-        }
+        zcpipe_core::config::per_camera(&self.detect_fps, i, 0.0)
     }
 }
 

@@ -418,10 +418,8 @@ struct ScaleStage<'s> {
     span: FrameSpan,
     /// The camera to look at first in the next turn (round-robin).
     next: usize,
-    /// Where the supervisor hands over the changes taken live ([`live`]), and when it was
-    /// last looked at.
+    /// Where the supervisor hands over the changes taken live ([`live`]).
     control: Option<StageControl>,
-    control_at: Instant,
 }
 
 mod live;
@@ -453,6 +451,7 @@ impl<'s> ScaleStage<'s> {
         let down = Downstream::new(listener);
         // Without it the stage runs as before, only without live changes.
         let control = StageControl::bind(&ctx.data.run_dir, "scale")
+            .map(|c| c.at_most_every(live::CONTROL_EVERY))
             .map_err(|e| log::warn!("no live changes for this scale stage: {e:#}"))
             .ok();
         let fds_setup = open_fd_count();
@@ -481,7 +480,6 @@ impl<'s> ScaleStage<'s> {
             span: FrameSpan::default(),
             next: 0,
             control,
-            control_at: Instant::now(),
         })
     }
 

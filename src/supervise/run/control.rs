@@ -5,15 +5,14 @@
 //! two turns ([`super::supervisor::Supervisor::serve_control`]); the client waits for the
 //! answer on its own thread, so a slow or silent client never holds the loop.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{accept4, SockFlag};
+use nix::poll::PollTimeout;
 
 use zcpipe_core::control::{self, Answer, Channel, Refusal, Reply, Request, VERSION};
 
@@ -104,14 +103,7 @@ fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool, group:
     let live = Arc::new(AtomicUsize::new(0));
     let mut refused = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let mut p = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-        if !matches!(poll(&mut p, PollTimeout::from(200u16)), Ok(n) if n > 0) {
-            continue;
-        }
-        let Ok(raw) = accept4(fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) else { continue };
-        // SAFETY: accept4 returned a new descriptor that nothing else owns.
-        let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
-        let Ok(ch) = Channel::from_fd(conn, REQUEST_TIMEOUT) else { continue };
+        let Some(ch) = control::accept_channel(&fd, PollTimeout::from(200u16), REQUEST_TIMEOUT) else { continue };
         if !ch.peer_allowed() && !group.is_some_and(|g| ch.peer_in_group(g)) {
             refused += 1;
             if refused <= 20 || refused.is_power_of_two() {

@@ -94,13 +94,7 @@ impl Proc {
     /// Restarts it at once for a change to the run: a live process is killed (its death is
     /// planned: [`Proc::planned`]), a dead one is started now.
     pub(super) fn restart_on_request(&mut self) {
-        self.planned = true;
-        match self.status {
-            None => {
-                let _ = self.child.kill();
-            }
-            Some(_) => self.restart_at = Some(Instant::now()),
-        }
+        self.restart_on_request_in(Duration::ZERO);
     }
 
     /// [`Proc::restart_on_request`] in `delay` (the publish stage's web view answers the
@@ -108,7 +102,10 @@ impl Proc {
     pub(super) fn restart_on_request_in(&mut self, delay: Duration) {
         self.planned = true;
         match self.status {
-            None => self.kill_at = Some(Instant::now() + delay),
+            None => {
+                self.kill_at = Some(Instant::now() + delay);
+                self.kill_if_due();
+            }
             Some(_) => self.restart_at = Some(Instant::now() + delay),
         }
     }

@@ -4,16 +4,15 @@
 //! looked at once per turn of their frame loop without blocking. One [`StageAsk`] in, one
 //! [`StageAnswer`] out, then the connection closes.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{accept4, SockFlag};
+use nix::poll::PollTimeout;
 use serde::{Deserialize, Serialize};
 
-use super::{CameraScene, Channel, VERSION};
+use super::{accept_channel, CameraScene, Channel, VERSION};
 
 /// What `zcpipe run` tells a stage, with [`VERSION`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,6 +118,9 @@ pub struct StageControl {
     fd: OwnedFd,
     path: PathBuf,
     stage: &'static str,
+    /// Looked at no more often than this ([`StageControl::at_most_every`]), last then.
+    every: Duration,
+    looked: Instant,
 }
 
 impl StageControl {
@@ -127,22 +129,27 @@ impl StageControl {
     pub fn bind(run_dir: &Path, stage: &'static str) -> Result<StageControl> {
         let path = run_dir.join(stage_socket(stage));
         let fd = super::listen_at(&path, true, 4)?;
-        Ok(StageControl { fd, path, stage })
+        Ok(StageControl { fd, path, stage, every: Duration::ZERO, looked: Instant::now() })
     }
 
-    /// The requests waiting now (at most [`PER_TURN`]), each with the channel its answer
-    /// goes on ([`reply`]). A request that cannot be read is answered here.
+    /// [`StageControl::poll`] looks at the socket (a poll(2)) at most every `every`, for a
+    /// stage that turns once per frame and has no need of a change sooner.
+    pub fn at_most_every(mut self, every: Duration) -> StageControl {
+        self.every = every;
+        self
+    }
+
+    /// The requests waiting now (at most [`PER_TURN`]; none when the last look was under
+    /// [`StageControl::at_most_every`] ago), each with the channel its answer goes on
+    /// ([`reply`]). A request that cannot be read is answered here.
     pub fn poll(&mut self) -> Vec<(Channel, StageRequest)> {
         let mut out = vec![];
+        if self.looked.elapsed() < self.every {
+            return out;
+        }
+        self.looked = Instant::now();
         for _ in 0..PER_TURN {
-            let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
-            if !matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0) {
-                break;
-            }
-            let Ok(raw) = accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) else { break };
-            // SAFETY: accept4 returned a new descriptor that nothing else owns.
-            let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
-            let Ok(ch) = Channel::from_fd(conn, REQUEST_TIMEOUT) else { continue };
+            let Some(ch) = accept_channel(&self.fd, PollTimeout::ZERO, REQUEST_TIMEOUT) else { break };
             if !ch.peer_allowed() {
                 log::warn!(
                     "refused a control connection on {} from pid {} of uid {}: not this run's user",

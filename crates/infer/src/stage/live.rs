@@ -2,9 +2,9 @@
 //! supervisor): the scheduler learns a camera added to the run (its name and its weight,
 //! from its first frame) and the cameras' new weights. The frames waiting stay.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zcpipe_core::control::{reply, Channel, LiveCamera, StageControl, StageRequest};
 
@@ -15,27 +15,21 @@ use crate::sched::Scheduler;
 const CONTROL_EVERY: Duration = Duration::from_millis(100);
 
 /// The infer stage's control socket, looked at from its frame loop.
-pub(super) struct Control {
-    socket: RefCell<Option<StageControl>>,
-    at: Cell<Instant>,
-}
+pub(super) struct Control(RefCell<Option<StageControl>>);
 
 impl Control {
     /// Binds the socket in `run_dir`; without it (logged) the stage runs without live changes.
     pub(super) fn bind(run_dir: &Path) -> Control {
         let socket = StageControl::bind(run_dir, "infer")
+            .map(|c| c.at_most_every(CONTROL_EVERY))
             .map_err(|e| log::warn!("no live changes for this infer stage: {e:#}"))
             .ok();
-        Control { socket: RefCell::new(socket), at: Cell::new(Instant::now()) }
+        Control(RefCell::new(socket))
     }
 
     /// The requests waiting, when the socket is due a look ([`CONTROL_EVERY`]) and any came.
     pub(super) fn due(&self) -> Option<Vec<(Channel, StageRequest)>> {
-        if self.at.get().elapsed() < CONTROL_EVERY {
-            return None;
-        }
-        self.at.set(Instant::now());
-        let asked = self.socket.borrow_mut().as_mut()?.poll();
+        let asked = self.0.borrow_mut().as_mut()?.poll();
         (!asked.is_empty()).then_some(asked)
     }
 

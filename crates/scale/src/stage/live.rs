@@ -4,7 +4,7 @@
 //! through the pool's second handles; a camera's detection rate changes from its next
 //! frame. The other cameras' frames go on meanwhile.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zcpipe_core::control::{reply, LiveCamera, StageRequest};
 use zcpipe_core::frame::Stage;
@@ -15,15 +15,12 @@ use zcpipe_core::rate::RateGate;
 use super::{capture_hello, open_scaler, Camera, ScaleStage};
 
 /// How often the control socket is looked at (a poll(2) each time).
-const CONTROL_EVERY: Duration = Duration::from_millis(100);
+pub(super) const CONTROL_EVERY: Duration = Duration::from_millis(100);
 
 impl ScaleStage<'_> {
-    /// Takes the supervisor's changes waiting, at most every [`CONTROL_EVERY`].
+    /// Takes the supervisor's changes waiting (the socket is looked at every
+    /// [`CONTROL_EVERY`]).
     pub(super) fn serve_control(&mut self) {
-        if self.control_at.elapsed() < CONTROL_EVERY {
-            return;
-        }
-        self.control_at = Instant::now();
         let Some(c) = self.control.as_mut() else { return };
         for (ch, request) in c.poll() {
             let answer = match request {

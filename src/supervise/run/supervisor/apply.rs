@@ -382,11 +382,12 @@ impl Supervisor {
         let publish: StageId = Stage::Publish.into();
         let flags_of = |id: &StageId| new.stage_flags.iter().find(|(i, _)| i == id).map(|(_, f)| f);
         let had: Vec<&str> = self.a.live_cameras.iter().map(|c| c.name.as_str()).collect();
+        // What the publish stage takes live: its scene and the cameras.
+        let publish_takes: Vec<&str> = LIVE_FLAGS.iter().chain(&CAMERA_FLAGS).copied().collect();
         // The scene of the cameras the publish stage has, first: refused, nothing changed.
         let (mut scene_new, mut scene_changed) = (vec![], false);
         if let (Some(o), Some(n)) = (old.get(&publish), flags_of(&publish)) {
-            let both: Vec<&str> = LIVE_FLAGS.iter().chain(&CAMERA_FLAGS).copied().collect();
-            scene_changed = differ_only_in(o, n, &both) && !differ_only_in(o, n, &CAMERA_FLAGS);
+            scene_changed = differ_only_in(o, n, &publish_takes) && !differ_only_in(o, n, &CAMERA_FLAGS);
             if scene_changed {
                 let all = self.live.as_ref().map(|l| l.next_scene()).unwrap_or_default();
                 let (known, added): (Vec<_>, Vec<_>) = all.into_iter().partition(|s| had.contains(&s.camera.as_str()));
@@ -404,11 +405,8 @@ impl Supervisor {
         for stage in [Stage::Publish, Stage::Infer, Stage::Scale] {
             let id: StageId = stage.into();
             let (Some(o), Some(n)) = (old.get(&id), flags_of(&id)) else { continue };
-            let takes: Vec<&str> = match stage {
-                Stage::Publish => LIVE_FLAGS.iter().chain(&CAMERA_FLAGS).copied().collect(),
-                _ => CAMERA_FLAGS.to_vec(),
-            };
-            if o == n || !differ_only_in(o, n, &takes) {
+            let takes: &[&str] = if stage == Stage::Publish { &publish_takes } else { &CAMERA_FLAGS };
+            if o == n || !differ_only_in(o, n, takes) {
                 continue;
             }
             if cameras_changed && !differ_only_in(o, n, &LIVE_FLAGS) {
