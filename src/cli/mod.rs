@@ -236,7 +236,7 @@ impl StageCmd {
         }
     }
 
-    /// Checks the stage's options and runs it with the stop flag and its report pipe.
+    /// Checks the stage's options and runs it with the stop flag and its report socket.
     fn run(self) -> zcpipe_core::Result<i32> {
         let (StageCmd::Capture { common, .. }
         | StageCmd::Scale { common, .. }

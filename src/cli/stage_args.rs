@@ -17,7 +17,7 @@ use anyhow::{anyhow, Context, Result};
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use serde::{Deserialize, Serialize};
 
-/// The fd number a stage finds its options at (the report pipe is at 3).
+/// The fd number a stage finds its options at (the report socket is at 3).
 pub const ARGS_FD: i32 = 4;
 /// The version of [`StageArgs`] this build writes and reads.
 pub const VERSION: u32 = 1;

@@ -13,4 +13,5 @@ mod http_control;
 mod ipc;
 mod lines;
 mod mqtt;
+mod mqtt_snapshot;
 mod openapi;

@@ -138,10 +138,17 @@ pub(crate) struct Sub {
 impl Sub {
     /// Subscribes to `#` on `b` (as `user`), and waits until a probe message comes through.
     pub(crate) fn start(b: &Broker, user: Option<(&str, &str)>) -> Sub {
+        Sub::start_on(b, user, &["#"])
+    }
+
+    /// Subscribes to `topics` (and the probe's) on `b`, as [`Sub::start`]. Messages are
+    /// read as lines of text: a subscriber that gets pictures names the topics it wants.
+    pub(crate) fn start_on(b: &Broker, user: Option<(&str, &str)>, topics: &[&str]) -> Sub {
         let auth: Vec<String> =
             user.map(|(u, p)| vec!["-u".into(), u.into(), "-P".into(), p.into()]).unwrap_or_default();
         let mut child = Command::new("mosquitto_sub")
-            .args(["-h", "127.0.0.1", "-p", &b.port.to_string(), "-v", "-t", "#"])
+            .args(["-h", "127.0.0.1", "-p", &b.port.to_string(), "-v"])
+            .args(topics.iter().chain((!topics.contains(&"#")).then_some(&"probe")).flat_map(|t| ["-t", t]))
             .args(&auth)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -240,7 +247,7 @@ impl Drop for Running {
     }
 }
 
-fn summary(dir: &Path) -> Value {
+pub(crate) fn summary(dir: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
 }
 
@@ -695,58 +702,13 @@ fn every_frame_accounted(dir: &Path, stdout: &str, captured: u64) -> u64 {
 
 /// The retained message of `topic` on broker `b` (what Home Assistant gets when it
 /// subscribes): its payload's bytes, as `mosquitto_sub` writes them.
-fn retained(b: &Broker, topic: &str) -> Vec<u8> {
+pub(crate) fn retained(b: &Broker, topic: &str) -> Vec<u8> {
     let out = Command::new("mosquitto_sub")
         .args(["-h", "127.0.0.1", "-p", &b.port.to_string(), "-t", topic, "-C", "1", "-N", "-W", "10"])
         .output()
         .unwrap();
     assert!(out.status.success(), "no retained message on {topic}: {}", String::from_utf8_lossy(&out.stderr));
     out.stdout
-}
-
-/// With snapshots on, each picture is also the camera's Home Assistant `image` entity: its
-/// discovery config, and the JPEG itself retained on `P/<camera>/snapshot`, byte for byte the
-/// newest file in the snapshot folder.
-#[test]
-fn each_snapshot_is_the_cameras_image_in_home_assistant() {
-    if !have_mosquitto() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let b = Broker::start(dir.path(), None);
-    let snaps = dir.path().join("snaps");
-    let out = zcpipe_run(dir.path())
-        .args(["--instance", "mqtt-snap", "--no-print", "--frames", "90", "--fps", "max", "--ring-policy", "block"])
-        .args(["--snapshot-dir", snaps.to_str().unwrap(), "--snapshot-every", "1"])
-        .args(["--mqtt", &b.url(), "--mqtt-client-id", "zc-test"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(snaps.join("cam0")).unwrap().flatten().map(|e| e.path()).collect();
-    files.sort();
-    let newest = files.last().unwrap_or_else(|| panic!("no snapshot written: {stderr}"));
-    let picture = retained(&b, "zcpipe-mqtt-snap/cam0/snapshot");
-    assert_eq!(picture, std::fs::read(newest).unwrap(), "the retained picture is {}", newest.display());
-    let img = image::load_from_memory_with_format(&picture, image::ImageFormat::Jpeg).unwrap();
-    assert_eq!((img.width(), img.height()), (768, 432));
-
-    let config: Value =
-        serde_json::from_slice(&retained(&b, "homeassistant/image/zc-test/cam0_snapshot/config")).unwrap();
-    assert_eq!(
-        (config["image_topic"].as_str(), config["content_type"].as_str(), config["unique_id"].as_str()),
-        (Some("zcpipe-mqtt-snap/cam0/snapshot"), Some("image/jpeg"), Some("zc-test_cam0_snapshot")),
-        "{config}"
-    );
-    assert!(config.get("state_topic").is_none(), "{config}");
-
-    let s = summary(dir.path());
-    let (m, written) =
-        (&s["stages"]["publish"]["extra"]["mqtt"], &s["stages"]["publish"]["extra"]["snapshots"]["written"]);
-    assert_eq!(m["pictures"], *written, "every snapshot written went to the broker too: {m}");
-    assert_eq!((m["pictures_too_big"].as_u64(), m["dropped"].as_u64()), (Some(0), Some(0)), "{m}");
-    assert!(stderr.contains("snapshots for Home Assistant"), "{stderr}");
-    println!("EVIDENCE mqtt image: {} snapshots, the newest {} bytes retained", written, picture.len());
 }
 
 /// A camera removed from a running pipeline (`zcpipe ctl cameras remove`) goes unavailable

@@ -210,6 +210,32 @@ fn bad_changes_change_nothing(r: &Run) {
     assert_eq!(two, [0, 0]);
     let (_, out, _) = ctl(&r.run_dir, &["zones", "list", "door"]);
     assert!(out.contains("zone left=") && out.contains("zone right="), "{out}");
+    every_client_served_is_answered_busy_when_full(r);
+}
+
+/// Eight clients that say nothing hold every place the run serves at once: the next is
+/// answered `busy` (not left with a hang-up), and once they leave, served.
+fn every_client_served_is_answered_busy_when_full(r: &Run) {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(&r.run_dir.join("control.sock")).unwrap();
+    let idle: Vec<_> = (0..8)
+        .map(|_| {
+            let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+            connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr).unwrap();
+            fd
+        })
+        .collect();
+    // The run takes them in within its 200 ms turn; each then waits for its request.
+    let mut answers = vec![];
+    let full = wait_for(Duration::from_secs(20), || {
+        let (code, out, err) = ctl(&r.run_dir, &["cameras"]);
+        answers.push(format!("{code} {out} {err}"));
+        code == 1 && out == "busy: 8 control clients are being served; try again"
+    });
+    assert!(full, "{answers:?}");
+    assert!(!answers.iter().any(|a| a.contains("hung up")), "{answers:?}");
+    drop(idle);
+    assert!(wait_for(Duration::from_secs(20), || ctl(&r.run_dir, &["cameras"]).0 == 0), "served again");
 }
 
 /// The infer stage restarted for a setting, camera yard on request: its new pid.

@@ -45,6 +45,7 @@ pub fn send(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) -> Res
 pub fn recv(sock: BorrowedFd<'_>) -> crate::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; MAX_PAYLOAD];
     let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut reset_seen = false;
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
         // A real msg_name buffer (not `()`): qemu-user writes the peer address even into a
@@ -57,7 +58,15 @@ pub fn recv(sock: BorrowedFd<'_>) -> crate::Result<Option<(Vec<u8>, Vec<OwnedFd>
         ) {
             Ok(m) => m,
             Err(nix::errno::Errno::EINTR) => continue,
-            // The peer closed with our message unread, or before accepting us: a hang-up.
+            // The peer closed with our message unread, or before accepting us. On a
+            // SOCK_SEQPACKET socket the kernel reports that error before the messages still
+            // queued (a `busy` it sent before closing) and clears it as it does: one more
+            // receive reads what is queued, or the end (the peer's close shut the socket, so
+            // it cannot wait).
+            Err(nix::errno::Errno::ECONNRESET) if !reset_seen => {
+                reset_seen = true;
+                continue;
+            }
             Err(nix::errno::Errno::ECONNRESET) => return Ok(None),
             Err(nix::errno::Errno::EAGAIN) => {
                 return Err(crate::Error::TimedOut {
@@ -111,6 +120,19 @@ mod tests {
         assert_eq!(fds.len(), 2);
         assert_ne!(fds[0].as_raw_fd(), m.as_raw_fd());
         drop(a);
+        assert!(recv(b.as_fd()).unwrap().is_none());
+    }
+
+    /// A peer that answers, then closes with our request unread (a server turning a client
+    /// away as `busy`): the kernel reports ECONNRESET first; the answer is still read.
+    #[test]
+    fn an_answer_sent_before_a_close_with_our_message_unread_is_read() {
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+        send(b.as_fd(), b"request", &[]).unwrap();
+        send(a.as_fd(), b"busy", &[]).unwrap();
+        drop(a);
+        let (p, fds) = recv(b.as_fd()).unwrap().expect("the answer, not a hang-up");
+        assert_eq!((p.as_slice(), fds.len()), (&b"busy"[..], 0));
         assert!(recv(b.as_fd()).unwrap().is_none());
     }
 }

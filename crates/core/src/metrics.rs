@@ -100,7 +100,7 @@ impl LatencySet {
     }
 }
 
-/// What a stage tells the supervisor (one JSON line on its report pipe), and what a run's
+/// What a stage tells the supervisor (one JSON line, one message on its report socket), and what a run's
 /// summary keeps of each stage. Fields a sender left out read as their defaults.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -305,7 +305,7 @@ fn process_stats_rusage() -> ProcessStats {
     st
 }
 
-/// Where reports go: a pipe inherited from the supervisor, or nowhere.
+/// Where reports go: a socket inherited from the supervisor, or nowhere.
 pub struct Reporter {
     out: Option<Mutex<std::fs::File>>,
 }
@@ -320,7 +320,7 @@ impl Reporter {
                 log::warn!("--report-fd {fd} is not an open descriptor we may own; reports go to the debug log only");
                 return None;
             }
-            // SAFETY: `--report-fd` names a pipe the supervisor placed in our fd table for us
+            // SAFETY: `--report-fd` names a socket the supervisor placed in our fd table for us
             // to own (checked open above, and not stdio); nothing else here uses that number.
             Some(Mutex::new(unsafe { std::fs::File::from_raw_fd(fd) }))
         });
@@ -337,15 +337,12 @@ impl Reporter {
         };
         log::debug!("report {line}");
         line.push('\n');
-        if line.len() > libc::PIPE_BUF {
-            log::warn!("stage report of {} bytes exceeds PIPE_BUF; it may interleave with another stage's", line.len());
-        }
         if let Some(m) = &self.out {
             let mut f = m.lock().unwrap_or_else(|p| p.into_inner());
-            // One write(2) of at most PIPE_BUF bytes is atomic on a pipe (pipe(7)): the four
-            // stages share this pipe, so a line must never go out in pieces.
+            // The supervisor's report channel is a SOCK_SEQPACKET socket: one write(2) is one
+            // message, whole, however long, so the stages sharing it never interleave.
             if let Err(e) = f.write_all(line.as_bytes()) {
-                log::debug!("report pipe: {e}");
+                log::debug!("report socket: {e}");
             }
         }
     }

@@ -35,7 +35,7 @@ pub struct StageCtx<'a> {
     pub id: StageId,
     /// Set when the stage must stop; every loop and wait checks it.
     pub stop: &'a AtomicBool,
-    /// The supervisor's report pipe (or the debug log).
+    /// The supervisor's report socket (or the debug log).
     pub reporter: Reporter,
     /// Settings every hop of the pipeline shares.
     pub data: DataPath,

@@ -35,9 +35,34 @@ pub trait Output {
 }
 
 /// Where one output hands another a picture it took: the snapshot output gives the MQTT
-/// bridge each snapshot (camera name, JPEG) for Home Assistant's image entity. Called on the
-/// giver's own thread; must not block.
-pub type PictureSink = Box<dyn Fn(&str, &[u8]) + Send>;
+/// bridge each snapshot for Home Assistant's image entity (and, for a new object, its
+/// notice). Called on the giver's own thread; must not block.
+pub type PictureSink = Box<dyn Fn(&Picture<'_>) + Send>;
+
+/// A picture the snapshot output took.
+#[derive(Clone, Copy, Debug)]
+pub struct Picture<'a> {
+    /// Its camera's name.
+    pub camera: &'a str,
+    /// The JPEG.
+    pub jpeg: &'a [u8],
+    /// The tracker's `new` event it was taken for; `None` for one of `--snapshot-every`.
+    pub of_new: Option<&'a NewObject>,
+    /// Its file name in the camera's folder of `--snapshot-dir`; `None` when the disk did not
+    /// take it.
+    pub file: Option<&'a str>,
+}
+
+/// A tracker's `new` event, as a snapshot taken for it names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewObject {
+    /// The track.
+    pub track_id: u64,
+    /// Its label.
+    pub label: String,
+    /// The event's time, Unix ms (as its MQTT message says: the same id follows from it).
+    pub time_ms: u64,
+}
 
 /// Every output of a run, called in order.
 #[derive(Default)]

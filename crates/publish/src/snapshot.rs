@@ -11,7 +11,8 @@
 //! the pipeline never waits for the disk.
 //!
 //! With MQTT on, each picture is also the camera's latest snapshot for Home Assistant (an
-//! `image` entity; [`super::output::PictureSink`]), whether the disk took it or not.
+//! `image` entity; [`super::output::PictureSink`]), whether the disk took it or not, and a
+//! picture of a new object is announced on the camera's events topic with a stable id.
 //!
 //! Files: `DIR/CAMERA/UNIX_MS-WHY.jpg` (`WHY`: `every`, or `new-LABEL-ID`), written to a
 //! temporary name and renamed, so a reader never sees half a file. File names sort by time.
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 
 use super::http::{draw, render};
-use super::output::Output;
+use super::output::{NewObject, Output, Picture};
 use super::pixels::Pixels;
 use super::schema::{EndJson, FrameJson, SocketLine};
 
@@ -75,7 +76,15 @@ struct Request {
     camera: usize,
     /// The camera's name (its folder).
     name: String,
-    why: String,
+    /// The new object it is for (`None`: one of `--snapshot-every`).
+    new: Option<NewObject>,
+}
+
+impl Request {
+    /// Why it was taken, as its file name says: `every`, or `new-LABEL-ID`.
+    fn why(&self) -> String {
+        self.new.as_ref().map_or_else(|| "every".into(), |n| format!("new-{}-{}", n.label, n.track_id))
+    }
 }
 
 /// The snapshot output (see the module's documentation).
@@ -151,10 +160,10 @@ impl Snapshots {
         })
     }
 
-    fn request(&mut self, camera: usize, why: String) {
+    fn request(&mut self, camera: usize, new: Option<NewObject>) {
         let Some(tx) = &self.tx else { return };
         let name = self.cameras[camera].clone();
-        match tx.try_send(Request { camera, name, why }) {
+        match tx.try_send(Request { camera, name, new }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.counters.lock().unwrap_or_else(|p| p.into_inner()).dropped += 1
@@ -197,7 +206,10 @@ impl Output for Snapshots {
                 if let Some(cam) =
                     self.cameras.iter().position(|c| *c == e.camera).or((self.cameras.len() == 1).then_some(0))
                 {
-                    self.request(cam, format!("new-{}-{}", e.label, e.track_id));
+                    // Its time as the MQTT bridge gives the event (the same stamp reads the
+                    // same), so the picture's notice names the event's id.
+                    let time_ms = crate::mqtt::wall_ms(e.timestamp_ns);
+                    self.request(cam, Some(NewObject { track_id: e.track_id, label: e.label.clone(), time_ms }));
                 }
             }
             _ => {}
@@ -212,7 +224,7 @@ impl Output for Snapshots {
             // Only cameras that sent a frame: a camera that is away gets no pictures.
             if sent && self.last[cam].is_none_or(|t| t.elapsed() >= every) {
                 self.last[cam] = Some(Instant::now());
-                self.request(cam, "every".into());
+                self.request(cam, None);
             }
         }
     }
@@ -284,15 +296,17 @@ fn worker(
             draw::detections(&mut canvas, &f);
         }
         let written = render::jpeg(&rgb, px.width, px.height).and_then(|jpeg| {
-            if let Some(sink) = &place.sink {
-                sink(&req.name, &jpeg);
-            }
             let folder = place.dir.join(&req.name);
-            let name = format!("{:013}-{}.jpg", unix_ms(), req.why);
+            let name = format!("{:013}-{}.jpg", unix_ms(), req.why());
             let tmp = folder.join(format!(".{name}.tmp"));
             let res = std::fs::write(&tmp, &jpeg).and_then(|()| std::fs::rename(&tmp, folder.join(&name)));
             if res.is_err() {
                 let _ = std::fs::remove_file(&tmp);
+            }
+            // Handed on whether the disk took it or not.
+            if let Some(sink) = &place.sink {
+                let file = res.is_ok().then_some(name.as_str());
+                sink(&Picture { camera: &req.name, jpeg: &jpeg, of_new: req.new.as_ref(), file });
             }
             res.with_context(|| format!("writing snapshot {}", folder.join(&name).display()))
         });

@@ -15,7 +15,7 @@ use zcpipe_core::id::StageId;
 use super::CAMERA_BACKOFF_MAX;
 use crate::cli::stage_args::{self, ARGS_FD};
 
-/// The fd number children find their report pipe at.
+/// The fd number children find their report socket at.
 pub(super) const REPORT_FD: i32 = 3;
 
 /// One stage process of a run, and what the supervisor knows of it.
@@ -176,7 +176,7 @@ pub(super) fn live_socket_in(dir: &std::path::Path) -> Option<std::path::PathBuf
 }
 
 /// Starts stage process `id` of `exe` (`zcpipe stage <role> ARGS`) with the secrets `env`
-/// in its environment, `report_w` as its report pipe at [`REPORT_FD`], and its options
+/// in its environment, `report_w` as its report socket at [`REPORT_FD`], and its options
 /// `args` out of sight: only those that tell stages apart on its command line, the rest in
 /// a sealed memfd at [`ARGS_FD`] ([`crate::cli::stage_args`]).
 pub(super) fn spawn(

@@ -5,8 +5,7 @@
 //! the summary.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -56,19 +55,44 @@ pub(super) struct Supervisor {
 
 mod apply;
 
-/// Reads the stages' report lines from the pipe's read end into `tx`, until every writer
-/// has closed it.
+/// Reads the stages' reports (one JSON line per message) from the report socket into `tx`,
+/// until every writer has closed its end.
 fn read_reports(report_r: OwnedFd, tx: mpsc::Sender<StageReport>) {
-    for line in BufReader::new(std::fs::File::from(report_r)).lines().map_while(|l| l.ok()) {
-        match serde_json::from_str::<StageReport>(&line) {
+    // A report of many cameras is several KiB; the socket takes at most its send buffer.
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = match nix::sys::socket::recv(report_r.as_raw_fd(), &mut buf, nix::sys::socket::MsgFlags::empty()) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                log::debug!("stage reports: {e}");
+                break;
+            }
+        };
+        match serde_json::from_slice::<StageReport>(&buf[..n]) {
             Ok(r) => {
                 if tx.send(r).is_err() {
                     break;
                 }
             }
-            Err(e) => log::debug!("unparsable stage report ({e}): {line}"),
+            // Never expected (one message is one report): a stage of another zcpipe version?
+            Err(e) => {
+                let text: String = String::from_utf8_lossy(&buf[..n]).chars().take(200).collect();
+                log::warn!("unparsable stage report ({e}), not counted: {text}")
+            }
         }
     }
+}
+
+/// The stages' report channel: a `SOCK_SEQPACKET` pair, so each stage's report is one
+/// message whatever its size (a pipe keeps a write whole only up to `PIPE_BUF`, 4 KiB,
+/// which a run of many cameras passes) and the stages sharing the writing end never
+/// interleave.
+fn report_channel() -> Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+        .context("socketpair(AF_UNIX, SOCK_SEQPACKET) for the stages' reports")
 }
 
 impl Supervisor {
@@ -76,7 +100,7 @@ impl Supervisor {
     /// and the error returned) and the thread that reads their reports.
     pub(super) fn start(a: RunConfig, live: Option<Box<dyn super::Reconfigure>>) -> Result<Supervisor> {
         let exe = std::env::current_exe().context("finding the zcpipe binary")?;
-        let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2")?;
+        let (report_r, report_w) = report_channel()?;
         let start = Instant::now();
         let mut procs: Vec<Proc> = vec![];
         let several = a.cameras.len() > 1;

@@ -266,13 +266,15 @@ impl MqttOutput {
         }
     }
 
-    /// Where the snapshot output hands each picture it takes (its camera's name and the
-    /// JPEG): the camera's latest snapshot for Home Assistant's image entity.
+    /// Where the snapshot output hands each picture it takes: the camera's latest snapshot
+    /// for Home Assistant's image entity, and for a new object the picture's notice
+    /// ([`super::fleet::snapshot_notice`]) after it.
     pub(crate) fn picture_sink(&self) -> crate::output::PictureSink {
         let shared = self.shared.clone();
         let cfg = self.tr.config().clone();
         let announced = Mutex::new(std::collections::BTreeSet::<String>::new());
-        Box::new(move |camera: &str, jpeg: &[u8]| {
+        Box::new(move |pic: &crate::output::Picture<'_>| {
+            let (camera, jpeg) = (pic.camera, pic.jpeg);
             if jpeg.len() > MAX_PICTURE {
                 let n = shared.pictures_too_big.fetch_add(1, Ordering::Relaxed) + 1;
                 if n == 1 {
@@ -286,7 +288,8 @@ impl MqttOutput {
             }
             let first = announced.lock().unwrap_or_else(|e| e.into_inner()).insert(camera.to_string());
             shared.pictures.fetch_add(1, Ordering::Relaxed);
-            shared.push(cfg.snapshot_msgs(camera, jpeg.to_vec(), first).into_iter());
+            let notice = super::fleet::snapshot_notice(&cfg, pic).map(Out::Once);
+            shared.push(cfg.snapshot_msgs(camera, jpeg.to_vec(), first).into_iter().chain(notice));
         })
     }
 

@@ -2,7 +2,8 @@
 //! id, and the board's retained status. Versioned ([`WIRE_VERSION`]): a reader refuses a
 //! message of a version it does not know, by its `v`.
 //!
-//! - Every message on `P/<camera>/events` (a tracker's event, a closed clip) carries `v`,
+//! - Every message on `P/<camera>/events` (a tracker's event, a closed clip, the notice of a
+//!   snapshot of a new object: [`snapshot_notice`]) carries `v`,
 //!   `board` and `event_id`: the same event always has the same id ([`event_id`]: board,
 //!   camera, track, kind and time), so a consumer drops the copies QoS 1 redelivers, or a
 //!   bridge sends again after a cut, by the id alone.
@@ -15,7 +16,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bridge::MqttReport;
-use super::level;
+use super::{level, MqttConfig, Msg};
+use crate::output::{NewObject, Picture};
 use crate::schema::ClipJson;
 
 /// The version of the fleet's messages (`v`).
@@ -83,6 +85,60 @@ pub fn clip_event_id(board: &str, clip: &ClipJson) -> String {
     format!("{board}/{}/clip/{}/{}", level(&clip.camera), clip.id, clip.end_ms)
 }
 
+/// The id of the snapshot taken for new object `new` of camera `camera`:
+/// `board/camera/track/snapshot/time_ms`, the time being the `new` event's (one picture per
+/// new object, so one id).
+pub fn snapshot_event_id(board: &str, camera: &str, new: &NewObject) -> String {
+    event_id(board, camera, new.track_id, "snapshot", None, new.time_ms)
+}
+
+/// The notice of a snapshot taken for a new object, on its camera's events topic
+/// (`"event": "snapshot"`), sent right after the picture itself (the retained
+/// `P/<camera>/snapshot`, which it is until the next).
+#[derive(Serialize)]
+struct SnapshotNotice<'a> {
+    event: &'static str,
+    camera: &'a str,
+    track_id: u64,
+    label: &'a str,
+    /// The `new` event's id: the picture is of that object.
+    of_event: String,
+    /// Its file in the camera's folder of the board's `--snapshot-dir` (`None`: the disk did
+    /// not take it).
+    file: Option<&'a str>,
+    /// The picture's size.
+    bytes: usize,
+    time_ms: u64,
+    v: u32,
+    board: &'a str,
+    event_id: String,
+}
+
+/// The notice of `pic` (a picture of a new object; `None` for one of `--snapshot-every`,
+/// which only refreshes the camera's image).
+pub(crate) fn snapshot_notice(cfg: &MqttConfig, pic: &Picture<'_>) -> Option<Msg> {
+    let new = pic.of_new?;
+    let board = cfg.board.as_str();
+    let n = SnapshotNotice {
+        event: "snapshot",
+        camera: pic.camera,
+        track_id: new.track_id,
+        label: &new.label,
+        of_event: event_id(board, pic.camera, new.track_id, "new", None, new.time_ms),
+        file: pic.file,
+        bytes: pic.jpeg.len(),
+        time_ms: new.time_ms,
+        v: WIRE_VERSION,
+        board,
+        event_id: snapshot_event_id(board, pic.camera, new),
+    };
+    Some(Msg {
+        topic: cfg.camera_topic(pic.camera, "events"),
+        payload: serde_json::to_vec(&n).unwrap_or_default(),
+        retain: false,
+    })
+}
+
 /// A line as an events message: its own fields (flattened, numbers exactly as on the
 /// socket) plus the fleet's.
 #[derive(Serialize)]
@@ -111,7 +167,7 @@ pub struct EventMsg {
     pub board: String,
     /// Its camera.
     pub camera: String,
-    /// `new`, `entered_zone`, ..., `end`, or `clip`.
+    /// `new`, `entered_zone`, ..., `end`, `clip`, or `snapshot`.
     pub event: String,
     /// When it happened (a clip: its end), Unix ms.
     pub time_ms: u64,
@@ -223,6 +279,43 @@ mod tests {
         t.line(line, |ns| ns / 1_000_000, &mut out);
         let Some(Out::Once(m)) = out.first() else { panic!("{out:?}") };
         (m.text().into_owned(), serde_json::from_slice(&m.payload).unwrap())
+    }
+
+    /// A snapshot of a new object is announced after its picture, naming the `new` event's
+    /// id; a picture of `--snapshot-every` only refreshes the image.
+    #[test]
+    fn a_snapshot_of_a_new_object_names_its_event() {
+        let c = cfg();
+        let mut t = Translator::new(c.clone());
+        let (_, new) = read(&mut t, &event("new", 7, None, 5_000_000_123));
+        let object = NewObject { track_id: 7, label: "person".into(), time_ms: new.time_ms };
+        let jpeg = [0xffu8, 0xd8, 0xff, 0xd9];
+        let pic = Picture { camera: "front door", jpeg: &jpeg, of_new: Some(&object), file: Some("x.jpg") };
+        let m = snapshot_notice(&c, &pic).unwrap();
+        assert_eq!((m.topic.as_str(), m.retain), ("zcpipe/front_door/events", false));
+        let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(v["of_event"], new.event_id.as_str());
+        assert_eq!(v["event_id"], "box1/front_door/7/snapshot/5000");
+        assert_eq!(
+            (v["file"].as_str(), v["bytes"].as_u64(), v["label"].as_str()),
+            (Some("x.jpg"), Some(4), Some("person"))
+        );
+        // The fleet view reads it as an event of its own.
+        let e: EventMsg = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!((e.event.as_str(), e.track_id, e.time_ms), ("snapshot", Some(7), 5000));
+        // Not written to disk: no file, the notice all the same.
+        let unwritten = snapshot_notice(&c, &Picture { file: None, ..pic }).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&unwritten.payload).unwrap();
+        assert!(v["file"].is_null(), "{v}");
+        assert!(snapshot_notice(&c, &Picture { of_new: None, ..pic }).is_none());
+    }
+
+    #[test]
+    fn one_monotonic_stamp_is_one_wall_time() {
+        let ns = zcpipe_core::frame::monotonic_ns();
+        let first = crate::mqtt::wall_ms(ns);
+        assert!(first > 1_700_000_000_000, "{first}");
+        assert_eq!((0..20).map(|_| crate::mqtt::wall_ms(ns)).collect::<Vec<_>>(), vec![first; 20]);
     }
 
     #[test]

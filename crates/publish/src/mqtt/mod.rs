@@ -34,13 +34,16 @@
 //! every reconnection, so a broker that restarted without persistence gets them back.
 
 pub mod bridge;
+mod clock;
 pub mod fleet;
 mod lines;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+pub(crate) use clock::{unix_ms, wall_ms};
 
 use anyhow::{bail, Result};
 
@@ -368,14 +371,15 @@ impl MqttConfig {
 
     /// The discovery config of camera `camera`'s event entity: one Home Assistant event per
     /// tracker event (`new`, `entered_zone`, ...) on its events topic, with the label, track
-    /// and zone as attributes, and one per recorded clip (`clip`, with its id, URL and
-    /// labels). `None` without discovery.
+    /// and zone as attributes, one per recorded clip (`clip`, with its id, URL and labels)
+    /// and one per snapshot of a new object (`snapshot`, with its file). `None` without
+    /// discovery.
     pub(crate) fn events_discovery(&self, camera: &str) -> Option<Msg> {
         let fields = serde_json::json!({
             "name": "events",
             "state_topic": self.camera_topic(camera, "events"),
-            "event_types": ["new", "entered_zone", "left_zone", "loitering", "crossed_line", "stationary", "end", "clip"],
-            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'line': value_json.get('line'), 'direction': value_json.get('direction'), 'duration_s': value_json.get('duration_s'), 'speed_kmh': value_json.get('speed_kmh'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'thumbnail': value_json.get('thumbnail'), 'labels': value_json.get('labels')} | to_json }}",
+            "event_types": ["new", "entered_zone", "left_zone", "loitering", "crossed_line", "stationary", "end", "clip", "snapshot"],
+            "value_template": "{{ {'event_type': value_json.event, 'label': value_json.get('label'), 'track_id': value_json.get('track_id'), 'zone': value_json.get('zone'), 'line': value_json.get('line'), 'direction': value_json.get('direction'), 'duration_s': value_json.get('duration_s'), 'speed_kmh': value_json.get('speed_kmh'), 'clip_id': value_json.get('id'), 'url': value_json.get('url'), 'thumbnail': value_json.get('thumbnail'), 'labels': value_json.get('labels'), 'file': value_json.get('file')} | to_json }}",
         });
         let object = format!("{}_events", level(camera));
         self.discovery("event", camera, &object, &object, fields)
@@ -578,32 +582,6 @@ pub(crate) struct Translator {
     tracks: bool,
     /// The board's status between two messages ([`status`]).
     board: status::BoardTally,
-}
-
-/// Now as Unix time, ms.
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// The wall-clock time (Unix ms) of CLOCK_MONOTONIC time `mono_ns` (the socket's lines
-/// carry only CLOCK_MONOTONIC): `mono_ns` plus the clocks' offset, which is read at most
-/// every 10 s (so a clock set by NTP is followed) and is the same between, so one line's
-/// time reads the same wherever it is shown.
-pub(crate) fn wall_ms(mono_ns: u64) -> u64 {
-    use std::sync::{Mutex, OnceLock};
-    static OFFSET: OnceLock<Mutex<Option<(Instant, i128)>>> = OnceLock::new();
-    let mut o = OFFSET.get_or_init(|| Mutex::new(None)).lock().unwrap_or_else(|p| p.into_inner());
-    let offset = match *o {
-        Some((at, off)) if at.elapsed() < Duration::from_secs(10) => off,
-        _ => {
-            let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-            let off = unix_ns - zcpipe_core::frame::monotonic_ns() as i128;
-            *o = Some((Instant::now(), off));
-            off
-        }
-    };
-    // A time after now (another clock's read) is now.
-    (((mono_ns as i128 + offset).max(0) / 1_000_000) as u64).min(unix_ms())
 }
 
 /// A line's fields plus `time_ms`, as compact JSON. Serialised straight from the line (not
