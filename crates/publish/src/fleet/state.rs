@@ -142,7 +142,8 @@ pub struct Board {
     pub events: u64,
     /// Copies of events already taken, dropped.
     pub duplicates: u64,
-    /// Events older than the newest of their camera taken before.
+    /// Events older than the newest of their camera taken before (a tracker's events and
+    /// clips: a snapshot's notice carries its `new` event's time, and comes later).
     pub out_of_order: u64,
     /// Two boards use this id.
     pub clash: bool,
@@ -362,11 +363,15 @@ impl Fleet {
             return Ok((false, notice));
         }
         b.events += 1;
-        let newest = b.newest.entry(e.camera.clone()).or_default();
-        if e.time_ms < *newest {
-            b.out_of_order += 1;
+        // A snapshot's notice carries its `new` event's time but follows the picture, taken
+        // up to seconds later: the order is the tracker's events' and the clips'.
+        if e.event != "snapshot" {
+            let newest = b.newest.entry(e.camera.clone()).or_default();
+            if e.time_ms < *newest {
+                b.out_of_order += 1;
+            }
+            *newest = (*newest).max(e.time_ms);
         }
-        *newest = (*newest).max(e.time_ms);
         if b.newest.len() > max_cameras {
             // Bounded like the cameras of a status: the first name goes.
             b.newest.pop_first();

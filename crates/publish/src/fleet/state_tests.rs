@@ -40,6 +40,17 @@ fn each_event_is_taken_once_and_order_is_checked_per_camera() {
     assert_eq!((b.events, b.duplicates, b.out_of_order), (4, 1, 1));
     assert_eq!(f.recent().len(), 4);
     assert_eq!(f.recent().back().unwrap().track_id, Some(3));
+    // The notice of a snapshot of track 1, taken later, carries track 1's `new` time: an
+    // event of its own (once per id), outside the order.
+    let snap = serde_json::to_vec(&serde_json::json!({
+        "v": WIRE_VERSION, "event_id": "b1/cam0/1/snapshot/1000", "board": "b1", "camera": "cam0",
+        "event": "snapshot", "time_ms": 1000, "track_id": 1, "label": "person", "of_event": "b1/cam0/1/new/1000"
+    }))
+    .unwrap();
+    assert_eq!(f.event(t, Some("b1"), &snap).unwrap(), (true, None));
+    assert_eq!(f.event(t, Some("b1"), &snap).unwrap(), (false, None), "a copy");
+    let b = &f.boards()["b1"];
+    assert_eq!((b.events, b.duplicates, b.out_of_order), (5, 2, 1));
 }
 
 #[test]
