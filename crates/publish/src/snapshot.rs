@@ -266,6 +266,8 @@ fn worker(
     counters: &Mutex<SnapshotCounters>,
 ) {
     let count = |f: &dyn Fn(&mut SnapshotCounters)| f(&mut counters.lock().unwrap_or_else(|p| p.into_inner()));
+    // The kind of the last failed write's error.
+    let mut last_kind = None;
     while let Ok(req) = rx.recv() {
         let cam = req.camera;
         // Pixels newer than the request: the tap joins if nobody watches this camera.
@@ -312,6 +314,7 @@ fn worker(
         });
         match written {
             Ok(()) => {
+                last_kind = None;
                 count(&|c| c.written += 1);
                 let removed = prune(&place.dir.join(&req.name), place.keep);
                 count(&|c| c.removed += removed);
@@ -322,8 +325,11 @@ fn worker(
                     c.failed += 1;
                     c.failed
                 };
-                if failed == 1 || failed.is_multiple_of(100) {
-                    log::warn!("{e:#} ({failed} failed so far; is the disk full? the pipeline goes on without snapshots until it has room)");
+                // A new kind of failure (a full disk, then one made read-only) is said too.
+                let kind = e.downcast_ref::<std::io::Error>().map(std::io::Error::kind);
+                let new_kind = std::mem::replace(&mut last_kind, kind) != kind;
+                if failed == 1 || new_kind || failed.is_multiple_of(100) {
+                    log::warn!("{e:#} ({failed} failed so far; the pipeline goes on without snapshots until the folder can be written again: free space, or check the folder and its mount)");
                 }
             }
         }

@@ -48,7 +48,7 @@ impl ControlServer {
         let fd = control::listen_at(&path, false, 16)?;
         let group = group.filter(|&g| match share(run_dir, &path, g) {
             Ok(()) if nix::unistd::geteuid().is_root() => {
-                log::warn!("control: the members of group {g} may change this run, which runs as root: they may have it read any file as a source and write where --record-dir points; give that group to administrators only, or run zcpipe as its own user (zcpipe.service)");
+                log::warn!("control: the members of group {} may change this run, which runs as root: they may have it read any file as a source and write where --record-dir points; give that group to administrators only, or run zcpipe as its own user (zcpipe.service)", group_name(g));
                 true
             }
             Ok(()) => true,
@@ -97,6 +97,14 @@ fn share(run_dir: &Path, path: &Path, gid: u32) -> Result<()> {
         .with_context(|| format!("chmod g+x {}", run_dir.display()))
 }
 
+/// Group `gid` as a log line names it: `NAME (gid N)`, or the number alone.
+fn group_name(gid: u32) -> String {
+    match nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)) {
+        Ok(Some(g)) => format!("{} (gid {gid})", g.name),
+        _ => gid.to_string(),
+    }
+}
+
 /// Accepts clients until `stop`, each served on its own thread (at most [`MAX_CLIENTS`]):
 /// this run's user, root, and with `group` that group's members.
 fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool, group: Option<u32>) {
@@ -107,7 +115,7 @@ fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool, group:
         if !ch.peer_allowed() && !group.is_some_and(|g| ch.peer_in_group(g)) {
             refused += 1;
             if refused <= 20 || refused.is_power_of_two() {
-                let who = group.map_or(String::new(), |g| format!(", the members of group {g}"));
+                let who = group.map_or(String::new(), |g| format!(", the members of group {}", group_name(g)));
                 log::warn!(
                     "control: refused pid {} of uid {}: only this run's user{who} (or root) may change it ({refused} refused so far)",
                     ch.peer_pid,
