@@ -381,13 +381,12 @@ impl RunArgs {
     /// `zcpipe` group by default, except for a run as root: who may change a run may have it
     /// read any file as a source and write where `--record-dir` points, as its user, so a root
     /// run gives that to a group only when told to (and says so when it binds the socket).
-    fn control_group(&self) -> Result<Option<u32>> {
+    fn control_group(&self) -> Result<Option<nix::unistd::Group>> {
         let root = nix::unistd::geteuid().is_root();
-        let g = match (&self.socket_group, root) {
+        Ok(match (&self.socket_group, root) {
             (None, true) => None,
             (name, _) => zcpipe_publish::socket_group(name.as_deref())?,
-        };
-        Ok(g.map(|g| g.gid.as_raw()))
+        })
     }
 
     /// `--restart-max`, `--restart-window`, `--restart-reset` and `--watchdog`.

@@ -196,7 +196,7 @@ pub struct RunConfig {
     pub live_cameras: Vec<zcpipe_core::control::LiveCamera>,
     /// The group whose members may change the run through its control socket besides its
     /// user (`--socket-group`, else the `zcpipe` group where the run may use it).
-    pub control_group: Option<u32>,
+    pub control_group: Option<nix::unistd::Group>,
     /// Secrets the stages get in their environment, never on their command lines (which
     /// every local user reads in `/proc/PID/cmdline`; a process's environment only its own
     /// user, proc(5)): (variable, value), e.g. the MQTT password, the web view's token.

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::zcpipe_run;
+use common::{wait_for, zcpipe_run};
 use serde_json::Value;
 
 use crate::mqtt::{have_mosquitto, retained, summary, Broker, Sub};
@@ -67,18 +67,20 @@ fn each_snapshot_is_the_cameras_image_in_home_assistant() {
 /// Every picture of a new object (`UNIX_MS-new-LABEL-ID.jpg` in `folder`) was announced on the
 /// events topic, once, naming its `new` event's id and its file; returns how many.
 fn snapshot_notices(sub: &Sub, folder: &Path, files: &[PathBuf]) -> usize {
-    // The run has ended; the subscriber's last messages are read within this.
-    std::thread::sleep(Duration::from_millis(500));
-    let events: Vec<Value> =
-        sub.payloads("zcpipe-mqtt-snap/cam0/events").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
-    let new_ids: BTreeSet<&str> =
-        events.iter().filter(|e| e["event"] == "new").map(|e| e["event_id"].as_str().unwrap()).collect();
-    let notices: Vec<&Value> = events.iter().filter(|e| e["event"] == "snapshot").collect();
     let new_files: BTreeSet<String> = files
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         .filter(|n| n[14..].starts_with("new-"))
         .collect();
+    let topic = "zcpipe-mqtt-snap/cam0/events";
+    // The run has ended; a wait for the subscriber to read its last messages, not a speed goal.
+    wait_for(Duration::from_secs(10), || {
+        sub.payloads(topic).iter().filter(|p| p.contains(r#""event":"snapshot""#)).count() >= new_files.len()
+    });
+    let events: Vec<Value> = sub.payloads(topic).iter().map(|p| serde_json::from_str(p).unwrap()).collect();
+    let new_ids: BTreeSet<&str> =
+        events.iter().filter(|e| e["event"] == "new").map(|e| e["event_id"].as_str().unwrap()).collect();
+    let notices: Vec<&Value> = events.iter().filter(|e| e["event"] == "snapshot").collect();
     assert!(!new_ids.is_empty(), "the clip makes new objects: {events:?}");
     let mut named = BTreeSet::new();
     for n in &notices {

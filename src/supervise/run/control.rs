@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use nix::poll::PollTimeout;
+use nix::unistd::Group;
 
 use zcpipe_core::control::{self, Answer, Channel, Refusal, Reply, Request, VERSION};
 
@@ -43,12 +44,12 @@ impl ControlServer {
     /// Binds the control socket in `run_dir` (mode 0600; with `group`, that group's members
     /// may change the run too: the socket is 0660 of that group, and the run directory lets
     /// the group through, 0710) and starts accepting.
-    pub(super) fn bind(run_dir: &Path, group: Option<u32>) -> Result<ControlServer> {
+    pub(super) fn bind(run_dir: &Path, group: Option<Group>) -> Result<ControlServer> {
         let path = run_dir.join(control::SOCKET);
         let fd = control::listen_at(&path, false, 16)?;
-        let group = group.filter(|&g| match share(run_dir, &path, g) {
+        let group = group.filter(|g| match share(run_dir, &path, g.gid) {
             Ok(()) if nix::unistd::geteuid().is_root() => {
-                log::warn!("control: the members of group {} may change this run, which runs as root: they may have it read any file as a source and write where --record-dir points; give that group to administrators only, or run zcpipe as its own user (zcpipe.service)", group_name(g));
+                log::warn!("control: the members of group {} may change this run, which runs as root: they may have it read any file as a source and write where --record-dir points; give that group to administrators only, or run zcpipe as its own user (zcpipe.service)", named(g));
                 true
             }
             Ok(()) => true,
@@ -84,9 +85,8 @@ impl Drop for ControlServer {
 }
 
 /// Gives group `gid` the control socket at `path` (0660) and a way through `run_dir` (0710).
-fn share(run_dir: &Path, path: &Path, gid: u32) -> Result<()> {
+fn share(run_dir: &Path, path: &Path, gid: nix::unistd::Gid) -> Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let gid = nix::unistd::Gid::from_raw(gid);
     for p in [run_dir, path] {
         nix::unistd::chown(p, None, Some(gid)).with_context(|| format!("chgrp {gid} {}", p.display()))?;
     }
@@ -97,25 +97,22 @@ fn share(run_dir: &Path, path: &Path, gid: u32) -> Result<()> {
         .with_context(|| format!("chmod g+x {}", run_dir.display()))
 }
 
-/// Group `gid` as a log line names it: `NAME (gid N)`, or the number alone.
-fn group_name(gid: u32) -> String {
-    match nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)) {
-        Ok(Some(g)) => format!("{} (gid {gid})", g.name),
-        _ => gid.to_string(),
-    }
+/// Group `g` as a log line names it: `NAME (gid N)`.
+fn named(g: &Group) -> String {
+    format!("{} (gid {})", g.name, g.gid)
 }
 
 /// Accepts clients until `stop`, each served on its own thread (at most [`MAX_CLIENTS`]):
 /// this run's user, root, and with `group` that group's members.
-fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool, group: Option<u32>) {
+fn accept_loop(fd: OwnedFd, tx: mpsc::Sender<Pending>, stop: &AtomicBool, group: Option<Group>) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut refused = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let Some(ch) = control::accept_channel(&fd, PollTimeout::from(200u16), REQUEST_TIMEOUT) else { continue };
-        if !ch.peer_allowed() && !group.is_some_and(|g| ch.peer_in_group(g)) {
+        if !ch.peer_allowed() && !group.as_ref().is_some_and(|g| ch.peer_in_group(g.gid.as_raw())) {
             refused += 1;
             if refused <= 20 || refused.is_power_of_two() {
-                let who = group.map_or(String::new(), |g| format!(", the members of group {}", group_name(g)));
+                let who = group.as_ref().map_or(String::new(), |g| format!(", the members of group {}", named(g)));
                 log::warn!(
                     "control: refused pid {} of uid {}: only this run's user{who} (or root) may change it ({refused} refused so far)",
                     ch.peer_pid,

@@ -128,7 +128,7 @@ impl Supervisor {
         // Changes come only to a run that can take them; one that cannot bind its socket
         // runs on without them.
         let control = match live.is_some() {
-            true => super::control::ControlServer::bind(&a.data.run_dir, a.control_group)
+            true => super::control::ControlServer::bind(&a.data.run_dir, a.control_group.clone())
                 .map_err(|e| log::warn!("no control socket, so no changes while the run goes on: {e:#}"))
                 .ok(),
             false => None,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bridge::MqttReport;
 use super::{level, MqttConfig, Msg};
-use crate::output::{NewObject, Picture};
+use crate::output::Picture;
 use crate::schema::ClipJson;
 
 /// The version of the fleet's messages (`v`).
@@ -85,13 +85,6 @@ pub fn clip_event_id(board: &str, clip: &ClipJson) -> String {
     format!("{board}/{}/clip/{}/{}", level(&clip.camera), clip.id, clip.end_ms)
 }
 
-/// The id of the snapshot taken for new object `new` of camera `camera`:
-/// `board/camera/track/snapshot/time_ms`, the time being the `new` event's (one picture per
-/// new object, so one id).
-pub fn snapshot_event_id(board: &str, camera: &str, new: &NewObject) -> String {
-    event_id(board, camera, new.track_id, "snapshot", None, new.time_ms)
-}
-
 /// The notice of a snapshot taken for a new object, on its camera's events topic
 /// (`"event": "snapshot"`), sent right after the picture itself (the retained
 /// `P/<camera>/snapshot`, which it is until the next).
@@ -130,7 +123,9 @@ pub(crate) fn snapshot_notice(cfg: &MqttConfig, pic: &Picture<'_>) -> Option<Msg
         time_ms: new.time_ms,
         v: WIRE_VERSION,
         board,
-        event_id: snapshot_event_id(board, pic.camera, new),
+        // `board/camera/track/snapshot/time_ms` at the `new` event's time: one picture per
+        // new object, so one id.
+        event_id: event_id(board, pic.camera, new.track_id, "snapshot", None, new.time_ms),
     };
     Some(Msg {
         topic: cfg.camera_topic(pic.camera, "events"),
@@ -259,6 +254,7 @@ mod tests {
     use super::*;
     use crate::mqtt::tests::cfg;
     use crate::mqtt::{Out, Translator};
+    use crate::output::NewObject;
     use crate::schema::{EventJson, SocketLine};
 
     fn event(kind: &str, track: u64, zone: Option<&str>, ns: u64) -> SocketLine {
